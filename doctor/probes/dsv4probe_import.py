@@ -1,0 +1,47 @@
+"""The import probe: import modules and resolve attributes in this (isolated) interpreter.
+
+A target is ``module`` or ``module:attr.path``. Each target is tried on its own, so one failure does not hide the
+next; every outcome is data. A target named in `signatures` also reports its call signature's parameter names.
+"""
+
+import importlib
+import inspect
+import time
+
+from dsv4probe_common import error_info, serve
+
+
+def resolve(target, want_signature):
+    module_name, _, attr_path = target.partition(":")
+    start = time.monotonic()
+    outcome = {"target": target, "ok": False}
+    try:
+        obj = importlib.import_module(module_name)
+        outcome["origin"] = getattr(obj, "__file__", None)
+        version = getattr(obj, "__version__", None)
+        if isinstance(version, str):
+            outcome["version"] = version
+        for part in filter(None, attr_path.split(".")):
+            obj = getattr(obj, part)
+        outcome["ok"] = True
+        outcome["kind"] = type(obj).__name__
+        if want_signature:
+            try:
+                sig = inspect.signature(obj)
+                outcome["params"] = list(sig.parameters)
+                outcome["varkw"] = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+            except (TypeError, ValueError) as exc:
+                outcome["signature_error"] = str(exc)
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt from a broken package are findings too
+        outcome["error"] = error_info(exc)
+    outcome["duration_s"] = round(time.monotonic() - start, 4)
+    return outcome
+
+
+def answer(request):
+    wanted = set(request.get("signatures", []))
+    return {"results": [resolve(t, t in wanted) for t in request.get("targets", [])]}
+
+
+if __name__ == "__main__":
+    serve(answer)

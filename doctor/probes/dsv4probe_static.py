@@ -1,0 +1,244 @@
+"""The static probe: facts that need no heavy import.
+
+Distribution metadata (importlib.metadata), module locations (found without importing any package: importing
+megatron.core alone takes about 14 s), and `ast` summaries of source files (classes, their fields and methods,
+functions and their parameters). Stdlib only, Python 3.8+. Every fact that cannot be read becomes an error value.
+"""
+
+import ast
+import importlib.machinery
+import importlib.util
+import json
+import os
+import platform
+import sys
+
+from dsv4probe_common import error_info, serve
+
+try:
+    import importlib.metadata as metadata
+except ImportError:  # Python < 3.8 has no importlib.metadata
+    metadata = None
+
+
+def python_facts():
+    vi = sys.version_info
+    return {
+        "version": "%d.%d.%d" % (vi[0], vi[1], vi[2]),
+        "version_info": [vi[0], vi[1], vi[2], vi[3], vi[4]],
+        "implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "prefix": sys.prefix,
+        "base_prefix": getattr(sys, "base_prefix", sys.prefix),
+        "platform": sys.platform,
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "release": platform.release(),
+        "path": [p for p in sys.path if p],
+    }
+
+
+def _direct_url(dist):
+    try:
+        text = dist.read_text("direct_url.json")
+    except Exception:
+        return None
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {"error": "unreadable direct_url.json"}
+
+
+def distribution_facts(name):
+    """Every installed copy of a distribution (two dist-infos for one name is itself a finding)."""
+    if metadata is None:
+        return {"error": "importlib.metadata unavailable"}
+    copies = []
+    try:
+        found = list(metadata.distributions(name=name))
+    except Exception as exc:
+        return {"error": "%s: %s" % (type(exc).__name__, exc)}
+    for dist in found:
+        entry = {"name": name, "version": None, "path": None, "error": None}
+        path = getattr(dist, "_path", None)
+        entry["path"] = str(path) if path is not None else None
+        try:
+            meta = dist.metadata
+            entry["version"] = meta["Version"] if meta is not None else None
+            entry["name"] = (meta["Name"] if meta is not None else None) or name
+            if meta is not None:
+                entry["requires"] = list(meta.get_all("Requires-Dist") or [])
+                entry["requires_python"] = meta["Requires-Python"]
+        except Exception as exc:  # unreadable, non-UTF-8 or corrupt METADATA
+            entry["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+        if not entry["version"] and not entry["error"]:
+            entry["error"] = "METADATA has no Version (empty or corrupt)"
+        try:
+            entry["installer"] = (dist.read_text("INSTALLER") or "").strip() or None
+        except Exception:
+            entry["installer"] = None
+        entry["direct_url"] = _direct_url(dist)
+        copies.append(entry)
+    return {"copies": copies}
+
+
+def _module_file(directory, part):
+    """Where module `part` lives inside `directory`, without importing it."""
+    pkg = os.path.join(directory, part)
+    if os.path.isdir(pkg):
+        init = os.path.join(pkg, "__init__.py")
+        if os.path.isfile(init):
+            return {"kind": "package", "origin": init, "locations": [pkg]}
+        return {"kind": "namespace", "origin": None, "locations": [pkg]}
+    for suffix in importlib.machinery.SOURCE_SUFFIXES:
+        candidate = os.path.join(directory, part + suffix)
+        if os.path.isfile(candidate):
+            return {"kind": "module", "origin": candidate, "locations": []}
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = os.path.join(directory, part + suffix)
+        if os.path.isfile(candidate):
+            return {"kind": "extension", "origin": candidate, "locations": []}
+    return None
+
+
+def locate_module(name):
+    """find_spec of the top-level name only (it executes nothing), then a walk of the package directories."""
+    parts = name.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+    except Exception as exc:
+        return {"found": False, "error": "%s: %s" % (type(exc).__name__, exc)}
+    if spec is None:
+        return {"found": False, "missing": parts[0]}
+    here = {
+        "kind": "namespace" if spec.origin in (None, "namespace") else (
+            "package" if spec.submodule_search_locations is not None else "module"),
+        "origin": spec.origin if spec.origin not in (None, "namespace") else None,
+        "locations": list(spec.submodule_search_locations or []),
+    }
+    for i, part in enumerate(parts[1:], start=1):
+        found = None
+        namespace_dirs = []
+        for directory in here["locations"]:
+            hit = _module_file(directory, part)
+            if hit is None:
+                continue
+            if hit["kind"] == "namespace":
+                namespace_dirs.extend(hit["locations"])
+                continue
+            found = hit
+            break
+        if found is None and namespace_dirs:
+            found = {"kind": "namespace", "origin": None, "locations": namespace_dirs}
+        if found is None:
+            return {"found": False, "missing": ".".join(parts[: i + 1])}
+        here = found
+    here["found"] = True
+    return here
+
+
+def _unparse(node):
+    unparse = getattr(ast, "unparse", None)
+    if unparse is None:
+        return getattr(node, "id", None) or type(node).__name__
+    try:
+        return unparse(node)
+    except Exception:
+        return type(node).__name__
+
+
+def _params(fn):
+    args = fn.args
+    names = [a.arg for a in getattr(args, "posonlyargs", [])] + [a.arg for a in args.args]
+    names += [a.arg for a in args.kwonlyargs]
+    return {
+        "params": names,
+        "varargs": args.vararg.arg if args.vararg else None,
+        "varkw": args.kwarg.arg if args.kwarg else None,
+        "lineno": fn.lineno,
+    }
+
+
+def _class_summary(node):
+    fields, assigns, methods = [], [], {}
+    for item in node.body:
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            fields.append({"name": item.target.id, "annotation": _unparse(item.annotation),
+                           "default": _unparse(item.value) if item.value is not None else None,
+                           "lineno": item.lineno})
+        elif isinstance(item, ast.Assign):
+            for target in item.targets:
+                if isinstance(target, ast.Name):
+                    assigns.append(target.id)
+        elif isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            methods[item.name] = _params(item)
+    return {
+        "bases": [_unparse(b) for b in node.bases],
+        "decorators": [_unparse(d) for d in node.decorator_list],
+        "fields": fields,
+        "assigns": assigns,
+        "methods": methods,
+        "lineno": node.lineno,
+    }
+
+
+def source_facts(module, needles):
+    where = locate_module(module)
+    if not where.get("found"):
+        return {"found": False, "missing": where.get("missing"), "error": where.get("error")}
+    path = where.get("origin")
+    if not path or not path.endswith(".py"):
+        return {"found": True, "path": path, "error": "no Python source to read (%s)" % where.get("kind")}
+    result = {"found": True, "path": path, "error": None}
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        result["error"] = "%s: %s" % (type(exc).__name__, exc)
+        return result
+    try:
+        tree = ast.parse(raw, filename=path)
+    except (SyntaxError, ValueError, UnicodeDecodeError) as exc:  # includes non-UTF-8 without a coding cookie
+        result["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+        return result
+    text = raw.decode("utf-8", errors="replace")
+    classes, functions, names = {}, {}, []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            classes[node.name] = _class_summary(node)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions[node.name] = _params(node)
+        elif isinstance(node, ast.Assign):
+            names.extend(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+    result.update(classes=classes, functions=functions, names=names,
+                  contains={needle: needle in text for needle in needles})
+    return result
+
+
+def answer(request):
+    out = {"python": python_facts(), "distributions": {}, "modules": {}, "sources": {}}
+    for name in request.get("distributions", []):
+        try:
+            out["distributions"][name] = distribution_facts(name)
+        except Exception as exc:
+            out["distributions"][name] = {"error": error_info(exc)["message"]}
+    for name in request.get("modules", []):
+        try:
+            out["modules"][name] = locate_module(name)
+        except Exception as exc:
+            out["modules"][name] = {"found": False, "error": error_info(exc)["message"]}
+    needles = request.get("contains", [])
+    for name in request.get("sources", []):
+        try:
+            out["sources"][name] = source_facts(name, needles)
+        except Exception as exc:
+            out["sources"][name] = {"found": False, "error": error_info(exc)["message"]}
+    return out
+
+
+if __name__ == "__main__":
+    serve(answer)

@@ -1,0 +1,120 @@
+"""The versioned report every renderer reads: `dsv4-doctor.report/1`.
+
+Fields are only ever added within a schema version; a change that breaks consumers bumps the version
+(as pip inspect does). The JSON Schema ships in dsv4_doctor/schema/.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from . import __version__
+from .model import CheckReport, counts, exit_code_for, overall_status
+from .redact import Redactor
+from .registry import PluginInfo
+from .runner import RunResult
+
+SCHEMA = "dsv4-doctor.report/1"
+SCHEMA_FILE = Path(__file__).resolve().parent / "schema" / "report-1.schema.json"
+
+# Variables that change what the DSv4 stack does; anything secret-looking among them is redacted.
+RELEVANT_ENV_PREFIXES = ("CUDA_", "NVTE_", "NCCL_", "TORCH_", "PYTORCH_", "NVIDIA_", "CUDNN_", "TRITON_",
+                         "MEGATRON_", "VERL_", "TE_")
+RELEVANT_ENV_NAMES = ("LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CUDA_HOME")
+
+
+def detect_container() -> dict:
+    """Cheap, read-only hints; none is proof on its own, so all are listed."""
+    evidence = []
+    runtime = None
+    if os.path.exists("/.dockerenv"):
+        evidence.append("/.dockerenv")
+        runtime = "docker"
+    if os.path.exists("/run/.containerenv"):
+        evidence.append("/run/.containerenv")
+        runtime = runtime or "podman"
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        evidence.append("KUBERNETES_SERVICE_HOST")
+        runtime = runtime or "kubernetes"
+    for var, name in (("SINGULARITY_CONTAINER", "apptainer"), ("APPTAINER_CONTAINER", "apptainer"),
+                      ("ENROOT_ROOTFS", "enroot"), ("NVIDIA_PYTORCH_VERSION", "ngc-pytorch")):
+        if os.environ.get(var):
+            evidence.append(var)
+            runtime = runtime or name
+    try:
+        with open("/proc/1/cgroup", encoding="utf-8", errors="replace") as fh:
+            cgroup = fh.read(4096)
+        for word in ("docker", "kubepods", "containerd", "libpod"):
+            if word in cgroup:
+                evidence.append(f"/proc/1/cgroup mentions {word}")
+                runtime = runtime or word
+                break
+    except OSError:
+        pass
+    return {"detected": bool(evidence), "runtime": runtime, "evidence": evidence}
+
+
+def relevant_variables(environ=None) -> dict:
+    environ = os.environ if environ is None else environ
+    return {
+        k: environ[k]
+        for k in sorted(environ)
+        if k.startswith(RELEVANT_ENV_PREFIXES) or k in RELEVANT_ENV_NAMES
+    }
+
+
+def environment(run: RunResult | None, python: str) -> dict:
+    target = None
+    if run is not None and run.static:
+        py = run.static.get("python", {})
+        target = {k: py.get(k) for k in ("executable", "version", "implementation", "prefix")}
+    return {
+        "doctor_python": sys.executable,
+        "target_python": target or {"executable": python, "version": None, "implementation": None, "prefix": None},
+        "host": {
+            "system": platform.system(),
+            "release": platform.release(),
+            "machine": platform.machine(),
+            "cpu_count": os.cpu_count(),
+        },
+        "container": detect_container(),
+        "variables": relevant_variables(),
+    }
+
+
+def build(
+    run: RunResult | None,
+    checks: Sequence[CheckReport],
+    plugins: Sequence[PluginInfo],
+    python: str,
+    strict: bool = False,
+    profile: dict | None = None,
+) -> dict:
+    status = overall_status(c.status for c in checks)
+    code = exit_code_for(checks, strict)
+    report = {
+        "schema": SCHEMA,
+        "doctor": {"name": "dsv4-doctor", "version": __version__},
+        "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
+        "profile": profile if profile is not None else (run.profile.to_dict() if run else {}),
+        "environment": environment(run, python),
+        "plugins": [p.to_dict() for p in plugins],
+        "summary": {
+            "status": status.value,
+            "exit_code": int(code),
+            "strict": strict,
+            "counts": dict(counts(checks)),
+            "duration_s": round(run.duration_s, 3) if run else 0.0,
+            "internal_errors": [c.id for c in checks if c.internal_error],
+        },
+        "checks": [c.to_dict() for c in checks],
+    }
+    redactor = Redactor()
+    report = redactor(report)
+    report["redactions"] = {"count": redactor.count}
+    return report

@@ -1,0 +1,239 @@
+"""Runs checks: resolves the profile, starts their probes concurrently, and turns every outcome into a CheckReport.
+
+Check functions run in the doctor process but only read probe answers; a check that raises or hangs becomes an
+`error` row marked as an internal error (exit code 3), never a crash or a hang of the doctor.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
+
+from .model import Check, CheckReport, Profile, Result, Status
+from .probes import NVIDIA_SMI, STATIC_SCRIPT, Probe, ProbeResult, StaticRequest, parse_nvidia_smi, run_probe
+
+CHECK_TIMEOUT_S = 10.0  # a check's own code, after its probes answered
+STATIC_TIMEOUT_S = 30.0
+
+
+class ProbeFailed(Exception):
+    """Raised by Context.require when a probe gave no answer; the runner turns it into an `error` result."""
+
+    def __init__(self, result: ProbeResult):
+        super().__init__(result.error)
+        self.result = result
+
+
+class StaticFacts:
+    """Convenience reads over the static probe's answer."""
+
+    def __init__(self, data: dict):
+        self.data = data
+
+    @property
+    def python(self) -> dict:
+        return self.data.get("python", {})
+
+    def dist_copies(self, name: str) -> list[dict]:
+        return self.data.get("distributions", {}).get(name, {}).get("copies", [])
+
+    def dist(self, name: str) -> dict | None:
+        """The copy Python would use (first on sys.path), or None when not installed."""
+        copies = self.dist_copies(name)
+        return copies[0] if copies else None
+
+    def version(self, name: str) -> str | None:
+        d = self.dist(name)
+        return d.get("version") if d else None
+
+    def module(self, name: str) -> dict:
+        return self.data.get("modules", {}).get(name, {"found": False})
+
+    def source(self, module: str) -> dict:
+        return self.data.get("sources", {}).get(module, {"found": False})
+
+
+class ProbePool:
+    def __init__(self, python: str, default_timeout_s: float, workers: int):
+        self.python = python
+        self.default_timeout_s = default_timeout_s
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="probe")
+        self._futures: dict[str, Future] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, probe: Probe) -> Future:
+        with self._lock:
+            fut = self._futures.get(probe.key)
+            if fut is None:
+                fut = self._executor.submit(run_probe, probe, self.python, self.default_timeout_s)
+                self._futures[probe.key] = fut
+            return fut
+
+    def result(self, probe: Probe) -> ProbeResult:
+        return self.submit(probe).result()
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass
+class Context:
+    """What a check's run function sees."""
+
+    profile: Profile
+    python: str
+    pool: ProbePool
+    static_probe: Probe
+
+    def probe(self, probe: Probe) -> ProbeResult:
+        return self.pool.result(probe)
+
+    def require(self, probe: Probe):
+        """The probe's answer, or ProbeFailed (the check becomes `error` with the signal/timeout and stderr)."""
+        result = self.probe(probe)
+        if not result.ok:
+            raise ProbeFailed(result)
+        return result.data
+
+    @property
+    def static(self) -> StaticFacts:
+        return StaticFacts(self.require(self.static_probe))
+
+    def gpus(self) -> list[dict]:
+        """GPUs from nvidia-smi; empty when there is no nvidia-smi or it fails."""
+        result = self.probe(NVIDIA_SMI)
+        return parse_nvidia_smi(result.data) if result.ok else []
+
+
+@dataclass
+class RunResult:
+    profile: Profile
+    checks: list[CheckReport]
+    static: dict | None
+    gpus: list[dict]
+    duration_s: float
+    probes: list[dict] = field(default_factory=list)
+
+
+def resolve_profile(profile: Profile, pool: ProbePool) -> tuple[Profile, list[dict]]:
+    """Fill in --gpu-arch from nvidia-smi when the user did not give it."""
+    smi = pool.result(NVIDIA_SMI)
+    gpus = parse_nvidia_smi(smi.data) if smi.ok else []
+    if profile.gpu_arch is None and gpus and gpus[0].get("compute_capability"):
+        profile = replace(profile, gpu_arch=gpus[0]["compute_capability"], gpu_arch_source="detected")
+    return profile, gpus
+
+
+def _report(check: Check, result: Result, duration: float, internal: bool = False) -> CheckReport:
+    return CheckReport(
+        id=check.id, title=check.title, status=result.status, summary=result.summary, details=result.details,
+        evidence=result.evidence, fixes=list(result.fixes), sources=list(check.sources), duration_s=duration,
+        origin=check.origin, internal_error=internal,
+    )
+
+
+def _execute(check: Check, ctx: Context) -> tuple[Result, bool]:
+    try:
+        reason = check.skip_if(ctx.profile)
+        if reason:
+            return Result(Status.SKIP, reason), False
+        result = check.run(ctx)
+        if not isinstance(result, Result):
+            raise TypeError(f"check returned {type(result).__name__}, not a Result")
+        if result.status is Status.SKIP and not result.summary:
+            raise ValueError("a skip must say why")
+        return result, False
+    except ProbeFailed as exc:
+        pr = exc.result
+        return Result(Status.ERROR, f"probe {pr.key!r} {pr.error}", details=pr.stderr_tail,
+                      evidence=pr.evidence()), False
+    except BaseException as exc:  # the check's own code broke: a doctor or plugin bug
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-3000:]
+        return Result(Status.ERROR, f"the check crashed: {type(exc).__name__}: {exc}", details=tb,
+                      evidence={"origin": check.origin}), True
+
+
+def run_checks(
+    checks: Sequence[Check],
+    profile: Profile,
+    python: str,
+    probe_timeout_s: float = 60.0,
+    on_event: Callable[[str, str], None] | None = None,
+) -> RunResult:
+    start = time.monotonic()
+    workers = max(4, min(8, 2 * (os.cpu_count() or 2)))
+    pool = ProbePool(python, probe_timeout_s, workers)
+    static_probe = Probe.python(
+        "static", STATIC_SCRIPT, StaticRequest.merge(c.static for c in checks).to_json(),
+        timeout_s=min(STATIC_TIMEOUT_S, probe_timeout_s),
+    )
+    pool.submit(static_probe)  # every run needs it (the report names the target interpreter)
+    if profile.gpu_arch is None:
+        pool.submit(NVIDIA_SMI)
+    profile, gpus = resolve_profile(profile, pool) if profile.gpu_arch is None else (profile, [])
+    ctx = Context(profile=profile, python=python, pool=pool, static_probe=static_probe)
+
+    # Start every applicable check's probes now, so they run concurrently while checks wait for theirs.
+    for check in checks:
+        try:
+            if not check.skip_if(profile):
+                for probe in check.probes_for(profile):
+                    pool.submit(probe)
+        except BaseException:
+            continue  # _execute reports it
+
+    reports: dict[str, CheckReport] = {}
+    threads: list[tuple[Check, threading.Thread, float]] = []
+    slots: dict[str, tuple[Result, bool, float]] = {}
+
+    def work(check: Check) -> None:
+        t0 = time.monotonic()
+        if on_event:
+            on_event("start", check.id)
+        result, internal = _execute(check, ctx)
+        slots[check.id] = (result, internal, time.monotonic() - t0)
+        if on_event:
+            on_event("done", check.id)
+
+    for check in checks:
+        t = threading.Thread(target=work, args=(check,), daemon=True, name=f"check-{check.id}")
+        t.start()
+        threads.append((check, t, time.monotonic()))
+
+    # Every probe ends within its timeout; queueing behind busy workers can add a few of them.
+    n_probes = len(pool._futures)
+    probe_budget = probe_timeout_s * (1 + n_probes // workers) + STATIC_TIMEOUT_S
+    deadline = start + probe_budget + CHECK_TIMEOUT_S
+    for check, t, _ in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+        if check.id in slots:
+            result, internal, duration = slots[check.id]
+            reports[check.id] = _report(check, result, duration, internal)
+        else:
+            reports[check.id] = _report(
+                check,
+                Result(Status.ERROR, "the check did not finish within the doctor's time budget "
+                       f"({probe_budget + CHECK_TIMEOUT_S:.0f} s)", evidence={"origin": check.origin}),
+                time.monotonic() - start, internal=True,
+            )
+    pool.shutdown()
+    static_future = pool._futures.get(static_probe.key)
+    static_result = static_future.result() if static_future is not None and static_future.done() else None
+    probes = []
+    for key, fut in pool._futures.items():
+        if fut.done() and not fut.cancelled():
+            pr = fut.result()
+            probes.append({"key": key, "ok": pr.ok, "duration_s": round(pr.duration_s, 3), "error": pr.error})
+    return RunResult(
+        profile=profile,
+        checks=[reports[c.id] for c in checks],
+        static=static_result.data if static_result is not None and static_result.ok else None,
+        gpus=gpus,
+        duration_s=time.monotonic() - start,
+        probes=probes,
+    )
