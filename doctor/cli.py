@@ -101,7 +101,8 @@ def select(checks: list[Check], only: list[str], skip: list[str]) -> list[Check]
 def _plugin_reports(plugins) -> list[CheckReport]:
     return [
         CheckReport(
-            id=f"plugin.{p.name}", title=f"Plugin {p.name} loads", status=Status.ERROR,
+            id="plugin." + (re.sub(r"[^a-z0-9_-]+", "-", p.name.lower()).strip("-") or "unnamed"),
+            title=f"Plugin {p.name} loads", status=Status.ERROR,
             summary=f"plugin {p.name!r} from distribution {p.distribution} failed to load: {p.error}",
             details=p.traceback, evidence={"entry_point": p.value, "distribution": p.distribution,
                                            "version": p.version},
@@ -139,7 +140,7 @@ class _Progress:
 
 
 def execute(profile: Profile, python: str, only: list[str], skip: list[str], timeout: float, strict: bool,
-            progress: bool = False) -> dict:
+            progress: bool = False, static_only: bool = False) -> dict:
     """Load checks, run them, and build the (redacted) report. A crash of the doctor still yields a report."""
     from .registry import load
     from .report import build
@@ -151,6 +152,8 @@ def execute(profile: Profile, python: str, only: list[str], skip: list[str], tim
         registry = load()
         plugins = registry.plugins
         checks = select(registry.checks, only, skip)
+        if static_only:
+            checks = [c for c in checks if not c.probes_for(profile)]
         bar = _Progress(progress)
         try:
             run = run_checks(checks, profile, python, probe_timeout_s=timeout, on_event=bar)
@@ -208,6 +211,8 @@ def check(
     fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the report to this file."),
     strict: bool = typer.Option(False, "--strict", help="Warnings fail too (exit 1)."),
+    static_only: bool = typer.Option(False, "--static-only", help="Only checks that import nothing (metadata, "
+                                     "file locations, ast): well under a second."),
 ) -> None:
     """Check this environment for the planned DSv4 job (the default command)."""
     from .render import render
@@ -218,8 +223,10 @@ def check(
     profile = Profile(cp=cp, dsa_backend=dsa_backend.value, gpu_arch=gpu_arch,
                       gpu_arch_source="option" if gpu_arch else "unknown")
     report = execute(profile, target, _ids(only), _ids(skip), timeout, strict,
-                     progress=fmt is Format.text and sys.stderr.isatty())
-    _write(render(report, fmt.value, color=_color(output) if fmt is Format.text else False), output)
+                     progress=fmt is Format.text and sys.stderr.isatty(), static_only=static_only)
+    color = _color(output) if fmt is Format.text else False
+    width = shutil.get_terminal_size((160, 24)).columns if color and sys.stdout.isatty() else None
+    _write(render(report, fmt.value, color=color, width=width), output)
     if output:
         _stderr(verdict_line(report) + f" (report written to {output})")
     emit(report, sys.stderr)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 from typing import TextIO
 
-from .markdown import render_markdown
-
 MAX_PER_LEVEL = 10  # GitHub shows at most 10 error and 10 warning annotations per step
 SUMMARY_CAP = 1024 * 1024 - 4096
 
@@ -44,6 +42,8 @@ def emit(report: dict, stderr: TextIO, environ=None) -> None:
         stderr.write(line + "\n")
     summary_path = environ.get("GITHUB_STEP_SUMMARY")
     if summary_path:
+        from .markdown import render_markdown  # rich is imported only when it is needed
+
         text = render_markdown(report)
         if len(text.encode("utf-8")) > SUMMARY_CAP:
             text = text.encode("utf-8")[:SUMMARY_CAP].decode("utf-8", errors="ignore") + "\n…(truncated)\n"

@@ -38,7 +38,7 @@ def verdict_line(report: dict) -> str:
 def render_text(report: dict, color: bool = False, width: int | None = None) -> str:
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=color, no_color=not color, markup=False, emoji=False,
-                      highlight=False, width=width or 110, soft_wrap=False)
+                      highlight=False, width=width or 160, soft_wrap=False)
     console.print(Text(_profile_line(report), style="bold"))
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("Status", no_wrap=True)
@@ -72,4 +72,4 @@ def render_text(report: dict, color: bool = False, width: int | None = None) -> 
                                    style="bold magenta"), soft_wrap=True)
     console.print()
     console.print(Text(verdict_line(report), style=STYLE[report["summary"]["status"]]))
-    return buf.getvalue()
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"

@@ -1,0 +1,110 @@
+"""Shared test helpers: fake site directories, the real console script in a subprocess, schema validation."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+import venv
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from dsv4_doctor.report import SCHEMA_FILE
+
+SCHEMA = json.loads(SCHEMA_FILE.read_text())
+REPO = Path(__file__).resolve().parent.parent
+
+
+def validate(report: dict) -> dict:
+    jsonschema.validate(report, SCHEMA)
+    return report
+
+
+class FakeSite:
+    """A temporary site directory: dist-infos and module files, put in front of the target with PYTHONPATH."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def dist(self, name: str, version: str | None, *, metadata: bytes | None = None, entry_points: str = "",
+             requires: tuple[str, ...] = (), dirname: str | None = None) -> Path:
+        d = self.root / (dirname or f"{name.replace('-', '_')}-{version or '0'}.dist-info")
+        d.mkdir(parents=True, exist_ok=True)
+        if metadata is None:
+            lines = ["Metadata-Version: 2.1", f"Name: {name}"] + ([f"Version: {version}"] if version else [])
+            lines += [f"Requires-Dist: {r}" for r in requires]
+            metadata = ("\n".join(lines) + "\n").encode()
+        (d / "METADATA").write_bytes(metadata)
+        (d / "INSTALLER").write_text("pip\n")
+        if entry_points:
+            (d / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+        return d
+
+    def file(self, relpath: str, text: str | bytes) -> Path:
+        p = self.root / relpath
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, bytes):
+            p.write_bytes(text)
+        else:
+            p.write_text(textwrap.dedent(text))
+        return p
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def report(self) -> dict:
+        return validate(json.loads(self.stdout))
+
+    def check(self, check_id: str) -> dict:
+        return next(c for c in self.report["checks"] if c["id"] == check_id)
+
+
+def doctor_command() -> list[str]:
+    exe = shutil.which("dsv4-doctor", path=str(Path(sys.executable).parent)) or shutil.which("dsv4-doctor")
+    return [exe] if exe else [sys.executable, "-m", "dsv4_doctor"]
+
+
+def run_doctor(*args: str, sites: tuple[Path, ...] = (), env: dict | None = None, timeout: float = 120,
+               python: str | None = None) -> Run:
+    """The installed console script, for real, in a subprocess."""
+    full_env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY",
+                                                                  "FORCE_COLOR", "NO_COLOR")}
+    full_env["PYTHONPATH"] = os.pathsep.join(str(s) for s in sites)
+    full_env.update(env or {})
+    argv = doctor_command() + list(args) + (["--python", python] if python else [])
+    start = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=timeout)
+    return Run(done.returncode, done.stdout, done.stderr, time.monotonic() - start)
+
+
+@pytest.fixture
+def site(tmp_path) -> FakeSite:
+    return FakeSite(tmp_path / "site")
+
+
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory) -> str:
+    """An interpreter with an empty site-packages: no torch, nothing but what PYTHONPATH adds."""
+    root = tmp_path_factory.mktemp("bare") / "venv"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    return str(root / "bin" / "python")
+
+
+def has_torch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None

@@ -1,0 +1,237 @@
+"""The CLI: formats, exit codes, redaction, selection, explain/list, fix, GitHub Actions."""
+
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import run_doctor, validate
+from dsv4_doctor.cli import app
+
+SECRET = "hf_abcdefghijklmnopqrstuvwxyz0123"
+BRACKETED = "pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]==2.16.1'"
+
+
+@pytest.fixture
+def demo(site, tmp_path):
+    """A plugin whose check fails until a marker file exists; its fix creates it. Installed via PYTHONPATH."""
+    marker = tmp_path / "marker"
+    site.dist("demo-plugin", "0.3", entry_points="""
+        [dsv4_doctor.checks]
+        demo = demo_plugin
+    """)
+    site.file("demo_plugin.py", f"""
+        import os
+        from dsv4_doctor.model import Check, Fix, Source, failed, passed
+
+        MARK = {str(marker)!r}
+        FIX = Fix("Create the marker", ["touch " + MARK, {BRACKETED!r}])
+
+        def _run(ctx):
+            if os.path.exists(MARK):
+                return passed("marker present")
+            return failed("marker missing; token {SECRET} leaked into a message", "HF_TOKEN={SECRET}", fixes=[FIX],
+                          api_key={SECRET!r}, path="/home/u/" + {SECRET!r})
+
+        marker_check = Check(id="demo.marker", title="Marker exists", explanation="Why: a demo.",
+                             applies_when="always", detects="a file", sources=(Source("demo", "https://x.invalid"),),
+                             fixes=(FIX,), run=_run)
+    """)
+    return site, marker
+
+
+def test_json_report_is_valid_and_alone_on_stdout(demo, bare_python):
+    site, _ = demo
+    run = run_doctor("check", "-f", "json", sites=(site.root,), python=bare_python, env={"FORCE_COLOR": "1"})
+    report = run.report  # schema-validated; json.loads fails on any stray byte
+    assert report["schema"] == "dsv4-doctor.report/1"
+    assert report["summary"]["exit_code"] == run.returncode == 1
+    assert report["summary"]["counts"]["fail"] >= 1
+    assert report["environment"]["target_python"]["executable"] == bare_python or \
+        report["environment"]["target_python"]["executable"].endswith("python")
+    assert report["profile"]["gpu_arch_source"] in ("unknown", "detected")
+    assert "\x1b[" not in run.stdout
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown", "junit"])
+def test_secrets_are_redacted_in_every_format(fmt, demo, bare_python):
+    site, _ = demo
+    run = run_doctor("check", "-f", fmt, sites=(site.root,), python=bare_python,
+                     env={"HF_TOKEN": SECRET, "NCCL_IB_AUTH_TOKEN": "s3cr3t-value", "NCCL_DEBUG": "INFO"})
+    assert SECRET not in run.stdout and SECRET not in run.stderr
+    assert "s3cr3t-value" not in run.stdout
+    assert "***REDACTED***" in run.stdout
+    if fmt == "json":
+        report = run.report
+        assert report["environment"]["variables"]["NCCL_IB_AUTH_TOKEN"] == "***REDACTED***"
+        assert report["environment"]["variables"]["NCCL_DEBUG"] == "INFO"
+        assert report["redactions"]["count"] >= 3
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "junit"])
+def test_fix_commands_with_brackets_survive_rendering(fmt, demo, bare_python):
+    site, _ = demo
+    run = run_doctor("check", "-f", fmt, sites=(site.root,), python=bare_python, env={"FORCE_COLOR": "1"})
+    assert BRACKETED in run.stdout
+
+
+def test_text_report_has_a_verdict_and_no_colour_when_piped(demo, bare_python):
+    site, _ = demo
+    run = run_doctor("check", sites=(site.root,), python=bare_python, env={"NO_COLOR": "1"})
+    assert run.returncode == 1
+    assert "\x1b[" not in run.stdout
+    assert run.stdout.rstrip().splitlines()[-1].startswith("Verdict: FAIL")
+    assert "FAIL demo.marker: Marker exists" in run.stdout
+
+
+def test_junit_has_one_testcase_per_check_with_one_status_child(demo, bare_python):
+    site, _ = demo
+    run = run_doctor("check", "-f", "junit", sites=(site.root,), python=bare_python)
+    suite = ET.fromstring(run.stdout.split("\n", 1)[1])
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert {"demo.marker", "python.version", "torch.install", "gpu.devices"} <= set(cases)
+    for case in cases.values():
+        assert len([ch for ch in case if ch.tag in ("failure", "error", "skipped")]) <= 1
+    assert cases["demo.marker"].find("failure") is not None
+    assert cases["gpu.devices"].find("skipped") is not None
+    assert suite.get("failures") == "2"  # demo.marker and torch.install
+
+
+def test_exit_codes_are_the_same_for_every_format(demo, bare_python):
+    site, _ = demo
+    codes = {fmt: run_doctor("check", "-f", fmt, sites=(site.root,), python=bare_python).returncode
+             for fmt in ("text", "json", "markdown", "junit")}
+    assert set(codes.values()) == {1}
+
+
+def test_output_file_and_github_actions(demo, bare_python, tmp_path):
+    site, _ = demo
+    out, summary = tmp_path / "report.json", tmp_path / "summary.md"
+    run = run_doctor("check", "-f", "json", "-o", str(out), sites=(site.root,), python=bare_python,
+                     env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)})
+    assert run.returncode == 1
+    assert run.stdout == ""
+    validate(json.loads(out.read_text()))
+    assert "::error title=dsv4-doctor (demo.marker)::" in run.stderr
+    assert "%0AFix: touch" in run.stderr  # newlines escaped for the workflow command
+    assert "### dsv4-doctor report" in summary.read_text()
+
+
+def test_only_skip_and_unknown_ids(demo, bare_python):
+    site, _ = demo
+    run = run_doctor("check", "-f", "json", "--only", "demo.*,python.version", sites=(site.root,), python=bare_python)
+    assert [c["id"] for c in run.report["checks"]] == ["demo.marker", "python.version"]
+    run = run_doctor("check", "-f", "json", "--skip", "demo.marker", "--skip", "torch.install",
+                     sites=(site.root,), python=bare_python)
+    assert run.returncode == 0
+    assert "demo.marker" not in [c["id"] for c in run.report["checks"]]
+    run = run_doctor("check", "--only", "no.such-check", sites=(site.root,), python=bare_python)
+    assert run.returncode == 2
+    assert "no check matches" in run.stderr
+
+
+def test_strict_promotes_warnings(demo, bare_python):
+    site, marker = demo
+    site.file("warn_plugin.py", """
+        from dsv4_doctor.model import Check, warned
+        w = Check(id="demo.warn", title="w", explanation="x", applies_when="always", detects="x",
+                  run=lambda ctx: warned("slower"))
+    """)
+    site.dist("warn-plugin", "1", entry_points="[dsv4_doctor.checks]\nw = warn_plugin\n")
+    marker.write_text("")
+    base = ("check", "-f", "json", "--only", "demo.*")
+    assert run_doctor(*base, sites=(site.root,), python=bare_python).returncode == 0
+    strict = run_doctor(*base, "--strict", sites=(site.root,), python=bare_python)
+    assert strict.returncode == 1 and strict.report["summary"]["strict"] is True
+
+
+def test_usage_errors_exit_2():
+    runner = CliRunner()
+    assert runner.invoke(app, ["check", "--gpu-arch", "hopper"]).exit_code == 2
+    assert runner.invoke(app, ["check", "--cp", "0"]).exit_code == 2
+    assert runner.invoke(app, ["check", "--dsa-backend", "tilelang"]).exit_code == 2
+    assert runner.invoke(app, ["check", "--format", "yaml"]).exit_code == 2
+    assert runner.invoke(app, ["check", "--python", "/no/such/python"]).exit_code == 2
+    assert runner.invoke(app, ["explain", "no.such"]).exit_code == 2
+    assert runner.invoke(app, ["frobnicate"]).exit_code == 2
+
+
+def test_cli_runner_json_and_help():
+    runner = CliRunner()
+    result = runner.invoke(app, ["check", "-f", "json", "--only", "python.version"])
+    assert result.exit_code == 0, result.output
+    report = validate(json.loads(result.stdout))
+    assert report["checks"][0]["status"] == "pass"
+    help_text = " ".join(runner.invoke(app, ["check", "--help"]).stdout.split())
+    assert "Exit codes" in help_text and "3 the doctor itself" in help_text
+
+
+def test_list_and_explain_every_check():
+    runner = CliRunner()
+    listed = json.loads(runner.invoke(app, ["list", "-f", "json"]).stdout)["checks"]
+    assert {"python.version", "torch.install", "gpu.devices"} <= {c["id"] for c in listed}
+    for c in listed:
+        text = runner.invoke(app, ["explain", c["id"]])
+        assert text.exit_code == 0
+        assert f"applies when: {c['applies_when']}" in text.stdout
+        assert "Sources:" in text.stdout and "https://" in text.stdout.split("Sources:")[1]
+
+
+def test_fix_prints_a_script_and_apply_turns_the_check_green(demo, bare_python):
+    site, marker = demo
+    run = run_doctor("fix", "--only", "demo.marker", sites=(site.root,), python=bare_python)
+    assert run.returncode == 1
+    assert run.stdout.startswith("#!/bin/sh")
+    assert f"touch {marker}" in run.stdout
+    assert "\"$PY\" -m pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]==2.16.1'" in run.stdout
+    assert not marker.exists()
+    # Apply only the harmless command: the second (a real pip install) is left to a human.
+    site.file("demo_plugin_apply.py", f"""
+        import os
+        from dsv4_doctor.model import Check, Fix, failed, passed
+        FIX = Fix("Create the marker", ["touch {marker}"])
+        c = Check(id="demo.apply", title="t", explanation="x", applies_when="always", detects="x", fixes=(FIX,),
+                  run=lambda ctx: passed("ok") if os.path.exists({str(marker)!r}) else failed("missing", fixes=[FIX]))
+    """)
+    site.dist("demo-apply", "1", entry_points="[dsv4_doctor.checks]\na = demo_plugin_apply\n")
+    declined = run_doctor("fix", "--only", "demo.apply", "--apply", sites=(site.root,), python=bare_python)
+    assert declined.returncode == 1 and not marker.exists()
+    applied = run_doctor("fix", "--only", "demo.apply", "--apply", "--yes", sites=(site.root,), python=bare_python)
+    assert marker.exists()
+    assert "demo.apply: pass" in applied.stderr
+    assert applied.returncode == 0
+
+
+def test_module_entry_and_default_command(bare_python):
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "dsv4_doctor", "--only", "python.version", "-f", "json"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0
+    assert validate(json.loads(done.stdout))["checks"][0]["id"] == "python.version"
+    version = subprocess.run([sys.executable, "-m", "dsv4_doctor", "--version"], capture_output=True, text=True)
+    assert version.stdout.startswith("dsv4-doctor ")
+
+
+def test_installed_names_do_not_collide():
+    from importlib.metadata import packages_distributions
+
+    assert set(packages_distributions()["dsv4_doctor"]) == {"dsv4-doctor"}
+    assert "doctor" not in packages_distributions() or packages_distributions()["doctor"] != ["dsv4-doctor"]
+
+
+def test_cli_process_never_imports_torch(tmp_path):
+    import subprocess
+
+    code = ("import sys; from dsv4_doctor.cli import main\n"
+            "try:\n    main(['check', '-f', 'json', '--only', 'torch.install,gpu.devices'])\n"
+            "except SystemExit:\n    pass\n"
+            "heavy = [m for m in ('torch', 'transformer_engine', 'megatron', 'cudnn') if m in sys.modules]\n"
+            "sys.stderr.write('HEAVY=' + ','.join(heavy))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "HEAVY=\n" in done.stderr + "\n" and "HEAVY=" in done.stderr
+    assert done.stderr.rstrip().endswith("HEAVY=")

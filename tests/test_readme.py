@@ -1,0 +1,21 @@
+"""README promises: its two set-up commands, and that CI runs exactly its test command."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import REPO
+
+
+def _commands(readme: str) -> list[str]:
+    setup = readme.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.+?)\n```", setup)
+
+
+def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
+    readme = (REPO / "README.md").read_text()
+    commands = _commands(readme)
+    assert len(commands) == 2
+    assert "dsv4-doctor check" in commands[0]
+    ci = (REPO / ".ci" / "run").read_text()
+    assert commands[1] in ci.splitlines()

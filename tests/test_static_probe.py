@@ -1,0 +1,87 @@
+"""The static probe against fake site directories: metadata, module locations, ast, and broken files."""
+
+from __future__ import annotations
+
+import os
+
+from dsv4_doctor.probes import STATIC_SCRIPT, Probe, StaticRequest, run_probe
+
+
+def static(site, bare_python, **request):
+    probe = Probe.python("static", STATIC_SCRIPT, StaticRequest(**request).to_json())
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(site.root)
+    try:
+        result = run_probe(probe, bare_python, 30)
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+    assert result.ok, result
+    return result.data
+
+
+def test_versions_duplicates_and_broken_metadata(site, bare_python):
+    site.dist("good-pkg", "1.2.3")
+    site.dist("twice", "1.0")
+    site.dist("twice", "2.0")
+    site.dist("empty-meta", None, metadata=b"")
+    site.dist("latin1", "1.0", metadata="Metadata-Version: 2.1\nName: latin1\nVersion: 1.0\nSummary: caf\xe9\n"
+              .encode("latin-1"))
+    data = static(site, bare_python, distributions=["good-pkg", "twice", "empty-meta", "latin1", "absent"])
+    dists = data["distributions"]
+    assert dists["good-pkg"]["copies"][0]["version"] == "1.2.3"
+    assert sorted(c["version"] for c in dists["twice"]["copies"]) == ["1.0", "2.0"]
+    assert dists["empty-meta"]["copies"][0]["error"]
+    assert dists["empty-meta"]["copies"][0]["version"] is None
+    latin = dists["latin1"]["copies"][0]
+    assert latin["version"] == "1.0" or latin["error"]  # never a crash
+    assert dists["absent"]["copies"] == []
+
+
+def test_modules_are_located_without_being_imported(site, bare_python, tmp_path):
+    marker = tmp_path / "imported"
+    site.file("heavy/__init__.py", f"open({str(marker)!r}, 'w').write('x')\n")
+    site.file("heavy/core/__init__.py", f"open({str(marker)!r}, 'w').write('x')\n")
+    site.file("heavy/core/params.py", "x = 1\n")
+    site.file("nspkg/sub/mod.py", "y = 2\n")  # a namespace package, as megatron is
+    data = static(site, bare_python, modules=["heavy.core.params", "nspkg.sub.mod", "heavy.nothing", "nope"])
+    mods = data["modules"]
+    assert mods["heavy.core.params"]["found"] and mods["heavy.core.params"]["origin"].endswith("heavy/core/params.py")
+    assert mods["nspkg.sub.mod"]["found"]
+    assert mods["heavy.nothing"] == {"found": False, "missing": "heavy.nothing"}
+    assert mods["nope"]["found"] is False
+    assert not marker.exists()
+
+
+def test_ast_summary_and_undecodable_source(site, bare_python):
+    site.file("pkg/params.py", """
+        from dataclasses import dataclass
+        from typing import Literal
+
+        @dataclass
+        class Params:
+            qkv_format: str = None
+            cp_partition_mode: Literal["zigzag", "contiguous"] = "zigzag"
+
+        class Loose:
+            def __init__(self, a, **kwargs):
+                pass
+
+        def helper(x, *, cp_layout="zigzag"):
+            return x
+
+        FLAG = True
+    """)
+    site.file("pkg/bad.py", b"x = '\xff\xfe not utf-8'\n")
+    data = static(site, bare_python, sources=["pkg.params", "pkg.bad", "pkg.absent"], contains=["FLAG = True"])
+    src = data["sources"]["pkg.params"]
+    fields = {f["name"]: f for f in src["classes"]["Params"]["fields"]}
+    assert fields["cp_partition_mode"]["default"] == "'zigzag'"
+    assert src["classes"]["Params"]["decorators"] == ["dataclass"]
+    assert src["classes"]["Loose"]["methods"]["__init__"]["varkw"] == "kwargs"
+    assert src["functions"]["helper"]["params"] == ["x", "cp_layout"]
+    assert "FLAG" in src["names"] and src["contains"]["FLAG = True"]
+    assert "SyntaxError" in data["sources"]["pkg.bad"]["error"] or "Unicode" in data["sources"]["pkg.bad"]["error"]
+    assert data["sources"]["pkg.absent"]["found"] is False
