@@ -66,3 +66,69 @@ gpu_devices = Check(
     probes=(NVIDIA_SMI, TORCH),
     run=_gpu_devices,
 )
+
+
+CP_ARCHS = {(9, 0): "sm_90a", (10, 0): "sm_100a", (10, 3): "sm_103a"}
+
+
+def _gpu_arch(ctx):
+    profile = ctx.profile
+    evidence = {"gpu_arch": profile.gpu_arch, "source": profile.gpu_arch_source, "cp": profile.cp,
+                "dsa_backend": profile.dsa_backend}
+    if profile.cc is None:
+        return skipped("GPU arch unknown: no GPU detected and no --gpu-arch; the arch rules were skipped "
+                       "(pass --gpu-arch 9.0, 10.0 or 10.3 for the GPU the job runs on)", **evidence)
+    cc, arch = profile.cc, profile.gpu_arch
+    detected = [g.get("compute_capability") for g in ctx.gpus()]
+    evidence["detected"] = detected
+    if profile.gpu_arch_source == "option" and detected and detected[0] != arch:
+        return warned(f"--gpu-arch {arch} but this host's GPU 0 is CC {detected[0]}: the rules describe the "
+                      f"--gpu-arch machine, not this one", **evidence)
+    if profile.cp > 1 and cc not in CP_ARCHS:
+        return failed(
+            f"Unsupported GPU compute capability {arch} for CSA CP CuTe kernels; supported architectures: "
+            "sm_90a, sm_100a, sm_103a.",
+            "Megatron's CP layout kernels compile only for these; the first CP forward raises this RuntimeError.",
+            **evidence)
+    if profile.dsa_backend == "cudnn" and cc[0] < 9:
+        return failed(f"dsa_kernel_backend=cudnn requires SM90+ (Hopper or later); CC {arch}",
+                      "Megatron rejects the config; set dsa_kernel_backend=none (check with --dsa-backend none).",
+                      **evidence)
+    notes = {
+        (9, 0): "SM90: the fused CSA compressor never runs here (CC 10.0 only); fused DSA with the dense indexer "
+                "loss is rejected on SM90 (use dsa_indexer_use_sparse_loss=True), and FlashMLA needs an SM90 build",
+        (10, 0): "SM100: the fused CSA compressor is used with CP = 1 (see cudnn-fe.csa)",
+        (10, 3): "SM103: Megatron's fused CSA compressor gate is CC == 10.0, so the eager compressor runs",
+    }
+    if cc not in notes:
+        return warned(f"compute capability {arch} is outside Megatron's DSv4 arch tables (9.0, 10.0, 10.3)",
+                      **evidence)
+    return passed(f"compute capability {arch} ({profile.gpu_arch_source}): {notes[cc]}", **evidence)
+
+
+gpu_arch = Check(
+    id="gpu.arch",
+    title="Compute capability fits the profile",
+    explanation="""
+        Megatron compares compute capabilities exactly. CP > 1 needs the CuTe-DSL CP layout kernels, compiled only
+        for sm_90a, sm_100a and sm_103a (CC 9.0, 10.0, 10.3); the cudnn DSA backend needs SM90 or newer; the fused
+        CSA compressor runs only on CC 10.0 (Megatron's gate is `== (10, 0)` and cuDNN frontend 1.27.0 refuses
+        anything else), which explains why cudnn-fe.csa is skipped elsewhere. The arch comes from --gpu-arch or
+        nvidia-smi; with neither, arch rules are skipped with that reason.
+    """,
+    applies_when="always (skips when the arch is unknown)",
+    detects="profile compute capability (--gpu-arch or nvidia-smi) against the DSv4 arch tables",
+    sources=(
+        Source("Megatron-LM dev cp_layout_kernels.py L617-623 (sm_90a, sm_100a, sm_103a)",
+               "https://github.com/NVIDIA/Megatron-LM/blob/d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1/megatron/core/"
+               "transformer/experimental_attention_variant/csa_utils/cp_layout_kernels.py#L617-L623"),
+        Source("Megatron-LM dev fused_compressor.py L74 (_SUPPORTED_COMPUTE_CAPABILITY = (10, 0))",
+               "https://github.com/NVIDIA/Megatron-LM/blob/d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1/megatron/core/"
+               "transformer/experimental_attention_variant/csa_utils/fused_compressor.py#L74"),
+        Source("Megatron-LM dev transformer_config.py L1773-1818 (SM90+ for fused DSA; SM90 dense indexer loss)",
+               "https://github.com/NVIDIA/Megatron-LM/blob/d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1/megatron/core/"
+               "transformer/transformer_config.py#L1773-L1818"),
+    ),
+    probes=(NVIDIA_SMI,),
+    run=_gpu_arch,
+)

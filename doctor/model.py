@@ -117,6 +117,11 @@ def failed(summary: str, details: str = "", fixes: Sequence[Fix] = (), **evidenc
     return Result(Status.FAIL, summary, details, evidence, list(fixes))
 
 
+def errored(summary: str, details: str = "", **evidence: Any) -> Result:
+    """The check could not complete (e.g. a file it must read is unreadable)."""
+    return Result(Status.ERROR, summary, details, evidence)
+
+
 def skipped(reason: str, **evidence: Any) -> Result:
     return Result(Status.SKIP, reason, "", evidence)
 

@@ -154,7 +154,8 @@ def run_probe(probe: Probe, python: str, default_timeout_s: float) -> ProbeResul
                     open(out_path if not probe.script else os.devnull, "wb") as cmd_out:
                 proc = subprocess.Popen(
                     argv, stdin=devnull, stdout=log if probe.script else cmd_out, stderr=log,
-                    start_new_session=True, cwd=tmp, env=_probe_env(timeout), close_fds=True,
+                    # The caller's cwd, as the job would have it: relative PYTHONPATH entries resolve the same way.
+                    start_new_session=True, env=_probe_env(timeout), close_fds=True,
                 )
         except FileNotFoundError:
             return ProbeResult(probe.key, ok=False, duration_s=time.monotonic() - start,

@@ -1,0 +1,145 @@
+"""The CuTe-DSL stack: Megatron's CP layout kernels (nvidia-cutlass-dsl, cuda.bindings) and apache-tvm-ffi."""
+
+from __future__ import annotations
+
+from dsv4_doctor.facts import at_least, error_text, outcome
+from dsv4_doctor.model import Check, Fix, Profile, Source, failed, passed, skipped, warned
+from dsv4_doctor.probes import StaticRequest, import_probe
+
+from ._upstream import CUTLASS_INSTALL, EAV, TVM_FFI_INSTALL, mlm, pypi
+
+TVM_FFI = "apache-tvm-ffi"
+TVM_MIN = "0.1.11"
+FE = "nvidia-cudnn-frontend"
+CUTLASS_DISTS = ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base", "cuda-python", "cuda-bindings")
+STATIC = StaticRequest(distributions=(TVM_FFI, FE, *CUTLASS_DISTS), modules=("tvm_ffi", "cutlass"))
+
+FIX_TVM = Fix("Install apache-tvm-ffi 0.1.11 (the cuDNN frontend 1.27.0 needs >= 0.1.11; the MLM and verl locks pin "
+              "0.1.9; ==0.1.11 because >= resolved to a broken 0.1.13.post2, frontend PR #492)", [TVM_FFI_INSTALL])
+FIX_CUTLASS = Fix("Install the CuTe DSL with its CUDA 13 libraries (the pin of the Megatron DSv4 recipes; it brings "
+                  "cuda-python)", [CUTLASS_INSTALL])
+
+# Megatron's cp_layout_kernels.py imports exactly these; it catches only ImportError.
+CUTE_TARGETS = ("cuda.bindings.driver", "cutlass", "cutlass.cute", "cutlass.utils",
+                "cutlass.cute.runtime:from_dlpack", "cutlass.cute.runtime:make_fake_stream")
+CUTE_PROBE = import_probe(*CUTE_TARGETS)
+
+
+def _tvm_irrelevant(profile: Profile) -> str | None:
+    if profile.cp == 1 and profile.dsa_backend == "none":
+        return ("CP = 1 with dsa_kernel_backend=none: neither the CP layout kernels nor the cuDNN frontend's "
+                "CuTe-DSL kernels run")
+    return None
+
+
+def _tvm(ctx):
+    static = ctx.static
+    fe = static.version(FE)
+    cp = ctx.profile.cp
+    needed_by = []
+    if cp > 1:
+        needed_by.append("the CP layout kernels (compiled with --enable-tvm-ffi)")
+    if at_least(fe, "1.27.0"):
+        needed_by.append(f"nvidia-cudnn-frontend {fe} (declares apache-tvm-ffi>=0.1.11)")
+    installed = static.version(TVM_FFI)
+    evidence = {"version": installed, "frontend": fe, "needed_by": needed_by,
+                "module_found": static.module("tvm_ffi").get("found", False)}
+    if not needed_by:
+        return skipped(f"not needed: CP = 1 and nvidia-cudnn-frontend {fe or 'absent'} (< 1.27.0)", **evidence)
+    who = " and ".join(needed_by)
+    if installed is None:
+        make = failed if cp > 1 else warned
+        return make(f"apache-tvm-ffi is not installed; needed by {who}", fixes=[FIX_TVM], **evidence)
+    if not evidence["module_found"]:
+        return failed(f"apache-tvm-ffi {installed} is installed but its module tvm_ffi is not on sys.path",
+                      fixes=[FIX_TVM], **evidence)
+    if not at_least(installed, TVM_MIN):
+        return warned(
+            f"apache-tvm-ffi {installed} is older than {TVM_MIN}, which {who} needs",
+            "The failure mode of an old tvm-ffi is not recorded upstream (hence a warning); the H100 KL-NaN report in "
+            "verl PR #7297 went away after installing 0.1.11 together with cuDNN frontend 1.27.0.",
+            fixes=[FIX_TVM], **evidence)
+    return passed(f"apache-tvm-ffi {installed} (needed by {who})", **evidence)
+
+
+tvm_ffi_version = Check(
+    id="tvm-ffi.version",
+    title="apache-tvm-ffi >= 0.1.11 where the CuTe-DSL kernels need it",
+    explanation="""
+        Megatron's CP layout kernels compile with `--enable-tvm-ffi` and pass tensors through
+        `from_dlpack(..., enable_tvm_ffi=True)`, and cuDNN frontend 1.27.0 declares `apache-tvm-ffi>=0.1.11` in its
+        cutedsl extra, while the Megatron and verl lock files pin 0.1.9. Missing with CP > 1 is a failure; older
+        than 0.1.11 is a warning, since no upstream source records the failure mode; it was half of the fix in the
+        verl PR #7297 thread.
+    """,
+    applies_when="CP > 1, or nvidia-cudnn-frontend >= 1.27.0 with dsa_backend=cudnn",
+    detects="apache-tvm-ffi distribution version and tvm_ffi module location",
+    sources=(
+        mlm(EAV + "csa_utils/cp_layout_kernels.py", "626-638",
+            "Megatron-LM dev cp_layout_kernels.py L626-638 (--enable-tvm-ffi)"),
+        pypi(FE, "1.27.0", "nvidia-cudnn-frontend 1.27.0 METADATA (apache-tvm-ffi>=0.1.11)"),
+        Source("cudnn-frontend PR #492 (pin apache-tvm-ffi==0.1.11)", "https://github.com/NVIDIA/cudnn-frontend/pull/492"),
+        Source("verl PR #7297 (the fix commands)", "https://github.com/verl-project/verl/pull/7297"),
+    ),
+    fixes=(FIX_TVM,),
+    skip_if=_tvm_irrelevant,
+    static=STATIC,
+    run=_tvm,
+)
+
+
+def _cutlass(ctx):
+    static = ctx.static
+    answer = ctx.require(CUTE_PROBE)
+    results = [outcome(answer, t) for t in CUTE_TARGETS]
+    dists = {d: static.version(d) for d in CUTLASS_DISTS}
+    evidence = {"distributions": dists, "imports": {r["target"]: r.get("ok") for r in results}}
+    bad = [r for r in results if not r.get("ok")]
+    if not bad:
+        return passed(f"cutlass, cutlass.cute and cuda.bindings.driver import (nvidia-cutlass-dsl "
+                      f"{dists['nvidia-cutlass-dsl'] or '?'}): the CP layout kernels can compile", **evidence)
+    first = bad[0]
+    evidence["errors"] = {r["target"]: error_text(r) for r in bad}
+    details = [
+        "Megatron imports these at module load and only records _CUTE_AVAILABLE=False; the first CP forward then "
+        "fails with \"DSv4 CP compressor compaction requires CUDA tensors and CuTeDSL.\" There is no torch fallback: "
+        "every CP > 1 DSv4 layer, window-only ones included, runs these kernels.",
+        "Failed: " + "; ".join(f"{t}: {e}" for t, e in evidence["errors"].items()),
+    ]
+    non_import = [r for r in bad if r.get("error", {}).get("type") not in ("ImportError", "ModuleNotFoundError")]
+    if non_import:
+        details.append("A non-ImportError escapes Megatron's `except ImportError`, so importing the DSv4 attention "
+                       "module itself will raise.")
+    if dists["nvidia-cutlass-dsl"] and first.get("error", {}).get("missing_module") == "cutlass":
+        details.append("nvidia-cutlass-dsl is installed but `cutlass` is not importable: its libs-base wheel puts "
+                       "the package on sys.path with a .pth file, which `pip install --target` and `python -S` skip.")
+    return failed(f"the CuTe-DSL CP layout kernels cannot load ({first['target']}: {error_text(first)})",
+                  "\n".join(details), fixes=[FIX_CUTLASS], **evidence)
+
+
+cutlass_dsl_import = Check(
+    id="cutlass-dsl.import",
+    title="The CuTe-DSL stack for the CP layout kernels imports",
+    explanation="""
+        Every DSv4 layer with CP > 1, on any DSA backend, runs Megatron's CuTe-DSL CP layout kernels. Megatron
+        imports `cuda.bindings.driver`, `cutlass`, `cutlass.cute`, `cutlass.utils` and `cutlass.cute.runtime`
+        (`from_dlpack`, `make_fake_stream`) inside `try/except ImportError` and sets `_CUTE_AVAILABLE=False`; the
+        first CP forward then raises "DSv4 CP compressor compaction requires CUDA tensors and CuTeDSL." There is no
+        torch fallback. This check imports exactly that list in a probe.
+    """,
+    applies_when="CP > 1",
+    detects="import cuda.bindings.driver, cutlass, cutlass.cute, cutlass.utils, cutlass.cute.runtime (subprocess)",
+    sources=(
+        mlm(EAV + "csa_utils/cp_layout_kernels.py", "15-29",
+            "Megatron-LM dev cp_layout_kernels.py L15-29 (_CUTE_AVAILABLE)"),
+        mlm(EAV + "csa_utils/cp_layout_kernels.py", "678",
+            "Megatron-LM dev cp_layout_kernels.py L678: requires CUDA tensors and CuTeDSL"),
+        pypi("nvidia-cutlass-dsl", "4.5.2", "nvidia-cutlass-dsl on PyPI"),
+    ),
+    fixes=(FIX_CUTLASS,),
+    skip_if=lambda p: None if p.cp > 1 else ("CP = 1: the CuTe-DSL CP layout kernels run only with CP > 1 (the "
+                                             "frontend's own CuTe kernels are checked by cudnn-fe.dsa/csa)"),
+    static=STATIC,
+    probes=(CUTE_PROBE,),
+    run=_cutlass,
+)

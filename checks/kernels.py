@@ -1,0 +1,149 @@
+"""Kernel extras DSv4 attention reaches for: FlashMLA, fast-hadamard-transform, triton."""
+
+from __future__ import annotations
+
+from dsv4_doctor.facts import error_text, outcome
+from dsv4_doctor.model import Check, Fix, Source, failed, passed, skipped, warned
+from dsv4_doctor.probes import StaticRequest, import_probe
+
+from ._upstream import EAV, mlm
+
+STATIC = StaticRequest(
+    distributions=("flash-mla", "flash_mla", "fast-hadamard-transform", "triton"),
+    modules=("flash_mla", "fast_hadamard_transform", "triton", "verl.models.mcore.patch"),
+    sources=("verl.models.mcore.patch",),
+)
+FLASH_MLA = import_probe("flash_mla:flash_mla_sparse_fwd")
+HADAMARD = import_probe("fast_hadamard_transform:hadamard_transform")
+
+FIX_FLASH_MLA = Fix("Build FlashMLA from its nv_dev branch against the installed torch (on SM90 do not set "
+                    "FLASH_MLA_DISABLE_SM90=1, which the Megatron recipes set for Blackwell)",
+                    ['pip install --no-build-isolation "flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@nv_dev"'])
+FIX_BACKEND_NONE = Fix("Or set dsa_kernel_backend=none (Megatron's PyTorch fallback; check with --dsa-backend none)", [])
+FIX_HADAMARD = Fix("Build fast-hadamard-transform at the commit Megatron-LM dev pins",
+                   ['pip install --no-build-isolation "fast-hadamard-transform @ '
+                    'git+https://github.com/Dao-AILab/fast-hadamard-transform.git@f134af63deb2df17e1171a9ec1ea4a7d8604d5ca"'])
+FIX_TRITON = Fix("Install the triton release the installed torch was built with", ["pip install triton"])
+
+
+def _flash_mla(ctx):
+    static = ctx.static
+    evidence = {"module": static.module("flash_mla").get("origin"),
+                "version": static.version("flash-mla") or static.version("flash_mla")}
+    if not static.module("flash_mla").get("found"):
+        return failed(
+            "dsa_kernel_backend=cudnn requires fused DSA kernels, but the following packages are not available: "
+            "flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev). Install them or set "
+            "dsa_kernel_backend=none to use the PyTorch fallback.",
+            fixes=[FIX_FLASH_MLA, FIX_BACKEND_NONE], **evidence)
+    result = outcome(ctx.require(FLASH_MLA), "flash_mla:flash_mla_sparse_fwd")
+    if not result.get("ok"):
+        evidence["error"] = result.get("error")
+        return failed(f"flash_mla is installed but flash_mla_sparse_fwd does not load ({error_text(result)})",
+                      "Megatron reports flash_mla as missing at config time, or raises \"FlashMLA is required\" at the "
+                      "first sparse attention call.", fixes=[FIX_FLASH_MLA, FIX_BACKEND_NONE], **evidence)
+    return passed(f"flash_mla_sparse_fwd loads ({evidence['version'] or 'no metadata'})", **evidence)
+
+
+kernels_flash_mla = Check(
+    id="kernels.flash-mla",
+    title="FlashMLA sparse forward loads (cudnn backend)",
+    explanation="""
+        With dsa_kernel_backend=cudnn, Megatron's DSv4 sparse attention calls FlashMLA's `flash_mla_sparse_fwd`
+        (nv_dev branch; not on PyPI). Megatron lists it as missing at config time ("dsa_kernel_backend=cudnn
+        requires fused DSA kernels ... flash_mla") and raises "FlashMLA is required" at run time. The Megatron
+        recipes build it with FLASH_MLA_DISABLE_SM90=1 for Blackwell, so SM90 needs its own build.
+    """,
+    applies_when="dsa_backend=cudnn",
+    detects="flash_mla location; from flash_mla import flash_mla_sparse_fwd (subprocess)",
+    sources=(
+        mlm(EAV + "csa_utils/fused_sparse_attention.py", "99-106",
+            "Megatron-LM dev fused_sparse_attention.py L99-106 (FlashMLA is required)"),
+        mlm("megatron/core/utils.py", "509-520", "Megatron-LM dev utils.py L509-520 (flash_mla dependency)"),
+        Source("FlashMLA nv_dev branch", "https://github.com/deepseek-ai/FlashMLA/tree/nv_dev"),
+    ),
+    fixes=(FIX_FLASH_MLA, FIX_BACKEND_NONE),
+    skip_if=lambda p: "dsa_kernel_backend=none: FlashMLA is not used" if p.dsa_backend == "none" else None,
+    static=STATIC,
+    probes=(FLASH_MLA,),
+    run=_flash_mla,
+)
+
+
+def _hadamard(ctx):
+    static = ctx.static
+    evidence = {"module": static.module("fast_hadamard_transform").get("origin"),
+                "version": static.version("fast-hadamard-transform")}
+    if static.module("fast_hadamard_transform").get("found"):
+        result = outcome(ctx.require(HADAMARD), "fast_hadamard_transform:hadamard_transform")
+        if result.get("ok"):
+            return passed(f"fast_hadamard_transform.hadamard_transform loads ({evidence['version'] or 'no metadata'})",
+                          **evidence)
+        evidence["error"] = result.get("error")
+        return failed(f"fast_hadamard_transform is installed but does not load ({error_text(result)})",
+                      fixes=[FIX_HADAMARD], **evidence)
+    patch = static.source("verl.models.mcore.patch")
+    if patch.get("found") and "apply_fast_hadamard_transform_shim" in (patch.get("functions") or {}):
+        return warned(
+            "fast_hadamard_transform is not installed: verl's pure-torch shim will stand in, and DSA forward will be "
+            "slower",
+            "verl logs: \"fast_hadamard_transform is unavailable; falling back to a pure-torch Fast Walsh-Hadamard "
+            "transform. Results match the CUDA kernel but DSA forward will be slower.\"",
+            fixes=[FIX_HADAMARD], **evidence)
+    return failed("fast_hadamard_transform is not installed: every ratio-4 CSA layer asserts \"fast_hadamard_transform "
+                  "is not installed.\"", fixes=[FIX_HADAMARD], **evidence)
+
+
+kernels_fast_hadamard = Check(
+    id="kernels.fast-hadamard",
+    title="fast-hadamard-transform for the ratio-4 CSA indexer",
+    explanation="""
+        DSv4's ratio-4 CSA layers run the indexer's Hadamard rotation through `fast_hadamard_transform` (bf16);
+        without it Megatron asserts "fast_hadamard_transform is not installed." verl (PR #7241) installs a pure-torch
+        stand-in when the package is missing: correct but slower ("DSA forward will be slower"), hence a warning.
+        The package is not on PyPI as a wheel; Megatron-LM dev pins a git commit.
+    """,
+    applies_when="always (DSv4 has ratio-4 layers)",
+    detects="fast_hadamard_transform location and import; verl's shim (ast)",
+    sources=(
+        mlm(EAV + "dsa.py", "267", "Megatron-LM dev dsa.py L267 (fast_hadamard_transform is not installed)"),
+        Source("verl verl/models/mcore/patch.py (pure-torch shim, PR #7241)", "https://github.com/verl-project/verl/pull/7241"),
+        mlm("pyproject.toml", "", "Megatron-LM dev pyproject.toml (fast-hadamard-transform git pin)"),
+    ),
+    fixes=(FIX_HADAMARD,),
+    static=STATIC,
+    probes=(HADAMARD,),
+    run=_hadamard,
+)
+
+
+def _triton(ctx):
+    static = ctx.static
+    evidence = {"module": static.module("triton").get("origin"), "version": static.version("triton")}
+    if static.module("triton").get("found"):
+        return passed(f"triton {evidence['version'] or '(no metadata)'}", **evidence)
+    return warned("triton is not installed: apply_rope_fusion=True then fails (fused_mla_rope_inplace is None)",
+                  "Megatron's DSv4 attention asserts `fused_mla_rope_inplace is not None` when rope fusion is on; "
+                  "with apply_rope_fusion=False the job runs without triton.", fixes=[FIX_TRITON], **evidence)
+
+
+kernels_triton = Check(
+    id="kernels.triton",
+    title="triton for the fused MLA RoPE",
+    explanation="""
+        With `apply_rope_fusion=True`, DSv4 attention applies RoPE with the triton kernel `fused_mla_rope_inplace`;
+        without triton Megatron substitutes a placeholder and the layer asserts `fused_mla_rope_inplace is not
+        None`. A warning, since jobs with rope fusion off do not need it (MB #4321 recommends it off on H100).
+    """,
+    applies_when="always (matters with apply_rope_fusion=True)",
+    detects="triton location and version (metadata)",
+    sources=(
+        mlm(EAV + "deepseek_v4_hybrid_attention.py", "636",
+            "Megatron-LM dev deepseek_v4_hybrid_attention.py L636 (fused_mla_rope_inplace assert)"),
+        Source("Megatron-Bridge #4321 (NaN from fused_mla_rope_inplace on H100)",
+               "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/4321"),
+    ),
+    fixes=(FIX_TRITON,),
+    static=STATIC,
+    run=_triton,
+)

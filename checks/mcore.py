@@ -1,0 +1,244 @@
+"""Megatron-core: read with ast, never imported (import megatron.core takes about 14 s).
+
+The version string cannot tell dev from a release (dev reports 0.19.0, like the release without DSv4), so these
+checks look for the features: files, dataclass fields, parameters.
+"""
+
+from __future__ import annotations
+
+import os
+
+from dsv4_doctor.model import Check, Fix, Source, errored, failed, passed, skipped, warned
+from dsv4_doctor.probes import StaticRequest
+
+from ._upstream import EAV, MLM_INSTALL, MLM_VERL_TESTED, mlm
+
+MCORE = "megatron-core"
+EAV_MOD = EAV.replace("/", ".").rstrip(".")
+PSP = "megatron.core.packed_seq_params"
+TC = "megatron.core.transformer.transformer_config"
+MPC = "megatron.core.model_parallel_config"
+# Marker modules, newest layout first; each tells how far along dev the tree is.
+MARKERS = {
+    f"{EAV_MOD}.deepseek_v4_hybrid_attention": "dsv4_hybrid attention (dev >= bf4e1db3)",
+    f"{EAV_MOD}.csa": "CompressedSparseAttention",
+    f"{EAV_MOD}.csa_utils.cp_layout_kernels": "csa_utils/ layout (dev >= 1c44a570)",
+    f"{EAV_MOD}.csa_cp_layout_kernels": "older csa_cp_layout_kernels.py (dev before 1c44a570)",
+    f"{EAV_MOD}.csa_utils.fused_compressor": "fused CSA compressor (dev >= 108cb6bc)",
+    "megatron.core.context_parallel_layout": "context_parallel_layout (dev >= 3f49de20)",
+}
+STATIC = StaticRequest(distributions=(MCORE,), modules=("megatron.core", *MARKERS), sources=(PSP, TC, MPC))
+
+FIX_MCORE = Fix(f"Install Megatron-core from the dev branch (no release has dsv4_hybrid; {MLM_VERL_TESTED[:8]} is "
+                "the commit verl's DSv4 example was tested with; any dev commit at or after bfa33263 has CP)",
+                [MLM_INSTALL])
+
+V2 = ("ValueError: cp_layout='contiguous' requires PackedSeqParams.cp_partition_mode, which this Megatron-core "
+      "version does not provide. Upgrade Megatron-core or use the zigzag layout.")
+R1 = "DSv4 THD CP requires a contiguous CP partition."
+CP_ARGS = (
+    "++actor_rollout_ref.actor.megatron.override_transformer_config.cp_partition_mode=contiguous",
+    "++actor_rollout_ref.actor.megatron.override_transformer_config.sequence_packing_scheduler=dp_balanced",
+    "++actor_rollout_ref.actor.megatron.override_transformer_config.max_seqlen_per_dp_cp_rank="
+    "$(((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH) / ACTOR_CP))",
+)
+
+
+def _where(static) -> dict:
+    mod = static.module("megatron.core")
+    dist = static.dist(MCORE)
+    evidence = {
+        "megatron.core": mod.get("origin") or mod.get("locations"),
+        "distribution": dist.get("version") if dist else None,
+        "distribution_path": dist.get("path") if dist else None,
+        "vcs": ((dist or {}).get("direct_url") or {}).get("vcs_info"),
+    }
+    return evidence
+
+
+def _dsv4(ctx):
+    static = ctx.static
+    evidence = _where(static)
+    if not static.module("megatron.core").get("found"):
+        return failed("Megatron-core is not installed", fixes=[FIX_MCORE], **evidence)
+    found = {name: static.module(name).get("found", False) for name in MARKERS}
+    evidence["markers"] = {MARKERS[n]: ok for n, ok in found.items()}
+    origin = static.module("megatron.core").get("origin") or ""
+    shadow = ""
+    dist_path = evidence["distribution_path"]
+    if dist_path and origin and os.path.dirname(dist_path) not in origin:
+        shadow = (f" megatron.core imports from {origin}, not from the installed megatron-core "
+                  f"{evidence['distribution']} distribution ({os.path.dirname(dist_path)}): a PYTHONPATH tree (e.g. "
+                  "Megatron-Bridge's 3rdparty/Megatron-LM in the verl image) shadows it.")
+    version = evidence["distribution"] or "(no metadata)"
+    if not found[f"{EAV_MOD}.deepseek_v4_hybrid_attention"]:
+        return failed(
+            f"Megatron-core {version} has no dsv4_hybrid attention: the model build fails with \"Invalid "
+            "experimental attention variant: dsv4_hybrid\"",
+            "Every megatron-core release lacks DSv4 (it exists only on the dev branch), and dev reports the same "
+            "version string, so the files decide." + shadow,
+            fixes=[FIX_MCORE], **evidence)
+    have = [MARKERS[n] for n, ok in found.items() if ok]
+    vcs = evidence["vcs"] or {}
+    commit = f" at {vcs.get('commit_id', '')[:8]}" if vcs.get("commit_id") else ""
+    return passed(f"Megatron-core dev{commit} (reports {version}): " + "; ".join(have),
+                  shadow.strip(), **evidence)
+
+
+mcore_dsv4 = Check(
+    id="mcore.dsv4",
+    title="Megatron-core has the dsv4_hybrid attention (dev branch)",
+    explanation="""
+        DSv4's attention variant `dsv4_hybrid` exists only on Megatron-LM's dev branch; every megatron-core release
+        fails at model build with "Invalid experimental attention variant: dsv4_hybrid". Dev reports the same
+        version as the 0.19.0 release (and adds +sha only when git works at import), so the check finds the files
+        without importing Megatron and reports the branch evidence it can see: the DSv4 module files, the
+        csa_utils/ layout, the fused compressor, the context_parallel_layout package, the installed distribution's
+        VCS commit, and whether a PYTHONPATH tree shadows the installed distribution.
+    """,
+    applies_when="always",
+    detects="megatron.core location; DSv4/CSA module files; megatron-core metadata and direct_url",
+    sources=(
+        mlm(EAV + "deepseek_v4_hybrid_attention.py", "59", "Megatron-LM dev deepseek_v4_hybrid_attention.py"),
+        mlm("megatron/core/package_info.py", "", "Megatron-LM dev package_info.py (reports 0.19.0)"),
+        mlm("megatron/core/models/gpt/experimental_attention_variant_module_specs.py", "",
+            "experimental_attention_variant_module_specs.py (Invalid experimental attention variant)"),
+        Source("Megatron-Bridge #4460 (DSv4 needs Megatron-LM dev)", "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/4460"),
+    ),
+    fixes=(FIX_MCORE,),
+    static=STATIC,
+    run=_dsv4,
+)
+
+
+def _class(static, module: str, name: str):
+    src = static.source(module)
+    if not src.get("found"):
+        return None, src
+    return (src.get("classes") or {}).get(name), src
+
+
+def _cp_partition_mode(ctx):
+    static = ctx.static
+    evidence = _where(static)
+    if not static.module("megatron.core").get("found"):
+        return skipped("Megatron-core is not installed (see mcore.dsv4)", **evidence)
+    cls, src = _class(static, PSP, "PackedSeqParams")
+    evidence["file"] = src.get("path")
+    if src.get("error"):
+        return errored(f"cannot read {src.get('path')}: {src['error']}", **evidence)
+    if cls is None:
+        return errored(f"no PackedSeqParams class in {src.get('path') or PSP}", **evidence)
+    fields = {f["name"]: f for f in cls["fields"]}
+    init = cls["methods"].get("__init__")
+    # verl's probe: the parameter in __init__'s signature, or a **kwargs catch-all.
+    has = "cp_partition_mode" in fields if init is None else (
+        "cp_partition_mode" in init["params"] or bool(init["varkw"]))
+    evidence["fields"] = list(fields)
+    if has:
+        f = fields.get("cp_partition_mode")
+        shown = f"{f['annotation']} = {f['default']} (line {f['lineno']})" if f else "accepted through **kwargs"
+        return passed(f"PackedSeqParams.cp_partition_mode: {shown}", **evidence)
+    if ctx.profile.cp == 1:
+        return skipped("CP = 1: no CP partition is made; this Megatron-core's PackedSeqParams has no "
+                       "cp_partition_mode (CP > 1 will need it)", **evidence)
+    return failed(
+        "PackedSeqParams has no cp_partition_mode: verl stops with " + V2,
+        f"Without the field verl cannot ask for the contiguous layout, and Megatron's DSv4 attention rejects the "
+        f"zigzag default: \"{R1}\". The field exists on Megatron-LM dev from bfa33263 (the CP merge); no release "
+        "has it.",
+        fixes=[FIX_MCORE], **evidence)
+
+
+mcore_cp_partition_mode = Check(
+    id="mcore.cp-partition-mode",
+    title="PackedSeqParams carries cp_partition_mode (contiguous CP layout)",
+    explanation="""
+        DSv4 with CP > 1 needs each CP rank to own one contiguous slice of the packed THD buffer, selected by
+        `PackedSeqParams.cp_partition_mode = "contiguous"`. The field exists on Megatron-LM dev from bfa33263 and in
+        no release. verl detects it exactly this way (the parameter in `PackedSeqParams.__init__`'s signature, or a
+        `**kwargs`) and otherwise raises "cp_layout='contiguous' requires PackedSeqParams.cp_partition_mode, which
+        this Megatron-core version does not provide"; without verl, Megatron's DSv4 attention raises "DSv4 THD CP
+        requires a contiguous CP partition." Read from the dataclass with ast.
+    """,
+    applies_when="Megatron-core installed; required when CP > 1",
+    detects="PackedSeqParams dataclass fields / __init__ parameters (ast)",
+    sources=(
+        mlm("megatron/core/packed_seq_params.py", "37", "Megatron-LM dev packed_seq_params.py L37"),
+        mlm(EAV + "deepseek_v4_hybrid_attention.py", "271", "Megatron-LM dev deepseek_v4_hybrid_attention.py L271"),
+        Source("verl verl/models/mcore/util.py (PR #7297: _PACKED_SEQ_PARAMS_HAS_CP_PARTITION_MODE)",
+               "https://github.com/verl-project/verl/pull/7297"),
+    ),
+    fixes=(FIX_MCORE,),
+    static=STATIC,
+    run=_cp_partition_mode,
+)
+
+CP_FIELDS = ("cp_partition_mode", "sequence_packing_scheduler", "max_seqlen_per_dp_cp_rank")
+
+
+def _config(ctx):
+    static = ctx.static
+    evidence = _where(static)
+    if not static.module("megatron.core").get("found"):
+        return skipped("Megatron-core is not installed (see mcore.dsv4)", **evidence)
+    fields: dict[str, str] = {}
+    for module, name in ((MPC, "ModelParallelConfig"), (TC, "TransformerConfig")):
+        cls, src = _class(static, module, name)
+        if src.get("error"):
+            return errored(f"cannot read {src.get('path')}: {src['error']}", **evidence)
+        if cls is None:
+            return errored(f"no {name} class in {src.get('path') or module}", **evidence)
+        fields.update({f["name"]: f"{name}.{f['name']}: {f['annotation']} (line {f['lineno']})"
+                       for f in cls["fields"]})
+    wanted = CP_FIELDS + ("dsa_kernel_backend", "apply_dsa_kernel_fusion")
+    evidence["fields"] = {k: fields.get(k) for k in wanted}
+    problems = []
+    if ctx.profile.cp > 1:
+        problems += [f for f in CP_FIELDS if f not in fields]
+    backend_knob = "dsa_kernel_backend" if "dsa_kernel_backend" in fields else (
+        "apply_dsa_kernel_fusion" if "apply_dsa_kernel_fusion" in fields else None)
+    if ctx.profile.dsa_backend == "cudnn" and backend_knob is None:
+        problems.append("dsa_kernel_backend (or the older apply_dsa_kernel_fusion)")
+    settings = ("Job settings for CP > 1 (verl run_deepseek_v4_flash_megatron.sh CP_ARGS; needs TE >= 2.9):\n  "
+                + "\n  ".join(CP_ARGS)) if ctx.profile.cp > 1 else ""
+    if problems:
+        return failed(
+            "TransformerConfig lacks " + ", ".join(problems)
+            + ": verl's override_transformer_config entries for them fail when the config is built",
+            (settings + "\n" if settings else "") + "These fields exist on Megatron-LM dev (cp_partition_mode and "
+            "sequence_packing_scheduler from bfa33263; dsa_kernel_backend from 6888385f, apply_dsa_kernel_fusion "
+            "before).", fixes=[FIX_MCORE], **evidence)
+    knob = {"dsa_kernel_backend": "dsa_kernel_backend=cudnn",
+            "apply_dsa_kernel_fusion": "apply_dsa_kernel_fusion=True (older dev: no dsa_kernel_backend)",
+            None: "no DSA backend knob"}[backend_knob]
+    cp_note = "cp_partition_mode, sequence_packing_scheduler, max_seqlen_per_dp_cp_rank present" \
+        if all(f in fields for f in CP_FIELDS) else "CP fields absent (not needed at CP = 1)"
+    if ctx.profile.dsa_backend == "cudnn" and backend_knob == "apply_dsa_kernel_fusion":
+        return warned(f"{cp_note}; fused DSA is selected with {knob}", settings, **evidence)
+    return passed(f"{cp_note}; fused DSA knob: {knob}", settings, **evidence)
+
+
+mcore_config = Check(
+    id="mcore.config",
+    title="TransformerConfig has the DSv4 CP and DSA settings",
+    explanation="""
+        A DSv4 CP > 1 job sets `cp_partition_mode=contiguous`, a `sequence_packing_scheduler` (dp_balanced or
+        default_dynamic_cp) and `max_seqlen_per_dp_cp_rank` (verl's CP_ARGS), and selects fused DSA with
+        `dsa_kernel_backend=cudnn` (dev >= 6888385f) or the deprecated `apply_dsa_kernel_fusion=True` (older dev, a
+        warning: the new knob is preferred). A Megatron-core without these fields cannot take the settings at all.
+        Read from ModelParallelConfig and TransformerConfig with ast; the report repeats the exact job settings.
+    """,
+    applies_when="Megatron-core installed; CP fields when CP > 1; DSA knob when dsa_backend=cudnn",
+    detects="ModelParallelConfig / TransformerConfig dataclass fields (ast)",
+    sources=(
+        mlm("megatron/core/model_parallel_config.py", "98", "Megatron-LM dev model_parallel_config.py L98"),
+        mlm("megatron/core/transformer/transformer_config.py", "1563-1616",
+            "Megatron-LM dev transformer_config.py L1563-1616 (CP partition rules)"),
+        Source("verl examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh (CP_ARGS)",
+               "https://github.com/verl-project/verl/blob/main/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh"),
+    ),
+    fixes=(FIX_MCORE,),
+    static=STATIC,
+    run=_config,
+)

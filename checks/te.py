@@ -1,0 +1,197 @@
+"""Transformer Engine: installed, consistent, new enough for sequence packing, and its torch extension imports."""
+
+from __future__ import annotations
+
+from dsv4_doctor.facts import at_least, error_text, outcome, version
+from dsv4_doctor.model import Check, Fix, Source, failed, passed, skipped, warned
+from dsv4_doctor.probes import TORCH, StaticRequest, import_probe
+
+from ._upstream import TE_INSTALL, mlm
+
+# PyPI splits TE into a metapackage, a CUDA-specific core and an sdist-only torch extension; an NGC or source build is
+# one distribution, `transformer_engine` (importlib.metadata normalises it to the same name as transformer-engine).
+TE_DISTS = ("transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13", "transformer-engine-torch")
+STATIC = StaticRequest(distributions=TE_DISTS, modules=("transformer_engine",))
+TE_IMPORT = import_probe("transformer_engine.pytorch")
+PACKING_MIN = "2.9.0"
+PACKING_EXCEPTION = "2.9.0.dev0+5b3092a"  # the one pre-release Megatron's gate accepts by name
+
+INSTALL = Fix("Install Transformer Engine with its PyTorch extension (the verl DSv4 image uses 2.16.1; any >= 2.9.0 "
+              "passes Megatron's packing gate), built against the installed torch", [TE_INSTALL])
+REINSTALL_CONSISTENT = Fix(
+    "Remove every Transformer Engine distribution, then install one consistent set",
+    ["pip uninstall -y transformer-engine transformer-engine-cu12 transformer-engine-cu13 transformer-engine-torch",
+     TE_INSTALL],
+)
+
+TE_SOURCES = (
+    mlm("megatron/core/transformer/transformer_config.py", "3672-3704",
+        "Megatron-LM dev transformer_config.py L3672-3704: SFT sequence packing requires TE >= 2.9.0"),
+    mlm("megatron/core/utils.py", "295-323", "Megatron-LM dev utils.py get_te_version / is_te_min_version"),
+    Source("TransformerEngine transformer_engine/common/__init__.py (version-consistency assert)",
+           "https://github.com/NVIDIA/TransformerEngine/blob/main/transformer_engine/common/__init__.py"),
+    Source("TransformerEngine #1541 (mixed TE packages)", "https://github.com/NVIDIA/TransformerEngine/issues/1541"),
+)
+
+
+def _installed(static) -> dict:
+    return {name: static.dist_copies(name) for name in TE_DISTS if static.dist_copies(name)}
+
+
+def _te_version(ctx):
+    static = ctx.static
+    copies = _installed(static)
+    module = static.module("transformer_engine")
+    first = {name: c[0] for name, c in copies.items()}
+    evidence = {
+        "distributions": {name: [c.get("version") for c in cs] for name, cs in copies.items()},
+        "module": module.get("origin") or module.get("locations"),
+        "cp": ctx.profile.cp,
+    }
+    if not copies:
+        if module.get("found"):
+            return warned("transformer_engine is importable but has no distribution metadata: its version is unknown",
+                          "Megatron reads te.__version__ first; te.import reports whether it imports.",
+                          fixes=[INSTALL], **evidence)
+        return failed(
+            "Transformer Engine is not installed",
+            "Megatron's DSv4 layer spec is built with TESpecProvider; without TE, Megatron sets HAVE_TE=False "
+            "silently and the model build fails.",
+            fixes=[INSTALL], **evidence,
+        )
+    broken = {name: c.get("error") for name, c in first.items() if c.get("error")}
+    if broken:
+        return warned("unreadable METADATA for " + ", ".join(f"{n} ({e})" for n, e in broken.items()),
+                      fixes=[REINSTALL_CONSISTENT], **evidence)
+    doubled = {name: [c.get("path") for c in cs] for name, cs in copies.items() if len(cs) > 1}
+    versions = {name: c.get("version") for name, c in first.items()}
+    distinct = {str(version(v) or v) for v in versions.values()}
+    if len(distinct) > 1:
+        found = " and ".join(f"{n} v{v}" for n, v in versions.items())
+        return failed(
+            f"Transformer Engine package version mismatch. Found {found}.",
+            "TE asserts this at import (AssertionError: Transformer Engine package version mismatch ...), or loads a "
+            "torch extension built for another release.",
+            fixes=[REINSTALL_CONSISTENT], **evidence,
+        )
+    te = next(iter(versions.values()))
+    evidence["version"] = te
+    if doubled:
+        return warned(f"Transformer Engine {te}: more than one copy of "
+                      + ", ".join(f"{n} ({', '.join(map(str, p))})" for n, p in doubled.items())
+                      + "; the first on sys.path wins",
+                      fixes=[REINSTALL_CONSISTENT], **evidence)
+    packing_ok = at_least(te, PACKING_MIN) or te == PACKING_EXCEPTION
+    if ctx.profile.cp > 1 and not packing_ok:
+        return failed(
+            f"SFT sequence packing requires Transformer Engine >= 2.9.0 but got {te} "
+            "(TE < 2.9.0 may have convergence issues).",
+            "CP > 1 DSv4 needs a sequence_packing_scheduler, and Megatron's TransformerConfig raises this ValueError "
+            "at config time when TE is older than 2.9.0 (or does not import: then it says 'got 0.0.0').",
+            fixes=[INSTALL], **evidence,
+        )
+    note = "" if packing_ok else "; CP > 1 (sequence packing) will need >= 2.9.0"
+    return passed(f"Transformer Engine {te} ({', '.join(first)}){note}", **evidence)
+
+
+te_version = Check(
+    id="te.version",
+    title="Transformer Engine installed, consistent and >= 2.9 for sequence packing",
+    explanation="""
+        DSv4 layers are built with Megatron's TESpecProvider, so Transformer Engine must be installed. Every DSv4
+        run with CP > 1 uses a sequence_packing_scheduler, and Megatron then requires TE >= 2.9.0 (it raises
+        "SFT sequence packing requires Transformer Engine >= 2.9.0 but got ..." at config time; it compares plain
+        versions, so 2.9.0+abc passes and 2.9.0.dev0 fails, except the one build 2.9.0.dev0+5b3092a). PyPI splits TE
+        into transformer-engine, transformer-engine-cu12/-cu13 and transformer-engine-torch; their versions must
+        agree or TE asserts at import. NGC and source builds are a single `transformer_engine` distribution with a
+        `+git` local version, which is understood.
+    """,
+    applies_when="always; >= 2.9.0 when CP > 1",
+    detects="TE distribution versions (metadata), their agreement and duplicate copies",
+    sources=TE_SOURCES,
+    fixes=(INSTALL, REINSTALL_CONSISTENT),
+    static=STATIC,
+    run=_te_version,
+)
+
+
+def _te_fix_version(static) -> str:
+    for name in TE_DISTS:
+        v = static.version(name)
+        if v and at_least(v, PACKING_MIN):
+            return str(version(v).public) if version(v) else v
+    return "2.16.1"
+
+
+def _classify(message: str, te: str, cuda_major: str) -> tuple[str, list[Fix]]:
+    reinstall = Fix(f"Rebuild TE's torch extension against the installed torch (CUDA {cuda_major})",
+                    [f'pip install --no-build-isolation --force-reinstall '
+                     f'"transformer-engine[pytorch,core_cu{cuda_major}]=={te}"'])
+    if "undefined symbol" in message:
+        return "TE's torch extension was built for another torch (ABI mismatch)", [reinstall]
+    if "Could not find shared object file for Transformer Engine torch lib" in message:
+        return "TE was installed without its [pytorch] extra", [reinstall]
+    if "version mismatch" in message or "empty 'transformer-engine' meta package" in message:
+        return "inconsistent TE packages", [REINSTALL_CONSISTENT]
+    if "libcudnn" in message or "CUDNN_STATUS" in message:
+        return "TE cannot load cuDNN: keep one cuDNN and point CUDNN_PATH / LD_LIBRARY_PATH at it", [Fix(
+            "Make exactly one cuDNN 9 visible (the pip wheel nvidia-cudnn-cu12/-cu13 or the container's), e.g.",
+            ["pip install --force-reinstall nvidia-cudnn-cu" + cuda_major])]
+    if "cannot open shared object file" in message or "shared object not found" in message:
+        return f"a CUDA library TE needs is missing; TE's core must match torch's CUDA {cuda_major}", [reinstall]
+    return "TE's PyTorch extension does not import", [reinstall]
+
+
+def _te_import(ctx):
+    static = ctx.static
+    if not _installed(static) and not static.module("transformer_engine").get("found"):
+        return skipped("Transformer Engine is not installed (see te.version)")
+    answer = ctx.require(TE_IMPORT)
+    result = outcome(answer, "transformer_engine.pytorch")
+    te = _te_fix_version(static)
+    torch = ctx.probe(TORCH)
+    cuda = (torch.data or {}).get("cuda_build") if torch.ok and isinstance(torch.data, dict) else None
+    cuda_major = str(cuda).split(".")[0] if cuda else "13"
+    evidence = {"origin": result.get("origin"), "torch_cuda": cuda, "import_s": result.get("duration_s")}
+    if result.get("ok"):
+        return passed(f"transformer_engine.pytorch imports ({result.get('duration_s', 0):.1f} s)", **evidence)
+    message = error_text(result)
+    evidence["error"] = result.get("error")
+    hint, fixes = _classify(message, te, cuda_major)
+    return failed(
+        f"import transformer_engine.pytorch failed: {message}",
+        f"{hint}. `import transformer_engine` swallows this error and Megatron silently sets HAVE_TE=False, so the "
+        "DSv4 model build (TESpecProvider) fails later with a less helpful message.\n"
+        + "\n".join(result.get("error", {}).get("where", [])),
+        fixes=fixes, **evidence,
+    )
+
+
+te_import = Check(
+    id="te.import",
+    title="Transformer Engine's PyTorch extension imports",
+    explanation="""
+        Imports `transformer_engine.pytorch` in an isolated probe and catches everything. TE's top-level package
+        swallows extension import errors (the failure then shows up as "module 'transformer_engine' has no
+        attribute 'pytorch'" on first use), and Megatron catches the ImportError and silently sets HAVE_TE=False,
+        yet DSv4 needs TESpecProvider. The error is classified: an `undefined symbol` is a torch ABI mismatch
+        (rebuild the extension against the installed torch), a missing libcudnn/libcublas is a library or CUDA
+        major-version mismatch, a missing torch lib means the [pytorch] extra was not installed.
+    """,
+    applies_when="Transformer Engine installed",
+    detects="import transformer_engine.pytorch in a subprocess",
+    sources=(
+        Source("TransformerEngine transformer_engine/pytorch/__init__.py",
+               "https://github.com/NVIDIA/TransformerEngine/blob/main/transformer_engine/pytorch/__init__.py"),
+        mlm("megatron/core/extensions/transformer_engine.py", "71-87",
+            "Megatron-LM dev extensions/transformer_engine.py L71-87 (HAVE_TE=False on ImportError)"),
+        Source("TransformerEngine #1192 / #1684 (undefined symbol: torch ABI mismatch)",
+               "https://github.com/NVIDIA/TransformerEngine/issues/1192"),
+        Source("TransformerEngine #1853 (libcudnn_adv.so.9 cannot be opened)",
+               "https://github.com/NVIDIA/TransformerEngine/issues/1853"),
+    ),
+    fixes=(INSTALL, REINSTALL_CONSISTENT),
+    static=STATIC,
+    probes=(TE_IMPORT, TORCH),
+    run=_te_import,
+)

@@ -1,0 +1,57 @@
+"""Real published wheels as test environments, installed with `pip install --no-deps --target`.
+
+Cached under .cache/wheels (ignored by git) and reused when present: `python tests/wheels.py` fetches them all
+(.ci/run does this first); tests call `ensure(key)` and fetch on demand.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+CACHE = Path(__file__).resolve().parent.parent / ".cache" / "wheels"
+DOWNLOADS = CACHE / "dl"  # the .whl files, also an offline index for `fix --apply` tests
+
+# key: (requirement, extra pip arguments)
+PY312 = ["--python-version", "3.12", "--ignore-requires-python", "--platform", "manylinux_2_28_x86_64",
+         "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64", "--platform", "any"]
+WHEELS = {
+    "nvidia-cudnn-frontend-1.26.0": ("nvidia-cudnn-frontend==1.26.0", []),
+    "nvidia-cudnn-frontend-1.27.0": ("nvidia-cudnn-frontend==1.27.0", []),
+    "apache-tvm-ffi-0.1.9": ("apache-tvm-ffi==0.1.9", []),
+    "apache-tvm-ffi-0.1.11": ("apache-tvm-ffi==0.1.11", []),
+    # megatron-core >= 0.17 ships cp312 wheels only; the doctor reads it with ast, never imports it.
+    "megatron-core-0.19.2": ("megatron-core==0.19.2", PY312),
+    "verl-0.9.0": ("verl==0.9.0", []),
+}
+
+
+def _pip(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args], check=True,
+                   env=dict(os.environ, PIP_NO_INPUT="1"))
+
+
+def ensure(key: str) -> Path:
+    """The unpacked environment for `key`, fetched once."""
+    requirement, extra = WHEELS[key]
+    target = CACHE / "envs" / key
+    if (target / ".complete").exists():
+        return target
+    DOWNLOADS.mkdir(parents=True, exist_ok=True)
+    _pip("download", "--no-deps", "--only-binary=:all:", "-d", str(DOWNLOADS), *extra, requirement)
+    tmp = target.with_name(key + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    _pip("install", "--no-deps", "--only-binary=:all:", "--no-index", "--find-links", str(DOWNLOADS),
+         "--target", str(tmp), *extra, requirement)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    (target / ".complete").write_text(requirement + "\n")
+    return target
+
+
+if __name__ == "__main__":
+    for name in WHEELS:
+        print(name, ensure(name))
