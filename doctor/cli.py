@@ -98,6 +98,51 @@ def select(checks: list[Check], only: list[str], skip: list[str]) -> list[Check]
     return [c for c in chosen if not any(fnmatch.fnmatchcase(c.id, p) for p in skip)]
 
 
+_REGISTRY = None
+
+
+def _registry():
+    global _REGISTRY
+    if _REGISTRY is None:
+        from .registry import load
+
+        _REGISTRY = load()
+    return _REGISTRY
+
+
+def _static_request(registry):
+    """All checks' static needs, whatever is selected: one cheap probe, and the same one main() prefetches."""
+    from .probes import StaticRequest
+
+    return StaticRequest.merge(c.static for c in registry.checks)
+
+
+def _prefetch(args: list[str]) -> None:
+    """Start the static probe while typer parses the command line (typer's start-up costs about 0.15 s)."""
+    if args[0] not in ("check", "fix") or any(a in ("--help", "-h") for a in args):
+        return
+    python = sys.executable
+    for i, a in enumerate(args):
+        if a == "--python" and i + 1 < len(args):
+            python = args[i + 1]
+        elif a.startswith("--python="):
+            python = a.split("=", 1)[1]
+    timeout = 60.0
+    for i, a in enumerate(args):
+        if a == "--timeout" and i + 1 < len(args):
+            try:
+                timeout = float(args[i + 1])
+            except ValueError:
+                return
+    try:
+        python = _python(python)
+        from .runner import prefetch_static, static_probe_for
+
+        prefetch_static(python, static_probe_for(_static_request(_registry()), timeout))
+    except Exception:
+        return  # the command itself reports whatever is wrong
+
+
 def _plugin_reports(plugins) -> list[CheckReport]:
     return [
         CheckReport(
@@ -142,21 +187,21 @@ class _Progress:
 def execute(profile: Profile, python: str, only: list[str], skip: list[str], timeout: float, strict: bool,
             progress: bool = False, static_only: bool = False) -> dict:
     """Load checks, run them, and build the (redacted) report. A crash of the doctor still yields a report."""
-    from .registry import load
     from .report import build
     from .runner import run_checks
 
     plugins = []
     run = None
     try:
-        registry = load()
+        registry = _registry()
         plugins = registry.plugins
         checks = select(registry.checks, only, skip)
         if static_only:
             checks = [c for c in checks if not c.probes_for(profile)]
         bar = _Progress(progress)
         try:
-            run = run_checks(checks, profile, python, probe_timeout_s=timeout, on_event=bar)
+            run = run_checks(checks, profile, python, probe_timeout_s=timeout, on_event=bar,
+                             static_request=_static_request(registry))
         finally:
             bar.stop()
         results = run.checks + _plugin_reports(plugins)
@@ -217,7 +262,7 @@ def check(
     """Check this environment for the planned DSv4 job (the default command)."""
     from .render import render
     from .render.github import emit
-    from .render.text import verdict_line
+    from .render import verdict_line
 
     target = _python(python)
     profile = Profile(cp=cp, dsa_backend=dsa_backend.value, gpu_arch=gpu_arch,
@@ -234,7 +279,8 @@ def check(
 
 
 @app.command("list")
-def list_checks(fmt: Format = typer.Option(Format.text, "--format", "-f", help="text or json.")) -> None:
+def list_checks(fmt: Format = typer.Option(Format.text, "--format", "-f",
+                                           help="text, json, or markdown (the README rules table).")) -> None:
     """List every check, where it comes from and when it applies."""
     import json
 
@@ -245,6 +291,11 @@ def list_checks(fmt: Format = typer.Option(Format.text, "--format", "-f", help="
     if fmt is Format.json:
         sys.stdout.write(json.dumps({"checks": rows, "plugins": [p.to_dict() for p in registry.plugins]},
                                     indent=2) + "\n")
+        return
+    if fmt is Format.markdown:
+        from .render.rules import rules_table
+
+        sys.stdout.write(rules_table(registry.checks))
         return
     width = max([len(r["id"]) for r in rows] + [5])
     for r in rows:
@@ -325,7 +376,7 @@ def fix(
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before applying."),
 ) -> None:
     """Print the fix commands of the current failures as one shell script (or run them with --apply)."""
-    from .render.text import verdict_line
+    from .render import verdict_line
 
     target = _python(python)
     profile = Profile(cp=cp, dsa_backend=dsa_backend.value, gpu_arch=gpu_arch,
@@ -380,4 +431,5 @@ def main(argv: Optional[List[str]] = None) -> None:
     # `dsv4-doctor` and `dsv4-doctor --cp 2 ...` mean `dsv4-doctor check ...`.
     if not args or (args[0] not in COMMANDS and args[0] not in ("--help", "-h", "--version")):
         args.insert(0, "check")
+    _prefetch(args)
     app(args=args, prog_name="dsv4-doctor")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -23,8 +22,10 @@ def at_least(text: str | None, minimum: str) -> bool | None:
     return None if v is None else v >= Version(minimum)
 
 
-def extra_requirements(dist: dict | None, extra: str) -> list[Requirement]:
+def extra_requirements(dist: dict | None, extra: str) -> list:
     """Requirements a distribution declares for `extra` (from its METADATA Requires-Dist)."""
+    from packaging.requirements import InvalidRequirement, Requirement  # 15 ms: only when a check needs it
+
     out = []
     for line in (dist or {}).get("requires", []) or []:
         try:

@@ -58,6 +58,24 @@ class StaticFacts:
         return self.data.get("sources", {}).get(module, {"found": False})
 
 
+_PREFETCHED: dict[tuple[str, str], Future] = {}
+
+
+def static_probe_for(request: StaticRequest, probe_timeout_s: float) -> Probe:
+    return Probe.python("static", STATIC_SCRIPT, request.to_json(), timeout_s=min(STATIC_TIMEOUT_S, probe_timeout_s))
+
+
+def prefetch_static(python: str, probe: Probe) -> None:
+    """Start the static probe before the command line is fully parsed: typer's start-up then overlaps with it."""
+    future: Future = Future()
+
+    def work() -> None:
+        future.set_result(run_probe(probe, python, probe.timeout_s or STATIC_TIMEOUT_S))
+
+    threading.Thread(target=work, daemon=True, name="static-prefetch").start()
+    _PREFETCHED[(python, probe.request + str(probe.timeout_s))] = future
+
+
 class ProbePool:
     def __init__(self, python: str, default_timeout_s: float, workers: int):
         self.python = python
@@ -70,8 +88,10 @@ class ProbePool:
         with self._lock:
             fut = self._futures.get(probe.key)
             if fut is None:
+                fut = _PREFETCHED.pop((self.python, probe.request + str(probe.timeout_s)), None)
+            if fut is None:
                 fut = self._executor.submit(run_probe, probe, self.python, self.default_timeout_s)
-                self._futures[probe.key] = fut
+            self._futures[probe.key] = fut
             return fut
 
     def result(self, probe: Probe) -> ProbeResult:
@@ -164,14 +184,14 @@ def run_checks(
     python: str,
     probe_timeout_s: float = 60.0,
     on_event: Callable[[str, str], None] | None = None,
+    static_request: StaticRequest | None = None,
 ) -> RunResult:
     start = time.monotonic()
     workers = max(4, min(8, 2 * (os.cpu_count() or 2)))
     pool = ProbePool(python, probe_timeout_s, workers)
-    static_probe = Probe.python(
-        "static", STATIC_SCRIPT, StaticRequest.merge(c.static for c in checks).to_json(),
-        timeout_s=min(STATIC_TIMEOUT_S, probe_timeout_s),
-    )
+    if static_request is None:
+        static_request = StaticRequest.merge(c.static for c in checks)
+    static_probe = static_probe_for(static_request, probe_timeout_s)
     pool.submit(static_probe)  # every run needs it (the report names the target interpreter)
     if profile.gpu_arch is None:
         pool.submit(NVIDIA_SMI)

@@ -19,3 +19,16 @@ def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
     assert "dsv4-doctor check" in commands[0]
     ci = (REPO / ".ci" / "run").read_text()
     assert commands[1] in ci.splitlines()
+
+
+def test_readme_rules_table_is_generated_from_the_check_definitions():
+    from dsv4_doctor.registry import load
+    from dsv4_doctor.render.rules import rules_table
+
+    readme = (REPO / "README.md").read_text()
+    begin = readme.index("<!-- rules:begin")
+    start = readme.index("\n", begin) + 1
+    end = readme.index("<!-- rules:end -->")
+    expected = rules_table(load().checks)
+    assert readme[start:end] == expected, (
+        "README's rules table is stale: replace it with the output of `dsv4-doctor list --format markdown`")

@@ -5,6 +5,16 @@ from __future__ import annotations
 import json
 
 FORMATS = ("text", "json", "markdown", "junit")
+LABEL = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "SKIP", "error": "ERROR"}
+
+
+def verdict_line(report: dict) -> str:
+    """The one-line verdict every format ends with (kept free of rich: JSON runs never import it)."""
+    s = report["summary"]
+    c = s["counts"]
+    parts = [f"{c[k]} {name}" for k, name in (("fail", "failed"), ("error", "errored"), ("warn", "warned"),
+                                                ("pass", "passed"), ("skip", "skipped")) if c.get(k)]
+    return f"Verdict: {LABEL[s['status']]} ({', '.join(parts) or 'no checks'}; exit {s['exit_code']})"
 
 
 def render(report: dict, fmt: str, color: bool = False, width: int | None = None) -> str:

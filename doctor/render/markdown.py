@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .text import LABEL, verdict_line
+from . import LABEL, verdict_line
 
 MAX_CHARS = 60000  # GitHub rejects bodies over 65,536 characters
 

@@ -12,8 +12,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from . import LABEL, verdict_line
+
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim", "error": "bold magenta"}
-LABEL = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "SKIP", "error": "ERROR"}
 
 
 def _profile_line(report: dict) -> str:
@@ -25,14 +26,6 @@ def _profile_line(report: dict) -> str:
         f"gpu-arch={arch} ({p.get('gpu_arch_source')})  python: {target.get('executable')} "
         f"({target.get('version') or '?'})"
     )
-
-
-def verdict_line(report: dict) -> str:
-    s = report["summary"]
-    c = s["counts"]
-    parts = [f"{c[k]} {name}" for k, name in (("fail", "failed"), ("error", "errored"), ("warn", "warned"),
-                                                ("pass", "passed"), ("skip", "skipped")) if c.get(k)]
-    return f"Verdict: {LABEL[s['status']]} ({', '.join(parts) or 'no checks'}; exit {s['exit_code']})"
 
 
 def render_text(report: dict, color: bool = False, width: int | None = None) -> str:

@@ -1,0 +1,346 @@
+"""Environments for the rule tests: real published wheels where a release shows the state, fakes otherwise.
+
+An `Env` is an ordered set of components, each in its own site directory, joined into PYTHONPATH. `Env.apply(cmd)`
+carries out a printed fix command on it: a real cached wheel where one exists, else the fake a real install would
+stand for (TE, Megatron dev, the CuTe DSL, torch, kernels), so a test can check that the fix turns the check green.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import textwrap
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+from conftest import FakeSite, run_doctor
+from wheels import WHEELS, ensure
+
+# A permissive stand-in for a GPU library's Python API, for states no CPU machine shows (cutlass, cuda.bindings
+# and a CUDA torch importable). Real cuDNN frontend wheels import against it, decorators and all.
+ANYTHING = '''
+import importlib.abc, importlib.machinery, sys, types
+
+
+class _Meta(type):
+    def __getattr__(cls, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _Meta(name, (Anything,), {})
+
+    def __getitem__(cls, item):
+        return cls
+
+    def __or__(cls, other):
+        return cls
+
+    __ror__ = __or__
+
+    def __call__(cls, *args, **kwargs):
+        if len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], _Meta):
+            return args[0]
+        return super().__call__(*args, **kwargs)
+
+
+class Anything(metaclass=_Meta):
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return Anything()
+
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and callable(args[0]):
+            return args[0]
+        return Anything()
+
+    def __getitem__(self, item):
+        return Anything()
+
+    def __iter__(self):
+        return iter(())
+
+    def __int__(self):
+        return 0
+
+    __index__ = __int__
+
+    def _same(self, *a):
+        return Anything()
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __floordiv__ = _same
+    __lshift__ = __rshift__ = __and__ = __or__ = __xor__ = __neg__ = __mod__ = _same
+
+
+def module_getattr(name):
+    if name.startswith("__") and name.endswith("__"):
+        raise AttributeError(name)
+    return getattr(Anything, name)
+
+
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, prefix):
+        self.prefix = prefix
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname.startswith(self.prefix + "."):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        mod = types.ModuleType(spec.name)
+        mod.__getattr__ = module_getattr
+        mod.__path__ = []
+        return mod
+
+    def exec_module(self, module):
+        pass
+
+
+def install(prefix):
+    if not any(getattr(f, "prefix", None) == prefix for f in sys.meta_path):
+        sys.meta_path.append(_Finder(prefix))
+'''
+
+MAGIC_INIT = '''
+import _fake_anything
+_fake_anything.install(__name__)
+{extra}
+def __getattr__(name):
+    return _fake_anything.module_getattr(name)
+'''
+
+
+def _magic_package(site: FakeSite, name: str, extra: str = "") -> None:
+    site.file("_fake_anything.py", ANYTHING)
+    site.file(f"{name.replace('.', '/')}/__init__.py", MAGIC_INIT.format(extra=textwrap.dedent(extra)))
+
+
+def fake_torch(site: FakeSite, version: str = "2.11.0+cu130", cuda: str | None = "13.0") -> None:
+    """A CUDA build of torch on a host without GPUs, enough for the torch probe and the frontend's imports."""
+    site.dist("torch", version)
+    _magic_package(site, "torch", f'''
+        import types
+        __version__ = {version!r}
+        version = types.SimpleNamespace(cuda={cuda!r}, hip=None, git_version="fake")
+
+        class _Cudnn(_fake_anything.Anything):
+            @staticmethod
+            def is_available():
+                return True
+
+            @staticmethod
+            def version():
+                return 91900
+
+        class _Backends(_fake_anything.Anything):
+            cudnn = _Cudnn()
+
+        backends = _Backends()
+
+        class _Cuda(_fake_anything.Anything):
+            nccl = types.SimpleNamespace(version=lambda: (2, 27, 3))
+
+            @staticmethod
+            def is_available():
+                return False
+
+            @staticmethod
+            def device_count():
+                return 0
+
+        cuda = _Cuda()
+    ''')
+
+
+def fake_cutedsl(site: FakeSite, version: str = "4.5.2") -> None:
+    """nvidia-cutlass-dsl and cuda-python, importable (no release imports on a CPU-only machine)."""
+    for dist, v in (("nvidia-cutlass-dsl", version), ("nvidia-cutlass-dsl-libs-base", version),
+                    ("cuda-python", "13.0.3"), ("cuda-bindings", "13.0.3")):
+        site.dist(dist, v)
+    _magic_package(site, "cutlass", f"__version__ = {version!r}")
+    site.file("cuda/__init__.py", "")
+    _magic_package(site, "cuda.bindings")
+
+
+def fake_te(site: FakeSite, version: str = "2.16.1", *, dists: dict | None = None, import_error: str | None = None,
+            needs: str | None = None) -> None:
+    """Transformer Engine as PyPI ships it (metapackage + core + torch extension) or with chosen versions.
+
+    `import_error` makes `transformer_engine.pytorch` raise; `needs` names a module whose absence raises it, so a fix
+    that installs that module turns the import green, as on a real machine.
+    """
+    dists = dists or {"transformer-engine": version, "transformer-engine-cu13": version,
+                      "transformer-engine-torch": version}
+    for name, v in dists.items():
+        site.dist(name, v)
+    site.file("transformer_engine/__init__.py", f"__version__ = {version!r}\n")
+    body = "def fp8_autocast(*a, **k):\n    return None\n"
+    if import_error and needs:
+        body = (f"import importlib.util\nif importlib.util.find_spec({needs!r}) is None:\n"
+                f"    raise OSError({import_error!r})\n" + body)
+    elif import_error:
+        body = f"raise ImportError({import_error!r})\n" + body
+    site.file("transformer_engine/pytorch/__init__.py", body)
+
+
+def fake_megatron_dev(site: FakeSite, *, cp_partition_mode: bool = True, backend_knob: str = "dsa_kernel_backend",
+                      commit: str = "fd1121b8ff7e3a4f83a28d35aed172d7bc0260e1", kwargs_init: bool = False) -> None:
+    """A Megatron-LM dev tree: the files and dataclass fields the rules read (dev reports 0.19.0)."""
+    d = site.dist("megatron-core", "0.19.0")
+    (d / "direct_url.json").write_text(
+        '{"url": "https://github.com/NVIDIA/Megatron-LM.git", "vcs_info": {"vcs": "git", "commit_id": "%s"}}' % commit)
+    site.file("megatron/core/__init__.py", "raise RuntimeError('the doctor must never import megatron.core')\n")
+    site.file("megatron/core/package_info.py", "MAJOR = 0\nMINOR = 19\nPATCH = 0\n")
+    psp_field = '    cp_partition_mode: Literal["zigzag", "contiguous"] = "zigzag"\n' if cp_partition_mode else ""
+    init = "    def __init__(self, qkv_format=None, **kwargs):\n        pass\n" if kwargs_init else ""
+    site.file("megatron/core/packed_seq_params.py", (
+        "from dataclasses import dataclass\nfrom typing import Literal\n\n\n@dataclass\nclass PackedSeqParams:\n"
+        "    qkv_format: str = None\n    cu_seqlens_q: object = None\n" + psp_field + init))
+    site.file("megatron/core/model_parallel_config.py", """
+        from dataclasses import dataclass
+        from typing import Literal, Optional
+
+
+        @dataclass
+        class ModelParallelConfig:
+            context_parallel_size: int = 1
+            max_seqlen_per_dp_cp_rank: Optional[int] = None
+            sequence_packing_scheduler: Optional[Literal['dp_balanced', 'default_dynamic_cp']] = None
+    """)
+    knob = {"dsa_kernel_backend": 'dsa_kernel_backend: Literal["none", "tilelang", "cudnn"] = "none"',
+            "apply_dsa_kernel_fusion": "apply_dsa_kernel_fusion: bool = False", None: "pass"}[backend_knob]
+    site.file("megatron/core/transformer/transformer_config.py", f"""
+        from dataclasses import dataclass
+        from typing import Literal
+
+        from megatron.core.model_parallel_config import ModelParallelConfig
+
+
+        @dataclass
+        class TransformerConfig(ModelParallelConfig):
+            cp_partition_mode: Literal["zigzag", "contiguous"] = "zigzag"
+            {knob}
+
+
+        @dataclass
+        class MLATransformerConfig(TransformerConfig):
+            multi_latent_attention: bool = True
+    """)
+    eav = "megatron/core/transformer/experimental_attention_variant/"
+    site.file(eav + "deepseek_v4_hybrid_attention.py", "class DSv4HybridAttention:\n    pass\n")
+    site.file(eav + "csa.py", "class CompressedSparseAttention:\n    pass\n")
+    site.file(eav + "csa_utils/__init__.py", "")
+    site.file(eav + "csa_utils/cp_layout_kernels.py", "_CUTE_AVAILABLE = False\n")
+    site.file(eav + "csa_utils/fused_compressor.py", "_SUPPORTED_COMPUTE_CAPABILITY = (10, 0)\n")
+    site.file("megatron/core/context_parallel_layout/__init__.py", "")
+
+
+def fake_kernel(site: FakeSite, module: str, dist: str, attr: str | None, version: str = "1.0.0") -> None:
+    site.dist(dist, version)
+    site.file(f"{module}/__init__.py", f"def {attr}(*a, **k):\n    return None\n" if attr else "")
+
+
+def fake_old_verl(site: FakeSite) -> None:
+    """verl from before PR #7221: no cp_layout argument, no layout helpers."""
+    site.dist("verl", "0.8.0")
+    site.file("verl/__init__.py", "")
+    site.file("verl/models/mcore/util.py", "def preprocess_thd_engine(input_ids, attention_mask):\n    pass\n\n"
+              "def postprocess_thd_engine(output, packed_seq_params):\n    pass\n")
+    site.file("verl/workers/engine/megatron/transformer_impl.py", "class MegatronEngine:\n    pass\n")
+    site.file("verl/utils/megatron/router_replay_utils.py", "x = torch.uint8\n")
+
+
+# Components a fix command can install, by distribution name.
+FAKE_BUILDERS = {
+    "transformer-engine": lambda site, v: fake_te(site, v or "2.16.1"),
+    "megatron-core": lambda site, v: fake_megatron_dev(site),
+    "nvidia-cutlass-dsl": lambda site, v: fake_cutedsl(site, v or "4.5.2"),
+    "torch": lambda site, v: fake_torch(site, v or "2.11.0+cu130"),
+    "flash-mla": lambda site, v: fake_kernel(site, "flash_mla", "flash-mla", "flash_mla_sparse_fwd"),
+    "fast-hadamard-transform": lambda site, v: fake_kernel(site, "fast_hadamard_transform", "fast-hadamard-transform",
+                                                           "hadamard_transform", "1.0.4.post1"),
+    "triton": lambda site, v: fake_kernel(site, "triton", "triton", None, "3.5.0"),
+    "nvidia-cudnn-cu13": lambda site, v: fake_kernel(site, "nvidia_cudnn_fake", "nvidia-cudnn-cu13", None, "9.19.0.56"),
+    "nvidia-cudnn-cu12": lambda site, v: fake_kernel(site, "nvidia_cudnn_fake", "nvidia-cudnn-cu12", None, "9.19.0.56"),
+}
+# Which component a distribution lives in (uninstalling or reinstalling it replaces that component).
+COMPONENT_OF = {
+    "transformer-engine": "te", "transformer-engine-cu12": "te", "transformer-engine-cu13": "te",
+    "transformer-engine-torch": "te", "nvidia-cudnn-frontend": "fe", "apache-tvm-ffi": "tvm",
+    "megatron-core": "megatron", "verl": "verl", "nvidia-cutlass-dsl": "cutedsl", "torch": "torch",
+    "flash-mla": "flash_mla", "fast-hadamard-transform": "hadamard", "triton": "triton",
+    "nvidia-cudnn-cu13": "cudnn_libs", "nvidia-cudnn-cu12": "cudnn_libs",
+}
+
+
+class Env:
+    """Components in their own site directories; real wheels are shared read-only from the cache."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.sites: dict[str, Path] = {}
+
+    def fake(self, component: str, build, *args, **kwargs) -> "Env":
+        path = self.root / component
+        shutil.rmtree(path, ignore_errors=True)
+        build(FakeSite(path), *args, **kwargs)
+        self.sites[component] = path
+        return self
+
+    def wheel(self, component: str, key: str) -> "Env":
+        self.sites[component] = ensure(key)
+        return self
+
+    def drop(self, component: str) -> "Env":
+        path = self.sites.pop(component, None)
+        if path is not None and self.root in path.parents:
+            shutil.rmtree(path, ignore_errors=True)
+        return self
+
+    def doctor(self, *args: str, python: str, **kwargs):
+        return run_doctor(*args, sites=tuple(self.sites.values()), python=python, **kwargs)
+
+    def apply(self, command: str) -> None:
+        """Carry out one printed fix command on this environment."""
+        words = shlex.split(command)
+        assert words[0] == "pip", command
+        names = [w for w in words[2:] if not w.startswith("-")]
+        if words[1] == "uninstall":
+            for name in names:
+                comp = COMPONENT_OF.get(name)
+                if comp:
+                    self.drop(comp)
+            return
+        assert words[1] == "install", command
+        for spec in names:
+            req = Requirement(spec)
+            name = req.name.lower().replace("_", "-")
+            pinned = next((s.version for s in req.specifier if s.operator == "=="), None)
+            key = f"{name}-{pinned}"
+            comp = COMPONENT_OF[name]
+            self.drop(comp)
+            if key in WHEELS:
+                self.wheel(comp, key)
+            else:
+                self.fake(comp, FAKE_BUILDERS[name], pinned)
+
+
+def healthy(root: Path, te_version: str = "2.16.1") -> Env:
+    """Everything a DSv4 CP job needs, real wheels where they exist."""
+    env = Env(root)
+    env.fake("torch", fake_torch)
+    env.fake("te", fake_te, te_version)
+    env.wheel("fe", "nvidia-cudnn-frontend-1.27.0")
+    env.wheel("tvm", "apache-tvm-ffi-0.1.11")
+    env.fake("cutedsl", fake_cutedsl)
+    env.fake("megatron", fake_megatron_dev)
+    env.wheel("verl", "verl-0.9.0")
+    env.fake("flash_mla", lambda s: fake_kernel(s, "flash_mla", "flash-mla", "flash_mla_sparse_fwd"))
+    env.fake("hadamard", lambda s: fake_kernel(s, "fast_hadamard_transform", "fast-hadamard-transform",
+                                               "hadamard_transform", "1.0.4.post1"))
+    env.fake("triton", lambda s: fake_kernel(s, "triton", "triton", None, "3.5.0"))
+    return env

@@ -1,0 +1,352 @@
+"""The DSv4 rulebook against real published wheels (pip install --no-deps --target) and fakes for states no release
+shows. Every verdict here is one the knowledge base predicts; every failing scenario's printed fix, applied to the
+environment, turns its check green."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import FakeSite
+from fakes import (Env, fake_cutedsl, fake_kernel, fake_megatron_dev, fake_old_verl, fake_te, fake_torch, healthy)
+
+FE_FIX = "pip install --force-reinstall --no-deps nvidia-cudnn-frontend==1.27.0"
+TVM_FIX = "pip install --no-deps apache-tvm-ffi==0.1.11"
+CUTLASS_FIX = 'pip install "nvidia-cutlass-dsl[cu13]==4.5.2"'
+NOT_GREEN = ("fail", "warn", "error")
+
+
+def commands(check: dict) -> list[str]:
+    return [cmd for fix in check["fixes"] for cmd in fix["commands"]]
+
+
+def run(env: Env, python: str, *args: str):
+    return env.doctor("check", "-f", "json", *args, python=python)
+
+
+def assert_fix_turns_green(env: Env, python: str, check_id: str, *args: str) -> None:
+    before = run(env, python, "--only", check_id, *args).check(check_id)
+    assert before["status"] in NOT_GREEN, before
+    assert commands(before), f"{check_id} printed no fix command"
+    for cmd in commands(before):
+        env.apply(cmd)
+    after = run(env, python, "--only", check_id, *args).check(check_id)
+    assert after["status"] not in NOT_GREEN, after
+
+
+# --- the healthy stack: no false alarms ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("profile", [("--cp", "2", "--gpu-arch", "9.0"), ("--gpu-arch", "10.0"),
+                                     ("--cp", "4", "--gpu-arch", "10.0"), ("--gpu-arch", "10.3", "--cp", "2")])
+def test_healthy_stack_has_no_fail_and_no_warn(tmp_path, bare_python, profile):
+    result = run(healthy(tmp_path), bare_python, *profile)
+    bad = {c["id"]: c["summary"] for c in result.report["checks"] if c["status"] in NOT_GREEN}
+    assert bad == {}
+    assert result.returncode == 0
+    statuses = {c["id"]: c["status"] for c in result.report["checks"]}
+    if "10.0" in profile and "--cp" not in profile:
+        assert statuses["cudnn-fe.csa"] == "pass"  # the real 1.27.0 compressor resolves against the CuTe DSL
+    if "--cp" in profile:
+        assert statuses["mcore.cp-partition-mode"] == statuses["verl.cp-layout"] == "pass"
+        assert statuses["cutlass-dsl.import"] == "pass"
+
+
+# --- cuDNN frontend ------------------------------------------------------------------------------------------------
+
+def test_frontend_1_26_on_sm100_fails_csa_with_the_1_27_fix(tmp_path, bare_python):
+    env = healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0")
+    csa = run(env, bare_python, "--gpu-arch", "10.0").check("cudnn-fe.csa")
+    assert csa["status"] == "fail"
+    assert "has no cudnn.csa (added in 1.27.0)" in csa["summary"]
+    assert "No module named 'cudnn.csa'" in csa["summary"]
+    assert "keeping the eager compressor" in csa["details"]
+    assert commands(csa)[:2] == [TVM_FIX, FE_FIX]
+    assert_fix_turns_green(env, bare_python, "cudnn-fe.csa", "--gpu-arch", "10.0")
+
+
+def test_frontend_1_27_without_cutlass_has_the_module_but_not_the_symbols(tmp_path, bare_python):
+    env = healthy(tmp_path).drop("cutedsl")
+    csa = run(env, bare_python, "--gpu-arch", "10.0").check("cudnn-fe.csa")
+    assert csa["status"] == "fail"
+    assert csa["evidence"]["cudnn.csa_found"] is True
+    assert "No module named 'cuda'" in csa["summary"]  # torch is there, so cuda.bindings is the first to fail
+    unmet = " ".join(csa["evidence"]["unmet_cutedsl_requirements"])
+    assert "nvidia-cutlass-dsl" in unmet and "cuda-python" in unmet
+    assert CUTLASS_FIX in commands(csa)
+    assert_fix_turns_green(env, bare_python, "cudnn-fe.csa", "--gpu-arch", "10.0")
+
+
+def test_frontend_1_27_without_torch_names_every_missing_requirement(tmp_path, bare_python):
+    env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0").wheel("tvm", "apache-tvm-ffi-0.1.9")
+    csa = run(env, bare_python, "--gpu-arch", "10.0").check("cudnn-fe.csa")
+    assert csa["status"] == "fail"
+    assert "No module named 'torch'" in csa["summary"]
+    unmet = csa["evidence"]["unmet_cutedsl_requirements"]
+    assert "apache-tvm-ffi 0.1.9 (needs >=0.1.11)" in unmet
+    assert {u.split()[0] for u in unmet} >= {"nvidia-cutlass-dsl", "cuda-python", "torch", "apache-tvm-ffi"}
+
+
+@pytest.mark.parametrize("args, reason", [
+    (("--gpu-arch", "9.0"), "compute capability 9.0"),
+    (("--gpu-arch", "10.3"), "compute capability 10.3"),
+    (("--gpu-arch", "10.0", "--cp", "2"), "CP > 1"),
+    (("--gpu-arch", "10.0", "--dsa-backend", "none"), "dsa_kernel_backend=none"),
+    ((), "GPU arch unknown"),
+])
+def test_csa_is_skipped_with_the_reason_it_does_not_matter(tmp_path, bare_python, args, reason):
+    env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0")
+    csa = run(env, bare_python, *args).check("cudnn-fe.csa")
+    assert csa["status"] == "skip" and reason in csa["summary"]
+
+
+def test_dsa_wrapper_needs_its_dependencies_and_q_causal_offsets_under_cp(tmp_path, bare_python):
+    env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0")
+    dsa = run(env, bare_python, "--cp", "2", "--gpu-arch", "9.0").check("cudnn-fe.dsa")
+    assert dsa["status"] == "fail" and "No module named 'torch'" in dsa["summary"]
+    assert dsa["evidence"]["static_q_causal_offsets"] is True  # read from the real wheel with ast
+    env.fake("torch", fake_torch).fake("cutedsl", fake_cutedsl)
+    dsa = run(env, bare_python, "--cp", "2", "--gpu-arch", "9.0").check("cudnn-fe.dsa")
+    assert dsa["status"] == "pass" and dsa["evidence"]["q_causal_offsets"] is True
+
+
+def test_frontend_without_q_causal_offsets_fails_under_cp(tmp_path, bare_python):
+    def old_frontend(site: FakeSite):  # like PyPI 1.25.0: DSA wrappers without q_causal_offsets
+        site.dist("nvidia-cudnn-frontend", "1.25.0")
+        site.file("cudnn/__init__.py", """
+            __version__ = "1.25.0"
+            import types
+            def indexer_forward_wrapper(q, k, w, ratio=4, cu_seqlens_q=None, cu_seqlens_k=None):
+                pass
+            DSA = types.SimpleNamespace(indexer_forward_wrapper=indexer_forward_wrapper)
+        """)
+    env = Env(tmp_path).fake("fe", old_frontend)
+    dsa = run(env, bare_python, "--cp", "2", "--gpu-arch", "9.0").check("cudnn-fe.dsa")
+    assert dsa["status"] == "fail"
+    assert dsa["summary"].startswith("DSv4 CP with ratio-4 fused DSA requires cuDNN Frontend wrappers with "
+                                     "q_causal_offsets support")
+    assert run(env, bare_python, "--gpu-arch", "9.0").check("cudnn-fe.dsa")["status"] == "pass"  # CP 1: not needed
+    env.fake("torch", fake_torch).fake("cutedsl", fake_cutedsl)
+    assert_fix_turns_green(env, bare_python, "cudnn-fe.dsa", "--cp", "2", "--gpu-arch", "9.0")
+
+
+def test_frontend_version_real_wheel_and_a_shadowing_copy(tmp_path, bare_python):
+    env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0")
+    row = run(env, bare_python).check("cudnn-fe.version")
+    assert row["status"] == "pass" and row["evidence"]["import_version"] == "1.27.0"
+
+    def git_build(site: FakeSite):  # Megatron dev's pinned frontend git build reports 1.25.0
+        site.file("cudnn/__init__.py", "__version__ = '1.25.0'\n")
+    shadowed = Env(tmp_path / "s").fake("shadow", git_build).wheel("fe", "nvidia-cudnn-frontend-1.27.0")
+    row = run(shadowed, bare_python).check("cudnn-fe.version")
+    assert row["status"] == "warn" and "metadata says 1.27.0 but import cudnn reports 1.25.0" in row["summary"]
+    assert run(Env(tmp_path / "n"), bare_python).check("cudnn-fe.version")["status"] == "fail"
+    assert run(Env(tmp_path / "n"), bare_python, "--dsa-backend", "none").check("cudnn-fe.version")["status"] == "skip"
+
+
+def test_two_dist_infos_for_one_distribution_are_a_warning(tmp_path, bare_python):
+    def second(site: FakeSite):
+        site.dist("nvidia-cudnn-frontend", "1.27.0")
+    env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0").fake("extra", second)
+    row = run(env, bare_python).check("cudnn-fe.version")
+    assert row["status"] == "warn" and "installed 2 times" in row["summary"]
+
+
+# --- tvm-ffi and the CuTe DSL --------------------------------------------------------------------------------------
+
+def test_tvm_ffi_versions(tmp_path, bare_python):
+    env = Env(tmp_path).wheel("tvm", "apache-tvm-ffi-0.1.9")
+    old = run(env, bare_python, "--cp", "2").check("tvm-ffi.version")
+    assert old["status"] == "warn" and "0.1.9 is older than 0.1.11" in old["summary"]
+    assert commands(old) == [TVM_FIX]
+    assert_fix_turns_green(env, bare_python, "tvm-ffi.version", "--cp", "2")
+    assert run(env, bare_python, "--cp", "2").check("tvm-ffi.version")["evidence"]["version"] == "0.1.11"
+    missing = run(Env(tmp_path / "m"), bare_python, "--cp", "2").check("tvm-ffi.version")
+    assert missing["status"] == "fail"
+    skipped = run(Env(tmp_path / "m"), bare_python, "--cp", "1").check("tvm-ffi.version")
+    assert skipped["status"] == "skip" and "not needed" in skipped["summary"]
+
+
+def test_cutlass_stack_for_cp(tmp_path, bare_python):
+    env = Env(tmp_path)
+    row = run(env, bare_python, "--cp", "2").check("cutlass-dsl.import")
+    assert row["status"] == "fail" and "No module named 'cuda'" in row["summary"]
+    assert "DSv4 CP compressor compaction requires CUDA tensors and CuTeDSL." in row["details"]
+    assert run(env, bare_python, "--cp", "1").check("cutlass-dsl.import")["status"] == "skip"
+
+    def dist_only(site: FakeSite):  # installed with --target: the .pth that exposes `cutlass` was never processed
+        site.dist("nvidia-cutlass-dsl", "4.5.2")
+        site.file("cuda/__init__.py", "")
+        site.file("cuda/bindings/__init__.py", "")
+        site.file("cuda/bindings/driver.py", "")
+    env.fake("cutedsl", dist_only)
+    row = run(env, bare_python, "--cp", "2").check("cutlass-dsl.import")
+    assert row["status"] == "fail" and ".pth file" in row["details"]
+    assert_fix_turns_green(env, bare_python, "cutlass-dsl.import", "--cp", "2")
+
+
+# --- GPU arch ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, status, text", [
+    (("--cp", "2", "--gpu-arch", "8.0"), "fail", "Unsupported GPU compute capability 8.0 for CSA CP CuTe kernels"),
+    (("--gpu-arch", "8.0"), "fail", "requires SM90+"),
+    (("--gpu-arch", "8.0", "--dsa-backend", "none"), "warn", "outside Megatron's DSv4 arch tables"),
+    (("--cp", "2", "--gpu-arch", "9.0"), "pass", "fused CSA compressor never runs here"),
+    (("--gpu-arch", "10.0"), "pass", "used with CP = 1"),
+    (("--gpu-arch", "12.0", "--cp", "2"), "fail", "sm_90a, sm_100a, sm_103a"),
+    ((), "skip", "GPU arch unknown"),
+])
+def test_gpu_arch_rules(tmp_path, bare_python, args, status, text):
+    row = run(Env(tmp_path), bare_python, *args).check("gpu.arch")
+    assert row["status"] == status and text in row["summary"]
+
+
+# --- Transformer Engine --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("version, cp, status", [
+    ("2.8.0", "2", "fail"), ("2.9.0", "2", "pass"), ("2.9.0+5b3092a", "2", "pass"), ("2.9.0.dev0+abc", "2", "fail"),
+    ("2.9.0.dev0+5b3092a", "2", "pass"), ("2.10.0.dev0+f031cf8", "2", "pass"), ("2.8.0", "1", "pass"),
+])
+def test_te_packing_gate_compares_like_megatron(tmp_path, bare_python, version, cp, status):
+    env = Env(tmp_path).fake("te", fake_te, version, dists={"transformer_engine": version})
+    row = run(env, bare_python, "--cp", cp).check("te.version")
+    assert row["status"] == status, row
+    if status == "fail":
+        assert row["summary"] == (f"SFT sequence packing requires Transformer Engine >= 2.9.0 but got {version} "
+                                  "(TE < 2.9.0 may have convergence issues).")
+        assert_fix_turns_green(env, bare_python, "te.version", "--cp", cp)
+
+
+def test_te_mismatched_subpackages(tmp_path, bare_python):
+    env = Env(tmp_path).fake("te", fake_te, "2.16.1", dists={"transformer-engine": "2.16.1",
+                                                               "transformer-engine-cu13": "2.14.0"})
+    row = run(env, bare_python).check("te.version")
+    assert row["status"] == "fail"
+    assert row["summary"] == ("Transformer Engine package version mismatch. Found transformer-engine v2.16.1 and "
+                              "transformer-engine-cu13 v2.14.0.")
+    assert commands(row)[0].startswith("pip uninstall -y transformer-engine")
+    assert_fix_turns_green(env, bare_python, "te.version")
+
+
+def test_te_missing_and_corrupt_metadata(tmp_path, bare_python):
+    row = run(Env(tmp_path), bare_python).check("te.version")
+    assert row["status"] == "fail" and row["summary"] == "Transformer Engine is not installed"
+    assert run(Env(tmp_path), bare_python).check("te.import")["status"] == "skip"
+
+    def corrupt(site: FakeSite):
+        site.dist("transformer-engine", None, metadata=b"\x00\xff garbage")
+        site.file("transformer_engine/__init__.py", "")
+    row = run(Env(tmp_path / "c").fake("te", corrupt), bare_python).check("te.version")
+    assert row["status"] == "warn" and "unreadable METADATA" in row["summary"]
+
+
+@pytest.mark.parametrize("error, needs, hint", [
+    ("/site/transformer_engine_torch.so: undefined symbol: _ZN3c104cuda9SetDeviceEi", None, "ABI mismatch"),
+    ("Could not find shared object file for Transformer Engine torch lib.", None, "[pytorch] extra"),
+    ("libcudnn_adv.so.9: cannot open shared object file: No such file or directory", "nvidia_cudnn_fake",
+     "cannot load cuDNN"),
+])
+def test_te_import_errors_are_classified_and_fixed(tmp_path, bare_python, error, needs, hint):
+    env = Env(tmp_path).fake("torch", fake_torch).fake("te", fake_te, "2.16.1", import_error=error, needs=needs)
+    row = run(env, bare_python).check("te.import")
+    assert row["status"] == "fail"
+    assert error in row["summary"] and hint in row["details"]
+    assert "HAVE_TE=False" in row["details"]
+    assert_fix_turns_green(env, bare_python, "te.import")
+
+
+# --- Megatron-core -------------------------------------------------------------------------------------------------
+
+def test_megatron_core_release_with_cp(tmp_path, bare_python):
+    env = Env(tmp_path).wheel("megatron", "megatron-core-0.19.2")
+    result = run(env, bare_python, "--cp", "2", "--gpu-arch", "9.0")
+    cpm = result.check("mcore.cp-partition-mode")
+    assert cpm["status"] == "fail"
+    assert ("ValueError: cp_layout='contiguous' requires PackedSeqParams.cp_partition_mode, which this Megatron-core "
+            "version does not provide.") in cpm["summary"]
+    assert "DSv4 THD CP requires a contiguous CP partition." in cpm["details"]
+    assert "pad_between_seqs" in cpm["evidence"]["fields"]  # read from the real 0.19.2 dataclass
+    dsv4 = result.check("mcore.dsv4")
+    assert dsv4["status"] == "fail" and "Megatron-core 0.19.2 has no dsv4_hybrid" in dsv4["summary"]
+    config = result.check("mcore.config")
+    assert config["status"] == "fail"
+    assert "cp_partition_mode, sequence_packing_scheduler" in config["summary"]
+    assert config["evidence"]["fields"]["max_seqlen_per_dp_cp_rank"].startswith("ModelParallelConfig.")
+    assert "cp_partition_mode=contiguous" in config["details"]
+    at_cp1 = run(env, bare_python, "--cp", "1").check("mcore.cp-partition-mode")
+    assert at_cp1["status"] == "skip" and "CP = 1" in at_cp1["summary"]
+    for check_id in ("mcore.cp-partition-mode", "mcore.dsv4", "mcore.config"):
+        fresh = Env(tmp_path / check_id).wheel("megatron", "megatron-core-0.19.2")
+        assert_fix_turns_green(fresh, bare_python, check_id, "--cp", "2")
+
+
+def test_megatron_dev_fake_passes_and_reports_its_branch_evidence(tmp_path, bare_python):
+    env = Env(tmp_path).fake("megatron", fake_megatron_dev)
+    result = run(env, bare_python, "--cp", "2")
+    dsv4 = result.check("mcore.dsv4")
+    assert dsv4["status"] == "pass"
+    assert "dev at fd1121b8 (reports 0.19.0)" in dsv4["summary"]
+    assert "fused CSA compressor (dev >= 108cb6bc)" in dsv4["summary"]
+    cpm = result.check("mcore.cp-partition-mode")
+    assert cpm["status"] == "pass" and "Literal['zigzag', 'contiguous'] = 'zigzag'" in cpm["summary"]
+    assert result.check("mcore.config")["status"] == "pass"
+
+
+def test_megatron_variants(tmp_path, bare_python):
+    kwargs = Env(tmp_path).fake("megatron", fake_megatron_dev, cp_partition_mode=False, kwargs_init=True)
+    assert run(kwargs, bare_python, "--cp", "2").check("mcore.cp-partition-mode")["status"] == "pass"
+    older = Env(tmp_path / "o").fake("megatron", fake_megatron_dev, backend_knob="apply_dsa_kernel_fusion")
+    row = run(older, bare_python, "--cp", "2").check("mcore.config")
+    assert row["status"] == "warn" and "apply_dsa_kernel_fusion=True" in row["summary"]
+    assert run(older, bare_python, "--cp", "2", "--dsa-backend", "none").check("mcore.config")["status"] == "pass"
+
+
+def test_undecodable_megatron_source_is_an_error_finding(tmp_path, bare_python):
+    def broken(site: FakeSite):
+        fake_megatron_dev(site)
+        site.file("megatron/core/packed_seq_params.py", b"class PackedSeqParams:\n    x = '\xff\xfe'\n")
+    row = run(Env(tmp_path).fake("megatron", broken), bare_python, "--cp", "2").check("mcore.cp-partition-mode")
+    assert row["status"] == "error" and "cannot read" in row["summary"] and not row["internal_error"]
+
+
+# --- verl ----------------------------------------------------------------------------------------------------------
+
+def test_verl_0_9_0_has_the_layout_plumbing(tmp_path, bare_python):
+    env = Env(tmp_path).wheel("verl", "verl-0.9.0")
+    row = run(env, bare_python, "--cp", "2").check("verl.cp-layout")
+    assert row["status"] == "pass" and row["summary"].startswith("verl 0.9.0: contiguous CP layout (#7221)")
+    assert row["evidence"]["markers"]["#7407 int16 routed experts"] is False
+    assert run(env, bare_python, "--cp", "1").check("verl.cp-layout")["status"] == "skip"
+    assert run(Env(tmp_path / "n"), bare_python, "--cp", "2").check("verl.cp-layout")["summary"] == \
+        "verl is not installed"
+
+
+def test_old_verl_fails_under_cp_and_its_fix_turns_green(tmp_path, bare_python):
+    env = Env(tmp_path).fake("verl", fake_old_verl)
+    row = run(env, bare_python, "--cp", "2").check("verl.cp-layout")
+    assert row["status"] == "fail" and "lacks the contiguous CP layout (PR #7221)" in row["summary"]
+    assert_fix_turns_green(env, bare_python, "verl.cp-layout", "--cp", "2")
+
+
+# --- kernels -------------------------------------------------------------------------------------------------------
+
+def test_kernels(tmp_path, bare_python):
+    env = Env(tmp_path)
+    result = run(env, bare_python)
+    assert result.check("kernels.flash-mla")["status"] == "fail"
+    assert "flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev)" in result.check("kernels.flash-mla")["summary"]
+    assert result.check("kernels.fast-hadamard")["status"] == "fail"
+    assert result.check("kernels.triton")["status"] == "warn"
+    assert run(env, bare_python, "--dsa-backend", "none").check("kernels.flash-mla")["status"] == "skip"
+    for check_id in ("kernels.flash-mla", "kernels.fast-hadamard", "kernels.triton"):
+        assert_fix_turns_green(env, bare_python, check_id)
+
+
+def test_fast_hadamard_missing_with_verl_shim_is_a_warning(tmp_path, bare_python):
+    env = Env(tmp_path).wheel("verl", "verl-0.9.0")
+    row = run(env, bare_python).check("kernels.fast-hadamard")
+    assert row["status"] == "warn" and "pure-torch shim" in row["summary"]
+
+
+def test_broken_flash_mla_import(tmp_path, bare_python):
+    env = Env(tmp_path).fake("flash_mla", lambda s: fake_kernel(s, "flash_mla", "flash-mla", "something_else"))
+    row = run(env, bare_python).check("kernels.flash-mla")
+    assert row["status"] == "fail" and "flash_mla_sparse_fwd does not load" in row["summary"]
