@@ -42,8 +42,12 @@ def _not_needed(profile: Profile) -> str | None:
 
 
 def _missing_extras(static, fe: dict | None) -> list[str]:
-    """Every unmet `cutedsl` requirement at once: an import error names only the first."""
+    """Every unmet `cutedsl` requirement at once: an import error names only the first.
+
+    Without a frontend installed, the extra's known members stand in for its declared requirements."""
     missing = []
+    if fe is None:
+        return [f"{name} (not installed)" for name in CUTEDSL_EXTRA if static.version(name) is None]
     reqs = extra_requirements(fe, "cutedsl") or []
     for req in reqs:
         if canonical(req.name) not in CUTEDSL_EXTRA:
@@ -153,7 +157,7 @@ def _csa(ctx):
                 .get("found", False), "unmet_cutedsl_requirements": missing}
     if fe is None and not static.module("cudnn").get("found"):
         return failed("nvidia-cudnn-frontend is not installed: Megatron silently keeps the eager CSA compressor",
-                      fixes=[FIX_FE, *_extra_fixes(missing), FIX_CUTEDSL], **evidence)
+                      fixes=[FIX_FE, *_extra_fixes(missing)], **evidence)
     answer = ctx.require(CSA_PROBE)
     fwd, bwd = outcome(answer, CSA_FWD), outcome(answer, CSA_BWD)
     evidence["forward"] = {k: fwd.get(k) for k in ("ok", "error")}
@@ -221,7 +225,7 @@ def _dsa(ctx):
     evidence = {"frontend": fe.get("version") if fe else None, "unmet_cutedsl_requirements": missing,
                 "static_q_causal_offsets": None if wrapper_src is None else "q_causal_offsets" in wrapper_src["params"]}
     if fe is None and not static.module("cudnn").get("found"):
-        return failed(M8, fixes=[FIX_FE, FIX_CUTEDSL, FIX_BACKEND_NONE], **evidence)
+        return failed(M8, fixes=[FIX_FE, *_extra_fixes(missing), FIX_BACKEND_NONE], **evidence)
     answer = ctx.require(DSA_PROBE)
     namespace, wrapper = outcome(answer, "cudnn:DSA"), outcome(answer, DSA_WRAPPER)
     evidence["wrapper"] = {k: wrapper.get(k) for k in ("ok", "error")}

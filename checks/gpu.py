@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.model import Check, Source, failed, passed, skipped, warned
+from dsv4_doctor.model import Check, Fix, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import NVIDIA_SMI, TORCH
 
 
@@ -69,6 +69,8 @@ gpu_devices = Check(
 
 
 CP_ARCHS = {(9, 0): "sm_90a", (10, 0): "sm_100a", (10, 3): "sm_103a"}
+SUPPORTED_GPU = Fix("Run DSv4 CP on H100/H200 (9.0), B200/GB200 (10.0) or B300/GB300 (10.3) GPUs, or with CP = 1", [])
+BACKEND_NONE = Fix("Set dsa_kernel_backend=none (Megatron's PyTorch fallback; check with --dsa-backend none)", [])
 
 
 def _gpu_arch(ctx):
@@ -89,11 +91,10 @@ def _gpu_arch(ctx):
             f"Unsupported GPU compute capability {arch} for CSA CP CuTe kernels; supported architectures: "
             "sm_90a, sm_100a, sm_103a.",
             "Megatron's CP layout kernels compile only for these; the first CP forward raises this RuntimeError.",
-            **evidence)
+            fixes=[SUPPORTED_GPU], **evidence)
     if profile.dsa_backend == "cudnn" and cc[0] < 9:
         return failed(f"dsa_kernel_backend=cudnn requires SM90+ (Hopper or later); CC {arch}",
-                      "Megatron rejects the config; set dsa_kernel_backend=none (check with --dsa-backend none).",
-                      **evidence)
+                      "Megatron rejects the config at build time.", fixes=[BACKEND_NONE], **evidence)
     notes = {
         (9, 0): "SM90: the fused CSA compressor never runs here (CC 10.0 only); fused DSA with the dense indexer "
                 "loss is rejected on SM90 (use dsa_indexer_use_sparse_loss=True), and FlashMLA needs an SM90 build",
@@ -129,6 +130,7 @@ gpu_arch = Check(
                "https://github.com/NVIDIA/Megatron-LM/blob/d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1/megatron/core/"
                "transformer/transformer_config.py#L1773-L1818"),
     ),
+    fixes=(SUPPORTED_GPU, BACKEND_NONE),
     probes=(NVIDIA_SMI,),
     run=_gpu_arch,
 )

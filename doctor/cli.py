@@ -242,6 +242,8 @@ PYTHON = typer.Option(None, "--python", help="Interpreter to inspect (default: t
 ONLY = typer.Option(None, "--only", help="Run only these check ids (repeatable, comma-separated, globs allowed).")
 SKIP = typer.Option(None, "--skip", help="Skip these check ids (repeatable, comma-separated, globs allowed).")
 TIMEOUT = typer.Option(60.0, "--timeout", min=1.0, help="Seconds each isolated probe may take before it is killed.")
+DEVICE = typer.Option(Device.auto, "--device", help="Where the smoke forward runs: auto (a GPU when one is "
+                      "visible, else skipped), cuda, or cpu.")
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -258,17 +260,23 @@ def check(
     strict: bool = typer.Option(False, "--strict", help="Warnings fail too (exit 1)."),
     static_only: bool = typer.Option(False, "--static-only", help="Only checks that import nothing (metadata, "
                                      "file locations, ast): well under a second."),
+    no_smoke: bool = typer.Option(False, "--no-smoke", help="Skip the smoke forward (smoke.thd-cp)."),
+    device: Device = DEVICE,
 ) -> None:
     """Check this environment for the planned DSv4 job (the default command)."""
-    from .render import render
-    from .render.github import emit
-    from .render import verdict_line
-
     target = _python(python)
     profile = Profile(cp=cp, dsa_backend=dsa_backend.value, gpu_arch=gpu_arch,
-                      gpu_arch_source="option" if gpu_arch else "unknown")
+                      gpu_arch_source="option" if gpu_arch else "unknown", device=device.value,
+                      smoke="off" if no_smoke else ("on" if device is Device.cpu else "auto"))
     report = execute(profile, target, _ids(only), _ids(skip), timeout, strict,
                      progress=fmt is Format.text and sys.stderr.isatty(), static_only=static_only)
+    _emit(report, fmt, output)
+
+
+def _emit(report: dict, fmt: Format, output: Optional[str]) -> None:
+    from .render import render, verdict_line
+    from .render.github import emit
+
     color = _color(output) if fmt is Format.text else False
     width = shutil.get_terminal_size((160, 24)).columns if color and sys.stdout.isatty() else None
     _write(render(report, fmt.value, color=color, width=width), output)
@@ -276,6 +284,24 @@ def check(
         _stderr(verdict_line(report) + f" (report written to {output})")
     emit(report, sys.stderr)
     raise typer.Exit(report["summary"]["exit_code"])
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def smoke(
+    cp: int = CP,
+    dsa_backend: Backend = BACKEND,
+    python: Optional[str] = PYTHON,
+    timeout: float = TIMEOUT,
+    device: Device = typer.Option(Device.auto, "--device", help="auto: the GPU when torch sees one, else the CPU."),
+    fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the report to this file."),
+) -> None:
+    """Run only the smoke forward (smoke.thd-cp): a contiguous-CP THD attention against a float32 reference."""
+    target = _python(python)
+    profile = Profile(cp=cp, dsa_backend=dsa_backend.value, device=device.value, smoke="on")
+    report = execute(profile, target, ["smoke.thd-cp"], [], timeout, strict=False,
+                     progress=fmt is Format.text and sys.stderr.isatty())
+    _emit(report, fmt, output)
 
 
 @app.command("list")
@@ -408,7 +434,7 @@ def fix(
 def report_profile(report: dict) -> Profile:
     p = report["profile"]
     return Profile(cp=p["cp"], dsa_backend=p["dsa_backend"], gpu_arch=p["gpu_arch"],
-                   gpu_arch_source=p["gpu_arch_source"], device=p.get("device", "auto"), smoke=p.get("smoke", True))
+                   gpu_arch_source=p["gpu_arch_source"], device=p.get("device", "auto"), smoke=p.get("smoke", "auto"))
 
 
 def version_callback(value: bool) -> None:

@@ -73,7 +73,8 @@ class Profile:
     gpu_arch: str | None = None  # "9.0"; None when unknown
     gpu_arch_source: str = "unknown"  # "option" | "detected" | "unknown"
     device: str = "auto"  # where the smoke forward runs: auto | cuda | cpu
-    smoke: bool = True
+    smoke: str = "auto"  # auto: when a GPU is visible; on: always (`dsv4-doctor smoke`); off: --no-smoke
+    gpus: int = 0  # GPUs nvidia-smi lists on this host
 
     @property
     def cc(self) -> tuple[int, int] | None:
@@ -91,6 +92,7 @@ class Profile:
             "gpu_arch_source": self.gpu_arch_source,
             "device": self.device,
             "smoke": self.smoke,
+            "gpus": self.gpus,
         }
 
 

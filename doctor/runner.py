@@ -141,9 +141,10 @@ class RunResult:
 
 
 def resolve_profile(profile: Profile, pool: ProbePool) -> tuple[Profile, list[dict]]:
-    """Fill in --gpu-arch from nvidia-smi when the user did not give it."""
+    """Count the GPUs, and fill in --gpu-arch from nvidia-smi when the user did not give it."""
     smi = pool.result(NVIDIA_SMI)
     gpus = parse_nvidia_smi(smi.data) if smi.ok else []
+    profile = replace(profile, gpus=len(gpus))
     if profile.gpu_arch is None and gpus and gpus[0].get("compute_capability"):
         profile = replace(profile, gpu_arch=gpus[0]["compute_capability"], gpu_arch_source="detected")
     return profile, gpus
@@ -193,9 +194,7 @@ def run_checks(
         static_request = StaticRequest.merge(c.static for c in checks)
     static_probe = static_probe_for(static_request, probe_timeout_s)
     pool.submit(static_probe)  # every run needs it (the report names the target interpreter)
-    if profile.gpu_arch is None:
-        pool.submit(NVIDIA_SMI)
-    profile, gpus = resolve_profile(profile, pool) if profile.gpu_arch is None else (profile, [])
+    profile, gpus = resolve_profile(profile, pool)
     ctx = Context(profile=profile, python=python, pool=pool, static_probe=static_probe)
 
     # Start every applicable check's probes now, so they run concurrently while checks wait for theirs.
@@ -241,9 +240,14 @@ def run_checks(
                        f"({probe_budget + CHECK_TIMEOUT_S:.0f} s)", evidence={"origin": check.origin}),
                 time.monotonic() - start, internal=True,
             )
-    pool.shutdown()
     static_future = pool._futures.get(static_probe.key)
-    static_result = static_future.result() if static_future is not None and static_future.done() else None
+    static_result = None
+    if static_future is not None:  # the report names the target interpreter from it, even if no check needed it
+        try:
+            static_result = static_future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except Exception:
+            static_result = None
+    pool.shutdown()
     probes = []
     for key, fut in pool._futures.items():
         if fut.done() and not fut.cancelled():

@@ -344,3 +344,101 @@ def healthy(root: Path, te_version: str = "2.16.1") -> Env:
                                                "hadamard_transform", "1.0.4.post1"))
     env.fake("triton", lambda s: fake_kernel(s, "triton", "triton", None, "3.5.0"))
     return env
+
+
+def fake_megatron_importable(site: FakeSite, *, mode: str = "ok") -> None:
+    """A Megatron dev tree whose DSv4 layer API imports and runs on the CPU, mimicking upstream's signatures.
+
+    mode: "ok"; "nan" (the layer returns NaN); "zigzag-only" (the config rejects CP like a Megatron whose DSv4 CP
+    needs cp_partition_mode='contiguous' but receives the default); "no-te" (the spec provider needs TE).
+    """
+    fake_megatron_dev(site)
+    site.file("megatron/core/__init__.py", "")
+    site.file("megatron/core/parallel_state.py", """
+        import torch.distributed as dist
+        _STATE = {}
+
+        def initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
+                                      context_parallel_size=1):
+            assert dist.is_initialized(), "torch.distributed is not initialized"
+            assert dist.get_world_size() % context_parallel_size == 0
+            _STATE["cp"] = context_parallel_size
+
+        def destroy_model_parallel():
+            _STATE.clear()
+    """)
+    site.file("megatron/core/tensor_parallel/__init__.py", "")
+    site.file("megatron/core/tensor_parallel/random.py", """
+        import torch
+
+        def model_parallel_cuda_manual_seed(seed):
+            torch.manual_seed(seed)
+    """)
+    site.file("megatron/core/process_groups_config.py", """
+        import torch.distributed as dist
+
+        class ProcessGroupCollection:
+            @classmethod
+            def use_mpu_process_groups(cls):
+                pg = cls()
+                pg.cp = dist.group.WORLD
+                return pg
+    """)
+    site.file("megatron/core/packed_seq_params.py", """
+        from dataclasses import dataclass
+        from typing import Literal
+
+        @dataclass
+        class PackedSeqParams:
+            qkv_format: str = None
+            cu_seqlens_q: object = None
+            cu_seqlens_kv: object = None
+            cu_seqlens_q_padded: object = None
+            cu_seqlens_kv_padded: object = None
+            max_seqlen_q: int = None
+            max_seqlen_kv: int = None
+            cp_partition_mode: Literal["zigzag", "contiguous"] = "zigzag"
+    """)
+    # A config that rejects CP whatever it is told stands for a Megatron whose field does not take effect.
+    rejects = "True" if mode == "zigzag-only" else 'self.cp_partition_mode != "contiguous"'
+    site.file("megatron/core/transformer/transformer_config.py", (
+        "class MLATransformerConfig:\n"
+        "    def __init__(self, **kwargs):\n"
+        "        self.context_parallel_size = 1\n"
+        "        self.cp_partition_mode = 'zigzag'\n"
+        "        self.__dict__.update(kwargs)\n"
+        f"        if self.context_parallel_size > 1 and ({rejects}):\n"
+        "            raise ValueError(\"DSv4 Hybrid with context parallelism requires cp_partition_mode='contiguous'.\")\n"
+    ))
+    site.file("megatron/core/extensions/__init__.py", "")
+    site.file("megatron/core/extensions/transformer_engine_spec_provider.py",
+              ("import transformer_engine_missing_in_this_image\n" if mode == "no-te" else "import transformer_engine\n")
+              + "class TESpecProvider:\n    pass\n")
+    site.file("megatron/core/models/__init__.py", "")
+    site.file("megatron/core/models/gpt/__init__.py", "")
+    site.file("megatron/core/models/gpt/experimental_attention_variant_module_specs.py", """
+        def get_dsv4_hybrid_module_spec_for_backend(config, backend):
+            assert config.multi_latent_attention
+            return ("dsv4_hybrid", backend)
+    """)
+    site.file("megatron/core/transformer/spec_utils.py", f"""
+        import torch
+
+        class _DSv4Layer(torch.nn.Module):
+            def __init__(self, config):
+                super().__init__()
+                self.config = config
+                self.proj = torch.nn.Linear(config.hidden_size, config.hidden_size)
+
+            def forward(self, hidden_states, attention_mask, packed_seq_params=None, **kwargs):
+                if self.config.context_parallel_size > 1 and packed_seq_params.cp_partition_mode != "contiguous":
+                    raise ValueError("DSv4 THD CP requires a contiguous CP partition.")
+                out = torch.tanh(self.proj(hidden_states.float())).to(hidden_states.dtype)
+                if {mode == "nan"!r}:
+                    out = out * float("nan")
+                return out, None
+
+        def build_module(spec, config, layer_number, pg_collection):
+            return _DSv4Layer(config)
+    """)
+    site.file("megatron/core/transformer/__init__.py", "")

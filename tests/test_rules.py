@@ -350,3 +350,21 @@ def test_broken_flash_mla_import(tmp_path, bare_python):
     env = Env(tmp_path).fake("flash_mla", lambda s: fake_kernel(s, "flash_mla", "flash-mla", "something_else"))
     row = run(env, bare_python).check("kernels.flash-mla")
     assert row["status"] == "fail" and "flash_mla_sparse_fwd does not load" in row["summary"]
+
+
+# --- every fix a bare environment gets, applied, turns its check green ----------------------------------------------
+
+BARE_PROFILES = [("--cp", "2", "--gpu-arch", "9.0"), ("--gpu-arch", "10.0"), ("--cp", "2", "--gpu-arch", "10.0")]
+
+
+@pytest.mark.parametrize("profile", BARE_PROFILES)
+def test_every_printed_fix_turns_its_check_green_from_an_empty_environment(tmp_path, bare_python, profile):
+    report = run(Env(tmp_path / "probe"), bare_python, *profile).report
+    failing = [c for c in report["checks"] if c["status"] in NOT_GREEN and commands(c)]
+    assert len(failing) >= 8, [c["id"] for c in failing]
+    for c in failing:
+        env = Env(tmp_path / c["id"])
+        for cmd in commands(c):
+            env.apply(cmd)
+        after = run(env, bare_python, "--only", c["id"], *profile).check(c["id"])
+        assert after["status"] not in NOT_GREEN, (c["id"], commands(c), after["summary"])

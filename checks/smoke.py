@@ -1,0 +1,185 @@
+"""The smoke forward: run a contiguous-CP THD attention on the GPU and compare it with an unsharded reference."""
+
+from __future__ import annotations
+
+from dsv4_doctor.model import Check, Fix, Profile, Source, errored, failed, passed, warned
+from dsv4_doctor.probes import Probe, StaticRequest
+
+from ._upstream import EAV, mlm
+from .cudnn_fe import FIX_FE
+from .cutedsl import FIX_CUTLASS, FIX_TVM
+from .kernels import FIX_FLASH_MLA, FIX_HADAMARD
+from .mcore import FIX_MCORE
+from .pytorch import INSTALL_TORCH
+from .te import INSTALL as FIX_TE
+
+DSV4_MODULE = EAV.replace("/", ".") + "deepseek_v4_hybrid_attention"
+STATIC = StaticRequest(modules=(DSV4_MODULE,))
+MEMORY_LIMIT_MIB = 1024
+
+# Upstream texts and missing modules a tier-2 failure can show, and the rulebook fix for each.
+TIER2_TEXTS = (
+    ("requires cp_partition_mode='contiguous'", [FIX_MCORE]),
+    ("DSv4 THD CP requires a contiguous CP partition", [FIX_MCORE]),
+    ("Invalid experimental attention variant", [FIX_MCORE]),
+    ("SFT sequence packing requires Transformer Engine", [FIX_TE]),
+    ("requires CUDA tensors and CuTeDSL", [FIX_CUTLASS]),
+    ("CSA CP CuTe kernels", []),
+    ("FlashMLA is required", [FIX_FLASH_MLA]),
+    ("fast_hadamard_transform is not installed", [FIX_HADAMARD]),
+    ("q_causal_offsets", [FIX_FE]),
+    ("cudnn-frontend DSA namespace not available", [FIX_FE]),
+    ("requires fused DSA kernels", [FIX_FE, FIX_FLASH_MLA]),
+)
+TIER2_MODULES = {
+    "transformer_engine": [FIX_TE], "cudnn": [FIX_FE], "cutlass": [FIX_CUTLASS], "cuda": [FIX_CUTLASS],
+    "flash_mla": [FIX_FLASH_MLA], "fast_hadamard_transform": [FIX_HADAMARD], "megatron": [FIX_MCORE],
+    "tvm_ffi": [FIX_TVM], "torch": [INSTALL_TORCH],
+}
+
+
+def _not_run(profile: Profile) -> str | None:
+    if profile.smoke == "off":
+        return "--no-smoke"
+    if profile.smoke == "auto" and profile.device == "auto" and not profile.gpus:
+        return "no GPU visible (nvidia-smi): the smoke forward runs on a GPU; --device cpu runs it on the CPU"
+    return None
+
+
+def smoke_probe(profile: Profile, tier2: bool) -> Probe:
+    request = {"cp": profile.cp, "device": profile.device, "tier2": tier2, "dsa_backend": profile.dsa_backend}
+    return Probe.python(f"smoke:cp={profile.cp}:device={profile.device}:tier2={tier2}", "dsv4probe_smoke.py", request)
+
+
+def tier2_fixes(error: dict) -> list[Fix]:
+    text = f"{error.get('type')}: {error.get('message')}"
+    missing = (error.get("missing_module") or "").split(".")[0]
+    if missing in TIER2_MODULES:
+        return TIER2_MODULES[missing]
+    for needle, fixes in TIER2_TEXTS:
+        if needle in text:
+            return fixes
+    return []
+
+
+def _describe(cmp_: dict) -> str:
+    return (f"max |err| {cmp_['max_abs_error']:.2e} <= {cmp_['tolerance']:g}, "
+            f"zigzag control {cmp_['negative_control_zigzag_error']:.2f}")
+
+
+def _tier2(data: dict, evidence: dict):
+    """A Result for a failed tier 2, or None when it passed or did not run."""
+    for name, t2 in (data.get("tier2") or {}).items():
+        label = "CP=1" if name == "cp1" else f"CP={t2.get('cp')}"
+        if t2.get("error"):
+            err = t2["error"]
+            return failed(
+                f"the DSv4 hybrid attention layer ({label}) failed at {t2.get('stage')}: {err.get('type')}: "
+                f"{err.get('message')}", "\n".join(err.get("where", [])), fixes=tier2_fixes(err), **evidence)
+        if not t2.get("finite", True):
+            settings = ", ".join(f"{k}={v}" for k, v in (t2.get("settings") or {}).items())
+            return failed(f"the DSv4 hybrid attention layer ({label}) produced non-finite output",
+                          f"Kernel settings in use: {settings}. Compare with --dsa-backend none (Megatron's PyTorch "
+                          "fallback) to see which kernel produces it.", **evidence)
+        if "max_abs_diff_vs_cp1" in t2 and not t2.get("ok"):
+            return failed(f"the DSv4 hybrid attention layer at {label} differs from CP=1 by "
+                          f"{t2['max_abs_diff_vs_cp1']:.3g} (> {t2.get('parity_tolerance')})", **evidence)
+    return None
+
+
+def _smoke(ctx):
+    tier2 = bool(ctx.static.module(DSV4_MODULE).get("found"))
+    data = ctx.require(smoke_probe(ctx.profile, tier2))
+    if not data.get("imported"):
+        err = data.get("error", {})
+        return failed(f"torch does not import, so nothing can run: {err.get('type')}: {err.get('message')}",
+                      fixes=[INSTALL_TORCH], error=err)
+    if data.get("device_error"):
+        return failed(data["device_error"], torch=data.get("torch"))
+    t1 = data.get("tier1", {})
+    evidence = {
+        "device": data.get("device"), "torch": data.get("torch"), "cp": data.get("cp"),
+        "backend": t1.get("backend"), "shape": t1.get("shape"), "comparisons": t1.get("comparisons"),
+        "ranks": t1.get("ranks"), "distributed": data.get("distributed"), "tier2": data.get("tier2"),
+        "timing": data.get("timing"), "gpu_memory_peak_mib": data.get("gpu_memory_peak_mib"),
+    }
+    if t1.get("error"):
+        err = t1["error"]
+        return failed(f"the THD attention forward raised {err.get('type')}: {err.get('message')}",
+                      "\n".join(err.get("where", [])), **evidence)
+    device = data["device"]
+    where = device["type"] if device["type"] == "cpu" else f"cuda ({device['name']}, CC {device['capability']})"
+    for kind, cmp_ in t1["comparisons"].items():
+        backend = t1["backend"].get(kind)
+        if not cmp_["finite"]:
+            return failed(f"{kind} attention produced non-finite values on {where} ({backend})", **evidence)
+        if cmp_["max_abs_error"] > cmp_["tolerance"]:
+            return failed(f"{kind} attention with the contiguous CP layout differs from the float32 reference by "
+                          f"{cmp_['max_abs_error']:.3g} (> {cmp_['tolerance']:g}) on {where} ({backend})", **evidence)
+        if not cmp_["ok"]:
+            return errored(f"the {kind} negative control did not fail (zigzag error "
+                           f"{cmp_['negative_control_zigzag_error']:.3g}): the comparison could not tell layouts apart",
+                           **evidence)
+    dist = data.get("distributed") or {}
+    if dist.get("ran"):
+        if dist.get("error"):
+            return failed(f"the {data['cp']}-process {dist.get('process_backend')} run failed: {dist['error']}",
+                          dist.get("log_tail", ""), **evidence)
+        for kind, cmp_ in dist.get("comparisons", {}).items():
+            if not cmp_.get("ok"):
+                return failed(f"{kind} attention across {data['cp']} {dist.get('process_backend')} ranks differs "
+                              f"from the reference: {_describe(cmp_)}, {cmp_.get('max_abs_diff_vs_single_device'):.3g}"
+                              " from the single-device result", **evidence)
+    bad = _tier2(data, evidence)
+    if bad is not None:
+        return bad
+    ranks = f"{data['cp']} {dist['process_backend'].upper()} processes" if dist.get("ran") else \
+        f"{data['cp']} simulated rank(s)"
+    worst = max(c["max_abs_error"] for c in t1["comparisons"].values())
+    t2 = data.get("tier2") or {}
+    tier2_note = ("; DSv4 layer " + ", ".join(("CP=1" if k == "cp1" else f"CP={v.get('cp')}") + " ok"
+                                               for k, v in t2.items())) if t2 else \
+        "; tier 2 (DSv4 layer) not run: Megatron-core dsv4_hybrid not installed"
+    summary = (f"contiguous-CP THD attention matches the float32 reference on {where}, {ranks}: max |err| "
+               f"{worst:.1e} <= {t1['comparisons']['causal']['tolerance']:g}, zigzag control "
+               f"{min(c['negative_control_zigzag_error'] for c in t1['comparisons'].values()):.1f}{tier2_note}")
+    memory = data.get("gpu_memory_peak_mib")
+    if memory is not None and memory > MEMORY_LIMIT_MIB:
+        return warned(summary + f"; but it used {memory:.0f} MiB of GPU memory (> {MEMORY_LIMIT_MIB})", **evidence)
+    return passed(summary, **evidence)
+
+
+smoke_thd_cp = Check(
+    id="smoke.thd-cp",
+    title="Smoke forward: contiguous-CP THD attention computes the right numbers",
+    explanation="""
+        Version rules say what should work; only running a kernel shows what does. The smoke forward packs a small
+        bf16 THD batch (one sequence shorter than the attention window, one crossing a rank boundary and spanning
+        more than one rank, tail padding so the total divides by the CP size) and shards it contiguously: rank r
+        owns rows [r*L, (r+1)*L), the layout DSv4 requires (the zigzag layout "silently produces wrong attention
+        results"). Each rank attends its local queries to all-gathered keys/values, for full causal and causal
+        sliding-window attention (DSv4's window branch, which needs the previous rank's boundary rows), with
+        torch's varlen_attn on the GPU (SDPA per segment with an explicit bottom-right mask elsewhere). The
+        concatenated outputs must match an unsharded float32 reference within the bf16 tolerance (2e-2), and the
+        same outputs re-assembled as if the layout were zigzag must not (the negative control). With --cp N and N
+        GPUs the ranks are real NCCL processes; with --device cpu, gloo processes. When Megatron-core with
+        dsv4_hybrid is installed, tier 2 also builds the smallest DSv4 hybrid attention layer and runs it on THD
+        input with PackedSeqParams(cp_partition_mode="contiguous"), CP=1 and, with N GPUs, CP=N against CP=1.
+    """,
+    applies_when="a GPU is visible (or --device cpu); not with --no-smoke",
+    detects="a THD attention forward in a subprocess: finiteness, error vs float32 reference, zigzag control",
+    sources=(
+        mlm(EAV + "deepseek_v4_hybrid_attention.py", "271",
+            "Megatron-LM dev deepseek_v4_hybrid_attention.py (contiguous CP partition required)"),
+        mlm("tests/unit_tests/transformer/experimental_attention_variant/test_dsv4_hybrid_attention_cp.py", "",
+            "Megatron-LM dev test_dsv4_hybrid_attention_cp.py (CP=N vs CP=1 parity)"),
+        Source("PyTorch torch.nn.attention.varlen.varlen_attn",
+               "https://docs.pytorch.org/docs/stable/nn.attention.varlen.html"),
+        Source("NVIDIA gpu-operator #2685 (validator said Ready while CUDA workloads failed)",
+               "https://github.com/NVIDIA/gpu-operator/issues/2685"),
+    ),
+    fixes=(INSTALL_TORCH,),
+    skip_if=_not_run,
+    static=STATIC,
+    run=_smoke,
+)

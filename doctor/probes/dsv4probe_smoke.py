@@ -1,0 +1,529 @@
+"""The smoke forward: a contiguous-CP THD attention run compared with an unsharded float32 reference.
+
+Tier 1 (torch only). A packed bf16 THD batch of uneven sequences (one shorter than the window, one crossing a rank
+boundary and spanning more than one rank), padded so the total divides by the CP size N. Rank r owns rows
+[r*L, (r+1)*L). Each rank attends its local queries to the keys/values an all-gather gives it, for full causal and
+causal sliding-window attention (the window needs the W-1 boundary rows of the previous rank), with torch's
+variable-length kernel (`varlen_attn`) where it runs, else SDPA per segment with an explicit bottom-right mask.
+The per-rank outputs, concatenated in rank order, must match the reference within the bf16 tolerance; re-assembled
+as if the layout were zigzag they must not (the negative control proves the comparison can fail).
+On one device the N ranks are simulated; with N processes (NCCL on N GPUs, gloo on the CPU) they are real.
+
+Tier 2 (when Megatron-core with dsv4_hybrid imports). The smallest DSv4 hybrid attention layer on THD input with
+PackedSeqParams(qkv_format="thd", cp_partition_mode="contiguous"): CP=1 in this process; CP=N in the N processes,
+compared with the CP=1 output of the same weights and inputs.
+
+Stdlib besides torch (and Megatron for tier 2). Run as `python dsv4probe_smoke.py OUT REQUEST_JSON`.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from dsv4probe_common import error_info, serve
+
+TOLERANCE = 2e-2  # max abs error for bf16 inputs and outputs of magnitude <= ~1 (bf16 has 8 significant bits)
+NEGATIVE_MIN = 10 * TOLERANCE  # the zigzag re-assembly must be off by at least this much
+ROWS_PER_RANK = 128
+WINDOW = 16  # DSv4 csa_window_size semantics: W keys including the diagonal -> window_size=(W-1, 0)
+HEADS, HEAD_DIM = 4, 64
+SEED = 1234
+TIER2_PARITY = 2e-2
+
+
+# ----------------------------------------------------------------------------------------------------------- batch
+
+def sequence_lengths(cp, rows_per_rank=ROWS_PER_RANK):
+    total = cp * rows_per_rank
+    lens = [7]  # shorter than the window
+    if cp > 1:
+        lens.append(rows_per_rank + 37)  # starts on rank 0, crosses its boundary, spans more than one rank
+    cycle = [53, 29, 71, 41, 88, 33, 60]
+    i = 0
+    while sum(lens) + cycle[i % len(cycle)] <= total - 5:  # keep some tail padding
+        lens.append(cycle[i % len(cycle)])
+        i += 1
+    return lens, total
+
+
+def make_batch(torch, cp, device):
+    lens, total = sequence_lengths(cp)
+    gen = torch.Generator().manual_seed(SEED)
+    real = sum(lens)
+    qkv = []
+    for _ in range(3):
+        x = torch.randn(total, HEADS, HEAD_DIM, generator=gen)
+        x[real:] = 0  # tail padding
+        qkv.append(x.to(torch.bfloat16).to(device))
+    bounds, s = [], 0
+    for n in lens:
+        bounds.append((s, s + n))
+        s += n
+    return {"lens": lens, "total": total, "real": real, "bounds": bounds, "q": qkv[0], "k": qkv[1], "v": qkv[2]}
+
+
+def reference(torch, batch, kind):
+    """Unsharded float32 attention, one sequence at a time, from the same bf16 inputs."""
+    q, k, v = (batch[n].float() for n in ("q", "k", "v"))
+    out = torch.zeros_like(q)
+    scale = HEAD_DIM ** -0.5
+    for s, e in batch["bounds"]:
+        n = e - s
+        scores = torch.einsum("ihd,jhd->hij", q[s:e], k[s:e]) * scale
+        i = torch.arange(n, device=q.device).view(-1, 1)
+        j = torch.arange(n, device=q.device).view(1, -1)
+        allowed = j <= i
+        if kind == "window":
+            allowed = allowed & (j > i - WINDOW)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        out[s:e] = torch.einsum("hij,jhd->ihd", scores.softmax(-1), v[s:e])
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------- kernels
+
+class Attention:
+    """torch's variable-length kernel where it runs, else SDPA per segment with an explicit bottom-right mask."""
+
+    def __init__(self, torch, device):
+        self.torch = torch
+        self.varlen = None
+        self.fallback_reason = None
+        self.backend = {}
+        if device.type != "cuda":
+            self.fallback_reason = "varlen_attn has no CPU kernel"
+            return
+        try:
+            from torch.nn.attention.varlen import varlen_attn
+            self.varlen = varlen_attn
+        except ImportError as exc:
+            self.fallback_reason = "torch.nn.attention.varlen unavailable (%s)" % exc
+
+    def __call__(self, kind, q, k, v, cu_q, cu_k, max_q, max_k):
+        window = (-1, 0) if kind == "causal" else (WINDOW - 1, 0)
+        if self.varlen is not None:
+            try:
+                out = self.varlen(q, k, v, cu_q, cu_k, max_q, max_k, window_size=window)
+                self.backend[kind] = self._varlen_name()
+                return out
+            except (NotImplementedError, RuntimeError) as exc:  # NotImplementedError: no kernel for this device
+                self.varlen = None
+                self.fallback_reason = "varlen_attn failed: %s: %s" % (type(exc).__name__, str(exc)[:200])
+        self.backend[kind] = "sdpa per segment, explicit bottom-right mask (%s)" % self.fallback_reason
+        return self._sdpa(kind, q, k, v, cu_q.tolist(), cu_k.tolist())
+
+    def _varlen_name(self):
+        try:
+            impl = self.torch.nn.attention.current_flash_attention_impl()
+        except Exception:
+            impl = None
+        return "torch.nn.attention.varlen.varlen_attn (%s)" % (impl or "built-in FlashAttention-2")
+
+    def _sdpa(self, kind, q, k, v, cu_q, cu_k):
+        torch = self.torch
+        outs = []
+        for a in range(len(cu_q) - 1):
+            qs, qe, ks, ke = cu_q[a], cu_q[a + 1], cu_k[a], cu_k[a + 1]
+            nq, nk = qe - qs, ke - ks
+            i = torch.arange(nq, device=q.device).view(-1, 1) + (nk - nq)  # bottom-right: last query sees last key
+            j = torch.arange(nk, device=q.device).view(1, -1)
+            mask = j <= i
+            if kind == "window":
+                mask = mask & (j > i - WINDOW)
+            o = torch.nn.functional.scaled_dot_product_attention(
+                q[qs:qe].transpose(0, 1), k[ks:ke].transpose(0, 1), v[ks:ke].transpose(0, 1), attn_mask=mask)
+            outs.append(o.transpose(0, 1))
+        return torch.cat(outs) if outs else q[:0]
+
+
+def rank_segments(batch, rank, rows):
+    lo, hi = rank * rows, (rank + 1) * rows
+    return lo, hi, [(s, e, max(s, lo), min(e, hi)) for s, e in batch["bounds"] if s < hi and e > lo]
+
+
+def rank_forward(torch, attention, batch, kind, rank, rows, keys, values, key_offset):
+    """One rank's output rows [lo, hi) given the keys/values it holds (global rows from key_offset on)."""
+    lo, hi, segs = rank_segments(batch, rank, rows)
+    q = batch["q"]
+    out = torch.zeros(rows, HEADS, HEAD_DIM, dtype=q.dtype, device=q.device)
+    if not segs:
+        return out
+    k_parts, v_parts, cu_q, cu_k = [], [], [0], [0]
+    for s, e, qs, qe in segs:
+        ks = s if kind == "causal" else max(s, qs - (WINDOW - 1))
+        k_parts.append(keys[ks - key_offset:qe - key_offset])
+        v_parts.append(values[ks - key_offset:qe - key_offset])
+        cu_q.append(cu_q[-1] + qe - qs)
+        cu_k.append(cu_k[-1] + qe - ks)
+    q_local = q[segs[0][2]:segs[-1][3]]
+    dev = q.device
+    cu_q_t = torch.tensor(cu_q, dtype=torch.int32, device=dev)
+    cu_k_t = torch.tensor(cu_k, dtype=torch.int32, device=dev)
+    max_q = max(b - a for a, b in zip(cu_q, cu_q[1:]))
+    max_k = max(b - a for a, b in zip(cu_k, cu_k[1:]))
+    o = attention(kind, q_local.contiguous(), torch.cat(k_parts).contiguous(), torch.cat(v_parts).contiguous(),
+                  cu_q_t, cu_k_t, max_q, max_k)
+    out[segs[0][2] - lo:segs[-1][3] - lo] = o
+    return out
+
+
+def zigzag_reassembly(torch, out, cp):
+    """Read the contiguous per-rank blocks as if each rank held zigzag chunks r and 2N-1-r."""
+    n = max(cp, 2)
+    chunk = out.shape[0] // (2 * n)
+    placed = [None] * (2 * n)
+    for r in range(n):
+        block = out[r * 2 * chunk:(r + 1) * 2 * chunk]
+        placed[r], placed[2 * n - 1 - r] = block[:chunk], block[chunk:]
+    return torch.cat(placed)
+
+
+def compare(torch, out, ref, real):
+    got = out[:real].float()
+    return {
+        "finite": bool(torch.isfinite(got).all().item()),
+        "max_abs_error": float((got - ref[:real]).abs().max().item()),
+    }
+
+
+def sync(torch, device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ------------------------------------------------------------------------------------------------------------ tier 1
+
+def tier1_simulated(torch, device, cp):
+    """All N ranks in this process; the keys/values each holds are what an all-gather would give it."""
+    batch = make_batch(torch, cp, device)
+    attention = Attention(torch, device)
+    rows = batch["total"] // cp
+    result = {"shape": {"total_rows": batch["total"], "real_rows": batch["real"], "rows_per_rank": rows,
+                        "sequence_lengths": batch["lens"], "heads": HEADS, "head_dim": HEAD_DIM, "window": WINDOW,
+                        "dtype": "bfloat16"},
+              "comparisons": {}, "backend": attention.backend, "outputs": {}}
+    t0 = time.monotonic()
+    rank_forward(torch, attention, batch, "causal", 0, rows, batch["k"], batch["v"], 0)  # first kernel call
+    sync(torch, device)
+    result["first_call_s"] = round(time.monotonic() - t0, 4)
+    t1 = time.monotonic()
+    refs = {kind: reference(torch, batch, kind) for kind in ("causal", "window")}
+    # The window must change the answer, or comparing it would prove nothing.
+    window_effect = float((refs["window"] - refs["causal"])[:batch["real"]].abs().max().item())
+    for kind in ("causal", "window"):
+        ref = refs[kind]
+        out = torch.cat([rank_forward(torch, attention, batch, kind, r, rows, batch["k"], batch["v"], 0)
+                         for r in range(cp)])
+        cmp_ = compare(torch, out, ref, batch["real"])
+        zig = compare(torch, zigzag_reassembly(torch, out, cp), ref, batch["real"])
+        cmp_["tolerance"] = TOLERANCE
+        cmp_["negative_control_zigzag_error"] = zig["max_abs_error"]
+        cmp_["ok"] = cmp_["finite"] and cmp_["max_abs_error"] <= TOLERANCE and zig["max_abs_error"] >= NEGATIVE_MIN
+        if kind == "window":
+            cmp_["reference_window_vs_causal"] = window_effect
+            cmp_["ok"] = cmp_["ok"] and window_effect >= NEGATIVE_MIN
+        result["comparisons"][kind] = cmp_
+        result["outputs"][kind] = out
+    sync(torch, device)
+    result["compute_s"] = round(time.monotonic() - t1, 4)
+    return result, batch
+
+
+# --------------------------------------------------------------------------------------------------- tier 1, real CP
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_workers(request, cp, backend, deadline, tier2_reference):
+    """N real processes; rank 0 answers. Every child is in this probe's process group, so a timeout kills them."""
+    port = free_port()
+    here = os.path.abspath(__file__)
+    outdir = os.path.dirname(os.path.abspath(sys.argv[1]))
+    procs, outs = [], []
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
+               GLOO_SOCKET_IFNAME=os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
+    env.pop("DSV4_DOCTOR_PROBE_TIMEOUT", None)
+    for rank in range(cp):
+        out = os.path.join(outdir, "rank%d.json" % rank)
+        worker = dict(request, worker={"rank": rank, "world": cp, "backend": backend,
+                                       "init": "tcp://127.0.0.1:%d" % port, "tier2_reference": tier2_reference})
+        log = open(os.path.join(outdir, "rank%d.log" % rank), "wb")
+        procs.append(subprocess.Popen([sys.executable, here, out, json.dumps(worker)], stdout=log,
+                                      stderr=subprocess.STDOUT, env=env))
+        outs.append(out)
+    codes = []
+    for p in procs:
+        remaining = max(1.0, deadline - time.monotonic())
+        try:
+            codes.append(p.wait(timeout=remaining))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            return {"ok": False, "error": "the %d-process run did not finish in time" % cp}
+    try:
+        with open(outs[0]) as fh:
+            answer = json.load(fh)
+    except (OSError, ValueError):
+        tail = ""
+        try:
+            with open(os.path.join(outdir, "rank0.log"), "rb") as fh:
+                tail = fh.read()[-1500:].decode("utf-8", "replace")
+        except OSError:
+            pass
+        return {"ok": False, "error": "rank 0 gave no answer (exit codes %s)" % codes, "log_tail": tail}
+    answer["exit_codes"] = codes
+    return answer
+
+
+def worker_main(request):
+    import torch
+    import torch.distributed as dist
+
+    w = request["worker"]
+    rank, world = w["rank"], w["world"]
+    device = torch.device("cpu")
+    if w["backend"] == "nccl":
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+    t0 = time.monotonic()
+    dist.init_process_group(w["backend"], init_method=w["init"], rank=rank, world_size=world)
+    init_s = time.monotonic() - t0
+    try:
+        return worker_tier1(torch, dist, device, request, rank, world, init_s)
+    finally:
+        try:
+            dist.barrier()
+            dist.destroy_process_group()
+        except Exception:
+            pass
+
+
+def worker_tier1(torch, dist, device, request, rank, world, init_s):
+    batch = make_batch(torch, world, device)  # every rank builds the same batch and keeps only its rows
+    rows = batch["total"] // world
+    lo, hi = rank * rows, (rank + 1) * rows
+    k_local, v_local = batch["k"][lo:hi].contiguous(), batch["v"][lo:hi].contiguous()
+    attention = Attention(torch, device)
+    answer = {"rank": rank, "world": world, "backend": dist.get_backend(), "init_s": round(init_s, 3),
+              "comparisons": {}, "attention_backend": attention.backend}
+    # All-gather of K/V for causal attention.
+    gathered_k = [torch.empty_like(k_local) for _ in range(world)]
+    gathered_v = [torch.empty_like(v_local) for _ in range(world)]
+    dist.all_gather(gathered_k, k_local)
+    dist.all_gather(gathered_v, v_local)
+    full_k, full_v = torch.cat(gathered_k), torch.cat(gathered_v)
+    # Boundary exchange for the window: each rank needs the last W-1 rows of the previous rank.
+    tail = WINDOW - 1
+    tails_k = [torch.empty_like(k_local[-tail:]) for _ in range(world)]
+    tails_v = [torch.empty_like(v_local[-tail:]) for _ in range(world)]
+    dist.all_gather(tails_k, k_local[-tail:].contiguous())
+    dist.all_gather(tails_v, v_local[-tail:].contiguous())
+    if rank > 0:
+        win_k, win_v, offset = torch.cat([tails_k[rank - 1], k_local]), torch.cat([tails_v[rank - 1], v_local]), lo - tail
+    else:
+        win_k, win_v, offset = k_local, v_local, lo
+    local = {
+        "causal": rank_forward(torch, attention, batch, "causal", rank, rows, full_k, full_v, 0),
+        "window": rank_forward(torch, attention, batch, "window", rank, rows, win_k, win_v, offset),
+    }
+    for kind in ("causal", "window"):
+        parts = [torch.empty_like(local[kind]) for _ in range(world)]
+        dist.all_gather(parts, local[kind].contiguous())
+        if rank == 0:
+            out = torch.cat(parts)
+            ref = reference(torch, batch, kind)
+            cmp_ = compare(torch, out, ref, batch["real"])
+            simulated = torch.cat([rank_forward(torch, attention, batch, kind, r, rows, batch["k"], batch["v"], 0)
+                                   for r in range(world)])
+            cmp_["max_abs_diff_vs_single_device"] = float((out[:batch["real"]].float() -
+                                                           simulated[:batch["real"]].float()).abs().max().item())
+            cmp_["negative_control_zigzag_error"] = compare(torch, zigzag_reassembly(torch, out, world), ref,
+                                                            batch["real"])["max_abs_error"]
+            cmp_["tolerance"] = TOLERANCE
+            cmp_["ok"] = (cmp_["finite"] and cmp_["max_abs_error"] <= TOLERANCE
+                          and cmp_["negative_control_zigzag_error"] >= NEGATIVE_MIN)
+            answer["comparisons"][kind] = cmp_
+    if request.get("tier2") and request["worker"].get("tier2_reference"):
+        answer["tier2"] = tier2_run(torch, device, world, rank, request, request["worker"]["tier2_reference"], dist)
+    answer["ok"] = all(c["ok"] for c in answer["comparisons"].values()) if rank == 0 else True
+    return answer
+
+
+# ------------------------------------------------------------------------------------------------------------ tier 2
+
+def tier2_run(torch, device, cp, rank, request, reference_path=None, dist=None):
+    """The smallest DSv4 hybrid attention layer on THD input (as Megatron's own DSv4 tests build it)."""
+    out = {"cp": cp, "stage": "import"}
+    try:
+        from megatron.core import parallel_state
+        from megatron.core.extensions.transformer_engine_spec_provider import TESpecProvider
+        from megatron.core.models.gpt.experimental_attention_variant_module_specs import (
+            get_dsv4_hybrid_module_spec_for_backend)
+        from megatron.core.packed_seq_params import PackedSeqParams
+        from megatron.core.process_groups_config import ProcessGroupCollection
+        from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+        from megatron.core.transformer.spec_utils import build_module
+        from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+        out["stage"] = "init"
+        if dist is None:
+            import torch.distributed as dist
+            if not dist.is_initialized():
+                dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                        init_method="tcp://127.0.0.1:%d" % free_port(), rank=0, world_size=1)
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
+                                                 context_parallel_size=cp)
+        torch.manual_seed(42)
+        model_parallel_cuda_manual_seed(42)
+        out["stage"] = "config"
+        backend = request.get("dsa_backend", "cudnn")
+        extra = {}
+        if cp > 1:
+            extra = {"context_parallel_size": cp, "cp_partition_mode": "contiguous",
+                     "sequence_packing_scheduler": "dp_balanced"}
+        config = MLATransformerConfig(
+            num_layers=1, hidden_size=256, num_attention_heads=16, use_cpu_initialization=True, bf16=True,
+            params_dtype=torch.bfloat16, add_bias_linear=False, q_lora_rank=64, kv_lora_rank=32, qk_head_dim=32,
+            qk_pos_emb_head_dim=32, v_head_dim=64, o_groups=8, o_lora_rank=64, rope_type="rope", rotary_base=10000,
+            rotary_percent=1.0, multi_latent_attention=True, experimental_attention_variant="dsv4_hybrid",
+            csa_compress_ratios=[4], csa_window_size=8, dsa_indexer_n_heads=8, dsa_indexer_head_dim=64,
+            dsa_indexer_topk=8, dsa_indexer_loss_coeff=0.0, dsa_kernel_backend=backend, apply_rope_fusion=False,
+            normalization="RMSNorm", qk_layernorm=True, **extra)
+        out["settings"] = {"dsa_kernel_backend": backend, "apply_rope_fusion": False, "csa_compress_ratios": [4],
+                           "csa_window_size": 8, "cp_partition_mode": "contiguous", "cp": cp}
+        out["stage"] = "build"
+        spec = get_dsv4_hybrid_module_spec_for_backend(config=config, backend=TESpecProvider())
+        layer = build_module(spec, config=config, layer_number=1,
+                             pg_collection=ProcessGroupCollection.use_mpu_process_groups()).to(device)
+        out["stage"] = "forward"
+        lens = [5, 11, 17, 19, 12]  # padded to a multiple of 8 each, total divisible by cp
+        padded = [((n + 7) // 8) * 8 for n in lens]
+        total = sum(padded)
+        # Pad for the job's CP size in both runs, so CP=1 and CP=N see the same tokens.
+        while total % (8 * max(int(request.get("cp", 1)), 1)):
+            padded[-1] += 8
+            total += 8
+
+        def cums(xs):
+            acc = [0]
+            for x in xs:
+                acc.append(acc[-1] + x)
+            return torch.tensor(acc, dtype=torch.int32, device=device)
+
+        packed = PackedSeqParams(qkv_format="thd", cu_seqlens_q=cums(lens), cu_seqlens_kv=cums(lens),
+                                 cu_seqlens_q_padded=cums(padded), cu_seqlens_kv_padded=cums(padded),
+                                 max_seqlen_q=max(padded), max_seqlen_kv=max(padded), cp_partition_mode="contiguous")
+        gen = torch.Generator().manual_seed(SEED)
+        hidden = torch.randn(total, 1, 256, generator=gen).to(torch.bfloat16).to(device)
+        rows = total // cp
+        local = hidden[rank * rows:(rank + 1) * rows]
+        with torch.no_grad():
+            result, _ = layer(hidden_states=local, attention_mask=None, packed_seq_params=packed)
+        out["stage"] = "compare"
+        out["shape"] = list(result.shape)
+        out["finite"] = bool(torch.isfinite(result.float()).all().item())
+        if cp > 1 and dist is not None:
+            parts = [torch.empty_like(result) for _ in range(cp)]
+            dist.all_gather(parts, result.contiguous())
+            result = torch.cat(parts)
+            out["finite"] = bool(torch.isfinite(result.float()).all().item())
+            if reference_path and rank == 0:
+                ref = torch.load(reference_path).to(device)
+                out["max_abs_diff_vs_cp1"] = float((result.float() - ref.float()).abs().max().item())
+                out["parity_tolerance"] = TIER2_PARITY
+        elif reference_path:
+            torch.save(result.detach().cpu(), reference_path)
+        out["ok"] = out["finite"] and out.get("max_abs_diff_vs_cp1", 0.0) <= TIER2_PARITY
+        out["stage"] = "done"
+        try:
+            parallel_state.destroy_model_parallel()
+        except Exception:
+            pass
+    except BaseException as exc:
+        out["ok"] = False
+        out["error"] = error_info(exc, frames=4)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------- main
+
+def answer(request):
+    if "worker" in request:
+        return worker_main(request)
+    start = time.monotonic()
+    timeout = float(os.environ.get("DSV4_DOCTOR_PROBE_TIMEOUT", "60") or 60)
+    deadline = start + timeout - 3.0
+    try:
+        import torch
+    except BaseException as exc:
+        return {"imported": False, "error": error_info(exc)}
+    cp = int(request.get("cp", 1))
+    want = request.get("device", "auto")
+    has_cuda = False
+    try:
+        has_cuda = torch.cuda.is_available()
+    except Exception:
+        pass
+    if want == "cuda" and not has_cuda:
+        return {"imported": True, "torch": torch.__version__, "device_error": "--device cuda but torch sees no GPU"}
+    device = torch.device("cuda", 0) if (want != "cpu" and has_cuda) else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.init()
+        torch.cuda.reset_peak_memory_stats(device)
+    load_s = time.monotonic() - start
+    out = {"imported": True, "torch": torch.__version__, "cp": cp,
+           "device": {"type": device.type, "name": torch.cuda.get_device_name(device) if device.type == "cuda" else
+                      "cpu", "capability": "%d.%d" % torch.cuda.get_device_capability(device)
+                      if device.type == "cuda" else None,
+                      "count": torch.cuda.device_count() if has_cuda else 0}}
+    out["timing"] = {"library_load_s": round(load_s, 4)}
+    try:
+        tier1, _ = tier1_simulated(torch, device, cp)
+    except BaseException as exc:
+        out["tier1"] = {"ok": False, "error": error_info(exc, frames=5)}
+        return out
+    tier1.pop("outputs")
+    tier1["ok"] = all(c["ok"] for c in tier1["comparisons"].values())
+    tier1["ranks"] = "simulated in one process"
+    out["tier1"] = tier1
+    out["timing"]["first_kernel_call_s"] = tier1.pop("first_call_s")
+    out["timing"]["compute_s"] = tier1.pop("compute_s")
+    reference_path = None
+    if request.get("tier2"):
+        reference_path = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "tier2_cp1.pt")
+        out["tier2"] = {"cp1": tier2_run(torch, device, 1, 0, request, reference_path)}
+    n_gpus = torch.cuda.device_count() if has_cuda else 0
+    distributed = request.get("distributed", "auto")
+    if cp > 1 and distributed != "off":
+        if device.type == "cuda" and n_gpus >= cp:
+            backend = "nccl"
+        elif device.type == "cpu":
+            backend = "gloo"
+        else:
+            backend = None
+            out["distributed"] = {"ran": False, "reason": "CP %d needs %d GPUs for real NCCL ranks; %d visible, so the "
+                                                          "ranks were simulated" % (cp, cp, n_gpus)}
+        if backend:
+            t0 = time.monotonic()
+            tier2_ref = reference_path if (out.get("tier2", {}).get("cp1", {}).get("ok")) else None
+            run = launch_workers(request, cp, backend, deadline, tier2_ref)
+            run["ran"] = True
+            run["process_backend"] = backend
+            run["wall_s"] = round(time.monotonic() - t0, 3)
+            out["distributed"] = run
+            if "tier2" in run:
+                out["tier2"]["cpN"] = run.pop("tier2")
+    if device.type == "cuda":
+        out["gpu_memory_peak_mib"] = round(torch.cuda.max_memory_allocated(device) / 2 ** 20, 2)
+    out["timing"]["total_s"] = round(time.monotonic() - start, 4)
+    return out
+
+
+if __name__ == "__main__":
+    serve(answer)
