@@ -1,0 +1,59 @@
+"""Wall time of the smoke forward beside its floor, medians from one run (on a GPU host).
+
+    python benchmarks/bench_smoke.py [--repeat 3] [--cp 1] [--python PATH]
+
+Floor: a fresh interpreter that imports torch, initialises CUDA and makes one first variable-length attention call,
+the cost no smoke test can avoid. Smoke: `python -m dsv4_doctor smoke --format json --cp N` (its own process, the
+doctor's start-up, the probe and every comparison). Goal: the smoke adds no more than 2 s over the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+FLOOR = """
+import torch
+torch.cuda.init()
+from torch.nn.attention.varlen import varlen_attn
+q = torch.randn(256, 4, 64, device="cuda", dtype=torch.bfloat16)
+cu = torch.tensor([0, 100, 256], dtype=torch.int32, device="cuda")
+varlen_attn(q, q, q, cu, cu, 156, 156, window_size=(-1, 0))
+torch.cuda.synchronize()
+"""
+
+
+def timed(argv: list[str], repeat: int) -> dict:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        times.append(time.perf_counter() - start)
+        if done.returncode not in (0, 1):
+            raise SystemExit(f"{argv} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return {"median_s": round(statistics.median(times), 3), "runs_s": [round(t, 3) for t in times]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cp", type=int, default=1)
+    ap.add_argument("--python", default=sys.executable)
+    args = ap.parse_args()
+    floor = timed([args.python, "-c", FLOOR], args.repeat)
+    smoke = timed([args.python, "-m", "dsv4_doctor", "smoke", "--format", "json", "--cp", str(args.cp),
+                   "--python", args.python], args.repeat)
+    added = round(smoke["median_s"] - floor["median_s"], 3)
+    print(f"{'command':<58} {'median s':>9}")
+    print(f"{'floor: import torch; cuda.init(); first varlen_attn call':<58} {floor['median_s']:>9.3f}")
+    print(f"{'dsv4-doctor smoke --cp ' + str(args.cp):<58} {smoke['median_s']:>9.3f}")
+    print(f"smoke - floor = {added:.3f} s; smoke / floor = {smoke['median_s'] / floor['median_s']:.2f}")
+    print(json.dumps({"floor": floor, "smoke": smoke, "added_s": added, "cp": args.cp}))
+
+
+if __name__ == "__main__":
+    main()
