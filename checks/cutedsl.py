@@ -47,12 +47,13 @@ def _tvm(ctx):
     if not needed_by:
         return skipped(f"not needed: CP = 1 and nvidia-cudnn-frontend {fe or 'absent'} (< 1.27.0)", **evidence)
     who = " and ".join(needed_by)
+    # Missing: a failure where the CP kernels compile against it; the frontend's need alone has no recorded failure.
+    missing = failed if cp > 1 else warned
     if installed is None:
-        make = failed if cp > 1 else warned
-        return make(f"apache-tvm-ffi is not installed; needed by {who}", fixes=[FIX_TVM], **evidence)
+        return missing(f"apache-tvm-ffi is not installed; needed by {who}", fixes=[FIX_TVM], **evidence)
     if not evidence["module_found"]:
-        return failed(f"apache-tvm-ffi {installed} is installed but its module tvm_ffi is not on sys.path",
-                      fixes=[FIX_TVM], **evidence)
+        return missing(f"apache-tvm-ffi {installed} is installed but its module tvm_ffi is not on sys.path; needed "
+                       f"by {who}", fixes=[FIX_TVM], **evidence)
     if not at_least(installed, TVM_MIN):
         return warned(
             f"apache-tvm-ffi {installed} is older than {TVM_MIN}, which {who} needs",

@@ -28,14 +28,12 @@ def _gpu_devices(ctx):
         if ctx.profile.gpu_arch_source == "option":
             reason += f" (rules use --gpu-arch {ctx.profile.gpu_arch})"
         return skipped(reason, **evidence)
-    if gpus and torch_data.get("imported") and torch_data.get("cuda_build") and not torch_devices:
-        return failed(
-            f"the driver lists {len(gpus)} GPU(s) but torch sees none",
-            str((torch_data.get("cuda_error") or {}).get("message", "")) or
-            "torch.cuda.is_available() is False: CUDA_VISIBLE_DEVICES, a driver older than torch's CUDA build, or a "
-            "container started without GPU access.",
-            **evidence,
-        )
+    if gpus and torch_data.get("imported") and not torch_devices:
+        why = ("torch is a CPU-only build" if not torch_data.get("cuda_build") else
+               str((torch_data.get("cuda_error") or {}).get("message", "")) or
+               "torch.cuda.is_available() is False: CUDA_VISIBLE_DEVICES, a driver older than torch's CUDA build, or "
+               "a container started without GPU access.")
+        return failed(f"the driver lists {len(gpus)} GPU(s) but torch sees none", why, **evidence)
     archs = sorted({d.get("compute_capability") for d in devices if d.get("compute_capability")})
     names = sorted({d.get("name") for d in devices})
     summary = f"{len(devices)} GPU(s): {', '.join(names)} (CC {', '.join(archs)})"
@@ -83,9 +81,6 @@ def _gpu_arch(ctx):
     cc, arch = profile.cc, profile.gpu_arch
     detected = [g.get("compute_capability") for g in ctx.gpus()]
     evidence["detected"] = detected
-    if profile.gpu_arch_source == "option" and detected and detected[0] != arch:
-        return warned(f"--gpu-arch {arch} but this host's GPU 0 is CC {detected[0]}: the rules describe the "
-                      f"--gpu-arch machine, not this one", **evidence)
     if profile.cp > 1 and cc not in CP_ARCHS:
         return failed(
             f"Unsupported GPU compute capability {arch} for CSA CP CuTe kernels; supported architectures: "
@@ -95,6 +90,9 @@ def _gpu_arch(ctx):
     if profile.dsa_backend == "cudnn" and cc[0] < 9:
         return failed(f"dsa_kernel_backend=cudnn requires SM90+ (Hopper or later); CC {arch}",
                       "Megatron rejects the config at build time.", fixes=[BACKEND_NONE], **evidence)
+    if profile.gpu_arch_source == "option" and detected and detected[0] != arch:
+        return warned(f"--gpu-arch {arch} fits the profile, but this host's GPU 0 is CC {detected[0]}: the rules "
+                      f"describe the --gpu-arch machine, not this one", **evidence)
     notes = {
         (9, 0): "SM90: the fused CSA compressor never runs here (CC 10.0 only); fused DSA with the dense indexer "
                 "loss is rejected on SM90 (use dsa_indexer_use_sparse_loss=True), and FlashMLA needs an SM90 build",

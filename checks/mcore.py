@@ -44,14 +44,22 @@ CP_ARGS = (
 )
 
 
+def _direct_url(dist: dict | None) -> dict:
+    url = (dist or {}).get("direct_url")
+    return url if isinstance(url, dict) else {}
+
+
 def _where(static) -> dict:
     mod = static.module("megatron.core")
     dist = static.dist(MCORE)
+    vcs = _direct_url(dist).get("vcs_info")
     evidence = {
         "megatron.core": mod.get("origin") or mod.get("locations"),
         "distribution": dist.get("version") if dist else None,
         "distribution_path": dist.get("path") if dist else None,
-        "vcs": ((dist or {}).get("direct_url") or {}).get("vcs_info"),
+        "vcs": vcs if isinstance(vcs, dict) else None,
+        "editable": bool((_direct_url(dist).get("dir_info") or {}).get("editable"))
+        if isinstance(_direct_url(dist).get("dir_info"), dict) else False,
     }
     return evidence
 
@@ -66,7 +74,10 @@ def _dsv4(ctx):
     origin = static.module("megatron.core").get("origin") or ""
     shadow = ""
     dist_path = evidence["distribution_path"]
-    if dist_path and origin and os.path.dirname(dist_path) not in origin:
+    site = os.path.realpath(os.path.dirname(dist_path)) if dist_path else ""
+    # An editable install's dist-info sits apart from its source tree by design; only a regular one can be shadowed.
+    if dist_path and origin and not evidence["editable"] and \
+            not os.path.realpath(origin).startswith(site + os.sep):
         shadow = (f" megatron.core imports from {origin}, not from the installed megatron-core "
                   f"{evidence['distribution']} distribution ({os.path.dirname(dist_path)}): a PYTHONPATH tree (e.g. "
                   "Megatron-Bridge's 3rdparty/Megatron-LM in the verl image) shadows it.")

@@ -26,7 +26,8 @@ def _torch_install(ctx):
                                          "cuda_available", "device_count", "origin", "import_s")}
     version = data.get("version") or "?"
     try:
-        too_old = Version(version.split("+")[0]) < Version(MIN_TORCH)
+        # Release numbers only: NGC's 2.6.0a0+...nv25.01 is the 2.6.0 series Megatron-core is built against.
+        too_old = Version(version).release < Version(MIN_TORCH).release
     except InvalidVersion:
         too_old = False
     if data.get("hip_build"):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dsv4_doctor.model import Check, Fix, Profile, Source, errored, failed, passed, warned
-from dsv4_doctor.probes import Probe, StaticRequest
+from dsv4_doctor.probes import Probe
 
 from ._upstream import EAV, mlm
 from .cudnn_fe import FIX_FE
@@ -13,8 +13,6 @@ from .mcore import FIX_MCORE
 from .pytorch import INSTALL_TORCH
 from .te import INSTALL as FIX_TE
 
-DSV4_MODULE = EAV.replace("/", ".") + "deepseek_v4_hybrid_attention"
-STATIC = StaticRequest(modules=(DSV4_MODULE,))
 MEMORY_LIMIT_MIB = 1024
 
 # Upstream texts and missing modules a tier-2 failure can show, and the rulebook fix for each.
@@ -46,9 +44,11 @@ def _not_run(profile: Profile) -> str | None:
     return None
 
 
-def smoke_probe(profile: Profile, tier2: bool) -> Probe:
-    request = {"cp": profile.cp, "device": profile.device, "tier2": tier2, "dsa_backend": profile.dsa_backend}
-    return Probe.python(f"smoke:cp={profile.cp}:device={profile.device}:tier2={tier2}", "dsv4probe_smoke.py", request)
+def smoke_probe(profile: Profile) -> Probe:
+    """Tier 2 runs when the probe finds Megatron's DSv4 attention file (it looks without importing Megatron)."""
+    request = {"cp": profile.cp, "device": profile.device, "tier2": "auto", "dsa_backend": profile.dsa_backend,
+               "gpus": profile.gpus}
+    return Probe.python(f"smoke:cp={profile.cp}:device={profile.device}", "dsv4probe_smoke.py", request)
 
 
 def tier2_fixes(error: dict) -> list[Fix]:
@@ -88,14 +88,13 @@ def _tier2(data: dict, evidence: dict):
 
 
 def _smoke(ctx):
-    tier2 = bool(ctx.static.module(DSV4_MODULE).get("found"))
-    data = ctx.require(smoke_probe(ctx.profile, tier2))
+    data = ctx.require(smoke_probe(ctx.profile))
     if not data.get("imported"):
         err = data.get("error", {})
         return failed(f"torch does not import, so nothing can run: {err.get('type')}: {err.get('message')}",
                       fixes=[INSTALL_TORCH], error=err)
     if data.get("device_error"):
-        return failed(data["device_error"], torch=data.get("torch"))
+        return failed(data["device_error"], torch=data.get("torch"), fixes=[INSTALL_TORCH])
     t1 = data.get("tier1", {})
     evidence = {
         "device": data.get("device"), "torch": data.get("torch"), "cp": data.get("cp"),
@@ -122,9 +121,12 @@ def _smoke(ctx):
                            **evidence)
     dist = data.get("distributed") or {}
     if dist.get("ran"):
-        if dist.get("error"):
-            return failed(f"the {data['cp']}-process {dist.get('process_backend')} run failed: {dist['error']}",
-                          dist.get("log_tail", ""), **evidence)
+        crash = dist.get("probe_error") or {}
+        if dist.get("error") or crash or not dist.get("comparisons"):
+            why = dist.get("error") or (f"{crash.get('type')}: {crash.get('message')}" if crash else
+                                        "rank 0 returned no comparison")
+            return failed(f"the {data['cp']}-process {dist.get('process_backend')} run failed: {why}",
+                          dist.get("log_tail", "") or "\n".join(crash.get("where", [])), **evidence)
         for kind, cmp_ in dist.get("comparisons", {}).items():
             if not cmp_.get("ok"):
                 return failed(f"{kind} attention across {data['cp']} {dist.get('process_backend')} ranks differs "
@@ -180,6 +182,6 @@ smoke_thd_cp = Check(
     ),
     fixes=(INSTALL_TORCH,),
     skip_if=_not_run,
-    static=STATIC,
+    probes=lambda profile: [] if _not_run(profile) else [smoke_probe(profile)],
     run=_smoke,
 )

@@ -76,20 +76,21 @@ def _te_version(ctx):
         )
     te = next(iter(versions.values()))
     evidence["version"] = te
-    if doubled:
-        return warned(f"Transformer Engine {te}: more than one copy of "
-                      + ", ".join(f"{n} ({', '.join(map(str, p))})" for n, p in doubled.items())
-                      + "; the first on sys.path wins",
-                      fixes=[REINSTALL_CONSISTENT], **evidence)
     packing_ok = at_least(te, PACKING_MIN) or te == PACKING_EXCEPTION
     if ctx.profile.cp > 1 and not packing_ok:
         return failed(
             f"SFT sequence packing requires Transformer Engine >= 2.9.0 but got {te} "
             "(TE < 2.9.0 may have convergence issues).",
             "CP > 1 DSv4 needs a sequence_packing_scheduler, and Megatron's TransformerConfig raises this ValueError "
-            "at config time when TE is older than 2.9.0 (or does not import: then it says 'got 0.0.0').",
-            fixes=[INSTALL], **evidence,
+            "at config time when TE is older than 2.9.0 (or does not import: then it says 'got 0.0.0')."
+            + (" More than one copy of TE is installed, too." if doubled else ""),
+            fixes=[REINSTALL_CONSISTENT if doubled else INSTALL], **evidence,
         )
+    if doubled:
+        return warned(f"Transformer Engine {te}: more than one copy of "
+                      + ", ".join(f"{n} ({', '.join(map(str, p))})" for n, p in doubled.items())
+                      + "; the first on sys.path wins",
+                      fixes=[REINSTALL_CONSISTENT], **evidence)
     note = "" if packing_ok else "; CP > 1 (sequence packing) will need >= 2.9.0"
     return passed(f"Transformer Engine {te} ({', '.join(first)}){note}", **evidence)
 

@@ -9,6 +9,7 @@ Exit codes (the same for every output format):
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import fnmatch
 import os
@@ -81,6 +82,15 @@ def _python(value: Optional[str]) -> str:
     return os.path.abspath(found)
 
 
+def _output(value: Optional[str]) -> Optional[str]:
+    if value is None:
+        return None
+    parent = os.path.dirname(os.path.abspath(value))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise typer.BadParameter(f"cannot write {value!r}: {parent} is not a writable directory")
+    return value
+
+
 def _ids(values: Optional[List[str]]) -> list[str]:
     out: list[str] = []
     for v in values or []:
@@ -106,7 +116,8 @@ def _registry():
     if _REGISTRY is None:
         from .registry import load
 
-        _REGISTRY = load()
+        with contextlib.redirect_stdout(sys.stderr):  # a plugin printing at import must not reach stdout
+            _REGISTRY = load()
     return _REGISTRY
 
 
@@ -129,10 +140,14 @@ def _prefetch(args: list[str]) -> None:
             python = a.split("=", 1)[1]
     timeout = 60.0
     for i, a in enumerate(args):
-        if a == "--timeout" and i + 1 < len(args):
+        value = args[i + 1] if a == "--timeout" and i + 1 < len(args) else (
+            a.split("=", 1)[1] if a.startswith("--timeout=") else None)
+        if value is not None:
             try:
-                timeout = float(args[i + 1])
+                timeout = float(value)
             except ValueError:
+                return
+            if not 1.0 <= timeout <= 3600.0:
                 return
     try:
         python = _python(python)
@@ -146,7 +161,7 @@ def _prefetch(args: list[str]) -> None:
 def _plugin_reports(plugins) -> list[CheckReport]:
     return [
         CheckReport(
-            id="plugin." + (re.sub(r"[^a-z0-9_-]+", "-", p.name.lower()).strip("-") or "unnamed"),
+            id="plugin." + (re.sub(r"[^a-z0-9_-]+", "-", p.name.lower()).strip("-_") or "unnamed"),
             title=f"Plugin {p.name} loads", status=Status.ERROR,
             summary=f"plugin {p.name!r} from distribution {p.distribution} failed to load: {p.error}",
             details=p.traceback, evidence={"entry_point": p.value, "distribution": p.distribution,
@@ -192,29 +207,32 @@ def execute(profile: Profile, python: str, only: list[str], skip: list[str], tim
 
     plugins = []
     run = None
-    try:
-        registry = _registry()
-        plugins = registry.plugins
-        checks = select(registry.checks, only, skip)
-        if static_only:
-            checks = [c for c in checks if not c.probes_for(profile)]
-        bar = _Progress(progress)
+    # Plugins and inspected code must not print into a JSON report: anything they print goes to stderr.
+    with contextlib.redirect_stdout(sys.stderr):
         try:
-            run = run_checks(checks, profile, python, probe_timeout_s=timeout, on_event=bar,
-                             static_request=_static_request(registry))
-        finally:
-            bar.stop()
-        results = run.checks + _plugin_reports(plugins)
-    except typer.BadParameter:
-        raise
-    except Exception as exc:  # the doctor itself broke: report it rather than die
-        results = [CheckReport(
-            id="doctor.internal", title="dsv4-doctor ran", status=Status.ERROR,
-            summary=f"dsv4-doctor crashed: {type(exc).__name__}: {exc}",
-            details="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:],
-            internal_error=True,
-        )]
-    return build(run, results, plugins, python, strict=strict, profile=(run.profile if run else profile).to_dict())
+            registry = _registry()
+            plugins = registry.plugins
+            checks = select(registry.checks, only, skip)
+            if static_only:
+                checks = [c for c in checks if not c.probes_for(profile)]
+            bar = _Progress(progress)
+            try:
+                run = run_checks(checks, profile, python, probe_timeout_s=timeout, on_event=bar,
+                                 static_request=_static_request(registry))
+            finally:
+                bar.stop()
+            return build(run, run.checks + _plugin_reports(plugins), plugins, python, strict=strict,
+                         profile=run.profile.to_dict())
+        except typer.BadParameter:
+            raise
+        except Exception as exc:  # the doctor itself broke: report it rather than die
+            crash = CheckReport(
+                id="doctor.internal", title="dsv4-doctor ran", status=Status.ERROR,
+                summary=f"dsv4-doctor crashed: {type(exc).__name__}: {exc}",
+                details="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:],
+                internal_error=True,
+            )
+            return build(None, [crash], plugins, python, strict=strict, profile=profile.to_dict())
 
 
 def _write(text: str, output: Optional[str]) -> None:
@@ -241,7 +259,7 @@ GPU_ARCH = typer.Option(None, "--gpu-arch", callback=_gpu_arch, help="Compute ca
 PYTHON = typer.Option(None, "--python", help="Interpreter to inspect (default: the one running the doctor).")
 ONLY = typer.Option(None, "--only", help="Run only these check ids (repeatable, comma-separated, globs allowed).")
 SKIP = typer.Option(None, "--skip", help="Skip these check ids (repeatable, comma-separated, globs allowed).")
-TIMEOUT = typer.Option(60.0, "--timeout", min=1.0, help="Seconds each isolated probe may take before it is killed.")
+TIMEOUT = typer.Option(60.0, "--timeout", min=1.0, max=3600.0, help="Seconds each isolated probe may take before it is killed.")
 DEVICE = typer.Option(Device.auto, "--device", help="Where the smoke forward runs: auto (a GPU when one is "
                       "visible, else skipped), cuda, or cpu.")
 
@@ -256,7 +274,8 @@ def check(
     skip: Optional[List[str]] = SKIP,
     timeout: float = TIMEOUT,
     fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the report to this file."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", callback=_output,
+                                         help="Write the report to this file."),
     strict: bool = typer.Option(False, "--strict", help="Warnings fail too (exit 1)."),
     static_only: bool = typer.Option(False, "--static-only", help="Only checks that import nothing (metadata, "
                                      "file locations, ast): well under a second."),
@@ -294,7 +313,8 @@ def smoke(
     timeout: float = TIMEOUT,
     device: Device = typer.Option(Device.auto, "--device", help="auto: the GPU when torch sees one, else the CPU."),
     fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the report to this file."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", callback=_output,
+                                         help="Write the report to this file."),
 ) -> None:
     """Run only the smoke forward (smoke.thd-cp): a contiguous-CP THD attention against a float32 reference."""
     target = _python(python)
@@ -310,12 +330,13 @@ def list_checks(fmt: Format = typer.Option(Format.text, "--format", "-f",
     """List every check, where it comes from and when it applies."""
     import json
 
-    from .registry import load
+    from .redact import Redactor
 
-    registry = load()
+    registry = _registry()
+    redact = Redactor()
     rows = [{"id": c.id, "title": c.title, "origin": c.origin, "applies_when": c.applies_when} for c in registry.checks]
     if fmt is Format.json:
-        sys.stdout.write(json.dumps({"checks": rows, "plugins": [p.to_dict() for p in registry.plugins]},
+        sys.stdout.write(json.dumps(redact({"checks": rows, "plugins": [p.to_dict() for p in registry.plugins]}),
                                     indent=2) + "\n")
         return
     if fmt is Format.markdown:
@@ -328,7 +349,7 @@ def list_checks(fmt: Format = typer.Option(Format.text, "--format", "-f",
         sys.stdout.write(f"{r['id']:<{width}}  {r['origin']:<14}  {r['applies_when']}\n")
     for p in registry.plugins:
         if p.error:
-            sys.stdout.write(f"plugin {p.name} ({p.distribution}) failed to load: {p.error}\n")
+            sys.stdout.write(redact(f"plugin {p.name} ({p.distribution}) failed to load: {p.error}") + "\n")
 
 
 def explain_text(c: Check) -> str:
@@ -348,9 +369,7 @@ def explain_text(c: Check) -> str:
 @app.command()
 def explain(check_id: str = typer.Argument(..., metavar="ID", help="A check id from `dsv4-doctor list`.")) -> None:
     """Why a check exists, when it applies, its upstream sources and its fixes."""
-    from .registry import load
-
-    registry = load()
+    registry = _registry()
     c = registry.get(check_id)
     if c is None:
         near = [x.id for x in registry.checks if check_id.split(".")[0] in x.id]
@@ -423,7 +442,11 @@ def fix(
         if done.returncode != 0:
             _stderr(f"command failed with exit code {done.returncode}; stopping")
             raise typer.Exit(ExitCode.FAILED)
-    failing = [c["id"] for c in report["checks"] if c["status"] in ("fail", "warn", "error")]
+    known = {c.id for c in _registry().checks}
+    failing = [c["id"] for c in report["checks"] if c["status"] in ("fail", "warn", "error") and c["id"] in known]
+    if not failing:
+        _stderr("nothing to re-check")
+        raise typer.Exit(ExitCode.OK)
     again = execute(report_profile(report), target, failing, [], timeout, strict=False)
     for c in again["checks"]:
         _stderr(f"{c['id']}: {c['status']} - {c['summary']}")

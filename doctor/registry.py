@@ -8,6 +8,7 @@ check, or a callable returning checks. A plugin that fails to load becomes a `Pl
 from __future__ import annotations
 
 import dataclasses
+import re
 import traceback
 from dataclasses import dataclass
 from importlib import metadata
@@ -17,6 +18,8 @@ from typing import Iterable
 from .model import Check
 
 GROUP = "dsv4_doctor.checks"
+# Ids are a public contract (CI gates on them) and must fit the report schema.
+CHECK_ID = re.compile(r"^[a-z0-9][a-z0-9_-]*(\.[a-z0-9][a-z0-9_-]*)+$")
 
 
 @dataclass
@@ -103,6 +106,9 @@ def load() -> Registry:
             continue
         info.loaded = True
         for check in found:
+            if not isinstance(check.id, str) or not CHECK_ID.match(check.id) or not str(check.title).strip():
+                info.error = (info.error or "") + f"invalid check id or empty title: {check.id!r}; "
+                continue
             if check.id in seen:
                 info.error = (info.error or "") + f"duplicate check id {check.id!r} (already from {seen[check.id]}); "
                 continue

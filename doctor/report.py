@@ -70,9 +70,10 @@ def relevant_variables(environ=None) -> dict:
 
 def environment(run: RunResult | None, python: str) -> dict:
     target = None
-    if run is not None and run.static:
-        py = run.static.get("python", {})
-        target = {k: py.get(k) for k in ("executable", "version", "implementation", "prefix")}
+    py = run.static.get("python") if run is not None and isinstance(run.static, dict) else None
+    if isinstance(py, dict):
+        target = {k: py.get(k) if isinstance(py.get(k), (str, type(None))) else str(py.get(k))
+                  for k in ("executable", "version", "implementation", "prefix")}
     return {
         "doctor_python": sys.executable,
         "target_python": target or {"executable": python, "version": None, "implementation": None, "prefix": None},

@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
-from .model import Check, CheckReport, Profile, Result, Status
+from .model import Check, CheckReport, Fix, Profile, Result, Status
 from .probes import NVIDIA_SMI, STATIC_SCRIPT, Probe, ProbeResult, StaticRequest, parse_nvidia_smi, run_probe
 
 CHECK_TIMEOUT_S = 10.0  # a check's own code, after its probes answered
@@ -30,17 +30,23 @@ class ProbeFailed(Exception):
 
 
 class StaticFacts:
-    """Convenience reads over the static probe's answer."""
+    """Convenience reads over the static probe's answer; a malformed answer reads as "nothing found"."""
 
     def __init__(self, data: dict):
-        self.data = data
+        self.data = data if isinstance(data, dict) else {}
+
+    def _section(self, name: str) -> dict:
+        section = self.data.get(name)
+        return section if isinstance(section, dict) else {}
 
     @property
     def python(self) -> dict:
-        return self.data.get("python", {})
+        return self._section("python")
 
     def dist_copies(self, name: str) -> list[dict]:
-        return self.data.get("distributions", {}).get(name, {}).get("copies", [])
+        entry = self._section("distributions").get(name)
+        copies = entry.get("copies") if isinstance(entry, dict) else None
+        return [c for c in copies if isinstance(c, dict)] if isinstance(copies, list) else []
 
     def dist(self, name: str) -> dict | None:
         """The copy Python would use (first on sys.path), or None when not installed."""
@@ -49,13 +55,16 @@ class StaticFacts:
 
     def version(self, name: str) -> str | None:
         d = self.dist(name)
-        return d.get("version") if d else None
+        v = d.get("version") if d else None
+        return v if isinstance(v, str) else None
 
     def module(self, name: str) -> dict:
-        return self.data.get("modules", {}).get(name, {"found": False})
+        m = self._section("modules").get(name)
+        return m if isinstance(m, dict) else {"found": False}
 
     def source(self, module: str) -> dict:
-        return self.data.get("sources", {}).get(module, {"found": False})
+        m = self._section("sources").get(module)
+        return m if isinstance(m, dict) else {"found": False}
 
 
 _PREFETCHED: dict[tuple[str, str], Future] = {}
@@ -70,7 +79,10 @@ def prefetch_static(python: str, probe: Probe) -> None:
     future: Future = Future()
 
     def work() -> None:
-        future.set_result(run_probe(probe, python, probe.timeout_s or STATIC_TIMEOUT_S))
+        try:
+            future.set_result(run_probe(probe, python, probe.timeout_s or STATIC_TIMEOUT_S))
+        except BaseException as exc:  # run_probe never raises; the future must resolve all the same
+            future.set_result(ProbeResult(probe.key, ok=False, error=f"{type(exc).__name__}: {exc}"))
 
     threading.Thread(target=work, daemon=True, name="static-prefetch").start()
     _PREFETCHED[(python, probe.request + str(probe.timeout_s))] = future
@@ -143,7 +155,10 @@ class RunResult:
 def resolve_profile(profile: Profile, pool: ProbePool) -> tuple[Profile, list[dict]]:
     """Count the GPUs, and fill in --gpu-arch from nvidia-smi when the user did not give it."""
     smi = pool.result(NVIDIA_SMI)
-    gpus = parse_nvidia_smi(smi.data) if smi.ok else []
+    try:
+        gpus = parse_nvidia_smi(smi.data) if smi.ok else []
+    except Exception:  # whatever nvidia-smi printed, the run goes on without GPU facts
+        gpus = []
     profile = replace(profile, gpus=len(gpus))
     if profile.gpu_arch is None and gpus and gpus[0].get("compute_capability"):
         profile = replace(profile, gpu_arch=gpus[0]["compute_capability"], gpu_arch_source="detected")
@@ -158,17 +173,28 @@ def _report(check: Check, result: Result, duration: float, internal: bool = Fals
     )
 
 
+def _validated(result) -> Result:
+    """A plugin's result must be a Result the report can carry; anything else is the plugin's bug."""
+    if not isinstance(result, Result):
+        raise TypeError(f"check returned {type(result).__name__}, not a Result")
+    result.status = Status(result.status)  # accepts "pass" as well as Status.PASS; raises on anything else
+    if not isinstance(result.summary, str) or not result.summary.strip():
+        raise ValueError("a result needs a one-line summary (a skip must say why)")
+    if not isinstance(result.details, str):
+        raise TypeError("details must be text")
+    if not isinstance(result.evidence, dict):
+        raise TypeError("evidence must be a dict")
+    if not all(isinstance(f, Fix) for f in result.fixes):
+        raise TypeError("fixes must be Fix objects")
+    return result
+
+
 def _execute(check: Check, ctx: Context) -> tuple[Result, bool]:
     try:
         reason = check.skip_if(ctx.profile)
         if reason:
             return Result(Status.SKIP, reason), False
-        result = check.run(ctx)
-        if not isinstance(result, Result):
-            raise TypeError(f"check returned {type(result).__name__}, not a Result")
-        if result.status is Status.SKIP and not result.summary:
-            raise ValueError("a skip must say why")
-        return result, False
+        return _validated(check.run(ctx)), False
     except ProbeFailed as exc:
         pr = exc.result
         return Result(Status.ERROR, f"probe {pr.key!r} {pr.error}", details=pr.stderr_tail,

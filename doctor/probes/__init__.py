@@ -138,6 +138,24 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def run_probe(probe: Probe, python: str, default_timeout_s: float) -> ProbeResult:
     """Run one probe; never raises, never outlives its timeout."""
+    start = time.monotonic()
+    try:
+        result = _run_probe(probe, python, default_timeout_s)
+    except Exception as exc:  # no temp dir (disk full), fork failure, ...: still an answer
+        return ProbeResult(probe.key, ok=False, duration_s=time.monotonic() - start,
+                           error=f"could not run: {type(exc).__name__}: {exc}")
+    # A Python probe whose own code broke answers {"probe_error": ...}: no answer a check can read.
+    if result.ok and probe.script and (not isinstance(result.data, dict) or "probe_error" in result.data):
+        err = result.data.get("probe_error", {}) if isinstance(result.data, dict) else {}
+        result.ok = False
+        result.error = (f"broke inside the probe: {err.get('type')}: {err.get('message')}" if err
+                        else f"answered {type(result.data).__name__}, not an object")
+        where = "\n".join(err.get("where", [])) if isinstance(err, dict) else ""
+        result.stderr_tail = "\n".join(x for x in (result.stderr_tail, where) if x)
+    return result
+
+
+def _run_probe(probe: Probe, python: str, default_timeout_s: float) -> ProbeResult:
     timeout = probe.timeout_s if probe.timeout_s is not None else default_timeout_s
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dsv4-doctor-") as tmp:
@@ -238,14 +256,16 @@ def parse_nvidia_smi(text: str) -> list[dict]:
     gpus = []
     for line in (text or "").splitlines():
         cells = [c.strip() for c in line.split(",")]
-        if len(cells) < 5 or not cells[0].isdigit():
+        if len(cells) < 5:
             continue
         index, name, cc, mem, driver = cells[:5]
+        if not re.fullmatch(r"[0-9]+", index):
+            continue
         gpus.append({
             "index": int(index),
             "name": name,
-            "compute_capability": cc if re.fullmatch(r"\d+\.\d+", cc) else None,
-            "memory_mib": int(mem) if mem.isdigit() else None,
+            "compute_capability": cc if re.fullmatch(r"[0-9]+\.[0-9]+", cc) else None,
+            "memory_mib": int(mem) if re.fullmatch(r"[0-9]+", mem) else None,
             "driver_version": driver,
         })
     return gpus

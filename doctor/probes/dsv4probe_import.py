@@ -6,8 +6,11 @@ next; every outcome is data. A target named in `signatures` also reports its cal
 
 import importlib
 import inspect
+import os
+import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under PYTHONSAFEPATH / -P
 from dsv4probe_common import error_info, serve
 
 

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under PYTHONSAFEPATH / -P
 from dsv4probe_common import error_info, serve
 
 TOLERANCE = 2e-2  # max abs error for bf16 inputs and outputs of magnitude <= ~1 (bf16 has 8 significant bits)
@@ -453,6 +454,19 @@ def tier2_run(torch, device, cp, rank, request, reference_path=None, dist=None):
 
 # ------------------------------------------------------------------------------------------------------------- main
 
+DSV4_MODULE = "megatron.core.transformer.experimental_attention_variant.deepseek_v4_hybrid_attention"
+
+
+def dsv4_installed():
+    """Megatron-core's DSv4 attention file exists (found without importing Megatron, as the static probe does)."""
+    from dsv4probe_static import locate_module
+
+    try:
+        return bool(locate_module(DSV4_MODULE).get("found"))
+    except Exception:
+        return False
+
+
 def answer(request):
     if "worker" in request:
         return worker_main(request)
@@ -472,6 +486,11 @@ def answer(request):
         pass
     if want == "cuda" and not has_cuda:
         return {"imported": True, "torch": torch.__version__, "device_error": "--device cuda but torch sees no GPU"}
+    if want == "auto" and int(request.get("gpus", 0)) > 0 and not has_cuda:
+        return {"imported": True, "torch": torch.__version__,
+                "device_error": "nvidia-smi lists %d GPU(s) but torch %s cannot use CUDA (CUDA build: %s), so the "
+                                "smoke forward would not test the GPU" % (request["gpus"], torch.__version__,
+                                                                          torch.version.cuda)}
     device = torch.device("cuda", 0) if (want != "cpu" and has_cuda) else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.init()
@@ -495,6 +514,9 @@ def answer(request):
     out["timing"]["first_kernel_call_s"] = tier1.pop("first_call_s")
     out["timing"]["compute_s"] = tier1.pop("compute_s")
     reference_path = None
+    if request.get("tier2") == "auto":
+        request = dict(request, tier2=dsv4_installed())
+    out["tier2_attempted"] = bool(request.get("tier2"))
     if request.get("tier2"):
         reference_path = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "tier2_cp1.pt")
         out["tier2"] = {"cp1": tier2_run(torch, device, 1, 0, request, reference_path)}

@@ -13,6 +13,7 @@ import os
 import platform
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under PYTHONSAFEPATH / -P
 from dsv4probe_common import error_info, serve
 
 try:
@@ -60,10 +61,15 @@ def distribution_facts(name):
         found = list(metadata.distributions(name=name))
     except Exception as exc:
         return {"error": "%s: %s" % (type(exc).__name__, exc)}
+    seen = set()
     for dist in found:
         entry = {"name": name, "version": None, "path": None, "error": None}
         path = getattr(dist, "_path", None)
         entry["path"] = str(path) if path is not None else None
+        real = os.path.realpath(entry["path"]) if entry["path"] else None
+        if real is not None and real in seen:
+            continue  # the same dist-info reached through a symlinked or repeated sys.path entry
+        seen.add(real)
         try:
             meta = dist.metadata
             entry["version"] = meta["Version"] if meta is not None else None

@@ -1,7 +1,10 @@
 """The torch probe: import torch and report its build and the CUDA devices it sees. Stdlib besides torch."""
 
+import os
+import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under PYTHONSAFEPATH / -P
 from dsv4probe_common import error_info, serve
 
 
@@ -11,6 +14,11 @@ def answer(request):
         import torch
     except BaseException as exc:
         return {"imported": False, "error": error_info(exc)}
+    if getattr(torch, "__file__", None) is None:  # a leftover directory without __init__.py: a namespace package
+        return {"imported": False, "error": {
+            "type": "ImportError", "where": [],
+            "message": "torch resolves to a directory without __init__.py (%s): a leftover of an uninstall?"
+                       % ", ".join(getattr(torch, "__path__", []) or ["?"])}}
     out = {
         "imported": True,
         "import_s": round(time.monotonic() - start, 3),

@@ -35,4 +35,4 @@ def render(report: dict, fmt: str, color: bool = False, width: int | None = None
 
 def render_json(report: dict) -> str:
     # json.dumps only: rich's print_json honours FORCE_COLOR and would corrupt the JSON.
-    return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
