@@ -21,7 +21,7 @@ doctor() { python3 -m dsv4_doctor "$@"; }
   doctor check --cp 2 --format json > "$out/check-cp2.json"; echo "exit $?"
   echo "## dsv4-doctor check --cp 2"
   doctor check --cp 2 > "$out/check-cp2.txt"; echo "exit $?"
-  echo "## CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_smoke.py --repeat 3 --cp 1"
-  CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_smoke.py --repeat 3 --cp 1
+  echo "## CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_smoke.py --repeat 5 --cp 1"
+  CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_smoke.py --repeat 5 --cp 1
 } > "$out/log.txt" 2>&1
 cat "$out/log.txt"
