@@ -4,7 +4,8 @@
 
 Floor: a fresh interpreter that imports torch, initialises CUDA and makes one first variable-length attention call,
 the cost no smoke test can avoid. Smoke: `python -m dsv4_doctor smoke --format json --cp N` (its own process, the
-doctor's start-up, the probe and every comparison). Goal: the smoke adds no more than 2 s over the floor.
+doctor's start-up, the probe and every comparison). Each gets one untimed warm-up, then they alternate, so a machine
+that warms up (page cache) or drifts does not favour either. Goal: the smoke adds no more than 2 s over the floor.
 """
 
 from __future__ import annotations
@@ -27,15 +28,25 @@ torch.cuda.synchronize()
 """
 
 
-def timed(argv: list[str], repeat: int) -> dict:
-    times = []
+def once(argv: list[str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    elapsed = time.perf_counter() - start
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"{argv} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return elapsed
+
+
+def timed_pair(a: list[str], b: list[str], repeat: int) -> tuple[dict, dict]:
+    """One untimed warm-up of each (page cache, CUDA caches), then a and b alternately, so drift hits both."""
+    once(a)
+    once(b)
+    ta, tb = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
-        done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        times.append(time.perf_counter() - start)
-        if done.returncode not in (0, 1):
-            raise SystemExit(f"{argv} failed ({done.returncode}): {done.stderr[-2000:]}")
-    return {"median_s": round(statistics.median(times), 3), "runs_s": [round(t, 3) for t in times]}
+        ta.append(once(a))
+        tb.append(once(b))
+    summary = lambda ts: {"median_s": round(statistics.median(ts), 3), "runs_s": [round(t, 3) for t in ts]}
+    return summary(ta), summary(tb)
 
 
 def main() -> None:
@@ -44,9 +55,9 @@ def main() -> None:
     ap.add_argument("--cp", type=int, default=1)
     ap.add_argument("--python", default=sys.executable)
     args = ap.parse_args()
-    floor = timed([args.python, "-c", FLOOR], args.repeat)
-    smoke = timed([args.python, "-m", "dsv4_doctor", "smoke", "--format", "json", "--cp", str(args.cp),
-                   "--python", args.python], args.repeat)
+    floor, smoke = timed_pair([args.python, "-c", FLOOR],
+                              [args.python, "-m", "dsv4_doctor", "smoke", "--format", "json", "--cp", str(args.cp),
+                               "--python", args.python], args.repeat)
     added = round(smoke["median_s"] - floor["median_s"], 3)
     print(f"{'command':<58} {'median s':>9}")
     print(f"{'floor: import torch; cuda.init(); first varlen_attn call':<58} {floor['median_s']:>9.3f}")
