@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dsv4_doctor.facts import canonical, error_text, extra_requirements, outcome, version
-from dsv4_doctor.model import Check, Fix, Profile, Source, failed, passed, skipped, warned
+from dsv4_doctor.model import Check, Fix, Profile, Source, failed, passed, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
-from ._upstream import CUTLASS_INSTALL, EAV, FE_INSTALL, TVM_FFI_INSTALL, mlm, pypi
+from ._upstream import CUTLASS_INSTALL, EAV, FE_INSTALL, FIX_BACKEND_NONE, TVM_FFI_INSTALL, mlm, pypi
+from .pytorch import INSTALL_TORCH
 
 FE = "nvidia-cudnn-frontend"
 # What FE's `cutedsl` extra declares (1.26.0-1.32.0); their presence is read from metadata, not imports.
@@ -25,8 +26,6 @@ FIX_FE = Fix("Install the cuDNN frontend with the fused CSA compressor (cudnn.cs
              "apache-tvm-ffi >= 0.1.11)", [TVM_FFI_INSTALL, FE_INSTALL])
 FIX_CUTEDSL = Fix("Install the CuTe DSL stack the frontend's kernels are written in (brings cuda-python)",
                   [CUTLASS_INSTALL])
-FIX_BACKEND_NONE = Fix("Or run without the fused DSA kernels: set dsa_kernel_backend=none (Megatron's PyTorch "
-                       "fallback; check again with --dsa-backend none)", [])
 
 M8 = ("dsa_kernel_backend=cudnn requires fused DSA kernels, but the following packages are not available: "
       "cudnn-frontend DSA (nvidia-cudnn-frontend[cutedsl]). Install them or set dsa_kernel_backend=none to use the "
@@ -65,7 +64,7 @@ def _extra_fixes(missing: list[str]) -> list[Fix]:
     if any(m.startswith(("nvidia-cutlass-dsl", "cuda-python")) for m in missing):
         fixes.append(FIX_CUTEDSL)
     if any(m.startswith("torch ") for m in missing):
-        fixes.append(Fix("Install a CUDA build of PyTorch", ["pip install torch==2.11.0"]))
+        fixes.append(INSTALL_TORCH)
     return fixes
 
 

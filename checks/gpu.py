@@ -5,6 +5,8 @@ from __future__ import annotations
 from dsv4_doctor.model import Check, Fix, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import NVIDIA_SMI, TORCH
 
+from ._upstream import FIX_BACKEND_NONE
+
 
 def _gpu_devices(ctx):
     gpus = ctx.gpus()
@@ -68,7 +70,6 @@ gpu_devices = Check(
 
 CP_ARCHS = {(9, 0): "sm_90a", (10, 0): "sm_100a", (10, 3): "sm_103a"}
 SUPPORTED_GPU = Fix("Run DSv4 CP on H100/H200 (9.0), B200/GB200 (10.0) or B300/GB300 (10.3) GPUs, or with CP = 1", [])
-BACKEND_NONE = Fix("Set dsa_kernel_backend=none (Megatron's PyTorch fallback; check with --dsa-backend none)", [])
 
 
 def _gpu_arch(ctx):
@@ -89,7 +90,7 @@ def _gpu_arch(ctx):
             fixes=[SUPPORTED_GPU], **evidence)
     if profile.dsa_backend == "cudnn" and cc[0] < 9:
         return failed(f"dsa_kernel_backend=cudnn requires SM90+ (Hopper or later); CC {arch}",
-                      "Megatron rejects the config at build time.", fixes=[BACKEND_NONE], **evidence)
+                      "Megatron rejects the config at build time.", fixes=[FIX_BACKEND_NONE], **evidence)
     if profile.gpu_arch_source == "option" and detected and detected[0] != arch:
         return warned(f"--gpu-arch {arch} fits the profile, but this host's GPU 0 is CC {detected[0]}: the rules "
                       f"describe the --gpu-arch machine, not this one", **evidence)
@@ -128,7 +129,7 @@ gpu_arch = Check(
                "https://github.com/NVIDIA/Megatron-LM/blob/d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1/megatron/core/"
                "transformer/transformer_config.py#L1773-L1818"),
     ),
-    fixes=(SUPPORTED_GPU, BACKEND_NONE),
+    fixes=(SUPPORTED_GPU, FIX_BACKEND_NONE),
     probes=(NVIDIA_SMI,),
     run=_gpu_arch,
 )

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dsv4_doctor.facts import error_text, outcome
-from dsv4_doctor.model import Check, Fix, Source, failed, passed, skipped, warned
+from dsv4_doctor.model import Check, Fix, Source, failed, passed, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
-from ._upstream import EAV, mlm
+from ._upstream import EAV, FIX_BACKEND_NONE, mlm
 
 STATIC = StaticRequest(
     distributions=("flash-mla", "flash_mla", "fast-hadamard-transform", "triton"),
@@ -19,7 +19,6 @@ HADAMARD = import_probe("fast_hadamard_transform:hadamard_transform")
 FIX_FLASH_MLA = Fix("Build FlashMLA from its nv_dev branch against the installed torch (on SM90 do not set "
                     "FLASH_MLA_DISABLE_SM90=1, which the Megatron recipes set for Blackwell)",
                     ['pip install --no-build-isolation "flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@nv_dev"'])
-FIX_BACKEND_NONE = Fix("Or set dsa_kernel_backend=none (Megatron's PyTorch fallback; check with --dsa-backend none)", [])
 FIX_HADAMARD = Fix("Build fast-hadamard-transform at the commit Megatron-LM dev pins",
                    ['pip install --no-build-isolation "fast-hadamard-transform @ '
                     'git+https://github.com/Dao-AILab/fast-hadamard-transform.git@f134af63deb2df17e1171a9ec1ea4a7d8604d5ca"'])

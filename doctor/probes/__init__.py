@@ -16,13 +16,12 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 PROBE_DIR = Path(__file__).resolve().parent
 STDERR_TAIL_CHARS = 2000
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 @dataclass(frozen=True)
@@ -123,7 +122,7 @@ def _tail(path: str) -> str:
             text = fh.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    return _ANSI.sub("", text)[-STDERR_TAIL_CHARS:].strip()
+    return text[-STDERR_TAIL_CHARS:].strip()
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -192,6 +192,17 @@ def compare(torch, out, ref, real):
     }
 
 
+def judge(torch, out, ref, real, cp):
+    """Finite, within tolerance of the reference, and the zigzag re-assembly of the same outputs is far off."""
+    result = compare(torch, out, ref, real)
+    result["tolerance"] = TOLERANCE
+    result["negative_control_zigzag_error"] = compare(torch, zigzag_reassembly(torch, out, cp), ref,
+                                                      real)["max_abs_error"]
+    result["ok"] = (result["finite"] and result["max_abs_error"] <= TOLERANCE
+                    and result["negative_control_zigzag_error"] >= NEGATIVE_MIN)
+    return result
+
+
 def sync(torch, device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -220,11 +231,7 @@ def tier1_simulated(torch, device, cp):
         ref = refs[kind]
         out = torch.cat([rank_forward(torch, attention, batch, kind, r, rows, batch["k"], batch["v"], 0)
                          for r in range(cp)])
-        cmp_ = compare(torch, out, ref, batch["real"])
-        zig = compare(torch, zigzag_reassembly(torch, out, cp), ref, batch["real"])
-        cmp_["tolerance"] = TOLERANCE
-        cmp_["negative_control_zigzag_error"] = zig["max_abs_error"]
-        cmp_["ok"] = cmp_["finite"] and cmp_["max_abs_error"] <= TOLERANCE and zig["max_abs_error"] >= NEGATIVE_MIN
+        cmp_ = judge(torch, out, ref, batch["real"], cp)
         if kind == "window":
             cmp_["reference_window_vs_causal"] = window_effect
             cmp_["ok"] = cmp_["ok"] and window_effect >= NEGATIVE_MIN
@@ -341,16 +348,11 @@ def worker_tier1(torch, dist, device, request, rank, world, init_s):
         if rank == 0:
             out = torch.cat(parts)
             ref = reference(torch, batch, kind)
-            cmp_ = compare(torch, out, ref, batch["real"])
+            cmp_ = judge(torch, out, ref, batch["real"], world)
             simulated = torch.cat([rank_forward(torch, attention, batch, kind, r, rows, batch["k"], batch["v"], 0)
                                    for r in range(world)])
             cmp_["max_abs_diff_vs_single_device"] = float((out[:batch["real"]].float().cpu() -
                                                            simulated[:batch["real"]].float().cpu()).abs().max().item())
-            cmp_["negative_control_zigzag_error"] = compare(torch, zigzag_reassembly(torch, out, world), ref,
-                                                            batch["real"])["max_abs_error"]
-            cmp_["tolerance"] = TOLERANCE
-            cmp_["ok"] = (cmp_["finite"] and cmp_["max_abs_error"] <= TOLERANCE
-                          and cmp_["negative_control_zigzag_error"] >= NEGATIVE_MIN)
             answer["comparisons"][kind] = cmp_
     if request.get("tier2") and request["worker"].get("tier2_reference"):
         answer["tier2"] = tier2_run(torch, device, world, rank, request, request["worker"]["tier2_reference"], dist)
