@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dsv4_doctor.facts import canonical, error_text, extra_requirements, outcome, version
-from dsv4_doctor.model import Check, Fix, Profile, Source, failed, passed, warned
+from dsv4_doctor.model import Check, Profile, Source, failed, needs_failed, passed, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
-from ._upstream import CUTLASS_INSTALL, EAV, FE_INSTALL, FIX_BACKEND_NONE, TVM_FFI_INSTALL, mlm, pypi
-from .pytorch import INSTALL_TORCH
+from . import fixes
+from ._upstream import EAV, mlm, pypi
 
 FE = "nvidia-cudnn-frontend"
 # What FE's `cutedsl` extra declares (1.26.0-1.32.0); their presence is read from metadata, not imports.
@@ -22,10 +22,9 @@ CSA_PROBE = import_probe(CSA_FWD, CSA_BWD)  # what Megatron's _get_frontend() re
 DSA_WRAPPER = "cudnn:DSA.indexer_forward_wrapper"
 DSA_PROBE = import_probe("cudnn:DSA", DSA_WRAPPER, signatures=[DSA_WRAPPER])
 
-FIX_FE = Fix("Install the cuDNN frontend with the fused CSA compressor (cudnn.csa is new in 1.27.0, which needs "
-             "apache-tvm-ffi >= 0.1.11)", [TVM_FFI_INSTALL, FE_INSTALL])
-FIX_CUTEDSL = Fix("Install the CuTe DSL stack the frontend's kernels are written in (brings cuda-python)",
-                  [CUTLASS_INSTALL])
+FIX_FE = fixes.FE
+FIX_CUTEDSL = fixes.CUTLASS
+FIX_BACKEND_NONE = fixes.BACKEND_NONE
 
 M8 = ("dsa_kernel_backend=cudnn requires fused DSA kernels, but the following packages are not available: "
       "cudnn-frontend DSA (nvidia-cudnn-frontend[cutedsl]). Install them or set dsa_kernel_backend=none to use the "
@@ -60,12 +59,12 @@ def _missing_extras(static, fe: dict | None) -> list[str]:
 
 
 def _extra_fixes(missing: list[str]) -> list[Fix]:
-    fixes = []
+    found = []
     if any(m.startswith(("nvidia-cutlass-dsl", "cuda-python")) for m in missing):
-        fixes.append(FIX_CUTEDSL)
+        found.append(FIX_CUTEDSL)
     if any(m.startswith("torch ") for m in missing):
-        fixes.append(INSTALL_TORCH)
-    return fixes
+        found.append(fixes.TORCH)
+    return found
 
 
 def _fe_version(ctx):
@@ -82,29 +81,30 @@ def _fe_version(ctx):
     }
     if not copies and not module.get("found"):
         return failed(f"nvidia-cudnn-frontend is not installed. {M8}", fixes=[FIX_FE, FIX_CUTEDSL, FIX_BACKEND_NONE],
-                      **evidence)
+                      evidence=evidence)
     if not imported.get("ok"):
-        return failed(f"import cudnn failed: {error_text(imported)}", "\n".join(imported["error"].get("where", [])),
-                      fixes=[FIX_FE], **evidence)
+        err = imported.get("error") if isinstance(imported.get("error"), dict) else {}
+        return failed(f"import cudnn failed: {error_text(imported)}", "\n".join(map(str, err.get("where") or [])),
+                      fixes=[FIX_FE], evidence=evidence)
     if not copies:
         return warned(f"cudnn {imported.get('version')} imports from {imported.get('origin')} without distribution "
                       "metadata (a source or git build): its features cannot be matched to a release",
-                      fixes=[FIX_FE], **evidence)
+                      fixes=[FIX_FE], evidence=evidence)
     meta = copies[0].get("version")
     if copies[0].get("error"):
         return warned(f"unreadable METADATA for nvidia-cudnn-frontend: {copies[0]['error']}", fixes=[FIX_FE],
-                      **evidence)
+                      evidence=evidence)
     if version(meta) != version(imported.get("version")):
         return warned(
             f"nvidia-cudnn-frontend metadata says {meta} but import cudnn reports {imported.get('version')} "
             f"(from {imported.get('origin')}): another copy shadows the installed one",
             "Version strings are unreliable here (Megatron dev's pinned FE git build reports 1.25.0); the feature "
             "checks cudnn-fe.csa and cudnn-fe.dsa test what actually loads.",
-            fixes=[FIX_FE], **evidence)
+            fixes=[FIX_FE], evidence=evidence)
     if len(copies) > 1:
         return warned(f"nvidia-cudnn-frontend {meta} is installed {len(copies)} times ({', '.join(evidence['paths'])});"
-                      " the first on sys.path wins", fixes=[FIX_FE], **evidence)
-    return passed(f"nvidia-cudnn-frontend {meta} (import cudnn reports {imported.get('version')})", **evidence)
+                      " the first on sys.path wins", fixes=[FIX_FE], evidence=evidence)
+    return passed(f"nvidia-cudnn-frontend {meta} (import cudnn reports {imported.get('version')})", evidence=evidence)
 
 
 cudnn_fe_version = Check(
@@ -149,6 +149,9 @@ def _csa_irrelevant(profile: Profile) -> str | None:
 
 
 def _csa(ctx):
+    blocked = needs_failed(ctx, "cudnn-fe.version")
+    if blocked:
+        return blocked
     static = ctx.static
     fe = static.dist(FE)
     missing = _missing_extras(static, fe)
@@ -156,14 +159,14 @@ def _csa(ctx):
                 .get("found", False), "unmet_cutedsl_requirements": missing}
     if fe is None and not static.module("cudnn").get("found"):
         return failed("nvidia-cudnn-frontend is not installed: Megatron silently keeps the eager CSA compressor",
-                      fixes=[FIX_FE, *_extra_fixes(missing)], **evidence)
+                      fixes=[FIX_FE, *_extra_fixes(missing)], evidence=evidence)
     answer = ctx.require(CSA_PROBE)
     fwd, bwd = outcome(answer, CSA_FWD), outcome(answer, CSA_BWD)
     evidence["forward"] = {k: fwd.get(k) for k in ("ok", "error")}
     evidence["backward"] = {k: bwd.get(k) for k in ("ok", "error")}
     if fwd.get("ok") and bwd.get("ok"):
         return passed(f"cudnn.csa compressor loads (nvidia-cudnn-frontend {evidence['frontend']}): Megatron uses the "
-                      "fused CSA compressor on this CC 10.0 job", **evidence)
+                      "fused CSA compressor on this CC 10.0 job", evidence=evidence)
     bad = fwd if not fwd.get("ok") else bwd
     detail = error_text(bad)
     why = ""
@@ -180,7 +183,7 @@ def _csa(ctx):
         lines.append("Unmet requirements of the frontend's cutedsl extra (all of them, not just the first failing "
                      "import): " + ", ".join(missing))
     return failed(f"{why}cudnn.csa compressor does not load ({detail}): Megatron silently falls back to the eager CSA "
-                  "compressor", "\n".join(lines), fixes=[FIX_FE, *_extra_fixes(missing)], **evidence)
+                  "compressor", "\n".join(lines), fixes=[FIX_FE, *_extra_fixes(missing)], evidence=evidence)
 
 
 cudnn_fe_csa = Check(
@@ -209,6 +212,7 @@ cudnn_fe_csa = Check(
     ),
     fixes=(FIX_FE, FIX_CUTEDSL),
     skip_if=_csa_irrelevant,
+    needs=("cudnn-fe.version",),
     static=STATIC,
     probes=lambda profile: [] if _csa_irrelevant(profile) else [CSA_PROBE],
     run=_csa,
@@ -216,6 +220,9 @@ cudnn_fe_csa = Check(
 
 
 def _dsa(ctx):
+    blocked = needs_failed(ctx, "cudnn-fe.version")
+    if blocked:
+        return blocked
     static = ctx.static
     fe = static.dist(FE)
     missing = _missing_extras(static, fe)
@@ -224,13 +231,13 @@ def _dsa(ctx):
     evidence = {"frontend": fe.get("version") if fe else None, "unmet_cutedsl_requirements": missing,
                 "static_q_causal_offsets": None if wrapper_src is None else "q_causal_offsets" in wrapper_src["params"]}
     if fe is None and not static.module("cudnn").get("found"):
-        return failed(M8, fixes=[FIX_FE, *_extra_fixes(missing), FIX_BACKEND_NONE], **evidence)
+        return failed(M8, fixes=[FIX_FE, *_extra_fixes(missing), FIX_BACKEND_NONE], evidence=evidence)
     answer = ctx.require(DSA_PROBE)
     namespace, wrapper = outcome(answer, "cudnn:DSA"), outcome(answer, DSA_WRAPPER)
     evidence["wrapper"] = {k: wrapper.get(k) for k in ("ok", "error")}
     if not namespace.get("ok"):
         return failed(f"from cudnn import DSA failed ({error_text(namespace)}). {M8}",
-                      fixes=[FIX_FE, FIX_CUTEDSL, FIX_BACKEND_NONE], **evidence)
+                      fixes=[FIX_FE, FIX_CUTEDSL, FIX_BACKEND_NONE], evidence=evidence)
     if not wrapper.get("ok"):
         extra = f" Unmet cutedsl requirements: {', '.join(missing)}." if missing else ""
         return failed(
@@ -238,7 +245,7 @@ def _dsa(ctx):
             "`from cudnn import DSA` is a lazy namespace, so Megatron's dependency check passes; the error then "
             "surfaces at config time (CP > 1: the q_causal_offsets signature check) or at the first fused DSA call "
             "(\"cudnn-frontend DSA namespace not available\" / \"Failed to import DSA kernel backend\")." + extra,
-            fixes=[FIX_FE, *_extra_fixes(missing), FIX_BACKEND_NONE], **evidence)
+            fixes=[FIX_FE, *_extra_fixes(missing), FIX_BACKEND_NONE], evidence=evidence)
     params = wrapper.get("params") or (wrapper_src or {}).get("params") or []
     has_offsets = "q_causal_offsets" in params or bool(wrapper.get("varkw"))
     evidence["q_causal_offsets"] = has_offsets
@@ -248,9 +255,9 @@ def _dsa(ctx):
             "from: indexer_forward_wrapper. Install a compatible cuDNN Frontend build or set "
             "dsa_kernel_backend='none'.",
             "Megatron raises this ValueError at config time (frontend >= 1.26.0 has the argument; PyPI 1.25.0 lacks it).",
-            fixes=[FIX_FE, FIX_BACKEND_NONE], **evidence)
+            fixes=[FIX_FE, FIX_BACKEND_NONE], evidence=evidence)
     note = "; indexer_forward_wrapper accepts q_causal_offsets" if has_offsets else ""
-    return passed(f"cudnn.DSA loads (nvidia-cudnn-frontend {evidence['frontend']}){note}", **evidence)
+    return passed(f"cudnn.DSA loads (nvidia-cudnn-frontend {evidence['frontend']}){note}", evidence=evidence)
 
 
 cudnn_fe_dsa = Check(
@@ -274,7 +281,10 @@ cudnn_fe_dsa = Check(
     ),
     fixes=(FIX_FE, FIX_CUTEDSL, FIX_BACKEND_NONE),
     skip_if=_not_needed,
+    needs=("cudnn-fe.version",),
     static=STATIC,
     probes=(DSA_PROBE,),
     run=_dsa,
 )
+
+CHECKS = [cudnn_fe_version, cudnn_fe_csa, cudnn_fe_dsa]

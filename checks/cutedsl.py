@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dsv4_doctor.facts import at_least, error_text, outcome
-from dsv4_doctor.model import Check, Fix, Profile, Source, failed, passed, skipped, warned
+from dsv4_doctor.model import Check, Profile, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
-from ._upstream import CUTLASS_INSTALL, EAV, TVM_FFI_INSTALL, mlm, pypi
+from . import fixes
+from ._upstream import EAV, mlm, pypi
 
 TVM_FFI = "apache-tvm-ffi"
 TVM_MIN = "0.1.11"
@@ -14,10 +15,8 @@ FE = "nvidia-cudnn-frontend"
 CUTLASS_DISTS = ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base", "cuda-python", "cuda-bindings")
 STATIC = StaticRequest(distributions=(TVM_FFI, FE, *CUTLASS_DISTS), modules=("tvm_ffi", "cutlass"))
 
-FIX_TVM = Fix("Install apache-tvm-ffi 0.1.11 (the cuDNN frontend 1.27.0 needs >= 0.1.11; the MLM and verl locks pin "
-              "0.1.9; ==0.1.11 because >= resolved to a broken 0.1.13.post2, frontend PR #492)", [TVM_FFI_INSTALL])
-FIX_CUTLASS = Fix("Install the CuTe DSL with its CUDA 13 libraries (the pin of the Megatron DSv4 recipes; it brings "
-                  "cuda-python)", [CUTLASS_INSTALL])
+FIX_TVM = fixes.TVM_FFI
+FIX_CUTLASS = fixes.CUTLASS
 
 # Megatron's cp_layout_kernels.py imports exactly these; it catches only ImportError.
 CUTE_TARGETS = ("cuda.bindings.driver", "cutlass", "cutlass.cute", "cutlass.utils",
@@ -45,22 +44,22 @@ def _tvm(ctx):
     evidence = {"version": installed, "frontend": fe, "needed_by": needed_by,
                 "module_found": static.module("tvm_ffi").get("found", False)}
     if not needed_by:
-        return skipped(f"not needed: CP = 1 and nvidia-cudnn-frontend {fe or 'absent'} (< 1.27.0)", **evidence)
+        return skipped(f"not needed: CP = 1 and nvidia-cudnn-frontend {fe or 'absent'} (< 1.27.0)", evidence=evidence)
     who = " and ".join(needed_by)
     # Missing: a failure where the CP kernels compile against it; the frontend's need alone has no recorded failure.
     missing = failed if cp > 1 else warned
     if installed is None:
-        return missing(f"apache-tvm-ffi is not installed; needed by {who}", fixes=[FIX_TVM], **evidence)
+        return missing(f"apache-tvm-ffi is not installed; needed by {who}", fixes=[FIX_TVM], evidence=evidence)
     if not evidence["module_found"]:
         return missing(f"apache-tvm-ffi {installed} is installed but its module tvm_ffi is not on sys.path; needed "
-                       f"by {who}", fixes=[FIX_TVM], **evidence)
+                       f"by {who}", fixes=[FIX_TVM], evidence=evidence)
     if not at_least(installed, TVM_MIN):
         return warned(
             f"apache-tvm-ffi {installed} is older than {TVM_MIN}, which {who} needs",
             "The failure mode of an old tvm-ffi is not recorded upstream (hence a warning); the H100 KL-NaN report in "
             "verl PR #7297 went away after installing 0.1.11 together with cuDNN frontend 1.27.0.",
-            fixes=[FIX_TVM], **evidence)
-    return passed(f"apache-tvm-ffi {installed} (needed by {who})", **evidence)
+            fixes=[FIX_TVM], evidence=evidence)
+    return passed(f"apache-tvm-ffi {installed} (needed by {who})", evidence=evidence)
 
 
 tvm_ffi_version = Check(
@@ -98,7 +97,7 @@ def _cutlass(ctx):
     bad = [r for r in results if not r.get("ok")]
     if not bad:
         return passed(f"cutlass, cutlass.cute and cuda.bindings.driver import (nvidia-cutlass-dsl "
-                      f"{dists['nvidia-cutlass-dsl'] or '?'}): the CP layout kernels can compile", **evidence)
+                      f"{dists['nvidia-cutlass-dsl'] or '?'}): the CP layout kernels can compile", evidence=evidence)
     first = bad[0]
     evidence["errors"] = {r["target"]: error_text(r) for r in bad}
     details = [
@@ -115,7 +114,7 @@ def _cutlass(ctx):
         details.append("nvidia-cutlass-dsl is installed but `cutlass` is not importable: its libs-base wheel puts "
                        "the package on sys.path with a .pth file, which `pip install --target` and `python -S` skip.")
     return failed(f"the CuTe-DSL CP layout kernels cannot load ({first['target']}: {error_text(first)})",
-                  "\n".join(details), fixes=[FIX_CUTLASS], **evidence)
+                  "\n".join(details), fixes=[FIX_CUTLASS], evidence=evidence)
 
 
 cutlass_dsl_import = Check(
@@ -144,3 +143,5 @@ cutlass_dsl_import = Check(
     probes=(CUTE_PROBE,),
     run=_cutlass,
 )
+
+CHECKS = [tvm_ffi_version, cutlass_dsl_import]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.model import Check, Fix, Source, failed, passed, skipped, warned
+from dsv4_doctor.model import Check, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import NVIDIA_SMI, TORCH
 
-from ._upstream import FIX_BACKEND_NONE
+from . import fixes
 
 
 def _gpu_devices(ctx):
@@ -29,21 +29,22 @@ def _gpu_devices(ctx):
         reason += "; torch sees no CUDA device" if torch_data.get("imported") else "; torch not importable"
         if ctx.profile.gpu_arch_source == "option":
             reason += f" (rules use --gpu-arch {ctx.profile.gpu_arch})"
-        return skipped(reason, **evidence)
+        return skipped(reason, evidence=evidence)
     if gpus and torch_data.get("imported") and not torch_devices:
+        cuda_error = torch_data.get("cuda_error") if isinstance(torch_data.get("cuda_error"), dict) else {}
         why = ("torch is a CPU-only build" if not torch_data.get("cuda_build") else
-               str((torch_data.get("cuda_error") or {}).get("message", "")) or
+               str(cuda_error.get("message", "")) or
                "torch.cuda.is_available() is False: CUDA_VISIBLE_DEVICES, a driver older than torch's CUDA build, or "
                "a container started without GPU access.")
-        return failed(f"the driver lists {len(gpus)} GPU(s) but torch sees none", why, **evidence)
-    archs = sorted({d.get("compute_capability") for d in devices if d.get("compute_capability")})
-    names = sorted({d.get("name") for d in devices})
+        return failed(f"the driver lists {len(gpus)} GPU(s) but torch sees none", why, evidence=evidence)
+    archs = sorted({str(d.get("compute_capability")) for d in devices if d.get("compute_capability")})
+    names = sorted({str(d.get("name")) for d in devices})
     summary = f"{len(devices)} GPU(s): {', '.join(names)} (CC {', '.join(archs)})"
     if driver:
         summary += f", driver {driver}"
     if len(archs) > 1:
-        return warned(summary + ": mixed compute capabilities; rules use device 0", **evidence)
-    return passed(summary, **evidence)
+        return warned(summary + ": mixed compute capabilities; rules use device 0", evidence=evidence)
+    return passed(summary, evidence=evidence)
 
 
 gpu_devices = Check(
@@ -69,7 +70,6 @@ gpu_devices = Check(
 
 
 CP_ARCHS = {(9, 0): "sm_90a", (10, 0): "sm_100a", (10, 3): "sm_103a"}
-SUPPORTED_GPU = Fix("Run DSv4 CP on H100/H200 (9.0), B200/GB200 (10.0) or B300/GB300 (10.3) GPUs, or with CP = 1", [])
 
 
 def _gpu_arch(ctx):
@@ -78,7 +78,7 @@ def _gpu_arch(ctx):
                 "dsa_backend": profile.dsa_backend}
     if profile.cc is None:
         return skipped("GPU arch unknown: no GPU detected and no --gpu-arch; the arch rules were skipped "
-                       "(pass --gpu-arch 9.0, 10.0 or 10.3 for the GPU the job runs on)", **evidence)
+                       "(pass --gpu-arch 9.0, 10.0 or 10.3 for the GPU the job runs on)", evidence=evidence)
     cc, arch = profile.cc, profile.gpu_arch
     detected = [g.get("compute_capability") for g in ctx.gpus()]
     evidence["detected"] = detected
@@ -87,13 +87,13 @@ def _gpu_arch(ctx):
             f"Unsupported GPU compute capability {arch} for CSA CP CuTe kernels; supported architectures: "
             "sm_90a, sm_100a, sm_103a.",
             "Megatron's CP layout kernels compile only for these; the first CP forward raises this RuntimeError.",
-            fixes=[SUPPORTED_GPU], **evidence)
+            fixes=[fixes.SUPPORTED_GPU], evidence=evidence)
     if profile.dsa_backend == "cudnn" and cc[0] < 9:
         return failed(f"dsa_kernel_backend=cudnn requires SM90+ (Hopper or later); CC {arch}",
-                      "Megatron rejects the config at build time.", fixes=[FIX_BACKEND_NONE], **evidence)
+                      "Megatron rejects the config at build time.", fixes=[fixes.BACKEND_NONE], evidence=evidence)
     if profile.gpu_arch_source == "option" and detected and detected[0] != arch:
         return warned(f"--gpu-arch {arch} fits the profile, but this host's GPU 0 is CC {detected[0]}: the rules "
-                      f"describe the --gpu-arch machine, not this one", **evidence)
+                      f"describe the --gpu-arch machine, not this one", evidence=evidence)
     notes = {
         (9, 0): "SM90: the fused CSA compressor never runs here (CC 10.0 only); fused DSA with the dense indexer "
                 "loss is rejected on SM90 (use dsa_indexer_use_sparse_loss=True), and FlashMLA needs an SM90 build",
@@ -102,8 +102,8 @@ def _gpu_arch(ctx):
     }
     if cc not in notes:
         return warned(f"compute capability {arch} is outside Megatron's DSv4 arch tables (9.0, 10.0, 10.3)",
-                      **evidence)
-    return passed(f"compute capability {arch} ({profile.gpu_arch_source}): {notes[cc]}", **evidence)
+                      evidence=evidence)
+    return passed(f"compute capability {arch} ({profile.gpu_arch_source}): {notes[cc]}", evidence=evidence)
 
 
 gpu_arch = Check(
@@ -129,7 +129,9 @@ gpu_arch = Check(
                "https://github.com/NVIDIA/Megatron-LM/blob/d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1/megatron/core/"
                "transformer/transformer_config.py#L1773-L1818"),
     ),
-    fixes=(SUPPORTED_GPU, FIX_BACKEND_NONE),
+    fixes=(fixes.SUPPORTED_GPU, fixes.BACKEND_NONE),
     probes=(NVIDIA_SMI,),
     run=_gpu_arch,
 )
+
+CHECKS = [gpu_devices, gpu_arch]

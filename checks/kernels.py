@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dsv4_doctor.facts import error_text, outcome
-from dsv4_doctor.model import Check, Fix, Source, failed, passed, warned
+from dsv4_doctor.model import Check, Source, failed, passed, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
-from ._upstream import EAV, FIX_BACKEND_NONE, mlm
+from . import fixes
+from ._upstream import EAV, mlm
+
+FIX_BACKEND_NONE = fixes.BACKEND_NONE
 
 STATIC = StaticRequest(
     distributions=("flash-mla", "flash_mla", "fast-hadamard-transform", "triton"),
@@ -16,13 +19,9 @@ STATIC = StaticRequest(
 FLASH_MLA = import_probe("flash_mla:flash_mla_sparse_fwd")
 HADAMARD = import_probe("fast_hadamard_transform:hadamard_transform")
 
-FIX_FLASH_MLA = Fix("Build FlashMLA from its nv_dev branch against the installed torch (on SM90 do not set "
-                    "FLASH_MLA_DISABLE_SM90=1, which the Megatron recipes set for Blackwell)",
-                    ['pip install --no-build-isolation "flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@nv_dev"'])
-FIX_HADAMARD = Fix("Build fast-hadamard-transform at the commit Megatron-LM dev pins",
-                   ['pip install --no-build-isolation "fast-hadamard-transform @ '
-                    'git+https://github.com/Dao-AILab/fast-hadamard-transform.git@f134af63deb2df17e1171a9ec1ea4a7d8604d5ca"'])
-FIX_TRITON = Fix("Install the triton release the installed torch was built with", ["pip install triton"])
+FIX_FLASH_MLA = fixes.FLASH_MLA
+FIX_HADAMARD = fixes.FAST_HADAMARD
+FIX_TRITON = fixes.TRITON
 
 
 def _flash_mla(ctx):
@@ -34,14 +33,14 @@ def _flash_mla(ctx):
             "dsa_kernel_backend=cudnn requires fused DSA kernels, but the following packages are not available: "
             "flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev). Install them or set "
             "dsa_kernel_backend=none to use the PyTorch fallback.",
-            fixes=[FIX_FLASH_MLA, FIX_BACKEND_NONE], **evidence)
+            fixes=[FIX_FLASH_MLA, FIX_BACKEND_NONE], evidence=evidence)
     result = outcome(ctx.require(FLASH_MLA), "flash_mla:flash_mla_sparse_fwd")
     if not result.get("ok"):
         evidence["error"] = result.get("error")
         return failed(f"flash_mla is installed but flash_mla_sparse_fwd does not load ({error_text(result)})",
                       "Megatron reports flash_mla as missing at config time, or raises \"FlashMLA is required\" at the "
-                      "first sparse attention call.", fixes=[FIX_FLASH_MLA, FIX_BACKEND_NONE], **evidence)
-    return passed(f"flash_mla_sparse_fwd loads ({evidence['version'] or 'no metadata'})", **evidence)
+                      "first sparse attention call.", fixes=[FIX_FLASH_MLA, FIX_BACKEND_NONE], evidence=evidence)
+    return passed(f"flash_mla_sparse_fwd loads ({evidence['version'] or 'no metadata'})", evidence=evidence)
 
 
 kernels_flash_mla = Check(
@@ -77,10 +76,10 @@ def _hadamard(ctx):
         result = outcome(ctx.require(HADAMARD), "fast_hadamard_transform:hadamard_transform")
         if result.get("ok"):
             return passed(f"fast_hadamard_transform.hadamard_transform loads ({evidence['version'] or 'no metadata'})",
-                          **evidence)
+                          evidence=evidence)
         evidence["error"] = result.get("error")
         return failed(f"fast_hadamard_transform is installed but does not load ({error_text(result)})",
-                      fixes=[FIX_HADAMARD], **evidence)
+                      fixes=[FIX_HADAMARD], evidence=evidence)
     patch = static.source("verl.models.mcore.patch")
     if patch.get("found") and "apply_fast_hadamard_transform_shim" in (patch.get("functions") or {}):
         return warned(
@@ -88,9 +87,9 @@ def _hadamard(ctx):
             "slower",
             "verl logs: \"fast_hadamard_transform is unavailable; falling back to a pure-torch Fast Walsh-Hadamard "
             "transform. Results match the CUDA kernel but DSA forward will be slower.\"",
-            fixes=[FIX_HADAMARD], **evidence)
+            fixes=[FIX_HADAMARD], evidence=evidence)
     return failed("fast_hadamard_transform is not installed: every ratio-4 CSA layer asserts \"fast_hadamard_transform "
-                  "is not installed.\"", fixes=[FIX_HADAMARD], **evidence)
+                  "is not installed.\"", fixes=[FIX_HADAMARD], evidence=evidence)
 
 
 kernels_fast_hadamard = Check(
@@ -120,10 +119,10 @@ def _triton(ctx):
     static = ctx.static
     evidence = {"module": static.module("triton").get("origin"), "version": static.version("triton")}
     if static.module("triton").get("found"):
-        return passed(f"triton {evidence['version'] or '(no metadata)'}", **evidence)
+        return passed(f"triton {evidence['version'] or '(no metadata)'}", evidence=evidence)
     return warned("triton is not installed: apply_rope_fusion=True then fails (fused_mla_rope_inplace is None)",
                   "Megatron's DSv4 attention asserts `fused_mla_rope_inplace is not None` when rope fusion is on; "
-                  "with apply_rope_fusion=False the job runs without triton.", fixes=[FIX_TRITON], **evidence)
+                  "with apply_rope_fusion=False the job runs without triton.", fixes=[FIX_TRITON], evidence=evidence)
 
 
 kernels_triton = Check(
@@ -146,3 +145,5 @@ kernels_triton = Check(
     static=STATIC,
     run=_triton,
 )
+
+CHECKS = [kernels_flash_mla, kernels_fast_hadamard, kernels_triton]

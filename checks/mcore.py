@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 
-from dsv4_doctor.model import Check, Fix, Source, errored, failed, passed, skipped, warned
+from dsv4_doctor.model import Check, Source, errored, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 
-from ._upstream import EAV, MLM_INSTALL, MLM_VERL_TESTED, mlm
+from . import fixes
+from ._upstream import EAV, mlm
 
 MCORE = "megatron-core"
 EAV_MOD = EAV.replace("/", ".").rstrip(".")
@@ -29,9 +30,7 @@ MARKERS = {
 }
 STATIC = StaticRequest(distributions=(MCORE,), modules=("megatron.core", *MARKERS), sources=(PSP, TC, MPC))
 
-FIX_MCORE = Fix(f"Install Megatron-core from the dev branch (no release has dsv4_hybrid; {MLM_VERL_TESTED[:8]} is "
-                "the commit verl's DSv4 example was tested with; any dev commit at or after bfa33263 has CP)",
-                [MLM_INSTALL])
+FIX_MCORE = fixes.MCORE
 
 V2 = ("ValueError: cp_layout='contiguous' requires PackedSeqParams.cp_partition_mode, which this Megatron-core "
       "version does not provide. Upgrade Megatron-core or use the zigzag layout.")
@@ -68,7 +67,7 @@ def _dsv4(ctx):
     static = ctx.static
     evidence = _where(static)
     if not static.module("megatron.core").get("found"):
-        return failed("Megatron-core is not installed", fixes=[FIX_MCORE], **evidence)
+        return failed("Megatron-core is not installed", fixes=[FIX_MCORE], evidence=evidence)
     found = {name: static.module(name).get("found", False) for name in MARKERS}
     evidence["markers"] = {MARKERS[n]: ok for n, ok in found.items()}
     origin = static.module("megatron.core").get("origin") or ""
@@ -88,12 +87,12 @@ def _dsv4(ctx):
             "experimental attention variant: dsv4_hybrid\"",
             "Every megatron-core release lacks DSv4 (it exists only on the dev branch), and dev reports the same "
             "version string, so the files decide." + shadow,
-            fixes=[FIX_MCORE], **evidence)
+            fixes=[FIX_MCORE], evidence=evidence)
     have = [MARKERS[n] for n, ok in found.items() if ok]
     vcs = evidence["vcs"] or {}
     commit = f" at {vcs.get('commit_id', '')[:8]}" if vcs.get("commit_id") else ""
     return passed(f"Megatron-core dev{commit} (reports {version}): " + "; ".join(have),
-                  shadow.strip(), **evidence)
+                  shadow.strip(), evidence=evidence)
 
 
 mcore_dsv4 = Check(
@@ -133,13 +132,13 @@ def _cp_partition_mode(ctx):
     static = ctx.static
     evidence = _where(static)
     if not static.module("megatron.core").get("found"):
-        return skipped("Megatron-core is not installed (see mcore.dsv4)", **evidence)
+        return skipped("Megatron-core is not installed (see mcore.dsv4)", evidence=evidence)
     cls, src = _class(static, PSP, "PackedSeqParams")
     evidence["file"] = src.get("path")
     if src.get("error"):
-        return errored(f"cannot read {src.get('path')}: {src['error']}", **evidence)
+        return errored(f"cannot read {src.get('path')}: {src['error']}", evidence=evidence)
     if cls is None:
-        return errored(f"no PackedSeqParams class in {src.get('path') or PSP}", **evidence)
+        return errored(f"no PackedSeqParams class in {src.get('path') or PSP}", evidence=evidence)
     fields = {f["name"]: f for f in cls["fields"]}
     init = cls["methods"].get("__init__")
     # verl's probe: the parameter in __init__'s signature, or a **kwargs catch-all.
@@ -149,16 +148,16 @@ def _cp_partition_mode(ctx):
     if has:
         f = fields.get("cp_partition_mode")
         shown = f"{f['annotation']} = {f['default']} (line {f['lineno']})" if f else "accepted through **kwargs"
-        return passed(f"PackedSeqParams.cp_partition_mode: {shown}", **evidence)
+        return passed(f"PackedSeqParams.cp_partition_mode: {shown}", evidence=evidence)
     if ctx.profile.cp == 1:
         return skipped("CP = 1: no CP partition is made; this Megatron-core's PackedSeqParams has no "
-                       "cp_partition_mode (CP > 1 will need it)", **evidence)
+                       "cp_partition_mode (CP > 1 will need it)", evidence=evidence)
     return failed(
         "PackedSeqParams has no cp_partition_mode: verl stops with " + V2,
         f"Without the field verl cannot ask for the contiguous layout, and Megatron's DSv4 attention rejects the "
         f"zigzag default: \"{R1}\". The field exists on Megatron-LM dev from bfa33263 (the CP merge); no release "
         "has it.",
-        fixes=[FIX_MCORE], **evidence)
+        fixes=[FIX_MCORE], evidence=evidence)
 
 
 mcore_cp_partition_mode = Check(
@@ -192,14 +191,14 @@ def _config(ctx):
     static = ctx.static
     evidence = _where(static)
     if not static.module("megatron.core").get("found"):
-        return skipped("Megatron-core is not installed (see mcore.dsv4)", **evidence)
+        return skipped("Megatron-core is not installed (see mcore.dsv4)", evidence=evidence)
     fields: dict[str, str] = {}
     for module, name in ((MPC, "ModelParallelConfig"), (TC, "TransformerConfig")):
         cls, src = _class(static, module, name)
         if src.get("error"):
-            return errored(f"cannot read {src.get('path')}: {src['error']}", **evidence)
+            return errored(f"cannot read {src.get('path')}: {src['error']}", evidence=evidence)
         if cls is None:
-            return errored(f"no {name} class in {src.get('path') or module}", **evidence)
+            return errored(f"no {name} class in {src.get('path') or module}", evidence=evidence)
         fields.update({f["name"]: f"{name}.{f['name']}: {f['annotation']} (line {f['lineno']})"
                        for f in cls["fields"]})
     wanted = CP_FIELDS + ("dsa_kernel_backend", "apply_dsa_kernel_fusion")
@@ -219,15 +218,15 @@ def _config(ctx):
             + ": verl's override_transformer_config entries for them fail when the config is built",
             (settings + "\n" if settings else "") + "These fields exist on Megatron-LM dev (cp_partition_mode and "
             "sequence_packing_scheduler from bfa33263; dsa_kernel_backend from 6888385f, apply_dsa_kernel_fusion "
-            "before).", fixes=[FIX_MCORE], **evidence)
+            "before).", fixes=[FIX_MCORE], evidence=evidence)
     knob = {"dsa_kernel_backend": "dsa_kernel_backend=cudnn",
             "apply_dsa_kernel_fusion": "apply_dsa_kernel_fusion=True (older dev: no dsa_kernel_backend)",
             None: "no DSA backend knob"}[backend_knob]
     cp_note = "cp_partition_mode, sequence_packing_scheduler, max_seqlen_per_dp_cp_rank present" \
         if all(f in fields for f in CP_FIELDS) else "CP fields absent (not needed at CP = 1)"
     if ctx.profile.dsa_backend == "cudnn" and backend_knob == "apply_dsa_kernel_fusion":
-        return warned(f"{cp_note}; fused DSA is selected with {knob}", settings, **evidence)
-    return passed(f"{cp_note}; fused DSA knob: {knob}", settings, **evidence)
+        return warned(f"{cp_note}; fused DSA is selected with {knob}", settings, evidence=evidence)
+    return passed(f"{cp_note}; fused DSA knob: {knob}", settings, evidence=evidence)
 
 
 mcore_config = Check(
@@ -253,3 +252,5 @@ mcore_config = Check(
     static=STATIC,
     run=_config,
 )
+
+CHECKS = [mcore_dsv4, mcore_cp_partition_mode, mcore_config]

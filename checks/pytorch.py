@@ -4,43 +4,43 @@ from __future__ import annotations
 
 from packaging.version import InvalidVersion, Version
 
-from dsv4_doctor.model import Check, Fix, Source, failed, passed
+from dsv4_doctor.model import Check, Source, failed, passed, warned
 from dsv4_doctor.probes import TORCH
 
+from . import fixes
+
 MIN_TORCH = "2.6.0"  # megatron-core 0.19.2 Requires-Dist torch>=2.6.0
-INSTALL_TORCH = Fix(
-    "Install a CUDA build of PyTorch (the verl DSv4 image uses torch 2.11.0 with CUDA 13.0)",
-    ["pip install torch==2.11.0"],
-)
 
 
 def _torch_install(ctx):
     data = ctx.require(TORCH)
     if not data.get("imported"):
-        err = data.get("error", {})
+        err = data.get("error") if isinstance(data.get("error"), dict) else {}
         if err.get("type") == "ModuleNotFoundError" and err.get("missing_module") == "torch":
-            return failed("torch is not installed", fixes=[INSTALL_TORCH], error=err)
+            return failed("torch is not installed", fixes=[fixes.TORCH], evidence={"error": err})
         return failed(f"import torch raised {err.get('type')}: {err.get('message')}",
-                      "\n".join(err.get("where", [])), fixes=[INSTALL_TORCH], error=err)
+                      "\n".join(map(str, err.get("where") or [])), fixes=[fixes.TORCH], evidence={"error": err})
     evidence = {k: data.get(k) for k in ("version", "cuda_build", "hip_build", "cudnn_version", "nccl_version",
                                          "cuda_available", "device_count", "origin", "import_s")}
-    version = data.get("version") or "?"
+    version = data.get("version") or "unknown"
     try:
         # Release numbers only: NGC's 2.6.0a0+...nv25.01 is the 2.6.0 series Megatron-core is built against.
-        too_old = Version(version).release < Version(MIN_TORCH).release
+        too_old = Version(str(version)).release < Version(MIN_TORCH).release
     except InvalidVersion:
-        too_old = False
+        return warned(f"torch reports a version that is not a PEP 440 version ({version}): its age cannot be judged",
+                      evidence=evidence)
     if data.get("hip_build"):
-        return failed(f"torch {version} is a ROCm build; this doctor checks the CUDA DSv4 stack", **evidence)
+        return failed(f"torch {version} is a ROCm build; this doctor checks the CUDA DSv4 stack", evidence=evidence)
     if not data.get("cuda_build"):
-        return failed(f"torch {version} is a CPU-only build: DSv4 training needs CUDA", fixes=[INSTALL_TORCH],
-                      **evidence)
+        return failed(f"torch {version} is a CPU-only build: DSv4 training needs CUDA", fixes=[fixes.TORCH],
+                      evidence=evidence)
     if too_old:
-        return failed(f"torch {version} is older than {MIN_TORCH}, which megatron-core needs", fixes=[INSTALL_TORCH],
-                      **evidence)
-    summary = (f"torch {version} (CUDA {data.get('cuda_build')}, cuDNN {data.get('cudnn_version')}, "
-               f"NCCL {data.get('nccl_version')}); {data.get('device_count', 0)} CUDA device(s) visible")
-    return passed(summary, **evidence)
+        return failed(f"torch {version} is older than {MIN_TORCH}, which megatron-core needs", fixes=[fixes.TORCH],
+                      evidence=evidence)
+    summary = (f"torch {version} (CUDA {data.get('cuda_build')}, cuDNN {data.get('cudnn_version') or 'unknown'}, "
+               f"NCCL {data.get('nccl_version') or 'unknown'}); {data.get('device_count') or 0} CUDA device(s) "
+               "visible")
+    return passed(summary, evidence=evidence)
 
 
 torch_install = Check(
@@ -51,7 +51,8 @@ torch_install = Check(
         and reports its version, the CUDA it was built for, the cuDNN and NCCL it loaded, and the devices it sees.
         DSv4 training needs a CUDA build of torch >= 2.6.0 (megatron-core's requirement); Transformer Engine's
         torch extension must match that torch's ABI and CUDA major version. Note that the loaded cuDNN is
-        reported, not whichever libcudnn `ldconfig` lists.
+        reported, not whichever libcudnn `ldconfig` lists. A torch fix is always a manual step: reinstalling torch
+        invalidates every compiled extension built against it.
     """,
     applies_when="always",
     detects="import torch: torch.version.cuda, cudnn/nccl versions, CUDA devices",
@@ -60,7 +61,9 @@ torch_install = Check(
         Source("pytorch #78489: collect_env reports ldconfig's cuDNN, not the loaded one",
                "https://github.com/pytorch/pytorch/issues/78489"),
     ),
-    fixes=(INSTALL_TORCH,),
+    fixes=(fixes.TORCH,),
     probes=(TORCH,),
     run=_torch_install,
 )
+
+CHECKS = [torch_install]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dsv4_doctor.facts import at_least, error_text, outcome, version
-from dsv4_doctor.model import Check, Fix, Source, failed, passed, skipped, warned
+from dsv4_doctor.model import Check, Fix, Source, errored, failed, passed, skipped, warned
 from dsv4_doctor.probes import TORCH, StaticRequest, import_probe
 
-from ._upstream import TE_INSTALL, mlm
+from . import fixes
+from ._upstream import mlm
 
 # PyPI splits TE into a metapackage, a CUDA-specific core and an sdist-only torch extension; an NGC or source build is
 # one distribution, `transformer_engine` (importlib.metadata normalises it to the same name as transformer-engine).
@@ -16,13 +17,8 @@ TE_IMPORT = import_probe("transformer_engine.pytorch")
 PACKING_MIN = "2.9.0"
 PACKING_EXCEPTION = "2.9.0.dev0+5b3092a"  # the one pre-release Megatron's gate accepts by name
 
-INSTALL = Fix("Install Transformer Engine with its PyTorch extension (the verl DSv4 image uses 2.16.1; any >= 2.9.0 "
-              "passes Megatron's packing gate), built against the installed torch", [TE_INSTALL])
-REINSTALL_CONSISTENT = Fix(
-    "Remove every Transformer Engine distribution, then install one consistent set",
-    ["pip uninstall -y transformer-engine transformer-engine-cu12 transformer-engine-cu13 transformer-engine-torch",
-     TE_INSTALL],
-)
+INSTALL = fixes.TE
+REINSTALL_CONSISTENT = fixes.TE_REINSTALL
 
 TE_SOURCES = (
     mlm("megatron/core/transformer/transformer_config.py", "3672-3704",
@@ -42,27 +38,36 @@ def _te_version(ctx):
     static = ctx.static
     copies = _installed(static)
     module = static.module("transformer_engine")
-    first = {name: c[0] for name, c in copies.items()}
+    # Broken METADATA is deps.metadata's finding; the verdict here comes from the copies that read.
+    readable = {name: [c for c in cs if not c.get("error") and c.get("version")] for name, cs in copies.items()}
+    readable = {name: cs for name, cs in readable.items() if cs}
+    unreadable = sorted(name for name, cs in copies.items() if any(c.get("error") for c in cs))
+    first = {name: cs[0] for name, cs in readable.items()}
     evidence = {
         "distributions": {name: [c.get("version") for c in cs] for name, cs in copies.items()},
+        "unreadable_metadata": unreadable,
         "module": module.get("origin") or module.get("locations"),
         "cp": ctx.profile.cp,
     }
+    note = f" (unreadable METADATA of {', '.join(unreadable)}: see deps.metadata)" if unreadable else ""
     if not copies:
         if module.get("found"):
             return warned("transformer_engine is importable but has no distribution metadata: its version is unknown",
                           "Megatron reads te.__version__ first; te.import reports whether it imports.",
-                          fixes=[INSTALL], **evidence)
+                          fixes=[INSTALL], evidence=evidence)
         return failed(
             "Transformer Engine is not installed",
             "Megatron's DSv4 layer spec is built with TESpecProvider; without TE, Megatron sets HAVE_TE=False "
             "silently and the model build fails.",
-            fixes=[INSTALL], **evidence,
+            fixes=[INSTALL], evidence=evidence,
         )
-    broken = {name: c.get("error") for name, c in first.items() if c.get("error")}
-    if broken:
-        return warned("unreadable METADATA for " + ", ".join(f"{n} ({e})" for n, e in broken.items()),
-                      fixes=[REINSTALL_CONSISTENT], **evidence)
+    if not first:
+        why = f"every Transformer Engine distribution's METADATA is unreadable ({', '.join(unreadable)})"
+        if ctx.profile.cp > 1:
+            return errored(f"cannot judge Megatron's TE >= 2.9.0 packing gate: {why}",
+                           "Megatron reads the version with importlib.metadata too; see deps.metadata.",
+                           evidence=evidence)
+        return warned(f"Transformer Engine version unknown: {why}", fixes=[REINSTALL_CONSISTENT], evidence=evidence)
     doubled = {name: [c.get("path") for c in cs] for name, cs in copies.items() if len(cs) > 1}
     versions = {name: c.get("version") for name, c in first.items()}
     distinct = {str(version(v) or v) for v in versions.values()}
@@ -71,8 +76,8 @@ def _te_version(ctx):
         return failed(
             f"Transformer Engine package version mismatch. Found {found}.",
             "TE asserts this at import (AssertionError: Transformer Engine package version mismatch ...), or loads a "
-            "torch extension built for another release.",
-            fixes=[REINSTALL_CONSISTENT], **evidence,
+            "torch extension built for another release." + note,
+            fixes=[REINSTALL_CONSISTENT], evidence=evidence,
         )
     te = next(iter(versions.values()))
     evidence["version"] = te
@@ -83,16 +88,16 @@ def _te_version(ctx):
             "(TE < 2.9.0 may have convergence issues).",
             "CP > 1 DSv4 needs a sequence_packing_scheduler, and Megatron's TransformerConfig raises this ValueError "
             "at config time when TE is older than 2.9.0 (or does not import: then it says 'got 0.0.0')."
-            + (" More than one copy of TE is installed, too." if doubled else ""),
-            fixes=[REINSTALL_CONSISTENT if doubled else INSTALL], **evidence,
+            + (" More than one copy of TE is installed, too." if doubled else "") + note,
+            fixes=[REINSTALL_CONSISTENT if doubled else INSTALL], evidence=evidence,
         )
     if doubled:
         return warned(f"Transformer Engine {te}: more than one copy of "
                       + ", ".join(f"{n} ({', '.join(map(str, p))})" for n, p in doubled.items())
-                      + "; the first on sys.path wins",
-                      fixes=[REINSTALL_CONSISTENT], **evidence)
-    note = "" if packing_ok else "; CP > 1 (sequence packing) will need >= 2.9.0"
-    return passed(f"Transformer Engine {te} ({', '.join(first)}){note}", **evidence)
+                      + "; the first on sys.path wins" + note,
+                      fixes=[REINSTALL_CONSISTENT], evidence=evidence)
+    packing = "" if packing_ok else "; CP > 1 (sequence packing) will need >= 2.9.0"
+    return passed(f"Transformer Engine {te} ({', '.join(first)}){packing}{note}", evidence=evidence)
 
 
 te_version = Check(
@@ -121,13 +126,11 @@ def _te_fix_version(static) -> str:
         v = static.version(name)
         if v and at_least(v, PACKING_MIN):
             return str(version(v).public) if version(v) else v
-    return "2.16.1"
+    return fixes.TE_VERSION
 
 
 def _classify(message: str, te: str, cuda_major: str) -> tuple[str, list[Fix]]:
-    reinstall = Fix(f"Rebuild TE's torch extension against the installed torch (CUDA {cuda_major})",
-                    [f'pip install --no-build-isolation --force-reinstall '
-                     f'"transformer-engine[pytorch,core_cu{cuda_major}]=={te}"'])
+    reinstall = fixes.te_install(te, cuda_major, force=True)
     if "undefined symbol" in message:
         return "TE's torch extension was built for another torch (ABI mismatch)", [reinstall]
     if "Could not find shared object file for Transformer Engine torch lib" in message:
@@ -135,9 +138,8 @@ def _classify(message: str, te: str, cuda_major: str) -> tuple[str, list[Fix]]:
     if "version mismatch" in message or "empty 'transformer-engine' meta package" in message:
         return "inconsistent TE packages", [REINSTALL_CONSISTENT]
     if "libcudnn" in message or "CUDNN_STATUS" in message:
-        return "TE cannot load cuDNN: keep one cuDNN and point CUDNN_PATH / LD_LIBRARY_PATH at it", [Fix(
-            "Make exactly one cuDNN 9 visible (the pip wheel nvidia-cudnn-cu12/-cu13 or the container's), e.g.",
-            ["pip install --force-reinstall nvidia-cudnn-cu" + cuda_major])]
+        return ("TE cannot load cuDNN: keep one cuDNN and point CUDNN_PATH / LD_LIBRARY_PATH at it",
+                [fixes.cudnn_wheel(cuda_major)])
     if "cannot open shared object file" in message or "shared object not found" in message:
         return f"a CUDA library TE needs is missing; TE's core must match torch's CUDA {cuda_major}", [reinstall]
     return "TE's PyTorch extension does not import", [reinstall]
@@ -155,16 +157,18 @@ def _te_import(ctx):
     cuda_major = str(cuda).split(".")[0] if cuda else "13"
     evidence = {"origin": result.get("origin"), "torch_cuda": cuda, "import_s": result.get("duration_s")}
     if result.get("ok"):
-        return passed(f"transformer_engine.pytorch imports ({result.get('duration_s', 0):.1f} s)", **evidence)
+        return passed(f"transformer_engine.pytorch imports ({float(result.get('duration_s') or 0):.1f} s)",
+                      evidence=evidence)
     message = error_text(result)
-    evidence["error"] = result.get("error")
-    hint, fixes = _classify(message, te, cuda_major)
+    err = result.get("error") if isinstance(result.get("error"), dict) else {}
+    evidence["error"] = err
+    hint, found = _classify(message, te, cuda_major)
     return failed(
         f"import transformer_engine.pytorch failed: {message}",
         f"{hint}. `import transformer_engine` swallows this error and Megatron silently sets HAVE_TE=False, so the "
         "DSv4 model build (TESpecProvider) fails later with a less helpful message.\n"
-        + "\n".join(result.get("error", {}).get("where", [])),
-        fixes=fixes, **evidence,
+        + "\n".join(map(str, err.get("where") or [])),
+        fixes=found, evidence=evidence,
     )
 
 
@@ -196,3 +200,5 @@ te_import = Check(
     probes=(TE_IMPORT, TORCH),
     run=_te_import,
 )
+
+CHECKS = [te_version, te_import]

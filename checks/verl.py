@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.model import Check, Fix, Source, failed, passed, skipped
+from dsv4_doctor.model import Check, Source, failed, passed, skipped
 from dsv4_doctor.probes import StaticRequest
+
+from . import fixes
 
 UTIL = "verl.models.mcore.util"
 ENGINE = "verl.workers.engine.megatron.transformer_impl"
 REPLAY = "verl.utils.megatron.router_replay_utils"
 STATIC = StaticRequest(distributions=("verl",), modules=("verl",), sources=(UTIL, ENGINE, REPLAY),
                        contains=("default_dynamic_cp", "torch.int16"))
-FIX_VERL = Fix("Install verl 0.9.0 or newer (it has PRs #7221, #7297 and #6555)", ["pip install --no-deps verl==0.9.0"])
+FIX_VERL = fixes.VERL
 
 
 def _markers(static) -> dict:
@@ -48,23 +50,23 @@ def _verl(ctx):
     if ctx.profile.cp == 1:
         state = "present" if not (missing_7221 or missing_7297) else "absent"
         return skipped(f"CP = 1: the CP layout plumbing is not used (verl {version}: contiguous layout {state})",
-                       **evidence)
+                       evidence=evidence)
     if missing_7221:
         return failed(
             f"verl {version} lacks the contiguous CP layout (PR #7221): it packs DSv4 THD batches zigzag",
             "Megatron's DSv4 attention then raises \"DSv4 THD CP requires a contiguous CP partition.\" Missing: "
-            + "; ".join(missing_7221), fixes=[FIX_VERL], **evidence)
+            + "; ".join(missing_7221), fixes=[FIX_VERL], evidence=evidence)
     if missing_7297:
         return failed(
             f"verl {version} lacks PR #7297: router replay is packed zigzag while model rows are contiguous",
             "That is a shape error, or routes silently attached to the wrong tokens. Missing: "
-            + "; ".join(missing_7297), fixes=[FIX_VERL], **evidence)
+            + "; ".join(missing_7297), fixes=[FIX_VERL], evidence=evidence)
     extra = "" if markers["#6555 dynamic CP (default_dynamic_cp)"] else "; no dynamic CP (#6555)"
     return passed(f"verl {version}: contiguous CP layout (#7221), PackedSeqParams probe and router-replay layout "
                   f"(#7297){extra}",
                   "For model_type deepseek_v4 with CP > 1, verl (#6555) sets cp_partition_mode=contiguous and "
                   "sequence_packing_scheduler=default_dynamic_cp after copying the user's overrides, so a script's "
-                  "dp_balanced is replaced." if not extra else "", **evidence)
+                  "dp_balanced is replaced." if not extra else "", evidence=evidence)
 
 
 verl_cp_layout = Check(
@@ -89,3 +91,5 @@ verl_cp_layout = Check(
     static=STATIC,
     run=_verl,
 )
+
+CHECKS = [verl_cp_layout]

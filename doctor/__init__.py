@@ -1,3 +1,3 @@
 """dsv4-doctor: preflight checks for DeepSeek-V4 context-parallel training with verl and Megatron-Core."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,484 +1,413 @@
-"""The `dsv4-doctor` command line. It renders and decides; it never imports torch or any inspected package.
+"""The `dsv4-doctor` command line: argument parsing and wiring. It never imports torch or any inspected package.
 
 Exit codes (the same for every output format):
-  0  no check failed (warnings allowed, unless --strict)
-  1  at least one check failed or errored (or warned, with --strict)
-  2  usage error
-  3  the doctor itself or a plugin crashed (the report is still written)
+  0    no check failed (warnings allowed, unless --strict); `fix`: a plan was printed
+  1    at least one check failed or errored (or warned, with --strict); `fix`: some failure has no fix at all
+  2    usage error
+  3    the doctor itself or a plugin crashed (the report is still written)
+  4    the report could not be written to --output (it went to stdout instead)
+  129, 130, 143  interrupted by SIGHUP, SIGINT or SIGTERM (probes killed; a report of what finished is written)
 """
 
 from __future__ import annotations
 
-import contextlib
-import enum
-import fnmatch
+import argparse
 import os
 import re
-import shlex
-import shutil
-import subprocess
 import sys
 import traceback
-from typing import List, Optional
-
-import typer
+from typing import Sequence
 
 from . import __version__
-from .model import Check, CheckReport, ExitCode, Profile, Status
+from .model import CheckReport, ExitCode, Profile, Status
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 no check failed (warnings allowed unless --strict); 1 a check failed or errored "
-    "(or warned, with --strict); 2 usage error; 3 the doctor itself or a plugin crashed (the report is still written)."
+    "Exit codes: 0 no check failed (warnings allowed unless --strict); 1 a check failed or errored (or warned, with "
+    "--strict); 2 usage error; 3 the doctor itself or a plugin crashed (the report is still written); 4 the report "
+    "could not be written to --output (it went to stdout); 129/130/143 interrupted by SIGHUP/SIGINT/SIGTERM."
 )
-
-app = typer.Typer(
-    name="dsv4-doctor",
-    help="Preflight checks for DeepSeek-V4 context-parallel training (verl + Megatron-Core + TE + cuDNN frontend).\n\n"
-    + EXIT_CODES_HELP,
-    add_completion=False,
-    no_args_is_help=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
+COMMANDS = ("check", "smoke", "list", "explain", "fix")
+FORMATS = ("text", "json", "markdown", "junit")
 
 
-class Format(str, enum.Enum):
-    text = "text"
-    json = "json"
-    markdown = "markdown"
-    junit = "junit"
+class UsageFailure(Exception):
+    """Raised by argument callbacks; printed as `dsv4-doctor: error: ...` with exit 2."""
 
 
-class Backend(str, enum.Enum):
-    cudnn = "cudnn"
-    none = "none"
+# ------------------------------------------------------------------------------------------------ argument types
+
+def _cp(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if not 1 <= n <= 1024:
+        raise argparse.ArgumentTypeError(f"--cp must be between 1 and 1024, got {n}")
+    return n
 
 
-class Device(str, enum.Enum):
-    auto = "auto"
-    cuda = "cuda"
-    cpu = "cpu"
-
-
-def _stderr(message: str) -> None:
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
-
-
-def _gpu_arch(value: Optional[str]) -> Optional[str]:
-    if value is None:
-        return None
+def _gpu_arch(value: str) -> str:
     if not re.fullmatch(r"\d{1,2}\.\d", value):
-        raise typer.BadParameter("expected a compute capability such as 9.0 or 10.0")
+        raise argparse.ArgumentTypeError("expected a compute capability such as 9.0 or 10.0")
     return value
 
 
-def _python(value: Optional[str]) -> str:
-    if value is None:
-        return sys.executable
-    found = value if os.sep in value else shutil.which(value)
-    if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
-        raise typer.BadParameter(f"no executable interpreter at {value!r}")
-    return os.path.abspath(found)
+def _timeout(value: str) -> float:
+    try:
+        t = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
+    if not 1.0 <= t <= 3600.0:  # also rejects inf and nan
+        raise argparse.ArgumentTypeError("--timeout must be between 1 and 3600 seconds")
+    return t
 
 
-def _output(value: Optional[str]) -> Optional[str]:
-    if value is None:
-        return None
-    parent = os.path.dirname(os.path.abspath(value))
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-        raise typer.BadParameter(f"cannot write {value!r}: {parent} is not a writable directory")
-    return value
-
-
-def _ids(values: Optional[List[str]]) -> list[str]:
+def _ids(values: Sequence[str] | None) -> list[str]:
     out: list[str] = []
     for v in values or []:
         out += [x.strip() for x in v.split(",") if x.strip()]
     return out
 
 
-def select(checks: list[Check], only: list[str], skip: list[str]) -> list[Check]:
-    """--only / --skip by id or glob (`cudnn-fe.*`); a pattern that matches nothing is a usage error."""
-    ids = [c.id for c in checks]
-    for pattern in only + skip:
-        if not fnmatch.filter(ids, pattern):
-            raise typer.BadParameter(f"no check matches {pattern!r}; see `dsv4-doctor list`")
-    chosen = [c for c in checks if not only or any(fnmatch.fnmatchcase(c.id, p) for p in only)]
-    return [c for c in chosen if not any(fnmatch.fnmatchcase(c.id, p) for p in skip)]
-
-
-_REGISTRY = None
-
-
-def _registry():
-    global _REGISTRY
-    if _REGISTRY is None:
-        from .registry import load
-
-        with contextlib.redirect_stdout(sys.stderr):  # a plugin printing at import must not reach stdout
-            _REGISTRY = load()
-    return _REGISTRY
-
-
-def _static_request(registry):
-    """All checks' static needs, whatever is selected: one cheap probe, and the same one main() prefetches."""
-    from .probes import StaticRequest
-
-    return StaticRequest.merge(c.static for c in registry.checks)
-
-
-def _prefetch(args: list[str]) -> None:
-    """Start the static probe while typer parses the command line (typer's start-up costs about 0.15 s)."""
-    if args[0] not in ("check", "fix") or any(a in ("--help", "-h") for a in args):
+def check_output_path(path: str | None) -> None:
+    """A report file that cannot be written is a usage error, said before any work."""
+    if path is None:
         return
-    python = sys.executable
-    for i, a in enumerate(args):
-        if a == "--python" and i + 1 < len(args):
-            python = args[i + 1]
-        elif a.startswith("--python="):
-            python = a.split("=", 1)[1]
-    timeout = 60.0
-    for i, a in enumerate(args):
-        value = args[i + 1] if a == "--timeout" and i + 1 < len(args) else (
-            a.split("=", 1)[1] if a.startswith("--timeout=") else None)
-        if value is not None:
-            try:
-                timeout = float(value)
-            except ValueError:
-                return
-            if not 1.0 <= timeout <= 3600.0:
-                return
-    try:
-        python = _python(python)
-        from .runner import prefetch_static, static_probe_for
-
-        prefetch_static(python, static_probe_for(_static_request(_registry()), timeout))
-    except Exception:
-        return  # the command itself reports whatever is wrong
+    if os.path.isdir(path):
+        raise UsageFailure(f"--output {path!r} is a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageFailure(f"--output {path!r}: {parent} is not a directory")
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise UsageFailure(f"--output {path!r} is not writable")
+    elif not os.access(parent, os.W_OK):
+        raise UsageFailure(f"--output {path!r}: {parent} is not writable")
 
 
-def _plugin_reports(plugins) -> list[CheckReport]:
-    return [
-        CheckReport(
-            id="plugin." + (re.sub(r"[^a-z0-9_-]+", "-", p.name.lower()).strip("-_") or "unnamed"),
-            title=f"Plugin {p.name} loads", status=Status.ERROR,
-            summary=f"plugin {p.name!r} from distribution {p.distribution} failed to load: {p.error}",
-            details=p.traceback, evidence={"entry_point": p.value, "distribution": p.distribution,
-                                           "version": p.version},
-            origin=p.distribution, internal_error=True,
-        )
-        for p in plugins if p.error
-    ]
+# ------------------------------------------------------------------------------------------------------ parser
+
+def _profile_options(p: argparse.ArgumentParser, gpu_arch: bool = True) -> None:
+    p.add_argument("--cp", type=_cp, default=1, metavar="N", help="Context-parallel size of the planned job (1-1024).")
+    p.add_argument("--dsa-backend", choices=("cudnn", "none"), default=None,
+                   help="Megatron dsa_kernel_backend (default: cudnn, as the MLM CLI resolves it for dsv4_hybrid).")
+    if gpu_arch:
+        p.add_argument("--gpu-arch", type=_gpu_arch, metavar="X.Y",
+                       help="Compute capability the job runs on, e.g. 10.0; default: detected with nvidia-smi.")
+    p.add_argument("--python", metavar="PATH", help="Interpreter to inspect (default: the one running the doctor).")
+    p.add_argument("--timeout", type=_timeout, default=60.0, metavar="S",
+                   help="Seconds each isolated probe may take before it is killed (default 60).")
+
+
+def _selection_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--only", action="append", metavar="ID[,ID...]",
+                   help="Run only these check ids (repeatable; globs such as 'cudnn-fe.*' allowed).")
+    p.add_argument("--skip", action="append", metavar="ID[,ID...]", help="Skip these check ids (repeatable; globs).")
+
+
+def _report_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-f", "--format", choices=FORMATS, default="text", help="Report format (default text).")
+    p.add_argument("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(
+        prog="dsv4-doctor", epilog=EXIT_CODES_HELP,
+        description="Preflight checks for DeepSeek-V4 context-parallel training (verl + Megatron-Core + TE + cuDNN "
+                    "frontend). `check` is the default command.")
+    root.add_argument("--version", action="version", version=f"dsv4-doctor {__version__}")
+    sub = root.add_subparsers(dest="command", metavar="COMMAND")
+
+    check = sub.add_parser("check", help="Check this environment for the planned DSv4 job (the default).",
+                           epilog=EXIT_CODES_HELP)
+    _profile_options(check)
+    _selection_options(check)
+    _report_options(check)
+    check.add_argument("--strict", action="store_true", help="Warnings fail too (exit 1).")
+    check.add_argument("--static-only", action="store_true",
+                       help="Skip every check that imports packages (metadata, file locations and ast only).")
+    check.add_argument("--no-smoke", action="store_true", help="Skip the smoke forward.")
+    check.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                       help="Where the smoke forward runs: auto (a GPU when one is visible, else skipped), cuda, cpu.")
+
+    smoke = sub.add_parser("smoke", help="Run only the smoke forward.", epilog=EXIT_CODES_HELP)
+    _profile_options(smoke)
+    _report_options(smoke)
+    smoke.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                       help="auto: the GPU when torch sees one, else the CPU.")
+
+    lst = sub.add_parser("list", help="List every check, where it comes from and when it applies.")
+    lst.add_argument("-f", "--format", choices=("text", "json", "markdown"), default="text",
+                     help="text, json, or markdown (the README rules table).")
+
+    explain = sub.add_parser("explain", help="Why a check exists, when it applies, its sources and its fixes.")
+    explain.add_argument("check_id", metavar="ID", help="A check id from `dsv4-doctor list`.")
+
+    fix = sub.add_parser("fix", help="Print the fix plan of the current failures as a shell script (or --apply it).",
+                         epilog="Exit codes: 0 a plan was printed (or nothing to fix); 1 some failure has no fix; "
+                                "2 usage error. With --apply: the re-check's exit code.")
+    _profile_options(fix)
+    _selection_options(fix)
+    fix.add_argument("--apply", action="store_true", help="Run the plan's pip steps with the target's pip, then "
+                     "re-check. Manual steps (torch) and job settings are never run.")
+    fix.add_argument("--yes", "-y", action="store_true", help="Do not ask before applying (needed without a terminal).")
+    return root
+
+
+# ----------------------------------------------------------------------------------------------------- running
+
+def _stderr(message: str) -> None:
+    from .redact import clean_text
+
+    sys.stderr.write(clean_text(message) + "\n")
+    sys.stderr.flush()
 
 
 class _Progress:
     """A live status line on stderr, only when stderr is a terminal."""
 
     def __init__(self, enabled: bool):
+        self.enabled = enabled
         self.running: list[str] = []
-        self.status = None
-        if enabled:
-            from rich.console import Console
-
-            self.status = Console(stderr=True, markup=False, highlight=False).status("starting checks")
-            self.status.start()
 
     def __call__(self, event: str, check_id: str) -> None:
-        if self.status is None:
+        if not self.enabled:
             return
         if event == "start":
             self.running.append(check_id)
         elif check_id in self.running:
             self.running.remove(check_id)
         shown = ", ".join(self.running[:4]) + (" …" if len(self.running) > 4 else "")
-        self.status.update(f"running: {shown}" if shown else "finishing")
+        sys.stderr.write("\r\x1b[K" + (f"running: {shown}" if shown else "finishing"))
+        sys.stderr.flush()
 
     def stop(self) -> None:
-        if self.status is not None:
-            self.status.stop()
+        if self.enabled:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
 
 
-def execute(profile: Profile, python: str, only: list[str], skip: list[str], timeout: float, strict: bool,
-            progress: bool = False, static_only: bool = False) -> dict:
-    """Load checks, run them, and build the (redacted) report. A crash of the doctor still yields a report."""
-    from .report import build
-    from .runner import run_checks
-
-    plugins = []
-    run = None
-    # Plugins and inspected code must not print into a JSON report: anything they print goes to stderr.
-    with contextlib.redirect_stdout(sys.stderr):
-        try:
-            registry = _registry()
-            plugins = registry.plugins
-            checks = select(registry.checks, only, skip)
-            if static_only:
-                checks = [c for c in checks if not c.probes_for(profile)]
-            bar = _Progress(progress)
-            try:
-                run = run_checks(checks, profile, python, probe_timeout_s=timeout, on_event=bar,
-                                 static_request=_static_request(registry))
-            finally:
-                bar.stop()
-            return build(run, run.checks + _plugin_reports(plugins), plugins, python, strict=strict,
-                         profile=run.profile.to_dict())
-        except typer.BadParameter:
-            raise
-        except Exception as exc:  # the doctor itself broke: report it rather than die
-            crash = CheckReport(
-                id="doctor.internal", title="dsv4-doctor ran", status=Status.ERROR,
-                summary=f"dsv4-doctor crashed: {type(exc).__name__}: {exc}",
-                details="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:],
-                internal_error=True,
-            )
-            return build(None, [crash], plugins, python, strict=strict, profile=profile.to_dict())
+def _profile(args, smoke: str) -> Profile:
+    return Profile(cp=args.cp, dsa_backend=args.dsa_backend or "cudnn",
+                   dsa_backend_source="option" if args.dsa_backend else "default",
+                   gpu_arch=getattr(args, "gpu_arch", None),
+                   gpu_arch_source="option" if getattr(args, "gpu_arch", None) else "unknown",
+                   device=getattr(args, "device", "auto"), smoke=smoke,
+                   static_only=bool(getattr(args, "static_only", False)))
 
 
-def _write(text: str, output: Optional[str]) -> None:
+def run_report(args, profile: Profile, only: list[str], skip: list[str], strict: bool, progress: bool,
+               keep: dict | None = None) -> dict:
+    """Everything a `check` does up to the report; the report is always produced (signals and crashes included).
+
+    `keep` receives the live CheckReports (with their Fix objects) for the fix planner. Raises
+    session.UsageError for a bad command line or target."""
+    from .report import assemble, build, environment
+    from .session import Interrupted, Session, UsageError
+
+    session = Session(args.python, args.timeout)
+    bar = _Progress(progress)
+    try:
+        session.install_signals()
+        session.start()
+        session.load()
+        session.check_target()
+        profile = session.resolve(profile)
+        selected = _select(session, only, skip)
+        outcome = session.run(profile, selected, on_event=bar)
+        session._signalled = -1  # the run is over: a signal now does not cut the report short
+        if keep is not None:
+            keep.update(reports=outcome.reports, python=session.python)
+        return build(outcome, session.python, strict)
+    except Interrupted as exc:
+        session._signalled = -1
+        code = 128 + exc.signum
+        outcome = session.interrupted_outcome(exc)
+        if outcome is None:  # before any check started: a report that says so
+            row = CheckReport(id="doctor.interrupted", title="dsv4-doctor ran", status=Status.ERROR,
+                              summary=f"interrupted by {exc} before any check ran")
+            return _override(assemble(profile, [row], [], environment(session.target, None, session.python),
+                                      strict, 0.0, interrupted=str(exc)), code)
+        return build(outcome, session.python, strict, exit_override=code)
+    except UsageError:
+        raise
+    except Exception as exc:  # the doctor itself broke: report it rather than die
+        crash = CheckReport(id="doctor.internal", title="dsv4-doctor ran", status=Status.ERROR,
+                            summary=f"dsv4-doctor crashed: {type(exc).__name__}: {exc}",
+                            details="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:],
+                            internal_error=True)
+        return assemble(profile, [crash], [], environment(session.target, None, session.python), strict, 0.0)
+    finally:
+        bar.stop()
+        session.close()
+
+
+def _override(report: dict, code: int) -> dict:
+    report["summary"]["exit_code"] = code
+    return report
+
+
+def _select(session, only, skip):
+    from .session import select
+
+    return select(session.all_checks(), only, skip)
+
+
+def emit(report: dict, fmt: str, output: str | None) -> int:
+    """Write the report; its exit code, or 4 when --output could not be written (the report then goes to stdout)."""
+    from .render import output_width, render, verdict_line
+    from .render.github import emit as annotate
+
+    code = report["summary"]["exit_code"]
+    to_tty = output is None and sys.stdout.isatty()
+    color = fmt == "text" and to_tty and not os.environ.get("NO_COLOR")
+    text = render(report, fmt, color=color, width=output_width(to_tty))
     if output:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        try:
+            with open(output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            _stderr(verdict_line(report) + f" (report written to {output})")
+        except OSError as exc:
+            _stderr(f"dsv4-doctor: could not write the report to {output}: {exc}; it follows on stdout")
+            sys.stdout.write(render(report, fmt, width=output_width(False)))
+            sys.stdout.flush()
+            code = max(code, int(ExitCode.OUTPUT))
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
+    annotate(report, sys.stderr)
+    return code
 
 
-def _color(output: Optional[str]) -> bool:
-    if output or os.environ.get("NO_COLOR"):
-        return False
-    return sys.stdout.isatty() or bool(os.environ.get("FORCE_COLOR"))
+def cmd_check(args, smoke: bool = False) -> int:
+    check_output_path(args.output)
+    if smoke:
+        profile, only, skip, strict = _profile(args, "on"), ["smoke.*"], [], False
+    else:
+        only, skip, strict = _ids(args.only), _ids(args.skip), args.strict
+        profile = _profile(args, "off" if args.no_smoke else ("on" if args.device == "cpu" else "auto"))
+    report = run_report(args, profile, only, skip, strict, progress=args.format == "text" and sys.stderr.isatty())
+    return emit(report, args.format, args.output)
 
 
-# Options shared by `check` and `fix`.
-CP = typer.Option(1, "--cp", min=1, help="Context-parallel size of the planned job.")
-BACKEND = typer.Option(Backend.cudnn, "--dsa-backend", help="Megatron dsa_kernel_backend (the MLM CLI resolves "
-                       "an omitted one to cudnn for dsv4_hybrid).")
-GPU_ARCH = typer.Option(None, "--gpu-arch", callback=_gpu_arch, help="Compute capability the job runs on, e.g. "
-                        "10.0; default: detected with nvidia-smi. Lets a CPU-only image be checked for its GPU.")
-PYTHON = typer.Option(None, "--python", help="Interpreter to inspect (default: the one running the doctor).")
-ONLY = typer.Option(None, "--only", help="Run only these check ids (repeatable, comma-separated, globs allowed).")
-SKIP = typer.Option(None, "--skip", help="Skip these check ids (repeatable, comma-separated, globs allowed).")
-TIMEOUT = typer.Option(60.0, "--timeout", min=1.0, max=3600.0, help="Seconds each isolated probe may take before it is killed.")
-DEVICE = typer.Option(Device.auto, "--device", help="Where the smoke forward runs: auto (a GPU when one is "
-                      "visible, else skipped), cuda, or cpu.")
+def _registry_session(python=None):
+    from .session import Session
+
+    session = Session(python, 60.0)
+    session.load()
+    return session
 
 
-@app.command(epilog=EXIT_CODES_HELP)
-def check(
-    cp: int = CP,
-    dsa_backend: Backend = BACKEND,
-    gpu_arch: Optional[str] = GPU_ARCH,
-    python: Optional[str] = PYTHON,
-    only: Optional[List[str]] = ONLY,
-    skip: Optional[List[str]] = SKIP,
-    timeout: float = TIMEOUT,
-    fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", callback=_output,
-                                         help="Write the report to this file."),
-    strict: bool = typer.Option(False, "--strict", help="Warnings fail too (exit 1)."),
-    static_only: bool = typer.Option(False, "--static-only", help="Only checks that import nothing (metadata, "
-                                     "file locations, ast): well under a second."),
-    no_smoke: bool = typer.Option(False, "--no-smoke", help="Skip the smoke forward (smoke.thd-cp)."),
-    device: Device = DEVICE,
-) -> None:
-    """Check this environment for the planned DSv4 job (the default command)."""
-    target = _python(python)
-    profile = Profile(cp=cp, dsa_backend=dsa_backend.value, gpu_arch=gpu_arch,
-                      gpu_arch_source="option" if gpu_arch else "unknown", device=device.value,
-                      smoke="off" if no_smoke else ("on" if device is Device.cpu else "auto"))
-    report = execute(profile, target, _ids(only), _ids(skip), timeout, strict,
-                     progress=fmt is Format.text and sys.stderr.isatty(), static_only=static_only)
-    _emit(report, fmt, output)
-
-
-def _emit(report: dict, fmt: Format, output: Optional[str]) -> None:
-    from .render import render, verdict_line
-    from .render.github import emit
-
-    color = _color(output) if fmt is Format.text else False
-    width = shutil.get_terminal_size((160, 24)).columns if color and sys.stdout.isatty() else None
-    _write(render(report, fmt.value, color=color, width=width), output)
-    if output:
-        _stderr(verdict_line(report) + f" (report written to {output})")
-    emit(report, sys.stderr)
-    raise typer.Exit(report["summary"]["exit_code"])
-
-
-@app.command(epilog=EXIT_CODES_HELP)
-def smoke(
-    cp: int = CP,
-    dsa_backend: Backend = BACKEND,
-    python: Optional[str] = PYTHON,
-    timeout: float = TIMEOUT,
-    device: Device = typer.Option(Device.auto, "--device", help="auto: the GPU when torch sees one, else the CPU."),
-    fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", callback=_output,
-                                         help="Write the report to this file."),
-) -> None:
-    """Run only the smoke forward (smoke.thd-cp): a contiguous-CP THD attention against a float32 reference."""
-    target = _python(python)
-    profile = Profile(cp=cp, dsa_backend=dsa_backend.value, device=device.value, smoke="on")
-    report = execute(profile, target, ["smoke.thd-cp"], [], timeout, strict=False,
-                     progress=fmt is Format.text and sys.stderr.isatty())
-    _emit(report, fmt, output)
-
-
-@app.command("list")
-def list_checks(fmt: Format = typer.Option(Format.text, "--format", "-f",
-                                           help="text, json, or markdown (the README rules table).")) -> None:
-    """List every check, where it comes from and when it applies."""
+def cmd_list(args) -> int:
     import json
 
     from .redact import Redactor
 
-    registry = _registry()
+    session = _registry_session()
+    try:
+        checks = session.all_checks()
+        plugins = session.registry.builtins + session.registry.plugins
+    finally:
+        session.close()
     redact = Redactor()
-    rows = [{"id": c.id, "title": c.title, "origin": c.origin, "applies_when": c.applies_when} for c in registry.checks]
-    if fmt is Format.json:
-        sys.stdout.write(json.dumps(redact({"checks": rows, "plugins": [p.to_dict() for p in registry.plugins]}),
+    if args.format == "json":
+        rows = [{"id": c.id, "title": c.title, "origin": c.origin, "applies_when": c.applies_when} for c in checks]
+        sys.stdout.write(json.dumps(redact({"checks": rows, "plugins": [p.to_dict() for p in plugins]}),
                                     indent=2) + "\n")
-        return
-    if fmt is Format.markdown:
+        return 0
+    if args.format == "markdown":
         from .render.rules import rules_table
 
-        sys.stdout.write(rules_table(registry.checks))
-        return
-    width = max([len(r["id"]) for r in rows] + [5])
-    for r in rows:
-        sys.stdout.write(f"{r['id']:<{width}}  {r['origin']:<14}  {r['applies_when']}\n")
-    for p in registry.plugins:
+        sys.stdout.write(rules_table(checks))
+        return 0
+    width = max([len(c.id) for c in checks] + [5])
+    for c in checks:
+        sys.stdout.write(redact(f"{c.id:<{width}}  {c.origin:<14}  {c.applies_when}") + "\n")
+    for p in plugins:
         if p.error:
             sys.stdout.write(redact(f"plugin {p.name} ({p.distribution}) failed to load: {p.error}") + "\n")
+    return 0
 
 
-def explain_text(c: Check) -> str:
-    lines = [f"{c.id}: {c.title}", f"origin: {c.origin}", f"applies when: {c.applies_when}",
-             f"detects: {c.detects}", "", c.doc(), ""]
-    if c.fixes:
-        lines.append("Fixes:")
-        for fix in c.fixes:
-            lines.append(f"  {fix.description}")
-            lines += [f"    {cmd}" for cmd in fix.commands]
-        lines.append("")
-    lines.append("Sources:")
-    lines += [f"  {s.title}" + (f": {s.url}" if s.url else "") for s in c.sources] or ["  (none)"]
-    return "\n".join(lines) + "\n"
+def cmd_explain(args) -> int:
+    from .redact import Redactor
+    from .render.explain import explain_text
 
-
-@app.command()
-def explain(check_id: str = typer.Argument(..., metavar="ID", help="A check id from `dsv4-doctor list`.")) -> None:
-    """Why a check exists, when it applies, its upstream sources and its fixes."""
-    registry = _registry()
-    c = registry.get(check_id)
+    session = _registry_session()
+    try:
+        checks = session.all_checks()
+    finally:
+        session.close()
+    c = next((x for x in checks if x.id == args.check_id), None)
     if c is None:
-        near = [x.id for x in registry.checks if check_id.split(".")[0] in x.id]
-        raise typer.BadParameter(f"unknown check {check_id!r}" + (f"; did you mean {', '.join(near)}?" if near else ""),
-                                 param_hint="ID")
-    sys.stdout.write(explain_text(c))
+        near = [x.id for x in checks if args.check_id.split(".")[0] in x.id]
+        raise UsageFailure(f"unknown check {args.check_id!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
+    sys.stdout.write(Redactor()(explain_text(c)))
+    return 0
 
 
-def fix_script(report: dict, python: str) -> tuple[str, list[str]]:
-    """One ordered, de-duplicated script of the fix commands of every failing or warning check."""
-    commands: list[str] = []
-    lines = [
-        "#!/bin/sh",
-        "# dsv4-doctor fix script. Profile: " + " ".join(f"{k}={v}" for k, v in report["profile"].items()),
-        "set -e",
-        f"PY={shlex.quote(python)}",
-    ]
-    for c in report["checks"]:
-        if c["status"] not in ("fail", "warn", "error"):
-            continue
-        for fix in c["fixes"]:
-            new = [cmd for cmd in fix["commands"] if cmd not in commands]
-            if not new:
-                continue
-            lines.append(f"# {c['id']}: {fix['description']}")
-            for cmd in new:
-                commands.append(cmd)
-                lines.append(_with_target_pip(cmd))
-    if not commands:
-        lines.append("# nothing to fix")
-    return "\n".join(lines) + "\n", commands
-
-
-def _with_target_pip(cmd: str) -> str:
-    """`pip ...` runs with the inspected interpreter's pip, not whichever pip is first on PATH."""
-    return re.sub(r"^(?:pip3?|python3? -m pip) ", '"$PY" -m pip ', cmd)
-
-
-@app.command()
-def fix(
-    cp: int = CP,
-    dsa_backend: Backend = BACKEND,
-    gpu_arch: Optional[str] = GPU_ARCH,
-    python: Optional[str] = PYTHON,
-    only: Optional[List[str]] = ONLY,
-    skip: Optional[List[str]] = SKIP,
-    timeout: float = TIMEOUT,
-    apply: bool = typer.Option(False, "--apply", help="Run the commands with the target interpreter's pip."),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before applying."),
-) -> None:
-    """Print the fix commands of the current failures as one shell script (or run them with --apply)."""
+def cmd_fix(args) -> int:
+    from . import fixplan
+    from .procs import Processes
     from .render import verdict_line
 
-    target = _python(python)
-    profile = Profile(cp=cp, dsa_backend=dsa_backend.value, gpu_arch=gpu_arch,
-                      gpu_arch_source="option" if gpu_arch else "unknown")
-    report = execute(profile, target, _ids(only), _ids(skip), timeout, strict=False)
-    script, commands = fix_script(report, target)
-    sys.stdout.write(script)
-    if not apply or not commands:
-        raise typer.Exit(report["summary"]["exit_code"])
-    if not yes and not typer.confirm(f"Run these {len(commands)} command(s) now?", default=False, err=True):
-        _stderr("nothing applied")
-        raise typer.Exit(ExitCode.FAILED)
-    env = dict(os.environ, PY=target)
-    for cmd in commands:
-        line = _with_target_pip(cmd)
-        _stderr(f"+ {line}")
-        done = subprocess.run(["sh", "-c", line], env=env)
-        if done.returncode != 0:
-            _stderr(f"command failed with exit code {done.returncode}; stopping")
-            raise typer.Exit(ExitCode.FAILED)
-    known = {c.id for c in _registry().checks}
-    failing = [c["id"] for c in report["checks"] if c["status"] in ("fail", "warn", "error") and c["id"] in known]
-    if not failing:
-        _stderr("nothing to re-check")
-        raise typer.Exit(ExitCode.OK)
-    again = execute(report_profile(report), target, failing, [], timeout, strict=False)
+    if args.apply and not args.yes and not sys.stdin.isatty():
+        raise UsageFailure("--apply needs --yes when stdin is not a terminal")
+    profile = _profile(args, "off")
+    only, skip = _ids(args.only), _ids(args.skip)
+    holder: dict = {}
+    report = run_report(args, profile, only, skip, False, progress=False, keep=holder)
+    reports, python = holder.get("reports", []), holder.get("python", args.python or sys.executable)
+    plan = fixplan.build_plan(reports)
+    sys.stdout.write(fixplan.render_script(plan, python, report["profile"], __version__))
+    sys.stdout.flush()
+    before = verdict_line(report)
+    _stderr("before: " + before)
+    if not args.apply:
+        return report["summary"]["exit_code"] if report["summary"]["exit_code"] >= 128 else plan.exit_code
+    if not any(s.automatic for s in plan.steps):
+        _stderr("nothing to apply: the plan has no automatic (pip) step")
+        return plan.exit_code
+    if not args.yes:
+        sys.stderr.write(f"Run the {sum(len(s.commands) for s in plan.steps if s.automatic)} pip command(s) of this "
+                         "plan now? [y/N] ")
+        sys.stderr.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            _stderr("nothing applied")
+            return int(ExitCode.FAILED)
+    procs = Processes()
+    try:
+        ran, code = fixplan.apply(plan, python, procs)
+    finally:
+        procs.close()
+    if code:
+        _stderr(f"a pip command failed with exit code {code}; stopped after {ran} command(s)")
+        return int(ExitCode.FAILED)
+    again = run_report(args, profile, only, skip, False, progress=False)
     for c in again["checks"]:
         _stderr(f"{c['id']}: {c['status']} - {c['summary']}")
-    _stderr("after the fixes: " + verdict_line(again))
-    raise typer.Exit(again["summary"]["exit_code"])
+    _stderr("before: " + before)
+    _stderr("after:  " + verdict_line(again))
+    return again["summary"]["exit_code"]
 
 
-def report_profile(report: dict) -> Profile:
-    p = report["profile"]
-    return Profile(cp=p["cp"], dsa_backend=p["dsa_backend"], gpu_arch=p["gpu_arch"],
-                   gpu_arch_source=p["gpu_arch_source"], device=p.get("device", "auto"), smoke=p.get("smoke", "auto"))
-
-
-def version_callback(value: bool) -> None:
-    if value:
-        sys.stdout.write(f"dsv4-doctor {__version__}\n")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=version_callback, is_eager=True,
-                                      help="Print the version and exit.")) -> None:
-    """Preflight checks for DeepSeek-V4 context-parallel training."""
-
-
-COMMANDS = {"check", "list", "explain", "fix", "smoke"}
-
-
-def main(argv: Optional[List[str]] = None) -> None:
-    args = list(sys.argv[1:] if argv is None else argv)
+def main(argv: Sequence[str] | None = None) -> None:
+    args_in = list(sys.argv[1:] if argv is None else argv)
     # `dsv4-doctor` and `dsv4-doctor --cp 2 ...` mean `dsv4-doctor check ...`.
-    if not args or (args[0] not in COMMANDS and args[0] not in ("--help", "-h", "--version")):
-        args.insert(0, "check")
-    _prefetch(args)
-    app(args=args, prog_name="dsv4-doctor")
+    if not args_in or (args_in[0] not in COMMANDS and args_in[0] not in ("-h", "--help", "--version")):
+        args_in.insert(0, "check")
+    p = parser()
+    args = p.parse_args(args_in)  # exits 2 on a usage error, 0 for --help/--version
+    from .session import UsageError
+
+    handlers = {"check": cmd_check, "smoke": lambda a: cmd_check(a, smoke=True), "list": cmd_list,
+                "explain": cmd_explain, "fix": cmd_fix}
+    try:
+        code = handlers[args.command](args)
+    except (UsageFailure, UsageError) as exc:
+        sub = p._subparsers._group_actions[0].choices.get(args.command, p) if p._subparsers else p
+        sub.print_usage(sys.stderr)
+        _stderr(f"dsv4-doctor {args.command}: error: {exc}")
+        code = int(ExitCode.USAGE)
+    sys.stdout.flush()
+    sys.exit(code)

@@ -1,18 +1,17 @@
 """The data every check, renderer and the CLI share: profiles, checks, results, fixes.
 
-Checks return data (a `Result`); renderers turn reports into text, JSON, markdown or JUnit; nothing here prints.
+Checks return data (a `Result`); renderers turn reports into text, JSON, markdown or JUnit; nothing here prints and
+nothing here imports the engine (session, runner, probes), so plugins can import it cheaply.
 """
 
 from __future__ import annotations
 
 import enum
+import re
+import shlex
 import textwrap
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Union
-
-if TYPE_CHECKING:
-    from .probes import Probe, StaticRequest
-    from .runner import Context
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, Union
 
 
 class Status(str, enum.Enum):
@@ -21,7 +20,7 @@ class Status(str, enum.Enum):
     PASS = "pass"
     WARN = "warn"  # works, but slower or risky
     FAIL = "fail"  # the job will crash or silently compute something wrong
-    SKIP = "skip"  # does not apply to this profile; always says why
+    SKIP = "skip"  # does not apply to this profile, or cannot be judged here; always says why
     ERROR = "error"  # the check could not complete (probe crashed or timed out, check code raised)
 
 
@@ -33,40 +32,102 @@ class ExitCode(enum.IntEnum):
     """Process exit codes; the same for every output format."""
 
     OK = 0  # no failures (warnings allowed unless --strict)
-    FAILED = 1  # at least one check failed or errored (or warned, with --strict)
-    USAGE = 2  # bad command line (typer/click's own code for usage errors)
+    FAILED = 1  # at least one check failed or errored (or warned, with --strict); `fix`: a failure has no fix
+    USAGE = 2  # bad command line
     INTERNAL = 3  # the doctor itself or a plugin crashed; the report is still written
+    OUTPUT = 4  # the report could not be written to --output; it went to stdout instead
+    HANGUP = 129  # SIGHUP: probes killed, a report of what finished was written
+    INTERRUPTED = 130  # SIGINT (Ctrl-C): likewise
+    TERMINATED = 143  # SIGTERM: likewise
+
+
+# -------------------------------------------------------------------------------------------------------- fixes
+
+# What a fix command may contain: no shell is ever involved, but a printed script must stay safe to paste, so
+# arguments are plain printable text without line breaks or NUL.
+_ARG = re.compile(r"[^\x00-\x1f\x7f]{1,4096}")
 
 
 @dataclass(frozen=True)
-class Source:
-    """An upstream source a rule is based on."""
+class Command:
+    """One command as an argv list. It is quoted (`shlex.join`) only when printed and never run through a shell."""
 
-    title: str
-    url: str = ""
+    argv: tuple[str, ...]
 
-    def to_dict(self) -> dict:
-        return {"title": self.title, "url": self.url}
+    def __post_init__(self) -> None:
+        if not self.argv or not all(isinstance(a, str) and _ARG.fullmatch(a) for a in self.argv):
+            raise ValueError(f"not a valid command argv: {self.argv!r}")
+
+    @staticmethod
+    def parse(text: str) -> "Command":
+        """A command written as one string by a plugin author (API 1): split like a shell would, never run by one."""
+        return Command(tuple(shlex.split(text)))
+
+    def shell(self) -> str:
+        return shlex.join(self.argv)
+
+    @property
+    def is_pip(self) -> bool:
+        return self.argv[0] in ("pip", "pip3")
+
+
+class Phase(str, enum.Enum):
+    """Where a fix goes in a plan: the order in which installing things does not undo what came before."""
+
+    RUNTIME = "runtime"  # torch and the CUDA runtime wheels: a manual step, everything compiled must follow it
+    BUILD = "build"  # packages compiled against torch (--no-build-isolation)
+    PIN = "pin"  # pure-Python pins
+    SETTING = "setting"  # a job setting or a choice of image: prose, nothing to run
 
 
 @dataclass(frozen=True)
 class Fix:
-    """A remediation: prose apart from the exact shell commands (printed verbatim, never through markup)."""
+    """A remediation: prose apart from the exact commands (argv lists, printed verbatim, never through markup)."""
 
     description: str
-    commands: tuple[str, ...] = ()
+    commands: tuple[Command, ...] = ()
+    key: str = ""  # the catalogue entry it came from: plans de-duplicate on it
+    phase: Phase = Phase.PIN
+    manual: bool = False  # printed, never run by `fix --apply` (a torch reinstall, a source build choice)
+    notes: tuple[str, ...] = ()  # e.g. the compiled extensions to rebuild after a torch change
 
-    def __init__(self, description: str, commands: Iterable[str] = ()):
-        object.__setattr__(self, "description", description)
-        object.__setattr__(self, "commands", tuple(commands))
+    def __init__(self, description: str, commands: Iterable[Command | str | Sequence[str]] = (), *, key: str = "",
+                 phase: Phase | str = Phase.PIN, manual: bool = False, notes: Iterable[str] = ()):
+        cmds = []
+        for c in commands:
+            if isinstance(c, Command):
+                cmds.append(c)
+            elif isinstance(c, str):
+                cmds.append(Command.parse(c))
+            else:
+                cmds.append(Command(tuple(c)))
+        phase = Phase(phase)
+        object.__setattr__(self, "description", str(description))
+        object.__setattr__(self, "commands", tuple(cmds))
+        object.__setattr__(self, "key", key or " && ".join(c.shell() for c in cmds) or str(description))
+        object.__setattr__(self, "phase", phase)
+        object.__setattr__(self, "manual", bool(manual) or phase is Phase.RUNTIME)
+        object.__setattr__(self, "notes", tuple(str(n) for n in notes))
 
     def to_dict(self) -> dict:
-        return {"description": self.description, "commands": list(self.commands)}
+        return {"description": self.description, "commands": [c.shell() for c in self.commands],
+                "argv": [list(c.argv) for c in self.commands], "id": self.key, "phase": self.phase.value,
+                "manual": self.manual, "notes": list(self.notes)}
 
+    @staticmethod
+    def from_dict(data: Mapping) -> "Fix":
+        """A fix that crossed a process boundary (a plugin host's answer); raises ValueError on anything odd."""
+        argv = data.get("argv")
+        commands = [tuple(a) for a in argv] if isinstance(argv, list) else list(data.get("commands") or [])
+        return Fix(str(data.get("description", "")), commands, key=str(data.get("id", "")),
+                   phase=data.get("phase", "pin"), manual=bool(data.get("manual")), notes=data.get("notes") or ())
+
+
+# ------------------------------------------------------------------------------------------------------ profile
 
 @dataclass(frozen=True)
 class Profile:
-    """The planned job: which rules apply depends on it. Part of every report."""
+    """The planned job and where the doctor runs: which rules apply depends on it. Part of every report."""
 
     cp: int = 1
     dsa_backend: str = "cudnn"
@@ -75,6 +136,9 @@ class Profile:
     device: str = "auto"  # where the smoke forward runs: auto | cuda | cpu
     smoke: str = "auto"  # auto: when a GPU is visible; on: always (`dsv4-doctor smoke`); off: --no-smoke
     gpus: int = 0  # GPUs nvidia-smi lists on this host
+    static_only: bool = False  # --static-only: checks that start an import probe are skipped
+    dsa_backend_source: str = "option"  # "option" | "default" | "job" (read from the job's command line)
+    job: Mapping[str, Any] | None = None  # settings read from a training command (preflight, --job-args)
 
     @property
     def cc(self) -> tuple[int, int] | None:
@@ -85,16 +149,15 @@ class Profile:
         return int(major), int(minor or 0)
 
     def to_dict(self) -> dict:
-        return {
-            "cp": self.cp,
-            "dsa_backend": self.dsa_backend,
-            "gpu_arch": self.gpu_arch,
-            "gpu_arch_source": self.gpu_arch_source,
-            "device": self.device,
-            "smoke": self.smoke,
-            "gpus": self.gpus,
-        }
+        out = {"cp": self.cp, "dsa_backend": self.dsa_backend, "dsa_backend_source": self.dsa_backend_source,
+               "gpu_arch": self.gpu_arch, "gpu_arch_source": self.gpu_arch_source, "device": self.device,
+               "smoke": self.smoke, "gpus": self.gpus, "static_only": self.static_only}
+        if self.job is not None:
+            out["job"] = dict(self.job)
+        return out
 
+
+# ------------------------------------------------------------------------------------------------------- results
 
 @dataclass
 class Result:
@@ -107,28 +170,60 @@ class Result:
     fixes: list[Fix] = field(default_factory=list)
 
 
-def passed(summary: str, details: str = "", **evidence: Any) -> Result:
-    return Result(Status.PASS, summary, details, evidence)
+def _evidence(evidence: Mapping | None, legacy: Mapping) -> dict:
+    # Plugin API 1 passed evidence as keyword arguments; it still works.
+    if evidence is not None and not isinstance(evidence, Mapping):
+        return evidence  # type: ignore[return-value]  # the runner reports "evidence must be a dict"
+    out = dict(evidence or {})
+    out.update(legacy)
+    return out
 
 
-def warned(summary: str, details: str = "", fixes: Sequence[Fix] = (), **evidence: Any) -> Result:
-    return Result(Status.WARN, summary, details, evidence, list(fixes))
+def passed(summary: str, details: str = "", evidence: Mapping | None = None, **legacy: Any) -> Result:
+    return Result(Status.PASS, summary, details, _evidence(evidence, legacy))
 
 
-def failed(summary: str, details: str = "", fixes: Sequence[Fix] = (), **evidence: Any) -> Result:
-    return Result(Status.FAIL, summary, details, evidence, list(fixes))
+def warned(summary: str, details: str = "", fixes: Sequence[Fix] = (), evidence: Mapping | None = None,
+           **legacy: Any) -> Result:
+    return Result(Status.WARN, summary, details, _evidence(evidence, legacy), list(fixes))
 
 
-def errored(summary: str, details: str = "", **evidence: Any) -> Result:
+def failed(summary: str, details: str = "", fixes: Sequence[Fix] = (), evidence: Mapping | None = None,
+           **legacy: Any) -> Result:
+    return Result(Status.FAIL, summary, details, _evidence(evidence, legacy), list(fixes))
+
+
+def errored(summary: str, details: str = "", evidence: Mapping | None = None, **legacy: Any) -> Result:
     """The check could not complete (e.g. a file it must read is unreadable)."""
-    return Result(Status.ERROR, summary, details, evidence)
+    return Result(Status.ERROR, summary, details, _evidence(evidence, legacy))
 
 
-def skipped(reason: str, **evidence: Any) -> Result:
-    return Result(Status.SKIP, reason, "", evidence)
+def skipped(reason: str, evidence: Mapping | None = None, **legacy: Any) -> Result:
+    return Result(Status.SKIP, reason, "", _evidence(evidence, legacy))
 
 
-ProbeSpec = Union[Sequence["Probe"], Callable[[Profile], Sequence["Probe"]]]
+# -------------------------------------------------------------------------------------------------------- checks
+
+class Context(Protocol):
+    """What a check's run function sees (the engine's runner and the plugin host implement it)."""
+
+    profile: Profile
+    python: str
+    target: dict  # the interpreter handshake: version, version_info, executable, prefix
+
+    @property
+    def static(self) -> Any: ...  # facts.StaticFacts over the static probe's answer
+
+    def probe(self, probe: Any) -> Any: ...  # probes.ProbeResult: never raises
+
+    def require(self, probe: Any) -> Any: ...  # the probe's answer, or the check becomes an `error`
+
+    def gpus(self) -> list[dict]: ...
+
+    def outcome(self, check_id: str) -> "CheckReport | None": ...  # a check named in `needs`, when it ran
+
+
+ProbeSpec = Union[Sequence[Any], Callable[[Profile], Sequence[Any]]]
 
 
 @dataclass(frozen=True)
@@ -140,20 +235,32 @@ class Check:
     explanation: str  # why it matters
     applies_when: str  # human text, e.g. "CP > 1"
     detects: str  # what it looks at, in a few words
-    run: Callable[["Context"], Result]
+    run: Callable[[Context], Result]
     sources: tuple[Source, ...] = ()
     fixes: tuple[Fix, ...] = ()  # the remediations it can print, for `explain` and the rules table
     # Returns why the check does not apply to this profile, or None when it does.
     skip_if: Callable[[Profile], str | None] = lambda profile: None
     probes: ProbeSpec = ()
-    static: "StaticRequest | None" = None
+    static: Any = None  # probes.StaticRequest
+    needs: tuple[str, ...] = ()  # checks whose outcome this one reads (ctx.outcome); they run first
     origin: str = "dsv4-doctor"  # the distribution that registered it; set by the registry
 
-    def probes_for(self, profile: Profile) -> list["Probe"]:
+    def probes_for(self, profile: Profile) -> list:
         return list(self.probes(profile) if callable(self.probes) else self.probes)
 
     def doc(self) -> str:
         return textwrap.dedent(self.explanation).strip()
+
+
+@dataclass(frozen=True)
+class Source:
+    """An upstream source a rule is based on."""
+
+    title: str
+    url: str = ""
+
+    def to_dict(self) -> dict:
+        return {"title": self.title, "url": self.url}
 
 
 @dataclass
@@ -183,10 +290,21 @@ class CheckReport:
             "evidence": self.evidence,
             "fixes": [f.to_dict() for f in self.fixes],
             "sources": [s.to_dict() for s in self.sources],
-            "duration_s": round(self.duration_s, 3),
+            "duration_s": round(max(0.0, self.duration_s), 3),
             "origin": self.origin,
             "internal_error": self.internal_error,
         }
+
+
+def needs_failed(ctx: Context, check_id: str) -> Result | None:
+    """A skip that points at a failed prerequisite instead of repeating its finding; None when it is fine or absent.
+
+    "Fine" is anything but fail/error: a warning in the prerequisite does not stop the dependent from judging."""
+    other = ctx.outcome(check_id)
+    if other is None or other.status not in (Status.FAIL, Status.ERROR):
+        return None
+    reason = other.summary if len(other.summary) <= 120 else other.summary[:117] + "..."
+    return skipped(f"needs {check_id} ({reason})", evidence={"needs": check_id, "needs_status": other.status.value})
 
 
 def overall_status(statuses: Iterable[Status]) -> Status:

@@ -1,12 +1,16 @@
-"""Secret redaction and output hygiene, applied to the whole report before any renderer sees it.
+"""Text from the inspected environment: made safe where it enters, and redacted before any renderer sees a report.
 
-Redaction nets: values under a secret-looking key; `NAME=value`, `NAME: "quoted value"`, `--token value` and
-`Authorization: Bearer ...` text; credentials in URLs; well-known token shapes (HF, GitHub, GitLab, OpenAI, AWS,
-Slack, JWT, PEM private keys); and the literal values of this process's secret-looking environment variables
-wherever they appear (a stderr tail, a path, a message).
+Entry (`sanitize`): every string a probe answers, a plugin returns or the environment holds is capped (with a visible
+marker) and made valid text: undecodable bytes become `\\xNN`, lone surrogates `\\uXXXX`. Every later step is linear
+in the length of its input, so hostile text cannot stall the doctor.
 
-Hygiene: text from the inspected environment can hold control characters, terminal escapes, undecodable bytes,
-lines that GitHub Actions would run as workflow commands, and non-finite floats; none of that may reach a report.
+Redaction (`Redactor`, applied to the whole report): values under secret-looking keys; `NAME=value`,
+`NAME: "quoted value"`, `--token value` and `Authorization: Bearer ...` text; URL userinfo; well-known token shapes
+(HF, GitHub, GitLab, OpenAI, AWS, Slack, JWT, PEM private keys); and the literal values of this process's
+secret-named environment variables wherever they appear.
+
+Hygiene (`clean_text`): terminal escapes and control characters are removed or escaped, and no line of output can
+start a GitHub Actions workflow command (`::` or `##[`).
 """
 
 from __future__ import annotations
@@ -17,65 +21,155 @@ import re
 from typing import Any, Mapping
 
 MASK = "***REDACTED***"
+MAX_TEXT = 16 * 1024  # any one string taken from the environment
+TRUNCATED = "…[{n} more characters truncated by dsv4-doctor]"
 
+# Secret-looking variable names. SESSION counts only as a suffix (FOO_SESSION, AWS_SESSION_TOKEN), so that
+# XDG_SESSION_ID and XDG_SESSION_TYPE stay readable.
 SECRET_NAME = re.compile(
-    r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|AUTH(?!OR(?!IZ))|COOKIE|PRIVATE|SIGNATURE"
-    r"|(?:^|_|-)(?:API|ACCESS|ACCOUNT)?_?KEY(?:_|-|$)|APIKEY|ACCESSKEY|ACCOUNTKEY|(?:^|_)PASS(?:_|$)|(?:^|_)PAT(?:_|$)"
-    r"|(?:^|_)DSN(?:_|$)",
+    r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|CREDS|AUTH(?!OR(?!IZ))|COOKIE|PRIVATE|SIGNATURE"
+    r"|(?:^|_|-)(?:API|ACCESS|ACCOUNT)?_?KEY(?:_|-|S?$)|APIKEY|ACCESSKEY|ACCOUNTKEY|(?:^|_)PASS(?:_|$)"
+    r"|(?:^|_)PWD$|(?:^|_)PAT(?:_|$)|(?:^|_)DSN(?:_|$)|(?:^|_)SESSION(?:_TOKEN|_KEY|_SECRET|_COOKIE)?$",
     re.IGNORECASE,
 )
-# Names that match the pattern above but hold no secret (their values are common words that would be masked
-# everywhere).
-NOT_SECRET = re.compile(r"^(?:TOKENIZERS?_|XDG_SESSION_|HF_HUB_DISABLE_|.*_TOKEN_?(?:LEN|LENGTH|LIMIT|COUNT)$)", re.I)
-COMMON_VALUES = {"true", "false", "none", "null", "user", "root", "yes", "no", "auto", "default", "disabled"}
+# Names that match the pattern above but hold no secret.
+NOT_SECRET = re.compile(r"^(?:TOKENIZERS?_|HF_HUB_DISABLE_|.*_TOKEN_?(?:LEN|LENGTH|LIMIT|COUNT)$|OLDPWD$|PWD$)",
+                        re.I)
+# Values of secret-named variables that are too common to replace wherever they appear (they are still masked in
+# the environment listing): replacing "true" everywhere would shred a report and hide nothing.
+COMMON_VALUES = {"true", "false", "none", "null", "auto", "default", "disabled", "enabled", "unset"}
+MIN_SECRET_VALUE = 4
 
-# NAME=value, NAME: value, "NAME": "value", NAME = "a quoted value" where NAME looks secret.
+# Every pattern below starts only at a boundary (a lookbehind for the previous character), so a long run of
+# ordinary characters is scanned once, not once per position: redaction is linear in the length of the text.
+_NAME_START = r"(?<![A-Za-z0-9_.-])"
 _ASSIGNMENT = re.compile(
-    r"""(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<sep>["']?\s*[=:]\s*)"""
-    r"""(?P<value>"[^"\n]*"|'[^'\n]*'|(?:Bearer|Basic|Token)\s+[^\s"',;&]+|[^\s"',;&]+)""",
+    _NAME_START + r"""(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,200})(?P<sep>["']?[ \t]{0,20}[=:][ \t]{0,20})"""
+    r"""(?P<value>"[^"\n]{0,4096}"|'[^'\n]{0,4096}'|(?:Bearer|Basic|Token)[ \t]+[^\s"',;&]{1,4096}"""
+    r"""|[^\s"',;&]{1,4096})""",
     re.IGNORECASE,
 )
-_FLAG = re.compile(r"(?P<flag>--?[A-Za-z][A-Za-z0-9_-]*)(?P<sep>[ =])(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"']+)")
-_BEARER = re.compile(r"\b(?P<scheme>Bearer|Basic|Token)\s+(?P<value>[A-Za-z0-9._~+/=-]{8,})", re.IGNORECASE)
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^/\s:@]+):(?P<pw>[^/\s@]+)@", re.I)
+_FLAG = re.compile(r"(?<![^\s\"'=])(?P<flag>--?[A-Za-z][A-Za-z0-9_-]{0,100})(?P<sep>[ =])"
+                   r"(?P<value>\"[^\"\n]{0,4096}\"|'[^'\n]{0,4096}'|[^\s\"']{1,4096})")
+_BEARER = re.compile(r"\b(?P<scheme>Bearer|Basic|Token)\s{1,20}(?P<value>[A-Za-z0-9._~+/=-]{8,})", re.IGNORECASE)
+# scheme://userinfo@ : the userinfo is masked whether or not it holds a colon (https://TOKEN@host is a credential).
+_URL_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,30}://)(?P<userinfo>[^/\s@?#]{1,4096})@")
 _TOKEN_SHAPES = re.compile(
     r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}"
     r"|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|xox[abpr]-[A-Za-z0-9-]{10,}"
     r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"
 )
-_PEM = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S)
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----")
+_PEM_END = re.compile(r"-----END [A-Z ]{0,40}PRIVATE KEY-----")
 
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_ANSI = re.compile(r"\x1b(?:\[[0-?]{0,64}[ -/]{0,16}[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_WORKFLOW_COMMAND = re.compile(r"^(\s*)::", re.M)
+# Lines GitHub Actions would read as workflow commands: `::cmd::` and the legacy `##[cmd]`.
+_WORKFLOW_COMMAND = re.compile(r"^([ \t]*)(::|##\[)", re.M)
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def looks_secret(name: str) -> bool:
     return bool(SECRET_NAME.search(name)) and not NOT_SECRET.search(name)
 
 
-def _secret_value(value: str) -> bool:
-    """Values worth replacing wherever they appear: not a short common word that would mask unrelated text."""
-    if len(value) < 6 or value.lower() in COMMON_VALUES:
-        return False
-    return not (value.isalpha() and len(value) < 12)
+def cap(value: str, limit: int = MAX_TEXT) -> str:
+    """At most `limit` characters, with a visible marker saying how much was cut."""
+    if len(value) <= limit:
+        return value
+    return value[:limit] + TRUNCATED.format(n=len(value) - limit)
+
+
+def _surrogate(m: re.Match) -> str:
+    code = ord(m.group(0))
+    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte carried by surrogateescape (os.environ, file names)
+        return "\\x%02x" % (code - 0xDC00)
+    return "\\u%04x" % code
+
+
+def valid_text(value: str) -> str:
+    """A str that encodes as UTF-8: undecodable bytes as \\xNN, other lone surrogates as \\uXXXX."""
+    return _SURROGATE.sub(_surrogate, value)
+
+
+def decode(raw: bytes, limit: int = MAX_TEXT) -> str:
+    """Bytes from a child process or a file: undecodable bytes become \\xNN (never U+FFFD)."""
+    return cap(raw.decode("utf-8", "backslashreplace"), limit)
+
+
+def sanitize(obj: Any, limit: int = MAX_TEXT, max_nodes: int = 200_000) -> Any:
+    """A JSON-like tree from outside the doctor, made safe: valid capped text, finite numbers, no cycles, bounded
+    depth and size. Objects of other types become their text (or a placeholder when even that fails)."""
+    budget = [max_nodes]
+
+    def walk(o: Any, ancestors: tuple) -> Any:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return "…[more data truncated by dsv4-doctor]"
+        if isinstance(o, str):
+            return valid_text(cap(o, limit))
+        if isinstance(o, bool) or o is None or isinstance(o, int):
+            return o if not isinstance(o, int) or isinstance(o, bool) or abs(o) < 2 ** 63 else str(o)
+        if isinstance(o, float):
+            return o if math.isfinite(o) else str(o)
+        if isinstance(o, (dict, list, tuple)):
+            if id(o) in ancestors:
+                return "…[cycle]"
+            if len(ancestors) > 40:
+                return "…[nested too deep]"
+            inner = ancestors + (id(o),)
+            if isinstance(o, dict):
+                return {valid_text(cap(_text(k), 256)): walk(v, inner) for k, v in list(o.items())}
+            return [walk(v, inner) for v in list(o)]
+        return valid_text(cap(_text(o), limit))
+
+    return walk(obj, ())
+
+
+def _text(o: Any) -> str:
+    try:
+        return str(o)
+    except BaseException:  # a plugin object whose __str__ raises
+        return f"<unprintable {type(o).__name__}>"
+
+
+def neutralize_workflow_commands(text: str) -> str:
+    """No line of `text` can be read as a GitHub Actions workflow command. Apply after any wrapping."""
+    return _WORKFLOW_COMMAND.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
 
 
 def clean_text(value: str) -> str:
     """Decodable, printable, and inert under GitHub Actions."""
-    value = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    value = valid_text(value)
     value = _ANSI.sub("", value)
     value = _CONTROL.sub(lambda m: "\\x%02x" % ord(m.group(0)), value)
-    return _WORKFLOW_COMMAND.sub(r"\1\\::", value)
+    return neutralize_workflow_commands(value)
+
+
+def _mask_pem(value: str) -> str:
+    out, pos = [], 0
+    while True:
+        begin = _PEM_BEGIN.search(value, pos)
+        if begin is None:
+            out.append(value[pos:])
+            return "".join(out)
+        out.append(value[pos:begin.start()])
+        out.append(MASK)
+        end = _PEM_END.search(value, begin.end())
+        if end is None:
+            return "".join(out)  # no end marker: everything after BEGIN is key material
+        pos = end.end()
 
 
 class Redactor:
     def __init__(self, environ: Mapping[str, str] | None = None):
         environ = os.environ if environ is None else environ
+        values = set()
+        for k, v in environ.items():
+            if looks_secret(k) and len(v) >= MIN_SECRET_VALUE and v.lower() not in COMMON_VALUES:
+                values.add(valid_text(v))
         # Longest first, so a value that contains another is masked whole.
-        self.secret_values = sorted(
-            {v for k, v in environ.items() if looks_secret(k) and _secret_value(v)}, key=len, reverse=True
-        )
+        self.secret_values = sorted(values, key=len, reverse=True)
         self.count = 0
 
     def text(self, value: str) -> str:
@@ -83,7 +177,8 @@ class Redactor:
         for secret in self.secret_values:
             if secret in value:
                 value = value.replace(secret, MASK)
-        value = _PEM.sub(MASK, value)
+        if "PRIVATE KEY" in value:
+            value = _mask_pem(value)
 
         def assignment(m: re.Match) -> str:
             if looks_secret(m.group("name")) and m.group("value").strip("\"'") != MASK:
@@ -98,18 +193,18 @@ class Redactor:
         value = _ASSIGNMENT.sub(assignment, value)
         value = _FLAG.sub(flag, value)
         value = _BEARER.sub(lambda m: f"{m.group('scheme')} {MASK}", value)
-        value = _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{m.group('user')}:{MASK}@", value)
+        value = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", value)
         value = _TOKEN_SHAPES.sub(MASK, value)
         if value != original:
             self.count += 1
         return value
 
-    def __call__(self, obj: Any, key: str | None = None) -> Any:
+    def __call__(self, obj: Any, key: str | None = None, limit: int = MAX_TEXT) -> Any:
         """Redact and clean a JSON-like tree; non-finite floats become strings (JSON has no NaN)."""
         if isinstance(obj, dict):
-            return {clean_text(str(k)): self(v, str(k)) for k, v in obj.items()}
+            return {clean_text(cap(str(k), 256)): self(v, str(k), limit) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
-            return [self(v, key) for v in obj]
+            return [self(v, key, limit) for v in obj]
         if isinstance(obj, float) and not math.isfinite(obj):
             return str(obj)
         if isinstance(obj, (bool, int, float)) or obj is None:
@@ -119,4 +214,4 @@ class Redactor:
         if key is not None and looks_secret(key) and obj and obj != MASK:
             self.count += 1
             return MASK
-        return clean_text(self.text(obj))
+        return clean_text(self.text(cap(valid_text(obj), limit)))

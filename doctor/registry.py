@@ -1,8 +1,13 @@
 """Check discovery through the `dsv4_doctor.checks` entry-point group.
 
 Built-in checks register through that same group (see pyproject.toml), as flake8 and pytest do with their own
-plugins. An entry point may name a module (every `Check` in it, in definition order), a list of checks, a single
-check, or a callable returning checks. A plugin that fails to load becomes a `PluginError`, never a crash.
+plugins. Entry points are listed from metadata without importing anything; the built-ins are then imported here,
+while third-party plugins are only ever imported inside a plugin host subprocess (`pluginhost`), so a plugin that
+hangs, exits or crashes at import cannot take the doctor down.
+
+What an entry point names (plugin API 2): a module with a `CHECKS` list, a list of checks, a single check, or a
+callable returning checks. API 1 (a module whose every `Check` attribute is a check) still works; the same Check
+object reached twice is registered once.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from typing import Iterable
 from .model import Check
 
 GROUP = "dsv4_doctor.checks"
+PLUGIN_API = 2
 # Ids are a public contract (CI gates on them) and must fit the report schema.
-CHECK_ID = re.compile(r"^[a-z0-9][a-z0-9_-]*(\.[a-z0-9][a-z0-9_-]*)+$")
+CHECK_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}(\.[a-z0-9][a-z0-9_-]{0,63}){1,4}$")
 
 
 @dataclass
@@ -28,40 +34,33 @@ class PluginInfo:
     value: str  # "module:attr"
     distribution: str
     version: str | None
+    builtin: bool = False
     loaded: bool = False
     checks: int = 0
     error: str | None = None
     traceback: str = ""
 
     def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "value": self.value,
-            "distribution": self.distribution,
-            "version": self.version,
-            "loaded": self.loaded,
-            "checks": self.checks,
-            "error": self.error,
-        }
+        return {"name": self.name, "value": self.value, "distribution": self.distribution, "version": self.version,
+                "loaded": self.loaded, "checks": self.checks, "error": self.error}
+
+    @property
+    def row_id(self) -> str:
+        return "plugin." + (re.sub(r"[^a-z0-9_-]+", "-", self.name.lower()).strip("-_")[:60] or "unnamed")
 
 
-@dataclass
-class Registry:
-    checks: list[Check]
-    plugins: list[PluginInfo]
-
-    def get(self, check_id: str) -> Check | None:
-        return next((c for c in self.checks if c.id == check_id), None)
-
-
-def _collect(obj) -> list[Check]:
+def collect(obj) -> list[Check]:
+    """The checks an entry point's object stands for (see the module docstring)."""
     if isinstance(obj, Check):
         return [obj]
     if isinstance(obj, ModuleType):
-        return [v for v in vars(obj).values() if isinstance(v, Check)]
+        declared = getattr(obj, "CHECKS", None)
+        if declared is not None:
+            return collect(list(declared))
+        return [v for v in vars(obj).values() if isinstance(v, Check)]  # plugin API 1
     if callable(obj):
-        return _collect(list(obj()))
-    if isinstance(obj, Iterable):
+        return collect(list(obj()))
+    if isinstance(obj, Iterable) and not isinstance(obj, (str, bytes)):
         found = []
         for item in obj:
             if not isinstance(item, Check):
@@ -71,49 +70,79 @@ def _collect(obj) -> list[Check]:
     raise TypeError(f"entry point gave {type(obj).__name__}, not a module, Check or list of checks")
 
 
-def _dist_name(ep: metadata.EntryPoint) -> str:
-    return ep.dist.name if ep.dist is not None else ""
+def _info(ep: metadata.EntryPoint) -> PluginInfo:
+    dist = getattr(ep, "dist", None)
+    name = dist.name if dist is not None else "unknown"
+    return PluginInfo(name=ep.name, value=ep.value, distribution=name,
+                      version=dist.version if dist is not None else None,
+                      builtin=name == "dsv4-doctor" and ep.value.startswith("dsv4_doctor.checks."))
 
 
-def _builtin(ep: metadata.EntryPoint) -> bool:
-    return _dist_name(ep) == "dsv4-doctor" and ep.value.startswith("dsv4_doctor.checks.")
-
-
-def _entry_points() -> list[metadata.EntryPoint]:
-    eps = metadata.entry_points(group=GROUP)
-    # One distribution installed twice (e.g. an editable and a regular copy) lists its entry points twice.
-    unique = {}
-    for ep in eps:
-        unique.setdefault((ep.name, ep.value), ep)
+def entry_points() -> list[PluginInfo]:
+    """Every entry point of the group, from metadata alone (nothing is imported)."""
+    unique: dict[tuple[str, str], PluginInfo] = {}
+    for ep in metadata.entry_points(group=GROUP):
+        # One distribution installed twice (e.g. an editable and a regular copy) lists its entry points twice.
+        unique.setdefault((ep.name, ep.value), _info(ep))
     # Built-ins first, so a plugin that reuses a built-in id is the one reported as the duplicate.
-    return sorted(unique.values(), key=lambda ep: (not _builtin(ep), _dist_name(ep), ep.name))
+    return sorted(unique.values(), key=lambda p: (not p.builtin, p.distribution, p.name))
+
+
+def validate_check(check: Check) -> str | None:
+    if not isinstance(check.id, str) or not CHECK_ID.match(check.id):
+        return f"invalid check id {check.id!r}"
+    if not isinstance(check.title, str) or not check.title.strip():
+        return f"empty title for {check.id!r}"
+    return None
+
+
+def load_entry_point(info: PluginInfo) -> list[Check]:
+    """Import one entry point and return its valid checks; errors are recorded on `info`, never raised."""
+    try:
+        ep = metadata.EntryPoint(name=info.name, value=info.value, group=GROUP)
+        found = collect(ep.load())
+    except BaseException as exc:  # a plugin must never take the doctor down, not even with SystemExit
+        info.error = f"{type(exc).__name__}: {exc}"
+        info.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
+        return []
+    info.loaded = True
+    checks, seen = [], set()
+    for check in found:
+        if id(check) in seen:
+            continue
+        seen.add(id(check))
+        problem = validate_check(check)
+        if problem:
+            info.error = (info.error + "; " if info.error else "") + problem
+            continue
+        checks.append(dataclasses.replace(check, origin=info.distribution))
+    info.checks = len(checks)
+    return checks
+
+
+@dataclass
+class Registry:
+    checks: list[Check]  # built-ins, loaded in-process, sorted by id
+    builtins: list[PluginInfo]
+    plugins: list[PluginInfo]  # third-party entry points: loaded only in a plugin host
+
+    def get(self, check_id: str) -> Check | None:
+        return next((c for c in self.checks if c.id == check_id), None)
 
 
 def load() -> Registry:
-    checks: list[Check] = []
-    plugins: list[PluginInfo] = []
-    seen: dict[str, str] = {}
-    for ep in _entry_points():
-        dist = ep.dist.name if ep.dist is not None else "unknown"
-        info = PluginInfo(name=ep.name, value=ep.value, distribution=dist,
-                          version=ep.dist.version if ep.dist is not None else None)
-        plugins.append(info)
-        try:
-            found = _collect(ep.load())
-        except BaseException as exc:  # a plugin must never take the doctor down, not even with SystemExit
-            info.error = f"{type(exc).__name__}: {exc}"
-            info.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
+    builtins, plugins, checks = [], [], []
+    seen: set[str] = set()
+    for info in entry_points():
+        if not info.builtin:
+            plugins.append(info)
             continue
-        info.loaded = True
-        for check in found:
-            if not isinstance(check.id, str) or not CHECK_ID.match(check.id) or not str(check.title).strip():
-                info.error = (info.error or "") + f"invalid check id or empty title: {check.id!r}; "
-                continue
+        builtins.append(info)
+        for check in load_entry_point(info):
             if check.id in seen:
-                info.error = (info.error or "") + f"duplicate check id {check.id!r} (already from {seen[check.id]}); "
+                info.error = (info.error + "; " if info.error else "") + f"duplicate check id {check.id!r}"
                 continue
-            seen[check.id] = dist
-            checks.append(dataclasses.replace(check, origin=dist))
-            info.checks += 1
-    # Reports list checks by id: stable across runs, plugins and installs (setuptools sorts entry points anyway).
-    return Registry(checks=sorted(checks, key=lambda c: c.id), plugins=plugins)
+            seen.add(check.id)
+            checks.append(check)
+    # Reports list checks by id: stable across runs, plugins and installs.
+    return Registry(checks=sorted(checks, key=lambda c: c.id), builtins=builtins, plugins=plugins)

@@ -11,18 +11,19 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from . import __version__
-from .model import CheckReport, counts, exit_code_for, overall_status
-from .redact import Redactor
-from .registry import PluginInfo
-from .runner import RunResult
+from .model import CheckReport, Profile, counts, exit_code_for, overall_status
+from .redact import Redactor, sanitize
+
+if TYPE_CHECKING:
+    from .session import Outcome
 
 SCHEMA = "dsv4-doctor.report/1"
 SCHEMA_FILE = Path(__file__).resolve().parent / "schema" / "report-1.schema.json"
 
-# Variables that change what the DSv4 stack does; anything secret-looking among them is redacted.
+# Variables that change what the DSv4 stack does; secret-named ones among them are masked whatever their length.
 RELEVANT_ENV_PREFIXES = ("CUDA_", "NVTE_", "NCCL_", "TORCH_", "PYTORCH_", "NVIDIA_", "CUDNN_", "TRITON_",
                          "MEGATRON_", "VERL_", "TE_")
 RELEVANT_ENV_NAMES = ("LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CUDA_HOME")
@@ -61,61 +62,63 @@ def detect_container() -> dict:
 
 def relevant_variables(environ=None) -> dict:
     environ = os.environ if environ is None else environ
-    return {
-        k: environ[k]
-        for k in sorted(environ)
-        if k.startswith(RELEVANT_ENV_PREFIXES) or k in RELEVANT_ENV_NAMES
-    }
+    return sanitize({k: environ[k] for k in sorted(environ)
+                     if k.startswith(RELEVANT_ENV_PREFIXES) or k in RELEVANT_ENV_NAMES})
 
 
-def environment(run: RunResult | None, python: str) -> dict:
-    target = None
-    py = run.static.get("python") if run is not None and isinstance(run.static, dict) else None
-    if isinstance(py, dict):
-        target = {k: py.get(k) if isinstance(py.get(k), (str, type(None))) else str(py.get(k))
-                  for k in ("executable", "version", "implementation", "prefix")}
+def environment(target: dict, static: dict | None, python: str) -> dict:
+    py = static.get("python") if isinstance(static, dict) else None
+    source = py if isinstance(py, dict) else target
+    info = {k: source.get(k) if isinstance(source.get(k), (str, type(None))) else str(source.get(k))
+            for k in ("executable", "version", "implementation", "prefix")}
+    info["executable"] = info["executable"] or python
     return {
         "doctor_python": sys.executable,
-        "target_python": target or {"executable": python, "version": None, "implementation": None, "prefix": None},
-        "host": {
-            "system": platform.system(),
-            "release": platform.release(),
-            "machine": platform.machine(),
-            "cpu_count": os.cpu_count(),
-        },
+        "target_python": info,
+        "host": {"system": platform.system(), "release": platform.release(), "machine": platform.machine(),
+                 "cpu_count": os.cpu_count()},
         "container": detect_container(),
         "variables": relevant_variables(),
     }
 
 
-def build(
-    run: RunResult | None,
-    checks: Sequence[CheckReport],
-    plugins: Sequence[PluginInfo],
-    python: str,
-    strict: bool = False,
-    profile: dict | None = None,
-) -> dict:
+def assemble(profile: Profile | dict, checks: Sequence[CheckReport], plugins: Sequence, env: dict, strict: bool,
+             duration_s: float, budget_s: float | None = None, interrupted: str | None = None) -> dict:
+    """The report dict, redacted and cleaned: the only thing renderers ever see."""
     status = overall_status(c.status for c in checks)
     code = exit_code_for(checks, strict)
+    summary = {
+        "status": status.value,
+        "exit_code": int(code),
+        "strict": strict,
+        "counts": dict(counts(checks)),
+        "duration_s": round(duration_s, 3),
+        "internal_errors": [c.id for c in checks if c.internal_error],
+    }
+    if budget_s is not None:
+        summary["budget_s"] = round(budget_s, 1)
+    if interrupted:
+        summary["interrupted"] = interrupted
     report = {
         "schema": SCHEMA,
         "doctor": {"name": "dsv4-doctor", "version": __version__},
         "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
-        "profile": profile if profile is not None else (run.profile.to_dict() if run else {}),
-        "environment": environment(run, python),
+        "profile": profile.to_dict() if isinstance(profile, Profile) else dict(profile),
+        "environment": env,
         "plugins": [p.to_dict() for p in plugins],
-        "summary": {
-            "status": status.value,
-            "exit_code": int(code),
-            "strict": strict,
-            "counts": dict(counts(checks)),
-            "duration_s": round(run.duration_s, 3) if run else 0.0,
-            "internal_errors": [c.id for c in checks if c.internal_error],
-        },
+        "summary": summary,
         "checks": [c.to_dict() for c in checks],
     }
     redactor = Redactor()
     report = redactor(report)
     report["redactions"] = {"count": redactor.count}
+    return report
+
+
+def build(outcome: "Outcome", python: str, strict: bool = False, exit_override: int | None = None) -> dict:
+    report = assemble(outcome.profile, outcome.reports, outcome.plugins,
+                      environment(outcome.target, outcome.static, python), strict, outcome.duration_s,
+                      outcome.budget_s, outcome.interrupted)
+    if exit_override is not None:
+        report["summary"]["exit_code"] = exit_override
     return report

@@ -1,24 +1,25 @@
-"""Runs checks: resolves the profile, starts their probes concurrently, and turns every outcome into a CheckReport.
+"""Runs checks: their probes concurrently, each check in its own thread, everything under one deadline.
 
 Check functions run in the doctor process but only read probe answers; a check that raises or hangs becomes an
-`error` row marked as an internal error (exit code 3), never a crash or a hang of the doctor.
+`error` row marked as an internal error (exit code 3), never a crash or a hang of the doctor. Every thread here is a
+daemon and every probe is tracked by the session's `Processes`, so nothing waits for a probe that was given up.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import traceback
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from .facts import StaticFacts
 from .model import Check, CheckReport, Fix, Profile, Result, Status
-from .probes import NVIDIA_SMI, STATIC_SCRIPT, Probe, ProbeResult, StaticRequest, parse_nvidia_smi, run_probe
+from .probes import NVIDIA_SMI, Probe, ProbeResult, parse_nvidia_smi, run_probe
+from .procs import Processes
 
 CHECK_TIMEOUT_S = 10.0  # a check's own code, after its probes answered
-STATIC_TIMEOUT_S = 30.0
+MIN_PROBE_S = 0.5  # a probe that would get less than this of the budget is not started
 
 
 class ProbeFailed(Exception):
@@ -29,98 +30,78 @@ class ProbeFailed(Exception):
         self.result = result
 
 
-class StaticFacts:
-    """Convenience reads over the static probe's answer; a malformed answer reads as "nothing found"."""
-
-    def __init__(self, data: dict):
-        self.data = data if isinstance(data, dict) else {}
-
-    def _section(self, name: str) -> dict:
-        section = self.data.get(name)
-        return section if isinstance(section, dict) else {}
-
-    @property
-    def python(self) -> dict:
-        return self._section("python")
-
-    def dist_copies(self, name: str) -> list[dict]:
-        entry = self._section("distributions").get(name)
-        copies = entry.get("copies") if isinstance(entry, dict) else None
-        return [c for c in copies if isinstance(c, dict)] if isinstance(copies, list) else []
-
-    def dist(self, name: str) -> dict | None:
-        """The copy Python would use (first on sys.path), or None when not installed."""
-        copies = self.dist_copies(name)
-        return copies[0] if copies else None
-
-    def version(self, name: str) -> str | None:
-        d = self.dist(name)
-        v = d.get("version") if d else None
-        return v if isinstance(v, str) else None
-
-    def module(self, name: str) -> dict:
-        m = self._section("modules").get(name)
-        return m if isinstance(m, dict) else {"found": False}
-
-    def source(self, module: str) -> dict:
-        m = self._section("sources").get(module)
-        return m if isinstance(m, dict) else {"found": False}
-
-
-_PREFETCHED: dict[tuple[str, str], Future] = {}
-
-
-def static_probe_for(request: StaticRequest, probe_timeout_s: float) -> Probe:
-    return Probe.python("static", STATIC_SCRIPT, request.to_json(), timeout_s=min(STATIC_TIMEOUT_S, probe_timeout_s))
-
-
-def prefetch_static(python: str, probe: Probe) -> None:
-    """Start the static probe before the command line is fully parsed: typer's start-up then overlaps with it."""
-    future: Future = Future()
-
-    def work() -> None:
-        try:
-            future.set_result(run_probe(probe, python, probe.timeout_s or STATIC_TIMEOUT_S))
-        except BaseException as exc:  # run_probe never raises; the future must resolve all the same
-            future.set_result(ProbeResult(probe.key, ok=False, error=f"{type(exc).__name__}: {exc}"))
-
-    threading.Thread(target=work, daemon=True, name="static-prefetch").start()
-    _PREFETCHED[(python, probe.request + str(probe.timeout_s))] = future
+class _Slot:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: ProbeResult | None = None
 
 
 class ProbePool:
-    def __init__(self, python: str, default_timeout_s: float, workers: int):
+    """Runs each probe once (by key) in a daemon thread, at most `workers` at a time, within the deadline."""
+
+    def __init__(self, python: str, default_timeout_s: float, workers: int, procs: Processes):
         self.python = python
         self.default_timeout_s = default_timeout_s
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="probe")
-        self._futures: dict[str, Future] = {}
+        self.procs = procs
+        self.deadline: float | None = None  # set once the run's budget is known
+        self._slots: dict[str, _Slot] = {}
         self._lock = threading.Lock()
+        self._workers = threading.BoundedSemaphore(workers)
 
-    def submit(self, probe: Probe) -> Future:
+    def submit(self, probe: Probe) -> _Slot:
         with self._lock:
-            fut = self._futures.get(probe.key)
-            if fut is None:
-                fut = _PREFETCHED.pop((self.python, probe.request + str(probe.timeout_s)), None)
-            if fut is None:
-                fut = self._executor.submit(run_probe, probe, self.python, self.default_timeout_s)
-            self._futures[probe.key] = fut
-            return fut
+            slot = self._slots.get(probe.key)
+            if slot is None:
+                slot = self._slots[probe.key] = _Slot()
+                threading.Thread(target=self._work, args=(probe, slot), daemon=True,
+                                 name=f"probe-{probe.key[:40]}").start()
+            return slot
 
-    def result(self, probe: Probe) -> ProbeResult:
-        return self.submit(probe).result()
+    def _work(self, probe: Probe, slot: _Slot) -> None:
+        try:
+            with self._workers:
+                timeout = probe.timeout_s if probe.timeout_s is not None else self.default_timeout_s
+                if self.deadline is not None:
+                    timeout = min(timeout, self.deadline - time.monotonic())
+                if timeout < MIN_PROBE_S:
+                    slot.result = ProbeResult(probe.key, ok=False, timed_out=True,
+                                              error="not started: the run's time budget was spent")
+                else:
+                    slot.result = run_probe(probe, self.python, timeout, self.procs)
+        except BaseException as exc:  # run_probe never raises; the slot must resolve all the same
+            slot.result = ProbeResult(probe.key, ok=False, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            slot.done.set()
 
-    def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+    def result(self, probe: Probe, wait_s: float | None = None) -> ProbeResult:
+        slot = self.submit(probe)
+        if not slot.done.wait(wait_s):
+            return ProbeResult(probe.key, ok=False, timed_out=True, error="no answer within the run's time budget")
+        assert slot.result is not None
+        return slot.result
+
+    def finished(self) -> list[ProbeResult]:
+        with self._lock:
+            slots = list(self._slots.values())
+        return [s.result for s in slots if s.done.is_set() and s.result is not None]
+
+    @property
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._slots)
 
 
 @dataclass
-class Context:
-    """What a check's run function sees."""
+class RunContext:
+    """What a check's run function sees (implements model.Context)."""
 
     profile: Profile
     python: str
     pool: ProbePool
     static_probe: Probe
+    outcomes: dict[str, CheckReport] = field(default_factory=dict)
+    gpu_list: list[dict] | None = None
+    target: dict = field(default_factory=dict)  # the interpreter handshake: version, executable, prefix
 
     def probe(self, probe: Probe) -> ProbeResult:
         return self.pool.result(probe)
@@ -138,31 +119,13 @@ class Context:
 
     def gpus(self) -> list[dict]:
         """GPUs from nvidia-smi; empty when there is no nvidia-smi or it fails."""
-        result = self.probe(NVIDIA_SMI)
-        return parse_nvidia_smi(result.data) if result.ok else []
+        if self.gpu_list is None:
+            result = self.probe(NVIDIA_SMI)
+            self.gpu_list = parse_nvidia_smi(result.data) if result.ok else []
+        return self.gpu_list
 
-
-@dataclass
-class RunResult:
-    profile: Profile
-    checks: list[CheckReport]
-    static: dict | None
-    gpus: list[dict]
-    duration_s: float
-    probes: list[dict] = field(default_factory=list)
-
-
-def resolve_profile(profile: Profile, pool: ProbePool) -> tuple[Profile, list[dict]]:
-    """Count the GPUs, and fill in --gpu-arch from nvidia-smi when the user did not give it."""
-    smi = pool.result(NVIDIA_SMI)
-    try:
-        gpus = parse_nvidia_smi(smi.data) if smi.ok else []
-    except Exception:  # whatever nvidia-smi printed, the run goes on without GPU facts
-        gpus = []
-    profile = replace(profile, gpus=len(gpus))
-    if profile.gpu_arch is None and gpus and gpus[0].get("compute_capability"):
-        profile = replace(profile, gpu_arch=gpus[0]["compute_capability"], gpu_arch_source="detected")
-    return profile, gpus
+    def outcome(self, check_id: str) -> CheckReport | None:
+        return self.outcomes.get(check_id)
 
 
 def _report(check: Check, result: Result, duration: float, internal: bool = False) -> CheckReport:
@@ -173,8 +136,8 @@ def _report(check: Check, result: Result, duration: float, internal: bool = Fals
     )
 
 
-def _validated(result) -> Result:
-    """A plugin's result must be a Result the report can carry; anything else is the plugin's bug."""
+def validated(result) -> Result:
+    """A check's result must be a Result the report can carry; anything else is the check's (or plugin's) bug."""
     if not isinstance(result, Result):
         raise TypeError(f"check returned {type(result).__name__}, not a Result")
     result.status = Status(result.status)  # accepts "pass" as well as Status.PASS; raises on anything else
@@ -189,12 +152,15 @@ def _validated(result) -> Result:
     return result
 
 
-def _execute(check: Check, ctx: Context) -> tuple[Result, bool]:
+def execute(check: Check, ctx) -> tuple[Result, bool]:
+    """Run one check; (result, whether the check's own code broke). Never raises."""
     try:
         reason = check.skip_if(ctx.profile)
         if reason:
-            return Result(Status.SKIP, reason), False
-        return _validated(check.run(ctx)), False
+            return Result(Status.SKIP, str(reason)), False
+        if ctx.profile.static_only and any(p.script for p in check.probes_for(ctx.profile)):
+            return Result(Status.SKIP, "static-only: this check imports packages in a probe"), False
+        return validated(check.run(ctx)), False
     except ProbeFailed as exc:
         pr = exc.result
         return Result(Status.ERROR, f"probe {pr.key!r} {pr.error}", details=pr.stderr_tail,
@@ -205,85 +171,63 @@ def _execute(check: Check, ctx: Context) -> tuple[Result, bool]:
                       evidence={"origin": check.origin}), True
 
 
-def run_checks(
-    checks: Sequence[Check],
-    profile: Profile,
-    python: str,
-    probe_timeout_s: float = 60.0,
-    on_event: Callable[[str, str], None] | None = None,
-    static_request: StaticRequest | None = None,
-) -> RunResult:
-    start = time.monotonic()
-    workers = max(4, min(8, 2 * (os.cpu_count() or 2)))
-    pool = ProbePool(python, probe_timeout_s, workers)
-    if static_request is None:
-        static_request = StaticRequest.merge(c.static for c in checks)
-    static_probe = static_probe_for(static_request, probe_timeout_s)
-    pool.submit(static_probe)  # every run needs it (the report names the target interpreter)
-    profile, gpus = resolve_profile(profile, pool)
-    ctx = Context(profile=profile, python=python, pool=pool, static_probe=static_probe)
+class Runner:
+    """One run of the selected built-in checks. `wait()` returns when all are done or the deadline passed."""
 
-    # Start every applicable check's probes now, so they run concurrently while checks wait for theirs.
-    for check in checks:
-        try:
-            if not check.skip_if(profile):
-                for probe in check.probes_for(profile):
-                    pool.submit(probe)
-        except BaseException:
-            continue  # _execute reports it
+    def __init__(self, checks: Sequence[Check], ctx: RunContext, deadline: float,
+                 on_event: Callable[[str, str], None] | None = None):
+        self.checks = list(checks)
+        self.ctx = ctx
+        self.deadline = deadline
+        self.on_event = on_event
+        self._done = {c.id: threading.Event() for c in self.checks}
+        self._lock = threading.Lock()
+        self.start = time.monotonic()
 
-    reports: dict[str, CheckReport] = {}
-    threads: list[tuple[Check, threading.Thread, float]] = []
-    slots: dict[str, tuple[Result, bool, float]] = {}
+    def begin(self) -> None:
+        profile = self.ctx.profile
+        # Start every applicable check's probes now, so they run concurrently while checks wait for theirs.
+        for check in self.checks:
+            try:
+                probes = [] if check.skip_if(profile) else check.probes_for(profile)
+                if profile.static_only and any(p.script for p in probes):
+                    continue
+                for probe in probes:
+                    self.ctx.pool.submit(probe)
+            except BaseException:
+                continue  # execute() reports it
+        for check in self.checks:
+            threading.Thread(target=self._work, args=(check,), daemon=True, name=f"check-{check.id}").start()
 
-    def work(check: Check) -> None:
+    def _work(self, check: Check) -> None:
+        for need in check.needs:
+            event = self._done.get(need)
+            if event is not None:
+                event.wait(max(0.0, self.deadline - time.monotonic()))
         t0 = time.monotonic()
-        if on_event:
-            on_event("start", check.id)
-        result, internal = _execute(check, ctx)
-        slots[check.id] = (result, internal, time.monotonic() - t0)
-        if on_event:
-            on_event("done", check.id)
+        if self.on_event:
+            self.on_event("start", check.id)
+        result, internal = execute(check, self.ctx)
+        with self._lock:
+            self.ctx.outcomes[check.id] = _report(check, result, time.monotonic() - t0, internal)
+        self._done[check.id].set()
+        if self.on_event:
+            self.on_event("done", check.id)
 
-    for check in checks:
-        t = threading.Thread(target=work, args=(check,), daemon=True, name=f"check-{check.id}")
-        t.start()
-        threads.append((check, t, time.monotonic()))
+    def wait(self) -> None:
+        for check in self.checks:
+            self._done[check.id].wait(max(0.0, self.deadline - time.monotonic()))
 
-    # Every probe ends within its timeout; queueing behind busy workers can add a few of them.
-    n_probes = len(pool._futures)
-    probe_budget = probe_timeout_s * (1 + n_probes // workers) + STATIC_TIMEOUT_S
-    deadline = start + probe_budget + CHECK_TIMEOUT_S
-    for check, t, _ in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-        if check.id in slots:
-            result, internal, duration = slots[check.id]
-            reports[check.id] = _report(check, result, duration, internal)
-        else:
-            reports[check.id] = _report(
-                check,
-                Result(Status.ERROR, "the check did not finish within the doctor's time budget "
-                       f"({probe_budget + CHECK_TIMEOUT_S:.0f} s)", evidence={"origin": check.origin}),
-                time.monotonic() - start, internal=True,
-            )
-    static_future = pool._futures.get(static_probe.key)
-    static_result = None
-    if static_future is not None:  # the report names the target interpreter from it, even if no check needed it
-        try:
-            static_result = static_future.result(timeout=max(0.0, deadline - time.monotonic()))
-        except Exception:
-            static_result = None
-    pool.shutdown()
-    probes = []
-    for key, fut in pool._futures.items():
-        if fut.done() and not fut.cancelled():
-            pr = fut.result()
-            probes.append({"key": key, "ok": pr.ok, "duration_s": round(pr.duration_s, 3), "error": pr.error})
-    return RunResult(
-        profile=profile,
-        checks=[reports[c.id] for c in checks],
-        static=static_result.data if static_result is not None and static_result.ok else None,
-        gpus=gpus,
-        duration_s=time.monotonic() - start,
-        probes=probes,
-    )
+    def reports(self, unfinished: str | None = None) -> list[CheckReport]:
+        """Every check's report, in selection order; an unfinished one is an error saying why."""
+        out = []
+        with self._lock:
+            done = dict(self.ctx.outcomes)
+        for check in self.checks:
+            if check.id in done:
+                out.append(done[check.id])
+                continue
+            why = unfinished or "the check did not finish within the doctor's time budget"
+            out.append(_report(check, Result(Status.ERROR, why, evidence={"origin": check.origin}),
+                               time.monotonic() - self.start, internal=unfinished is None))
+        return out

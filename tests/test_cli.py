@@ -7,10 +7,8 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
-from typer.testing import CliRunner
 
 from conftest import run_doctor, validate
-from dsv4_doctor.cli import app
 
 SECRET = "hf_abcdefghijklmnopqrstuvwxyz0123"
 BRACKETED = "pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]==2.16.1'"
@@ -29,7 +27,7 @@ def demo(site, tmp_path):
         from dsv4_doctor.model import Check, Fix, Source, failed, passed
 
         MARK = {str(marker)!r}
-        FIX = Fix("Create the marker", ["touch " + MARK, {BRACKETED!r}])
+        FIX = Fix("Create the marker", [["touch", MARK], {BRACKETED!r}])
 
         def _run(ctx):
             if os.path.exists(MARK):
@@ -37,9 +35,9 @@ def demo(site, tmp_path):
             return failed("marker missing; token {SECRET} leaked into a message", "HF_TOKEN={SECRET}", fixes=[FIX],
                           api_key={SECRET!r}, path="/home/u/" + {SECRET!r})
 
-        marker_check = Check(id="demo.marker", title="Marker exists", explanation="Why: a demo.",
-                             applies_when="always", detects="a file", sources=(Source("demo", "https://x.invalid"),),
-                             fixes=(FIX,), run=_run)
+        CHECKS = [Check(id="demo.marker", title="Marker exists", explanation="Why: a demo.",
+                        applies_when="always", detects="a file", sources=(Source("demo", "https://x.invalid"),),
+                        fixes=(FIX,), run=_run)]
     """)
     return site, marker
 
@@ -153,61 +151,84 @@ def test_strict_promotes_warnings(demo, bare_python):
     assert strict.returncode == 1 and strict.report["summary"]["strict"] is True
 
 
-def test_usage_errors_exit_2():
-    runner = CliRunner()
-    assert runner.invoke(app, ["check", "--gpu-arch", "hopper"]).exit_code == 2
-    assert runner.invoke(app, ["check", "--cp", "0"]).exit_code == 2
-    assert runner.invoke(app, ["check", "--dsa-backend", "tilelang"]).exit_code == 2
-    assert runner.invoke(app, ["check", "--format", "yaml"]).exit_code == 2
-    assert runner.invoke(app, ["check", "--python", "/no/such/python"]).exit_code == 2
-    assert runner.invoke(app, ["explain", "no.such"]).exit_code == 2
-    assert runner.invoke(app, ["frobnicate"]).exit_code == 2
+@pytest.mark.parametrize("args, text", [
+    (["check", "--gpu-arch", "hopper"], "compute capability"),
+    (["check", "--cp", "0"], "between 1 and 1024"),
+    (["check", "--cp", "2000"], "between 1 and 1024"),
+    (["check", "--dsa-backend", "tilelang"], "invalid choice"),
+    (["check", "--format", "yaml"], "invalid choice"),
+    (["check", "--timeout", "inf"], "between 1 and 3600"),
+    (["check", "--python", "/no/such/python"], "no executable interpreter"),
+    (["check", "--python", "/bin/false"], "is not a Python interpreter"),
+    (["check", "--only", "python.version", "--skip", "python.version"], "select no check"),
+    (["check", "--only", "no.such-check"], "no check matches"),
+    (["explain", "no.such"], "unknown check"),
+    (["list", "-f", "junit"], "invalid choice"),
+    (["frobnicate"], ""),
+])
+def test_usage_errors_exit_2_with_a_clear_message(args, text):
+    run = run_doctor(*args)
+    assert run.returncode == 2, run.stderr
+    assert text in run.stderr and "Traceback" not in run.stderr
+    assert run.stdout == ""
 
 
-def test_cli_runner_json_and_help():
-    runner = CliRunner()
-    result = runner.invoke(app, ["check", "-f", "json", "--only", "python.version"])
-    assert result.exit_code == 0, result.output
-    report = validate(json.loads(result.stdout))
-    assert report["checks"][0]["status"] == "pass"
-    help_text = " ".join(runner.invoke(app, ["check", "--help"]).stdout.split())
+def test_help_shows_exit_codes_and_readable_metavars():
+    help_text = " ".join(run_doctor("check", "--help").stdout.split())
     assert "Exit codes" in help_text and "3 the doctor itself" in help_text
+    assert "--only ID[,ID...]" in help_text and "<list" not in help_text
 
 
 def test_list_and_explain_every_check():
-    runner = CliRunner()
-    listed = json.loads(runner.invoke(app, ["list", "-f", "json"]).stdout)["checks"]
+    listed = json.loads(run_doctor("list", "-f", "json").stdout)["checks"]
     assert {"python.version", "torch.install", "gpu.devices"} <= {c["id"] for c in listed}
     for c in listed:
-        text = runner.invoke(app, ["explain", c["id"]])
-        assert text.exit_code == 0
+        text = run_doctor("explain", c["id"])
+        assert text.returncode == 0
         assert f"applies when: {c['applies_when']}" in text.stdout
         assert "Sources:" in text.stdout and "https://" in text.stdout.split("Sources:")[1]
 
 
-def test_fix_prints_a_script_and_apply_turns_the_check_green(demo, bare_python):
+def test_fix_prints_a_runnable_plan_and_apply_turns_the_check_green(demo, bare_python, tmp_path):
     site, marker = demo
     run = run_doctor("fix", "--only", "demo.marker", sites=(site.root,), python=bare_python)
-    assert run.returncode == 1
+    assert run.returncode == 0  # a plan was printed
     assert run.stdout.startswith("#!/bin/sh")
-    assert f"touch {marker}" in run.stdout
+    assert "before: Verdict: FAIL" in run.stderr
+    # Only pip commands are run, with the target's pip; the plugin's `touch` stays a comment.
+    assert f"#   touch {marker}" in run.stdout
     assert "\"$PY\" -m pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]==2.16.1'" in run.stdout
-    assert not marker.exists()
-    # Apply only the harmless command: the second (a real pip install) is left to a human.
-    site.file("demo_plugin_apply.py", f"""
-        import os
+    # A plan with a fix for every failure exits 0, so `dsv4-doctor fix > fix.sh && sh fix.sh` runs.
+    wheel = tmp_path / "wheels"
+    wheel.mkdir()
+    site.file("marker_plugin.py", f"""
+        import importlib.util
         from dsv4_doctor.model import Check, Fix, failed, passed
-        FIX = Fix("Create the marker", ["touch {marker}"])
-        c = Check(id="demo.apply", title="t", explanation="x", applies_when="always", detects="x", fixes=(FIX,),
-                  run=lambda ctx: passed("ok") if os.path.exists({str(marker)!r}) else failed("missing", fixes=[FIX]))
+        FIX = Fix("Install the marker package", [["pip", "install", "--no-index", "--find-links", {str(wheel)!r},
+                                                  "--target", {str(site.root)!r}, "dsv4-marker-pkg"]])
+        CHECKS = [Check(id="demo.pkg", title="t", explanation="x", applies_when="always", detects="x", fixes=(FIX,),
+                        run=lambda ctx: passed("ok") if importlib.util.find_spec("dsv4_marker_pkg")
+                        else failed("missing", fixes=[FIX]))]
     """)
-    site.dist("demo-apply", "1", entry_points="[dsv4_doctor.checks]\na = demo_plugin_apply\n")
-    declined = run_doctor("fix", "--only", "demo.apply", "--apply", sites=(site.root,), python=bare_python)
-    assert declined.returncode == 1 and not marker.exists()
-    applied = run_doctor("fix", "--only", "demo.apply", "--apply", "--yes", sites=(site.root,), python=bare_python)
-    assert marker.exists()
-    assert "demo.apply: pass" in applied.stderr
-    assert applied.returncode == 0
+    site.dist("marker-plugin", "1", entry_points="[dsv4_doctor.checks]\nm = marker_plugin\n")
+    _build_wheel(wheel)
+    applied = run_doctor("fix", "--only", "demo.pkg", "--apply", "--yes", sites=(site.root,), python=sys.executable)
+    assert applied.returncode == 0, applied.stderr
+    assert "demo.pkg: pass" in applied.stderr and "after:  Verdict: PASS" in applied.stderr
+    assert "Successfully installed" not in applied.stdout  # pip's output went to stderr
+
+
+def _build_wheel(dest):
+    """A one-module wheel, built by hand (a wheel is a zip with a dist-info)."""
+    import zipfile
+
+    name = "dsv4_marker_pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(dest / name, "w") as z:
+        z.writestr("dsv4_marker_pkg.py", "X = 1\n")
+        z.writestr("dsv4_marker_pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: dsv4-marker-pkg\nVersion: 1.0\n")
+        z.writestr("dsv4_marker_pkg-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                   "Tag: py3-none-any\n")
+        z.writestr("dsv4_marker_pkg-1.0.dist-info/RECORD", "")
 
 
 def test_module_entry_and_default_command(bare_python):

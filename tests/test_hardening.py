@@ -1,247 +1,360 @@
-"""Regressions from a review of failure paths: misleading verdicts, leaks, and reports that break their contract."""
+"""Every promise in README's "Redaction and hygiene", exit-code, plugin and Security sections, tried as an attacker
+would: one test per class of breakage, feeding the values the doctor reads from the environment (versions, paths,
+error texts, stderr tails, environment variables, plugin results) through a set of hostile strings."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
-from conftest import FakeSite, has_torch, run_doctor, validate
-from fakes import Env, fake_megatron_dev, fake_te, fake_torch
+from conftest import FakeSite, doctor_command, run_doctor, validate
+from fakes import Env, fake_te
 
-torch_only = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch")
+# Shell syntax, markup, workflow commands, terminal escapes, undecodable and XML-illegal text.
+INJECT = ["$(touch {pwn}/a)", "`touch {pwn}/b`", "; touch {pwn}/c #", "' ; touch {pwn}/d ; '",
+          "\n touch {pwn}/e \n", "&& touch {pwn}/f"]
+MARKUP = ["[bold red]markup[/]", "</details><details open>", "\n# heading\n", "![img](http://x.invalid/a.png)",
+          "<script>alert(1)</script>", "\n```\n# fence\n```\n", "[link](javascript:alert(1))"]
+WORKFLOW = ["\n::error::injected", "\n  ::warning file=x::injected", "\n##[error]legacy command", "::stop-commands::x"]
+ESCAPES = ["\x1b[31mred\x1b[0m", "\x1b]0;title\x07", "bell\x07", "\ufffe\uffff", "\x01\x02"]
+HOSTILE = INJECT + MARKUP + WORKFLOW + ESCAPES
+
+
+def hostile(pwn: Path) -> str:
+    return " ".join(s.format(pwn=pwn) for s in HOSTILE)
+
+
+def no_workflow_command(text: str) -> None:
+    for line in text.splitlines():
+        assert not line.lstrip().startswith(("::", "##[")), line
 
 
 def strict_json(text: str) -> dict:
-    """JSON as strict parsers read it: NaN and Infinity are not JSON."""
     def reject(token):
         raise ValueError(f"non-standard JSON constant {token}")
     return validate(json.loads(text, parse_constant=reject))
 
 
+def markdown_is_inert(text: str) -> None:
+    """Parsed as GitHub renders it: no HTML, heading, image or link comes from the environment's text."""
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark").enable("table")
+    ours = {"<details><summary>Details and fixes</summary>", "<details><summary>Environment</summary>",
+            "</details>", "<!-- Paste this whole block into your issue. Secrets were redacted. -->"}
+
+    def walk(tokens):
+        for t in tokens:
+            if t.type in ("html_block", "html_inline"):
+                assert t.content.strip() in ours, t.content
+            assert t.type not in ("image", "link_open"), t
+            if t.type == "heading_open":
+                assert t.tag in ("h3", "h4"), t
+            walk(t.children or [])
+    walk(md.parse(text))
+    headings = [line for line in text.splitlines() if line.startswith("#")]
+    assert all(h.startswith(("### dsv4-doctor report", "#### ")) for h in headings), headings
+
+
 @pytest.fixture
-def fake_gpu_host(tmp_path):
-    """An nvidia-smi on PATH that lists one H100 (CC 9.0), on a machine whose torch has no CUDA."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho '0, NVIDIA H100 80GB HBM3, 9.0, 81559, 580.159.04'\n")
-    smi.chmod(0o755)
-    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+def pwn(tmp_path) -> Path:
+    d = tmp_path / "pwn"
+    d.mkdir()
+    return d
 
 
-# --- verdicts that must not pass ----------------------------------------------------------------------------------
-
-@torch_only
-def test_a_crashed_distributed_rank_fails_the_smoke():
-    run = run_doctor("smoke", "-f", "json", "--cp", "2", "--device", "cpu", python=sys.executable,
-                     env={"GLOO_SOCKET_IFNAME": "nonexistent0"}, timeout=180)
-    row = run.check("smoke.thd-cp")
-    assert row["status"] == "fail" and "2-process gloo run failed" in row["summary"], row["summary"]
-    assert run.returncode == 1
-
-
-@torch_only
-def test_gpu_host_whose_torch_cannot_use_cuda_fails_the_smoke(fake_gpu_host):
-    run = run_doctor("check", "-f", "json", "--only", "smoke.thd-cp,gpu.*", python=sys.executable,
-                     env=fake_gpu_host)
-    row = run.check("smoke.thd-cp")
-    assert row["status"] == "fail" and "nvidia-smi lists 1 GPU(s) but torch" in row["summary"]
-    assert run.check("gpu.devices")["status"] == "fail"
-    assert run.report["profile"]["gpus"] == 1 and run.report["profile"]["gpu_arch"] == "9.0"
+@pytest.fixture
+def stub_python(tmp_path) -> tuple[str, Path]:
+    """An interpreter whose `-m pip` is a stub that logs its argv (one line per argument) and does nothing else."""
+    log = tmp_path / "pip.log"
+    py = tmp_path / "stubpy" / "python"
+    py.parent.mkdir()
+    py.write_text(f'#!/bin/sh\nif [ "$1" = "-m" ] && [ "$2" = "pip" ]; then\n  shift 2\n'
+                  f'  for a in "$@"; do printf "%s\\n" "$a" >> "{log}"; done\n  echo "--" >> "{log}"\n  exit 0\nfi\n'
+                  f'exec "{sys.executable}" "$@"\n')
+    py.chmod(0o755)
+    return str(py), log
 
 
-def test_gpu_arch_mismatch_never_hides_a_failure(tmp_path, bare_python, fake_gpu_host):
-    run = run_doctor("check", "-f", "json", "--only", "gpu.arch", "--gpu-arch", "8.0", "--cp", "2",
-                     python=bare_python, env=fake_gpu_host)
-    assert run.check("gpu.arch")["status"] == "fail"
-    run = run_doctor("check", "-f", "json", "--only", "gpu.arch", "--gpu-arch", "10.0", python=bare_python,
-                     env=fake_gpu_host)
-    assert run.check("gpu.arch")["status"] == "warn" and "GPU 0 is CC 9.0" in run.check("gpu.arch")["summary"]
+def hostile_env(tmp_path: Path, pwn: Path) -> Env:
+    """torch, TE and an environment whose every readable value is hostile."""
+    text = hostile(pwn)
+    env = Env(tmp_path)
+
+    def torch(site: FakeSite):
+        site.dist("torch", "2.11.0")
+        site.file("torch/__init__.py", f"""
+            import sys, types
+            __version__ = {("2.11.0" + text)!r}
+            version = types.SimpleNamespace(cuda={("13; touch " + str(pwn) + "/cuda") !r}, hip=None, git_version="x")
+            sys.stderr.write({text!r} + " nul\\x00 \\n")
+            class _B:
+                class cudnn:
+                    is_available = staticmethod(lambda: False)
+            backends = _B()
+            class cuda:
+                is_available = staticmethod(lambda: False)
+                device_count = staticmethod(lambda: 0)
+                class nccl:
+                    version = staticmethod(lambda: (2, 27, 3))
+        """)
+
+    def te(site: FakeSite):
+        fake_te(site, "2.16.1", import_error="undefined symbol: " + text)
+        site.dist("transformer-engine-cu13", "2.16.1", metadata=(
+            "Metadata-Version: 2.1\nName: transformer-engine-cu13\nVersion: 2.16.1\nSummary: " + text.replace("\n", " ")
+            + "\n").encode("utf-8", "surrogatepass"))
+
+    env.fake("torch", torch).fake("te", te)
+    return env
 
 
-def test_te_duplicates_never_hide_the_packing_gate(tmp_path, bare_python):
-    env = Env(tmp_path).fake("te", fake_te, "2.8.0").fake("te2", lambda s: s.dist("transformer-engine", "2.8.0"))
-    row = env.doctor("check", "-f", "json", "--only", "te.version", "--cp", "2", python=bare_python).check("te.version")
-    assert row["status"] == "fail" and "got 2.8.0" in row["summary"]
+# --- 1. shell injection through fixes ---------------------------------------------------------------------------
+
+def test_fix_scripts_never_run_injected_commands(tmp_path, pwn, stub_python):
+    py, log = stub_python
+    env = hostile_env(tmp_path, pwn)
+    env.fake("plugin", lambda s: (s.dist("evil-plugin", "1", entry_points="[dsv4_doctor.checks]\nevil = evil_checks\n"),
+                                  s.file("evil_checks.py", f"""
+        from dsv4_doctor.model import Check, Fix, failed
+        F = Fix({hostile(pwn)!r}, [["pip", "install", {("x" + INJECT[0].format(pwn=pwn))!r}]])
+        CHECKS = [Check(id="evil.fix", title={hostile(pwn)!r}, explanation="x", applies_when="always", detects="x",
+                        run=lambda ctx: failed({hostile(pwn)!r}, fixes=[F]))]
+    """)))
+    run = env.doctor("fix", python=py, env={"NCCL_DEBUG": hostile(pwn)})
+    script = run.stdout
+    assert script.startswith("#!/bin/sh") and run.returncode in (0, 1)
+    assert "command withheld" in script  # torch.version.cuda did not validate as a CUDA major
+    for line in script.splitlines():
+        assert line == "" or line.startswith(("#", "set -eu", "PY=", '"$PY" -m pip ')), line
+    done = subprocess.run(["sh", "-c", script], env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+        str(p) for p in env.sites.values())), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    applied = env.doctor("fix", "--apply", "--yes", python=py, env={"NCCL_DEBUG": hostile(pwn)})
+    assert applied.returncode in (0, 1, 3)
+    assert list(pwn.iterdir()) == []  # nothing injected ran: not from the script, not from --apply
+    args = log.read_text().split("--\n")
+    assert any(("x" + INJECT[0].format(pwn=pwn)) in a.splitlines() for a in args)  # one argument, passed as is
 
 
-def test_leftover_torch_directory_is_a_clear_failure(site, bare_python):
-    (site.root / "torch" / "lib").mkdir(parents=True)  # what a bad uninstall leaves: no __init__.py
-    row = run_doctor("check", "-f", "json", "--only", "torch.install", sites=(site.root,),
-                     python=bare_python).check("torch.install")
-    assert row["status"] == "fail" and "directory without __init__.py" in row["summary"]
+def test_apply_without_a_terminal_needs_yes(tmp_path, bare_python):
+    run = run_doctor("fix", "--apply", "--only", "python.version", python=bare_python)
+    assert run.returncode == 2 and "--apply needs --yes when stdin is not a terminal" in run.stderr
 
 
-def test_ngc_prerelease_torch_is_not_called_too_old(tmp_path, bare_python):
-    env = Env(tmp_path).fake("torch", fake_torch, "2.6.0a0+ecf3bae40a.nv25.01", "12.8")
-    row = env.doctor("check", "-f", "json", "--only", "torch.install", python=bare_python).check("torch.install")
-    assert row["status"] == "pass", row["summary"]
-
-
-def test_probes_work_under_pythonsafepath(bare_python):
-    run = run_doctor("check", "-f", "json", "--only", "python.version,torch.install", python=bare_python,
-                     env={"PYTHONSAFEPATH": "1"})
-    assert run.check("python.version")["status"] == "pass"
-    assert run.check("torch.install")["summary"] == "torch is not installed"
-
-
-def test_editable_megatron_is_not_reported_as_shadowed(tmp_path, bare_python):
-    def editable(site: FakeSite):
-        fake_megatron_dev(site)
-        # An editable install: the dist-info lives in site-packages, the source tree elsewhere.
-        for d in site.root.glob("megatron_core-*.dist-info"):
-            (d / "direct_url.json").write_text('{"url": "file:///src/Megatron-LM", "dir_info": {"editable": true}}')
-    row = Env(tmp_path).fake("megatron", editable).doctor(
-        "check", "-f", "json", "--only", "mcore.dsv4", python=bare_python).check("mcore.dsv4")
-    assert row["status"] == "pass" and "shadows" not in row["details"]
-
-
-def test_malformed_direct_url_is_not_a_doctor_crash(tmp_path, bare_python):
-    def odd(site: FakeSite):
-        fake_megatron_dev(site)
-        for d in site.root.glob("megatron_core-*.dist-info"):
-            (d / "direct_url.json").write_text('["not", "an", "object"]')
-    run = Env(tmp_path).fake("megatron", odd).doctor("check", "-f", "json", "--only", "mcore.*", "--cp", "2",
-                                                     python=bare_python)
-    assert run.returncode == 0 and run.report["summary"]["internal_errors"] == []
-
-
-def test_symlinked_site_entry_is_one_copy(tmp_path, bare_python):
-    env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0")
-    link = tmp_path / "fe-link"
-    link.symlink_to(env.sites["fe"])
-    env.sites["fe-again"] = link
-    row = env.doctor("check", "-f", "json", "--only", "cudnn-fe.version", python=bare_python).check("cudnn-fe.version")
-    assert row["status"] == "pass", row["summary"]
-
-
-# --- the report's contract ------------------------------------------------------------------------------------------
-
-LEAKS = {
-    "HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz0123",
-}
-LEAKY_STDERR = (
-    "Authorization: Bearer abc123def456ghi789\n"
-    "curl --token s3cr3tflagvalue https://x\n"
-    'password = "correct horse battery staple"\n'
-    "DefaultEndpointsProtocol=https;AccountKey=QUJDREVGR0hJSktMTU5PUFFSU1RVVldY;EndpointSuffix=core\n"
-    "glpat-abcdefghijklmnopqrstuv\n"
-    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijklmnop\n"
-    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n"
-    "::error::injected workflow command\n"
-    "\x1b]0;pwned\x07 bell\x00 nul\n"
-)
-SECRETS = ("abc123def456ghi789", "s3cr3tflagvalue", "horse battery", "QUJDREVGR0hJSktMTU5PUFFSU1RVVldY",
-           "glpat-abcdefghijklmnopqrstuv", "eyJzdWIiOiIxMjM0NTY3ODkwIn0", "MIIEowIBAAKCAQEA")
-
+# --- 2. workflow commands and 12. markdown injection, 11. JUnit, 6. surrogates, in every output -------------------
 
 @pytest.mark.parametrize("fmt", ["text", "json", "markdown", "junit"])
-def test_stderr_secrets_control_characters_and_workflow_commands_never_reach_a_report(fmt, site, bare_python):
-    site.file("torch/__init__.py", f"import os, sys\nsys.stderr.write({LEAKY_STDERR!r})\nsys.stderr.flush()\n"
-                                   "os.abort()\n")
-    run = run_doctor("check", "-f", fmt, "--only", "torch.install", sites=(site.root,), python=bare_python,
-                     env={"XDG_SESSION_CLASS": "user", "TOKENIZERS_PARALLELISM": "false"})
-    for secret in SECRETS:
-        assert secret not in run.stdout, secret
-    assert "\x1b" not in run.stdout and "\x00" not in run.stdout and "\x07" not in run.stdout
-    assert not any(line.lstrip().startswith("::") for line in run.stdout.splitlines())
+def test_hostile_environment_text_stays_inert_in_every_format(fmt, tmp_path, pwn):
+    summary = tmp_path / "summary.md"
+    env = hostile_env(tmp_path, pwn)
+    run = env.doctor("check", "-f", fmt, "--only", "torch.install,te.*,deps.metadata", python=sys.executable,
+                     env={"NCCL_DEBUG": hostile(pwn), "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary),
+                          "COLUMNS": "61"})
+    assert run.returncode == 1, run.stderr
+    for stream in (run.stdout, run.stderr, summary.read_text()):
+        no_workflow_command(stream.replace("::error title=dsv4-doctor", "", ).replace(
+            "::warning title=dsv4-doctor", ""))
+        assert "\x1b" not in stream and "\x00" not in stream and "\x07" not in stream
+    markdown_is_inert(summary.read_text())
     if fmt == "json":
-        tail = strict_json(run.stdout)["checks"][0]["evidence"]["stderr_tail"]
-        assert "\\::error::injected" in tail  # neutralised, still readable
-        assert "false" in json.dumps(strict_json(run.stdout))  # common words are not masked everywhere
+        report = strict_json(run.stdout)
+        te = next(c for c in report["checks"] if c["id"] == "te.import")
+        assert "command withheld" in json.dumps(te["fixes"])
     if fmt == "junit":
-        ET.fromstring(run.stdout.split("\n", 1)[1])  # well-formed XML
+        ET.fromstring(run.stdout.split("\n", 1)[1])
+    if fmt == "markdown":
+        markdown_is_inert(run.stdout)
+    assert list(pwn.iterdir()) == []
 
 
-def test_non_utf8_environment_values_and_output_files(tmp_path, bare_python):
-    out = tmp_path / "r.json"
-    env = dict(os.environ)
-    env_bytes = {k.encode(): v.encode() for k, v in env.items()}
-    env_bytes[b"CUDA_CACHE_PATH"] = b"/scratch/caf\xe9"
-    import subprocess
+def test_wrapping_never_starts_a_line_with_a_workflow_command():
+    from dsv4_doctor.render import render
 
-    from conftest import doctor_command
-    done = subprocess.run(doctor_command() + ["check", "-f", "json", "--only", "python.version", "-o", str(out),
-                                              "--python", bare_python], env=env_bytes, capture_output=True)
-    assert done.returncode == 0, done.stderr
-    report = strict_json(out.read_text(encoding="utf-8"))
-    assert report["environment"]["variables"]["CUDA_CACHE_PATH"] == "/scratch/caf\\xe9"
+    checks = [{"id": f"x.c{i}", "title": "t", "status": "fail", "summary": "w " * i + "::error::pwn ##[error]x",
+               "details": "d " * i + "::warning::x", "evidence": {}, "fixes": [], "sources": [], "duration_s": 0,
+               "origin": "x", "internal_error": False} for i in range(0, 60)]
+    report = {"schema": "dsv4-doctor.report/1", "doctor": {"version": "0"}, "profile": {"cp": 1}, "environment": {},
+              "plugins": [], "checks": checks, "summary": {"status": "fail", "exit_code": 1, "strict": False,
+                                                           "counts": {"fail": 60}, "duration_s": 0}}
+    for width in range(40, 130, 7):
+        for fmt in ("text", "markdown", "junit"):
+            no_workflow_command(render(report, fmt, width=width))
 
 
-PLUGIN = """
-import pathlib
-from dsv4_doctor.model import Check, Result, passed
-print("noisy plugin v1.0 loaded")
+# --- 3. signals, orphan probes, temporary directories; 4. late exit -------------------------------------------------
 
-def _path(ctx):
-    print("noisy check output")
-    return passed("ok", runbook=pathlib.Path("/opt/runbook"))
-
-def _str_status(ctx):
-    return Result("warn", "a plain-string status")
-
-def _bad_status(ctx):
-    return Result("great", "not a status")
-
-a = Check(id="plug.path", title="t", explanation="x", applies_when="always", detects="x", run=_path)
-b = Check(id="plug.str-status", title="t", explanation="x", applies_when="always", detects="x", run=_str_status)
-c = Check(id="plug.bad-status", title="t", explanation="x", applies_when="always", detects="x", run=_bad_status)
-d = Check(id="NotAnId", title="t", explanation="x", applies_when="always", detects="x", run=_path)
+HANG = """
+import os, time
+open({marker!r}, "w").write("%d %d" % (os.getpid(), os.getpgid(0)))
+time.sleep(600)
 """
 
 
-def test_plugin_results_are_validated_and_plugin_output_stays_off_stdout(site, bare_python):
-    site.dist("plug", "1", entry_points="[dsv4_doctor.checks]\nplug = plug_checks\n_badplug = no_such_module\n")
-    site.file("plug_checks.py", PLUGIN)
-    run = run_doctor("check", "-f", "json", "--only", "plug.*", sites=(site.root,), python=bare_python)
-    report = strict_json(run.stdout)  # stdout is the report alone
-    rows = {c["id"]: c for c in report["checks"]}
-    assert rows["plug.path"]["status"] == "pass" and rows["plug.path"]["evidence"]["runbook"] == "/opt/runbook"
-    assert rows["plug.str-status"]["status"] == "warn"
-    assert rows["plug.bad-status"]["status"] == "error" and rows["plug.bad-status"]["internal_error"]
-    assert "plugin.badplug" in rows  # a name with a leading underscore still makes a valid id
-    assert "NotAnId" not in rows
-    assert "invalid check id" in next(p for p in report["plugins"] if p["name"] == "plug")["error"]
-    assert "noisy plugin" in run.stderr
-    assert run.returncode == 3
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
-def test_list_redacts_plugin_errors(site, bare_python):
-    token = "hf_abcdefghijklmnopqrstuvwxyz0123"
-    site.dist("leaky", "1", entry_points="[dsv4_doctor.checks]\nleaky = leaky_plugin\n")
-    site.file("leaky_plugin.py", f"raise RuntimeError('https://ci:{token}@example.invalid/x')\n")
-    for fmt in ("text", "json"):
-        run = run_doctor("list", "-f", fmt, sites=(site.root,), env={"HF_TOKEN": token})
-        assert token not in run.stdout
-        assert "failed to load" in run.stdout if fmt == "text" else \
-            "***REDACTED***" in next(p for p in json.loads(run.stdout)["plugins"] if p["name"] == "leaky")["error"]
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)])
+def test_a_signal_kills_every_probe_and_still_writes_the_report(sig, code, site, bare_python, tmp_path):
+    marker = tmp_path / "pid"
+    site.file("torch/__init__.py", HANG.format(marker=str(marker)))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(site.root), TMPDIR=str(tmp))
+    proc = subprocess.Popen(doctor_command() + ["check", "-f", "json", "--python", bare_python], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _, pgid = map(int, marker.read_text().split())
+    time.sleep(0.3)
+    start = time.monotonic()
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - start < 5
+    assert proc.returncode == code, err
+    report = strict_json(out)
+    assert report["summary"]["exit_code"] == code and report["summary"]["interrupted"] == sig.name
+    torch_row = next(c for c in report["checks"] if c["id"] == "torch.install")
+    assert torch_row["status"] == "error" and f"interrupted by {sig.name}" in torch_row["summary"]
+    assert not _group_alive(pgid)
+    assert list(tmp.iterdir()) == []  # no temporary directory left behind
 
 
-def test_fix_apply_recheck_ignores_plugin_rows(site, bare_python, tmp_path):
-    marker = tmp_path / "m"
-    site.dist("broken", "1", entry_points="[dsv4_doctor.checks]\nbroken = no_such_module\nok = ok_plugin\n")
-    site.file("ok_plugin.py", f"""
-        import os
-        from dsv4_doctor.model import Check, Fix, failed, passed
-        F = Fix("make it", ["touch {marker}"])
-        c = Check(id="ok.marker", title="t", explanation="x", applies_when="always", detects="x", fixes=(F,),
-                  run=lambda ctx: passed("ok") if os.path.exists({str(marker)!r}) else failed("no", fixes=[F]))
-    """)
-    run = run_doctor("fix", "--only", "ok.marker", "--apply", "--yes", sites=(site.root,), python=bare_python)
-    assert marker.exists()
-    assert run.returncode != 2 and "ok.marker: pass" in run.stderr
+def test_a_usage_error_after_the_early_probes_leaves_none_running(tmp_path, bare_python):
+    marker = tmp_path / "pid"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho \"$$ $(ps -o pgid= $$)\" > {marker}\nexec sleep 600\n")
+    smi.chmod(0o755)
+    run = run_doctor("check", "--only", "no.such-check", python=bare_python,
+                     env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    assert run.returncode == 2 and "no check matches" in run.stderr
+    if marker.exists():  # the early nvidia-smi probe had started: it must be gone
+        pgid = int(marker.read_text().split()[1])
+        assert not _group_alive(pgid)
 
 
-def test_static_only_never_runs_the_smoke(bare_python):
-    run = run_doctor("check", "-f", "json", "--static-only", "--device", "cpu", python=bare_python)
-    assert "smoke.thd-cp" not in {c["id"] for c in run.report["checks"]}
-    assert "torch.install" not in {c["id"] for c in run.report["checks"]}
+def test_the_doctor_exits_as_soon_as_the_report_is_out(site, bare_python, tmp_path):
+    site.file("torch/__init__.py", "import time\ntime.sleep(600)\n")
+    run = run_doctor("check", "-f", "json", "--timeout", "3", sites=(site.root,), python=bare_python, timeout=60)
+    assert run.check("torch.install")["status"] == "error"
+    assert run.seconds < 3 + 6, run.seconds  # one timeout, not a second wait for the given-up probe
+    assert run.report["summary"]["budget_s"] >= run.seconds
 
 
-def test_bad_output_path_and_timeout_are_usage_errors(bare_python):
+# --- 5. linear hygiene ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown", "junit"])
+def test_a_one_megabyte_version_string_is_capped_and_fast(fmt, site, bare_python):
+    huge = "2.16.1" + "a=" * 250_000 + "https://" + "u" * 100_000 + "-----BEGIN RSA PRIVATE KEY-----" * 10_000
+    site.dist("transformer-engine", huge, dirname="transformer_engine-2.16.1.dist-info")
+    run = run_doctor("check", "-f", fmt, "--only", "te.version", "--cp", "2", sites=(site.root,),
+                     python=bare_python, timeout=60)
+    assert run.seconds < 10, run.seconds
+    assert len(run.stdout) < 200_000
+    assert "more characters truncated by dsv4" in " ".join(run.stdout.split())
+
+
+# --- 7. secrets ----------------------------------------------------------------------------------------------------
+
+SECRETS_ENV = {"DB_PASS": "hunterpw", "MY_CREDS": "qwerty12", "NCCL_IB_PASSWD": "abcd", "AWS_SESSION_TOKEN": "sesstok1",
+               "XDG_SESSION_ID": "c42", "PGPASSWORD": "pgpw1"}
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown", "junit"])
+def test_secrets_never_reach_any_output(fmt, site, bare_python, tmp_path):
+    leak = ("password hunterpw and qwerty12 and https://ghp_TOKENVALUE@github.com/org/repo.git "
+            "https://user:pgpw1@db/x NCCL_IB_PASSWD=abcd sesstok1")
+    site.file("torch/__init__.py", f"import sys\nsys.stderr.write({leak!r})\nraise RuntimeError({leak!r})\n")
+    out, summary = tmp_path / "r.out", tmp_path / "s.md"
+    env = dict(SECRETS_ENV, GITHUB_ACTIONS="true", GITHUB_STEP_SUMMARY=str(summary), NCCL_DEBUG="WARN")
+    run = run_doctor("check", "-f", fmt, "-o", str(out), "--only", "torch.install", sites=(site.root,),
+                     python=bare_python, env=env)
+    texts = [run.stdout, run.stderr, out.read_text(), summary.read_text()]
+    for secret in ("hunterpw", "qwerty12", "ghp_TOKENVALUE", "pgpw1", "abcd", "sesstok1"):
+        assert not any(secret in t for t in texts), secret
+    if fmt == "json":
+        variables = strict_json(out.read_text())["environment"]["variables"]
+        assert variables["NCCL_IB_PASSWD"] == "***REDACTED***" and variables["NCCL_DEBUG"] == "WARN"
+
+
+# --- 8. broken metadata never lowers a verdict ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("metadata", [b"", b"\xff\xfe not utf-8 \x80"])
+def test_unreadable_metadata_is_its_own_finding(metadata, tmp_path, bare_python):
+    def te(site: FakeSite):
+        fake_te(site, "2.8.0")
+        site.dist("transformer-engine-torch", None, metadata=metadata, dirname="transformer_engine_torch-2.8.0.dist-info")
+    run = Env(tmp_path).fake("te", te).doctor("check", "-f", "json", "--only", "te.version,deps.metadata", "--cp", "2",
+                                              python=bare_python)
+    assert run.check("te.version")["status"] == "fail" and "got 2.8.0" in run.check("te.version")["summary"]
+    assert run.check("deps.metadata")["status"] == "warn"
+    assert "transformer-engine-torch" in run.check("deps.metadata")["summary"]
+
+
+# --- 9. plugins are in tests/test_plugins.py; 10. --output ----------------------------------------------------------
+
+def test_an_unwritable_output_is_a_usage_error_before_any_work(tmp_path, bare_python):
+    start = time.monotonic()
+    run = run_doctor("check", "-o", str(tmp_path), python=bare_python)
+    assert run.returncode == 2 and "is a directory" in run.stderr and "Traceback" not in run.stderr
+    assert time.monotonic() - start < 5
     assert run_doctor("check", "-o", "/nonexistent/dir/r.json", python=bare_python).returncode == 2
-    assert run_doctor("check", "--timeout", "inf", python=bare_python).returncode == 2
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_failing_write_still_prints_the_report(bare_python):
+    run = run_doctor("check", "-f", "json", "--only", "python.version", "-o", "/dev/full", python=bare_python)
+    assert run.returncode == 4
+    assert strict_json(run.stdout)["checks"][0]["id"] == "python.version"
+    assert "could not write the report to /dev/full" in run.stderr and "Traceback" not in run.stderr
+
+
+# --- 13. smaller ones ------------------------------------------------------------------------------------------------
+
+def test_undecodable_stderr_bytes_become_hex_escapes(site, bare_python):
+    site.file("torch/__init__.py", "import os, sys\nos.write(2, b'bad \\xff\\xfe byte\\n')\nos.abort()\n")
+    row = run_doctor("check", "-f", "json", "--only", "torch.install", sites=(site.root,),
+                     python=bare_python).check("torch.install")
+    assert "bad \\xff\\xfe byte" in row["evidence"]["stderr_tail"] and "\ufffd" not in row["evidence"]["stderr_tail"]
+
+
+def _pyenv(version: str) -> str | None:
+    path = Path(f"/root/.pyenv/versions/{version}/bin/python")
+    return str(path) if path.exists() else None
+
+
+@pytest.mark.parametrize("version", ["2.7.18", "3.7.16"])
+def test_an_interpreter_too_old_for_the_probes_fails_python_version(version, tmp_path):
+    python = _pyenv(version)
+    if python is None:
+        pytest.skip(f"no Python {version} on this machine")
+    env = Env(tmp_path).fake("te", fake_te, "2.16.1")
+    run = env.doctor("check", "-f", "json", python=python)
+    assert run.returncode == 1
+    py = run.check("python.version")
+    assert py["status"] == "fail" and f"Python {version} is older than 3.10" in py["summary"]
+    te = run.check("te.version")
+    assert te["status"] == "skip" and "could not be inspected" in te["summary"]
+    assert "not installed" not in te["summary"]
+    assert run.report["environment"]["target_python"]["version"] == version
+
+
+def test_absurd_cp_is_a_usage_error():
+    assert run_doctor("check", "--cp", "1025").returncode == 2
+    assert run_doctor("check", "--cp", "1024", "--only", "python.version").returncode == 0

@@ -65,7 +65,12 @@ def test_negative_control_and_a_wrong_layout_are_detected():
     """In-process: keys cut to the rank's own rows (no all-gather) must fail the comparison."""
     import torch
 
-    sys.path.insert(0, str(__import__("dsv4_doctor.probes", fromlist=["PROBE_DIR"]).PROBE_DIR))
+    from pathlib import Path
+
+    import dsv4_doctor.checks.smoke as smoke_pkg
+    from dsv4_doctor.probes import PROBE_DIR
+
+    sys.path[:0] = [str(PROBE_DIR), str(Path(smoke_pkg.__file__).parent)]
     import dsv4probe_smoke as sm
 
     device = torch.device("cpu")
@@ -164,3 +169,16 @@ def test_tier2_missing_te_maps_to_the_te_fix(tmp_path):
     row = smoke("--device", "cpu", sites=tuple(env.sites.values())).check("smoke.thd-cp")
     assert row["status"] == "fail" and "No module named 'transformer_engine'" in row["summary"]
     assert any("transformer-engine[pytorch,core_cu13]" in cmd for f in row["fixes"] for cmd in f["commands"])
+
+
+def test_a_large_cp_runs_in_as_many_processes_as_the_machine_holds():
+    """CP 16 is a legitimate profile; on a small machine its ranks share a few processes (here at most the CPUs)."""
+    import os
+
+    row = smoke("--cp", "16", "--device", "cpu").check("smoke.thd-cp")
+    assert row["status"] == "pass", row["summary"]
+    dist = row["evidence"]["distributed"]
+    assert dist["ran"] and 2 <= dist["processes"] <= max(2, min(os.cpu_count() or 2, 8))
+    assert dist["processes"] * dist["ranks_per_process"] == 16
+    for kind in ("causal", "window"):
+        assert dist["comparisons"][kind]["ok"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from dsv4_doctor.probes import STATIC_SCRIPT, Probe, StaticRequest, run_probe
+from dsv4_doctor.procs import Processes
 
 
 def static(site, bare_python, **request):
@@ -12,7 +13,7 @@ def static(site, bare_python, **request):
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(site.root)
     try:
-        result = run_probe(probe, bare_python, 30)
+        result = run_probe(probe, bare_python, 30, Processes())
     finally:
         if old is None:
             del os.environ["PYTHONPATH"]

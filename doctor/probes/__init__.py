@@ -1,10 +1,11 @@
-"""Probes: everything that touches the inspected environment runs here, in a subprocess with a timeout.
+"""Probes: everything that touches the inspected environment runs in a subprocess with a timeout.
 
-A Python probe is a stdlib-only script in this folder, run by the *target* interpreter as
-``python SCRIPT OUT_JSON REQUEST_JSON``; it writes its JSON answer to OUT_JSON. stdout and stderr of the child go to a
-file (not a pipe), so a grandchild that keeps a pipe open can never hang the doctor, and library chatter on stdout never
-corrupts the answer. A segfault, abort or hang becomes a `ProbeResult` with the signal or the timeout, never an
-exception in the doctor.
+A Python probe is a stdlib-only script run by the *target* interpreter as ``python SCRIPT OUT_JSON REQUEST_JSON``; it
+writes its JSON answer to OUT_JSON. Scripts live in this folder (the generic ones) or beside the check that uses them
+(a plugin can ship its own); they import `dsv4probe_common` from the folder named by DSV4_DOCTOR_PROBE_LIB. stdout and
+stderr of the child go to a file (not a pipe), so a grandchild that keeps a pipe open can never hang the doctor, and
+library chatter never corrupts the answer. A segfault, abort or hang becomes a `ProbeResult` with the signal or the
+timeout, never an exception in the doctor. Whatever the child answers is sanitised where it enters (`redact.sanitize`).
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ import os
 import re
 import signal
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ..procs import Processes, kill_group
+from ..redact import decode, sanitize
+
 PROBE_DIR = Path(__file__).resolve().parent
-STDERR_TAIL_CHARS = 2000
+STDERR_TAIL_BYTES = 2000
+MAX_ANSWER_BYTES = 32 * 1024 * 1024  # a probe that answers more than this is broken
 
 
 @dataclass(frozen=True)
@@ -32,36 +36,31 @@ class StaticRequest:
     modules: tuple[str, ...] = ()  # located without importing any package
     sources: tuple[str, ...] = ()  # modules whose source is summarised with ast (classes, fields, functions)
     contains: tuple[str, ...] = ()  # strings searched for in those sources
+    attributes_of: tuple[str, ...] = ()  # names whose attribute reads (`DSA.x`) those sources list
 
     def __init__(self, distributions: Iterable[str] = (), modules: Iterable[str] = (),
-                 sources: Iterable[str] = (), contains: Iterable[str] = ()):
+                 sources: Iterable[str] = (), contains: Iterable[str] = (), attributes_of: Iterable[str] = ()):
         object.__setattr__(self, "distributions", tuple(distributions))
         object.__setattr__(self, "modules", tuple(modules))
         object.__setattr__(self, "sources", tuple(sources))
         object.__setattr__(self, "contains", tuple(contains))
+        object.__setattr__(self, "attributes_of", tuple(attributes_of))
 
     @staticmethod
     def merge(requests: Iterable["StaticRequest | None"]) -> "StaticRequest":
-        dists: dict[str, None] = {}
-        mods: dict[str, None] = {}
-        srcs: dict[str, None] = {}
-        text: dict[str, None] = {}
+        parts: dict[str, dict[str, None]] = {k: {} for k in ("distributions", "modules", "sources", "contains",
+                                                              "attributes_of")}
         for r in requests:
             if r is None:
                 continue
-            dists.update(dict.fromkeys(r.distributions))
-            mods.update(dict.fromkeys(r.modules))
-            srcs.update(dict.fromkeys(r.sources))
-            text.update(dict.fromkeys(r.contains))
-        return StaticRequest(dists, mods, srcs, text)
+            for name, seen in parts.items():
+                seen.update(dict.fromkeys(getattr(r, name)))
+        return StaticRequest(**{k: list(v) for k, v in parts.items()})
 
     def to_json(self) -> dict:
-        return {
-            "distributions": list(self.distributions),
-            "modules": list(self.modules),
-            "sources": list(self.sources),
-            "contains": list(self.contains),
-        }
+        return {"distributions": list(self.distributions), "modules": list(self.modules),
+                "sources": list(self.sources), "contains": list(self.contains),
+                "attributes_of": list(self.attributes_of)}
 
 
 @dataclass(frozen=True)
@@ -69,18 +68,31 @@ class Probe:
     """One isolated subprocess. Probes with the same key run once per doctor run and are shared by checks."""
 
     key: str
-    script: str | None = None  # a file in this folder, run by the target interpreter
+    script: str | None = None  # a file in this folder, or an absolute path (a probe beside its check)
     request: str = "{}"  # JSON text handed to the script
     argv: tuple[str, ...] = ()  # for a command probe (e.g. nvidia-smi), run as is
     timeout_s: float | None = None  # None: the run's default probe timeout
 
     @staticmethod
-    def python(key: str, script: str, request: Any = None, timeout_s: float | None = None) -> "Probe":
-        return Probe(key=key, script=script, request=json.dumps(request or {}, sort_keys=True), timeout_s=timeout_s)
+    def python(key: str, script: str | os.PathLike, request: Any = None, timeout_s: float | None = None) -> "Probe":
+        return Probe(key=key, script=str(script), request=json.dumps(request or {}, sort_keys=True),
+                     timeout_s=timeout_s)
+
+    @staticmethod
+    def beside(module_file: str, key: str, script: str, request: Any = None,
+               timeout_s: float | None = None) -> "Probe":
+        """A probe script that lives next to the module that defines the check (`Probe.beside(__file__, ...)`)."""
+        return Probe.python(key, Path(module_file).resolve().parent / script, request, timeout_s)
 
     @staticmethod
     def command(key: str, argv: Sequence[str], timeout_s: float | None = None) -> "Probe":
         return Probe(key=key, argv=tuple(argv), timeout_s=timeout_s)
+
+    @property
+    def script_path(self) -> str | None:
+        if not self.script:
+            return None
+        return self.script if os.path.isabs(self.script) else str(PROBE_DIR / self.script)
 
 
 def import_probe(*targets: str, signatures: Sequence[str] = (), timeout_s: float | None = None) -> Probe:
@@ -103,14 +115,8 @@ class ProbeResult:
 
     def evidence(self) -> dict:
         """What a report shows about a probe that gave no answer."""
-        return {
-            "probe": self.key,
-            "returncode": self.returncode,
-            "signal": self.signal,
-            "timed_out": self.timed_out,
-            "duration_s": round(self.duration_s, 3),
-            "stderr_tail": self.stderr_tail,
-        }
+        return {"probe": self.key, "returncode": self.returncode, "signal": self.signal, "timed_out": self.timed_out,
+                "duration_s": round(self.duration_s, 3), "stderr_tail": self.stderr_tail}
 
 
 def _tail(path: str) -> str:
@@ -118,62 +124,69 @@ def _tail(path: str) -> str:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
-            fh.seek(max(0, size - 4 * STDERR_TAIL_CHARS))
-            text = fh.read().decode("utf-8", errors="replace")
+            fh.seek(max(0, size - STDERR_TAIL_BYTES))
+            raw = fh.read()
     except OSError:
         return ""
-    return text[-STDERR_TAIL_CHARS:].strip()
+    return decode(raw).strip()
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def signal_name(returncode: int | None) -> str | None:
+    if returncode is None or returncode >= 0:
+        return None
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
-        try:
-            proc.kill()
-        except OSError:
-            pass
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
 
 
-def run_probe(probe: Probe, python: str, default_timeout_s: float) -> ProbeResult:
-    """Run one probe; never raises, never outlives its timeout."""
+def child_env(timeout: float, extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env["DSV4_DOCTOR_PROBE_TIMEOUT"] = str(timeout)
+    env["DSV4_DOCTOR_PROBE_LIB"] = str(PROBE_DIR)
+    # The probe's answer goes to a file; these keep library output plain and the probe's own encoding fixed.
+    env.setdefault("PYTHONIOENCODING", "utf-8")
+    env["NO_COLOR"] = "1"
+    env.pop("FORCE_COLOR", None)
+    env.update(extra or {})
+    return env
+
+
+def run_probe(probe: Probe, python: str, timeout_s: float, procs: Processes) -> ProbeResult:
+    """Run one probe; never raises, never outlives `timeout_s` (the probe's own timeout, or less)."""
     start = time.monotonic()
     try:
-        result = _run_probe(probe, python, default_timeout_s)
-    except Exception as exc:  # no temp dir (disk full), fork failure, ...: still an answer
+        result = _run_probe(probe, python, timeout_s, procs)
+    except Exception as exc:  # no temp dir (disk full), fork failure, shutting down: still an answer
         return ProbeResult(probe.key, ok=False, duration_s=time.monotonic() - start,
                            error=f"could not run: {type(exc).__name__}: {exc}")
     # A Python probe whose own code broke answers {"probe_error": ...}: no answer a check can read.
     if result.ok and probe.script and (not isinstance(result.data, dict) or "probe_error" in result.data):
         err = result.data.get("probe_error", {}) if isinstance(result.data, dict) else {}
+        err = err if isinstance(err, dict) else {}
         result.ok = False
         result.error = (f"broke inside the probe: {err.get('type')}: {err.get('message')}" if err
                         else f"answered {type(result.data).__name__}, not an object")
-        where = "\n".join(err.get("where", [])) if isinstance(err, dict) else ""
-        result.stderr_tail = "\n".join(x for x in (result.stderr_tail, where) if x)
+        where = err.get("where") if isinstance(err.get("where"), list) else []
+        result.stderr_tail = "\n".join(x for x in (result.stderr_tail, "\n".join(map(str, where))) if x)
     return result
 
 
-def _run_probe(probe: Probe, python: str, default_timeout_s: float) -> ProbeResult:
-    timeout = probe.timeout_s if probe.timeout_s is not None else default_timeout_s
+def _run_probe(probe: Probe, python: str, timeout: float, procs: Processes) -> ProbeResult:
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="dsv4-doctor-") as tmp:
+    tmp = procs.tempdir()
+    try:
         out_path = os.path.join(tmp, "answer.json")
         log_path = os.path.join(tmp, "output.log")
-        if probe.script:
-            argv = [python, str(PROBE_DIR / probe.script), out_path, probe.request]
-        else:
-            argv = list(probe.argv)
+        argv = [python, probe.script_path, out_path, probe.request] if probe.script else list(probe.argv)
         try:
             # A Python probe answers in out_path, so its stdout joins stderr in the log; a command's stdout is
-            # its answer and goes to out_path.
+            # its answer and goes to out_path. The caller's cwd, as the job would have it: relative PYTHONPATH
+            # entries resolve the same way.
             with open(log_path, "wb") as log, open(os.devnull, "rb") as devnull, \
                     open(out_path if not probe.script else os.devnull, "wb") as cmd_out:
-                proc = subprocess.Popen(
-                    argv, stdin=devnull, stdout=log if probe.script else cmd_out, stderr=log,
-                    # The caller's cwd, as the job would have it: relative PYTHONPATH entries resolve the same way.
-                    start_new_session=True, env=_probe_env(timeout), close_fds=True,
-                )
+                proc = procs.spawn(argv, stdin=devnull, stdout=log if probe.script else cmd_out, stderr=log,
+                                   env=child_env(timeout))
         except FileNotFoundError:
             return ProbeResult(probe.key, ok=False, duration_s=time.monotonic() - start,
                                error=f"{argv[0]} not found")
@@ -182,22 +195,21 @@ def _run_probe(probe: Probe, python: str, default_timeout_s: float) -> ProbeResu
                                error=f"could not start {argv[0]}: {exc}")
         timed_out = False
         try:
-            proc.wait(timeout=timeout)
+            proc.wait(timeout=max(0.1, timeout))
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc)
-            proc.wait()
+        finally:
+            kill_group(proc)  # also whatever the probe left behind in its group
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            procs.release(proc)
         duration = time.monotonic() - start
         rc = proc.returncode
-        sig = None
-        if rc is not None and rc < 0:
-            try:
-                sig = signal.Signals(-rc).name
-            except ValueError:
-                sig = f"signal {-rc}"
-        tail = _tail(log_path)
+        sig = None if timed_out else signal_name(rc)
         result = ProbeResult(probe.key, ok=False, returncode=rc, signal=sig, timed_out=timed_out,
-                             duration_s=duration, stderr_tail=tail)
+                             duration_s=duration, stderr_tail=_tail(log_path))
         if timed_out:
             result.error = f"timed out after {timeout:g} s and was killed"
             return result
@@ -209,33 +221,28 @@ def _run_probe(probe: Probe, python: str, default_timeout_s: float) -> ProbeResu
             return result
         try:
             with open(out_path, "rb") as fh:
-                raw = fh.read()
+                raw = fh.read(MAX_ANSWER_BYTES + 1)
         except OSError:
             raw = b""
+        if len(raw) > MAX_ANSWER_BYTES:
+            result.error = f"answered more than {MAX_ANSWER_BYTES} bytes"
+            return result
         if not raw and probe.script:
             result.error = f"exited with code {rc} without an answer"
             return result
         if not probe.script:
-            result.data = raw.decode("utf-8", errors="replace")
+            result.data = decode(raw, MAX_ANSWER_BYTES)
             result.ok = True
             return result
         try:
-            result.data = json.loads(raw.decode("utf-8", errors="replace"))
-        except ValueError as exc:
-            result.error = f"answered invalid JSON ({exc})"
+            result.data = sanitize(json.loads(raw.decode("utf-8", "surrogateescape")))
+        except (ValueError, RecursionError) as exc:
+            result.error = f"answered invalid JSON ({str(exc)[:200]})"
             return result
         result.ok = True
         return result
-
-
-def _probe_env(timeout: float) -> dict:
-    env = dict(os.environ)
-    env["DSV4_DOCTOR_PROBE_TIMEOUT"] = str(timeout)
-    # The probe's answer goes to a file; these keep library output plain and the probe's own encoding fixed.
-    env.setdefault("PYTHONIOENCODING", "utf-8")
-    env["NO_COLOR"] = "1"
-    env.pop("FORCE_COLOR", None)
-    return env
+    finally:
+        procs.remove_dir(tmp)
 
 
 # The one GPU query that needs no torch; the profile's detected --gpu-arch comes from it.
@@ -249,22 +256,49 @@ NVIDIA_SMI = Probe.command(
 STATIC_SCRIPT = "dsv4probe_static.py"
 TORCH = Probe.python("torch", "dsv4probe_torch.py")
 
+# The target handshake: runs on any Python (2.7 included), so an interpreter too old for the probes is still named.
+HANDSHAKE_CODE = (
+    "import sys, platform\n"
+    "v = sys.version_info\n"
+    "sys.stdout.write('DSV4DOCTOR-HANDSHAKE %d %d %d %s\\n' % (v[0], v[1], v[2], platform.python_implementation()))\n"
+    "sys.stdout.write(sys.executable + '\\n' + sys.prefix + '\\n')\n"
+)
+
+
+def parse_handshake(text: str) -> dict | None:
+    lines = (text or "").splitlines()
+    for i, line in enumerate(lines):
+        m = re.fullmatch(r"DSV4DOCTOR-HANDSHAKE (\d+) (\d+) (\d+) (\S+)", line.strip())
+        if m:
+            rest = lines[i + 1:i + 3] + ["", ""]
+            major, minor, micro = (int(m.group(k)) for k in (1, 2, 3))
+            return {"version": f"{major}.{minor}.{micro}", "version_info": [major, minor, micro],
+                    "implementation": m.group(4), "executable": rest[0], "prefix": rest[1]}
+    return None
+
+
+def handshake_probe(python: str) -> Probe:
+    return Probe.command("handshake", [python, "-S", "-E", "-c", HANDSHAKE_CODE], timeout_s=15)
+
+
+PROBE_MIN_PYTHON = (3, 8)  # the probe scripts' own floor
+
 
 def parse_nvidia_smi(text: str) -> list[dict]:
     """Rows of `nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version` (csv, no units)."""
     gpus = []
-    for line in (text or "").splitlines():
+    for line in (text or "").splitlines()[:64]:
         cells = [c.strip() for c in line.split(",")]
         if len(cells) < 5:
             continue
         index, name, cc, mem, driver = cells[:5]
-        if not re.fullmatch(r"[0-9]+", index):
+        if not re.fullmatch(r"[0-9]{1,3}", index):
             continue
         gpus.append({
             "index": int(index),
-            "name": name,
-            "compute_capability": cc if re.fullmatch(r"[0-9]+\.[0-9]+", cc) else None,
-            "memory_mib": int(mem) if re.fullmatch(r"[0-9]+", mem) else None,
-            "driver_version": driver,
+            "name": name[:200],
+            "compute_capability": cc if re.fullmatch(r"[0-9]{1,2}\.[0-9]", cc) else None,
+            "memory_mib": int(mem) if re.fullmatch(r"[0-9]{1,9}", mem) else None,
+            "driver_version": driver if re.fullmatch(r"[0-9]{1,4}(\.[0-9]{1,4}){0,3}", driver) else None,
         })
     return gpus

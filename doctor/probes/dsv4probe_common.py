@@ -1,4 +1,11 @@
-"""Shared by the probe scripts. Stdlib only, Python 3.8+: it runs inside the inspected interpreter."""
+"""Shared by the probe scripts. Stdlib only, Python 3.8+: it runs inside the inspected interpreter.
+
+A probe script that lives elsewhere (beside its check, in a plugin) imports this module from the folder the doctor
+names in DSV4_DOCTOR_PROBE_LIB:
+
+    sys.path.insert(0, os.environ["DSV4_DOCTOR_PROBE_LIB"])
+    from dsv4probe_common import error_info, serve
+"""
 
 import faulthandler
 import json
@@ -9,9 +16,13 @@ import traceback
 
 def error_info(exc, frames=3):
     """An exception as data: type, message, the missing module's name, and the last frames."""
-    info = {"type": type(exc).__name__, "message": str(exc)[:2000]}
+    try:
+        message = str(exc)[:2000]
+    except BaseException:  # an exception whose __str__ raises
+        message = "<unprintable %s>" % type(exc).__name__
+    info = {"type": type(exc).__name__, "message": message}
     name = getattr(exc, "name", None)
-    if isinstance(exc, ImportError) and name:
+    if isinstance(exc, ImportError) and isinstance(name, str):
         info["missing_module"] = name
     tb = traceback.extract_tb(exc.__traceback__)[-frames:]
     info["where"] = ["%s:%s in %s" % (f.filename, f.lineno, f.name) for f in tb]
@@ -34,8 +45,13 @@ def serve(answer_fn):
     except BaseException as exc:  # the probe itself broke: still answer
         answer = {"probe_error": error_info(exc, frames=6)}
     tmp = out_path + ".tmp"
+    try:
+        text = json.dumps(answer, default=repr)
+    except (ValueError, TypeError, RecursionError) as exc:
+        text = json.dumps({"probe_error": {"type": type(exc).__name__, "message": "unserialisable answer: %s" % exc,
+                                           "where": []}})
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(answer, fh, default=repr)
+        fh.write(text)
     os.replace(tmp, out_path)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -190,7 +190,18 @@ def _class_summary(node):
     }
 
 
-def source_facts(module, needles):
+def _attribute_reads(tree, owners):
+    """Every `owner.attr` read in the module, per owner name (e.g. DSA.indexer_forward_wrapper)."""
+    found = {o: set() for o in owners}
+    if not owners:
+        return {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in found:
+            found[node.value.id].add(node.attr)
+    return {o: sorted(names) for o, names in found.items()}
+
+
+def source_facts(module, needles, owners=()):
     where = locate_module(module)
     if not where.get("found"):
         return {"found": False, "missing": where.get("missing"), "error": where.get("error")}
@@ -221,7 +232,8 @@ def source_facts(module, needles):
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.append(node.target.id)
     result.update(classes=classes, functions=functions, names=names,
-                  contains={needle: needle in text for needle in needles})
+                  contains={needle: needle in text for needle in needles},
+                  attributes=_attribute_reads(tree, owners))
     return result
 
 
@@ -238,9 +250,10 @@ def answer(request):
         except Exception as exc:
             out["modules"][name] = {"found": False, "error": error_info(exc)["message"]}
     needles = request.get("contains", [])
+    owners = request.get("attributes_of", [])
     for name in request.get("sources", []):
         try:
-            out["sources"][name] = source_facts(name, needles)
+            out["sources"][name] = source_facts(name, needles, owners)
         except Exception as exc:
             out["sources"][name] = {"found": False, "error": error_info(exc)["message"]}
     return out

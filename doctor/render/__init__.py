@@ -1,38 +1,68 @@
-"""Renderers turn a report (a dict, already redacted) into text; the CLI decides where it goes."""
+"""Renderers turn a report (a dict, already redacted and cleaned) into text; the CLI decides where it goes.
+
+No renderer imports anything heavy, and every text format passes one last step: no line of output can start a
+GitHub Actions workflow command, whatever wrapping did to it.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+
+from ..redact import neutralize_workflow_commands
 
 FORMATS = ("text", "json", "markdown", "junit")
 LABEL = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "SKIP", "error": "ERROR"}
+DEFAULT_WIDTH = 100
+
+
+def shown(value, unknown: str = "unknown") -> str:
+    """A value for human-readable output: never Python's None."""
+    if value is None or value == "":
+        return unknown
+    return str(value)
 
 
 def verdict_line(report: dict) -> str:
-    """The one-line verdict every format ends with (kept free of rich: JSON runs never import it)."""
+    """The one-line verdict every human format ends with."""
     s = report["summary"]
     c = s["counts"]
     parts = [f"{c[k]} {name}" for k, name in (("fail", "failed"), ("error", "errored"), ("warn", "warned"),
                                                 ("pass", "passed"), ("skip", "skipped")) if c.get(k)]
-    return f"Verdict: {LABEL[s['status']]} ({', '.join(parts) or 'no checks'}; exit {s['exit_code']})"
+    extra = f"; interrupted by {s['interrupted']}" if s.get("interrupted") else ""
+    return f"Verdict: {LABEL[s['status']]} ({', '.join(parts) or 'no checks'}; exit {s['exit_code']}{extra})"
 
 
-def render(report: dict, fmt: str, color: bool = False, width: int | None = None) -> str:
+def output_width(is_tty: bool) -> int:
+    """The terminal's width on a terminal; COLUMNS when piped; else 100."""
+    import shutil
+
+    if is_tty:
+        return max(40, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
+    try:
+        return max(40, int(os.environ.get("COLUMNS", "")))
+    except ValueError:
+        return DEFAULT_WIDTH
+
+
+def render(report: dict, fmt: str, color: bool = False, width: int = DEFAULT_WIDTH) -> str:
     if fmt == "json":
         return render_json(report)
     if fmt == "markdown":
         from .markdown import render_markdown
 
-        return render_markdown(report)
-    if fmt == "junit":
+        out = render_markdown(report)
+    elif fmt == "junit":
         from .junit import render_junit
 
-        return render_junit(report)
-    from .text import render_text
+        out = render_junit(report)
+    else:
+        from .text import render_text
 
-    return render_text(report, color=color, width=width)
+        out = render_text(report, color=color, width=width)
+    return neutralize_workflow_commands(out)
 
 
 def render_json(report: dict) -> str:
-    # json.dumps only: rich's print_json honours FORCE_COLOR and would corrupt the JSON.
+    # json.dumps only: nothing that honours FORCE_COLOR touches the JSON.
     return json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"

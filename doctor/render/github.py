@@ -6,6 +6,7 @@ import os
 from typing import TextIO
 
 MAX_PER_LEVEL = 10  # GitHub shows at most 10 error and 10 warning annotations per step
+MAX_MESSAGE = 4000
 SUMMARY_CAP = 1024 * 1024 - 4096
 
 
@@ -30,6 +31,7 @@ def annotations(report: dict) -> list[str]:
         cmds = [cmd for fix in c.get("fixes", []) for cmd in fix["commands"]]
         if cmds:
             message += "\nFix: " + "\n".join(cmds)
+        message = message[:MAX_MESSAGE]
         lines.append(f"::{level} title={_escape_property('dsv4-doctor (' + c['id'] + ')')}::{_escape_data(message)}")
     return lines
 
@@ -42,7 +44,7 @@ def emit(report: dict, stderr: TextIO, environ=None) -> None:
         stderr.write(line + "\n")
     summary_path = environ.get("GITHUB_STEP_SUMMARY")
     if summary_path:
-        from .markdown import render_markdown  # rich is imported only when it is needed
+        from .markdown import render_markdown
 
         text = render_markdown(report)
         if len(text.encode("utf-8")) > SUMMARY_CAP:

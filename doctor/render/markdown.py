@@ -1,57 +1,97 @@
-"""Markdown for pasting into an issue: a verdict, a table, and details folded away."""
+"""Markdown for pasting into an issue (and the GitHub step summary): a verdict, a table, details folded away.
+
+Text from the inspected environment or a plugin never becomes live markdown or HTML: inline it is escaped
+character by character (`plain`) or put in a code span (`code`), multi-line it goes in a fence longer than any
+backtick run inside it (`fence`). Only the doctor's own fixed text appears inside HTML elements.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 
-from . import LABEL, verdict_line
+from . import LABEL, shown, verdict_line
 
 MAX_CHARS = 60000  # GitHub rejects bodies over 65,536 characters
+# The characters that can start markup anywhere in a line (emphasis, code, links, images, HTML, entities, headings,
+# lists, setext underlines, tables, strikethrough); every ASCII punctuation character may be backslash-escaped.
+_PUNCT = re.compile(r"([\\`*_{}\[\]()<>#+\-!|~&=])")
+_TICKS = re.compile(r"`+")
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def plain(text) -> str:
+    """Inline text shown as is: no markup, no HTML, no line structure, safe in a table cell."""
+    return _PUNCT.sub(r"\\\1", " ".join(shown(text, "").split()))
+
+
+def code(text) -> str:
+    """An inline code span that holds `text` whatever backticks it contains (pipes escaped for tables)."""
+    text = " ".join(shown(text, "").split()).replace("|", "\\|")
+    ticks = "`" * (max((len(m) for m in _TICKS.findall(text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def fence(text: str, info: str = "text") -> list[str]:
+    ticks = "`" * max(3, max((len(m) for m in _TICKS.findall(text)), default=0) + 1)
+    return [ticks + info, *str(text).rstrip().splitlines(), ticks]
 
 
 def render_markdown(report: dict) -> str:
     p = report.get("profile", {})
     env = report.get("environment", {})
     target = env.get("target_python", {})
+    arch = shown(p.get("gpu_arch")) + (f" ({p['gpu_arch_source']})" if p.get("gpu_arch") else "")
     out = [
         "### dsv4-doctor report",
         "<!-- Paste this whole block into your issue. Secrets were redacted. -->",
         "",
-        f"**{verdict_line(report)}**",
+        f"**{plain(verdict_line(report))}**",
         "",
-        f"dsv4-doctor {report['doctor']['version']} · cp={p.get('cp')} · dsa-backend={p.get('dsa_backend')} · "
-        f"gpu-arch={p.get('gpu_arch') or 'unknown'} ({p.get('gpu_arch_source')}) · "
-        f"python {target.get('version') or '?'} (`{target.get('executable')}`)",
+        f"dsv4-doctor {plain(report['doctor']['version'])} · cp={plain(p.get('cp'))} · "
+        f"dsa-backend={plain(p.get('dsa_backend'))} · gpu-arch={plain(arch)} · "
+        f"python {plain(shown(target.get('version')))} ({code(target.get('executable'))})",
         "",
         "| Status | Check | Summary |",
         "|---|---|---|",
     ]
     for c in report["checks"]:
-        out.append(f"| {LABEL[c['status']]} | `{c['id']}` | {_cell(c['summary'])} |")
+        out.append(f"| {LABEL[c['status']]} | {code(c['id'])} | {plain(c['summary'])} |")
     problems = [c for c in report["checks"] if c["status"] not in ("pass", "skip")]
     if problems:
         out += ["", "<details><summary>Details and fixes</summary>", ""]
         for c in problems:
-            out.append(f"#### {LABEL[c['status']]} `{c['id']}`: {c['title']}")
-            out.append("")
-            out.append(c["summary"])
+            out += [f"#### {LABEL[c['status']]} {code(c['id'])}: {plain(c['title'])}", "", plain(c["summary"])]
             if c.get("details"):
-                out += ["", "```text", c["details"].rstrip(), "```"]
+                out += ["", *fence(c["details"])]
             for fix in c.get("fixes", []):
-                out += ["", f"Fix: {fix['description']}"]
+                out += ["", f"Fix{' (manual)' if fix.get('manual') else ''}: {plain(fix['description'])}"]
                 if fix["commands"]:
-                    out += ["", "```sh", *fix["commands"], "```"]
+                    out += ["", *fence("\n".join(fix["commands"]), "sh")]
             if c.get("sources"):
-                out += ["", "Sources: " + "; ".join(s["url"] or s["title"] for s in c["sources"])]
+                out += ["", "Sources: " + "; ".join(code(s["url"] or s["title"]) for s in c["sources"])]
             out.append("")
         out.append("</details>")
-    out += ["", "<details><summary>Environment</summary>", "", "```json",
-            json.dumps({"environment": env, "plugins": report.get("plugins", [])}, indent=2), "```", "", "</details>"]
+    env_json = json.dumps({"environment": env, "plugins": report.get("plugins", [])}, indent=2)
+    out += ["", "<details><summary>Environment</summary>", "", *fence(env_json, "json"), "", "</details>"]
     text = "\n".join(out) + "\n"
-    if len(text) > MAX_CHARS:
-        text = text[: MAX_CHARS - 200] + "\n\n…(truncated to fit an issue body; use --format json for all)\n"
-    return text
+    return text if len(text) <= MAX_CHARS else truncate(text, MAX_CHARS - 200)
+
+
+def truncate(text: str, limit: int) -> str:
+    """Cut at a line boundary, then close whatever fence and <details> the cut left open."""
+    kept, size, ticks, details = [], 0, "", 0
+    for line in text.splitlines():
+        if size + len(line) + 1 > limit:
+            break
+        kept.append(line)
+        size += len(line) + 1
+        run = len(line) - len(line.lstrip("`"))
+        if ticks and line.strip() == ticks:
+            ticks = ""
+        elif not ticks and run >= 3:
+            ticks = "`" * run
+        elif not ticks:
+            details += line.count("<details>") - line.count("</details>")
+    closing = ([ticks] if ticks else []) + ["</details>"] * max(0, details)
+    return "\n".join(kept + closing + ["", "…(truncated to fit an issue body; use --format json for all)"]) + "\n"

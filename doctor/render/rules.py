@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+from .markdown import code, plain
 
 
 def rules_table(checks) -> str:
@@ -12,6 +10,6 @@ def rules_table(checks) -> str:
     for c in checks:
         fixes = []
         for fix in c.fixes:
-            fixes += [f"`{_cell(cmd)}`" for cmd in fix.commands] or [_cell(fix.description)]
-        lines.append(f"| `{c.id}` | {_cell(c.applies_when)} | {_cell(c.detects)} | {'<br>'.join(fixes) or '—'} |")
+            fixes += [code(cmd.shell()) for cmd in fix.commands] or [plain(fix.description)]
+        lines.append(f"| {code(c.id)} | {plain(c.applies_when)} | {plain(c.detects)} | {'<br>'.join(fixes) or '—'} |")
     return "\n".join(lines) + "\n"

@@ -1,68 +1,82 @@
 """The human report: a table, then the details and exact fix commands of everything not passing, then a verdict.
 
-Everything data-derived is a rich `Text` on a console with markup off: a fix like `pip install 'pkg[extra]'` must
-print exactly as written.
+Plain text wrapped to the output width with continuation lines indented; colour (ANSI) only when asked for. Fix
+commands are never wrapped: they must stay copy-pastable.
 """
 
 from __future__ import annotations
 
-import io
+import textwrap
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from . import LABEL, shown, verdict_line
 
-from . import LABEL, verdict_line
-
-STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim", "error": "bold magenta"}
+COLOR = {"pass": "32", "warn": "33", "fail": "1;31", "skip": "2", "error": "1;35"}
 
 
-def _profile_line(report: dict) -> str:
+def _paint(text: str, code: str, color: bool) -> str:
+    return f"\x1b[{code}m{text}\x1b[0m" if color and code else text
+
+
+def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
+    lines = []
+    for para in str(text).splitlines() or [""]:
+        lines += textwrap.wrap(para, width=max(20, width), initial_indent=first, subsequent_indent=rest,
+                               break_long_words=True, break_on_hyphens=False, replace_whitespace=True) or [first]
+        first = rest
+    return lines
+
+
+def profile_line(report: dict) -> str:
     p = report.get("profile", {})
-    arch = p.get("gpu_arch") or "unknown"
+    arch = shown(p.get("gpu_arch"))
+    if p.get("gpu_arch") and p.get("gpu_arch_source") not in (None, "unknown"):
+        arch += f" ({p['gpu_arch_source']})"
     target = report.get("environment", {}).get("target_python", {})
-    return (
-        f"dsv4-doctor {report['doctor']['version']}  profile: cp={p.get('cp')} dsa-backend={p.get('dsa_backend')} "
-        f"gpu-arch={arch} ({p.get('gpu_arch_source')})  python: {target.get('executable')} "
-        f"({target.get('version') or '?'})"
-    )
+    extra = " static-only" if p.get("static_only") else ""
+    return (f"dsv4-doctor {report['doctor']['version']}  profile: cp={p.get('cp')} "
+            f"dsa-backend={shown(p.get('dsa_backend'))} gpu-arch={arch}{extra}  python: "
+            f"{shown(target.get('executable'))} ({shown(target.get('version'))})")
 
 
-def render_text(report: dict, color: bool = False, width: int | None = None) -> str:
-    buf = io.StringIO()
-    console = Console(file=buf, force_terminal=color, no_color=not color, markup=False, emoji=False,
-                      highlight=False, width=width or 160, soft_wrap=False)
-    console.print(Text(_profile_line(report), style="bold"))
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    table.add_column("Status", no_wrap=True)
-    table.add_column("Check", no_wrap=True)
-    table.add_column("Summary", overflow="fold")
-    for c in report["checks"]:
-        table.add_row(Text(LABEL[c["status"]], style=STYLE[c["status"]]), Text(c["id"]), Text(c["summary"]))
-    console.print(table)
-    for c in report["checks"]:
+def _sources(c: dict) -> str:
+    sources = c.get("sources") or []
+    if not sources:
+        return ""
+    first = sources[0]["title"] or sources[0]["url"]
+    more = f" (+{len(sources) - 1} more)" if len(sources) > 1 else ""
+    return f"Sources: {first}{more}; all in `dsv4-doctor explain {c['id']}`"
+
+
+def render_text(report: dict, color: bool = False, width: int = 100) -> str:
+    out = _wrap(profile_line(report), width, "", "  ")
+    checks = report["checks"]
+    id_width = max([len(c["id"]) for c in checks] + [5])
+    head = f"{'Status':<7} {'Check':<{id_width}}  "
+    out.append(_paint(head + "Summary", "1", color))
+    indent = " " * len(head)
+    for c in checks:
+        rows = _wrap(c["summary"], width, indent, indent)
+        label = f"{LABEL[c['status']]:<7}"
+        rows[0] = _paint(label, COLOR[c["status"]], color) + f" {c['id']:<{id_width}}  " + rows[0][len(indent):]
+        out += rows
+    for c in checks:
         if c["status"] in ("pass", "skip"):
             continue
-        console.print()
-        head = Text(f"{LABEL[c['status']]} {c['id']}", style=STYLE[c["status"]])
-        head.append(f": {c['title']}", style="bold")
-        console.print(head)
-        console.print(Text("  " + c["summary"]))
-        if c.get("details"):
-            for line in c["details"].rstrip().splitlines():
-                console.print(Text("  " + line), soft_wrap=True)
+        out.append("")
+        out.append(_paint(f"{LABEL[c['status']]} {c['id']}", COLOR[c["status"]], color) + f": {c['title']}")
+        out += _wrap(c["summary"], width, "  ", "    ")
+        for line in (c.get("details") or "").rstrip().splitlines():
+            out += _wrap(line, width, "  ", "    ")
         for fix in c.get("fixes", []):
-            console.print(Text("  Fix: " + fix["description"], style="bold"))
-            for cmd in fix["commands"]:
-                console.print(Text("    " + cmd, style="cyan"), soft_wrap=True)
+            tag = " (manual)" if fix.get("manual") else ""
+            out += _wrap(f"Fix{tag}: {fix['description']}", width, "  ", "    ")
+            out += ["    " + cmd for cmd in fix["commands"]]  # never wrapped: copy-pastable
+            out += _wrap(" ".join(fix.get("notes") or []), width, "    ", "    ") if fix.get("notes") else []
         if c.get("sources"):
-            console.print(Text("  Sources: " + "; ".join(s["url"] or s["title"] for s in c["sources"]), style="dim"),
-                          soft_wrap=True)
-    if report.get("plugins"):
-        for p in report["plugins"]:
-            if p.get("error"):
-                console.print(Text(f"Plugin {p['name']} from {p['distribution']} failed to load: {p['error']}",
-                                   style="bold magenta"), soft_wrap=True)
-    console.print()
-    console.print(Text(verdict_line(report), style=STYLE[report["summary"]["status"]]))
-    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+            out += _wrap(_sources(c), width, "  ", "    ")
+    for p in report.get("plugins", []):
+        if p.get("error"):
+            out += _wrap(f"Plugin {p['name']} from {p['distribution']} failed to load: {p['error']}", width, "", "  ")
+    out.append("")
+    out.append(_paint(verdict_line(report), COLOR[report["summary"]["status"]], color))
+    return "\n".join(line.rstrip() for line in out) + "\n"

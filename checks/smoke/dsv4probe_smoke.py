@@ -23,7 +23,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under PYTHONSAFEPATH / -P
+# The engine's probe helpers (dsv4probe_common, dsv4probe_static) live in the folder the doctor names.
+sys.path.insert(0, os.environ.get("DSV4_DOCTOR_PROBE_LIB") or os.path.dirname(os.path.abspath(__file__)))
 from dsv4probe_common import error_info, serve
 
 TOLERANCE = 2e-2  # max abs error for bf16 inputs and outputs of magnitude <= ~1 (bf16 has 8 significant bits)
@@ -250,32 +251,40 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch_workers(request, cp, backend, deadline, tier2_reference):
-    """N real processes; rank 0 answers. Every child is in this probe's process group, so a timeout kills them."""
+def process_count(cp, backend, n_gpus, cpus):
+    """How many real processes run the CP ranks: the largest divisor of cp the machine can hold (one per GPU with
+    NCCL; at most the CPU count, and 8, with gloo). Each process simulates cp / P consecutive ranks."""
+    limit = n_gpus if backend == "nccl" else max(2, min(cpus or 2, 8))
+    return max(d for d in range(1, min(cp, limit) + 1) if cp % d == 0)
+
+
+def launch_workers(request, cp, procs, backend, deadline, tier2_reference):
+    """`procs` real processes for `cp` ranks; rank 0 answers. Every child is in this probe's process group, so a
+    timeout kills them."""
     port = free_port()
     here = os.path.abspath(__file__)
     outdir = os.path.dirname(os.path.abspath(sys.argv[1]))
-    procs, outs = [], []
+    children, outs = [], []
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
                GLOO_SOCKET_IFNAME=os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
     env.pop("DSV4_DOCTOR_PROBE_TIMEOUT", None)
-    for rank in range(cp):
+    for rank in range(procs):
         out = os.path.join(outdir, "rank%d.json" % rank)
-        worker = dict(request, worker={"rank": rank, "world": cp, "backend": backend,
+        worker = dict(request, worker={"rank": rank, "world": procs, "cp": cp, "backend": backend,
                                        "init": "tcp://127.0.0.1:%d" % port, "tier2_reference": tier2_reference})
         log = open(os.path.join(outdir, "rank%d.log" % rank), "wb")
-        procs.append(subprocess.Popen([sys.executable, here, out, json.dumps(worker)], stdout=log,
-                                      stderr=subprocess.STDOUT, env=env))
+        children.append(subprocess.Popen([sys.executable, here, out, json.dumps(worker)], stdout=log,
+                                         stderr=subprocess.STDOUT, env=env))
         outs.append(out)
     codes = []
-    for p in procs:
+    for p in children:
         remaining = max(1.0, deadline - time.monotonic())
         try:
             codes.append(p.wait(timeout=remaining))
         except subprocess.TimeoutExpired:
-            for q in procs:
+            for q in children:
                 q.kill()
-            return {"ok": False, "error": "the %d-process run did not finish in time" % cp}
+            return {"ok": False, "error": "the %d-process run did not finish in time" % procs}
     try:
         with open(outs[0]) as fh:
             answer = json.load(fh)
@@ -283,7 +292,7 @@ def launch_workers(request, cp, backend, deadline, tier2_reference):
         tail = ""
         try:
             with open(os.path.join(outdir, "rank0.log"), "rb") as fh:
-                tail = fh.read()[-1500:].decode("utf-8", "replace")
+                tail = fh.read()[-1500:].decode("utf-8", "backslashreplace")
         except OSError:
             pass
         return {"ok": False, "error": "rank 0 gave no answer (exit codes %s)" % codes, "log_tail": tail}
@@ -305,7 +314,7 @@ def worker_main(request):
     dist.init_process_group(w["backend"], init_method=w["init"], rank=rank, world_size=world)
     init_s = time.monotonic() - t0
     try:
-        return worker_tier1(torch, dist, device, request, rank, world, init_s)
+        return worker_tier1(torch, dist, device, request, rank, world, int(w.get("cp", world)), init_s)
     finally:
         try:
             dist.barrier()
@@ -314,49 +323,54 @@ def worker_main(request):
             pass
 
 
-def worker_tier1(torch, dist, device, request, rank, world, init_s):
-    batch = make_batch(torch, world, device)  # every rank builds the same batch and keeps only its rows
-    rows = batch["total"] // world
-    lo, hi = rank * rows, (rank + 1) * rows
+def worker_tier1(torch, dist, device, request, proc, nprocs, cp, init_s):
+    """Process `proc` of `nprocs` holds CP ranks [proc*k, (proc+1)*k), k = cp / nprocs: a contiguous block of rows."""
+    batch = make_batch(torch, cp, device)  # every process builds the same batch and keeps only its rows
+    rows = batch["total"] // cp
+    k = cp // nprocs
+    ranks = range(proc * k, (proc + 1) * k)
+    lo, hi = proc * k * rows, (proc + 1) * k * rows
     k_local, v_local = batch["k"][lo:hi].contiguous(), batch["v"][lo:hi].contiguous()
     attention = Attention(torch, device)
-    answer = {"rank": rank, "world": world, "backend": dist.get_backend(), "init_s": round(init_s, 3),
-              "comparisons": {}, "attention_backend": attention.backend}
+    answer = {"rank": proc, "world": nprocs, "cp": cp, "ranks_per_process": k, "backend": dist.get_backend(),
+              "init_s": round(init_s, 3), "comparisons": {}, "attention_backend": attention.backend}
     # All-gather of K/V for causal attention.
-    gathered_k = [torch.empty_like(k_local) for _ in range(world)]
-    gathered_v = [torch.empty_like(v_local) for _ in range(world)]
+    gathered_k = [torch.empty_like(k_local) for _ in range(nprocs)]
+    gathered_v = [torch.empty_like(v_local) for _ in range(nprocs)]
     dist.all_gather(gathered_k, k_local)
     dist.all_gather(gathered_v, v_local)
     full_k, full_v = torch.cat(gathered_k), torch.cat(gathered_v)
-    # Boundary exchange for the window: each rank needs the last W-1 rows of the previous rank.
+    # Boundary exchange for the window: the first rank of a block needs the previous block's last W-1 rows.
     tail = WINDOW - 1
-    tails_k = [torch.empty_like(k_local[-tail:]) for _ in range(world)]
-    tails_v = [torch.empty_like(v_local[-tail:]) for _ in range(world)]
+    tails_k = [torch.empty_like(k_local[-tail:]) for _ in range(nprocs)]
+    tails_v = [torch.empty_like(v_local[-tail:]) for _ in range(nprocs)]
     dist.all_gather(tails_k, k_local[-tail:].contiguous())
     dist.all_gather(tails_v, v_local[-tail:].contiguous())
-    if rank > 0:
-        win_k, win_v, offset = torch.cat([tails_k[rank - 1], k_local]), torch.cat([tails_v[rank - 1], v_local]), lo - tail
+    if proc > 0:
+        win_k, win_v, offset = torch.cat([tails_k[proc - 1], k_local]), torch.cat([tails_v[proc - 1], v_local]), lo - tail
     else:
         win_k, win_v, offset = k_local, v_local, lo
     local = {
-        "causal": rank_forward(torch, attention, batch, "causal", rank, rows, full_k, full_v, 0),
-        "window": rank_forward(torch, attention, batch, "window", rank, rows, win_k, win_v, offset),
+        "causal": torch.cat([rank_forward(torch, attention, batch, "causal", r, rows, full_k, full_v, 0)
+                             for r in ranks]),
+        "window": torch.cat([rank_forward(torch, attention, batch, "window", r, rows, win_k, win_v, offset)
+                             for r in ranks]),
     }
     for kind in ("causal", "window"):
-        parts = [torch.empty_like(local[kind]) for _ in range(world)]
+        parts = [torch.empty_like(local[kind]) for _ in range(nprocs)]
         dist.all_gather(parts, local[kind].contiguous())
-        if rank == 0:
+        if proc == 0:
             out = torch.cat(parts)
             ref = reference(torch, batch, kind)
-            cmp_ = judge(torch, out, ref, batch["real"], world)
+            cmp_ = judge(torch, out, ref, batch["real"], cp)
             simulated = torch.cat([rank_forward(torch, attention, batch, kind, r, rows, batch["k"], batch["v"], 0)
-                                   for r in range(world)])
+                                   for r in range(cp)])
             cmp_["max_abs_diff_vs_single_device"] = float((out[:batch["real"]].float().cpu() -
                                                            simulated[:batch["real"]].float().cpu()).abs().max().item())
             answer["comparisons"][kind] = cmp_
-    if request.get("tier2") and request["worker"].get("tier2_reference"):
-        answer["tier2"] = tier2_run(torch, device, world, rank, request, request["worker"]["tier2_reference"], dist)
-    answer["ok"] = all(c["ok"] for c in answer["comparisons"].values()) if rank == 0 else True
+    if request.get("tier2") and request["worker"].get("tier2_reference") and k == 1:
+        answer["tier2"] = tier2_run(torch, device, cp, proc, request, request["worker"]["tier2_reference"], dist)
+    answer["ok"] = all(c["ok"] for c in answer["comparisons"].values()) if proc == 0 else True
     return answer
 
 
@@ -527,20 +541,23 @@ def answer(request):
     n_gpus = torch.cuda.device_count() if has_cuda else 0
     distributed = request.get("distributed", "auto")
     if cp > 1 and distributed != "off":
-        if device.type == "cuda" and n_gpus >= cp:
-            backend = "nccl"
-        elif device.type == "cpu":
-            backend = "gloo"
+        backend = "nccl" if device.type == "cuda" and n_gpus >= 2 else ("gloo" if device.type == "cpu" else None)
+        if backend is None:
+            out["distributed"] = {"ran": False, "reason": "CP %d with real NCCL ranks needs at least 2 GPUs; %d "
+                                                          "visible, so the ranks were simulated" % (cp, n_gpus)}
         else:
-            backend = None
-            out["distributed"] = {"ran": False, "reason": "CP %d needs %d GPUs for real NCCL ranks; %d visible, so the "
-                                                          "ranks were simulated" % (cp, cp, n_gpus)}
-        if backend:
+            nprocs = process_count(cp, backend, n_gpus, os.cpu_count())
+        if backend is not None and nprocs < 2:
+            out["distributed"] = {"ran": False, "reason": "CP %d cannot be split over the %d GPUs or CPUs here, so the "
+                                                          "ranks were simulated" % (cp, n_gpus or os.cpu_count())}
+        elif backend is not None:
             t0 = time.monotonic()
             tier2_ref = reference_path if (out.get("tier2", {}).get("cp1", {}).get("ok")) else None
-            run = launch_workers(request, cp, backend, deadline, tier2_ref)
+            run = launch_workers(request, cp, nprocs, backend, deadline, tier2_ref)
             run["ran"] = True
             run["process_backend"] = backend
+            run["processes"] = nprocs
+            run["ranks_per_process"] = cp // nprocs
             run["wall_s"] = round(time.monotonic() - t0, 3)
             out["distributed"] = run
             if "tier2" in run:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.model import Check, Fix, Profile, Source, errored, failed, passed, warned
+from dsv4_doctor.model import Check, Fix, Profile, Source, errored, failed, needs_failed, passed, warned
 from dsv4_doctor.probes import Probe
 
-from ._upstream import EAV, mlm
-from .cudnn_fe import FIX_FE
-from .cutedsl import FIX_CUTLASS, FIX_TVM
-from .kernels import FIX_FLASH_MLA, FIX_HADAMARD
-from .mcore import FIX_MCORE
-from .pytorch import INSTALL_TORCH
-from .te import INSTALL as FIX_TE
+from .. import fixes
+from .._upstream import EAV, mlm
+
+FIX_FE, FIX_CUTLASS, FIX_TVM, FIX_MCORE = fixes.FE, fixes.CUTLASS, fixes.TVM_FFI, fixes.MCORE
+FIX_FLASH_MLA, FIX_HADAMARD, FIX_TE, INSTALL_TORCH = fixes.FLASH_MLA, fixes.FAST_HADAMARD, fixes.TE, fixes.TORCH
 
 MEMORY_LIMIT_MIB = 1024
 
@@ -48,7 +46,7 @@ def smoke_probe(profile: Profile) -> Probe:
     """Tier 2 runs when the probe finds Megatron's DSv4 attention file (it looks without importing Megatron)."""
     request = {"cp": profile.cp, "device": profile.device, "tier2": "auto", "dsa_backend": profile.dsa_backend,
                "gpus": profile.gpus}
-    return Probe.python(f"smoke:cp={profile.cp}:device={profile.device}", "dsv4probe_smoke.py", request)
+    return Probe.beside(__file__, f"smoke:cp={profile.cp}:device={profile.device}", "dsv4probe_smoke.py", request)
 
 
 def tier2_fixes(error: dict) -> list[Fix]:
@@ -75,26 +73,29 @@ def _tier2(data: dict, evidence: dict):
             err = t2["error"]
             return failed(
                 f"the DSv4 hybrid attention layer ({label}) failed at {t2.get('stage')}: {err.get('type')}: "
-                f"{err.get('message')}", "\n".join(err.get("where", [])), fixes=tier2_fixes(err), **evidence)
+                f"{err.get('message')}", "\n".join(err.get("where", [])), fixes=tier2_fixes(err), evidence=evidence)
         if not t2.get("finite", True):
             settings = ", ".join(f"{k}={v}" for k, v in (t2.get("settings") or {}).items())
             return failed(f"the DSv4 hybrid attention layer ({label}) produced non-finite output",
                           f"Kernel settings in use: {settings}. Compare with --dsa-backend none (Megatron's PyTorch "
-                          "fallback) to see which kernel produces it.", **evidence)
+                          "fallback) to see which kernel produces it.", evidence=evidence)
         if "max_abs_diff_vs_cp1" in t2 and not t2.get("ok"):
             return failed(f"the DSv4 hybrid attention layer at {label} differs from CP=1 by "
-                          f"{t2['max_abs_diff_vs_cp1']:.3g} (> {t2.get('parity_tolerance')})", **evidence)
+                          f"{t2['max_abs_diff_vs_cp1']:.3g} (> {t2.get('parity_tolerance')})", evidence=evidence)
     return None
 
 
 def _smoke(ctx):
+    blocked = needs_failed(ctx, "torch.install")
+    if blocked:
+        return blocked
     data = ctx.require(smoke_probe(ctx.profile))
     if not data.get("imported"):
         err = data.get("error", {})
         return failed(f"torch does not import, so nothing can run: {err.get('type')}: {err.get('message')}",
-                      fixes=[INSTALL_TORCH], error=err)
+                      fixes=[INSTALL_TORCH], evidence={"error": err})
     if data.get("device_error"):
-        return failed(data["device_error"], torch=data.get("torch"), fixes=[INSTALL_TORCH])
+        return failed(data["device_error"], fixes=[INSTALL_TORCH], evidence={"torch": data.get("torch")})
     t1 = data.get("tier1", {})
     evidence = {
         "device": data.get("device"), "torch": data.get("torch"), "cp": data.get("cp"),
@@ -105,20 +106,20 @@ def _smoke(ctx):
     if t1.get("error"):
         err = t1["error"]
         return failed(f"the THD attention forward raised {err.get('type')}: {err.get('message')}",
-                      "\n".join(err.get("where", [])), **evidence)
+                      "\n".join(err.get("where", [])), evidence=evidence)
     device = data["device"]
     where = device["type"] if device["type"] == "cpu" else f"cuda ({device['name']}, CC {device['capability']})"
     for kind, cmp_ in t1["comparisons"].items():
         backend = t1["backend"].get(kind)
         if not cmp_["finite"]:
-            return failed(f"{kind} attention produced non-finite values on {where} ({backend})", **evidence)
+            return failed(f"{kind} attention produced non-finite values on {where} ({backend})", evidence=evidence)
         if cmp_["max_abs_error"] > cmp_["tolerance"]:
             return failed(f"{kind} attention with the contiguous CP layout differs from the float32 reference by "
-                          f"{cmp_['max_abs_error']:.3g} (> {cmp_['tolerance']:g}) on {where} ({backend})", **evidence)
+                          f"{cmp_['max_abs_error']:.3g} (> {cmp_['tolerance']:g}) on {where} ({backend})", evidence=evidence)
         if not cmp_["ok"]:
             return errored(f"the {kind} negative control did not fail (zigzag error "
                            f"{cmp_['negative_control_zigzag_error']:.3g}): the comparison could not tell layouts apart",
-                           **evidence)
+                           evidence=evidence)
     dist = data.get("distributed") or {}
     if dist.get("ran"):
         crash = dist.get("probe_error") or {}
@@ -126,12 +127,12 @@ def _smoke(ctx):
             why = dist.get("error") or (f"{crash.get('type')}: {crash.get('message')}" if crash else
                                         "rank 0 returned no comparison")
             return failed(f"the {data['cp']}-process {dist.get('process_backend')} run failed: {why}",
-                          dist.get("log_tail", "") or "\n".join(crash.get("where", [])), **evidence)
+                          dist.get("log_tail", "") or "\n".join(crash.get("where", [])), evidence=evidence)
         for kind, cmp_ in dist.get("comparisons", {}).items():
             if not cmp_.get("ok"):
                 return failed(f"{kind} attention across {data['cp']} {dist.get('process_backend')} ranks differs "
                               f"from the reference: {_describe(cmp_)}, {cmp_.get('max_abs_diff_vs_single_device'):.3g}"
-                              " from the single-device result", **evidence)
+                              " from the single-device result", evidence=evidence)
     bad = _tier2(data, evidence)
     if bad is not None:
         return bad
@@ -147,8 +148,8 @@ def _smoke(ctx):
                f"{min(c['negative_control_zigzag_error'] for c in t1['comparisons'].values()):.1f}{tier2_note}")
     memory = data.get("gpu_memory_peak_mib")
     if memory is not None and memory > MEMORY_LIMIT_MIB:
-        return warned(summary + f"; but it used {memory:.0f} MiB of GPU memory (> {MEMORY_LIMIT_MIB})", **evidence)
-    return passed(summary, **evidence)
+        return warned(summary + f"; but it used {memory:.0f} MiB of GPU memory (> {MEMORY_LIMIT_MIB})", evidence=evidence)
+    return passed(summary, evidence=evidence)
 
 
 smoke_thd_cp = Check(
@@ -182,6 +183,9 @@ smoke_thd_cp = Check(
     ),
     fixes=(INSTALL_TORCH,),
     skip_if=_not_run,
+    needs=("torch.install",),
     probes=lambda profile: [] if _not_run(profile) else [smoke_probe(profile)],
     run=_smoke,
 )
+
+CHECKS = [smoke_thd_cp]

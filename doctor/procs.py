@@ -1,0 +1,85 @@
+"""Every child process and temporary directory the doctor makes, so that none outlives it.
+
+Children start in their own session (their own process group), so a kill takes their grandchildren too. A
+`Processes` object is owned by the session that runs the doctor; on a signal, a usage error or the end of a run it
+kills every group still alive and removes every temporary directory it handed out.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from typing import Sequence
+
+
+class Processes:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[int, subprocess.Popen] = {}
+        self._dirs: set[str] = set()
+        self.closed = False
+
+    def spawn(self, argv: Sequence[str], **kwargs) -> subprocess.Popen:
+        """Popen in a new session, tracked until `release`; refused once the registry is closed."""
+        with self._lock:
+            if self.closed:
+                raise RuntimeError("the doctor is shutting down")
+            proc = subprocess.Popen(list(argv), start_new_session=True, close_fds=True, **kwargs)
+            self._live[proc.pid] = proc
+            return proc
+
+    def release(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._live.pop(proc.pid, None)
+
+    def tempdir(self, prefix: str = "dsv4-doctor-") -> str:
+        with self._lock:
+            if self.closed:
+                raise RuntimeError("the doctor is shutting down")
+            path = tempfile.mkdtemp(prefix=prefix)
+            self._dirs.add(path)
+            return path
+
+    def remove_dir(self, path: str) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+        with self._lock:
+            self._dirs.discard(path)
+
+    @property
+    def live(self) -> list[int]:
+        with self._lock:
+            return list(self._live)
+
+    def close(self) -> None:
+        """Kill every process group still alive and remove every temporary directory; idempotent, never raises."""
+        with self._lock:
+            self.closed = True
+            live = list(self._live.values())
+            dirs = list(self._dirs)
+        for proc in live:
+            kill_group(proc)
+        for proc in live:
+            try:
+                proc.wait(timeout=2)
+            except Exception:
+                pass
+        for path in dirs:
+            shutil.rmtree(path, ignore_errors=True)
+        with self._lock:
+            self._live.clear()
+            self._dirs.clear()
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the child's whole process group (it is its own session leader); never raises."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        try:
+            proc.kill()
+        except OSError:
+            pass

@@ -1,0 +1,23 @@
+"""`dsv4-doctor explain ID`: a check's documentation, its fixes and every upstream source, from its definition."""
+
+from __future__ import annotations
+
+from ..model import Check
+
+
+def explain_text(c: Check) -> str:
+    lines = [f"{c.id}: {c.title}", f"origin: {c.origin}", f"applies when: {c.applies_when}", f"detects: {c.detects}"]
+    if c.needs:
+        lines.append("reads the outcome of: " + ", ".join(c.needs))
+    lines += ["", c.doc(), ""]
+    if c.fixes:
+        lines.append("Fixes:")
+        for fix in c.fixes:
+            tag = f" ({fix.phase.value}{', manual' if fix.manual else ''})"
+            lines.append(f"  {fix.description}{tag}")
+            lines += [f"    {cmd.shell()}" for cmd in fix.commands]
+            lines += [f"    {note}" for note in fix.notes]
+        lines.append("")
+    lines.append("Sources:")
+    lines += [f"  {s.title}" + (f": {s.url}" if s.url else "") for s in c.sources] or ["  (none)"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,391 @@
+"""One doctor run: the target interpreter and its handshake, the profile (resolved once, before selection), the
+selection, the plugin hosts, the checks under one time budget, and the report.
+
+The session owns every child process (`Processes`): `close()` kills whatever is still running and removes every
+temporary directory, which the CLI does on the way out of every command, usage errors and signals included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
+
+from .model import Check, CheckReport, Profile, Result, Status
+from .probes import (NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_SCRIPT, Probe, ProbeResult, StaticRequest, handshake_probe,
+                     parse_handshake, parse_nvidia_smi)
+from .procs import Processes, kill_group
+from .redact import decode
+from .registry import PluginInfo, Registry
+from .runner import CHECK_TIMEOUT_S, ProbePool, RunContext, Runner, execute
+
+STATIC_TIMEOUT_S = 30.0
+HANDSHAKE_BUDGET_S = 15.0
+DESCRIBE_BUDGET_S = 30.0  # third-party plugins: import and describe, all at once
+MARGIN_S = 5.0
+MAX_CP = 1024
+
+
+class UsageError(Exception):
+    """A bad command line or target; the CLI prints it and exits 2."""
+
+
+class Interrupted(BaseException):
+    """SIGINT/SIGTERM/SIGHUP arrived; the session writes what it has and exits 128 + signum."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def workers() -> int:
+    return max(4, min(8, 2 * (os.cpu_count() or 2)))
+
+
+def static_probe_for(request: StaticRequest, probe_timeout_s: float) -> Probe:
+    return Probe.python("static", STATIC_SCRIPT, request.to_json(), timeout_s=min(STATIC_TIMEOUT_S, probe_timeout_s))
+
+
+def resolve_python(value: str | None) -> str:
+    if value is None:
+        return sys.executable
+    import shutil
+
+    found = value if os.sep in value else shutil.which(value)
+    if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        raise UsageError(f"--python: no executable interpreter at {value!r}")
+    return os.path.abspath(found)
+
+
+def select(checks: Sequence[Check], only: Sequence[str], skip: Sequence[str]) -> list[Check]:
+    """--only / --skip by id or glob (`cudnn-fe.*`); a pattern that matches nothing, or an empty selection, is a
+    usage error."""
+    ids = [c.id for c in checks]
+    for pattern in list(only) + list(skip):
+        if not fnmatch.filter(ids, pattern):
+            raise UsageError(f"no check matches {pattern!r}; see `dsv4-doctor list`")
+    chosen = [c for c in checks if not only or any(fnmatch.fnmatchcase(c.id, p) for p in only)]
+    chosen = [c for c in chosen if not any(fnmatch.fnmatchcase(c.id, p) for p in skip)]
+    if not chosen:
+        raise UsageError("--only/--skip select no check: "
+                         + " ".join([f"--only {p}" for p in only] + [f"--skip {p}" for p in skip]))
+    return chosen
+
+
+@dataclass
+class Outcome:
+    """What a run produced, for the report builder."""
+
+    profile: Profile
+    reports: list[CheckReport]
+    target: dict
+    static: dict | None
+    duration_s: float
+    budget_s: float
+    interrupted: str | None = None
+    plugins: list[PluginInfo] = field(default_factory=list)
+
+
+class Session:
+    def __init__(self, python: str | None = None, timeout: float = 60.0):
+        self.python = resolve_python(python)
+        self.timeout = timeout
+        self.started = time.monotonic()
+        self.procs = Processes()
+        self.pool = ProbePool(self.python, timeout, workers(), self.procs)
+        self.handshake = handshake_probe(self.python)
+        self.registry: Registry | None = None
+        self.static_probe: Probe | None = None
+        self.plugin_checks: dict[str, list[Check]] = {}  # entry point name -> its described checks
+        self.target: dict = {"executable": self.python, "version": None}
+        self.target_problem: str | None = None
+        self._signalled: int | None = None
+        self._old_handlers: dict[int, object] = {}
+
+    # ---------------------------------------------------------------------------------------- lifetime, signals
+
+    def close(self) -> None:
+        self.restore_signals()
+        self.procs.close()
+
+    def install_signals(self) -> None:
+        """SIGINT/SIGTERM/SIGHUP interrupt the run once; a second one during the report is ignored."""
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            with contextlib.suppress(ValueError, OSError):  # not the main thread, or no such signal
+                self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self._signalled is not None:
+            return
+        self._signalled = signum
+        raise Interrupted(signum)
+
+    def restore_signals(self) -> None:
+        for sig, handler in self._old_handlers.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, handler)
+        self._old_handlers.clear()
+
+    # ------------------------------------------------------------------------------------------------ start-up
+
+    def start(self, with_gpus: bool = True) -> None:
+        """Start the probes every run needs; they run while the registry loads."""
+        self.pool.submit(self.handshake)
+        if with_gpus:
+            self.pool.submit(NVIDIA_SMI)
+
+    def load(self, describe_plugins: bool = True) -> Registry:
+        from . import registry
+
+        with contextlib.redirect_stdout(sys.stderr):
+            self.registry = registry.load()
+        self.static_probe = static_probe_for(StaticRequest.merge(c.static for c in self.registry.checks),
+                                             self.timeout)
+        self.pool.submit(self.static_probe)
+        if describe_plugins and self.registry.plugins:
+            self._describe_plugins()
+        return self.registry
+
+    def all_checks(self) -> list[Check]:
+        assert self.registry is not None
+        out = list(self.registry.checks)
+        for checks in self.plugin_checks.values():
+            out += checks
+        return sorted(out, key=lambda c: c.id)
+
+    def check_target(self) -> dict:
+        """The handshake: is --python a Python at all, and one the probes can inspect? Raises UsageError if not."""
+        result = self.pool.result(self.handshake, HANDSHAKE_BUDGET_S + 1)
+        info = parse_handshake(result.data) if result.ok else None
+        if info is None:
+            why = result.error or "it printed no Python version"
+            raise UsageError(f"--python {self.python} is not a Python interpreter the doctor can run ({why})")
+        self.target = info
+        if tuple(info["version_info"][:2]) < PROBE_MIN_PYTHON:
+            self.target_problem = (f"the target interpreter is Python {info['version']}; the doctor's probes need "
+                                   f"Python {PROBE_MIN_PYTHON[0]}.{PROBE_MIN_PYTHON[1]} or newer, so it could not be "
+                                   "inspected (see python.version)")
+        return info
+
+    def gpus(self) -> list[dict]:
+        result = self.pool.result(NVIDIA_SMI, 16)
+        try:
+            return parse_nvidia_smi(result.data) if result.ok else []
+        except Exception:  # whatever nvidia-smi printed, the run goes on without GPU facts
+            return []
+
+    def resolve(self, profile: Profile) -> Profile:
+        """The profile, resolved once before selection: GPUs on this host and the arch they have."""
+        if profile.cp > MAX_CP:
+            raise UsageError(f"--cp {profile.cp} is larger than {MAX_CP}")
+        gpus = self.gpus()
+        profile = replace(profile, gpus=len(gpus))
+        if profile.gpu_arch is None and gpus and gpus[0].get("compute_capability"):
+            profile = replace(profile, gpu_arch=gpus[0]["compute_capability"], gpu_arch_source="detected")
+        return profile
+
+    # ------------------------------------------------------------------------------------------------- plugins
+
+    def _host(self, info: PluginInfo, mode: str, extra: dict, budget_s: float):
+        """Start one plugin host; returns (process, events path, log path)."""
+        tmp = self.procs.tempdir("dsv4-doctor-plugin-")
+        events, log_path = os.path.join(tmp, "events.jsonl"), os.path.join(tmp, "host.log")
+        fields = {k: getattr(info, k) for k in ("name", "value", "distribution", "version")}
+        request = dict(extra, mode=mode, plugin=fields)
+        from .probes import child_env
+
+        with open(log_path, "wb") as log, open(os.devnull, "rb") as devnull:
+            proc = self.procs.spawn([sys.executable, "-m", "dsv4_doctor.pluginhost", json.dumps(request), events],
+                                    stdin=devnull, stdout=log, stderr=log, env=child_env(budget_s))
+        return proc, events, log_path
+
+    def _finish_host(self, proc, deadline: float) -> str:
+        """Wait for a host until the deadline; how it ended ("" when it exited normally)."""
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            how = "" if proc.returncode == 0 else (f"killed by {signal.Signals(-proc.returncode).name}"
+                                                   if proc.returncode < 0 else f"exited with code {proc.returncode}")
+        except Exception:
+            how = "did not finish in time and was killed"
+        kill_group(proc)
+        self.procs.release(proc)
+        return how
+
+    def _describe_plugins(self) -> None:
+        from .pluginhost import describe_check, read_events
+
+        assert self.registry is not None
+        deadline = time.monotonic() + min(DESCRIBE_BUDGET_S, self.timeout)
+        started = [(info, *self._host(info, "describe", {}, DESCRIBE_BUDGET_S)) for info in self.registry.plugins]
+        taken = {c.id: "dsv4-doctor" for c in self.registry.checks}
+        for info, proc, events, log_path in started:
+            how = self._finish_host(proc, deadline)
+            answer = read_events(events)
+            log = self._log_tail(log_path)
+            if answer.plugin is None:
+                info.error = f"the plugin host {how or 'exited'} before the plugin loaded"
+                info.traceback = log
+                continue
+            info.loaded = bool(answer.plugin.get("loaded"))
+            info.error = answer.plugin.get("error") or None
+            info.traceback = answer.traceback or log
+            checks = []
+            for meta in answer.checks:
+                check = describe_check(meta, info.distribution)
+                if check.id in taken:
+                    info.error = ((info.error + "; ") if info.error else "") + \
+                        f"duplicate check id {check.id!r} (already from {taken[check.id]})"
+                    continue
+                taken[check.id] = info.distribution
+                checks.append(check)
+            info.checks = len(checks)
+            self.plugin_checks[info.name] = checks
+
+    @staticmethod
+    def _log_tail(path: str) -> str:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - 3000))
+                return decode(fh.read()).strip()
+        except OSError:
+            return ""
+
+    # ---------------------------------------------------------------------------------------------------- run
+
+    def budget(self, checks: Sequence[Check], profile: Profile) -> tuple[float, int]:
+        """The run's time budget: every probe's timeout, in waves of `workers()`, plus the margins."""
+        keys = {NVIDIA_SMI.key, "static"}
+        for c in checks:
+            try:
+                if not c.skip_if(profile):
+                    keys.update(p.key for p in c.probes_for(profile)
+                                if not (profile.static_only and p.script))
+            except Exception:
+                continue
+        waves = math.ceil(len(keys) / workers())
+        return self.timeout * waves + CHECK_TIMEOUT_S + MARGIN_S, len(keys)
+
+    def run(self, profile: Profile, selected: Sequence[Check],
+            on_event: Callable[[str, str], None] | None = None) -> Outcome:
+        assert self.registry is not None and self.static_probe is not None
+        start = time.monotonic()
+        builtin = [c for c in selected if self.registry.get(c.id) is c]
+        plugin_ids = {c.id for c in selected} - {c.id for c in builtin}
+        budget, _ = self.budget(builtin, profile)
+        deadline = start + budget
+        self.pool.deadline = deadline
+        ctx = RunContext(profile=profile, python=self.python, pool=self.pool, static_probe=self.static_probe,
+                         target=self.target)
+        if self.target_problem:
+            reports = self._unsupported_target(builtin, ctx)
+            return self._outcome(profile, reports, start, budget)
+        hosts = self._start_plugin_runs(profile, plugin_ids, budget)
+        runner = Runner(builtin, ctx, deadline, on_event)
+        self._runner = runner
+        try:
+            runner.begin()
+            runner.wait()
+        except Interrupted as exc:
+            self._interrupted_at = (runner, hosts, profile, start, budget, exc)
+            raise
+        reports = runner.reports() + self._collect_plugin_runs(hosts, deadline)
+        return self._outcome(profile, reports, start, budget)
+
+    def interrupted_outcome(self, exc: Interrupted) -> Outcome | None:
+        """What finished before the signal, with every unfinished check an `error` saying so; probes are killed."""
+        state = getattr(self, "_interrupted_at", None)
+        self.procs.close()
+        if state is None:
+            return None
+        runner, hosts, profile, start, budget, _ = state
+        why = f"interrupted by {signal.Signals(exc.signum).name} before it finished"
+        reports = runner.reports(unfinished=why) + self._collect_plugin_runs(hosts, time.monotonic(), why)
+        return self._outcome(profile, reports, start, budget, interrupted=signal.Signals(exc.signum).name)
+
+    def _outcome(self, profile, reports, start, budget, interrupted=None) -> Outcome:
+        static = self.pool.result(self.static_probe, 0) if self.static_probe else None
+        plugins = list(self.registry.builtins) + list(self.registry.plugins) if self.registry else []
+        rows = sorted(reports + plugin_error_rows(self.registry.plugins if self.registry else []),
+                      key=lambda r: r.id)
+        return Outcome(profile=profile, reports=rows, target=self.target,
+                       static=static.data if static is not None and static.ok else None,
+                       duration_s=time.monotonic() - self.started, budget_s=budget, interrupted=interrupted,
+                       plugins=plugins)
+
+    def _unsupported_target(self, checks: Sequence[Check], ctx: RunContext) -> list[CheckReport]:
+        from .runner import _report
+
+        out = []
+        for check in checks:
+            if check.id == "python.version":
+                result, internal = execute(check, ctx)
+            else:
+                result, internal = Result(Status.SKIP, f"not inspected: {self.target_problem}"), False
+            out.append(_report(check, result, 0.0, internal))
+        return out
+
+    def _start_plugin_runs(self, profile: Profile, ids: set[str], budget: float) -> list:
+        if not ids:
+            return []
+        hosts = []
+        request = {"profile": profile.to_dict(), "python": self.python, "timeout_s": self.timeout,
+                   "budget_s": max(1.0, budget - MARGIN_S), "gpus": self.gpus()}
+        for name, checks in self.plugin_checks.items():
+            mine = [c for c in checks if c.id in ids]
+            if not mine:
+                continue
+            info = next(p for p in self.registry.plugins if p.name == name)
+            proc, events, log_path = self._host(info, "run", dict(request, selected=[c.id for c in mine]), budget)
+            hosts.append((info, mine, proc, events, log_path))
+        return hosts
+
+    def _collect_plugin_runs(self, hosts: list, deadline: float, unfinished: str | None = None) -> list[CheckReport]:
+        from .pluginhost import read_events, report_from
+
+        out = []
+        for info, checks, proc, events, log_path in hosts:
+            how = self._finish_host(proc, deadline)
+            answer = read_events(events)
+            log = self._log_tail(log_path)
+            running = [i for i in answer.started if i not in answer.results]
+            for check in checks:
+                if check.id in answer.results:
+                    out.append(report_from(answer.results[check.id], check))
+                    continue
+                if unfinished:
+                    why = unfinished
+                elif check.id in running:
+                    why = f"the plugin host {how or 'exited'} while this check ran"
+                elif answer.plugin is None:
+                    why = f"the plugin host {how or 'exited'} before the plugin loaded"
+                else:
+                    why = f"not run: the plugin host {how or 'exited'} before this check started"
+                out.append(CheckReport(id=check.id, title=check.title, status=Status.ERROR, summary=why,
+                                       details=log, evidence={"plugin": info.name, "distribution": info.distribution,
+                                                              "host": how or "exited"},
+                                       sources=list(check.sources), origin=check.origin,
+                                       internal_error=unfinished is None))
+        return out
+
+
+def plugin_error_rows(plugins: Sequence[PluginInfo]) -> list[CheckReport]:
+    return [
+        CheckReport(id=p.row_id, title=f"Plugin {p.name} loads", status=Status.ERROR,
+                    summary=f"plugin {p.name!r} from distribution {p.distribution} failed to load: {p.error}",
+                    details=p.traceback, evidence={"entry_point": p.value, "distribution": p.distribution,
+                                                   "version": p.version},
+                    origin=p.distribution, internal_error=True)
+        for p in plugins if p.error
+    ]
+
+
+def probe_summary(results: Sequence[ProbeResult]) -> list[dict]:
+    return [{"key": r.key, "ok": r.ok, "duration_s": round(r.duration_s, 3), "error": r.error} for r in results]

@@ -1,0 +1,145 @@
+"""Plugins: real entry points on a temporary sys.path. Third-party code runs in a plugin host subprocess, so that no
+plugin can hang, kill, corrupt or crash the doctor; each misbehaving plugin or check is its own `error` row."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from conftest import run_doctor, validate
+
+CHECK = """
+from dsv4_doctor.model import Check, passed
+def _run(ctx):
+{body}
+CHECKS = [Check(id="bad.check", title="t", explanation="x", applies_when="always", detects="x", run=_run)]
+"""
+
+
+def plugin(site, name: str, module: str, code: str) -> None:
+    site.dist(f"{name}-plugin", "1.0", entry_points=f"[dsv4_doctor.checks]\n{name} = {module}\n")
+    site.file(f"{module}.py", code)
+
+
+def check_run(site, bare_python, *args, timeout=60):
+    return run_doctor("check", "-f", "json", *args, sites=(site.root,), python=bare_python, timeout=timeout)
+
+
+@pytest.mark.parametrize("body, summary", [
+    ("    import os\n    os._exit(0)", "while this check ran"),
+    ("    import ctypes\n    ctypes.string_at(0)", "killed by SIGSEGV while this check ran"),
+    ("    import sys\n    sys.exit(0)", "the check crashed: SystemExit"),
+    ("    ev = {}\n    ev['self'] = ev\n    return passed('ok', evidence=ev)", None),
+    ("    return passed(123)", "a one-line summary"),
+    ("    return passed('ok', evidence=[1, 2])", "evidence must be a dict"),
+    ("    print('{\"not\": \"the report\"}')\n    return passed('printed')", None),
+])
+def test_a_misbehaving_plugin_check_is_its_own_error_row(body, summary, site, bare_python):
+    plugin(site, "bad", "bad_checks", CHECK.format(body=body))
+    run = check_run(site, bare_python, "--only", "bad.check,python.version")
+    report = run.report  # valid JSON, schema-checked: nothing the plugin did reached stdout
+    row = run.check("bad.check")
+    assert run.check("python.version")["status"] == "pass"
+    if summary is None:
+        assert row["status"] == "pass", row
+        assert run.returncode == 0
+        if "self" in body:
+            assert "…[cycle]" in json.dumps(row["evidence"], ensure_ascii=False)
+    else:
+        assert row["status"] == "error" and row["internal_error"] and summary in row["summary"], row
+        assert run.returncode == 3 and "bad.check" in report["summary"]["internal_errors"]
+
+
+def test_a_plugin_whose_import_hangs_cannot_hang_check_or_list(site, bare_python):
+    plugin(site, "slow", "slow_checks", "import time\ntime.sleep(600)\n")
+    start = time.monotonic()
+    run = check_run(site, bare_python, "--only", "python.version", "--timeout", "3", timeout=90)
+    assert run.returncode == 3
+    row = run.check("plugin.slow")
+    assert row["status"] == "error" and "before the plugin loaded" in row["summary"]
+    listed = run_doctor("list", "-f", "json", sites=(site.root,), timeout=90)
+    assert listed.returncode == 0 and "python.version" in listed.stdout
+    assert time.monotonic() - start < 60
+
+
+@pytest.mark.parametrize("code, expected", [
+    ("import os\nos._exit(0)\n", "before the plugin loaded"),
+    ("raise ImportError('plugin dependency missing')\n", "plugin dependency missing"),
+    ("import ctypes\nctypes.string_at(0)\n", "killed by SIGSEGV"),
+])
+def test_a_plugin_that_dies_at_import_is_an_error_row(code, expected, site, bare_python):
+    plugin(site, "dies", "dying_checks", code)
+    run = check_run(site, bare_python, "--only", "python.version")
+    row = run.check("plugin.dies")
+    assert row["status"] == "error" and row["internal_error"] and expected in row["summary"] + row["details"]
+    assert run.returncode == 3 and run.check("python.version")["status"] == "pass"
+
+
+def test_plugin_api_1_and_2_and_a_probe_beside_the_plugin(site, bare_python):
+    # API 1: every Check in the module, evidence as keyword arguments, commands as strings.
+    plugin(site, "old", "old_checks", """
+from dsv4_doctor.model import Check, Fix, failed
+FIX = Fix("do it", ["pip install 'thing[extra]==1.0'"])
+old = Check(id="old.check", title="t", explanation="x", applies_when="always", detects="x", fixes=(FIX,),
+            run=lambda ctx: failed("old style", fixes=[FIX], detail=42))
+again = old  # the same object twice is registered once
+""")
+    # API 2: an explicit CHECKS list; a probe script shipped beside the plugin.
+    site.file("new_plugin/__init__.py", """
+from dsv4_doctor.model import Check, passed
+from dsv4_doctor.probes import Probe
+PROBE = Probe.beside(__file__, "new:hello", "hello_probe.py", {"name": "world"})
+def _run(ctx):
+    return passed("probe said " + ctx.require(PROBE)["greeting"])
+helper = Check(id="new.unlisted", title="t", explanation="x", applies_when="always", detects="x", run=_run)
+CHECKS = [Check(id="new.probe", title="t", explanation="x", applies_when="always", detects="x", run=_run,
+                probes=(PROBE,))]
+""")
+    site.file("new_plugin/hello_probe.py", """
+import os, sys
+sys.path.insert(0, os.environ["DSV4_DOCTOR_PROBE_LIB"])
+from dsv4probe_common import serve
+serve(lambda request: {"greeting": "hello " + request["name"]})
+""")
+    site.dist("new-plugin", "2.0", entry_points="[dsv4_doctor.checks]\nnew = new_plugin\n")
+    run = check_run(site, bare_python, "--only", "old.*,new.*")
+    old = run.check("old.check")
+    assert old["status"] == "fail" and old["evidence"] == {"detail": 42}
+    assert old["fixes"][0]["argv"] == [["pip", "install", "thing[extra]==1.0"]]
+    assert run.check("new.probe")["summary"] == "probe said hello world"
+    assert "new.unlisted" not in {c["id"] for c in run.report["checks"]}
+    plugins = {p["name"]: p for p in run.report["plugins"]}
+    assert plugins["old"]["checks"] == 1 and plugins["new"]["checks"] == 1 and plugins["new"]["loaded"]
+    explained = run_doctor("explain", "old.check", sites=(site.root,))
+    assert explained.returncode == 0 and "pip install 'thing[extra]==1.0'" in explained.stdout
+
+
+def test_a_plugin_reusing_a_builtin_id_is_reported(site, bare_python):
+    plugin(site, "dup", "dup_checks", """
+from dsv4_doctor.model import Check, passed
+CHECKS = [Check(id="python.version", title="t", explanation="x", applies_when="always", detects="x",
+                run=lambda ctx: passed("hijacked"))]
+""")
+    run = check_run(site, bare_python, "--only", "python.version")
+    assert run.check("python.version")["summary"] != "hijacked"
+    assert "duplicate check id 'python.version'" in run.check("plugin.dup")["summary"]
+
+
+def test_list_and_explain_redact_plugin_errors(site):
+    token = "hf_abcdefghijklmnopqrstuvwxyz0123"
+    plugin(site, "leaky", "leaky_checks", f"raise RuntimeError('https://ci:{token}@example.invalid/x')\n")
+    for fmt in ("text", "json"):
+        run = run_doctor("list", "-f", fmt, sites=(site.root,), env={"HF_TOKEN": token})
+        assert token not in run.stdout and run.returncode == 0
+        if fmt == "json":
+            leaky = next(p for p in json.loads(run.stdout)["plugins"] if p["name"] == "leaky")
+            assert "***REDACTED***" in leaky["error"]
+
+
+def test_plugin_rows_validate_against_the_schema(site, bare_python):
+    plugin(site, "ok", "ok_checks", CHECK.format(body="    return passed('fine', evidence={'n': float('nan')})"))
+    run = check_run(site, bare_python, "--only", "bad.check")
+    validate(run.report)
+    assert run.check("bad.check")["evidence"]["n"] == "nan"
