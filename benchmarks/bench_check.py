@@ -1,9 +1,11 @@
-"""Median wall time of `dsv4-doctor check --format json`, beside the floor, as ratios from one run.
+"""Median wall time of `dsv4-doctor check --format json` beside the floor `python -c pass`, as ratios from one run.
 
-    python benchmarks/bench_check.py [--repeat 7] [--torch-python PATH] [--bare-python PATH]
+    python benchmarks/bench_check.py [--repeat 9] [--torch-python PATH] [--bare-python PATH]
 
-Targets: a Python without torch (a fresh venv is made when --bare-python is not given) and, when --torch-python
-has torch, that interpreter, where `python -m torch.utils.collect_env` is timed too. Prints a table and JSON.
+Each command gets one untimed warm-up; then every round runs the floor and each command once, alternating, so a
+machine that warms up (page cache) or drifts favours none of them. Targets: a Python without torch (a fresh venv is
+made when --bare-python is not given) and, when --torch-python has torch, that interpreter, where
+`python -m torch.utils.collect_env` is timed too. Prints a table and JSON.
 """
 
 from __future__ import annotations
@@ -20,23 +22,20 @@ import time
 import venv
 
 
-def timed(argv: list[str], repeat: int) -> dict:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        times.append(time.perf_counter() - start)
-    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "runs": repeat}
+def once(argv: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
 
 
 def has_torch(python: str) -> bool:
-    return subprocess.run([python, "-c", "import importlib.util,sys; sys.exit(importlib.util.find_spec('torch') is None)"]
-                          ).returncode == 0
+    code = "import importlib.util,sys; sys.exit(importlib.util.find_spec('torch') is None)"
+    return subprocess.run([python, "-c", code]).returncode == 0
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--torch-python", default=sys.executable)
     ap.add_argument("--bare-python")
     args = ap.parse_args()
@@ -47,22 +46,31 @@ def main() -> None:
         tmp = tempfile.mkdtemp()
         venv.EnvBuilder(with_pip=False, symlinks=True).create(os.path.join(tmp, "v"))
         bare = os.path.join(tmp, "v", "bin", "python")
-    rows = {}
-    rows["floor: python -c pass"] = timed([sys.executable, "-c", "pass"], args.repeat)
-    rows["check --static-only (no torch)"] = timed([doctor, "check", "-f", "json", "--static-only", "--python", bare],
-                                                   args.repeat)
-    rows["check (no torch)"] = timed([doctor, "check", "-f", "json", "--python", bare], args.repeat)
+    commands = {
+        "floor: python -c pass": [sys.executable, "-c", "pass"],
+        "check --static-only (no torch)": [doctor, "check", "-f", "json", "--static-only", "--python", bare],
+        "check --no-smoke (no torch)": [doctor, "check", "-f", "json", "--no-smoke", "--python", bare],
+    }
     if has_torch(args.torch_python):
-        rows["check --static-only (torch)"] = timed(
-            [doctor, "check", "-f", "json", "--static-only", "--python", args.torch_python], args.repeat)
-        rows["check (torch)"] = timed([doctor, "check", "-f", "json", "--python", args.torch_python], args.repeat)
-        rows["python -m torch.utils.collect_env"] = timed([args.torch_python, "-m", "torch.utils.collect_env"],
-                                                          args.repeat)
-    floor = rows["floor: python -c pass"]["median_s"]
+        commands["check --static-only (torch)"] = [doctor, "check", "-f", "json", "--static-only", "--python",
+                                                   args.torch_python]
+        commands["check --no-smoke (torch)"] = [doctor, "check", "-f", "json", "--no-smoke", "--python",
+                                                args.torch_python]
+        commands["python -m torch.utils.collect_env"] = [args.torch_python, "-m", "torch.utils.collect_env"]
+    for argv in commands.values():
+        once(argv)  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(args.repeat):
+        for name, argv in commands.items():
+            times[name].append(once(argv))
+    floor = statistics.median(times["floor: python -c pass"])
+    rows = {}
     print(f"{'command':<40} {'median s':>9} {'x floor':>8}")
-    for name, r in rows.items():
-        r["ratio_to_floor"] = round(r["median_s"] / floor, 1)
-        print(f"{name:<40} {r['median_s']:>9.3f} {r['ratio_to_floor']:>8.1f}")
+    for name, ts in times.items():
+        median = statistics.median(ts)
+        rows[name] = {"median_s": round(median, 4), "min_s": round(min(ts), 4), "max_s": round(max(ts), 4),
+                      "runs": len(ts), "ratio_to_floor": round(median / floor, 1)}
+        print(f"{name:<40} {median:>9.3f} {median / floor:>8.1f}")
     print(json.dumps({"cpu_count": os.cpu_count(), "python": sys.version.split()[0], "rows": rows}, indent=2))
     if tmp:
         shutil.rmtree(tmp, ignore_errors=True)

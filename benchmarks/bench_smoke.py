@@ -45,7 +45,8 @@ def timed_pair(a: list[str], b: list[str], repeat: int) -> tuple[dict, dict]:
     for _ in range(repeat):
         ta.append(once(a))
         tb.append(once(b))
-    summary = lambda ts: {"median_s": round(statistics.median(ts), 3), "runs_s": [round(t, 3) for t in ts]}
+    def summary(ts):
+        return {"median_s": round(statistics.median(ts), 3), "runs_s": [round(t, 3) for t in ts]}
     return summary(ta), summary(tb)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dsv4_doctor.facts import canonical, error_text, extra_requirements, outcome, version
-from dsv4_doctor.model import Check, Profile, Source, failed, needs_failed, passed, warned
+from dsv4_doctor.model import Check, Context, Profile, Result, Source, failed, needs_failed, passed, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
@@ -58,7 +58,7 @@ def _missing_extras(static, fe: dict | None) -> list[str]:
     return missing
 
 
-def _extra_fixes(missing: list[str]) -> list[Fix]:
+def _extra_fixes(missing: list[str]) -> list:
     found = []
     if any(m.startswith(("nvidia-cutlass-dsl", "cuda-python")) for m in missing):
         found.append(FIX_CUTEDSL)
@@ -67,7 +67,7 @@ def _extra_fixes(missing: list[str]) -> list[Fix]:
     return found
 
 
-def _fe_version(ctx):
+def _fe_version(ctx: Context) -> Result:
     static = ctx.static
     copies = static.dist_copies(FE)
     module = static.module("cudnn")
@@ -148,7 +148,7 @@ def _csa_irrelevant(profile: Profile) -> str | None:
     return None
 
 
-def _csa(ctx):
+def _csa(ctx: Context) -> Result:
     blocked = needs_failed(ctx, "cudnn-fe.version")
     if blocked:
         return blocked
@@ -219,7 +219,7 @@ cudnn_fe_csa = Check(
 )
 
 
-def _dsa(ctx):
+def _dsa(ctx: Context) -> Result:
     blocked = needs_failed(ctx, "cudnn-fe.version")
     if blocked:
         return blocked
@@ -254,7 +254,8 @@ def _dsa(ctx):
             "DSv4 CP with ratio-4 fused DSA requires cuDNN Frontend wrappers with q_causal_offsets support; missing "
             "from: indexer_forward_wrapper. Install a compatible cuDNN Frontend build or set "
             "dsa_kernel_backend='none'.",
-            "Megatron raises this ValueError at config time (frontend >= 1.26.0 has the argument; PyPI 1.25.0 lacks it).",
+            "Megatron raises this ValueError at config time (frontend >= 1.26.0 has the argument; PyPI 1.25.0 "
+            "lacks it).",
             fixes=[FIX_FE, FIX_BACKEND_NONE], evidence=evidence)
     note = "; indexer_forward_wrapper accepts q_causal_offsets" if has_offsets else ""
     return passed(f"cudnn.DSA loads (nvidia-cudnn-frontend {evidence['frontend']}){note}", evidence=evidence)

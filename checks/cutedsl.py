@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dsv4_doctor.facts import at_least, error_text, outcome
-from dsv4_doctor.model import Check, Profile, Source, failed, passed, skipped, warned
+from dsv4_doctor.model import Check, Context, Profile, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
@@ -31,7 +31,7 @@ def _tvm_irrelevant(profile: Profile) -> str | None:
     return None
 
 
-def _tvm(ctx):
+def _tvm(ctx: Context) -> Result:
     static = ctx.static
     fe = static.version(FE)
     cp = ctx.profile.cp
@@ -88,7 +88,7 @@ tvm_ffi_version = Check(
 )
 
 
-def _cutlass(ctx):
+def _cutlass(ctx: Context) -> Result:
     static = ctx.static
     answer = ctx.require(CUTE_PROBE)
     results = [outcome(answer, t) for t in CUTE_TARGETS]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.model import Check, Fix, Phase, Source, passed, warned
+from dsv4_doctor.model import Check, Context, Fix, Phase, Result, Source, passed, warned
 
 
-def _metadata(ctx):
+def _metadata(ctx: Context) -> Result:
     static = ctx.static
     broken = static.unreadable()
     evidence = {"unreadable": broken}

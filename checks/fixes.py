@@ -74,7 +74,8 @@ TVM_FFI = Fix(f"Install apache-tvm-ffi {TVM_FFI_VERSION} (cuDNN frontend 1.27.0 
               "verl lock files pin 0.1.9)", [["pip", "install", "--no-deps", f"apache-tvm-ffi=={TVM_FFI_VERSION}"]],
               key="tvm-ffi")
 FE = Fix(f"Install the cuDNN frontend {FE_VERSION} (first with the fused CSA compressor cudnn.csa) and apache-tvm-ffi "
-         f"{TVM_FFI_VERSION}, which it requires", [["pip", "install", "--no-deps", f"apache-tvm-ffi=={TVM_FFI_VERSION}"],
+         f"{TVM_FFI_VERSION}, which it requires",
+         [["pip", "install", "--no-deps", f"apache-tvm-ffi=={TVM_FFI_VERSION}"],
                                                  ["pip", "install", "--force-reinstall", "--no-deps",
                                                   f"nvidia-cudnn-frontend=={FE_VERSION}"]], key="fe")
 CUTLASS = Fix("Install the CuTe DSL with its CUDA 13 libraries (the pin of the Megatron DSv4 recipes; it brings "

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.model import Check, Source, failed, passed, skipped, warned
+from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import NVIDIA_SMI, TORCH
 
 from . import fixes
 
 
-def _gpu_devices(ctx):
+def _gpu_devices(ctx: Context) -> Result:
     gpus = ctx.gpus()
     smi = ctx.probe(NVIDIA_SMI)
     torch_probe = ctx.probe(TORCH)
@@ -31,7 +31,8 @@ def _gpu_devices(ctx):
             reason += f" (rules use --gpu-arch {ctx.profile.gpu_arch})"
         return skipped(reason, evidence=evidence)
     if gpus and torch_data.get("imported") and not torch_devices:
-        cuda_error = torch_data.get("cuda_error") if isinstance(torch_data.get("cuda_error"), dict) else {}
+        raw_error = torch_data.get("cuda_error")
+        cuda_error: dict = raw_error if isinstance(raw_error, dict) else {}
         why = ("torch is a CPU-only build" if not torch_data.get("cuda_build") else
                str(cuda_error.get("message", "")) or
                "torch.cuda.is_available() is False: CUDA_VISIBLE_DEVICES, a driver older than torch's CUDA build, or "
@@ -72,7 +73,7 @@ gpu_devices = Check(
 CP_ARCHS = {(9, 0): "sm_90a", (10, 0): "sm_100a", (10, 3): "sm_103a"}
 
 
-def _gpu_arch(ctx):
+def _gpu_arch(ctx: Context) -> Result:
     profile = ctx.profile
     evidence = {"gpu_arch": profile.gpu_arch, "source": profile.gpu_arch_source, "cp": profile.cp,
                 "dsa_backend": profile.dsa_backend}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dsv4_doctor.facts import error_text, outcome
-from dsv4_doctor.model import Check, Source, failed, passed, warned
+from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
@@ -24,7 +24,7 @@ FIX_HADAMARD = fixes.FAST_HADAMARD
 FIX_TRITON = fixes.TRITON
 
 
-def _flash_mla(ctx):
+def _flash_mla(ctx: Context) -> Result:
     static = ctx.static
     evidence = {"module": static.module("flash_mla").get("origin"),
                 "version": static.version("flash-mla") or static.version("flash_mla")}
@@ -68,7 +68,7 @@ kernels_flash_mla = Check(
 )
 
 
-def _hadamard(ctx):
+def _hadamard(ctx: Context) -> Result:
     static = ctx.static
     evidence = {"module": static.module("fast_hadamard_transform").get("origin"),
                 "version": static.version("fast-hadamard-transform")}
@@ -115,7 +115,7 @@ kernels_fast_hadamard = Check(
 )
 
 
-def _triton(ctx):
+def _triton(ctx: Context) -> Result:
     static = ctx.static
     evidence = {"module": static.module("triton").get("origin"), "version": static.version("triton")}
     if static.module("triton").get("found"):

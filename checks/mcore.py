@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from dsv4_doctor.model import Check, Source, errored, failed, passed, skipped, warned
+from dsv4_doctor.model import Check, Context, Result, Source, errored, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
@@ -63,7 +63,7 @@ def _where(static) -> dict:
     return evidence
 
 
-def _dsv4(ctx):
+def _dsv4(ctx: Context) -> Result:
     static = ctx.static
     evidence = _where(static)
     if not static.module("megatron.core").get("found"):
@@ -128,7 +128,7 @@ def _class(static, module: str, name: str):
     return (src.get("classes") or {}).get(name), src
 
 
-def _cp_partition_mode(ctx):
+def _cp_partition_mode(ctx: Context) -> Result:
     static = ctx.static
     evidence = _where(static)
     if not static.module("megatron.core").get("found"):
@@ -187,7 +187,7 @@ mcore_cp_partition_mode = Check(
 CP_FIELDS = ("cp_partition_mode", "sequence_packing_scheduler", "max_seqlen_per_dp_cp_rank")
 
 
-def _config(ctx):
+def _config(ctx: Context) -> Result:
     static = ctx.static
     evidence = _where(static)
     if not static.module("megatron.core").get("found"):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.model import Check, Source, failed, passed
+from dsv4_doctor.model import Check, Context, Result, Source, failed, passed
 
 from . import fixes
 
 
-def _python_version(ctx):
+def _python_version(ctx: Context) -> Result:
     # The handshake runs on any Python (2.7 included), so an interpreter too old for the probes still gets a verdict.
     py = ctx.target or ctx.static.python
     info = list(py.get("version_info") or [0, 0, 0])[:3]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from packaging.version import InvalidVersion, Version
 
-from dsv4_doctor.model import Check, Source, failed, passed, warned
+from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, warned
 from dsv4_doctor.probes import TORCH
 
 from . import fixes
@@ -12,7 +12,7 @@ from . import fixes
 MIN_TORCH = "2.6.0"  # megatron-core 0.19.2 Requires-Dist torch>=2.6.0
 
 
-def _torch_install(ctx):
+def _torch_install(ctx: Context) -> Result:
     data = ctx.require(TORCH)
     if not data.get("imported"):
         err = data.get("error") if isinstance(data.get("error"), dict) else {}

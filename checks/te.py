@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dsv4_doctor.facts import at_least, error_text, outcome, version
-from dsv4_doctor.model import Check, Fix, Source, errored, failed, passed, skipped, warned
+from dsv4_doctor.model import Check, Context, Fix, Result, Source, errored, failed, passed, skipped, warned
 from dsv4_doctor.probes import TORCH, StaticRequest, import_probe
 
 from . import fixes
@@ -34,7 +34,7 @@ def _installed(static) -> dict:
     return {name: static.dist_copies(name) for name in TE_DISTS if static.dist_copies(name)}
 
 
-def _te_version(ctx):
+def _te_version(ctx: Context) -> Result:
     static = ctx.static
     copies = _installed(static)
     module = static.module("transformer_engine")
@@ -145,7 +145,7 @@ def _classify(message: str, te: str, cuda_major: str) -> tuple[str, list[Fix]]:
     return "TE's PyTorch extension does not import", [reinstall]
 
 
-def _te_import(ctx):
+def _te_import(ctx: Context) -> Result:
     static = ctx.static
     if not _installed(static) and not static.module("transformer_engine").get("found"):
         return skipped("Transformer Engine is not installed (see te.version)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.model import Check, Source, failed, passed, skipped
+from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, skipped
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
@@ -37,7 +37,7 @@ def _markers(static) -> dict:
     }
 
 
-def _verl(ctx):
+def _verl(ctx: Context) -> Result:
     static = ctx.static
     if not static.module("verl").get("found"):
         return skipped("verl is not installed")

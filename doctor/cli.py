@@ -15,11 +15,10 @@ import argparse
 import os
 import re
 import sys
-import traceback
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import __version__
-from .model import CheckReport, ExitCode, Profile, Status
+from .model import ExitCode, Profile
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 no check failed (warnings allowed unless --strict); 1 a check failed or errored (or warned, with "
@@ -110,7 +109,8 @@ def _report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The root parser and each command's (for its usage line on a usage error)."""
     root = argparse.ArgumentParser(
         prog="dsv4-doctor", epilog=EXIT_CODES_HELP,
         description="Preflight checks for DeepSeek-V4 context-parallel training (verl + Megatron-Core + TE + cuDNN "
@@ -139,9 +139,13 @@ def parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="List every check, where it comes from and when it applies.")
     lst.add_argument("-f", "--format", choices=("text", "json", "markdown"), default="text",
                      help="text, json, or markdown (the README rules table).")
+    lst.add_argument("--timeout", type=_timeout, default=30.0, metavar="S",
+                     help="Seconds a third-party plugin may take to load and describe itself (default 30).")
 
     explain = sub.add_parser("explain", help="Why a check exists, when it applies, its sources and its fixes.")
     explain.add_argument("check_id", metavar="ID", help="A check id from `dsv4-doctor list`.")
+    explain.add_argument("--timeout", type=_timeout, default=30.0, metavar="S",
+                         help="Seconds a third-party plugin may take to load and describe itself (default 30).")
 
     fix = sub.add_parser("fix", help="Print the fix plan of the current failures as a shell script (or --apply it).",
                          epilog="Exit codes: 0 a plan was printed (or nothing to fix); 1 some failure has no fix; "
@@ -151,7 +155,7 @@ def parser() -> argparse.ArgumentParser:
     fix.add_argument("--apply", action="store_true", help="Run the plan's pip steps with the target's pip, then "
                      "re-check. Manual steps (torch) and job settings are never run.")
     fix.add_argument("--yes", "-y", action="store_true", help="Do not ask before applying (needed without a terminal).")
-    return root
+    return root, {"check": check, "smoke": smoke, "list": lst, "explain": explain, "fix": fix}
 
 
 # ----------------------------------------------------------------------------------------------------- running
@@ -198,59 +202,13 @@ def _profile(args, smoke: str) -> Profile:
 
 def run_report(args, profile: Profile, only: list[str], skip: list[str], strict: bool, progress: bool,
                keep: dict | None = None) -> dict:
-    """Everything a `check` does up to the report; the report is always produced (signals and crashes included).
+    from .session import run_check
 
-    `keep` receives the live CheckReports (with their Fix objects) for the fix planner. Raises
-    session.UsageError for a bad command line or target."""
-    from .report import assemble, build, environment
-    from .session import Interrupted, Session, UsageError
-
-    session = Session(args.python, args.timeout)
     bar = _Progress(progress)
     try:
-        session.install_signals()
-        session.start()
-        session.load()
-        session.check_target()
-        profile = session.resolve(profile)
-        selected = _select(session, only, skip)
-        outcome = session.run(profile, selected, on_event=bar)
-        session._signalled = -1  # the run is over: a signal now does not cut the report short
-        if keep is not None:
-            keep.update(reports=outcome.reports, python=session.python)
-        return build(outcome, session.python, strict)
-    except Interrupted as exc:
-        session._signalled = -1
-        code = 128 + exc.signum
-        outcome = session.interrupted_outcome(exc)
-        if outcome is None:  # before any check started: a report that says so
-            row = CheckReport(id="doctor.interrupted", title="dsv4-doctor ran", status=Status.ERROR,
-                              summary=f"interrupted by {exc} before any check ran")
-            return _override(assemble(profile, [row], [], environment(session.target, None, session.python),
-                                      strict, 0.0, interrupted=str(exc)), code)
-        return build(outcome, session.python, strict, exit_override=code)
-    except UsageError:
-        raise
-    except Exception as exc:  # the doctor itself broke: report it rather than die
-        crash = CheckReport(id="doctor.internal", title="dsv4-doctor ran", status=Status.ERROR,
-                            summary=f"dsv4-doctor crashed: {type(exc).__name__}: {exc}",
-                            details="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:],
-                            internal_error=True)
-        return assemble(profile, [crash], [], environment(session.target, None, session.python), strict, 0.0)
+        return run_check(args.python, args.timeout, profile, only, skip, strict, on_event=bar, keep=keep)
     finally:
         bar.stop()
-        session.close()
-
-
-def _override(report: dict, code: int) -> dict:
-    report["summary"]["exit_code"] = code
-    return report
-
-
-def _select(session, only, skip):
-    from .session import select
-
-    return select(session.all_checks(), only, skip)
 
 
 def emit(report: dict, fmt: str, output: str | None) -> int:
@@ -290,10 +248,10 @@ def cmd_check(args, smoke: bool = False) -> int:
     return emit(report, args.format, args.output)
 
 
-def _registry_session(python=None):
+def _registry_session(timeout: float):
     from .session import Session
 
-    session = Session(python, 60.0)
+    session = Session(None, timeout)
     session.load()
     return session
 
@@ -303,7 +261,7 @@ def cmd_list(args) -> int:
 
     from .redact import Redactor
 
-    session = _registry_session()
+    session = _registry_session(args.timeout)
     try:
         checks = session.all_checks()
         plugins = session.registry.builtins + session.registry.plugins
@@ -333,7 +291,7 @@ def cmd_explain(args) -> int:
     from .redact import Redactor
     from .render.explain import explain_text
 
-    session = _registry_session()
+    session = _registry_session(args.timeout)
     try:
         checks = session.all_checks()
     finally:
@@ -396,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # `dsv4-doctor` and `dsv4-doctor --cp 2 ...` mean `dsv4-doctor check ...`.
     if not args_in or (args_in[0] not in COMMANDS and args_in[0] not in ("-h", "--help", "--version")):
         args_in.insert(0, "check")
-    p = parser()
+    p, commands = parser()
     args = p.parse_args(args_in)  # exits 2 on a usage error, 0 for --help/--version
     from .session import UsageError
 
@@ -405,8 +363,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         code = handlers[args.command](args)
     except (UsageFailure, UsageError) as exc:
-        sub = p._subparsers._group_actions[0].choices.get(args.command, p) if p._subparsers else p
-        sub.print_usage(sys.stderr)
+        commands.get(args.command, p).print_usage(sys.stderr)
         _stderr(f"dsv4-doctor {args.command}: error: {exc}")
         code = int(ExitCode.USAGE)
     sys.stdout.flush()

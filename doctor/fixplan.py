@@ -17,7 +17,7 @@ import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Sequence
+from collections.abc import Sequence
 
 from .model import CheckReport, Command, Fix, Phase, Status
 

@@ -11,7 +11,8 @@ import re
 import shlex
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, Union
+from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 
 class Status(str, enum.Enum):
@@ -45,7 +46,7 @@ class ExitCode(enum.IntEnum):
 
 # What a fix command may contain: no shell is ever involved, but a printed script must stay safe to paste, so
 # arguments are plain printable text without line breaks or NUL.
-_ARG = re.compile(r"[^\x00-\x1f\x7f]{1,4096}")
+_ARG = re.compile(r"[^\x00-\x1f\x7f-\x9f\u2028\u2029]{1,4096}")
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class Command:
             raise ValueError(f"not a valid command argv: {self.argv!r}")
 
     @staticmethod
-    def parse(text: str) -> "Command":
+    def parse(text: str) -> Command:
         """A command written as one string by a plugin author (API 1): split like a shell would, never run by one."""
         return Command(tuple(shlex.split(text)))
 
@@ -115,7 +116,7 @@ class Fix:
                 "manual": self.manual, "notes": list(self.notes)}
 
     @staticmethod
-    def from_dict(data: Mapping) -> "Fix":
+    def from_dict(data: Mapping) -> Fix:
         """A fix that crossed a process boundary (a plugin host's answer); raises ValueError on anything odd."""
         argv = data.get("argv")
         commands = [tuple(a) for a in argv] if isinstance(argv, list) else list(data.get("commands") or [])
@@ -170,10 +171,10 @@ class Result:
     fixes: list[Fix] = field(default_factory=list)
 
 
-def _evidence(evidence: Mapping | None, legacy: Mapping) -> dict:
+def _evidence(evidence: Any, legacy: Mapping) -> Any:
     # Plugin API 1 passed evidence as keyword arguments; it still works.
     if evidence is not None and not isinstance(evidence, Mapping):
-        return evidence  # type: ignore[return-value]  # the runner reports "evidence must be a dict"
+        return evidence  # the runner reports "evidence must be a dict"
     out = dict(evidence or {})
     out.update(legacy)
     return out
@@ -220,10 +221,10 @@ class Context(Protocol):
 
     def gpus(self) -> list[dict]: ...
 
-    def outcome(self, check_id: str) -> "CheckReport | None": ...  # a check named in `needs`, when it ran
+    def outcome(self, check_id: str) -> CheckReport | None: ...  # a check named in `needs`, when it ran
 
 
-ProbeSpec = Union[Sequence[Any], Callable[[Profile], Sequence[Any]]]
+ProbeSpec = Sequence[Any] | Callable[[Profile], Sequence[Any]]
 
 
 @dataclass(frozen=True)

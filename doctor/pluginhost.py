@@ -60,7 +60,7 @@ def host_main(argv: list[str]) -> None:
     selected = [c for c in checks if c.id in set(request["selected"])]
     if not selected:
         os._exit(0)
-    from .probes import NVIDIA_SMI, StaticRequest
+    from .probes import StaticRequest
     from .procs import Processes
     from .runner import ProbePool, RunContext, Runner
     from .session import static_probe_for
@@ -157,10 +157,10 @@ def report_from(data: dict, check: Check) -> CheckReport:
         summary = data.get("summary")
         if not isinstance(summary, str) or not summary.strip():
             raise ValueError("a result needs a one-line summary")
-        details = data.get("details") if isinstance(data.get("details"), str) else ""
-        evidence = data.get("evidence") if isinstance(data.get("evidence"), dict) else {}
+        details: str = data["details"] if isinstance(data.get("details"), str) else ""
+        evidence: dict = data["evidence"] if isinstance(data.get("evidence"), dict) else {}
         fixes = [Fix.from_dict(f) for f in data.get("fixes") or []]
-        duration = data.get("duration_s") if isinstance(data.get("duration_s"), (int, float)) else 0.0
+        duration: float = data["duration_s"] if isinstance(data.get("duration_s"), (int, float)) else 0.0
         return CheckReport(id=check.id, title=check.title, status=status, summary=summary, details=details,
                            evidence=evidence, fixes=fixes, sources=list(check.sources), duration_s=float(duration),
                            origin=check.origin, internal_error=bool(data.get("internal_error")))

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import tempfile
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class Processes:

@@ -11,7 +11,8 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from . import __version__
 from .model import CheckReport, Profile, counts, exit_code_for, overall_status
@@ -115,7 +116,7 @@ def assemble(profile: Profile | dict, checks: Sequence[CheckReport], plugins: Se
     return report
 
 
-def build(outcome: "Outcome", python: str, strict: bool = False, exit_override: int | None = None) -> dict:
+def build(outcome: Outcome, python: str, strict: bool = False, exit_override: int | None = None) -> dict:
     report = assemble(outcome.profile, outcome.reports, outcome.plugins,
                       environment(outcome.target, outcome.static, python), strict, outcome.duration_s,
                       outcome.budget_s, outcome.interrupted)

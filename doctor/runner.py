@@ -11,7 +11,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .facts import StaticFacts
 from .model import Check, CheckReport, Fix, Profile, Result, Status

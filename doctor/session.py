@@ -16,7 +16,8 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .model import Check, CheckReport, Profile, Result, Status
 from .probes import (NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_SCRIPT, Probe, ProbeResult, StaticRequest, handshake_probe,
@@ -107,7 +108,7 @@ class Session:
         self.target: dict = {"executable": self.python, "version": None}
         self.target_problem: str | None = None
         self._signalled: int | None = None
-        self._old_handlers: dict[int, object] = {}
+        self._old_handlers: dict[int, Any] = {}
 
     # ---------------------------------------------------------------------------------------- lifetime, signals
 
@@ -120,6 +121,10 @@ class Session:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             with contextlib.suppress(ValueError, OSError):  # not the main thread, or no such signal
                 self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def shield(self) -> None:
+        """From now on a signal no longer interrupts: the report being written is short work."""
+        self._signalled = self._signalled or -1
 
     def _on_signal(self, signum, frame) -> None:
         if self._signalled is not None:
@@ -342,6 +347,7 @@ class Session:
             mine = [c for c in checks if c.id in ids]
             if not mine:
                 continue
+            assert self.registry is not None
             info = next(p for p in self.registry.plugins if p.name == name)
             proc, events, log_path = self._host(info, "run", dict(request, selected=[c.id for c in mine]), budget)
             hosts.append((info, mine, proc, events, log_path))
@@ -389,3 +395,52 @@ def plugin_error_rows(plugins: Sequence[PluginInfo]) -> list[CheckReport]:
 
 def probe_summary(results: Sequence[ProbeResult]) -> list[dict]:
     return [{"key": r.key, "ok": r.ok, "duration_s": round(r.duration_s, 3), "error": r.error} for r in results]
+
+
+def run_check(python: str | None, timeout: float, profile: Profile, only: Sequence[str], skip: Sequence[str],
+              strict: bool, on_event: Callable[[str, str], None] | None = None, keep: dict | None = None) -> dict:
+    """Everything `check` does up to the report, which is always produced: signals and crashes included.
+
+    Order: the early probes start, the registry loads, the selection is validated (by id alone, so a usage error
+    comes before any waiting and nothing in it depends on the profile), the target is handshaken, the profile is
+    resolved once, the checks run. `keep` receives the live CheckReports (with their Fix objects) for the fix planner.
+    Raises UsageError for a bad command line or target; every child process is gone when it returns."""
+    from .report import assemble, build, environment
+
+    session = Session(python, timeout)
+    try:
+        session.install_signals()
+        session.start()
+        session.load()
+        selected = select(session.all_checks(), only, skip)
+        session.check_target()
+        profile = session.resolve(profile)
+        outcome = session.run(profile, selected, on_event=on_event)
+        session.shield()  # the run is over: a signal now does not cut the report short
+        if keep is not None:
+            keep.update(reports=outcome.reports, python=session.python)
+        return build(outcome, session.python, strict)
+    except Interrupted as exc:
+        session.shield()
+        code = 128 + exc.signum
+        partial = session.interrupted_outcome(exc)
+        if partial is None:  # before any check started: a report that says so
+            row = CheckReport(id="doctor.interrupted", title="dsv4-doctor ran", status=Status.ERROR,
+                              summary=f"interrupted by {exc} before any check ran")
+            report = assemble(profile, [row], [], environment(session.target, None, session.python), strict, 0.0,
+                              interrupted=str(exc))
+            report["summary"]["exit_code"] = code
+            return report
+        return build(partial, session.python, strict, exit_override=code)
+    except UsageError:
+        raise
+    except Exception as exc:  # the doctor itself broke: report it rather than die
+        import traceback
+
+        crash = CheckReport(id="doctor.internal", title="dsv4-doctor ran", status=Status.ERROR,
+                            summary=f"dsv4-doctor crashed: {type(exc).__name__}: {exc}",
+                            details="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:],
+                            internal_error=True)
+        return assemble(profile, [crash], [], environment(session.target, None, session.python), strict, 0.0)
+    finally:
+        session.close()

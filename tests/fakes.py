@@ -284,18 +284,18 @@ class Env:
         self.root = root
         self.sites: dict[str, Path] = {}
 
-    def fake(self, component: str, build, *args, **kwargs) -> "Env":
+    def fake(self, component: str, build, *args, **kwargs) -> Env:
         path = self.root / component
         shutil.rmtree(path, ignore_errors=True)
         build(FakeSite(path), *args, **kwargs)
         self.sites[component] = path
         return self
 
-    def wheel(self, component: str, key: str) -> "Env":
+    def wheel(self, component: str, key: str) -> Env:
         self.sites[component] = ensure(key)
         return self
 
-    def drop(self, component: str) -> "Env":
+    def drop(self, component: str) -> Env:
         path = self.sites.pop(component, None)
         if path is not None and self.root in path.parents:
             shutil.rmtree(path, ignore_errors=True)
@@ -408,11 +408,13 @@ def fake_megatron_importable(site: FakeSite, *, mode: str = "ok") -> None:
         "        self.cp_partition_mode = 'zigzag'\n"
         "        self.__dict__.update(kwargs)\n"
         f"        if self.context_parallel_size > 1 and ({rejects}):\n"
-        "            raise ValueError(\"DSv4 Hybrid with context parallelism requires cp_partition_mode='contiguous'.\")\n"
+        "            raise ValueError(\"DSv4 Hybrid with context parallelism requires \"\n"
+        "                             \"cp_partition_mode='contiguous'.\")\n"
     ))
     site.file("megatron/core/extensions/__init__.py", "")
     site.file("megatron/core/extensions/transformer_engine_spec_provider.py",
-              ("import transformer_engine_missing_in_this_image\n" if mode == "no-te" else "import transformer_engine\n")
+              ("import transformer_engine_missing_in_this_image\n" if mode == "no-te"
+               else "import transformer_engine\n")
               + "class TESpecProvider:\n    pass\n")
     site.file("megatron/core/models/__init__.py", "")
     site.file("megatron/core/models/gpt/__init__.py", "")

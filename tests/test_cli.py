@@ -180,13 +180,18 @@ def test_help_shows_exit_codes_and_readable_metavars():
 
 
 def test_list_and_explain_every_check():
+    from dsv4_doctor.registry import load
+    from dsv4_doctor.render.explain import explain_text
+
     listed = json.loads(run_doctor("list", "-f", "json").stdout)["checks"]
-    assert {"python.version", "torch.install", "gpu.devices"} <= {c["id"] for c in listed}
+    checks = {c.id: c for c in load().checks}
+    assert {c["id"] for c in listed} == set(checks) >= {"python.version", "torch.install", "gpu.devices"}
     for c in listed:
-        text = run_doctor("explain", c["id"])
-        assert text.returncode == 0
-        assert f"applies when: {c['applies_when']}" in text.stdout
-        assert "Sources:" in text.stdout and "https://" in text.stdout.split("Sources:")[1]
+        text = explain_text(checks[c["id"]])
+        assert f"applies when: {c['applies_when']}" in text
+        assert "Sources:" in text and "https://" in text.split("Sources:")[1]
+    cli = run_doctor("explain", "te.version")
+    assert cli.returncode == 0 and cli.stdout == explain_text(checks["te.version"])
 
 
 def test_fix_prints_a_runnable_plan_and_apply_turns_the_check_green(demo, bare_python, tmp_path):
@@ -225,7 +230,8 @@ def _build_wheel(dest):
     name = "dsv4_marker_pkg-1.0-py3-none-any.whl"
     with zipfile.ZipFile(dest / name, "w") as z:
         z.writestr("dsv4_marker_pkg.py", "X = 1\n")
-        z.writestr("dsv4_marker_pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: dsv4-marker-pkg\nVersion: 1.0\n")
+        z.writestr("dsv4_marker_pkg-1.0.dist-info/METADATA",
+                   "Metadata-Version: 2.1\nName: dsv4-marker-pkg\nVersion: 1.0\n")
         z.writestr("dsv4_marker_pkg-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
                    "Tag: py3-none-any\n")
         z.writestr("dsv4_marker_pkg-1.0.dist-info/RECORD", "")

@@ -32,6 +32,7 @@ def test_crashing_import_becomes_an_error_finding(kind, site, bare_python):
         assert torch["evidence"]["signal"] == "SIGSEGV"
 
 
+@pytest.mark.slow
 def test_hanging_import_is_killed_at_the_timeout(site, bare_python):
     site.file("torch/__init__.py", "import time\ntime.sleep(600)\n")
     run = run_doctor("check", "-f", "json", "--timeout", "3", sites=(site.root,), python=bare_python, timeout=60)
@@ -45,6 +46,7 @@ def test_hanging_import_is_killed_at_the_timeout(site, bare_python):
     assert "sleep" in torch["evidence"]["stderr_tail"] or "torch/__init__.py" in torch["evidence"]["stderr_tail"]
 
 
+@pytest.mark.slow
 def test_hang_that_forks_a_pipe_holding_grandchild_does_not_hang_the_doctor(site, bare_python):
     site.file("torch/__init__.py", """
         import subprocess, sys, time

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -36,6 +35,7 @@ def fake_gpu_host(tmp_path):
 
 # --- verdicts that must not pass ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @torch_only
 def test_a_crashed_distributed_rank_fails_the_smoke():
     run = run_doctor("smoke", "-f", "json", "--cp", "2", "--device", "cpu", python=sys.executable,

@@ -17,6 +17,7 @@ def smoke(*args: str, sites=(), env=None):
     return run_doctor("smoke", "-f", "json", *args, sites=sites, env=env, python=sys.executable, timeout=180)
 
 
+@pytest.mark.slow
 def test_cpu_smoke_two_gloo_processes():
     result = smoke("--cp", "2", "--device", "cpu")
     row = result.check("smoke.thd-cp")
@@ -104,6 +105,7 @@ F.scaled_dot_product_attention = _patched
 
 @pytest.mark.parametrize("op, expected", [("* float('nan')", "produced non-finite values"),
                                           ("+ 0.25", "differs from the float32 reference by")])
+@pytest.mark.slow
 def test_a_broken_kernel_fails_the_smoke(tmp_path, op, expected):
     """sitecustomize patches SDPA in the probe's interpreter: a NaN-producing or inaccurate kernel."""
     site = tmp_path / "site"
@@ -115,6 +117,7 @@ def test_a_broken_kernel_fails_the_smoke(tmp_path, op, expected):
     assert result.returncode == 1
 
 
+@pytest.mark.slow
 def test_smoke_that_hangs_is_killed_at_the_timeout(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
@@ -136,6 +139,7 @@ def tier2_env(tmp_path, mode="ok"):
     return env
 
 
+@pytest.mark.slow
 def test_tier2_layer_runs_at_cp1_and_cp2_with_parity(tmp_path):
     env = tier2_env(tmp_path)
     row = smoke("--device", "cpu", sites=tuple(env.sites.values())).check("smoke.thd-cp")
@@ -154,6 +158,7 @@ def test_tier2_layer_runs_at_cp1_and_cp2_with_parity(tmp_path):
     ("zigzag-only", "requires cp_partition_mode='contiguous'", "megatron-core @ git+"),
     ("no-te", "No module named 'transformer_engine_missing_in_this_image'", None),
 ])
+@pytest.mark.slow
 def test_tier2_failures_become_findings_with_fixes(tmp_path, mode, text, fix):
     env = tier2_env(tmp_path, mode)
     row = smoke("--cp", "2", "--device", "cpu", sites=tuple(env.sites.values())).check("smoke.thd-cp")
@@ -171,6 +176,7 @@ def test_tier2_missing_te_maps_to_the_te_fix(tmp_path):
     assert any("transformer-engine[pytorch,core_cu13]" in cmd for f in row["fixes"] for cmd in f["commands"])
 
 
+@pytest.mark.slow
 def test_a_large_cp_runs_in_as_many_processes_as_the_machine_holds():
     """CP 16 is a legitimate profile; on a small machine its ranks share a few processes (here at most the CPUs)."""
     import os

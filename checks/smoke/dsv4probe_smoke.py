@@ -156,7 +156,7 @@ def rank_forward(torch, attention, batch, kind, rank, rows, keys, values, key_of
     if not segs:
         return out
     k_parts, v_parts, cu_q, cu_k = [], [], [0], [0]
-    for s, e, qs, qe in segs:
+    for s, _e, qs, qe in segs:
         ks = s if kind == "causal" else max(s, qs - (WINDOW - 1))
         k_parts.append(keys[ks - key_offset:qe - key_offset])
         v_parts.append(values[ks - key_offset:qe - key_offset])
@@ -166,8 +166,8 @@ def rank_forward(torch, attention, batch, kind, rank, rows, keys, values, key_of
     dev = q.device
     cu_q_t = torch.tensor(cu_q, dtype=torch.int32, device=dev)
     cu_k_t = torch.tensor(cu_k, dtype=torch.int32, device=dev)
-    max_q = max(b - a for a, b in zip(cu_q, cu_q[1:]))
-    max_k = max(b - a for a, b in zip(cu_k, cu_k[1:]))
+    max_q = max(b - a for a, b in zip(cu_q, cu_q[1:], strict=False))
+    max_k = max(b - a for a, b in zip(cu_k, cu_k[1:], strict=False))
     o = attention(kind, q_local.contiguous(), torch.cat(k_parts).contiguous(), torch.cat(v_parts).contiguous(),
                   cu_q_t, cu_k_t, max_q, max_k)
     out[segs[0][2] - lo:segs[-1][3] - lo] = o
@@ -347,7 +347,8 @@ def worker_tier1(torch, dist, device, request, proc, nprocs, cp, init_s):
     dist.all_gather(tails_k, k_local[-tail:].contiguous())
     dist.all_gather(tails_v, v_local[-tail:].contiguous())
     if proc > 0:
-        win_k, win_v, offset = torch.cat([tails_k[proc - 1], k_local]), torch.cat([tails_v[proc - 1], v_local]), lo - tail
+        win_k, win_v = torch.cat([tails_k[proc - 1], k_local]), torch.cat([tails_v[proc - 1], v_local])
+        offset = lo - tail
     else:
         win_k, win_v, offset = k_local, v_local, lo
     local = {

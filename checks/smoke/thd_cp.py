@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.model import Check, Fix, Profile, Source, errored, failed, needs_failed, passed, warned
+from dsv4_doctor.model import (Check, Context, Fix, Profile, Result, Source, errored, failed, needs_failed,
+                               passed, warned)
 from dsv4_doctor.probes import Probe
 
 from .. import fixes
@@ -14,7 +15,7 @@ FIX_FLASH_MLA, FIX_HADAMARD, FIX_TE, INSTALL_TORCH = fixes.FLASH_MLA, fixes.FAST
 MEMORY_LIMIT_MIB = 1024
 
 # Upstream texts and missing modules a tier-2 failure can show, and the rulebook fix for each.
-TIER2_TEXTS = (
+TIER2_TEXTS: tuple[tuple[str, list[Fix]], ...] = (
     ("requires cp_partition_mode='contiguous'", [FIX_MCORE]),
     ("DSv4 THD CP requires a contiguous CP partition", [FIX_MCORE]),
     ("Invalid experimental attention variant", [FIX_MCORE]),
@@ -54,9 +55,9 @@ def tier2_fixes(error: dict) -> list[Fix]:
     missing = (error.get("missing_module") or "").split(".")[0]
     if missing in TIER2_MODULES:
         return TIER2_MODULES[missing]
-    for needle, fixes in TIER2_TEXTS:
+    for needle, found in TIER2_TEXTS:
         if needle in text:
-            return fixes
+            return found
     return []
 
 
@@ -85,7 +86,7 @@ def _tier2(data: dict, evidence: dict):
     return None
 
 
-def _smoke(ctx):
+def _smoke(ctx: Context) -> Result:
     blocked = needs_failed(ctx, "torch.install")
     if blocked:
         return blocked
@@ -115,7 +116,8 @@ def _smoke(ctx):
             return failed(f"{kind} attention produced non-finite values on {where} ({backend})", evidence=evidence)
         if cmp_["max_abs_error"] > cmp_["tolerance"]:
             return failed(f"{kind} attention with the contiguous CP layout differs from the float32 reference by "
-                          f"{cmp_['max_abs_error']:.3g} (> {cmp_['tolerance']:g}) on {where} ({backend})", evidence=evidence)
+                          f"{cmp_['max_abs_error']:.3g} (> {cmp_['tolerance']:g}) on {where} ({backend})",
+                          evidence=evidence)
         if not cmp_["ok"]:
             return errored(f"the {kind} negative control did not fail (zigzag error "
                            f"{cmp_['negative_control_zigzag_error']:.3g}): the comparison could not tell layouts apart",
@@ -148,7 +150,8 @@ def _smoke(ctx):
                f"{min(c['negative_control_zigzag_error'] for c in t1['comparisons'].values()):.1f}{tier2_note}")
     memory = data.get("gpu_memory_peak_mib")
     if memory is not None and memory > MEMORY_LIMIT_MIB:
-        return warned(summary + f"; but it used {memory:.0f} MiB of GPU memory (> {MEMORY_LIMIT_MIB})", evidence=evidence)
+        return warned(summary + f"; but it used {memory:.0f} MiB of GPU memory (> {MEMORY_LIMIT_MIB})",
+                      evidence=evidence)
     return passed(summary, evidence=evidence)
 
 

@@ -18,7 +18,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 from ..procs import Processes, kill_group
 from ..redact import decode, sanitize
@@ -47,7 +48,7 @@ class StaticRequest:
         object.__setattr__(self, "attributes_of", tuple(attributes_of))
 
     @staticmethod
-    def merge(requests: Iterable["StaticRequest | None"]) -> "StaticRequest":
+    def merge(requests: Iterable[StaticRequest | None]) -> StaticRequest:
         parts: dict[str, dict[str, None]] = {k: {} for k in ("distributions", "modules", "sources", "contains",
                                                               "attributes_of")}
         for r in requests:
@@ -74,18 +75,18 @@ class Probe:
     timeout_s: float | None = None  # None: the run's default probe timeout
 
     @staticmethod
-    def python(key: str, script: str | os.PathLike, request: Any = None, timeout_s: float | None = None) -> "Probe":
+    def python(key: str, script: str | os.PathLike, request: Any = None, timeout_s: float | None = None) -> Probe:
         return Probe(key=key, script=str(script), request=json.dumps(request or {}, sort_keys=True),
                      timeout_s=timeout_s)
 
     @staticmethod
     def beside(module_file: str, key: str, script: str, request: Any = None,
-               timeout_s: float | None = None) -> "Probe":
+               timeout_s: float | None = None) -> Probe:
         """A probe script that lives next to the module that defines the check (`Probe.beside(__file__, ...)`)."""
         return Probe.python(key, Path(module_file).resolve().parent / script, request, timeout_s)
 
     @staticmethod
-    def command(key: str, argv: Sequence[str], timeout_s: float | None = None) -> "Probe":
+    def command(key: str, argv: Sequence[str], timeout_s: float | None = None) -> Probe:
         return Probe(key=key, argv=tuple(argv), timeout_s=timeout_s)
 
     @property
@@ -162,12 +163,12 @@ def run_probe(probe: Probe, python: str, timeout_s: float, procs: Processes) -> 
                            error=f"could not run: {type(exc).__name__}: {exc}")
     # A Python probe whose own code broke answers {"probe_error": ...}: no answer a check can read.
     if result.ok and probe.script and (not isinstance(result.data, dict) or "probe_error" in result.data):
-        err = result.data.get("probe_error", {}) if isinstance(result.data, dict) else {}
-        err = err if isinstance(err, dict) else {}
+        raw = result.data.get("probe_error") if isinstance(result.data, dict) else None
+        err: dict = raw if isinstance(raw, dict) else {}
         result.ok = False
         result.error = (f"broke inside the probe: {err.get('type')}: {err.get('message')}" if err
                         else f"answered {type(result.data).__name__}, not an object")
-        where = err.get("where") if isinstance(err.get("where"), list) else []
+        where: list = err["where"] if isinstance(err.get("where"), list) else []
         result.stderr_tail = "\n".join(x for x in (result.stderr_tail, "\n".join(map(str, where))) if x)
     return result
 
@@ -178,7 +179,8 @@ def _run_probe(probe: Probe, python: str, timeout: float, procs: Processes) -> P
     try:
         out_path = os.path.join(tmp, "answer.json")
         log_path = os.path.join(tmp, "output.log")
-        argv = [python, probe.script_path, out_path, probe.request] if probe.script else list(probe.argv)
+        script = probe.script_path
+        argv = [python, script, out_path, probe.request] if script else list(probe.argv)
         try:
             # A Python probe answers in out_path, so its stdout joins stderr in the log; a command's stdout is
             # its answer and goes to out_path. The caller's cwd, as the job would have it: relative PYTHONPATH

@@ -18,7 +18,7 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def annotations(report: dict) -> list[str]:
+def workflow_annotations(report: dict) -> list[str]:
     order = {"error": 0, "fail": 1, "warn": 2}
     rows = sorted((c for c in report["checks"] if c["status"] in order), key=lambda c: order[c["status"]])
     lines, per_level = [], {"error": 0, "warning": 0}
@@ -40,7 +40,7 @@ def emit(report: dict, stderr: TextIO, environ=None) -> None:
     environ = os.environ if environ is None else environ
     if environ.get("GITHUB_ACTIONS") != "true":
         return
-    for line in annotations(report):
+    for line in workflow_annotations(report):
         stderr.write(line + "\n")
     summary_path = environ.get("GITHUB_STEP_SUMMARY")
     if summary_path:

@@ -1,0 +1,118 @@
+"""Unit tests of the pure parts: sanitising, redaction and output hygiene (in-process, no subprocess)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from dsv4_doctor.redact import (MASK, Redactor, cap, clean_text, decode, looks_secret, neutralize_workflow_commands,
+                                sanitize)
+
+
+@pytest.mark.parametrize("name, secret", [
+    ("DB_PASS", True), ("PGPASSWORD", True), ("MY_CREDS", True), ("AWS_SESSION_TOKEN", True), ("FOO_SESSION", True),
+    ("SSH_PRIVATE_KEY", True), ("NCCL_IB_PASSWD", True), ("HF_TOKEN", True), ("API_KEY", True), ("DB_PWD", True),
+    ("XDG_SESSION_ID", False), ("XDG_SESSION_TYPE", False), ("TOKENIZERS_PARALLELISM", False), ("PWD", False),
+    ("OLDPWD", False), ("MAX_TOKEN_LENGTH", False), ("MONKEY", False), ("NCCL_DEBUG", False), ("KEYBOARD", False),
+])
+def test_secret_names(name, secret):
+    assert looks_secret(name) is secret
+
+
+def test_short_secret_values_are_masked_in_the_listing_and_replaced_elsewhere_from_four_characters():
+    r = Redactor({"DB_PASS": "hunterpw", "NCCL_IB_PASSWD": "abcd", "X_TOKEN": "abc", "FLAG_SECRET": "true"})
+    tree = r({"variables": {"DB_PASS": "hunterpw", "X_TOKEN": "abc", "FLAG_SECRET": "true"},
+              "message": "connect with hunterpw and abcd; abc stays; true stays"})
+    assert tree["variables"] == {"DB_PASS": MASK, "X_TOKEN": MASK, "FLAG_SECRET": MASK}
+    assert tree["message"] == f"connect with {MASK} and {MASK}; abc stays; true stays"
+
+
+@pytest.mark.parametrize("text, leaked", [
+    ("clone https://ghp_abcdefghijklmnopqrstuvwxyz@github.com/x", "ghp_abc"),
+    ("https://TOKEN123@host/path", "TOKEN123"),
+    ("postgres://user:pw1234@db:5432/x", "pw1234"),
+    ("Authorization: Bearer abcdefgh12345678", "abcdefgh12345678"),
+    ('password = "correct horse battery staple"', "horse"),
+    ("curl --token s3cr3tflagvalue https://x", "s3cr3tflagvalue"),
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n(no end marker)", "MIIEow"),
+    ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijklmnop", "eyJzdWIi"),
+])
+def test_redaction_nets(text, leaked):
+    out = Redactor({})(text)
+    assert leaked not in out and MASK in out
+
+
+ADVERSARIAL = {
+    "assignment": "a" * 1_000_000,
+    "assignment-runs": "a=" * 500_000,
+    "flags": "-" * 1_000_000,
+    "flag-words": "--x " * 250_000,
+    "url": "https://" + "u" * 1_000_000,
+    "urls": "x://" * 250_000,
+    "pem": "-----BEGIN RSA PRIVATE KEY-----" * 30_000,
+    "ansi": "\x1b]" * 500_000,
+    "bearer": "Bearer " * 150_000,
+    "surrogates": "\ud800" * 500_000,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ADVERSARIAL))
+def test_one_megabyte_of_hostile_text_is_processed_within_a_second(kind):
+    text = ADVERSARIAL[kind]
+    start = time.monotonic()
+    tree = Redactor({"DB_PASS": "hunterpw"})(sanitize({"summary": text, "details": text}))
+    for value in tree.values():
+        clean_text(value)
+    assert time.monotonic() - start < 1.0
+    assert len(tree["summary"]) < 20_000  # capped where it entered, with a marker (unless masked or removed whole)
+    assert "truncated by dsv4-doctor" in tree["summary"] or kind in ("ansi", "pem")
+
+
+def test_redaction_itself_is_linear_without_the_cap():
+    """Caps keep inputs small; the patterns must not need them (16 KiB at a quadratic rate would still stall)."""
+    for text in ADVERSARIAL.values():
+        start = time.monotonic()
+        Redactor({})(text, limit=10 ** 7)
+        assert time.monotonic() - start < 2.0
+
+
+def test_undecodable_bytes_and_lone_surrogates_become_visible_escapes():
+    assert decode(b"bad \xff\xfe byte") == "bad \\xff\\xfe byte"
+    assert sanitize("caf\udce9") == "caf\\xe9"  # os.environ's surrogateescape
+    assert sanitize("lone \ud800 here") == "lone \\ud800 here"
+    assert sanitize(["\ud800"])[0].encode("utf-8")
+    assert clean_text("x\ud800y").encode("utf-8")
+
+
+def test_sanitize_bounds_cycles_depth_size_and_odd_objects():
+    loop: dict = {}
+    loop["self"] = loop
+    assert sanitize(loop) == {"self": "…[cycle]"}
+    deep: list = []
+    node = deep
+    for _ in range(100):
+        node.append([])
+        node = node[0]
+    assert "nested too deep" in str(sanitize(deep))
+    wide = [[[i] * 100 for i in range(100)] for _ in range(100)]
+    assert "more data truncated" in str(sanitize(wide, max_nodes=10_000))
+
+    class Unprintable:
+        def __str__(self):
+            raise RuntimeError("no")
+
+    assert sanitize({"x": Unprintable(), "n": float("nan"), "big": 2 ** 80}) == {
+        "x": "<unprintable Unprintable>", "n": "nan", "big": str(2 ** 80)}
+
+
+def test_workflow_commands_and_escapes_are_neutralised():
+    text = "ok\n::error::x\n  ::warning file=a::y\n##[error]z\nnot::this"
+    out = neutralize_workflow_commands(text)
+    assert [line.lstrip()[:2] for line in out.splitlines()] == ["ok", "\\:", "\\:", "\\#", "no"]
+    assert clean_text("\x1b[31mred\x1b[0m \x1b]0;title\x07 bell\x07 nul\x00") == "red  bell\\x07 nul\\x00"
+
+
+def test_cap_marks_what_it_cut():
+    assert cap("x" * 10, 4) == "xxxx…[6 more characters truncated by dsv4-doctor]"
+    assert cap("short", 10) == "short"
