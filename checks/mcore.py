@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from dsv4_doctor.model import Check, Context, Result, Source, errored, failed, passed, skipped, warned
+from dsv4_doctor.model import Check, Context, Result, Source, errored, failed, needs_failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
@@ -129,6 +129,9 @@ def _class(static, module: str, name: str):
 
 
 def _cp_partition_mode(ctx: Context) -> Result:
+    blocked = needs_failed(ctx, "mcore.dsv4")
+    if blocked:
+        return blocked
     static = ctx.static
     evidence = _where(static)
     if not static.module("megatron.core").get("found"):
@@ -180,6 +183,7 @@ mcore_cp_partition_mode = Check(
                "https://github.com/verl-project/verl/pull/7297"),
     ),
     fixes=(FIX_MCORE,),
+    needs=("mcore.dsv4",),
     static=STATIC,
     run=_cp_partition_mode,
 )
@@ -188,6 +192,9 @@ CP_FIELDS = ("cp_partition_mode", "sequence_packing_scheduler", "max_seqlen_per_
 
 
 def _config(ctx: Context) -> Result:
+    blocked = needs_failed(ctx, "mcore.dsv4")
+    if blocked:
+        return blocked
     static = ctx.static
     evidence = _where(static)
     if not static.module("megatron.core").get("found"):
@@ -249,6 +256,7 @@ mcore_config = Check(
                "https://github.com/verl-project/verl/blob/main/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh"),
     ),
     fixes=(FIX_MCORE,),
+    needs=("mcore.dsv4",),
     static=STATIC,
     run=_config,
 )

@@ -66,7 +66,8 @@ def render_text(report: dict, color: bool = False, width: int = 100) -> str:
         out.append(_paint(f"{LABEL[c['status']]} {c['id']}", COLOR[c["status"]], color) + f": {c['title']}")
         out += _wrap(c["summary"], width, "  ", "    ")
         for line in (c.get("details") or "").rstrip().splitlines():
-            out += _wrap(line, width, "  ", "    ")
+            # An indented line is preformatted (a command, a job setting, a quoted log line): never wrapped.
+            out += ["  " + line] if line.startswith("  ") else _wrap(line, width, "  ", "    ")
         for fix in c.get("fixes", []):
             tag = " (manual)" if fix.get("manual") else ""
             out += _wrap(f"Fix{tag}: {fix['description']}", width, "  ", "    ")
