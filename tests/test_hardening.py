@@ -368,3 +368,23 @@ def test_an_interpreter_too_old_for_the_probes_fails_python_version(version, tmp
 def test_absurd_cp_is_a_usage_error():
     assert run_doctor("check", "--cp", "1025").returncode == 2
     assert run_doctor("check", "--cp", "1024", "--only", "python.version").returncode == 0
+
+
+# --- 6. lone surrogates ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown", "junit"])
+def test_a_lone_surrogate_never_replaces_the_report(fmt, site, bare_python):
+    site.file("torch/__init__.py", "raise RuntimeError('lone \\ud800 surrogate and \\udcff')\n")
+    site.dist("odd-plugin", "1", entry_points="[dsv4_doctor.checks]\nodd = odd_checks\n")
+    site.file("odd_checks.py", """
+        from dsv4_doctor.model import Check, failed
+        CHECKS = [Check(id="odd.surrogate", title="t \\ud800", explanation="x", applies_when="always", detects="x",
+                        run=lambda ctx: failed("plugin says \\ud800", evidence={"k\\udcff": "\\ud800"}))]
+    """)
+    run = run_doctor("check", "-f", fmt, "--only", "torch.install,odd.surrogate", sites=(site.root,),
+                     python=bare_python)
+    assert run.returncode == 1 and "doctor.internal" not in run.stdout
+    assert "\\ud800" in run.stdout.replace("\\\\ud800", "\\ud800")
+    if fmt == "json":
+        rows = {c["id"]: c for c in strict_json(run.stdout)["checks"]}
+        assert rows["torch.install"]["status"] == "fail" and rows["odd.surrogate"]["status"] == "fail"
