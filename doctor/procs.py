@@ -54,12 +54,11 @@ class Processes:
         with self._lock:
             return list(self._live)
 
-    def close(self) -> None:
-        """Kill every process group still alive and remove every temporary directory; idempotent, never raises."""
+    def kill_all(self) -> None:
+        """Refuse new children and kill every process group still alive (their files stay, to be read)."""
         with self._lock:
             self.closed = True
             live = list(self._live.values())
-            dirs = list(self._dirs)
         for proc in live:
             kill_group(proc)
         for proc in live:
@@ -67,6 +66,12 @@ class Processes:
                 proc.wait(timeout=2)
             except Exception:
                 pass
+
+    def close(self) -> None:
+        """Kill every process group still alive and remove every temporary directory; idempotent, never raises."""
+        self.kill_all()
+        with self._lock:
+            dirs = list(self._dirs)
         for path in dirs:
             shutil.rmtree(path, ignore_errors=True)
         with self._lock:

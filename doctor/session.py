@@ -109,6 +109,7 @@ class Session:
         self.target_problem: str | None = None
         self._signalled: int | None = None
         self._old_handlers: dict[int, Any] = {}
+        self._running: tuple | None = None  # (runner, plugin hosts, profile, start, budget) while checks run
 
     # ---------------------------------------------------------------------------------------- lifetime, signals
 
@@ -294,23 +295,18 @@ class Session:
             return self._outcome(profile, reports, start, budget)
         hosts = self._start_plugin_runs(profile, plugin_ids, budget)
         runner = Runner(builtin, ctx, deadline, on_event)
-        self._runner = runner
-        try:
-            runner.begin()
-            runner.wait()
-        except Interrupted as exc:
-            self._interrupted_at = (runner, hosts, profile, start, budget, exc)
-            raise
+        self._running = (runner, hosts, profile, start, budget)
+        runner.begin()
+        runner.wait()
         reports = runner.reports() + self._collect_plugin_runs(hosts, deadline)
         return self._outcome(profile, reports, start, budget)
 
     def interrupted_outcome(self, exc: Interrupted) -> Outcome | None:
         """What finished before the signal, with every unfinished check an `error` saying so; probes are killed."""
-        state = getattr(self, "_interrupted_at", None)
-        self.procs.close()
-        if state is None:
+        self.procs.kill_all()  # the plugin hosts' event files stay until close(), so what they finished is kept
+        if self._running is None:
             return None
-        runner, hosts, profile, start, budget, _ = state
+        runner, hosts, profile, start, budget = self._running
         why = f"interrupted by {signal.Signals(exc.signum).name} before it finished"
         reports = runner.reports(unfinished=why) + self._collect_plugin_runs(hosts, time.monotonic(), why)
         return self._outcome(profile, reports, start, budget, interrupted=signal.Signals(exc.signum).name)
