@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.facts import at_least, error_text, outcome
-from dsv4_doctor.model import Check, Context, Profile, Result, Source, failed, passed, skipped, warned
+from dsv4_doctor.facts import StaticFacts, error_text, outcome
+from dsv4_doctor.model import Check, Context, Profile, Result, Source, failed, passed, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
 from ._upstream import EAV, mlm, pypi
 
 TVM_FFI = "apache-tvm-ffi"
-TVM_MIN = "0.1.11"
 FE = "nvidia-cudnn-frontend"
 CUTLASS_DISTS = ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base", "cuda-python", "cuda-bindings")
 STATIC = StaticRequest(distributions=(TVM_FFI, FE, *CUTLASS_DISTS), modules=("tvm_ffi", "cutlass"))
-
-FIX_TVM = fixes.TVM_FFI
-FIX_CUTLASS = fixes.CUTLASS
 
 # Megatron's cp_layout_kernels.py imports exactly these; it catches only ImportError.
 CUTE_TARGETS = ("cuda.bindings.driver", "cutlass", "cutlass.cute", "cutlass.utils",
@@ -34,54 +30,58 @@ def _tvm_irrelevant(profile: Profile) -> str | None:
 def _tvm(ctx: Context) -> Result:
     static = ctx.static
     fe = static.version(FE)
-    cp = ctx.profile.cp
     needed_by = []
-    if cp > 1:
+    if ctx.profile.dsa_backend == "cudnn":
+        needed_by.append("the cuDNN frontend's DSA kernels (they import tvm_ffi at their first call, any CP)")
+    if ctx.profile.cp > 1:
         needed_by.append("the CP layout kernels (compiled with --enable-tvm-ffi)")
-    if at_least(fe, "1.27.0"):
-        needed_by.append(f"nvidia-cudnn-frontend {fe} (declares apache-tvm-ffi>=0.1.11)")
     installed = static.version(TVM_FFI)
-    evidence = {"version": installed, "frontend": fe, "needed_by": needed_by,
-                "module_found": static.module("tvm_ffi").get("found", False)}
-    if not needed_by:
-        return skipped(f"not needed: CP = 1 and nvidia-cudnn-frontend {fe or 'absent'} (< 1.27.0)", evidence=evidence)
+    declared = fixes.frontend_requirement(static, TVM_FFI)
+    evidence = {"version": installed, "frontend": fe, "frontend_declares": str(declared) if declared else None,
+                "needed_by": needed_by, "module_found": static.module("tvm_ffi").get("found", False)}
     who = " and ".join(needed_by)
-    # Missing: a failure where the CP kernels compile against it; the frontend's need alone has no recorded failure.
-    missing = failed if cp > 1 else warned
+    fix = fixes.tvm_ffi(static)
     if installed is None:
-        return missing(f"apache-tvm-ffi is not installed; needed by {who}", fixes=[FIX_TVM], evidence=evidence)
+        return failed(f"apache-tvm-ffi is not installed; needed by {who}",
+                      "Measured on an H200 (frontend 1.27.0): without it the first DSA call raises "
+                      "ModuleNotFoundError: No module named 'tvm_ffi'.", fixes=[fix], evidence=evidence)
     if not evidence["module_found"]:
-        return missing(f"apache-tvm-ffi {installed} is installed but its module tvm_ffi is not on sys.path; needed "
-                       f"by {who}", fixes=[FIX_TVM], evidence=evidence)
-    if not at_least(installed, TVM_MIN):
+        return failed(f"apache-tvm-ffi {installed} is installed but its module tvm_ffi is not on sys.path; needed "
+                      f"by {who}", fixes=[fix], evidence=evidence)
+    if declared is not None and declared.specifier and not declared.specifier.contains(installed, prereleases=True):
         return warned(
-            f"apache-tvm-ffi {installed} is older than {TVM_MIN}, which {who} needs",
-            "The failure mode of an old tvm-ffi is not recorded upstream (hence a warning); the H100 KL-NaN report in "
-            "verl PR #7297 went away after installing 0.1.11 together with cuDNN frontend 1.27.0.",
-            fixes=[FIX_TVM], evidence=evidence)
-    return passed(f"apache-tvm-ffi {installed} (needed by {who})", evidence=evidence)
+            f"apache-tvm-ffi {installed} does not meet what nvidia-cudnn-frontend {fe} declares ({declared})",
+            "A declared requirement is unmet. No upstream source or run shows an older tvm-ffi computing something "
+            "wrong: on an H200, 0.1.9 ran the frontend 1.27.0 DSA indexer and matched the reference exactly.",
+            fixes=[fix], evidence=evidence)
+    meets = f", meets the frontend's {declared}" if declared is not None and str(declared.specifier) else ""
+    return passed(f"apache-tvm-ffi {installed} (needed by {who}{meets})", evidence=evidence)
 
 
 tvm_ffi_version = Check(
     id="tvm-ffi.version",
-    title="apache-tvm-ffi >= 0.1.11 where the CuTe-DSL kernels need it",
+    title="apache-tvm-ffi is installed where the CuTe-DSL kernels need it",
     explanation="""
-        Megatron's CP layout kernels compile with `--enable-tvm-ffi` and pass tensors through
-        `from_dlpack(..., enable_tvm_ffi=True)`, and cuDNN frontend 1.27.0 declares `apache-tvm-ffi>=0.1.11` in its
-        cutedsl extra, while the Megatron and verl lock files pin 0.1.9. Missing with CP > 1 is a failure; older
-        than 0.1.11 is a warning, since no upstream source records the failure mode; it was half of the fix in the
-        verl PR #7297 thread.
+        The cuDNN frontend's CuTe-DSL DSA kernels convert tensors with `from_dlpack(..., enable_tvm_ffi=True)`
+        (frontend 1.26/1.27 utils/tensor_conversion.py), which imports `tvm_ffi` at the first kernel call: with
+        dsa_kernel_backend=cudnn, at any CP, a missing apache-tvm-ffi fails the first DSA step (measured on an H200:
+        `ModuleNotFoundError: No module named 'tvm_ffi'`). Megatron's CP layout kernels compile with
+        `--enable-tvm-ffi` too (CP > 1, any backend). A version below what the installed frontend declares (1.27.0
+        and later: `apache-tvm-ffi>=0.1.11`; the Megatron and verl locks pin 0.1.9) is a warning: a declared
+        requirement is unmet, but 0.1.9 ran the DSA indexer correctly on an H200 and no source records a failure.
     """,
-    applies_when="CP > 1, or nvidia-cudnn-frontend >= 1.27.0 with dsa_backend=cudnn",
-    detects="apache-tvm-ffi distribution version and tvm_ffi module location",
+    applies_when="dsa_backend=cudnn, or CP > 1",
+    detects="apache-tvm-ffi distribution version and tvm_ffi module location; the frontend's declared requirement",
     sources=(
+        pypi(FE, "1.27.0", "nvidia-cudnn-frontend 1.27.0 wheel, cudnn/deepseek_sparse_attention/utils/"
+             "tensor_conversion.py: from_dlpack(..., enable_tvm_ffi=True)"),
         mlm(EAV + "csa_utils/cp_layout_kernels.py", "626-638",
             "Megatron-LM dev cp_layout_kernels.py L626-638 (--enable-tvm-ffi)"),
         pypi(FE, "1.27.0", "nvidia-cudnn-frontend 1.27.0 METADATA (apache-tvm-ffi>=0.1.11)"),
-        Source("cudnn-frontend PR #492 (pin apache-tvm-ffi==0.1.11)", "https://github.com/NVIDIA/cudnn-frontend/pull/492"),
-        Source("verl PR #7297 (the fix commands)", "https://github.com/verl-project/verl/pull/7297"),
+        Source("verl PR #7297 (the H100 NaN cured by reinstalling the frontend and tvm-ffi)",
+               "https://github.com/verl-project/verl/pull/7297"),
     ),
-    fixes=(FIX_TVM,),
+    fixes=(fixes.tvm_ffi(StaticFacts({})),),
     skip_if=_tvm_irrelevant,
     static=STATIC,
     run=_tvm,
@@ -114,7 +114,7 @@ def _cutlass(ctx: Context) -> Result:
         details.append("nvidia-cutlass-dsl is installed but `cutlass` is not importable: its libs-base wheel puts "
                        "the package on sys.path with a .pth file, which `pip install --target` and `python -S` skip.")
     return failed(f"the CuTe-DSL CP layout kernels cannot load ({first['target']}: {error_text(first)})",
-                  "\n".join(details), fixes=[FIX_CUTLASS], evidence=evidence)
+                  "\n".join(details), fixes=[fixes.cutlass(static)], evidence=evidence)
 
 
 cutlass_dsl_import = Check(
@@ -136,7 +136,7 @@ cutlass_dsl_import = Check(
             "Megatron-LM dev cp_layout_kernels.py L678: requires CUDA tensors and CuTeDSL"),
         pypi("nvidia-cutlass-dsl", "4.5.2", "nvidia-cutlass-dsl on PyPI"),
     ),
-    fixes=(FIX_CUTLASS,),
+    fixes=(fixes.cutlass(StaticFacts({})),),
     skip_if=lambda p: None if p.cp > 1 else ("CP = 1: the CuTe-DSL CP layout kernels run only with CP > 1 (the "
                                              "frontend's own CuTe kernels are checked by cudnn-fe.dsa/csa)"),
     static=STATIC,

@@ -1,8 +1,13 @@
-"""Distribution metadata of the DSv4 packages: readable, so that versions can be judged at all."""
+"""Distribution metadata of the DSv4 packages: readable, so that versions can be judged at all; and their declared
+requirements on each other hold."""
 
 from __future__ import annotations
 
-from dsv4_doctor.model import Check, Context, Fix, Phase, Result, Source, passed, warned
+from dsv4_doctor.facts import StaticFacts, canonical
+from dsv4_doctor.model import Check, Context, Fix, Phase, Result, Source, failed, passed, warned
+from dsv4_doctor.probes import StaticRequest
+
+from . import fixes
 
 
 def _metadata(ctx: Context) -> Result:
@@ -38,4 +43,145 @@ deps_metadata = Check(
     run=_metadata,
 )
 
-CHECKS = [deps_metadata]
+
+
+# The DSv4 packages whose declared requirements among themselves must hold (what `pip check` would say, restricted
+# to them), and the extras the DSv4 stack installs them with.
+DSV4_PACKAGES = ("torch", "triton", "transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13",
+                 "transformer-engine-torch", "nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "apache-tvm-ffi",
+                 "cuda-python", "cuda-bindings", "cuda-core", "cuda-pathfinder", "cuda-toolkit", "torch-c-dlpack-ext",
+                 "megatron-core", "megatron-bridge", "verl", "flash-mla")
+USED_EXTRAS = {"nvidia-cudnn-frontend": ("cutedsl",), "nvidia-cutlass-dsl": ("cu13",),
+               "transformer-engine": ("pytorch", "core-cu13", "core_cu13")}
+# Requirements that matter when the job runs (a mismatch is a failure); every other unmet one is a warning.
+RUNTIME = {("nvidia-cudnn-frontend", "nvidia-cutlass-dsl"), ("nvidia-cudnn-frontend", "apache-tvm-ffi"),
+           ("nvidia-cudnn-frontend", "cuda-python"), ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base"),
+           ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-cu13"), ("transformer-engine", "transformer-engine-cu12"),
+           ("transformer-engine", "transformer-engine-cu13"), ("transformer-engine", "transformer-engine-torch")}
+CONSISTENCY_STATIC = StaticRequest(distributions=DSV4_PACKAGES,
+                                   distribution_prefixes=("nvidia-", "cuda-", "transformer-engine"),
+                                   dependents_of=DSV4_PACKAGES)
+
+
+def marker_env(python: dict) -> dict:
+    """PEP 508 marker values of the target interpreter (as far as the static probe tells them)."""
+    version = str(python.get("version") or "")
+    return {"python_version": ".".join(version.split(".")[:2]), "python_full_version": version,
+            "sys_platform": python.get("platform") or "linux", "platform_system": python.get("system") or "Linux",
+            "platform_machine": python.get("machine") or "x86_64", "os_name": "posix",
+            "implementation_name": str(python.get("implementation") or "cpython").lower(),
+            "platform_python_implementation": python.get("implementation") or "CPython", "extra": ""}
+
+
+def _applies(req, env: dict, extras: set[str]) -> bool:
+    if req.marker is None:
+        return True
+    try:
+        return any(req.marker.evaluate(dict(env, extra=e)) for e in ("", *extras))
+    except Exception:  # a marker this environment cannot evaluate: not ours to judge
+        return False
+
+
+def unmet_requirements(static) -> tuple[list[dict], dict]:
+    """Every declared requirement among the inspected distributions that the installed set does not meet."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    stack = {canonical(p) for p in DSV4_PACKAGES}
+    installed = {k: v for k, v in static.installed().items()
+                 if k in stack or k.startswith(("nvidia-", "cuda-", "transformer-engine"))}
+    env = marker_env(static.python)
+    parsed: dict[str, list] = {}
+    for name, dist in installed.items():
+        reqs = []
+        for line in dist.get("requires") or []:
+            try:
+                reqs.append(Requirement(line))
+            except InvalidRequirement:
+                continue
+        parsed[name] = reqs
+    # The extras each package is used with: the DSv4 stack's, plus those its dependents ask for (cuda-toolkit[cublas]).
+    extras: dict[str, set[str]] = {canonical(k): set(v) for k, v in USED_EXTRAS.items()}
+    for reqs in parsed.values():
+        for req in reqs:
+            extras.setdefault(canonical(req.name), set()).update(req.extras)
+    unmet = []
+    for name, reqs in sorted(parsed.items()):
+        for req in reqs:
+            target = canonical(req.name)
+            if target not in installed and target not in stack:
+                continue  # outside the DSv4 stack: pip check's business, not ours
+            if not _applies(req, env, extras.get(name, set())):
+                continue
+            have = installed.get(target, {}).get("version")
+            if have is not None and (not req.specifier or req.specifier.contains(have, prereleases=True)):
+                continue
+            unmet.append({"package": name, "version": installed[name].get("version"), "requires": str(req),
+                          "installed": have, "runtime": (name, target) in RUNTIME})
+    return unmet, installed
+
+
+def _consistency(ctx: Context) -> Result:
+    static = ctx.static
+    unmet, installed = unmet_requirements(static)
+    others = static.dependents()
+    evidence: dict = {"unmet": unmet, "inspected": {k: v.get("version") for k, v in sorted(installed.items())},
+                      "also_required_by": others}
+    lines = [f"{u['package']} {u['version']} requires {u['requires']}, but "
+             + (f"{u['installed']} is installed" if u["installed"] else "it is not installed") for u in unmet]
+    other_lines = []
+    for name, info in sorted(others.items()):
+        for line in info.get("requires") or []:
+            other_lines.append(f"{name} {info.get('version')} requires {line}")
+    details = ""
+    if other_lines:
+        details = ("Other installed packages require DSv4 packages too, so a --no-deps fix can break them (the "
+                   "rollout side of the image: vLLM, flashinfer, ...):\n" + "\n".join("  " + x for x in other_lines))
+    runtime = [u for u in unmet if u["runtime"]]
+    found = []
+    if any(u["package"] == "nvidia-cudnn-frontend" for u in runtime):
+        found.append(fixes.frontend_stack(static))
+    if any(u["package"].startswith("transformer-engine") for u in runtime):
+        found.append(fixes.TE_REINSTALL)
+    if runtime:
+        return failed("; ".join(lines[unmet.index(u)] for u in runtime), "\n".join(
+            [("Every unmet requirement:\n" + "\n".join("  " + x for x in lines))] + ([details] if details else [])),
+            fixes=found, evidence=evidence)
+    if unmet:
+        return warned("; ".join(lines), details, evidence=evidence)
+    summary = f"the declared requirements among {len(installed)} DSv4 and CUDA packages hold"
+    return passed(summary + (f"; {len(others)} other package(s) require some of them" if others else ""), details,
+                  evidence=evidence)
+
+
+deps_consistency = Check(
+    id="deps.consistency",
+    title="Declared requirements among the DSv4 packages hold",
+    explanation="""
+        What `pip check` would say, restricted to the DSv4 stack and read from metadata without running pip: the
+        requirements that torch, Transformer Engine (and its sub-packages), the cuDNN frontend, nvidia-cutlass-dsl
+        (and its libraries), apache-tvm-ffi, cuda-python/cuda-bindings, megatron-core, megatron-bridge, verl,
+        FlashMLA, triton and the nvidia-* CUDA wheels declare on each other, with the extras the stack installs them
+        with (`nvidia-cudnn-frontend[cutedsl]`, `nvidia-cutlass-dsl[cu13]`, `transformer-engine[pytorch,core_cu13]`,
+        and whatever a dependent asks for, such as torch's `cuda-toolkit[cublas,...]`). The frontend's requirements
+        on the CuTe DSL, tvm-ffi and cuda-python, the CuTe DSL's on its libraries and TE's on its core and torch
+        extension matter at run time: unmet, they fail; every other unmet requirement warns (the Megatron DSv4
+        recipes run pip check as a build invariant). It also names the other installed packages that require the
+        same ones (vLLM or flashinfer pinning another apache-tvm-ffi), so that a --no-deps fix does not silently
+        break the rollout side of the image.
+    """,
+    applies_when="always",
+    detects="Requires-Dist of the DSv4 and nvidia-* distributions (metadata), evaluated for the target interpreter",
+    sources=(
+        Source("pip check (pip/_internal/operations/check.py)",
+               "https://github.com/pypa/pip/blob/main/src/pip/_internal/operations/check.py"),
+        Source("nvidia-cudnn-frontend 1.32.0 METADATA (nvidia-cutlass-dsl[cu13]>=4.8.0, apache-tvm-ffi>=0.1.11)",
+               "https://pypi.org/project/nvidia-cudnn-frontend/1.32.0/"),
+        Source("flashinfer #4360 / vLLM #45169 (apache-tvm-ffi pins on the rollout side)",
+               "https://github.com/flashinfer-ai/flashinfer/issues/4360"),
+    ),
+    fixes=(fixes.frontend_stack(StaticFacts({})), fixes.TE_REINSTALL),
+    static=CONSISTENCY_STATIC,
+    run=_consistency,
+)
+
+CHECKS = [deps_metadata, deps_consistency]

@@ -1,6 +1,8 @@
 """The one catalogue of fixes the built-in checks print. Each fix is defined once, here, and referenced by the checks
-that need it; a fix that depends on what is installed is a function that validates every part it takes from the
-environment (a version must be a plain version, else the command is withheld and the fix says why).
+that need it. A fix that depends on what is installed is a function of the static facts: every part it takes from
+the environment is validated (a version must be a plain version, else the command is withheld and the fix says why),
+and fixes that touch the same packages are derived from the same facts, so a plan never pins two things that
+contradict each other (the CuTe DSL follows the installed cuDNN frontend's declared requirement).
 
 Phases order a plan (see dsv4_doctor.fixplan): RUNTIME (torch, CUDA wheels: manual), BUILD (compiled against torch),
 PIN (pure Python), SETTING (a job setting or a choice, no command).
@@ -10,18 +12,26 @@ from __future__ import annotations
 
 import re
 
-from dsv4_doctor.facts import safe_version
+from packaging.version import Version
+
+from dsv4_doctor.facts import StaticFacts, requirements, safe_version, version
 from dsv4_doctor.model import Fix, Phase
 
-from ._upstream import MLM_VERL_TESTED
+from ._upstream import MLM_DEV, MLM_VERL_TESTED
 
 TE_VERSION = "2.16.1"  # the verl DSv4 image's TE
-FE_VERSION = "1.27.0"
+TE_CUBLAS_SAFE = "2.12.0"  # loads on torch 2.11's cuBLAS 13.1 (measured on an H200, docs/gpu-runs)
+FE_VERSION = "1.27.0"  # the tested set: the Megatron DSv4 recipes' frontend, first with cudnn.csa
 TVM_FFI_VERSION = "0.1.11"
 CUTLASS_VERSION = "4.5.2"  # the Megatron DSv4 recipes' and Megatron-Lite's pin
 TORCH_VERSION = "2.11.0"  # the verl DSv4 image's torch (CUDA 13.0)
 VERL_VERSION = "0.9.0"
 FAST_HADAMARD_COMMIT = "f134af63deb2df17e1171a9ec1ea4a7d8604d5ca"  # Megatron-LM dev's pin
+MBRIDGE_COMMIT = "c7774d44d4b3101dc6bdf8c8d38a32e909e1ea11"  # the Megatron-Bridge commit verl's DSv4 script names
+
+# Compiled against torch: what a torch change invalidates (distribution names, as pip lists them).
+TORCH_EXTENSIONS = ("transformer-engine-torch", "transformer-engine", "flash-mla", "fast-hadamard-transform",
+                    "deep-ep", "apex", "vllm")
 
 
 def withheld(description: str, why: str, phase: Phase = Phase.SETTING, key: str = "") -> Fix:
@@ -29,74 +39,42 @@ def withheld(description: str, why: str, phase: Phase = Phase.SETTING, key: str 
     return Fix(f"{description} (command withheld: {why})", [], key=key or f"withheld:{description}", phase=phase)
 
 
-def torch(extensions: list[str] | tuple[str, ...] = ()) -> Fix:
-    notes = ["Reinstalling torch invalidates every compiled extension built against it; rebuild "
-             + (", ".join(extensions) if extensions else "TE's torch extension, FlashMLA, fast-hadamard-transform, "
-                "DeepEP, apex and vLLM where installed") + " after it."]
+# --- torch and the CUDA runtime -------------------------------------------------------------------------------------
+
+def torch(static: StaticFacts | None = None) -> Fix:
+    """A manual step: it names the compiled extensions installed here, which must be rebuilt after it."""
+    found = [n for n in TORCH_EXTENSIONS if static is not None and static.version(n)] if static else []
+    if static is None:
+        rebuild = ("TE's torch extension, FlashMLA, fast-hadamard-transform, DeepEP, apex and vLLM where installed")
+    elif found:
+        rebuild = ", ".join(f"{n} {static.version(n)}" for n in found)
+    else:
+        rebuild = "nothing found here (no TE torch extension, FlashMLA, fast-hadamard-transform, DeepEP, apex, vLLM)"
+    notes = [f"Reinstalling torch invalidates every compiled extension built against it; rebuild after it: {rebuild}."]
     return Fix(f"Install a CUDA build of PyTorch (the verl DSv4 image uses torch {TORCH_VERSION} with CUDA 13.0)",
                [["pip", "install", f"torch=={TORCH_VERSION}"]], key="torch", phase=Phase.RUNTIME, notes=notes)
 
 
 TORCH = torch()
 
-BACKEND_NONE = Fix("Or set dsa_kernel_backend=none (Megatron's PyTorch fallback; check again with --dsa-backend none)",
-                   key="setting:dsa-backend-none", phase=Phase.SETTING)
-PYTHON_312 = Fix("Use a Python 3.12 image (the verl image and the NGC PyTorch containers the DSv4 recipes use ship "
-                 "3.12)", key="setting:python-312", phase=Phase.SETTING)
-SUPPORTED_GPU = Fix("Run DSv4 CP on H100/H200 (9.0), B200/GB200 (10.0) or B300/GB300 (10.3) GPUs, or with CP = 1",
-                    key="setting:gpu", phase=Phase.SETTING)
+
+TRITON_DOC = Fix("Install the triton release the installed torch requires, read from torch's METADATA (torch 2.11.0: "
+                 "triton==3.6.0)", key="triton", phase=Phase.PIN)
 
 
-def _cuda_major(text: str | None) -> str | None:
-    return text if isinstance(text, str) and re.fullmatch(r"1[0-9]", text) else None
-
-
-def te_install(version: str = TE_VERSION, cuda_major: str = "13", force: bool = False) -> Fix:
-    desc = ("Install Transformer Engine with its PyTorch extension (the verl DSv4 image uses 2.16.1; any >= 2.9.0 "
-            "passes Megatron's packing gate), built against the installed torch")
-    v, cu = safe_version(version), _cuda_major(cuda_major)
-    if v is None or cu is None:
-        bad = f"version {version!r}" if v is None else f"CUDA major {cuda_major!r}"
-        return withheld(desc, f"the installed {bad} is not a plain value", Phase.BUILD, key="te")
-    argv = ["pip", "install", "--no-build-isolation"] + (["--force-reinstall"] if force else []) + \
-        [f"transformer-engine[pytorch,core_cu{cu}]=={v}"]
-    return Fix(desc if not force else f"Rebuild TE's torch extension against the installed torch (CUDA {cu})",
-               [argv], key=f"te:{v}:{cu}:{force}", phase=Phase.BUILD)
-
-
-TE = te_install()
-TE_UNINSTALL = ["pip", "uninstall", "-y", "transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13",
-                "transformer-engine-torch"]
-TE_REINSTALL = Fix("Remove every Transformer Engine distribution, then install one consistent set",
-                   [TE_UNINSTALL, TE.commands[0].argv], key="te-reinstall", phase=Phase.BUILD)
-
-TVM_FFI = Fix(f"Install apache-tvm-ffi {TVM_FFI_VERSION} (cuDNN frontend 1.27.0 requires >= 0.1.11; the Megatron and "
-              "verl lock files pin 0.1.9)", [["pip", "install", "--no-deps", f"apache-tvm-ffi=={TVM_FFI_VERSION}"]],
-              key="tvm-ffi")
-FE = Fix(f"Install the cuDNN frontend {FE_VERSION} (first with the fused CSA compressor cudnn.csa) and apache-tvm-ffi "
-         f"{TVM_FFI_VERSION}, which it requires",
-         [["pip", "install", "--no-deps", f"apache-tvm-ffi=={TVM_FFI_VERSION}"],
-                                                 ["pip", "install", "--force-reinstall", "--no-deps",
-                                                  f"nvidia-cudnn-frontend=={FE_VERSION}"]], key="fe")
-CUTLASS = Fix("Install the CuTe DSL with its CUDA 13 libraries (the pin of the Megatron DSv4 recipes; it brings "
-              "cuda-python)", [["pip", "install", f"nvidia-cutlass-dsl[cu13]=={CUTLASS_VERSION}"]], key="cutlass")
-MCORE = Fix(f"Install Megatron-core from the dev branch (no release has dsv4_hybrid; {MLM_VERL_TESTED[:8]} is the "
-            "commit verl's DSv4 example was tested with; any dev commit at or after bfa33263 has CP)",
-            [["pip", "install", "--no-deps",
-              f"megatron-core @ git+https://github.com/NVIDIA/Megatron-LM.git@{MLM_VERL_TESTED}"]], key="mcore")
-VERL = Fix(f"Install verl {VERL_VERSION} or newer (it has PRs #7221, #7297 and #6555)",
-           [["pip", "install", "--no-deps", f"verl=={VERL_VERSION}"]], key="verl")
-FLASH_MLA = Fix("Build FlashMLA from its nv_dev branch against the installed torch (on SM90 do not set "
-                "FLASH_MLA_DISABLE_SM90=1, which the Megatron recipes set for Blackwell)",
-                [["pip", "install", "--no-build-isolation",
-                  "flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@nv_dev"]], key="flash-mla",
-                phase=Phase.BUILD)
-FAST_HADAMARD = Fix("Build fast-hadamard-transform at the commit Megatron-LM dev pins",
-                    [["pip", "install", "--no-build-isolation", "fast-hadamard-transform @ "
-                      f"git+https://github.com/Dao-AILab/fast-hadamard-transform.git@{FAST_HADAMARD_COMMIT}"]],
-                    key="fast-hadamard", phase=Phase.BUILD)
-TRITON = Fix("Install the triton release the installed torch was built with", [["pip", "install", "triton"]],
-             key="triton")
+def triton(static: StaticFacts) -> Fix:
+    """The triton release the installed torch declares (torch 2.11.0 requires triton==3.6.0)."""
+    desc = "Install the triton release the installed torch requires"
+    pins = [r for r in requirements(static.readable_dist("torch")) if r.name.lower() == "triton"]
+    pinned = [s.version for r in pins for s in r.specifier if s.operator == "=="]
+    if pinned and safe_version(pinned[0]):
+        return Fix(f"{desc} (torch's METADATA: triton=={pinned[0]})", [["pip", "install", f"triton=={pinned[0]}"]],
+                   key=f"triton:{pinned[0]}")
+    if static.version("torch") is None:
+        return withheld(desc, "torch is not installed, so its triton requirement is unknown (see torch.install)",
+                        key="triton")
+    return withheld(desc, f"torch {static.version('torch')} declares no triton pin (an NGC or source build: use the "
+                    "triton that came with it)", key="triton")
 
 
 def cudnn_wheel(cuda_major: str | None) -> Fix:
@@ -106,3 +84,143 @@ def cudnn_wheel(cuda_major: str | None) -> Fix:
         return withheld(desc, f"torch's CUDA major {cuda_major!r} is not a plain value", key="cudnn-wheel")
     return Fix(desc, [["pip", "install", "--force-reinstall", f"nvidia-cudnn-cu{cu}"]], key=f"cudnn-wheel:{cu}",
                phase=Phase.RUNTIME)
+
+
+def _cuda_major(text: str | None) -> str | None:
+    return text if isinstance(text, str) and re.fullmatch(r"1[0-9]", text) else None
+
+
+# --- settings --------------------------------------------------------------------------------------------------------
+
+BACKEND_NONE = Fix("Or set dsa_kernel_backend=none (Megatron's PyTorch fallback; check again with --dsa-backend none)",
+                   key="setting:dsa-backend-none", phase=Phase.SETTING)
+PYTHON_312 = Fix("Use a Python 3.12 image (the verl image and the NGC PyTorch containers the DSv4 recipes use ship "
+                 "3.12)", key="setting:python-312", phase=Phase.SETTING)
+SUPPORTED_GPU = Fix("Run DSv4 CP on H100/H200 (9.0), B200/GB200 (10.0) or B300/GB300 (10.3) GPUs, or with CP = 1",
+                    key="setting:gpu", phase=Phase.SETTING)
+DRIVER = Fix("Run on a host with an R580 or newer NVIDIA driver (CUDA 13 needs driver API 13000), or add the CUDA "
+             "forward-compatibility libraries (cuda-compat) to the image", key="setting:driver", phase=Phase.SETTING)
+
+
+# --- Transformer Engine ---------------------------------------------------------------------------------------------
+
+def te_install(version_: str = TE_VERSION, cuda_major: str = "13", force: bool = False, why: str = "") -> Fix:
+    desc = why or ("Install Transformer Engine with its PyTorch extension (the verl DSv4 image uses 2.16.1; any >= "
+                   "2.9.0 passes Megatron's packing gate), built against the installed torch")
+    v, cu = safe_version(version_), _cuda_major(cuda_major)
+    if v is None or cu is None:
+        bad = f"version {version_!r}" if v is None else f"CUDA major {cuda_major!r}"
+        return withheld(desc, f"the installed {bad} is not a plain value", Phase.BUILD, key="te")
+    argv = ["pip", "install", "--no-build-isolation"] + (["--force-reinstall"] if force else []) + \
+        [f"transformer-engine[pytorch,core_cu{cu}]=={v}"]
+    if force and not why:
+        desc = f"Rebuild TE's torch extension against the installed torch (CUDA {cu})"
+    return Fix(desc, [argv], key=f"te:{v}:{cu}:{force}", phase=Phase.BUILD)
+
+
+TE = te_install()
+TE_UNINSTALL = ["pip", "uninstall", "-y", "transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13",
+                "transformer-engine-torch"]
+TE_REINSTALL = Fix("Remove every Transformer Engine distribution, then install one consistent set",
+                   [TE_UNINSTALL, TE.commands[0].argv], key="te-reinstall", phase=Phase.BUILD)
+TE_FOR_INSTALLED_CUBLAS = te_install(TE_CUBLAS_SAFE, why=(
+    f"Install Transformer Engine {TE_CUBLAS_SAFE}, whose core needs no symbol the installed cuBLAS lacks (verified: "
+    "it loads and passes on torch 2.11.0's cuBLAS 13.1 on an H200), built against the installed torch"))
+
+
+# --- the cuDNN frontend and the CuTe DSL: one consistent set ----------------------------------------------------------
+
+def frontend_requirement(static: StaticFacts, name: str):
+    """What the installed frontend declares for `name` (its `cutedsl` extra counted), or None."""
+    fe = static.readable_dist("nvidia-cudnn-frontend")
+    for req in requirements(fe, ("cutedsl",)):
+        if req.name.lower() == name:
+            return req
+    return None
+
+
+def _pin_within(req, tested: str) -> str:
+    """`==tested` when the requirement accepts it (the tested pin), else the requirement's own specifier."""
+    if req is None or not str(req.specifier) or req.specifier.contains(tested, prereleases=True):
+        return f"=={tested}"
+    return str(req.specifier)
+
+
+def frontend_stack(static: StaticFacts) -> Fix:
+    """Either keep the installed frontend (>= 1.27.0) and meet what it declares, or pin the tested set together."""
+    fe = static.version("nvidia-cudnn-frontend")
+    fe_v = version(fe)
+    if fe_v is None or fe_v < Version(FE_VERSION):
+        return Fix(f"Install the tested set: cuDNN frontend {FE_VERSION} (first with the fused CSA compressor "
+                   f"cudnn.csa), apache-tvm-ffi {TVM_FFI_VERSION} and nvidia-cutlass-dsl {CUTLASS_VERSION} (the "
+                   "Megatron DSv4 recipes' pins)",
+                   [["pip", "install", "--no-deps", f"apache-tvm-ffi=={TVM_FFI_VERSION}"],
+                    ["pip", "install", "--force-reinstall", "--no-deps", f"nvidia-cudnn-frontend=={FE_VERSION}"],
+                    ["pip", "install", f"nvidia-cutlass-dsl[cu13]=={CUTLASS_VERSION}"]], key="fe-stack")
+    commands = []
+    cutlass_req, tvm_req = frontend_requirement(static, "nvidia-cutlass-dsl"), frontend_requirement(static,
+                                                                                                    "apache-tvm-ffi")
+    commands.append(["pip", "install", "--no-deps", "apache-tvm-ffi" + _pin_within(tvm_req, TVM_FFI_VERSION)])
+    fe_safe = safe_version(fe)
+    if fe_safe:
+        commands.append(["pip", "install", "--force-reinstall", "--no-deps", f"nvidia-cudnn-frontend=={fe_safe}"])
+    commands.append(["pip", "install", "nvidia-cutlass-dsl[cu13]" + _pin_within(cutlass_req, CUTLASS_VERSION)])
+    declared = ", ".join(str(r) for r in (cutlass_req, tvm_req) if r is not None) or "no CuTe DSL requirement"
+    return Fix(f"Keep nvidia-cudnn-frontend {fe} and install what it declares ({declared}), reinstalling the "
+               "frontend itself without touching its dependencies", commands, key="fe-stack")
+
+
+def cutlass(static: StaticFacts) -> Fix:
+    """The CuTe DSL the installed frontend accepts (the tested 4.5.2 when it does)."""
+    req = frontend_requirement(static, "nvidia-cutlass-dsl")
+    pin = _pin_within(req, CUTLASS_VERSION)
+    why = f"nvidia-cudnn-frontend {static.version('nvidia-cudnn-frontend')} declares {req}" if req is not None else \
+        "the Megatron DSv4 recipes' pin"
+    return Fix(f"Install the CuTe DSL with its CUDA 13 libraries ({why}; it brings cuda-python)",
+               [["pip", "install", f"nvidia-cutlass-dsl[cu13]{pin}"]], key=f"cutlass:{pin}")
+
+
+def tvm_ffi(static: StaticFacts) -> Fix:
+    req = frontend_requirement(static, "apache-tvm-ffi")
+    pin = _pin_within(req, TVM_FFI_VERSION)
+    return Fix(f"Install apache-tvm-ffi{pin} (the cuDNN frontend's CuTe-DSL kernels import it at their first call; "
+               "the Megatron and verl lock files pin 0.1.9)", [["pip", "install", "--no-deps", f"apache-tvm-ffi{pin}"]],
+               key=f"tvm-ffi:{pin}")
+
+
+# --- Megatron, verl, Megatron-Bridge, kernels -----------------------------------------------------------------------
+
+MCORE = Fix(f"Install Megatron-core from the dev branch at {MLM_DEV[:8]} or later (no release has dsv4_hybrid; it "
+            "has the indexer-loss fixes, the fused CSA compressor and dsa_kernel_backend, which verl's tested "
+            f"{MLM_VERL_TESTED[:8]} predates)",
+            [["pip", "install", "--no-deps", f"megatron-core @ git+https://github.com/NVIDIA/Megatron-LM.git@{MLM_DEV}"]],
+            key="mcore")
+
+
+def mcore(shadowed_by: str | None = None) -> Fix:
+    """The Megatron fix; when a PYTHONPATH copy shadows the installed one, pip cannot help: say where it comes from."""
+    if not shadowed_by:
+        return MCORE
+    return Fix(f"megatron.core imports from {shadowed_by} (a copy on PYTHONPATH, e.g. Megatron-Bridge's 3rdparty/"
+               f"Megatron-LM in verl's image), so `pip install` would not take effect: check that copy out at "
+               f"Megatron-LM dev {MLM_DEV[:8]} or later, or take it off PYTHONPATH and install the dev commit",
+               key="mcore-shadowed", phase=Phase.SETTING)
+
+
+VERL = Fix(f"Install verl {VERL_VERSION} or newer (it has PRs #7221, #7297 and #6555)",
+           [["pip", "install", "--no-deps", f"verl=={VERL_VERSION}"]], key="verl")
+MBRIDGE = Fix(f"Install Megatron-Bridge at {MBRIDGE_COMMIT[:8]}, the commit verl's DSv4 example names (it has "
+              "models/deepseek/deepseek_v4_bridge.py; no PyPI release does)",
+              [["pip", "install", "--no-deps",
+                f"megatron-bridge @ git+https://github.com/NVIDIA-NeMo/Megatron-Bridge.git@{MBRIDGE_COMMIT}"]],
+              key="mbridge")
+FLASH_MLA = Fix("Build FlashMLA from its nv_dev branch against the installed torch (its flash_mla_sparse_fwd takes the "
+                "indexer_topk Megatron passes; on SM90 do not set FLASH_MLA_DISABLE_SM90=1, which the Megatron recipes "
+                "set for Blackwell)",
+                [["pip", "install", "--no-build-isolation",
+                  "flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@nv_dev"]], key="flash-mla",
+                phase=Phase.BUILD)
+FAST_HADAMARD = Fix("Build fast-hadamard-transform at the commit Megatron-LM dev pins",
+                    [["pip", "install", "--no-build-isolation", "fast-hadamard-transform @ "
+                      f"git+https://github.com/Dao-AILab/fast-hadamard-transform.git@{FAST_HADAMARD_COMMIT}"]],
+                    key="fast-hadamard", phase=Phase.BUILD)

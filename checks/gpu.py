@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, skipped, warned
-from dsv4_doctor.probes import NVIDIA_SMI, TORCH
+from dsv4_doctor.probes import NVIDIA_SMI, TORCH, Probe, StaticRequest
 
 from . import fixes
 
@@ -135,4 +137,112 @@ gpu_arch = Check(
     run=_gpu_arch,
 )
 
-CHECKS = [gpu_devices, gpu_arch]
+DRIVER = Probe.python("driver", "dsv4probe_driver.py")
+# The newest CUDA each driver branch supports (NVIDIA's CUDA toolkit release notes, table 3), as driver API numbers.
+BRANCH_CUDA = ((580, 13000), (575, 12090), (570, 12080), (565, 12070), (560, 12060), (555, 12050), (550, 12040),
+               (545, 12030), (535, 12020), (530, 12010), (525, 12000), (520, 11080), (515, 11070), (510, 11060),
+               (470, 11040), (450, 11000))
+# CUDA-major markers among installed distributions: wheels built for one CUDA major carry it in their name.
+CUDA_WHEELS = re.compile(r"-cu(1[0-9])$")
+DRIVER_STATIC = StaticRequest(distributions=("torch",), distribution_prefixes=("nvidia-", "transformer-engine-"))
+
+
+def _api(version: int | None) -> str:
+    if version is None:
+        return "unknown"
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def _smi_api(driver: str | None) -> int | None:
+    m = re.match(r"(\d+)\.", driver or "")
+    if not m:
+        return None
+    branch = int(m.group(1))
+    return next((api for b, api in BRANCH_CUDA if branch >= b), None)
+
+
+def built_for(ctx: Context) -> tuple[int | None, str]:
+    """The CUDA major the stack was built for, and where that was read."""
+    torch = ctx.probe(TORCH)
+    cuda = (torch.data or {}).get("cuda_build") if torch.ok and isinstance(torch.data, dict) else None
+    m = re.match(r"(\d+)\.", str(cuda or ""))
+    if m:
+        return int(m.group(1)), f"torch.version.cuda = {cuda}"
+    static = ctx.static
+    local = re.search(r"\+cu(\d\d)", static.version("torch") or "")
+    if local:
+        return int(local.group(1)[:2]), f"torch {static.version('torch')}"
+    majors: dict[int, list[str]] = {}
+    for name in static.installed():
+        hit = CUDA_WHEELS.search(name)
+        if hit:
+            majors.setdefault(int(hit.group(1)), []).append(name)
+    if majors:
+        major = max(majors)
+        return major, "wheels " + ", ".join(sorted(majors[major])[:4])
+    return None, "no CUDA build of torch and no -cu12/-cu13 wheels installed"
+
+
+def _driver(ctx: Context) -> Result:
+    gpus = ctx.gpus()
+    smi = ctx.probe(NVIDIA_SMI)
+    if not smi.ok or not gpus:
+        return skipped("no nvidia-smi here (" + (smi.error or "it lists no GPU") + "): the driver of the machine the "
+                       "job runs on cannot be read from this one, even with --gpu-arch")
+    driver = gpus[0].get("driver_version")
+    major, where = built_for(ctx)
+    probe = ctx.probe(DRIVER)
+    api = probe.data.get("version") if probe.ok and isinstance(probe.data, dict) else None
+    evidence = {"nvidia_smi_driver": driver, "nvidia_smi_supports": _api(_smi_api(driver)), "cuDriverGetVersion": api,
+                "libcuda": (probe.data or {}).get("path") if probe.ok else None,
+                "libcuda_error": (probe.data or {}).get("error") if probe.ok else probe.error,
+                "stack_cuda_major": major, "stack_from": where}
+    gets = api if isinstance(api, int) and api > 0 else _smi_api(driver)
+    source = "cuDriverGetVersion" if gets == api else f"driver {driver}'s branch"
+    if major is None:
+        return skipped(f"the CUDA version the stack was built for is unknown ({where}); driver {driver} supports "
+                       f"CUDA {_api(gets)}", evidence=evidence)
+    if gets is None:
+        return warned(f"driver {driver}: the CUDA version it supports cannot be read (libcuda: "
+                      f"{evidence['libcuda_error']})", evidence=evidence)
+    need = major * 1000
+    if gets < need:
+        return failed(
+            f"the stack is built for CUDA {major} ({where}), which needs driver API {need}; the job gets "
+            f"{gets} (CUDA {_api(gets)}, from {source}; nvidia-smi driver {driver})",
+            "CUDA 13 wheels (torch cu130, TE core_cu13, nvidia-cutlass-dsl[cu13]) need an R580 or newer driver; "
+            "the first CUDA call fails with CUDA_ERROR_INSUFFICIENT_DRIVER (torch: 'The NVIDIA driver on your system "
+            "is too old').", fixes=[fixes.DRIVER], evidence=evidence)
+    compat = " (forward compatibility: newer than the driver's branch)" if api and _smi_api(driver) and \
+        api > (_smi_api(driver) or 0) else ""
+    return passed(f"driver {driver} gives CUDA {_api(gets)} ({source}){compat}; the stack needs CUDA {major} "
+                  f"({where})", evidence=evidence)
+
+
+gpu_driver = Check(
+    id="gpu.driver",
+    title="The driver supports the CUDA the stack was built for",
+    explanation="""
+        torch cu130, TE core_cu13 and nvidia-cutlass-dsl[cu13] need a driver that supports CUDA 13 (driver API
+        13000: the R580 branch or newer, unless the image carries the CUDA forward-compatibility libraries). The CUDA
+        major comes from torch.version.cuda, or from the -cu13/-cu12 wheels' names. The driver's capability comes from
+        cuDriverGetVersion, read through ctypes in a probe (no torch), which includes forward compatibility; without
+        libcuda, from nvidia-smi's driver branch. It fails only when what the job will get is too old, and states both
+        numbers. On a host without nvidia-smi it skips, even with --gpu-arch: a build machine's driver says nothing
+        about the runtime's.
+    """,
+    applies_when="nvidia-smi lists a GPU",
+    detects="nvidia-smi driver version; cuDriverGetVersion through ctypes; torch.version.cuda or -cuXX wheels",
+    sources=(
+        Source("NVIDIA CUDA Toolkit release notes, table 3 (minimum driver per CUDA release)",
+               "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html"),
+        Source("NVIDIA CUDA forward compatibility", "https://docs.nvidia.com/deploy/cuda-compatibility/"),
+        Source("verl docker/Dockerfile.stable.vllm (CUDA 13.0.2, torch 2.11.0 cu130)", "https://github.com/verl-project/verl"),
+    ),
+    fixes=(fixes.DRIVER,),
+    static=DRIVER_STATIC,
+    probes=(NVIDIA_SMI, TORCH, DRIVER),
+    run=_driver,
+)
+
+CHECKS = [gpu_devices, gpu_arch, gpu_driver]

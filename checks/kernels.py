@@ -11,17 +11,18 @@ from ._upstream import EAV, mlm
 
 FIX_BACKEND_NONE = fixes.BACKEND_NONE
 
+FLASH_MLA_API = "flash_mla.flash_mla_interface"  # where flash_mla_sparse_fwd is defined (main and nv_dev)
 STATIC = StaticRequest(
-    distributions=("flash-mla", "flash_mla", "fast-hadamard-transform", "triton"),
+    distributions=("flash-mla", "flash_mla", "fast-hadamard-transform", "triton", "torch"),
     modules=("flash_mla", "fast_hadamard_transform", "triton", "verl.models.mcore.patch"),
-    sources=("verl.models.mcore.patch",),
+    sources=("verl.models.mcore.patch", FLASH_MLA_API),
 )
-FLASH_MLA = import_probe("flash_mla:flash_mla_sparse_fwd")
+SPARSE_FWD = "flash_mla:flash_mla_sparse_fwd"
+FLASH_MLA = import_probe(SPARSE_FWD, signatures=[SPARSE_FWD])
 HADAMARD = import_probe("fast_hadamard_transform:hadamard_transform")
 
 FIX_FLASH_MLA = fixes.FLASH_MLA
 FIX_HADAMARD = fixes.FAST_HADAMARD
-FIX_TRITON = fixes.TRITON
 
 
 def _flash_mla(ctx: Context) -> Result:
@@ -40,7 +41,23 @@ def _flash_mla(ctx: Context) -> Result:
         return failed(f"flash_mla is installed but flash_mla_sparse_fwd does not load ({error_text(result)})",
                       "Megatron reports flash_mla as missing at config time, or raises \"FlashMLA is required\" at the "
                       "first sparse attention call.", fixes=[FIX_FLASH_MLA, FIX_BACKEND_NONE], evidence=evidence)
-    return passed(f"flash_mla_sparse_fwd loads ({evidence['version'] or 'no metadata'})", evidence=evidence)
+    # Megatron always passes indexer_topk= (nv_dev has it; main does not): import is not enough, the parameter is.
+    params = result.get("params")
+    source = "signature"
+    if not isinstance(params, list):
+        fn = (static.source(FLASH_MLA_API).get("functions") or {}).get("flash_mla_sparse_fwd") or {}
+        params, source = fn.get("params"), "ast of flash_mla/flash_mla_interface.py"
+    evidence.update(params=params, params_from=source)
+    if not isinstance(params, list):
+        return warned("flash_mla_sparse_fwd loads, but its parameters could not be read (no signature, no source): "
+                      "whether it takes the indexer_topk Megatron passes is unknown", evidence=evidence)
+    if "indexer_topk" not in params:
+        return failed("flash_mla_sparse_fwd has no indexer_topk parameter (a FlashMLA built from main, not nv_dev): "
+                      "Megatron passes indexer_topk= at every sparse attention call, so the first DSA step raises "
+                      "TypeError: flash_mla_sparse_fwd() got an unexpected keyword argument 'indexer_topk'",
+                      fixes=[FIX_FLASH_MLA, FIX_BACKEND_NONE], evidence=evidence)
+    return passed(f"flash_mla_sparse_fwd loads and takes indexer_topk ({evidence['version'] or 'no metadata'})",
+                  evidence=evidence)
 
 
 kernels_flash_mla = Check(
@@ -49,14 +66,23 @@ kernels_flash_mla = Check(
     explanation="""
         With dsa_kernel_backend=cudnn, Megatron's DSv4 sparse attention calls FlashMLA's `flash_mla_sparse_fwd`
         (nv_dev branch; not on PyPI). Megatron lists it as missing at config time ("dsa_kernel_backend=cudnn
-        requires fused DSA kernels ... flash_mla") and raises "FlashMLA is required" at run time. The Megatron
-        recipes build it with FLASH_MLA_DISABLE_SM90=1 for Blackwell, so SM90 needs its own build.
+        requires fused DSA kernels ... flash_mla") and raises "FlashMLA is required" at run time. Importing it is not
+        enough: Megatron d48bd6be always passes `indexer_topk=` (fused_sparse_attention.py L157-166), which only the
+        nv_dev branch's `flash_mla_sparse_fwd` takes; a FlashMLA built from main imports fine and raises TypeError
+        at the first DSA step. The parameter is read from the signature in the probe, or with ast from the installed
+        flash_mla/flash_mla_interface.py. The Megatron recipes build FlashMLA with FLASH_MLA_DISABLE_SM90=1 for
+        Blackwell, so SM90 needs its own build.
     """,
     applies_when="dsa_backend=cudnn",
-    detects="flash_mla location; from flash_mla import flash_mla_sparse_fwd (subprocess)",
+    detects="from flash_mla import flash_mla_sparse_fwd (subprocess) and its indexer_topk parameter (signature, ast)",
     sources=(
         mlm(EAV + "csa_utils/fused_sparse_attention.py", "99-106",
             "Megatron-LM dev fused_sparse_attention.py L99-106 (FlashMLA is required)"),
+        mlm(EAV + "csa_utils/fused_sparse_attention.py", "157-166",
+            "Megatron-LM dev fused_sparse_attention.py L157-166 (flash_mla_sparse_fwd(..., indexer_topk=...))"),
+        Source("FlashMLA nv_dev flash_mla/flash_mla_interface.py (indexer_topk: int = 0)",
+               "https://github.com/deepseek-ai/FlashMLA/blob/b7643bd54521f563b839b98289b5cd048c062ba2/flash_mla/"
+               "flash_mla_interface.py#L176"),
         mlm("megatron/core/utils.py", "509-520", "Megatron-LM dev utils.py L509-520 (flash_mla dependency)"),
         Source("FlashMLA nv_dev branch", "https://github.com/deepseek-ai/FlashMLA/tree/nv_dev"),
     ),
@@ -122,7 +148,8 @@ def _triton(ctx: Context) -> Result:
         return passed(f"triton {evidence['version'] or '(no metadata)'}", evidence=evidence)
     return warned("triton is not installed: apply_rope_fusion=True then fails (fused_mla_rope_inplace is None)",
                   "Megatron's DSv4 attention asserts `fused_mla_rope_inplace is not None` when rope fusion is on; "
-                  "with apply_rope_fusion=False the job runs without triton.", fixes=[FIX_TRITON], evidence=evidence)
+                  "with apply_rope_fusion=False the job runs without triton.", fixes=[fixes.triton(static)],
+                  evidence=evidence)
 
 
 kernels_triton = Check(
@@ -141,7 +168,7 @@ kernels_triton = Check(
         Source("Megatron-Bridge #4321 (NaN from fused_mla_rope_inplace on H100)",
                "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/4321"),
     ),
-    fixes=(FIX_TRITON,),
+    fixes=(fixes.TRITON_DOC,),
     static=STATIC,
     run=_triton,
 )

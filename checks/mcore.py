@@ -26,11 +26,15 @@ MARKERS = {
     f"{EAV_MOD}.csa_utils.cp_layout_kernels": "csa_utils/ layout (dev >= 1c44a570)",
     f"{EAV_MOD}.csa_cp_layout_kernels": "older csa_cp_layout_kernels.py (dev before 1c44a570)",
     f"{EAV_MOD}.csa_utils.fused_compressor": "fused CSA compressor (dev >= 108cb6bc)",
+    f"{EAV_MOD}.csa_fused_compressor": "fused CSA compressor, older name (dev 108cb6bc to before 1c44a570)",
     "megatron.core.context_parallel_layout": "context_parallel_layout (dev >= 3f49de20)",
 }
-STATIC = StaticRequest(distributions=(MCORE,), modules=("megatron.core", *MARKERS), sources=(PSP, TC, MPC))
+VERL_ENGINE = "verl.workers.engine.megatron.transformer_impl"
+STATIC = StaticRequest(distributions=(MCORE, "verl"), modules=("megatron.core", *MARKERS),
+                       sources=(PSP, TC, MPC, VERL_ENGINE), contains=("default_dynamic_cp",))
 
 FIX_MCORE = fixes.MCORE
+SITE_DIRS = ("site-packages", "dist-packages")
 
 V2 = ("ValueError: cp_layout='contiguous' requires PackedSeqParams.cp_partition_mode, which this Megatron-core "
       "version does not provide. Upgrade Megatron-core or use the zigzag layout.")
@@ -63,11 +67,31 @@ def _where(static) -> dict:
     return evidence
 
 
+def checkout(static, evidence: dict) -> str | None:
+    """The folder megatron.core imports from when it is not the installed distribution (a PYTHONPATH checkout, such
+    as Megatron-Bridge's 3rdparty/Megatron-LM in verl's image): pip cannot change what that folder holds."""
+    origin = static.module("megatron.core").get("origin") or ""
+    if not origin or evidence["editable"]:
+        return None
+    root = os.path.dirname(os.path.dirname(os.path.dirname(origin)))  # .../megatron/core/__init__.py -> repo root
+    dist_path = evidence["distribution_path"]
+    if dist_path:
+        site = os.path.realpath(os.path.dirname(dist_path))
+        return None if os.path.realpath(origin).startswith(site + os.sep) else root
+    return None if any(part in SITE_DIRS for part in origin.split(os.sep)) else root
+
+
+def mcore_fix(ctx: Context):
+    static = ctx.static
+    return fixes.mcore(checkout(static, _where(static)))
+
+
 def _dsv4(ctx: Context) -> Result:
     static = ctx.static
     evidence = _where(static)
     if not static.module("megatron.core").get("found"):
         return failed("Megatron-core is not installed", fixes=[FIX_MCORE], evidence=evidence)
+    evidence["checkout"] = checkout(static, evidence)
     found = {name: static.module(name).get("found", False) for name in MARKERS}
     evidence["markers"] = {MARKERS[n]: ok for n, ok in found.items()}
     origin = static.module("megatron.core").get("origin") or ""
@@ -87,7 +111,7 @@ def _dsv4(ctx: Context) -> Result:
             "experimental attention variant: dsv4_hybrid\"",
             "Every megatron-core release lacks DSv4 (it exists only on the dev branch), and dev reports the same "
             "version string, so the files decide." + shadow,
-            fixes=[FIX_MCORE], evidence=evidence)
+            fixes=[fixes.mcore(evidence["checkout"])], evidence=evidence)
     have = [MARKERS[n] for n, ok in found.items() if ok]
     vcs = evidence["vcs"] or {}
     commit = f" at {vcs.get('commit_id', '')[:8]}" if vcs.get("commit_id") else ""
@@ -104,7 +128,13 @@ mcore_dsv4 = Check(
         version as the 0.19.0 release (and adds +sha only when git works at import), so the check finds the files
         without importing Megatron and reports the branch evidence it can see: the DSv4 module files, the
         csa_utils/ layout, the fused compressor, the context_parallel_layout package, the installed distribution's
-        VCS commit, and whether a PYTHONPATH tree shadows the installed distribution.
+        VCS commit, and whether a PYTHONPATH tree shadows the installed distribution. The fix pins dev d48bd6be
+        (2026-08-21) or later. verl's DSv4 example was tested with fd1121b8, but that commit predates the fixes a CP
+        job with verl's settings needs: 4b01a1b9 (#5809: a zero indexer loss, as verl's script sets under CP, must
+        still mark the indexer grads ready under overlapped DDP), #5960/#6349 (indexer-loss fixes), 108cb6bc (the
+        fused CSA compressor) and 6888385f (dsa_kernel_backend). When megatron.core imports from a checkout on
+        PYTHONPATH (verl's image puts Megatron-Bridge's 3rdparty/Megatron-LM there), `pip install` would not take
+        effect: the fix then names that folder instead.
     """,
     applies_when="always",
     detects="megatron.core location; DSv4/CSA module files; megatron-core metadata and direct_url",
@@ -160,7 +190,7 @@ def _cp_partition_mode(ctx: Context) -> Result:
         f"Without the field verl cannot ask for the contiguous layout, and Megatron's DSv4 attention rejects the "
         f"zigzag default: \"{R1}\". The field exists on Megatron-LM dev from bfa33263 (the CP merge); no release "
         "has it.",
-        fixes=[FIX_MCORE], evidence=evidence)
+        fixes=[mcore_fix(ctx)], evidence=evidence)
 
 
 mcore_cp_partition_mode = Check(
@@ -191,6 +221,18 @@ mcore_cp_partition_mode = Check(
 CP_FIELDS = ("cp_partition_mode", "sequence_packing_scheduler", "max_seqlen_per_dp_cp_rank")
 
 
+def job_settings(static) -> str:
+    """The CP settings to give verl, and what verl (>= #6555) will really use for deepseek_v4."""
+    text = ("Job settings for CP > 1 (verl run_deepseek_v4_flash_megatron.sh CP_ARGS; needs TE >= 2.9):\n  "
+            + "\n  ".join(CP_ARGS))
+    if (static.source(VERL_ENGINE).get("contains") or {}).get("default_dynamic_cp"):
+        text += ("\nverl " + (static.version("verl") or "") + " (PR #6555) sets cp_partition_mode=contiguous and "
+                 "sequence_packing_scheduler=default_dynamic_cp itself for model_type deepseek_v4 with CP > 1, after "
+                 "copying these overrides: the scheduler in use is default_dynamic_cp, whose max_seqlen_per_dp_cp_rank "
+                 "counts DP x CP ranks.")
+    return text
+
+
 def _config(ctx: Context) -> Result:
     blocked = needs_failed(ctx, "mcore.dsv4")
     if blocked:
@@ -217,15 +259,14 @@ def _config(ctx: Context) -> Result:
         "apply_dsa_kernel_fusion" if "apply_dsa_kernel_fusion" in fields else None)
     if ctx.profile.dsa_backend == "cudnn" and backend_knob is None:
         problems.append("dsa_kernel_backend (or the older apply_dsa_kernel_fusion)")
-    settings = ("Job settings for CP > 1 (verl run_deepseek_v4_flash_megatron.sh CP_ARGS; needs TE >= 2.9):\n  "
-                + "\n  ".join(CP_ARGS)) if ctx.profile.cp > 1 else ""
+    settings = job_settings(static) if ctx.profile.cp > 1 else ""
     if problems:
         return failed(
             "TransformerConfig lacks " + ", ".join(problems)
             + ": verl's override_transformer_config entries for them fail when the config is built",
             (settings + "\n" if settings else "") + "These fields exist on Megatron-LM dev (cp_partition_mode and "
             "sequence_packing_scheduler from bfa33263; dsa_kernel_backend from 6888385f, apply_dsa_kernel_fusion "
-            "before).", fixes=[FIX_MCORE], evidence=evidence)
+            "before).", fixes=[mcore_fix(ctx)], evidence=evidence)
     knob = {"dsa_kernel_backend": "dsa_kernel_backend=cudnn",
             "apply_dsa_kernel_fusion": "apply_dsa_kernel_fusion=True (older dev: no dsa_kernel_backend)",
             None: "no DSA backend knob"}[backend_knob]
@@ -241,7 +282,9 @@ mcore_config = Check(
     title="TransformerConfig has the DSv4 CP and DSA settings",
     explanation="""
         A DSv4 CP > 1 job sets `cp_partition_mode=contiguous`, a `sequence_packing_scheduler` (dp_balanced or
-        default_dynamic_cp) and `max_seqlen_per_dp_cp_rank` (verl's CP_ARGS), and selects fused DSA with
+        default_dynamic_cp) and `max_seqlen_per_dp_cp_rank` (verl's CP_ARGS; verl >= #6555 sets the layout and
+        default_dynamic_cp itself for deepseek_v4, after the user's overrides, and the report says which scheduler
+        will be used), and selects fused DSA with
         `dsa_kernel_backend=cudnn` (dev >= 6888385f) or the deprecated `apply_dsa_kernel_fusion=True` (older dev, a
         warning: the new knob is preferred). A Megatron-core without these fields cannot take the settings at all.
         Read from ModelParallelConfig and TransformerConfig with ast; the report repeats the exact job settings.

@@ -5,21 +5,23 @@ from __future__ import annotations
 from packaging.version import InvalidVersion, Version
 
 from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, warned
-from dsv4_doctor.probes import TORCH
+from dsv4_doctor.probes import TORCH, StaticRequest
 
 from . import fixes
 
 MIN_TORCH = "2.6.0"  # megatron-core 0.19.2 Requires-Dist torch>=2.6.0
+STATIC = StaticRequest(distributions=("torch", *fixes.TORCH_EXTENSIONS))
 
 
 def _torch_install(ctx: Context) -> Result:
     data = ctx.require(TORCH)
+    fix = fixes.torch(ctx.static)
     if not data.get("imported"):
         err = data.get("error") if isinstance(data.get("error"), dict) else {}
         if err.get("type") == "ModuleNotFoundError" and err.get("missing_module") == "torch":
-            return failed("torch is not installed", fixes=[fixes.TORCH], evidence={"error": err})
+            return failed("torch is not installed", fixes=[fix], evidence={"error": err})
         return failed(f"import torch raised {err.get('type')}: {err.get('message')}",
-                      "\n".join(map(str, err.get("where") or [])), fixes=[fixes.TORCH], evidence={"error": err})
+                      "\n".join(map(str, err.get("where") or [])), fixes=[fix], evidence={"error": err})
     evidence = {k: data.get(k) for k in ("version", "cuda_build", "hip_build", "cudnn_version", "nccl_version",
                                          "cuda_available", "device_count", "origin", "import_s")}
     version = data.get("version") or "unknown"
@@ -32,10 +34,10 @@ def _torch_install(ctx: Context) -> Result:
     if data.get("hip_build"):
         return failed(f"torch {version} is a ROCm build; this doctor checks the CUDA DSv4 stack", evidence=evidence)
     if not data.get("cuda_build"):
-        return failed(f"torch {version} is a CPU-only build: DSv4 training needs CUDA", fixes=[fixes.TORCH],
+        return failed(f"torch {version} is a CPU-only build: DSv4 training needs CUDA", fixes=[fix],
                       evidence=evidence)
     if too_old:
-        return failed(f"torch {version} is older than {MIN_TORCH}, which megatron-core needs", fixes=[fixes.TORCH],
+        return failed(f"torch {version} is older than {MIN_TORCH}, which megatron-core needs", fixes=[fix],
                       evidence=evidence)
     summary = (f"torch {version} (CUDA {data.get('cuda_build')}, cuDNN {data.get('cudnn_version') or 'unknown'}, "
                f"NCCL {data.get('nccl_version') or 'unknown'}); {data.get('device_count') or 0} CUDA device(s) "
@@ -62,6 +64,7 @@ torch_install = Check(
                "https://github.com/pytorch/pytorch/issues/78489"),
     ),
     fixes=(fixes.TORCH,),
+    static=STATIC,
     probes=(TORCH,),
     run=_torch_install,
 )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 from dsv4_doctor.facts import at_least, error_text, outcome, version
 from dsv4_doctor.model import Check, Context, Fix, Result, Source, errored, failed, passed, skipped, warned
-from dsv4_doctor.probes import TORCH, StaticRequest, import_probe
+from dsv4_doctor.probes import TORCH, Probe, StaticRequest, import_probe
 
 from . import fixes
 from ._upstream import mlm
@@ -129,20 +131,75 @@ def _te_fix_version(static) -> str:
     return fixes.TE_VERSION
 
 
-def _classify(message: str, te: str, cuda_major: str) -> tuple[str, list[Fix]]:
+UNDEFINED = re.compile(r"(?P<lib>[^\s:'\"]+\.so[^\s:'\"]*): undefined symbol: (?P<symbol>[^\s,]+)"
+                       r"(?:, version (?P<version>[^\s,]+))?")
+# A torch (or pybind11) symbol, mangled or not: the extension was built against another torch.
+TORCH_SYMBOL = re.compile(r"^_ZN\d*(?:c10|at|torch|pybind11)|^_ZNK?\d*(?:c10|at|torch)|c10|torch|THP")
+
+
+def library_probe(soname: str, symbol: str, version: str | None) -> Probe:
+    return Probe.python(f"libs:{soname}:{symbol}", "dsv4probe_libs.py",
+                        {"soname": soname, "symbol": symbol, "version": version})
+
+
+def _undefined(ctx: Context, m: re.Match, te: str, cuda_major: str) -> tuple[str, list[Fix], dict]:
+    """An undefined symbol: a torch symbol in TE's torch extension is an ABI mismatch; a versioned symbol of another
+    library names that library, which is read to say who ships it and whether it has the symbol."""
+    lib, symbol, tag = m.group("lib"), m.group("symbol"), m.group("version")
+    if "transformer_engine_torch" in lib or TORCH_SYMBOL.search(symbol) or (tag or "").startswith("libtorch"):
+        return ("TE's torch extension was built for another torch (ABI mismatch: a torch symbol is missing)",
+                [fixes.te_install(te, cuda_major, force=True)], {})
+    if not tag or not re.fullmatch(r"lib[A-Za-z0-9_+-]+\.so(\.[0-9]+)*", tag):
+        return (f"{lib} needs {symbol}, which no loaded library provides: a library it links against is older "
+                "than the one it was built with", [fixes.te_install(te, cuda_major, force=True)], {})
+    answer = ctx.probe(library_probe(tag, symbol, tag))
+    copies = (answer.data or {}).get("copies", []) if answer.ok and isinstance(answer.data, dict) else []
+    evidence = {"needs": {"symbol": symbol, "version": tag, "from": lib}, "providers": copies}
+    shipped = []
+    for c in copies:
+        owner = c.get("owner") or {}
+        who = f"{owner.get('distribution')} {owner.get('version')}" if owner else "no pip distribution"
+        has = "exports it" if c.get("exports") else ("does not export it" if "exports" in c else
+                                                     f"could not be read ({c.get('error')})")
+        shipped.append(f"{c.get('path')} ({who}) {has}")
+    lacking = [c for c in copies if c.get("exports") is False]
+    where = "; ".join(shipped) or f"no copy of {tag} was found on sys.path, LD_LIBRARY_PATH or the system folders"
+    cublas = tag.startswith("libcublas")
+    lines = [f"TE's core library ({lib}) needs {symbol} from {tag}: {where} (read from its ELF dynamic symbol "
+             "table)."]
+    if lacking or not copies:
+        lines.append("Ways out, with their costs:")
+        lines.append(f"  1. A TE release built against the installed {'cuBLAS' if cublas else tag}: the fix below, "
+                     f"Transformer Engine {fixes.TE_CUBLAS_SAFE}" + (" (verified: it loads and passes on torch "
+                     "2.11.0's cuBLAS 13.1 on an H200)." if cublas else "."))
+        if cublas:
+            lines.append("  2. A cuBLAS that exports the symbol: pip install 'nvidia-cublas>=13.2'. It breaks "
+                         "torch 2.11.0's cuda-toolkit==13.0.2 pin (pip check and deps.consistency will say so); "
+                         "not verified here.")
+            lines.append("  3. An image with a newer CUDA (cuBLAS >= 13.2, as in the Megatron-Lite contract's "
+                         "CUDA 13.2 image); not verified here.")
+        return "\n".join(lines), [fixes.TE_FOR_INSTALLED_CUBLAS if cublas else
+                                  fixes.te_install(te, cuda_major, force=True)], evidence
+    return ("\n".join(lines + ["A copy that exports the symbol exists, so the one that loads is another: check "
+                               "LD_LIBRARY_PATH and libs.loaded."]), [fixes.cudnn_wheel(cuda_major)]
+            if "cudnn" in tag else [], evidence)
+
+
+def _classify(ctx: Context, message: str, te: str, cuda_major: str) -> tuple[str, list[Fix], dict]:
     reinstall = fixes.te_install(te, cuda_major, force=True)
-    if "undefined symbol" in message:
-        return "TE's torch extension was built for another torch (ABI mismatch)", [reinstall]
+    m = UNDEFINED.search(message)
+    if m:
+        return _undefined(ctx, m, te, cuda_major)
     if "Could not find shared object file for Transformer Engine torch lib" in message:
-        return "TE was installed without its [pytorch] extra", [reinstall]
+        return "TE was installed without its [pytorch] extra", [reinstall], {}
     if "version mismatch" in message or "empty 'transformer-engine' meta package" in message:
-        return "inconsistent TE packages", [REINSTALL_CONSISTENT]
+        return "inconsistent TE packages", [REINSTALL_CONSISTENT], {}
     if "libcudnn" in message or "CUDNN_STATUS" in message:
         return ("TE cannot load cuDNN: keep one cuDNN and point CUDNN_PATH / LD_LIBRARY_PATH at it",
-                [fixes.cudnn_wheel(cuda_major)])
+                [fixes.cudnn_wheel(cuda_major)], {})
     if "cannot open shared object file" in message or "shared object not found" in message:
-        return f"a CUDA library TE needs is missing; TE's core must match torch's CUDA {cuda_major}", [reinstall]
-    return "TE's PyTorch extension does not import", [reinstall]
+        return f"a CUDA library TE needs is missing; TE's core must match torch's CUDA {cuda_major}", [reinstall], {}
+    return "TE's PyTorch extension does not import", [reinstall], {}
 
 
 def _te_import(ctx: Context) -> Result:
@@ -162,10 +219,11 @@ def _te_import(ctx: Context) -> Result:
     message = error_text(result)
     err = result.get("error") if isinstance(result.get("error"), dict) else {}
     evidence["error"] = err
-    hint, found = _classify(message, te, cuda_major)
+    hint, found, more = _classify(ctx, message, te, cuda_major)
+    evidence.update(more)
     return failed(
         f"import transformer_engine.pytorch failed: {message}",
-        f"{hint}. `import transformer_engine` swallows this error and Megatron silently sets HAVE_TE=False, so the "
+        f"{hint}\n`import transformer_engine` swallows this error and Megatron silently sets HAVE_TE=False, so the "
         "DSv4 model build (TESpecProvider) fails later with a less helpful message.\n"
         + "\n".join(map(str, err.get("where") or [])),
         fixes=found, evidence=evidence,
@@ -179,9 +237,15 @@ te_import = Check(
         Imports `transformer_engine.pytorch` in an isolated probe and catches everything. TE's top-level package
         swallows extension import errors (the failure then shows up as "module 'transformer_engine' has no
         attribute 'pytorch'" on first use), and Megatron catches the ImportError and silently sets HAVE_TE=False,
-        yet DSv4 needs TESpecProvider. The error is classified: an `undefined symbol` is a torch ABI mismatch
-        (rebuild the extension against the installed torch), a missing libcudnn/libcublas is a library or CUDA
-        major-version mismatch, a missing torch lib means the [pytorch] extra was not installed.
+        yet DSv4 needs TESpecProvider. The error is classified. An undefined torch symbol (in
+        transformer_engine_torch) is an ABI mismatch: rebuild the extension against the installed torch. An
+        undefined symbol with a version tag names the library that should provide it (`undefined symbol:
+        cublasLtGroupedMatrixLayoutInit_internal, version libcublasLt.so.13`: TE 2.13 and later need cuBLAS 13.2,
+        while torch 2.11.0 installs 13.1); a probe finds every copy of that library, the pip distribution that
+        ships it and whether its ELF dynamic symbol table exports the symbol, and the fix is a TE built against the
+        installed cuBLAS (2.12.0, verified on an H200), with the other ways out and their costs in the details. A
+        missing libcudnn/libcublas is a library or CUDA major-version mismatch; a missing torch lib means the
+        [pytorch] extra was not installed.
     """,
     applies_when="Transformer Engine installed",
     detects="import transformer_engine.pytorch in a subprocess",

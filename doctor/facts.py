@@ -50,6 +50,21 @@ class StaticFacts:
                     out[f"{name} ({c.get('path')})"] = str(c.get("error"))
         return out
 
+    def installed(self) -> dict[str, dict]:
+        """Every distribution the probe reported with readable metadata (those asked for and those found by prefix),
+        by normalised name."""
+        out = {}
+        for name in self._section("distributions"):
+            d = self.readable_dist(name)
+            if d is not None:
+                out[canonical(name)] = d
+        return out
+
+    def dependents(self) -> dict[str, dict]:
+        """Other installed distributions that require one of the DSv4 packages (as the static probe found them)."""
+        section = self._section("dependents")
+        return {k: v for k, v in section.items() if isinstance(v, dict)}
+
     def module(self, name: str) -> dict:
         m = self._section("modules").get(name)
         return m if isinstance(m, dict) else {"found": False}

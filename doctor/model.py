@@ -304,7 +304,8 @@ def needs_failed(ctx: Context, check_id: str) -> Result | None:
     other = ctx.outcome(check_id)
     if other is None or other.status not in (Status.FAIL, Status.ERROR):
         return None
-    reason = other.summary if len(other.summary) <= 120 else other.summary[:117] + "..."
+    reason = other.summary.split(". ")[0]  # its first sentence: the finding itself is stated once, there
+    reason = reason if len(reason) <= 120 else reason[:117] + "..."
     return skipped(f"needs {check_id} ({reason})", evidence={"needs": check_id, "needs_status": other.status.value})
 
 

@@ -119,9 +119,10 @@ def _magic_package(site: FakeSite, name: str, extra: str = "") -> None:
     site.file(f"{name.replace('.', '/')}/__init__.py", MAGIC_INIT.format(extra=textwrap.dedent(extra)))
 
 
-def fake_torch(site: FakeSite, version: str = "2.11.0+cu130", cuda: str | None = "13.0") -> None:
+def fake_torch(site: FakeSite, version: str = "2.11.0+cu130", cuda: str | None = "13.0",
+               requires: tuple[str, ...] = ()) -> None:
     """A CUDA build of torch on a host without GPUs, enough for the torch probe and the frontend's imports."""
-    site.dist("torch", version)
+    site.dist("torch", version, requires=requires)
     _magic_package(site, "torch", f'''
         import types
         __version__ = {version!r}
@@ -244,6 +245,36 @@ def fake_kernel(site: FakeSite, module: str, dist: str, attr: str | None, versio
     site.file(f"{module}/__init__.py", f"def {attr}(*a, **k):\n    return None\n" if attr else "")
 
 
+def fake_flash_mla(site: FakeSite, branch: str = "nv_dev") -> None:
+    """FlashMLA as its branches define flash_mla_sparse_fwd (flash_mla/flash_mla_interface.py): nv_dev takes
+    indexer_topk, main does not."""
+    site.dist("flash-mla", "1.0.0")
+    extra = ", indexer_topk: int = 0" if branch == "nv_dev" else ""
+    site.file("flash_mla/__init__.py", "from flash_mla.flash_mla_interface import flash_mla_sparse_fwd\n")
+    site.file("flash_mla/flash_mla_interface.py", f"""
+        from typing import Optional
+
+        def flash_mla_sparse_fwd(q, kv, indices, sm_scale: float, d_v: int = 512, attn_sink=None,
+                                 topk_length=None{extra}):
+            return None
+    """)
+
+
+def fake_mbridge(site: FakeSite, default_dispatcher: str = "flex", dsv4: bool = True) -> None:
+    """Megatron-Bridge from git (models/deepseek/deepseek_v4_bridge.py; main defaults the dispatcher to flex)."""
+    site.dist("megatron-bridge", "0.4.0rc0")
+    site.file("megatron/bridge/__init__.py", "")
+    site.file("megatron/bridge/models/__init__.py", "")
+    site.file("megatron/bridge/models/deepseek/__init__.py", "")
+    if dsv4:
+        site.file("megatron/bridge/models/deepseek/deepseek_v4_bridge.py", f"""
+            class DeepSeekV4Bridge:
+                def provider_bridge(self, provider):
+                    provider.moe_token_dispatcher_type = "{default_dispatcher}"
+                    return provider
+        """)
+
+
 def fake_old_verl(site: FakeSite) -> None:
     """verl from before PR #7221: no cp_layout argument, no layout helpers."""
     site.dist("verl", "0.8.0")
@@ -260,7 +291,9 @@ FAKE_BUILDERS = {
     "megatron-core": lambda site, v: fake_megatron_dev(site),
     "nvidia-cutlass-dsl": lambda site, v: fake_cutedsl(site, v or "4.5.2"),
     "torch": lambda site, v: fake_torch(site, v or "2.11.0+cu130"),
-    "flash-mla": lambda site, v: fake_kernel(site, "flash_mla", "flash-mla", "flash_mla_sparse_fwd"),
+    "flash-mla": lambda site, v: fake_flash_mla(site),
+    "flash_mla": lambda site, v: fake_flash_mla(site),
+    "megatron-bridge": lambda site, v: fake_mbridge(site),
     "fast-hadamard-transform": lambda site, v: fake_kernel(site, "fast_hadamard_transform", "fast-hadamard-transform",
                                                            "hadamard_transform", "1.0.4.post1"),
     "triton": lambda site, v: fake_kernel(site, "triton", "triton", None, "3.5.0"),
@@ -272,7 +305,8 @@ COMPONENT_OF = {
     "transformer-engine": "te", "transformer-engine-cu12": "te", "transformer-engine-cu13": "te",
     "transformer-engine-torch": "te", "nvidia-cudnn-frontend": "fe", "apache-tvm-ffi": "tvm",
     "megatron-core": "megatron", "verl": "verl", "nvidia-cutlass-dsl": "cutedsl", "torch": "torch",
-    "flash-mla": "flash_mla", "fast-hadamard-transform": "hadamard", "triton": "triton",
+    "flash-mla": "flash_mla", "flash_mla": "flash_mla", "fast-hadamard-transform": "hadamard", "triton": "triton",
+    "megatron-bridge": "mbridge",
     "nvidia-cudnn-cu13": "cudnn_libs", "nvidia-cudnn-cu12": "cudnn_libs",
 }
 
@@ -319,11 +353,15 @@ class Env:
         for spec in names:
             req = Requirement(spec)
             name = req.name.lower().replace("_", "-")
-            pinned = next((s.version for s in req.specifier if s.operator == "=="), None)
+            # An exact pin, or the lowest version a lower bound accepts (what a resolver may pick: the least it may).
+            pinned = next((s.version for s in req.specifier if s.operator == "=="), None) or \
+                next((s.version for s in req.specifier if s.operator == ">="), None)
             key = f"{name}-{pinned}"
             comp = COMPONENT_OF[name]
             self.drop(comp)
-            if key in WHEELS:
+            # The real nvidia-cutlass-dsl wheel here is the meta wheel alone (its libraries are 150 MB): the
+            # importable stand-in is what an install of the whole thing stands for.
+            if key in WHEELS and name != "nvidia-cutlass-dsl":
                 self.wheel(comp, key)
             else:
                 self.fake(comp, FAKE_BUILDERS[name], pinned)
@@ -339,7 +377,9 @@ def healthy(root: Path, te_version: str = "2.16.1") -> Env:
     env.fake("cutedsl", fake_cutedsl)
     env.fake("megatron", fake_megatron_dev)
     env.wheel("verl", "verl-0.9.0")
-    env.fake("flash_mla", lambda s: fake_kernel(s, "flash_mla", "flash-mla", "flash_mla_sparse_fwd"))
+    env.fake("flash_mla", fake_flash_mla)
+    env.fake("mbridge", fake_mbridge)
+    env.fake("dlpack", lambda s: s.dist("torch-c-dlpack-ext", "0.1.5"))
     env.fake("hadamard", lambda s: fake_kernel(s, "fast_hadamard_transform", "fast-hadamard-transform",
                                                "hadamard_transform", "1.0.4.post1"))
     env.fake("triton", lambda s: fake_kernel(s, "triton", "triton", None, "3.5.0"))

@@ -102,28 +102,47 @@ def test_dsa_wrapper_needs_its_dependencies_and_q_causal_offsets_under_cp(tmp_pa
     env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0")
     dsa = run(env, bare_python, "--cp", "2", "--gpu-arch", "9.0").check("cudnn-fe.dsa")
     assert dsa["status"] == "fail" and "No module named 'torch'" in dsa["summary"]
-    assert dsa["evidence"]["static_q_causal_offsets"] is True  # read from the real wheel with ast
     env.fake("torch", fake_torch).fake("cutedsl", fake_cutedsl)
     dsa = run(env, bare_python, "--cp", "2", "--gpu-arch", "9.0").check("cudnn-fe.dsa")
-    assert dsa["status"] == "pass" and dsa["evidence"]["q_causal_offsets"] is True
+    assert dsa["status"] == "pass", dsa["summary"]
+    # The real 1.27.0 wheel: every fallback wrapper resolves, and exactly the four Megatron may need take the offsets.
+    wrappers = dsa["evidence"]["wrappers"]
+    assert set(wrappers) >= {"indexer_forward_wrapper", "indexer_top_k_wrapper", "sparse_attention_backward_wrapper"}
+    assert {w for w, v in wrappers.items() if v["q_causal_offsets"]} == {
+        "indexer_forward_wrapper", "dense_indexer_score_recompute_wrapper", "dense_attn_score_recompute_wrapper",
+        "dense_indexer_backward_wrapper"}
+
+
+OLD_FRONTEND = """
+__version__ = "1.25.0"
+import types
+def indexer_forward_wrapper(q, k, w, ratio=4, cu_seqlens_q=None, cu_seqlens_k=None{extra}):
+    pass
+def dense_wrapper(q, k, w, **kwargs):
+    pass
+DSA = types.SimpleNamespace(indexer_forward_wrapper=indexer_forward_wrapper, **{{
+    name: dense_wrapper for name in ("indexer_top_k_wrapper", "indexer_backward_wrapper",
+    "dense_attn_score_recompute_wrapper", "dense_indexer_backward_wrapper", "sparse_attention_backward_wrapper",
+    "sparse_attn_score_recompute_wrapper", "dense_indexer_score_recompute_wrapper")}})
+"""
 
 
 def test_frontend_without_q_causal_offsets_fails_under_cp(tmp_path, bare_python):
-    def old_frontend(site: FakeSite):  # like PyPI 1.25.0: DSA wrappers without q_causal_offsets
+    def old_frontend(site: FakeSite, extra: str = ""):  # like PyPI 1.25.0: DSA wrappers without q_causal_offsets
         site.dist("nvidia-cudnn-frontend", "1.25.0")
-        site.file("cudnn/__init__.py", """
-            __version__ = "1.25.0"
-            import types
-            def indexer_forward_wrapper(q, k, w, ratio=4, cu_seqlens_q=None, cu_seqlens_k=None):
-                pass
-            DSA = types.SimpleNamespace(indexer_forward_wrapper=indexer_forward_wrapper)
-        """)
+        site.file("cudnn/__init__.py", OLD_FRONTEND.format(extra=extra))
     env = Env(tmp_path).fake("fe", old_frontend)
     dsa = run(env, bare_python, "--cp", "2", "--gpu-arch", "9.0").check("cudnn-fe.dsa")
     assert dsa["status"] == "fail"
-    assert dsa["summary"].startswith("DSv4 CP with ratio-4 fused DSA requires cuDNN Frontend wrappers with "
-                                     "q_causal_offsets support")
+    assert dsa["summary"] == ("DSv4 CP with ratio-4 fused DSA requires cuDNN Frontend wrappers with q_causal_offsets "
+                              "support; missing from: indexer_forward_wrapper. Install a compatible cuDNN Frontend "
+                              "build or set dsa_kernel_backend='none'.")
     assert run(env, bare_python, "--gpu-arch", "9.0").check("cudnn-fe.dsa")["status"] == "pass"  # CP 1: not needed
+    # A **kwargs is not the parameter (Megatron tests inspect.signature(...).parameters): the dense wrappers here
+    # take **kwargs only, which matters when the dense indexer loss is on; the job's settings are not known.
+    named = Env(tmp_path / "n").fake("fe", old_frontend, ", q_causal_offsets=None")
+    dense = run(named, bare_python, "--cp", "2", "--gpu-arch", "9.0").check("cudnn-fe.dsa")
+    assert dense["status"] == "warn" and "dense indexer loss" in dense["summary"], dense["summary"]
     env.fake("torch", fake_torch).fake("cutedsl", fake_cutedsl)
     assert_fix_turns_green(env, bare_python, "cudnn-fe.dsa", "--cp", "2", "--gpu-arch", "9.0")
 
@@ -153,16 +172,22 @@ def test_two_dist_infos_for_one_distribution_are_a_warning(tmp_path, bare_python
 # --- tvm-ffi and the CuTe DSL --------------------------------------------------------------------------------------
 
 def test_tvm_ffi_versions(tmp_path, bare_python):
-    env = Env(tmp_path).wheel("tvm", "apache-tvm-ffi-0.1.9")
+    # Below what the installed frontend declares: a warning (a declared requirement unmet; no NaN is claimed).
+    env = Env(tmp_path).wheel("tvm", "apache-tvm-ffi-0.1.9").wheel("fe", "nvidia-cudnn-frontend-1.27.0")
     old = run(env, bare_python, "--cp", "2").check("tvm-ffi.version")
-    assert old["status"] == "warn" and "0.1.9 is older than 0.1.11" in old["summary"]
+    assert old["status"] == "warn" and "does not meet what nvidia-cudnn-frontend 1.27.0 declares" in old["summary"]
+    assert "apache-tvm-ffi>=0.1.11" in old["summary"] and "NaN" not in old["summary"] + old["details"]
     assert commands(old) == [TVM_FIX]
     assert_fix_turns_green(env, bare_python, "tvm-ffi.version", "--cp", "2")
-    assert run(env, bare_python, "--cp", "2").check("tvm-ffi.version")["evidence"]["version"] == "0.1.11"
-    missing = run(Env(tmp_path / "m"), bare_python, "--cp", "2").check("tvm-ffi.version")
-    assert missing["status"] == "fail"
-    skipped = run(Env(tmp_path / "m"), bare_python, "--cp", "1").check("tvm-ffi.version")
-    assert skipped["status"] == "skip" and "not needed" in skipped["summary"]
+    # Frontend 1.26.0 declares no bound: 0.1.9 meets it.
+    env = Env(tmp_path / "26").wheel("tvm", "apache-tvm-ffi-0.1.9").wheel("fe", "nvidia-cudnn-frontend-1.26.0")
+    assert run(env, bare_python).check("tvm-ffi.version")["status"] == "pass"
+    # Missing: a failure with the cudnn backend at any CP (the DSA kernels import tvm_ffi), and with CP > 1.
+    for args in ((), ("--cp", "2"), ("--cp", "2", "--dsa-backend", "none")):
+        missing = run(Env(tmp_path / "m"), bare_python, *args).check("tvm-ffi.version")
+        assert missing["status"] == "fail" and "No module named 'tvm_ffi'" in missing["details"], args
+    skipped = run(Env(tmp_path / "m"), bare_python, "--dsa-backend", "none").check("tvm-ffi.version")
+    assert skipped["status"] == "skip"
 
 
 def test_cutlass_stack_for_cp(tmp_path, bare_python):
@@ -346,8 +371,14 @@ def test_kernels(tmp_path, bare_python):
     assert result.check("kernels.fast-hadamard")["status"] == "fail"
     assert result.check("kernels.triton")["status"] == "warn"
     assert run(env, bare_python, "--dsa-backend", "none").check("kernels.flash-mla")["status"] == "skip"
-    for check_id in ("kernels.flash-mla", "kernels.fast-hadamard", "kernels.triton"):
+    for check_id in ("kernels.flash-mla", "kernels.fast-hadamard"):
         assert_fix_turns_green(env, bare_python, check_id)
+    # The triton fix pins what torch declares; without torch it says why it has no command.
+    triton = run(env, bare_python, "--only", "kernels.triton").check("kernels.triton")
+    assert "torch is not installed" in triton["fixes"][0]["description"] and not triton["fixes"][0]["commands"]
+    env.fake("torch", lambda site: fake_torch(site, requires=('triton==3.6.0; platform_system == "Linux"',)))
+    triton = run(env, bare_python, "--only", "kernels.triton").check("kernels.triton")
+    assert commands(triton) == ["pip install triton==3.6.0"]
 
 
 def test_fast_hadamard_missing_with_verl_shim_is_a_warning(tmp_path, bare_python):

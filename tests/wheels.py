@@ -21,6 +21,11 @@ PY312 = ["--python-version", "3.12", "--ignore-requires-python", "--platform", "
 WHEELS = {
     "nvidia-cudnn-frontend-1.26.0": ("nvidia-cudnn-frontend==1.26.0", []),
     "nvidia-cudnn-frontend-1.27.0": ("nvidia-cudnn-frontend==1.27.0", []),
+    # 1.32.0 requires nvidia-cutlass-dsl[cu13]>=4.8.0 unconditionally; with the 4.5.2 meta wheel below it is the
+    # published state the fix planner must resolve.
+    "nvidia-cudnn-frontend-1.32.0": ("nvidia-cudnn-frontend==1.32.0", []),
+    "nvidia-cutlass-dsl-4.5.2": ("nvidia-cutlass-dsl==4.5.2", []),  # the 10 kB meta wheel, without its libraries
+    "megatron-bridge-0.3.1": ("megatron-bridge==0.3.1", []),  # the newest release: no DeepSeek-V4 bridge
     "apache-tvm-ffi-0.1.9": ("apache-tvm-ffi==0.1.9", []),
     "apache-tvm-ffi-0.1.11": ("apache-tvm-ffi==0.1.11", []),
     # megatron-core >= 0.17 ships cp312 wheels only; the doctor reads it with ast, never imports it.

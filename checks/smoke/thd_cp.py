@@ -9,30 +9,52 @@ from dsv4_doctor.probes import Probe
 from .. import fixes
 from .._upstream import EAV, mlm
 
-FIX_FE, FIX_CUTLASS, FIX_TVM, FIX_MCORE = fixes.FE, fixes.CUTLASS, fixes.TVM_FFI, fixes.MCORE
-FIX_FLASH_MLA, FIX_HADAMARD, FIX_TE, INSTALL_TORCH = fixes.FLASH_MLA, fixes.FAST_HADAMARD, fixes.TE, fixes.TORCH
-
 MEMORY_LIMIT_MIB = 1024
 
-# Upstream texts and missing modules a tier-2 failure can show, and the rulebook fix for each.
-TIER2_TEXTS: tuple[tuple[str, list[Fix]], ...] = (
-    ("requires cp_partition_mode='contiguous'", [FIX_MCORE]),
-    ("DSv4 THD CP requires a contiguous CP partition", [FIX_MCORE]),
-    ("Invalid experimental attention variant", [FIX_MCORE]),
-    ("SFT sequence packing requires Transformer Engine", [FIX_TE]),
-    ("requires CUDA tensors and CuTeDSL", [FIX_CUTLASS]),
-    ("CSA CP CuTe kernels", []),
-    ("FlashMLA is required", [FIX_FLASH_MLA]),
-    ("fast_hadamard_transform is not installed", [FIX_HADAMARD]),
-    ("q_causal_offsets", [FIX_FE]),
-    ("cudnn-frontend DSA namespace not available", [FIX_FE]),
-    ("requires fused DSA kernels", [FIX_FE, FIX_FLASH_MLA]),
+# Upstream texts and missing modules a tier-2 failure can show: the rule that reports the cause, and its fix.
+TIER2_TEXTS: tuple[tuple[str, str], ...] = (
+    ("requires cp_partition_mode='contiguous'", "mcore.cp-partition-mode"),
+    ("DSv4 THD CP requires a contiguous CP partition", "mcore.cp-partition-mode"),
+    ("Invalid experimental attention variant", "mcore.dsv4"),
+    ("SFT sequence packing requires Transformer Engine", "te.version"),
+    ("requires CUDA tensors and CuTeDSL", "cutlass-dsl.import"),
+    ("CSA CP CuTe kernels", "gpu.arch"),
+    ("FlashMLA is required", "kernels.flash-mla"),
+    ("indexer_topk", "kernels.flash-mla"),
+    ("fast_hadamard_transform is not installed", "kernels.fast-hadamard"),
+    ("q_causal_offsets", "cudnn-fe.dsa"),
+    ("cudnn-frontend DSA namespace not available", "cudnn-fe.dsa"),
+    ("requires fused DSA kernels", "cudnn-fe.dsa"),
 )
 TIER2_MODULES = {
-    "transformer_engine": [FIX_TE], "cudnn": [FIX_FE], "cutlass": [FIX_CUTLASS], "cuda": [FIX_CUTLASS],
-    "flash_mla": [FIX_FLASH_MLA], "fast_hadamard_transform": [FIX_HADAMARD], "megatron": [FIX_MCORE],
-    "tvm_ffi": [FIX_TVM], "torch": [INSTALL_TORCH],
+    "transformer_engine": "te.import", "cudnn": "cudnn-fe.version", "cutlass": "cutlass-dsl.import",
+    "cuda": "cutlass-dsl.import", "flash_mla": "kernels.flash-mla", "fast_hadamard_transform": "kernels.fast-hadamard",
+    "megatron": "mcore.dsv4", "tvm_ffi": "tvm-ffi.version", "torch": "torch.install",
 }
+RULE_FIXES = {
+    "mcore.cp-partition-mode": lambda s: [fixes.mcore()], "mcore.dsv4": lambda s: [fixes.mcore()],
+    "te.version": lambda s: [fixes.TE], "te.import": lambda s: [fixes.TE],
+    "cutlass-dsl.import": lambda s: [fixes.cutlass(s)], "gpu.arch": lambda s: [fixes.SUPPORTED_GPU],
+    "kernels.flash-mla": lambda s: [fixes.FLASH_MLA], "kernels.fast-hadamard": lambda s: [fixes.FAST_HADAMARD],
+    "cudnn-fe.dsa": lambda s: [fixes.frontend_stack(s)], "cudnn-fe.version": lambda s: [fixes.frontend_stack(s)],
+    "tvm-ffi.version": lambda s: [fixes.tvm_ffi(s)], "torch.install": lambda s: [fixes.torch(s)],
+}
+
+
+def tier2_rule(error: dict) -> str | None:
+    """The rule that reports what a tier-2 error shows, or None."""
+    text = f"{error.get('type')}: {error.get('message')}"
+    missing = (error.get("missing_module") or "").split(".")[0]
+    if missing in TIER2_MODULES:
+        return TIER2_MODULES[missing]
+    return next((rule for needle, rule in TIER2_TEXTS if needle in text), None)
+
+
+def tier2_fixes(error: dict, static=None) -> list[Fix]:
+    from dsv4_doctor.facts import StaticFacts
+
+    rule = tier2_rule(error)
+    return RULE_FIXES[rule](static or StaticFacts({})) if rule in RULE_FIXES else []
 
 
 def _not_run(profile: Profile) -> str | None:
@@ -50,23 +72,12 @@ def smoke_probe(profile: Profile) -> Probe:
     return Probe.beside(__file__, f"smoke:cp={profile.cp}:device={profile.device}", "dsv4probe_smoke.py", request)
 
 
-def tier2_fixes(error: dict) -> list[Fix]:
-    text = f"{error.get('type')}: {error.get('message')}"
-    missing = (error.get("missing_module") or "").split(".")[0]
-    if missing in TIER2_MODULES:
-        return TIER2_MODULES[missing]
-    for needle, found in TIER2_TEXTS:
-        if needle in text:
-            return found
-    return []
-
-
 def _describe(cmp_: dict) -> str:
     return (f"max |err| {cmp_['max_abs_error']:.2e} <= {cmp_['tolerance']:g}, "
             f"zigzag control {cmp_['negative_control_zigzag_error']:.2f}")
 
 
-def _tier2(data: dict, evidence: dict):
+def _tier2(ctx: Context, data: dict, evidence: dict):
     """A Result for a failed tier 2, or None when it passed or did not run."""
     for name, t2 in (data.get("tier2") or {}).items():
         label = "CP=1" if name == "cp1" else f"CP={t2.get('cp')}"
@@ -74,7 +85,8 @@ def _tier2(data: dict, evidence: dict):
             err = t2["error"]
             return failed(
                 f"the DSv4 hybrid attention layer ({label}) failed at {t2.get('stage')}: {err.get('type')}: "
-                f"{err.get('message')}", "\n".join(err.get("where", [])), fixes=tier2_fixes(err), evidence=evidence)
+                f"{err.get('message')}", "\n".join(err.get("where", [])), fixes=tier2_fixes(err, ctx.static),
+                evidence=evidence)
         if not t2.get("finite", True):
             settings = ", ".join(f"{k}={v}" for k, v in (t2.get("settings") or {}).items())
             return failed(f"the DSv4 hybrid attention layer ({label}) produced non-finite output",
@@ -94,9 +106,9 @@ def _smoke(ctx: Context) -> Result:
     if not data.get("imported"):
         err = data.get("error", {})
         return failed(f"torch does not import, so nothing can run: {err.get('type')}: {err.get('message')}",
-                      fixes=[INSTALL_TORCH], evidence={"error": err})
+                      fixes=[fixes.torch(ctx.static)], evidence={"error": err})
     if data.get("device_error"):
-        return failed(data["device_error"], fixes=[INSTALL_TORCH], evidence={"torch": data.get("torch")})
+        return failed(data["device_error"], fixes=[fixes.torch(ctx.static)], evidence={"torch": data.get("torch")})
     t1 = data.get("tier1", {})
     evidence = {
         "device": data.get("device"), "torch": data.get("torch"), "cp": data.get("cp"),
@@ -135,7 +147,7 @@ def _smoke(ctx: Context) -> Result:
                 return failed(f"{kind} attention across {data['cp']} {dist.get('process_backend')} ranks differs "
                               f"from the reference: {_describe(cmp_)}, {cmp_.get('max_abs_diff_vs_single_device'):.3g}"
                               " from the single-device result", evidence=evidence)
-    bad = _tier2(data, evidence)
+    bad = _tier2(ctx, data, evidence)
     if bad is not None:
         return bad
     ranks = f"{data['cp']} {dist['process_backend'].upper()} processes" if dist.get("ran") else \
@@ -184,7 +196,7 @@ smoke_thd_cp = Check(
         Source("NVIDIA gpu-operator #2685 (validator said Ready while CUDA workloads failed)",
                "https://github.com/NVIDIA/gpu-operator/issues/2685"),
     ),
-    fixes=(INSTALL_TORCH,),
+    fixes=(fixes.TORCH,),
     skip_if=_not_run,
     needs=("torch.install",),
     probes=lambda profile: [] if _not_run(profile) else [smoke_probe(profile)],

@@ -276,9 +276,36 @@ def source_facts(module, needles, owners=()):
     return result
 
 
+def _requirement_name(line):
+    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+    return normalize(m.group(1)) if m else None
+
+
+def dependents(names):
+    """Every installed distribution that declares a requirement on one of `names`: {dist: {version, requires}}.
+
+    Reads every METADATA on sys.path once (a few ms per hundred distributions)."""
+    wanted = set(normalize(n) for n in names)
+    out = {}
+    for key in _index():
+        if key in wanted:
+            continue
+        facts = distribution_facts(key)["copies"]
+        if not facts or facts[0].get("error"):
+            continue
+        hits = [r for r in facts[0].get("requires") or [] if _requirement_name(r) in wanted]
+        if hits:
+            out[facts[0]["name"]] = {"version": facts[0]["version"], "path": facts[0]["path"], "requires": hits}
+    return out
+
+
 def answer(request):
     out = {"python": python_facts(), "distributions": {}, "modules": {}, "sources": {}}
-    for name in request.get("distributions", []):
+    names = list(request.get("distributions", []))
+    prefixes = tuple(normalize(p) for p in request.get("distribution_prefixes", []))
+    if prefixes:
+        names += sorted(k for k in _index() if k.startswith(prefixes) and k not in {normalize(n) for n in names})
+    for name in names:
         try:
             out["distributions"][name] = distribution_facts(name)
         except Exception as exc:
@@ -295,6 +322,11 @@ def answer(request):
             out["sources"][name] = source_facts(name, needles, owners)
         except Exception as exc:
             out["sources"][name] = {"found": False, "error": error_info(exc)["message"]}
+    if request.get("dependents_of"):
+        try:
+            out["dependents"] = dependents(request["dependents_of"])
+        except Exception as exc:
+            out["dependents"] = {"error": error_info(exc)["message"]}
     return out
 
 

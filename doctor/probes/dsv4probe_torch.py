@@ -1,11 +1,56 @@
-"""The torch probe: import torch and report its build and the CUDA devices it sees. Stdlib besides torch."""
+"""The torch probe: import torch and report its build, the CUDA devices it sees, and the cuDNN and NCCL libraries it
+really loaded (from /proc/self/maps) beside the copies on disk. Stdlib besides torch."""
 
+import glob
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under PYTHONSAFEPATH / -P
 from dsv4probe_common import error_info, serve
+
+
+LIBRARIES = ("libcudnn.so", "libnccl.so")
+SYSTEM_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
+               "/usr/local/cuda/lib64", "/lib/x86_64-linux-gnu")
+
+
+def loaded_libraries():
+    """The cuDNN and NCCL files mapped into this process, by family."""
+    out = dict((name, []) for name in LIBRARIES)
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = set(line.split()[-1] for line in fh if ".so" in line and "/" in line)
+    except OSError:
+        return out
+    for path in sorted(paths):
+        base = os.path.basename(path)
+        for name in LIBRARIES:
+            if base == name or base.startswith(name + "."):
+                out[name].append(path)
+    return out
+
+
+def copies_on_disk():
+    """Every copy of the cuDNN and NCCL libraries this process could find: wheels, LD_LIBRARY_PATH, system folders."""
+    dirs = []
+    for entry in sys.path:
+        dirs += glob.glob(os.path.join(entry or ".", "nvidia", "*", "lib"))
+    dirs += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDNN_PATH")
+    if home:
+        dirs += [os.path.join(home, "lib64"), os.path.join(home, "lib")]
+    dirs += list(SYSTEM_DIRS)
+    out = dict((name, []) for name in LIBRARIES)
+    seen = set()
+    for d in dirs:
+        for name in LIBRARIES:
+            for path in sorted(glob.glob(os.path.join(d, name + ".*"))):
+                real = os.path.realpath(path)
+                if real not in seen and not path.endswith(".py"):
+                    seen.add(real)
+                    out[name].append({"path": path, "realpath": real})
+    return out
 
 
 def answer(request):
@@ -56,6 +101,12 @@ def answer(request):
         out.setdefault("device_count", 0)
         out["cuda_error"] = error_info(exc)
     out["devices"] = devices
+    if out.get("cuda_build"):
+        try:
+            out["loaded_libraries"] = loaded_libraries()
+            out["libraries_on_disk"] = copies_on_disk()
+        except BaseException as exc:
+            out["libraries_error"] = error_info(exc)["message"]
     return out
 
 

@@ -1,0 +1,317 @@
+"""Rulebook v2: the corrections (no false pass, fixes that work where they are run) and the new checks, against real
+published wheels and fakes that mirror the upstream files they name."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FakeSite, run_doctor
+from fakes import Env, fake_cutedsl, fake_flash_mla, fake_mbridge, fake_megatron_dev, fake_te, fake_torch, healthy
+from test_rules import assert_fix_turns_green, commands, run
+from wheels import CACHE, ensure
+
+EAV = "megatron/core/transformer/experimental_attention_variant/"
+LIBZ = next((p for p in ("/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1",
+                         "/lib64/libz.so.1", "/usr/lib64/libz.so.1") if os.path.exists(p)), None)
+needs_elf = pytest.mark.skipif(LIBZ is None, reason="needs a real ELF shared library (libz.so.1) to copy")
+
+
+# --- kernels.flash-mla: the parameter Megatron passes, not just the import ------------------------------------------
+
+def test_flash_mla_from_main_fails_and_nv_dev_passes(tmp_path, bare_python):
+    env = Env(tmp_path).fake("flash_mla", fake_flash_mla, "main")
+    row = run(env, bare_python, "--only", "kernels.flash-mla").check("kernels.flash-mla")
+    assert row["status"] == "fail" and "no indexer_topk parameter" in row["summary"]
+    assert "unexpected keyword argument 'indexer_topk'" in row["summary"]
+    assert "nv_dev" in commands(row)[0]
+    assert_fix_turns_green(env, bare_python, "kernels.flash-mla")
+    ok = run(env, bare_python, "--only", "kernels.flash-mla").check("kernels.flash-mla")
+    assert ok["evidence"]["params_from"] == "signature" and "indexer_topk" in ok["evidence"]["params"]
+
+
+def test_flash_mla_signature_falls_back_to_ast(tmp_path, bare_python):
+    def builtin_fwd(site: FakeSite):  # the function the package exports has no readable signature (a builtin)
+        fake_flash_mla(site, "main")
+        site.file("flash_mla/__init__.py", "flash_mla_sparse_fwd = max\n")
+    row = run(Env(tmp_path).fake("flash_mla", builtin_fwd), bare_python, "--only",
+              "kernels.flash-mla").check("kernels.flash-mla")
+    assert row["evidence"]["params_from"].startswith("ast")
+    assert row["status"] == "fail" and "no indexer_topk parameter" in row["summary"]
+
+
+# --- cudnn-fe.dsa: what the installed Megatron calls ----------------------------------------------------------------
+
+def test_dsa_wrappers_are_read_from_the_installed_megatron(tmp_path, bare_python):
+    def megatron(site: FakeSite):
+        fake_megatron_dev(site)
+        site.file(EAV + "dsa_cudnn_kernels.py", """
+            _cudnn_dsa = None
+            def fwd(q):
+                return _cudnn_dsa.indexer_forward_wrapper(q)["scores"], _cudnn_dsa.future_magic_wrapper(q)
+        """)
+    env = healthy(tmp_path).fake("megatron", megatron)
+    row = run(env, bare_python, "--only", "cudnn-fe.dsa", "--cp", "2", "--gpu-arch", "9.0").check("cudnn-fe.dsa")
+    assert row["status"] == "fail" and "cudnn.DSA.future_magic_wrapper does not load" in row["summary"]
+    assert row["evidence"]["wrappers_from"][0].endswith("dsa_cudnn_kernels.py")
+    assert row["evidence"]["wrappers"]["indexer_forward_wrapper"]["resolves"] is True
+
+
+# --- cudnn-fe.csa: only where the installed Megatron has a fused compressor -----------------------------------------
+
+def test_csa_skips_without_megatrons_fused_compressor(tmp_path, bare_python):
+    def before_108cb6bc(site: FakeSite):  # verl's tested fd1121b8: no fused compressor under either name
+        fake_megatron_dev(site)
+        (site.root / EAV / "csa_utils" / "fused_compressor.py").unlink()
+    env = healthy(tmp_path).fake("megatron", before_108cb6bc).wheel("fe", "nvidia-cudnn-frontend-1.26.0")
+    row = run(env, bare_python, "--only", "cudnn-fe.csa", "--gpu-arch", "10.0").check("cudnn-fe.csa")
+    assert row["status"] == "skip" and "no fused CSA compressor" in row["summary"]
+
+    def old_name(site: FakeSite):  # 108cb6bc to before 1c44a570: csa_fused_compressor.py
+        before_108cb6bc(site)
+        site.file(EAV + "csa_fused_compressor.py", "_SUPPORTED_COMPUTE_CAPABILITY = (10, 0)\n")
+    env.fake("megatron", old_name)
+    row = run(env, bare_python, "--only", "cudnn-fe.csa", "--gpu-arch", "10.0").check("cudnn-fe.csa")
+    assert row["status"] == "fail" and "has no cudnn.csa" in row["summary"]
+
+
+# --- te.import: an undefined versioned symbol names its library -------------------------------------------------------
+
+CUBLAS_ERROR = ("{lib}: undefined symbol: cublasLtGroupedMatrixLayoutInit_internal, version libcublasLt.so.13")
+
+
+@needs_elf
+def test_te_import_reads_the_library_that_lacks_the_symbol(tmp_path, bare_python):
+    def cublas(site: FakeSite):  # nvidia-cublas 13.1.0.3's layout, its library a real ELF without that symbol
+        d = site.dist("nvidia-cublas", "13.1.0.3")
+        lib = site.root / "nvidia" / "cublas" / "lib" / "libcublasLt.so.13"
+        lib.parent.mkdir(parents=True)
+        shutil.copy(LIBZ, lib)
+        (d / "RECORD").write_text("nvidia/cublas/lib/libcublasLt.so.13,,\n")
+    env = Env(tmp_path).fake("cublas", cublas).fake("te", fake_te, "2.16.1", import_error=CUBLAS_ERROR.format(
+        lib="/site/transformer_engine/wheel_lib/libtransformer_engine.so"))
+    row = run(env, bare_python, "--only", "te.import").check("te.import")
+    assert row["status"] == "fail"
+    assert "nvidia-cublas 13.1.0.3" in row["details"] and "does not export it" in row["details"]
+    assert "ABI mismatch" not in row["details"]
+    assert "nvidia-cublas>=13.2" in row["details"] and "cuda-toolkit==13.0.2" in row["details"]
+    assert commands(row) == ["pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]==2.12.0'"]
+    provider = row["evidence"]["providers"][0]
+    assert provider["exports"] is False and provider["owner"]["distribution"] == "nvidia-cublas"
+
+
+def test_te_import_torch_symbol_is_still_an_abi_mismatch(tmp_path, bare_python):
+    env = Env(tmp_path).fake("te", fake_te, "2.16.1", import_error=(
+        "/site/transformer_engine_torch.cpython-312-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi"))
+    row = run(env, bare_python, "--only", "te.import").check("te.import")
+    assert row["status"] == "fail" and "ABI mismatch" in row["details"]
+    assert "--force-reinstall" in commands(row)[0]
+
+
+# --- Megatron: the pin, and a PYTHONPATH checkout pip cannot change --------------------------------------------------
+
+def test_megatron_fix_pins_d48bd6be_and_explains_fd1121b8(tmp_path, bare_python):
+    row = run(Env(tmp_path), bare_python, "--only", "mcore.dsv4").check("mcore.dsv4")
+    assert commands(row) == ["pip install --no-deps 'megatron-core @ git+https://github.com/NVIDIA/Megatron-LM.git"
+                             "@d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1'"]
+    explained = run_doctor("explain", "mcore.dsv4").stdout
+    assert "fd1121b8" in explained and "4b01a1b9" in explained and "108cb6bc" in explained
+
+
+def test_a_megatron_checkout_on_pythonpath_is_named_in_the_fix(tmp_path, bare_python):
+    def release_and_checkout(site: FakeSite):  # verl's image: Megatron-Bridge's 3rdparty/Megatron-LM on PYTHONPATH
+        (site.root / "3rdparty" / "Megatron-LM" / "megatron" / "core").mkdir(parents=True)
+        (site.root / "3rdparty" / "Megatron-LM" / "megatron" / "core" / "__init__.py").write_text("")
+    env = Env(tmp_path).fake("checkout", release_and_checkout)
+    env.sites["checkout"] = env.sites["checkout"] / "3rdparty" / "Megatron-LM"
+    row = run(env, bare_python, "--only", "mcore.dsv4").check("mcore.dsv4")
+    assert row["status"] == "fail" and not commands(row)
+    assert "pip install` would not take effect" in row["fixes"][0]["description"]
+    assert "3rdparty/Megatron-LM" in row["fixes"][0]["description"]
+
+
+def test_mcore_config_says_which_scheduler_verl_uses(tmp_path, bare_python):
+    env = Env(tmp_path).fake("megatron", fake_megatron_dev).wheel("verl", "verl-0.9.0")
+    row = run(env, bare_python, "--only", "mcore.config", "--cp", "2").check("mcore.config")
+    assert "sequence_packing_scheduler=default_dynamic_cp" in row["details"] and "PR #6555" in row["details"]
+
+
+# --- torch fix: a manual step naming the extensions to rebuild -------------------------------------------------------
+
+def test_the_torch_fix_is_manual_and_names_the_extensions_found(tmp_path, bare_python):
+    env = Env(tmp_path).fake("te", fake_te, "2.16.1").fake("flash_mla", fake_flash_mla)
+    row = run(env, bare_python, "--only", "torch.install").check("torch.install")
+    fix = row["fixes"][0]
+    assert fix["manual"] and fix["phase"] == "runtime"
+    assert "transformer-engine-torch 2.16.1" in fix["notes"][0] and "flash-mla 1.0.0" in fix["notes"][0]
+    plan = env.doctor("fix", "--only", "torch.install", python=bare_python).stdout
+    assert '#   "$PY" -m pip install torch==2.11.0' in plan  # printed as a comment, never run
+
+
+# --- cutlass follows the frontend; the plan as a whole resolves -----------------------------------------------------
+
+@pytest.mark.slow  # asks the package index (pip --dry-run)
+def test_frontend_1_32_with_cutlass_4_5_2_gets_a_plan_pip_accepts(tmp_path, bare_python):
+    env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.32.0").wheel("cutlass", "nvidia-cutlass-dsl-4.5.2")
+    env.fake("torch", fake_torch).wheel("tvm", "apache-tvm-ffi-0.1.11")
+    row = run(env, bare_python, "--only", "deps.consistency").check("deps.consistency")
+    assert row["status"] == "fail"
+    assert "nvidia-cudnn-frontend 1.32.0 requires nvidia-cutlass-dsl[cu13]>=4.8.0" in row["summary"]
+    script = env.doctor("fix", "--only", "deps.*,cudnn-fe.*,tvm-ffi.version,cutlass-dsl.import", "--cp", "2",
+                        python=bare_python, timeout=120).stdout
+    pins = [line for line in script.splitlines() if line.startswith('"$PY" -m pip install')]
+    assert any("'nvidia-cutlass-dsl[cu13]>=4.8.0'" in p for p in pins), pins
+    assert not any("nvidia-cutlass-dsl[cu13]==4.5.2" in p for p in pins)  # never what the frontend rejects
+    assert not any("nvidia-cudnn-frontend==1.27.0" in p for p in pins)  # the installed frontend is kept
+    assert_plan_resolves(script, env, tmp_path)
+
+
+def assert_plan_resolves(script: str, env: Env, tmp_path: Path) -> None:
+    """The oracle: pip resolves every pin of the plan (a dry run, no dependencies, a report), and with the pinned
+    versions in place of the installed ones, every requirement among the DSv4 packages holds."""
+    from packaging.requirements import Requirement
+
+    specs = []
+    for line in script.splitlines():
+        if line.startswith('"$PY" -m pip install'):
+            import shlex
+            specs += [w for w in shlex.split(line)[4:] if not w.startswith("-") and " @ " not in w]
+    report = tmp_path / "dry-run.json"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed",
+                    "--only-binary=:all:", "--disable-pip-version-check", "-q", "--report", str(report),
+                    "--target", str(tmp_path / "unused"), *specs], check=True, timeout=600)
+    chosen = {item["metadata"]["name"].lower(): item["metadata"] for item in json.loads(report.read_text())["install"]}
+    assert set(chosen) >= {Requirement(s).name.lower() for s in specs}
+    fe = chosen.get("nvidia-cudnn-frontend") or _metadata(env, "nvidia-cudnn-frontend")
+    cutlass = chosen.get("nvidia-cutlass-dsl") or _metadata(env, "nvidia-cutlass-dsl")
+    tvm = chosen.get("apache-tvm-ffi") or _metadata(env, "apache-tvm-ffi")
+    for line in fe.get("requires_dist") or []:
+        req = Requirement(line)
+        have = {"nvidia-cutlass-dsl": cutlass, "apache-tvm-ffi": tvm}.get(req.name.lower())
+        if have is not None and (req.marker is None or req.marker.evaluate({"extra": "cutedsl"})):
+            assert req.specifier.contains(have["version"], prereleases=True), (line, have["version"])
+
+
+def _metadata(env: Env, name: str) -> dict:
+    for site in env.sites.values():
+        for d in site.glob("*.dist-info"):
+            text = (d / "METADATA").read_text(errors="replace")
+            fields = dict(line.split(": ", 1) for line in text.split("\n\n")[0].splitlines() if ": " in line)
+            if fields.get("Name", "").lower() == name:
+                return {"version": fields["Version"], "requires_dist": [
+                    line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("Requires-Dist: ")]}
+    raise AssertionError(f"{name} is not installed")
+
+
+# --- new checks -----------------------------------------------------------------------------------------------------
+
+def test_mbridge_dsv4(tmp_path, bare_python):
+    assert run(Env(tmp_path), bare_python, "--only", "mbridge.dsv4").check("mbridge.dsv4")["status"] == "skip"
+    env = Env(tmp_path).wheel("verl", "verl-0.9.0")
+    missing = run(env, bare_python, "--only", "mbridge.dsv4").check("mbridge.dsv4")
+    assert missing["status"] == "fail" and "No module named 'megatron.bridge'" in missing["summary"]
+    env.wheel("mbridge", "megatron-bridge-0.3.1")  # the newest release: no DeepSeek-V4 bridge
+    release = run(env, bare_python, "--only", "mbridge.dsv4").check("mbridge.dsv4")
+    assert release["status"] == "fail" and "Megatron-Bridge 0.3.1 has no DeepSeek-V4 bridge" in release["summary"]
+    assert "c7774d44d4b3101dc6bdf8c8d38a32e909e1ea11" in commands(release)[0]
+    env.fake("mbridge", fake_mbridge, "flex")
+    main = run(env, bare_python, "--only", "mbridge.dsv4").check("mbridge.dsv4")
+    assert main["status"] == "pass" and main["evidence"]["default_dispatcher"] == "flex (HybridEP)"
+    env.fake("mbridge", fake_mbridge, "alltoall")
+    tested = run(env, bare_python, "--only", "mbridge.dsv4").check("mbridge.dsv4")
+    assert tested["evidence"]["default_dispatcher"] == "alltoall"
+
+
+def _smi(tmp_path: Path, driver: str) -> dict:
+    bin_dir = tmp_path / f"bin-{driver}"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho '0, NVIDIA H200, 9.0, 143771, {driver}'\n")
+    smi.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_gpu_driver(tmp_path, bare_python):
+    env = Env(tmp_path).fake("torch", fake_torch)  # torch.version.cuda = 13.0
+    assert run(env, bare_python, "--only", "gpu.driver", "--gpu-arch", "9.0").check("gpu.driver")["status"] == "skip"
+    old = env.doctor("check", "-f", "json", "--only", "gpu.driver", python=bare_python,
+                     env=_smi(tmp_path, "570.86.15")).check("gpu.driver")
+    assert old["status"] == "fail" and "needs driver API 13000" in old["summary"] and "12080" in old["summary"]
+    new = env.doctor("check", "-f", "json", "--only", "gpu.driver", python=bare_python,
+                     env=_smi(tmp_path, "580.159.04")).check("gpu.driver")
+    assert new["status"] == "pass" and "CUDA 13.0" in new["summary"]
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build a stand-in libcuda")
+def test_gpu_driver_reads_forward_compatibility_from_libcuda(tmp_path, bare_python):
+    """A libcuda that reports API 13000 (as cuda-compat does) on an R570 host: the job gets CUDA 13."""
+    lib = tmp_path / "compat" / "libcuda.so.1"
+    lib.parent.mkdir()
+    src = tmp_path / "cuda.c"
+    src.write_text("int cuDriverGetVersion(int *v) { *v = 13000; return 0; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    env = Env(tmp_path).fake("torch", fake_torch)
+    row = env.doctor("check", "-f", "json", "--only", "gpu.driver", python=bare_python,
+                     env=dict(_smi(tmp_path, "570.86.15"), LD_LIBRARY_PATH=str(lib.parent))).check("gpu.driver")
+    assert row["status"] == "pass" and "forward compatibility" in row["summary"]
+    assert row["evidence"]["cuDriverGetVersion"] == 13000 and row["evidence"]["libcuda"].endswith("libcuda.so.1")
+
+
+def test_deps_consistency_names_other_dependents_and_warns_on_the_rest(tmp_path, bare_python):
+    def vllm(site: FakeSite):
+        site.dist("vllm", "0.15.0", requires=("apache-tvm-ffi==0.1.10", "torch==2.10.0"))
+    env = healthy(tmp_path).fake("vllm", vllm)
+    row = run(env, bare_python, "--only", "deps.consistency").check("deps.consistency")
+    assert row["status"] == "pass", row["summary"]
+    assert "vllm 0.15.0 requires apache-tvm-ffi==0.1.10" in row["details"]
+    env.fake("te", fake_te, "2.16.1", dists={"transformer-engine": "2.16.1", "transformer-engine-cu13": "2.16.1"})
+    (env.sites["te"] / "transformer_engine-2.16.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: transformer-engine\nVersion: 2.16.1\n"
+        'Requires-Dist: transformer_engine_torch==2.16.1; extra == "pytorch"\n'
+        'Requires-Dist: transformer_engine_cu13==2.16.1; extra == "core-cu13"\n')
+    broken = run(env, bare_python, "--only", "deps.consistency").check("deps.consistency")
+    assert broken["status"] == "fail" and "transformer_engine_torch==2.16.1" in broken["summary"]
+
+
+@needs_elf
+def test_libs_loaded(tmp_path, bare_python):
+    def torch_with_libs(site: FakeSite, other: Path | None, cudnn: int):
+        fake_torch(site)
+        wheel_lib = site.root / "nvidia" / "cudnn" / "lib" / "libcudnn.so.9"
+        wheel_lib.parent.mkdir(parents=True)
+        shutil.copy(LIBZ, wheel_lib)
+        site.dist("nvidia-cudnn-cu13", "9.19.0.56")
+        loads = [str(wheel_lib)] + ([str(other)] if other else [])
+        init = site.root / "torch" / "__init__.py"
+        init.write_text(init.read_text().replace("return 91900", f"return {cudnn}") +
+                        f"\nimport ctypes\nfor _p in {loads!r}:\n    ctypes.CDLL(_p)\n")
+    good = Env(tmp_path / "good").fake("torch", torch_with_libs, None, 91900)
+    row = run(good, bare_python, "--only", "libs.loaded,torch.install").check("libs.loaded")
+    assert row["status"] == "pass" and "cuDNN 9.19.0" in row["summary"], row["summary"]
+    apt = tmp_path / "apt" / "libcudnn.so.9"
+    apt.parent.mkdir()
+    shutil.copy(LIBZ, apt)
+    both = Env(tmp_path / "both").fake("torch", torch_with_libs, apt, 91000)
+    row = run(both, bare_python, "--only", "libs.loaded,torch.install").check("libs.loaded")
+    assert row["status"] == "warn"
+    assert "two copies of cuDNN are loaded" in row["summary"] and "9.10.0" in row["summary"]
+    cpu = run(Env(tmp_path / "cpu").fake("torch", fake_torch, "2.11.0", None), bare_python,
+              "--only", "libs.loaded").check("libs.loaded")
+    assert cpu["status"] == "skip"
+
+
+def test_new_checks_are_in_the_rules_table():
+    table = run_doctor("list", "-f", "markdown").stdout
+    for check_id in ("mbridge.dsv4", "gpu.driver", "deps.consistency", "libs.loaded"):
+        assert f"`{check_id}`" in table
+
+
+def test_wheel_cache_holds_the_published_frontend_1_32_0():
+    assert (ensure("nvidia-cudnn-frontend-1.32.0") / "cudnn" / "deepseek_sparse_attention").is_dir()
+    assert CACHE.exists()
