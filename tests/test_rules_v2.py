@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FakeSite, run_doctor
-from fakes import Env, fake_cutedsl, fake_flash_mla, fake_mbridge, fake_megatron_dev, fake_te, fake_torch, healthy
+from fakes import Env, fake_flash_mla, fake_mbridge, fake_megatron_dev, fake_te, fake_torch, healthy
 from test_rules import assert_fix_turns_green, commands, run
 from wheels import CACHE, ensure
 
