@@ -13,11 +13,12 @@ import json
 import os
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 
 from .model import Check, CheckReport, Fix, Profile, Source, Status
 from .redact import sanitize
+
+HOST_WORKERS = 2  # probes one plugin host runs at once
 
 # --------------------------------------------------------------------------------------------------- host side
 
@@ -66,9 +67,11 @@ def host_main(argv: list[str]) -> None:
     from .session import static_probe_for
 
     profile = Profile(**{k: v for k, v in request["profile"].items() if k in Profile.__dataclass_fields__})
-    procs = Processes()
-    deadline = time.monotonic() + float(request["budget_s"])
-    pool = ProbePool(request["python"], float(request["timeout_s"]), 4, procs)
+    procs = Processes(on_spawn=lambda pid: events.write({"event": "spawned", "pid": pid}),
+                      on_tempdir=lambda path: events.write({"event": "tempdir", "path": path}))
+    # CLOCK_MONOTONIC is one clock for every process on the machine: the doctor's deadline, as is.
+    deadline = float(request["deadline"])
+    pool = ProbePool(request["python"], float(request["timeout_s"]), HOST_WORKERS, procs)
     pool.deadline = deadline
     static = static_probe_for(StaticRequest.merge(c.static for c in selected), float(request["timeout_s"]))
     ctx = RunContext(profile=profile, python=request["python"], pool=pool, static_probe=static,
@@ -98,12 +101,13 @@ class HostAnswer:
     checks: list[dict] = field(default_factory=list)  # descriptions
     results: dict[str, dict] = field(default_factory=dict)
     started: list[str] = field(default_factory=list)
-    finished: bool = False
-    exit: str = ""  # how the host ended, when it did not finish: "killed by SIGSEGV", "timed out", ...
-    log_tail: str = ""
+    spawned: list[int] = field(default_factory=list)  # the host's probes, for the doctor to kill
+    tempdirs: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # events that could not be read
 
 
 def read_events(path: str) -> HostAnswer:
+    """The host's events; a line that is not a well-formed event is recorded as a problem, never raised."""
     answer = HostAnswer()
     try:
         with open(path, "rb") as fh:
@@ -112,27 +116,47 @@ def read_events(path: str) -> HostAnswer:
         return answer
     for line in raw.decode("utf-8", "replace").splitlines():
         try:
-            event = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by a kill
-        if not isinstance(event, dict):
-            continue
-        kind = event.get("event")
-        if kind == "described" and isinstance(event.get("plugin"), dict):
-            answer.plugin = event["plugin"]
-            answer.traceback = str(event.get("traceback") or "")
-            answer.checks = [c for c in event.get("checks") or [] if isinstance(c, dict)]
-        elif kind == "start":
-            answer.started.append(str(event.get("check")))
-        elif kind == "result" and isinstance(event.get("report"), dict):
-            answer.results[str(event["report"].get("id"))] = event["report"]
-        elif kind == "finished":
-            answer.finished = True
+            event = sanitize(json.loads(line))
+            if not isinstance(event, dict):
+                raise ValueError("not an object")
+            _take(answer, event)
+        except Exception as exc:  # includes RecursionError from a deeply nested line
+            if len(answer.problems) < 5:
+                answer.problems.append(f"an unreadable event ({type(exc).__name__}: {str(exc)[:200]})")
     return answer
 
 
+def _take(answer: HostAnswer, event: dict) -> None:
+    kind = event.get("event")
+    if kind == "described":
+        plugin = event.get("plugin")
+        if not isinstance(plugin, dict):
+            raise ValueError("a description without its plugin")
+        error = plugin.get("error")
+        answer.plugin = {"loaded": plugin.get("loaded") is True, "error": None if error is None else str(error)}
+        answer.traceback = str(event.get("traceback") or "")
+        answer.checks = [c for c in event.get("checks") or [] if isinstance(c, dict)]
+    elif kind == "start":
+        answer.started.append(str(event.get("check")))
+    elif kind == "result" and isinstance(event.get("report"), dict):
+        answer.results[str(event["report"].get("id"))] = event["report"]
+    elif kind == "spawned" and isinstance(event.get("pid"), int) and event["pid"] > 1:
+        answer.spawned.append(event["pid"])
+    elif kind == "tempdir" and isinstance(event.get("path"), str):
+        answer.tempdirs.append(event["path"])
+
+
 def describe_check(meta: dict, distribution: str) -> Check:
-    """A plugin check as the doctor knows it: metadata only; it never runs in the doctor's process."""
+    """A plugin check as the doctor knows it: metadata only, validated; it never runs in the doctor's process.
+    Raises ValueError for an id or title the report could not carry."""
+    from .registry import CHECK_ID
+
+    check_id, title = meta.get("id"), meta.get("title")
+    if not isinstance(check_id, str) or not CHECK_ID.match(check_id):
+        raise ValueError(f"invalid check id {check_id!r}")
+    if not isinstance(title, str) or not title.strip():
+        raise ValueError(f"empty title for {check_id!r}")
+
     def not_here(ctx):  # pragma: no cover - plugin checks run in their host
         raise RuntimeError("plugin checks run in the plugin host")
 
@@ -140,14 +164,13 @@ def describe_check(meta: dict, distribution: str) -> Check:
     for f in meta.get("fixes") or []:
         try:
             fixes.append(Fix.from_dict(f))
-        except (ValueError, TypeError):
+        except Exception:
             continue
     sources = tuple(Source(str(s.get("title") or "?"), str(s.get("url") or "")) for s in meta.get("sources") or []
                     if isinstance(s, dict))
-    return Check(id=str(meta.get("id")), title=str(meta.get("title") or "?"),
-                 explanation=str(meta.get("explanation") or ""), applies_when=str(meta.get("applies_when") or ""),
-                 detects=str(meta.get("detects") or ""), run=not_here, sources=sources, fixes=tuple(fixes),
-                 origin=distribution)
+    return Check(id=check_id, title=title, explanation=str(meta.get("explanation") or ""),
+                 applies_when=str(meta.get("applies_when") or ""), detects=str(meta.get("detects") or ""),
+                 run=not_here, sources=sources, fixes=tuple(fixes), origin=distribution)
 
 
 def report_from(data: dict, check: Check) -> CheckReport:
@@ -159,12 +182,12 @@ def report_from(data: dict, check: Check) -> CheckReport:
             raise ValueError("a result needs a one-line summary")
         details: str = data["details"] if isinstance(data.get("details"), str) else ""
         evidence: dict = data["evidence"] if isinstance(data.get("evidence"), dict) else {}
-        fixes = [Fix.from_dict(f) for f in data.get("fixes") or []]
+        fixes = [Fix.from_dict(f) for f in data.get("fixes") or []]  # anything odd raises: the plugin's bug
         duration: float = data["duration_s"] if isinstance(data.get("duration_s"), (int, float)) else 0.0
         return CheckReport(id=check.id, title=check.title, status=status, summary=summary, details=details,
                            evidence=evidence, fixes=fixes, sources=list(check.sources), duration_s=float(duration),
                            origin=check.origin, internal_error=bool(data.get("internal_error")))
-    except (ValueError, TypeError, KeyError) as exc:
+    except Exception as exc:
         return CheckReport(id=check.id, title=check.title, status=Status.ERROR,
                            summary=f"the plugin's result could not be read: {type(exc).__name__}: {exc}",
                            sources=list(check.sources), origin=check.origin, internal_error=True)

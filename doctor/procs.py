@@ -13,15 +13,18 @@ import signal
 import subprocess
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 class Processes:
-    def __init__(self) -> None:
+    def __init__(self, on_spawn: Callable[[int], None] | None = None,
+                 on_tempdir: Callable[[str], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._live: dict[int, subprocess.Popen] = {}
         self._dirs: set[str] = set()
         self.closed = False
+        # A plugin host reports what it starts, so that the doctor can clean up after a host it had to kill.
+        self._on_spawn, self._on_tempdir = on_spawn, on_tempdir
 
     def spawn(self, argv: Sequence[str], **kwargs) -> subprocess.Popen:
         """Popen in a new session, tracked until `release`; refused once the registry is closed."""
@@ -30,7 +33,9 @@ class Processes:
                 raise RuntimeError("the doctor is shutting down")
             proc = subprocess.Popen(list(argv), start_new_session=True, close_fds=True, **kwargs)
             self._live[proc.pid] = proc
-            return proc
+        if self._on_spawn:
+            self._on_spawn(proc.pid)
+        return proc
 
     def release(self, proc: subprocess.Popen) -> None:
         with self._lock:
@@ -42,17 +47,14 @@ class Processes:
                 raise RuntimeError("the doctor is shutting down")
             path = tempfile.mkdtemp(prefix=prefix)
             self._dirs.add(path)
-            return path
+        if self._on_tempdir:
+            self._on_tempdir(path)
+        return path
 
     def remove_dir(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
         with self._lock:
             self._dirs.discard(path)
-
-    @property
-    def live(self) -> list[int]:
-        with self._lock:
-            return list(self._live)
 
     def kill_all(self) -> None:
         """Refuse new children and kill every process group still alive (their files stay, to be read)."""
@@ -77,6 +79,25 @@ class Processes:
         with self._lock:
             self._live.clear()
             self._dirs.clear()
+
+
+def kill_orphan_group(pid: int) -> None:
+    """SIGKILL the process group a (killed) plugin host's probe led, if that process still leads its own session."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        if int(fields[3]) == pid:  # session id: our probes start their own session, so a reused pid rarely does
+            os.killpg(pid, signal.SIGKILL)
+    except (OSError, ValueError, IndexError):
+        pass
+
+
+def remove_tempdir(path: str) -> None:
+    """Remove a temporary directory a killed plugin host left, if it is one of the doctor's."""
+    real = os.path.realpath(path)
+    if os.path.dirname(real) == os.path.realpath(tempfile.gettempdir()) and \
+            os.path.basename(real).startswith("dsv4-doctor-"):
+        shutil.rmtree(real, ignore_errors=True)
 
 
 def kill_group(proc: subprocess.Popen) -> None:

@@ -65,8 +65,10 @@ _PEM_END = re.compile(r"-----END [A-Z ]{0,40}PRIVATE KEY-----")
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]{0,64}[ -/]{0,16}[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-# Lines GitHub Actions would read as workflow commands: `::cmd::` and the legacy `##[cmd]`.
-_WORKFLOW_COMMAND = re.compile(r"^([ \t]*)(::|##\[)", re.M)
+# What GitHub Actions reads as a workflow command: `::cmd::` at the start of a line after any (Unicode) whitespace,
+# which the runner trims, and the legacy `##[cmd]` anywhere in a line.
+_WORKFLOW_COMMAND = re.compile(r"^([^\S\n]*)::", re.M)
+_LEGACY_COMMAND = "##["
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
@@ -138,7 +140,7 @@ def _text(o: Any) -> str:
 
 def neutralize_workflow_commands(text: str) -> str:
     """No line of `text` can be read as a GitHub Actions workflow command. Apply after any wrapping."""
-    return _WORKFLOW_COMMAND.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
+    return _WORKFLOW_COMMAND.sub(lambda m: m.group(1) + "\\::", text).replace(_LEGACY_COMMAND, "#\\#[")
 
 
 def clean_text(value: str) -> str:
@@ -175,11 +177,17 @@ class Redactor:
         self.secret_values = sorted(values, key=len, reverse=True)
         self.count = 0
 
-    def text(self, value: str) -> str:
-        original = value
+    def literal(self, value: str) -> str:
+        """This process's secret values replaced wherever they appear (str.replace: linear, any length)."""
         for secret in self.secret_values:
             if secret in value:
+                self.count += value.count(secret)
                 value = value.replace(secret, MASK)
+        return value
+
+    def text(self, value: str) -> str:
+        value = self.literal(value)
+        original = value
         if "PRIVATE KEY" in value:
             value = _mask_pem(value)
 
@@ -205,7 +213,8 @@ class Redactor:
     def __call__(self, obj: Any, key: str | None = None, limit: int = MAX_TEXT) -> Any:
         """Redact and clean a JSON-like tree; non-finite floats become strings (JSON has no NaN)."""
         if isinstance(obj, dict):
-            return {clean_text(cap(str(k), 256)): self(v, str(k), limit) for k, v in obj.items()}
+            return {clean_text(self.text(cap(self.literal(valid_text(str(k))), 256))): self(v, str(k), limit)
+                    for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
             return [self(v, key, limit) for v in obj]
         if isinstance(obj, float) and not math.isfinite(obj):
@@ -217,4 +226,5 @@ class Redactor:
         if key is not None and looks_secret(key) and obj and obj != MASK:
             self.count += 1
             return MASK
-        return clean_text(self.text(valid_text(cap(obj, limit))))
+        # Secret values go before the cap, so that a cut through one cannot leave its prefix behind.
+        return clean_text(self.text(cap(self.literal(valid_text(obj)), limit)))

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import os
 import re
+import stat
 import sys
 import traceback
 from dataclasses import dataclass
@@ -25,7 +27,6 @@ from collections.abc import Iterable
 from .model import Check
 
 GROUP = "dsv4_doctor.checks"
-PLUGIN_API = 2
 # Ids are a public contract (CI gates on them) and must fit the report schema.
 CHECK_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}(\.[a-z0-9][a-z0-9_-]{0,63}){1,4}$")
 
@@ -88,24 +89,61 @@ def _group_entries(text: str) -> list[tuple[str, str]]:
     return out
 
 
+MAX_FILE = 1 << 20  # what the registry reads of one metadata file: headers, entry points
+
+
+def _read_regular(path: str) -> str | None:
+    """A regular file's first MiB as text, or None: never a FIFO, a device or an unbounded read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, MAX_FILE).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def _dist_of(folder: str) -> tuple[str, str | None]:
     """(name, version) of a .dist-info/.egg-info folder, read from its METADATA (or PKG-INFO) headers."""
     name, version = os.path.basename(folder).rsplit(".", 1)[0].split("-")[0], None
     for meta in ("METADATA", "PKG-INFO"):
-        try:
-            with open(os.path.join(folder, meta), encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    if not line.strip():
-                        break
-                    key, _, value = line.partition(":")
-                    if key == "Name":
-                        name = value.strip()
-                    elif key == "Version":
-                        version = value.strip()
-            break
-        except OSError:
+        text = _read_regular(os.path.join(folder, meta))
+        if text is None:
             continue
+        for line in text.split("\n\n", 1)[0].splitlines():
+            key, _, value = line.partition(":")
+            if key == "Name":
+                name = value.strip()[:200]
+            elif key == "Version":
+                version = value.strip()[:200]
+        break
     return name, version
+
+
+_BUILTIN_VALUE = re.compile(r"dsv4_doctor\.checks\.([a-z_]+)")
+
+
+def builtin_dir() -> str:
+    """Where this installation's dsv4_doctor.checks lives (an editable install maps it outside the package)."""
+    spec = importlib.util.find_spec("dsv4_doctor.checks")  # imports dsv4_doctor (loaded already), not the checks
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return os.path.realpath(locations[0]) if locations else ""
+
+
+def is_builtin(value: str) -> bool:
+    """A built-in is an entry point naming one of this installation's own check modules, module only (no attribute
+    chain): whatever a distribution's metadata calls itself, nothing else is imported into the doctor's process."""
+    m = _BUILTIN_VALUE.fullmatch(value.strip())
+    if not m:
+        return False
+    name, here = m.group(1), builtin_dir()
+    return bool(here) and (os.path.isfile(os.path.join(here, name + ".py")) or
+                           os.path.isfile(os.path.join(here, name, "__init__.py")))
 
 
 def entry_points(path: list[str] | None = None) -> list[PluginInfo]:
@@ -121,19 +159,14 @@ def entry_points(path: list[str] | None = None) -> list[PluginInfo]:
             continue
         for entry in entries:
             folder = os.path.join(directory or ".", entry)
-            try:
-                with open(os.path.join(folder, "entry_points.txt"), encoding="utf-8", errors="replace") as fh:
-                    text = fh.read(1 << 20)
-            except OSError:
-                continue
-            if GROUP not in text:
+            text = _read_regular(os.path.join(folder, "entry_points.txt"))
+            if text is None or GROUP not in text:
                 continue
             dist, version = _dist_of(folder)
             for name, value in _group_entries(text):
                 # One distribution on sys.path twice (an editable and a regular copy) lists its entry points twice.
-                unique.setdefault((name, value), PluginInfo(
-                    name=name, value=value, distribution=dist, version=version,
-                    builtin=dist == "dsv4-doctor" and value.startswith("dsv4_doctor.checks.")))
+                unique.setdefault((name, value), PluginInfo(name=name[:100], value=value[:300], distribution=dist,
+                                                            version=version, builtin=is_builtin(value)))
     # Built-ins first, so a plugin that reuses a built-in id is the one reported as the duplicate.
     return sorted(unique.values(), key=lambda p: (not p.builtin, p.distribution, p.name))
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .model import Check, CheckReport, Profile, Result, Status
-from .probes import (NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_SCRIPT, Probe, ProbeResult, StaticRequest, handshake_probe,
+from .probes import (NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_SCRIPT, Probe, StaticRequest, handshake_probe,
                      parse_handshake, parse_nvidia_smi)
 from .procs import Processes, kill_group
 from .redact import decode
@@ -110,6 +110,8 @@ class Session:
         self._signalled: int | None = None
         self._old_handlers: dict[int, Any] = {}
         self._running: tuple | None = None  # (runner, plugin hosts, profile, start, budget) while checks run
+        self._deferring = 0
+        self._pending: int | None = None
 
     # ---------------------------------------------------------------------------------------- lifetime, signals
 
@@ -123,12 +125,28 @@ class Session:
             with contextlib.suppress(ValueError, OSError):  # not the main thread, or no such signal
                 self._old_handlers[sig] = signal.signal(sig, self._on_signal)
 
+    @contextlib.contextmanager
+    def critical(self):
+        """A signal arriving here waits until the block is done (a child started but not yet tracked would leak)."""
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+            if not self._deferring and self._pending is not None and self._signalled is None:
+                signum, self._pending = self._pending, None
+                self._signalled = signum
+                raise Interrupted(signum)
+
     def shield(self) -> None:
         """From now on a signal no longer interrupts: the report being written is short work."""
         self._signalled = self._signalled or -1
 
     def _on_signal(self, signum, frame) -> None:
         if self._signalled is not None:
+            return
+        if self._deferring:
+            self._pending = signum
             return
         self._signalled = signum
         raise Interrupted(signum)
@@ -199,21 +217,25 @@ class Session:
 
     # ------------------------------------------------------------------------------------------------- plugins
 
-    def _host(self, info: PluginInfo, mode: str, extra: dict, budget_s: float):
-        """Start one plugin host; returns (process, events path, log path)."""
+    def _host(self, info: PluginInfo, mode: str, extra: dict, budget_s: float) -> dict:
+        """Start one plugin host."""
         tmp = self.procs.tempdir("dsv4-doctor-plugin-")
         events, log_path = os.path.join(tmp, "events.jsonl"), os.path.join(tmp, "host.log")
         fields = {k: getattr(info, k) for k in ("name", "value", "distribution", "version")}
         request = dict(extra, mode=mode, plugin=fields)
         from .probes import child_env
 
-        with open(log_path, "wb") as log, open(os.devnull, "rb") as devnull:
+        with open(log_path, "wb") as log, open(os.devnull, "rb") as devnull, self.critical():
             proc = self.procs.spawn([sys.executable, "-m", "dsv4_doctor.pluginhost", json.dumps(request), events],
                                     stdin=devnull, stdout=log, stderr=log, env=child_env(budget_s))
-        return proc, events, log_path
+        return {"info": info, "proc": proc, "events": events, "log": log_path}
 
-    def _finish_host(self, proc, deadline: float) -> str:
-        """Wait for a host until the deadline; how it ended ("" when it exited normally)."""
+    def _end_host(self, host: dict, deadline: float):
+        """Wait for a host until the deadline, kill it and whatever it started; (its events, how it ended, its log)."""
+        from .pluginhost import read_events
+        from .procs import kill_orphan_group, remove_tempdir
+
+        proc = host["proc"]
         try:
             proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             how = "" if proc.returncode == 0 else (f"killed by {signal.Signals(-proc.returncode).name}"
@@ -222,35 +244,44 @@ class Session:
             how = "did not finish in time and was killed"
         kill_group(proc)
         self.procs.release(proc)
-        return how
+        answer = read_events(host["events"])
+        for pid in answer.spawned:  # a killed host cannot clean up its probes: the doctor does
+            kill_orphan_group(pid)
+        for path in answer.tempdirs:
+            remove_tempdir(path)
+        return answer, how, self._log_tail(host["log"])
 
     def _describe_plugins(self) -> None:
-        from .pluginhost import describe_check, read_events
+        from .pluginhost import describe_check
 
         assert self.registry is not None
         deadline = time.monotonic() + min(DESCRIBE_BUDGET_S, self.timeout)
-        started = [(info, *self._host(info, "describe", {}, DESCRIBE_BUDGET_S)) for info in self.registry.plugins]
+        started = [self._host(info, "describe", {"deadline": deadline}, DESCRIBE_BUDGET_S)
+                   for info in self.registry.plugins]
         taken = {c.id: "dsv4-doctor" for c in self.registry.checks}
-        for info, proc, events, log_path in started:
-            how = self._finish_host(proc, deadline)
-            answer = read_events(events)
-            log = self._log_tail(log_path)
+        for host in started:
+            info = host["info"]
+            answer, how, log = self._end_host(host, deadline)
+            problems = list(answer.problems)
             if answer.plugin is None:
-                info.error = f"the plugin host {how or 'exited'} before the plugin loaded"
+                info.error = "; ".join([f"the plugin host {how or 'exited'} before the plugin loaded", *problems])
                 info.traceback = log
                 continue
             info.loaded = bool(answer.plugin.get("loaded"))
-            info.error = answer.plugin.get("error") or None
             info.traceback = answer.traceback or log
             checks = []
             for meta in answer.checks:
-                check = describe_check(meta, info.distribution)
+                try:
+                    check = describe_check(meta, info.distribution)
+                except ValueError as exc:
+                    problems.append(str(exc))
+                    continue
                 if check.id in taken:
-                    info.error = ((info.error + "; ") if info.error else "") + \
-                        f"duplicate check id {check.id!r} (already from {taken[check.id]})"
+                    problems.append(f"duplicate check id {check.id!r} (already from {taken[check.id]})")
                     continue
                 taken[check.id] = info.distribution
                 checks.append(check)
+            info.error = "; ".join(x for x in [answer.plugin.get("error"), *problems] if x) or None
             info.checks = len(checks)
             self.plugin_checks[info.name] = checks
 
@@ -293,7 +324,7 @@ class Session:
         if self.target_problem:
             reports = self._unsupported_target(builtin, ctx)
             return self._outcome(profile, reports, start, budget)
-        hosts = self._start_plugin_runs(profile, plugin_ids, budget)
+        hosts = self._start_plugin_runs(profile, plugin_ids, deadline)
         runner = Runner(builtin, ctx, deadline, on_event)
         self._running = (runner, hosts, profile, start, budget)
         runner.begin()
@@ -333,32 +364,33 @@ class Session:
             out.append(_report(check, result, 0.0, internal))
         return out
 
-    def _start_plugin_runs(self, profile: Profile, ids: set[str], budget: float) -> list:
+    def _start_plugin_runs(self, profile: Profile, ids: set[str], deadline: float) -> list:
         if not ids:
             return []
         hosts = []
         request = {"profile": profile.to_dict(), "python": self.python, "timeout_s": self.timeout,
-                   "budget_s": max(1.0, budget - MARGIN_S), "gpus": self.gpus()}
+                   "deadline": deadline - MARGIN_S, "gpus": self.gpus()}
         for name, checks in self.plugin_checks.items():
             mine = [c for c in checks if c.id in ids]
             if not mine:
                 continue
             assert self.registry is not None
             info = next(p for p in self.registry.plugins if p.name == name)
-            proc, events, log_path = self._host(info, "run", dict(request, selected=[c.id for c in mine]), budget)
-            hosts.append((info, mine, proc, events, log_path))
+            host = self._host(info, "run", dict(request, selected=[c.id for c in mine]),
+                              max(1.0, deadline - time.monotonic()))
+            host["checks"] = mine
+            hosts.append(host)
         return hosts
 
     def _collect_plugin_runs(self, hosts: list, deadline: float, unfinished: str | None = None) -> list[CheckReport]:
-        from .pluginhost import read_events, report_from
+        from .pluginhost import report_from
 
         out = []
-        for info, checks, proc, events, log_path in hosts:
-            how = self._finish_host(proc, deadline)
-            answer = read_events(events)
-            log = self._log_tail(log_path)
+        for host in hosts:
+            info = host["info"]
+            answer, how, log = self._end_host(host, deadline)
             running = [i for i in answer.started if i not in answer.results]
-            for check in checks:
+            for check in host["checks"]:
                 if check.id in answer.results:
                     out.append(report_from(answer.results[check.id], check))
                     continue
@@ -372,7 +404,7 @@ class Session:
                     why = f"not run: the plugin host {how or 'exited'} before this check started"
                 out.append(CheckReport(id=check.id, title=check.title, status=Status.ERROR, summary=why,
                                        details=log, evidence={"plugin": info.name, "distribution": info.distribution,
-                                                              "host": how or "exited"},
+                                                              "host": how or "exited", "events": answer.problems},
                                        sources=list(check.sources), origin=check.origin,
                                        internal_error=unfinished is None))
         return out
@@ -387,10 +419,6 @@ def plugin_error_rows(plugins: Sequence[PluginInfo]) -> list[CheckReport]:
                     origin=p.distribution, internal_error=True)
         for p in plugins if p.error
     ]
-
-
-def probe_summary(results: Sequence[ProbeResult]) -> list[dict]:
-    return [{"key": r.key, "ok": r.ok, "duration_s": round(r.duration_s, 3), "error": r.error} for r in results]
 
 
 def run_check(python: str | None, timeout: float, profile: Profile, only: Sequence[str], skip: Sequence[str],

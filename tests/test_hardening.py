@@ -47,7 +47,7 @@ def markdown_is_inert(text: str) -> None:
     """Parsed as GitHub renders it: no HTML, heading, image or link comes from the environment's text."""
     from markdown_it import MarkdownIt
 
-    md = MarkdownIt("commonmark").enable("table")
+    md = MarkdownIt("gfm-like", {"linkify": True})  # GitHub's autolinks included
     ours = {"<details><summary>Details and fixes</summary>", "<details><summary>Environment</summary>",
             "</details>", "<!-- Paste this whole block into your issue. Secrets were redacted. -->"}
 

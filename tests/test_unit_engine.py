@@ -142,8 +142,9 @@ def test_no_python_none_in_human_output(fmt):
 def test_markdown_helpers_keep_text_inert():
     from markdown_it import MarkdownIt
 
-    md = MarkdownIt("commonmark").enable("table")
-    for text in ("</details><b>x</b>", "# h", "![i](u)", "[l](u)", "`x``y`", "a | b", "***x***", "<!-- c -->"):
+    md = MarkdownIt("gfm-like", {"linkify": True})  # GitHub's autolinks included
+    for text in ("</details><b>x</b>", "# h", "![i](u)", "[l](u)", "`x``y`", "a | b", "***x***", "<!-- c -->",
+                 "https://evil.example/x", "www.evil.example", "mail@evil.example"):
         for rendered in (plain(text), code(text), "\n".join(fence(text))):
             tokens = md.parse("| a |\n|---|\n| " + rendered + " |" if "\n" not in rendered else rendered)
             flat = [t for tok in tokens for t in [tok, *(tok.children or [])]]

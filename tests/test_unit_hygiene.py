@@ -107,9 +107,10 @@ def test_sanitize_bounds_cycles_depth_size_and_odd_objects():
 
 
 def test_workflow_commands_and_escapes_are_neutralised():
-    text = "ok\n::error::x\n  ::warning file=a::y\n##[error]z\nnot::this"
+    text = "ok\n::error::x\n\u3000::warning file=a::y\n##[error]z\nnot::this ##[group]g"
     out = neutralize_workflow_commands(text)
-    assert [line.lstrip()[:2] for line in out.splitlines()] == ["ok", "\\:", "\\:", "\\#", "no"]
+    assert [line.lstrip()[:2] for line in out.splitlines()] == ["ok", "\\:", "\\:", "#\\", "no"]
+    assert "##[" not in out
     assert clean_text("\x1b[31mred\x1b[0m \x1b]0;title\x07 bell\x07 nul\x00") == "red  bell\\x07 nul\\x00"
 
 

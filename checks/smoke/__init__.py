@@ -1,9 +1,12 @@
 """The smoke forward: kernels run on the GPU (or the CPU) against independent float32 references.
 
 One module per tier: `thd_cp` (contiguous-CP THD attention with torch's kernels, and the real DSv4 layer when
-Megatron is installed). The probe script that runs in the target interpreter lives beside them.
+Megatron is installed) and `kernels` (the DSv4 stack's own CP kernels: the cuDNN frontend's DSA indexer, Megatron's
+CuTe-DSL CP layout kernels, the fused CSA compressor, FlashMLA). The probe scripts that run in the target interpreter
+and their references (dsv4ref.py) live beside them.
 """
 
+from .kernels import CHECKS as _KERNELS
 from .thd_cp import CHECKS as _THD_CP
 
-CHECKS = [*_THD_CP]
+CHECKS = [*_THD_CP, *_KERNELS]

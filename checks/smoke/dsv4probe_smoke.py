@@ -377,9 +377,35 @@ def worker_tier1(torch, dist, device, request, proc, nprocs, cp, init_s):
 
 # ------------------------------------------------------------------------------------------------------------ tier 2
 
+TIER2_LENS = [5, 11, 17, 19, 12]  # each padded to a multiple of 8; the total is padded for the job's CP size
+
+
+def _pad8(n):
+    return ((n + 7) // 8) * 8
+
+
+def _cums(torch, xs, device):
+    acc = [0]
+    for x in xs:
+        acc.append(acc[-1] + x)
+    return torch.tensor(acc, dtype=torch.int32, device=device)
+
+
 def tier2_run(torch, device, cp, rank, request, reference_path=None, dist=None):
-    """The smallest DSv4 hybrid attention layer on THD input (as Megatron's own DSv4 tests build it)."""
-    out = {"cp": cp, "stage": "import"}
+    """The smallest DSv4 hybrid attention layer on THD input (as Megatron's own DSv4 tests build it).
+
+    At CP 1 the packed batch's output must equal, sequence by sequence, the layer's output on each sequence alone
+    (packing must not leak across sequence boundaries), and merging two sequences into one must change it (the
+    control). At CP N the N ranks' outputs, gathered, must match the CP 1 output of the same weights and inputs."""
+    out = {"cp": cp, "stage": "transformer_engine"}
+    try:
+        # Without TE, Megatron replaces its TE classes with Mock stand-ins and the build fails far from the cause.
+        import transformer_engine.pytorch  # noqa: F401
+    except BaseException as exc:
+        out.update(ok=False, skipped="needs Transformer Engine (see te.version and te.import): %s: %s"
+                   % (type(exc).__name__, str(exc)[:300]))
+        return out
+    out["stage"] = "import"
     try:
         from megatron.core import parallel_state
         from megatron.core.extensions.transformer_engine_spec_provider import TESpecProvider
@@ -422,29 +448,32 @@ def tier2_run(torch, device, cp, rank, request, reference_path=None, dist=None):
         layer = build_module(spec, config=config, layer_number=1,
                              pg_collection=ProcessGroupCollection.use_mpu_process_groups()).to(device)
         out["stage"] = "forward"
-        lens = [5, 11, 17, 19, 12]  # padded to a multiple of 8 each, total divisible by cp
-        padded = [((n + 7) // 8) * 8 for n in lens]
-        total = sum(padded)
+        lens = list(TIER2_LENS)
+        padded = [_pad8(n) for n in lens]
         # Pad for the job's CP size in both runs, so CP=1 and CP=N see the same tokens.
-        while total % (8 * max(int(request.get("cp", 1)), 1)):
+        while sum(padded) % (8 * max(int(request.get("cp", 1)), 1)):
             padded[-1] += 8
-            total += 8
+        total = sum(padded)
 
-        def cums(xs):
-            acc = [0]
-            for x in xs:
-                acc.append(acc[-1] + x)
-            return torch.tensor(acc, dtype=torch.int32, device=device)
+        def forward(hidden_rows, seq_lens, seq_padded, local_range=None):
+            packed = PackedSeqParams(qkv_format="thd", cu_seqlens_q=_cums(torch, seq_lens, device),
+                                     cu_seqlens_kv=_cums(torch, seq_lens, device),
+                                     cu_seqlens_q_padded=_cums(torch, seq_padded, device),
+                                     cu_seqlens_kv_padded=_cums(torch, seq_padded, device),
+                                     max_seqlen_q=max(seq_padded), max_seqlen_kv=max(seq_padded),
+                                     cp_partition_mode="contiguous")
+            rows = hidden_rows if local_range is None else hidden_rows[local_range[0]:local_range[1]]
+            with torch.no_grad():
+                result, _ = layer(hidden_states=rows, attention_mask=None, packed_seq_params=packed)
+            return result
 
-        packed = PackedSeqParams(qkv_format="thd", cu_seqlens_q=cums(lens), cu_seqlens_kv=cums(lens),
-                                 cu_seqlens_q_padded=cums(padded), cu_seqlens_kv_padded=cums(padded),
-                                 max_seqlen_q=max(padded), max_seqlen_kv=max(padded), cp_partition_mode="contiguous")
         gen = torch.Generator().manual_seed(SEED)
         hidden = torch.randn(total, 1, 256, generator=gen).to(torch.bfloat16).to(device)
         rows = total // cp
-        local = hidden[rank * rows:(rank + 1) * rows]
-        with torch.no_grad():
-            result, _ = layer(hidden_states=local, attention_mask=None, packed_seq_params=packed)
+        t0 = time.monotonic()
+        result = forward(hidden, lens, padded, (rank * rows, (rank + 1) * rows))
+        sync(torch, device)
+        out["first_forward_s"] = round(time.monotonic() - t0, 3)
         out["stage"] = "compare"
         out["shape"] = list(result.shape)
         out["finite"] = bool(torch.isfinite(result.float()).all().item())
@@ -454,12 +483,15 @@ def tier2_run(torch, device, cp, rank, request, reference_path=None, dist=None):
             result = torch.cat(parts)
             out["finite"] = bool(torch.isfinite(result.float()).all().item())
             if reference_path and rank == 0:
-                ref = torch.load(reference_path).to(device)
-                out["max_abs_diff_vs_cp1"] = float((result.float() - ref.float()).abs().max().item())
+                ref_out = torch.load(reference_path).to(device)
+                out["max_abs_diff_vs_cp1"] = float((result.float() - ref_out.float()).abs().max().item())
                 out["parity_tolerance"] = TIER2_PARITY
-        elif reference_path:
-            torch.save(result.detach().cpu(), reference_path)
-        out["ok"] = out["finite"] and out.get("max_abs_diff_vs_cp1", 0.0) <= TIER2_PARITY
+        else:
+            if reference_path:
+                torch.save(result.detach().cpu(), reference_path)
+            out["layouts"] = _two_layouts(torch, forward, hidden, lens, padded, result)
+        layouts_ok = out.get("layouts", {}).get("ok", True)
+        out["ok"] = out["finite"] and out.get("max_abs_diff_vs_cp1", 0.0) <= TIER2_PARITY and layouts_ok
         out["stage"] = "done"
         try:
             parallel_state.destroy_model_parallel()
@@ -469,6 +501,26 @@ def tier2_run(torch, device, cp, rank, request, reference_path=None, dist=None):
         out["ok"] = False
         out["error"] = error_info(exc, frames=4)
     return out
+
+
+def _two_layouts(torch, forward, hidden, lens, padded, packed_out):
+    """The packed output, sequence by sequence, against the layer on each sequence alone; and the control: two
+    sequences merged into one must change the second one's output."""
+    starts = [0]
+    for p in padded[:-1]:
+        starts.append(starts[-1] + p)
+    worst, scale = 0.0, float(packed_out.float().abs().max().item()) or 1.0
+    for s, n, p in zip(starts, lens, padded):
+        alone = forward(hidden[s:s + p], [n], [p])
+        worst = max(worst, float((alone[:n].float() - packed_out[s:s + n].float()).abs().max().item()))
+    merged_lens = [lens[0] + (padded[0] - lens[0]) + lens[1]] + lens[2:]
+    merged_padded = [padded[0] + padded[1]] + padded[2:]
+    merged = forward(hidden, merged_lens, merged_padded)
+    s1, n1 = starts[1], lens[1]
+    control = float((merged[s1:s1 + n1].float() - packed_out[s1:s1 + n1].float()).abs().max().item())
+    tolerance = TIER2_PARITY * max(1.0, scale)
+    return {"max_abs_diff_packed_vs_alone": worst, "tolerance": tolerance, "control_merged_diff": control,
+            "control_separates": control > tolerance, "ok": worst <= tolerance and control > tolerance}
 
 
 # ------------------------------------------------------------------------------------------------------------- main

@@ -57,7 +57,7 @@ def tier2_fixes(error: dict, static=None) -> list[Fix]:
     return RULE_FIXES[rule](static or StaticFacts({})) if rule in RULE_FIXES else []
 
 
-def _not_run(profile: Profile) -> str | None:
+def not_run(profile: Profile) -> str | None:
     if profile.smoke == "off":
         return "--no-smoke"
     if profile.smoke == "auto" and profile.device == "auto" and not profile.gpus:
@@ -78,15 +78,22 @@ def _describe(cmp_: dict) -> str:
 
 
 def _tier2(ctx: Context, data: dict, evidence: dict):
-    """A Result for a failed tier 2, or None when it passed or did not run."""
+    """A Result for a failed tier 2, or None when it passed, did not run, or stopped at what a rule reports."""
     for name, t2 in (data.get("tier2") or {}).items():
         label = "CP=1" if name == "cp1" else f"CP={t2.get('cp')}"
+        if t2.get("skipped"):
+            continue
         if t2.get("error"):
             err = t2["error"]
+            rule = tier2_rule(err)
+            if rule is not None:
+                # The finding is that rule's; tier 2 says where it stopped instead of repeating it.
+                t2["deferred_to"] = rule
+                continue
             return failed(
                 f"the DSv4 hybrid attention layer ({label}) failed at {t2.get('stage')}: {err.get('type')}: "
-                f"{err.get('message')}", "\n".join(err.get("where", [])), fixes=tier2_fixes(err, ctx.static),
-                evidence=evidence)
+                f"{err.get('message')}", "\n".join(map(str, err.get("where", []))),
+                fixes=tier2_fixes(err, ctx.static), evidence=evidence)
         if not t2.get("finite", True):
             settings = ", ".join(f"{k}={v}" for k, v in (t2.get("settings") or {}).items())
             return failed(f"the DSv4 hybrid attention layer ({label}) produced non-finite output",
@@ -95,11 +102,50 @@ def _tier2(ctx: Context, data: dict, evidence: dict):
         if "max_abs_diff_vs_cp1" in t2 and not t2.get("ok"):
             return failed(f"the DSv4 hybrid attention layer at {label} differs from CP=1 by "
                           f"{t2['max_abs_diff_vs_cp1']:.3g} (> {t2.get('parity_tolerance')})", evidence=evidence)
+        layouts = t2.get("layouts") or {}
+        if layouts and layouts.get("max_abs_diff_packed_vs_alone", 0) > layouts.get("tolerance", 0):
+            return failed(f"the DSv4 hybrid attention layer ({label}) gives a packed sequence another output than the "
+                          f"same sequence alone: max |diff| {layouts['max_abs_diff_packed_vs_alone']:.3g} (> "
+                          f"{layouts['tolerance']:.3g}): packing leaks across sequence boundaries", evidence=evidence)
+        if layouts and not layouts.get("control_separates"):
+            return errored(f"the DSv4 layer's negative control did not separate ({label}): merging two sequences "
+                           "left the output unchanged, so the packed-vs-alone comparison cannot tell right from wrong",
+                           evidence=evidence)
+    return None
+
+
+def _tier2_note(t2: dict) -> str:
+    if not t2:
+        return "; tier 2 (DSv4 layer) not run: Megatron-core dsv4_hybrid not installed"
+    parts = []
+    for key, v in t2.items():
+        label = "CP=1" if key == "cp1" else f"CP={v.get('cp')}"
+        if v.get("skipped"):
+            parts.append(f"{label} skipped: {str(v['skipped']).split(':')[0]}")
+        elif v.get("deferred_to"):
+            parts.append(f"{label} stopped at {v.get('stage')}: see {v['deferred_to']}")
+        elif "layouts" in v:
+            parts.append(f"{label} packed output = each sequence alone (max |diff| "
+                         f"{v['layouts']['max_abs_diff_packed_vs_alone']:.1e})")
+        elif "max_abs_diff_vs_cp1" in v:
+            parts.append(f"{label} = CP=1 (max |diff| {v['max_abs_diff_vs_cp1']:.1e})")
+        else:
+            parts.append(f"{label} ok")
+    return "; DSv4 layer " + ", ".join(parts)
+
+
+def torch_missing(ctx: Context) -> Result | None:
+    """A skip pointing at torch.install when torch does not import at all (a CPU-only torch still runs the smoke on
+    the CPU, so that is no reason to skip)."""
+    blocked = needs_failed(ctx, "torch.install")
+    other = ctx.outcome("torch.install")
+    if blocked is not None and other is not None and not other.evidence.get("version"):
+        return blocked
     return None
 
 
 def _smoke(ctx: Context) -> Result:
-    blocked = needs_failed(ctx, "torch.install")
+    blocked = torch_missing(ctx)
     if blocked:
         return blocked
     data = ctx.require(smoke_probe(ctx.profile))
@@ -153,10 +199,7 @@ def _smoke(ctx: Context) -> Result:
     ranks = f"{data['cp']} {dist['process_backend'].upper()} processes" if dist.get("ran") else \
         f"{data['cp']} simulated rank(s)"
     worst = max(c["max_abs_error"] for c in t1["comparisons"].values())
-    t2 = data.get("tier2") or {}
-    tier2_note = ("; DSv4 layer " + ", ".join(("CP=1" if k == "cp1" else f"CP={v.get('cp')}") + " ok"
-                                               for k, v in t2.items())) if t2 else \
-        "; tier 2 (DSv4 layer) not run: Megatron-core dsv4_hybrid not installed"
+    tier2_note = _tier2_note(data.get("tier2") or {})
     summary = (f"contiguous-CP THD attention matches the float32 reference on {where}, {ranks}: max |err| "
                f"{worst:.1e} <= {t1['comparisons']['causal']['tolerance']:g}, zigzag control "
                f"{min(c['negative_control_zigzag_error'] for c in t1['comparisons'].values()):.1f}{tier2_note}")
@@ -197,9 +240,9 @@ smoke_thd_cp = Check(
                "https://github.com/NVIDIA/gpu-operator/issues/2685"),
     ),
     fixes=(fixes.TORCH,),
-    skip_if=_not_run,
+    skip_if=not_run,
     needs=("torch.install",),
-    probes=lambda profile: [] if _not_run(profile) else [smoke_probe(profile)],
+    probes=lambda profile: [] if not_run(profile) else [smoke_probe(profile)],
     run=_smoke,
 )
 

@@ -15,13 +15,15 @@ from . import LABEL, shown, verdict_line
 MAX_CHARS = 60000  # GitHub rejects bodies over 65,536 characters
 # The characters that can start markup anywhere in a line (emphasis, code, links, images, HTML, entities, headings,
 # lists, setext underlines, tables, strikethrough); every ASCII punctuation character may be backslash-escaped.
-_PUNCT = re.compile(r"([\\`*_{}\[\]()<>#+\-!|~&=])")
+# Also `:` and `@` and the dot of `www.`: GitHub turns bare URLs, www. addresses, e-mails and @mentions into links.
+_PUNCT = re.compile(r"([\\`*_{}\[\]()<>#+\-!|~&=:@])")
+_WWW = re.compile(r"(?i)\b(www)\.")
 _TICKS = re.compile(r"`+")
 
 
 def plain(text) -> str:
     """Inline text shown as is: no markup, no HTML, no line structure, safe in a table cell."""
-    return _PUNCT.sub(r"\\\1", " ".join(shown(text, "").split()))
+    return _WWW.sub(r"\1\\.", _PUNCT.sub(r"\\\1", " ".join(shown(text, "").split())))
 
 
 def code(text) -> str:

@@ -1,0 +1,383 @@
+"""The kernel smoke probe: one of the DSv4 stack's own CP kernels, called the way Megatron calls it, against an
+independent float32/int reference (dsv4ref.py), with a negative control that proves the comparison can fail.
+
+Sub-runs (the request's "subrun"; each runs in its own probe process, so a crash in one costs only that one):
+  dsa       the cuDNN frontend's DSA indexer forward (cudnn.DSA.indexer_forward_wrapper), THD with q_causal_offsets,
+            laid out per contiguous CP rank as Megatron's cp_utils._build_cp_indexer_layout does; at least 2 ranks.
+  layout    Megatron's CuTe-DSL CP layout kernels (csa_utils/cp_layout_kernels.py, loaded by file path without
+            importing megatron.core): CompressorInputCompact forward and backward, build_attention_indices.
+  csa       the frontend's fused CSA compressor (cudnn.csa.compressor), forward.
+  flashmla  FlashMLA's flash_mla_sparse_fwd with indexer_topk, as Megatron passes it: finite, right shape.
+
+Answer: {"status": pass|fail|error|skip, "summary": ..., "package": ..., "evidence": {...}}. A missing entry point is
+a skip naming the rule that reports it; an entry point that raises is a fail naming the exception. On the CPU
+(--device cpu) the same entry points get CPU tensors: the real kernels refuse them ("needs CUDA", a skip), CPU
+stand-ins with the upstream signatures compute, which is how the whole path is tested without a GPU.
+Stdlib besides torch (and the stack under test). Run as `python dsv4probe_kernels.py OUT REQUEST_JSON`.
+"""
+
+import importlib.util
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE)
+sys.path.insert(0, HERE)
+from dsv4probe_common import error_info, serve  # noqa: E402
+
+import dsv4ref as ref  # noqa: E402
+
+ROWS_PER_RANK = 128
+RATIO = 4  # the ratio-4 CSA layers are the ones with an indexer
+HEADS, HEAD_DIM = 16, 128  # what the frontend's SM90 indexer accepts: 1 KV head, head dim 128, H in {16, 32, 64}
+SCORE_TOLERANCE = 1e-2  # absolute, on float32 scores of magnitude ~10 from bf16 inputs (observed 2.9e-6)
+SEED = 4321
+
+
+class Skip(Exception):
+    pass
+
+
+def _needs_cuda(exc):
+    text = "%s: %s" % (type(exc).__name__, exc)
+    return "CUDA" in text or "cuda" in text
+
+
+def layout(n_ranks, rows=ROWS_PER_RANK):
+    """A packed THD buffer for contiguous ranks: a sequence shorter than a rank, one crossing a rank boundary, one
+    spanning several ranks (when there are 3 or more), tail padding. Returns (lens, cu, total)."""
+    total = n_ranks * rows
+    wanted = [24, rows + 62, 2 * rows + 4, 52, 37]
+    lens = []
+    for n in wanted:
+        if sum(lens) + n <= total - 16:
+            lens.append(n)
+    return lens, ref.cumsum(lens), total
+
+
+def _sync(torch, device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(torch, device, fn, *args, **kwargs):
+    t0 = time.monotonic()
+    out = fn(*args, **kwargs)
+    _sync(torch, device)
+    return out, time.monotonic() - t0
+
+
+def _version(module_name):
+    try:
+        from importlib import metadata
+        return metadata.version(module_name)
+    except Exception:
+        return None
+
+
+# ------------------------------------------------------------------------------------------------- the DSA indexer
+
+def run_dsa(torch, device, request):
+    try:
+        import cudnn
+    except ImportError as exc:
+        raise Skip("the cuDNN frontend does not import (%s): see cudnn-fe.version" % exc)
+    try:
+        wrapper = cudnn.DSA.indexer_forward_wrapper
+    except Exception as exc:
+        raise Skip("cudnn.DSA.indexer_forward_wrapper does not resolve (%s: %s): see cudnn-fe.dsa"
+                   % (type(exc).__name__, exc))
+    n_ranks = max(2, int(request.get("cp", 1)))  # a crossing sequence with a nonzero offset exists even at CP 1
+    lens, cu, total = layout(n_ranks)
+    cu_comp = ref.cumsum([n // RATIO for n in lens])
+    max_q = max(lens)
+    max_k = max_q // RATIO
+    gen = torch.Generator().manual_seed(SEED)
+    q_all = torch.randn(total, HEADS, HEAD_DIM, generator=gen).to(torch.bfloat16)
+    k_all = torch.randn(cu_comp[-1], 1, HEAD_DIM, generator=gen).to(torch.bfloat16)
+    w_all = (torch.rand(total, HEADS, generator=gen) * HEADS ** -0.5).to(torch.bfloat16)
+    k_dev = k_all.to(device)
+    ev = {"frontend": getattr(cudnn, "__version__", None) or _version("nvidia-cudnn-frontend"),
+          "kernel": "cudnn.DSA.indexer_forward_wrapper", "shapes": {"q": [ROWS_PER_RANK, HEADS, HEAD_DIM],
+          "k": list(k_all.shape), "w": [ROWS_PER_RANK, HEADS]}, "ratio": RATIO, "sequence_lengths": lens,
+          "ranks_simulated": n_ranks, "rows_per_rank": ROWS_PER_RANK, "max_seqlen_q": max_q, "max_seqlen_k": max_k,
+          "ranks": []}
+    worst, mismatches, control = 0.0, [], None
+    for r in range(n_ranks):
+        gs = r * ROWS_PER_RANK
+        cu_q, cu_k, offsets = ref.indexer_layout(cu, gs, ROWS_PER_RANK, cu_comp)
+        q, w = q_all[gs:gs + ROWS_PER_RANK], w_all[gs:gs + ROWS_PER_RANK]
+        args = dict(ratio=RATIO, cu_seqlens_q=torch.tensor(cu_q, dtype=torch.int32, device=device),
+                    cu_seqlens_k=torch.tensor(cu_k, dtype=torch.int32, device=device), max_seqlen_q=max_q,
+                    max_seqlen_k=max_k)
+        offs = torch.tensor(offsets, dtype=torch.int32, device=device)
+        qd, wd = q.to(device), w.to(device)
+        out, first = _timed(torch, device, wrapper, qd, k_dev, wd, q_causal_offsets=offs, **args)
+        out, steady = _timed(torch, device, wrapper, qd, k_dev, wd, q_causal_offsets=offs, **args)
+        got = out["scores"].float().cpu()[:, :max_k]
+        want = ref.indexer_scores(torch, q, k_all, w, cu_q, cu_k, offsets, RATIO, max_k)
+        nan = bool(torch.isnan(got).any().item())
+        same_mask = bool(torch.equal(torch.isinf(got), torch.isinf(want)))
+        finite = torch.isfinite(want) & torch.isfinite(got)
+        err = float((got[finite] - want[finite]).abs().max().item()) if finite.any() else 0.0
+        worst = max(worst, err)
+        row = {"rank": r, "global_rows": [gs, gs + ROWS_PER_RANK], "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k,
+               "q_causal_offsets": offsets, "first_call_s": round(first, 4), "steady_s": round(steady, 5),
+               "max_abs_error": err, "masks_identical": same_mask, "nan": nan,
+               "finite_scores": int(torch.isfinite(want).sum().item())}
+        if nan or not same_mask or err > SCORE_TOLERANCE:
+            mismatches.append(row)
+        if control is None and any(o > 0 for o in offsets):
+            # Zeros, not None: the frontend's compile key includes whether offsets are given.
+            zero = torch.zeros_like(offs)
+            ctl = wrapper(qd, k_dev, wd, q_causal_offsets=zero, **args)["scores"].float().cpu()[:, :max_k]
+            control = {"rank": r, "offsets": offsets, "finite_with_offsets": row["finite_scores"],
+                       "finite_with_zero_offsets": int(torch.isfinite(ctl).sum().item()),
+                       "masks_differ": not bool(torch.equal(torch.isinf(ctl), torch.isinf(got)))}
+            row["control"] = control
+        ev["ranks"].append(row)
+    ev.update(max_abs_error=worst, tolerance=SCORE_TOLERANCE, control=control,
+              jit_s=ev["ranks"][0]["first_call_s"], steady_s=ev["ranks"][0]["steady_s"])
+    if mismatches:
+        bad = mismatches[0]
+        what = "NaN scores" if bad["nan"] else ("a different -inf mask" if not bad["masks_identical"] else
+                                                "scores off by %.3g (> %g)" % (bad["max_abs_error"], SCORE_TOLERANCE))
+        return "fail", ("the DSA indexer forward gives %s on CP rank %d of %d (q_causal_offsets %s)"
+                        % (what, bad["rank"], n_ranks, bad["q_causal_offsets"])), ev
+    if control is None or not control["masks_differ"]:
+        return "error", ("the negative control did not separate: with zero q_causal_offsets the indexer gives the "
+                         "same mask, so this comparison cannot tell right from wrong"), ev
+    return "pass", ("DSA indexer forward matches the float32 reference on %d contiguous CP ranks (max |err| %.1e, "
+                    "identical -inf masks, no NaN; zero offsets change %d -> %d finite scores)"
+                    % (n_ranks, worst, control["finite_with_offsets"], control["finite_with_zero_offsets"])), ev
+
+
+# ---------------------------------------------------------------------------------------- the CP layout kernels
+
+def megatron_layout_file():
+    try:
+        spec = importlib.util.find_spec("megatron.core")  # imports `megatron` (a namespace), never megatron.core
+    except ImportError:
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise Skip("Megatron-core is not installed: see mcore.dsv4")
+    for root in spec.submodule_search_locations:
+        eav = os.path.join(root, "transformer", "experimental_attention_variant")
+        for rel in (os.path.join("csa_utils", "cp_layout_kernels.py"), "csa_cp_layout_kernels.py"):
+            if os.path.isfile(os.path.join(eav, rel)):
+                return os.path.join(eav, rel)
+    raise Skip("this Megatron-core has no CP layout kernels (csa_utils/cp_layout_kernels.py; dev >= bfa33263): "
+               "see mcore.dsv4")
+
+
+def run_layout(torch, device, request):
+    cp = int(request.get("cp", 1))
+    if cp < 2:
+        raise Skip("not used at CP 1: Megatron runs the CP layout kernels only with CP > 1")
+    path = megatron_layout_file()
+    t0 = time.monotonic()
+    spec = importlib.util.spec_from_file_location("dsv4doctor_cp_layout_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    load_s = time.monotonic() - t0
+    if getattr(module, "_CUTE_AVAILABLE", True) is False:
+        raise Skip("the CuTe DSL does not import, so Megatron's layout kernels are unavailable: see "
+                   "cutlass-dsl.import")
+    compact_fn, indices_fn = module.CompressorInputCompact.apply, module.build_attention_indices
+    d_comp, window = 8, 16  # Megatron: d_comp = 8 at ratio 4; d_window = max(csa_window_size, d_comp)
+    d_window = max(window, d_comp)
+    lens, cu, total = layout(cp)
+    cu_comp = ref.cumsum([n // RATIO for n in lens])
+    width = max(lens) // RATIO
+    gen = torch.Generator().manual_seed(SEED)
+    hidden = torch.randn(total, 8, generator=gen).to(torch.bfloat16)  # row width 8: the kernel's vector path
+    c_cap = ref.compact_capacity(ROWS_PER_RANK, RATIO, d_comp)
+    row_map = ref.seq_to_rank_row(cu, cu_comp, ROWS_PER_RANK, cp, RATIO, d_comp, c_cap)
+    base = d_window + ROWS_PER_RANK
+    cu_t = torch.tensor(cu, dtype=torch.int32, device=device)
+    cu_comp_t = torch.tensor(cu_comp, dtype=torch.int32, device=device)
+    map_t = torch.tensor(row_map, dtype=torch.int32, device=device)
+    ev = {"megatron_file": path, "load_s": round(load_s, 4), "ratio": RATIO, "d_comp": d_comp, "d_window": d_window,
+          "window": window, "c_cap": c_cap, "sequence_lengths": lens, "cp": cp, "rows_per_rank": ROWS_PER_RANK,
+          "compressed_width": width, "ranks": []}
+    failures, control_separates = [], False
+    for r in range(cp):
+        gs = r * ROWS_PER_RANK
+        local = hidden[gs:gs + ROWS_PER_RANK].clone().to(device).requires_grad_(True)
+        boundary_rows = [hidden[gs - d_window + j] if gs - d_window + j >= 0 else torch.zeros(8, dtype=torch.bfloat16)
+                         for j in range(d_window)]
+        boundary = torch.stack(boundary_rows).to(device).requires_grad_(True)
+        (out, ids), first = _timed(torch, device, compact_fn, local, boundary, cu_t, gs, RATIO, d_comp, c_cap)
+        want, want_ids = ref.compressor_input_compact(torch, hidden[gs:gs + ROWS_PER_RANK],
+                                                      torch.stack(boundary_rows), cu, gs, RATIO, d_comp, c_cap)
+        fwd_ok = torch.equal(out.detach().cpu(), want) and torch.equal(ids.cpu().to(torch.int32), want_ids)
+        grad = torch.randn(out.shape, generator=gen).to(out.dtype).to(device)
+        out.backward(grad)
+        g_local, g_boundary = ref.compressor_input_compact_grad(torch, grad, ROWS_PER_RANK, d_window, cu, gs, RATIO,
+                                                                d_comp, c_cap)
+        bwd_ok = torch.equal(local.grad.cpu(), g_local) and torch.equal(boundary.grad.cpu(), g_boundary)
+        # The negative control: the same reference for a rank shifted by one group must not match.
+        shifted, _ = ref.compressor_input_compact(torch, hidden[gs:gs + ROWS_PER_RANK], torch.stack(boundary_rows),
+                                                  cu, gs + RATIO, RATIO, d_comp, c_cap)
+        control_separates = control_separates or not torch.equal(out.detach().cpu(), shifted)
+        modes = {}
+        for mode, topk in (("all visible", None), ("top-k", _recent_topk(cu, gs, ROWS_PER_RANK, RATIO, 3))):
+            topk_t = None if topk is None else torch.tensor(topk, dtype=torch.int32, device=device)
+            w = width if topk is None else 3
+            got = indices_fn(cu_t, gs, ROWS_PER_RANK, d_window, window, RATIO, w, topk_t,
+                             cu_seqlens_compressed=cu_comp_t, seq_to_rank_row=map_t)
+            rows, lengths = ref.attention_indices(cu, cu_comp, gs, ROWS_PER_RANK, d_window, window, RATIO, w,
+                                                  row_map, base, topk)
+            modes[mode] = bool(torch.equal(got[0].cpu().to(torch.int32), torch.tensor(rows, dtype=torch.int32)) and
+                               torch.equal(got[1].cpu().to(torch.int32), torch.tensor(lengths, dtype=torch.int32)))
+        groups = ref.compressed_groups(cu, gs, ROWS_PER_RANK, RATIO, d_comp)
+        row = {"rank": r, "global_start": gs, "groups": len(groups), "compact_forward_exact": fwd_ok,
+               "compact_backward_exact": bwd_ok, "attention_indices_exact": modes, "first_call_s": round(first, 4)}
+        ev["ranks"].append(row)
+        if not (fwd_ok and bwd_ok and all(modes.values())):
+            failures.append(row)
+    ev["jit_s"] = ev["ranks"][0]["first_call_s"]
+    t1 = time.monotonic()
+    compact_fn(local.detach(), boundary.detach(), cu_t, gs, RATIO, d_comp, c_cap)
+    _sync(torch, device)
+    ev["steady_s"] = round(time.monotonic() - t1, 5)
+    ev["control_separates"] = control_separates
+    if failures:
+        bad = failures[0]
+        parts = [name for name, ok in (("CompressorInputCompact forward", bad["compact_forward_exact"]),
+                                       ("its backward", bad["compact_backward_exact"])) if not ok]
+        parts += ["build_attention_indices (%s)" % m for m, ok in bad["attention_indices_exact"].items() if not ok]
+        return "fail", ("Megatron's CP layout kernels differ from the reference on CP rank %d of %d: %s"
+                        % (bad["rank"], cp, ", ".join(parts))), ev
+    if not control_separates:
+        return "error", ("the negative control did not separate: a rank shifted by one group gives the same compact "
+                         "buffer, so this comparison cannot tell right from wrong"), ev
+    return "pass", ("Megatron's CP layout kernels are exact on all %d CP ranks (CompressorInputCompact forward and "
+                    "backward, build_attention_indices in both modes)" % cp), ev
+
+
+def _recent_topk(cu, gs, rows, ratio, k):
+    """Per local row, the k most recent visible compressed ids, newest first, padded with -1 (as Megatron's test)."""
+    out = []
+    for r in range(rows):
+        q = gs + r
+        seq = next((s for s in range(len(cu) - 1) if cu[s] <= q < cu[s + 1]), None)
+        visible = (q - cu[seq] + 1) // ratio if seq is not None else 0
+        ids = list(range(visible - 1, max(-1, visible - 1 - k), -1))
+        out.append(ids + [-1] * (k - len(ids)))
+    return out
+
+
+# ------------------------------------------------------------------------------------- the fused CSA compressor
+
+def run_csa(torch, device, request):
+    try:
+        from cudnn.csa import compressor
+        fwd = compressor.csa_compressor_forward_wrapper
+    except Exception as exc:
+        raise Skip("cudnn.csa does not load (%s: %s): see cudnn-fe.csa" % (type(exc).__name__, exc))
+    ratio, head_dim, coff = 4, 128, 2
+    lens = [12, 37, 64, 9]
+    cu = ref.cumsum(lens)
+    cu_comp = ref.cumsum([n // ratio for n in lens])
+    gen = torch.Generator().manual_seed(SEED)
+    kv = torch.randn(cu[-1], coff * head_dim, generator=gen).to(torch.bfloat16)
+    score = torch.randn(cu[-1], coff * head_dim, generator=gen).to(torch.bfloat16)
+    ape = torch.randn(ratio, coff * head_dim, generator=gen)
+    args = (kv.to(device), score.to(device), ape.to(device), torch.tensor(cu, dtype=torch.int32, device=device),
+            torch.tensor(cu_comp, dtype=torch.int32, device=device))
+    out, first = _timed(torch, device, fwd, *args, ratio=ratio, head_dim=head_dim, coff=coff, total_comp=cu_comp[-1])
+    _, steady = _timed(torch, device, fwd, *args, ratio=ratio, head_dim=head_dim, coff=coff, total_comp=cu_comp[-1])
+    got = out["out"].float().cpu().reshape(cu_comp[-1], head_dim)
+    want = ref.csa_compress(torch, kv, score, ape, cu, ratio, head_dim, coff)
+    control = ref.csa_compress(torch, kv, score, torch.zeros_like(ape), cu, ratio, head_dim, coff)
+    err = float((got - want).abs().max().item()) if got.numel() else 0.0
+    ev = {"frontend": _version("nvidia-cudnn-frontend"),
+          "kernel": "cudnn.csa.compressor.csa_compressor_forward_wrapper",
+          "ratio": ratio, "head_dim": head_dim, "coff": coff, "sequence_lengths": lens, "max_abs_error": err,
+          "tolerance": 2e-2, "jit_s": round(first, 4), "steady_s": round(steady, 5),
+          "control_error": float((got - control).abs().max().item()) if got.numel() else 0.0}
+    if not bool(torch.isfinite(got).all().item()):
+        return "fail", "the fused CSA compressor gives non-finite output", ev
+    if err > 2e-2:
+        return "fail", "the fused CSA compressor differs from the eager reference by %.3g (> 0.02)" % err, ev
+    if ev["control_error"] <= 2e-2:
+        return "error", "the negative control (no position embedding) did not separate", ev
+    return "pass", "the fused CSA compressor matches the eager reference (max |err| %.1e)" % err, ev
+
+
+# --------------------------------------------------------------------------------------------------------- FlashMLA
+
+def run_flashmla(torch, device, request):
+    try:
+        from flash_mla import flash_mla_sparse_fwd
+    except Exception as exc:
+        raise Skip("FlashMLA does not import (%s: %s): see kernels.flash-mla" % (type(exc).__name__, exc))
+    s_q, h_q, d_qk, d_v, s_kv = 4, 64, 576, 512, 128
+    topk = 128 if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 10 else 64
+    gen = torch.Generator().manual_seed(SEED)
+    q = torch.randn(s_q, h_q, d_qk, generator=gen).to(torch.bfloat16).to(device)
+    kv = torch.randn(s_kv, 1, d_qk, generator=gen).to(torch.bfloat16).to(device)
+    idx = torch.randint(0, s_kv, (s_q, 1, topk), generator=gen, dtype=torch.int32).to(device)
+    sink = torch.zeros(h_q, dtype=torch.float32, device=device)
+    res, first = _timed(torch, device, flash_mla_sparse_fwd, q, kv, idx, d_qk ** -0.5, d_v=d_v, attn_sink=sink,
+                        topk_length=None, indexer_topk=0)
+    out = res[0]
+    ev = {"package": _version("flash-mla") or _version("flash_mla"), "shape": list(out.shape),
+          "expected_shape": [s_q, h_q, d_v], "jit_s": round(first, 4), "topk": topk}
+    if list(out.shape) != [s_q, h_q, d_v]:
+        return "fail", "flash_mla_sparse_fwd returned shape %s, not %s" % (list(out.shape), [s_q, h_q, d_v]), ev
+    if not bool(torch.isfinite(out.float()).all().item()):
+        return "fail", "flash_mla_sparse_fwd returned non-finite output", ev
+    return "pass", "flash_mla_sparse_fwd(indexer_topk=0) returns finite output of the right shape", ev
+
+
+SUBRUNS = {"dsa": (run_dsa, "nvidia-cudnn-frontend"), "layout": (run_layout, "megatron-core"),
+           "csa": (run_csa, "nvidia-cudnn-frontend"), "flashmla": (run_flashmla, "flash-mla")}
+
+
+def answer(request):
+    name = request["subrun"]
+    fn, package = SUBRUNS[name]
+    start = time.monotonic()
+    try:
+        import torch
+    except BaseException as exc:
+        return {"status": "skip", "summary": "torch does not import: see torch.install", "error": error_info(exc)}
+    want = request.get("device", "auto")
+    has_cuda = False
+    try:
+        has_cuda = torch.cuda.is_available()
+    except Exception:
+        pass
+    if want == "cuda" and not has_cuda:
+        return {"status": "skip", "summary": "--device cuda but torch sees no GPU", "package": package}
+    device = torch.device("cuda", 0) if want != "cpu" and has_cuda else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.init()
+        torch.cuda.reset_peak_memory_stats(device)
+    out = {"package": package, "device": {"type": device.type, "capability": "%d.%d" %
+                                          torch.cuda.get_device_capability(device) if device.type == "cuda" else None,
+                                          "name": torch.cuda.get_device_name(device) if device.type == "cuda"
+                                          else "cpu"}}
+    try:
+        status, summary, evidence = fn(torch, device, request)
+        out.update(status=status, summary=summary, evidence=evidence)
+    except Skip as why:
+        out.update(status="skip", summary=str(why))
+    except BaseException as exc:
+        err = error_info(exc, frames=6)
+        if device.type != "cuda" and _needs_cuda(exc):
+            out.update(status="skip", summary="needs CUDA: the real kernel refuses CPU tensors (%s: %s)"
+                       % (err["type"], err["message"][:200]), error=err)
+        else:
+            out.update(status="fail", summary="%s raised %s: %s" % (name, err["type"], err["message"]), error=err)
+    if device.type == "cuda":
+        out["gpu_memory_peak_mib"] = round(torch.cuda.max_memory_allocated(device) / 2 ** 20, 2)
+    out["total_s"] = round(time.monotonic() - start, 3)
+    return out
+
+
+if __name__ == "__main__":
+    serve(answer)

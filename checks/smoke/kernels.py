@@ -1,0 +1,164 @@
+"""smoke.dsv4-kernels: the DSv4 stack's own CP kernels on the GPU against independent references.
+
+Each sub-run is its own probe (dsv4probe_kernels.py beside this module), started with the run so that their first-call
+JIT compiles overlap; a crash or hang in one costs only that sub-run.
+"""
+
+from __future__ import annotations
+
+from dsv4_doctor.facts import StaticFacts
+from dsv4_doctor.model import Check, Context, Fix, Profile, Result, Source, errored, failed, passed, skipped
+from dsv4_doctor.probes import Probe
+
+from .. import fixes
+from .._upstream import EAV, mlm, pypi
+from .thd_cp import not_run, torch_missing
+
+SUBRUN_TITLES = {"dsa": "cuDNN-FE DSA indexer forward", "layout": "Megatron CP layout kernels",
+                 "csa": "fused CSA compressor", "flashmla": "FlashMLA sparse forward"}
+# Who to fix when a sub-run's call raises or computes wrong numbers.
+SUBRUN_RULE = {"dsa": "cudnn-fe.dsa", "layout": "cutlass-dsl.import", "csa": "cudnn-fe.csa",
+               "flashmla": "kernels.flash-mla"}
+
+
+def subruns(profile: Profile) -> dict[str, str | None]:
+    """Each sub-run, and why it does not apply to this profile (None when it does)."""
+    cudnn = profile.dsa_backend == "cudnn"
+    return {
+        "dsa": None if cudnn else "dsa_kernel_backend=none: the frontend's DSA kernels are not used",
+        "layout": None if profile.cp > 1 else "not used at CP 1: Megatron runs the CP layout kernels only with CP > 1",
+        "csa": None if cudnn and profile.cc == (10, 0) and profile.cp == 1 else
+        "Megatron uses the fused CSA compressor only on CC 10.0 with dsa_kernel_backend=cudnn and CP 1",
+        "flashmla": None if cudnn else "dsa_kernel_backend=none: FlashMLA is not used",
+    }
+
+
+def kernel_probe(profile: Profile, name: str) -> Probe:
+    request = {"subrun": name, "cp": profile.cp, "device": profile.device}
+    return Probe.beside(__file__, f"smoke-kernels:{name}:cp={profile.cp}:device={profile.device}",
+                        "dsv4probe_kernels.py", request)
+
+
+def _probes(profile: Profile) -> list[Probe]:
+    if not_run(profile):
+        return []
+    return [kernel_probe(profile, name) for name, why in subruns(profile).items() if why is None]
+
+
+def _fixes(ctx: Context, name: str, summary: str) -> list[Fix]:
+    static = ctx.static
+    if name == "dsa":
+        # A NaN or a wrong mask from the indexer: the seed incident's cure (reinstall the frontend and tvm-ffi).
+        return [fixes.frontend_stack(static)] if "tvm_ffi" not in summary else [fixes.tvm_ffi(static)]
+    if name == "layout":
+        return [fixes.cutlass(static), fixes.mcore()]
+    if name == "csa":
+        return [fixes.frontend_stack(static)]
+    return [fixes.FLASH_MLA]
+
+
+def _kernels(ctx: Context) -> Result:
+    blocked = torch_missing(ctx)
+    if blocked:
+        return blocked
+    profile = ctx.profile
+    rows: dict[str, dict] = {}
+    for name, why in subruns(profile).items():
+        if why is not None:
+            rows[name] = {"status": "skip", "summary": why}
+            continue
+        result = ctx.probe(kernel_probe(profile, name))
+        if not result.ok:
+            rows[name] = {"status": "error", "summary": f"the probe {result.error}",
+                          "stderr_tail": result.stderr_tail, "signal": result.signal, "timed_out": result.timed_out}
+            continue
+        data = result.data if isinstance(result.data, dict) else {}
+        rows[name] = {k: data.get(k) for k in ("status", "summary", "package", "evidence", "error", "device",
+                                              "gpu_memory_peak_mib", "total_s")}
+        if rows[name]["status"] not in ("pass", "fail", "error", "skip"):
+            rows[name] = {"status": "error", "summary": f"the probe answered an unknown status {data.get('status')!r}"}
+    evidence: dict = {"subruns": rows}
+    devices = {str((r.get("device") or {}).get("capability")) for r in rows.values() if r.get("device")}
+    visible = next(iter(devices), None)
+    if profile.gpu_arch and visible and visible != "None" and visible != profile.gpu_arch:
+        evidence["note"] = (f"the profile is for CC {profile.gpu_arch}, but these sub-runs ran on this host's CC "
+                            f"{visible}: what this GPU supports ran, under its own arch")
+    line = "; ".join(f"{SUBRUN_TITLES[n]}: {r['status']}" for n, r in rows.items())
+    failed_runs = [n for n, r in rows.items() if r["status"] == "fail"]
+    if failed_runs:
+        n = failed_runs[0]
+        summary = f"{SUBRUN_TITLES[n]} ({SUBRUN_RULE[n]}): {rows[n]['summary']}"
+        hint = ""
+        if n == "dsa":
+            hint = ("A NaN or a wrong mask from the DSA indexer is the seed incident's signature (an H100 job went NaN "
+                    "until the cuDNN frontend and apache-tvm-ffi were reinstalled).")
+        return failed(summary, "\n".join(x for x in (hint, "Sub-runs: " + line) if x),
+                      fixes=_fixes(ctx, n, str(rows[n].get("summary"))), evidence=evidence)
+    errors = [n for n, r in rows.items() if r["status"] == "error"]
+    if errors:
+        n = errors[0]
+        return errored(f"{SUBRUN_TITLES[n]}: {rows[n]['summary']}", "Sub-runs: " + line, evidence=evidence)
+    ran = [n for n, r in rows.items() if r["status"] == "pass"]
+    if ran:
+        peak = max((float(r.get("gpu_memory_peak_mib") or 0) for r in rows.values()), default=0.0)
+        return passed("; ".join(f"{SUBRUN_TITLES[n]}: {rows[n]['summary']}" for n in ran)
+                      + (f" (peak GPU memory {peak:.0f} MiB)" if peak else ""), "Sub-runs: " + line,
+                      evidence=evidence)
+    return skipped("no kernel sub-run could run: " + line, evidence=evidence)
+
+
+def _not_run(profile: Profile) -> str | None:
+    why = not_run(profile)
+    if why:
+        return why
+    if all(reason is not None for reason in subruns(profile).values()):
+        return "no kernel sub-run applies: " + "; ".join(f"{SUBRUN_TITLES[n]}: {r}" for n, r in
+                                                        subruns(profile).items())
+    return None
+
+
+smoke_dsv4_kernels = Check(
+    id="smoke.dsv4-kernels",
+    title="Smoke forward: the DSv4 stack's own CP kernels compute the right numbers",
+    explanation="""
+        A CP job runs the cuDNN frontend's DSA kernels with q_causal_offsets and Megatron's CuTe-DSL CP layout
+        kernels; these are what broke in the seed incident (an H100 job went NaN until the frontend and tvm-ffi were
+        reinstalled). Each sub-run calls the installed stack's public entry point the way Megatron calls it, in its
+        own probe process under the probe timeout, and compares with a float32 (or exact integer) reference this
+        doctor implements from the documented semantics, never with the same kernel:
+        (1) the frontend's DSA indexer forward (cudnn.DSA.indexer_forward_wrapper) on a packed THD batch split
+        contiguously over at least two simulated CP ranks, each rank's arguments built as Megatron's
+        cp_utils._build_cp_indexer_layout does (its query segment per sequence, the sequences' full compressed keys,
+        q_causal_offsets, the trailing padding segment): identical -inf masks, finite scores within 1e-2, no NaN, and
+        a negative control (zero offsets on a crossing sequence) whose mask must differ, else the check cannot
+        discriminate and says so (`error`); (2) Megatron's CP layout kernels (csa_utils/cp_layout_kernels.py, loaded
+        by file path without importing megatron.core): CompressorInputCompact forward and backward and
+        build_attention_indices for every CP rank, exact, on a ragged layout with boundary-crossing sequences; not
+        used at CP 1; (3) the fused CSA compressor (cudnn.csa) on CC 10.0 with CP 1, against Megatron's eager
+        compressor; (4) FlashMLA's flash_mla_sparse_fwd with indexer_topk, finite and of the right shape. A sub-run
+        whose package is absent is a skip pointing to the rule that reports it; one whose call raises is a fail
+        naming the exception. On the CPU (--device cpu) the real kernels refuse CPU tensors (a skip: needs CUDA).
+    """,
+    applies_when="a GPU is visible (or --device cpu); not with --no-smoke; sub-runs by profile",
+    detects="the stack's DSA indexer, CP layout kernels, CSA compressor and FlashMLA against independent references",
+    sources=(
+        mlm(EAV + "csa_utils/cp_utils.py", "277-301", "Megatron-LM dev cp_utils._build_cp_indexer_layout"),
+        mlm(EAV + "csa_utils/fused_sparse_attention.py", "883-926",
+            "Megatron-LM dev fused_sparse_attention.py: the indexer_forward_wrapper call"),
+        mlm(EAV + "csa_utils/cp_layout_kernels.py", "648-840",
+            "Megatron-LM dev cp_layout_kernels.py: CompressorInputCompact, build_attention_indices"),
+        mlm("tests/unit_tests/transformer/experimental_attention_variant/test_csa_cp_layout_kernels.py", "",
+            "Megatron-LM dev test_csa_cp_layout_kernels.py (the semantics the references follow)"),
+        pypi("nvidia-cudnn-frontend", "1.27.0", "nvidia-cudnn-frontend 1.27.0 indexer_forward/api.py docstring and "
+             "SM90 mask code"),
+        Source("verl PR #7297 (the seed incident: NaN cured by reinstalling the frontend and tvm-ffi)",
+               "https://github.com/verl-project/verl/pull/7297"),
+    ),
+    fixes=(fixes.frontend_stack(StaticFacts({})), fixes.FLASH_MLA),
+    skip_if=_not_run,
+    needs=("torch.install",),
+    probes=_probes,
+    run=_kernels,
+)
+
+CHECKS = [smoke_dsv4_kernels]
