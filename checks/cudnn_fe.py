@@ -119,6 +119,11 @@ def _fe_version(ctx: Context) -> Result:
         return warned(f"cudnn {imported.get('version')} imports from {imported.get('origin')} {why}: its features "
                       "cannot be matched to a release (cudnn-fe.csa and cudnn-fe.dsa test what loads)",
                       fixes=[fix], evidence=evidence)
+    if version(imported.get("version")) is None:
+        return warned(f"nvidia-cudnn-frontend {meta} is installed, but import cudnn (from {imported.get('origin')}) "
+                      f"reports no usable __version__ ({imported.get('version')!r}): which copy loads cannot be told "
+                      "from versions", "cudnn-fe.csa and cudnn-fe.dsa test what actually loads.", fixes=[fix],
+                      evidence=evidence)
     if version(meta) != version(imported.get("version")):
         return warned(
             f"nvidia-cudnn-frontend metadata says {meta} but import cudnn reports {imported.get('version')} "

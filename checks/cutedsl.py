@@ -106,11 +106,11 @@ def _cutlass(ctx: Context) -> Result:
         "every CP > 1 DSv4 layer, window-only ones included, runs these kernels.",
         "Failed: " + "; ".join(f"{t}: {e}" for t, e in evidence["errors"].items()),
     ]
-    non_import = [r for r in bad if r.get("error", {}).get("type") not in ("ImportError", "ModuleNotFoundError")]
+    non_import = [r for r in bad if (r.get("error") or {}).get("type") not in ("ImportError", "ModuleNotFoundError")]
     if non_import:
         details.append("A non-ImportError escapes Megatron's `except ImportError`, so importing the DSv4 attention "
                        "module itself will raise.")
-    if dists["nvidia-cutlass-dsl"] and first.get("error", {}).get("missing_module") == "cutlass":
+    if dists["nvidia-cutlass-dsl"] and (first.get("error") or {}).get("missing_module") == "cutlass":
         details.append("nvidia-cutlass-dsl is installed but `cutlass` is not importable: its libs-base wheel puts "
                        "the package on sys.path with a .pth file, which `pip install --target` and `python -S` skip.")
     return failed(f"the CuTe-DSL CP layout kernels cannot load ({first['target']}: {error_text(first)})",

@@ -3,7 +3,7 @@ requirements on each other hold."""
 
 from __future__ import annotations
 
-from dsv4_doctor.facts import StaticFacts, canonical
+from dsv4_doctor.facts import MAX_REQUIREMENTS, StaticFacts, canonical, parse_requirement
 from dsv4_doctor.model import Check, Context, Fix, Phase, Result, Source, failed, passed, warned
 from dsv4_doctor.probes import StaticRequest
 
@@ -63,16 +63,6 @@ CONSISTENCY_STATIC = StaticRequest(distributions=DSV4_PACKAGES,
                                    dependents_of=DSV4_PACKAGES)
 
 
-def marker_env(python: dict) -> dict:
-    """PEP 508 marker values of the target interpreter (as far as the static probe tells them)."""
-    version = str(python.get("version") or "")
-    return {"python_version": ".".join(version.split(".")[:2]), "python_full_version": version,
-            "sys_platform": python.get("platform") or "linux", "platform_system": python.get("system") or "Linux",
-            "platform_machine": python.get("machine") or "x86_64", "os_name": "posix",
-            "implementation_name": str(python.get("implementation") or "cpython").lower(),
-            "platform_python_implementation": python.get("implementation") or "CPython", "extra": ""}
-
-
 def _applies(req, env: dict, extras: set[str]) -> bool:
     if req.marker is None:
         return True
@@ -84,21 +74,13 @@ def _applies(req, env: dict, extras: set[str]) -> bool:
 
 def unmet_requirements(static) -> tuple[list[dict], dict]:
     """Every declared requirement among the inspected distributions that the installed set does not meet."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
     stack = {canonical(p) for p in DSV4_PACKAGES}
     installed = {k: v for k, v in static.installed().items()
                  if k in stack or k.startswith(("nvidia-", "cuda-", "transformer-engine"))}
-    env = marker_env(static.python)
+    env = static.marker_env
     parsed: dict[str, list] = {}
     for name, dist in installed.items():
-        reqs = []
-        for line in dist.get("requires") or []:
-            try:
-                reqs.append(Requirement(line))
-            except InvalidRequirement:
-                continue
-        parsed[name] = reqs
+        parsed[name] = [r for r in map(parse_requirement, (dist.get("requires") or [])[:MAX_REQUIREMENTS]) if r]
     # The extras each package is used with: the DSv4 stack's, plus those its dependents ask for (cuda-toolkit[cublas]).
     extras: dict[str, set[str]] = {canonical(k): set(v) for k, v in USED_EXTRAS.items()}
     for reqs in parsed.values():

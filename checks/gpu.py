@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, skipped, warned
+from dsv4_doctor.model import Check, Context, Result, Source, errored, failed, passed, skipped, warned
 from dsv4_doctor.probes import NVIDIA_SMI, TORCH, Probe, StaticRequest
 
 from . import fixes
@@ -15,7 +15,8 @@ def _gpu_devices(ctx: Context) -> Result:
     smi = ctx.probe(NVIDIA_SMI)
     torch_probe = ctx.probe(TORCH)
     torch_data = torch_probe.data if torch_probe.ok and isinstance(torch_probe.data, dict) else {}
-    torch_devices = torch_data.get("devices", []) if torch_data.get("imported") else []
+    raw_devices = torch_data.get("devices") if torch_data.get("imported") else None
+    torch_devices = [d for d in raw_devices if isinstance(d, dict)] if isinstance(raw_devices, list) else []
     driver = gpus[0]["driver_version"] if gpus else None
     # CUDA enumeration order can differ from nvidia-smi's: torch's view is what the job sees.
     devices = torch_devices or gpus
@@ -32,7 +33,14 @@ def _gpu_devices(ctx: Context) -> Result:
         if ctx.profile.gpu_arch_source == "option":
             reason += f" (rules use --gpu-arch {ctx.profile.gpu_arch})"
         return skipped(reason, evidence=evidence)
-    if gpus and torch_data.get("imported") and not torch_devices:
+    if not torch_data.get("imported"):
+        # nvidia-smi alone proves the driver, not that CUDA works: without torch's view this cannot be green.
+        listed = f"the driver lists {len(gpus)} GPU(s), but torch's view is unavailable"
+        if not torch_probe.ok:
+            return errored(f"{listed}: the torch probe {torch_probe.error or 'failed'}", evidence=evidence)
+        return skipped(f"{listed}: torch does not import (see torch.install), so whether CUDA works is not known",
+                       evidence=evidence)
+    if gpus and not torch_devices:
         raw_error = torch_data.get("cuda_error")
         cuda_error: dict = raw_error if isinstance(raw_error, dict) else {}
         why = ("torch is a CPU-only build" if not torch_data.get("cuda_build") else

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.facts import error_text, outcome
+from dsv4_doctor.facts import error_text, outcome, requirements, version
 from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
@@ -143,13 +143,31 @@ kernels_fast_hadamard = Check(
 
 def _triton(ctx: Context) -> Result:
     static = ctx.static
-    evidence = {"module": static.module("triton").get("origin"), "version": static.version("triton")}
-    if static.module("triton").get("found"):
-        return passed(f"triton {evidence['version'] or '(no metadata)'}", evidence=evidence)
-    return warned("triton is not installed: apply_rope_fusion=True then fails (fused_mla_rope_inplace is None)",
-                  "Megatron's DSv4 attention asserts `fused_mla_rope_inplace is not None` when rope fusion is on; "
-                  "with apply_rope_fusion=False the job runs without triton.", fixes=[fixes.triton(static)],
-                  evidence=evidence)
+    module = static.module("triton")
+    evidence = {"module": module.get("origin"), "kind": module.get("kind"), "version": static.version("triton")}
+    if not module.get("found"):
+        return warned("triton is not installed: apply_rope_fusion=True then fails (fused_mla_rope_inplace is None)",
+                      "Megatron's DSv4 attention asserts `fused_mla_rope_inplace is not None` when rope fusion is "
+                      "on; with apply_rope_fusion=False the job runs without triton.", fixes=[fixes.triton(static)],
+                      evidence=evidence)
+    fix = fixes.triton(static)
+    if module.get("kind") == "namespace":
+        return warned("`triton` is only a namespace directory (no triton/__init__.py): nothing to import",
+                      f"found at {', '.join(map(str, module.get('locations') or [])) or '?'}; a leftover directory, "
+                      "or a PYTHONPATH entry that shadows the installed triton.", fixes=[fix], evidence=evidence)
+    found = version(evidence["version"])
+    pins = [s.version for r in requirements(static.readable_dist("torch")) if r.name.lower() == "triton"
+            for s in r.specifier if s.operator == "=="]
+    evidence["torch_requires"] = pins[0] if pins else None
+    if found is None:
+        return warned("triton is present but its version is unknown (no readable metadata)", fixes=[fix],
+                      evidence=evidence)
+    if pins and version(pins[0]) is not None and found != version(pins[0]):
+        return warned(f"triton {found} is not the triton=={pins[0]} the installed torch {static.version('torch')} "
+                      "requires: its kernels are compiled with a triton torch was not built and tested with",
+                      fixes=[fix], evidence=evidence)
+    pinned = " (= torch's pin)" if pins else " (torch declares no pin)"
+    return passed(f"triton {found}{pinned}", evidence=evidence)
 
 
 kernels_triton = Check(

@@ -30,8 +30,10 @@ MARKERS = {
     "megatron.core.context_parallel_layout": "context_parallel_layout (dev >= 3f49de20)",
 }
 VERL_ENGINE = "verl.workers.engine.megatron.transformer_impl"
+DSV4_MOD = f"{EAV_MOD}.deepseek_v4_hybrid_attention"
+DSV4_CLASS = "DSv4HybridAttention"  # what Megatron's dsv4_hybrid spec builds (dev bf4e1db3 .. d48bd6be and later)
 STATIC = StaticRequest(distributions=(MCORE, "verl"), modules=("megatron.core", *MARKERS),
-                       sources=(PSP, TC, MPC, VERL_ENGINE), contains=("default_dynamic_cp",))
+                       sources=(PSP, TC, MPC, VERL_ENGINE, DSV4_MOD), contains=("default_dynamic_cp",))
 
 FIX_MCORE = fixes.MCORE
 SITE_DIRS = ("site-packages", "dist-packages")
@@ -55,14 +57,15 @@ def _direct_url(dist: dict | None) -> dict:
 def _where(static) -> dict:
     mod = static.module("megatron.core")
     dist = static.dist(MCORE)
-    vcs = _direct_url(dist).get("vcs_info")
+    url = _direct_url(dist)
+    vcs = url.get("vcs_info")
+    dir_info = url.get("dir_info")
     evidence = {
         "megatron.core": mod.get("origin") or mod.get("locations"),
         "distribution": dist.get("version") if dist else None,
         "distribution_path": dist.get("path") if dist else None,
         "vcs": vcs if isinstance(vcs, dict) else None,
-        "editable": bool((_direct_url(dist).get("dir_info") or {}).get("editable"))
-        if isinstance(_direct_url(dist).get("dir_info"), dict) else False,
+        "editable": bool(dir_info.get("editable")) if isinstance(dir_info, dict) else False,
     }
     return evidence
 
@@ -112,9 +115,18 @@ def _dsv4(ctx: Context) -> Result:
             "Every megatron-core release lacks DSv4 (it exists only on the dev branch), and dev reports the same "
             "version string, so the files decide." + shadow,
             fixes=[fixes.mcore(evidence["checkout"])], evidence=evidence)
+    source = static.source(DSV4_MOD)
+    classes = source.get("classes")
+    if not isinstance(classes, dict) or DSV4_CLASS not in classes:
+        # A file is not a feature: an empty or foreign deepseek_v4_hybrid_attention.py must not read as dev.
+        why = f"it could not be read ({source.get('error')})" if source.get("error") else f"it defines no {DSV4_CLASS}"
+        return failed(f"Megatron-core {version} has a deepseek_v4_hybrid_attention module, but {why}",
+                      f"{source.get('path') or DSV4_MOD}: the dsv4_hybrid spec builds {DSV4_CLASS} from it." + shadow,
+                      fixes=[fixes.mcore(evidence["checkout"])], evidence=evidence)
     have = [MARKERS[n] for n, ok in found.items() if ok]
     vcs = evidence["vcs"] or {}
-    commit = f" at {vcs.get('commit_id', '')[:8]}" if vcs.get("commit_id") else ""
+    commit_id = vcs.get("commit_id")
+    commit = f" at {commit_id[:8]}" if isinstance(commit_id, str) and commit_id else ""
     return passed(f"Megatron-core dev{commit} (reports {version}): " + "; ".join(have),
                   shadow.strip(), evidence=evidence)
 

@@ -3,8 +3,36 @@
 from __future__ import annotations
 
 from dsv4_doctor.model import Check, Context, Result, Source, failed, passed
+from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
+
+# The stack's distributions whose Requires-Python must admit the target (pip enforces it at install, but a copied
+# site-packages, a --no-deps --target install or a different interpreter on the same tree does not).
+STACK = ("megatron-core", "transformer-engine", "transformer_engine", "nvidia-cudnn-frontend", "nvidia-cutlass-dsl",
+         "apache-tvm-ffi", "torch", "verl", "megatron-bridge", "flash-mla")
+STATIC = StaticRequest(distributions=STACK)
+
+
+def _requires_python(ctx: Context, version: str) -> list[str]:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        static = ctx.static
+    except Exception:  # no static facts (a target too old for the probes): the version alone decides
+        return []
+    out = []
+    for name in STACK:
+        dist = static.readable_dist(name)
+        spec = dist.get("requires_python") if dist else None
+        if not isinstance(spec, str) or not spec.strip():
+            continue
+        try:
+            if not SpecifierSet(spec).contains(version, prereleases=True):
+                out.append(f"{dist.get('name') or name} {dist.get('version')} declares Requires-Python {spec}")
+        except InvalidSpecifier:
+            continue
+    return out
 
 
 def _python_version(ctx: Context) -> Result:
@@ -13,6 +41,13 @@ def _python_version(ctx: Context) -> Result:
     info = list(py.get("version_info") or [0, 0, 0])[:3]
     version = py.get("version") or "unknown"
     evidence = {"version": version, "executable": py.get("executable"), "implementation": py.get("implementation")}
+    refused = _requires_python(ctx, version) if version != "unknown" else []
+    if refused:
+        evidence["requires_python"] = refused
+        return failed(f"Python {version} is outside what installed packages declare: " + "; ".join(refused),
+                      "These distributions were installed for another interpreter (a copied site-packages, a "
+                      "--target install, or a venv whose Python changed); their code may use syntax or APIs this "
+                      "Python lacks.", fixes=[fixes.PYTHON_312], evidence=evidence)
     if (info[0], info[1]) >= (3, 12):
         return passed(f"Python {version}", evidence=evidence)
     if (info[0], info[1]) >= (3, 10):
@@ -34,10 +69,12 @@ python_version = Check(
         `Requires-Python >=3.12`, and the verl image and the NGC PyTorch containers the Megatron DSv4 recipes use
         ship Python 3.12, so 3.12 is the tested choice; 3.10 and 3.11 pass with that note. The version comes from a
         handshake that runs on any Python (2.7 too): an interpreter older than 3.8, which the doctor's probes need,
-        fails here and every other check says it could not be inspected.
+        fails here and every other check says it could not be inspected. An installed stack distribution whose
+        `Requires-Python` excludes the target (a megatron-core wheel declaring >=3.12 on 3.11) is a failure too.
     """,
     applies_when="always",
-    detects="sys.version_info of the target interpreter (a handshake that runs on any Python)",
+    detects="sys.version_info of the target interpreter (a handshake that runs on any Python); Requires-Python of "
+            "the stack's distributions",
     sources=(
         Source("Megatron-LM dev pyproject.toml (requires-python >=3.10)",
                "https://github.com/NVIDIA/Megatron-LM/blob/dev/pyproject.toml"),
@@ -45,6 +82,7 @@ python_version = Check(
         Source("verl docker/Dockerfile.stable.vllm (Python 3.12)", "https://github.com/verl-project/verl"),
     ),
     fixes=(fixes.PYTHON_312,),
+    static=STATIC,
     run=_python_version,
 )
 

@@ -12,13 +12,14 @@ Exit codes (the same for every output format):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
 from collections.abc import Sequence
 
 from . import __version__
-from .model import ExitCode, Profile
+from .model import ExitCode, Profile, UsageError
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 no check failed (warnings allowed unless --strict); 1 a check failed or errored (or warned, with "
@@ -27,10 +28,6 @@ EXIT_CODES_HELP = (
 )
 COMMANDS = ("check", "smoke", "list", "explain", "fix")
 FORMATS = ("text", "json", "markdown", "junit")
-
-
-class UsageFailure(Exception):
-    """Raised by argument callbacks; printed as `dsv4-doctor: error: ...` with exit 2."""
 
 
 # ------------------------------------------------------------------------------------------------ argument types
@@ -73,15 +70,24 @@ def check_output_path(path: str | None) -> None:
     if path is None:
         return
     if os.path.isdir(path):
-        raise UsageFailure(f"--output {path!r} is a directory")
+        raise UsageError(f"--output {path!r} is a directory")
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)):
+        # A FIFO would block the finished run until some reader appears; a socket cannot be opened at all.
+        raise UsageError(f"--output {path!r} is not a regular file")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise UsageFailure(f"--output {path!r}: {parent} is not a directory")
+        raise UsageError(f"--output {path!r}: {parent} is not a directory")
     if os.path.exists(path):
         if not os.access(path, os.W_OK):
-            raise UsageFailure(f"--output {path!r} is not writable")
+            raise UsageError(f"--output {path!r} is not writable")
     elif not os.access(parent, os.W_OK):
-        raise UsageFailure(f"--output {path!r}: {parent} is not writable")
+        raise UsageError(f"--output {path!r}: {parent} is not writable")
 
 
 # ------------------------------------------------------------------------------------------------------ parser
@@ -163,8 +169,30 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
 def _stderr(message: str) -> None:
     from .redact import clean_text
 
-    sys.stderr.write(clean_text(message) + "\n")
-    sys.stderr.flush()
+    if sys.stderr is None:  # started with stderr closed
+        return
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(clean_text(message) + "\n")
+        sys.stderr.flush()
+
+
+def _write_stdout(text: str) -> bool:
+    """Write to stdout; False when there is none (started with it closed) or it broke."""
+    if sys.stdout is None:
+        return False
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (OSError, ValueError):
+        return False
 
 
 class _Progress:
@@ -217,7 +245,7 @@ def emit(report: dict, fmt: str, output: str | None) -> int:
     from .render.github import emit as annotate
 
     code = report["summary"]["exit_code"]
-    to_tty = output is None and sys.stdout.isatty()
+    to_tty = output is None and _isatty(sys.stdout)
     color = fmt == "text" and to_tty and not os.environ.get("NO_COLOR")
     text = render(report, fmt, color=color, width=output_width(to_tty))
     if output:
@@ -227,13 +255,13 @@ def emit(report: dict, fmt: str, output: str | None) -> int:
             _stderr(verdict_line(report) + f" (report written to {output})")
         except OSError as exc:
             _stderr(f"dsv4-doctor: could not write the report to {output}: {exc}; it follows on stdout")
-            sys.stdout.write(render(report, fmt, width=output_width(False)))
-            sys.stdout.flush()
+            _write_stdout(render(report, fmt, width=output_width(False)))
             code = max(code, int(ExitCode.OUTPUT))
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    annotate(report, sys.stderr)
+    elif not _write_stdout(text):
+        _stderr("dsv4-doctor: could not write the report: stdout is closed or broken; use --output FILE")
+        code = max(code, int(ExitCode.OUTPUT))
+    if sys.stderr is not None:
+        annotate(report, sys.stderr)
     return code
 
 
@@ -244,16 +272,24 @@ def cmd_check(args, smoke: bool = False) -> int:
     else:
         only, skip, strict = _ids(args.only), _ids(args.skip), args.strict
         profile = _profile(args, "off" if args.no_smoke else ("on" if args.device == "cpu" else "auto"))
-    report = run_report(args, profile, only, skip, strict, progress=args.format == "text" and sys.stderr.isatty())
+    report = run_report(args, profile, only, skip, strict, progress=args.format == "text" and _isatty(sys.stderr))
     return emit(report, args.format, args.output)
 
 
-def _registry_session(timeout: float):
+@contextlib.contextmanager
+def _registry(timeout: float):
+    """The checks, built-ins and plugins, for `list` and `explain`: no target is inspected, so no probe starts;
+    whatever the plugin hosts started is gone when the block ends, even if loading failed."""
     from .session import Session
 
     session = Session(None, timeout)
-    session.load()
-    return session
+    try:
+        session.install_signals()
+        session.load(static_probe=False)
+        assert session.registry is not None
+        yield session.all_checks(), session.registry.builtins + session.registry.plugins
+    finally:
+        session.close()
 
 
 def cmd_list(args) -> int:
@@ -261,85 +297,131 @@ def cmd_list(args) -> int:
 
     from .redact import Redactor
 
-    session = _registry_session(args.timeout)
-    try:
-        checks = session.all_checks()
-        plugins = session.registry.builtins + session.registry.plugins
-    finally:
-        session.close()
+    with _registry(args.timeout) as (checks, plugins):
+        pass
     redact = Redactor()
     if args.format == "json":
         rows = [{"id": c.id, "title": c.title, "origin": c.origin, "applies_when": c.applies_when} for c in checks]
-        sys.stdout.write(json.dumps(redact({"checks": rows, "plugins": [p.to_dict() for p in plugins]}),
-                                    indent=2) + "\n")
-        return 0
-    if args.format == "markdown":
+        text = json.dumps(redact({"checks": rows, "plugins": [p.to_dict() for p in plugins]}), indent=2) + "\n"
+    elif args.format == "markdown":
         from .render.rules import rules_table
 
-        sys.stdout.write(rules_table(checks))
-        return 0
-    width = max([len(c.id) for c in checks] + [5])
-    for c in checks:
-        sys.stdout.write(redact(f"{c.id:<{width}}  {c.origin:<14}  {c.applies_when}") + "\n")
-    for p in plugins:
-        if p.error:
-            sys.stdout.write(redact(f"plugin {p.name} ({p.distribution}) failed to load: {p.error}") + "\n")
-    return 0
+        text = rules_table(checks)
+    else:
+        width = max([len(c.id) for c in checks] + [5])
+        lines = [redact(f"{c.id:<{width}}  {c.origin:<14}  {c.applies_when}") for c in checks]
+        lines += [redact(f"plugin {p.name} ({p.distribution}) failed to load: {p.error}") for p in plugins if p.error]
+        text = "".join(line + "\n" for line in lines)
+    return 0 if _write_stdout(text) else int(ExitCode.OUTPUT)
 
 
 def cmd_explain(args) -> int:
     from .redact import Redactor
     from .render.explain import explain_text
 
-    session = _registry_session(args.timeout)
-    try:
-        checks = session.all_checks()
-    finally:
-        session.close()
+    with _registry(args.timeout) as (checks, _):
+        pass
     c = next((x for x in checks if x.id == args.check_id), None)
     if c is None:
         near = [x.id for x in checks if args.check_id.split(".")[0] in x.id]
-        raise UsageFailure(f"unknown check {args.check_id!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
-    sys.stdout.write(Redactor()(explain_text(c)))
-    return 0
+        raise UsageError(f"unknown check {args.check_id!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
+    return 0 if _write_stdout(Redactor()(explain_text(c))) else int(ExitCode.OUTPUT)
+
+
+def _incomplete(report: dict) -> str | None:
+    """Why the run behind a fix plan did not finish, or None."""
+    s = report["summary"]
+    if s.get("interrupted"):
+        return f"the run was interrupted by {s['interrupted']}"
+    if any(c["id"] == "doctor.internal" for c in report["checks"]):
+        return "dsv4-doctor crashed before the checks ran (see `dsv4-doctor check`)"
+    return None
+
+
+class _ApplySignals:
+    """While pip runs: a signal kills pip's process group and stops the plan (pip runs in its own session, so the
+    terminal's Ctrl-C would not reach it). Nothing is raised from the handler, so no child can escape tracking."""
+
+    def __init__(self, procs):
+        self.procs = procs
+        self.signum: int | None = None
+        self._old: dict = {}
+
+    def __enter__(self):
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            with contextlib.suppress(ValueError, OSError):
+                self._old[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def _on_signal(self, signum, frame) -> None:
+        self.signum = self.signum or signum
+        self.procs.kill_live()
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for sig, handler in self._old.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, handler)
 
 
 def cmd_fix(args) -> int:
     from . import fixplan
     from .procs import Processes
+    from .redact import Redactor
     from .render import verdict_line
 
-    if args.apply and not args.yes and not sys.stdin.isatty():
-        raise UsageFailure("--apply needs --yes when stdin is not a terminal")
+    if args.apply and not args.yes and not _isatty(sys.stdin):
+        raise UsageError("--apply needs --yes when stdin is not a terminal")
     profile = _profile(args, "off")
     only, skip = _ids(args.only), _ids(args.skip)
     holder: dict = {}
     report = run_report(args, profile, only, skip, False, progress=False, keep=holder)
+    code = report["summary"]["exit_code"]
     reports, python = holder.get("reports", []), holder.get("python", args.python or sys.executable)
     plan = fixplan.build_plan(reports)
-    sys.stdout.write(fixplan.render_script(plan, python, report["profile"], __version__))
-    sys.stdout.flush()
+    incomplete = _incomplete(report)
+    redact = Redactor()
+    _write_stdout(fixplan.render_script(plan, python, report["profile"], __version__, redact, incomplete))
     before = verdict_line(report)
     _stderr("before: " + before)
+    if incomplete:  # an unfinished run: its plan is partial, and --apply does not act on it
+        if args.apply:
+            _stderr(f"nothing applied: {incomplete}")
+        return code if code >= int(ExitCode.INTERNAL) else int(ExitCode.INTERNAL)
     if not args.apply:
-        return report["summary"]["exit_code"] if report["summary"]["exit_code"] >= 128 else plan.exit_code
+        # A crashed check (exit 3) is no clean bill, whatever the plan holds.
+        return code if code >= int(ExitCode.INTERNAL) else plan.exit_code
+    held = [n for n, s in enumerate(plan.steps, 1) if s.held_by is not None]
+    if held:
+        _stderr(f"held back: step(s) {', '.join(map(str, held))} build against torch and wait for the manual torch "
+                "step; run them after it")
     if not any(s.automatic for s in plan.steps):
         _stderr("nothing to apply: the plan has no automatic (pip) step")
-        return plan.exit_code
+        return code
     if not args.yes:
         sys.stderr.write(f"Run the {sum(len(s.commands) for s in plan.steps if s.automatic)} pip command(s) of this "
                          "plan now? [y/N] ")
         sys.stderr.flush()
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
             _stderr("nothing applied")
-            return int(ExitCode.FAILED)
+            return code
     procs = Processes()
     try:
-        ran, code = fixplan.apply(plan, python, procs)
+        with _ApplySignals(procs) as signals:
+            ran, failed = fixplan.apply(plan, python, procs, redact, interrupted=lambda: signals.signum is not None)
     finally:
         procs.close()
-    if code:
-        _stderr(f"a pip command failed with exit code {code}; stopped after {ran} command(s)")
+    if signals.signum is not None:
+        import signal
+
+        _stderr(f"interrupted by {signal.Signals(signals.signum).name} after {ran} pip command(s); pip was stopped and "
+                "the environment may be half-updated: run `dsv4-doctor check`")
+        return 128 + signals.signum
+    if failed:
+        _stderr(f"a pip command failed with exit code {failed}; stopped after {ran} command(s)")
         return int(ExitCode.FAILED)
     again = run_report(args, profile, only, skip, False, progress=False)
     for c in again["checks"]:
@@ -356,15 +438,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         args_in.insert(0, "check")
     p, commands = parser()
     args = p.parse_args(args_in)  # exits 2 on a usage error, 0 for --help/--version
-    from .session import UsageError
+    from .session import Interrupted
 
     handlers = {"check": cmd_check, "smoke": lambda a: cmd_check(a, smoke=True), "list": cmd_list,
                 "explain": cmd_explain, "fix": cmd_fix}
     try:
         code = handlers[args.command](args)
-    except (UsageFailure, UsageError) as exc:
+    except UsageError as exc:
         commands.get(args.command, p).print_usage(sys.stderr)
         _stderr(f"dsv4-doctor {args.command}: error: {exc}")
         code = int(ExitCode.USAGE)
-    sys.stdout.flush()
+    except Interrupted as exc:  # list and explain: nothing to report, only to stop cleanly
+        _stderr(f"dsv4-doctor {args.command}: interrupted by {exc}")
+        code = 128 + exc.signum
+    if sys.stdout is not None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
     sys.exit(code)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
 import re
 
 from packaging.utils import canonicalize_name
@@ -22,10 +24,21 @@ class StaticFacts:
     def python(self) -> dict:
         return self._section("python")
 
+    @property
+    def marker_env(self) -> dict:
+        """PEP 508 marker values of the target interpreter, as its static probe computed them."""
+        markers = self.python.get("markers")
+        return {k: v for k, v in markers.items() if k in MARKER_KEYS and isinstance(v, str)} \
+            if isinstance(markers, dict) else {}
+
     def dist_copies(self, name: str) -> list[dict]:
+        """Every copy of a distribution on the target's path, first wins, with its fields type-checked (the probe's
+        answer is untrusted); each carries the target's PEP 508 marker environment (`marker_env`), so that
+        `requirements()` judges markers for the target."""
         entry = self._section("distributions").get(name)
         copies = entry.get("copies") if isinstance(entry, dict) else None
-        return [c for c in copies if isinstance(c, dict)] if isinstance(copies, list) else []
+        env = self.marker_env
+        return [_clean_copy(c, env) for c in copies if isinstance(c, dict)] if isinstance(copies, list) else []
 
     def dist(self, name: str) -> dict | None:
         """The copy Python would use (first on sys.path), or None when not installed."""
@@ -66,12 +79,85 @@ class StaticFacts:
         return {k: v for k, v in section.items() if isinstance(v, dict)}
 
     def module(self, name: str) -> dict:
+        """Where a module is: found (bool), kind, origin, locations, missing, error; typed whatever the probe said."""
         m = self._section("modules").get(name)
-        return m if isinstance(m, dict) else {"found": False}
+        return _clean_module(m) if isinstance(m, dict) else {"found": False}
 
     def source(self, module: str) -> dict:
+        """A module's ast summary: found, path, error, classes, functions, names, contains, attributes; typed."""
         m = self._section("sources").get(module)
-        return m if isinstance(m, dict) else {"found": False}
+        return _clean_source(m) if isinstance(m, dict) else {"found": False}
+
+
+def _text_or_none(value):
+    return value if isinstance(value, str) else None
+
+
+def _texts(value) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _clean_module(m: dict) -> dict:
+    out = dict(m, found=m.get("found") is True, locations=_texts(m.get("locations")))
+    for key in ("kind", "origin", "missing", "error"):
+        out[key] = _text_or_none(m.get(key))
+    return out
+
+
+def _clean_params(p) -> dict:
+    p = p if isinstance(p, dict) else {}
+    lineno = p.get("lineno")
+    return {"params": _texts(p.get("params")), "varargs": _text_or_none(p.get("varargs")),
+            "varkw": _text_or_none(p.get("varkw")), "lineno": lineno if isinstance(lineno, int) else None}
+
+
+def _clean_class(c) -> dict:
+    c = c if isinstance(c, dict) else {}
+    fields = [f for f in c.get("fields") or [] if isinstance(f, dict) and isinstance(f.get("name"), str)] \
+        if isinstance(c.get("fields"), list) else []
+    methods = c.get("methods")
+    lineno = c.get("lineno")
+    return {"bases": _texts(c.get("bases")), "decorators": _texts(c.get("decorators")),
+            "fields": [{"name": f["name"], "annotation": _text_or_none(f.get("annotation")),
+                        "default": _text_or_none(f.get("default")),
+                        "lineno": f.get("lineno") if isinstance(f.get("lineno"), int) else None} for f in fields],
+            "assigns": _texts(c.get("assigns")),
+            "methods": {k: _clean_params(v) for k, v in methods.items()} if isinstance(methods, dict) else {},
+            "lineno": lineno if isinstance(lineno, int) else None}
+
+
+def _clean_source(m: dict) -> dict:
+    out: dict = {"found": m.get("found") is True, "path": _text_or_none(m.get("path")),
+                 "error": _text_or_none(m.get("error")), "missing": _text_or_none(m.get("missing"))}
+    if "classes" not in m and "functions" not in m:
+        return out
+    classes, functions = m.get("classes"), m.get("functions")
+    contains, attributes = m.get("contains"), m.get("attributes")
+    out.update(
+        classes={k: _clean_class(v) for k, v in classes.items()} if isinstance(classes, dict) else {},
+        functions={k: _clean_params(v) for k, v in functions.items()} if isinstance(functions, dict) else {},
+        names=_texts(m.get("names")),
+        contains={k: v is True for k, v in contains.items()} if isinstance(contains, dict) else {},
+        attributes={k: _texts(v) for k, v in attributes.items()} if isinstance(attributes, dict) else {},
+    )
+    return out
+
+
+_COPY_TEXT = ("name", "version", "path", "requires_python", "error", "installer", "kind")
+
+
+def _clean_copy(copy: dict, env: dict) -> dict:
+    out = dict(copy)
+    for key in _COPY_TEXT:
+        if key in out and not isinstance(out[key], str):
+            out[key] = None
+    requires = out.get("requires")
+    out["requires"] = [r for r in requires if isinstance(r, str)] if isinstance(requires, list) else []
+    for key in ("direct_url", "entry_points"):
+        if key in out and not isinstance(out[key], dict):
+            out[key] = None
+    out["marker_env"] = env
+    return out
 
 
 def version(text: str | None) -> Version | None:
@@ -101,24 +187,50 @@ def safe_version(text: str | None) -> str | None:
     return None
 
 
+MAX_REQUIREMENTS = 2000  # Requires-Dist lines read per distribution (a real one has well under 200)
+MARKER_KEYS = ("implementation_name", "implementation_version", "os_name", "platform_machine", "platform_release",
+               "platform_system", "platform_version", "python_full_version", "platform_python_implementation",
+               "python_version", "sys_platform")
+
+
+def parse_requirement(line) -> Any:
+    """A Requires-Dist line as a packaging Requirement, or None (not text, too long, or invalid); cached, since
+    every check that reads a distribution's requirements parses the same lines."""
+    return _requirement(line) if isinstance(line, str) and len(line) <= 4096 else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _requirement(line: str):
+    from packaging.requirements import InvalidRequirement, Requirement  # 15 ms: only when a check needs it
+
+    try:
+        return Requirement(line)
+    except InvalidRequirement:
+        return None
+
+
 def requirements(dist: dict | None, extras: tuple[str, ...] = ()) -> list:
     """What a distribution declares (METADATA Requires-Dist) when installed with `extras`.
 
     Requirements under `extra == "X"` count only for the extras asked for; unconditional ones always count (frontend
-    1.32.0 requires nvidia-cutlass-dsl unconditionally, 1.26/1.27 only in its `cutedsl` extra)."""
-    from packaging.requirements import InvalidRequirement, Requirement  # 15 ms: only when a check needs it
-
+    1.32.0 requires nvidia-cutlass-dsl unconditionally, 1.26/1.27 only in its `cutedsl` extra). Markers are evaluated
+    for the target interpreter (`marker_env`, which StaticFacts puts on every copy it hands out), not for the
+    doctor's own: `python_version >= "3.12"` must hold on the target."""
     out = []
-    for line in (dist or {}).get("requires", []) or []:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
+    dist = dist if isinstance(dist, dict) else {}
+    lines = dist.get("requires")
+    target = dist.get("marker_env")
+    env = {k: v for k, v in target.items() if k in MARKER_KEYS and isinstance(v, str)} \
+        if isinstance(target, dict) else {}
+    for line in lines[:MAX_REQUIREMENTS] if isinstance(lines, list) else []:
+        req = parse_requirement(line)
+        if req is None:
             continue
         if req.marker is None:
             out.append(req)
             continue
         try:
-            if any(req.marker.evaluate({"extra": e}) for e in ("", *extras)):
+            if any(req.marker.evaluate(dict(env, extra=e)) for e in ("", *extras)):
                 out.append(req)
         except Exception:  # a marker this environment cannot evaluate: not ours to judge
             continue
@@ -136,11 +248,30 @@ def canonical(name: str) -> str:
 
 
 def outcome(answer: dict, target: str) -> dict:
-    """One target's result from an import probe answer."""
-    for r in (answer or {}).get("results", []) if isinstance(answer, dict) else []:
+    """One target's result from an import probe answer, in a shape checks can index without guards: `ok` a bool,
+    `error` None or a dict whose `type` and `message` are strings (a probe's answer is untrusted data)."""
+    results = answer.get("results") if isinstance(answer, dict) else None
+    for r in results if isinstance(results, list) else []:
         if isinstance(r, dict) and r.get("target") == target:
-            return r
+            return _normal_outcome(r)
     return {"target": target, "ok": False, "error": {"type": "Missing", "message": "not probed"}}
+
+
+def _normal_outcome(r: dict) -> dict:
+    out = dict(r)
+    out["ok"] = r.get("ok") is True
+    err = r.get("error")
+    if err is None or err == {}:
+        out["error"] = None if out["ok"] else {"type": "Error", "message": "the probe gave no error text"}
+    elif isinstance(err, dict):
+        out["error"] = {k: (v if isinstance(v, (str, int, float, bool, list, type(None))) else str(v))
+                        for k, v in err.items()}
+        for key, default in (("type", "Error"), ("message", "")):
+            if not isinstance(out["error"].get(key), str):
+                out["error"][key] = default if out["error"].get(key) is None else str(out["error"][key])
+    else:
+        out["error"] = {"type": "Error", "message": str(err)}
+    return out
 
 
 def error_text(result: dict) -> str:

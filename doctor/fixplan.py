@@ -5,9 +5,13 @@ shell.
 Order: (1) torch and the CUDA runtime wheels, a manual step that names the compiled extensions to rebuild after it;
 (2) packages built against torch; (3) pure-Python pins; (4) job settings and choices, as prose.
 
-What `--apply` runs: only the automatic steps whose command is `pip ...`, as `<target python> -m pip ...` with the
-exact arguments shown. It never runs a shell, a manual step (a torch reinstall), a job setting, or any other program
-a plugin names; those stay in the script as comments for a person to read.
+What `--apply` runs: only the automatic steps whose command is `pip ...`, as `<target python> -I -m pip ...` with
+the exact arguments shown (`-I`: a `pip.py` in the current directory is not pip). It never runs a shell, a manual
+step (a torch reinstall), a job setting, or any other program a plugin names; those stay in the script as comments
+for a person to read. While a manual torch step is pending, the steps that build against torch are held back too:
+they would compile against the torch that is about to be replaced.
+
+Everything printed (the script, the `+ command` echo) goes through the report's redaction and cleaning.
 """
 
 from __future__ import annotations
@@ -17,12 +21,15 @@ import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from .model import CheckReport, Command, Fix, Phase, Status
+from .model import UNSAFE_CHARS, CheckReport, Command, Fix, Phase, Status
+from .procs import kill_group
+from .redact import Redactor, clean_text
 
 ORDER = (Phase.RUNTIME, Phase.BUILD, Phase.PIN, Phase.SETTING)
-_COMMENT_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+_COMMENT_UNSAFE = re.compile(f"[{UNSAFE_CHARS}]+")
+PIP = ("-I", "-m", "pip")
 
 
 @dataclass
@@ -30,12 +37,18 @@ class Step:
     fix: Fix
     commands: list[Command]  # the fix's commands not already in an earlier step
     checks: list[str] = field(default_factory=list)
+    held_by: int | None = None  # the pending manual step (its number) this build step must wait for
+
+    @property
+    def runnable(self) -> bool:
+        """Not manual, not a setting, and every command is pip (run with the target's interpreter)."""
+        return not self.fix.manual and self.fix.phase is not Phase.SETTING and bool(self.commands) and \
+            all(c.is_pip for c in self.commands)
 
     @property
     def automatic(self) -> bool:
-        """`--apply` runs it: not manual, and every command is pip (run with the target's interpreter)."""
-        return not self.fix.manual and self.fix.phase is not Phase.SETTING and bool(self.commands) and \
-            all(c.is_pip for c in self.commands)
+        """`--apply` runs it (and the script does): runnable, and not waiting for a manual step."""
+        return self.runnable and self.held_by is None
 
 
 @dataclass
@@ -69,6 +82,12 @@ def build_plan(reports: Sequence[CheckReport]) -> Plan:
         seen.update(c.argv for c in step.commands)
     # A fix that is prose only (a setting, a withheld command) stays; one whose commands all came earlier goes.
     steps = [s for s in steps if s.commands or not s.fix.commands]
+    pending = next((n for n, s in enumerate(steps, 1) if s.fix.phase is Phase.RUNTIME and not s.runnable
+                    and s.fix.commands), None)
+    if pending is not None:
+        for step in steps:
+            if step.fix.phase is Phase.BUILD and step.runnable:
+                step.held_by = pending
     return Plan(steps, unfixable)
 
 
@@ -80,16 +99,32 @@ def comment(text: str, limit: int = 300) -> str:
 
 def pip_line(cmd: Command) -> str:
     """How the script runs a pip command: with the inspected interpreter's pip, not whichever is first on PATH."""
-    return '"$PY" -m pip ' + shlex.join(cmd.argv[1:])
+    return '"$PY" ' + " ".join(PIP) + " " + shlex.join(cmd.argv[1:])
 
 
-def render_script(plan: Plan, python: str, profile: dict, version: str) -> str:
+def pip_argv(python: str, cmd: Command) -> list[str]:
+    return [python, *PIP, *cmd.argv[1:]]
+
+
+def render_script(plan: Plan, python: str, profile: dict, version: str, redact: Redactor | None = None,
+                  incomplete: str | None = None) -> str:
+    """The plan as a POSIX shell script. `incomplete`: why the run behind it did not finish (the plan then holds
+    only what finished, and says so)."""
+    text = _script(plan, python, profile, version, incomplete)
+    redact = redact or Redactor()
+    return clean_text(redact.text(text))
+
+
+def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: str | None) -> str:
     shown = " ".join(f"{k}={v}" for k, v in profile.items() if k in ("cp", "dsa_backend", "gpu_arch")
                      and v is not None)
     lines = ["#!/bin/sh", f"# dsv4-doctor {comment(version)} fix plan ({comment(shown)}).",
              "# Review it before running it. Manual steps and job settings are comments: read them.",
              "set -eu", f"PY={shlex.quote(python)}"]
-    if not plan.steps:
+    if incomplete:
+        lines.append(f"# INCOMPLETE: {comment(incomplete)}; this plan holds only the fixes of the checks that "
+                     "finished. Run `dsv4-doctor check` again before trusting it.")
+    elif not plan.steps and not plan.unfixable:
         lines.append("# nothing to fix")
     for n, step in enumerate(plan.steps, 1):
         checks = ", ".join(step.checks)
@@ -100,6 +135,10 @@ def render_script(plan: Plan, python: str, profile: dict, version: str) -> str:
         elif step.automatic:
             lines.append(f"# Step {n} [{comment(checks)}]: {comment(step.fix.description)}")
             lines += [pip_line(c) for c in step.commands]
+        elif step.held_by is not None:
+            lines.append(f"# Step {n} (held back: run it after Step {step.held_by}, because it builds against torch; "
+                         f"not run by this script or by --apply) [{comment(checks)}]: {comment(step.fix.description)}")
+            lines += ["#   " + comment(pip_line(c), 2000) for c in step.commands]
         else:
             why = "manual: not run by this script or by --apply" if step.fix.manual else \
                 "not run by this script or by --apply: only pip commands are"
@@ -111,21 +150,29 @@ def render_script(plan: Plan, python: str, profile: dict, version: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def apply(plan: Plan, python: str, procs) -> tuple[int, int]:
+def apply(plan: Plan, python: str, procs, redact: Redactor | None = None,
+          interrupted: Callable[[], bool] = lambda: False) -> tuple[int, int]:
     """Run the automatic steps with the target's pip, output to stderr; (commands run, exit code of the failing one
-    or 0). Stops at the first failure."""
+    or 0). Stops at the first failure, or when `interrupted()` says a signal arrived (its handler kills pip)."""
+    redact = redact or Redactor()
     ran = 0
     for step in plan.steps:
         if not step.automatic:
             continue
         for cmd in step.commands:
-            argv = [python, "-m", "pip", *cmd.argv[1:]]
-            sys.stderr.write("+ " + shlex.join(argv) + "\n")
+            if interrupted():
+                return ran, 0
+            argv = pip_argv(python, cmd)
+            sys.stderr.write("+ " + clean_text(redact.text(shlex.join(argv))) + "\n")
             sys.stderr.flush()
             proc = procs.spawn(argv, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno())
+            if interrupted():  # the signal came while pip was starting, before the handler could see it
+                kill_group(proc)
             code = proc.wait()
             procs.release(proc)
             ran += 1
+            if interrupted():
+                return ran, 0
             if code != 0:
                 return ran, code
     return ran, 0

@@ -42,11 +42,21 @@ class ExitCode(enum.IntEnum):
     TERMINATED = 143  # SIGTERM: likewise
 
 
+class UsageError(Exception):
+    """A bad command line or target; the CLI prints it with the command's usage and exits 2."""
+
+
 # -------------------------------------------------------------------------------------------------------- fixes
 
 # What a fix command may contain: no shell is ever involved, but a printed script must stay safe to paste, so
-# arguments are plain printable text without line breaks or NUL.
-_ARG = re.compile(r"[^\x00-\x1f\x7f-\x9f\u2028\u2029]{1,4096}")
+# arguments are plain printable text without line breaks or NUL. The same class guards comments and --python.
+UNSAFE_CHARS = "\x00-\x1f\x7f-\x9f\u2028\u2029"
+_ARG = re.compile(f"[^{UNSAFE_CHARS}]{{1,4096}}")
+
+
+def plain_value(text: str) -> bool:
+    """One line of printable text (an argv part, an interpreter path)."""
+    return bool(_ARG.fullmatch(text))
 
 
 @dataclass(frozen=True)
@@ -310,6 +320,10 @@ def needs_failed(ctx: Context, check_id: str) -> Result | None:
 
 
 def overall_status(statuses: Iterable[Status]) -> Status:
+    """The worst status; `skip` when every check was skipped (nothing checked is not a pass)."""
+    statuses = list(statuses)
+    if statuses and all(s is Status.SKIP for s in statuses):
+        return Status.SKIP
     worst = Status.PASS
     for status in statuses:
         if SEVERITY[status] > SEVERITY[worst]:

@@ -56,6 +56,11 @@ class Processes:
         with self._lock:
             self._dirs.discard(path)
 
+    def kill_live(self) -> None:
+        """SIGKILL every tracked group without taking the lock: safe inside a signal handler."""
+        for proc in list(self._live.values()):
+            kill_group(proc)
+
     def kill_all(self) -> None:
         """Refuse new children and kill every process group still alive (their files stay, to be read)."""
         with self._lock:

@@ -80,16 +80,6 @@ class ProbePool:
         assert slot.result is not None
         return slot.result
 
-    def finished(self) -> list[ProbeResult]:
-        with self._lock:
-            slots = list(self._slots.values())
-        return [s.result for s in slots if s.done.is_set() and s.result is not None]
-
-    @property
-    def keys(self) -> list[str]:
-        with self._lock:
-            return list(self._slots)
-
 
 @dataclass
 class RunContext:
@@ -152,14 +142,25 @@ def validated(result) -> Result:
     return result
 
 
+def plan(check: Check, profile: Profile) -> tuple[str | None, list[Probe]]:
+    """Whether a check runs under this profile, and the probes it starts: (why it is skipped or None, probes).
+    The one place that decides it, for the run, the early probe start and the time budget. May raise (a check's
+    own skip_if or probes); callers treat that as the check's bug."""
+    reason = check.skip_if(profile)
+    if reason:
+        return str(reason), []
+    probes = list(check.probes_for(profile))
+    if profile.static_only and any(p.script for p in probes):
+        return "static-only: this check imports packages in a probe", []
+    return None, probes
+
+
 def execute(check: Check, ctx) -> tuple[Result, bool]:
     """Run one check; (result, whether the check's own code broke). Never raises."""
     try:
-        reason = check.skip_if(ctx.profile)
+        reason, _ = plan(check, ctx.profile)
         if reason:
-            return Result(Status.SKIP, str(reason)), False
-        if ctx.profile.static_only and any(p.script for p in check.probes_for(ctx.profile)):
-            return Result(Status.SKIP, "static-only: this check imports packages in a probe"), False
+            return Result(Status.SKIP, reason), False
         return validated(check.run(ctx)), False
     except ProbeFailed as exc:
         pr = exc.result
@@ -189,13 +190,11 @@ class Runner:
         # Start every applicable check's probes now, so they run concurrently while checks wait for theirs.
         for check in self.checks:
             try:
-                probes = [] if check.skip_if(profile) else check.probes_for(profile)
-                if profile.static_only and any(p.script for p in probes):
-                    continue
-                for probe in probes:
-                    self.ctx.pool.submit(probe)
+                _, probes = plan(check, profile)
             except BaseException:
                 continue  # execute() reports it
+            for probe in probes:
+                self.ctx.pool.submit(probe)
         for check in self.checks:
             threading.Thread(target=self._work, args=(check,), daemon=True, name=f"check-{check.id}").start()
 

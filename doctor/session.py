@@ -19,23 +19,19 @@ from dataclasses import dataclass, field, replace
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .model import Check, CheckReport, Profile, Result, Status
+from .model import Check, CheckReport, Profile, Result, Status, UsageError
 from .probes import (NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_SCRIPT, Probe, StaticRequest, handshake_probe,
                      parse_handshake, parse_nvidia_smi)
 from .procs import Processes, kill_group
 from .redact import decode
 from .registry import PluginInfo, Registry
-from .runner import CHECK_TIMEOUT_S, ProbePool, RunContext, Runner, execute
+from .runner import CHECK_TIMEOUT_S, ProbePool, RunContext, Runner, execute, plan
 
 STATIC_TIMEOUT_S = 30.0
 HANDSHAKE_BUDGET_S = 15.0
 DESCRIBE_BUDGET_S = 30.0  # third-party plugins: import and describe, all at once
 MARGIN_S = 5.0
 MAX_CP = 1024
-
-
-class UsageError(Exception):
-    """A bad command line or target; the CLI prints it and exits 2."""
 
 
 class Interrupted(BaseException):
@@ -59,10 +55,19 @@ def resolve_python(value: str | None) -> str:
         return sys.executable
     import shutil
 
+    from .model import plain_value
+
+    if not plain_value(value):
+        # The path is printed in reports and in the fix script: it must stay one plain line.
+        raise UsageError(f"--python {value!r}: the path has control or line-break characters")
+
     found = value if os.sep in value else shutil.which(value)
     if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
         raise UsageError(f"--python: no executable interpreter at {value!r}")
-    return os.path.abspath(found)
+    found = os.path.abspath(found)
+    if not plain_value(found):
+        raise UsageError(f"--python {found!r}: the path has control or line-break characters")
+    return found
 
 
 def select(checks: Sequence[Check], only: Sequence[str], skip: Sequence[str]) -> list[Check]:
@@ -165,14 +170,17 @@ class Session:
         if with_gpus:
             self.pool.submit(NVIDIA_SMI)
 
-    def load(self, describe_plugins: bool = True) -> Registry:
+    def load(self, describe_plugins: bool = True, static_probe: bool = True) -> Registry:
+        """The registry; with `static_probe`, the one static probe every built-in check reads starts now, while the
+        plugins describe themselves."""
         from . import registry
 
         with contextlib.redirect_stdout(sys.stderr):
             self.registry = registry.load()
-        self.static_probe = static_probe_for(StaticRequest.merge(c.static for c in self.registry.checks),
-                                             self.timeout)
-        self.pool.submit(self.static_probe)
+        if static_probe:
+            self.static_probe = static_probe_for(StaticRequest.merge(c.static for c in self.registry.checks),
+                                                 self.timeout)
+            self.pool.submit(self.static_probe)
         if describe_plugins and self.registry.plugins:
             self._describe_plugins()
         return self.registry
@@ -297,18 +305,16 @@ class Session:
 
     # ---------------------------------------------------------------------------------------------------- run
 
-    def budget(self, checks: Sequence[Check], profile: Profile) -> tuple[float, int]:
+    def budget(self, checks: Sequence[Check], profile: Profile) -> float:
         """The run's time budget: every probe's timeout, in waves of `workers()`, plus the margins."""
         keys = {NVIDIA_SMI.key, "static"}
         for c in checks:
             try:
-                if not c.skip_if(profile):
-                    keys.update(p.key for p in c.probes_for(profile)
-                                if not (profile.static_only and p.script))
+                keys.update(p.key for p in plan(c, profile)[1])
             except Exception:
                 continue
         waves = math.ceil(len(keys) / workers())
-        return self.timeout * waves + CHECK_TIMEOUT_S + MARGIN_S, len(keys)
+        return self.timeout * waves + CHECK_TIMEOUT_S + MARGIN_S
 
     def run(self, profile: Profile, selected: Sequence[Check],
             on_event: Callable[[str, str], None] | None = None) -> Outcome:
@@ -316,7 +322,7 @@ class Session:
         start = time.monotonic()
         builtin = [c for c in selected if self.registry.get(c.id) is c]
         plugin_ids = {c.id for c in selected} - {c.id for c in builtin}
-        budget, _ = self.budget(builtin, profile)
+        budget = self.budget(builtin, profile)
         deadline = start + budget
         self.pool.deadline = deadline
         ctx = RunContext(profile=profile, python=self.python, pool=self.pool, static_probe=self.static_probe,
@@ -360,7 +366,8 @@ class Session:
             if check.id == "python.version":
                 result, internal = execute(check, ctx)
             else:
-                result, internal = Result(Status.SKIP, f"not inspected: {self.target_problem}"), False
+                # Could not be inspected is not "does not apply": an error, so the run cannot end green.
+                result, internal = Result(Status.ERROR, f"not inspected: {self.target_problem}"), False
             out.append(_report(check, result, 0.0, internal))
         return out
 
@@ -451,10 +458,12 @@ def run_check(python: str | None, timeout: float, profile: Profile, only: Sequen
         if partial is None:  # before any check started: a report that says so
             row = CheckReport(id="doctor.interrupted", title="dsv4-doctor ran", status=Status.ERROR,
                               summary=f"interrupted by {exc} before any check ran")
-            report = assemble(profile, [row], [], environment(session.target, None, session.python), strict, 0.0,
-                              interrupted=str(exc))
+            report = assemble(profile, [row], [], environment(session.target, None, session.python), strict,
+                              time.monotonic() - session.started, interrupted=str(exc))
             report["summary"]["exit_code"] = code
             return report
+        if keep is not None:  # the fix plan of what finished, marked incomplete by the caller
+            keep.update(reports=partial.reports, python=session.python)
         return build(partial, session.python, strict, exit_override=code)
     except UsageError:
         raise
@@ -465,6 +474,7 @@ def run_check(python: str | None, timeout: float, profile: Profile, only: Sequen
                             summary=f"dsv4-doctor crashed: {type(exc).__name__}: {exc}",
                             details="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:],
                             internal_error=True)
-        return assemble(profile, [crash], [], environment(session.target, None, session.python), strict, 0.0)
+        return assemble(profile, [crash], [], environment(session.target, None, session.python), strict,
+                        time.monotonic() - session.started)
     finally:
         session.close()

@@ -35,15 +35,19 @@ class FakeSite:
         root.mkdir(parents=True, exist_ok=True)
 
     def dist(self, name: str, version: str | None, *, metadata: bytes | None = None, entry_points: str = "",
-             requires: tuple[str, ...] = (), dirname: str | None = None) -> Path:
+             requires: tuple[str, ...] = (), dirname: str | None = None, requires_python: str | None = None,
+             direct_url: str | None = None) -> Path:
         d = self.root / (dirname or f"{name.replace('-', '_')}-{version or '0'}.dist-info")
         d.mkdir(parents=True, exist_ok=True)
         if metadata is None:
             lines = ["Metadata-Version: 2.1", f"Name: {name}"] + ([f"Version: {version}"] if version else [])
             lines += [f"Requires-Dist: {r}" for r in requires]
+            lines += [f"Requires-Python: {requires_python}"] if requires_python else []
             metadata = ("\n".join(lines) + "\n").encode()
         (d / "METADATA").write_bytes(metadata)
         (d / "INSTALLER").write_text("pip\n")
+        if direct_url is not None:
+            (d / "direct_url.json").write_text(direct_url)
         if entry_points:
             (d / "entry_points.txt").write_text(textwrap.dedent(entry_points))
         return d
@@ -79,7 +83,7 @@ def doctor_command() -> list[str]:
 
 
 def run_doctor(*args: str, sites: tuple[Path, ...] = (), env: dict | None = None, timeout: float = 120,
-               python: str | None = None) -> Run:
+               python: str | None = None, cwd: Path | None = None, **popen) -> Run:
     """The installed console script, for real, in a subprocess."""
     full_env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY",
                                                                   "FORCE_COLOR", "NO_COLOR")}
@@ -87,7 +91,7 @@ def run_doctor(*args: str, sites: tuple[Path, ...] = (), env: dict | None = None
     full_env.update(env or {})
     argv = doctor_command() + list(args) + (["--python", python] if python else [])
     start = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=timeout)
+    done = subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd, **popen)
     return Run(done.returncode, done.stdout, done.stderr, time.monotonic() - start)
 
 

@@ -390,7 +390,9 @@ def fake_megatron_importable(site: FakeSite, *, mode: str = "ok") -> None:
     """A Megatron dev tree whose DSv4 layer API imports and runs on the CPU, mimicking upstream's signatures.
 
     mode: "ok"; "nan" (the layer returns NaN); "zigzag-only" (the config rejects CP like a Megatron whose DSv4 CP
-    needs cp_partition_mode='contiguous' but receives the default); "no-te" (the spec provider needs TE).
+    needs cp_partition_mode='contiguous' but receives the default); "no-te" (the spec provider imports a module the
+    image lacks); "leaky" (attention crosses packed-sequence boundaries); "no-field" (a release's PackedSeqParams,
+    without cp_partition_mode).
     """
     fake_megatron_dev(site)
     site.file("megatron/core/__init__.py", "")
@@ -437,8 +439,9 @@ def fake_megatron_importable(site: FakeSite, *, mode: str = "ok") -> None:
             cu_seqlens_kv_padded: object = None
             max_seqlen_q: int = None
             max_seqlen_kv: int = None
+    """ + ("" if mode == "no-field" else """
             cp_partition_mode: Literal["zigzag", "contiguous"] = "zigzag"
-    """)
+    """))
     # A config that rejects CP whatever it is told stands for a Megatron whose field does not take effect.
     rejects = "True" if mode == "zigzag-only" else 'self.cp_partition_mode != "contiguous"'
     site.file("megatron/core/transformer/transformer_config.py", (
@@ -463,8 +466,13 @@ def fake_megatron_importable(site: FakeSite, *, mode: str = "ok") -> None:
             assert config.multi_latent_attention
             return ("dsv4_hybrid", backend)
     """)
+    # The layer mixes tokens like causal attention does, within each packed sequence only (the cumulative mean of a
+    # projection), so that packing and the merged-sequences control mean something. Under CP it gathers the ranks'
+    # contiguous chunks, computes the whole batch and keeps its own rows: a correct contiguous-CP layer.
+    leak = mode == "leaky"
     site.file("megatron/core/transformer/spec_utils.py", f"""
         import torch
+        import torch.distributed as dist
 
         class _DSv4Layer(torch.nn.Module):
             def __init__(self, config):
@@ -473,9 +481,27 @@ def fake_megatron_importable(site: FakeSite, *, mode: str = "ok") -> None:
                 self.proj = torch.nn.Linear(config.hidden_size, config.hidden_size)
 
             def forward(self, hidden_states, attention_mask, packed_seq_params=None, **kwargs):
-                if self.config.context_parallel_size > 1 and packed_seq_params.cp_partition_mode != "contiguous":
+                cp = self.config.context_parallel_size
+                if cp > 1 and packed_seq_params.cp_partition_mode != "contiguous":
                     raise ValueError("DSv4 THD CP requires a contiguous CP partition.")
-                out = torch.tanh(self.proj(hidden_states.float())).to(hidden_states.dtype)
+                local = hidden_states
+                if cp > 1:
+                    parts = [torch.empty_like(local) for _ in range(cp)]
+                    dist.all_gather(parts, local.contiguous())
+                    hidden_states = torch.cat(parts)
+                h = self.proj(hidden_states.float())
+                bounds = [int(x) for x in packed_seq_params.cu_seqlens_q_padded.tolist()]
+                if {leak!r}:
+                    bounds = [bounds[0], bounds[-1]]  # one sequence: tokens see across packed boundaries
+                out = torch.empty_like(h)
+                for start, end in zip(bounds[:-1], bounds[1:]):
+                    chunk = h[start:end]
+                    steps = torch.arange(1, end - start + 1, dtype=h.dtype).view(-1, 1, 1)
+                    out[start:end] = chunk.cumsum(0) / steps
+                out = torch.tanh(out).to(local.dtype)
+                if cp > 1:
+                    rank = dist.get_rank() % cp
+                    out = out[rank * local.shape[0]:(rank + 1) * local.shape[0]]
                 if {mode == "nan"!r}:
                     out = out * float("nan")
                 return out, None

@@ -202,7 +202,8 @@ def test_fix_prints_a_runnable_plan_and_apply_turns_the_check_green(demo, bare_p
     assert "before: Verdict: FAIL" in run.stderr
     # Only pip commands are run, with the target's pip; the plugin's `touch` stays a comment.
     assert f"#   touch {marker}" in run.stdout
-    assert "\"$PY\" -m pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]==2.16.1'" in run.stdout
+    te = "'transformer-engine[pytorch,core_cu13]==2.16.1'"
+    assert f'"$PY" -I -m pip install --no-build-isolation {te}' in run.stdout
     # A plan with a fix for every failure exits 0, so `dsv4-doctor fix > fix.sh && sh fix.sh` runs.
     wheel = tmp_path / "wheels"
     wheel.mkdir()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FakeSite, doctor_command, run_doctor, validate
-from fakes import Env, fake_te
+from fakes import Env, fake_te, fake_torch
 
 # Shell syntax, markup, workflow commands, terminal escapes, undecodable and XML-illegal text.
 INJECT = ["$(touch {pwn}/a)", "`touch {pwn}/b`", "; touch {pwn}/c #", "' ; touch {pwn}/d ; '",
@@ -77,7 +77,7 @@ def stub_python(tmp_path) -> tuple[str, Path]:
     log = tmp_path / "pip.log"
     py = tmp_path / "stubpy" / "python"
     py.parent.mkdir()
-    py.write_text(f'#!/bin/sh\nif [ "$1" = "-m" ] && [ "$2" = "pip" ]; then\n  shift 2\n'
+    py.write_text(f'#!/bin/sh\nif [ "$1" = "-I" ] && [ "$2" = "-m" ] && [ "$3" = "pip" ]; then\n  shift 3\n'
                   f'  for a in "$@"; do printf "%s\\n" "$a" >> "{log}"; done\n  echo "--" >> "{log}"\n  exit 0\nfi\n'
                   f'exec "{sys.executable}" "$@"\n')
     py.chmod(0o755)
@@ -134,7 +134,7 @@ def test_fix_scripts_never_run_injected_commands(tmp_path, pwn, stub_python):
     assert script.startswith("#!/bin/sh") and run.returncode in (0, 1)
     assert "command withheld" in script  # torch.version.cuda did not validate as a CUDA major
     for line in script.splitlines():
-        assert line == "" or line.startswith(("#", "set -eu", "PY=", '"$PY" -m pip ')), line
+        assert line == "" or line.startswith(("#", "set -eu", "PY=", '"$PY" -I -m pip ')), line
     done = subprocess.run(["sh", "-c", script], env=dict(os.environ, PYTHONPATH=os.pathsep.join(
         str(p) for p in env.sites.values())), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -359,8 +359,8 @@ def test_an_interpreter_too_old_for_the_probes_fails_python_version(version, tmp
     assert run.returncode == 1
     py = run.check("python.version")
     assert py["status"] == "fail" and f"Python {version} is older than 3.10" in py["summary"]
-    te = run.check("te.version")
-    assert te["status"] == "skip" and "could not be inspected" in te["summary"]
+    te = run.check("te.version")  # not inspected is not "does not apply": an error, never a skip
+    assert te["status"] == "error" and "could not be inspected" in te["summary"]
     assert "not installed" not in te["summary"]
     assert run.report["environment"]["target_python"]["version"] == version
 
@@ -388,3 +388,231 @@ def test_a_lone_surrogate_never_replaces_the_report(fmt, site, bare_python):
     if fmt == "json":
         rows = {c["id"]: c for c in strict_json(run.stdout)["checks"]}
         assert rows["torch.install"]["status"] == "fail" and rows["odd.surrogate"]["status"] == "fail"
+
+
+# --- 7. the fix path: incomplete runs, held-back builds, the interpreter path, redaction, the cwd, signals ---------
+
+CRASHING_PLUGIN = """
+    from dsv4_doctor.model import Check, failed
+    def boom(ctx):
+        raise RuntimeError("plugin bug")
+    CHECKS = [Check(id="bad.crash", title="t", explanation="x", applies_when="always", detects="x", run=boom)]
+"""
+
+
+def test_fix_after_a_crash_or_a_signal_never_says_nothing_to_fix(site, bare_python, tmp_path):
+    site.dist("bad-plugin", "1", entry_points="[dsv4_doctor.checks]\nbad = bad_checks\n")
+    site.file("bad_checks.py", CRASHING_PLUGIN)
+    run = run_doctor("fix", "--only", "bad.crash", sites=(site.root,), python=bare_python)
+    assert run.returncode == 3 and "nothing to fix" not in run.stdout  # a crashed check is not a clean bill
+    marker = tmp_path / "pid"
+    site.file("torch/__init__.py", HANG.format(marker=str(marker)))
+    proc = subprocess.Popen(doctor_command() + ["fix", "--python", bare_python], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(site.root)))
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err
+    assert "# INCOMPLETE: the run was interrupted by SIGTERM" in out and "nothing to fix" not in out
+    assert "transformer-engine" in out  # what finished (te.version failed) is still in the plan
+
+
+def test_apply_holds_build_steps_behind_a_manual_torch_step_and_keeps_the_report_code(tmp_path, stub_python):
+    py, log = stub_python
+    # torch older than megatron-core needs: its reinstall is manual; TE's rebuild is a pip step that builds against it.
+    env = Env(tmp_path).fake("torch", fake_torch, "2.4.0+cu124", cuda="12.4").fake("te", fake_te, "2.8.0")
+    run = env.doctor("fix", "--apply", "--yes", "--cp", "2", "--only", "torch.install,te.version", python=py)
+    assert run.returncode == 1, run.stderr  # the report's code: failures remain
+    assert "held back" in run.stdout and "held back: step(s)" in run.stderr
+    assert not log.exists()  # TE's build against a torch about to be replaced did not run
+    nothing = run_doctor("fix", "--apply", "--yes", "--only", "torch.install", python=py)
+    assert nothing.returncode == 1 and "nothing to apply" in nothing.stderr
+
+
+def test_an_interpreter_path_with_control_characters_is_a_usage_error(tmp_path, bare_python):
+    evil = tmp_path / "evil\n::warning title=x::pwned\x1b[31m"
+    evil.mkdir()
+    (evil / "python").symlink_to(bare_python)
+    for command in ("check", "fix"):
+        run = run_doctor(command, "--only", "python.version", python=str(evil / "python"))
+        assert run.returncode == 2 and "control or line-break characters" in run.stderr
+        assert "\x1b" not in run.stderr and "\n::warning" not in run.stdout + run.stderr
+
+
+def test_the_fix_script_and_the_apply_echo_are_redacted(site, stub_python):
+    py, log = stub_python
+    secret = "s3cr3tv4lue-in-a-fix"
+    site.dist("leaky-plugin", "1", entry_points="[dsv4_doctor.checks]\nleak = leaky_checks\n")
+    site.file("leaky_checks.py", f"""
+        from dsv4_doctor.model import Check, Fix, failed
+        F = Fix("use the mirror with {secret}", [["pip", "install", "--index-url",
+                                                 "https://user:{secret}@mirror.invalid/simple", "leaky"]])
+        CHECKS = [Check(id="leak.fix", title="t", explanation="x", applies_when="always", detects="x",
+                        run=lambda ctx: failed("x", fixes=[F]))]
+    """)
+    run = run_doctor("fix", "--apply", "--yes", "--only", "leak.fix", sites=(site.root,), python=py,
+                     env={"MY_TOKEN": secret})
+    assert secret not in run.stdout + run.stderr
+    assert "***REDACTED***" in run.stdout and "+ " in run.stderr
+    assert any(secret in line for line in log.read_text().splitlines())  # pip itself got the real argument
+
+
+def test_the_current_directory_cannot_stand_in_for_pip_or_the_handshake(tmp_path, stub_python, bare_python):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (cwd / "pip.py").write_text("open('RAN_LOCAL_PIP', 'w').write('x')\n")
+    (cwd / "platform.py").write_text("raise SystemExit('shadowed platform')\n")
+    run = run_doctor("check", "--only", "python.version", python=bare_python, cwd=cwd)
+    assert run.returncode == 0, run.stderr
+    # The real interpreter with -I: a pip.py in the cwd is not pip (this one would write RAN_LOCAL_PIP).
+    applied = run_doctor("fix", "--apply", "--yes", "--only", "kernels.triton", python=bare_python, cwd=cwd)
+    assert not (cwd / "RAN_LOCAL_PIP").exists(), applied.stderr
+
+
+def test_a_signal_during_apply_stops_pip_and_exits_128_plus_n(tmp_path, site):
+    site.dist("pip-plugin", "1", entry_points="[dsv4_doctor.checks]\npipfix = pipfix_checks\n")
+    site.file("pipfix_checks.py", """
+        from dsv4_doctor.model import Check, Fix, failed
+        F = Fix("install it", [["pip", "install", "some-package"]])
+        CHECKS = [Check(id="needs.pip", title="t", explanation="x", applies_when="always", detects="x",
+                        run=lambda ctx: failed("missing", fixes=[F]))]
+    """)
+    pidfile = tmp_path / "pip.pid"
+    stub = tmp_path / "slowpip" / "python"
+    stub.parent.mkdir()
+    stub.write_text(f'#!/bin/sh\nif [ "$1" = "-I" ]; then echo $$ > {pidfile}; exec sleep 60; fi\n'
+                    f'exec "{sys.executable}" "$@"\n')
+    stub.chmod(0o755)
+    proc = subprocess.Popen(doctor_command() + ["fix", "--apply", "--yes", "--only", "needs.pip", "--python",
+                                                str(stub)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, PYTHONPATH=str(site.root)))
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    pid = int(pidfile.read_text())
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 143 and "Traceback" not in err
+    assert "interrupted by SIGTERM" in err
+    assert not _group_alive(pid)  # pip (its own session) was killed with the doctor
+
+
+# --- 8. outputs that cannot be written -----------------------------------------------------------------------------
+
+def test_a_fifo_output_is_refused_at_once(tmp_path, bare_python):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    run = run_doctor("check", "--only", "python.version", "--output", str(fifo), python=bare_python, timeout=20)
+    assert run.returncode == 2 and "not a regular file" in run.stderr
+
+
+def test_closed_stdout_or_stdin_is_no_traceback(bare_python):
+    def run(*args, close):
+        done = subprocess.run(doctor_command() + list(args), stderr=subprocess.PIPE, text=True, timeout=60,
+                              preexec_fn=lambda: os.close(close))
+        assert "Traceback" not in done.stderr, done.stderr
+        return done
+
+    out = run("check", "-f", "json", "--only", "python.version", "--python", bare_python, close=1)
+    assert out.returncode == 4 and "stdout is closed" in out.stderr
+    assert run("list", close=1).returncode == 4
+    fix = run("fix", "--apply", "--only", "python.version", "--python", bare_python, close=0)
+    assert fix.returncode == 2 and "needs --yes" in fix.stderr
+
+
+# --- 9. nothing inspected is not a pass; driver alone is not CUDA --------------------------------------------------
+
+def test_a_run_that_inspected_nothing_is_not_green(bare_python):
+    run = run_doctor("check", "-f", "json", "--only", "smoke.thd-cp", "--no-smoke", python=bare_python)
+    assert run.report["summary"]["status"] == "skip" and run.returncode == 0
+    text = run_doctor("check", "--only", "smoke.thd-cp", "--no-smoke", python=bare_python).stdout
+    assert "Verdict: SKIP (nothing was checked" in text
+
+
+@pytest.mark.slow
+def test_an_uninspectable_target_is_an_error_not_a_skip():
+    python = _pyenv("3.7.16")
+    if python is None:
+        pytest.skip("no Python 3.7 on this machine")
+    run = run_doctor("check", "-f", "json", "--skip", "python.version", python=python)
+    assert run.returncode == 1 and run.report["summary"]["status"] == "error"
+
+
+def test_gpu_devices_is_not_green_on_nvidia_smi_alone(tmp_path, site, bare_python):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text('#!/bin/sh\necho "0, NVIDIA H200, 9.0, 143771, 570.86.15"\n')
+    smi.chmod(0o755)
+    path = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    missing = run_doctor("check", "-f", "json", "--only", "gpu.devices", python=bare_python, env=path)
+    assert missing.check("gpu.devices")["status"] == "skip"
+    assert "torch does not import" in missing.check("gpu.devices")["summary"]
+    site.file("torch/__init__.py", "import time\ntime.sleep(600)\n")
+    hung = run_doctor("check", "-f", "json", "--only", "gpu.devices", "--timeout", "2", sites=(site.root,),
+                      python=bare_python, env=path)
+    assert hung.check("gpu.devices")["status"] == "error" and hung.returncode == 1
+
+
+# --- 10. green needs the feature, not the file ----------------------------------------------------------------------
+
+def test_a_namespace_triton_or_an_empty_dsv4_module_is_not_green(site, bare_python):
+    (site.root / "triton").mkdir(parents=True)
+    run = run_doctor("check", "-f", "json", "--only", "kernels.triton", sites=(site.root,), python=bare_python)
+    assert run.check("kernels.triton")["status"] == "warn" and "namespace" in run.check("kernels.triton")["summary"]
+    site.dist("megatron-core", "0.19.0", direct_url='{"url": "file:///x", "vcs_info": {"vcs": "git", '
+                                                    '"commit_id": 12345678901}}')
+    site.file("megatron/core/__init__.py", "")
+    eav = "megatron/core/transformer/experimental_attention_variant/"
+    site.file(eav + "__init__.py", "")
+    site.file(eav + "deepseek_v4_hybrid_attention.py", "")
+    row = run_doctor("check", "-f", "json", "--only", "mcore.dsv4", sites=(site.root,), python=bare_python)
+    assert row.returncode == 1, row.stdout  # a finding, not a doctor crash (an int commit id is malformed data)
+    dsv4 = row.check("mcore.dsv4")
+    assert dsv4["status"] == "fail" and "defines no DSv4HybridAttention" in dsv4["summary"]
+
+
+# --- 11. target markers and Requires-Python ---------------------------------------------------------------------------
+
+def test_requirement_markers_and_requires_python_are_judged_for_the_target(site):
+    python = _pyenv("3.12.1")
+    if python is None:
+        pytest.skip("no Python 3.12 on this machine")
+    from dsv4_doctor.facts import extra_requirements
+
+    line = 'nvidia-cutlass-dsl>=4.5; extra == "cutedsl" and python_version >= "3.12"'
+    target = {"requires": [line], "marker_env": {"python_version": "3.12", "python_full_version": "3.12.1"}}
+    assert [r.name for r in extra_requirements(target, "cutedsl")] == ["nvidia-cutlass-dsl"]
+    target["marker_env"] = {"python_version": "3.11", "python_full_version": "3.11.9"}
+    assert extra_requirements(target, "cutedsl") == []
+    site.dist("megatron-core", "0.19.2", requires_python=">=3.13")
+    run = run_doctor("check", "-f", "json", "--only", "python.version", sites=(site.root,), python=python)
+    row = run.check("python.version")
+    assert row["status"] == "fail" and "megatron-core 0.19.2 declares Requires-Python >=3.13" in row["summary"]
+
+
+# --- 12. malformed probe answers are findings, never doctor crashes ---------------------------------------------------
+
+@pytest.mark.slow
+def test_probe_answers_of_the_wrong_type_never_crash_a_check(tmp_path):
+    """Every probe answer is rewritten with values of the wrong type (a seeded fuzzer standing in for a hostile
+    interpreter); no check may crash (exit 3): StaticFacts, outcome() and the checks read them defensively."""
+    env = Env(tmp_path)
+    for key in ("nvidia-cudnn-frontend-1.32.0", "apache-tvm-ffi-0.1.11", "megatron-core-0.19.2", "verl-0.9.0",
+                "megatron-bridge-0.3.1", "nvidia-cutlass-dsl-4.5.2"):
+        env.wheel(key, key)
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).parent / "fuzz_answers.py"}" "$@"\n')
+    wrapper.chmod(0o755)
+    crashed = {}
+    for seed in range(1, 13):
+        run = env.doctor("check", "-f", "json", "--cp", "2", "--no-smoke", python=str(wrapper),
+                         env={"FUZZ_REAL_PYTHON": sys.executable, "FUZZ_SEED": str(seed)})
+        bad = [(c["id"], c["summary"]) for c in run.report["checks"] if c["internal_error"]]
+        if bad or run.returncode == 3:
+            crashed[seed] = bad
+    assert crashed == {}

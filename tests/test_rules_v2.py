@@ -151,7 +151,7 @@ def test_the_torch_fix_is_manual_and_names_the_extensions_found(tmp_path, bare_p
     assert fix["manual"] and fix["phase"] == "runtime"
     assert "transformer-engine-torch 2.16.1" in fix["notes"][0] and "flash-mla 1.0.0" in fix["notes"][0]
     plan = env.doctor("fix", "--only", "torch.install", python=bare_python).stdout
-    assert '#   "$PY" -m pip install torch==2.11.0' in plan  # printed as a comment, never run
+    assert '#   "$PY" -I -m pip install torch==2.11.0' in plan  # printed as a comment, never run
 
 
 # --- cutlass follows the frontend; the plan as a whole resolves -----------------------------------------------------
@@ -165,7 +165,7 @@ def test_frontend_1_32_with_cutlass_4_5_2_gets_a_plan_pip_accepts(tmp_path, bare
     assert "nvidia-cudnn-frontend 1.32.0 requires nvidia-cutlass-dsl[cu13]>=4.8.0" in row["summary"]
     script = env.doctor("fix", "--only", "deps.*,cudnn-fe.*,tvm-ffi.version,cutlass-dsl.import", "--cp", "2",
                         python=bare_python, timeout=120).stdout
-    pins = [line for line in script.splitlines() if line.startswith('"$PY" -m pip install')]
+    pins = [line for line in script.splitlines() if line.startswith('"$PY" -I -m pip install')]
     assert any("'nvidia-cutlass-dsl[cu13]>=4.8.0'" in p for p in pins), pins
     assert not any("nvidia-cutlass-dsl[cu13]==4.5.2" in p for p in pins)  # never what the frontend rejects
     assert not any("nvidia-cudnn-frontend==1.27.0" in p for p in pins)  # the installed frontend is kept
@@ -179,7 +179,7 @@ def assert_plan_resolves(script: str, env: Env, tmp_path: Path) -> None:
 
     specs = []
     for line in script.splitlines():
-        if line.startswith('"$PY" -m pip install'):
+        if line.startswith('"$PY" -I -m pip install'):
             import shlex
             specs += [w for w in shlex.split(line)[4:] if not w.startswith("-") and " @ " not in w]
     report = tmp_path / "dry-run.json"

@@ -133,10 +133,7 @@ def test_smoke_that_hangs_is_killed_at_the_timeout(tmp_path):
 # --- tier 2: the DSv4 layer, against a fake that mimics Megatron's API -----------------------------------------------
 
 def tier2_env(tmp_path, mode="ok"):
-    env = Env(tmp_path).fake("megatron", fake_megatron_importable, mode=mode)
-    if mode != "no-te":
-        env.fake("te", fake_te)
-    return env
+    return Env(tmp_path).fake("megatron", fake_megatron_importable, mode=mode).fake("te", fake_te)
 
 
 @pytest.mark.slow
@@ -144,9 +141,11 @@ def test_tier2_layer_runs_at_cp1_and_cp2_with_parity(tmp_path):
     env = tier2_env(tmp_path)
     row = smoke("--device", "cpu", sites=tuple(env.sites.values())).check("smoke.thd-cp")
     assert row["status"] == "pass", row["summary"]
-    assert "DSv4 layer CP=1 ok" in row["summary"]
+    assert "DSv4 layer CP=1 packed output = each sequence alone" in row["summary"]
     t2 = row["evidence"]["tier2"]["cp1"]
     assert t2["ok"] and t2["shape"] == [t2["shape"][0], 1, 256] and t2["settings"]["cp_partition_mode"] == "contiguous"
+    layouts = t2["layouts"]  # the control: two sequences merged into one change the second one's output
+    assert layouts["control_separates"] and layouts["control_merged_diff"] > 10 * layouts["tolerance"]
     row = smoke("--cp", "2", "--device", "cpu", sites=tuple(env.sites.values())).check("smoke.thd-cp")
     assert row["status"] == "pass", row["summary"]
     cpn = row["evidence"]["tier2"]["cpN"]
@@ -155,6 +154,7 @@ def test_tier2_layer_runs_at_cp1_and_cp2_with_parity(tmp_path):
 
 @pytest.mark.parametrize("mode, text, fix", [
     ("nan", "produced non-finite output", None),
+    ("leaky", "packing leaks across sequence boundaries", None),
     ("zigzag-only", "requires cp_partition_mode='contiguous'", "megatron-core @ git+"),
     ("no-te", "No module named 'transformer_engine_missing_in_this_image'", None),
 ])
@@ -167,6 +167,23 @@ def test_tier2_failures_become_findings_with_fixes(tmp_path, mode, text, fix):
         assert "dsa_kernel_backend=cudnn" in row["details"]
     if fix:
         assert any(fix in cmd for f in row["fixes"] for cmd in f["commands"])
+
+
+@pytest.mark.slow
+def test_a_tier2_failure_a_static_rule_already_reports_is_left_to_it(tmp_path):
+    """A release's PackedSeqParams has no cp_partition_mode: mcore.cp-partition-mode fails with its fix, and the smoke
+    says where the layer stopped instead of repeating the finding."""
+    env = tier2_env(tmp_path, "no-field")
+    report = run_doctor("check", "-f", "json", "--cp", "2", "--device", "cpu", "--only",
+                        "smoke.thd-cp,mcore.cp-partition-mode", sites=tuple(env.sites.values()),
+                        python=sys.executable, timeout=180)
+    assert report.check("mcore.cp-partition-mode")["status"] == "fail"
+    row = report.check("smoke.thd-cp")
+    assert row["status"] == "pass" and "stopped at" in row["summary"]
+    assert "see mcore.cp-partition-mode" in row["summary"]
+    alone = run_doctor("check", "-f", "json", "--cp", "2", "--device", "cpu", "--only", "smoke.thd-cp",
+                       sites=tuple(env.sites.values()), python=sys.executable, timeout=180).check("smoke.thd-cp")
+    assert alone["status"] == "fail" and "cp_partition_mode" in alone["summary"]  # nobody else reports it
 
 
 def test_tier2_without_te_is_skipped_and_left_to_the_te_rules(tmp_path):

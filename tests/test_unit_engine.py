@@ -85,7 +85,11 @@ def test_plan_orders_by_dependency_and_deduplicates():
                        _row("v.fe2", Status.FAIL, [FE])])
     assert [s.fix.key for s in plan.steps] == ["torch", "te", "fe", "setting"]  # tvm's command came with fe
     assert plan.steps[2].checks == ["z.fe", "v.fe2"] and plan.exit_code == 0
-    assert [s.automatic for s in plan.steps] == [False, True, True, False]
+    # TE builds against torch: while the manual torch step is pending it is held back, the pure-Python fe is not.
+    assert [s.automatic for s in plan.steps] == [False, False, True, False]
+    assert plan.steps[1].held_by == 1 and plan.steps[1].runnable
+    without_torch = build_plan([_row("x.te", Status.FAIL, [TE])])
+    assert without_torch.steps[0].automatic
 
 
 def test_plan_exit_code_and_unfixable_failures():
@@ -100,10 +104,10 @@ def test_the_script_is_safe_to_paste_whatever_the_text(tmp_path):
                                                  Fix(evil, [["touch", "PWNED3"]])])])
     script = render_script(plan, "/opt/py $(touch PWNED4)/python", {"cp": 2, "dsa_backend": evil}, "0")
     for line in script.splitlines():
-        assert line == "" or line.startswith(("#", "set -eu", "PY=", '"$PY" -m pip ')), line
+        assert line == "" or line.startswith(("#", "set -eu", "PY=", '"$PY" -I -m pip ')), line
     # Executed with a pip that only logs: no injected command runs, the argument arrives whole.
     stub = tmp_path / "python"
-    stub.write_text('#!/bin/sh\nshift 2\nprintf "%s\\n" "$@" > "$(dirname "$0")/args"\n')
+    stub.write_text('#!/bin/sh\nshift 3\nprintf "%s\\n" "$@" > "$(dirname "$0")/args"\n')
     stub.chmod(0o755)
     script = script.replace("PY='/opt/py $(touch PWNED4)/python'", f"PY={stub}")
     subprocess.run(["sh", "-c", script], cwd=tmp_path, check=True)

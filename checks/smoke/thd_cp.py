@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.model import (Check, Context, Fix, Profile, Result, Source, errored, failed, needs_failed,
-                               passed, warned)
+from dsv4_doctor.model import (Check, Context, Fix, Profile, Result, Source, Status, errored, failed,
+                               needs_failed, passed, warned)
 from dsv4_doctor.probes import Probe
 
 from .. import fixes
@@ -14,6 +14,7 @@ MEMORY_LIMIT_MIB = 1024
 # Upstream texts and missing modules a tier-2 failure can show: the rule that reports the cause, and its fix.
 TIER2_TEXTS: tuple[tuple[str, str], ...] = (
     ("requires cp_partition_mode='contiguous'", "mcore.cp-partition-mode"),
+    ("unexpected keyword argument 'cp_partition_mode'", "mcore.cp-partition-mode"),
     ("DSv4 THD CP requires a contiguous CP partition", "mcore.cp-partition-mode"),
     ("Invalid experimental attention variant", "mcore.dsv4"),
     ("SFT sequence packing requires Transformer Engine", "te.version"),
@@ -86,8 +87,10 @@ def _tier2(ctx: Context, data: dict, evidence: dict):
         if t2.get("error"):
             err = t2["error"]
             rule = tier2_rule(err)
-            if rule is not None:
-                # The finding is that rule's; tier 2 says where it stopped instead of repeating it.
+            reported = ctx.outcome(rule) if rule else None
+            if reported is not None and reported.status in (Status.FAIL, Status.ERROR):
+                # The finding is that rule's, which already failed; tier 2 says where it stopped instead of
+                # repeating it. When the rule passed (or did not run), the layer's failure is this check's finding.
                 t2["deferred_to"] = rule
                 continue
             return failed(
@@ -241,7 +244,8 @@ smoke_thd_cp = Check(
     ),
     fixes=(fixes.TORCH,),
     skip_if=not_run,
-    needs=("torch.install",),
+    # torch.install decides whether the smoke can run; the rest are the rules a tier-2 failure may defer to.
+    needs=("torch.install", *sorted(set(RULE_FIXES) - {"torch.install"})),
     probes=lambda profile: [] if not_run(profile) else [smoke_probe(profile)],
     run=_smoke,
 )

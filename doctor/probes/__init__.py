@@ -267,7 +267,10 @@ TORCH = Probe.python("torch", "dsv4probe_torch.py")
 
 # The target handshake: runs on any Python (2.7 included), so an interpreter too old for the probes is still named.
 HANDSHAKE_CODE = (
-    "import sys, platform\n"
+    # `-c` puts the cwd first on sys.path: drop it before importing anything, so ./platform.py cannot answer.
+    "import sys\n"
+    "sys.path[:] = [p for p in sys.path if p not in ('', '.')]\n"
+    "import platform\n"
     "v = sys.version_info\n"
     "sys.stdout.write('DSV4DOCTOR-HANDSHAKE %d %d %d %s\\n' % (v[0], v[1], v[2], platform.python_implementation()))\n"
     "sys.stdout.write(sys.executable + '\\n' + sys.prefix + '\\n')\n"

@@ -34,6 +34,29 @@ def python_facts():
         "system": platform.system(),
         "release": platform.release(),
         "path": [p for p in sys.path if p],
+        "markers": marker_environment(),
+    }
+
+
+def marker_environment():
+    """PEP 508's environment markers as this interpreter sees them (what pip evaluates Requires-Dist with)."""
+    impl = getattr(sys, "implementation", None)
+    iv = getattr(impl, "version", sys.version_info)
+    iversion = "%d.%d.%d" % (iv[0], iv[1], iv[2])
+    if iv[3] != "final":
+        iversion += iv[3][0] + str(iv[4])
+    return {
+        "implementation_name": getattr(impl, "name", "cpython"),
+        "implementation_version": iversion,
+        "os_name": os.name,
+        "platform_machine": platform.machine(),
+        "platform_release": platform.release(),
+        "platform_system": platform.system(),
+        "platform_version": platform.version(),
+        "python_full_version": platform.python_version(),
+        "platform_python_implementation": platform.python_implementation(),
+        "python_version": ".".join(platform.python_version_tuple()[:2]),
+        "sys_platform": sys.platform,
     }
 
 

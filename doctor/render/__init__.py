@@ -30,7 +30,9 @@ def verdict_line(report: dict) -> str:
     parts = [f"{c[k]} {name}" for k, name in (("fail", "failed"), ("error", "errored"), ("warn", "warned"),
                                                 ("pass", "passed"), ("skip", "skipped")) if c.get(k)]
     extra = f"; interrupted by {s['interrupted']}" if s.get("interrupted") else ""
-    return f"Verdict: {LABEL[s['status']]} ({', '.join(parts) or 'no checks'}; exit {s['exit_code']}{extra})"
+    nothing = "nothing was checked: " if s["status"] == "skip" else ""
+    return (f"Verdict: {LABEL[s['status']]} ({nothing}{', '.join(parts) or 'no checks'}; exit {s['exit_code']}"
+            f"{extra})")
 
 
 def output_width(is_tty: bool) -> int:
