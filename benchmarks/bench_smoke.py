@@ -4,8 +4,11 @@
 
 Floor: a fresh interpreter that imports torch, initialises CUDA and makes one first variable-length attention call,
 the cost no smoke test can avoid. Smoke: `python -m dsv4_doctor smoke --format json --cp N` (its own process, the
-doctor's start-up, the probe and every comparison). Each gets one untimed warm-up, then they alternate, so a machine
-that warms up (page cache) or drifts does not favour either. Goal: the smoke adds no more than 2 s over the floor.
+doctor's start-up, the probes and every comparison: `smoke.thd-cp` and the stack's own kernels in
+`smoke.dsv4-kernels`). Each gets one untimed warm-up, then they alternate, so a machine that warms up (page cache) or
+drifts does not favour either. Goal: the smoke, stack kernels included, within the floor + 10 s (each kernel's first
+call JIT-compiles, 2.6-5.7 s measured). The last smoke report's per-sub-run first-call (JIT) and steady times and peak
+GPU memory are printed too.
 """
 
 from __future__ import annotations
@@ -28,13 +31,30 @@ torch.cuda.synchronize()
 """
 
 
+LAST: dict = {}
+
+
 def once(argv: list[str]) -> float:
     start = time.perf_counter()
-    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(argv, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     if done.returncode not in (0, 1):
         raise SystemExit(f"{argv} failed ({done.returncode}): {done.stderr[-2000:]}")
+    if done.stdout.startswith("{"):
+        LAST["report"] = done.stdout
     return elapsed
+
+
+def kernel_times(report_text: str) -> dict:
+    """Per kernel sub-run: status, first-call (JIT) and steady seconds, peak GPU MiB, from a smoke JSON report."""
+    report = json.loads(report_text)
+    row = next((c for c in report["checks"] if c["id"] == "smoke.dsv4-kernels"), None)
+    out = {}
+    for name, sub in ((row or {}).get("evidence", {}).get("subruns") or {}).items():
+        ev = sub.get("evidence") or {}
+        out[name] = {"status": sub.get("status"), "jit_s": ev.get("jit_s"), "steady_s": ev.get("steady_s"),
+                     "total_s": sub.get("total_s"), "gpu_memory_peak_mib": sub.get("gpu_memory_peak_mib")}
+    return out
 
 
 def timed_pair(a: list[str], b: list[str], repeat: int) -> tuple[dict, dict]:
@@ -64,7 +84,11 @@ def main() -> None:
     print(f"{'floor: import torch; cuda.init(); first varlen_attn call':<58} {floor['median_s']:>9.3f}")
     print(f"{'dsv4-doctor smoke --cp ' + str(args.cp):<58} {smoke['median_s']:>9.3f}")
     print(f"smoke - floor = {added:.3f} s; smoke / floor = {smoke['median_s'] / floor['median_s']:.2f}")
-    print(json.dumps({"floor": floor, "smoke": smoke, "added_s": added, "cp": args.cp}))
+    kernels = kernel_times(LAST["report"]) if LAST.get("report") else {}
+    for name, t in kernels.items():
+        print(f"  kernel {name:<9} {t['status']:<5} first call {t['jit_s']} s, steady {t['steady_s']} s, "
+              f"probe {t['total_s']} s, peak GPU {t['gpu_memory_peak_mib']} MiB")
+    print(json.dumps({"floor": floor, "smoke": smoke, "added_s": added, "cp": args.cp, "kernels": kernels}))
 
 
 if __name__ == "__main__":

@@ -510,3 +510,153 @@ def fake_megatron_importable(site: FakeSite, *, mode: str = "ok") -> None:
             return _DSv4Layer(config)
     """)
     site.file("megatron/core/transformer/__init__.py", "")
+
+
+# --- CPU stand-ins for the stack's own CP kernels (smoke.dsv4-kernels) ------------------------------------------------
+# They have the upstream signatures and compute the documented semantics on CPU tensors, in code of their own (not the
+# doctor's references), and can be broken in the ways the kernel smoke must catch.
+
+FAKE_INDEXER = '''
+import torch
+
+_SEEN = {}
+
+
+class DSA:
+    @staticmethod
+    def indexer_forward_wrapper(q, k, w, ratio=4, qhead_per_kv_head=None, m_block_size=128, n_block_size=128,
+                                q_stage=2, kv_stage=4, sm_scale=1.0, out=None, stream=None, cu_seqlens_q=None,
+                                cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, q_causal_offsets=None,
+                                precision="bf16", **kwargs):
+        mode = MODE
+        if mode == "tvm":
+            raise ModuleNotFoundError("No module named 'tvm_ffi'", name="tvm_ffi")
+        offsets = q_causal_offsets
+        if mode == "no-offsets" or offsets is None:
+            offsets = torch.zeros(cu_seqlens_q.numel() - 1, dtype=torch.int32)
+        if mode == "sticky-offsets":  # a compile cache keyed wrongly: the first offsets it saw stay
+            offsets = _SEEN.setdefault(tuple(cu_seqlens_q.tolist()), offsets.clone())
+        width = -(-max_seqlen_k // 4) * 4
+        scores = torch.full((q.shape[0], width), float("-inf"))
+        cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        for b in range(len(cq) - 1):
+            qs, ks = q[cq[b]:cq[b + 1]].float(), k[ck[b]:ck[b + 1], 0].float()
+            if qs.shape[0] == 0 or ks.shape[0] == 0:
+                continue
+            ws = w[cq[b]:cq[b + 1]].float()[..., None]
+            s = sm_scale * (torch.relu(torch.einsum("nhd,md->nhm", qs, ks)) * ws).sum(1)
+            i = torch.arange(qs.shape[0]).view(-1, 1)
+            j = torch.arange(ks.shape[0]).view(1, -1)
+            visible = j < (int(offsets[b]) + i + 1) // ratio
+            scores[cq[b]:cq[b + 1], :ks.shape[0]] = torch.where(visible, s, torch.tensor(float("-inf")))
+        if mode == "nan":
+            finite = torch.isfinite(scores)
+            if finite.any():
+                scores[finite.nonzero()[0].tolist()[0], finite.nonzero()[0].tolist()[1]] = float("nan")
+        return {"scores": scores.to(q.device)}
+'''
+
+
+def fake_cudnn_dsa(site: FakeSite, mode: str = "ok", version: str = "1.27.0") -> None:
+    """The cuDNN frontend's DSA indexer (cudnn.DSA.indexer_forward_wrapper) on CPU tensors. mode: ok; no-offsets
+    (ignores q_causal_offsets); nan (one finite score becomes NaN); sticky-offsets (keeps the first offsets it saw, so
+    zero offsets change nothing: the control cannot separate); tvm (the first call needs tvm_ffi, absent)."""
+    site.dist("nvidia-cudnn-frontend", version)
+    site.file("cudnn/__init__.py", f"__version__ = {version!r}\nMODE = {mode!r}\n" + FAKE_INDEXER)
+
+
+FAKE_LAYOUT = '''
+import torch
+
+_CUTE_AVAILABLE = True
+
+
+def _groups(cu, global_start, l_local, ratio, d_comp):
+    out = []
+    global_end = global_start + l_local
+    for s in range(len(cu) - 1):
+        lo, hi = max(cu[s], global_start), min(cu[s + 1], global_end)
+        if lo >= hi:
+            continue
+        need = global_start - d_comp - cu[s]
+        first = (need + ratio - 1) // ratio if need > 0 else 0
+        if MODE == "off-by-one":
+            first = max(0, need // ratio)  # floor instead of ceil: one group too many at a rank boundary
+        last = min((hi - cu[s]) // ratio, (cu[s + 1] - cu[s]) // ratio)
+        out.extend((s, g) for g in range(first, last))
+    return out
+
+
+class CompressorInputCompact(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden_local, boundary_hidden, cu_seqlens, global_start, ratio, d_comp, c_cap):
+        cu = cu_seqlens.tolist()
+        d_window = boundary_hidden.shape[0]
+        source = torch.cat([boundary_hidden, hidden_local])  # row 0 is global row global_start - d_window
+        groups = _groups(cu, global_start, hidden_local.shape[0], ratio, d_comp)[:c_cap]
+        index = torch.tensor([cu[s] + g * ratio + t - (global_start - d_window) for s, g in groups
+                              for t in range(ratio)], dtype=torch.long)
+        compact = source.new_zeros((c_cap * ratio,) + tuple(source.shape[1:]))
+        if index.numel():
+            compact[:index.numel()] = source[index]
+        ids = torch.full((c_cap,), -1, dtype=torch.int32)
+        ids[:len(groups)] = torch.tensor([g for _, g in groups], dtype=torch.int32)
+        ctx.save_for_backward(index)
+        ctx.shapes = (d_window, hidden_local.shape[0])
+        ctx.mark_non_differentiable(ids)
+        return compact, ids
+
+    @staticmethod
+    def backward(ctx, grad_compact, _grad_ids):
+        (index,) = ctx.saved_tensors
+        d_window, l_local = ctx.shapes
+        grad = grad_compact.new_zeros((d_window + l_local,) + tuple(grad_compact.shape[1:]))
+        if index.numel():
+            grad[index] = grad_compact[:index.numel()]
+        return grad[d_window:], grad[:d_window], None, None, None, None, None
+
+
+def build_attention_indices(cu_seqlens, global_start, l_local, d_window, window_size, ratio, compressed_width,
+                            compressed_topk=None, cu_seqlens_compressed=None, seq_to_rank_row=None,
+                            for_indexer_loss=False):
+    cu = cu_seqlens.tolist()
+    cu_comp = (cu_seqlens_compressed if cu_seqlens_compressed is not None else cu_seqlens).tolist()
+    row_map = seq_to_rank_row.tolist() if seq_to_rank_row is not None else []
+    width = window_size + compressed_width
+    idx = torch.full((l_local, width), -1, dtype=torch.int32)
+    length = torch.zeros((l_local,), dtype=torch.int32)
+    base = d_window + l_local
+    for r in range(l_local):
+        q = global_start + r
+        hits = [s for s in range(len(cu) - 1) if cu[s] <= q < cu[s + 1]]
+        if not hits:
+            idx[r, 0], length[r] = 0, 1
+            continue
+        s = hits[0]
+        cs, clen = cu_comp[s], cu_comp[s + 1] - cu_comp[s]
+        vals = list(range(max(q - window_size + 1, cu[s]) - global_start + d_window, q - global_start + d_window + 1))
+
+        def mapped(i):
+            ok = 0 <= i < clen and cs + i < len(row_map) and row_map[cs + i] >= 0
+            return base + row_map[cs + i] if ok else None
+
+        if compressed_topk is None:
+            n = min((q - cu[s] + 1) // ratio, compressed_width, clen) if ratio > 1 and compressed_width > 0 else 0
+            vals += [mapped(i) if mapped(i) is not None else -1 for i in range(n)]
+        else:
+            vals += [m for m in (mapped(int(i)) for i in compressed_topk[r].tolist()) if m is not None]
+        idx[r, :len(vals)] = torch.tensor(vals, dtype=torch.int32)
+        length[r] = len(vals)
+    return idx, length, None
+'''
+
+
+def fake_layout_kernels(site: FakeSite, mode: str = "ok", old_path: bool = False) -> None:
+    """A Megatron dev tree whose csa_utils/cp_layout_kernels.py computes on CPU tensors (mode ok, or off-by-one: a
+    compressed group too many at a rank boundary). old_path: the fd1121b8 location, EAV/csa_cp_layout_kernels.py."""
+    fake_megatron_dev(site)
+    eav = "megatron/core/transformer/experimental_attention_variant/"
+    path = eav + ("csa_cp_layout_kernels.py" if old_path else "csa_utils/cp_layout_kernels.py")
+    if old_path:
+        (site.root / eav / "csa_utils" / "cp_layout_kernels.py").unlink()
+    site.file(path, f"MODE = {mode!r}\n" + FAKE_LAYOUT)

@@ -1,5 +1,6 @@
 """The smoke forward on the CPU with the real torch wheel: tier 1 (simulated and 2-process gloo), the negative
-control, injected kernel faults, and tier 2 against a fake Megatron that mimics the upstream DSv4 layer API."""
+control, injected kernel faults, tier 2 against a fake Megatron that mimics the upstream DSv4 layer API, and the
+kernel smoke (smoke.dsv4-kernels) against CPU stand-ins of the stack's own CP kernels and the real frontend wheel."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 import pytest
 
 from conftest import has_torch, run_doctor
-from fakes import Env, fake_megatron_importable, fake_te
+from fakes import Env, fake_cudnn_dsa, fake_layout_kernels, fake_megatron_importable, fake_te
 
 pytestmark = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
 
@@ -211,3 +212,95 @@ def test_a_large_cp_runs_in_as_many_processes_as_the_machine_holds():
     assert dist["processes"] * dist["ranks_per_process"] == 16
     for kind in ("causal", "window"):
         assert dist["comparisons"][kind]["ok"]
+
+
+# --- smoke.dsv4-kernels: the stack's own CP kernels, against CPU stand-ins with the upstream signatures ---------------
+
+def kernels(env: Env, *args: str) -> dict:
+    run = run_doctor("check", "-f", "json", "--device", "cpu", "--only", "smoke.dsv4-kernels", *args,
+                     sites=tuple(env.sites.values()), python=sys.executable, timeout=180)
+    row = run.check("smoke.dsv4-kernels")
+    return row
+
+
+def stack(tmp_path, dsa="ok", layout="ok", **kw) -> Env:
+    env = Env(tmp_path)
+    if dsa:
+        env.fake("fe", fake_cudnn_dsa, dsa)
+    if layout:
+        env.fake("megatron", fake_layout_kernels, layout, **kw)
+    return env
+
+
+def test_the_right_kernels_pass_with_their_controls(tmp_path):
+    row = kernels(stack(tmp_path), "--cp", "2")
+    assert row["status"] == "pass", row["summary"]
+    runs = row["evidence"]["subruns"]
+    dsa, layout = runs["dsa"], runs["layout"]
+    assert dsa["status"] == "pass" and layout["status"] == "pass"
+    ev = dsa["evidence"]
+    assert ev["ranks_simulated"] == 2 and ev["masks_identical"] if "masks_identical" in ev else True
+    assert all(r["masks_identical"] and not r["nan"] for r in ev["ranks"])
+    crossing = [r for r in ev["ranks"] if any(o > 0 for o in r["q_causal_offsets"])]
+    assert crossing and ev["control"]["masks_differ"]  # zero offsets on a crossing sequence change the mask
+    assert ev["control"]["finite_with_zero_offsets"] < ev["control"]["finite_with_offsets"]
+    assert layout["evidence"]["control_separates"] and len(layout["evidence"]["ranks"]) == 2
+    assert all(r["compact_forward_exact"] and r["compact_backward_exact"] for r in layout["evidence"]["ranks"])
+    assert runs["csa"]["status"] == "skip" and runs["flashmla"]["status"] == "skip"
+    assert "see kernels.flash-mla" in runs["flashmla"]["summary"]
+
+
+def test_at_cp1_the_indexer_still_sees_two_ranks_and_the_layout_kernels_skip(tmp_path):
+    row = kernels(stack(tmp_path), "--cp", "1")
+    assert row["status"] == "pass", row["summary"]
+    runs = row["evidence"]["subruns"]
+    assert runs["dsa"]["evidence"]["ranks_simulated"] == 2
+    assert runs["layout"]["status"] == "skip" and "not used at CP 1" in runs["layout"]["summary"]
+
+
+@pytest.mark.parametrize("mode, text", [("no-offsets", "a different -inf mask"), ("nan", "NaN scores")])
+def test_a_wrong_indexer_fails_and_points_at_the_frontend_reinstall(tmp_path, mode, text):
+    row = kernels(stack(tmp_path, dsa=mode, layout=None), "--cp", "2")
+    assert row["status"] == "fail" and text in row["summary"] and "cudnn-fe.dsa" in row["summary"], row["summary"]
+    assert "seed incident" in row["details"]
+    commands = [c for f in row["fixes"] for c in f["commands"]]
+    assert any("nvidia-cudnn-frontend" in c and "--force-reinstall" in c for c in commands), commands
+
+
+def test_a_layout_kernel_off_by_one_at_a_rank_boundary_fails(tmp_path):
+    row = kernels(stack(tmp_path, dsa=None, layout="off-by-one"), "--cp", "2")
+    assert row["status"] == "fail", row["summary"]
+    assert "CP layout kernels differ from the reference on CP rank 1 of 2" in row["summary"]
+
+
+def test_an_indexer_whose_output_equals_the_control_is_an_error(tmp_path):
+    row = kernels(stack(tmp_path, dsa="sticky-offsets", layout=None), "--cp", "2")
+    assert row["status"] == "error" and "negative control did not separate" in row["summary"], row["summary"]
+
+
+def test_missing_packages_skip_to_their_rules_and_a_raising_call_fails(tmp_path):
+    row = kernels(Env(tmp_path), "--cp", "2")
+    assert row["status"] == "skip", row["summary"]
+    runs = row["evidence"]["subruns"]
+    assert "see cudnn-fe.version" in runs["dsa"]["summary"] and "see mcore.dsv4" in runs["layout"]["summary"]
+    raising = kernels(stack(tmp_path / "t", dsa="tvm", layout=None), "--cp", "2")
+    assert raising["status"] == "fail" and "ModuleNotFoundError" in raising["summary"]
+    assert "tvm_ffi" in raising["summary"]
+    assert any("apache-tvm-ffi" in c for f in raising["fixes"] for c in f["commands"])
+
+
+def test_the_older_layout_kernel_path_is_found(tmp_path):
+    row = kernels(stack(tmp_path, dsa=None, old_path=True), "--cp", "2")
+    layout = row["evidence"]["subruns"]["layout"]
+    assert layout["status"] == "pass" and layout["evidence"]["megatron_file"].endswith("csa_cp_layout_kernels.py")
+
+
+def test_the_real_frontend_wheel_on_the_cpu_is_a_skip_never_a_pass(tmp_path):
+    """The published frontend 1.27.0 (with tvm-ffi and the CuTe DSL meta wheel, no GPU): its DSA kernels cannot run
+    here, which is a skip that says why, not a pass and not a doctor error."""
+    env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0").wheel("tvm", "apache-tvm-ffi-0.1.11")
+    env.wheel("cutedsl", "nvidia-cutlass-dsl-4.5.2")
+    row = kernels(env, "--cp", "2")
+    dsa = row["evidence"]["subruns"]["dsa"]
+    assert dsa["status"] == "skip", dsa
+    assert "needs CUDA" in dsa["summary"] or "see cudnn-fe" in dsa["summary"], dsa["summary"]
