@@ -28,6 +28,16 @@ TORCH_VERSION = "2.11.0"  # the verl DSv4 image's torch (CUDA 13.0)
 VERL_VERSION = "0.9.0"
 FAST_HADAMARD_COMMIT = "f134af63deb2df17e1171a9ec1ea4a7d8604d5ca"  # Megatron-LM dev's pin
 MBRIDGE_COMMIT = "c7774d44d4b3101dc6bdf8c8d38a32e909e1ea11"  # the Megatron-Bridge commit verl's DSv4 script names
+FLASH_MLA_REF = "nv_dev"  # the FlashMLA branch whose flash_mla_sparse_fwd takes indexer_topk
+TE_MIN_VERSION = "2.9.0"  # Megatron's sequence-packing gate (te.version)
+
+# The rulebook's fix versions under the build-argument names the top-level Dockerfile gives them: the one place they
+# are written (tests/test_dockerfile.py fails when the Dockerfile's ARG defaults disagree).
+PINS = {
+    "MEGATRON_LM_COMMIT": MLM_DEV, "MEGATRON_BRIDGE_COMMIT": MBRIDGE_COMMIT, "CUDNN_FRONTEND_VERSION": FE_VERSION,
+    "TVM_FFI_VERSION": TVM_FFI_VERSION, "CUTLASS_DSL_VERSION": CUTLASS_VERSION, "FLASH_MLA_REF": FLASH_MLA_REF,
+    "FAST_HADAMARD_COMMIT": FAST_HADAMARD_COMMIT, "VERL_VERSION": VERL_VERSION, "TE_MIN_VERSION": TE_MIN_VERSION,
+}
 
 # Compiled against torch: what a torch change invalidates (distribution names, as pip lists them).
 TORCH_EXTENSIONS = ("transformer-engine-torch", "transformer-engine", "flash-mla", "fast-hadamard-transform",
@@ -218,7 +228,7 @@ FLASH_MLA = Fix("Build FlashMLA from its nv_dev branch against the installed tor
                 "indexer_topk Megatron passes; on SM90 do not set FLASH_MLA_DISABLE_SM90=1, which the Megatron recipes "
                 "set for Blackwell)",
                 [["pip", "install", "--no-build-isolation",
-                  "flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@nv_dev"]], key="flash-mla",
+                  f"flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@{FLASH_MLA_REF}"]], key="flash-mla",
                 phase=Phase.BUILD)
 FAST_HADAMARD = Fix("Build fast-hadamard-transform at the commit Megatron-LM dev pins",
                     [["pip", "install", "--no-build-isolation", "fast-hadamard-transform @ "

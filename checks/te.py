@@ -16,7 +16,7 @@ from ._upstream import mlm
 TE_DISTS = ("transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13", "transformer-engine-torch")
 STATIC = StaticRequest(distributions=TE_DISTS, modules=("transformer_engine",))
 TE_IMPORT = import_probe("transformer_engine.pytorch")
-PACKING_MIN = "2.9.0"
+PACKING_MIN = fixes.TE_MIN_VERSION
 PACKING_EXCEPTION = "2.9.0.dev0+5b3092a"  # the one pre-release Megatron's gate accepts by name
 
 INSTALL = fixes.TE

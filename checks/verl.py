@@ -15,7 +15,7 @@ STATIC = StaticRequest(distributions=("verl",), modules=("verl",), sources=(UTIL
 FIX_VERL = fixes.VERL
 
 
-def _markers(static) -> dict:
+def markers(static) -> dict:
     util, engine, replay = static.source(UTIL), static.source(ENGINE), static.source(REPLAY)
     fn = (util.get("functions") or {})
 
@@ -41,12 +41,12 @@ def _verl(ctx: Context) -> Result:
     static = ctx.static
     if not static.module("verl").get("found"):
         return skipped("verl is not installed")
-    markers = _markers(static)
+    found = markers(static)
     version = static.version("verl") or "(no metadata)"
     unreadable = {m: static.source(m).get("error") for m in (UTIL, ENGINE, REPLAY) if static.source(m).get("error")}
-    evidence = {"version": version, "markers": markers, "unreadable": unreadable}
-    missing_7221 = [k for k in markers if k.startswith("#7221") and not markers[k]]
-    missing_7297 = [k for k in markers if k.startswith("#7297") and not markers[k]]
+    evidence = {"version": version, "markers": found, "unreadable": unreadable}
+    missing_7221 = [k for k in found if k.startswith("#7221") and not found[k]]
+    missing_7297 = [k for k in found if k.startswith("#7297") and not found[k]]
     if ctx.profile.cp == 1:
         state = "present" if not (missing_7221 or missing_7297) else "absent"
         return skipped(f"CP = 1: the CP layout plumbing is not used (verl {version}: contiguous layout {state})",
@@ -61,7 +61,7 @@ def _verl(ctx: Context) -> Result:
             f"verl {version} lacks PR #7297: router replay is packed zigzag while model rows are contiguous",
             "That is a shape error, or routes silently attached to the wrong tokens. Missing: "
             + "; ".join(missing_7297), fixes=[FIX_VERL], evidence=evidence)
-    extra = "" if markers["#6555 dynamic CP (default_dynamic_cp)"] else "; no dynamic CP (#6555)"
+    extra = "" if found["#6555 dynamic CP (default_dynamic_cp)"] else "; no dynamic CP (#6555)"
     return passed(f"verl {version}: contiguous CP layout (#7221), PackedSeqParams probe and router-replay layout "
                   f"(#7297){extra}",
                   "For model_type deepseek_v4 with CP > 1, verl (#6555) sets cp_partition_mode=contiguous and "

@@ -31,3 +31,13 @@ echo '```json'
 dsv4-doctor check --cp 2 --gpu-arch 10.0 --only mcore.cp-partition-mode -f json --python "$target/bin/python" \
   | sed "s#$target#ENV#g" | python -c 'import json,sys; r=json.load(sys.stdin); r["environment"]["variables"]={"PYTHONPATH": "(the wheels above)"}; r["plugins"]=r["plugins"][:2]+[{"...": "one entry per entry point"}]; print(json.dumps(r, indent=2))' || true
 echo '```'
+echo
+echo 'A Megatron-LM command line that forgets the CP settings, read with `--job-args` (what `preflight` reads before it'
+echo 'execs the command), for an H200 job:'
+echo
+job='torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py --experimental-attention-variant dsv4_hybrid --context-parallel-size 2 --tensor-model-parallel-size 1 --seq-length 8192 --dsa-indexer-loss-coeff 0.1'
+echo '```text'
+echo "\$ dsv4-doctor check --only 'job.*' --gpu-arch 9.0 --job-args '$job'"
+env -u PYTHONPATH NCCL_NVLS_ENABLE=0 CUDA_DEVICE_MAX_CONNECTIONS=1 dsv4-doctor check --only 'job.*' --gpu-arch 9.0 \
+  --job-args "$job" --python "$target/bin/python" | sed "s#$target#ENV#g" || true
+echo '```'

@@ -17,6 +17,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
 from . import __version__
 from .model import ExitCode, Profile, UsageError
@@ -26,7 +27,7 @@ EXIT_CODES_HELP = (
     "--strict); 2 usage error; 3 the doctor itself or a plugin crashed (the report is still written); 4 the report "
     "could not be written to --output (it went to stdout); 129/130/143 interrupted by SIGHUP/SIGINT/SIGTERM."
 )
-COMMANDS = ("check", "smoke", "list", "explain", "fix")
+COMMANDS = ("check", "smoke", "list", "explain", "fix", "preflight")
 FORMATS = ("text", "json", "markdown", "junit")
 
 
@@ -93,7 +94,8 @@ def check_output_path(path: str | None) -> None:
 # ------------------------------------------------------------------------------------------------------ parser
 
 def _profile_options(p: argparse.ArgumentParser, gpu_arch: bool = True) -> None:
-    p.add_argument("--cp", type=_cp, default=1, metavar="N", help="Context-parallel size of the planned job (1-1024).")
+    p.add_argument("--cp", type=_cp, default=None, metavar="N",
+                   help="Context-parallel size of the planned job (1-1024; default 1, or the job's with --job-args).")
     p.add_argument("--dsa-backend", choices=("cudnn", "none"), default=None,
                    help="Megatron dsa_kernel_backend (default: cudnn, as the MLM CLI resolves it for dsv4_hybrid).")
     if gpu_arch:
@@ -135,6 +137,29 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     check.add_argument("--no-smoke", action="store_true", help="Skip the smoke forward.")
     check.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                        help="Where the smoke forward runs: auto (a GPU when one is visible, else skipped), cuda, cpu.")
+    check.add_argument("--job-args", metavar="CMD",
+                       help="The training command, as one shell-quoted string: its DSv4 settings set the profile and "
+                            "the job.* checks run (what `preflight` does, without running it).")
+
+    preflight = sub.add_parser(
+        "preflight", help="Check the environment and a training command's DSv4 settings, then exec the command.",
+        usage="dsv4-doctor preflight [options] -- COMMAND [ARG ...]",
+        epilog="The report goes to stderr (text), the job's stdout stays clean. Exit: the command's own exit code "
+               "when it ran (it replaces the doctor: same pid); 1 when a check failed (or warned, with --strict) and "
+               "the command did not start; 2 usage error; 129/130/143 interrupted.")
+    preflight.add_argument("--gpu-arch", type=_gpu_arch, metavar="X.Y",
+                           help="Compute capability the job runs on; default: detected with nvidia-smi.")
+    preflight.add_argument("--python", metavar="PATH", help="Interpreter to inspect (default: the one running the "
+                           "doctor; in a job script, the job's python).")
+    preflight.add_argument("--timeout", type=_timeout, default=60.0, metavar="S",
+                           help="Seconds each isolated probe may take before it is killed (default 60).")
+    _selection_options(preflight)
+    preflight.add_argument("--strict", action="store_true", help="Warnings block the command too.")
+    preflight.add_argument("--no-smoke", action="store_true", help="Skip the smoke forward.")
+    preflight.add_argument("--dry-run", action="store_true", help="Check, report, and stop before running the command.")
+    preflight.add_argument("--report", metavar="FILE", help="Also write the JSON report to FILE (for the job's logs).")
+    preflight.add_argument("job_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                           help="The training command, after `--`.")
 
     smoke = sub.add_parser("smoke", help="Run only the smoke forward.", epilog=EXIT_CODES_HELP)
     _profile_options(smoke)
@@ -161,7 +186,8 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     fix.add_argument("--apply", action="store_true", help="Run the plan's pip steps with the target's pip, then "
                      "re-check. Manual steps (torch) and job settings are never run.")
     fix.add_argument("--yes", "-y", action="store_true", help="Do not ask before applying (needed without a terminal).")
-    return root, {"check": check, "smoke": smoke, "list": lst, "explain": explain, "fix": fix}
+    return root, {"check": check, "smoke": smoke, "list": lst, "explain": explain, "fix": fix,
+                  "preflight": preflight}
 
 
 # ----------------------------------------------------------------------------------------------------- running
@@ -219,13 +245,29 @@ class _Progress:
             sys.stderr.flush()
 
 
-def _profile(args, smoke: str) -> Profile:
-    return Profile(cp=args.cp, dsa_backend=args.dsa_backend or "cudnn",
-                   dsa_backend_source="option" if args.dsa_backend else "default",
-                   gpu_arch=getattr(args, "gpu_arch", None),
-                   gpu_arch_source="option" if getattr(args, "gpu_arch", None) else "unknown",
+def _profile(args, smoke: str, job_argv: Sequence[str] | None = None) -> Profile:
+    """The profile from the options, or from a training command (`job_argv`): its CP and DSA backend."""
+    gpu_arch = getattr(args, "gpu_arch", None)
+    base = Profile(gpu_arch=gpu_arch, gpu_arch_source="option" if gpu_arch else "unknown",
                    device=getattr(args, "device", "auto"), smoke=smoke,
                    static_only=bool(getattr(args, "static_only", False)))
+    if job_argv is None:
+        return replace(base, cp=getattr(args, "cp", None) or 1,
+                       dsa_backend=getattr(args, "dsa_backend", None) or "cudnn",
+                       dsa_backend_source="option" if getattr(args, "dsa_backend", None) else "default")
+    from . import jobargs
+
+    job = jobargs.parse(job_argv)
+    cp = job.cp()
+    backend, how = job.dsa_backend()
+    if getattr(args, "cp", None) not in (None, cp):
+        raise UsageError(f"--cp {args.cp} contradicts the job's context_parallel_size {cp}: leave --cp out with "
+                         "--job-args")
+    if getattr(args, "dsa_backend", None) not in (None, backend):
+        raise UsageError(f"--dsa-backend {args.dsa_backend} contradicts the job's ({backend}, {how})")
+    data = job.to_dict()
+    data["dsa_backend_decided"] = how
+    return replace(base, cp=cp, dsa_backend=backend, dsa_backend_source="job", job=data)
 
 
 def run_report(args, profile: Profile, only: list[str], skip: list[str], strict: bool, progress: bool,
@@ -271,7 +313,12 @@ def cmd_check(args, smoke: bool = False) -> int:
         profile, only, skip, strict = _profile(args, "on"), ["smoke.*"], [], False
     else:
         only, skip, strict = _ids(args.only), _ids(args.skip), args.strict
-        profile = _profile(args, "off" if args.no_smoke else ("on" if args.device == "cpu" else "auto"))
+        job_argv = None
+        if args.job_args is not None:
+            from .jobargs import split_job_args
+
+            job_argv = split_job_args(args.job_args)
+        profile = _profile(args, "off" if args.no_smoke else ("on" if args.device == "cpu" else "auto"), job_argv)
     report = run_report(args, profile, only, skip, strict, progress=args.format == "text" and _isatty(sys.stderr))
     return emit(report, args.format, args.output)
 
@@ -431,6 +478,60 @@ def cmd_fix(args) -> int:
     return again["summary"]["exit_code"]
 
 
+def cmd_preflight(args) -> int:
+    """Check the environment for the job the command describes; exec the command when nothing blocks it."""
+    import json
+
+    from .render import output_width, render, verdict_line
+
+    command = list(args.job_command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    elif command:
+        raise UsageError(f"put the training command after `--` (got {command[0]!r} first)")
+    check_output_path(args.report)
+    profile = _profile(args, "off" if args.no_smoke else "auto", command)
+    report = run_report(args, profile, _ids(args.only), _ids(args.skip), args.strict, progress=False)
+    # The report goes to stderr: the job's stdout is the job's.
+    if sys.stderr is not None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(render(report, "text", width=output_width(False)))
+            sys.stderr.flush()
+    if args.report:
+        try:
+            with open(args.report, "w", encoding="utf-8") as fh:
+                fh.write(json.dumps(report, indent=2) + "\n")
+        except OSError as exc:
+            _stderr(f"dsv4-doctor preflight: could not write the report to {args.report}: {exc}")
+    code = report["summary"]["exit_code"]
+    if code >= 128:
+        return code
+    if code != 0:
+        _stderr(f"dsv4-doctor preflight: not starting the job ({verdict_line(report)})")
+        return int(ExitCode.FAILED)
+    if args.dry_run:
+        _stderr("dsv4-doctor preflight: dry run, not starting: " + " ".join(command[:6])
+                + (" ..." if len(command) > 6 else ""))
+        return 0
+    return _exec(command)
+
+
+def _exec(command: list[str]) -> int:
+    """Replace this process with the job (same pid and environment; the job's exit code is the caller's). The
+    session already reaped every probe, removed its temporary files and restored the signal dispositions, which
+    exec would skip (no finally, no atexit)."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        _stderr(f"dsv4-doctor preflight: could not start {command[0]!r}: {exc.strerror or exc}")
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+    return 126  # not reached: exec does not return
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args_in = list(sys.argv[1:] if argv is None else argv)
     # `dsv4-doctor` and `dsv4-doctor --cp 2 ...` mean `dsv4-doctor check ...`.
@@ -441,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from .session import Interrupted
 
     handlers = {"check": cmd_check, "smoke": lambda a: cmd_check(a, smoke=True), "list": cmd_list,
-                "explain": cmd_explain, "fix": cmd_fix}
+                "explain": cmd_explain, "fix": cmd_fix, "preflight": cmd_preflight}
     try:
         code = handlers[args.command](args)
     except UsageError as exc:

@@ -254,6 +254,8 @@ class Check:
     probes: ProbeSpec = ()
     static: Any = None  # probes.StaticRequest
     needs: tuple[str, ...] = ()  # checks whose outcome this one reads (ctx.outcome); they run first
+    # Part of a run only when job arguments are given (preflight, --job-args): not a row of skip noise otherwise.
+    needs_job: bool = False
     origin: str = "dsv4-doctor"  # the distribution that registered it; set by the registry
 
     def probes_for(self, profile: Profile) -> list:

@@ -26,7 +26,7 @@ HOST_WORKERS = 2  # probes one plugin host runs at once
 def _describe(check: Check) -> dict:
     return {"id": check.id, "title": check.title, "explanation": check.doc(), "applies_when": str(check.applies_when),
             "detects": str(check.detects), "sources": [s.to_dict() for s in check.sources],
-            "fixes": [f.to_dict() for f in check.fixes], "origin": check.origin}
+            "fixes": [f.to_dict() for f in check.fixes], "origin": check.origin, "needs_job": bool(check.needs_job)}
 
 
 class _Events:
@@ -170,7 +170,8 @@ def describe_check(meta: dict, distribution: str) -> Check:
                     if isinstance(s, dict))
     return Check(id=check_id, title=title, explanation=str(meta.get("explanation") or ""),
                  applies_when=str(meta.get("applies_when") or ""), detects=str(meta.get("detects") or ""),
-                 run=not_here, sources=sources, fixes=tuple(fixes), origin=distribution)
+                 run=not_here, sources=sources, fixes=tuple(fixes), origin=distribution,
+                 needs_job=meta.get("needs_job") is True)
 
 
 def report_from(data: dict, check: Check) -> CheckReport:

@@ -34,8 +34,9 @@ SECRET_NAME = re.compile(
     re.IGNORECASE,
 )
 # Names that match the pattern above but hold no secret.
-NOT_SECRET = re.compile(r"^(?:TOKENIZERS?_|HF_HUB_DISABLE_|.*_TOKEN_?(?:LEN|LENGTH|LIMIT|COUNT)$|OLDPWD$|PWD$)",
-                        re.I)
+# Training settings about tokens are not credentials: moe_token_dispatcher_type, max_tokens, num_tokens, ...
+NOT_SECRET = re.compile(r"^(?:TOKENIZERS?_|HF_HUB_DISABLE_|.*_TOKEN_?(?:LEN|LENGTH|LIMIT|COUNT)$|OLDPWD$|PWD$)"
+                        r"|TOKEN[_-]DISPATCH|(?:MAX|NUM|MIN)[_-]TOKENS?(?:$|[_-])|TOKENS?[_-]PER[_-]", re.I)
 # Values of secret-named variables that are too common to replace wherever they appear (they are still masked in
 # the environment listing): replacing "true" everywhere would shred a report and hide nothing.
 COMMON_VALUES = {"true", "false", "none", "null", "auto", "default", "disabled", "enabled", "unset"}

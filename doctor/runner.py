@@ -183,7 +183,14 @@ class Runner:
         self.on_event = on_event
         self._done = {c.id: threading.Event() for c in self.checks}
         self._lock = threading.Lock()
+        self._stopped = False
         self.start = time.monotonic()
+
+    def stop(self) -> None:
+        """No result recorded from now on: an interrupted run reports what had finished before the signal, not a
+        check that then saw its probe killed by the doctor's own cleanup."""
+        with self._lock:
+            self._stopped = True
 
     def begin(self) -> None:
         profile = self.ctx.profile
@@ -208,6 +215,8 @@ class Runner:
             self.on_event("start", check.id)
         result, internal = execute(check, self.ctx)
         with self._lock:
+            if self._stopped:
+                return
             self.ctx.outcomes[check.id] = _report(check, result, time.monotonic() - t0, internal)
         self._done[check.id].set()
         if self.on_event:

@@ -70,9 +70,16 @@ def resolve_python(value: str | None) -> str:
     return found
 
 
-def select(checks: Sequence[Check], only: Sequence[str], skip: Sequence[str]) -> list[Check]:
+def select(checks: Sequence[Check], only: Sequence[str], skip: Sequence[str], job: bool = False) -> list[Check]:
     """--only / --skip by id or glob (`cudnn-fe.*`); a pattern that matches nothing, or an empty selection, is a
-    usage error."""
+    usage error. Checks that read the job's command line take part only when one was given (`job`)."""
+    if not job:
+        wanted_job = [p for p in only if all(c.needs_job for c in checks if fnmatch.fnmatchcase(c.id, p))
+                      and any(fnmatch.fnmatchcase(c.id, p) for c in checks)]
+        if wanted_job:
+            raise UsageError(f"--only {wanted_job[0]}: job checks read the training command; give it with "
+                             "`dsv4-doctor preflight -- CMD` or `check --job-args \"CMD\"`")
+        checks = [c for c in checks if not c.needs_job]
     ids = [c.id for c in checks]
     for pattern in list(only) + list(skip):
         if not fnmatch.filter(ids, pattern):
@@ -340,6 +347,8 @@ class Session:
 
     def interrupted_outcome(self, exc: Interrupted) -> Outcome | None:
         """What finished before the signal, with every unfinished check an `error` saying so; probes are killed."""
+        if self._running is not None:
+            self._running[0].stop()  # before the kill, so no check records its probe's death as its finding
         self.procs.kill_all()  # the plugin hosts' event files stay until close(), so what they finished is kept
         if self._running is None:
             return None
@@ -443,7 +452,7 @@ def run_check(python: str | None, timeout: float, profile: Profile, only: Sequen
         session.install_signals()
         session.start()
         session.load()
-        selected = select(session.all_checks(), only, skip)
+        selected = select(session.all_checks(), only, skip, job=profile.job is not None)
         session.check_target()
         profile = session.resolve(profile)
         outcome = session.run(profile, selected, on_event=on_event)

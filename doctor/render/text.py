@@ -33,6 +33,9 @@ def profile_line(report: dict) -> str:
         arch += f" ({p['gpu_arch_source']})"
     target = report.get("environment", {}).get("target_python", {})
     extra = " static-only" if p.get("static_only") else ""
+    job = p.get("job") if isinstance(p.get("job"), dict) else None
+    if job is not None:
+        extra += f" (from the {shown(job.get('kind'))} command: {shown(job.get('entry'))})"
     return (f"dsv4-doctor {report['doctor']['version']}  profile: cp={p.get('cp')} "
             f"dsa-backend={shown(p.get('dsa_backend'))} gpu-arch={arch}{extra}  python: "
             f"{shown(target.get('executable'))} ({shown(target.get('version'))})")

@@ -1,0 +1,517 @@
+"""The job's own settings, read from its command line (`preflight -- CMD`, `check --job-args`): what Megatron's
+config validation and verl's engine would reject after the cluster was allocated and the model loaded.
+
+These checks run only when job arguments are given (Check.needs_job). Each failure quotes the upstream error it
+prevents and gives the exact argument to add, in the syntax the command already uses; a value the command does not
+state is "not stated", never guessed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from dsv4_doctor.jobargs import common_setting, line_to_add, role_settings, roles_to_check
+from dsv4_doctor.model import Check, Context, Fix, Phase, Profile, Result, Source, failed, passed, skipped, warned
+from dsv4_doctor.probes import StaticRequest
+
+from ._upstream import EAV, mlm
+from .verl import ENGINE as VERL_ENGINE
+from .verl import STATIC as VERL_STATIC
+from .verl import markers as verl_markers
+
+TC = "megatron/core/transformer/transformer_config.py"
+MPC = "megatron/core/model_parallel_config.py"
+DYNAMIC_CP = "#6555 dynamic CP (default_dynamic_cp)"
+SCHEDULERS = ("dp_balanced", "default_dynamic_cp")
+STATIC = StaticRequest(distributions=VERL_STATIC.distributions, modules=(*VERL_STATIC.modules, "deep_ep"),
+                       sources=VERL_STATIC.sources, contains=VERL_STATIC.contains)
+
+# Megatron's texts (d48bd6be), quoted in the findings.
+M1 = "DSv4 Hybrid with context parallelism requires cp_partition_mode='contiguous'."
+M4 = ("cp_partition_mode='contiguous' with context parallelism requires THD inputs from a sequence_packing_scheduler; "
+      "BSHD inputs are not supported.")
+M6 = "DSv4 Hybrid Attention only supports TP size 1."
+M10 = ("DSv4 with fused DSA and dense indexer loss is not supported on SM90 because the cuDNN Frontend SM90 dense DSA "
+       "kernels are not reliable for this path. Use sparse indexer loss or set dsa_kernel_backend='none'.")
+DISPATCH = "sequence_packing only supports moe_token_dispatcher_type in ('alltoall', 'flex'), got '{}'"
+VERL_DYNAMIC = "max_seqlen_per_dp_cp_rank must be a positive integer when dynamic_context_parallel is enabled"
+
+
+def _no_job(profile: Profile) -> str | None:
+    return None if profile.job is not None else "no job arguments (preflight or --job-args)"
+
+
+def _job(ctx: Context) -> dict:
+    return dict(ctx.profile.job or {})
+
+
+def _add(job: dict, role: str, setting: str, value, why: str) -> Fix:
+    line = line_to_add(job, role, setting, value)
+    return Fix(f"Add to the training command: {line}  ({why})", key=f"job:{line}", phase=Phase.SETTING)
+
+
+def _value(settings: dict, name: str):
+    s = settings.get(name)
+    return s.get("value") if isinstance(s, dict) else None
+
+
+def _stated(settings: dict, name: str) -> bool:
+    return isinstance(settings.get(name), dict)
+
+
+def _int(settings_or_setting, name: str | None = None) -> int | None:
+    s = settings_or_setting.get(name) if name else settings_or_setting
+    v = s.get("value") if isinstance(s, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _label(job: dict, role: str) -> str:
+    return "" if job.get("kind") != "verl" else f"{role}: "
+
+
+def _verl_sets_cp(ctx: Context, job: dict) -> tuple[bool, str]:
+    """Whether verl (#6555) sets the DSv4 CP settings itself, and what that was decided from."""
+    if job.get("kind") != "verl":
+        return False, "a Megatron-LM command: nothing sets them for it"
+    static = ctx.static
+    if not static.module("verl").get("found"):
+        return False, "verl is not installed in the inspected interpreter, so nothing is known to set them"
+    has = verl_markers(static)[DYNAMIC_CP]
+    version = static.version("verl") or "(no metadata)"
+    if has:
+        return True, f"verl {version} has PR #6555 (\"default_dynamic_cp\" in {VERL_ENGINE})"
+    return False, f"verl {version} lacks PR #6555, which sets them for deepseek_v4"
+
+
+def _world(job: dict) -> int | None:
+    nodes, per_node = _int(common_setting(job, "nnodes") or {}), _int(common_setting(job, "gpus_per_node") or {})
+    return nodes * per_node if nodes is not None and per_node is not None else None
+
+
+def _needed_length(job: dict) -> tuple[int | None, str]:
+    if job.get("kind") == "megatron":
+        s = common_setting(job, "seq_length")
+        return (_int(s), "--seq-length") if s else (None, "--seq-length not stated")
+    p, r = _int(common_setting(job, "max_prompt_length") or {}), _int(common_setting(job, "max_response_length") or {})
+    if p is not None and r is not None:
+        return p + r, "data.max_prompt_length + data.max_response_length"
+    return None, "data.max_prompt_length and data.max_response_length not both stated as numbers"
+
+
+# ---------------------------------------------------------------------------------------------------- job.cp-args
+
+def _cp_args(ctx: Context) -> Result:
+    job = _job(ctx)
+    roles = roles_to_check(job)
+    if not roles:
+        return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read",
+                       evidence={"entry": job.get("entry")})
+    auto, why_auto = _verl_sets_cp(ctx, job)
+    fails, warns, notes, fixes = [], [], [], []
+    evidence: dict = {"verl_sets_cp_settings": auto, "decided_from": why_auto, "roles": {}}
+    for role in roles:
+        st = role_settings(job, role)
+        cp = _int(st, "cp") or 1
+        lab = _label(job, role)
+        row: dict = {"cp": cp}
+        evidence["roles"][role] = row
+        if cp == 1 and not _value(st, "dynamic_context_parallel"):
+            notes.append(f"{lab}CP = 1: no CP settings needed")
+            continue
+        mode, sched = _value(st, "cp_partition_mode"), _value(st, "sequence_packing_scheduler")
+        if _value(st, "dynamic_context_parallel") and sched is None:
+            sched = "default_dynamic_cp"  # Megatron's MPC sets it for dynamic CP
+        if sched is None and _value(st, "use_varlen_dataset"):
+            sched = "dp_balanced"  # --use-varlen-dataset auto-selects it
+        if auto:
+            if _stated(st, "cp_partition_mode") and mode != "contiguous":
+                warns.append(f"{lab}cp_partition_mode={mode} is overridden by verl, which sets contiguous for "
+                             "deepseek_v4 after copying the overrides")
+            if sched is not None and sched != "default_dynamic_cp":
+                warns.append(f"{lab}sequence_packing_scheduler={sched} is replaced by verl's default_dynamic_cp "
+                             "(set after the overrides): max_seqlen_per_dp_cp_rank then counts DP x CP ranks")
+            if not _stated(st, "cp_partition_mode") or not _stated(st, "sequence_packing_scheduler"):
+                notes.append(f"{lab}verl will use cp_partition_mode=contiguous and "
+                             "sequence_packing_scheduler=default_dynamic_cp")
+            sched = "default_dynamic_cp"
+        else:
+            if mode != "contiguous":
+                what = "not stated (Megatron's default is zigzag)" if mode is None else f"{mode}"
+                fails.append(f"{lab}cp_partition_mode is {what}: Megatron stops with \"{M1}\"")
+                fixes.append(_add(job, role, "cp_partition_mode", "contiguous", "DSv4 CP needs the contiguous layout"))
+            if sched is None:
+                fails.append(f"{lab}no sequence_packing_scheduler: Megatron stops with \"{M4}\"")
+                fixes.append(_add(job, role, "sequence_packing_scheduler", "dp_balanced",
+                                  "as verl's DSv4 example sets it"))
+            elif sched not in SCHEDULERS:
+                fails.append(f"{lab}sequence_packing_scheduler={sched}: Megatron stops with \"Unsupported scheduler: "
+                             f"{sched}. Available schedulers: {list(SCHEDULERS)}\"")
+                fixes.append(_add(job, role, "sequence_packing_scheduler", "dp_balanced", "a supported scheduler"))
+            if mode == "contiguous" and sched in SCHEDULERS:
+                notes.append(f"{lab}CP {cp}: cp_partition_mode=contiguous, sequence_packing_scheduler={sched}")
+        row.update(cp_partition_mode=mode, scheduler=sched)
+        _max_seqlen(job, role, st, cp, sched, row, fails, notes, fixes)
+    evidence.update(failures=fails, warnings=warns, notes=notes)
+    text = "; ".join(fails or warns or notes)
+    if fails:
+        return failed(text, "\n".join(warns + notes + [why_auto]), fixes=fixes, evidence=evidence)
+    if warns:
+        return warned(text, "\n".join(notes + [why_auto]), evidence=evidence)
+    if all(r["cp"] == 1 for r in evidence["roles"].values()) and not any(
+            _value(role_settings(job, r), "dynamic_context_parallel") for r in roles):
+        return skipped("CP = 1: the job needs no CP settings", evidence=evidence)
+    return passed(text or "the job states the DSv4 CP settings", why_auto, evidence=evidence)
+
+
+def _max_seqlen(job, role, st, cp, sched, row, fails, notes, fixes) -> None:
+    lab = _label(job, role)
+    needed, needed_from = _needed_length(job)
+    value = _int(st, "max_seqlen_per_dp_cp_rank")
+    row.update(max_seqlen_per_dp_cp_rank=value, needed=needed)
+    if not _stated(st, "max_seqlen_per_dp_cp_rank"):
+        if job.get("kind") == "verl" and _value(st, "dynamic_context_parallel"):
+            fails.append(f"{lab}max_seqlen_per_dp_cp_rank not stated with dynamic_context_parallel: verl stops with "
+                         f"\"{VERL_DYNAMIC}\"")
+            if needed:
+                fixes.append(_add(job, role, "max_seqlen_per_dp_cp_rank", math.ceil(needed / cp),
+                                  f"{needed_from} / CP"))
+        elif job.get("kind") == "megatron":
+            notes.append(f"{lab}max_seqlen_per_dp_cp_rank not stated (the Megatron-LM CLI derives it from "
+                         "--seq-length)")
+        else:
+            notes.append(f"{lab}max_seqlen_per_dp_cp_rank: not stated")
+        return
+    if value is None or value < 1:
+        fails.append(f"{lab}max_seqlen_per_dp_cp_rank={st['max_seqlen_per_dp_cp_rank'].get('raw')!r} is not a "
+                     "positive whole number")
+        return
+    if needed is None:
+        notes.append(f"{lab}max_seqlen_per_dp_cp_rank={value}; whether it covers the longest sample is unknown: "
+                     f"{needed_from}")
+        return
+    if sched == "default_dynamic_cp":
+        world = _world(job)
+        tp, pp = _int(st, "tp") or 1, _int(st, "pp") or 1
+        dp = world // (tp * pp * cp) if world and world % (tp * pp * cp) == 0 else None
+        ranks = dp * cp if dp else None
+        if ranks is None and value * cp < needed:
+            notes.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x CP {cp} = {value * cp} < {needed} ({needed_from}); "
+                         "default_dynamic_cp counts DP x CP ranks, and DP is unknown (world size not stated)")
+            return
+        ranks = ranks or cp
+        how = f"DP x CP = {ranks} ranks (default_dynamic_cp)"
+    else:
+        ranks, how = cp, f"CP = {cp} ranks ({sched or 'scheduler not stated'})"
+    row.update(ranks=ranks)
+    if value * ranks < needed:
+        fails.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x {how} = {value * ranks} < {needed} ({needed_from}): "
+                     "the longest sample does not fit, and Megatron asserts total_cp_ranks * "
+                     "max_seqlen_per_dp_cp_rank >= seq_length")
+        fixes.append(_add(job, role, "max_seqlen_per_dp_cp_rank", math.ceil(needed / cp), f"{needed_from} / CP"))
+    else:
+        notes.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x {how} = {value * ranks} >= {needed}")
+
+
+job_cp_args = Check(
+    id="job.cp-args",
+    title="The job states the DSv4 CP settings",
+    explanation="""
+        With CP > 1, DSv4 needs `cp_partition_mode=contiguous` (Megatron: "DSv4 Hybrid with context parallelism
+        requires cp_partition_mode='contiguous'.") and a `sequence_packing_scheduler` (dp_balanced or
+        default_dynamic_cp; without one Megatron stops with "cp_partition_mode='contiguous' with context parallelism
+        requires THD inputs from a sequence_packing_scheduler"). verl with PR #6555 (0.9.0 has it; detected as
+        verl.cp-layout does) sets both itself for deepseek_v4, after the user's overrides: missing overrides then
+        pass with a note, and an override that contradicts verl's choice is reported as overridden. Without #6555,
+        and on a Megatron-LM command line, they must be explicit. When `max_seqlen_per_dp_cp_rank` is stated, it
+        times the scheduler's rank count (CP for dp_balanced, DP x CP for default_dynamic_cp) must cover the longest
+        sample (`data.max_prompt_length + data.max_response_length`, or `--seq-length`).
+    """,
+    applies_when="job arguments given; CP > 1",
+    detects="the training command's overrides or flags; verl's #6555 marker (ast)",
+    sources=(
+        mlm(TC, "1563-1616", "Megatron-LM dev transformer_config.py L1563-1616 (contiguous CP rules)"),
+        mlm(MPC, "74-98", "Megatron-LM dev model_parallel_config.py (max_seqlen_per_dp_cp_rank, schedulers)"),
+        Source("verl run_deepseek_v4_flash_megatron.sh CP_ARGS (PR #7297)",
+               "https://github.com/verl-project/verl/pull/7297"),
+        Source("verl PR #6555 (MegatronEngine sets the DSv4 CP settings)", "https://github.com/verl-project/verl/pull/6555"),
+    ),
+    skip_if=_no_job,
+    static=STATIC,
+    needs_job=True,
+    run=_cp_args,
+)
+
+
+# ------------------------------------------------------------------------------------------------ job.parallelism
+
+def _parallelism(ctx: Context) -> Result:
+    job = _job(ctx)
+    roles = roles_to_check(job)
+    if not roles:
+        return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read")
+    world = _world(job)
+    fails, notes, fixes = [], [], []
+    evidence: dict = {"world_size": world, "roles": {}}
+    for role in roles:
+        st, lab = role_settings(job, role), _label(job, role)
+        tp = _int(st, "tp") if _stated(st, "tp") else 1
+        cp, pp = _int(st, "cp") or 1, _int(st, "pp") or 1
+        evidence["roles"][role] = {"tp": tp, "cp": cp, "pp": pp, "tp_stated": _stated(st, "tp")}
+        if tp is None:
+            fails.append(f"{lab}tensor_model_parallel_size={st['tp'].get('raw')!r} is not a number")
+        elif tp != 1:
+            fails.append(f"{lab}TP = {tp}: Megatron asserts \"{M6}\"")
+            fixes.append(_add(job, role, "tp", 1, "DSv4's attention supports TP 1 only"))
+        else:
+            notes.append(f"{lab}TP = 1" + ("" if _stated(st, "tp") else " (not stated: the default)"))
+        if world is None:
+            notes.append(f"{lab}whether TP x PP x CP = {(tp or 1) * pp * cp} divides the world size is unknown "
+                         "(the command states no node and GPU counts)")
+        elif world % ((tp or 1) * pp * cp):
+            fails.append(f"{lab}TP x PP x CP = {(tp or 1) * pp * cp} does not divide the {world} GPUs: Megatron "
+                         "cannot form a model replica")
+        else:
+            notes.append(f"{lab}TP x PP x CP = {(tp or 1) * pp * cp} divides the {world} GPUs "
+                         f"(DP = {world // ((tp or 1) * pp * cp)})")
+    evidence.update(failures=fails, notes=notes)
+    if fails:
+        return failed("; ".join(fails), "\n".join(notes), fixes=fixes, evidence=evidence)
+    return passed("; ".join(notes), evidence=evidence)
+
+
+job_parallelism = Check(
+    id="job.parallelism",
+    title="The job's TP, PP and CP fit DSv4 and the GPUs",
+    explanation="""
+        DSv4's hybrid attention supports tensor parallelism 1 only (Megatron asserts "DSv4 Hybrid Attention only
+        supports TP size 1.", at any CP), and TP x PP x CP must divide the job's GPUs (nodes x GPUs per node, from
+        `trainer.nnodes`/`trainer.n_gpus_per_node` or torchrun's `--nnodes`/`--nproc-per-node`) so that Megatron can
+        form the model replicas. A TP the command does not state is the default, 1; a world size it does not state
+        leaves the divisibility unknown, and the check says so.
+    """,
+    applies_when="job arguments given",
+    detects="the training command's parallel sizes and node/GPU counts",
+    sources=(mlm(TC, "1743-1765", "Megatron-LM dev transformer_config.py L1743-1765 (DSv4: TP 1)"),),
+    skip_if=_no_job,
+    needs_job=True,
+    run=_parallelism,
+)
+
+
+# ----------------------------------------------------------------------------------------------- job.moe-dispatch
+
+def _moe_dispatch(ctx: Context) -> Result:
+    job = _job(ctx)
+    roles = roles_to_check(job)
+    if not roles:
+        return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read")
+    auto, _ = _verl_sets_cp(ctx, job)
+    fails, warns, notes, fixes = [], [], [], []
+    deep_ep = ctx.static.module("deep_ep").get("found")
+    evidence: dict = {"deep_ep_found": deep_ep, "roles": {}}
+    checked = 0
+    for role in roles:
+        st, lab = role_settings(job, role), _label(job, role)
+        cp = _int(st, "cp") or 1
+        scheduler = _value(st, "sequence_packing_scheduler") or (
+            "default_dynamic_cp" if (auto and cp > 1) or _value(st, "dynamic_context_parallel") else None)
+        if scheduler is None and _value(st, "use_varlen_dataset"):
+            scheduler = "dp_balanced"
+        if scheduler is None and cp > 1:
+            scheduler = "dp_balanced (the one job.cp-args asks for)"  # CP > 1 needs one: judge the job as it will be
+        stated = _value(st, "moe_token_dispatcher_type")
+        if stated is not None:
+            dispatcher, source = str(stated), "stated"
+        elif job.get("kind") == "verl":
+            dispatcher, source = "alltoall", "not stated: verl's DSv4 provider sets alltoall"
+        else:
+            dispatcher, source = "allgather", "not stated: Megatron's default"
+        evidence["roles"][role] = {"scheduler": scheduler, "dispatcher": dispatcher, "source": source}
+        if scheduler is None:
+            notes.append(f"{lab}no packing scheduler: any dispatcher works")
+            continue
+        checked += 1
+        if dispatcher not in ("alltoall", "flex"):
+            fails.append(f"{lab}moe_token_dispatcher_type={dispatcher} ({source}) with a packing scheduler: Megatron "
+                         f"asserts \"{DISPATCH.format(dispatcher)}\"")
+            fixes.append(_add(job, role, "moe_token_dispatcher_type", "alltoall", "supported with sequence packing"))
+        elif dispatcher == "flex":
+            backend = _value(st, "moe_flex_dispatcher_backend") or "deepep"
+            if not deep_ep:
+                fails.append(f"{lab}moe_token_dispatcher_type=flex (backend {backend}) but DeepEP (deep_ep) is not "
+                             "installed: Megatron raises at the first MoE layer (HybridEP needs DeepEP's hybrid-ep "
+                             "build; see mbridge.dsv4)")
+                fixes.append(_add(job, role, "moe_token_dispatcher_type", "alltoall", "no DeepEP needed"))
+            else:
+                warns.append(f"{lab}moe_token_dispatcher_type=flex (backend {backend}): DeepEP is installed; whether "
+                             "its HybridEP kernels were built for this GPU is not checked (verl's image builds them "
+                             "for 9.0 and 10.0 only)")
+        else:
+            notes.append(f"{lab}dispatcher {dispatcher} ({source}) with the {scheduler} scheduler")
+    evidence.update(failures=fails, warnings=warns, notes=notes)
+    if fails:
+        return failed("; ".join(fails), "\n".join(warns + notes), fixes=fixes, evidence=evidence)
+    if warns:
+        return warned("; ".join(warns), "\n".join(notes), evidence=evidence)
+    if not checked:
+        return skipped("no packing scheduler: the dispatcher rule does not apply", evidence=evidence)
+    return passed("; ".join(notes), evidence=evidence)
+
+
+job_moe_dispatch = Check(
+    id="job.moe-dispatch",
+    title="The MoE dispatcher works with sequence packing",
+    explanation="""
+        With a sequence-packing scheduler, Megatron accepts only the `alltoall` and `flex` MoE token dispatchers
+        ("sequence_packing only supports moe_token_dispatcher_type in ('alltoall', 'flex')"); its default is
+        `allgather`. verl's DSv4 provider sets alltoall (before the user's overrides, so an override wins);
+        Megatron-Bridge main defaults DSv4 to flex with HybridEP, which needs DeepEP (verl's image builds it for
+        9.0 and 10.0 only). A flex dispatcher without an importable deep_ep fails.
+    """,
+    applies_when="job arguments given; a packing scheduler in use",
+    detects="the training command's dispatcher and scheduler; deep_ep location",
+    sources=(
+        mlm(TC, "3672-3704", "Megatron-LM dev transformer_config.py L3672-3704 (packing: alltoall or flex)"),
+        Source("Megatron-Bridge #5543 (DSv4 defaults to flex/HybridEP)",
+               "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/5543"),
+    ),
+    skip_if=_no_job,
+    static=STATIC,
+    needs_job=True,
+    run=_moe_dispatch,
+)
+
+
+# ---------------------------------------------------------------------------------------------- job.indexer-loss
+
+def _indexer_loss(ctx: Context) -> Result:
+    job = _job(ctx)
+    roles = roles_to_check(job)
+    profile = ctx.profile
+    if not roles:
+        return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read")
+    if profile.dsa_backend != "cudnn":
+        return skipped("dsa_kernel_backend=none: the fused DSA kernels (and the SM90 rule) are not used")
+    if profile.cc is None:
+        return skipped("the GPU's compute capability is unknown (no GPU visible; give --gpu-arch): the SM90 rule "
+                       "cannot be judged")
+    if profile.cc != (9, 0):
+        return skipped(f"CC {profile.gpu_arch}: the dense indexer loss rule is for SM90 only")
+    fails, notes, fixes = [], [], []
+    evidence: dict = {"roles": {}}
+    for role in roles:
+        st, lab = role_settings(job, role), _label(job, role)
+        coeff, sparse = _value(st, "dsa_indexer_loss_coeff"), _value(st, "dsa_indexer_use_sparse_loss")
+        evidence["roles"][role] = {"dsa_indexer_loss_coeff": coeff, "dsa_indexer_use_sparse_loss": sparse}
+        if _value(st, "csa_dense_mode") is True:
+            notes.append(f"{lab}csa_dense_mode: no ratio-4 indexer")
+            continue
+        if not _stated(st, "dsa_indexer_loss_coeff"):
+            notes.append(f"{lab}dsa_indexer_loss_coeff: not stated" + (
+                " (Megatron's default None: no indexer loss)" if job.get("kind") == "megatron" else
+                " (Megatron-Bridge's DSv4 provider decides)"))
+            continue
+        if not isinstance(coeff, (int, float)) or isinstance(coeff, bool):
+            notes.append(f"{lab}dsa_indexer_loss_coeff={coeff!r} is not a number")
+            continue
+        if coeff <= 0:
+            notes.append(f"{lab}indexer loss off (coeff {coeff})")
+            continue
+        if sparse is True:
+            notes.append(f"{lab}sparse indexer loss (coeff {coeff})")
+            continue
+        fails.append(f"{lab}dense indexer loss (coeff {coeff}, dsa_indexer_use_sparse_loss "
+                     f"{'not stated' if sparse is None else sparse}) with fused DSA on SM90: Megatron stops with "
+                     f"\"{M10}\"")
+        fixes.append(_add(job, role, "dsa_indexer_use_sparse_loss", True, "as verl's DSv4 example sets it"))
+    evidence.update(failures=fails, notes=notes)
+    if fails:
+        return failed("; ".join(fails), "\n".join(notes), fixes=fixes, evidence=evidence)
+    return passed("; ".join(notes), evidence=evidence)
+
+
+job_indexer_loss = Check(
+    id="job.indexer-loss",
+    title="No fused dense indexer loss on SM90",
+    explanation="""
+        On SM90 with dsa_kernel_backend=cudnn, a ratio-4 indexer and dsa_indexer_loss_coeff > 0, Megatron rejects
+        the dense indexer loss ("DSv4 with fused DSA and dense indexer loss is not supported on SM90 ..."): the
+        job must set dsa_indexer_use_sparse_loss=True (verl's DSv4 example sets it, with coeff 0.0). A coefficient
+        the command does not state is reported as such.
+    """,
+    applies_when="job arguments given; CC 9.0 and dsa_kernel_backend=cudnn",
+    detects="the training command's indexer-loss settings; the GPU arch",
+    sources=(mlm(TC, "1773-1818", "Megatron-LM dev transformer_config.py L1773-1818 (SM90 dense indexer loss)"),),
+    skip_if=_no_job,
+    needs_job=True,
+    run=_indexer_loss,
+)
+
+
+# --------------------------------------------------------------------------------------------------------- job.env
+
+def _env(ctx: Context) -> Result:
+    job = _job(ctx)
+    env = dict(os.environ)
+    env.update({k: v for k, v in (job.get("env") or {}).items() if isinstance(v, str)})
+    names = [str(g.get("name", "")) for g in ctx.gpus()]
+    warns, notes = [], []
+    nvls = env.get("NCCL_NVLS_ENABLE")
+    if nvls != "0":
+        warns.append(f"NCCL_NVLS_ENABLE is {'unset' if nvls is None else repr(nvls)}: verl's DSv4 script and the "
+                     "Megatron recipes set NCCL_NVLS_ENABLE=0 (Megatron's DDP enables NVLS unless it is set, MLM "
+                     "#6319)")
+    else:
+        notes.append("NCCL_NVLS_ENABLE=0")
+    connections = env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    overlap = any(_value(role_settings(job, r), "overlap_moe_expert_parallel_comm") is True
+                  for r in roles_to_check(job))
+    if connections is None:
+        warns.append("CUDA_DEVICE_MAX_CONNECTIONS is unset: verl's DSv4 script sets 1 (communication kernels keep "
+                     "their launch order), while Megatron's EP all-to-all overlap wants more than 1; choose one")
+    elif connections == "1" and overlap:
+        warns.append("CUDA_DEVICE_MAX_CONNECTIONS=1 with overlap_moe_expert_parallel_comm: the EP all-to-all "
+                     "overlap needs more than one connection to overlap anything")
+    else:
+        notes.append(f"CUDA_DEVICE_MAX_CONNECTIONS={connections}")
+    if any("GB200" in n or "GB300" in n for n in names):
+        mnnvl = env.get("NCCL_MNNVL_ENABLE")
+        if mnnvl is None:
+            warns.append("NCCL_MNNVL_ENABLE is unset on a GB200/GB300 host: multi-node NVLink on NVL72 depends on it "
+                         "(NCCL #2186)")
+        else:
+            notes.append(f"NCCL_MNNVL_ENABLE={mnnvl}")
+    evidence = {"NCCL_NVLS_ENABLE": nvls, "CUDA_DEVICE_MAX_CONNECTIONS": connections,
+                "NCCL_MNNVL_ENABLE": env.get("NCCL_MNNVL_ENABLE"), "gpus": names[:8],
+                "from_command": sorted(k for k in (job.get("env") or {}) if isinstance(k, str))}
+    if warns:
+        return warned("; ".join(warns), "\n".join(notes), evidence=evidence)
+    return passed("; ".join(notes), evidence=evidence)
+
+
+job_env = Check(
+    id="job.env",
+    title="The job's environment variables",
+    explanation="""
+        Judges the environment the job runs in (the doctor runs inside it at preflight; `env K=V` in front of the
+        command counts too). NCCL_NVLS_ENABLE=0, as verl's DSv4 script and the Megatron recipes set it (Megatron's
+        DDP enables NVLS unless it is set). CUDA_DEVICE_MAX_CONNECTIONS: verl's script sets 1, while Megatron's EP
+        all-to-all overlap wants more than 1, a trade-off the warning states. NCCL_MNNVL_ENABLE on GB200/GB300
+        NVL72 hosts. Warnings only.
+    """,
+    applies_when="job arguments given",
+    detects="the job's environment and GPU names",
+    sources=(
+        Source("verl run_deepseek_v4_flash_megatron.sh (environment)",
+               "https://github.com/verl-project/verl/blob/main/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh"),
+        Source("Megatron-LM #6319 (NVLS on by default in DDP)", "https://github.com/NVIDIA/Megatron-LM/issues/6319"),
+        Source("NCCL #2186 (MNNVL on GB200 NVL72)", "https://github.com/NVIDIA/nccl/issues/2186"),
+        mlm(EAV + "deepseek_v4_hybrid_attention.py", "", "Megatron-LM dev DSv4 attention"),
+    ),
+    skip_if=_no_job,
+    needs_job=True,
+    run=_env,
+)
+
+CHECKS = [job_cp_args, job_parallelism, job_moe_dispatch, job_indexer_loss, job_env]

