@@ -76,6 +76,7 @@ gpu_devices = Check(
                "https://github.com/NVIDIA/gpu-operator/issues/2685"),
     ),
     probes=(NVIDIA_SMI, TORCH),
+    per_gpu=True,
     run=_gpu_devices,
 )
 

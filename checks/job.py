@@ -1,7 +1,7 @@
 """The job's own settings, read from its command line (`preflight -- CMD`, `check --job-args`): what Megatron's
 config validation and verl's engine would reject after the cluster was allocated and the model loaded.
 
-These checks run only when job arguments are given (Check.needs_job). Each failure quotes the upstream error it
+These checks run only when job arguments are given (Check.only_with = "job"). Each failure quotes the upstream error it
 prevents and gives the exact argument to add, in the syntax the command already uses; a value the command does not
 state is "not stated", never guessed.
 """
@@ -238,7 +238,7 @@ job_cp_args = Check(
     ),
     skip_if=_no_job,
     static=STATIC,
-    needs_job=True,
+    only_with="job",
     run=_cp_args,
 )
 
@@ -294,7 +294,7 @@ job_parallelism = Check(
     detects="the training command's parallel sizes and node/GPU counts",
     sources=(mlm(TC, "1743-1765", "Megatron-LM dev transformer_config.py L1743-1765 (DSv4: TP 1)"),),
     skip_if=_no_job,
-    needs_job=True,
+    only_with="job",
     run=_parallelism,
 )
 
@@ -378,7 +378,7 @@ job_moe_dispatch = Check(
     ),
     skip_if=_no_job,
     static=STATIC,
-    needs_job=True,
+    only_with="job",
     run=_moe_dispatch,
 )
 
@@ -444,7 +444,7 @@ job_indexer_loss = Check(
     detects="the training command's indexer-loss settings; the GPU arch",
     sources=(mlm(TC, "1773-1818", "Megatron-LM dev transformer_config.py L1773-1818 (SM90 dense indexer loss)"),),
     skip_if=_no_job,
-    needs_job=True,
+    only_with="job",
     run=_indexer_loss,
 )
 
@@ -510,7 +510,7 @@ job_env = Check(
         mlm(EAV + "deepseek_v4_hybrid_attention.py", "", "Megatron-LM dev DSv4 attention"),
     ),
     skip_if=_no_job,
-    needs_job=True,
+    only_with="job",
     run=_env,
 )
 

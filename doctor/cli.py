@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import time
 import re
 import sys
 from collections.abc import Sequence
@@ -106,6 +107,26 @@ def _profile_options(p: argparse.ArgumentParser, gpu_arch: bool = True) -> None:
                    help="Seconds each isolated probe may take before it is killed (default 60).")
 
 
+def _fleet_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("fleet mode (one report for every rank of a torchrun or srun job)")
+    g.add_argument("--distributed", dest="distributed", action="store_const", const="on", default="auto",
+                   help="Run as one rank of a fleet (default: on when torchrun or an srun step with more than one "
+                        "task launched this process).")
+    g.add_argument("--no-distributed", dest="distributed", action="store_const", const="off",
+                   help="Run single-host even under torchrun or srun.")
+    g.add_argument("--fleet-port", type=int, metavar="PORT",
+                   help="The port rank 0 serves the exchange on (default MASTER_PORT + 1, so the job's own port "
+                        "stays free).")
+    g.add_argument("--fleet-wait", type=_timeout, metavar="S",
+                   help="Seconds rank 0 waits for the other ranks after its own report (default: the rest of the "
+                        "run's time budget plus 15 s of launcher skew).")
+    g.add_argument("--anonymize-hosts", action="store_true",
+                   help="Name hosts by a stable hash instead of their hostname.")
+    g.add_argument("--verbose-ranks", action="store_true",
+                   help="Every rank other than 0 also prints its own report to stderr (by default they print "
+                        "nothing).")
+
+
 def _selection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", action="append", metavar="ID[,ID...]",
                    help="Run only these check ids (repeatable; globs such as 'cudnn-fe.*' allowed).")
@@ -137,6 +158,7 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     check.add_argument("--no-smoke", action="store_true", help="Skip the smoke forward.")
     check.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                        help="Where the smoke forward runs: auto (a GPU when one is visible, else skipped), cuda, cpu.")
+    _fleet_options(check)
     check.add_argument("--job-args", metavar="CMD",
                        help="The training command, as one shell-quoted string: its DSv4 settings set the profile and "
                             "the job.* checks run (what `preflight` does, without running it).")
@@ -158,6 +180,7 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     preflight.add_argument("--no-smoke", action="store_true", help="Skip the smoke forward.")
     preflight.add_argument("--dry-run", action="store_true", help="Check, report, and stop before running the command.")
     preflight.add_argument("--report", metavar="FILE", help="Also write the JSON report to FILE (for the job's logs).")
+    _fleet_options(preflight)
     preflight.add_argument("job_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                            help="The training command, after `--`.")
 
@@ -319,8 +342,64 @@ def cmd_check(args, smoke: bool = False) -> int:
 
             job_argv = split_job_args(args.job_args)
         profile = _profile(args, "off" if args.no_smoke else ("on" if args.device == "cpu" else "auto"), job_argv)
-    report = run_report(args, profile, only, skip, strict, progress=args.format == "text" and _isatty(sys.stderr))
-    return emit(report, args.format, args.output)
+    env, profile = _fleet_env(args, profile)
+    started = time.monotonic()
+    progress = args.format == "text" and _isatty(sys.stderr) and (env is None or env.rank == 0)
+    report = run_report(args, profile, only, skip, strict, progress=progress)
+    if env is None:
+        return emit(report, args.format, args.output)
+    return _fleet_exchange(args, env, report, started, strict, lambda merged: emit(merged, args.format, args.output))
+
+
+def _fleet_env(args, profile: Profile):
+    """(this rank's launcher view or None, the profile with the rank in it)."""
+    from . import fleet
+
+    env = fleet.detect(os.environ, getattr(args, "distributed", "off"), getattr(args, "fleet_port", None))
+    if env is None:
+        return None, profile
+    return env, replace(profile, fleet=fleet.profile_fields(env, fleet.host_label(args.anonymize_hosts)))
+
+
+def _fleet_exchange(args, env, report: dict, started: float, strict: bool, deliver) -> int:
+    """Send this rank's report to rank 0 and take the fleet verdict, the exit code every rank returns. On rank 0,
+    `deliver(merged)` writes the fleet report (and returns its exit code) while the other ranks wait, so that none
+    of them exits (and makes torchrun stop rank 0) before the report is out. A rank that cannot take part prints
+    its own report to stderr and exits 1."""
+    from . import fleet
+    from .redact import Redactor
+    from .render import output_width, render
+    from .session import resolve_python
+
+    code = report["summary"]["exit_code"]
+    if code >= 128:  # interrupted: leave now, the others name this rank
+        return code
+    wait = fleet.wait_seconds(float(report["summary"].get("budget_s") or 60.0), time.monotonic() - started,
+                              args.fleet_wait)
+    delivered: list[int] = []
+
+    def on_merged(merged: dict) -> None:
+        if not isinstance(merged.get("summary"), dict) or not isinstance(merged.get("checks"), list):
+            return
+        merged = Redactor()(merged)  # every rank's report was redacted where it ran; the merge is checked again
+        delivered.append(deliver(merged))
+
+    answer = fleet.exchange(env, report, resolve_python(args.python), wait, strict,
+                            on_merged if env.rank == 0 else None)
+    if "error" in answer:
+        _stderr(f"dsv4-doctor (rank {env.rank} of {env.world_size}): could not take part in the fleet run: "
+                f"{answer['error']}; this rank's own report follows")
+        if answer.get("stderr"):
+            _stderr("  " + str(answer["stderr"]).strip()[-2000:].replace("\n", "\n  "))
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            sys.stderr.write(render(report, "text", width=output_width(False)))
+        return int(ExitCode.FAILED)
+    if env.rank != 0 and args.verbose_ranks:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            sys.stderr.write(render(report, "text", width=output_width(False)))
+    fleet_code = int(answer["exit_code"])
+    # Rank 0 returns what writing the report gave (4 when --output failed); the verdict otherwise.
+    return max(fleet_code, delivered[0]) if delivered else fleet_code
 
 
 @contextlib.contextmanager
@@ -480,9 +559,7 @@ def cmd_fix(args) -> int:
 
 def cmd_preflight(args) -> int:
     """Check the environment for the job the command describes; exec the command when nothing blocks it."""
-    import json
-
-    from .render import output_width, render, verdict_line
+    from .render import verdict_line
 
     command = list(args.job_command)
     if command[:1] == ["--"]:
@@ -491,8 +568,34 @@ def cmd_preflight(args) -> int:
         raise UsageError(f"put the training command after `--` (got {command[0]!r} first)")
     check_output_path(args.report)
     profile = _profile(args, "off" if args.no_smoke else "auto", command)
+    env, profile = _fleet_env(args, profile)
+    started = time.monotonic()
     report = run_report(args, profile, _ids(args.only), _ids(args.skip), args.strict, progress=False)
-    # The report goes to stderr: the job's stdout is the job's.
+    if env is not None:
+        # Rank 0 writes the fleet's report; every rank execs only when the whole fleet passed.
+        code = _fleet_exchange(args, env, report, started, args.strict, lambda merged: _preflight_report(args, merged))
+    else:
+        code = _preflight_report(args, report)
+    if code >= 128:
+        return code
+    if code != 0:
+        if env is None or env.rank == 0:
+            _stderr("dsv4-doctor preflight: not starting the job"
+                    + (f" ({verdict_line(report)})" if env is None else " (the fleet's verdict)"))
+        return int(ExitCode.FAILED)
+    if args.dry_run:
+        _stderr("dsv4-doctor preflight: dry run, not starting: " + " ".join(command[:6])
+                + (" ..." if len(command) > 6 else ""))
+        return 0
+    return _exec(command)
+
+
+def _preflight_report(args, report: dict) -> int:
+    """The report to stderr (the job's stdout is the job's), and to --report as JSON; its exit code."""
+    import json
+
+    from .render import output_width, render
+
     if sys.stderr is not None:
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.write(render(report, "text", width=output_width(False)))
@@ -503,17 +606,7 @@ def cmd_preflight(args) -> int:
                 fh.write(json.dumps(report, indent=2) + "\n")
         except OSError as exc:
             _stderr(f"dsv4-doctor preflight: could not write the report to {args.report}: {exc}")
-    code = report["summary"]["exit_code"]
-    if code >= 128:
-        return code
-    if code != 0:
-        _stderr(f"dsv4-doctor preflight: not starting the job ({verdict_line(report)})")
-        return int(ExitCode.FAILED)
-    if args.dry_run:
-        _stderr("dsv4-doctor preflight: dry run, not starting: " + " ".join(command[:6])
-                + (" ..." if len(command) > 6 else ""))
-        return 0
-    return _exec(command)
+    return int(report["summary"]["exit_code"])
 
 
 def _exec(command: list[str]) -> int:

@@ -128,7 +128,8 @@ def _clean_class(c) -> dict:
 
 def _clean_source(m: dict) -> dict:
     out: dict = {"found": m.get("found") is True, "path": _text_or_none(m.get("path")),
-                 "error": _text_or_none(m.get("error")), "missing": _text_or_none(m.get("missing"))}
+                 "error": _text_or_none(m.get("error")), "missing": _text_or_none(m.get("missing")),
+                 "sha256": _text_or_none(m.get("sha256"))}
     if "classes" not in m and "functions" not in m:
         return out
     classes, functions = m.get("classes"), m.get("functions")
@@ -143,7 +144,7 @@ def _clean_source(m: dict) -> dict:
     return out
 
 
-_COPY_TEXT = ("name", "version", "path", "requires_python", "error", "installer", "kind")
+_COPY_TEXT = ("name", "version", "path", "requires_python", "error", "installer", "kind", "record_sha256")
 
 
 def _clean_copy(copy: dict, env: dict) -> dict:

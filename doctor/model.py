@@ -150,6 +150,7 @@ class Profile:
     static_only: bool = False  # --static-only: checks that start an import probe are skipped
     dsa_backend_source: str = "option"  # "option" | "default" | "job" (read from the job's command line)
     job: Mapping[str, Any] | None = None  # settings read from a training command (preflight, --job-args)
+    fleet: Mapping[str, Any] | None = None  # this rank in a fleet run: rank, world_size, local_rank, node_leader, host
 
     @property
     def cc(self) -> tuple[int, int] | None:
@@ -165,7 +166,14 @@ class Profile:
                "smoke": self.smoke, "gpus": self.gpus, "static_only": self.static_only}
         if self.job is not None:
             out["job"] = dict(self.job)
+        if self.fleet is not None:
+            out["fleet"] = dict(self.fleet)
         return out
+
+    @property
+    def device_index(self) -> int:
+        """The GPU this process checks: a fleet rank's own (its local rank), else the first."""
+        return int((self.fleet or {}).get("local_rank") or 0)
 
 
 # ------------------------------------------------------------------------------------------------------- results
@@ -254,8 +262,12 @@ class Check:
     probes: ProbeSpec = ()
     static: Any = None  # probes.StaticRequest
     needs: tuple[str, ...] = ()  # checks whose outcome this one reads (ctx.outcome); they run first
-    # Part of a run only when job arguments are given (preflight, --job-args): not a row of skip noise otherwise.
-    needs_job: bool = False
+    # Part of a run only in that context: "job" (job arguments given: preflight, --job-args) or "fleet" (the rows the
+    # fleet merge writes); not a row of skip noise otherwise.
+    only_with: str | None = None
+    # Runs on every rank of a fleet, on the rank's own GPU (its device, its smoke); other checks with import probes
+    # run once per node, on local rank 0.
+    per_gpu: bool = False
     origin: str = "dsv4-doctor"  # the distribution that registered it; set by the registry
 
     def probes_for(self, profile: Profile) -> list:

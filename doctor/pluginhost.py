@@ -26,7 +26,8 @@ HOST_WORKERS = 2  # probes one plugin host runs at once
 def _describe(check: Check) -> dict:
     return {"id": check.id, "title": check.title, "explanation": check.doc(), "applies_when": str(check.applies_when),
             "detects": str(check.detects), "sources": [s.to_dict() for s in check.sources],
-            "fixes": [f.to_dict() for f in check.fixes], "origin": check.origin, "needs_job": bool(check.needs_job)}
+            "fixes": [f.to_dict() for f in check.fixes], "origin": check.origin, "only_with": check.only_with,
+            "per_gpu": bool(check.per_gpu)}
 
 
 class _Events:
@@ -171,7 +172,8 @@ def describe_check(meta: dict, distribution: str) -> Check:
     return Check(id=check_id, title=title, explanation=str(meta.get("explanation") or ""),
                  applies_when=str(meta.get("applies_when") or ""), detects=str(meta.get("detects") or ""),
                  run=not_here, sources=sources, fixes=tuple(fixes), origin=distribution,
-                 needs_job=meta.get("needs_job") is True)
+                 only_with=meta.get("only_with") if meta.get("only_with") in ("job", "fleet") else None,
+                 per_gpu=meta.get("per_gpu") is True)
 
 
 def report_from(data: dict, check: Check) -> CheckReport:

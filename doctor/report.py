@@ -116,9 +116,37 @@ def assemble(profile: Profile | dict, checks: Sequence[CheckReport], plugins: Se
     return report
 
 
+def fingerprint(static: dict | None, gpus: list[dict]) -> dict:
+    """What fleet.drift compares between ranks: each inspected distribution's version and RECORD hash, each source
+    file the rules read (its sha256), the driver, Python and doctor versions."""
+    from .facts import StaticFacts
+
+    facts = StaticFacts(static or {})
+    packages = {}
+    for name in sorted(facts.data.get("distributions") or {}):
+        copy = facts.dist(name)
+        if copy is None:
+            packages[name] = "not installed"
+            continue
+        record = copy.get("record_sha256")
+        packages[name] = f"{copy.get('version') or '?'} (RECORD {record[:12] if record else 'absent'})"
+    sources = {}
+    for module in sorted(facts.data.get("sources") or {}):
+        src = facts.source(module)
+        if src.get("found") and src.get("sha256"):
+            sources[module] = src["sha256"][:16]
+    platform_facts = {"python": facts.python.get("version"), "doctor": __version__,
+                      "driver": (gpus[0].get("driver_version") if gpus else None) or "no nvidia-smi"}
+    return {"packages": packages, "sources": sources, "platform": platform_facts}
+
+
 def build(outcome: Outcome, python: str, strict: bool = False, exit_override: int | None = None) -> dict:
-    report = assemble(outcome.profile, outcome.reports, outcome.plugins,
-                      environment(outcome.target, outcome.static, python), strict, outcome.duration_s,
+    env = environment(outcome.target, outcome.static, python)
+    fleet = outcome.profile.fleet
+    if fleet:
+        env["fleet_rank"] = {k: fleet.get(k) for k in ("rank", "local_rank", "host")}
+        env["fingerprint"] = fingerprint(outcome.static, outcome.gpus)
+    report = assemble(outcome.profile, outcome.reports, outcome.plugins, env, strict, outcome.duration_s,
                       outcome.budget_s, outcome.interrupted)
     if exit_override is not None:
         report["summary"]["exit_code"] = exit_override

@@ -152,6 +152,11 @@ def plan(check: Check, profile: Profile) -> tuple[str | None, list[Probe]]:
     probes = list(check.probes_for(profile))
     if profile.static_only and any(p.script for p in probes):
         return "static-only: this check imports packages in a probe", []
+    fleet = profile.fleet or {}
+    if fleet and not fleet.get("node_leader") and not check.per_gpu and any(p.script for p in probes):
+        # The summary prefix is what the fleet merge recognises (probes/fleetmerge.NODE_LEVEL).
+        return (f"node-level: imported once per host, by local rank 0 (this is local rank "
+                f"{fleet.get('local_rank')})"), []
     return None, probes
 
 

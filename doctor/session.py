@@ -73,13 +73,16 @@ def resolve_python(value: str | None) -> str:
 def select(checks: Sequence[Check], only: Sequence[str], skip: Sequence[str], job: bool = False) -> list[Check]:
     """--only / --skip by id or glob (`cudnn-fe.*`); a pattern that matches nothing, or an empty selection, is a
     usage error. Checks that read the job's command line take part only when one was given (`job`)."""
-    if not job:
-        wanted_job = [p for p in only if all(c.needs_job for c in checks if fnmatch.fnmatchcase(c.id, p))
-                      and any(fnmatch.fnmatchcase(c.id, p) for c in checks)]
-        if wanted_job:
-            raise UsageError(f"--only {wanted_job[0]}: job checks read the training command; give it with "
-                             "`dsv4-doctor preflight -- CMD` or `check --job-args \"CMD\"`")
-        checks = [c for c in checks if not c.needs_job]
+    context = {"job"} if job else set()
+    for p in only:
+        hit = [c for c in checks if fnmatch.fnmatchcase(c.id, p)]
+        if hit and all(c.only_with and c.only_with not in context for c in hit):
+            if hit[0].only_with == "job":
+                raise UsageError(f"--only {p}: job checks read the training command; give it with "
+                                 "`dsv4-doctor preflight -- CMD` or `check --job-args \"CMD\"`")
+            raise UsageError(f"--only {p}: fleet checks are written by the fleet merge of a multi-rank run "
+                             "(`check --distributed` under torchrun or srun)")
+    checks = [c for c in checks if not c.only_with or c.only_with in context]
     ids = [c.id for c in checks]
     for pattern in list(only) + list(skip):
         if not fnmatch.filter(ids, pattern):
@@ -104,6 +107,7 @@ class Outcome:
     budget_s: float
     interrupted: str | None = None
     plugins: list[PluginInfo] = field(default_factory=list)
+    gpus: list[dict] = field(default_factory=list)  # nvidia-smi's rows
 
 
 class Session:
@@ -362,10 +366,15 @@ class Session:
         plugins = list(self.registry.builtins) + list(self.registry.plugins) if self.registry else []
         rows = sorted(reports + plugin_error_rows(self.registry.plugins if self.registry else []),
                       key=lambda r: r.id)
+        smi = self.pool.result(NVIDIA_SMI, 0)
+        try:
+            gpus = parse_nvidia_smi(smi.data) if smi.ok else []
+        except Exception:
+            gpus = []
         return Outcome(profile=profile, reports=rows, target=self.target,
                        static=static.data if static is not None and static.ok else None,
                        duration_s=time.monotonic() - self.started, budget_s=budget, interrupted=interrupted,
-                       plugins=plugins)
+                       plugins=plugins, gpus=gpus)
 
     def _unsupported_target(self, checks: Sequence[Check], ctx: RunContext) -> list[CheckReport]:
         from .runner import _report

@@ -354,8 +354,11 @@ def answer(request):
         pass
     if want == "cuda" and not has_cuda:
         return {"status": "skip", "summary": "--device cuda but torch sees no GPU", "package": package}
-    device = torch.device("cuda", 0) if want != "cpu" and has_cuda else torch.device("cpu")
+    index = int(request.get("device_index", 0) or 0)
+    device = torch.device("cuda", index % max(1, torch.cuda.device_count())) if want != "cpu" and has_cuda \
+        else torch.device("cpu")
     if device.type == "cuda":
+        torch.cuda.set_device(device)
         torch.cuda.init()
         torch.cuda.reset_peak_memory_stats(device)
     out = {"package": package, "device": {"type": device.type, "capability": "%d.%d" %

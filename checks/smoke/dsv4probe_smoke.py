@@ -562,8 +562,11 @@ def answer(request):
                 "device_error": "nvidia-smi lists %d GPU(s) but torch %s cannot use CUDA (CUDA build: %s), so the "
                                 "smoke forward would not test the GPU" % (request["gpus"], torch.__version__,
                                                                           torch.version.cuda)}
-    device = torch.device("cuda", 0) if (want != "cpu" and has_cuda) else torch.device("cpu")
+    index = int(request.get("device_index", 0) or 0)
+    device = torch.device("cuda", index % max(1, torch.cuda.device_count())) if (want != "cpu" and has_cuda) \
+        else torch.device("cpu")
     if device.type == "cuda":
+        torch.cuda.set_device(device)
         torch.cuda.init()
         torch.cuda.reset_peak_memory_stats(device)
     load_s = time.monotonic() - start

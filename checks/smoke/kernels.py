@@ -34,9 +34,9 @@ def subruns(profile: Profile) -> dict[str, str | None]:
 
 
 def kernel_probe(profile: Profile, name: str) -> Probe:
-    request = {"subrun": name, "cp": profile.cp, "device": profile.device}
-    return Probe.beside(__file__, f"smoke-kernels:{name}:cp={profile.cp}:device={profile.device}",
-                        "dsv4probe_kernels.py", request)
+    request = {"subrun": name, "cp": profile.cp, "device": profile.device, "device_index": profile.device_index}
+    return Probe.beside(__file__, f"smoke-kernels:{name}:cp={profile.cp}:device={profile.device}"
+                        f":gpu={profile.device_index}", "dsv4probe_kernels.py", request)
 
 
 def _probes(profile: Profile) -> list[Probe]:
@@ -158,6 +158,7 @@ smoke_dsv4_kernels = Check(
     skip_if=_not_run,
     needs=("torch.install",),
     probes=_probes,
+    per_gpu=True,
     run=_kernels,
 )
 

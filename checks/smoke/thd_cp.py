@@ -69,8 +69,13 @@ def not_run(profile: Profile) -> str | None:
 def smoke_probe(profile: Profile) -> Probe:
     """Tier 2 runs when the probe finds Megatron's DSv4 attention file (it looks without importing Megatron)."""
     request = {"cp": profile.cp, "device": profile.device, "tier2": "auto", "dsa_backend": profile.dsa_backend,
-               "gpus": profile.gpus}
-    return Probe.beside(__file__, f"smoke:cp={profile.cp}:device={profile.device}", "dsv4probe_smoke.py", request)
+               "gpus": profile.gpus, "device_index": profile.device_index}
+    if profile.fleet:
+        # A fleet rank checks its own GPU with simulated CP ranks: NCCL processes of its own would take the other
+        # ranks' GPUs.
+        request["distributed"] = "off"
+    return Probe.beside(__file__, f"smoke:cp={profile.cp}:device={profile.device}:gpu={profile.device_index}",
+                        "dsv4probe_smoke.py", request)
 
 
 def _describe(cmp_: dict) -> str:
@@ -247,6 +252,7 @@ smoke_thd_cp = Check(
     # torch.install decides whether the smoke can run; the rest are the rules a tier-2 failure may defer to.
     needs=("torch.install", *sorted(set(RULE_FIXES) - {"torch.install"})),
     probes=lambda profile: [] if not_run(profile) else [smoke_probe(profile)],
+    per_gpu=True,
     run=_smoke,
 )
 

@@ -8,6 +8,7 @@ becomes an error value.
 """
 
 import ast
+import hashlib
 import importlib.machinery
 import importlib.util
 import json
@@ -148,6 +149,10 @@ def distribution_facts(name):
         except OSError:
             entry["installer"] = None
         entry["direct_url"] = _direct_url(folder)
+        try:  # RECORD lists every installed file with its hash: its own hash fingerprints the installed files
+            entry["record_sha256"] = hashlib.sha256(_read(folder, "RECORD", 1 << 23)).hexdigest()
+        except OSError:
+            entry["record_sha256"] = None
         copies.append(entry)
     return {"copies": copies}
 
@@ -282,6 +287,7 @@ def source_facts(module, needles, owners=()):
     except (SyntaxError, ValueError, UnicodeDecodeError) as exc:  # includes non-UTF-8 without a coding cookie
         result["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
         return result
+    result["sha256"] = hashlib.sha256(raw).hexdigest()
     text = raw.decode("utf-8", errors="replace")
     classes, functions, names = {}, {}, []
     for node in tree.body:

@@ -33,6 +33,10 @@ def profile_line(report: dict) -> str:
         arch += f" ({p['gpu_arch_source']})"
     target = report.get("environment", {}).get("target_python", {})
     extra = " static-only" if p.get("static_only") else ""
+    fleet = report.get("fleet") if isinstance(report.get("fleet"), dict) else None
+    if fleet is not None:
+        extra += (f" fleet: {fleet.get('reported')} of {fleet.get('world_size')} ranks on {fleet.get('host_count')} "
+                  "host(s)")
     job = p.get("job") if isinstance(p.get("job"), dict) else None
     if job is not None:
         extra += f" (from the {shown(job.get('kind'))} command: {shown(job.get('entry'))})"

@@ -1,0 +1,51 @@
+"""The fleet rows: written by the fleet merge of a multi-rank run (`check --distributed` under torchrun or srun), never
+by one rank. They are declared here so that `list`, `explain` and the README's rules table show them with their
+sources, like every other rule; their run function is never called (Check.only_with = "fleet")."""
+
+from __future__ import annotations
+
+from dsv4_doctor.model import Check, Context, Result, Source, errored
+from dsv4_doctor.probes import fleetmerge
+
+SOURCES = tuple(Source(s["title"], s["url"]) for s in fleetmerge.FLEET_SOURCES)
+
+
+def _merged_only(ctx: Context) -> Result:
+    return errored("fleet rows are written by the fleet merge, not by one rank")
+
+
+fleet_ranks = Check(
+    id="fleet.ranks",
+    title=fleetmerge.RANKS_TITLE,
+    explanation="""
+        In fleet mode rank 0 waits for every rank's report until the run's time budget (plus the launcher's skew)
+        is spent, then writes the report with what it has: every rank that did not report in time is named, and
+        the check fails. A rank that cannot join at all (its torch does not import, rank 0 is unreachable) prints
+        its own report to stderr and exits 1; ranks never heard from have no known host.
+    """,
+    applies_when="fleet mode (check --distributed, torchrun or srun with more than one rank)",
+    detects="which ranks' reports reached rank 0 over torch.distributed before the deadline",
+    sources=SOURCES,
+    only_with="fleet",
+    run=_merged_only,
+)
+
+fleet_drift = Check(
+    id="fleet.drift",
+    title=fleetmerge.DRIFT_TITLE,
+    explanation="""
+        One node with a stale image is enough for a NaN or a hang (an older cudnn-frontend, another Megatron
+        commit). Every rank reports a fingerprint: each inspected distribution's version and the hash of its RECORD
+        (which lists every installed file's hash), the hash of every source file the rules read with ast (Megatron,
+        verl, the frontend), the driver and Python versions; and its checks' statuses. The check fails when ranks
+        differ in any of them, naming the odd ranks, their hosts and both values. Ranks are compared one by one,
+        not host by host, since two ranks on one host can have different PYTHONPATHs.
+    """,
+    applies_when="fleet mode (check --distributed, torchrun or srun with more than one rank)",
+    detects="per-rank package versions and RECORD hashes, source hashes, driver, Python, check statuses",
+    sources=SOURCES,
+    only_with="fleet",
+    run=_merged_only,
+)
+
+CHECKS = [fleet_drift, fleet_ranks]

@@ -1,0 +1,195 @@
+"""Fleet mode: one verdict for every rank of a multi-node job, over the torch.distributed the job already uses.
+
+Every rank runs its own checks (static ones on every rank, since a rank's PYTHONPATH can differ from its
+neighbour's; import probes once per node, by local rank 0; per-GPU checks on every rank, on its own GPU), then the
+exchange helper (probes/dsv4probe_fleet.py, in the target interpreter: this process never imports torch) sends the
+report to rank 0, which merges them (probes/fleetmerge.py) and sends the exit code back, so that `srun` and
+`torchrun` fail as one.
+
+It turns on by itself only when a multi-process launch is evident: torchrun's RANK/WORLD_SIZE/MASTER_ADDR with
+WORLD_SIZE > 1, or an srun step with SLURM_STEP_NUM_TASKS > 1 (an sbatch batch script, SLURM_PROCID=0 and no step,
+runs single-host).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+
+from .model import UsageError
+
+DEFAULT_MASTER_PORT = 29500
+SKEW_S = 15.0  # launcher skew: how much later than rank 0 another rank may start
+VERDICT_GRACE_S = 30.0  # how much longer than its own wait a rank waits for rank 0's verdict
+FLEET_SCRIPT = "dsv4probe_fleet.py"
+_HOST = re.compile(r"[A-Za-z0-9._:\[\]-]{1,255}")
+
+
+@dataclass(frozen=True)
+class FleetEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str
+    port: int
+    launcher: str  # "torchrun" | "srun"
+
+    @property
+    def node_leader(self) -> bool:
+        return self.local_rank == 0
+
+
+def _int(environ: Mapping[str, str], name: str, default: int | None = None) -> int | None:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise UsageError(f"fleet mode: {name}={raw!r} is not a whole number") from None
+
+
+def first_host(nodelist: str) -> str | None:
+    """The first host of a Slurm node list: "gpu[03-05,07],cpu1" -> "gpu03"."""
+    m = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist or "")
+    if not m:
+        return None
+    prefix, inner = m.group(1), m.group(2)
+    if not inner:
+        return prefix
+    first = inner.split(",")[0].split("-")[0]
+    return prefix + first
+
+
+def detect(environ: Mapping[str, str], mode: str = "auto", port: int | None = None) -> FleetEnv | None:
+    """The launcher's view of this process, or None for a single-host run. mode: auto | on (--distributed) |
+    off (--no-distributed)."""
+    if mode == "off":
+        return None
+    torchrun = all(k in environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
+    step_tasks = _int(environ, "SLURM_STEP_NUM_TASKS")
+    if torchrun and (_int(environ, "WORLD_SIZE") or 1) > 1:
+        rank, world = _int(environ, "RANK"), _int(environ, "WORLD_SIZE")
+        local, addr, launcher = _int(environ, "LOCAL_RANK", 0), environ["MASTER_ADDR"], "torchrun"
+    elif step_tasks is not None and step_tasks > 1 and "SLURM_PROCID" in environ:
+        rank, world, local = _int(environ, "SLURM_PROCID"), step_tasks, _int(environ, "SLURM_LOCALID", 0)
+        addr = environ.get("MASTER_ADDR") or first_host(environ.get("SLURM_STEP_NODELIST", "")) or ""
+        launcher = "srun"
+    else:
+        if mode == "on":
+            raise UsageError("--distributed: no multi-process launch here (torchrun sets RANK, WORLD_SIZE and "
+                             "MASTER_ADDR; srun sets SLURM_PROCID and SLURM_STEP_NUM_TASKS > 1)")
+        return None
+    assert rank is not None and world is not None and local is not None
+    if not 0 <= rank < world:
+        raise UsageError(f"fleet mode: rank {rank} is outside a world of {world}")
+    if not _HOST.fullmatch(addr or ""):
+        raise UsageError(f"fleet mode: the rendezvous address {addr!r} is not a host name (set MASTER_ADDR)")
+    if port is None:
+        port = (_int(environ, "MASTER_PORT", DEFAULT_MASTER_PORT) or DEFAULT_MASTER_PORT) + 1
+    if not 1 <= port <= 65535:
+        raise UsageError(f"fleet mode: port {port} is out of range")
+    return FleetEnv(rank, world, max(0, local), addr, port, launcher)
+
+
+def host_label(anonymize: bool) -> str:
+    """This host's name as fleet reports show it (finding the odd node is their purpose), or a stable hash."""
+    name = socket.gethostname() or "unknown"
+    return "host-" + hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()[:10] if anonymize else name
+
+
+def profile_fields(env: FleetEnv, host: str) -> dict:
+    return {"rank": env.rank, "world_size": env.world_size, "local_rank": env.local_rank,
+            "node_leader": env.node_leader, "launcher": env.launcher, "host": host}
+
+
+def wait_seconds(budget_s: float, elapsed_s: float, override: float | None) -> float:
+    """How long rank 0 waits for the others after its own report: the rest of the run's budget plus the launcher
+    skew (every rank has the same budget), or --fleet-wait."""
+    if override is not None:
+        return max(1.0, override)
+    return max(5.0, budget_s + SKEW_S - elapsed_s)
+
+
+def exchange(env: FleetEnv, report: dict, python: str, wait_s: float, strict: bool,
+             on_merged: Callable[[dict], None] | None = None) -> dict:
+    """Run the exchange helper in the target interpreter. On rank 0, `on_merged(report)` is called with the merged
+    report while the helper holds the other ranks, so that they leave only after the report is out. Returns
+    {"exit_code", "timings", ...}, or {"error": ...} when this rank could not take part (torch broken, rank 0
+    unreachable, no verdict in time)."""
+    import time
+
+    from .probes import PROBE_DIR, child_env
+    from .procs import Processes, kill_group
+    from .redact import decode, sanitize
+
+    procs = Processes()
+    timeout = wait_s + VERDICT_GRACE_S + SKEW_S + 90.0  # the helper's own waits end well before this
+    try:
+        tmp = procs.tempdir("dsv4-doctor-fleet-")
+        paths = {name: os.path.join(tmp, name) for name in ("report.json", "answer.json", "merged.json", "released",
+                                                            "helper.log")}
+        with open(paths["report.json"], "w", encoding="utf-8") as fh:
+            json.dump(report, fh)
+        request = {"rank": env.rank, "world_size": env.world_size, "master_addr": env.master_addr, "port": env.port,
+                   "wait_s": wait_s, "verdict_grace_s": VERDICT_GRACE_S + SKEW_S, "strict": strict,
+                   "report_path": paths["report.json"], "merged_path": paths["merged.json"],
+                   "released_path": paths["released"]}
+        argv = [python, str(PROBE_DIR / FLEET_SCRIPT), paths["answer.json"], json.dumps(request)]
+        with open(paths["helper.log"], "wb") as log, open(os.devnull, "rb") as devnull:
+            proc = procs.spawn(argv, stdin=devnull, stdout=log, stderr=log, env=child_env(timeout))
+        deadline = time.monotonic() + timeout
+        delivered = False
+        while time.monotonic() < deadline:
+            if not delivered and os.path.exists(paths["merged.json"]):
+                with open(paths["merged.json"], "rb") as fh:
+                    merged = sanitize(json.loads(fh.read(64 * 1024 * 1024).decode("utf-8", "surrogateescape")))
+                try:
+                    if on_merged is not None and isinstance(merged, dict):
+                        on_merged(merged)
+                finally:
+                    delivered = True
+                    open(paths["released"], "wb").close()
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        else:
+            kill_group(proc)
+            return {"error": f"the fleet exchange did not finish within {timeout:.0f} s and was killed",
+                    "stderr": _tail(paths["helper.log"])}
+        kill_group(proc)
+        try:
+            with open(paths["answer.json"], "rb") as fh:
+                data = sanitize(json.loads(fh.read(1 << 20).decode("utf-8", "surrogateescape")))
+        except (OSError, ValueError):
+            data = None
+        if not isinstance(data, dict) or "probe_error" in data:
+            err = (data or {}).get("probe_error") if isinstance(data, dict) else None
+            why = f"{err.get('type')}: {err.get('message')}" if isinstance(err, dict) else \
+                f"exited with code {proc.returncode} without an answer"
+            return {"error": f"the fleet exchange failed ({decode(why.encode())[:500]})",
+                    "stderr": _tail(paths["helper.log"])}
+        if not isinstance(data.get("exit_code"), int):
+            return {"error": "the fleet exchange answered without a verdict", "stderr": _tail(paths["helper.log"])}
+        if env.rank == 0 and not delivered:
+            return {"error": "rank 0's fleet exchange gave no merged report", "stderr": _tail(paths["helper.log"])}
+        return data
+    finally:
+        procs.close()
+
+
+def _tail(path: str, limit: int = 3000) -> str:
+    from .redact import decode
+
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - limit))
+            return decode(fh.read())
+    except OSError:
+        return ""

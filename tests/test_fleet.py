@@ -1,0 +1,259 @@
+"""Fleet mode on the CPU: real ranks under torchrun (and by hand, as srun would start them) exchanging reports over
+torch.distributed (TCPStore and gloo), drift between ranks with real published frontend wheels, a silent rank, a rank
+that cannot join, and exit codes that follow the fleet verdict on every rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import doctor_command, has_torch, validate
+from fakes import ensure
+
+from dsv4_doctor.fleet import FleetEnv, detect, first_host
+from dsv4_doctor.model import UsageError
+from dsv4_doctor.probes import fleetmerge
+
+needs_torch = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
+
+
+def free_port() -> int:
+    """A port with its neighbour free too (the exchange takes MASTER_PORT + 1)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with socket.socket() as s2:
+            try:
+                s2.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair")
+
+
+# --- detection ----------------------------------------------------------------------------------------------------
+
+def test_torchrun_and_srun_steps_turn_it_on_a_batch_script_does_not():
+    torchrun = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "node01", "MASTER_PORT": "29400"}
+    assert detect(torchrun) == FleetEnv(3, 8, 1, "node01", 29401, "torchrun")
+    assert detect(dict(torchrun, WORLD_SIZE="1")) is None  # one process: nothing to merge
+    assert detect(torchrun, "off") is None
+    assert detect(torchrun, port=31000).port == 31000
+    srun = {"SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "16", "SLURM_LOCALID": "1", "SLURM_NTASKS": "16",
+            "SLURM_STEP_NODELIST": "gpu[03-10]"}
+    assert detect(srun) == FleetEnv(5, 16, 1, "gpu03", 29501, "srun")
+    batch = {"SLURM_PROCID": "0", "SLURM_NTASKS": "16", "SLURM_JOB_NODELIST": "gpu[03-10]"}  # sbatch, no step
+    assert detect(batch) is None
+    with pytest.raises(UsageError, match="no multi-process launch"):
+        detect(batch, "on")
+    with pytest.raises(UsageError, match="not a whole number"):
+        detect(dict(torchrun, RANK="x"))
+    with pytest.raises(UsageError, match="outside a world"):
+        detect(dict(torchrun, RANK="8"))
+    with pytest.raises(UsageError, match="not a host name"):
+        detect(dict(torchrun, MASTER_ADDR="a b;c"))
+    assert first_host("gpu[03-05,07],cpu1") == "gpu03" and first_host("node7") == "node7"
+
+
+# --- the merge, as data -------------------------------------------------------------------------------------------
+
+def _report(rank: int, host: str, fe: str, status: str = "pass") -> dict:
+    return {"schema": "dsv4-doctor.report/1", "doctor": {"name": "dsv4-doctor", "version": "0"}, "created": "",
+            "profile": {"cp": 2, "dsa_backend": "cudnn", "gpu_arch": None, "gpu_arch_source": "unknown"},
+            "environment": {"fleet_rank": {"rank": rank, "local_rank": rank % 8, "host": host},
+                            "fingerprint": {"packages": {"nvidia-cudnn-frontend": fe}, "sources": {},
+                                            "platform": {"driver": "580.1"}}},
+            "plugins": [], "summary": {"exit_code": 0, "duration_s": 1.0, "budget_s": 75.0},
+            "checks": [{"id": "cudnn-fe.version", "title": "t", "status": status, "summary": f"frontend {fe}",
+                        "details": "", "evidence": {}, "fixes": [], "sources": [], "duration_s": 0.1,
+                        "origin": "dsv4-doctor", "internal_error": False},
+                       {"id": "torch.install", "title": "t", "status": "skip" if rank % 8 else "pass",
+                        "summary": "node-level: imported once per host" if rank % 8 else "torch 2.11",
+                        "details": "", "evidence": {}, "fixes": [], "sources": [], "duration_s": 0.1,
+                        "origin": "dsv4-doctor", "internal_error": False}]}
+
+
+def test_merge_groups_identical_results_and_names_the_odd_rank():
+    reports = {r: _report(r, f"node{r // 8:02d}", "1.27.0") for r in range(16)}
+    reports[11] = _report(11, "node01", "1.26.0", "fail")
+    merged, code = fleetmerge.merge(reports, 16, [], False, 30.0)
+    rows = {c["id"]: c for c in merged["checks"]}
+    assert code == 1 and merged["fleet"]["hosts"] == {"node00": "0-7", "node01": "8-15"}
+    fe = rows["cudnn-fe.version"]
+    assert fe["status"] == "fail" and "rank 11 (node01)" in fe["summary"] and "pass on 15 rank(s)" in fe["summary"]
+    assert [g["ranks"] for g in fe["evidence"]["groups"]] == ["11", "0-10,12-15"]
+    torch_row = rows["torch.install"]  # checked by each node's local rank 0; the others' skips are left out
+    assert torch_row["status"] == "pass" and "node-level" in torch_row["summary"]
+    drift = rows["fleet.drift"]
+    assert drift["status"] == "fail"
+    assert "package nvidia-cudnn-frontend: 1.26.0 on rank 11 (node01), vs 1.27.0 on the other 15 rank(s)" in \
+        drift["summary"]
+    assert rows["fleet.ranks"]["status"] == "pass"
+
+
+def test_merge_names_missing_ranks_and_anonymizes():
+    reports = {r: _report(r, fleetmerge.host_label(f"node{r}", True), "1.27.0") for r in (0, 1, 3)}
+    merged, code = fleetmerge.merge(reports, 5, [2, 4], False, 12.0)
+    row = next(c for c in merged["checks"] if c["id"] == "fleet.ranks")
+    assert code == 1 and row["status"] == "fail" and "ranks 2,4 did not report" in row["summary"]
+    assert all(h.startswith("host-") for h in merged["fleet"]["hosts"])
+    assert fleetmerge.ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+
+
+def test_merged_report_size_grows_with_distinct_results_not_ranks():
+    small = json.dumps(fleetmerge.merge({r: _report(r, f"n{r // 8}", "1.27.0") for r in range(16)}, 16, [], False,
+                                        1)[0])
+    big = json.dumps(fleetmerge.merge({r: _report(r, f"n{r // 8}", "1.27.0") for r in range(1024)}, 1024, [],
+                                      False, 1)[0])
+    assert len(big) < 3 * len(small)  # 64x the ranks; the host map grows, the rows do not
+
+
+# --- real ranks ---------------------------------------------------------------------------------------------------
+
+def _ranks_by_hand(n: int, tmp_path: Path, *args: str, per_rank_env=None, launcher: str = "torchrun",
+                   timeout: float = 180) -> list[subprocess.CompletedProcess]:
+    """n doctor processes started with the launcher's environment set by hand (as torchrun or srun would)."""
+    port = free_port()
+    procs = []
+    for r in range(n):
+        env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")}
+        if launcher == "torchrun":
+            env.update(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port))
+        else:
+            env.update(SLURM_PROCID=str(r), SLURM_STEP_NUM_TASKS=str(n), SLURM_NTASKS=str(n), SLURM_LOCALID=str(r),
+                       SLURM_STEP_NODELIST="localhost", MASTER_PORT=str(port))
+        env.update((per_rank_env or {}).get(r, {}))
+        procs.append(subprocess.Popen(doctor_command() + list(args), env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=timeout)
+        out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+    return out
+
+
+@needs_torch
+def test_healthy_ranks_give_one_passing_report(tmp_path):
+    done = _ranks_by_hand(3, tmp_path, "check", "--no-smoke", "--only", "python.version", "-f", "json")
+    assert [d.returncode for d in done] == [0, 0, 0], done[0].stderr
+    report = validate(json.loads(done[0].stdout))
+    rows = {c["id"]: c for c in report["checks"]}
+    assert rows["fleet.ranks"]["status"] == "pass" and rows["fleet.drift"]["status"] == "pass"
+    assert rows["python.version"]["summary"].endswith("[pass on all 3 reporting ranks]")
+    assert report["fleet"]["world_size"] == 3 and report["fleet"]["mode"] == "gloo"
+    assert done[1].stdout == done[2].stdout == ""  # the other ranks print nothing
+
+
+@needs_torch
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+def test_every_rank_exits_with_the_fleet_verdict(tmp_path, launcher):
+    """Rank 1's PYTHONPATH carries a plugin whose check fails: all three ranks exit 1, the healthy ones too."""
+    site = tmp_path / "site"
+    (site / "bad_plugin-1.dist-info").mkdir(parents=True)
+    (site / "bad_plugin-1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: bad-plugin\nVersion: 1\n")
+    (site / "bad_plugin-1.dist-info" / "entry_points.txt").write_text("[dsv4_doctor.checks]\nbad = bad_checks\n")
+    (site / "bad_checks.py").write_text(
+        "from dsv4_doctor.model import Check, failed, passed\nimport os\n"
+        "CHECKS = [Check(id='bad.rank', title='t', explanation='x', applies_when='always', detects='x',\n"
+        "                run=lambda ctx: failed('odd rank') if os.environ.get('ODD') else passed('fine'))]\n")
+    env = {r: {"PYTHONPATH": str(site)} for r in range(3)}
+    env[1]["ODD"] = "1"
+    done = _ranks_by_hand(3, tmp_path, "check", "--no-smoke", "--only", "python.version,bad.rank", "-f", "json",
+                          per_rank_env=env, launcher=launcher)
+    assert [d.returncode for d in done] == [1, 1, 1], [d.stderr[-500:] for d in done]
+    rows = {c["id"]: c for c in json.loads(done[0].stdout)["checks"]}
+    assert rows["bad.rank"]["status"] == "fail" and "rank 1 (" in rows["bad.rank"]["summary"]
+    assert "check bad.rank: fail on rank 1" in rows["fleet.drift"]["summary"]
+
+
+@needs_torch
+def test_a_rank_that_cannot_join_reports_alone_and_is_named(tmp_path):
+    broken = tmp_path / "broken"
+    (broken / "torch").mkdir(parents=True)
+    (broken / "torch" / "__init__.py").write_text("raise ImportError('this rank has a broken torch')\n")
+    done = _ranks_by_hand(3, tmp_path, "check", "--no-smoke", "--only", "python.version", "-f", "json",
+                          "--fleet-wait", "6", per_rank_env={2: {"PYTHONPATH": str(broken)}})
+    assert done[2].returncode == 1 and "could not take part in the fleet run" in done[2].stderr
+    assert "PASS    python.version" in done[2].stderr  # its own report, on stderr
+    report = json.loads(done[0].stdout)
+    ranks = next(c for c in report["checks"] if c["id"] == "fleet.ranks")
+    assert ranks["status"] == "fail" and "rank 2 did not report" in ranks["summary"]
+    assert report["fleet"]["mode"] == "store" and done[0].returncode == done[1].returncode == 1
+
+
+TORCHRUN_RANK = """#!/bin/sh
+# One torchrun worker: its own PYTHONPATH (FE_$RANK), and rank $SILENT stalls before the doctor starts.
+eval "export PYTHONPATH=\\$FE_$RANK"
+if [ "$RANK" = "$SILENT" ]; then sleep 300; fi
+exec "$DOCTOR_PY" -m dsv4_doctor "$@"
+"""
+
+
+def _torchrun(tmp_path: Path, n: int, env: dict, *args: str, timeout: float = 240):
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    assert torchrun, "torchrun comes with torch"
+    worker = tmp_path / "rank.sh"
+    worker.write_text(TORCHRUN_RANK)
+    worker.chmod(0o755)
+    full = dict(os.environ, DOCTOR_PY=sys.executable, **env)
+    start = time.monotonic()
+    done = subprocess.run([torchrun, "--nproc-per-node", str(n), "--master-port", str(free_port()), "--no-python",
+                           str(worker), *args], env=full, capture_output=True, text=True, timeout=timeout)
+    return done, time.monotonic() - start
+
+
+@needs_torch
+@pytest.mark.slow
+def test_drift_under_torchrun_names_the_rank_with_another_frontend(tmp_path):
+    new, old = ensure("nvidia-cudnn-frontend-1.27.0"), ensure("nvidia-cudnn-frontend-1.26.0")
+    done, _ = _torchrun(tmp_path, 3, {"FE_0": str(new), "FE_1": str(new), "FE_2": str(old), "SILENT": "-"},
+                        "check", "--no-smoke", "--cp", "2", "--only", "python.version,cudnn-fe.version", "-f", "json")
+    assert done.returncode == 1 and done.stdout.startswith("{"), "\n".join(
+        line for line in done.stderr.splitlines() if not line.startswith(("W1", "  ", "[", "=", "-")))[-3000:]
+    report = validate(json.loads(done.stdout))
+    drift = next(c for c in report["checks"] if c["id"] == "fleet.drift")
+    host = socket.gethostname()
+    assert drift["status"] == "fail"
+    assert "package nvidia-cudnn-frontend: 1.26.0" in drift["summary"] and f"rank 2 ({host})" in drift["summary"]
+    assert "1.27.0" in drift["summary"]
+    odd = drift["evidence"]["differences"][0]
+    assert odd["odd"][0]["ranks"] == "2" and odd["odd"][0]["hosts"] == [host]
+
+
+@needs_torch
+@pytest.mark.slow
+def test_a_silent_rank_under_torchrun_is_named_within_the_budget(tmp_path):
+    done, seconds = _torchrun(tmp_path, 3, {"FE_0": "", "FE_1": "", "FE_2": "", "SILENT": "2"},
+                              "check", "--no-smoke", "--only", "python.version", "--fleet-wait", "5", "-f", "json")
+    report = validate(json.loads(done.stdout))
+    ranks = next(c for c in report["checks"] if c["id"] == "fleet.ranks")
+    assert ranks["status"] == "fail" and "rank 2 did not report" in ranks["summary"]
+    assert report["summary"]["exit_code"] == 1 and done.returncode != 0
+    assert seconds < 60  # rank 0 waited 5 s, not for the stalled rank (torchrun then stops it)
+
+
+@needs_torch
+def test_preflight_in_a_fleet_execs_every_rank_only_when_the_fleet_passed(tmp_path):
+    job = tmp_path / "job.py"
+    job.write_text("import os, sys\nopen(sys.argv[1] + os.environ['RANK'], 'w').write(str(os.getpid()))\n")
+    marker = str(tmp_path / "ran-")
+    done = _ranks_by_hand(2, tmp_path, "preflight", "--no-smoke", "--only", "python.version", "--", sys.executable,
+                          str(job), marker)
+    assert [d.returncode for d in done] == [0, 0], [d.stderr[-800:] for d in done]
+    assert sorted(p.name for p in tmp_path.glob("ran-*")) == ["ran-0", "ran-1"]
+    assert "fleet.ranks" in done[0].stderr and done[1].stderr == ""  # rank 0 writes the fleet's report
+    for p in tmp_path.glob("ran-*"):
+        p.unlink()
+    blocked = _ranks_by_hand(2, tmp_path, "preflight", "--no-smoke", "--only", "torch.install", "--",
+                             sys.executable, str(job), marker)
+    assert [d.returncode for d in blocked] == [1, 1] and not list(tmp_path.glob("ran-*"))
