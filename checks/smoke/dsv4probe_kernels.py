@@ -273,6 +273,10 @@ def _recent_topk(cu, gs, rows, ratio, k):
 # ------------------------------------------------------------------------------------- the fused CSA compressor
 
 def run_csa(torch, device, request):
+    if device.type == "cuda" and tuple(torch.cuda.get_device_capability(device)) != (10, 0):
+        # The profile may be for a B200 (--gpu-arch 10.0) while this host has another GPU: run what it supports.
+        raise Skip("the fused CSA compressor runs only on CC 10.0; this GPU is %d.%d, so this sub-run follows the "
+                   "visible GPU, not the profile" % tuple(torch.cuda.get_device_capability(device)))
     try:
         from cudnn.csa import compressor
         fwd = compressor.csa_compressor_forward_wrapper

@@ -509,18 +509,24 @@ def _two_layouts(torch, forward, hidden, lens, padded, packed_out):
     starts = [0]
     for p in padded[:-1]:
         starts.append(starts[-1] + p)
-    worst, scale = 0.0, float(packed_out.float().abs().max().item()) or 1.0
+    worst, scale, per_sequence, total, count = 0.0, float(packed_out.float().abs().max().item()) or 1.0, [], 0.0, 0
     for s, n, p in zip(starts, lens, padded):
         alone = forward(hidden[s:s + p], [n], [p])
-        worst = max(worst, float((alone[:n].float() - packed_out[s:s + n].float()).abs().max().item()))
+        diff = (alone[:n].float() - packed_out[s:s + n].float()).abs()
+        per_sequence.append(round(float(diff.max().item()), 6))
+        worst = max(worst, per_sequence[-1])
+        total += float(diff.sum().item())
+        count += diff.numel()
     merged_lens = [lens[0] + (padded[0] - lens[0]) + lens[1]] + lens[2:]
     merged_padded = [padded[0] + padded[1]] + padded[2:]
     merged = forward(hidden, merged_lens, merged_padded)
     s1, n1 = starts[1], lens[1]
     control = float((merged[s1:s1 + n1].float() - packed_out[s1:s1 + n1].float()).abs().max().item())
     tolerance = TIER2_PARITY * max(1.0, scale)
-    return {"max_abs_diff_packed_vs_alone": worst, "tolerance": tolerance, "control_merged_diff": control,
-            "control_separates": control > tolerance, "ok": worst <= tolerance and control > tolerance}
+    return {"max_abs_diff_packed_vs_alone": worst, "mean_abs_diff_packed_vs_alone": total / max(1, count),
+            "per_sequence_max_abs_diff": per_sequence, "output_scale": scale, "tolerance": tolerance,
+            "control_merged_diff": control, "control_separates": control > tolerance,
+            "ok": worst <= tolerance and control > tolerance}
 
 
 # ------------------------------------------------------------------------------------------------------------- main
