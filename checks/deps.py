@@ -3,6 +3,8 @@ requirements on each other hold."""
 
 from __future__ import annotations
 
+import re
+
 from dsv4_doctor.facts import MAX_REQUIREMENTS, StaticFacts, canonical, parse_requirement
 from dsv4_doctor.model import Check, Context, Fix, Phase, Result, Source, failed, passed, warned
 from dsv4_doctor.probes import StaticRequest
@@ -53,6 +55,18 @@ DSV4_PACKAGES = ("torch", "triton", "transformer-engine", "transformer-engine-cu
                  "megatron-core", "megatron-bridge", "verl", "flash-mla")
 USED_EXTRAS = {"nvidia-cudnn-frontend": ("cutedsl",), "nvidia-cutlass-dsl": ("cu13",),
                "transformer-engine": ("pytorch", "core-cu13", "core_cu13")}
+# Packages whose missing (not installed at all) requirements break them at import: a failure. The others' (verl,
+# Megatron-Bridge: dozens of requirements, many for features DSv4 jobs do not use) are pip check's business.
+MISSING_IS_RUNTIME = {"torch", "triton", "transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13",
+                      "transformer-engine-torch", "nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "apache-tvm-ffi",
+                      "cuda-python", "cuda-bindings", "cuda-core", "megatron-core", "flash-mla"}
+
+
+def _index_key(name: str) -> str:
+    """How the static probe's index names a distribution (PEP 503 normalised, with underscores)."""
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
 # Requirements that matter when the job runs (a mismatch is a failure); every other unmet one is a warning.
 RUNTIME = {("nvidia-cudnn-frontend", "nvidia-cutlass-dsl"), ("nvidia-cudnn-frontend", "apache-tvm-ffi"),
            ("nvidia-cudnn-frontend", "cuda-python"), ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base"),
@@ -60,7 +74,7 @@ RUNTIME = {("nvidia-cudnn-frontend", "nvidia-cutlass-dsl"), ("nvidia-cudnn-front
            ("transformer-engine", "transformer-engine-cu13"), ("transformer-engine", "transformer-engine-torch")}
 CONSISTENCY_STATIC = StaticRequest(distributions=DSV4_PACKAGES,
                                    distribution_prefixes=("nvidia-", "cuda-", "transformer-engine"),
-                                   dependents_of=DSV4_PACKAGES)
+                                   dependents_of=DSV4_PACKAGES, requirements_of=DSV4_PACKAGES)
 
 
 def _applies(req, env: dict, extras: set[str]) -> bool:
@@ -78,6 +92,7 @@ def unmet_requirements(static) -> tuple[list[dict], dict]:
     installed = {k: v for k, v in static.installed().items()
                  if k in stack or k.startswith(("nvidia-", "cuda-", "transformer-engine"))}
     env = static.marker_env
+    targets = static.requirement_targets()
     parsed: dict[str, list] = {}
     for name, dist in installed.items():
         parsed[name] = [r for r in map(parse_requirement, (dist.get("requires") or [])[:MAX_REQUIREMENTS]) if r]
@@ -91,7 +106,13 @@ def unmet_requirements(static) -> tuple[list[dict], dict]:
         for req in reqs:
             target = canonical(req.name)
             if target not in installed and target not in stack:
-                continue  # outside the DSv4 stack: pip check's business, not ours
+                # Outside the DSv4 stack: only a requirement that is not installed at all matters here (a
+                # --no-deps install that left TE without pydantic fails at import); other versions are pip check's.
+                resolved = targets.get(_index_key(req.name), "absent")
+                if resolved is None and name in MISSING_IS_RUNTIME and _applies(req, env, extras.get(name, set())):
+                    unmet.append({"package": name, "version": installed[name].get("version"), "requires": str(req),
+                                  "installed": None, "runtime": True})
+                continue
             if not _applies(req, env, extras.get(name, set())):
                 continue
             have = installed.get(target, {}).get("version")
@@ -100,6 +121,17 @@ def unmet_requirements(static) -> tuple[list[dict], dict]:
             unmet.append({"package": name, "version": installed[name].get("version"), "requires": str(req),
                           "installed": have, "runtime": (name, target) in RUNTIME})
     return unmet, installed
+
+
+def _install_missing(u: dict) -> Fix:
+    """`pip install <the requirement>` for a requirement that is not installed at all, as its requirer spells it."""
+    req = parse_requirement(u["requires"])
+    spec = f"{req.name}{req.specifier}" if req is not None else ""
+    desc = f"Install {spec or u['requires']}, which {u['package']} {u['version']} requires"
+    if not spec or not re.fullmatch(r"[A-Za-z0-9._-]+[<>=!~,.*0-9A-Za-z+-]*", spec):
+        return fixes.withheld(desc, "the requirement is not a plain name and version", phase=Phase.PIN,
+                              key=f"missing:{u['requires']}")
+    return Fix(desc, [["pip", "install", spec]], key=f"missing:{spec}")
 
 
 def _consistency(ctx: Context) -> Result:
@@ -122,8 +154,11 @@ def _consistency(ctx: Context) -> Result:
     found = []
     if any(u["package"] == "nvidia-cudnn-frontend" for u in runtime):
         found.append(fixes.frontend_stack(static))
-    if any(u["package"].startswith("transformer-engine") for u in runtime):
+    if any(u["package"].startswith("transformer-engine") and u["installed"] for u in runtime):
         found.append(fixes.TE_REINSTALL)
+    for u in runtime:
+        if u["installed"] is None and u["package"] not in ("nvidia-cudnn-frontend",):
+            found.append(_install_missing(u))
     if runtime:
         return failed("; ".join(lines[unmet.index(u)] for u in runtime), "\n".join(
             [("Every unmet requirement:\n" + "\n".join("  " + x for x in lines))] + ([details] if details else [])),

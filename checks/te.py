@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from dsv4_doctor.facts import at_least, error_text, outcome, version
+from dsv4_doctor.facts import at_least, canonical, error_text, outcome, requirements, version
 from dsv4_doctor.model import Check, Context, Fix, Result, Source, errored, failed, passed, skipped, warned
 from dsv4_doctor.probes import TORCH, Probe, StaticRequest, import_probe
 
@@ -185,8 +185,39 @@ def _undefined(ctx: Context, m: re.Match, te: str, cuda_major: str) -> tuple[str
             if "cudnn" in tag else [], evidence)
 
 
-def _classify(ctx: Context, message: str, te: str, cuda_major: str) -> tuple[str, list[Fix], dict]:
+def _missing_dependency(static, missing: str) -> tuple[str, list[Fix], dict] | None:
+    """A module TE imports that is neither TE nor torch: one of TE's declared requirements is not installed (a
+    --no-deps install). The fix installs that requirement, as the TE distribution that declares it spells it."""
+    top = missing.split(".")[0]
+    if not top or top.startswith("transformer_engine") or top == "torch":
+        return None
+    wanted = canonical(top)
+    for name in TE_DISTS:
+        for req in requirements(static.readable_dist(name)):
+            if canonical(req.name) != wanted:
+                continue
+            spec = f"{req.name}{req.specifier}"
+            dist = static.readable_dist(name) or {}
+            hint = (f"{dist.get('name') or name} {dist.get('version')} requires {spec}, which is not installed (TE was "
+                    "installed with --no-deps, or the requirement was removed): TE's own code imports it")
+            if not re.fullmatch(r"[A-Za-z0-9._-]+(?:[<>=!~,.*0-9A-Za-z+-]*)", spec):
+                return hint, [fixes.withheld(f"Install {req.name}", "its version specifier is not a plain value",
+                                             phase=fixes.Phase.PIN, key=f"te-dep:{req.name}")], \
+                    {"missing_requirement": spec}
+            return hint, [Fix(f"Install {spec}, which {dist.get('name') or name} requires",
+                              [["pip", "install", spec]], key=f"te-dep:{spec}")], {"missing_requirement": spec}
+    return (f"TE imports {top}, which is not installed and which no TE distribution here declares",
+            [Fix(f"Install the Python module {top} that Transformer Engine imports (its distribution name is not "
+                 "declared by TE's metadata here)", key=f"te-dep:{top}", phase=fixes.Phase.SETTING)],
+            {"missing_module": top})
+
+
+def _classify(ctx: Context, message: str, te: str, cuda_major: str, missing: str = "") -> tuple[str, list[Fix], dict]:
     reinstall = fixes.te_install(te, cuda_major, force=True)
+    if missing:
+        found = _missing_dependency(ctx.static, missing)
+        if found is not None:
+            return found
     m = UNDEFINED.search(message)
     if m:
         return _undefined(ctx, m, te, cuda_major)
@@ -219,7 +250,8 @@ def _te_import(ctx: Context) -> Result:
     message = error_text(result)
     err = result.get("error") if isinstance(result.get("error"), dict) else {}
     evidence["error"] = err
-    hint, found, more = _classify(ctx, message, te, cuda_major)
+    missing = err.get("missing_module") if err.get("type") == "ModuleNotFoundError" else ""
+    hint, found, more = _classify(ctx, message, te, cuda_major, str(missing or ""))
     evidence.update(more)
     return failed(
         f"import transformer_engine.pytorch failed: {message}",

@@ -73,6 +73,12 @@ class StaticFacts:
                 out[canonical(name)] = d
         return out
 
+    def requirement_targets(self) -> dict[str, str | None]:
+        """Installed version (or None: not installed) of every distribution the requested ones require, by
+        normalised name (underscores, as the probe's index keys them)."""
+        section = self._section("requirement_targets")
+        return {k: (v if isinstance(v, str) else None) for k, v in section.items() if k != "error"}
+
     def dependents(self) -> dict[str, dict]:
         """Other installed distributions that require one of the DSv4 packages (as the static probe found them)."""
         section = self._section("dependents")

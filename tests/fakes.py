@@ -168,7 +168,7 @@ def fake_cutedsl(site: FakeSite, version: str = "4.5.2") -> None:
 
 
 def fake_te(site: FakeSite, version: str = "2.16.1", *, dists: dict | None = None, import_error: str | None = None,
-            needs: str | None = None) -> None:
+            needs: str | None = None, imports: str | None = None, requires: dict | None = None) -> None:
     """Transformer Engine as PyPI ships it (metapackage + core + torch extension) or with chosen versions.
 
     `import_error` makes `transformer_engine.pytorch` raise; `needs` names a module whose absence raises it, so a fix
@@ -177,9 +177,11 @@ def fake_te(site: FakeSite, version: str = "2.16.1", *, dists: dict | None = Non
     dists = dists or {"transformer-engine": version, "transformer-engine-cu13": version,
                       "transformer-engine-torch": version}
     for name, v in dists.items():
-        site.dist(name, v)
+        site.dist(name, v, requires=tuple((requires or {}).get(name, ())))
     site.file("transformer_engine/__init__.py", f"__version__ = {version!r}\n")
     body = "def fp8_autocast(*a, **k):\n    return None\n"
+    if imports:  # a module TE's own code imports (e.g. pydantic, which a --no-deps install leaves out)
+        body = f"import {imports}\n" + body
     if import_error and needs:
         body = (f"import importlib.util\nif importlib.util.find_spec({needs!r}) is None:\n"
                 f"    raise OSError({import_error!r})\n" + body)
@@ -374,6 +376,7 @@ def healthy(root: Path, te_version: str = "2.16.1") -> Env:
     env.fake("te", fake_te, te_version)
     env.wheel("fe", "nvidia-cudnn-frontend-1.27.0")
     env.wheel("tvm", "apache-tvm-ffi-0.1.11")
+    env.wheel("typing_extensions", "typing-extensions-4.16.0")
     env.fake("cutedsl", fake_cutedsl)
     env.fake("megatron", fake_megatron_dev)
     env.wheel("verl", "verl-0.9.0")

@@ -315,3 +315,19 @@ def test_new_checks_are_in_the_rules_table():
 def test_wheel_cache_holds_the_published_frontend_1_32_0():
     assert (ensure("nvidia-cudnn-frontend-1.32.0") / "cudnn" / "deepseek_sparse_attention").is_dir()
     assert CACHE.exists()
+
+
+def test_te_missing_its_own_dependency_is_named_with_the_requirement_to_install(tmp_path):
+    """H200, 2026-12-01: TE 2.12.0 installed with --no-deps failed `import transformer_engine.pytorch` with
+    ModuleNotFoundError: No module named 'pydantic' (transformer_engine_torch requires pydantic). The fix installs
+    that requirement; a rebuild of TE's extension would not help."""
+    env = Env(tmp_path).fake("torch", fake_torch).fake(
+        "te", fake_te, "2.12.0", imports="dsv4fake_pydantic",
+        requires={"transformer-engine-torch": ("torch>=2.1", "dsv4fake-pydantic>=2.0")})
+    run = env.doctor("check", "-f", "json", "--only", "te.import,deps.consistency", python=sys.executable)
+    te = run.check("te.import")
+    assert te["status"] == "fail" and "No module named 'dsv4fake_pydantic'" in te["summary"]
+    assert "transformer-engine-torch 2.12.0 requires dsv4fake-pydantic>=2.0" in te["details"]
+    assert [c for f in te["fixes"] for c in f["commands"]] == ["pip install 'dsv4fake-pydantic>=2.0'"]
+    deps = run.check("deps.consistency")
+    assert deps["status"] == "fail" and "dsv4fake-pydantic>=2.0, but it is not installed" in deps["summary"]

@@ -31,6 +31,7 @@ WHEELS = {
     # megatron-core >= 0.17 ships cp312 wheels only; the doctor reads it with ast, never imports it.
     "megatron-core-0.19.2": ("megatron-core==0.19.2", PY312),
     "verl-0.9.0": ("verl==0.9.0", []),
+    "typing-extensions-4.16.0": ("typing-extensions==4.16.0", []),  # apache-tvm-ffi requires it
 }
 
 

@@ -40,10 +40,12 @@ class StaticRequest:
     attributes_of: tuple[str, ...] = ()  # names whose attribute reads (`DSA.x`) those sources list
     distribution_prefixes: tuple[str, ...] = ()  # every installed distribution whose name starts so ("nvidia-")
     dependents_of: tuple[str, ...] = ()  # list the installed distributions that require one of these
+    requirements_of: tuple[str, ...] = ()  # resolve these distributions' requirement targets: installed, version
 
     def __init__(self, distributions: Iterable[str] = (), modules: Iterable[str] = (),
                  sources: Iterable[str] = (), contains: Iterable[str] = (), attributes_of: Iterable[str] = (),
-                 distribution_prefixes: Iterable[str] = (), dependents_of: Iterable[str] = ()):
+                 distribution_prefixes: Iterable[str] = (), dependents_of: Iterable[str] = (),
+                 requirements_of: Iterable[str] = ()):
         object.__setattr__(self, "distributions", tuple(distributions))
         object.__setattr__(self, "modules", tuple(modules))
         object.__setattr__(self, "sources", tuple(sources))
@@ -51,12 +53,13 @@ class StaticRequest:
         object.__setattr__(self, "attributes_of", tuple(attributes_of))
         object.__setattr__(self, "distribution_prefixes", tuple(distribution_prefixes))
         object.__setattr__(self, "dependents_of", tuple(dependents_of))
+        object.__setattr__(self, "requirements_of", tuple(requirements_of))
 
     @staticmethod
     def merge(requests: Iterable[StaticRequest | None]) -> StaticRequest:
         parts: dict[str, dict[str, None]] = {k: {} for k in ("distributions", "modules", "sources", "contains",
                                                               "attributes_of", "distribution_prefixes",
-                                                              "dependents_of")}
+                                                              "dependents_of", "requirements_of")}
         for r in requests:
             if r is None:
                 continue
@@ -68,7 +71,8 @@ class StaticRequest:
         return {"distributions": list(self.distributions), "modules": list(self.modules),
                 "sources": list(self.sources), "contains": list(self.contains),
                 "attributes_of": list(self.attributes_of),
-                "distribution_prefixes": list(self.distribution_prefixes), "dependents_of": list(self.dependents_of)}
+                "distribution_prefixes": list(self.distribution_prefixes), "dependents_of": list(self.dependents_of),
+                "requirements_of": list(self.requirements_of)}
 
 
 @dataclass(frozen=True)

@@ -328,6 +328,21 @@ def dependents(names):
     return out
 
 
+def requirement_targets(names):
+    """Every distribution named in the Requires-Dist of `names` (markers not evaluated): {name: version or None}."""
+    out = {}
+    for name in names:
+        copies = distribution_facts(name)["copies"]
+        if not copies or copies[0].get("error"):
+            continue
+        for line in copies[0].get("requires") or []:
+            target = _requirement_name(line)
+            if target and target not in out:
+                found = distribution_facts(target)["copies"] if target in _index() else []
+                out[target] = found[0].get("version") if found and not found[0].get("error") else None
+    return out
+
+
 def answer(request):
     out = {"python": python_facts(), "distributions": {}, "modules": {}, "sources": {}}
     names = list(request.get("distributions", []))
@@ -351,6 +366,11 @@ def answer(request):
             out["sources"][name] = source_facts(name, needles, owners)
         except Exception as exc:
             out["sources"][name] = {"found": False, "error": error_info(exc)["message"]}
+    if request.get("requirements_of"):
+        try:
+            out["requirement_targets"] = requirement_targets(request["requirements_of"])
+        except Exception as exc:
+            out["requirement_targets"] = {"error": error_info(exc)["message"]}
     if request.get("dependents_of"):
         try:
             out["dependents"] = dependents(request["dependents_of"])

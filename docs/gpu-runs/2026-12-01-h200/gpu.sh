@@ -4,6 +4,8 @@
 #   ../shared/tools/gpu-stack-wheels .gpu/stack 60                         -> b1..b3 (frontend 1.27.0 stack)
 #   PREFIX=te ONLY_EXTRA=1 EXTRA="transformer-engine==2.12.0 transformer-engine-cu13==2.12.0" ... .gpu/te12 60
 #   PREFIX=tf ONLY_EXTRA=1 EXTRA="transformer-engine==2.16.1 transformer-engine-cu13==2.16.1" ... .gpu/te16 60
+#   .gpu/te12/te5: TE 2.12.0's Python requirements the image lacks (pydantic 2.14.4, pydantic-core 2.50.5,
+#   annotated-types, typing-inspection, typing-extensions 4.16.0, einops), from pip download
 #   .gpu/extra: the doctor's wheel (pip wheel --no-deps . at the commit in commit.txt), packaging, the
 #   transformer_engine_torch 2.12.0 sdist, Megatron-LM megatron/core at d48bd6be (git archive), fast-hadamard-transform
 #   at f134af63 (git archive)
@@ -55,12 +57,19 @@ install-te12)
 runs-te)  # + TE 2.12.0 (core wheel, torch extension built here) + fast-hadamard-transform
   out=${1:?out}; mkdir -p "$out/te12"; cd "$out/te12" || exit 1
   export PYTHONPATH=~/mcore:~/fht-site NO_COLOR=1
+  # TE installed --no-deps: first what the doctor says, then its fix (TE's missing Python requirements), then the runs.
+  doctor check --cp 1 --no-smoke --only 'te.*,deps.consistency' > before-deps.txt; echo "te checks before deps: exit $?"
+  doctor fix --cp 1 --only 'te.*,deps.consistency' > before-deps-fix.sh 2>&1; echo "fix plan: exit $?"
+  python3 -m pip install -q --no-index --no-deps "$S"/te5/*.whl; echo "TE's requirements installed: $?"
   doctor check --cp 1 -f json > check-cp1.json; echo "check --cp 1: exit $?"
   doctor check --cp 2 -f json > check-cp2.json; echo "check --cp 2: exit $?"
   doctor check --cp 2 --dsa-backend none -f json > check-cp2-none.json; echo "check --cp 2 --dsa-backend none: exit $?"
   doctor smoke --cp 1 --dsa-backend none -f json > smoke-cp1-none.json; echo "smoke --cp 1 --dsa-backend none: exit $?"
   doctor smoke --cp 2 --dsa-backend none -f json > smoke-cp2-none.json; echo "smoke --cp 2 --dsa-backend none: exit $?"
   doctor smoke --cp 2 -f json > smoke-cp2.json; echo "smoke --cp 2: exit $?"
+  # Fleet mode on this one GPU: two ranks under torchrun (both on cuda:0), one merged report.
+  python3 -m torch.distributed.run --nproc-per-node 2 --master-port 29650 -m dsv4_doctor check --cp 2 -f json > fleet-2ranks-cp2.json \
+    2> fleet-2ranks-cp2.stderr; echo "torchrun 2 ranks: check --cp 2: exit $?"
   cd - >/dev/null; tar -czf "$out/te12.tgz" -C "$out" te12 && rm -rf "$out/te12" ;;
 te16)  # TE 2.16.1's core on torch 2.11's cuBLAS 13.1: te.import must fail with the cuBLAS diagnosis
   out=${1:?out}; mkdir -p "$out/te16"
