@@ -257,3 +257,23 @@ def test_preflight_in_a_fleet_execs_every_rank_only_when_the_fleet_passed(tmp_pa
     blocked = _ranks_by_hand(2, tmp_path, "preflight", "--no-smoke", "--only", "torch.install", "--",
                              sys.executable, str(job), marker)
     assert [d.returncode for d in blocked] == [1, 1] and not list(tmp_path.glob("ran-*"))
+
+
+@needs_torch
+@pytest.mark.slow
+def test_a_fleet_rank_s_smoke_is_its_own_world_under_torchrun(tmp_path):
+    """Found on the H200 (2026-12-01): under torchrun every probe inherited TORCHELASTIC_USE_AGENT_STORE, RANK and
+    friends, so tier 2's one-process init_process_group joined torchrun's store as a client and hung until the probe
+    timeout. Probes now start without the launcher's variables."""
+    from fakes import Env, fake_megatron_importable, fake_te
+
+    env = Env(tmp_path / "env").fake("megatron", fake_megatron_importable).fake("te", fake_te)
+    path = os.pathsep.join(str(p) for p in env.sites.values())
+    done, seconds = _torchrun(tmp_path, 2, {"FE_0": path, "FE_1": path, "SILENT": "-"},
+                              "check", "--device", "cpu", "--only", "smoke.thd-cp", "--timeout", "40", "-f", "json",
+                              timeout=300)
+    report = validate(json.loads(done.stdout))
+    row = next(c for c in report["checks"] if c["id"] == "smoke.thd-cp")
+    assert row["status"] == "pass", row["summary"]
+    assert "DSv4 layer CP=1 packed output = each sequence alone" in row["summary"]
+    assert seconds < 120

@@ -329,5 +329,6 @@ def test_te_missing_its_own_dependency_is_named_with_the_requirement_to_install(
     assert te["status"] == "fail" and "No module named 'dsv4fake_pydantic'" in te["summary"]
     assert "transformer-engine-torch 2.12.0 requires dsv4fake-pydantic>=2.0" in te["details"]
     assert [c for f in te["fixes"] for c in f["commands"]] == ["pip install 'dsv4fake-pydantic>=2.0'"]
-    deps = run.check("deps.consistency")
-    assert deps["status"] == "fail" and "dsv4fake-pydantic>=2.0, but it is not installed" in deps["summary"]
+    deps = run.check("deps.consistency")  # a warning: te.import is where the import breaks
+    assert deps["status"] == "warn" and "dsv4fake-pydantic>=2.0, but it is not installed" in deps["summary"]
+    assert [c for f in deps["fixes"] for c in f["commands"]] == ["pip install 'dsv4fake-pydantic>=2.0'"]

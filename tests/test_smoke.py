@@ -304,3 +304,16 @@ def test_the_real_frontend_wheel_on_the_cpu_is_a_skip_never_a_pass(tmp_path):
     dsa = row["evidence"]["subruns"]["dsa"]
     assert dsa["status"] == "skip", dsa
     assert "needs CUDA" in dsa["summary"] or "see cudnn-fe" in dsa["summary"], dsa["summary"]
+
+
+def test_megatrons_dependency_message_maps_to_the_rule_of_the_package_it_names():
+    """H200, 2026-12-01: tier 2 with the cudnn backend stopped at Megatron's dependency check naming flash_mla; the
+    finding is kernels.flash-mla's, not cudnn-fe.dsa's (which passed there)."""
+    from dsv4_doctor.checks.smoke.thd_cp import tier2_rules
+
+    m8 = ("dsa_kernel_backend=cudnn requires fused DSA kernels, but the following packages are not available: "
+          "flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev). Install them or set "
+          "dsa_kernel_backend=none to use the PyTorch fallback.")
+    assert tier2_rules({"type": "ValueError", "message": m8}) == ["kernels.flash-mla", "cudnn-fe.dsa"]
+    both = m8.replace("flash_mla (", "cudnn-frontend DSA (nvidia-cudnn-frontend[cutedsl]), flash_mla (")
+    assert set(tier2_rules({"type": "ValueError", "message": both})) == {"kernels.flash-mla", "cudnn-fe.dsa"}

@@ -522,7 +522,9 @@ def _two_layouts(torch, forward, hidden, lens, padded, packed_out):
     merged = forward(hidden, merged_lens, merged_padded)
     s1, n1 = starts[1], lens[1]
     control = float((merged[s1:s1 + n1].float() - packed_out[s1:s1 + n1].float()).abs().max().item())
-    tolerance = TIER2_PARITY * max(1.0, scale)
+    # Relative to the output's scale (with a floor): measured on the H200 with Megatron's real layer at d48bd6be,
+    # packed vs alone differ by at most one bf16 ulp (2.4e-4 at scale 0.17) and the control by 0.11.
+    tolerance = max(1e-3, TIER2_PARITY * scale)
     return {"max_abs_diff_packed_vs_alone": worst, "mean_abs_diff_packed_vs_alone": total / max(1, count),
             "per_sequence_max_abs_diff": per_sequence, "output_scale": scale, "tolerance": tolerance,
             "control_merged_diff": control, "control_separates": control > tolerance,

@@ -21,6 +21,7 @@ TIER2_TEXTS: tuple[tuple[str, str], ...] = (
     ("requires CUDA tensors and CuTeDSL", "cutlass-dsl.import"),
     ("CSA CP CuTe kernels", "gpu.arch"),
     ("FlashMLA is required", "kernels.flash-mla"),
+    ("flash_mla (https:", "kernels.flash-mla"),  # an item of Megatron's dependency check (utils.py)
     ("indexer_topk", "kernels.flash-mla"),
     ("fast_hadamard_transform is not installed", "kernels.fast-hadamard"),
     ("q_causal_offsets", "cudnn-fe.dsa"),
@@ -42,13 +43,20 @@ RULE_FIXES = {
 }
 
 
-def tier2_rule(error: dict) -> str | None:
-    """The rule that reports what a tier-2 error shows, or None."""
+def tier2_rules(error: dict) -> list[str]:
+    """Every rule that reports what a tier-2 error shows, most specific first (Megatron's dependency check can name
+    several missing packages in one message)."""
     text = f"{error.get('type')}: {error.get('message')}"
     missing = (error.get("missing_module") or "").split(".")[0]
-    if missing in TIER2_MODULES:
-        return TIER2_MODULES[missing]
-    return next((rule for needle, rule in TIER2_TEXTS if needle in text), None)
+    rules = [TIER2_MODULES[missing]] if missing in TIER2_MODULES else []
+    rules += [rule for needle, rule in TIER2_TEXTS if needle in text and rule not in rules]
+    return rules
+
+
+def tier2_rule(error: dict) -> str | None:
+    """The most specific rule that reports what a tier-2 error shows, or None."""
+    rules = tier2_rules(error)
+    return rules[0] if rules else None
 
 
 def tier2_fixes(error: dict, static=None) -> list[Fix]:
@@ -91,9 +99,10 @@ def _tier2(ctx: Context, data: dict, evidence: dict):
             continue
         if t2.get("error"):
             err = t2["error"]
-            rule = tier2_rule(err)
-            reported = ctx.outcome(rule) if rule else None
-            if reported is not None and reported.status in (Status.FAIL, Status.ERROR):
+            failing = [r for r in tier2_rules(err)
+                       if (ctx.outcome(r) is not None and ctx.outcome(r).status in (Status.FAIL, Status.ERROR))]
+            rule = failing[0] if failing else None
+            if rule is not None:
                 # The finding is that rule's, which already failed; tier 2 says where it stopped instead of
                 # repeating it. When the rule passed (or did not run), the layer's failure is this check's finding.
                 t2["deferred_to"] = rule

@@ -152,8 +152,15 @@ def signal_name(returncode: int | None) -> str | None:
         return f"signal {-returncode}"
 
 
+# A launcher's variables describe the job's world, not a probe's: under torchrun, TORCHELASTIC_USE_AGENT_STORE makes
+# any init_process_group in a probe join torchrun's store as a client and hang (seen on the H200 in fleet mode).
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                      "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT")
+LAUNCHER_PREFIXES = ("TORCHELASTIC_",)
+
+
 def child_env(timeout: float, extra: dict | None = None) -> dict:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES and not k.startswith(LAUNCHER_PREFIXES)}
     env["DSV4_DOCTOR_PROBE_TIMEOUT"] = str(timeout)
     env["DSV4_DOCTOR_PROBE_LIB"] = str(PROBE_DIR)
     # The probe's answer goes to a file; these keep library output plain and the probe's own encoding fixed.

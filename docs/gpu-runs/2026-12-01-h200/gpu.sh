@@ -81,5 +81,24 @@ te16)  # TE 2.16.1's core on torch 2.11's cuBLAS 13.1: te.import must fail with 
   python3 -c 'import transformer_engine' > "$out/te16/import.txt" 2>&1; echo "import transformer_engine: exit $?"
   tail -3 "$out/te16/import.txt"
   tar -czf "$out/te16.tgz" -C "$out" te16 && rm -rf "$out/te16" ;;
+focus)  # session 3: after the fixes found by session 2 (probes without the launcher's variables; tier 2 deferral),
+  # TE 2.12.0 with its requirements + fast-hadamard + Megatron d48bd6be, no frontend stack: tier 2 and fleet mode.
+  out=${1:?out}; mkdir -p "$out/focus"
+  python3 -m pip install -q --no-index --no-deps --no-compile .gpu/extra/dsv4_doctor-*.whl .gpu/extra/packaging-*.whl || exit 1
+  cp .gpu/extra/*.tar.gz "$S/"; mkdir -p ~/mcore && tar -xzf "$S"/mcore-d48bd6be.tar.gz -C ~/mcore
+  tar -xzf "$S"/fht-f134af63.tar.gz -C ~
+  (cd ~/fht && FAST_HADAMARD_TRANSFORM_FORCE_BUILD=TRUE MAX_JOBS=8 python3 -m pip install --no-build-isolation \
+     --no-deps --no-index --target ~/fht-site . > ~/fht.log 2>&1) &
+  bash "$S/te1/install-te.sh" "$S" || exit 1   # TE 2.12.0 core + meta, and te5: its Python requirements
+  (cd ~ && MAX_JOBS=16 NVTE_FRAMEWORK=pytorch python3 -m pip install --no-build-isolation --no-deps --no-index \
+     "$S"/transformer_engine_torch-2.12.0.tar.gz > ~/te-build.log 2>&1); echo "TE torch extension build: exit $?"
+  wait; tail -1 ~/fht.log
+  cd "$out/focus" || exit 1
+  export PYTHONPATH=~/mcore:~/fht-site NO_COLOR=1
+  doctor smoke --cp 2 --dsa-backend none -f json > smoke-cp2-none.json; echo "smoke --cp 2 --dsa-backend none: exit $?"
+  python3 -m torch.distributed.run --nproc-per-node 2 --master-port 29650 -m dsv4_doctor check --cp 2 \
+    --dsa-backend none -f json > fleet-2ranks-cp2-none.json 2> fleet.stderr; echo "torchrun 2 ranks, check --cp 2 --dsa-backend none: exit $?"
+  doctor check --cp 2 -f json > check-cp2.json; echo "check --cp 2 (no frontend stack): exit $?"
+  cd - >/dev/null; tar -czf "$out/focus.tgz" -C "$out" focus && rm -rf "$out/focus" ;;
 *) echo "unknown step $step" >&2; exit 2 ;;
 esac
