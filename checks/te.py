@@ -277,7 +277,9 @@ te_import = Check(
         ships it and whether its ELF dynamic symbol table exports the symbol, and the fix is a TE built against the
         installed cuBLAS (2.12.0, verified on an H200), with the other ways out and their costs in the details. A
         missing libcudnn/libcublas is a library or CUDA major-version mismatch; a missing torch lib means the
-        [pytorch] extra was not installed.
+        [pytorch] extra was not installed. A Python module TE's own code imports that is not installed (`No module
+        named 'pydantic'` after a --no-deps install, seen on an H200 with TE 2.12.0) is the TE requirement that
+        declares it, and the fix installs that requirement; a rebuild would not help.
     """,
     applies_when="Transformer Engine installed",
     detects="import transformer_engine.pytorch in a subprocess",
