@@ -143,6 +143,7 @@ def _ranks_by_hand(n: int, tmp_path: Path, *args: str, per_rank_env=None, launch
 
 
 @needs_torch
+@pytest.mark.slow
 def test_healthy_ranks_give_one_passing_report(tmp_path):
     done = _ranks_by_hand(3, tmp_path, "check", "--no-smoke", "--only", "python.version", "-f", "json")
     assert [d.returncode for d in done] == [0, 0, 0], done[0].stderr
@@ -155,6 +156,7 @@ def test_healthy_ranks_give_one_passing_report(tmp_path):
 
 
 @needs_torch
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["torchrun", "srun"])
 def test_every_rank_exits_with_the_fleet_verdict(tmp_path, launcher):
     """Rank 1's PYTHONPATH carries a plugin whose check fails: all three ranks exit 1, the healthy ones too."""
@@ -177,6 +179,7 @@ def test_every_rank_exits_with_the_fleet_verdict(tmp_path, launcher):
 
 
 @needs_torch
+@pytest.mark.slow
 def test_a_rank_that_cannot_join_reports_alone_and_is_named(tmp_path):
     broken = tmp_path / "broken"
     (broken / "torch").mkdir(parents=True)
@@ -243,6 +246,7 @@ def test_a_silent_rank_under_torchrun_is_named_within_the_budget(tmp_path):
 
 
 @needs_torch
+@pytest.mark.slow
 def test_preflight_in_a_fleet_execs_every_rank_only_when_the_fleet_passed(tmp_path):
     job = tmp_path / "job.py"
     job.write_text("import os, sys\nopen(sys.argv[1] + os.environ['RANK'], 'w').write(str(os.getpid()))\n")

@@ -542,6 +542,7 @@ def test_an_uninspectable_target_is_an_error_not_a_skip():
     assert run.returncode == 1 and run.report["summary"]["status"] == "error"
 
 
+@pytest.mark.slow
 def test_gpu_devices_is_not_green_on_nvidia_smi_alone(tmp_path, site, bare_python):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -45,7 +45,7 @@ def test_cpu_smoke_two_gloo_processes():
     assert "tier 2 (DSv4 layer) not run" in row["summary"]
 
 
-@pytest.mark.parametrize("cp", [1, 4])
+@pytest.mark.parametrize("cp", [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_cpu_smoke_other_cp_sizes(cp):
     row = smoke("--cp", str(cp), "--device", "cpu").check("smoke.thd-cp")
     assert row["status"] == "pass", row["summary"]
@@ -289,12 +289,14 @@ def test_missing_packages_skip_to_their_rules_and_a_raising_call_fails(tmp_path)
     assert any("apache-tvm-ffi" in c for f in raising["fixes"] for c in f["commands"])
 
 
+@pytest.mark.slow
 def test_the_older_layout_kernel_path_is_found(tmp_path):
     row = kernels(stack(tmp_path, dsa=None, old_path=True), "--cp", "2")
     layout = row["evidence"]["subruns"]["layout"]
     assert layout["status"] == "pass" and layout["evidence"]["megatron_file"].endswith("csa_cp_layout_kernels.py")
 
 
+@pytest.mark.slow
 def test_the_real_frontend_wheel_on_the_cpu_is_a_skip_never_a_pass(tmp_path):
     """The published frontend 1.27.0 (with tvm-ffi and the CuTe DSL meta wheel, no GPU): its DSA kernels cannot run
     here, which is a skip that says why, not a pass and not a doctor error."""
