@@ -140,14 +140,22 @@ def _install_missing(u: dict) -> Fix:
 def _consistency(ctx: Context) -> Result:
     static = ctx.static
     unmet, installed = unmet_requirements(static)
-    others = static.dependents()
+    # Only what those packages require as installed: a requirement behind an extra nobody asked for (torchmetrics'
+    # `torch==2.8.0; extra == "dev"`, seen on the H200 image) is not one a fix can break.
+    others = {}
+    for name, info in static.dependents().items():
+        declared = info.get("requires") if isinstance(info.get("requires"), list) else []
+        live = [line for line in declared if isinstance(line, str)
+                and (req := parse_requirement(line)) is not None and _applies(req, static.marker_env, set())]
+        if live:
+            others[name] = dict(info, requires=list(dict.fromkeys(live)))
     evidence: dict = {"unmet": unmet, "inspected": {k: v.get("version") for k, v in sorted(installed.items())},
                       "also_required_by": others}
     lines = [f"{u['package']} {u['version']} requires {u['requires']}, but "
              + (f"{u['installed']} is installed" if u["installed"] else "it is not installed") for u in unmet]
     other_lines = []
     for name, info in sorted(others.items()):
-        for line in info.get("requires") or []:
+        for line in info["requires"]:
             other_lines.append(f"{name} {info.get('version')} requires {line}")
     details = ""
     if other_lines:

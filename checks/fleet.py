@@ -39,7 +39,9 @@ fleet_drift = Check(
         (which lists every installed file's hash), the hash of every source file the rules read with ast (Megatron,
         verl, the frontend), the driver and Python versions; and its checks' statuses. The check fails when ranks
         differ in any of them, naming the odd ranks, their hosts and both values. Ranks are compared one by one,
-        not host by host, since two ranks on one host can have different PYTHONPATHs.
+        not host by host, since two ranks on one host can have different PYTHONPATHs. For the same reason the
+        import probes that only a host's local rank 0 runs answer for the host's other ranks only when their
+        fingerprints match local rank 0's; the others' rows are errors ("not checked on this rank").
     """,
     applies_when="fleet mode (check --distributed, torchrun or srun with more than one rank)",
     detects="per-rank package versions and RECORD hashes, source hashes, driver, Python, check statuses",

@@ -91,13 +91,31 @@ def test_merge_groups_identical_results_and_names_the_odd_rank():
     fe = rows["cudnn-fe.version"]
     assert fe["status"] == "fail" and "rank 11 (node01)" in fe["summary"] and "pass on 15 rank(s)" in fe["summary"]
     assert [g["ranks"] for g in fe["evidence"]["groups"]] == ["11", "0-10,12-15"]
-    torch_row = rows["torch.install"]  # checked by each node's local rank 0; the others' skips are left out
-    assert torch_row["status"] == "pass" and "node-level" in torch_row["summary"]
+    # Checked by each node's local rank 0; the others' skips are left out, except rank 11's: its packages differ
+    # from rank 8's (node01's local rank 0), so rank 8's import result does not answer for it.
+    torch_row = rows["torch.install"]
+    assert torch_row["status"] == "error" and "node-level" in torch_row["summary"]
+    assert [(g["status"], g["ranks"]) for g in torch_row["evidence"]["groups"]] == [("error", "11"), ("pass", "0,8")]
+    assert "not checked on this rank" in torch_row["evidence"]["groups"][0]["summary"]
+    assert "differ from those of rank 8, the local rank 0" in torch_row["evidence"]["groups"][0]["summary"]
     drift = rows["fleet.drift"]
     assert drift["status"] == "fail"
     assert "package nvidia-cudnn-frontend: 1.26.0 on rank 11 (node01), vs 1.27.0 on the other 15 rank(s)" in \
         drift["summary"]
     assert rows["fleet.ranks"]["status"] == "pass"
+
+
+def test_node_level_rows_are_vouched_for_only_by_a_leader_with_the_same_packages():
+    reports = {r: _report(r, f"node{r // 8:02d}", "1.27.0") for r in range(16)}
+    merged, code = fleetmerge.merge(reports, 16, [], False, 30.0)
+    row = next(c for c in merged["checks"] if c["id"] == "torch.install")
+    assert code == 0 and row["status"] == "pass" and "[pass on all 2 hosts; node-level" in row["summary"]
+    del reports[8]  # node01's local rank 0 never reported: nobody checked node01's imports
+    merged, code = fleetmerge.merge(reports, 16, [8], False, 30.0)
+    row = next(c for c in merged["checks"] if c["id"] == "torch.install")
+    assert code == 1 and row["status"] == "error"
+    assert [(g["status"], g["ranks"]) for g in row["evidence"]["groups"]] == [("error", "9-15"), ("pass", "0")]
+    assert "run on its local rank 0, which did not report" in row["evidence"]["groups"][0]["summary"]
 
 
 def test_merge_names_missing_ranks_and_anonymizes():
@@ -231,6 +249,9 @@ def test_drift_under_torchrun_names_the_rank_with_another_frontend(tmp_path):
     assert "1.27.0" in drift["summary"]
     odd = drift["evidence"]["differences"][0]
     assert odd["odd"][0]["ranks"] == "2" and odd["odd"][0]["hosts"] == [host]
+    # The frontend's import check ran on local rank 0 only; it does not answer for rank 2, whose frontend differs.
+    fe = next(c for c in report["checks"] if c["id"] == "cudnn-fe.version")
+    assert fe["status"] == "error" and f"rank 2 ({host})" in fe["summary"] and "not checked" in fe["summary"]
 
 
 @needs_torch

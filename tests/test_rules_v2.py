@@ -266,10 +266,14 @@ def test_gpu_driver_reads_forward_compatibility_from_libcuda(tmp_path, bare_pyth
 def test_deps_consistency_names_other_dependents_and_warns_on_the_rest(tmp_path, bare_python):
     def vllm(site: FakeSite):
         site.dist("vllm", "0.15.0", requires=("apache-tvm-ffi==0.1.10", "torch==2.10.0"))
+        # torchmetrics 1.9.0's METADATA as on the H200 image: its torch pin is behind extras nobody installed.
+        site.dist("torchmetrics", "1.9.0", requires=("torch>=2.0.0", 'torch==2.8.0; extra == "typing"',
+                                                     'torch==2.8.0; extra == "dev"'))
     env = healthy(tmp_path).fake("vllm", vllm)
     row = run(env, bare_python, "--only", "deps.consistency").check("deps.consistency")
     assert row["status"] == "pass", row["summary"]
     assert "vllm 0.15.0 requires apache-tvm-ffi==0.1.10" in row["details"]
+    assert "torchmetrics 1.9.0 requires torch>=2.0.0" in row["details"] and "2.8.0" not in row["details"]
     env.fake("te", fake_te, "2.16.1", dists={"transformer-engine": "2.16.1", "transformer-engine-cu13": "2.16.1"})
     (env.sites["te"] / "transformer_engine-2.16.1.dist-info" / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: transformer-engine\nVersion: 2.16.1\n"

@@ -74,10 +74,26 @@ def _row(check_id, title, status, summary, details="", evidence=None, fixes=(), 
             "origin": origin, "internal_error": internal}
 
 
-def merge_check(check_id, rows, host_of, world):
-    """One check's row from every rank's (rank -> row); node-level skips of non-leader ranks are left out, since
-    their node's local rank 0 reports for them."""
-    ran = {r: row for r, row in rows.items() if not str(row.get("summary", "")).startswith(NODE_LEVEL)}
+def _unvouched_row(row, why):
+    """A node-level row of a rank that its node's local rank 0 cannot answer for: it was not checked there."""
+    out = dict(row)
+    out.update(status="error", summary="not checked on this rank: " + why + "; `dsv4-doctor check "
+                                       "--no-distributed` in this rank's environment checks it",
+               details="", evidence={}, fixes=[], internal_error=False)
+    return out
+
+
+def merge_check(check_id, rows, host_of, world, unvouched=None):
+    """One check's row from every rank's (rank -> row). Node-level skips of non-leader ranks are left out, since
+    their node's local rank 0 reports for them, except for the ranks in `unvouched` (rank -> why): local rank 0 of
+    their host did not report, or its packages differ from theirs, so its result says nothing about them."""
+    unvouched = unvouched or {}
+    ran = {}
+    for r, row in rows.items():
+        if not str(row.get("summary", "")).startswith(NODE_LEVEL):
+            ran[r] = row
+        elif r in unvouched:
+            ran[r] = _unvouched_row(row, unvouched[r])
     if not ran:
         ran = rows
     groups = {}
@@ -87,7 +103,7 @@ def merge_check(check_id, rows, host_of, world):
     status = _worst(s for (s, _), _ in ordered)
     (w_status, w_summary), w_ranks = ordered[0]
     first = ran[w_ranks[0]]
-    node_level = len(ran) < len(rows)  # non-leader ranks left it to their node's local rank 0
+    node_level = any(str(row.get("summary", "")).startswith(NODE_LEVEL) for row in rows.values())
     hosts_all = sorted(set(host_of.get(r, "unknown") for r in ran))
     scope = ("; node-level: checked once per host" if node_level else "")
     if len(ordered) == 1:
@@ -132,6 +148,33 @@ def fingerprint_of(report):
     env = report.get("environment") if isinstance(report.get("environment"), dict) else {}
     fp = env.get("fingerprint")
     return fp if isinstance(fp, dict) else {}
+
+
+def vouching(reports, host_of):
+    """The non-leader ranks whose node-level checks their host's local rank 0 cannot answer for (rank -> why):
+    found on the H200 (2026-12-01), where rank 1 had another cudnn-frontend on its PYTHONPATH and the frontend's
+    import check, run by local rank 0 only, said "pass on host vm" for both."""
+    local_of = {}
+    for r, rep in reports.items():
+        env = rep.get("environment") if isinstance(rep.get("environment"), dict) else {}
+        fr = env.get("fleet_rank") if isinstance(env.get("fleet_rank"), dict) else {}
+        local = fr.get("local_rank")
+        local_of[r] = local if isinstance(local, int) else None
+    leader = {}
+    for r in sorted(reports):
+        if local_of[r] == 0:
+            leader.setdefault(host_of.get(r, "unknown"), r)
+    out = {}
+    for r in sorted(reports):
+        if local_of[r] == 0:
+            continue
+        lead = leader.get(host_of.get(r, "unknown"))
+        if lead is None:
+            out[r] = "this host's import probes run on its local rank 0, which did not report"
+        elif fingerprint_of(reports[r]) != fingerprint_of(reports[lead]):
+            out[r] = ("its packages differ from those of rank %d, the local rank 0 that ran this host's import "
+                      "probes (see fleet.drift)" % lead)
+    return out
 
 
 def drift_items(reports, host_of, check_rows):
@@ -222,7 +265,8 @@ def merge(reports, world, missing, strict, wait_s, timings=None):
         for row in rep.get("checks") or []:
             if isinstance(row, dict) and isinstance(row.get("id"), str):
                 check_rows.setdefault(row["id"], {})[r] = row
-    rows = [merge_check(cid, rs, host_of, world) for cid, rs in sorted(check_rows.items())]
+    unvouched = vouching(reports, host_of)
+    rows = [merge_check(cid, rs, host_of, world, unvouched) for cid, rs in sorted(check_rows.items())]
     rows.append(ranks_row(world, sorted(reports), sorted(missing), host_of, wait_s))
     rows.append(drift_row(reports, host_of, check_rows))
     rows.sort(key=lambda r: r["id"])
