@@ -36,7 +36,8 @@ fleet_drift = Check(
     explanation="""
         One node with a stale image is enough for a NaN or a hang (an older cudnn-frontend, another Megatron
         commit). Every rank reports a fingerprint: each inspected distribution's version and the hash of its RECORD
-        (which lists every installed file's hash), the hash of every source file the rules read with ast (Megatron,
+        (which lists every installed file's hash; entries about the install itself, such as direct_url.json and
+        .pyc files, are left out), the hash of every source file the rules read with ast (Megatron,
         verl, the frontend), the driver and Python versions; and its checks' statuses. The check fails when ranks
         differ in any of them, naming the odd ranks, their hosts and both values. Ranks are compared one by one,
         not host by host, since two ranks on one host can have different PYTHONPATHs. For the same reason the

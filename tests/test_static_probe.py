@@ -86,3 +86,37 @@ def test_ast_summary_and_undecodable_source(site, bare_python):
     assert "FLAG" in src["names"] and src["contains"]["FLAG = True"]
     assert "SyntaxError" in data["sources"]["pkg.bad"]["error"] or "Unicode" in data["sources"]["pkg.bad"]["error"]
     assert data["sources"]["pkg.absent"]["found"] is False
+
+
+def test_record_fingerprint_is_the_package_files_not_how_it_was_installed(tmp_path, bare_python):
+    """Two installs of one published wheel, from the index folder with .pyc files and from another folder with
+    --no-compile, have the same fingerprint (on the H200 the RECORD hashes differed in direct_url.json only);
+    another version does not. fleet.drift compares these."""
+    import shutil
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from wheels import DOWNLOADS, ensure
+
+    ensure("apache-tvm-ffi-0.1.11")
+    ensure("apache-tvm-ffi-0.1.9")
+    wheel = next(DOWNLOADS.glob("apache_tvm_ffi-0.1.11-*.whl"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(wheel, elsewhere)
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--disable-pip-version-check"]
+    subprocess.run([*pip, "--find-links", str(DOWNLOADS), "--target", str(tmp_path / "a"), "apache-tvm-ffi==0.1.11"],
+                   check=True)
+    subprocess.run([*pip, "--no-compile", "--target", str(tmp_path / "b"), str(elsewhere / wheel.name)], check=True)
+    subprocess.run([*pip, "--find-links", str(DOWNLOADS), "--target", str(tmp_path / "c"), "apache-tvm-ffi==0.1.9"],
+                   check=True)
+    records = {x: (tmp_path / x / "apache_tvm_ffi-0.1.11.dist-info" / "RECORD") for x in "ab"}
+    assert records["a"].read_bytes() != records["b"].read_bytes()  # the raw files differ: the premise
+    prints = {}
+    for x in "abc":
+        copies = static(SimpleNamespace(root=tmp_path / x), bare_python,
+                        distributions=["apache-tvm-ffi"])["distributions"]["apache-tvm-ffi"]["copies"]
+        prints[x] = copies[0]["record_sha256"]
+    assert prints["a"] == prints["b"] and len(prints["a"]) == 64
+    assert prints["c"] != prints["a"]

@@ -91,6 +91,25 @@ def _read(folder, name, limit=1 << 22):
         return fh.read(limit)
 
 
+# What an installer writes about the install itself, not the package's files: direct_url.json holds the path the
+# wheel was installed from (two installs of one wheel from two folders differed in it on the H200, 2026-12-01),
+# .pyc files exist or not with pip's --no-compile, and files outside the site folder ("../../../bin/torchrun") are
+# scripts whose first line names the interpreter.
+_RECORD_INSTALL_ONLY = ("/direct_url.json", "/INSTALLER", "/REQUESTED", "/RECORD")
+
+
+def record_fingerprint(raw):
+    """sha256 of a RECORD's entries for the package's own files (sorted: the order is the installer's)."""
+    keep = []
+    for line in raw.splitlines():
+        path = line.rsplit(b",", 2)[0].decode("utf-8", "replace").replace("\\", "/")
+        if (not path or path.endswith(".pyc") or path.startswith("../")
+                or (".dist-info/" in path and path.endswith(_RECORD_INSTALL_ONLY))):
+            continue
+        keep.append(line.strip())
+    return hashlib.sha256(b"\n".join(sorted(keep))).hexdigest()
+
+
 def parse_metadata(raw):
     """The header fields of a METADATA/PKG-INFO file (RFC 822 style; continuation lines folded)."""
     text = raw.decode("utf-8")  # strict, as importlib.metadata reads it: undecodable METADATA is an error
@@ -149,8 +168,8 @@ def distribution_facts(name):
         except OSError:
             entry["installer"] = None
         entry["direct_url"] = _direct_url(folder)
-        try:  # RECORD lists every installed file with its hash: its own hash fingerprints the installed files
-            entry["record_sha256"] = hashlib.sha256(_read(folder, "RECORD", 1 << 23)).hexdigest()
+        try:  # RECORD lists every installed file with its hash: the files' fingerprint (fleet.drift)
+            entry["record_sha256"] = record_fingerprint(_read(folder, "RECORD", 1 << 23))
         except OSError:
             entry["record_sha256"] = None
         copies.append(entry)
