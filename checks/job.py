@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 
-from dsv4_doctor.jobargs import common_setting, line_to_add, role_settings, roles_to_check
+from dsv4_doctor.jobargs import common_setting, is_interpolation, line_to_add, role_settings, roles_to_check
 from dsv4_doctor.model import Check, Context, Fix, Phase, Profile, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 
@@ -46,9 +46,19 @@ def _job(ctx: Context) -> dict:
     return dict(ctx.profile.job or {})
 
 
-def _add(job: dict, role: str, setting: str, value, why: str) -> Fix:
+def _add(job: dict, role: str, setting: str, value, why: str, now: str | None = None) -> Fix:
+    """The argument to add, or, when the command states the setting already (`now`), the one to change it to."""
     line = line_to_add(job, role, setting, value)
+    if now is not None:
+        return Fix(f"Change in the training command, from {now!r} to: {line}  ({why})", key=f"job:{line}",
+                   phase=Phase.SETTING)
     return Fix(f"Add to the training command: {line}  ({why})", key=f"job:{line}", phase=Phase.SETTING)
+
+
+def _now(settings: dict, name: str) -> str | None:
+    """How the command states a setting now (its text as written), or None."""
+    s = settings.get(name)
+    return str(s.get("raw")) if isinstance(s, dict) else None
 
 
 def _value(settings: dict, name: str):
@@ -64,6 +74,23 @@ def _int(settings_or_setting, name: str | None = None) -> int | None:
     s = settings_or_setting.get(name) if name else settings_or_setting
     v = s.get("value") if isinstance(s, dict) else None
     return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _cp(job: dict, settings: dict) -> int:
+    """A role's CP size: as stated; --cp's when the command states one the doctor cannot resolve (the CLI insists on
+    --cp then); else 1, verl's and Megatron's default."""
+    value = _int(settings, "cp")
+    if value is not None:
+        return value
+    if _stated(settings, "cp"):
+        given = job.get("cp_given")
+        return given if isinstance(given, int) and not isinstance(given, bool) else 1
+    return 1
+
+
+def _unresolved(settings: dict, name: str) -> bool:
+    """The command states the setting as an interpolation the doctor could not resolve."""
+    return is_interpolation(_value(settings, name))
 
 
 def _label(job: dict, role: str) -> str:
@@ -89,6 +116,10 @@ def _world(job: dict) -> int | None:
     return nodes * per_node if nodes is not None and per_node is not None else None
 
 
+def _per_rank(needed_from: str) -> str:
+    return f"({needed_from}) / CP" if "+" in needed_from else f"{needed_from} / CP"
+
+
 def _needed_length(job: dict) -> tuple[int | None, str]:
     if job.get("kind") == "megatron":
         s = common_setting(job, "seq_length")
@@ -112,7 +143,7 @@ def _cp_args(ctx: Context) -> Result:
     evidence: dict = {"verl_sets_cp_settings": auto, "decided_from": why_auto, "roles": {}}
     for role in roles:
         st = role_settings(job, role)
-        cp = _int(st, "cp") or 1
+        cp = _cp(job, st)
         lab = _label(job, role)
         row: dict = {"cp": cp}
         evidence["roles"][role] = row
@@ -139,7 +170,8 @@ def _cp_args(ctx: Context) -> Result:
             if mode != "contiguous":
                 what = "not stated (Megatron's default is zigzag)" if mode is None else f"{mode}"
                 fails.append(f"{lab}cp_partition_mode is {what}: Megatron stops with \"{M1}\"")
-                fixes.append(_add(job, role, "cp_partition_mode", "contiguous", "DSv4 CP needs the contiguous layout"))
+                fixes.append(_add(job, role, "cp_partition_mode", "contiguous", "DSv4 CP needs the contiguous layout",
+                                  _now(st, "cp_partition_mode")))
             if sched is None:
                 fails.append(f"{lab}no sequence_packing_scheduler: Megatron stops with \"{M4}\"")
                 fixes.append(_add(job, role, "sequence_packing_scheduler", "dp_balanced",
@@ -147,7 +179,8 @@ def _cp_args(ctx: Context) -> Result:
             elif sched not in SCHEDULERS:
                 fails.append(f"{lab}sequence_packing_scheduler={sched}: Megatron stops with \"Unsupported scheduler: "
                              f"{sched}. Available schedulers: {list(SCHEDULERS)}\"")
-                fixes.append(_add(job, role, "sequence_packing_scheduler", "dp_balanced", "a supported scheduler"))
+                fixes.append(_add(job, role, "sequence_packing_scheduler", "dp_balanced", "a supported scheduler",
+                                  _now(st, "sequence_packing_scheduler")))
             if mode == "contiguous" and sched in SCHEDULERS:
                 notes.append(f"{lab}CP {cp}: cp_partition_mode=contiguous, sequence_packing_scheduler={sched}")
         row.update(cp_partition_mode=mode, scheduler=sched)
@@ -175,7 +208,7 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, notes, fixes) -> None:
                          f"\"{VERL_DYNAMIC}\"")
             if needed:
                 fixes.append(_add(job, role, "max_seqlen_per_dp_cp_rank", math.ceil(needed / cp),
-                                  f"{needed_from} / CP"))
+                                  _per_rank(needed_from)))
         elif job.get("kind") == "megatron":
             notes.append(f"{lab}max_seqlen_per_dp_cp_rank not stated (the Megatron-LM CLI derives it from "
                          "--seq-length)")
@@ -208,7 +241,8 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, notes, fixes) -> None:
         fails.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x {how} = {value * ranks} < {needed} ({needed_from}): "
                      "the longest sample does not fit, and Megatron asserts total_cp_ranks * "
                      "max_seqlen_per_dp_cp_rank >= seq_length")
-        fixes.append(_add(job, role, "max_seqlen_per_dp_cp_rank", math.ceil(needed / cp), f"{needed_from} / CP"))
+        fixes.append(_add(job, role, "max_seqlen_per_dp_cp_rank", math.ceil(needed / cp), _per_rank(needed_from),
+                          _now(st, "max_seqlen_per_dp_cp_rank")))
     else:
         notes.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x {how} = {value * ranks} >= {needed}")
 
@@ -251,18 +285,22 @@ def _parallelism(ctx: Context) -> Result:
     if not roles:
         return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read")
     world = _world(job)
-    fails, notes, fixes = [], [], []
+    fails, notes, fixes, unknown = [], [], [], []
     evidence: dict = {"world_size": world, "roles": {}}
     for role in roles:
         st, lab = role_settings(job, role), _label(job, role)
         tp = _int(st, "tp") if _stated(st, "tp") else 1
-        cp, pp = _int(st, "cp") or 1, _int(st, "pp") or 1
+        cp, pp = _cp(job, st), _int(st, "pp") or 1
         evidence["roles"][role] = {"tp": tp, "cp": cp, "pp": pp, "tp_stated": _stated(st, "tp")}
+        if tp is None and _unresolved(st, "tp"):
+            unknown.append(f"{lab}tensor_model_parallel_size={st['tp'].get('raw')!r}: not known (an interpolation "
+                           "the doctor cannot resolve here)")
+            continue
         if tp is None:
             fails.append(f"{lab}tensor_model_parallel_size={st['tp'].get('raw')!r} is not a number")
         elif tp != 1:
             fails.append(f"{lab}TP = {tp}: Megatron asserts \"{M6}\"")
-            fixes.append(_add(job, role, "tp", 1, "DSv4's attention supports TP 1 only"))
+            fixes.append(_add(job, role, "tp", 1, "DSv4's attention supports TP 1 only", _now(st, "tp")))
         else:
             notes.append(f"{lab}TP = 1" + ("" if _stated(st, "tp") else " (not stated: the default)"))
         if world is None:
@@ -274,9 +312,11 @@ def _parallelism(ctx: Context) -> Result:
         else:
             notes.append(f"{lab}TP x PP x CP = {(tp or 1) * pp * cp} divides the {world} GPUs "
                          f"(DP = {world // ((tp or 1) * pp * cp)})")
-    evidence.update(failures=fails, notes=notes)
+    evidence.update(failures=fails, notes=notes, unknown=unknown)
     if fails:
-        return failed("; ".join(fails), "\n".join(notes), fixes=fixes, evidence=evidence)
+        return failed("; ".join(fails), "\n".join(unknown + notes), fixes=fixes, evidence=evidence)
+    if unknown:
+        return skipped("; ".join(unknown + notes), evidence=evidence)
     return passed("; ".join(notes), evidence=evidence)
 
 
@@ -313,9 +353,13 @@ def _moe_dispatch(ctx: Context) -> Result:
     checked = 0
     for role in roles:
         st, lab = role_settings(job, role), _label(job, role)
-        cp = _int(st, "cp") or 1
+        cp = _cp(job, st)
         scheduler = _value(st, "sequence_packing_scheduler") or (
-            "default_dynamic_cp" if (auto and cp > 1) or _value(st, "dynamic_context_parallel") else None)
+            "default_dynamic_cp" if _value(st, "dynamic_context_parallel") else None)
+        if auto and cp > 1:
+            scheduler = "default_dynamic_cp"  # verl (#6555) sets it after the overrides, as job.cp-args says
+        elif scheduler is not None and scheduler not in SCHEDULERS:
+            scheduler = f"{scheduler} (which job.cp-args rejects)"
         if scheduler is None and _value(st, "use_varlen_dataset"):
             scheduler = "dp_balanced"
         if scheduler is None and cp > 1:
@@ -335,14 +379,16 @@ def _moe_dispatch(ctx: Context) -> Result:
         if dispatcher not in ("alltoall", "flex"):
             fails.append(f"{lab}moe_token_dispatcher_type={dispatcher} ({source}) with a packing scheduler: Megatron "
                          f"asserts \"{DISPATCH.format(dispatcher)}\"")
-            fixes.append(_add(job, role, "moe_token_dispatcher_type", "alltoall", "supported with sequence packing"))
+            fixes.append(_add(job, role, "moe_token_dispatcher_type", "alltoall", "supported with sequence packing",
+                              _now(st, "moe_token_dispatcher_type")))
         elif dispatcher == "flex":
             backend = _value(st, "moe_flex_dispatcher_backend") or "deepep"
             if not deep_ep:
                 fails.append(f"{lab}moe_token_dispatcher_type=flex (backend {backend}) but DeepEP (deep_ep) is not "
                              "installed: Megatron raises at the first MoE layer (HybridEP needs DeepEP's hybrid-ep "
                              "build; see mbridge.dsv4)")
-                fixes.append(_add(job, role, "moe_token_dispatcher_type", "alltoall", "no DeepEP needed"))
+                fixes.append(_add(job, role, "moe_token_dispatcher_type", "alltoall", "no DeepEP needed",
+                                  _now(st, "moe_token_dispatcher_type")))
             else:
                 warns.append(f"{lab}moe_token_dispatcher_type=flex (backend {backend}): DeepEP is installed; whether "
                              "its HybridEP kernels were built for this GPU is not checked (verl's image builds them "
@@ -398,7 +444,7 @@ def _indexer_loss(ctx: Context) -> Result:
                        "cannot be judged")
     if profile.cc != (9, 0):
         return skipped(f"CC {profile.gpu_arch}: the dense indexer loss rule is for SM90 only")
-    fails, notes, fixes = [], [], []
+    fails, notes, fixes, unknown = [], [], [], []
     evidence: dict = {"roles": {}}
     for role in roles:
         st, lab = role_settings(job, role), _label(job, role)
@@ -407,10 +453,14 @@ def _indexer_loss(ctx: Context) -> Result:
         if _value(st, "csa_dense_mode") is True:
             notes.append(f"{lab}csa_dense_mode: no ratio-4 indexer")
             continue
-        if not _stated(st, "dsa_indexer_loss_coeff"):
-            notes.append(f"{lab}dsa_indexer_loss_coeff: not stated" + (
-                " (Megatron's default None: no indexer loss)" if job.get("kind") == "megatron" else
-                " (Megatron-Bridge's DSv4 provider decides)"))
+        if not _stated(st, "dsa_indexer_loss_coeff") and job.get("kind") == "megatron":
+            notes.append(f"{lab}dsa_indexer_loss_coeff not stated: Megatron's default None, no indexer loss")
+            continue
+        if not _stated(st, "dsa_indexer_loss_coeff") or _unresolved(st, "dsa_indexer_loss_coeff"):
+            # Megatron-Bridge's DSv4 provider decides what verl does not state: not known from the command.
+            unknown.append(f"{lab}dsa_indexer_loss_coeff: not stated (Megatron-Bridge's DSv4 provider decides)"
+                           if not _stated(st, "dsa_indexer_loss_coeff") else
+                           f"{lab}dsa_indexer_loss_coeff={_now(st, 'dsa_indexer_loss_coeff')!r}: not known")
             continue
         if not isinstance(coeff, (int, float)) or isinstance(coeff, bool):
             notes.append(f"{lab}dsa_indexer_loss_coeff={coeff!r} is not a number")
@@ -424,10 +474,13 @@ def _indexer_loss(ctx: Context) -> Result:
         fails.append(f"{lab}dense indexer loss (coeff {coeff}, dsa_indexer_use_sparse_loss "
                      f"{'not stated' if sparse is None else sparse}) with fused DSA on SM90: Megatron stops with "
                      f"\"{M10}\"")
-        fixes.append(_add(job, role, "dsa_indexer_use_sparse_loss", True, "as verl's DSv4 example sets it"))
-    evidence.update(failures=fails, notes=notes)
+        fixes.append(_add(job, role, "dsa_indexer_use_sparse_loss", True, "as verl's DSv4 example sets it",
+                          _now(st, "dsa_indexer_use_sparse_loss")))
+    evidence.update(failures=fails, notes=notes, unknown=unknown)
     if fails:
-        return failed("; ".join(fails), "\n".join(notes), fixes=fixes, evidence=evidence)
+        return failed("; ".join(fails), "\n".join(unknown + notes), fixes=fixes, evidence=evidence)
+    if unknown:
+        return skipped("; ".join(unknown + notes), evidence=evidence)
     return passed("; ".join(notes), evidence=evidence)
 
 
@@ -454,6 +507,10 @@ job_indexer_loss = Check(
 def _env(ctx: Context) -> Result:
     job = _job(ctx)
     env = dict(os.environ)
+    unset = job.get("unset")
+    for name in unset if isinstance(unset, list) else []:  # `env -u NAME` in front of the command
+        if isinstance(name, str):
+            env.pop(name, None)
     env.update({k: v for k, v in (job.get("env") or {}).items() if isinstance(v, str)})
     names = [str(g.get("name", "")) for g in ctx.gpus()]
     warns, notes = [], []
@@ -514,4 +571,82 @@ job_env = Check(
     run=_env,
 )
 
-CHECKS = [job_cp_args, job_parallelism, job_moe_dispatch, job_indexer_loss, job_env]
+# ---------------------------------------------------------------------------------------------- job.dsa-backend
+
+M13 = ("dsv4_hybrid does not support dsa_kernel_backend='tilelang'; use 'cudnn' for fused CSA kernels or 'none' for "
+       "the PyTorch fallback.")
+BACKENDS = ("none", "cudnn")
+
+
+def _dsa_backend(ctx: Context) -> Result:
+    job = _job(ctx)
+    roles = roles_to_check(job)
+    if not roles:
+        return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read")
+    decided = str(job.get("dsa_backend_decided") or "")
+    fails: list[str] = []
+    notes: list[str] = []
+    unknown: list[str] = []
+    fixes: list[Fix] = []
+    evidence: dict = {"decided": decided, "roles": {}}
+    for role in roles:
+        st, lab = role_settings(job, role), _label(job, role)
+        backend, fusion = _value(st, "dsa_kernel_backend"), _value(st, "apply_dsa_kernel_fusion")
+        evidence["roles"][role] = {"dsa_kernel_backend": backend, "apply_dsa_kernel_fusion": fusion}
+        if not _stated(st, "dsa_kernel_backend"):
+            (notes if _stated(st, "apply_dsa_kernel_fusion") else unknown).append(
+                f"{lab}dsa_kernel_backend not stated" + (f" (apply_dsa_kernel_fusion={fusion})"
+                                                         if _stated(st, "apply_dsa_kernel_fusion") else ""))
+            continue
+        if _unresolved(st, "dsa_kernel_backend"):
+            unknown.append(f"{lab}dsa_kernel_backend={_now(st, 'dsa_kernel_backend')!r}: not known")
+            continue
+        if backend == "tilelang":
+            fails.append(f"{lab}dsa_kernel_backend=tilelang: Megatron stops with \"{M13}\"")
+        elif backend not in BACKENDS:
+            fails.append(f"{lab}dsa_kernel_backend={backend!r}: Megatron accepts only 'none' and 'cudnn' for DSv4 "
+                         "(its CLI's choices are none, tilelang and cudnn, and tilelang is rejected for dsv4_hybrid)")
+        elif fusion in (True, False) and backend not in ("none", "cudnn" if fusion else "none"):
+            legacy = "cudnn" if fusion else "none"
+            fails.append(f"{lab}apply_dsa_kernel_fusion={fusion} maps to dsa_kernel_backend={legacy!r}, but "
+                         f"dsa_kernel_backend={backend!r} is stated too: Megatron raises \"Conflicting DSA kernel "
+                         "controls\"")
+        else:
+            notes.append(f"{lab}dsa_kernel_backend={backend}")
+            continue
+        fixes.append(_add(job, role, "dsa_kernel_backend", "cudnn", "the fused kernels; or none for the PyTorch "
+                          "fallback", _now(st, "dsa_kernel_backend")))
+    evidence.update(failures=fails, notes=notes, unknown=unknown)
+    if fails:
+        return failed("; ".join(fails), "\n".join(unknown + notes + [decided]), fixes=fixes, evidence=evidence)
+    if unknown and not notes:
+        return skipped("; ".join(unknown) + f": {decided}", evidence=evidence)
+    return passed("; ".join(notes + unknown), decided, evidence=evidence)
+
+
+job_dsa_backend = Check(
+    id="job.dsa-backend",
+    title="The job's DSA kernel backend is one DSv4 accepts",
+    explanation="""
+        Megatron's DSv4 layer takes `dsa_kernel_backend` `none` (the PyTorch fallback) or `cudnn` (the cuDNN
+        frontend's DSA kernels and FlashMLA); it rejects `tilelang` for dsv4_hybrid, and the Megatron-LM CLI's
+        choices reject anything else. The deprecated `apply_dsa_kernel_fusion` maps True to cudnn and False to none,
+        and stating it beside a different backend raises "Conflicting DSA kernel controls". A backend the command
+        does not state is the path's default: cudnn for the Megatron-LM CLI with dsv4_hybrid, off through verl and
+        Megatron-Bridge; the report's profile says which was used, and the environment checks follow it.
+    """,
+    applies_when="job arguments given",
+    detects="the training command's dsa_kernel_backend and apply_dsa_kernel_fusion",
+    sources=(
+        mlm(TC, "1618-1646", "Megatron-LM dev transformer_config.py L1618-1646 (apply_dsa_kernel_fusion folded in)"),
+        mlm(TC, "1766-1770", "Megatron-LM dev transformer_config.py L1766-1770 (tilelang rejected for dsv4_hybrid)"),
+        mlm("megatron/training/argument_utils.py", "370-387",
+            "Megatron-LM dev argument_utils.py L370-387 (an omitted --dsa-kernel-backend is cudnn for dsv4_hybrid)"),
+    ),
+    skip_if=_no_job,
+    only_with="job",
+    run=_dsa_backend,
+)
+
+
+CHECKS = [job_cp_args, job_parallelism, job_moe_dispatch, job_indexer_loss, job_dsa_backend, job_env]

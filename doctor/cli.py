@@ -67,12 +67,12 @@ def _ids(values: Sequence[str] | None) -> list[str]:
     return out
 
 
-def check_output_path(path: str | None) -> None:
+def check_output_path(path: str | None, option: str = "--output") -> None:
     """A report file that cannot be written is a usage error, said before any work."""
     if path is None:
         return
     if os.path.isdir(path):
-        raise UsageError(f"--output {path!r} is a directory")
+        raise UsageError(f"{option} {path!r} is a directory")
     import stat
 
     try:
@@ -81,15 +81,15 @@ def check_output_path(path: str | None) -> None:
         mode = None
     if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)):
         # A FIFO would block the finished run until some reader appears; a socket cannot be opened at all.
-        raise UsageError(f"--output {path!r} is not a regular file")
+        raise UsageError(f"{option} {path!r} is not a regular file")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise UsageError(f"--output {path!r}: {parent} is not a directory")
+        raise UsageError(f"{option} {path!r}: {parent} is not a directory")
     if os.path.exists(path):
         if not os.access(path, os.W_OK):
-            raise UsageError(f"--output {path!r} is not writable")
+            raise UsageError(f"{option} {path!r} is not writable")
     elif not os.access(parent, os.W_OK):
-        raise UsageError(f"--output {path!r}: {parent} is not writable")
+        raise UsageError(f"{option} {path!r}: {parent} is not writable")
 
 
 # ------------------------------------------------------------------------------------------------------ parser
@@ -283,12 +283,27 @@ def _profile(args, smoke: str, job_argv: Sequence[str] | None = None) -> Profile
     job = jobargs.parse(job_argv)
     cp = job.cp()
     backend, how = job.dsa_backend()
-    if getattr(args, "cp", None) not in (None, cp):
-        raise UsageError(f"--cp {args.cp} contradicts the job's context_parallel_size {cp}: leave --cp out with "
-                         "--job-args")
+    data = job.to_dict()
+    given_cp = getattr(args, "cp", None)
+    if cp is None:
+        if given_cp is None:
+            raise UsageError("the job's context_parallel_size is an interpolation the doctor cannot resolve (not in "
+                             "the environment, nor another override of the command; a shell variable left "
+                             "unexpanded?): pass the command as the job runs it, or give the CP size with --cp N")
+        cp = data["cp_given"] = given_cp
+    elif given_cp not in (None, cp):
+        raise UsageError(f"--cp {given_cp} contradicts the job's context_parallel_size {cp}: leave --cp out with "
+                         "job arguments")
+    if cp > 1024:
+        raise UsageError(f"the job's context_parallel_size {cp} is larger than 1024")
+    if backend not in ("cudnn", "none"):
+        # Megatron rejects it at config validation (job.dsa-backend says so); the environment is judged for the
+        # fused kernels, the stricter of the two it accepts.
+        data["dsa_backend_stated"] = backend
+        how = f"{how}, which Megatron rejects (see job.dsa-backend); the environment is checked for cudnn"
+        backend = "cudnn"
     if getattr(args, "dsa_backend", None) not in (None, backend):
         raise UsageError(f"--dsa-backend {args.dsa_backend} contradicts the job's ({backend}, {how})")
-    data = job.to_dict()
     data["dsa_backend_decided"] = how
     return replace(base, cp=cp, dsa_backend=backend, dsa_backend_source="job", job=data)
 
@@ -566,7 +581,7 @@ def cmd_preflight(args) -> int:
         command = command[1:]
     elif command:
         raise UsageError(f"put the training command after `--` (got {command[0]!r} first)")
-    check_output_path(args.report)
+    check_output_path(args.report, "--report")
     profile = _profile(args, "off" if args.no_smoke else "auto", command)
     env, profile = _fleet_env(args, profile)
     started = time.monotonic()
@@ -617,6 +632,15 @@ def _exec(command: list[str]) -> int:
         if stream is not None:
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
+    import signal
+
+    # Python ignores SIGPIPE and SIGXFSZ at start-up, and an ignored signal stays ignored across exec: put them back
+    # to the default, as subprocess's restore_signals does (found in review: the job's `yes | head` printed "Broken
+    # pipe" instead of ending quietly).
+    for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
+        if hasattr(signal, name):
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(getattr(signal, name), signal.SIG_DFL)
     try:
         os.execvp(command[0], command)
     except OSError as exc:

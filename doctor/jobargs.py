@@ -7,9 +7,12 @@ Two syntaxes are understood, behind any number of wrappers (`env K=V`, `torchrun
   override_transformer_config.<field>`, ...) and `data.max_prompt_length` / `data.max_response_length`;
 - Megatron-LM flags (`--context-parallel-size 2`, `--cp-partition-mode=contiguous`, ...).
 
-Nothing is evaluated: a value is taken as written (an unexpanded `${ACTOR_CP}` stays text and reads as "not a
-number"). Keys and flags the doctor does not use are listed by name, never with their values (they may hold secrets).
-A setting the command does not state is absent, never guessed: the job checks say "not stated".
+Nothing is run: a value is taken as written, except OmegaConf interpolations in verl overrides, which verl resolves
+before Megatron sees them: `${oc.env:NAME}` / `${oc.env:NAME,default}` from the job's environment (the doctor runs in
+it at preflight) and `${other.key}` from another override of the same command. One that cannot be resolved stays text
+and is reported as not known (a shell variable left unexpanded, `${ACTOR_CP}`, is one). Keys and flags the doctor does
+not use are listed by name, never with their values (they may hold secrets). A setting the command does not state is
+absent, never guessed: the job checks say "not stated".
 """
 
 from __future__ import annotations
@@ -80,9 +83,17 @@ MAX_ARG_CHARS = 65_536
 class Setting:
     value: Any  # int, float, bool, None or str, parsed as Hydra/argparse would
     raw: str  # as written in the command
+    resolved: str | None = None  # how an interpolation was resolved ("from the environment", ...)
 
     def to_dict(self) -> dict:
-        return {"value": self.value, "raw": self.raw}
+        out = {"value": self.value, "raw": self.raw}
+        if self.resolved:
+            out["resolved"] = self.resolved
+        return out
+
+
+def is_interpolation(value: Any) -> bool:
+    return isinstance(value, str) and "${" in value
 
 
 @dataclass
@@ -97,6 +108,7 @@ class Job:
     roles: dict[str, dict[str, Setting]] = field(default_factory=dict)
     common: dict[str, Setting] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # `env K=V` in front of the command
+    unset: list[str] = field(default_factory=list)  # `env -u NAME` in front of the command
     unknown: list[str] = field(default_factory=list)  # keys and flags not used by any check (names only)
 
     def effective(self, role: str) -> dict[str, Setting]:
@@ -113,26 +125,32 @@ class Job:
             return ["actor"] + [r for r in ("ref", "critic") if self.roles.get(r)]
         return []
 
-    def cp(self) -> int:
-        """The job's CP size: the largest a checked role states (1, the default of verl and Megatron, if none)."""
+    def cp(self) -> int | None:
+        """The job's CP size: the largest a checked role states (1, the default of verl and Megatron, if none);
+        None when a role states one the doctor cannot read (an interpolation it cannot resolve)."""
         sizes = [1]
         for role in self.checked_roles():
             s = self.effective(role).get("cp")
-            if s is not None:
-                sizes.append(_positive_int(s, "context_parallel_size"))
+            if s is None:
+                continue
+            if is_interpolation(s.value):
+                return None
+            sizes.append(_positive_int(s, "context_parallel_size"))
         return max(sizes)
 
     def dsa_backend(self) -> tuple[str, str]:
         """(backend, how it was decided)."""
         for role in self.checked_roles():
             eff = self.effective(role)
-            backend = eff.get("dsa_kernel_backend")
-            if backend is not None:
-                return str(backend.value), f"stated: {backend.raw}"
-            fusion = eff.get("apply_dsa_kernel_fusion")
-            if fusion is not None:
-                chosen = "cudnn" if fusion.value is True else "none"
-                return chosen, f"stated: {fusion.raw} (the deprecated switch; {chosen})"
+            backend, fusion = eff.get("dsa_kernel_backend"), eff.get("apply_dsa_kernel_fusion")
+            value = None if backend is None else "null" if backend.value is None else str(backend.value)
+            if fusion is not None and fusion.value in (True, False) and value in (None, "none"):
+                # TransformerConfig folds the deprecated switch in: it wins over an unset or "none" backend.
+                legacy = "cudnn" if fusion.value else "none"
+                return legacy, (f"stated: apply_dsa_kernel_fusion={fusion.raw} (the deprecated switch; {legacy}"
+                                + (", over dsa_kernel_backend=none)" if value else ")"))
+            if backend is not None and value is not None:
+                return value, f"stated: {backend.raw}" + (f" ({backend.resolved})" if backend.resolved else "")
         if self.kind == "megatron":
             return "cudnn", ("not stated: the Megatron-LM CLI resolves an omitted --dsa-kernel-backend to cudnn for "
                              "dsv4_hybrid")
@@ -144,29 +162,31 @@ class Job:
             "kind": self.kind, "syntax": self.syntax, "launcher": self.launcher[:8], "entry": self.entry,
             "roles": {r: {k: s.to_dict() for k, s in v.items()} for r, v in self.roles.items()},
             "common": {k: s.to_dict() for k, s in self.common.items()},
-            "env": dict(self.env), "unknown": self.unknown[:200], "unknown_count": len(self.unknown),
+            "env": dict(self.env), "unset": self.unset[:50], "unknown": self.unknown[:200],
+            "unknown_count": len(self.unknown),
         }
 
 
 def _positive_int(setting: Setting, name: str) -> int:
     value = setting.value
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"the job's {name}={setting.raw!r} is not a positive whole number (was it expanded by the "
-                         "shell? pass the command as the job runs it)")
+        raise UsageError(f"the job's {name}={setting.raw!r} is not a positive whole number")
     return value
 
 
-def parse_value(raw: str) -> Any:
-    """A Hydra or argparse value: null, booleans, numbers, else the text (one level of matching quotes removed)."""
+def parse_value(raw: str, hydra: bool = True) -> Any:
+    """A Hydra value (null, booleans, numbers, else the text, one level of matching quotes removed), or an argparse
+    one (`hydra=False`: numbers, else the text; argparse has no null or booleans, so `none` is the text "none", as it
+    is in Hydra's grammar too)."""
     text = raw.strip()
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return text[1:-1]
     low = text.lower()
-    if low in ("null", "none", "~"):
+    if hydra and low == "null":
         return None
-    if low == "true":
+    if hydra and low == "true":
         return True
-    if low == "false":
+    if hydra and low == "false":
         return False
     if re.fullmatch(r"[+-]?\d+", text):
         return int(text)
@@ -220,8 +240,27 @@ def _strip_wrappers(argv: list[str], job: Job) -> list[str]:
     if os.path.basename(argv[0]) == "env":
         job.launcher.append("env")
         i = 1
-        while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("--",):
-            i += 1
+        while i < len(argv) and argv[i].startswith("-"):
+            arg = argv[i]
+            if arg == "--":
+                i += 1
+                break
+            if arg in ("-u", "--unset", "-C", "--chdir", "-S", "--split-string"):  # GNU env options with a value
+                if i + 1 >= len(argv):
+                    raise UsageError(f"`env {arg}` without a value in the training command")
+                name, value, i = arg, argv[i + 1], i + 2
+            elif arg.startswith(("--unset=", "--chdir=", "--split-string=")):
+                name, _, value = arg.partition("=")
+                i += 1
+            elif arg[:2] in ("-u", "-C", "-S") and not arg.startswith("--"):
+                name, value, i = arg[:2], arg[2:], i + 1
+            else:  # -i, -0, -v, --ignore-signal[=SIG], ...: no separate value
+                i += 1
+                continue
+            if name in ("-u", "--unset"):
+                job.unset.append(value[:200])
+            elif name in ("-S", "--split-string"):  # `env -S "A=1 prog args"`: its words come next
+                argv = argv[:i] + split_job_args(value) + argv[i:]
         while i < len(argv) and _ENV.fullmatch(argv[i]):
             name, value = argv[i].split("=", 1)
             job.env[name] = value
@@ -287,7 +326,80 @@ def _skip_torchrun(argv: list[str], i: int, job: Job) -> int:
     return i
 
 
+def _flat_dict(raw: str) -> dict[str, str] | None:
+    """`{a:1,b:'x y'}` (a Hydra dict value, one level) -> {"a": "1", "b": "'x y'"}; None for anything else."""
+    text = raw.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        return None
+    body, items, current, quote = text[1:-1], [], "", ""
+    for ch in body:
+        if quote:
+            current += ch
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote, current = ch, current + ch
+        elif ch in "{}[]":
+            return None  # nested: not read
+        elif ch == ",":
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    if quote:
+        return None
+    if current.strip():
+        items.append(current)
+    out = {}
+    for item in items:
+        key, colon, value = item.partition(":")
+        if not colon or not re.fullmatch(r"\s*[A-Za-z_][A-Za-z0-9_]*\s*", key):
+            return None
+        out[key.strip()] = value.strip()
+    return out
+
+
+_INTERPOLATION = re.compile(r"\$\{(?:oc\.env:(?P<env>[A-Za-z_][A-Za-z0-9_]*)(?:,(?P<default>[^{}$]*))?|"
+                            r"(?P<key>[A-Za-z_][A-Za-z0-9_.]*))\}")
+
+
+def _resolve(setting: Setting, overrides: dict[str, str], env: dict[str, str], depth: int = 0) -> Setting:
+    """A value that is exactly one OmegaConf interpolation, resolved as verl's config would resolve it; else as it
+    was (and one that cannot be resolved stays the text, which the checks report as not known)."""
+    m = _INTERPOLATION.fullmatch(str(setting.value).strip()) if isinstance(setting.value, str) else None
+    if m is None or depth > 8:
+        return setting
+    if m.group("env"):
+        name = m.group("env")
+        if name in env:
+            return Setting(parse_value(env[name]), setting.raw, f"{name} from the job's environment")
+        if m.group("default") is not None:
+            return Setting(parse_value(m.group("default")), setting.raw, f"{name} unset: the default")
+        return setting
+    key = m.group("key")
+    if key in overrides:
+        inner = _resolve(Setting(parse_value(overrides[key]), overrides[key]), overrides, env, depth + 1)
+        if not is_interpolation(inner.value):
+            return Setting(inner.value, setting.raw, f"from {key}" + (f" ({inner.resolved})" if inner.resolved else ""))
+    return setting
+
+
 def _parse_hydra(args: list[str], job: Job) -> None:
+    overrides: dict[str, str] = {}  # every key's text, for ${key} interpolations; never reported
+    for arg in args:
+        m = _HYDRA.fullmatch(arg)
+        if m is not None and not arg.startswith("-") and m.group("value") is not None:
+            overrides[m.group("key")] = m.group("value")
+            for name, value in (_flat_dict(m.group("value")) or {}).items():
+                overrides[f"{m.group('key')}.{name}"] = value
+    env = dict(os.environ)
+    for name in job.unset:
+        env.pop(name, None)
+    env.update(job.env)
+
+    def put(target: dict, name: str, raw: str) -> None:
+        target[name] = _resolve(Setting(parse_value(raw), raw), overrides, env)
+
     for arg in args:
         m = _HYDRA.fullmatch(arg)
         if m is None or arg.startswith("-"):
@@ -301,22 +413,28 @@ def _parse_hydra(args: list[str], job: Job) -> None:
             continue
         assert raw is not None
         if key in VERL_COMMON:
-            job.common[VERL_COMMON[key]] = Setting(parse_value(raw), raw)
+            put(job.common, VERL_COMMON[key], raw)
             continue
         for role, base in VERL_ROLES.items():
             head = base + ".megatron."
             if not key.startswith(head):
                 continue
             name = key[len(head):]
+            fields = {}
             if name in VERL_ENGINE:
-                job.roles.setdefault(role, {})[VERL_ENGINE[name]] = Setting(parse_value(raw), raw)
-            elif name.startswith("override_transformer_config.") and \
-                    name.split(".", 1)[1] in CONFIG_FIELDS:
-                config = name.split(".", 1)[1]
-                setting = {"context_parallel_size": "cp", "tensor_model_parallel_size": "tp"}.get(config, config)
-                job.roles.setdefault(role, {})[setting] = Setting(parse_value(raw), raw)
+                put(job.roles.setdefault(role, {}), VERL_ENGINE[name], raw)
+            elif name.startswith("override_transformer_config."):
+                fields = {name.split(".", 1)[1]: raw}
+            elif name == "override_transformer_config" and _flat_dict(raw) is not None:
+                fields = _flat_dict(raw) or {}  # `...override_transformer_config={a:1,b:x}`
             else:
                 job.unknown.append(key[:200])
+            for config, value in fields.items():
+                if config in CONFIG_FIELDS:
+                    setting = {"context_parallel_size": "cp", "tensor_model_parallel_size": "tp"}.get(config, config)
+                    put(job.roles.setdefault(role, {}), setting, value)
+                else:
+                    job.unknown.append(f"{head}override_transformer_config.{config}"[:200])
             break
         else:
             job.unknown.append(key[:200])
@@ -348,7 +466,7 @@ def _parse_megatron(args: list[str], job: Job) -> None:
                 raw = args[i + 1]
                 i += 2
             target = job.common if setting == "seq_length" else settings
-            target[setting] = Setting(parse_value(raw), raw)
+            target[setting] = Setting(parse_value(raw, hydra=False), raw)
         else:
             if has_eq:
                 raise UsageError(f"{arg.split('=', 1)[0]} takes no value in Megatron-LM")

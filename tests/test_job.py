@@ -130,12 +130,75 @@ def test_malformed_commands_are_usage_errors(argv, message):
 
 
 def test_an_unexpanded_variable_is_a_usage_error_not_a_guess():
-    job = parse(["python3", "-m", "verl.trainer.main_ppo",
-                 "actor_rollout_ref.actor.megatron.context_parallel_size=${ACTOR_CP}"])
+    argv = ["python3", "-m", "verl.trainer.main_ppo",
+            "actor_rollout_ref.actor.megatron.context_parallel_size=${ACTOR_CP}"]
+    assert parse(argv).cp() is None  # not known, never guessed
+    run = run_doctor("check", "--no-smoke", "--only", "job.*", "--job-args", shlex.join(argv))
+    assert run.returncode == 2 and "cannot resolve" in run.stderr and "--cp N" in run.stderr
+    given = run_doctor("check", "--no-smoke", "--only", "job.cp-args", "--cp", "2", "--job-args", shlex.join(argv))
+    assert given.returncode == 1 and "cp 2 from --cp" in given.stdout  # --cp fills in what the command cannot say
+    assert "cp_partition_mode is not stated" in given.stdout  # and the CP > 1 rules apply to it
     with pytest.raises(UsageError, match="not a positive whole number"):
-        job.cp()
+        parse(["pretrain_gpt.py", "--context-parallel-size", "two"]).cp()
     with pytest.raises(UsageError, match="unbalanced quotes"):
         split_job_args("python3 -m x 'open")
+
+
+def test_interpolations_resolve_as_verl_resolves_them(monkeypatch):
+    monkeypatch.setenv("DOCTOR_TEST_TP", "1")
+    monkeypatch.delenv("DOCTOR_TEST_UNSET", raising=False)
+    job = parse(["env", "DOCTOR_TEST_CP=4", "python3", "-m", "verl.trainer.main_ppo",
+                 "actor_rollout_ref.actor.megatron.context_parallel_size=${oc.env:DOCTOR_TEST_CP}",
+                 "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=${oc.env:DOCTOR_TEST_TP}",
+                 "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=${oc.env:DOCTOR_TEST_UNSET,2}",
+                 "actor_rollout_ref.ref.megatron.context_parallel_size="
+                 "${actor_rollout_ref.actor.megatron.context_parallel_size}"])
+    actor, ref = job.roles["actor"], job.roles["ref"]
+    assert (actor["cp"].value, actor["tp"].value, actor["pp"].value, ref["cp"].value) == (4, 1, 2, 4)
+    assert actor["cp"].raw == "${oc.env:DOCTOR_TEST_CP}" and "environment" in (actor["cp"].resolved or "")
+    assert job.cp() == 4
+    row = job_rows(None, ["python3", "-m", "verl.trainer.main_ppo",
+                          "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=${oc.env:DOCTOR_TEST_UNSET}"]
+                   )["job.parallelism"]
+    assert row["status"] == "skip" and "not known" in row["summary"]  # not "not a number": verl may resolve it
+
+
+def test_a_dict_override_and_env_options_are_read():
+    job = parse(["env", "-u", "NCCL_NVLS_ENABLE", "-S", "CUDA_DEVICE_MAX_CONNECTIONS=1", "python3", "-m",
+                 "verl.trainer.main_ppo", "actor_rollout_ref.actor.megatron.context_parallel_size=2",
+                 f"++{OTC}={{cp_partition_mode:contiguous,sequence_packing_scheduler:'dp_balanced',recompute_method:x}}"])
+    assert job.unset == ["NCCL_NVLS_ENABLE"] and job.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert job.entry == "verl.trainer.main_ppo"
+    actor = job.roles["actor"]
+    assert actor["cp_partition_mode"].value == "contiguous"
+    assert actor["sequence_packing_scheduler"].value == "dp_balanced"
+    assert f"{OTC}.recompute_method" in job.unknown
+
+
+def test_the_dsa_backend_as_stated():
+    none_h = parse(["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=none"]).dsa_backend()
+    none_m = parse(["pretrain_gpt.py", "--dsa-kernel-backend", "none"]).dsa_backend()
+    assert none_h[0] == none_m[0] == "none"  # "none" is text, not null, in Hydra's grammar and in argparse
+    folded = parse(["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=none",
+                    f"++{OTC}.apply_dsa_kernel_fusion=True"]).dsa_backend()
+    assert folded[0] == "cudnn" and "over dsa_kernel_backend=none" in folded[1]  # TransformerConfig folds it in
+    rows = job_rows(None, ["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=none",
+                           "actor_rollout_ref.actor.megatron.context_parallel_size=2"], "--gpu-arch", "9.0")
+    assert rows["_profile"]["dsa_backend"] == "none" and rows["job.dsa-backend"]["status"] == "pass"
+    assert rows["job.indexer-loss"]["status"] == "skip"
+    tile = job_rows(None, MEGATRON + ["--dsa-kernel-backend", "tilelang"])
+    assert tile["job.dsa-backend"]["status"] == "fail" and "does not support dsa_kernel_backend='tilelang'" in \
+        tile["job.dsa-backend"]["summary"]
+    assert any("from 'tilelang' to: --dsa-kernel-backend cudnn" in f for f in _commands(tile["job.dsa-backend"]))
+    assert tile["_profile"]["dsa_backend"] == "cudnn" and "Megatron rejects" in \
+        tile["_profile"]["job"]["dsa_backend_decided"]
+    upper = job_rows(None, MEGATRON + ["--dsa-kernel-backend", "CUDNN"])["job.dsa-backend"]
+    assert upper["status"] == "fail" and "accepts only 'none' and 'cudnn'" in upper["summary"]
+    clash = job_rows(None, ["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=cudnn",
+                            f"++{OTC}.apply_dsa_kernel_fusion=False"])["job.dsa-backend"]
+    assert clash["status"] == "fail" and "Conflicting DSA kernel controls" in clash["summary"]
+    quiet = job_rows(None, ["python3", "-m", "verl.trainer.main_ppo", "x.y=1"])["job.dsa-backend"]
+    assert quiet["status"] == "skip" and "not stated" in quiet["summary"]
 
 
 def test_lines_to_add_use_the_commands_own_syntax():
@@ -237,6 +300,14 @@ def test_dispatcher_with_packing(tmp_path):
     assert job_rows(env, base + ["--moe-token-dispatcher-type", "flex"])["job.moe-dispatch"]["status"] == "warn"
 
 
+def test_the_text_report_says_how_the_backend_was_decided_and_what_was_not_read():
+    run = run_doctor("check", "--no-smoke", "--only", "job.dsa-backend", "--job-args",
+                     shlex.join(["python3", "-m", "verl.trainer.main_ppo", "trainer.total_epochs=3"]))
+    head = run.stdout.split("Status")[0]
+    assert "job: dsa-backend none (not stated: through verl" in " ".join(head.split())
+    assert "not read by any check: trainer.total_epochs" in " ".join(head.split())
+
+
 def test_dense_indexer_loss_on_sm90():
     dense = [a for a in verl_example(2) if "dsa_indexer_use_sparse_loss" not in a and "loss_coeff" not in a]
     dense += [f"++{OTC}.dsa_indexer_loss_coeff=0.1"]
@@ -245,7 +316,23 @@ def test_dense_indexer_loss_on_sm90():
     assert any(f"++{OTC}.dsa_indexer_use_sparse_loss=True" in f for f in _commands(row))
     assert job_rows(None, verl_example(2), "--gpu-arch", "9.0")["job.indexer-loss"]["status"] == "pass"
     assert job_rows(None, dense, "--gpu-arch", "10.0")["job.indexer-loss"]["status"] == "skip"
+    # verl without a coefficient: Megatron-Bridge's provider decides, which the command does not say.
+    unstated = [a for a in verl_example(2) if "loss_coeff" not in a]
+    row = job_rows(None, unstated, "--gpu-arch", "9.0")["job.indexer-loss"]
+    assert row["status"] == "skip" and "not stated" in row["summary"]
 
+
+def test_a_setting_stated_wrong_is_changed_not_added():
+    argv = MEGATRON + ["--context-parallel-size", "2", "--cp-partition-mode", "zigzag",
+                       "--sequence-packing-scheduler", "dp_balanced", "--max-seqlen-per-dp-cp-rank", "2048"]
+    fixes = _commands(job_rows(None, argv)["job.cp-args"])
+    assert any(f.startswith("Change in the training command, from 'zigzag' to: --cp-partition-mode contiguous")
+               for f in fixes)
+    assert any("from '2048' to: --max-seqlen-per-dp-cp-rank 4096" in f for f in fixes)
+    verl = verl_example(2, prompt=4096, response=4096)
+    verl = [a if "max_seqlen_per_dp_cp_rank" not in a else a.replace("=4096", "=1000") for a in verl]
+    fixes = _commands(job_rows(None, verl)["job.cp-args"])
+    assert any("(data.max_prompt_length + data.max_response_length) / CP" in f for f in fixes)
 
 def test_job_env_reads_the_command_and_the_environment():
     argv = ["env", "NCCL_NVLS_ENABLE=0", "CUDA_DEVICE_MAX_CONNECTIONS=1"] + verl_example(2)
@@ -309,6 +396,11 @@ def test_preflight_usage_errors(tmp_path):
     for args in (["preflight"], ["preflight", "python3", "x.py"], ["preflight", "--", "torchrun", "--nnodes"]):
         run = run_doctor(*args)
         assert run.returncode == 2 and "Traceback" not in run.stderr, (args, run.stderr)
+    # Each names what the user gave, not an option of another command.
+    run = run_doctor("preflight", "--report", str(tmp_path / "no" / "r.json"), "--", "true")
+    assert run.returncode == 2 and "--report" in run.stderr and "--output" not in run.stderr
+    run = run_doctor("preflight", "--", "pretrain_gpt.py", "--context-parallel-size", "99999")
+    assert run.returncode == 2 and "the job's context_parallel_size 99999" in run.stderr and "--cp" not in run.stderr
     missing = run_doctor("preflight", "--only", "python.version", "--", "/no/such/program")
     assert missing.returncode == 127 and "could not start" in missing.stderr
 
@@ -320,6 +412,21 @@ def _bare(tmp_path: Path) -> str:
     if not root.exists():
         venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
     return str(root / "bin" / "python")
+
+
+def test_the_job_gets_default_signal_dispositions(tmp_path):
+    """Python ignores SIGPIPE and SIGXFSZ; an ignored signal stays ignored across exec. The job must not inherit
+    that: `yes | head -n1` in it must end yes with SIGPIPE, not with a "Broken pipe" error."""
+    listing = tmp_path / "sigign"
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\ngrep SigIgn /proc/self/status > \"$1\"\n")
+    script.chmod(0o755)
+    done = subprocess.run(doctor_command() + ["preflight", "--no-smoke", "--only", "python.version", "--",
+                                              str(script), str(listing)],
+                          capture_output=True, text=True, timeout=120, start_new_session=True)
+    assert done.returncode == 0, done.stderr
+    mask = int(listing.read_text().split()[1], 16)
+    assert not mask & (1 << (13 - 1)) and not mask & (1 << (25 - 1)), hex(mask)  # SIGPIPE, SIGXFSZ
 
 
 def test_exec_leaves_no_probe_or_temporary_directory(tmp_path):

@@ -54,6 +54,13 @@ def render_markdown(report: dict) -> str:
         f"dsa-backend={plain(p.get('dsa_backend'))} · gpu-arch={plain(arch)} · "
         f"python {plain(shown(target.get('version')))} ({code(target.get('executable'))})",
         "",
+    ]
+    from .text import job_line
+
+    job = job_line(report)
+    if job:
+        out += [plain(job), ""]
+    out += [
         "| Status | Check | Summary |",
         "|---|---|---|",
     ]

@@ -45,6 +45,24 @@ def profile_line(report: dict) -> str:
             f"{shown(target.get('executable'))} ({shown(target.get('version'))})")
 
 
+def job_line(report: dict) -> str | None:
+    """What the profile took from a training command that the rows do not say: how the DSA backend was decided,
+    and the keys no check reads (names only: their values may hold secrets)."""
+    p = report.get("profile", {})
+    job = p.get("job") if isinstance(p.get("job"), dict) else None
+    if job is None:
+        return None
+    line = f"job: dsa-backend {shown(p.get('dsa_backend'))} ({shown(job.get('dsa_backend_decided'))})"
+    if isinstance(job.get("cp_given"), int):
+        line += f"; cp {job['cp_given']} from --cp (the command's could not be resolved)"
+    unknown = [str(k) for k in job.get("unknown") or [] if isinstance(k, str)]
+    count = job.get("unknown_count") if isinstance(job.get("unknown_count"), int) else len(unknown)
+    if unknown:
+        shown_keys = ", ".join(unknown[:8]) + (f" (+{count - 8} more)" if count > 8 else "")
+        line += f"; not read by any check: {shown_keys}"
+    return line
+
+
 def _sources(c: dict) -> str:
     sources = c.get("sources") or []
     if not sources:
@@ -56,6 +74,9 @@ def _sources(c: dict) -> str:
 
 def render_text(report: dict, color: bool = False, width: int = 100) -> str:
     out = _wrap(profile_line(report), width, "", "  ")
+    job = job_line(report)
+    if job:
+        out += _wrap(job, width, "", "  ")
     checks = report["checks"]
     id_width = max([len(c["id"]) for c in checks] + [5])
     head = f"{'Status':<7} {'Check':<{id_width}}  "
