@@ -60,10 +60,13 @@ def _timeout(value: str) -> float:
     return t
 
 
-def _ids(values: Sequence[str] | None) -> list[str]:
+def _ids(values: Sequence[str] | None, option: str = "--only/--skip") -> list[str]:
     out: list[str] = []
     for v in values or []:
-        out += [x.strip() for x in v.split(",") if x.strip()]
+        ids = [x.strip() for x in v.split(",") if x.strip()]
+        if not ids:  # `--only ''` would otherwise select everything, the opposite of what it says
+            raise UsageError(f"{option} {v!r}: no check id in it")
+        out += ids
     return out
 
 
@@ -278,34 +281,9 @@ def _profile(args, smoke: str, job_argv: Sequence[str] | None = None) -> Profile
         return replace(base, cp=getattr(args, "cp", None) or 1,
                        dsa_backend=getattr(args, "dsa_backend", None) or "cudnn",
                        dsa_backend_source="option" if getattr(args, "dsa_backend", None) else "default")
-    from . import jobargs
+    from .jobargs import job_profile
 
-    job = jobargs.parse(job_argv)
-    cp = job.cp()
-    backend, how = job.dsa_backend()
-    data = job.to_dict()
-    given_cp = getattr(args, "cp", None)
-    if cp is None:
-        if given_cp is None:
-            raise UsageError("the job's context_parallel_size is an interpolation the doctor cannot resolve (not in "
-                             "the environment, nor another override of the command; a shell variable left "
-                             "unexpanded?): pass the command as the job runs it, or give the CP size with --cp N")
-        cp = data["cp_given"] = given_cp
-    elif given_cp not in (None, cp):
-        raise UsageError(f"--cp {given_cp} contradicts the job's context_parallel_size {cp}: leave --cp out with "
-                         "job arguments")
-    if cp > 1024:
-        raise UsageError(f"the job's context_parallel_size {cp} is larger than 1024")
-    if backend not in ("cudnn", "none"):
-        # Megatron rejects it at config validation (job.dsa-backend says so); the environment is judged for the
-        # fused kernels, the stricter of the two it accepts.
-        data["dsa_backend_stated"] = backend
-        how = f"{how}, which Megatron rejects (see job.dsa-backend); the environment is checked for cudnn"
-        backend = "cudnn"
-    if getattr(args, "dsa_backend", None) not in (None, backend):
-        raise UsageError(f"--dsa-backend {args.dsa_backend} contradicts the job's ({backend}, {how})")
-    data["dsa_backend_decided"] = how
-    return replace(base, cp=cp, dsa_backend=backend, dsa_backend_source="job", job=data)
+    return job_profile(base, job_argv, getattr(args, "cp", None), getattr(args, "dsa_backend", None))
 
 
 def run_report(args, profile: Profile, only: list[str], skip: list[str], strict: bool, progress: bool,
@@ -350,7 +328,7 @@ def cmd_check(args, smoke: bool = False) -> int:
     if smoke:
         profile, only, skip, strict = _profile(args, "on"), ["smoke.*"], [], False
     else:
-        only, skip, strict = _ids(args.only), _ids(args.skip), args.strict
+        only, skip, strict = _ids(args.only, "--only"), _ids(args.skip, "--skip"), args.strict
         job_argv = None
         if args.job_args is not None:
             from .jobargs import split_job_args
@@ -360,10 +338,14 @@ def cmd_check(args, smoke: bool = False) -> int:
     env, profile = _fleet_env(args, profile)
     started = time.monotonic()
     progress = args.format == "text" and _isatty(sys.stderr) and (env is None or env.rank == 0)
-    report = run_report(args, profile, only, skip, strict, progress=progress)
+    ran: dict = {}
+    report = run_report(args, profile, only, skip, strict, progress=progress, keep=ran)
     if env is None:
         return emit(report, args.format, args.output)
-    return _fleet_exchange(args, env, report, started, strict, lambda merged: emit(merged, args.format, args.output))
+    from .fleet import take_part
+
+    return take_part(env, report, ran["python"], started, strict, lambda merged: emit(merged, args.format, args.output),
+                     args.fleet_wait, args.verbose_ranks)
 
 
 def _fleet_env(args, profile: Profile):
@@ -374,47 +356,6 @@ def _fleet_env(args, profile: Profile):
     if env is None:
         return None, profile
     return env, replace(profile, fleet=fleet.profile_fields(env, fleet.host_label(args.anonymize_hosts)))
-
-
-def _fleet_exchange(args, env, report: dict, started: float, strict: bool, deliver) -> int:
-    """Send this rank's report to rank 0 and take the fleet verdict, the exit code every rank returns. On rank 0,
-    `deliver(merged)` writes the fleet report (and returns its exit code) while the other ranks wait, so that none
-    of them exits (and makes torchrun stop rank 0) before the report is out. A rank that cannot take part prints
-    its own report to stderr and exits 1."""
-    from . import fleet
-    from .redact import Redactor
-    from .render import output_width, render
-    from .session import resolve_python
-
-    code = report["summary"]["exit_code"]
-    if code >= 128:  # interrupted: leave now, the others name this rank
-        return code
-    wait = fleet.wait_seconds(float(report["summary"].get("budget_s") or 60.0), time.monotonic() - started,
-                              args.fleet_wait)
-    delivered: list[int] = []
-
-    def on_merged(merged: dict) -> None:
-        if not isinstance(merged.get("summary"), dict) or not isinstance(merged.get("checks"), list):
-            return
-        merged = Redactor()(merged)  # every rank's report was redacted where it ran; the merge is checked again
-        delivered.append(deliver(merged))
-
-    answer = fleet.exchange(env, report, resolve_python(args.python), wait, strict,
-                            on_merged if env.rank == 0 else None)
-    if "error" in answer:
-        _stderr(f"dsv4-doctor (rank {env.rank} of {env.world_size}): could not take part in the fleet run: "
-                f"{answer['error']}; this rank's own report follows")
-        if answer.get("stderr"):
-            _stderr("  " + str(answer["stderr"]).strip()[-2000:].replace("\n", "\n  "))
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            sys.stderr.write(render(report, "text", width=output_width(False)))
-        return int(ExitCode.FAILED)
-    if env.rank != 0 and args.verbose_ranks:
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            sys.stderr.write(render(report, "text", width=output_width(False)))
-    fleet_code = int(answer["exit_code"])
-    # Rank 0 returns what writing the report gave (4 when --output failed); the verdict otherwise.
-    return max(fleet_code, delivered[0]) if delivered else fleet_code
 
 
 @contextlib.contextmanager
@@ -434,26 +375,11 @@ def _registry(timeout: float):
 
 
 def cmd_list(args) -> int:
-    import json
-
-    from .redact import Redactor
+    from .render.rules import render_listing
 
     with _registry(args.timeout) as (checks, plugins):
         pass
-    redact = Redactor()
-    if args.format == "json":
-        rows = [{"id": c.id, "title": c.title, "origin": c.origin, "applies_when": c.applies_when} for c in checks]
-        text = json.dumps(redact({"checks": rows, "plugins": [p.to_dict() for p in plugins]}), indent=2) + "\n"
-    elif args.format == "markdown":
-        from .render.rules import rules_table
-
-        text = rules_table(checks)
-    else:
-        width = max([len(c.id) for c in checks] + [5])
-        lines = [redact(f"{c.id:<{width}}  {c.origin:<14}  {c.applies_when}") for c in checks]
-        lines += [redact(f"plugin {p.name} ({p.distribution}) failed to load: {p.error}") for p in plugins if p.error]
-        text = "".join(line + "\n" for line in lines)
-    return 0 if _write_stdout(text) else int(ExitCode.OUTPUT)
+    return 0 if _write_stdout(render_listing(checks, plugins, args.format)) else int(ExitCode.OUTPUT)
 
 
 def cmd_explain(args) -> int:
@@ -479,49 +405,19 @@ def _incomplete(report: dict) -> str | None:
     return None
 
 
-class _ApplySignals:
-    """While pip runs: a signal kills pip's process group and stops the plan (pip runs in its own session, so the
-    terminal's Ctrl-C would not reach it). Nothing is raised from the handler, so no child can escape tracking."""
-
-    def __init__(self, procs):
-        self.procs = procs
-        self.signum: int | None = None
-        self._old: dict = {}
-
-    def __enter__(self):
-        import signal
-
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            with contextlib.suppress(ValueError, OSError):
-                self._old[sig] = signal.signal(sig, self._on_signal)
-        return self
-
-    def _on_signal(self, signum, frame) -> None:
-        self.signum = self.signum or signum
-        self.procs.kill_live()
-
-    def __exit__(self, *exc) -> None:
-        import signal
-
-        for sig, handler in self._old.items():
-            with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(sig, handler)
-
-
 def cmd_fix(args) -> int:
     from . import fixplan
-    from .procs import Processes
     from .redact import Redactor
     from .render import verdict_line
 
     if args.apply and not args.yes and not _isatty(sys.stdin):
         raise UsageError("--apply needs --yes when stdin is not a terminal")
     profile = _profile(args, "off")
-    only, skip = _ids(args.only), _ids(args.skip)
+    only, skip = _ids(args.only, "--only"), _ids(args.skip, "--skip")
     holder: dict = {}
     report = run_report(args, profile, only, skip, False, progress=False, keep=holder)
     code = report["summary"]["exit_code"]
-    reports, python = holder.get("reports", []), holder.get("python", args.python or sys.executable)
+    reports, python = holder["reports"], holder["python"]  # the session's: --python resolved once
     plan = fixplan.build_plan(reports)
     incomplete = _incomplete(report)
     redact = Redactor()
@@ -549,18 +445,13 @@ def cmd_fix(args) -> int:
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
             _stderr("nothing applied")
             return code
-    procs = Processes()
-    try:
-        with _ApplySignals(procs) as signals:
-            ran, failed = fixplan.apply(plan, python, procs, redact, interrupted=lambda: signals.signum is not None)
-    finally:
-        procs.close()
-    if signals.signum is not None:
+    ran, failed, signum = fixplan.apply_guarded(plan, python, redact)
+    if signum is not None:
         import signal
 
-        _stderr(f"interrupted by {signal.Signals(signals.signum).name} after {ran} pip command(s); pip was stopped and "
+        _stderr(f"interrupted by {signal.Signals(signum).name} after {ran} pip command(s); pip was stopped and "
                 "the environment may be half-updated: run `dsv4-doctor check`")
-        return 128 + signals.signum
+        return 128 + signum
     if failed:
         _stderr(f"a pip command failed with exit code {failed}; stopped after {ran} command(s)")
         return int(ExitCode.FAILED)
@@ -585,10 +476,15 @@ def cmd_preflight(args) -> int:
     profile = _profile(args, "off" if args.no_smoke else "auto", command)
     env, profile = _fleet_env(args, profile)
     started = time.monotonic()
-    report = run_report(args, profile, _ids(args.only), _ids(args.skip), args.strict, progress=False)
+    ran: dict = {}
+    only, skip = _ids(args.only, "--only"), _ids(args.skip, "--skip")
+    report = run_report(args, profile, only, skip, args.strict, progress=False, keep=ran)
     if env is not None:
         # Rank 0 writes the fleet's report; every rank execs only when the whole fleet passed.
-        code = _fleet_exchange(args, env, report, started, args.strict, lambda merged: _preflight_report(args, merged))
+        from .fleet import take_part
+
+        code = take_part(env, report, ran["python"], started, args.strict,
+                         lambda merged: _preflight_report(args, merged), args.fleet_wait, args.verbose_ranks)
     else:
         code = _preflight_report(args, report)
     if code >= 128:
@@ -602,7 +498,9 @@ def cmd_preflight(args) -> int:
         _stderr("dsv4-doctor preflight: dry run, not starting: " + " ".join(command[:6])
                 + (" ..." if len(command) > 6 else ""))
         return 0
-    return _exec(command)
+    from .procs import exec_job
+
+    return exec_job(command)
 
 
 def _preflight_report(args, report: dict) -> int:
@@ -622,31 +520,6 @@ def _preflight_report(args, report: dict) -> int:
         except OSError as exc:
             _stderr(f"dsv4-doctor preflight: could not write the report to {args.report}: {exc}")
     return int(report["summary"]["exit_code"])
-
-
-def _exec(command: list[str]) -> int:
-    """Replace this process with the job (same pid and environment; the job's exit code is the caller's). The
-    session already reaped every probe, removed its temporary files and restored the signal dispositions, which
-    exec would skip (no finally, no atexit)."""
-    for stream in (sys.stdout, sys.stderr):
-        if stream is not None:
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
-    import signal
-
-    # Python ignores SIGPIPE and SIGXFSZ at start-up, and an ignored signal stays ignored across exec: put them back
-    # to the default, as subprocess's restore_signals does (found in review: the job's `yes | head` printed "Broken
-    # pipe" instead of ending quietly).
-    for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
-        if hasattr(signal, name):
-            with contextlib.suppress(OSError, ValueError):
-                signal.signal(getattr(signal, name), signal.SIG_DFL)
-    try:
-        os.execvp(command[0], command)
-    except OSError as exc:
-        _stderr(f"dsv4-doctor preflight: could not start {command[0]!r}: {exc.strerror or exc}")
-        return 127 if isinstance(exc, FileNotFoundError) else 126
-    return 126  # not reached: exec does not return
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -16,6 +16,7 @@ Everything printed (the script, the `+ command` echo) goes through the report's 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 import subprocess
@@ -76,10 +77,17 @@ def build_plan(reports: Sequence[CheckReport]) -> Plan:
             if r.id not in step.checks:
                 step.checks.append(r.id)
     steps = sorted(by_key.values(), key=lambda s: ORDER.index(s.fix.phase))  # stable: first-seen within a phase
-    seen: set[tuple[str, ...]] = set()
+    seen: dict[tuple[str, ...], Step] = {}
     for step in steps:
-        step.commands = [c for c in step.commands if c.argv not in seen]
-        seen.update(c.argv for c in step.commands)
+        kept = []
+        for c in step.commands:
+            earlier = seen.get(c.argv)
+            if earlier is None:
+                seen[c.argv] = step
+                kept.append(c)
+            else:  # the earlier step runs it: it now answers for this step's checks too
+                earlier.checks += [cid for cid in step.checks if cid not in earlier.checks]
+        step.commands = kept
     # A fix that is prose only (a setting, a withheld command) stays; one whose commands all came earlier goes.
     steps = [s for s in steps if s.commands or not s.fix.commands]
     pending = next((n for n, s in enumerate(steps, 1) if s.fix.phase is Phase.RUNTIME and not s.runnable
@@ -130,7 +138,8 @@ def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: st
         checks = ", ".join(step.checks)
         lines.append("")
         if step.fix.phase is Phase.SETTING or not step.fix.commands:
-            lines.append(f"# Step {n} (a job setting or choice; nothing to run) [{comment(checks)}]:")
+            what = "a job setting or choice" if step.fix.phase is Phase.SETTING else "its command was withheld"
+            lines.append(f"# Step {n} ({what}; nothing to run) [{comment(checks)}]:")
             lines.append(f"#   {comment(step.fix.description)}")
         elif step.automatic:
             lines.append(f"# Step {n} [{comment(checks)}]: {comment(step.fix.description)}")
@@ -176,3 +185,46 @@ def apply(plan: Plan, python: str, procs, redact: Redactor | None = None,
             if code != 0:
                 return ran, code
     return ran, 0
+
+
+class ApplySignals:
+    """While pip runs: a signal kills pip's process group and stops the plan (pip runs in its own session, so the
+    terminal's Ctrl-C would not reach it). Nothing is raised from the handler, so no child can escape tracking."""
+
+    def __init__(self, procs):
+        self.procs = procs
+        self.signum: int | None = None
+        self._old: dict = {}
+
+    def __enter__(self):
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            with contextlib.suppress(ValueError, OSError):
+                self._old[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def _on_signal(self, signum, frame) -> None:
+        self.signum = self.signum or signum
+        self.procs.kill_live()
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for sig, handler in self._old.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, handler)
+
+
+def apply_guarded(plan: Plan, python: str, redact: Redactor | None = None) -> tuple[int, int, int | None]:
+    """`apply` with its own process tracking and signal handling: (commands run, the failing exit code or 0, the
+    signal that stopped it or None). Every pip process is gone when it returns."""
+    from .procs import Processes
+
+    procs = Processes()
+    try:
+        with ApplySignals(procs) as signals:
+            ran, failed = apply(plan, python, procs, redact, interrupted=lambda: signals.signum is not None)
+    finally:
+        procs.close()
+    return ran, failed, signals.signum

@@ -193,3 +193,57 @@ def _tail(path: str, limit: int = 3000) -> str:
             return decode(fh.read())
     except OSError:
         return ""
+
+
+def take_part(env: FleetEnv, report: dict, python: str, started: float, strict: bool,
+              deliver: Callable[[dict], int], fleet_wait: float | None = None, verbose: bool = False) -> int:
+    """Send this rank's report to rank 0 and take the fleet verdict, the exit code every rank returns. On rank 0,
+    `deliver(merged)` writes the fleet report (and returns its exit code) while the other ranks wait, so that none
+    of them exits (and makes torchrun stop rank 0) before the report is out. A rank that cannot take part prints
+    its own report to stderr and exits 1."""
+    import contextlib
+    import sys
+    import time
+
+    from .model import ExitCode
+    from .redact import Redactor
+    from .render import output_width, render
+
+    code = report["summary"]["exit_code"]
+    if code >= 128:  # interrupted: leave now, the others name this rank
+        return code
+    wait = wait_seconds(float(report["summary"].get("budget_s") or 60.0), time.monotonic() - started, fleet_wait)
+    delivered: list[int] = []
+
+    def on_merged(merged: dict) -> None:
+        if not isinstance(merged.get("summary"), dict) or not isinstance(merged.get("checks"), list):
+            return
+        merged = Redactor()(merged)  # every rank's report was redacted where it ran; the merge is checked again
+        delivered.append(deliver(merged))
+
+    answer = exchange(env, report, python, wait, strict, on_merged if env.rank == 0 else None)
+    if "error" in answer:
+        _say(f"dsv4-doctor (rank {env.rank} of {env.world_size}): could not take part in the fleet run: "
+             f"{answer['error']}; this rank's own report follows")
+        if answer.get("stderr"):
+            _say("  " + str(answer["stderr"]).strip()[-2000:].replace("\n", "\n  "))
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            sys.stderr.write(render(report, "text", width=output_width(False)))
+        return int(ExitCode.FAILED)
+    if env.rank != 0 and verbose:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            sys.stderr.write(render(report, "text", width=output_width(False)))
+    fleet_code = int(answer["exit_code"])
+    # Rank 0 returns what writing the report gave (4 when --output failed); the verdict otherwise.
+    return max(fleet_code, delivered[0]) if delivered else fleet_code
+
+
+def _say(message: str) -> None:
+    import sys
+
+    if sys.stderr is not None:
+        try:
+            sys.stderr.write(message + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass

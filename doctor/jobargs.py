@@ -20,11 +20,11 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections.abc import Sequence
 from typing import Any
 
-from .model import UsageError
+from .model import Profile, UsageError
 
 VERL_ROLES = {"actor": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.ref", "critic": "critic"}
 # verl's Megatron engine fields (`<role>.megatron.<name>`), by the doctor's setting names.
@@ -488,6 +488,36 @@ def line_to_add(job: dict, role: str, setting: str, value: Any) -> str:
     if setting in ("cp", "tp", "pp", "ep", "dynamic_context_parallel"):
         return f"{base}{engine[setting]}={shown}"
     return f"++{base}override_transformer_config.{setting}={shown}"
+
+
+def job_profile(base: Profile, argv: Sequence[str], given_cp: int | None, given_backend: str | None) -> Profile:
+    """The profile for the job a command describes: its CP and DSA backend (the options may only agree, or fill in
+    a CP the command states in a way the doctor cannot resolve), and what it states, as profile.job."""
+    job = parse(argv)
+    cp = job.cp()
+    backend, how = job.dsa_backend()
+    data = job.to_dict()
+    if cp is None:
+        if given_cp is None:
+            raise UsageError("the job's context_parallel_size is an interpolation the doctor cannot resolve (not in "
+                             "the environment, nor another override of the command; a shell variable left "
+                             "unexpanded?): pass the command as the job runs it, or give the CP size with --cp N")
+        cp = data["cp_given"] = given_cp
+    elif given_cp not in (None, cp):
+        raise UsageError(f"--cp {given_cp} contradicts the job's context_parallel_size {cp}: leave --cp out with "
+                         "job arguments")
+    if cp > 1024:
+        raise UsageError(f"the job's context_parallel_size {cp} is larger than 1024")
+    if backend not in ("cudnn", "none"):
+        # Megatron rejects it at config validation (job.dsa-backend says so); the environment is judged for the
+        # fused kernels, the stricter of the two it accepts.
+        data["dsa_backend_stated"] = backend
+        how = f"{how}, which Megatron rejects (see job.dsa-backend); the environment is checked for cudnn"
+        backend = "cudnn"
+    if given_backend not in (None, backend):
+        raise UsageError(f"--dsa-backend {given_backend} contradicts the job's ({backend}, {how})")
+    data["dsa_backend_decided"] = how
+    return replace(base, cp=cp, dsa_backend=backend, dsa_backend_source="job", job=data)
 
 
 # --- reading a parsed job (the report's profile.job) ------------------------------------------------------------

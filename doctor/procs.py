@@ -114,3 +114,31 @@ def kill_group(proc: subprocess.Popen) -> None:
             proc.kill()
         except OSError:
             pass
+
+
+def exec_job(command: list[str]) -> int:
+    """Replace this process with the job (same pid and environment; the job's exit code is the caller's). The
+    session already reaped every probe, removed its temporary files and restored the signal dispositions, which
+    exec would skip (no finally, no atexit)."""
+    import contextlib
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+    # Python ignores SIGPIPE and SIGXFSZ at start-up, and an ignored signal stays ignored across exec: put them back
+    # to the default, as subprocess's restore_signals does (found in review: the job's `yes | head` printed "Broken
+    # pipe" instead of ending quietly).
+    for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
+        if hasattr(signal, name):
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(getattr(signal, name), signal.SIG_DFL)
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        if sys.stderr is not None:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(f"dsv4-doctor preflight: could not start {command[0]!r}: {exc.strerror or exc}\n")
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+    return 126  # not reached: exec does not return

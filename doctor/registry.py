@@ -49,7 +49,12 @@ class PluginInfo:
 
     @property
     def row_id(self) -> str:
-        return "plugin." + (re.sub(r"[^a-z0-9_-]+", "-", self.name.lower()).strip("-_")[:60] or "unnamed")
+        return plugin_row_id(self.name)
+
+
+def plugin_row_id(name: str) -> str:
+    """The id of the row a plugin that failed to load gets: `plugin.<name>`, made a valid id."""
+    return "plugin." + (re.sub(r"[^a-z0-9_-]+", "-", str(name).lower()).strip("-_")[:60] or "unnamed")
 
 
 def collect(obj) -> list[Check]:
@@ -60,7 +65,10 @@ def collect(obj) -> list[Check]:
         declared = getattr(obj, "CHECKS", None)
         if declared is not None:
             return collect(list(declared))
-        return [v for v in vars(obj).values() if isinstance(v, Check)]  # plugin API 1
+        # Plugin API 1: the module's Check objects, except built-ins it imported (`from dsv4_doctor.checks.platform
+        # import python_version` is a use, not a registration: found in review, it was a "duplicate check id").
+        return [v for v in vars(obj).values() if isinstance(v, Check)
+                and not str(getattr(v.run, "__module__", "")).startswith("dsv4_doctor.checks")]
     if callable(obj):
         return collect(list(obj()))
     if isinstance(obj, Iterable) and not isinstance(obj, (str, bytes)):

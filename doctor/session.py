@@ -82,10 +82,11 @@ def select(checks: Sequence[Check], only: Sequence[str], skip: Sequence[str], jo
                                  "`dsv4-doctor preflight -- CMD` or `check --job-args \"CMD\"`")
             raise UsageError(f"--only {p}: fleet checks are written by the fleet merge of a multi-rank run "
                              "(`check --distributed` under torchrun or srun)")
+    known = [c.id for c in checks]  # every listed id: skipping one that is not active here is no error
     checks = [c for c in checks if not c.only_with or c.only_with in context]
     ids = [c.id for c in checks]
     for pattern in list(only) + list(skip):
-        if not fnmatch.filter(ids, pattern):
+        if not fnmatch.filter(ids if pattern in only else known, pattern):
             raise UsageError(f"no check matches {pattern!r}; see `dsv4-doctor list`")
     chosen = [c for c in checks if not only or any(fnmatch.fnmatchcase(c.id, p) for p in only)]
     chosen = [c for c in chosen if not any(fnmatch.fnmatchcase(c.id, p) for p in skip)]
@@ -457,6 +458,8 @@ def run_check(python: str | None, timeout: float, profile: Profile, only: Sequen
     from .report import assemble, build, environment
 
     session = Session(python, timeout)
+    if keep is not None:  # the target, resolved once here, for whatever the caller does next (fix, fleet exchange)
+        keep.update(reports=[], python=session.python)
     try:
         session.install_signals()
         session.start()

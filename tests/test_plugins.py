@@ -82,6 +82,7 @@ def test_plugin_api_1_and_2_and_a_probe_beside_the_plugin(site, bare_python):
     # API 1: every Check in the module, evidence as keyword arguments, commands as strings.
     plugin(site, "old", "old_checks", """
 from dsv4_doctor.model import Check, Fix, failed
+from dsv4_doctor.checks.platform import python_version  # a use of a built-in, not a second registration
 FIX = Fix("do it", ["pip install 'thing[extra]==1.0'"])
 old = Check(id="old.check", title="t", explanation="x", applies_when="always", detects="x", fixes=(FIX,),
             run=lambda ctx: failed("old style", fixes=[FIX], detail=42))
@@ -113,6 +114,7 @@ serve(lambda request: {"greeting": "hello " + request["name"]})
     assert "new.unlisted" not in {c["id"] for c in run.report["checks"]}
     plugins = {p["name"]: p for p in run.report["plugins"]}
     assert plugins["old"]["checks"] == 1 and plugins["new"]["checks"] == 1 and plugins["new"]["loaded"]
+    assert not plugins["old"]["error"] and run.report["summary"]["exit_code"] == 1  # old.check's fail, no crash
     explained = run_doctor("explain", "old.check", sites=(site.root,))
     assert explained.returncode == 0 and "pip install 'thing[extra]==1.0'" in explained.stdout
 
@@ -126,6 +128,8 @@ CHECKS = [Check(id="python.version", title="t", explanation="x", applies_when="a
     run = check_run(site, bare_python, "--only", "python.version")
     assert run.check("python.version")["summary"] != "hijacked"
     assert "duplicate check id 'python.version'" in run.check("plugin.dup")["summary"]
+    text = run_doctor("check", "--only", "python.version", sites=(site.root,), python=bare_python).stdout
+    assert text.count("duplicate check id") == 2  # its row and its detail block; not a third trailing line
 
 
 def test_list_and_explain_redact_plugin_errors(site):

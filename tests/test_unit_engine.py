@@ -84,7 +84,8 @@ def test_plan_orders_by_dependency_and_deduplicates():
                        _row("x.te", Status.FAIL, [TE]), _row("w.torch", Status.FAIL, [TORCH]),
                        _row("v.fe2", Status.FAIL, [FE])])
     assert [s.fix.key for s in plan.steps] == ["torch", "te", "fe", "setting"]  # tvm's command came with fe
-    assert plan.steps[2].checks == ["z.fe", "v.fe2"] and plan.exit_code == 0
+    # ... and the fe step now answers for y.tvm too: every failing check is named by the step that fixes it.
+    assert plan.steps[2].checks == ["z.fe", "v.fe2", "y.tvm"] and plan.exit_code == 0
     # TE builds against torch: while the manual torch step is pending it is held back, the pure-Python fe is not.
     assert [s.automatic for s in plan.steps] == [False, False, True, False]
     assert plan.steps[1].held_by == 1 and plan.steps[1].runnable
@@ -133,6 +134,20 @@ def test_text_wraps_to_the_width_with_indented_continuations_and_short_sources()
     assert all(line.startswith((" ", "FAIL")) for line in body)
     assert "Sources: one (+1 more); all in `dsv4-doctor explain a.b`" in " ".join(text.split())
     assert "pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]==2.16.1'" in text
+
+
+@pytest.mark.parametrize("width", [40, 60, 80])
+def test_headers_verdict_and_narrow_widths_keep_to_the_width_without_breaking_words(width):
+    """Found in review: detail headers and the verdict line were not wrapped, and at 40 columns a 7-character
+    summary column broke words ("capabil" / "ity")."""
+    row = _row("cudnn-fe.version", Status.FAIL, [TE], summary="the compute capability is unknown " * 4)
+    row.title = "cuDNN frontend installed, and the imported copy is the installed one"
+    rows = [row, _row("mcore.cp-partition-mode", Status.WARN, summary="zigzag is Megatron's default")]
+    text = render(_report(rows), "text", width=width)
+    lines = [line for line in text.splitlines() if not line.startswith("    pip")]
+    assert max(len(line) for line in lines) <= width, text
+    assert "capabil\n" not in text and "capability" in text
+    assert "FAIL cudnn-fe.version: cuDNN frontend installed," in " ".join(text.split())
 
 
 @pytest.mark.parametrize("fmt", ["text", "markdown", "junit"])

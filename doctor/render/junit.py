@@ -41,7 +41,8 @@ def render_junit(report: dict) -> str:
     props = ET.SubElement(suite, "properties")
     for key, value in report.get("profile", {}).items():
         if value is not None and not isinstance(value, dict):
-            _el(props, "property", {"name": f"profile.{key}", "value": value})
+            shown = ("true" if value else "false") if isinstance(value, bool) else value  # not Python's spelling
+            _el(props, "property", {"name": f"profile.{key}", "value": shown})
     _el(props, "property", {"name": "schema", "value": report["schema"]})
     for c in checks:
         area = c["id"].split(".")[0]

@@ -1,4 +1,5 @@
-"""The rules table in README, generated from the check definitions (`dsv4-doctor list --format markdown`)."""
+"""`dsv4-doctor list`, and the rules table in README generated from the check definitions (`list --format
+markdown`)."""
 
 from __future__ import annotations
 
@@ -13,3 +14,21 @@ def rules_table(checks) -> str:
             fixes += [code(cmd.shell()) for cmd in fix.commands] or [plain(fix.description)]
         lines.append(f"| {code(c.id)} | {plain(c.applies_when)} | {plain(c.detects)} | {'<br>'.join(fixes) or '—'} |")
     return "\n".join(lines) + "\n"
+
+
+def render_listing(checks, plugins, fmt: str) -> str:
+    """`dsv4-doctor list`: the checks (and plugins that failed to load) as text, JSON or the README's table."""
+    import json
+
+    from ..redact import Redactor
+
+    redact = Redactor()
+    if fmt == "json":
+        rows = [{"id": c.id, "title": c.title, "origin": c.origin, "applies_when": c.applies_when} for c in checks]
+        return json.dumps(redact({"checks": rows, "plugins": [p.to_dict() for p in plugins]}), indent=2) + "\n"
+    if fmt == "markdown":
+        return rules_table(checks)
+    width = max([len(c.id) for c in checks] + [5])
+    lines = [redact(f"{c.id:<{width}}  {c.origin:<14}  {c.applies_when}") for c in checks]
+    lines += [redact(f"plugin {p.name} ({p.distribution}) failed to load: {p.error}") for p in plugins if p.error]
+    return "".join(line + "\n" for line in lines)

@@ -82,16 +82,25 @@ def render_text(report: dict, color: bool = False, width: int = 100) -> str:
     head = f"{'Status':<7} {'Check':<{id_width}}  "
     out.append(_paint(head + "Summary", "1", color))
     indent = " " * len(head)
+    narrow = width - len(indent) < 40  # a summary column this thin would break words: summaries go below
     for c in checks:
-        rows = _wrap(c["summary"], width, indent, indent)
         label = f"{LABEL[c['status']]:<7}"
-        rows[0] = _paint(label, COLOR[c["status"]], color) + f" {c['id']:<{id_width}}  " + rows[0][len(indent):]
+        if narrow:
+            rows = [_paint(label, COLOR[c["status"]], color) + f" {c['id']}"] + _wrap(c["summary"], width, "    ",
+                                                                                     "    ")
+        else:
+            rows = _wrap(c["summary"], width, indent, indent)
+            rows[0] = _paint(label, COLOR[c["status"]], color) + f" {c['id']:<{id_width}}  " + rows[0][len(indent):]
         out += rows
     for c in checks:
         if c["status"] in ("pass", "skip"):
             continue
         out.append("")
-        out.append(_paint(f"{LABEL[c['status']]} {c['id']}", COLOR[c["status"]], color) + f": {c['title']}")
+        prefix = f"{LABEL[c['status']]} {c['id']}"
+        header = _wrap(f"{prefix}: {c['title']}", width, "", "    ")
+        if header[0].startswith(prefix):
+            header[0] = _paint(prefix, COLOR[c["status"]], color) + header[0][len(prefix):]
+        out += header
         out += _wrap(c["summary"], width, "  ", "    ")
         for line in (c.get("details") or "").rstrip().splitlines():
             # An indented line is preformatted (a command, a job setting, a quoted log line): never wrapped.
@@ -103,9 +112,14 @@ def render_text(report: dict, color: bool = False, width: int = 100) -> str:
             out += _wrap(" ".join(fix.get("notes") or []), width, "    ", "    ") if fix.get("notes") else []
         if c.get("sources"):
             out += _wrap(_sources(c), width, "  ", "    ")
+    from ..registry import plugin_row_id
+
+    row_ids = {c["id"] for c in checks}
     for p in report.get("plugins", []):
-        if p.get("error"):
+        # A plugin that failed to load has its own `plugin.<name>` row; the line is for reports without one.
+        if p.get("error") and plugin_row_id(p.get("name") or "") not in row_ids:
             out += _wrap(f"Plugin {p['name']} from {p['distribution']} failed to load: {p['error']}", width, "", "  ")
     out.append("")
-    out.append(_paint(verdict_line(report), COLOR[report["summary"]["status"]], color))
+    out += [_paint(line, COLOR[report["summary"]["status"]], color)
+            for line in _wrap(verdict_line(report), width, "", "  ")]
     return "\n".join(line.rstrip() for line in out) + "\n"
