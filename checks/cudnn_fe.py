@@ -15,8 +15,10 @@ FE = "nvidia-cudnn-frontend"
 CUTEDSL_STACK = ("nvidia-cutlass-dsl", "cuda-python", "torch", "apache-tvm-ffi", "torch-c-dlpack-ext")
 EAV_MOD = EAV.replace("/", ".").rstrip(".")
 # The Megatron modules that call the frontend's DSA wrappers (d48bd6be; csa_kernels is the name before 1c44a570).
+# Where Megatron calls the frontend's DSA wrappers: d48bd6be's files, and dsa_kernels.py of fd1121b8 (the commit verl's
+# DSv4 example was tested with; it calls compactify_wrapper and sparse_indexer_score_recompute_wrapper as well).
 MEGATRON_DSA_CALLERS = (f"{EAV_MOD}.dsa_cudnn_kernels", f"{EAV_MOD}.csa_utils.fused_sparse_attention",
-                        f"{EAV_MOD}.csa_kernels")
+                        f"{EAV_MOD}.csa_kernels", f"{EAV_MOD}.dsa_kernels")
 DSA_OWNERS = ("DSA", "_DSA", "_cudnn_dsa")  # the names Megatron binds `cudnn.DSA` to
 FUSED_COMPRESSOR = (f"{EAV_MOD}.csa_utils.fused_compressor", f"{EAV_MOD}.csa_fused_compressor")
 STATIC = StaticRequest(distributions=(FE, *CUTEDSL_STACK), modules=("cudnn", "cudnn.csa", "megatron.core",

@@ -78,7 +78,7 @@ tvm_ffi_version = Check(
         mlm(EAV + "csa_utils/cp_layout_kernels.py", "626-638",
             "Megatron-LM dev cp_layout_kernels.py L626-638 (--enable-tvm-ffi)"),
         pypi(FE, "1.27.0", "nvidia-cudnn-frontend 1.27.0 METADATA (apache-tvm-ffi>=0.1.11)"),
-        Source("verl PR #7297 (the H100 NaN cured by reinstalling the frontend and tvm-ffi)",
+        Source("verl PR #7297 (the DSv4 CP example; no confirmed record in its thread ties a NaN to tvm-ffi)",
                "https://github.com/verl-project/verl/pull/7297"),
     ),
     fixes=(fixes.tvm_ffi(StaticFacts({})),),

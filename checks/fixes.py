@@ -14,7 +14,7 @@ import re
 
 from packaging.version import Version
 
-from dsv4_doctor.facts import StaticFacts, requirements, safe_version, version
+from dsv4_doctor.facts import StaticFacts, parse_requirement, requirements, safe_version, version
 from dsv4_doctor.model import Fix, Phase
 
 from ._upstream import MLM_DEV, MLM_VERL_TESTED
@@ -156,46 +156,119 @@ def _pin_within(req, tested: str) -> str:
     return str(req.specifier)
 
 
+def _meets(req, installed: str | None) -> bool:
+    return installed is not None and (req is None or req.specifier.contains(installed, prereleases=True))
+
+
+def frontend_kept(static: StaticFacts) -> bool:
+    """Whether a plan keeps the installed frontend (>= the tested 1.27.0) or replaces it with the tested set. Every
+    fix below follows this one decision, so that a plan never pins the CuTe DSL for a frontend it replaces (found in
+    review: frontend 1.26.0 got the tested set and then 1.26.0's own cutlass==4.5.0)."""
+    fe_v = version(static.version("nvidia-cudnn-frontend"))
+    return fe_v is not None and fe_v >= Version(FE_VERSION)
+
+
+def breaks(static: StaticFacts, name: str, pin: str) -> list[str]:
+    """The installed packages whose declared requirement on `name` an exact `pin` ("==X") breaks: a --no-deps
+    install does not look, so the plan names them (vLLM pins its own apache-tvm-ffi)."""
+    if not pin.startswith("=="):
+        return []
+    new = pin[2:]
+    out = []
+    for dependent, info in sorted(static.dependents().items()):
+        declared = info.get("requires") if isinstance(info.get("requires"), list) else []
+        for line in declared:
+            req = parse_requirement(line) if isinstance(line, str) else None
+            if req is None or req.name.lower().replace("_", "-") != name or (req.marker is not None and not _marker(
+                    req, static)):
+                continue
+            if str(req.specifier) and not req.specifier.contains(new, prereleases=True):
+                out.append(f"{dependent} {info.get('version')} requires {line}")
+    return out
+
+
+def _marker(req, static: StaticFacts) -> bool:
+    try:
+        return bool(req.marker.evaluate(dict(static.marker_env, extra="")))
+    except Exception:
+        return False
+
+
+def _with_breaks(fix: Fix, static: StaticFacts, pins: dict[str, str]) -> Fix:
+    broken = [b for name, pin in pins.items() for b in breaks(static, name, pin)]
+    if not broken:
+        return fix
+    return Fix(fix.description, [c.argv for c in fix.commands], key=fix.key, phase=fix.phase, manual=fix.manual,
+               notes=[*fix.notes, "This breaks what other installed packages declare: " + "; ".join(broken[:8])
+                      + (f" (+{len(broken) - 8} more)" if len(broken) > 8 else "")])
+
+
 def frontend_stack(static: StaticFacts) -> Fix:
-    """Either keep the installed frontend (>= 1.27.0) and meet what it declares, or pin the tested set together."""
+    """Either keep the installed frontend (>= 1.27.0) and install only what it declares and lacks, or pin the tested
+    set together."""
     fe = static.version("nvidia-cudnn-frontend")
-    fe_v = version(fe)
-    if fe_v is None or fe_v < Version(FE_VERSION):
-        return Fix(f"Install the tested set: cuDNN frontend {FE_VERSION} (first with the fused CSA compressor "
-                   f"cudnn.csa), apache-tvm-ffi {TVM_FFI_VERSION} and nvidia-cutlass-dsl {CUTLASS_VERSION} (the "
-                   "Megatron DSv4 recipes' pins)",
-                   [["pip", "install", "--no-deps", f"apache-tvm-ffi=={TVM_FFI_VERSION}"],
-                    ["pip", "install", "--force-reinstall", "--no-deps", f"nvidia-cudnn-frontend=={FE_VERSION}"],
-                    ["pip", "install", f"nvidia-cutlass-dsl[cu13]=={CUTLASS_VERSION}"]], key="fe-stack")
-    commands = []
-    cutlass_req, tvm_req = frontend_requirement(static, "nvidia-cutlass-dsl"), frontend_requirement(static,
-                                                                                                    "apache-tvm-ffi")
-    commands.append(["pip", "install", "--no-deps", "apache-tvm-ffi" + _pin_within(tvm_req, TVM_FFI_VERSION)])
+    if not frontend_kept(static):
+        pins = {"apache-tvm-ffi": f"=={TVM_FFI_VERSION}", "nvidia-cutlass-dsl": f"=={CUTLASS_VERSION}"}
+        return _with_breaks(Fix(
+            f"Install the tested set: cuDNN frontend {FE_VERSION} (first with the fused CSA compressor cudnn.csa), "
+            f"apache-tvm-ffi {TVM_FFI_VERSION} and nvidia-cutlass-dsl {CUTLASS_VERSION} (the Megatron DSv4 recipes' "
+            "pins; the CuTe DSL 4.5.2 brings cuda-python)",
+            [["pip", "install", "--no-deps", f"apache-tvm-ffi=={TVM_FFI_VERSION}"],
+             ["pip", "install", "--force-reinstall", "--no-deps", f"nvidia-cudnn-frontend=={FE_VERSION}"],
+             ["pip", "install", f"nvidia-cutlass-dsl[cu13]=={CUTLASS_VERSION}"]], key="fe-stack"), static, pins)
+    commands, pins, declared = [], {}, []
+    fe_dist = static.readable_dist("nvidia-cudnn-frontend")
+    for req in requirements(fe_dist, ("cutedsl",)):
+        name = req.name.lower().replace("_", "-")
+        if name in ("torch", "torch-c-dlpack-ext"):
+            continue  # torch is the image's (a manual step when wrong); the dlpack helper rides along with tvm-ffi
+        declared.append(str(req))
+        if _meets(req, static.version(name)):
+            continue  # already what the frontend declares: not touched (found in review: a cutlass 4.8.1 that met
+            # >=4.5.0 was downgraded to the tested 4.5.2, breaking its own libs)
+        if name == "apache-tvm-ffi":
+            pins[name] = _pin_within(req, TVM_FFI_VERSION)
+            commands.append(["pip", "install", "--no-deps", "apache-tvm-ffi" + pins[name]])
+        elif name == "nvidia-cutlass-dsl":
+            pins[name] = _pin_within(req, CUTLASS_VERSION)
+            commands.append(["pip", "install", "nvidia-cutlass-dsl[cu13]" + pins[name]])
+        elif re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name) and re.fullmatch(r"[<>=!~,.*0-9A-Za-z+ -]*",
+                                                                           str(req.specifier)):
+            # e.g. cuda-python: cutlass 4.5.2 brought it, 4.8 does not (found in review with frontend 1.32.0)
+            commands.append(["pip", "install", name + str(req.specifier).replace(" ", "")])
     fe_safe = safe_version(fe)
     if fe_safe:
-        commands.append(["pip", "install", "--force-reinstall", "--no-deps", f"nvidia-cudnn-frontend=={fe_safe}"])
-    commands.append(["pip", "install", "nvidia-cutlass-dsl[cu13]" + _pin_within(cutlass_req, CUTLASS_VERSION)])
-    declared = ", ".join(str(r) for r in (cutlass_req, tvm_req) if r is not None) or "no CuTe DSL requirement"
-    return Fix(f"Keep nvidia-cudnn-frontend {fe} and install what it declares ({declared}), reinstalling the "
-               "frontend itself without touching its dependencies", commands, key="fe-stack")
+        commands.insert(0, ["pip", "install", "--force-reinstall", "--no-deps", f"nvidia-cudnn-frontend=={fe_safe}"])
+    return _with_breaks(Fix(
+        f"Keep nvidia-cudnn-frontend {fe} and install what it declares and lacks (it declares "
+        f"{', '.join(declared) or 'no CuTe DSL requirement'}), reinstalling the frontend itself without touching its "
+        "dependencies", commands, key="fe-stack"), static, pins)
 
 
 def cutlass(static: StaticFacts) -> Fix:
-    """The CuTe DSL the installed frontend accepts (the tested 4.5.2 when it does)."""
-    req = frontend_requirement(static, "nvidia-cutlass-dsl")
-    pin = _pin_within(req, CUTLASS_VERSION)
-    why = f"nvidia-cudnn-frontend {static.version('nvidia-cudnn-frontend')} declares {req}" if req is not None else \
-        "the Megatron DSv4 recipes' pin"
-    return Fix(f"Install the CuTe DSL with its CUDA 13 libraries ({why}; it brings cuda-python)",
-               [["pip", "install", f"nvidia-cutlass-dsl[cu13]{pin}"]], key=f"cutlass:{pin}")
+    """The CuTe DSL the plan's frontend accepts: the tested 4.5.2 with the tested set; with a kept frontend, the
+    installed version when it meets the frontend's requirement (reinstalled with its libraries), else the tested
+    one when the requirement accepts it, else the requirement."""
+    if not frontend_kept(static):
+        pin, why = f"=={CUTLASS_VERSION}", f"the tested set, with cuDNN frontend {FE_VERSION}; it brings cuda-python"
+    else:
+        req = frontend_requirement(static, "nvidia-cutlass-dsl")
+        have = safe_version(static.version("nvidia-cutlass-dsl"))
+        pin = f"=={have}" if have and _meets(req, have) else _pin_within(req, CUTLASS_VERSION)
+        why = (f"nvidia-cudnn-frontend {static.version('nvidia-cudnn-frontend')} declares {req}" if req is not None
+               else "the Megatron DSv4 recipes' pin")
+    return _with_breaks(Fix(f"Install the CuTe DSL with its CUDA 13 libraries ({why})",
+                            [["pip", "install", f"nvidia-cutlass-dsl[cu13]{pin}"]], key=f"cutlass:{pin}"),
+                        static, {"nvidia-cutlass-dsl": pin})
 
 
 def tvm_ffi(static: StaticFacts) -> Fix:
-    req = frontend_requirement(static, "apache-tvm-ffi")
+    req = frontend_requirement(static, "apache-tvm-ffi") if frontend_kept(static) else None
     pin = _pin_within(req, TVM_FFI_VERSION)
-    return Fix(f"Install apache-tvm-ffi{pin} (the cuDNN frontend's CuTe-DSL kernels import it at their first call; "
-               "the Megatron and verl lock files pin 0.1.9)", [["pip", "install", "--no-deps", f"apache-tvm-ffi{pin}"]],
-               key=f"tvm-ffi:{pin}")
+    return _with_breaks(Fix(
+        f"Install apache-tvm-ffi{pin} (the cuDNN frontend's CuTe-DSL kernels import it at their first call; the "
+        "Megatron and verl lock files pin 0.1.9)", [["pip", "install", "--no-deps", f"apache-tvm-ffi{pin}"]],
+        key=f"tvm-ffi:{pin}"), static, {"apache-tvm-ffi": pin})
 
 
 # --- Megatron, verl, Megatron-Bridge, kernels -----------------------------------------------------------------------

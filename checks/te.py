@@ -146,7 +146,9 @@ def _undefined(ctx: Context, m: re.Match, te: str, cuda_major: str) -> tuple[str
     """An undefined symbol: a torch symbol in TE's torch extension is an ABI mismatch; a versioned symbol of another
     library names that library, which is read to say who ships it and whether it has the symbol."""
     lib, symbol, tag = m.group("lib"), m.group("symbol"), m.group("version")
-    if "transformer_engine_torch" in lib or TORCH_SYMBOL.search(symbol) or (tag or "").startswith("libtorch"):
+    # A torch symbol (whichever TE library misses it) is a torch ABI mismatch; a cuBLAS symbol missing from TE's torch
+    # extension is not (found in review: it was called one), so the library is judged by the symbol, not the file.
+    if TORCH_SYMBOL.search(symbol) or (tag or "").startswith("libtorch"):
         return ("TE's torch extension was built for another torch (ABI mismatch: a torch symbol is missing)",
                 [fixes.te_install(te, cuda_major, force=True)], {})
     if not tag or not re.fullmatch(r"lib[A-Za-z0-9_+-]+\.so(\.[0-9]+)*", tag):

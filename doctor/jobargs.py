@@ -157,6 +157,23 @@ class Job:
         return "none", ("not stated: through verl and Megatron-Bridge the fused DSA kernels are off unless an "
                         "override sets them")
 
+    def dense_indexer_loss(self) -> bool | None:
+        """Whether a checked role trains with the dense indexer loss (coeff > 0, dsa_indexer_use_sparse_loss not
+        True), which makes Megatron require q_causal_offsets on the dense DSA wrappers too; None: not known."""
+        answers = []
+        for role in self.checked_roles():
+            eff = self.effective(role)
+            coeff, sparse = eff.get("dsa_indexer_loss_coeff"), eff.get("dsa_indexer_use_sparse_loss")
+            if coeff is None:  # Megatron's default is None (no loss); through verl the Bridge provider decides
+                answers.append(False if self.kind == "megatron" else None)
+            elif isinstance(coeff.value, (int, float)) and not isinstance(coeff.value, bool):
+                answers.append(coeff.value > 0 and not (sparse is not None and sparse.value is True))
+            else:
+                answers.append(None)
+        if any(a is True for a in answers):
+            return True
+        return None if any(a is None for a in answers) or not answers else False
+
     def to_dict(self) -> dict:
         return {
             "kind": self.kind, "syntax": self.syntax, "launcher": self.launcher[:8], "entry": self.entry,
@@ -517,6 +534,7 @@ def job_profile(base: Profile, argv: Sequence[str], given_cp: int | None, given_
     if given_backend not in (None, backend):
         raise UsageError(f"--dsa-backend {given_backend} contradicts the job's ({backend}, {how})")
     data["dsa_backend_decided"] = how
+    data["dense_indexer_loss"] = job.dense_indexer_loss()  # cudnn-fe.dsa's q_causal_offsets rule reads it
     return replace(base, cp=cp, dsa_backend=backend, dsa_backend_source="job", job=data)
 
 

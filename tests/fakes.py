@@ -337,6 +337,10 @@ class Env:
             shutil.rmtree(path, ignore_errors=True)
         return self
 
+    def _installed(self, name: str) -> bool:
+        prefix = name.replace("-", "_") + "-"
+        return any(d.name.lower().startswith(prefix) for site in self.sites.values() for d in site.glob("*.dist-info"))
+
     def doctor(self, *args: str, python: str, **kwargs):
         return run_doctor(*args, sites=tuple(self.sites.values()), python=python, **kwargs)
 
@@ -359,6 +363,8 @@ class Env:
             pinned = next((s.version for s in req.specifier if s.operator == "=="), None) or \
                 next((s.version for s in req.specifier if s.operator == ">="), None)
             key = f"{name}-{pinned}"
+            if name not in COMPONENT_OF and self._installed(name) and not pinned:
+                continue  # pip: "Requirement already satisfied" (cuda-python, brought by the CuTe DSL 4.5.2)
             comp = COMPONENT_OF[name]
             self.drop(comp)
             # The real nvidia-cutlass-dsl wheel here is the meta wheel alone (its libraries are 150 MB): the

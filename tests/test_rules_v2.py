@@ -63,6 +63,42 @@ def test_dsa_wrappers_are_read_from_the_installed_megatron(tmp_path, bare_python
     assert row["evidence"]["wrappers"]["indexer_forward_wrapper"]["resolves"] is True
 
 
+def test_dsa_wrappers_of_verls_tested_megatron_are_read(tmp_path, bare_python):
+    """fd1121b8 (the commit verl's DSv4 example was tested with) calls the wrappers from dsa_kernels.py, through
+    `_DSA`, including two d48bd6be does not (as upstream, lines 317 and 748)."""
+    def megatron(site: FakeSite):
+        fake_megatron_dev(site)
+        site.file(EAV + "dsa_kernels.py", """
+            _DSA = None
+            def compact(global_idxs):
+                return _DSA.compactify_wrapper(global_idxs)
+            def recompute(*a):
+                return _DSA.sparse_indexer_score_recompute_wrapper(*a)
+        """)
+    env = healthy(tmp_path).fake("megatron", megatron)
+    row = run(env, bare_python, "--only", "cudnn-fe.dsa", "--cp", "2", "--gpu-arch", "9.0").check("cudnn-fe.dsa")
+    assert any(f.endswith("dsa_kernels.py") for f in row["evidence"]["wrappers_from"])
+    assert {"compactify_wrapper", "sparse_indexer_score_recompute_wrapper"} <= set(row["evidence"]["wrappers"])
+
+
+def test_dense_wrappers_need_offsets_only_when_the_job_trains_the_dense_loss(tmp_path, bare_python):
+    """The q_causal_offsets rule for the dense wrappers follows the job's indexer loss when a command is given."""
+    from dsv4_doctor.jobargs import parse
+
+    otc = "actor_rollout_ref.actor.megatron.override_transformer_config"
+    sparse = parse(["python3", "-m", "verl.trainer.main_ppo", f"++{otc}.dsa_indexer_loss_coeff=0.1",
+                    f"++{otc}.dsa_indexer_use_sparse_loss=True"])
+    dense = parse(["python3", "-m", "verl.trainer.main_ppo", f"++{otc}.dsa_indexer_loss_coeff=0.1"])
+    assert sparse.dense_indexer_loss() is False and dense.dense_indexer_loss() is True
+    assert parse(["pretrain_gpt.py", "--context-parallel-size", "2"]).dense_indexer_loss() is False  # default None
+    assert parse(["python3", "-m", "verl.trainer.main_ppo", "x=1"]).dense_indexer_loss() is None  # the Bridge's
+    env = healthy(tmp_path)
+    job = (f"python3 -m verl.trainer.main_ppo ++{otc}.dsa_indexer_loss_coeff=0.1 "
+           f"++{otc}.dsa_indexer_use_sparse_loss=True")
+    report = run(env, bare_python, "--only", "cudnn-fe.dsa", "--gpu-arch", "9.0", "--job-args", job)
+    assert report.report["profile"]["job"]["dense_indexer_loss"] is False
+
+
 # --- cudnn-fe.csa: only where the installed Megatron has a fused compressor -----------------------------------------
 
 def test_csa_skips_without_megatrons_fused_compressor(tmp_path, bare_python):
@@ -87,7 +123,11 @@ CUBLAS_ERROR = ("{lib}: undefined symbol: cublasLtGroupedMatrixLayoutInit_intern
 
 
 @needs_elf
-def test_te_import_reads_the_library_that_lacks_the_symbol(tmp_path, bare_python):
+@pytest.mark.parametrize("te_lib", ["/site/transformer_engine/wheel_lib/libtransformer_engine.so",
+                                    # found in review: the same cuBLAS symbol missing from TE's torch extension was
+                                    # called a torch ABI mismatch
+                                    "/site/transformer_engine_torch.cpython-312-x86_64-linux-gnu.so"])
+def test_te_import_reads_the_library_that_lacks_the_symbol(tmp_path, bare_python, te_lib):
     def cublas(site: FakeSite):  # nvidia-cublas 13.1.0.3's layout, its library a real ELF without that symbol
         d = site.dist("nvidia-cublas", "13.1.0.3")
         lib = site.root / "nvidia" / "cublas" / "lib" / "libcublasLt.so.13"
@@ -95,7 +135,7 @@ def test_te_import_reads_the_library_that_lacks_the_symbol(tmp_path, bare_python
         shutil.copy(LIBZ, lib)
         (d / "RECORD").write_text("nvidia/cublas/lib/libcublasLt.so.13,,\n")
     env = Env(tmp_path).fake("cublas", cublas).fake("te", fake_te, "2.16.1", import_error=CUBLAS_ERROR.format(
-        lib="/site/transformer_engine/wheel_lib/libtransformer_engine.so"))
+        lib=te_lib))
     row = run(env, bare_python, "--only", "te.import").check("te.import")
     assert row["status"] == "fail"
     assert "nvidia-cublas 13.1.0.3" in row["details"] and "does not export it" in row["details"]
@@ -169,6 +209,9 @@ def test_frontend_1_32_with_cutlass_4_5_2_gets_a_plan_pip_accepts(tmp_path, bare
     assert any("'nvidia-cutlass-dsl[cu13]>=4.8.0'" in p for p in pins), pins
     assert not any("nvidia-cutlass-dsl[cu13]==4.5.2" in p for p in pins)  # never what the frontend rejects
     assert not any("nvidia-cudnn-frontend==1.27.0" in p for p in pins)  # the installed frontend is kept
+    # cutlass 4.8 does not bring cuda-python, which 1.32.0's cutedsl extra declares (found in review: after the plan,
+    # deps.consistency still failed on it)
+    assert any(p.endswith("install cuda-python") for p in pins), pins
     assert_plan_resolves(script, env, tmp_path)
 
 
@@ -189,16 +232,18 @@ def assert_plan_resolves(script: str, env: Env, tmp_path: Path) -> None:
     chosen = {item["metadata"]["name"].lower(): item["metadata"] for item in json.loads(report.read_text())["install"]}
     assert set(chosen) >= {Requirement(s).name.lower() for s in specs}
     fe = chosen.get("nvidia-cudnn-frontend") or _metadata(env, "nvidia-cudnn-frontend")
-    cutlass = chosen.get("nvidia-cutlass-dsl") or _metadata(env, "nvidia-cutlass-dsl")
-    tvm = chosen.get("apache-tvm-ffi") or _metadata(env, "apache-tvm-ffi")
     for line in fe.get("requires_dist") or []:
         req = Requirement(line)
-        have = {"nvidia-cutlass-dsl": cutlass, "apache-tvm-ffi": tvm}.get(req.name.lower())
-        if have is not None and (req.marker is None or req.marker.evaluate({"extra": "cutedsl"})):
-            assert req.specifier.contains(have["version"], prereleases=True), (line, have["version"])
+        name = req.name.lower()
+        if name in ("torch", "torch-c-dlpack-ext") or not (req.marker is None or req.marker.evaluate(
+                {"extra": "cutedsl"})):
+            continue  # torch is the image's (a manual step); other extras are not the DSv4 stack's
+        have = chosen.get(name) or _metadata(env, name, missing_ok=True)
+        assert have is not None, f"after the plan, {line} is not installed"
+        assert req.specifier.contains(have["version"], prereleases=True), (line, have["version"])
 
 
-def _metadata(env: Env, name: str) -> dict:
+def _metadata(env: Env, name: str, missing_ok: bool = False) -> dict | None:
     for site in env.sites.values():
         for d in site.glob("*.dist-info"):
             text = (d / "METADATA").read_text(errors="replace")
@@ -206,7 +251,65 @@ def _metadata(env: Env, name: str) -> dict:
             if fields.get("Name", "").lower() == name:
                 return {"version": fields["Version"], "requires_dist": [
                     line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("Requires-Dist: ")]}
+    if missing_ok:
+        return None
     raise AssertionError(f"{name} is not installed")
+
+
+def _pins(script: str) -> list[str]:
+    return [line for line in script.splitlines() if line.startswith('"$PY" -I -m pip install')]
+
+
+def test_a_replaced_frontend_gets_one_cutlass_pin(tmp_path, bare_python):
+    """Found in review: frontend 1.26.0 got the tested set (cutlass 4.5.2), then 1.26.0's own cutlass==4.5.0."""
+    env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0").wheel("cutlass", "nvidia-cutlass-dsl-4.5.2")
+    env.fake("torch", fake_torch).wheel("tvm", "apache-tvm-ffi-0.1.11")
+    script = env.doctor("fix", "--cp", "2", "--gpu-arch", "9.0", "--only",
+                        "deps.consistency,cudnn-fe.*,cutlass-dsl.import,tvm-ffi.version", python=bare_python).stdout
+    cutlass = [p for p in _pins(script) if "nvidia-cutlass-dsl" in p]
+    assert cutlass and all("==4.5.2" in p for p in cutlass), script
+    assert any("nvidia-cudnn-frontend==1.27.0" in p for p in _pins(script))
+
+
+def test_a_kept_frontend_keeps_a_cutlass_that_meets_it_and_names_what_a_pin_breaks(tmp_path, bare_python):
+    """Found in review: frontend 1.27.0 with cutlass 4.8.1 (>=4.5.0 holds) got cutlass==4.5.2, breaking its libs;
+    the tvm-ffi pin broke vLLM's declared ==0.1.9 without saying so."""
+    from fakes import fake_cutedsl
+
+    def vllm(site: FakeSite):
+        site.dist("vllm", "0.15.0", requires=("apache-tvm-ffi==0.1.9",))
+    env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0").fake("cutedsl", fake_cutedsl, "4.8.1")
+    env.fake("torch", fake_torch).wheel("tvm", "apache-tvm-ffi-0.1.9").fake("vllm", vllm)
+    env.fake("dlpack", lambda s: s.dist("torch-c-dlpack-ext", "0.1.5"))
+    row = run(env, bare_python, "--only", "deps.consistency,tvm-ffi.version").check("deps.consistency")
+    # tvm-ffi older than the frontend declares: a warning, as tvm-ffi.version says (0.1.9 ran the indexer right).
+    assert row["status"] == "warn" and "apache-tvm-ffi>=0.1.11" in row["summary"], row["summary"]
+    script = env.doctor("fix", "--cp", "2", "--gpu-arch", "9.0", "--only", "deps.consistency,tvm-ffi.version",
+                        python=bare_python).stdout
+    assert not any("nvidia-cutlass-dsl" in p for p in _pins(script)), script
+    assert any("apache-tvm-ffi==0.1.11" in p for p in _pins(script))
+    assert "vllm 0.15.0 requires apache-tvm-ffi==0.1.9" in " ".join(script.split())
+
+
+def test_deps_consistency_counts_only_extras_that_are_asked_for(tmp_path, bare_python):
+    """Found in review: cuda-python's `cuda-bindings[all]; extra == "all"` made cuda-toolkit[...] warnings; and the
+    CuTe DSL's own libraries were listed as "other installed packages"."""
+    def cuda(site: FakeSite):  # cuda-python 13.4.4 and cuda-bindings 13.4.4 as published (their extras)
+        site.dist("cuda-python", "13.4.4", requires=('cuda-bindings~=13.4.4',
+                                                     'cuda-bindings[all]~=13.4.4; extra == "all"'))
+        site.dist("cuda-bindings", "13.4.4", requires=('cuda-pathfinder~=1.1',
+                                                       'cuda-toolkit[nvrtc,nvjitlink]==13.*; extra == "all"'))
+        site.dist("cuda-pathfinder", "1.9.1")
+        site.dist("nvidia-cutlass-dsl-libs-base", "4.5.2", requires=("cuda-python>=12.8",))
+    env = healthy(tmp_path).fake("cuda", cuda)
+    row = run(env, bare_python, "--only", "deps.consistency").check("deps.consistency")
+    assert "cuda-toolkit" not in row["summary"] + row["details"], row["summary"]
+    assert "nvidia-cutlass-dsl-libs-base 4.5.2 requires" not in row["details"]
+
+
+def test_explain_claims_no_tvm_ffi_nan():
+    text = run_doctor("explain", "tvm-ffi.version").stdout
+    assert "NaN cured" not in text and "no confirmed record" in text
 
 
 # --- new checks -----------------------------------------------------------------------------------------------------
