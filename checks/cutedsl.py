@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.facts import StaticFacts, error_text, outcome
+from dsv4_doctor.facts import StaticFacts, error_text, outcome, requirement_text
 from dsv4_doctor.model import Check, Context, Profile, Result, Source, failed, passed, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
@@ -50,11 +50,13 @@ def _tvm(ctx: Context) -> Result:
                       f"by {who}", fixes=[fix], evidence=evidence)
     if declared is not None and declared.specifier and not declared.specifier.contains(installed, prereleases=True):
         return warned(
-            f"apache-tvm-ffi {installed} does not meet what nvidia-cudnn-frontend {fe} declares ({declared})",
+            f"apache-tvm-ffi {installed} does not meet what nvidia-cudnn-frontend {fe} declares "
+            f"({requirement_text(declared)})",
             "A declared requirement is unmet. No upstream source or run shows an older tvm-ffi computing something "
             "wrong: on an H200, 0.1.9 ran the frontend 1.27.0 DSA indexer and matched the reference exactly.",
             fixes=[fix], evidence=evidence)
-    meets = f", meets the frontend's {declared}" if declared is not None and str(declared.specifier) else ""
+    meets = (f", meets the frontend's {requirement_text(declared)}" if declared is not None and str(declared.specifier)
+             else "")
     return passed(f"apache-tvm-ffi {installed} (needed by {who}{meets})", evidence=evidence)
 
 

@@ -14,7 +14,8 @@ import re
 
 from packaging.version import Version
 
-from dsv4_doctor.facts import StaticFacts, parse_requirement, requirements, safe_version, version
+from dsv4_doctor.facts import (StaticFacts, parse_requirement, requirement_text, requirements, safe_version,
+                               version)
 from dsv4_doctor.model import Fix, Phase
 
 from ._upstream import MLM_DEV, MLM_VERL_TESTED
@@ -222,7 +223,7 @@ def frontend_stack(static: StaticFacts) -> Fix:
         name = req.name.lower().replace("_", "-")
         if name in ("torch", "torch-c-dlpack-ext"):
             continue  # torch is the image's (a manual step when wrong); the dlpack helper rides along with tvm-ffi
-        declared.append(str(req))
+        declared.append(requirement_text(req))
         if _meets(req, static.version(name)):
             continue  # already what the frontend declares: not touched (found in review: a cutlass 4.8.1 that met
             # >=4.5.0 was downgraded to the tested 4.5.2, breaking its own libs)
@@ -255,8 +256,8 @@ def cutlass(static: StaticFacts) -> Fix:
         req = frontend_requirement(static, "nvidia-cutlass-dsl")
         have = safe_version(static.version("nvidia-cutlass-dsl"))
         pin = f"=={have}" if have and _meets(req, have) else _pin_within(req, CUTLASS_VERSION)
-        why = (f"nvidia-cudnn-frontend {static.version('nvidia-cudnn-frontend')} declares {req}" if req is not None
-               else "the Megatron DSv4 recipes' pin")
+        why = (f"nvidia-cudnn-frontend {static.version('nvidia-cudnn-frontend')} declares {requirement_text(req)}"
+               if req is not None else "the Megatron DSv4 recipes' pin")
     return _with_breaks(Fix(f"Install the CuTe DSL with its CUDA 13 libraries ({why})",
                             [["pip", "install", f"nvidia-cutlass-dsl[cu13]{pin}"]], key=f"cutlass:{pin}"),
                         static, {"nvidia-cutlass-dsl": pin})

@@ -108,9 +108,12 @@ def _dsv4(ctx: Context) -> Result:
                   f"{evidence['distribution']} distribution ({os.path.dirname(dist_path)}): a PYTHONPATH tree (e.g. "
                   "Megatron-Bridge's 3rdparty/Megatron-LM in the verl image) shadows it.")
     version = evidence["distribution"] or "(no metadata)"
+    # The code that runs is what is named: a shadowing tree is not the distribution whose version pip reports.
+    tree = evidence["checkout"] or os.path.dirname(os.path.dirname(os.path.dirname(origin)))
+    what = f"the Megatron-core tree at {tree}" if shadow else f"Megatron-core {version}"
     if not found[f"{EAV_MOD}.deepseek_v4_hybrid_attention"]:
         return failed(
-            f"Megatron-core {version} has no dsv4_hybrid attention: the model build fails with \"Invalid "
+            f"{what} has no dsv4_hybrid attention: the model build fails with \"Invalid "
             "experimental attention variant: dsv4_hybrid\"",
             "Every megatron-core release lacks DSv4 (it exists only on the dev branch), and dev reports the same "
             "version string, so the files decide." + shadow,
@@ -120,7 +123,7 @@ def _dsv4(ctx: Context) -> Result:
     if not isinstance(classes, dict) or DSV4_CLASS not in classes:
         # A file is not a feature: an empty or foreign deepseek_v4_hybrid_attention.py must not read as dev.
         why = f"it could not be read ({source.get('error')})" if source.get("error") else f"it defines no {DSV4_CLASS}"
-        return failed(f"Megatron-core {version} has a deepseek_v4_hybrid_attention module, but {why}",
+        return failed(f"{what} has a deepseek_v4_hybrid_attention module, but {why}",
                       f"{source.get('path') or DSV4_MOD}: the dsv4_hybrid spec builds {DSV4_CLASS} from it." + shadow,
                       fixes=[fixes.mcore(evidence["checkout"])], evidence=evidence)
     have = [MARKERS[n] for n, ok in found.items() if ok]

@@ -200,6 +200,12 @@ MARKER_KEYS = ("implementation_name", "implementation_version", "os_name", "plat
                "python_version", "sys_platform")
 
 
+def requirement_text(req) -> str:
+    """A requirement as people read it, without its environment marker: `nvidia-cutlass-dsl[cu13]>=4.5.0`."""
+    extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+    return f"{req.name}{extras}{req.specifier}"
+
+
 def parse_requirement(line) -> Any:
     """A Requires-Dist line as a packaging Requirement, or None (not text, too long, or invalid); cached, since
     every check that reads a distribution's requirements parses the same lines."""
