@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from dsv4_doctor.facts import MAX_REQUIREMENTS, StaticFacts, canonical, parse_requirement
+from dsv4_doctor.facts import MAX_REQUIREMENTS, StaticFacts, canonical, parse_requirement, safe_specifier
 from dsv4_doctor.model import Check, Context, Fix, Phase, Result, Source, failed, passed, warned
 from dsv4_doctor.probes import StaticRequest
 
@@ -139,9 +139,10 @@ def unmet_requirements(static) -> tuple[list[dict], dict]:
 def _install_missing(u: dict) -> Fix:
     """`pip install <the requirement>` for a requirement that is not installed at all, as its requirer spells it."""
     req = parse_requirement(u["requires"])
-    spec = f"{req.name}{req.specifier}" if req is not None else ""
+    specifier = safe_specifier(str(req.specifier)) if req is not None and str(req.specifier) else ""
+    spec = f"{req.name}{specifier}" if req is not None and specifier is not None else ""
     desc = f"Install {spec or u['requires']}, which {u['package']} {u['version']} requires"
-    if not spec or not re.fullmatch(r"[A-Za-z0-9._-]+[<>=!~,.*0-9A-Za-z+-]*", spec):
+    if not spec or not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", req.name if req is not None else ""):
         return fixes.withheld(desc, "the requirement is not a plain name and version", phase=Phase.PIN,
                               key=f"missing:{u['requires']}")
     return Fix(desc, [["pip", "install", spec]], key=f"missing:{spec}")

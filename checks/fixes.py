@@ -14,8 +14,8 @@ import re
 
 from packaging.version import Version
 
-from dsv4_doctor.facts import (StaticFacts, parse_requirement, requirement_text, requirements, safe_version,
-                               version)
+from dsv4_doctor.facts import (StaticFacts, parse_requirement, requirement_text, requirements, safe_specifier,
+                               safe_version, version)
 from dsv4_doctor.model import Fix, Phase
 
 from ._upstream import MLM_DEV, MLM_VERL_TESTED
@@ -150,11 +150,12 @@ def frontend_requirement(static: StaticFacts, name: str):
     return None
 
 
-def _pin_within(req, tested: str) -> str:
-    """`==tested` when the requirement accepts it (the tested pin), else the requirement's own specifier."""
+def _pin_within(req, tested: str) -> str | None:
+    """`==tested` when the requirement accepts it (the tested pin), else the requirement's own specifier; None when
+    that specifier is not a plain one (read from METADATA: hostile input, found in review with `===a&...`)."""
     if req is None or not str(req.specifier) or req.specifier.contains(tested, prereleases=True):
         return f"=={tested}"
-    return str(req.specifier)
+    return safe_specifier(str(req.specifier))
 
 
 def _meets(req, installed: str | None) -> bool:
@@ -217,7 +218,7 @@ def frontend_stack(static: StaticFacts) -> Fix:
             [["pip", "install", "--no-deps", f"apache-tvm-ffi=={TVM_FFI_VERSION}"],
              ["pip", "install", "--force-reinstall", "--no-deps", f"nvidia-cudnn-frontend=={FE_VERSION}"],
              ["pip", "install", f"nvidia-cutlass-dsl[cu13]=={CUTLASS_VERSION}"]], key="fe-stack"), static, pins)
-    commands, pins, declared = [], {}, []
+    commands, pins, declared, withheld = [], {}, [], []
     fe_dist = static.readable_dist("nvidia-cudnn-frontend")
     for req in requirements(fe_dist, ("cutedsl",)):
         name = req.name.lower().replace("_", "-")
@@ -227,29 +228,35 @@ def frontend_stack(static: StaticFacts) -> Fix:
         if _meets(req, static.version(name)):
             continue  # already what the frontend declares: not touched (found in review: a cutlass 4.8.1 that met
             # >=4.5.0 was downgraded to the tested 4.5.2, breaking its own libs)
+        tested = {"apache-tvm-ffi": TVM_FFI_VERSION, "nvidia-cutlass-dsl": CUTLASS_VERSION}.get(name)
+        pin = _pin_within(req, tested) if tested else safe_specifier(str(req.specifier)) if str(req.specifier) else ""
+        if pin is None or not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,100}", name):
+            withheld.append(name[:100])
+            continue
         if name == "apache-tvm-ffi":
-            pins[name] = _pin_within(req, TVM_FFI_VERSION)
-            commands.append(["pip", "install", "--no-deps", "apache-tvm-ffi" + pins[name]])
+            pins[name] = pin
+            commands.append(["pip", "install", "--no-deps", "apache-tvm-ffi" + pin])
         elif name == "nvidia-cutlass-dsl":
-            pins[name] = _pin_within(req, CUTLASS_VERSION)
-            commands.append(["pip", "install", "nvidia-cutlass-dsl[cu13]" + pins[name]])
-        elif re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name) and re.fullmatch(r"[<>=!~,.*0-9A-Za-z+ -]*",
-                                                                           str(req.specifier)):
-            # e.g. cuda-python: cutlass 4.5.2 brought it, 4.8 does not (found in review with frontend 1.32.0)
-            commands.append(["pip", "install", name + str(req.specifier).replace(" ", "")])
+            pins[name] = pin
+            commands.append(["pip", "install", "nvidia-cutlass-dsl[cu13]" + pin])
+        else:  # e.g. cuda-python: cutlass 4.5.2 brought it, 4.8 does not (found in review with frontend 1.32.0)
+            commands.append(["pip", "install", name + pin])
     fe_safe = safe_version(fe)
     if fe_safe:
         commands.insert(0, ["pip", "install", "--force-reinstall", "--no-deps", f"nvidia-cudnn-frontend=={fe_safe}"])
+    note = (f"; the requirement on {', '.join(withheld)} is not a plain version specifier, so its command is "
+            "withheld" if withheld else "")
     return _with_breaks(Fix(
         f"Keep nvidia-cudnn-frontend {fe} and install what it declares and lacks (it declares "
         f"{', '.join(declared) or 'no CuTe DSL requirement'}), reinstalling the frontend itself without touching its "
-        "dependencies", commands, key="fe-stack"), static, pins)
+        f"dependencies{note}", commands, key="fe-stack"), static, pins)
 
 
 def cutlass(static: StaticFacts) -> Fix:
     """The CuTe DSL the plan's frontend accepts: the tested 4.5.2 with the tested set; with a kept frontend, the
     installed version when it meets the frontend's requirement (reinstalled with its libraries), else the tested
     one when the requirement accepts it, else the requirement."""
+    pin: str | None
     if not frontend_kept(static):
         pin, why = f"=={CUTLASS_VERSION}", f"the tested set, with cuDNN frontend {FE_VERSION}; it brings cuda-python"
     else:
@@ -258,6 +265,9 @@ def cutlass(static: StaticFacts) -> Fix:
         pin = f"=={have}" if have and _meets(req, have) else _pin_within(req, CUTLASS_VERSION)
         why = (f"nvidia-cudnn-frontend {static.version('nvidia-cudnn-frontend')} declares {requirement_text(req)}"
                if req is not None else "the Megatron DSv4 recipes' pin")
+        if pin is None:
+            return withheld(f"Install the CuTe DSL the frontend accepts ({why})", "the frontend's requirement is not "
+                            "a plain version specifier", phase=Phase.PIN, key="cutlass:withheld")
     return _with_breaks(Fix(f"Install the CuTe DSL with its CUDA 13 libraries ({why})",
                             [["pip", "install", f"nvidia-cutlass-dsl[cu13]{pin}"]], key=f"cutlass:{pin}"),
                         static, {"nvidia-cutlass-dsl": pin})
@@ -266,6 +276,9 @@ def cutlass(static: StaticFacts) -> Fix:
 def tvm_ffi(static: StaticFacts) -> Fix:
     req = frontend_requirement(static, "apache-tvm-ffi") if frontend_kept(static) else None
     pin = _pin_within(req, TVM_FFI_VERSION)
+    if pin is None:
+        return withheld("Install the apache-tvm-ffi the frontend accepts", "the frontend's requirement is not a plain "
+                        "version specifier", phase=Phase.PIN, key="tvm-ffi:withheld")
     return _with_breaks(Fix(
         f"Install apache-tvm-ffi{pin} (the cuDNN frontend's CuTe-DSL kernels import it at their first call; the "
         "Megatron and verl lock files pin 0.1.9)", [["pip", "install", "--no-deps", f"apache-tvm-ffi{pin}"]],

@@ -187,6 +187,18 @@ def at_least(text: str | None, minimum: str) -> bool | None:
 _SAFE_VERSION = re.compile(r"[0-9]{1,6}(\.[0-9]{1,6}){0,4}((a|b|rc)[0-9]{1,4})?(\.post[0-9]{1,4})?(\.dev[0-9]{1,6})?")
 
 
+_SAFE_SPECIFIER = re.compile(r"(?:==|!=|<=|>=|~=|<|>)[0-9][0-9A-Za-z.*+!_-]{0,40}"
+                             r"(?:,(?:==|!=|<=|>=|~=|<|>)[0-9][0-9A-Za-z.*+!_-]{0,40}){0,5}")
+
+
+def safe_specifier(text: str | None) -> str | None:
+    """`text` if it is a plain version specifier (`>=4.8.0`, `~=13.4.4,<14`) that may go into a fix command: no
+    `===` (which takes any text), no shell characters. Else None."""
+    if isinstance(text, str) and _SAFE_SPECIFIER.fullmatch(text.replace(" ", "")):
+        return text.replace(" ", "")
+    return None
+
+
 def safe_version(text: str | None) -> str | None:
     """`text` if it is a plain public version that may be put into a fix command, else None."""
     if isinstance(text, str) and _SAFE_VERSION.fullmatch(text):

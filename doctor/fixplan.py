@@ -105,6 +105,9 @@ def comment(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+_comment = comment
+
+
 def pip_line(cmd: Command) -> str:
     """How the script runs a pip command: with the inspected interpreter's pip, not whichever is first on PATH."""
     return '"$PY" ' + " ".join(PIP) + " " + shlex.join(cmd.argv[1:])
@@ -117,18 +120,30 @@ def pip_argv(python: str, cmd: Command) -> list[str]:
 def render_script(plan: Plan, python: str, profile: dict, version: str, redact: Redactor | None = None,
                   incomplete: str | None = None) -> str:
     """The plan as a POSIX shell script. `incomplete`: why the run behind it did not finish (the plan then holds
-    only what finished, and says so)."""
-    text = _script(plan, python, profile, version, incomplete)
-    redact = redact or Redactor()
-    return clean_text(redact.text(text))
+    only what finished, and says so).
+
+    Redaction works on the parts, before they are quoted or made comments: redacting the finished script would
+    rewrite quoted text (`NAME='...'` inside a `'"'"'` escape) and unbalance its quotes, which a hostile METADATA
+    turned into a command on the pasted script's shell (found in review)."""
+    return clean_text(_script(plan, python, profile, version, incomplete, redact or Redactor()))
 
 
-def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: str | None) -> str:
+def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: str | None, redact: Redactor) -> str:
+    def comment(text, limit: int = 300) -> str:  # noqa: F811 - the module's, on redacted text
+        return _comment(redact.text(str(text)), limit)
+
+    def command_line(cmd: Command) -> str:
+        """The command, or a comment when redaction had to change one of its words (it holds a secret)."""
+        words = [redact.text(w) for w in cmd.argv]
+        if list(words) != list(cmd.argv):
+            return "# (a command here held a secret and is not printed)"
+        return pip_line(cmd)
+
     shown = " ".join(f"{k}={v}" for k, v in profile.items() if k in ("cp", "dsa_backend", "gpu_arch")
                      and v is not None)
     lines = ["#!/bin/sh", f"# dsv4-doctor {comment(version)} fix plan ({comment(shown)}).",
              "# Review it before running it. Manual steps and job settings are comments: read them.",
-             "set -eu", f"PY={shlex.quote(python)}"]
+             "set -eu", f"PY={shlex.quote(redact.text(python))}"]
     if incomplete:
         lines.append(f"# INCOMPLETE: {comment(incomplete)}; this plan holds only the fixes of the checks that "
                      "finished. Run `dsv4-doctor check` again before trusting it.")
@@ -143,7 +158,7 @@ def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: st
             lines.append(f"#   {comment(step.fix.description)}")
         elif step.automatic:
             lines.append(f"# Step {n} [{comment(checks)}]: {comment(step.fix.description)}")
-            lines += [pip_line(c) for c in step.commands]
+            lines += [command_line(c) for c in step.commands]
         elif step.held_by is not None:
             lines.append(f"# Step {n} (held back: run it after Step {step.held_by}, because it builds against torch; "
                          f"not run by this script or by --apply) [{comment(checks)}]: {comment(step.fix.description)}")
@@ -172,7 +187,7 @@ def apply(plan: Plan, python: str, procs, redact: Redactor | None = None,
             if interrupted():
                 return ran, 0
             argv = pip_argv(python, cmd)
-            sys.stderr.write("+ " + clean_text(redact.text(shlex.join(argv))) + "\n")
+            sys.stderr.write("+ " + clean_text(shlex.join(redact.text(w) for w in argv)) + "\n")  # redact, then quote
             sys.stderr.flush()
             proc = procs.spawn(argv, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno())
             if interrupted():  # the signal came while pip was starting, before the handler could see it

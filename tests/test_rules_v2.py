@@ -307,6 +307,24 @@ def test_deps_consistency_counts_only_extras_that_are_asked_for(tmp_path, bare_p
     assert "nvidia-cutlass-dsl-libs-base 4.5.2 requires" not in row["details"]
 
 
+def test_a_hostile_specifier_never_reaches_a_command(tmp_path, bare_python):
+    """Found in review: `===` takes any text, and a frontend METADATA's `apache-tvm-ffi===a&...` went into the fix
+    script. A specifier from METADATA is used only when it is a plain one; else the command is withheld."""
+    def hostile(site: FakeSite):
+        site.dist("nvidia-cudnn-frontend", "1.27.0", requires=(
+            "apache-tvm-ffi===a&/TOKEN='&touch${IFS}PWNED7&#",))
+        site.file("cudnn/__init__.py", "__version__ = '1.27.0'\n")
+    env = Env(tmp_path).fake("fe", hostile).fake("torch", fake_torch)
+    script = env.doctor("fix", "--cp", "2", "--gpu-arch", "10.0", python=bare_python).stdout
+    assert "PWNED7" not in "\n".join(_pins(script)) and "===" not in "\n".join(_pins(script))
+    stub = tmp_path / "python"
+    stub.write_text("#!/bin/sh\nexit 0\n")
+    stub.chmod(0o755)
+    body = "\n".join(line for line in script.splitlines() if not line.startswith("PY="))
+    subprocess.run(["sh", "-c", f"PY={stub}\n{body}"], cwd=tmp_path, check=True)
+    assert not list(tmp_path.glob("PWNED*"))
+
+
 def test_explain_claims_no_tvm_ffi_nan():
     text = run_doctor("explain", "tvm-ffi.version").stdout
     assert "NaN cured" not in text and "no confirmed record" in text

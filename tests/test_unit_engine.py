@@ -116,6 +116,21 @@ def test_the_script_is_safe_to_paste_whatever_the_text(tmp_path):
     assert (tmp_path / "args").read_text().split("\n")[1] == arg
 
 
+def test_redaction_cannot_unbalance_the_quotes_of_a_command(tmp_path):
+    """Found in review: redacting the finished script rewrote `TOKEN='...` inside a quoted word, and the word's
+    quotes no longer closed: the rest ran as shell. Redaction now works on the words, before quoting."""
+    word = "apache-tvm-ffi===a&/TOKEN='&touch${IFS}PWNED5&#"
+    secret = ["pip", "install", "--index-url=https://user:s3cretpass@host/simple", "x==1"]
+    plan = build_plan([_row("a.b", Status.FAIL, [Fix("d TOKEN='x' & touch PWNED6", [["pip", "install", word]]),
+                                                 Fix("e", [secret])])])
+    script = render_script(plan, str(tmp_path / "python"), {"cp": 2}, "0")
+    (tmp_path / "python").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "python").chmod(0o755)
+    subprocess.run(["sh", "-c", script], cwd=tmp_path, check=True)
+    assert not list(tmp_path.glob("PWNED*")), script
+    assert "held a secret and is not printed" in script and "s3cretpass" not in script
+
+
 # --- renderers ----------------------------------------------------------------------------------------------------
 
 def _report(rows, profile=None):
