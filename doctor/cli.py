@@ -438,11 +438,22 @@ def cmd_fix(args) -> int:
     if not any(s.automatic for s in plan.steps):
         _stderr("nothing to apply: the plan has no automatic (pip) step")
         return code
+    from .session import GATE
+
+    if GATE.late is not None:
+        _stderr("nothing applied: a signal arrived while the plan was written")
+        return 128 + GATE.late
     if not args.yes:
         sys.stderr.write(f"Run the {sum(len(s.commands) for s in plan.steps if s.automatic)} pip command(s) of this "
                          "plan now? [y/N] ")
         sys.stderr.flush()
-        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+        try:
+            with GATE.suspended():  # Ctrl-C at the prompt must answer it
+                answer = sys.stdin.readline()
+        except KeyboardInterrupt:
+            _stderr("\nnothing applied")
+            return 130
+        if answer.strip().lower() not in ("y", "yes"):
             _stderr("nothing applied")
             return code
     ran, failed, signum = fixplan.apply_guarded(plan, python, redact)
@@ -499,7 +510,14 @@ def cmd_preflight(args) -> int:
                 + (" ..." if len(command) > 6 else ""))
         return 0
     from .procs import exec_job
+    from .session import GATE
 
+    if GATE.late is not None:  # a signal came while the report was written: the job is not started
+        import signal
+
+        _stderr(f"dsv4-doctor preflight: {signal.Signals(GATE.late).name} arrived; not starting the job")
+        return 128 + GATE.late
+    GATE.uninstall()  # the job gets the dispositions the doctor was started with
     return exec_job(command)
 
 
@@ -529,10 +547,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         args_in.insert(0, "check")
     p, commands = parser()
     args = p.parse_args(args_in)  # exits 2 on a usage error, 0 for --help/--version
-    from .session import Interrupted
+    from .session import GATE, Interrupted
 
     handlers = {"check": cmd_check, "smoke": lambda a: cmd_check(a, smoke=True), "list": cmd_list,
                 "explain": cmd_explain, "fix": cmd_fix, "preflight": cmd_preflight}
+    GATE.install()  # from here to the end no signal meets the default action (see SignalGate)
     try:
         code = handlers[args.command](args)
     except UsageError as exc:
@@ -542,6 +561,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     except Interrupted as exc:  # list and explain: nothing to report, only to stop cleanly
         _stderr(f"dsv4-doctor {args.command}: interrupted by {exc}")
         code = 128 + exc.signum
+    finally:
+        GATE.uninstall()
+    if GATE.late is not None and code < 128:  # asked to stop while the report was written: it was, and we stop
+        code = 128 + GATE.late
     if sys.stdout is not None:
         with contextlib.suppress(OSError, ValueError):
             sys.stdout.flush()

@@ -215,13 +215,21 @@ def take_part(env: FleetEnv, report: dict, python: str, started: float, strict: 
     wait = wait_seconds(float(report["summary"].get("budget_s") or 60.0), time.monotonic() - started, fleet_wait)
     delivered: list[int] = []
 
+    from .session import GATE
+
     def on_merged(merged: dict) -> None:
         if not isinstance(merged.get("summary"), dict) or not isinstance(merged.get("checks"), list):
             return
         merged = Redactor()(merged)  # every rank's report was redacted where it ran; the merge is checked again
-        delivered.append(deliver(merged))
+        with GATE.critical():  # a signal waits until the fleet's report is written
+            delivered.append(deliver(merged))
 
-    answer = exchange(env, report, python, wait, strict, on_merged if env.rank == 0 else None)
+    # The exchange waits (up to the fleet budget): a signal must end it, killing the helper, not wait for it.
+    GATE.arm()
+    try:
+        answer = exchange(env, report, python, wait, strict, on_merged if env.rank == 0 else None)
+    finally:
+        GATE.shield()
     if "error" in answer:
         _say(f"dsv4-doctor (rank {env.rank} of {env.world_size}): could not take part in the fleet run: "
              f"{answer['error']}; this rank's own report follows")

@@ -29,6 +29,17 @@ class Status(str, enum.Enum):
 SEVERITY = {Status.ERROR: 4, Status.FAIL: 3, Status.WARN: 2, Status.PASS: 1, Status.SKIP: 0}
 
 
+class Interrupted(BaseException):
+    """SIGINT/SIGTERM/SIGHUP arrived; the session writes what it has and exits 128 + signum. A BaseException, so
+    that no `except Exception` swallows it; code that catches BaseException must let it through."""
+
+    def __init__(self, signum: int):
+        import signal
+
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
 class ExitCode(enum.IntEnum):
     """Process exit codes; the same for every output format."""
 

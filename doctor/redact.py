@@ -135,7 +135,7 @@ def sanitize(obj: Any, limit: int = MAX_TEXT, max_nodes: int = 200_000) -> Any:
 def _text(o: Any) -> str:
     try:
         return str(o)
-    except BaseException:  # a plugin object whose __str__ raises
+    except Exception:  # an object whose __str__ raises (not BaseException: a stop signal must pass)
         return f"<unprintable {type(o).__name__}>"
 
 

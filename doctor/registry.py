@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from collections.abc import Iterable
 
-from .model import Check
+from .model import Check, Interrupted
 
 GROUP = "dsv4_doctor.checks"
 # Ids are a public contract (CI gates on them) and must fit the report schema.
@@ -195,6 +195,8 @@ def load_entry_point(info: PluginInfo) -> list[Check]:
         for part in filter(None, attr.strip().split(".")):
             obj = getattr(obj, part)
         found = collect(obj)
+    except Interrupted:
+        raise  # the run's own stop signal, not the entry point's failure (found in review: it was swallowed)
     except BaseException as exc:  # a plugin must never take the doctor down, not even with SystemExit
         info.error = f"{type(exc).__name__}: {exc}"
         info.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]

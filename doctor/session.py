@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .model import Check, CheckReport, Profile, Result, Status, UsageError
+from .model import Check, CheckReport, Interrupted, Profile, Result, Status, UsageError
 from .probes import (NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_SCRIPT, Probe, StaticRequest, handshake_probe,
                      parse_handshake, parse_nvidia_smi)
 from .procs import Processes, kill_group
@@ -34,12 +34,97 @@ MARGIN_S = 5.0
 MAX_CP = 1024
 
 
-class Interrupted(BaseException):
-    """SIGINT/SIGTERM/SIGHUP arrived; the session writes what it has and exits 128 + signum."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+
+class SignalGate:
+    """The process's SIGINT/SIGTERM/SIGHUP handling, one for the whole run: the CLI installs it first thing and
+    restores the original dispositions last (and before exec), so there is no moment in which a signal meets the
+    default action (dying without a report) or Python's KeyboardInterrupt in the middle of writing the report.
+
+    Armed (a run is going): the first signal raises Interrupted in the main thread, unless a critical block defers
+    it to the block's end. Shielded (the run is over, the report is being written): a signal is only recorded, and
+    the caller decides after the report (`late`: preflight then does not exec). Found in review: a signal before
+    the session's handlers were installed killed the doctor; one during the report gave a traceback."""
+
+    def __init__(self):
+        self.depth = 0
+        self.original: dict[int, Any] = {}
+        self.fired: int | None = None
+        self.late: int | None = None
+        self.shielded = True
+        self.deferring = 0
+        self.pending: int | None = None
+
+    def install(self) -> bool:
+        """Install the handlers; nested calls only count. True for the outermost call (which must `uninstall`)."""
+        self.depth += 1
+        if self.depth > 1:
+            return False
+        for sig in STOP_SIGNALS:
+            with contextlib.suppress(ValueError, OSError):  # not the main thread
+                self.original[sig] = signal.signal(sig, self._on_signal)
+        return True
+
+    def uninstall(self) -> None:
+        self.depth = max(0, self.depth - 1)
+        if self.depth:
+            return
+        for sig, handler in self.original.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, handler)
+        self.original.clear()
+
+    def arm(self) -> None:
+        """A run starts: the next signal interrupts it (one that came while shielded does at once)."""
+        self.fired, self.shielded, self.deferring, self.pending = None, False, 0, None
+        if self.late is not None:
+            signum, self.late = self.late, None
+            self.fired = signum
+            raise Interrupted(signum)
+
+    def shield(self) -> None:
+        self.shielded = True
+
+    @contextlib.contextmanager
+    def critical(self):
+        """A signal arriving here waits until the block is done (a child started but not yet tracked would leak)."""
+        self.deferring += 1
+        try:
+            yield
+        finally:
+            self.deferring -= 1
+            if not self.deferring and self.pending is not None and self.fired is None and not self.shielded:
+                signum, self.pending = self.pending, None
+                self.fired = signum
+                raise Interrupted(signum)
+
+    @contextlib.contextmanager
+    def suspended(self):
+        """The original dispositions for a moment (a y/N prompt must stay interruptible by Ctrl-C)."""
+        saved = {sig: signal.getsignal(sig) for sig in self.original}
+        for sig, handler in self.original.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, handler)
+        try:
+            yield
+        finally:
+            for sig, handler in saved.items():
+                with contextlib.suppress(ValueError, OSError, TypeError):
+                    signal.signal(sig, handler)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.shielded or self.fired is not None:
+            self.late = self.late or signum
+            return
+        if self.deferring:
+            self.pending = self.pending or signum
+            return
+        self.fired = signum
+        raise Interrupted(signum)
+
+
+GATE = SignalGate()
 
 
 def workers() -> int:
@@ -124,11 +209,8 @@ class Session:
         self.plugin_checks: dict[str, list[Check]] = {}  # entry point name -> its described checks
         self.target: dict = {"executable": self.python, "version": None}
         self.target_problem: str | None = None
-        self._signalled: int | None = None
-        self._old_handlers: dict[int, Any] = {}
+        self._owns_gate = False
         self._running: tuple | None = None  # (runner, plugin hosts, profile, start, budget) while checks run
-        self._deferring = 0
-        self._pending: int | None = None
 
     # ---------------------------------------------------------------------------------------- lifetime, signals
 
@@ -137,42 +219,22 @@ class Session:
         self.procs.close()
 
     def install_signals(self) -> None:
-        """SIGINT/SIGTERM/SIGHUP interrupt the run once; a second one during the report is ignored."""
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            with contextlib.suppress(ValueError, OSError):  # not the main thread, or no such signal
-                self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+        """SIGINT/SIGTERM/SIGHUP interrupt the run once (the process's SignalGate; a second one is recorded)."""
+        self._owns_gate = GATE.install() or self._owns_gate
+        GATE.arm()
 
-    @contextlib.contextmanager
     def critical(self):
-        """A signal arriving here waits until the block is done (a child started but not yet tracked would leak)."""
-        self._deferring += 1
-        try:
-            yield
-        finally:
-            self._deferring -= 1
-            if not self._deferring and self._pending is not None and self._signalled is None:
-                signum, self._pending = self._pending, None
-                self._signalled = signum
-                raise Interrupted(signum)
+        return GATE.critical()
 
     def shield(self) -> None:
         """From now on a signal no longer interrupts: the report being written is short work."""
-        self._signalled = self._signalled or -1
-
-    def _on_signal(self, signum, frame) -> None:
-        if self._signalled is not None:
-            return
-        if self._deferring:
-            self._pending = signum
-            return
-        self._signalled = signum
-        raise Interrupted(signum)
+        GATE.shield()
 
     def restore_signals(self) -> None:
-        for sig, handler in self._old_handlers.items():
-            with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(sig, handler)
-        self._old_handlers.clear()
+        GATE.shield()
+        if self._owns_gate:  # outside the CLI (a test calling run_check): leave the process as it was
+            self._owns_gate = False
+            GATE.uninstall()
 
     # ------------------------------------------------------------------------------------------------ start-up
 

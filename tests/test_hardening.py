@@ -239,6 +239,75 @@ def test_a_signal_kills_every_probe_and_still_writes_the_report(sig, code, site,
     assert list(tmp.iterdir()) == []  # no temporary directory left behind
 
 
+# The doctor with one of its own functions slowed down (fault injection, in the test, never in the product): the
+# wrapper announces, in a marker file, when the slowed function is entered, so the signal lands exactly there.
+SLOWED = """
+import sys, time, importlib
+module, name, marker = sys.argv[1], sys.argv[2], sys.argv[3]
+name, _, caller = name.partition("@")  # "plan@begin": slowed only when `begin` calls it
+mod = importlib.import_module(module)
+real = getattr(mod, name)
+def slowed(*a, **k):
+    if not caller or sys._getframe(1).f_code.co_name == caller:
+        open(marker, "w").write("in")
+        time.sleep(1.5)
+    return real(*a, **k)
+setattr(mod, name, slowed)
+sys.argv = ["dsv4-doctor"] + sys.argv[4:]
+from dsv4_doctor.cli import main
+main()
+"""
+
+
+def _slowed_run(tmp_path, module, name, sig, *args, python):
+    wrapper = tmp_path / "slowed.py"
+    wrapper.write_text(SLOWED)
+    marker = tmp_path / "entered"
+    command, *rest = args
+    proc = subprocess.Popen([sys.executable, str(wrapper), module, name, str(marker), command, "--python", python,
+                             *rest],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not marker.exists():
+        time.sleep(0.02)
+    assert marker.exists(), proc.communicate(timeout=60)
+    start = time.monotonic()
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    return proc, out, err, time.monotonic() - start
+
+
+def test_a_signal_while_probes_are_being_started_still_interrupts(tmp_path, bare_python):
+    """Found in review: a signal landing while the runner planned the checks was swallowed by an `except
+    BaseException`, and the run went on to the probe timeout; every later signal was ignored too."""
+    proc, out, err, took = _slowed_run(tmp_path, "dsv4_doctor.runner", "plan@begin", signal.SIGTERM, "check", "-f",
+                                       "json", "--only", "python.version,torch.install", python=bare_python)
+    assert proc.returncode == 143, err
+    assert strict_json(out)["summary"]["interrupted"] == "SIGTERM"
+    assert took < 10
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_the_report_is_written_lets_it_finish(tmp_path, bare_python, sig, code):
+    """Found in review: the session had restored the default handlers before the report was rendered, so SIGINT
+    gave a KeyboardInterrupt traceback and no report, SIGTERM killed the doctor. Now the report is completed, then
+    the doctor exits 128 + the signal."""
+    proc, out, err, _ = _slowed_run(tmp_path, "dsv4_doctor.render", "render_json", sig, "check", "-f", "json",
+                                    "--only", "python.version", python=bare_python)
+    assert "Traceback" not in err
+    assert strict_json(out)["summary"]["exit_code"] == 0  # the whole report
+    assert proc.returncode == code
+
+
+def test_preflight_does_not_start_the_job_after_a_signal_during_its_report(tmp_path, bare_python):
+    ran = tmp_path / "ran"
+    proc, _, err, _ = _slowed_run(tmp_path, "dsv4_doctor.cli", "_preflight_report", signal.SIGTERM, "preflight",
+                                  "--no-smoke", "--only", "python.version", "--", "touch", str(ran),
+                                  python=bare_python)
+    assert proc.returncode == 143 and not ran.exists(), err
+    assert "not starting the job" in err
+
+
 def test_a_usage_error_after_the_early_probes_leaves_none_running(tmp_path, bare_python):
     marker = tmp_path / "pid"
     bin_dir = tmp_path / "bin"
