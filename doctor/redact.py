@@ -15,6 +15,7 @@ start a GitHub Actions workflow command (`::` or `##[`).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -30,7 +31,8 @@ TRUNCATED = "…[{n} more characters truncated by dsv4-doctor]"
 SECRET_NAME = re.compile(
     r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|CREDS|AUTH(?!OR(?!IZ))|COOKIE|PRIVATE|SIGNATURE"
     r"|(?:^|_|-)(?:API|ACCESS|ACCOUNT)?_?KEY(?:_|-|S?$)|APIKEY|ACCESSKEY|ACCOUNTKEY|(?:^|_)PASS(?:_|$)"
-    r"|(?:^|_)PWD$|(?:^|_)PAT(?:_|$)|(?:^|_)DSN(?:_|$)|(?:^|_)SESSION(?:_TOKEN|_KEY|_SECRET|_COOKIE)?$",
+    r"|(?:^|_)PWD$|(?:^|_)PW$|PASS$|PRIV_?KEY|(?:^|_)PAT(?:_|$)|(?:^|_)DSN(?:_|$)"
+    r"|(?:^|_)SESSION(?:_TOKEN|_KEY|_SECRET|_COOKIE)?$",
     re.IGNORECASE,
 )
 # Names that match the pattern above but hold no secret.
@@ -174,6 +176,11 @@ class Redactor:
         for k, v in environ.items():
             if looks_secret(k) and len(v) >= MIN_SECRET_VALUE and v.lower() not in COMMON_VALUES:
                 values.add(valid_text(v))
+                # As an error message may quote it: repr() and JSON escape quotes and backslashes (found in review:
+                # `pa'ss\word55` appeared as `pa\'ss\\word55` and was not masked).
+                for quoted in (repr(v)[1:-1], json.dumps(v)[1:-1]):
+                    if quoted != v:
+                        values.add(valid_text(quoted))
         # Longest first, so a value that contains another is masked whole.
         self.secret_values = sorted(values, key=len, reverse=True)
         self.count = 0

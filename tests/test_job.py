@@ -115,6 +115,10 @@ def test_quoting_equals_signs_deletions_and_twins():
     assert job.effective("ref")["cp_partition_mode"].value == "zigzag"  # its own value wins over the actor's
     assert "trainer.logger.wandb.key" in job.unknown and not any("s3cr3t" in u for u in job.unknown)
     assert "s3cr3t" not in json.dumps(job.to_dict())
+    # A flag's value in its own word is no key either (found in review: `--hf-token hf...` listed the token).
+    flagged = parse(["python3", "-m", "verl.trainer.main_ppo", "--hf-token", "hfsekrit22", "--password=pwsekrit33"])
+    assert flagged.unknown == ["--hf-token", "--password"]
+    assert "sekrit" not in json.dumps(flagged.to_dict())
 
 
 @pytest.mark.parametrize("argv, message", [

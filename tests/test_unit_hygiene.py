@@ -15,6 +15,8 @@ from dsv4_doctor.redact import (MASK, Redactor, cap, clean_text, decode, looks_s
     ("SSH_PRIVATE_KEY", True), ("NCCL_IB_PASSWD", True), ("HF_TOKEN", True), ("API_KEY", True), ("DB_PWD", True),
     ("XDG_SESSION_ID", False), ("XDG_SESSION_TYPE", False), ("TOKENIZERS_PARALLELISM", False), ("PWD", False),
     ("OLDPWD", False), ("MAX_TOKEN_LENGTH", False), ("MONKEY", False), ("NCCL_DEBUG", False), ("KEYBOARD", False),
+    # found in review: these leaked
+    ("SSHPASS", True), ("DBPASS", True), ("S_PW", True), ("S_PRIVKEY", True), ("PASSTHROUGH", False),
 ])
 def test_secret_names(name, secret):
     assert looks_secret(name) is secret
@@ -26,6 +28,16 @@ def test_short_secret_values_are_masked_in_the_listing_and_replaced_elsewhere_fr
               "message": "connect with hunterpw and abcd; abc stays; true stays"})
     assert tree["variables"] == {"DB_PASS": MASK, "X_TOKEN": MASK, "FLAG_SECRET": MASK}
     assert tree["message"] == f"connect with {MASK} and {MASK}; abc stays; true stays"
+
+
+def test_a_secret_value_is_masked_in_its_quoted_forms_too():
+    """Found in review: an error message showing repr() of a value with a quote and a backslash leaked it."""
+    import json
+
+    value = "pa'ss\\word55"
+    r = Redactor({"REPR_PASSWORD": value})
+    for shown in (value, repr(value), json.dumps(value), f"error: {value!r} rejected"):
+        assert "word55" not in r.text(shown), shown
 
 
 @pytest.mark.parametrize("text, leaked", [
