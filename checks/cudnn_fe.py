@@ -23,7 +23,11 @@ DSA_OWNERS = ("DSA", "_DSA", "_cudnn_dsa")  # the names Megatron binds `cudnn.DS
 FUSED_COMPRESSOR = (f"{EAV_MOD}.csa_utils.fused_compressor", f"{EAV_MOD}.csa_fused_compressor")
 STATIC = StaticRequest(distributions=(FE, *CUTEDSL_STACK), modules=("cudnn", "cudnn.csa", "megatron.core",
                                                                     *FUSED_COMPRESSOR),
-                       sources=MEGATRON_DSA_CALLERS, attributes_of=DSA_OWNERS)
+                       # The frontend's own entry files too: their hashes are part of a fleet rank's fingerprint
+                       # (fleet.drift), which must see a frontend edited in place, whose RECORD still matches.
+                       sources=(*MEGATRON_DSA_CALLERS, "cudnn", "cudnn.deepseek_sparse_attention",
+                                "cudnn.deepseek_sparse_attention.utils.tensor_conversion"),
+                       attributes_of=DSA_OWNERS)
 
 # The wrappers Megatron d48bd6be calls (EAV/dsa_cudnn_kernels.py, csa_utils/fused_sparse_attention.py) plus the one
 # its config check resolves: used when the installed Megatron's files cannot be read.

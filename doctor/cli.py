@@ -56,7 +56,7 @@ def _timeout(value: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
     if not 1.0 <= t <= 3600.0:  # also rejects inf and nan
-        raise argparse.ArgumentTypeError("--timeout must be between 1 and 3600 seconds")
+        raise argparse.ArgumentTypeError("must be between 1 and 3600 seconds")
     return t
 
 

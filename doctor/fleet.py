@@ -73,6 +73,8 @@ def detect(environ: Mapping[str, str], mode: str = "auto", port: int | None = No
         return None
     torchrun = all(k in environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
     step_tasks = _int(environ, "SLURM_STEP_NUM_TASKS")
+    if torchrun and (_int(environ, "WORLD_SIZE") or 1) == 1 or step_tasks == 1 and "SLURM_PROCID" in environ:
+        return None  # a launch of one process is a fleet of one: the single-host run is its report
     if torchrun and (_int(environ, "WORLD_SIZE") or 1) > 1:
         rank, world = _int(environ, "RANK"), _int(environ, "WORLD_SIZE")
         local, addr, launcher = _int(environ, "LOCAL_RANK", 0), environ["MASTER_ADDR"], "torchrun"
@@ -232,18 +234,37 @@ def take_part(env: FleetEnv, report: dict, python: str, started: float, strict: 
         GATE.shield()
     if "error" in answer:
         _say(f"dsv4-doctor (rank {env.rank} of {env.world_size}): could not take part in the fleet run: "
-             f"{answer['error']}; this rank's own report follows")
+             f"{answer['error']}; this rank's own report follows (its node-level rows were left to local rank 0)")
         if answer.get("stderr"):
             _say("  " + str(answer["stderr"]).strip()[-2000:].replace("\n", "\n  "))
         with contextlib.suppress(OSError, ValueError, AttributeError):
             sys.stderr.write(render(report, "text", width=output_width(False)))
+        _say(f"dsv4-doctor (rank {env.rank}): exit 1, because this rank could not take the fleet's verdict")
+        if env.rank != 0:
+            # Under torchrun a rank that exits non-zero makes the launcher stop every other rank, rank 0 before it
+            # writes the fleet report (found in review: a rank whose torch was broken wiped the report out). So
+            # this rank stays until rank 0 has given up on it and named it in fleet.ranks; the launcher then stops
+            # it, or it leaves when that time is up. A signal ends the wait.
+            linger = max(0.0, wait + SKEW_S - (time.monotonic() - started))
+            GATE.arm()
+            try:
+                time.sleep(linger)
+            finally:
+                GATE.shield()
         return int(ExitCode.FAILED)
     if env.rank != 0 and verbose:
+        _say(f"== rank {env.rank} of {env.world_size} ({host_of(report)}): its own report ==")
         with contextlib.suppress(OSError, ValueError, AttributeError):
             sys.stderr.write(render(report, "text", width=output_width(False)))
     fleet_code = int(answer["exit_code"])
     # Rank 0 returns what writing the report gave (4 when --output failed); the verdict otherwise.
     return max(fleet_code, delivered[0]) if delivered else fleet_code
+
+
+def host_of(report: dict) -> str:
+    env = report.get("environment")
+    fr = env.get("fleet_rank") if isinstance(env, dict) else None
+    return str((fr.get("host") if isinstance(fr, dict) else None) or "unknown host")
 
 
 def _say(message: str) -> None:

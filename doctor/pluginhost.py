@@ -48,7 +48,11 @@ class _Events:
 def host_main(argv: list[str]) -> None:
     # Whatever a plugin prints goes to the log, never to a stream the doctor reads.
     os.dup2(2, 1)
-    request = json.loads(argv[0])
+    if argv[0].startswith("@"):  # the request in a file (see Session._host)
+        with open(argv[0][1:], encoding="utf-8") as fh:
+            request = json.load(fh)
+    else:
+        request = json.loads(argv[0])
     events = _Events(argv[1])
     from .registry import PluginInfo, load_entry_point
 

@@ -67,7 +67,8 @@ _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----")
 _PEM_END = re.compile(r"-----END [A-Z ]{0,40}PRIVATE KEY-----")
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]{0,64}[ -/]{0,16}[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Control characters, and the bidirectional overrides that make text display other than it reads (U+202E).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 # What GitHub Actions reads as a workflow command: `::cmd::` at the start of a line after any (Unicode) whitespace,
 # which the runner trims, and the legacy `##[cmd]` anywhere in a line.
 _WORKFLOW_COMMAND = re.compile(r"^([^\S\n]*)::", re.M)
@@ -150,7 +151,7 @@ def clean_text(value: str) -> str:
     """Decodable, printable, and inert under GitHub Actions."""
     value = valid_text(value)
     value = _ANSI.sub("", value)
-    value = _CONTROL.sub(lambda m: "\\x%02x" % ord(m.group(0)), value)
+    value = _CONTROL.sub(lambda m: ("\\x%02x" if ord(m.group(0)) < 0x100 else "\\u%04x") % ord(m.group(0)), value)
     return neutralize_workflow_commands(value)
 
 

@@ -223,9 +223,11 @@ class Runner:
             if self._stopped:
                 return
             self.ctx.outcomes[check.id] = _report(check, result, time.monotonic() - t0, internal)
-        self._done[check.id].set()
+        # The event before `done`: wait() returns at `done`, and a plugin host then exits at once; a result event
+        # written after that was lost now and then (a flaky "the plugin host exited while this check ran").
         if self.on_event:
             self.on_event("done", check.id)
+        self._done[check.id].set()
 
     def wait(self) -> None:
         for check in self.checks:

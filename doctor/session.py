@@ -304,11 +304,15 @@ class Session:
         tmp = self.procs.tempdir("dsv4-doctor-plugin-")
         events, log_path = os.path.join(tmp, "events.jsonl"), os.path.join(tmp, "host.log")
         fields = {k: getattr(info, k) for k in ("name", "value", "distribution", "version")}
-        request = dict(extra, mode=mode, plugin=fields)
+        request_path = os.path.join(tmp, "request.json")
+        # The request goes in a file: hundreds of selected plugin check ids overflow one argv string (Linux caps it
+        # at 128 KiB; found in review, it replaced the whole report with doctor.internal).
+        with open(request_path, "w", encoding="utf-8") as fh:
+            json.dump(dict(extra, mode=mode, plugin=fields), fh)
         from .probes import child_env
 
         with open(log_path, "wb") as log, open(os.devnull, "rb") as devnull, self.critical():
-            proc = self.procs.spawn([sys.executable, "-m", "dsv4_doctor.pluginhost", json.dumps(request), events],
+            proc = self.procs.spawn([sys.executable, "-m", "dsv4_doctor.pluginhost", "@" + request_path, events],
                                     stdin=devnull, stdout=log, stderr=log, env=child_env(budget_s))
         return {"info": info, "proc": proc, "events": events, "log": log_path}
 
@@ -322,6 +326,10 @@ class Session:
             proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             how = "" if proc.returncode == 0 else (f"killed by {signal.Signals(-proc.returncode).name}"
                                                    if proc.returncode < 0 else f"exited with code {proc.returncode}")
+            if time.monotonic() >= deadline - 0.5 and proc.returncode >= 0:
+                # The host ends itself at the run's deadline: a check still running then ran out of time (found
+                # in review: "the plugin host exited while this check ran" for a hung check).
+                how = "stopped at the run's deadline"
         except Exception:
             how = "did not finish in time and was killed"
         kill_group(proc)
@@ -434,9 +442,13 @@ class Session:
             gpus = parse_nvidia_smi(smi.data) if smi.ok else []
         except Exception:
             gpus = []
+        # The bound the whole run keeps: what came before the checks (the handshake, nvidia-smi, the plugins'
+        # descriptions, each with its own timeout) plus the checks' deadline (found in review: a hung nvidia-smi
+        # made a run take 31 s against a budget_s of 21, which counted only the checks).
         return Outcome(profile=profile, reports=rows, target=self.target,
                        static=static.data if static is not None and static.ok else None,
-                       duration_s=time.monotonic() - self.started, budget_s=budget, interrupted=interrupted,
+                       duration_s=time.monotonic() - self.started, budget_s=round(start - self.started + budget, 1),
+                       interrupted=interrupted,
                        plugins=plugins, gpus=gpus)
 
     def _unsupported_target(self, checks: Sequence[Check], ctx: RunContext) -> list[CheckReport]:

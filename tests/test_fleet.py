@@ -256,6 +256,51 @@ def test_drift_under_torchrun_names_the_rank_with_another_frontend(tmp_path):
 
 @needs_torch
 @pytest.mark.slow
+def test_a_rank_that_cannot_join_under_torchrun_does_not_cost_the_report(tmp_path):
+    """Found in review: under torchrun the broken rank exited 1 at once, torchrun stopped rank 0, and there was no
+    report. The broken rank now stays until rank 0 has named it."""
+    broken = tmp_path / "broken"
+    (broken / "torch").mkdir(parents=True)
+    (broken / "torch" / "__init__.py").write_text("raise ImportError('this rank has a broken torch')\n")
+    done, seconds = _torchrun(tmp_path, 3, {"FE_0": "", "FE_1": "", "FE_2": str(broken), "SILENT": "-"},
+                              "check", "--no-smoke", "--only", "python.version", "--fleet-wait", "5", "-f", "json")
+    report = validate(json.loads(done.stdout))
+    ranks = next(c for c in report["checks"] if c["id"] == "fleet.ranks")
+    assert ranks["status"] == "fail" and "rank 2 did not report" in ranks["summary"]
+    assert done.returncode != 0 and seconds < 90
+
+
+# Makes the fleet helper of the rank that has DIE_IN_GATHER set die after it joined and left its report: the gloo
+# exchange then fails on every rank (a node lost mid-exchange).
+DIE_AFTER_JOIN = """
+import os
+if os.environ.get("DIE_IN_GATHER"):
+    import torch.distributed as dist
+    def _die(*a, **k):
+        os._exit(9)
+    dist.gather = _die
+"""
+
+
+@needs_torch
+@pytest.mark.slow
+def test_a_rank_lost_after_joining_does_not_cost_the_report(tmp_path):
+    """Found in review: a rank dying after the join broke the gloo gather, and rank 0 wrote no report at all. The
+    reports are in the store too, and rank 0 merges those."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(DIE_AFTER_JOIN)
+    start = time.monotonic()
+    done = _ranks_by_hand(3, tmp_path, "check", "--no-smoke", "--only", "python.version", "-f", "json",
+                          "--fleet-wait", "5", per_rank_env={1: {"PYTHONPATH": str(hook), "DIE_IN_GATHER": "1"}})
+    report = validate(json.loads(done[0].stdout))
+    assert report["fleet"]["mode"] == "store" and "gloo_error" in report["fleet"]["timings"]
+    assert {c["id"] for c in report["checks"]} >= {"fleet.ranks", "fleet.drift", "python.version"}
+    assert done[0].returncode == 0 and time.monotonic() - start < 120
+
+
+@needs_torch
+@pytest.mark.slow
 def test_a_silent_rank_under_torchrun_is_named_within_the_budget(tmp_path):
     done, seconds = _torchrun(tmp_path, 3, {"FE_0": "", "FE_1": "", "FE_2": "", "SILENT": "2"},
                               "check", "--no-smoke", "--only", "python.version", "--fleet-wait", "5", "-f", "json")

@@ -686,3 +686,17 @@ def test_probe_answers_of_the_wrong_type_never_crash_a_check(tmp_path):
         if bad or run.returncode == 3:
             crashed[seed] = bad
     assert crashed == {}
+
+
+@pytest.mark.parametrize("module", ["packaging/__init__.py", "textwrap.py", "json/__init__.py"])
+def test_a_module_on_pythonpath_cannot_run_inside_the_doctor(tmp_path, bare_python, module):
+    """Found in review: PYTHONPATH comes before the standard library, so a `packaging` or `textwrap` there ran inside
+    the doctor; one that called os._exit(0) made `check -f json` exit 0 with nothing on stdout (a CI gate passed).
+    The doctor now starts again ignoring PYTHONPATH for its own imports; the probes still see it."""
+    shadow = tmp_path / "shadow"
+    (shadow / module).parent.mkdir(parents=True, exist_ok=True)
+    (shadow / module).write_text("import os\nos._exit(0)\n")
+    run = run_doctor("check", "-f", "json", "--only", "python.version,torch.install", sites=(shadow,),
+                     python=bare_python)
+    report = strict_json(run.stdout)
+    assert run.returncode == 1 and report["summary"]["exit_code"] == 1  # torch.install fails: no torch there

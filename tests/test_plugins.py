@@ -148,3 +148,17 @@ def test_plugin_rows_validate_against_the_schema(site, bare_python):
     run = check_run(site, bare_python, "--only", "bad.check")
     validate(run.report)
     assert run.check("bad.check")["evidence"]["n"] == "nan"
+
+
+def test_a_plugin_with_hundreds_of_long_check_ids_runs(site, bare_python):
+    """Found in review: 700 checks with ~190-character ids overflowed the plugin host's argv (128 KiB per argument
+    on Linux) and the report was only doctor.internal."""
+    plugin(site, "many", "many_checks", """
+from dsv4_doctor.model import Check, passed
+CHECKS = [Check(id="many.c%03d." % i + ".".join(ch * 60 for ch in "xyz"), title="t", explanation="x",
+                applies_when="always", detects="x", run=lambda ctx: passed("ok")) for i in range(700)]
+""")
+    run = check_run(site, bare_python, "--only", "many.*,python.version", timeout=120)
+    ids = {c["id"] for c in run.report["checks"]}
+    assert "doctor.internal" not in ids and "python.version" in ids
+    assert sum(1 for i in ids if i.startswith("many.")) == 700

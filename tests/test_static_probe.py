@@ -120,3 +120,27 @@ def test_record_fingerprint_is_the_package_files_not_how_it_was_installed(tmp_pa
         prints[x] = copies[0]["record_sha256"]
     assert prints["a"] == prints["b"] and len(prints["a"]) == 64
     assert prints["c"] != prints["a"]
+
+
+def test_a_fifo_in_place_of_metadata_or_a_source_does_not_stall_the_probe(site, bare_python):
+    """Found in review: a FIFO named METADATA blocked the static probe until its timeout, and every static check
+    became an error. It is an unreadable file of its own now."""
+    import os
+    import time
+
+    site.dist("transformer-engine", "2.8.0")
+    meta = next(site.root.glob("transformer_engine-2.8.0.dist-info")) / "METADATA"
+    meta.unlink()
+    os.mkfifo(meta)
+    site.dist("good-pkg", "1.2.3")
+    site.file("fifo_src/__init__.py", "x = 1\n")
+    init = site.root / "fifo_src" / "__init__.py"
+    init.unlink()
+    os.mkfifo(init)
+    start = time.monotonic()
+    data = static(site, bare_python, distributions=["transformer-engine", "good-pkg"], sources=["fifo_src"])
+    assert time.monotonic() - start < 10
+    te = data["distributions"]["transformer-engine"]["copies"][0]
+    assert "not a regular file" in te["error"]
+    assert data["distributions"]["good-pkg"]["copies"][0]["version"] == "1.2.3"
+    assert data["sources"]["fifo_src"]["found"] is False or data["sources"]["fifo_src"]["error"]

@@ -129,3 +129,9 @@ def test_workflow_commands_and_escapes_are_neutralised():
 def test_cap_marks_what_it_cut():
     assert cap("x" * 10, 4) == "xxxx…[6 more characters truncated by dsv4-doctor]"
     assert cap("short", 10) == "short"
+
+
+def test_bidirectional_overrides_become_visible_escapes():
+    """Found in review: U+202E passed through and could make a report line display other than it reads."""
+    assert clean_text("pass\u202eliaf") == "pass\\u202eliaf"
+    assert "\u2066" not in clean_text("a\u2066b")

@@ -213,7 +213,10 @@ def _smoke(ctx: Context) -> Result:
     bad = _tier2(ctx, data, evidence)
     if bad is not None:
         return bad
-    ranks = f"{data['cp']} {dist['process_backend'].upper()} processes" if dist.get("ran") else \
+    procs = dist.get("processes") if isinstance(dist.get("processes"), int) else data["cp"]
+    # What ran, not what was asked (found in review: CP 16 on 2 CPUs ran 2 processes of 8 ranks each).
+    ranks = (f"{data['cp']} CP ranks in {procs} {dist['process_backend'].upper()} processes" if procs != data["cp"]
+             else f"{data['cp']} {dist['process_backend'].upper()} processes") if dist.get("ran") else \
         f"{data['cp']} simulated rank(s)"
     worst = max(c["max_abs_error"] for c in t1["comparisons"].values())
     tier2_note = _tier2_note(data.get("tier2") or {})

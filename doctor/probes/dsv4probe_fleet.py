@@ -5,11 +5,13 @@ torch.distributed's TCPStore on its own port (MASTER_PORT + 1 by default, so `pr
 port just before exec), hosted by rank 0:
 
 1. Each rank announces itself (`joined/<rank>`). Rank 0 waits for all of them until its deadline.
-2. When every rank joined, they form a gloo process group on that store (no NCCL, no GPU needed) and rank 0 gathers
+2. Every rank also leaves its report in the store (`report/<rank>`): the fallback of step 3.
+3. When every rank joined, they form a gloo process group on that store (no NCCL, no GPU needed) and rank 0 gathers
    the reports as byte tensors (no pickle: a rank's bytes are data, never code), merges them (fleetmerge.py), and
-   broadcasts the exit code.
-3. When some rank did not join in time, the present ranks leave their reports in the store instead; rank 0 merges
-   what it has, names the missing ranks (fleet.ranks), and leaves the verdict in the store.
+   broadcasts the exit code. The collectives have a short timeout of their own.
+4. When some rank did not join in time, or the gloo exchange failed (a rank died or stalled after joining: found in
+   review, it cost the whole report), rank 0 merges the reports the store holds, names the missing ranks
+   (fleet.ranks), and leaves the verdict in the store, where the others read it.
 
 Rank 0 then hands the merged report to its doctor (`merged_path`) and waits until the doctor has written it
 (`released_path`) before it releases the other ranks (`released`): under torchrun a rank that exits non-zero makes
@@ -33,6 +35,7 @@ import fleetmerge  # noqa: E402
 POLL_S = 0.05
 GRACE_S = 5.0
 RELEASE_S = 60.0  # how long rank 0's doctor may take to write the report
+COLLECTIVE_S = 20.0  # gathering a few MB over gloo takes well under a second; longer means a rank is gone
 
 
 def _timedelta(seconds):
@@ -90,6 +93,7 @@ def answer(request):
     store = dist.TCPStore(request["master_addr"], int(request["port"]), world, rank == 0,
                           _timedelta((deadline if rank == 0 else leave_by) - time.monotonic()),
                           wait_for_workers=False)
+    store.set("report/%d" % rank, payload)  # first: whatever happens later, rank 0 can read it from here
     store.set("joined/%d" % rank, b"1")
     t_join = time.monotonic()
     if rank == 0:
@@ -105,28 +109,35 @@ def answer(request):
     out = {"mode": mode, "rank": rank}
     t_exchange = time.monotonic()
     if mode == "gloo":
-        dist.init_process_group("gloo", store=dist.PrefixStore("dsv4doctor-pg", store), rank=rank, world_size=world,
-                                timeout=_timedelta(leave_by - time.monotonic()))
         try:
-            gathered = _gather_bytes(torch, dist, payload, rank, world)
-            timings["gather_s"] = round(time.monotonic() - t_exchange, 4)
-            code = torch.zeros(1, dtype=torch.int64)
-            if rank == 0:
-                reports = {r: _parse(raw) for r, raw in enumerate(gathered)}
-                t_merge = time.monotonic()
-                merged, verdict = fleetmerge.merge({r: rep for r, rep in reports.items() if rep}, world,
-                                                   [r for r, rep in reports.items() if not rep],
-                                                   bool(request.get("strict")), float(request["wait_s"]))
-                timings["merge_s"] = round(time.monotonic() - t_merge, 5)
-                code[0] = verdict
-                out["merged"] = merged
-            dist.broadcast(code, src=0)
-            out["exit_code"] = int(code.item())
-        finally:
-            dist.destroy_process_group()
-    else:
-        if rank in present:
-            store.set("report/%d" % rank, payload)
+            dist.init_process_group("gloo", store=dist.PrefixStore("dsv4doctor-pg", store), rank=rank,
+                                    world_size=world,
+                                    timeout=_timedelta(min(COLLECTIVE_S, leave_by - time.monotonic())))
+            try:
+                gathered = _gather_bytes(torch, dist, payload, rank, world)
+                timings["gather_s"] = round(time.monotonic() - t_exchange, 4)
+                code = torch.zeros(1, dtype=torch.int64)
+                if rank == 0:
+                    reports = {r: _parse(raw) for r, raw in enumerate(gathered)}
+                    t_merge = time.monotonic()
+                    merged, verdict = fleetmerge.merge({r: rep for r, rep in reports.items() if rep}, world,
+                                                       [r for r, rep in reports.items() if not rep],
+                                                       bool(request.get("strict")), float(request["wait_s"]))
+                    timings["merge_s"] = round(time.monotonic() - t_merge, 5)
+                    code[0] = verdict
+                    out["merged"] = merged
+                    store.set("verdict", str(verdict))  # for a rank whose broadcast fails
+                dist.broadcast(code, src=0)
+                out["exit_code"] = int(code.item())
+            finally:
+                dist.destroy_process_group()
+        except Exception as exc:  # a rank died or stalled after joining: the store holds what there is
+            timings["gloo_error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+            mode = out["mode"] = "store"
+            if rank == 0 and "merged" in out:  # the merge was done; only the broadcast failed
+                out["exit_code"] = int(out["merged"]["summary"]["exit_code"])
+                mode = out["mode"] = "gloo"
+    if mode != "gloo":
         if rank == 0:
             keys = _wait_keys(store, ["report/%d" % r for r in present], time.monotonic() + 10.0)
             reports = {}
@@ -142,7 +153,7 @@ def answer(request):
             timings["merge_s"] = round(time.monotonic() - t_merge, 5)
             store.set("verdict", str(verdict))
             out.update(exit_code=verdict, merged=merged)
-        else:
+        elif "exit_code" not in out:
             store.wait(["verdict"], _timedelta(leave_by - time.monotonic()))
             out["exit_code"] = int(store.get("verdict").decode())
     timings["total_s"] = round(time.monotonic() - started, 3)

@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import re
+import stat
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under PYTHONSAFEPATH / -P
@@ -86,9 +87,23 @@ def _index():
     return _INDEX
 
 
+def read_regular(path, limit=1 << 22):
+    """A regular file's first `limit` bytes. Anything else (a FIFO, a device) raises OSError without blocking: found
+    in review, a FIFO named METADATA stalled the whole probe until its timeout."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("%s is not a regular file" % path)
+        with os.fdopen(fd, "rb") as fh:
+            fd = None
+            return fh.read(limit)
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def _read(folder, name, limit=1 << 22):
-    with open(os.path.join(folder, name), "rb") as fh:
-        return fh.read(limit)
+    return read_regular(os.path.join(folder, name), limit)
 
 
 # What an installer writes about the install itself, not the package's files: direct_url.json holds the path the
@@ -296,8 +311,7 @@ def source_facts(module, needles, owners=()):
         return {"found": True, "path": path, "error": "no Python source to read (%s)" % where.get("kind")}
     result = {"found": True, "path": path, "error": None}
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        raw = read_regular(path, 1 << 23)
     except OSError as exc:
         result["error"] = "%s: %s" % (type(exc).__name__, exc)
         return result
