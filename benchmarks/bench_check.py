@@ -22,9 +22,9 @@ import time
 import venv
 
 
-def once(argv: list[str]) -> float:
+def once(argv: list[str], env: dict | None = None) -> float:
     start = time.perf_counter()
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     return time.perf_counter() - start
 
 
@@ -51,29 +51,35 @@ def main() -> None:
         "check --static-only (no torch)": [doctor, "check", "-f", "json", "--static-only", "--python", bare],
         "check --no-smoke (no torch)": [doctor, "check", "-f", "json", "--no-smoke", "--python", bare],
     }
+    # With PYTHONPATH set (as in most training images) the doctor starts again with -E before its own imports.
+    empty = tempfile.mkdtemp()
+    with_path = dict(os.environ, PYTHONPATH=empty)
+    commands["check --static-only (no torch, PYTHONPATH set)"] = commands["check --static-only (no torch)"]
+    envs = {"check --static-only (no torch, PYTHONPATH set)": with_path}
     if has_torch(args.torch_python):
         commands["check --static-only (torch)"] = [doctor, "check", "-f", "json", "--static-only", "--python",
                                                    args.torch_python]
         commands["check --no-smoke (torch)"] = [doctor, "check", "-f", "json", "--no-smoke", "--python",
                                                 args.torch_python]
         commands["python -m torch.utils.collect_env"] = [args.torch_python, "-m", "torch.utils.collect_env"]
-    for argv in commands.values():
-        once(argv)  # warm-up
+    for name, argv in commands.items():
+        once(argv, envs.get(name))  # warm-up
     times: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(args.repeat):
         for name, argv in commands.items():
-            times[name].append(once(argv))
+            times[name].append(once(argv, envs.get(name)))
     floor = statistics.median(times["floor: python -c pass"])
     rows = {}
-    print(f"{'command':<40} {'median s':>9} {'x floor':>8}")
+    print(f"{'command':<48} {'median s':>9} {'x floor':>8}")
     for name, ts in times.items():
         median = statistics.median(ts)
         rows[name] = {"median_s": round(median, 4), "min_s": round(min(ts), 4), "max_s": round(max(ts), 4),
                       "runs": len(ts), "ratio_to_floor": round(median / floor, 1)}
-        print(f"{name:<40} {median:>9.3f} {median / floor:>8.1f}")
+        print(f"{name:<48} {median:>9.3f} {median / floor:>8.1f}")
     print(json.dumps({"cpu_count": os.cpu_count(), "python": sys.version.split()[0], "rows": rows}, indent=2))
     if tmp:
         shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(empty, ignore_errors=True)
 
 
 if __name__ == "__main__":

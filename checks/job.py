@@ -620,7 +620,8 @@ def _dsa_backend(ctx: Context) -> Result:
     if fails:
         return failed("; ".join(fails), "\n".join(unknown + notes + [decided]), fixes=fixes, evidence=evidence)
     if unknown and not notes:
-        return skipped("; ".join(unknown) + f": {decided}", evidence=evidence)
+        why = decided[len("not stated: "):] if decided.startswith("not stated: ") else decided
+        return skipped("; ".join(unknown) + f": {why}", evidence=evidence)
     return passed("; ".join(notes + unknown), decided, evidence=evidence)
 
 
