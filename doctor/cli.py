@@ -392,7 +392,7 @@ def cmd_explain(args) -> int:
     if c is None:
         near = [x.id for x in checks if args.check_id.split(".")[0] in x.id]
         raise UsageError(f"unknown check {args.check_id!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
-    return 0 if _write_stdout(Redactor()(explain_text(c))) else int(ExitCode.OUTPUT)
+    return 0 if _write_stdout(explain_text(c, Redactor())) else int(ExitCode.OUTPUT)
 
 
 def _incomplete(report: dict) -> str | None:

@@ -19,12 +19,15 @@ import json
 import math
 import os
 import re
+import shlex
 from typing import Any
 from collections.abc import Mapping
 
 MASK = "***REDACTED***"
 MAX_TEXT = 16 * 1024  # any one string taken from the environment
 TRUNCATED = "…[{n} more characters truncated by dsv4-doctor]"
+# What is printed in place of a command that redaction had to change (it holds a secret): a comment, inert when pasted.
+WITHHELD = "# (a command here held a secret and is not printed)"
 
 # Secret-looking variable names. SESSION counts only as a suffix (FOO_SESSION, AWS_SESSION_TOKEN), so that
 # XDG_SESSION_ID and XDG_SESSION_TYPE stay readable.
@@ -50,7 +53,7 @@ _NAME_START = r"(?<![A-Za-z0-9_.-])"
 _ASSIGNMENT = re.compile(
     _NAME_START + r"""(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,200})(?P<sep>["']?[ \t]{0,20}[=:][ \t]{0,20})"""
     r"""(?P<value>"[^"\n]{0,4096}"|'[^'\n]{0,4096}'|(?:Bearer|Basic|Token)[ \t]+[^\s"',;&]{1,4096}"""
-    r"""|[^\s"',;&]{1,4096})""",
+    r"""|[^\s"',;&]{1,4096}|["'][^\s"',;&]{1,4096})""",
     re.IGNORECASE,
 )
 _FLAG = re.compile(r"(?<![^\s\"'=])(?P<flag>--?[A-Za-z][A-Za-z0-9_-]{0,100})(?P<sep>[ =])"
@@ -219,10 +222,35 @@ class Redactor:
             self.count += 1
         return value
 
+    def command(self, argv: Any) -> str | None:
+        """A command as it may be printed: its words, quoted (`shlex.join`); None when redaction would change a word
+        or the line, or a word already holds a mask (it holds a secret). Redacting the quoted line instead
+        would rewrite text across the quotes and unbalance them, which made a hostile argv run on a pasted shell."""
+        if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(w, str) for w in argv):
+            return None
+        words = [valid_text(cap(w)) for w in argv]
+        line = shlex.join(words)
+        before = self.count
+        # The whole line is tried too, for what spans words (`--token VALUE`); it is never what gets printed.
+        if words != list(argv) or any(MASK in w or self.text(w) != w for w in words) or self.text(line) != line:
+            self.count = before + 1
+            return None
+        return clean_text(line)
+
+    def command_line(self, argv: Any) -> str:
+        """`command`, or the WITHHELD comment."""
+        line = self.command(argv)
+        return WITHHELD if line is None else line
+
     def __call__(self, obj: Any, key: str | None = None, limit: int = MAX_TEXT) -> Any:
-        """Redact and clean a JSON-like tree; non-finite floats become strings (JSON has no NaN)."""
+        """Redact and clean a JSON-like tree; non-finite floats become strings (JSON has no NaN).
+
+        A fix (a dict with `argv` and `commands`) has its printed `commands` built again from its argv, word by word
+        (`command_line`), never redacted as whole strings."""
         if isinstance(obj, dict):
-            return {clean_text(self.text(cap(self.literal(valid_text(str(k))), 256))): self(v, str(k), limit)
+            fix = isinstance(obj.get("argv"), list) and isinstance(obj.get("commands"), list)
+            return {clean_text(self.text(cap(self.literal(valid_text(str(k))), 256))):
+                    [self.command_line(a) for a in obj["argv"]] if fix and k == "commands" else self(v, str(k), limit)
                     for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
             return [self(v, key, limit) for v in obj]

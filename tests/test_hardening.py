@@ -145,6 +145,52 @@ def test_fix_scripts_never_run_injected_commands(tmp_path, pwn, stub_python):
     assert any(("x" + INJECT[0].format(pwn=pwn)) in a.splitlines() for a in args)  # one argument, passed as is
 
 
+# Argvs whose words are harmless one by one but whose redacted, quoted line was not (found in review:
+# `pip install 'PASSWORD=***REDACTED***"'x' '; touch /tmp/pwned #'` ran `touch` when pasted).
+TRICKY_ARGVS = [["pip", "install", "PASSWORD='x", "; touch {pwn}/a #"],
+                ["pip", "install", "API_KEY=\"y", "z\"", "; touch {pwn}/b #"],
+                ["pip", "install", "--token", "'v", "; touch {pwn}/c #"],
+                ["pip", "install", "https://u:'p@example.invalid/x", "; touch {pwn}/d #"],
+                ["pip", "install", "plain; touch {pwn}/e #"]]
+
+
+def _printed_commands(fmt: str, out: str) -> list[str]:
+    if fmt == "json":
+        return [cmd for c in strict_json(out)["checks"] for f in c["fixes"] for cmd in f["commands"]]
+    if fmt == "junit":
+        out = "\n".join(el.text or "" for el in ET.fromstring(out).iter())
+    return [line.strip() for line in out.splitlines() if line.strip().startswith(("pip ", "# (a command"))]
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown", "junit", "explain"])
+def test_printed_fix_commands_are_safe_to_paste_in_every_format(fmt, tmp_path, pwn, site, bare_python):
+    argvs = [[w.format(pwn=pwn) for w in a] for a in TRICKY_ARGVS]
+    site.dist("tricky-plugin", "1", entry_points="[dsv4_doctor.checks]\ntricky = tricky_checks\n")
+    site.file("tricky_checks.py", f"""
+        from dsv4_doctor.model import Check, Fix, failed
+        F = [Fix("f%d" % i, [a]) for i, a in enumerate({argvs!r})]
+        CHECKS = [Check(id="tricky.fix", title="t", explanation="x", applies_when="always", detects="x",
+                        run=lambda ctx: failed("broken", fixes=F), fixes=tuple(F))]
+    """)
+    if fmt == "explain":
+        run = run_doctor("explain", "tricky.fix", sites=(site.root,))
+    else:
+        run = run_doctor("check", "-f", fmt, "--only", "tricky.fix", sites=(site.root,), python=bare_python)
+    commands = _printed_commands(fmt, run.stdout)
+    assert len(commands) == len(argvs), run.stdout  # every fix's command is printed (or withheld) once
+    assert commands[-1] == "pip install 'plain; touch " + str(pwn) + "/e #'"  # no secret: printed, quoted
+    bin_dir = tmp_path / "stubbin"
+    bin_dir.mkdir()
+    (bin_dir / "pip").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "pip").chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    for cmd in commands:
+        subprocess.run(["sh", "-c", cmd], cwd=work, env=dict(os.environ, PATH=f"{bin_dir}{os.pathsep}/usr/bin:/bin"),
+                       capture_output=True, timeout=30)
+    assert list(pwn.iterdir()) == [] and list(work.iterdir()) == [], commands
+
+
 def test_apply_without_a_terminal_needs_yes(tmp_path, bare_python):
     run = run_doctor("fix", "--apply", "--only", "python.version", python=bare_python)
     assert run.returncode == 2 and "--apply needs --yes when stdin is not a terminal" in run.stderr
