@@ -10,7 +10,8 @@ def explain_text(c: Check, redact: Redactor | None = None) -> str:
     """Redacted and cleaned: the prose line by line, each command from its argv (`Redactor.command_line`), so that
     no redaction ever rewrites a quoted command."""
     redact = redact or Redactor()
-    lines: list[str | tuple[str]] = [f"{c.id}: {c.title}", f"origin: {c.origin}", f"applies when: {c.applies_when}", f"detects: {c.detects}"]
+    lines: list[str | tuple[str]] = [f"{c.id}: {c.title}", f"origin: {c.origin}", f"applies when: {c.applies_when}",
+                                     f"detects: {c.detects}"]
     if c.needs:
         lines.append("reads the outcome of: " + ", ".join(c.needs))
     lines += ["", c.doc(), ""]
