@@ -66,6 +66,13 @@ ADVERSARIAL = {
     "ansi": "\x1b]" * 500_000,
     "bearer": "Bearer " * 150_000,
     "surrogates": "\ud800" * 500_000,
+    # Token shapes (found in review: a JWT could start after every `-` of one run, 9.4 s for this one).
+    "jwt": "eyJaaaaaaaa-" * 20_000,
+    "jwt-dots": "eyJaaaaaaaa." * 80_000,
+    "jwt-segments": "eyJaaaaaaaa.eyJbbbbbbbb-" * 40_000,
+    "token-prefixes": "sk-glpat-xoxb-hf_ghp_" * 50_000,
+    "userinfo-ats": "x://" + "@" * 1_000_000,
+    "userinfo-runs": ("x://" + "user:pw" * 3 + "@") * 40_000,
 }
 
 
@@ -87,6 +94,21 @@ def test_redaction_itself_is_linear_without_the_cap():
         start = time.monotonic()
         Redactor({})(text, limit=10 ** 7)
         assert time.monotonic() - start < 2.0
+
+
+def test_the_fix_script_caps_descriptions_before_redacting_them():
+    """Found in review: a METADATA with 2000 long requirement names made `fix` take 7.3 s, its script's comments
+    being redacted whole before they were cut to one line."""
+    from dsv4_doctor import fixplan
+    from dsv4_doctor.model import CheckReport, Fix, Status
+
+    desc = "missing: " + ", ".join(f"req-{i:04d}-" + "x" * 200 for i in range(2000))
+    reports = [CheckReport(id=f"c.{i}", title="t", status=Status.FAIL, summary="s",
+                           fixes=[Fix(desc + " DB_PASS=hunterpw", [["pip", "install", f"x{i}"]])]) for i in range(20)]
+    start = time.monotonic()
+    script = fixplan.render_script(fixplan.build_plan(reports), "/usr/bin/python3", {}, "1", Redactor({}))
+    assert time.monotonic() - start < 1.0
+    assert script.count("missing: req-0000-") == 20 and "pip install x19" in script
 
 
 def test_undecodable_bytes_and_lone_surrogates_become_visible_escapes():
