@@ -46,6 +46,8 @@ class _Events:
 
 
 def host_main(argv: list[str]) -> None:
+    from .probes import dsv4probe_common  # noqa: F401 - its import starts the watchdog: no host outlives the doctor
+
     # Whatever a plugin prints goes to the log, never to a stream the doctor reads.
     os.dup2(2, 1)
     if argv[0].startswith("@"):  # the request in a file (see Session._host)

@@ -4,6 +4,7 @@ error texts, stderr tails, environment variables, plugin results) through a set 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -283,6 +284,47 @@ def test_a_signal_kills_every_probe_and_still_writes_the_report(sig, code, site,
     assert torch_row["status"] == "error" and f"interrupted by {sig.name}" in torch_row["summary"]
     assert not _group_alive(pgid)
     assert list(tmp.iterdir()) == []  # no temporary directory left behind
+
+
+def _wait_for_marker(marker: Path, proc: subprocess.Popen, seconds: float = 60) -> tuple[int, int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and len(marker.read_text().split() if marker.exists() else []) < 2:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    pid, pgid = map(int, marker.read_text().split())
+    return pid, pgid
+
+
+@pytest.mark.parametrize("where", ["probe", "plugin host"])
+def test_a_sigkilled_doctor_leaves_no_probe_running(where, site, bare_python, tmp_path):
+    """Found in review: after `kill -9` of the doctor (or the OOM killer) the hung torch probe was reparented to
+    PID 1 and ran on past its timeout. Every probe and plugin host watches its parent and kills its own group."""
+    marker = tmp_path / "pid"
+    if where == "probe":
+        site.file("torch/__init__.py", HANG.format(marker=str(marker)))
+        only = "torch.install"
+    else:  # a plugin whose import hangs: the host itself, which runs in the doctor's interpreter
+        site.dist("hang-plugin", "1", entry_points="[dsv4_doctor.checks]\nhang = hang_checks\n")
+        site.file("hang_checks.py", HANG.format(marker=str(marker)))
+        only = "python.version"
+    proc = subprocess.Popen(doctor_command() + ["check", "-f", "json", "--only", only, "--timeout", "60",
+                                                "--python", bare_python],
+                            env=dict(os.environ, PYTHONPATH=str(site.root)), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        pid, pgid = _wait_for_marker(marker, proc)
+        assert pid == pgid  # the probe leads its own group (the doctor starts it in a new session)
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _group_alive(pgid):
+            time.sleep(0.1)
+        assert not _group_alive(pgid)  # gone within seconds, not at the 60 s timeout
+    finally:
+        proc.kill()
+        if marker.exists():
+            with contextlib.suppress(OSError, ValueError):
+                os.killpg(int(marker.read_text().split()[1]), signal.SIGKILL)
 
 
 # The doctor with one of its own functions slowed down (fault injection, in the test, never in the product): the
