@@ -75,7 +75,7 @@ def error_info(exc, frames=3):
         message = str(exc)[:2000]
     except BaseException:  # an exception whose __str__ raises
         message = "<unprintable %s>" % type(exc).__name__
-    info = {"type": type(exc).__name__, "message": message}
+    info: dict = {"type": type(exc).__name__, "message": message}
     name = getattr(exc, "name", None)
     if isinstance(exc, ImportError) and isinstance(name, str):
         info["missing_module"] = name
