@@ -397,6 +397,9 @@ def test_preflight_does_not_start_the_job_after_a_signal_during_its_report(tmp_p
 
 
 def test_a_usage_error_after_the_early_probes_leaves_none_running(tmp_path, bare_python):
+    """The nvidia-smi stub writes its marker first thing, and the selection (which raises the usage error) is slowed
+    down until the stub has started (found in review: the stub was killed before its marker in 5 of 5 runs, so the
+    assertion never ran)."""
     marker = tmp_path / "pid"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -404,13 +407,20 @@ def test_a_usage_error_after_the_early_probes_leaves_none_running(tmp_path, bare
     smi.write_text(f"#!/bin/sh\necho \"$$ $(ps -o pgid= $$)\" > {marker}.tmp && mv {marker}.tmp {marker}\n"
                    "exec sleep 600\n")
     smi.chmod(0o755)
-    run = run_doctor("check", "--only", "no.such-check", python=bare_python,
-                     env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
-    assert run.returncode == 2 and "no check matches" in run.stderr
-    time.sleep(0.5)  # a stub killed mid-start never writes the marker; one that wrote it must be gone
-    if marker.exists():
-        pgid = int(marker.read_text().split()[1])
-        assert not _group_alive(pgid)
+    wrapper = tmp_path / "slowed.py"
+    wrapper.write_text(SLOWED)
+    path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    done = subprocess.run([sys.executable, str(wrapper), "dsv4_doctor.session", "select", str(tmp_path / "entered"),
+                           "check", "--only", "no.such-check", "--python", bare_python], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, PATH=path))
+    assert done.returncode == 2 and "no check matches" in done.stderr, done.stderr
+    assert (tmp_path / "entered").exists() and marker.exists()  # the stub ran before the usage error
+    pid, pgid = map(int, marker.read_text().split())
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and _group_alive(pgid):
+        time.sleep(0.05)
+    assert not _group_alive(pgid)
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
 
 
 @pytest.mark.slow
