@@ -26,6 +26,7 @@ from collections.abc import Mapping
 MASK = "***REDACTED***"
 MAX_TEXT = 16 * 1024  # any one string taken from the environment
 TRUNCATED = "…[{n} more characters truncated by dsv4-doctor]"
+TAIL_CUT = "…[earlier output cut by dsv4-doctor]\n"
 # What is printed in place of a command that redaction had to change (it holds a secret): a comment, inert when pasted.
 WITHHELD = "# (a command here held a secret and is not printed)"
 
@@ -35,7 +36,7 @@ SECRET_NAME = re.compile(
     r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|CREDS|AUTH(?!OR(?!IZ))|COOKIE|PRIVATE|SIGNATURE"
     r"|(?:^|_|-)(?:API|ACCESS|ACCOUNT)?_?KEY(?:_|-|S?$)|APIKEY|ACCESSKEY|ACCOUNTKEY|(?:^|_)PASS(?:_|$)"
     r"|(?:^|_)PWD$|(?:^|_)PW$|PASS$|PRIV_?KEY|(?:^|_)PAT(?:_|$)|(?:^|_)DSN(?:_|$)"
-    r"|(?:^|_)SESSION(?:_TOKEN|_KEY|_SECRET|_COOKIE)?$",
+    r"|(?:^|_)SESSION(?:_TOKEN|_KEY|_SECRET|_COOKIE)?$|JWT",
     re.IGNORECASE,
 )
 # Names that match the pattern above but hold no secret.
@@ -59,8 +60,9 @@ _ASSIGNMENT = re.compile(
 _FLAG = re.compile(r"(?<![^\s\"'=])(?P<flag>--?[A-Za-z][A-Za-z0-9_-]{0,100})(?P<sep>[ =])"
                    r"(?P<value>\"[^\"\n]{0,4096}\"|'[^'\n]{0,4096}'|[^\s\"']{1,4096})")
 _BEARER = re.compile(r"\b(?P<scheme>Bearer|Basic|Token)\s{1,20}(?P<value>[A-Za-z0-9._~+/=-]{8,})", re.IGNORECASE)
-# scheme://userinfo@ : the userinfo is masked whether or not it holds a colon (https://TOKEN@host is a credential).
-_URL_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,30}://)(?P<userinfo>[^/\s@?#]{1,4096})@")
+# scheme://userinfo@ : the userinfo is masked whether or not it holds a colon (https://TOKEN@host is a credential),
+# up to the last `@` before the host (a password may hold a raw `@`: https://user:p@ss@host).
+_URL_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,30}://)(?P<userinfo>[^/\s?#]{1,4096})@")
 _TOKEN_SHAPES = re.compile(
     r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}"
     r"|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|xox[abpr]-[A-Za-z0-9-]{10,})"
@@ -109,6 +111,22 @@ def valid_text(value: str) -> str:
 def decode(raw: bytes, limit: int = MAX_TEXT) -> str:
     """Bytes from a child process or a file: undecodable bytes become \\xNN (never U+FFFD)."""
     return cap(raw.decode("utf-8", "backslashreplace"), limit)
+
+
+def read_tail(path: str, limit: int) -> str:
+    """The last `limit` bytes of a log, as text. When that cuts into a line, the rest of the line is dropped too: it
+    could be the end of a secret whose start, the part redaction recognises (`TOKEN=`, `Bearer`), was cut off."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            raw = fh.read(limit)
+    except OSError:
+        return ""
+    if size <= limit:
+        return decode(raw)
+    return TAIL_CUT + decode(raw[raw.find(b"\n") + 1:] if b"\n" in raw else b"")
 
 
 def sanitize(obj: Any, limit: int = MAX_TEXT, max_nodes: int = 200_000) -> Any:

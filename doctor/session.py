@@ -23,7 +23,7 @@ from .model import Check, CheckReport, Interrupted, Profile, Result, Status, Usa
 from .probes import (NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_SCRIPT, Probe, StaticRequest, handshake_probe,
                      parse_handshake, parse_nvidia_smi)
 from .procs import Processes, kill_group
-from .redact import decode
+from .redact import read_tail
 from .registry import PluginInfo, Registry
 from .runner import CHECK_TIMEOUT_S, ProbePool, RunContext, Runner, execute, plan
 
@@ -377,13 +377,7 @@ class Session:
 
     @staticmethod
     def _log_tail(path: str) -> str:
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - 3000))
-                return decode(fh.read()).strip()
-        except OSError:
-            return ""
+        return read_tail(path, 3000).strip()  # a cut first line is dropped: it may end a secret
 
     # ---------------------------------------------------------------------------------------------------- run
 

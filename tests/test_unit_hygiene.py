@@ -17,6 +17,7 @@ from dsv4_doctor.redact import (MASK, Redactor, cap, clean_text, decode, looks_s
     ("OLDPWD", False), ("MAX_TOKEN_LENGTH", False), ("MONKEY", False), ("NCCL_DEBUG", False), ("KEYBOARD", False),
     # found in review: these leaked
     ("SSHPASS", True), ("DBPASS", True), ("S_PW", True), ("S_PRIVKEY", True), ("PASSTHROUGH", False),
+    ("CI_JOB_JWT", True), ("CI_JOB_JWT_V2", True),
 ])
 def test_secret_names(name, secret):
     assert looks_secret(name) is secret
@@ -49,6 +50,9 @@ def test_a_secret_value_is_masked_in_its_quoted_forms_too():
     ("curl --token s3cr3tflagvalue https://x", "s3cr3tflagvalue"),
     ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n(no end marker)", "MIIEow"),
     ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijklmnop", "eyJzdWIi"),
+    # found in review: a raw `@` in the password left its rest readable
+    ("https://user:p@ss@host/x", "ss@host"),
+    ("pip install git+https://ci:t0k@n@@gitlab.example/x.git", "n@"),
 ])
 def test_redaction_nets(text, leaked):
     out = Redactor({})(text)
@@ -109,6 +113,28 @@ def test_the_fix_script_caps_descriptions_before_redacting_them():
     script = fixplan.render_script(fixplan.build_plan(reports), "/usr/bin/python3", {}, "1", Redactor({}))
     assert time.monotonic() - start < 1.0
     assert script.count("missing: req-0000-") == 20 and "pip install x19" in script
+
+
+def test_a_url_keeps_its_host_and_path_after_a_password_with_an_at_sign():
+    assert Redactor({})("https://user:p@ss@host/a@b?c=d@e") == f"https://{MASK}@host/a@b?c=d@e"
+
+
+def test_a_cut_log_tail_drops_the_partial_line_it_starts_in(tmp_path):
+    """Found in review: a stderr tail that began in the middle of a secret showed the rest of it (its start, which
+    redaction recognises, was cut off). Every place that cuts a log's tail drops the partial first line."""
+    from dsv4_doctor import fleet
+    from dsv4_doctor.probes import STDERR_TAIL_BYTES, _tail
+    from dsv4_doctor.redact import read_tail
+    from dsv4_doctor.session import Session
+
+    log = tmp_path / "log"
+    log.write_bytes(b"Authorization: Bearer " + b"s3cr3tv4lue" * 1000 + b"\nthe last line\n")
+    for tail in (_tail(str(log)), Session._log_tail(str(log)), fleet._tail(str(log)), read_tail(str(log), 5000)):
+        assert "v4lue" not in tail and "the last line" in tail and "earlier output cut" in tail, tail
+    log.write_bytes(b"x" * (STDERR_TAIL_BYTES * 3))  # one line longer than the tail: nothing of it
+    assert "x" not in _tail(str(log)).replace("earlier output cut by dsv4-doctor", "")
+    log.write_bytes(b"short\nlog\n")  # not cut: as is
+    assert _tail(str(log)) == "short\nlog" and read_tail(str(log), 100) == "short\nlog\n"
 
 
 def test_undecodable_bytes_and_lone_surrogates_become_visible_escapes():
