@@ -152,6 +152,10 @@ def resolve_python(value: str | None) -> str:
     found = os.path.abspath(found)
     if not plain_value(found):
         raise UsageError(f"--python {found!r}: the path has control or line-break characters")
+    try:
+        found.encode("utf-8")  # the fix script's PY= and the reports must name these exact bytes
+    except UnicodeEncodeError:
+        raise UsageError(f"--python {found!r}: the path is not valid UTF-8") from None
     return found
 
 

@@ -516,7 +516,7 @@ def _pyenv(version: str) -> str | None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["2.7.18", "3.7.16"])
+@pytest.mark.parametrize("version", ["2.7.18", "3.6.15", "3.7.16"])
 def test_an_interpreter_too_old_for_the_probes_fails_python_version(version, tmp_path):
     python = _pyenv(version)
     if python is None:
@@ -607,6 +607,17 @@ def test_an_interpreter_path_with_control_characters_is_a_usage_error(tmp_path, 
         run = run_doctor(command, "--only", "python.version", python=str(evil / "python"))
         assert run.returncode == 2 and "control or line-break characters" in run.stderr
         assert "\x1b" not in run.stderr and "\n::warning" not in run.stdout + run.stderr
+
+
+def test_an_interpreter_path_that_is_not_utf8_is_a_usage_error(tmp_path, bare_python):
+    """Found in review: a non-UTF-8 --python path was written into the fix script as a different PY= path."""
+    evil = Path(os.fsdecode(bytes(tmp_path) + b"/py\xff\xfe"))
+    evil.mkdir()
+    (evil / "python").symlink_to(bare_python)
+    for command in ("check", "fix"):
+        run = run_doctor(command, "--only", "python.version", python=str(evil / "python"))
+        assert run.returncode == 2 and "not valid UTF-8" in run.stderr, run.stderr
+        assert "PY=" not in run.stdout
 
 
 def test_the_fix_script_and_the_apply_echo_are_redacted(site, stub_python):
