@@ -265,13 +265,25 @@ class Redactor:
     def __call__(self, obj: Any, key: str | None = None, limit: int = MAX_TEXT) -> Any:
         """Redact and clean a JSON-like tree; non-finite floats become strings (JSON has no NaN).
 
-        A fix (a dict with `argv` and `commands`) has its printed `commands` built again from its argv, word by word
-        (`command_line`), never redacted as whole strings."""
+        A fix (a dict with `argv` and `commands`) has its printed `commands` built again from its argv (`command`),
+        never redacted as whole strings; a command that is withheld has its argv withheld too."""
         if isinstance(obj, dict):
-            fix = isinstance(obj.get("argv"), list) and isinstance(obj.get("commands"), list)
+            if isinstance(obj.get("argv"), list) and isinstance(obj.get("commands"), list):
+                lines = [self.command(a) for a in obj["argv"]]
+                shown = {"commands": [WITHHELD if line is None else line for line in lines],
+                         # a withheld command's argv is withheld too (`--token VALUE` is two harmless-looking words)
+                         "argv": [[MASK] if line is None else self(a, "argv", limit)
+                                  for a, line in zip(obj["argv"], lines, strict=True)]}
+                ident = obj.get("id")
+                if isinstance(ident, str):  # a fix's default id is its commands, joined: withheld ones leave it
+                    for a, line in zip(obj["argv"], lines, strict=True):
+                        if line is None and isinstance(a, list) and a and all(isinstance(w, str) for w in a):
+                            ident = ident.replace(shlex.join(a), "(withheld)")
+                    shown["id"] = self(ident, "id", limit)
+            else:
+                shown = {}
             return {clean_text(self.text(cap(self.literal(valid_text(str(k))), 256))):
-                    [self.command_line(a) for a in obj["argv"]] if fix and k == "commands" else self(v, str(k), limit)
-                    for k, v in obj.items()}
+                    shown[k] if k in shown else self(v, str(k), limit) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
             return [self(v, key, limit) for v in obj]
         if isinstance(obj, float) and not math.isfinite(obj):

@@ -115,6 +115,21 @@ def test_the_fix_script_caps_descriptions_before_redacting_them():
     assert script.count("missing: req-0000-") == 20 and "pip install x19" in script
 
 
+def test_a_fix_command_with_a_secret_is_withheld_whole_in_a_report():
+    """Its printed form and its argv: `--token VALUE` is two words that each look harmless."""
+    import json
+
+    from dsv4_doctor.model import Fix
+    from dsv4_doctor.redact import WITHHELD
+
+    fix = Fix("d", [["pip", "install", "--token", "v4lue123"], ["pip", "install", "PASSWORD='x9z"],
+                    ["pip", "install", "a b"]])
+    shown = Redactor({})({"fixes": [fix.to_dict()]})["fixes"][0]
+    assert shown["commands"] == [WITHHELD, WITHHELD, "pip install 'a b'"]
+    assert shown["argv"] == [[MASK], [MASK], ["pip", "install", "a b"]]
+    assert "v4lue123" not in json.dumps(shown) and "x9z" not in json.dumps(shown)
+
+
 def test_a_url_keeps_its_host_and_path_after_a_password_with_an_at_sign():
     assert Redactor({})("https://user:p@ss@host/a@b?c=d@e") == f"https://{MASK}@host/a@b?c=d@e"
 
