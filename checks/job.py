@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import os
 
-from dsv4_doctor.jobargs import common_setting, is_interpolation, line_to_add, role_settings, roles_to_check
+from dsv4_doctor.jobargs import (ENGINE_MAX_SEQLEN, VERL_ROLES, common_setting, is_interpolation, line_to_add,
+                                 role_settings, roles_to_check)
 from dsv4_doctor.model import Check, Context, Fix, Phase, Profile, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 
@@ -184,7 +185,7 @@ def _cp_args(ctx: Context) -> Result:
             if mode == "contiguous" and sched in SCHEDULERS:
                 notes.append(f"{lab}CP {cp}: cp_partition_mode=contiguous, sequence_packing_scheduler={sched}")
         row.update(cp_partition_mode=mode, scheduler=sched)
-        _max_seqlen(job, role, st, cp, sched, row, fails, notes, fixes)
+        _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes)
     evidence.update(failures=fails, warnings=warns, notes=notes)
     text = "; ".join(fails or warns or notes)
     if fails:
@@ -197,27 +198,63 @@ def _cp_args(ctx: Context) -> Result:
     return passed(text or "the job states the DSv4 CP settings", why_auto, evidence=evidence)
 
 
-def _max_seqlen(job, role, st, cp, sched, row, fails, notes, fixes) -> None:
+def _positive(value) -> bool:
+    """A positive integer as verl's McoreEngineConfig checks it (an int, not a bool, > 0)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _seqlen_fix(job, role, name, needed, needed_from, cp, now) -> Fix:
+    """The line that states max_seqlen_per_dp_cp_rank (`name`: the engine's or the transformer config's)."""
+    if needed:
+        return _add(job, role, name, math.ceil(needed / cp), _per_rank(needed_from), now)
+    return _add(job, role, name, "N", f"N = {_per_rank('the longest sample')}, rounded up; {needed_from}", now)
+
+
+def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes) -> None:
     lab = _label(job, role)
     needed, needed_from = _needed_length(job)
-    value = _int(st, "max_seqlen_per_dp_cp_rank")
+    name = "max_seqlen_per_dp_cp_rank"  # override_transformer_config's / --max-seqlen-per-dp-cp-rank
+    if job.get("kind") == "verl":
+        engine_key = f"{VERL_ROLES.get(role, VERL_ROLES['actor'])}.megatron.max_seqlen_per_dp_cp_rank"
+        engine = st.get(ENGINE_MAX_SEQLEN) if isinstance(st.get(ENGINE_MAX_SEQLEN), dict) else None
+        if _value(st, "dynamic_context_parallel") is True:
+            # verl validates the engine's value (engine.py L229-236) and writes it over the transformer config's
+            # (transformer_impl.py L303-311): the override_transformer_config value does nothing here.
+            if _stated(st, name):
+                notes.append(f"{lab}override_transformer_config.max_seqlen_per_dp_cp_rank={_now(st, name)} is "
+                             f"replaced by verl with {engine_key} (dynamic CP)")
+            name = ENGINE_MAX_SEQLEN
+            if engine is None or (not _unresolved(st, name) and not _positive(engine.get("value"))):
+                what = "not stated" if engine is None else f"={engine.get('raw')!r}, not a positive integer,"
+                fails.append(f"{lab}{engine_key} {what} with dynamic_context_parallel: verl stops with "
+                             f"\"{VERL_DYNAMIC}\"")
+                fixes.append(_seqlen_fix(job, role, name, needed, needed_from, cp, _now(st, name)))
+                row.update(max_seqlen_per_dp_cp_rank=None, max_seqlen_from=engine_key, needed=needed)
+                return
+        elif engine is not None:
+            # Without dynamic CP verl does not read the engine's value: Megatron gets the transformer config's.
+            text = (f"{lab}{engine_key}={engine.get('raw')} is read by verl only with dynamic_context_parallel; "
+                    "Megatron gets override_transformer_config.max_seqlen_per_dp_cp_rank")
+            if _stated(st, name):
+                notes.append(text)
+            else:
+                warns.append(text + ", which the command does not state")
+    value = _int(st, name)
     row.update(max_seqlen_per_dp_cp_rank=value, needed=needed)
-    if not _stated(st, "max_seqlen_per_dp_cp_rank"):
-        if job.get("kind") == "verl" and _value(st, "dynamic_context_parallel"):
-            fails.append(f"{lab}max_seqlen_per_dp_cp_rank not stated with dynamic_context_parallel: verl stops with "
-                         f"\"{VERL_DYNAMIC}\"")
-            if needed:
-                fixes.append(_add(job, role, "max_seqlen_per_dp_cp_rank", math.ceil(needed / cp),
-                                  _per_rank(needed_from)))
-        elif job.get("kind") == "megatron":
+    if not _stated(st, name):
+        if job.get("kind") == "megatron":
             notes.append(f"{lab}max_seqlen_per_dp_cp_rank not stated (the Megatron-LM CLI derives it from "
                          "--seq-length)")
         else:
             notes.append(f"{lab}max_seqlen_per_dp_cp_rank: not stated")
         return
+    if _unresolved(st, name):
+        notes.append(f"{lab}max_seqlen_per_dp_cp_rank={_now(st, name)!r}: not known (an interpolation the doctor "
+                     "cannot resolve here)")
+        return
     if value is None or value < 1:
-        fails.append(f"{lab}max_seqlen_per_dp_cp_rank={st['max_seqlen_per_dp_cp_rank'].get('raw')!r} is not a "
-                     "positive whole number")
+        fails.append(f"{lab}max_seqlen_per_dp_cp_rank={_now(st, name)!r} is not a positive whole number")
+        fixes.append(_seqlen_fix(job, role, name, needed, needed_from, cp, _now(st, name)))
         return
     if needed is None:
         notes.append(f"{lab}max_seqlen_per_dp_cp_rank={value}; whether it covers the longest sample is unknown: "
@@ -241,8 +278,7 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, notes, fixes) -> None:
         fails.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x {how} = {value * ranks} < {needed} ({needed_from}): "
                      "the longest sample does not fit, and Megatron asserts total_cp_ranks * "
                      "max_seqlen_per_dp_cp_rank >= seq_length")
-        fixes.append(_add(job, role, "max_seqlen_per_dp_cp_rank", math.ceil(needed / cp), _per_rank(needed_from),
-                          _now(st, "max_seqlen_per_dp_cp_rank")))
+        fixes.append(_add(job, role, name, math.ceil(needed / cp), _per_rank(needed_from), _now(st, name)))
     else:
         notes.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x {how} = {value * ranks} >= {needed}")
 
@@ -259,7 +295,12 @@ job_cp_args = Check(
         pass with a note, and an override that contradicts verl's choice is reported as overridden. Without #6555,
         and on a Megatron-LM command line, they must be explicit. When `max_seqlen_per_dp_cp_rank` is stated, it
         times the scheduler's rank count (CP for dp_balanced, DP x CP for default_dynamic_cp) must cover the longest
-        sample (`data.max_prompt_length + data.max_response_length`, or `--seq-length`).
+        sample (`data.max_prompt_length + data.max_response_length`, or `--seq-length`). With verl's
+        `<role>.megatron.dynamic_context_parallel=True`, verl requires its engine key
+        `<role>.megatron.max_seqlen_per_dp_cp_rank` (a positive integer, else "max_seqlen_per_dp_cp_rank must be a
+        positive integer when dynamic_context_parallel is enabled") and writes it over the transformer config's;
+        without dynamic CP verl does not read the engine key, and Megatron gets the
+        `override_transformer_config` value.
     """,
     applies_when="job arguments given; CP > 1",
     detects="the training command's overrides or flags; verl's #6555 marker (ast)",
@@ -269,6 +310,9 @@ job_cp_args = Check(
         Source("verl run_deepseek_v4_flash_megatron.sh CP_ARGS (PR #7297)",
                "https://github.com/verl-project/verl/pull/7297"),
         Source("verl PR #6555 (MegatronEngine sets the DSv4 CP settings)", "https://github.com/verl-project/verl/pull/6555"),
+        Source("verl 0.9.0 workers/config/engine.py L229-236 (McoreEngineConfig: max_seqlen_per_dp_cp_rank with "
+               "dynamic CP); workers/engine/megatron/transformer_impl.py L303-311 (written over the transformer "
+               "config's)", "https://github.com/verl-project/verl/blob/v0.9.0/verl/workers/config/engine.py#L229-L236"),
     ),
     skip_if=_no_job,
     static=STATIC,

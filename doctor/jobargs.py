@@ -27,10 +27,14 @@ from typing import Any
 from .model import Profile, UsageError
 
 VERL_ROLES = {"actor": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.ref", "critic": "critic"}
-# verl's Megatron engine fields (`<role>.megatron.<name>`), by the doctor's setting names.
+# verl's Megatron engine fields (`<role>.megatron.<name>`), by the doctor's setting names. The engine's
+# max_seqlen_per_dp_cp_rank is its own setting, apart from override_transformer_config's: verl 0.9.0 validates the
+# engine's (McoreEngineConfig, engine.py L229-236) and, with dynamic CP, writes it over the transformer config's
+# (transformer_impl.py L303-311); without dynamic CP verl does not read it.
+ENGINE_MAX_SEQLEN = "engine_max_seqlen_per_dp_cp_rank"
 VERL_ENGINE = {
     "context_parallel_size": "cp", "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
-    "expert_model_parallel_size": "ep", "max_seqlen_per_dp_cp_rank": "max_seqlen_per_dp_cp_rank",
+    "expert_model_parallel_size": "ep", "max_seqlen_per_dp_cp_rank": ENGINE_MAX_SEQLEN,
     "dynamic_context_parallel": "dynamic_context_parallel",
 }
 # TransformerConfig/ModelParallelConfig fields the job checks read (`...override_transformer_config.<field>`).
@@ -504,7 +508,7 @@ def line_to_add(job: dict, role: str, setting: str, value: Any) -> str:
         return f"--{flag} {shown}"
     base = VERL_ROLES.get(role, VERL_ROLES["actor"]) + ".megatron."
     engine = {v: k for k, v in VERL_ENGINE.items()}
-    if setting in ("cp", "tp", "pp", "ep", "dynamic_context_parallel"):
+    if setting in ("cp", "tp", "pp", "ep", "dynamic_context_parallel", ENGINE_MAX_SEQLEN):
         return f"{base}{engine[setting]}={shown}"
     return f"++{base}override_transformer_config.{setting}={shown}"
 

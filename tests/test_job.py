@@ -253,6 +253,69 @@ def test_verl_without_6555_needs_the_lines_and_gets_them(tmp_path, cp):
     assert ok["status"] == "pass" and f"= {12288 // cp * cp} >= 12288" in ok["summary"]
 
 
+ENGINE = "actor_rollout_ref.actor.megatron"
+
+
+def _verl_engine_validation(env_root: Path):
+    """verl 0.9.0's own McoreEngineConfig check on max_seqlen_per_dp_cp_rank (engine.py, the `if
+    self.dynamic_context_parallel and ...: raise ValueError(...)` statement of __post_init__), taken from the
+    published wheel with ast and run as written: whether verl accepts (dynamic, value)."""
+    import ast
+    from types import SimpleNamespace
+
+    tree = ast.parse((env_root / "verl" / "workers" / "config" / "engine.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "McoreEngineConfig")
+    post = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__post_init__")
+    stmt = next(n for n in post.body if isinstance(n, ast.If) and "max_seqlen_per_dp_cp_rank" in ast.unparse(n.test))
+    code = compile(ast.Module([stmt], []), "engine.py", "exec")
+
+    def accepts(dynamic: bool, value) -> bool:
+        try:
+            exec(code, {}, {"self": SimpleNamespace(dynamic_context_parallel=dynamic, max_seqlen_per_dp_cp_rank=value)})
+        except ValueError as exc:
+            assert str(exc) == "max_seqlen_per_dp_cp_rank must be a positive integer when dynamic_context_parallel " \
+                "is enabled"
+            return False
+        return True
+    return accepts
+
+
+def test_verl_dynamic_cp_needs_the_engine_key_as_verl_does(tmp_path):
+    env = Env(tmp_path).wheel("verl", "verl-0.9.0")
+    accepts = _verl_engine_validation(env.sites["verl"])
+    # verl writes the engine's value over the transformer config's with dynamic CP (transformer_impl.py L303-311).
+    impl = (env.sites["verl"] / "verl/workers/engine/megatron/transformer_impl.py").read_text()
+    assert '"max_seqlen_per_dp_cp_rank": self.engine_config.max_seqlen_per_dp_cp_rank' in impl
+    base = verl_example(2, cp_args=False) + [f"{ENGINE}.dynamic_context_parallel=True"]
+    otc = f"++{OTC}.max_seqlen_per_dp_cp_rank=6144"
+    cases = [  # (extra arguments, the engine's value verl sees)
+        ([], None), ([otc], None), ([f"{ENGINE}.max_seqlen_per_dp_cp_rank=0"], 0),
+        ([f"{ENGINE}.max_seqlen_per_dp_cp_rank=True"], True), ([f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144"], 6144),
+        ([otc, f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144"], 6144),
+    ]
+    for extra, engine_value in cases:
+        row = job_rows(env, base + extra)["job.cp-args"]
+        verl_ok = accepts(True, engine_value)
+        assert (row["status"] != "fail") == verl_ok, (extra, row["summary"])
+        if not verl_ok:
+            assert "verl stops with \"max_seqlen_per_dp_cp_rank must be a positive integer" in row["summary"]
+            assert any(f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144" in f for f in _commands(row)), row["fixes"]
+            assert not any("override_transformer_config.max_seqlen" in f for f in _commands(row))
+    # The line the doctor gives, added as written, is what verl accepts.
+    first = job_rows(env, base)["job.cp-args"]
+    line = first["fixes"][0]["description"].split(":", 1)[1].split()[0]
+    assert line == f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144" and accepts(True, 6144)
+    assert job_rows(env, base + [line])["job.cp-args"]["status"] == "pass"
+    # The transformer config's value with dynamic CP: replaced by verl, and said so.
+    both = job_rows(env, base + [otc, f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144"])["job.cp-args"]
+    assert "replaced by verl with" in both["summary"] + both["details"]
+    # Without dynamic CP verl never reads the engine key (accepts anything) and Megatron gets the transformer
+    # config's: the engine key alone is a warning, not a requirement.
+    assert accepts(False, None)
+    alone = job_rows(env, verl_example(2, cp_args=False) + [f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144"])["job.cp-args"]
+    assert alone["status"] == "warn" and "read by verl only with dynamic_context_parallel" in alone["summary"]
+
+
 def test_cp1_needs_nothing_and_job_rows_stay_out_of_a_plain_check(tmp_path):
     rows = job_rows(None, verl_example(1))
     assert rows["job.cp-args"]["status"] == "skip" and "CP = 1" in rows["job.cp-args"]["summary"]
