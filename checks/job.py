@@ -48,12 +48,13 @@ def _job(ctx: Context) -> dict:
 
 
 def _add(job: dict, role: str, setting: str, value, why: str, now: str | None = None) -> Fix:
-    """The argument to add, or, when the command states the setting already (`now`), the one to change it to."""
+    """The argument to add, or, when the command states the setting already (`now`), the one to change it to. The
+    line is the description's own indented last line: renderers keep it whole (copy-pastable, never wrapped)."""
     line = line_to_add(job, role, setting, value)
     if now is not None:
-        return Fix(f"Change in the training command, from {now!r} to: {line}  ({why})", key=f"job:{line}",
+        return Fix(f"Change in the training command ({why}), from {now!r} to:\n  {line}", key=f"job:{line}",
                    phase=Phase.SETTING)
-    return Fix(f"Add to the training command: {line}  ({why})", key=f"job:{line}", phase=Phase.SETTING)
+    return Fix(f"Add to the training command ({why}):\n  {line}", key=f"job:{line}", phase=Phase.SETTING)
 
 
 def _now(settings: dict, name: str) -> str | None:

@@ -193,7 +193,7 @@ def test_the_dsa_backend_as_stated():
     tile = job_rows(None, MEGATRON + ["--dsa-kernel-backend", "tilelang"])
     assert tile["job.dsa-backend"]["status"] == "fail" and "does not support dsa_kernel_backend='tilelang'" in \
         tile["job.dsa-backend"]["summary"]
-    assert any("from 'tilelang' to: --dsa-kernel-backend cudnn" in f for f in _commands(tile["job.dsa-backend"]))
+    assert any("from 'tilelang' to:\n  --dsa-kernel-backend cudnn" in f for f in _commands(tile["job.dsa-backend"]))
     assert tile["_profile"]["dsa_backend"] == "cudnn" and "Megatron rejects" in \
         tile["_profile"]["job"]["dsa_backend_decided"]
     upper = job_rows(None, MEGATRON + ["--dsa-kernel-backend", "CUDNN"])["job.dsa-backend"]
@@ -225,6 +225,11 @@ def job_rows(env: Env | None, argv: list[str], *extra: str, python: str = sys.ex
 
 def _commands(row: dict) -> list[str]:
     return [f["description"] for f in row["fixes"]]
+
+
+def _lines(row: dict) -> list[str]:
+    """The lines to add: each fix's indented last line."""
+    return [f["description"].splitlines()[-1].strip() for f in row["fixes"]]
 
 
 def test_verl_with_6555_sets_the_cp_settings_itself(tmp_path):
@@ -303,7 +308,7 @@ def test_verl_dynamic_cp_needs_the_engine_key_as_verl_does(tmp_path):
             assert not any("override_transformer_config.max_seqlen" in f for f in _commands(row))
     # The line the doctor gives, added as written, is what verl accepts.
     first = job_rows(env, base)["job.cp-args"]
-    line = first["fixes"][0]["description"].split(":", 1)[1].split()[0]
+    line = _lines(first)[0]
     assert line == f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144" and accepts(True, 6144)
     assert job_rows(env, base + [line])["job.cp-args"]["status"] == "pass"
     # The transformer config's value with dynamic CP: replaced by verl, and said so.
@@ -393,13 +398,29 @@ def test_a_setting_stated_wrong_is_changed_not_added():
     argv = MEGATRON + ["--context-parallel-size", "2", "--cp-partition-mode", "zigzag",
                        "--sequence-packing-scheduler", "dp_balanced", "--max-seqlen-per-dp-cp-rank", "2048"]
     fixes = _commands(job_rows(None, argv)["job.cp-args"])
-    assert any(f.startswith("Change in the training command, from 'zigzag' to: --cp-partition-mode contiguous")
-               for f in fixes)
-    assert any("from '2048' to: --max-seqlen-per-dp-cp-rank 4096" in f for f in fixes)
+    assert any(f.startswith("Change in the training command (DSv4 CP needs the contiguous layout), from 'zigzag' to:"
+                            "\n  --cp-partition-mode contiguous") for f in fixes)
+    assert any("from '2048' to:\n  --max-seqlen-per-dp-cp-rank 4096" in f for f in fixes)
     verl = verl_example(2, prompt=4096, response=4096)
     verl = [a if "max_seqlen_per_dp_cp_rank" not in a else a.replace("=4096", "=1000") for a in verl]
     fixes = _commands(job_rows(None, verl)["job.cp-args"])
     assert any("(data.max_prompt_length + data.max_response_length) / CP" in f for f in fixes)
+
+def test_lines_to_add_stay_whole_in_a_narrow_text_report(tmp_path):
+    """At COLUMNS=60 the text report wraps its prose, never a line to add (found in review: `...override_transformer_
+    config.s` / `equence_packing_scheduler=dp_balanced`)."""
+    for argv in (verl_example(2, cp_args=False), MEGATRON + ["--context-parallel-size", "2"]):
+        run = run_doctor("preflight", "--no-smoke", "--only", "job.cp-args", "--", *argv, env={"COLUMNS": "60"})
+        assert run.returncode == 1 and "not starting the job" in run.stderr, run.stderr
+        lines = run.stderr.splitlines()
+        report = lines[:next(i for i, line in enumerate(lines) if line.startswith("Verdict:")) + 1]
+        assert max(len(line) for line in report if not line.startswith("    ")) <= 60  # the prose is wrapped
+        wanted = ([f"++{OTC}.cp_partition_mode=contiguous", f"++{OTC}.sequence_packing_scheduler=dp_balanced"]
+                  if argv[0] == "python3" else ["--cp-partition-mode contiguous",
+                                                "--sequence-packing-scheduler dp_balanced"])
+        for line in wanted:
+            assert f"    {line}" in lines, (line, run.stderr)  # intact, on its own line
+
 
 def test_job_env_reads_the_command_and_the_environment():
     argv = ["env", "NCCL_NVLS_ENABLE=0", "CUDA_DEVICE_MAX_CONNECTIONS=1"] + verl_example(2)

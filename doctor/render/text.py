@@ -1,7 +1,8 @@
 """The human report: a table, then the details and exact fix commands of everything not passing, then a verdict.
 
 Plain text wrapped to the output width with continuation lines indented; colour (ANSI) only when asked for. Fix
-commands are never wrapped: they must stay copy-pastable.
+commands, and the indented lines of a fix's description (a job's line to add), are never wrapped: they must stay
+copy-pastable.
 """
 
 from __future__ import annotations
@@ -107,7 +108,11 @@ def render_text(report: dict, color: bool = False, width: int = 100) -> str:
             out += ["  " + line] if line.startswith("  ") else _wrap(line, width, "  ", "    ")
         for fix in c.get("fixes", []):
             tag = " (manual)" if fix.get("manual") else ""
-            out += _wrap(f"Fix{tag}: {fix['description']}", width, "  ", "    ")
+            first, *more = str(fix["description"]).splitlines() or [""]
+            out += _wrap(f"Fix{tag}: {first}", width, "  ", "    ")
+            # An indented line of a description is preformatted (a job's line to add): never wrapped.
+            for line in more:
+                out += ["    " + line.strip()] if line.startswith("  ") else _wrap(line, width, "    ", "    ")
             out += ["    " + cmd for cmd in fix["commands"]]  # never wrapped: copy-pastable
             out += _wrap(" ".join(fix.get("notes") or []), width, "    ", "    ") if fix.get("notes") else []
         if c.get("sources"):
