@@ -623,6 +623,17 @@ M13 = ("dsv4_hybrid does not support dsa_kernel_backend='tilelang'; use 'cudnn' 
 BACKENDS = ("none", "cudnn")
 
 
+def _drop_fusion_switch(job: dict, role: str, backend: str) -> Fix:
+    """The conflict's fix: drop the deprecated switch (dsa_kernel_backend says what the job wants)."""
+    why = f"dsa_kernel_backend={backend} states the backend; apply_dsa_kernel_fusion is the deprecated switch"
+    if job.get("syntax") == "megatron":
+        return Fix(f"Remove --no-dsa-kernel-fusion from the training command ({why})",
+                   key="job:remove --no-dsa-kernel-fusion", phase=Phase.SETTING)
+    key = f"{VERL_ROLES.get(role, VERL_ROLES['actor'])}.megatron.override_transformer_config.apply_dsa_kernel_fusion"
+    return Fix(f"Drop the deprecated switch ({why}): remove the argument that sets it from the training command, or "
+               f"add after it:\n  ~{key}", key=f"job:~{key}", phase=Phase.SETTING)
+
+
 def _dsa_backend(ctx: Context) -> Result:
     job = _job(ctx)
     roles = roles_to_check(job)
@@ -656,6 +667,8 @@ def _dsa_backend(ctx: Context) -> Result:
             fails.append(f"{lab}apply_dsa_kernel_fusion={fusion} maps to dsa_kernel_backend={legacy!r}, but "
                          f"dsa_kernel_backend={backend!r} is stated too: Megatron raises \"Conflicting DSA kernel "
                          "controls\"")
+            fixes.append(_drop_fusion_switch(job, role, backend))
+            continue
         else:
             notes.append(f"{lab}dsa_kernel_backend={backend}")
             continue

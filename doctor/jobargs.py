@@ -432,7 +432,8 @@ def _parse_hydra(args: list[str], job: Job) -> None:
             # A bare word is no override: most likely a flag's value (`--hf-token hf_...`), so it is not listed
             # (found in review: a token appeared in profile.job.unknown as a "key").
             continue
-        if prefix == "~":  # deleting a key: the default applies, which is "not stated"
+        if prefix == "~":  # deleting a key: the default applies, which is "not stated" (also when stated before)
+            _delete(job, key)
             continue
         assert raw is not None
         if key in VERL_COMMON:
@@ -461,6 +462,21 @@ def _parse_hydra(args: list[str], job: Job) -> None:
             break
         else:
             job.unknown.append(key[:200])
+
+
+def _delete(job: Job, key: str) -> None:
+    """`~key`: Hydra applies the overrides in order, so one stated before the deletion is gone."""
+    if key in VERL_COMMON:
+        job.common.pop(VERL_COMMON[key], None)
+    for role, base in VERL_ROLES.items():
+        head = base + ".megatron."
+        if key.startswith(head):
+            name = key[len(head):]
+            config = name.split(".", 1)[1] if name.startswith("override_transformer_config.") else None
+            setting = VERL_ENGINE.get(name) if config is None else \
+                {"context_parallel_size": "cp", "tensor_model_parallel_size": "tp"}.get(config, config)
+            if setting is not None:
+                job.roles.get(role, {}).pop(setting, None)
 
 
 def _parse_megatron(args: list[str], job: Job) -> None:

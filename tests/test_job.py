@@ -201,6 +201,18 @@ def test_the_dsa_backend_as_stated():
     clash = job_rows(None, ["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=cudnn",
                             f"++{OTC}.apply_dsa_kernel_fusion=False"])["job.dsa-backend"]
     assert clash["status"] == "fail" and "Conflicting DSA kernel controls" in clash["summary"]
+    # The fix drops the deprecated switch (found in review: it said to change cudnn to cudnn).
+    drop = f"~{OTC}.apply_dsa_kernel_fusion"
+    assert _lines(clash) == [drop] and "Drop the deprecated switch" in _commands(clash)[0]
+    assert not any("dsa_kernel_backend=cudnn" in line for line in _lines(clash))
+    fixed = job_rows(None, ["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=cudnn",
+                            f"++{OTC}.apply_dsa_kernel_fusion=False", drop])["job.dsa-backend"]
+    assert fixed["status"] == "pass", fixed["summary"]  # Hydra applies `~key` after the key it deletes
+    flags = job_rows(None, MEGATRON + ["--no-dsa-kernel-fusion", "--dsa-kernel-backend", "cudnn"])["job.dsa-backend"]
+    assert flags["status"] == "fail" and "Conflicting DSA kernel controls" in flags["summary"]
+    assert [f["description"].split(" (")[0] for f in flags["fixes"]] == [
+        "Remove --no-dsa-kernel-fusion from the training command"]
+    assert job_rows(None, MEGATRON + ["--dsa-kernel-backend", "cudnn"])["job.dsa-backend"]["status"] == "pass"
     quiet = job_rows(None, ["python3", "-m", "verl.trainer.main_ppo", "x.y=1"])["job.dsa-backend"]
     assert quiet["status"] == "skip" and "not stated" in quiet["summary"]
 
