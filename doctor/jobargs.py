@@ -538,9 +538,12 @@ def job_profile(base: Profile, argv: Sequence[str], given_cp: int | None, given_
     data = job.to_dict()
     if cp is None:
         if given_cp is None:
+            # One message for both commands: `check --job-args` has --cp, `preflight` has not (in a job script the
+            # shell expands the variables before the doctor reads them, so what it reads is what verl gets).
             raise UsageError("the job's context_parallel_size is an interpolation the doctor cannot resolve (not in "
                              "the environment, nor another override of the command; a shell variable left "
-                             "unexpanded?): pass the command as the job runs it, or give the CP size with --cp N")
+                             "unexpanded?): pass the command as the job runs it, with its variables expanded (with "
+                             "`check --job-args`, --cp N also gives the CP size)")
         cp = data["cp_given"] = given_cp
     elif given_cp not in (None, cp):
         raise UsageError(f"--cp {given_cp} contradicts the job's context_parallel_size {cp}: leave --cp out with "

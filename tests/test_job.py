@@ -138,7 +138,12 @@ def test_an_unexpanded_variable_is_a_usage_error_not_a_guess():
             "actor_rollout_ref.actor.megatron.context_parallel_size=${ACTOR_CP}"]
     assert parse(argv).cp() is None  # not known, never guessed
     run = run_doctor("check", "--no-smoke", "--only", "job.*", "--job-args", shlex.join(argv))
-    assert run.returncode == 2 and "cannot resolve" in run.stderr and "--cp N" in run.stderr
+    assert run.returncode == 2 and "cannot resolve" in run.stderr and "`check --job-args`, --cp N" in run.stderr
+    # preflight has no --cp (found in review: its message sent the user to an option it rejects).
+    pre = run_doctor("preflight", "--no-smoke", "--", *argv)
+    assert pre.returncode == 2 and "cannot resolve" in pre.stderr and "with its variables expanded" in pre.stderr
+    assert "Traceback" not in pre.stderr
+    assert run_doctor("preflight", "--cp", "4", "--", *argv).returncode == 2  # and does not accept one
     given = run_doctor("check", "--no-smoke", "--only", "job.cp-args", "--cp", "2", "--job-args", shlex.join(argv))
     assert given.returncode == 1 and "cp 2 from --cp" in given.stdout  # --cp fills in what the command cannot say
     assert "cp_partition_mode is not stated" in given.stdout  # and the CP > 1 rules apply to it
