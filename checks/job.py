@@ -78,13 +78,24 @@ def _int(settings_or_setting, name: str | None = None) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _from_file(job: dict) -> str:
+    """The config-file flags the command gives (Hydra --config-name/--config-path, --yaml-cfg), or ""."""
+    flags = job.get("config_file")
+    return ", ".join(str(f) for f in flags) if isinstance(flags, list) and flags else ""
+
+
+def _maybe_in_file(job: dict) -> str:
+    """What "not stated" means for the command: its default, or, with a config file, not known."""
+    return f": the config file may set it ({_from_file(job)})" if _from_file(job) else ""
+
+
 def _cp(job: dict, settings: dict) -> int:
-    """A role's CP size: as stated; --cp's when the command states one the doctor cannot resolve (the CLI insists on
-    --cp then); else 1, verl's and Megatron's default."""
+    """A role's CP size: as stated; --cp's when the command states one the doctor cannot resolve, or none beside a
+    config file (the CLI insists on --cp then); else 1, verl's and Megatron's default."""
     value = _int(settings, "cp")
     if value is not None:
         return value
-    if _stated(settings, "cp"):
+    if _stated(settings, "cp") or _from_file(job):
         given = job.get("cp_given")
         return given if isinstance(given, int) and not isinstance(given, bool) else 1
     return 1
@@ -141,7 +152,8 @@ def _cp_args(ctx: Context) -> Result:
         return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read",
                        evidence={"entry": job.get("entry")})
     auto, why_auto = _verl_sets_cp(ctx, job)
-    fails, warns, notes, fixes = [], [], [], []
+    fails, warns, notes, fixes, unknown = [], [], [], [], []
+    in_file = _maybe_in_file(job)
     evidence: dict = {"verl_sets_cp_settings": auto, "decided_from": why_auto, "roles": {}}
     for role in roles:
         st = role_settings(job, role)
@@ -169,12 +181,16 @@ def _cp_args(ctx: Context) -> Result:
                              "sequence_packing_scheduler=default_dynamic_cp")
             sched = "default_dynamic_cp"
         else:
-            if mode != "contiguous":
+            if mode is None and in_file:
+                unknown.append(f"{lab}cp_partition_mode not stated{in_file}")
+            elif mode != "contiguous":
                 what = "not stated (Megatron's default is zigzag)" if mode is None else f"{mode}"
                 fails.append(f"{lab}cp_partition_mode is {what}: Megatron stops with \"{M1}\"")
                 fixes.append(_add(job, role, "cp_partition_mode", "contiguous", "DSv4 CP needs the contiguous layout",
                                   _now(st, "cp_partition_mode")))
-            if sched is None:
+            if sched is None and in_file:
+                unknown.append(f"{lab}sequence_packing_scheduler not stated{in_file}")
+            elif sched is None:
                 fails.append(f"{lab}no sequence_packing_scheduler: Megatron stops with \"{M4}\"")
                 fixes.append(_add(job, role, "sequence_packing_scheduler", "dp_balanced",
                                   "as verl's DSv4 example sets it"))
@@ -186,13 +202,15 @@ def _cp_args(ctx: Context) -> Result:
             if mode == "contiguous" and sched in SCHEDULERS:
                 notes.append(f"{lab}CP {cp}: cp_partition_mode=contiguous, sequence_packing_scheduler={sched}")
         row.update(cp_partition_mode=mode, scheduler=sched)
-        _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes)
-    evidence.update(failures=fails, warnings=warns, notes=notes)
+        _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unknown)
+    evidence.update(failures=fails, warnings=warns, notes=notes, unknown=unknown)
     text = "; ".join(fails or warns or notes)
     if fails:
-        return failed(text, "\n".join(warns + notes + [why_auto]), fixes=fixes, evidence=evidence)
+        return failed(text, "\n".join(warns + unknown + notes + [why_auto]), fixes=fixes, evidence=evidence)
     if warns:
-        return warned(text, "\n".join(notes + [why_auto]), evidence=evidence)
+        return warned(text, "\n".join(unknown + notes + [why_auto]), evidence=evidence)
+    if unknown:
+        return skipped("; ".join(unknown + notes), evidence=evidence)
     if all(r["cp"] == 1 for r in evidence["roles"].values()) and not any(
             _value(role_settings(job, r), "dynamic_context_parallel") for r in roles):
         return skipped("CP = 1: the job needs no CP settings", evidence=evidence)
@@ -211,7 +229,7 @@ def _seqlen_fix(job, role, name, needed, needed_from, cp, now) -> Fix:
     return _add(job, role, name, "N", f"N = {_per_rank('the longest sample')}, rounded up; {needed_from}", now)
 
 
-def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes) -> None:
+def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unknown) -> None:
     lab = _label(job, role)
     needed, needed_from = _needed_length(job)
     name = "max_seqlen_per_dp_cp_rank"  # override_transformer_config's / --max-seqlen-per-dp-cp-rank
@@ -225,6 +243,9 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes) -> No
                 notes.append(f"{lab}override_transformer_config.max_seqlen_per_dp_cp_rank={_now(st, name)} is "
                              f"replaced by verl with {engine_key} (dynamic CP)")
             name = ENGINE_MAX_SEQLEN
+            if engine is None and _from_file(job):
+                unknown.append(f"{lab}{engine_key} not stated with dynamic_context_parallel{_maybe_in_file(job)}")
+                return
             if engine is None or (not _unresolved(st, name) and not _positive(engine.get("value"))):
                 what = "not stated" if engine is None else f"={engine.get('raw')!r}, not a positive integer,"
                 fails.append(f"{lab}{engine_key} {what} with dynamic_context_parallel: verl stops with "
@@ -334,21 +355,31 @@ def _parallelism(ctx: Context) -> Result:
     evidence: dict = {"world_size": world, "roles": {}}
     for role in roles:
         st, lab = role_settings(job, role), _label(job, role)
-        tp = _int(st, "tp") if _stated(st, "tp") else 1
-        cp, pp = _cp(job, st), _int(st, "pp") or 1
+        tp = _int(st, "tp")
+        cp, pp = _cp(job, st), _int(st, "pp") or (None if _from_file(job) and not _stated(st, "pp") else 1)
         evidence["roles"][role] = {"tp": tp, "cp": cp, "pp": pp, "tp_stated": _stated(st, "tp")}
+        if not _stated(st, "tp"):
+            # Not stated is not known: verl's and Megatron's default is 1, but a config file or a recipe may differ.
+            unknown.append(f"{lab}TP not stated" + (_maybe_in_file(job) or
+                                                    " (verl's and Megatron's default is 1; the command does not "
+                                                    "say)"))
+            continue
         if tp is None and _unresolved(st, "tp"):
             unknown.append(f"{lab}tensor_model_parallel_size={st['tp'].get('raw')!r}: not known (an interpolation "
                            "the doctor cannot resolve here)")
             continue
         if tp is None:
             fails.append(f"{lab}tensor_model_parallel_size={st['tp'].get('raw')!r} is not a number")
+            fixes.append(_add(job, role, "tp", 1, "DSv4's attention supports TP 1 only", _now(st, "tp")))
         elif tp != 1:
             fails.append(f"{lab}TP = {tp}: Megatron asserts \"{M6}\"")
             fixes.append(_add(job, role, "tp", 1, "DSv4's attention supports TP 1 only", _now(st, "tp")))
         else:
-            notes.append(f"{lab}TP = 1" + ("" if _stated(st, "tp") else " (not stated: the default)"))
-        if world is None:
+            notes.append(f"{lab}TP = 1")
+        if pp is None:
+            unknown.append(f"{lab}PP not stated{_maybe_in_file(job)}: whether TP x PP x CP divides the world size "
+                           "is unknown")
+        elif world is None:
             notes.append(f"{lab}whether TP x PP x CP = {(tp or 1) * pp * cp} divides the world size is unknown "
                          "(the command states no node and GPU counts)")
         elif world % ((tp or 1) * pp * cp):
@@ -372,8 +403,10 @@ job_parallelism = Check(
         DSv4's hybrid attention supports tensor parallelism 1 only (Megatron asserts "DSv4 Hybrid Attention only
         supports TP size 1.", at any CP), and TP x PP x CP must divide the job's GPUs (nodes x GPUs per node, from
         `trainer.nnodes`/`trainer.n_gpus_per_node` or torchrun's `--nnodes`/`--nproc-per-node`) so that Megatron can
-        form the model replicas. A TP the command does not state is the default, 1; a world size it does not state
-        leaves the divisibility unknown, and the check says so.
+        form the model replicas. A TP the command does not state is not known (the row is a skip that says so: a
+        config file or a recipe may set another), nor is anything a config file it names (Hydra --config-name/
+        --config-path, Megatron-LM --yaml-cfg) may set; a world size it does not state leaves the divisibility
+        unknown, and the check says so.
     """,
     applies_when="job arguments given",
     detects="the training command's parallel sizes and node/GPU counts",
@@ -392,7 +425,7 @@ def _moe_dispatch(ctx: Context) -> Result:
     if not roles:
         return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read")
     auto, _ = _verl_sets_cp(ctx, job)
-    fails, warns, notes, fixes = [], [], [], []
+    fails, warns, notes, fixes, unknown = [], [], [], [], []
     deep_ep = ctx.static.module("deep_ep").get("found")
     evidence: dict = {"deep_ep_found": deep_ep, "roles": {}}
     checked = 0
@@ -412,6 +445,10 @@ def _moe_dispatch(ctx: Context) -> Result:
         stated = _value(st, "moe_token_dispatcher_type")
         if stated is not None:
             dispatcher, source = str(stated), "stated"
+        elif _from_file(job) and scheduler is not None:
+            unknown.append(f"{lab}moe_token_dispatcher_type not stated{_maybe_in_file(job)}")
+            evidence["roles"][role] = {"scheduler": scheduler, "dispatcher": None, "source": "not stated"}
+            continue
         elif job.get("kind") == "verl":
             dispatcher, source = "alltoall", "not stated: verl's DSv4 provider sets alltoall"
         else:
@@ -440,11 +477,13 @@ def _moe_dispatch(ctx: Context) -> Result:
                              "for 9.0 and 10.0 only)")
         else:
             notes.append(f"{lab}dispatcher {dispatcher} ({source}) with the {scheduler} scheduler")
-    evidence.update(failures=fails, warnings=warns, notes=notes)
+    evidence.update(failures=fails, warnings=warns, notes=notes, unknown=unknown)
     if fails:
-        return failed("; ".join(fails), "\n".join(warns + notes), fixes=fixes, evidence=evidence)
+        return failed("; ".join(fails), "\n".join(warns + unknown + notes), fixes=fixes, evidence=evidence)
     if warns:
-        return warned("; ".join(warns), "\n".join(notes), evidence=evidence)
+        return warned("; ".join(warns), "\n".join(unknown + notes), evidence=evidence)
+    if unknown:
+        return skipped("; ".join(unknown + notes), evidence=evidence)
     if not checked:
         return skipped("no packing scheduler: the dispatcher rule does not apply", evidence=evidence)
     return passed("; ".join(notes), evidence=evidence)
@@ -498,12 +537,13 @@ def _indexer_loss(ctx: Context) -> Result:
         if _value(st, "csa_dense_mode") is True:
             notes.append(f"{lab}csa_dense_mode: no ratio-4 indexer")
             continue
-        if not _stated(st, "dsa_indexer_loss_coeff") and job.get("kind") == "megatron":
+        if not _stated(st, "dsa_indexer_loss_coeff") and job.get("kind") == "megatron" and not _from_file(job):
             notes.append(f"{lab}dsa_indexer_loss_coeff not stated: Megatron's default None, no indexer loss")
             continue
         if not _stated(st, "dsa_indexer_loss_coeff") or _unresolved(st, "dsa_indexer_loss_coeff"):
             # Megatron-Bridge's DSv4 provider decides what verl does not state: not known from the command.
-            unknown.append(f"{lab}dsa_indexer_loss_coeff: not stated (Megatron-Bridge's DSv4 provider decides)"
+            unknown.append((f"{lab}dsa_indexer_loss_coeff: not stated{_maybe_in_file(job)}" if _from_file(job) else
+                            f"{lab}dsa_indexer_loss_coeff: not stated (Megatron-Bridge's DSv4 provider decides)")
                            if not _stated(st, "dsa_indexer_loss_coeff") else
                            f"{lab}dsa_indexer_loss_coeff={_now(st, 'dsa_indexer_loss_coeff')!r}: not known")
             continue

@@ -79,6 +79,9 @@ TORCHRUN_VALUE_OPTIONS = {
 PYTHON_VALUE_OPTIONS = {"-W", "-X", "-Q"}
 _HYDRA = re.compile(r"(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][A-Za-z0-9_.@/\-]*)(?:=(?P<value>.*))?", re.S)
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
+# A config file the command names (Hydra's --config-name/--config-path, Megatron-LM's --yaml-cfg): what the command
+# does not state, the file may set, so it is not known (never the default).
+CONFIG_FILE_FLAGS = {"hydra": ("--config-name", "--config-path", "-cn", "-cp"), "megatron": ("--yaml-cfg",)}
 MAX_ARGS = 10_000
 MAX_ARG_CHARS = 65_536
 
@@ -114,6 +117,7 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)  # `env K=V` in front of the command
     unset: list[str] = field(default_factory=list)  # `env -u NAME` in front of the command
     unknown: list[str] = field(default_factory=list)  # keys and flags not used by any check (names only)
+    config_file: list[str] = field(default_factory=list)  # the config-file flags it gives (names only)
 
     def effective(self, role: str) -> dict[str, Setting]:
         """A role's settings as its config sees them: verl's ref inherits the actor's megatron settings
@@ -131,11 +135,14 @@ class Job:
 
     def cp(self) -> int | None:
         """The job's CP size: the largest a checked role states (1, the default of verl and Megatron, if none);
-        None when a role states one the doctor cannot read (an interpolation it cannot resolve)."""
+        None when a role states one the doctor cannot read (an interpolation it cannot resolve), or states none
+        while the command names a config file (which may set it)."""
         sizes = [1]
         for role in self.checked_roles():
             s = self.effective(role).get("cp")
             if s is None:
+                if self.config_file:
+                    return None
                 continue
             if is_interpolation(s.value):
                 return None
@@ -155,6 +162,10 @@ class Job:
                                 + (", over dsa_kernel_backend=none)" if value else ")"))
             if backend is not None and value is not None:
                 return value, f"stated: {backend.raw}" + (f" ({backend.resolved})" if backend.resolved else "")
+        if self.config_file:
+            # Not known: the environment is judged for the fused kernels, the stricter of the two backends.
+            return "cudnn", (f"not stated: the config file ({', '.join(self.config_file)}) may set it; the "
+                             "environment is checked for cudnn, the stricter")
         if self.kind == "megatron":
             return "cudnn", ("not stated: the Megatron-LM CLI resolves an omitted --dsa-kernel-backend to cudnn for "
                              "dsv4_hybrid")
@@ -184,7 +195,7 @@ class Job:
             "roles": {r: {k: s.to_dict() for k, s in v.items()} for r, v in self.roles.items()},
             "common": {k: s.to_dict() for k, s in self.common.items()},
             "env": dict(self.env), "unset": self.unset[:50], "unknown": self.unknown[:200],
-            "unknown_count": len(self.unknown),
+            "unknown_count": len(self.unknown), "config_file": self.config_file[:8],
         }
 
 
@@ -426,6 +437,8 @@ def _parse_hydra(args: list[str], job: Job) -> None:
         if m is None or arg.startswith("-"):
             if arg.startswith("-"):  # a flag's name; its value, if the next word is one, is never listed
                 job.unknown.append(arg.split("=", 1)[0][:200])
+                if arg.split("=", 1)[0] in CONFIG_FILE_FLAGS["hydra"] and arg.split("=", 1)[0] not in job.config_file:
+                    job.config_file.append(arg.split("=", 1)[0])
             continue
         prefix, key, raw = m.group("prefix") or "", m.group("key"), m.group("value")
         if raw is None and prefix != "~":
@@ -491,6 +504,8 @@ def _parse_megatron(args: list[str], job: Job) -> None:
         has_eq = "=" in arg
         if name not in MEGATRON_FLAGS:
             job.unknown.append(arg.split("=", 1)[0][:200])
+            if f"--{name}" in CONFIG_FILE_FLAGS["megatron"] and f"--{name}" not in job.config_file:
+                job.config_file.append(f"--{name}")
             # An unknown flag's value (if any) is skipped as well: it is not a flag.
             i += 1 if has_eq or i + 1 >= len(args) or args[i + 1].startswith("--") else 2
             continue
@@ -536,6 +551,12 @@ def job_profile(base: Profile, argv: Sequence[str], given_cp: int | None, given_
     cp = job.cp()
     backend, how = job.dsa_backend()
     data = job.to_dict()
+    if cp is None and given_cp is None and job.config_file and not any(
+            is_interpolation(getattr(job.effective(r).get("cp"), "value", None)) for r in job.checked_roles()):
+        raise UsageError(f"the job's context_parallel_size is not stated on the command line, and its config file "
+                         f"({', '.join(job.config_file)}) may set it: state it in the command ("
+                         f"{line_to_add(data, 'actor' if job.kind == 'verl' else 'model', 'cp', 'N')}; with "
+                         "`check --job-args`, --cp N also gives it)")
     if cp is None:
         if given_cp is None:
             # One message for both commands: `check --job-args` has --cp, `preflight` has not (in a job script the

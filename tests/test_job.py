@@ -439,6 +439,44 @@ def test_lines_to_add_stay_whole_in_a_narrow_text_report(tmp_path):
             assert f"    {line}" in lines, (line, run.stderr)  # intact, on its own line
 
 
+def test_a_config_file_makes_what_the_command_does_not_state_unknown():
+    """Found in review: `--config-name=dsv4_cp4` gave cp=1, "CP = 1" and "TP = 1 (not stated: the default)"."""
+    argv = ["python3", "-m", "verl.trainer.main_ppo", "--config-path=/cfg", "--config-name=dsv4_cp4"]
+    job = parse(argv)
+    assert job.config_file == ["--config-path", "--config-name"] and job.cp() is None  # not known, never 1
+    assert parse(["python3", "-m", "verl.trainer.main_ppo", "-cn", "dsv4"]).config_file == ["-cn"]
+    run = run_doctor("check", "--no-smoke", "--only", "job.*", "--job-args", shlex.join(argv))
+    assert run.returncode == 2 and "config file (--config-path, --config-name) may set it" in run.stderr
+    assert "actor_rollout_ref.actor.megatron.context_parallel_size=N" in run.stderr
+    pre = run_doctor("preflight", "--no-smoke", "--", *argv)
+    assert pre.returncode == 2 and "may set it" in pre.stderr and "Traceback" not in pre.stderr
+    rows = job_rows(None, argv, "--cp", "4")
+    assert rows["_profile"]["cp"] == 4 and rows["_profile"]["job"]["cp_given"] == 4
+    cp_args = rows["job.cp-args"]
+    assert cp_args["status"] == "skip" and "not stated: the config file may set it" in cp_args["summary"]
+    assert "CP = 1" not in cp_args["summary"]
+    par = rows["job.parallelism"]
+    assert par["status"] == "skip" and "TP not stated: the config file may set it" in par["summary"]
+    assert "the config file" in rows["_profile"]["job"]["dsa_backend_decided"]
+    # Stated on the command line, a value is read as usual beside the file.
+    stated = job_rows(None, argv + ["actor_rollout_ref.actor.megatron.context_parallel_size=2",
+                                    "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
+    assert stated["_profile"]["cp"] == 2 and stated["job.parallelism"]["status"] == "fail"
+    # Megatron-LM's --yaml-cfg: the same.
+    yaml_cfg = ["pretrain_gpt.py", "--yaml-cfg", "dsv4.yaml", "--context-parallel-size", "2"]
+    rows = job_rows(None, yaml_cfg)
+    assert rows["job.cp-args"]["status"] == "skip" and "--yaml-cfg" in rows["job.cp-args"]["summary"]
+    assert rows["job.moe-dispatch"]["status"] == "skip" and "not stated" in rows["job.moe-dispatch"]["summary"]
+
+
+def test_an_unstated_tp_is_not_known_and_a_bad_one_gets_a_line():
+    row = job_rows(None, [a for a in MEGATRON if a not in ("--tensor-model-parallel-size", "1")])["job.parallelism"]
+    assert row["status"] == "skip" and "TP not stated" in row["summary"] and "TP = 1" not in row["summary"]
+    bad = job_rows(None, MEGATRON[:-1] + ["--tensor-model-parallel-size", "one"])["job.parallelism"]
+    assert bad["status"] == "fail" and "is not a number" in bad["summary"]
+    assert _lines(bad) == ["--tensor-model-parallel-size 1"]
+
+
 def test_job_env_reads_the_command_and_the_environment():
     argv = ["env", "NCCL_NVLS_ENABLE=0", "CUDA_DEVICE_MAX_CONNECTIONS=1"] + verl_example(2)
     row = job_rows(None, argv)["job.env"]

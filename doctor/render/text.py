@@ -55,7 +55,7 @@ def job_line(report: dict) -> str | None:
         return None
     line = f"job: dsa-backend {shown(p.get('dsa_backend'))} ({shown(job.get('dsa_backend_decided'))})"
     if isinstance(job.get("cp_given"), int):
-        line += f"; cp {job['cp_given']} from --cp (the command's could not be resolved)"
+        line += f"; cp {job['cp_given']} from --cp (the command's own is not known)"
     unknown = [str(k) for k in job.get("unknown") or [] if isinstance(k, str)]
     count = job.get("unknown_count") if isinstance(job.get("unknown_count"), int) else len(unknown)
     if unknown:
