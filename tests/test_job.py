@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import doctor_command, run_doctor
+from conftest import REPO, doctor_command, run_doctor
 from fakes import Env, fake_old_verl
 
 from dsv4_doctor.jobargs import line_to_add, parse, split_job_args
@@ -584,3 +585,80 @@ def test_exec_leaves_no_probe_or_temporary_directory(tmp_path):
                           env=dict(os.environ, TMPDIR=str(tmp)), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert listing.read_text() == ""  # the doctor's temporary directories were gone before exec
+
+
+# --- README "In job scripts": its examples work as written -----------------------------------------------------------
+
+def _job_scripts_section() -> str:
+    readme = (REPO / "README.md").read_text()
+    return readme.split("\n## In job scripts\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _doctor_words(line: str) -> list[str] | None:
+    """The words after `dsv4-doctor` in a shell line (inside `bash -c '...'` too), up to a shell operator."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    words = list(lexer)
+    if "dsv4-doctor" not in words:
+        inner = next((w for w in words if w.startswith("dsv4-doctor ")), None)
+        return _doctor_words(inner) if inner else None
+    words = words[words.index("dsv4-doctor") + 1:]
+    cut = next((i for i, w in enumerate(words) if w in ("||", "&&", "|", ";", ">", "&")), len(words))
+    return words[:cut]
+
+
+def readme_job_script_commands() -> list[list[str]]:
+    """Every dsv4-doctor command line of the section's sh blocks (commented alternatives included) and the argv of
+    its Kubernetes initContainer (a flow sequence of double-quoted strings: JSON)."""
+    section = _job_scripts_section()
+    found = []
+    for block in re.findall(r"```sh\n(.*?)```", section, re.S):
+        for line in re.sub(r"\\\n#?\s*", " ", block).splitlines():
+            line = line.strip().lstrip("#").strip()
+            if "dsv4-doctor" in line and (words := _doctor_words(line)) is not None:
+                found.append(words)
+    for block in re.findall(r"```yaml\n(.*?)```", section, re.S):
+        command = json.loads(re.search(r"command: (\[.*?\])", block, re.S).group(1))
+        assert command[0] == "dsv4-doctor"
+        found.append(command[1:])
+    return found
+
+
+def test_the_readme_job_script_examples_parse():
+    """Found in review: examples that could not work as written. Each command line parses with the doctor's own
+    argument parser, and each training command it names with the doctor's job parser."""
+    from dsv4_doctor.cli import parser
+
+    commands = readme_job_script_commands()
+    assert len(commands) >= 7, commands  # preflight x4 (one commented), Kubernetes, CI x2
+    root, _ = parser()
+    for words in commands:
+        try:
+            args = root.parse_args(words)
+        except SystemExit as exc:  # argparse's usage error is exit 2
+            pytest.fail(f"`dsv4-doctor {shlex.join(words)}` does not parse (exit {exc.code})")
+        if args.command == "preflight":
+            assert args.job_command[:1] == ["--"] and len(args.job_command) > 1, words
+            parse(args.job_command[1:])
+            if args.report:
+                assert args.report.startswith("logs/")  # the section's scripts create logs/ first
+        else:
+            assert args.command == "check" and args.job_args, f"no --job-args, so no job.* rows: {words}"
+            if not args.job_args.startswith("$("):
+                assert parse(split_job_args(args.job_args)).kind == "verl"
+    section = _job_scripts_section()
+    assert "mkdir -p logs" in section and re.search(r"^HEAD=", section, re.M)  # what the lines above use
+
+
+def test_the_readme_kubernetes_init_container_passes_job_env_under_strict():
+    """The initContainer runs `check --strict`: its env block must hold what job.env asks for, or the pod never
+    starts."""
+    yaml = pytest.importorskip("yaml")
+    block = re.search(r"```yaml\n(.*?)```", _job_scripts_section(), re.S).group(1)
+    container = yaml.safe_load(block)["initContainers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert all(isinstance(v, str) for v in env.values())  # Kubernetes takes strings only
+    words = container["command"][1:]
+    job_args = words[words.index("--job-args") + 1]
+    run = run_doctor("check", "--no-smoke", "--strict", "--only", "job.env", "--job-args", job_args, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
