@@ -369,6 +369,24 @@ def test_max_seqlen_that_does_not_cover_the_longest_sample_fails():
     assert row["status"] == "pass" and "DP x CP = 8 ranks" in row["summary"]
 
 
+def test_a_max_seqlen_that_is_no_positive_integer_gets_its_line(tmp_path):
+    base = MEGATRON + ["--context-parallel-size", "2", "--cp-partition-mode", "contiguous",
+                       "--sequence-packing-scheduler", "dp_balanced"]
+    row = job_rows(None, base + ["--max-seqlen-per-dp-cp-rank", "0"])["job.cp-args"]
+    assert row["status"] == "fail" and "is not a positive whole number" in row["summary"]
+    assert _lines(row) == ["--max-seqlen-per-dp-cp-rank 4096"]  # 8192 / CP 2
+    verl = verl_example(2, cp_args=False) + [f"++{OTC}.max_seqlen_per_dp_cp_rank=-1"]
+    env = Env(tmp_path).wheel("verl", "verl-0.9.0")  # sets the layout itself: only max_seqlen is wrong
+    row = job_rows(env, verl)["job.cp-args"]
+    assert row["status"] == "fail" and f"++{OTC}.max_seqlen_per_dp_cp_rank=6144" in _lines(row), row["fixes"]
+    assert all("max_seqlen_per_dp_cp_rank" in line for line in _lines(row))
+    # Not computable (no lengths stated): the line says what N is.
+    short = [a for a in verl if not a.startswith("data.max_")]
+    row = job_rows(env, short)["job.cp-args"]
+    assert f"++{OTC}.max_seqlen_per_dp_cp_rank=N" in _lines(row) and "N = the longest sample / CP" in \
+        _commands(row)[0]
+
+
 def test_parallelism_tp_and_divisibility():
     rows = job_rows(None, verl_example(2) + ["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
     row = rows["job.parallelism"]
@@ -547,6 +565,17 @@ def test_preflight_usage_errors(tmp_path):
     assert run.returncode == 2 and "the job's context_parallel_size 99999" in run.stderr and "--cp" not in run.stderr
     missing = run_doctor("preflight", "--only", "python.version", "--", "/no/such/program")
     assert missing.returncode == 127 and "could not start" in missing.stderr
+
+
+@pytest.mark.skipif(not __import__("conftest").has_torch(), reason="the fleet exchange needs the test torch")
+def test_a_fleet_s_dry_run_is_said_once(tmp_path):
+    """Found in review: every rank of a fleet printed "dry run, not starting"; rank 0 alone speaks for the fleet."""
+    from test_fleet import _ranks_by_hand
+
+    done = _ranks_by_hand(2, tmp_path, "preflight", "--no-smoke", "--only", "python.version", "--dry-run", "--",
+                          "true", launcher="srun")
+    assert [d.returncode for d in done] == [0, 0], [d.stderr[-800:] for d in done]
+    assert "dry run, not starting: true" in done[0].stderr and done[1].stderr == ""
 
 
 def _bare(tmp_path: Path) -> str:
