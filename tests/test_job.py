@@ -568,6 +568,7 @@ def test_preflight_usage_errors(tmp_path):
 
 
 @pytest.mark.skipif(not __import__("conftest").has_torch(), reason="the fleet exchange needs the test torch")
+@pytest.mark.slow
 def test_a_fleet_s_dry_run_is_said_once(tmp_path):
     """Found in review: every rank of a fleet printed "dry run, not starting"; rank 0 alone speaks for the fleet."""
     from test_fleet import _ranks_by_hand
