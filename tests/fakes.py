@@ -599,6 +599,8 @@ def _groups(cu, global_start, l_local, ratio, d_comp):
 class CompressorInputCompact(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden_local, boundary_hidden, cu_seqlens, global_start, ratio, d_comp, c_cap):
+        if MODE == "tvm":  # compiled with --enable-tvm-ffi: the first call imports tvm_ffi (H200, 2026-12-01)
+            raise ModuleNotFoundError("No module named 'tvm_ffi'", name="tvm_ffi")
         cu = cu_seqlens.tolist()
         d_window = boundary_hidden.shape[0]
         source = torch.cat([boundary_hidden, hidden_local])  # row 0 is global row global_start - d_window
@@ -661,8 +663,9 @@ def build_attention_indices(cu_seqlens, global_start, l_local, d_window, window_
 
 
 def fake_layout_kernels(site: FakeSite, mode: str = "ok", old_path: bool = False) -> None:
-    """A Megatron dev tree whose csa_utils/cp_layout_kernels.py computes on CPU tensors (mode ok, or off-by-one: a
-    compressed group too many at a rank boundary). old_path: the fd1121b8 location, EAV/csa_cp_layout_kernels.py."""
+    """A Megatron dev tree whose csa_utils/cp_layout_kernels.py computes on CPU tensors (mode ok; off-by-one: a
+    compressed group too many at a rank boundary; tvm: the first call needs tvm_ffi, absent, as the real kernels,
+    compiled with --enable-tvm-ffi, did on the H200). old_path: the fd1121b8 location, EAV/csa_cp_layout_kernels.py."""
     fake_megatron_dev(site)
     eav = "megatron/core/transformer/experimental_attention_variant/"
     path = eav + ("csa_cp_layout_kernels.py" if old_path else "csa_utils/cp_layout_kernels.py")

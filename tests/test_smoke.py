@@ -289,6 +289,20 @@ def test_missing_packages_skip_to_their_rules_and_a_raising_call_fails(tmp_path)
     assert any("apache-tvm-ffi" in c for f in raising["fixes"] for c in f["commands"])
 
 
+def test_layout_kernels_without_tvm_ffi_fail_with_the_tvm_ffi_fix_not_cutlass_or_megatron(tmp_path):
+    """H200, 2026-12-01: the layout kernels (compiled with --enable-tvm-ffi) raised ModuleNotFoundError for tvm_ffi at
+    the first call. The rule and fix follow the missing module (tier 2's mapping), not the sub-run's default."""
+    row = kernels(stack(tmp_path, dsa=None, layout="tvm"), "--cp", "2")
+    assert row["status"] == "fail", row["summary"]
+    assert row["summary"].startswith("Megatron CP layout kernels (tvm-ffi.version): "), row["summary"]
+    assert "No module named 'tvm_ffi'" in row["summary"]
+    assert row["evidence"]["subruns"]["layout"]["rule"] == "tvm-ffi.version"
+    commands = [c for f in row["fixes"] for c in f["commands"]]
+    assert commands and all("apache-tvm-ffi" in c for c in commands), commands
+    assert not any("nvidia-cutlass-dsl" in c or "megatron-core" in c for c in commands), commands
+    assert "seed incident" not in row["details"]
+
+
 @pytest.mark.slow
 def test_the_older_layout_kernel_path_is_found(tmp_path):
     row = kernels(stack(tmp_path, dsa=None, old_path=True), "--cp", "2")

@@ -9,10 +9,12 @@ Sub-runs (the request's "subrun"; each runs in its own probe process, so a crash
   csa       the frontend's fused CSA compressor (cudnn.csa.compressor), forward.
   flashmla  FlashMLA's flash_mla_sparse_fwd with indexer_topk, as Megatron passes it: finite, right shape.
 
-Answer: {"status": pass|fail|error|skip, "summary": ..., "package": ..., "evidence": {...}}. A missing entry point is
-a skip naming the rule that reports it; an entry point that raises is a fail naming the exception. On the CPU
-(--device cpu) the same entry points get CPU tensors: the real kernels refuse them ("needs CUDA", a skip), CPU
-stand-ins with the upstream signatures compute, which is how the whole path is tested without a GPU.
+Answer: {"status": pass|fail|error|skip, "summary": ..., "rule": ..., "package": ..., "evidence": {...},
+"error": {...}}. A missing entry point is a skip; "rule" names the rule that reports it where this probe knows, and
+"error" (with "missing_module" for an ImportError) lets the doctor pick the rule of a missing module (the mapping tier 2
+uses, kept doctor-side). An entry point that raises is a fail naming the exception. On the CPU (--device cpu) the same
+entry points get CPU tensors: the real kernels refuse them ("needs CUDA", a skip), CPU stand-ins with the upstream
+signatures compute, which is how the whole path is tested without a GPU.
 Stdlib besides torch (and the stack under test). Run as `python dsv4probe_kernels.py OUT REQUEST_JSON`.
 """
 
@@ -30,16 +32,27 @@ import dsv4ref as ref  # noqa: E402
 
 ROWS_PER_RANK = 128
 RATIO = 4  # the ratio-4 CSA layers are the ones with an indexer
-HEADS, HEAD_DIM = 16, 128  # what the frontend's SM90 indexer accepts: 1 KV head, head dim 128, H in {16, 32, 64}
+# DSv4's indexer has 64 heads (one KV head, head dim 128). Frontend 1.27.0's SM90 indexer accepts H in {16, 32, 64},
+# 1.26.0's only {32, 64} (16 raised "qhead_per_kv_head must be one of (32, 64), got 16" on an H200: a shape this
+# doctor chose, not a kernel defect), and the SM100 path {32, 64}: 64 runs everywhere. q is 128 x 64 x 128 bf16 (2 MiB).
+HEADS, HEAD_DIM = 64, 128
 SCORE_TOLERANCE = 1e-2  # absolute, on float32 scores of magnitude ~10 from bf16 inputs (observed 2.9e-6)
 SEED = 4321
 
 
 class Skip(Exception):
-    pass
+    """A sub-run that cannot run here: why, the rule that reports it (where known), the exception behind it."""
+
+    def __init__(self, why, rule=None, exc=None):
+        Exception.__init__(self, why)
+        self.rule, self.exc = rule, exc
 
 
 def _needs_cuda(exc):
+    """A real kernel refusing CPU tensors. A missing module is never that, though its name may say cuda
+    ("No module named 'cuda'" is a missing cuda-python: the rule of that module reports it)."""
+    if isinstance(exc, ImportError):
+        return False
     text = "%s: %s" % (type(exc).__name__, exc)
     return "CUDA" in text or "cuda" in text
 
@@ -83,12 +96,12 @@ def run_dsa(torch, device, request):
     try:
         import cudnn
     except ImportError as exc:
-        raise Skip("the cuDNN frontend does not import (%s): see cudnn-fe.version" % exc)
+        raise Skip("the cuDNN frontend does not import (%s)" % exc, "cudnn-fe.version", exc)
     try:
         wrapper = cudnn.DSA.indexer_forward_wrapper
     except Exception as exc:
-        raise Skip("cudnn.DSA.indexer_forward_wrapper does not resolve (%s: %s): see cudnn-fe.dsa"
-                   % (type(exc).__name__, exc))
+        raise Skip("cudnn.DSA.indexer_forward_wrapper does not resolve (%s: %s)" % (type(exc).__name__, exc),
+                   "cudnn-fe.dsa", exc)
     n_ranks = max(2, int(request.get("cp", 1)))  # a crossing sequence with a nonzero offset exists even at CP 1
     lens, cu, total = layout(n_ranks)
     cu_comp = ref.cumsum([n // RATIO for n in lens])
@@ -162,14 +175,14 @@ def megatron_layout_file():
     except ImportError:
         spec = None
     if spec is None or not spec.submodule_search_locations:
-        raise Skip("Megatron-core is not installed: see mcore.dsv4")
+        raise Skip("Megatron-core is not installed", "mcore.dsv4")
     for root in spec.submodule_search_locations:
         eav = os.path.join(root, "transformer", "experimental_attention_variant")
         for rel in (os.path.join("csa_utils", "cp_layout_kernels.py"), "csa_cp_layout_kernels.py"):
             if os.path.isfile(os.path.join(eav, rel)):
                 return os.path.join(eav, rel)
-    raise Skip("this Megatron-core has no CP layout kernels (csa_utils/cp_layout_kernels.py; dev >= bfa33263): "
-               "see mcore.dsv4")
+    raise Skip("this Megatron-core has no CP layout kernels (csa_utils/cp_layout_kernels.py; dev >= bfa33263)",
+               "mcore.dsv4")
 
 
 def run_layout(torch, device, request):
@@ -183,8 +196,7 @@ def run_layout(torch, device, request):
     spec.loader.exec_module(module)
     load_s = time.monotonic() - t0
     if getattr(module, "_CUTE_AVAILABLE", True) is False:
-        raise Skip("the CuTe DSL does not import, so Megatron's layout kernels are unavailable: see "
-                   "cutlass-dsl.import")
+        raise Skip("the CuTe DSL does not import, so Megatron's layout kernels are unavailable", "cutlass-dsl.import")
     compact_fn, indices_fn = module.CompressorInputCompact.apply, module.build_attention_indices
     d_comp, window = 8, 16  # Megatron: d_comp = 8 at ratio 4; d_window = max(csa_window_size, d_comp)
     d_window = max(window, d_comp)
@@ -281,7 +293,7 @@ def run_csa(torch, device, request):
         from cudnn.csa import compressor
         fwd = compressor.csa_compressor_forward_wrapper
     except Exception as exc:
-        raise Skip("cudnn.csa does not load (%s: %s): see cudnn-fe.csa" % (type(exc).__name__, exc))
+        raise Skip("cudnn.csa does not load (%s: %s)" % (type(exc).__name__, exc), "cudnn-fe.csa", exc)
     ratio, head_dim, coff = 4, 128, 2
     lens = [12, 37, 64, 9]
     cu = ref.cumsum(lens)
@@ -318,7 +330,7 @@ def run_flashmla(torch, device, request):
     try:
         from flash_mla import flash_mla_sparse_fwd
     except Exception as exc:
-        raise Skip("FlashMLA does not import (%s: %s): see kernels.flash-mla" % (type(exc).__name__, exc))
+        raise Skip("FlashMLA does not import (%s: %s)" % (type(exc).__name__, exc), "kernels.flash-mla", exc)
     s_q, h_q, d_qk, d_v, s_kv = 4, 64, 576, 512, 128
     topk = 128 if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 10 else 64
     gen = torch.Generator().manual_seed(SEED)
@@ -349,7 +361,7 @@ def answer(request):
     try:
         import torch
     except BaseException as exc:
-        return {"status": "skip", "summary": "torch does not import: see torch.install", "error": error_info(exc)}
+        return {"status": "skip", "summary": "torch does not import", "rule": "torch.install", "error": error_info(exc)}
     want = request.get("device", "auto")
     has_cuda = False
     try:
@@ -373,7 +385,9 @@ def answer(request):
         status, summary, evidence = fn(torch, device, request)
         out.update(status=status, summary=summary, evidence=evidence)
     except Skip as why:
-        out.update(status="skip", summary=str(why))
+        out.update(status="skip", summary=str(why), rule=why.rule)
+        if why.exc is not None:
+            out["error"] = error_info(why.exc)
     except BaseException as exc:
         err = error_info(exc, frames=6)
         if device.type != "cuda" and _needs_cuda(exc):

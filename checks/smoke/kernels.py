@@ -12,13 +12,18 @@ from dsv4_doctor.probes import Probe
 
 from .. import fixes
 from .._upstream import EAV, mlm, pypi
-from .thd_cp import not_run, torch_missing
+from .thd_cp import RULE_FIXES, TIER2_MODULES, not_run, rule_fixes, torch_missing
 
 SUBRUN_TITLES = {"dsa": "cuDNN-FE DSA indexer forward", "layout": "Megatron CP layout kernels",
                  "csa": "fused CSA compressor", "flashmla": "FlashMLA sparse forward"}
-# Who to fix when a sub-run's call raises or computes wrong numbers.
+# Who to fix when a sub-run's call raises or computes wrong numbers (unless a missing module names another rule).
 SUBRUN_RULE = {"dsa": "cudnn-fe.dsa", "layout": "cutlass-dsl.import", "csa": "cudnn-fe.csa",
                "flashmla": "kernels.flash-mla"}
+# The top-level module each sub-run tests: a missing submodule of it (cudnn.csa in a frontend without it) is that
+# sub-run's own finding, not the finding of the rule that reports the package missing.
+SUBRUN_MODULE = {"dsa": "cudnn", "layout": "megatron", "csa": "cudnn", "flashmla": "flash_mla"}
+# Rule ids a probe may point at (its answer is hostile input: anything else is dropped).
+KNOWN_RULES = frozenset(RULE_FIXES) | frozenset(SUBRUN_RULE.values())
 
 
 def subruns(profile: Profile) -> dict[str, str | None]:
@@ -45,15 +50,37 @@ def _probes(profile: Profile) -> list[Probe]:
     return [kernel_probe(profile, name) for name, why in subruns(profile).items() if why is None]
 
 
-def _fixes(ctx: Context, name: str, summary: str) -> list[Fix]:
+def missing_rule(name: str, error) -> str | None:
+    """The rule that reports the module an ImportError names (tier 2's mapping, TIER2_MODULES), or None."""
+    missing = str((error or {}).get("missing_module") or "") if isinstance(error, dict) else ""
+    top = missing.split(".")[0]
+    if top == SUBRUN_MODULE[name] and "." in missing:
+        return None
+    return TIER2_MODULES.get(top)
+
+
+def subrun_rule(name: str, row: dict) -> str | None:
+    """Who reports what a sub-run shows: a missing module's rule, else the probe's pointer (a known rule id), else,
+    for a fail, the sub-run's own rule."""
+    rule = missing_rule(name, row.get("error"))
+    if rule:
+        return rule
+    pointer = row.get("rule")
+    if isinstance(pointer, str) and pointer in KNOWN_RULES:
+        return pointer
+    return SUBRUN_RULE[name] if row.get("status") == "fail" else None
+
+
+def _fixes(ctx: Context, name: str, row: dict) -> list[Fix]:
+    if missing_rule(name, row.get("error")):
+        # e.g. the layout kernels (compiled with --enable-tvm-ffi) or the frontend's DSA kernels without tvm_ffi.
+        return rule_fixes(row["rule"], ctx)
     static = ctx.static
-    if name == "dsa":
+    if name in ("dsa", "csa"):
         # A NaN or a wrong mask from the indexer: the seed incident's cure (reinstall the frontend and tvm-ffi).
-        return [fixes.frontend_stack(static)] if "tvm_ffi" not in summary else [fixes.tvm_ffi(static)]
+        return [fixes.frontend_stack(static)]
     if name == "layout":
         return [fixes.cutlass(static), fixes.mcore()]
-    if name == "csa":
-        return [fixes.frontend_stack(static)]
     return [fixes.FLASH_MLA]
 
 
@@ -73,10 +100,14 @@ def _kernels(ctx: Context) -> Result:
                           "stderr_tail": result.stderr_tail, "signal": result.signal, "timed_out": result.timed_out}
             continue
         data = result.data if isinstance(result.data, dict) else {}
-        rows[name] = {k: data.get(k) for k in ("status", "summary", "package", "evidence", "error", "device",
+        rows[name] = {k: data.get(k) for k in ("status", "summary", "rule", "package", "evidence", "error", "device",
                                               "gpu_memory_peak_mib", "total_s")}
         if rows[name]["status"] not in ("pass", "fail", "error", "skip"):
             rows[name] = {"status": "error", "summary": f"the probe answered an unknown status {data.get('status')!r}"}
+            continue
+        rows[name]["rule"] = rule = subrun_rule(name, rows[name])
+        if rule and rows[name]["status"] == "skip":
+            rows[name]["summary"] = f"{rows[name]['summary']}: see {rule}"
     evidence: dict = {"subruns": rows}
     devices = {str((r.get("device") or {}).get("capability")) for r in rows.values() if r.get("device")}
     visible = next(iter(devices), None)
@@ -87,13 +118,13 @@ def _kernels(ctx: Context) -> Result:
     failed_runs = [n for n, r in rows.items() if r["status"] == "fail"]
     if failed_runs:
         n = failed_runs[0]
-        summary = f"{SUBRUN_TITLES[n]} ({SUBRUN_RULE[n]}): {rows[n]['summary']}"
+        summary = f"{SUBRUN_TITLES[n]} ({rows[n]['rule']}): {rows[n]['summary']}"
         hint = ""
-        if n == "dsa":
+        if n == "dsa" and not rows[n].get("error"):  # wrong numbers, not a call that raised
             hint = ("A NaN or a wrong mask from the DSA indexer is the seed incident's signature (an H100 job went NaN "
                     "until the cuDNN frontend and apache-tvm-ffi were reinstalled).")
         return failed(summary, "\n".join(x for x in (hint, "Sub-runs: " + line) if x),
-                      fixes=_fixes(ctx, n, str(rows[n].get("summary"))), evidence=evidence)
+                      fixes=_fixes(ctx, n, rows[n]), evidence=evidence)
     errors = [n for n, r in rows.items() if r["status"] == "error"]
     if errors:
         n = errors[0]
