@@ -566,12 +566,66 @@ class DSA:
 '''
 
 
-def fake_cudnn_dsa(site: FakeSite, mode: str = "ok", version: str = "1.27.0") -> None:
+# Frontend 1.27.0's fused CSA compressor entry point (cudnn/csa/compressor/api.py), with the wheel's signature;
+# it computes the gated pooling its docstring states (out[b, j] = sum_k kv[w(b,k), c(k,j)] *
+# softmax_k(score[w(b,k), c(k,j)] + ape[k % ratio, c(k,j)]), the coff == 2 window being the previous block's first
+# head_dim channels, invalid at a segment's first block, then this block's second head_dim channels), vectorised
+# per segment, unlike the doctor's per-group reference.
+FAKE_CSA = '''
+import torch
+
+_FIRST_APE = []
+
+
+def csa_compressor_forward_wrapper(kv, score, ape, cu_seqlens, cu_seqlens_comp, ratio=4, head_dim=None, coff=2,
+                                   total_comp=None, stream=None):
+    if head_dim is None:
+        head_dim = kv.shape[1] // coff
+    if total_comp is None:
+        total_comp = int(cu_seqlens_comp[-1].item())
+    if MODE == "sticky-ape":  # a compile cache keyed wrongly: the first position embedding it saw stays
+        _FIRST_APE[:] = _FIRST_APE or [ape.clone()]
+        ape = _FIRST_APE[0]
+    out = torch.zeros(int(total_comp), head_dim)
+    cu, cc = cu_seqlens.tolist(), cu_seqlens_comp.tolist()
+    for b in range(len(cu) - 1):
+        n = cc[b + 1] - cc[b]
+        if n <= 0:
+            continue
+        x = kv[cu[b]:cu[b] + n * ratio].float().reshape(n, ratio, coff * head_dim)
+        s = score[cu[b]:cu[b] + n * ratio].float().reshape(n, ratio, coff * head_dim) + ape.float()
+        if coff == 2:
+            first_x = torch.zeros(1, ratio, head_dim)
+            first_s = torch.full((1, ratio, head_dim), float("-inf"))
+            prev_x = torch.cat([first_x, x[:-1, :, :head_dim]])
+            prev_s = torch.cat([first_s, s[:-1, :, :head_dim]])
+            if MODE == "no-overlap":  # drops the previous block's half window everywhere
+                prev_s = torch.full_like(prev_s, float("-inf"))
+            x = torch.cat([prev_x, x[:, :, head_dim:]], dim=1)
+            s = torch.cat([prev_s, s[:, :, head_dim:]], dim=1)
+        out[cc[b]:cc[b] + n] = (torch.softmax(s, dim=1) * x).sum(dim=1)
+    return {"out": out.to(torch.bfloat16)}
+
+
+def csa_compressor_backward_wrapper(kv, score, ape, cu_seqlens, cu_seqlens_comp, grad_out, ratio=4, head_dim=None,
+                                    coff=2, stream=None):
+    raise NotImplementedError("the stand-in has no backward")
+'''
+
+
+def fake_cudnn_dsa(site: FakeSite, mode: str = "ok", version: str = "1.27.0", csa: str | None = None) -> None:
     """The cuDNN frontend's DSA indexer (cudnn.DSA.indexer_forward_wrapper) on CPU tensors. mode: ok; no-offsets
     (ignores q_causal_offsets); nan (one finite score becomes NaN); sticky-offsets (keeps the first offsets it saw, so
-    zero offsets change nothing: the control cannot separate); tvm (the first call needs tvm_ffi, absent)."""
+    zero offsets change nothing: the control cannot separate); tvm (the first call needs tvm_ffi, absent).
+    csa: also the fused CSA compressor (cudnn.csa.compressor, 1.27.0's layout): ok; no-overlap (a wrong result: no
+    previous-block half window); sticky-ape (keeps the first position embedding it saw: the control is dead)."""
     site.dist("nvidia-cudnn-frontend", version)
     site.file("cudnn/__init__.py", f"__version__ = {version!r}\nMODE = {mode!r}\n" + FAKE_INDEXER)
+    if csa:
+        site.file("cudnn/csa/__init__.py", "")
+        site.file("cudnn/csa/compressor/__init__.py", "from .api import csa_compressor_backward_wrapper, "
+                  "csa_compressor_forward_wrapper  # noqa: F401\n")
+        site.file("cudnn/csa/compressor/api.py", f"MODE = {csa!r}\n" + FAKE_CSA)
 
 
 FAKE_LAYOUT = '''

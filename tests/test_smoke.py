@@ -303,6 +303,48 @@ def test_layout_kernels_without_tvm_ffi_fail_with_the_tvm_ffi_fix_not_cutlass_or
     assert "seed incident" not in row["details"]
 
 
+@pytest.mark.parametrize("mode, status, text", [
+    ("ok", "pass", "the fused CSA compressor matches the eager reference"),
+    ("no-overlap", "fail", "the fused CSA compressor differs from the eager reference by"),
+    ("sticky-ape", "error", "the negative control did not separate"),
+])
+def test_the_csa_compressor_runs_for_a_b200_profile_at_cp1(tmp_path, mode, status, text):
+    """--gpu-arch 10.0 --cp 1 (backend cudnn) is the profile Megatron uses the fused compressor for; on the CPU the
+    stand-in of frontend 1.27.0's cudnn.csa.compressor.csa_compressor_forward_wrapper runs in its place."""
+    env = Env(tmp_path).fake("fe", fake_cudnn_dsa, "ok", csa=mode)
+    row = kernels(env, "--cp", "1", "--gpu-arch", "10.0")
+    csa = row["evidence"]["subruns"]["csa"]
+    assert csa["status"] == status and text in csa["summary"], csa
+    assert row["status"] == status and text in row["summary"], row["summary"]
+    ev = csa["evidence"]
+    assert ev["kernel"] == "cudnn.csa.compressor.csa_compressor_forward_wrapper" and ev["coff"] == 2
+    if mode == "ok":
+        assert ev["max_abs_error"] <= ev["tolerance"] < ev["control_error"]
+    if mode == "no-overlap":
+        assert "(cudnn-fe.csa)" in row["summary"]
+        assert any("nvidia-cudnn-frontend" in c for f in row["fixes"] for c in f["commands"])
+    if mode == "sticky-ape":
+        assert ev["control_error"] == 0.0
+
+
+def test_the_csa_stand_in_has_the_real_wheels_signature(tmp_path):
+    """The stand-in's parameters (names, order, defaults) are those of the published frontend 1.27.0's wrapper."""
+    import ast
+
+    from wheels import ensure
+
+    def params(path):
+        tree = ast.parse(path.read_text())
+        fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+                  and n.name == "csa_compressor_forward_wrapper")
+        defaults = [None] * (len(fn.args.args) - len(fn.args.defaults)) + [ast.unparse(d) for d in fn.args.defaults]
+        return [(a.arg, d) for a, d in zip(fn.args.args, defaults, strict=True)]
+
+    real = ensure("nvidia-cudnn-frontend-1.27.0") / "cudnn" / "csa" / "compressor" / "api.py"
+    fake = Env(tmp_path).fake("fe", fake_cudnn_dsa, csa="ok").sites["fe"] / "cudnn" / "csa" / "compressor" / "api.py"
+    assert params(fake) == params(real) and params(real)[0] == ("kv", None)
+
+
 @pytest.mark.slow
 def test_the_older_layout_kernel_path_is_found(tmp_path):
     row = kernels(stack(tmp_path, dsa=None, old_path=True), "--cp", "2")
