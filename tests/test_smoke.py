@@ -355,13 +355,34 @@ def test_the_older_layout_kernel_path_is_found(tmp_path):
 @pytest.mark.slow
 def test_the_real_frontend_wheel_on_the_cpu_is_a_skip_never_a_pass(tmp_path):
     """The published frontend 1.27.0 (with tvm-ffi and the CuTe DSL meta wheel, no GPU): its DSA kernels cannot run
-    here, which is a skip that says why, not a pass and not a doctor error."""
+    here, which is a skip that says why, not a pass and not a doctor error. What happens: indexer_forward's api.py
+    imports cuda.bindings.driver, and cuda-python is absent (the meta wheel's libraries, which would bring it, are not
+    cached: 79 MB), so the wrapper does not resolve; a missing cuda-python is cutlass-dsl.import's finding, not a CUDA
+    refusal ("needs CUDA") and not cudnn-fe.dsa's."""
     env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0").wheel("tvm", "apache-tvm-ffi-0.1.11")
     env.wheel("cutedsl", "nvidia-cutlass-dsl-4.5.2")
     row = kernels(env, "--cp", "2")
     dsa = row["evidence"]["subruns"]["dsa"]
     assert dsa["status"] == "skip", dsa
-    assert "needs CUDA" in dsa["summary"] or "see cudnn-fe" in dsa["summary"], dsa["summary"]
+    assert dsa["summary"] == ("cudnn.DSA.indexer_forward_wrapper does not resolve (ModuleNotFoundError: No module "
+                              "named 'cuda'): see cutlass-dsl.import"), dsa["summary"]
+    assert dsa["rule"] == "cutlass-dsl.import" and dsa["error"]["missing_module"] == "cuda"
+
+
+def test_a_missing_module_named_cuda_is_not_read_as_a_cuda_refusal():
+    """In-process: the probe's CPU "needs CUDA" skip is for a kernel refusing CPU tensors, never for an ImportError."""
+    from pathlib import Path
+
+    import dsv4_doctor.checks.smoke as smoke_pkg
+    from dsv4_doctor.probes import PROBE_DIR
+
+    sys.path[:0] = [str(PROBE_DIR), str(Path(smoke_pkg.__file__).parent)]
+    import dsv4probe_kernels as pk
+
+    assert not pk._needs_cuda(ModuleNotFoundError("No module named 'cuda'", name="cuda"))
+    assert not pk._needs_cuda(ImportError("cannot import name 'driver' from 'cuda.bindings'"))
+    assert pk._needs_cuda(RuntimeError("Expected all tensors to be on CUDA"))
+    assert pk._needs_cuda(AssertionError("q must be a cuda tensor"))
 
 
 def test_megatrons_dependency_message_maps_to_the_rule_of_the_package_it_names():
