@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import has_torch, run_doctor
-from fakes import Env, fake_cudnn_dsa, fake_layout_kernels, fake_megatron_importable, fake_te
+from fakes import Env, fake_cudnn_dsa, fake_cutedsl, fake_layout_kernels, fake_megatron_importable, fake_te
 
 pytestmark = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
 
@@ -248,6 +248,43 @@ def test_the_right_kernels_pass_with_their_controls(tmp_path):
     assert all(r["compact_forward_exact"] and r["compact_backward_exact"] for r in layout["evidence"]["ranks"])
     assert runs["csa"]["status"] == "skip" and runs["flashmla"]["status"] == "skip"
     assert "see kernels.flash-mla" in runs["flashmla"]["summary"]
+
+
+def test_the_evidence_names_the_seed_incidents_packages_the_megatron_commit_and_each_first_call(tmp_path):
+    env = stack(tmp_path).wheel("tvm", "apache-tvm-ffi-0.1.11").fake("cutedsl", fake_cutedsl, "4.5.2")
+    runs = kernels(env, "--cp", "2")["evidence"]["subruns"]
+    for name in ("dsa", "layout"):
+        assert runs[name]["status"] == "pass", runs[name]
+        assert runs[name]["evidence"]["packages"] == {"apache-tvm-ffi": "0.1.11", "nvidia-cutlass-dsl": "4.5.2"}
+    layout = runs["layout"]["evidence"]
+    # fake_megatron_dev's direct_url.json, read because that distribution is the tree the file came from
+    assert layout["megatron_commit"] == "fd1121b8ff7e3a4f83a28d35aed172d7bc0260e1"
+    assert layout["megatron_commit_from"] == "direct_url.json"
+    first = layout["first_call_s"]
+    assert set(first) == {"compact_forward", "compact_backward", "indices all visible", "indices top-k"}
+    assert all(isinstance(v, float) and v >= 0 for v in first.values()) and layout["jit_s"] == first["compact_forward"]
+    assert all(set(r["call_s"]) == set(first) for r in layout["ranks"])
+
+
+def test_the_megatron_commit_comes_from_the_trees_git_head_without_running_git(tmp_path):
+    """A submodule checkout (Megatron-Bridge's 3rdparty/Megatron-LM): .git is a `gitdir:` file, HEAD names a branch
+    whose commit is only in packed-refs; the tree's HEAD wins over a distribution's direct_url.json. Without either,
+    "unknown"."""
+    env = stack(tmp_path, dsa=None)
+    tree = env.sites["megatron"]
+    sha = "d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1"
+    (tree / ".git").write_text("gitdir: ../modules/Megatron-LM\n")
+    gitdir = tmp_path / "modules" / "Megatron-LM"
+    gitdir.mkdir(parents=True)
+    (gitdir / "HEAD").write_text("ref: refs/heads/dev\n")
+    (gitdir / "packed-refs").write_text(f"# pack-refs with: peeled\n{'0' * 40} refs/heads/main\n{sha} refs/heads/dev\n")
+    layout = kernels(env, "--cp", "2")["evidence"]["subruns"]["layout"]["evidence"]
+    assert layout["megatron_commit"] == sha and layout["megatron_commit_from"] == str(tree / ".git")
+    (tree / ".git").unlink()
+    for d in tree.glob("megatron_core-*.dist-info"):
+        (d / "direct_url.json").unlink()
+    layout = kernels(env, "--cp", "2")["evidence"]["subruns"]["layout"]["evidence"]
+    assert layout["megatron_commit"] == "unknown" and layout["megatron_commit_from"] is None
 
 
 def test_at_cp1_the_indexer_still_sees_two_ranks_and_the_layout_kernels_skip(tmp_path):

@@ -19,7 +19,10 @@ Stdlib besides torch (and the stack under test). Run as `python dsv4probe_kernel
 """
 
 import importlib.util
+import json
 import os
+import re
+import stat
 import sys
 import time
 
@@ -90,6 +93,85 @@ def _version(module_name):
         return None
 
 
+# The seed incident's packages besides the frontend (an H100 job went NaN until the frontend and tvm-ffi were
+# reinstalled; the CuTe DSL compiles both the frontend's DSA kernels and Megatron's layout kernels).
+STACK_PACKAGES = ("apache-tvm-ffi", "nvidia-cutlass-dsl")
+COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+
+
+def _stack_versions():
+    return {name: _version(name) for name in STACK_PACKAGES}
+
+
+def _read_small(path, limit=1 << 20):
+    """A regular file's first bytes as text, "" otherwise (never blocks on a FIFO, never follows into a device)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return os.read(fd, limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+def _git_head(tree):
+    """The commit a checkout's HEAD names, read from its files (git is never run): .git as a folder or a `gitdir:`
+    file (a submodule, such as Megatron-Bridge's 3rdparty/Megatron-LM, or a worktree), a detached HEAD or a ref in
+    the folder, its common folder, or packed-refs. None when none of that gives a commit."""
+    git = os.path.join(tree, ".git")
+    if os.path.isfile(git):
+        text = _read_small(git, 4096).strip()
+        if not text.startswith("gitdir:"):
+            return None
+        git = os.path.normpath(os.path.join(tree, text[len("gitdir:"):].strip()))
+    if not os.path.isdir(git):
+        return None
+    head = _read_small(os.path.join(git, "HEAD"), 4096).strip()
+    if COMMIT.match(head):
+        return head
+    ref = head[len("ref:"):].strip() if head.startswith("ref:") else ""
+    if not ref.startswith("refs/") or ".." in ref.split("/"):
+        return None
+    bases = [git]
+    common = _read_small(os.path.join(git, "commondir"), 4096).strip()
+    if common:
+        bases.append(os.path.normpath(os.path.join(git, common)))
+    for base in bases:
+        sha = _read_small(os.path.join(base, *ref.split("/")), 4096).strip()
+        if COMMIT.match(sha):
+            return sha
+        for line in _read_small(os.path.join(base, "packed-refs")).splitlines():
+            parts = line.split(" ")
+            if len(parts) == 2 and parts[1] == ref and COMMIT.match(parts[0]):
+                return parts[0]
+    return None
+
+
+def megatron_commit(core_dir):
+    """(commit, where it was read) for the Megatron tree holding `core_dir` (.../megatron/core): the tree's git HEAD,
+    else the installed megatron-core's direct_url.json when that distribution is this tree; ("unknown", None) else."""
+    tree = os.path.dirname(os.path.dirname(core_dir))
+    sha = _git_head(tree)
+    if sha:
+        return sha, os.path.join(tree, ".git")
+    try:
+        from importlib import metadata
+        dist = metadata.distribution("megatron-core")
+        if os.path.realpath(str(dist.locate_file(os.path.join("megatron", "core")))) == os.path.realpath(core_dir):
+            vcs = json.loads(dist.read_text("direct_url.json") or "{}").get("vcs_info") or {}
+            sha = vcs.get("commit_id") if isinstance(vcs, dict) else None
+            if isinstance(sha, str) and COMMIT.match(sha):
+                return sha, "direct_url.json"
+    except Exception:
+        pass
+    return "unknown", None
+
+
 # ------------------------------------------------------------------------------------------------- the DSA indexer
 
 def run_dsa(torch, device, request):
@@ -113,6 +195,7 @@ def run_dsa(torch, device, request):
     w_all = (torch.rand(total, HEADS, generator=gen) * HEADS ** -0.5).to(torch.bfloat16)
     k_dev = k_all.to(device)
     ev = {"frontend": getattr(cudnn, "__version__", None) or _version("nvidia-cudnn-frontend"),
+          "packages": _stack_versions(),
           "kernel": "cudnn.DSA.indexer_forward_wrapper", "shapes": {"q": [ROWS_PER_RANK, HEADS, HEAD_DIM],
           "k": list(k_all.shape), "w": [ROWS_PER_RANK, HEADS]}, "ratio": RATIO, "sequence_lengths": lens,
           "ranks_simulated": n_ranks, "rows_per_rank": ROWS_PER_RANK, "max_seqlen_q": max_q, "max_seqlen_k": max_k,
@@ -170,6 +253,7 @@ def run_dsa(torch, device, request):
 # ---------------------------------------------------------------------------------------- the CP layout kernels
 
 def megatron_layout_file():
+    """(the layout kernels' file, the megatron/core folder holding it)."""
     try:
         spec = importlib.util.find_spec("megatron.core")  # imports `megatron` (a namespace), never megatron.core
     except ImportError:
@@ -180,7 +264,7 @@ def megatron_layout_file():
         eav = os.path.join(root, "transformer", "experimental_attention_variant")
         for rel in (os.path.join("csa_utils", "cp_layout_kernels.py"), "csa_cp_layout_kernels.py"):
             if os.path.isfile(os.path.join(eav, rel)):
-                return os.path.join(eav, rel)
+                return os.path.join(eav, rel), root
     raise Skip("this Megatron-core has no CP layout kernels (csa_utils/cp_layout_kernels.py; dev >= bfa33263)",
                "mcore.dsv4")
 
@@ -189,7 +273,7 @@ def run_layout(torch, device, request):
     cp = int(request.get("cp", 1))
     if cp < 2:
         raise Skip("not used at CP 1: Megatron runs the CP layout kernels only with CP > 1")
-    path = megatron_layout_file()
+    path, core_dir = megatron_layout_file()
     t0 = time.monotonic()
     spec = importlib.util.spec_from_file_location("dsv4doctor_cp_layout_kernels", path)
     module = importlib.util.module_from_spec(spec)
@@ -211,9 +295,11 @@ def run_layout(torch, device, request):
     cu_t = torch.tensor(cu, dtype=torch.int32, device=device)
     cu_comp_t = torch.tensor(cu_comp, dtype=torch.int32, device=device)
     map_t = torch.tensor(row_map, dtype=torch.int32, device=device)
-    ev = {"megatron_file": path, "load_s": round(load_s, 4), "ratio": RATIO, "d_comp": d_comp, "d_window": d_window,
-          "window": window, "c_cap": c_cap, "sequence_lengths": lens, "cp": cp, "rows_per_rank": ROWS_PER_RANK,
-          "compressed_width": width, "ranks": []}
+    commit, commit_from = megatron_commit(core_dir)
+    ev = {"megatron_file": path, "megatron_commit": commit, "megatron_commit_from": commit_from,
+          "packages": _stack_versions(), "load_s": round(load_s, 4), "ratio": RATIO, "d_comp": d_comp,
+          "d_window": d_window, "window": window, "c_cap": c_cap, "sequence_lengths": lens, "cp": cp,
+          "rows_per_rank": ROWS_PER_RANK, "compressed_width": width, "ranks": []}
     failures, control_separates = [], False
     for r in range(cp):
         gs = r * ROWS_PER_RANK
@@ -226,7 +312,7 @@ def run_layout(torch, device, request):
                                                       torch.stack(boundary_rows), cu, gs, RATIO, d_comp, c_cap)
         fwd_ok = torch.equal(out.detach().cpu(), want) and torch.equal(ids.cpu().to(torch.int32), want_ids)
         grad = torch.randn(out.shape, generator=gen).to(out.dtype).to(device)
-        out.backward(grad)
+        _, backward_s = _timed(torch, device, out.backward, grad)
         g_local, g_boundary = ref.compressor_input_compact_grad(torch, grad, ROWS_PER_RANK, d_window, cu, gs, RATIO,
                                                                 d_comp, c_cap)
         bwd_ok = torch.equal(local.grad.cpu(), g_local) and torch.equal(boundary.grad.cpu(), g_boundary)
@@ -234,23 +320,27 @@ def run_layout(torch, device, request):
         shifted, _ = ref.compressor_input_compact(torch, hidden[gs:gs + ROWS_PER_RANK], torch.stack(boundary_rows),
                                                   cu, gs + RATIO, RATIO, d_comp, c_cap)
         control_separates = control_separates or not torch.equal(out.detach().cpu(), shifted)
-        modes = {}
+        modes, calls = {}, {"compact_forward": round(first, 4), "compact_backward": round(backward_s, 4)}
         for mode, topk in (("all visible", None), ("top-k", _recent_topk(cu, gs, ROWS_PER_RANK, RATIO, 3))):
             topk_t = None if topk is None else torch.tensor(topk, dtype=torch.int32, device=device)
             w = width if topk is None else 3
-            got = indices_fn(cu_t, gs, ROWS_PER_RANK, d_window, window, RATIO, w, topk_t,
-                             cu_seqlens_compressed=cu_comp_t, seq_to_rank_row=map_t)
+            got, calls["indices " + mode] = _timed(torch, device, indices_fn, cu_t, gs, ROWS_PER_RANK, d_window,
+                                                   window, RATIO, w, topk_t, cu_seqlens_compressed=cu_comp_t,
+                                                   seq_to_rank_row=map_t)
+            calls["indices " + mode] = round(calls["indices " + mode], 4)
             rows, lengths = ref.attention_indices(cu, cu_comp, gs, ROWS_PER_RANK, d_window, window, RATIO, w,
                                                   row_map, base, topk)
             modes[mode] = bool(torch.equal(got[0].cpu().to(torch.int32), torch.tensor(rows, dtype=torch.int32)) and
                                torch.equal(got[1].cpu().to(torch.int32), torch.tensor(lengths, dtype=torch.int32)))
         groups = ref.compressed_groups(cu, gs, ROWS_PER_RANK, RATIO, d_comp)
         row = {"rank": r, "global_start": gs, "groups": len(groups), "compact_forward_exact": fwd_ok,
-               "compact_backward_exact": bwd_ok, "attention_indices_exact": modes, "first_call_s": round(first, 4)}
+               "compact_backward_exact": bwd_ok, "attention_indices_exact": modes, "call_s": calls}
         ev["ranks"].append(row)
         if not (fwd_ok and bwd_ok and all(modes.values())):
             failures.append(row)
-    ev["jit_s"] = ev["ranks"][0]["first_call_s"]
+    # Rank 0's calls are each kernel's first (each JIT-compiles its own); jit_s stays the compact forward's.
+    ev["first_call_s"] = dict(ev["ranks"][0]["call_s"])
+    ev["jit_s"] = ev["first_call_s"]["compact_forward"]
     t1 = time.monotonic()
     compact_fn(local.detach(), boundary.detach(), cu_t, gs, RATIO, d_comp, c_cap)
     _sync(torch, device)
