@@ -540,6 +540,12 @@ class DSA:
         mode = MODE
         if mode == "tvm":
             raise ModuleNotFoundError("No module named 'tvm_ffi'", name="tvm_ffi")
+        if mode == "sm90-1.26":  # frontend 1.26.0's _interface_sm90.py: _SUPPORTED_QHPKV = (32, 64)
+            if qhead_per_kv_head is None:
+                qhead_per_kv_head = q.shape[1] // k.shape[1]
+            assert qhead_per_kv_head in (32, 64), f"qhead_per_kv_head must be one of (32, 64), got {qhead_per_kv_head}"
+        if mode == "none-recompiles" and q_causal_offsets is None:  # a None compiles a second kernel (seconds of JIT)
+            raise RuntimeError("the stand-in refuses q_causal_offsets=None: a control must pass zeros")
         offsets = q_causal_offsets
         if mode == "no-offsets" or offsets is None:
             offsets = torch.zeros(cu_seqlens_q.numel() - 1, dtype=torch.int32)
@@ -616,7 +622,9 @@ def csa_compressor_backward_wrapper(kv, score, ape, cu_seqlens, cu_seqlens_comp,
 def fake_cudnn_dsa(site: FakeSite, mode: str = "ok", version: str = "1.27.0", csa: str | None = None) -> None:
     """The cuDNN frontend's DSA indexer (cudnn.DSA.indexer_forward_wrapper) on CPU tensors. mode: ok; no-offsets
     (ignores q_causal_offsets); nan (one finite score becomes NaN); sticky-offsets (keeps the first offsets it saw, so
-    zero offsets change nothing: the control cannot separate); tvm (the first call needs tvm_ffi, absent).
+    zero offsets change nothing: the control cannot separate); tvm (the first call needs tvm_ffi, absent); sm90-1.26
+    (frontend 1.26.0's SM90 head rule: 32 or 64 query heads per KV head); none-recompiles (raises on
+    q_causal_offsets=None, which on the real frontend compiles a second kernel).
     csa: also the fused CSA compressor (cudnn.csa.compressor, 1.27.0's layout): ok; no-overlap (a wrong result: no
     previous-block half window); sticky-ape (keeps the first position embedding it saw: the control is dead)."""
     site.dist("nvidia-cudnn-frontend", version)

@@ -304,6 +304,17 @@ def test_a_wrong_indexer_fails_and_points_at_the_frontend_reinstall(tmp_path, mo
     assert any("nvidia-cudnn-frontend" in c and "--force-reinstall" in c for c in commands), commands
 
 
+@pytest.mark.parametrize("mode", ["sm90-1.26", "none-recompiles"])
+def test_the_indexer_call_fits_every_frontend_and_never_passes_none_offsets(tmp_path, mode):
+    """sm90-1.26: frontend 1.26.0's SM90 indexer takes 32 or 64 query heads, not 16 (H200, 2026-12-01); the smoke uses
+    DSv4's 64. none-recompiles: the control passes zeros, never None (None compiles a second kernel on the real
+    frontend): a regression to None raises here."""
+    row = kernels(stack(tmp_path, dsa=mode, layout=None), "--cp", "2")
+    dsa = row["evidence"]["subruns"]["dsa"]
+    assert dsa["status"] == "pass", dsa["summary"]
+    assert dsa["evidence"]["shapes"]["q"][1] == 64 and dsa["evidence"]["control"]["masks_differ"]
+
+
 def test_a_layout_kernel_off_by_one_at_a_rank_boundary_fails(tmp_path):
     row = kernels(stack(tmp_path, dsa=None, layout="off-by-one"), "--cp", "2")
     assert row["status"] == "fail", row["summary"]
