@@ -247,19 +247,34 @@ def fake_kernel(site: FakeSite, module: str, dist: str, attr: str | None, versio
     site.file(f"{module}/__init__.py", f"def {attr}(*a, **k):\n    return None\n" if attr else "")
 
 
+FAKE_SPARSE_FWD = '''
+    import torch
+    idx = indices[:, 0, :].long()  # (s_q, topk); -1 marks an unused slot
+    keys = kv[:, 0, :].float()[idx.clamp_min(0)]  # (s_q, topk, d_qk): K = V
+    logits = torch.einsum("shd,std->sht", q.float(), keys) * sm_scale
+    logits = logits.masked_fill((idx < 0)[:, None, :], float("-inf"))
+    max_logits, lse = logits.amax(-1), torch.logsumexp(logits, -1)
+    p = torch.exp(logits - lse[..., None])
+    if attn_sink is not None:  # the sink joins the softmax denominator only
+        p = p * torch.sigmoid(lse - attn_sink.float())[..., None]
+    out = torch.einsum("sht,std->shd", p, keys[..., :d_v]).to(q.dtype)
+'''
+
+
 def fake_flash_mla(site: FakeSite, branch: str = "nv_dev") -> None:
     """FlashMLA as its branches define flash_mla_sparse_fwd (flash_mla/flash_mla_interface.py): nv_dev takes
-    indexer_topk, main does not."""
+    indexer_topk (and returns out, max_logits, lse, plus lse_indexer when indexer_topk > 0), main does not (out,
+    max_logits, lse). Both compute the sparse attention on CPU tensors (torch imported at the call)."""
     site.dist("flash-mla", "1.0.0")
-    extra = ", indexer_topk: int = 0" if branch == "nv_dev" else ""
+    nv_dev = branch == "nv_dev"
+    extra = ", indexer_topk: int = 0" if nv_dev else ""
+    tail = ("    if indexer_topk > 0:\n        return out, max_logits, lse, lse.clone()\n" if nv_dev else "")
     site.file("flash_mla/__init__.py", "from flash_mla.flash_mla_interface import flash_mla_sparse_fwd\n")
-    site.file("flash_mla/flash_mla_interface.py", f"""
-        from typing import Optional
-
-        def flash_mla_sparse_fwd(q, kv, indices, sm_scale: float, d_v: int = 512, attn_sink=None,
-                                 topk_length=None{extra}):
-            return None
-    """)
+    site.file("flash_mla/flash_mla_interface.py", "from typing import Optional\n\n\n"
+              "def flash_mla_sparse_fwd(q, kv, indices, sm_scale: float, d_v: int = 512, attn_sink=None,\n"
+              f"                         topk_length=None{extra}):\n"
+              + textwrap.dedent(FAKE_SPARSE_FWD).replace("\n", "\n    ").rstrip() + "\n" + tail
+              + "    return out, max_logits, lse\n")
 
 
 def fake_mbridge(site: FakeSite, default_dispatcher: str = "flex", dsv4: bool = True) -> None:

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from conftest import has_torch, run_doctor
-from fakes import Env, fake_cudnn_dsa, fake_cutedsl, fake_layout_kernels, fake_megatron_importable, fake_te
+from fakes import (Env, fake_cudnn_dsa, fake_cutedsl, fake_flash_mla, fake_layout_kernels, fake_megatron_importable,
+                   fake_te)
 
 pytestmark = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
 
@@ -313,6 +314,26 @@ def test_the_indexer_call_fits_every_frontend_and_never_passes_none_offsets(tmp_
     dsa = row["evidence"]["subruns"]["dsa"]
     assert dsa["status"] == "pass", dsa["summary"]
     assert dsa["evidence"]["shapes"]["q"][1] == 64 and dsa["evidence"]["control"]["masks_differ"]
+
+
+@pytest.mark.parametrize("branch", ["nv_dev", "main"])
+def test_flashmla_is_called_as_megatron_calls_it(tmp_path, branch):
+    """Megatron d48bd6be passes indexer_topk=0 on its training paths and unpacks (out, max_logits, lse): an nv_dev
+    FlashMLA passes; one built from main has no indexer_topk, a skip pointing at kernels.flash-mla (which fails on
+    it), not a second finding."""
+    env = stack(tmp_path, dsa="ok", layout=None).fake("flash_mla", fake_flash_mla, branch)
+    row = kernels(env, "--cp", "1")
+    fm = row["evidence"]["subruns"]["flashmla"]
+    if branch == "nv_dev":
+        assert fm["status"] == "pass", fm["summary"]
+        ev = fm["evidence"]
+        assert ev["returned"] == 3 and ev["indexer_topk"] == 0
+        assert ev["shape"] == ev["expected_shape"] == [4, 64, 512] and ev["lse_shape"] == [4, 64]
+        assert row["status"] == "pass" and "flash_mla_sparse_fwd(indexer_topk=0)" in row["summary"]
+    else:
+        assert fm["status"] == "skip" and fm["rule"] == "kernels.flash-mla", fm
+        assert "takes no indexer_topk" in fm["summary"] and fm["summary"].endswith(": see kernels.flash-mla")
+        assert row["status"] == "pass"  # the DSA indexer passed; FlashMLA's finding is kernels.flash-mla's
 
 
 def test_a_layout_kernel_off_by_one_at_a_rank_boundary_fails(tmp_path):
