@@ -4,7 +4,9 @@ kernel smoke (smoke.dsv4-kernels) against CPU stand-ins of the stack's own CP ke
 
 from __future__ import annotations
 
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -412,6 +414,41 @@ def test_the_csa_stand_in_has_the_real_wheels_signature(tmp_path):
     real = ensure("nvidia-cudnn-frontend-1.27.0") / "cudnn" / "csa" / "compressor" / "api.py"
     fake = Env(tmp_path).fake("fe", fake_cudnn_dsa, csa="ok").sites["fe"] / "cudnn" / "csa" / "compressor" / "api.py"
     assert params(fake) == params(real) and params(real)[0] == ("kv", None)
+
+
+def shadowed(env: Env, component: str = "megatron") -> Path:
+    """verl's image: megatron.core imports from a PYTHONPATH tree while pip's megatron-core sits elsewhere. Moves the
+    component's megatron-core dist-info to a site-packages of its own; returns the tree."""
+    tree = env.sites[component]
+    site = env.root / "installed" / "site-packages"
+    site.mkdir(parents=True)
+    for d in tree.glob("megatron_core-*.dist-info"):
+        shutil.move(str(d), str(site / d.name))
+    env.sites["installed"] = site
+    return tree
+
+
+def test_a_layout_fix_names_the_pythonpath_copy_that_shadows_the_installed_megatron(tmp_path):
+    env = stack(tmp_path, dsa=None, layout="off-by-one")
+    tree = shadowed(env)
+    row = kernels(env, "--cp", "2")
+    assert row["status"] == "fail", row["summary"]
+    ids = [f["id"] for f in row["fixes"]]
+    assert "mcore-shadowed" in ids and "mcore" not in ids, ids
+    fix = next(f for f in row["fixes"] if f["id"] == "mcore-shadowed")
+    assert str(tree) in fix["description"] and not fix["commands"]
+    # the installed distribution's direct_url.json is not the commit of the tree that ran
+    assert row["evidence"]["subruns"]["layout"]["evidence"]["megatron_commit"] == "unknown"
+
+
+@pytest.mark.slow
+def test_a_tier2_megatron_fix_names_the_shadowing_copy(tmp_path):
+    env = tier2_env(tmp_path, "zigzag-only")
+    tree = shadowed(env)
+    row = smoke("--cp", "2", "--device", "cpu", sites=tuple(env.sites.values())).check("smoke.thd-cp")
+    assert row["status"] == "fail" and "requires cp_partition_mode='contiguous'" in row["summary"], row["summary"]
+    fix = next(f for f in row["fixes"] if f["id"] == "mcore-shadowed")
+    assert str(tree) in fix["description"]
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from dsv4_doctor.probes import Probe
 
 from .. import fixes
 from .._upstream import EAV, mlm, pypi
+from ..mcore import mcore_fix
 from .thd_cp import RULE_FIXES, TIER2_MODULES, not_run, rule_fixes, torch_missing
 
 SUBRUN_TITLES = {"dsa": "cuDNN-FE DSA indexer forward", "layout": "Megatron CP layout kernels",
@@ -80,7 +81,7 @@ def _fixes(ctx: Context, name: str, row: dict) -> list[Fix]:
         # A NaN or a wrong mask from the indexer: the seed incident's cure (reinstall the frontend and tvm-ffi).
         return [fixes.frontend_stack(static)]
     if name == "layout":
-        return [fixes.cutlass(static), fixes.mcore()]
+        return [fixes.cutlass(static), mcore_fix(ctx)]  # the latter names a PYTHONPATH copy that shadows pip's
     return [fixes.FLASH_MLA]
 
 

@@ -8,6 +8,7 @@ from dsv4_doctor.probes import Probe
 
 from .. import fixes
 from .._upstream import EAV, mlm
+from ..mcore import mcore_fix
 
 MEMORY_LIMIT_MIB = 1024
 
@@ -61,6 +62,8 @@ def tier2_rule(error: dict) -> str | None:
 
 def rule_fixes(rule: str | None, ctx: Context) -> list[Fix]:
     """The fixes of the rule that reports a finding (tier 2's, and the kernel smoke's for a missing module)."""
+    if rule in ("mcore.dsv4", "mcore.cp-partition-mode"):
+        return [mcore_fix(ctx)]  # names a PYTHONPATH copy that shadows the installed one (pip cannot fix that)
     return RULE_FIXES[rule](ctx.static) if rule in RULE_FIXES else []
 
 
