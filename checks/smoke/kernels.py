@@ -7,7 +7,7 @@ JIT compiles overlap; a crash or hang in one costs only that sub-run.
 from __future__ import annotations
 
 from dsv4_doctor.facts import StaticFacts
-from dsv4_doctor.model import Check, Context, Fix, Profile, Result, Source, errored, failed, passed, skipped
+from dsv4_doctor.model import Check, Context, Fix, Profile, Result, Source, Status, errored, failed, passed
 from dsv4_doctor.probes import Probe
 
 from .. import fixes
@@ -93,7 +93,7 @@ def _kernels(ctx: Context) -> Result:
     rows: dict[str, dict] = {}
     for name, why in subruns(profile).items():
         if why is not None:
-            rows[name] = {"status": "skip", "summary": why}
+            rows[name] = {"status": "skip", "summary": why, "rule": None}
             continue
         result = ctx.probe(kernel_probe(profile, name))
         if not result.ok:
@@ -115,7 +115,8 @@ def _kernels(ctx: Context) -> Result:
     if profile.gpu_arch and visible and visible != "None" and visible != profile.gpu_arch:
         evidence["note"] = (f"the profile is for CC {profile.gpu_arch}, but these sub-runs ran on this host's CC "
                             f"{visible}: what this GPU supports ran, under its own arch")
-    line = "; ".join(f"{SUBRUN_TITLES[n]}: {r['status']}" for n, r in rows.items())
+    line = "; ".join(f"{SUBRUN_TITLES[n]}: {r['status']}" + (f" (see {r['rule']})" if r["status"] == "skip" and
+                                                              r.get("rule") else "") for n, r in rows.items())
     failed_runs = [n for n, r in rows.items() if r["status"] == "fail"]
     if failed_runs:
         n = failed_runs[0]
@@ -136,7 +137,8 @@ def _kernels(ctx: Context) -> Result:
         return passed("; ".join(f"{SUBRUN_TITLES[n]}: {rows[n]['summary']}" for n in ran)
                       + (f" (peak GPU memory {peak:.0f} MiB)" if peak else ""), "Sub-runs: " + line,
                       evidence=evidence)
-    return skipped("no kernel sub-run could run: " + line, evidence=evidence)
+    return Result(Status.SKIP, "no kernel sub-run could run (each says why, and which rule reports it)",
+                  "Sub-runs: " + line, evidence)
 
 
 def _not_run(profile: Profile) -> str | None:
