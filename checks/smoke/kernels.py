@@ -169,9 +169,14 @@ smoke_dsv4_kernels = Check(
         by file path without importing megatron.core): CompressorInputCompact forward and backward and
         build_attention_indices for every CP rank, exact, on a ragged layout with boundary-crossing sequences; not
         used at CP 1; (3) the fused CSA compressor (cudnn.csa) on CC 10.0 with CP 1, against Megatron's eager
-        compressor; (4) FlashMLA's flash_mla_sparse_fwd with indexer_topk, finite and of the right shape. A sub-run
-        whose package is absent is a skip pointing to the rule that reports it; one whose call raises is a fail
-        naming the exception. On the CPU (--device cpu) the real kernels refuse CPU tensors (a skip: needs CUDA).
+        compressor, whose output must change without the position embedding (the control); (4) FlashMLA's
+        flash_mla_sparse_fwd called as Megatron calls it (indexer_topk=0), returning (out, max_logits, lse), finite
+        and of the right shapes. A sub-run whose package is absent, or whose entry point does not resolve, is a skip
+        pointing to the rule that reports it (a FlashMLA without indexer_topk: kernels.flash-mla); one whose call
+        raises is a fail naming the exception, with the rule and fix of the module an ImportError names (no tvm_ffi:
+        tvm-ffi.version; no cuda-python: cutlass-dsl.import), else the sub-run's own. A Megatron fix names a
+        PYTHONPATH copy that shadows the installed megatron-core. On the CPU (--device cpu) the real kernels refuse
+        CPU tensors (a skip: needs CUDA).
     """,
     applies_when="a GPU is visible (or --device cpu); not with --no-smoke; sub-runs by profile",
     detects="the stack's DSA indexer, CP layout kernels, CSA compressor and FlashMLA against independent references",
@@ -184,7 +189,11 @@ smoke_dsv4_kernels = Check(
         mlm("tests/unit_tests/transformer/experimental_attention_variant/test_csa_cp_layout_kernels.py", "",
             "Megatron-LM dev test_csa_cp_layout_kernels.py (the semantics the references follow)"),
         pypi("nvidia-cudnn-frontend", "1.27.0", "nvidia-cudnn-frontend 1.27.0 indexer_forward/api.py docstring and "
-             "SM90 mask code"),
+             "SM90 mask code; csa/compressor/api.py csa_compressor_forward_wrapper"),
+        mlm(EAV + "csa_utils/fused_compressor.py", "187-197",
+            "Megatron-LM dev fused_compressor.py: the csa_compressor_forward_wrapper call"),
+        mlm(EAV + "csa_utils/fused_sparse_attention.py", "125-179",
+            "Megatron-LM dev fused_sparse_attention.py _csa_fwd_flash_mla: the flash_mla_sparse_fwd call"),
         Source("verl PR #7297 (the seed incident: NaN cured by reinstalling the frontend and tvm-ffi)",
                "https://github.com/verl-project/verl/pull/7297"),
     ),
