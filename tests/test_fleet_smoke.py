@@ -98,6 +98,7 @@ SMOKE = ("check", "--distributed", "--device", "cpu", "--cp", "2", "--only", "sm
 # A wrong attention kernel in one rank's distributed run only (its one-process smoke stays right): its output rows
 # shifted by one, as an off-by-one in a kernel's sequence offsets would. No release shows this, so it is a fake.
 WRONG_KERNEL = """
+import sys
 if sys.argv[0].endswith("dsv4probe_smoke.py"):
     import torch
     import torch.nn.functional as F
