@@ -146,7 +146,8 @@ def cp_plan(fleet: Mapping, cp: int, environ: Mapping[str, str]) -> dict:
                                                f"so each rank simulated the {cp} CP ranks on its own device"}
     multi_host = (nodes or 1) > 1 or (local_world is not None and local_world < world)
     if multi_host and (not local_world or local_world % cp):
-        per_host = f"{local_world} ranks per host" if local_world else "an unknown or uneven number of ranks per host"
+        per_host = (f"{local_world} rank{'s' if local_world != 1 else ''} per host" if local_world else
+                    "an unknown or uneven number of ranks per host")
         return {"mode": "simulated", "reason": f"the ranks are on several hosts with {per_host}, which CP groups of "
                                                f"{cp} would straddle, so each rank simulated the {cp} CP ranks on "
                                                "its own device"}

@@ -87,12 +87,16 @@ def test_a_fleet_that_does_not_divide_into_cp_groups_simulates_and_says_why():
     plan = cp_plan(_fields(odd), 2, odd)  # 6 = 3 groups of 2, but a group would straddle the 2 hosts
     assert plan["mode"] == "simulated" and "several hosts with 3 ranks per host" in plan["reason"]
     assert cp_plan(_fields(TORCHRUN), 8, TORCHRUN)["mode"] == "simulated"  # 4 per host
+    one_per_node = {"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "8", "SLURM_STEP_NODELIST": "gpu[1-8]",
+                    "SLURM_STEP_TASKS_PER_NODE": "1(x8)", "SLURM_STEP_NUM_NODES": "8"}  # README's Slurm example
+    assert "several hosts with 1 rank per host" in cp_plan(_fields(one_per_node), 2, one_per_node)["reason"]
     assert cp_plan(_fields(TORCHRUN), 1, TORCHRUN)["mode"] == "simulated"
 
 
 # --- real ranks ---------------------------------------------------------------------------------------------------
 
-SMOKE = ("check", "--distributed", "--device", "cpu", "--cp", "2", "--only", "smoke.thd-cp", "--timeout", "45",
+# The probe timeout is generous for a loaded CI machine; a healthy run takes seconds.
+SMOKE = ("check", "--distributed", "--device", "cpu", "--cp", "2", "--only", "smoke.thd-cp", "--timeout", "90",
          "-f", "json")
 
 # A wrong attention kernel in one rank's distributed run only (its one-process smoke stays right): its output rows
@@ -136,7 +140,7 @@ def _hook(tmp_path: Path, text: str) -> str:
 
 
 def _row(done: list[subprocess.CompletedProcess]) -> dict:
-    assert done[0].stdout.startswith("{"), done[0].stderr[-3000:]
+    assert done[0].stdout.startswith("{"), [d.stderr[-3000:] for d in done]
     report = validate(json.loads(done[0].stdout))
     return next(c for c in report["checks"] if c["id"] == "smoke.thd-cp")
 
@@ -201,6 +205,45 @@ def test_tier2_crosses_the_fleet_ranks_too(tmp_path):
     path = os.pathsep.join(str(p) for p in env.sites.values())
     done = ranks_by_hand(2, *SMOKE, per_rank_env={r: {"PYTHONPATH": path} for r in range(2)})
     row = _row(done)
-    assert row["status"] == "pass", row["summary"]
+    assert row["status"] == "pass", (row["summary"], row["details"])
     assert "CP=2 = CP=1 (max |diff|" in row["summary"] and row["summary"].endswith("[pass on all 2 reporting ranks]")
     assert row["evidence"]["first_rank_evidence"]["tier2"]["cpN"]["max_abs_diff_vs_cp1"] <= 2e-2
+
+
+# --- the fleet options, end to end ---------------------------------------------------------------------------------
+
+@needs_torch
+@pytest.mark.slow
+def test_anonymize_hosts_leaves_no_hostname_in_the_fleet_report():
+    """The smoke's CP groups too: their members' host names go through the store, never into a report."""
+    import re
+
+    done = ranks_by_hand(2, "check", "--anonymize-hosts", "--device", "cpu", "--cp", "2", "--only",
+                         "python.version,smoke.thd-cp", "--timeout", "90", "-f", "json")
+    assert [d.returncode for d in done] == [0, 0], [d.stderr[-1500:] for d in done]
+    report = validate(json.loads(done[0].stdout))
+    hosts = report["fleet"]["hosts"]
+    assert list(hosts.values()) == ["0-1"] and all(re.fullmatch(r"host-[0-9a-f]{10}", h) for h in hosts)
+    rows = {c["id"]: c for c in report["checks"]}
+    assert rows["smoke.thd-cp"]["status"] == "pass" and "fleet ranks over GLOO" in rows["smoke.thd-cp"]["summary"]
+    name = socket.gethostname()
+    assert not re.search(r"(?<![A-Za-z0-9])%s(?![A-Za-z0-9])" % re.escape(name), done[0].stdout), name
+    assert report["environment"]["fleet_rank"]["host"].startswith("host-")
+
+
+@needs_torch
+@pytest.mark.slow
+def test_no_distributed_under_torchrun_variables_gives_a_single_host_report():
+    """One process with torchrun's variables (rank 0 of 2, rank 1 never started) and --no-distributed: it waits for
+    nobody and writes a single-host report."""
+    env = dict(os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()))
+    start = time.monotonic()
+    done = subprocess.run(doctor_command() + ["check", "--no-distributed", "--no-smoke", "--only", "python.version",
+                                              "-f", "json"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-1500:]
+    report = validate(json.loads(done.stdout))
+    assert "fleet" not in report and "fleet" not in report["profile"]
+    assert "fleet_rank" not in report["environment"] and "fingerprint" not in report["environment"]
+    assert [c["id"] for c in report["checks"]] == ["python.version"]
+    assert time.monotonic() - start < 60  # no fleet wait
