@@ -247,3 +247,16 @@ def test_no_distributed_under_torchrun_variables_gives_a_single_host_report():
     assert "fleet_rank" not in report["environment"] and "fingerprint" not in report["environment"]
     assert [c["id"] for c in report["checks"]] == ["python.version"]
     assert time.monotonic() - start < 60  # no fleet wait
+
+
+@needs_torch
+@pytest.mark.slow
+def test_a_fleet_that_does_not_divide_into_cp_groups_simulates_them_and_the_evidence_says_why():
+    args = list(SMOKE)
+    args[args.index("--cp") + 1] = "4"
+    done = ranks_by_hand(2, *args)
+    row = _row(done)
+    assert row["status"] == "pass" and "4 simulated rank(s)" in row["summary"], row["summary"]
+    dist = row["evidence"]["first_rank_evidence"]["distributed"]
+    assert dist == {"ran": False, "reason": "the fleet's 2 ranks do not divide into CP groups of 4, so each rank "
+                                            "simulated the 4 CP ranks on its own device"}
