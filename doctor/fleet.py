@@ -9,6 +9,8 @@ report to rank 0, which merges them (probes/fleetmerge.py) and sends the exit co
 It turns on by itself only when a multi-process launch is evident: torchrun's RANK/WORLD_SIZE/MASTER_ADDR with
 WORLD_SIZE > 1, or an srun step with SLURM_STEP_NUM_TASKS > 1 (an sbatch batch script, SLURM_PROCID=0 and no step,
 runs single-host).
+
+With --cp N, the smoke forward runs across the real ranks: consecutive groups of N ranks form CP groups (cp_plan).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class FleetEnv:
     master_addr: str
     port: int
     launcher: str  # "torchrun" | "srun"
+    local_world_size: int | None = None  # ranks per host (LOCAL_WORLD_SIZE, SLURM_STEP_TASKS_PER_NODE); None: unknown
+    nodes: int | None = None  # hosts in the launch (GROUP_WORLD_SIZE, SLURM_STEP_NUM_NODES); None: unknown
 
     @property
     def node_leader(self) -> bool:
@@ -66,6 +70,17 @@ def first_host(nodelist: str) -> str | None:
     return prefix + first
 
 
+def tasks_per_node(spec: str) -> int | None:
+    """The one task count of every node in SLURM_STEP_TASKS_PER_NODE ("8(x4)", "8,8"), or None (uneven, unreadable)."""
+    counts = set()
+    for part in (spec or "").split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:\(x\d+\))?\s*", part)
+        if not m:
+            return None
+        counts.add(int(m.group(1)))
+    return counts.pop() if len(counts) == 1 else None
+
+
 def detect(environ: Mapping[str, str], mode: str = "auto", port: int | None = None) -> FleetEnv | None:
     """The launcher's view of this process, or None for a single-host run. mode: auto | on (--distributed) |
     off (--no-distributed)."""
@@ -78,10 +93,13 @@ def detect(environ: Mapping[str, str], mode: str = "auto", port: int | None = No
     if torchrun and (_int(environ, "WORLD_SIZE") or 1) > 1:
         rank, world = _int(environ, "RANK"), _int(environ, "WORLD_SIZE")
         local, addr, launcher = _int(environ, "LOCAL_RANK", 0), environ["MASTER_ADDR"], "torchrun"
+        local_world, nodes = _int(environ, "LOCAL_WORLD_SIZE"), _int(environ, "GROUP_WORLD_SIZE")
     elif step_tasks is not None and step_tasks > 1 and "SLURM_PROCID" in environ:
         rank, world, local = _int(environ, "SLURM_PROCID"), step_tasks, _int(environ, "SLURM_LOCALID", 0)
         addr = environ.get("MASTER_ADDR") or first_host(environ.get("SLURM_STEP_NODELIST", "")) or ""
         launcher = "srun"
+        local_world = tasks_per_node(environ.get("SLURM_STEP_TASKS_PER_NODE", ""))
+        nodes = _int(environ, "SLURM_STEP_NUM_NODES")
     else:
         if mode == "on":
             raise UsageError("--distributed: no multi-process launch here (torchrun sets RANK, WORLD_SIZE and "
@@ -96,7 +114,8 @@ def detect(environ: Mapping[str, str], mode: str = "auto", port: int | None = No
         port = (_int(environ, "MASTER_PORT", DEFAULT_MASTER_PORT) or DEFAULT_MASTER_PORT) + 1
     if not 1 <= port <= 65535:
         raise UsageError(f"fleet mode: port {port} is out of range")
-    return FleetEnv(rank, world, max(0, local), addr, port, launcher)
+    return FleetEnv(rank, world, max(0, local), addr, port, launcher,
+                    local_world if local_world and local_world > 0 else None, nodes if nodes and nodes > 0 else None)
 
 
 def host_label(anonymize: bool) -> str:
@@ -106,8 +125,44 @@ def host_label(anonymize: bool) -> str:
 
 
 def profile_fields(env: FleetEnv, host: str) -> dict:
+    # The rendezvous address stays out (the profile is part of the report, and --anonymize-hosts hides host names):
+    # the smoke finds it again with cp_plan.
     return {"rank": env.rank, "world_size": env.world_size, "local_rank": env.local_rank,
-            "node_leader": env.node_leader, "launcher": env.launcher, "host": host}
+            "node_leader": env.node_leader, "launcher": env.launcher, "host": host, "port": env.port,
+            "local_world_size": env.local_world_size, "nodes": env.nodes}
+
+
+def cp_plan(fleet: Mapping, cp: int, environ: Mapping[str, str]) -> dict:
+    """Where this rank's smoke forward runs its CP ranks: {"mode": "fleet", ...} when consecutive groups of `cp`
+    fleet ranks can each form a real CP group (rank r is CP rank r % cp of group r // cp, joining through a TCPStore
+    that fleet rank 0's smoke serves on the fleet port + 1, one key prefix per group), else {"mode": "simulated",
+    "reason": ...} (every rank simulates the cp ranks on its own device, as a single host does)."""
+    world, rank = int(fleet.get("world_size") or 1), int(fleet.get("rank") or 0)
+    local_world, nodes = fleet.get("local_world_size"), fleet.get("nodes")
+    if cp <= 1:
+        return {"mode": "simulated", "reason": "CP 1: nothing to distribute"}
+    if world % cp:
+        return {"mode": "simulated", "reason": f"the fleet's {world} ranks do not divide into CP groups of {cp}, "
+                                               f"so each rank simulated the {cp} CP ranks on its own device"}
+    multi_host = (nodes or 1) > 1 or (local_world is not None and local_world < world)
+    if multi_host and (not local_world or local_world % cp):
+        per_host = (f"{local_world} rank{'s' if local_world != 1 else ''} per host" if local_world else
+                    "an unknown or uneven number of ranks per host")
+        return {"mode": "simulated", "reason": f"the ranks are on several hosts with {per_host}, which CP groups of "
+                                               f"{cp} would straddle, so each rank simulated the {cp} CP ranks on "
+                                               "its own device"}
+    try:
+        env = detect(environ, "on", int(fleet.get("port") or 0) or None)
+    except UsageError as exc:
+        return {"mode": "simulated", "reason": f"the launcher's rendezvous address is not readable here ({exc}), so "
+                                               f"each rank simulated the {cp} CP ranks on its own device"}
+    assert env is not None
+    port = env.port + 1
+    if port > 65535:
+        return {"mode": "simulated", "reason": f"the fleet port {env.port} leaves no port for the smoke's CP groups"}
+    group = rank // cp
+    return {"mode": "fleet", "rank": rank, "world": world, "cp_rank": rank % cp, "group": group,
+            "first_rank": group * cp, "store_host": env.master_addr, "store_port": port}
 
 
 def wait_seconds(budget_s: float, elapsed_s: float, override: float | None) -> float:

@@ -7,7 +7,8 @@ causal sliding-window attention (the window needs the W-1 boundary rows of the p
 variable-length kernel (`varlen_attn`) where it runs, else SDPA per segment with an explicit bottom-right mask.
 The per-rank outputs, concatenated in rank order, must match the reference within the bf16 tolerance; re-assembled
 as if the layout were zigzag they must not (the negative control proves the comparison can fail).
-On one device the N ranks are simulated; with N processes (NCCL on N GPUs, gloo on the CPU) they are real.
+On one device the N ranks are simulated; with N processes (NCCL on N GPUs, gloo on the CPU) they are real, and in
+fleet mode each of N consecutive fleet ranks' probes is one of them (fleet_run).
 
 Tier 2 (when Megatron-core with dsv4_hybrid imports). The smallest DSv4 hybrid attention layer on THD input with
 PackedSeqParams(qkv_format="thd", cp_partition_mode="contiguous"): CP=1 in this process; CP=N in the N processes,
@@ -300,18 +301,144 @@ def launch_workers(request, cp, procs, backend, deadline, tier2_reference):
     return answer
 
 
-def worker_main(request):
+# ------------------------------------------------------------------------------------- tier 1, across fleet ranks
+
+FLEET_POLL_S = 0.05
+FLEET_FORWARD_S = 10.0  # of the probe's time, what is kept for the forward after the join wait
+
+
+def _timedelta(seconds):
+    from datetime import timedelta
+
+    return timedelta(seconds=max(1.0, seconds))
+
+
+def _ranges(ranks):
+    out, ranks = [], sorted(ranks)
+    for r in ranks:
+        if out and r == out[-1][1] + 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])
+    return ",".join(str(a) if a == b else "%d-%d" % (a, b) for a, b in out)
+
+
+def fleet_store(torch, plan, deadline):
+    """Fleet rank 0 serves the store every CP group joins through (its key prefix per group), from the start of its
+    probe: the others reach their forward at their own pace. None on the other ranks."""
+    if plan.get("rank") != 0:
+        return None, None
+    import torch.distributed as dist
+
+    try:
+        return dist.TCPStore(plan["store_host"], int(plan["store_port"]), None, True,
+                             _timedelta(deadline - time.monotonic()), wait_for_workers=False), None
+    except Exception as exc:
+        return None, "fleet rank 0 could not serve the smoke's rendezvous on port %s: %s: %s" % (
+            plan["store_port"], type(exc).__name__, str(exc)[:300])
+
+
+def _choose_backend(device, peers):
+    """NCCL when every member of the group is on its own GPU; gloo on the CPU, or when two members share one GPU
+    (NCCL refuses two ranks on one device). Every member decides from the same list, so they agree."""
+    if device.type != "cuda" or not all(p.get("cuda") for p in peers):
+        return "gloo", ("--device cpu" if device.type != "cuda" else "a member of the group runs on the CPU")
+    seats = [(p.get("host"), p.get("device")) for p in peers]
+    if len(set(seats)) < len(seats):
+        return "gloo", "members of the group share a GPU, and NCCL refuses two ranks on one device"
+    return "nccl", "every member on its own GPU"
+
+
+def fleet_run(torch, request, device, deadline, tier2_reference, served):
+    """This fleet rank plays CP rank `cp_rank` of its group of `cp` consecutive fleet ranks: the role one process of
+    launch_workers plays (worker_main), joined through fleet rank 0's store. Every wait has a deadline: a member that
+    does not join is named, not waited for past the probe's time."""
+    import torch.distributed as dist
+
+    plan = request["fleet_cp"]
+    cp, cp_rank, first = int(request["cp"]), int(plan["cp_rank"]), int(plan["first_rank"])
+    members = list(range(first, first + cp))
+    out = {"ran": True, "fleet": {"rank": plan["rank"], "world": plan["world"], "group": plan["group"],
+                                  "cp_rank": cp_rank, "members": _ranges(members)},
+           "processes": cp, "ranks_per_process": 1, "process_backend": None}
+    store, why = served
+    t0 = time.monotonic()
+    join_by = max(t0 + 1.0, deadline - FLEET_FORWARD_S)
+    if why:
+        out["join_error"] = why
+        return out
+    try:
+        if store is None:
+            store = dist.TCPStore(plan["store_host"], int(plan["store_port"]), None, False,
+                                  _timedelta(join_by - time.monotonic()), wait_for_workers=False)
+    except Exception as exc:
+        out["join_error"] = ("the smoke's rendezvous on fleet rank 0 (port %s) did not answer: %s: %s"
+                             % (plan["store_port"], type(exc).__name__, str(exc)[:300]))
+        return out
+    try:
+        group = dist.PrefixStore("dsv4doctor-smoke/%d" % int(plan["group"]), store)
+        group.set("joined/%d" % cp_rank, json.dumps({"cuda": device.type == "cuda", "host": socket.gethostname(),
+                                                     "device": device.index}))
+        keys = ["joined/%d" % i for i in range(cp)]
+        while not group.check(keys) and time.monotonic() < join_by:
+            time.sleep(FLEET_POLL_S)
+        missing = [members[i] for i, k in enumerate(keys) if not group.check([k])]
+        out["join_s"] = round(time.monotonic() - t0, 3)
+        if missing:
+            out["join_error"] = "CP group incomplete: rank %s did not join (within %.0f s)" % (
+                _ranges(missing), join_by - t0)
+            return out
+        backend, reason = _choose_backend(device, [json.loads(group.get(k)) for k in keys])
+        out["process_backend"], out["backend_reason"] = backend, reason
+        if backend == "nccl":
+            # A collective that waits past the timeout raises instead of hanging (the watchdog alone would abort).
+            for key, value in (("TORCH_NCCL_BLOCKING_WAIT", "1"), ("NCCL_NVLS_ENABLE", "0"),
+                               ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+                os.environ.setdefault(key, value)
+        if dist.is_initialized():  # tier 2's CP=1 run left its one-process group
+            dist.destroy_process_group()
+        worker = {"rank": cp_rank, "world": cp, "cp": cp, "backend": backend, "device": device.type,
+                  "device_index": device.index or 0, "judge_all": True,
+                  "timeout_s": max(1.0, deadline - time.monotonic() - 1.0),
+                  # Megatron's CP groups on gloo CUDA tensors are not what a job runs: tier 2 CP=N only with NCCL
+                  # or on the CPU.
+                  "tier2_reference": tier2_reference if (backend == "nccl" or device.type == "cpu") else None}
+        run = worker_main(dict(request, worker=worker), dist.PrefixStore("pg", group))
+        out.update(run)
+        out["fleet"]["cp_rank"] = cp_rank
+    except Exception as exc:
+        out["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:500])
+    finally:
+        try:
+            store.add("done", 1)
+            if plan.get("rank") == 0:  # the others may still be joining: keep the store up until all are done
+                while store.add("done", 0) < int(plan["world"]) and time.monotonic() < deadline:
+                    time.sleep(FLEET_POLL_S)
+        except Exception:
+            pass
+    return out
+
+
+def worker_main(request, store=None):
+    """One process of the multi-process run: a child of launch_workers (`init`), or a fleet rank's own probe on its
+    CP group's store (`store`, fleet_run), with its device (`device_index`) and a timeout on every collective."""
     import torch
     import torch.distributed as dist
 
     w = request["worker"]
     rank, world = w["rank"], w["world"]
     device = torch.device("cpu")
-    if w["backend"] == "nccl":
-        torch.cuda.set_device(rank)
-        device = torch.device("cuda", rank)
+    if w["backend"] == "nccl" or w.get("device") == "cuda":
+        index = int(w.get("device_index", rank))
+        torch.cuda.set_device(index)
+        device = torch.device("cuda", index)
+    kwargs = {"init_method": w["init"]} if store is None else {"store": store}
+    if w.get("timeout_s"):
+        from datetime import timedelta
+
+        kwargs["timeout"] = timedelta(seconds=max(1.0, float(w["timeout_s"])))
     t0 = time.monotonic()
-    dist.init_process_group(w["backend"], init_method=w["init"], rank=rank, world_size=world)
+    dist.init_process_group(w["backend"], rank=rank, world_size=world, **kwargs)
     init_s = time.monotonic() - t0
     try:
         return worker_tier1(torch, dist, device, request, rank, world, int(w.get("cp", world)), init_s)
@@ -357,22 +484,39 @@ def worker_tier1(torch, dist, device, request, proc, nprocs, cp, init_s):
         "window": torch.cat([rank_forward(torch, attention, batch, "window", r, rows, win_k, win_v, offset)
                              for r in ranks]),
     }
+    # A fleet rank judges the gathered output too, and its own rows apart (each rank reports its own CP rank).
+    judge_here = proc == 0 or request["worker"].get("judge_all")
     for kind in ("causal", "window"):
         parts = [torch.empty_like(local[kind]) for _ in range(nprocs)]
         dist.all_gather(parts, local[kind].contiguous())
-        if proc == 0:
+        if judge_here:
             out = torch.cat(parts)
             ref = reference(torch, batch, kind)
             cmp_ = judge(torch, out, ref, batch["real"], cp)
+            cmp_["per_rank"] = per_rank_errors(torch, out, ref, batch["real"], rows, cp)
+            answer["comparisons"][kind] = cmp_
+        if proc == 0:
             simulated = torch.cat([rank_forward(torch, attention, batch, kind, r, rows, batch["k"], batch["v"], 0)
                                    for r in range(cp)])
             cmp_["max_abs_diff_vs_single_device"] = float((out[:batch["real"]].float().cpu() -
                                                            simulated[:batch["real"]].float().cpu()).abs().max().item())
-            answer["comparisons"][kind] = cmp_
     if request.get("tier2") and request["worker"].get("tier2_reference") and k == 1:
         answer["tier2"] = tier2_run(torch, device, cp, proc, request, request["worker"]["tier2_reference"], dist)
-    answer["ok"] = all(c["ok"] for c in answer["comparisons"].values()) if proc == 0 else True
+    answer["ok"] = all(c["ok"] for c in answer["comparisons"].values()) if judge_here else True
     return answer
+
+
+def per_rank_errors(torch, out, ref, real, rows, cp):
+    """Each CP rank's own rows [r*L, (r+1)*L) of the gathered output against the reference (padding left out)."""
+    result = []
+    for r in range(cp):
+        lo, hi = r * rows, min((r + 1) * rows, real)
+        if hi <= lo:
+            result.append({"rows": [r * rows, (r + 1) * rows], "finite": True, "max_abs_error": 0.0})
+            continue
+        cmp_ = compare(torch, out[lo:hi], ref[lo:hi], hi - lo)
+        result.append(dict(cmp_, rows=[r * rows, (r + 1) * rows]))
+    return result
 
 
 # ------------------------------------------------------------------------------------------------------------ tier 2
@@ -482,7 +626,8 @@ def tier2_run(torch, device, cp, rank, request, reference_path=None, dist=None):
             dist.all_gather(parts, result.contiguous())
             result = torch.cat(parts)
             out["finite"] = bool(torch.isfinite(result.float()).all().item())
-            if reference_path and rank == 0:
+            # A fleet rank compares too (its own CP=1 run wrote its reference), so every rank's row says the same.
+            if reference_path and (rank == 0 or (request.get("worker") or {}).get("judge_all")):
                 ref_out = torch.load(reference_path).to(device)
                 out["max_abs_diff_vs_cp1"] = float((result.float() - ref_out.float()).abs().max().item())
                 out["parity_tolerance"] = TIER2_PARITY
@@ -578,6 +723,7 @@ def answer(request):
         torch.cuda.init()
         torch.cuda.reset_peak_memory_stats(device)
     load_s = time.monotonic() - start
+    served = fleet_store(torch, request["fleet_cp"], deadline) if cp > 1 and request.get("fleet_cp") else (None, None)
     out = {"imported": True, "torch": torch.__version__, "cp": cp,
            "device": {"type": device.type, "name": torch.cuda.get_device_name(device) if device.type == "cuda" else
                       "cpu", "capability": "%d.%d" % torch.cuda.get_device_capability(device)
@@ -604,7 +750,17 @@ def answer(request):
         out["tier2"] = {"cp1": tier2_run(torch, device, 1, 0, request, reference_path)}
     n_gpus = torch.cuda.device_count() if has_cuda else 0
     distributed = request.get("distributed", "auto")
-    if cp > 1 and distributed != "off":
+    if cp > 1 and request.get("fleet_cp"):
+        tier2_ref = reference_path if (out.get("tier2", {}).get("cp1", {}).get("ok")) else None
+        t0 = time.monotonic()
+        run = fleet_run(torch, request, device, deadline, tier2_ref, served)
+        run["wall_s"] = round(time.monotonic() - t0, 3)
+        out["distributed"] = run
+        if "tier2" in run:
+            out["tier2"]["cpN"] = run.pop("tier2")
+    elif cp > 1 and request.get("simulated_because"):
+        out["distributed"] = {"ran": False, "reason": str(request["simulated_because"])}
+    elif cp > 1 and distributed != "off":
         backend = "nccl" if device.type == "cuda" and n_gpus >= 2 else ("gloo" if device.type == "cpu" else None)
         if backend is None:
             out["distributed"] = {"ran": False, "reason": "CP %d with real NCCL ranks needs at least 2 GPUs; %d "

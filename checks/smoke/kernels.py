@@ -110,6 +110,8 @@ def _kernels(ctx: Context) -> Result:
         if rule and rows[name]["status"] == "skip":
             rows[name]["summary"] = f"{rows[name]['summary']}: see {rule}"
     evidence: dict = {"subruns": rows}
+    if profile.fleet and profile.cp > 1:  # each sub-run is one process by design: per-rank arguments, no collectives
+        evidence["ranks"] = f"the {profile.cp} CP ranks simulated on this fleet rank's own GPU (single-process kernels)"
     devices = {str((r.get("device") or {}).get("capability")) for r in rows.values() if r.get("device")}
     visible = next(iter(devices), None)
     if profile.gpu_arch and visible and visible != "None" and visible != profile.gpu_arch:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from dsv4_doctor.model import (Check, Context, Fix, Profile, Result, Source, Status, errored, failed,
                                needs_failed, passed, warned)
 from dsv4_doctor.probes import Probe
@@ -84,9 +86,17 @@ def smoke_probe(profile: Profile) -> Probe:
     request = {"cp": profile.cp, "device": profile.device, "tier2": "auto", "dsa_backend": profile.dsa_backend,
                "gpus": profile.gpus, "device_index": profile.device_index}
     if profile.fleet:
-        # A fleet rank checks its own GPU with simulated CP ranks: NCCL processes of its own would take the other
-        # ranks' GPUs.
+        # A fleet rank never starts processes of its own (they would take the other ranks' GPUs): with --cp N its
+        # probe joins a CP group of N consecutive fleet ranks and plays one CP rank, or simulates the N ranks on its
+        # own device when the fleet does not divide into such groups (the reason is in the evidence).
+        from dsv4_doctor.fleet import cp_plan
+
         request["distributed"] = "off"
+        plan = cp_plan(profile.fleet, profile.cp, os.environ) if profile.cp > 1 else {"mode": "simulated"}
+        if plan["mode"] == "fleet":
+            request["fleet_cp"] = plan
+        elif profile.cp > 1:
+            request["simulated_because"] = plan["reason"]
     return Probe.beside(__file__, f"smoke:cp={profile.cp}:device={profile.device}:gpu={profile.device_index}",
                         "dsv4probe_smoke.py", request)
 
@@ -94,6 +104,52 @@ def smoke_probe(profile: Profile) -> Probe:
 def _describe(cmp_: dict) -> str:
     return (f"max |err| {cmp_['max_abs_error']:.2e} <= {cmp_['tolerance']:g}, "
             f"zigzag control {cmp_['negative_control_zigzag_error']:.2f}")
+
+
+def _fleet_rank(data: dict, dist: dict, evidence: dict) -> Result | None:
+    """A fleet rank's part of its CP group's run: its own rows are its finding; other members' rows are theirs."""
+    fleet = dist.get("fleet") or {}
+    cp, me = data["cp"], int(fleet.get("cp_rank") or 0)
+    group = f"the CP group of fleet ranks {fleet.get('members')}"
+    if dist.get("join_error"):
+        return errored(f"{dist['join_error']} ({group}): the distributed smoke forward did not run on this rank",
+                       evidence=evidence)
+    crash = dist.get("probe_error") or {}
+    if dist.get("error") or crash or not dist.get("comparisons"):
+        why = dist.get("error") or (f"{crash.get('type')}: {crash.get('message')}" if crash else
+                                    "no comparison came back")
+        return failed(f"the {cp}-rank {dist.get('process_backend')} run of {group} failed on CP rank {me}: {why}",
+                      evidence=evidence)
+    for kind, cmp_ in dist["comparisons"].items():
+        per_rank = cmp_.get("per_rank") or []
+        mine = per_rank[me] if me < len(per_rank) and isinstance(per_rank[me], dict) else None
+        if mine is None:
+            return errored(f"the {kind} comparison of {group} came back without CP rank {me}'s rows",
+                           evidence=evidence)
+        lo, hi = (mine.get("rows") or ["?", "?"])[:2]
+        if not mine.get("finite", False):
+            return failed(f"{kind} attention on CP rank {me} of {cp} ({group}, "
+                          f"{dist.get('process_backend')}) produced non-finite values in its rows [{lo}, {hi})",
+                          evidence=evidence)
+        if mine.get("max_abs_error", 0.0) > cmp_.get("tolerance", 0.0):
+            return failed(f"{kind} attention on CP rank {me} of {cp} ({group}, {dist.get('process_backend')}) "
+                          f"differs from the float32 reference by {mine['max_abs_error']:.3g} (> "
+                          f"{cmp_.get('tolerance'):g}) in its rows [{lo}, {hi})", evidence=evidence)
+        if cmp_.get("negative_control_zigzag_error", 0.0) < 10 * cmp_.get("tolerance", 0.0):
+            return errored(f"the {kind} negative control of {group} did not fail (zigzag error "
+                           f"{cmp_.get('negative_control_zigzag_error', 0.0):.3g}): the comparison could not tell "
+                           "layouts apart", evidence=evidence)
+    return None
+
+
+def _fleet_note(dist: dict) -> str:
+    """The members of this rank's CP group whose rows differ (their own rows say so)."""
+    fleet = dist.get("fleet") or {}
+    first = int(str(fleet.get("members") or "0").split("-")[0] or 0)
+    off = sorted({first + r for cmp_ in (dist.get("comparisons") or {}).values()
+                  for r, row in enumerate(cmp_.get("per_rank") or [])
+                  if not row.get("finite", True) or row.get("max_abs_error", 0.0) > cmp_.get("tolerance", 0.0)})
+    return f"; the rows of fleet rank(s) {','.join(map(str, off))} in this CP group differ (see theirs)" if off else ""
 
 
 def _tier2(ctx: Context, data: dict, evidence: dict):
@@ -203,7 +259,11 @@ def _smoke(ctx: Context) -> Result:
                            f"{cmp_['negative_control_zigzag_error']:.3g}): the comparison could not tell layouts apart",
                            evidence=evidence)
     dist = data.get("distributed") or {}
-    if dist.get("ran"):
+    if dist.get("ran") and dist.get("fleet"):
+        bad = _fleet_rank(data, dist, evidence)
+        if bad is not None:
+            return bad
+    elif dist.get("ran"):
         crash = dist.get("probe_error") or {}
         if dist.get("error") or crash or not dist.get("comparisons"):
             why = dist.get("error") or (f"{crash.get('type')}: {crash.get('message')}" if crash else
@@ -220,11 +280,17 @@ def _smoke(ctx: Context) -> Result:
         return bad
     procs = dist.get("processes") if isinstance(dist.get("processes"), int) else data["cp"]
     # What ran, not what was asked (found in review: CP 16 on 2 CPUs ran 2 processes of 8 ranks each).
-    ranks = (f"{data['cp']} CP ranks in {procs} {dist['process_backend'].upper()} processes" if procs != data["cp"]
-             else f"{data['cp']} {dist['process_backend'].upper()} processes") if dist.get("ran") else \
-        f"{data['cp']} simulated rank(s)"
+    if dist.get("ran") and dist.get("fleet"):
+        # The same words on every healthy rank, so that the fleet merge groups them (the rank is in the evidence).
+        ranks = (f"{data['cp']} CP ranks as a group of {data['cp']} fleet ranks over "
+                 f"{str(dist.get('process_backend')).upper()}, each rank's own rows checked")
+    elif dist.get("ran"):
+        ranks = (f"{data['cp']} CP ranks in {procs} {dist['process_backend'].upper()} processes" if procs != data["cp"]
+                 else f"{data['cp']} {dist['process_backend'].upper()} processes")
+    else:
+        ranks = f"{data['cp']} simulated rank(s)"
     worst = max(c["max_abs_error"] for c in t1["comparisons"].values())
-    tier2_note = _tier2_note(data.get("tier2") or {})
+    tier2_note = _tier2_note(data.get("tier2") or {}) + (_fleet_note(dist) if dist.get("fleet") else "")
     summary = (f"contiguous-CP THD attention matches the float32 reference on {where}, {ranks}: max |err| "
                f"{worst:.1e} <= {t1['comparisons']['causal']['tolerance']:g}, zigzag control "
                f"{min(c['negative_control_zigzag_error'] for c in t1['comparisons'].values()):.1f}{tier2_note}")
@@ -248,7 +314,8 @@ smoke_thd_cp = Check(
         torch's varlen_attn on the GPU (SDPA per segment with an explicit bottom-right mask elsewhere). The
         concatenated outputs must match an unsharded float32 reference within the bf16 tolerance (2e-2), and the
         same outputs re-assembled as if the layout were zigzag must not (the negative control). With --cp N and N
-        GPUs the ranks are real NCCL processes; with --device cpu, gloo processes. When Megatron-core with
+        GPUs the ranks are real NCCL processes; with --device cpu, gloo processes; in fleet mode, groups of N
+        consecutive fleet ranks, each rank judging its own rows. When Megatron-core with
         dsv4_hybrid is installed, tier 2 also builds the smallest DSv4 hybrid attention layer and runs it on THD
         input with PackedSeqParams(cp_partition_mode="contiguous"), CP=1 and, with N GPUs, CP=N against CP=1.
     """,
