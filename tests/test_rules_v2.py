@@ -3,14 +3,19 @@ published wheels and fakes that mirror the upstream files they name."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pip
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from conftest import FakeSite, run_doctor
 from fakes import Env, fake_flash_mla, fake_mbridge, fake_megatron_dev, fake_te, fake_torch, healthy
@@ -200,6 +205,7 @@ def test_the_torch_fix_is_manual_and_names_the_extensions_found(tmp_path, bare_p
 def test_frontend_1_32_with_cutlass_4_5_2_gets_a_plan_pip_accepts(tmp_path, bare_python):
     env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.32.0").wheel("cutlass", "nvidia-cutlass-dsl-4.5.2")
     env.fake("torch", fake_torch).wheel("tvm", "apache-tvm-ffi-0.1.11")
+    env.wheel("typing_extensions", "typing-extensions-4.16.0")  # what apache-tvm-ffi requires: not the plan's job
     row = run(env, bare_python, "--only", "deps.consistency").check("deps.consistency")
     assert row["status"] == "fail"
     assert "nvidia-cudnn-frontend 1.32.0 requires nvidia-cutlass-dsl[cu13]>=4.8.0" in row["summary"]
@@ -212,48 +218,107 @@ def test_frontend_1_32_with_cutlass_4_5_2_gets_a_plan_pip_accepts(tmp_path, bare
     # cutlass 4.8 does not bring cuda-python, which 1.32.0's cutedsl extra declares (found in review: after the plan,
     # deps.consistency still failed on it)
     assert any(p.endswith("install cuda-python") for p in pins), pins
-    assert_plan_resolves(script, env, tmp_path)
+    assert_plan_resolves(script, env, tmp_path, bare_python)
 
 
-def assert_plan_resolves(script: str, env: Env, tmp_path: Path) -> None:
-    """The oracle: pip resolves every pin of the plan (a dry run, no dependencies, a report), and with the pinned
-    versions in place of the installed ones, every requirement among the DSv4 packages holds."""
-    from packaging.requirements import Requirement
+@pytest.mark.slow  # asks the package index (pip --dry-run)
+@pytest.mark.parametrize("plan", [
+    # what frontend 1.32.0 rejects: pip check names the unconditional nvidia-cutlass-dsl[cu13]>=4.8.0
+    ["'nvidia-cutlass-dsl[cu13]==4.5.2'"],
+    # cutlass 4.8 without cuda-python, which 1.32.0's cutedsl extra declares: pip check does not read extras
+    ["'nvidia-cutlass-dsl[cu13]>=4.8.0'"]])
+def test_the_plan_oracle_rejects_a_plan_that_leaves_a_requirement_unmet(tmp_path, bare_python, plan):
+    env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.32.0").wheel("cutlass", "nvidia-cutlass-dsl-4.5.2")
+    env.fake("torch", fake_torch).wheel("tvm", "apache-tvm-ffi-0.1.11")
+    env.wheel("typing_extensions", "typing-extensions-4.16.0")
+    script = "\n".join(f'"$PY" -I -m pip install {spec}' for spec in plan)
+    with pytest.raises(AssertionError, match="cutlass|cuda-python"):
+        assert_plan_resolves(script, env, tmp_path, bare_python)
 
-    specs = []
+
+def assert_plan_resolves(script: str, env: Env, tmp_path: Path, python: str) -> None:
+    """The oracle: carry out the plan's pip commands as printed, in order, as pip dry runs against the package index
+    with the environment's installed set visible to pip (on PYTHONPATH, as the doctor saw it): pip must resolve
+    each one; what each would install is laid over the environment before the next. Then `pip check` on the result
+    reports no conflict, and every Requires-Dist of the stack's packages (with the extras the stack uses) holds."""
+    overlay = tmp_path / "plan-result"  # first on the path: what the plan installed shadows what was there
+    overlay.mkdir()
+    pip_only = tmp_path / "pip-only"  # pip itself, without its dist-info: not part of the inspected set
+    pip_only.mkdir()
+    (pip_only / "pip").symlink_to(Path(pip.__file__).parent)
+    path = os.pathsep.join(map(str, [overlay, *env.sites.values(), pip_only]))
+    pip_env = dict(os.environ, PYTHONPATH=path, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    commands_run = plan_pip_commands(script)
+    assert commands_run, script
+    for n, (options, specs) in enumerate(commands_run):
+        report = tmp_path / f"dry-run-{n}.json"
+        done = subprocess.run([python, "-m", "pip", "install", "--dry-run", "--only-binary=:all:", "-q", "--report",
+                               str(report), *options, *specs], env=pip_env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, (options, specs, done.stderr[-3000:])
+        for item in json.loads(report.read_text())["install"]:
+            _lay_over(overlay, item["metadata"])
+    done = subprocess.run([python, "-m", "pip", "check"], env=pip_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    final = _installed_set([overlay, *env.sites.values()])
+    for name, extras in STACK_EXTRAS.items():
+        meta = final.get(name)
+        if meta is None:
+            continue
+        for line in meta["requires_dist"]:
+            req = Requirement(line)
+            if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in ("", *extras)):
+                continue
+            have = final.get(canonicalize_name(req.name))
+            assert have is not None, f"after the plan, {name} {meta['version']} requires {line}: not installed"
+            assert req.specifier.contains(have["version"], prereleases=True), (name, line, have["version"])
+
+
+# The stack's packages whose requirements the plan must satisfy, with the extras the stack installs them with.
+STACK_EXTRAS = {"nvidia-cudnn-frontend": ("cutedsl",), "nvidia-cutlass-dsl": ("cu13",),
+                "nvidia-cutlass-dsl-libs-base": (), "nvidia-cutlass-dsl-libs-cu13": (),
+                "nvidia-cutlass-dsl-libs-core": (), "torch-c-dlpack-ext": (), "apache-tvm-ffi": (), "cuda-python": (),
+                "cuda-bindings": (), "cuda-core": ()}
+
+
+def plan_pip_commands(script: str) -> list[tuple[list[str], list[str]]]:
+    """Each `pip install` of a fix script as (its options, its requirements), parsed as the shell would."""
+    out = []
     for line in script.splitlines():
-        if line.startswith('"$PY" -I -m pip install'):
-            import shlex
-            specs += [w for w in shlex.split(line)[4:] if not w.startswith("-") and " @ " not in w]
-    report = tmp_path / "dry-run.json"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed",
-                    "--only-binary=:all:", "--disable-pip-version-check", "-q", "--report", str(report),
-                    "--target", str(tmp_path / "unused"), *specs], check=True, timeout=600)
-    chosen = {item["metadata"]["name"].lower(): item["metadata"] for item in json.loads(report.read_text())["install"]}
-    assert set(chosen) >= {Requirement(s).name.lower() for s in specs}
-    fe = chosen.get("nvidia-cudnn-frontend") or _metadata(env, "nvidia-cudnn-frontend")
-    for line in fe.get("requires_dist") or []:
-        req = Requirement(line)
-        name = req.name.lower()
-        if name in ("torch", "torch-c-dlpack-ext") or not (req.marker is None or req.marker.evaluate(
-                {"extra": "cutedsl"})):
-            continue  # torch is the image's (a manual step); other extras are not the DSv4 stack's
-        have = chosen.get(name) or _metadata(env, name, missing_ok=True)
-        assert have is not None, f"after the plan, {line} is not installed"
-        assert req.specifier.contains(have["version"], prereleases=True), (line, have["version"])
+        if not line.startswith('"$PY" '):
+            continue
+        words = shlex.split(line)
+        assert words[:5] == ["$PY", "-I", "-m", "pip", "install"], line
+        options = [w for w in words[5:] if w.startswith("-")]
+        specs = [w for w in words[5:] if not w.startswith("-")]
+        assert set(options) <= {"--no-deps", "--force-reinstall", "--no-build-isolation"}, line  # no option values
+        assert specs and all(" @ " not in s for s in specs), line  # no VCS builds in the plans this oracle runs
+        out.append((options, specs))
+    return out
 
 
-def _metadata(env: Env, name: str, missing_ok: bool = False) -> dict | None:
-    for site in env.sites.values():
-        for d in site.glob("*.dist-info"):
-            text = (d / "METADATA").read_text(errors="replace")
-            fields = dict(line.split(": ", 1) for line in text.split("\n\n")[0].splitlines() if ": " in line)
-            if fields.get("Name", "").lower() == name:
-                return {"version": fields["Version"], "requires_dist": [
-                    line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("Requires-Dist: ")]}
-    if missing_ok:
-        return None
-    raise AssertionError(f"{name} is not installed")
+def _lay_over(overlay: Path, meta: dict) -> None:
+    """A dist-info for what a dry run would install (its metadata from pip's report), replacing an earlier one."""
+    name = canonicalize_name(meta["name"])
+    for old in overlay.glob("*.dist-info"):
+        if canonicalize_name(old.name.split("-", 1)[0]) == name:
+            shutil.rmtree(old)
+    d = overlay / f"{name.replace('-', '_')}-{meta['version']}.dist-info"
+    d.mkdir()
+    lines = ["Metadata-Version: 2.1", f"Name: {meta['name']}", f"Version: {meta['version']}"]
+    lines += [f"Provides-Extra: {e}" for e in meta.get("provides_extra") or []]
+    lines += [f"Requires-Dist: {r}" for r in meta.get("requires_dist") or []]
+    (d / "METADATA").write_text("\n".join(lines) + "\n")
+    (d / "INSTALLER").write_text("pip\n")
+
+
+def _installed_set(sites: list[Path]) -> dict[str, dict]:
+    """name -> {version, requires_dist}, the first copy on the path winning, as importlib.metadata and pip see it."""
+    found: dict[str, dict] = {}
+    for dist in importlib.metadata.distributions(path=[str(s) for s in sites]):
+        name = canonicalize_name(dist.metadata["Name"] or "")
+        found.setdefault(name, {"version": dist.version, "requires_dist": list(dist.requires or [])})
+    return found
 
 
 def _pins(script: str) -> list[str]:
