@@ -181,7 +181,7 @@ def _consistency(ctx: Context) -> Result:
     if any(u["package"] == "nvidia-cudnn-frontend" for u in runtime):
         found.append(fixes.frontend_stack(static))
     if any(u["package"].startswith("transformer-engine") and u["installed"] for u in runtime):
-        found.append(fixes.TE_REINSTALL)
+        found.append(fixes.te_reinstall(static))
     if runtime:
         return failed("; ".join(lines[unmet.index(u)] for u in runtime), "\n".join(
             [("Every unmet requirement:\n" + "\n".join("  " + x for x in lines))] + ([details] if details else [])),

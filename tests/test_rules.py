@@ -272,7 +272,11 @@ def test_te_missing_and_corrupt_metadata(tmp_path, bare_python):
     ("libcudnn_adv.so.9: cannot open shared object file: No such file or directory", "nvidia_cudnn_fake",
      "cannot load cuDNN"),
 ])
-def test_te_import_errors_are_classified_and_fixed(tmp_path, bare_python, error, needs, hint):
+def test_te_import_errors_are_classified_and_fixed(tmp_path, bare_python, error, needs, hint, monkeypatch):
+    import fakes
+
+    # The ABI fix rebuilds transformer-engine-torch alone; the fake TE is one component, rebuilt whole.
+    monkeypatch.setitem(fakes.FAKE_BUILDERS, "transformer-engine-torch", lambda site, v: fake_te(site, v or "2.16.1"))
     env = Env(tmp_path).fake("torch", fake_torch).fake("te", fake_te, "2.16.1", import_error=error, needs=needs)
     row = run(env, bare_python).check("te.import")
     assert row["status"] == "fail"

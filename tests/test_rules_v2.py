@@ -151,12 +151,52 @@ def test_te_import_reads_the_library_that_lacks_the_symbol(tmp_path, bare_python
     assert provider["exports"] is False and provider["owner"]["distribution"] == "nvidia-cublas"
 
 
+TORCH_SYMBOL_ERROR = ("/site/transformer_engine_torch.cpython-312-x86_64-linux-gnu.so: undefined symbol: "
+                      "_ZN3c104cuda9SetDeviceEi")
+
+
 def test_te_import_torch_symbol_is_still_an_abi_mismatch(tmp_path, bare_python):
-    env = Env(tmp_path).fake("te", fake_te, "2.16.1", import_error=(
-        "/site/transformer_engine_torch.cpython-312-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi"))
+    """The rebuild reinstalls TE's torch extension alone: found in review, a forced reinstall of
+    transformer-engine[pytorch,...] without --no-deps re-picks every dependency, torch included."""
+    env = Env(tmp_path).fake("te", fake_te, "2.16.1", import_error=TORCH_SYMBOL_ERROR)
     row = run(env, bare_python, "--only", "te.import").check("te.import")
     assert row["status"] == "fail" and "ABI mismatch" in row["details"]
-    assert "--force-reinstall" in commands(row)[0]
+    assert commands(row) == ["pip install --no-build-isolation --no-cache-dir --force-reinstall --no-deps "
+                             "transformer-engine-torch==2.16.1"]
+    assert "torch included" in row["fixes"][0]["description"]
+
+
+def _cublas(version_: str):
+    """nvidia-cublas's METADATA as published (torch 2.11.0's cuda-toolkit==13.0.2 brings 13.1.0.3)."""
+    return lambda site: site.dist("nvidia-cublas", version_)
+
+
+@pytest.mark.parametrize("cublas, te", [("13.1.0.3", "2.12.0"), ("13.1.2.11", "2.12.0"), ("13.2.0.9", "2.16.1"),
+                                        (None, "2.16.1")])
+def test_te_fixes_pick_the_release_the_installed_cublas_loads(tmp_path, bare_python, cublas, te):
+    """TE 2.13 and later need cublasLtGroupedMatrixLayoutInit_internal, which nvidia-cublas exports from 13.2 on
+    (§9.4, nm -D on the published wheels): below it, every TE install fix pins 2.12.0 and says why."""
+    env = Env(tmp_path)
+    if cublas:
+        env.fake("cublas", _cublas(cublas))
+    missing = run(env, bare_python, "--only", "te.version").check("te.version")
+    assert missing["status"] == "fail"
+    assert commands(missing) == [f"pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]=={te}'"]
+    says_why = f"nvidia-cublas {cublas} lacks cublasLtGroupedMatrixLayoutInit_internal"
+    assert (says_why in missing["fixes"][0]["description"]) == (te == "2.12.0"), missing["fixes"][0]
+    env.fake("te", fake_te, "2.16.1", dists={"transformer-engine": "2.16.1", "transformer-engine-cu13": "2.14.0"})
+    mixed = run(env, bare_python, "--only", "te.version").check("te.version")
+    assert commands(mixed)[1] == f"pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]=={te}'"
+    # A torch ABI mismatch in TE 2.16.1: rebuilding its extension cannot help where its core cannot load.
+    env.fake("te", fake_te, "2.16.1", import_error=TORCH_SYMBOL_ERROR)
+    abi = run(env, bare_python, "--only", "te.import").check("te.import")
+    assert ("transformer-engine-torch==2.16.1" in commands(abi)[0]) == (te == "2.16.1"), commands(abi)
+    assert ("'transformer-engine[pytorch,core_cu13]==2.12.0'" in commands(abi)[0]) == (te == "2.12.0")
+    # TE 2.12.0 with the same mismatch: its own extension is rebuilt, whatever the cuBLAS.
+    env.fake("te", fake_te, "2.12.0", import_error=TORCH_SYMBOL_ERROR)
+    old = run(env, bare_python, "--only", "te.import").check("te.import")
+    assert commands(old) == ["pip install --no-build-isolation --no-cache-dir --force-reinstall --no-deps "
+                             "transformer-engine-torch==2.12.0"]
 
 
 # --- Megatron: the pin, and a PYTHONPATH checkout pip cannot change --------------------------------------------------
