@@ -8,7 +8,7 @@ from dsv4_doctor.model import Check, Context, Profile, Result, Source, failed, n
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
-from ._upstream import EAV, mlm, pypi
+from ._upstream import EAV, MLM_VERL_TESTED, mlm, mlm_at, pypi
 
 FE = "nvidia-cudnn-frontend"
 # What the frontend's cutedsl extra (1.26-1.28) or its unconditional requirements (1.29+) name; read from metadata.
@@ -369,6 +369,9 @@ cudnn_fe_dsa = Check(
         mlm(EAV + "csa_utils/fused_sparse_attention.py", "182-194",
             "Megatron-LM dev fused_sparse_attention.py: cudnn-frontend DSA namespace not available"),
         Source("cudnn-frontend PRs #316/#353 (q_causal_offsets)", "https://github.com/NVIDIA/cudnn-frontend/pull/353"),
+        mlm_at(MLM_VERL_TESTED, EAV + "dsa_kernels.py", "Megatron-LM fd1121b8 (verl's tested commit) dsa_kernels.py: "
+               "the DSA wrappers it calls through _DSA, compactify_wrapper and sparse_indexer_score_recompute_wrapper "
+               "among them"),
     ),
     fixes=(fixes.frontend_stack(StaticFacts({})), fixes.BACKEND_NONE),
     skip_if=_not_needed,

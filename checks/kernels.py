@@ -7,7 +7,7 @@ from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, wa
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
-from ._upstream import EAV, mlm
+from ._upstream import EAV, mlm, pypi
 
 FIX_BACKEND_NONE = fixes.BACKEND_NONE
 
@@ -185,6 +185,8 @@ kernels_triton = Check(
             "Megatron-LM dev deepseek_v4_hybrid_attention.py L636 (fused_mla_rope_inplace assert)"),
         Source("Megatron-Bridge #4321 (NaN from fused_mla_rope_inplace on H100)",
                "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/4321"),
+        pypi("torch", "2.11.0", "torch 2.11.0 METADATA: Requires-Dist triton==3.6.0 (the pin the check reads from the "
+             "installed torch)"),
     ),
     fixes=(fixes.TRITON_DOC,),
     static=STATIC,

@@ -9,7 +9,7 @@ from dsv4_doctor.model import Check, Context, Fix, Result, Source, errored, fail
 from dsv4_doctor.probes import TORCH, Probe, StaticRequest, import_probe
 
 from . import fixes
-from ._upstream import mlm
+from ._upstream import measured, mlm, pypi
 
 # PyPI splits TE into a metapackage, a CUDA-specific core and an sdist-only torch extension; an NGC or source build is
 # one distribution, `transformer_engine` (importlib.metadata normalises it to the same name as transformer-engine).
@@ -313,6 +313,13 @@ te_import = Check(
                "https://github.com/NVIDIA/TransformerEngine/issues/1192"),
         Source("TransformerEngine #1853 (libcudnn_adv.so.9 cannot be opened)",
                "https://github.com/NVIDIA/TransformerEngine/issues/1853"),
+        measured("docs/gpu-runs/2026-12-01-h200/README.md", "Measured on an H200, 2026-12-01: TE "
+                 "2.16.1 fails on torch 2.11.0 with undefined symbol cublasLtGroupedMatrixLayoutInit_internal, version "
+                 "libcublasLt.so.13; TE 2.12.0 imports and passes there"),
+        pypi("nvidia-cublas", "13.2.0.9", "nvidia-cublas 13.2.0.9: libcublasLt.so.13 exports "
+             "cublasLtGroupedMatrixLayoutInit_internal (13.1.0.3 and 13.1.2.11 do not; nm -D on the wheels)"),
+        pypi("torch", "2.11.0", "torch 2.11.0 METADATA: Requires-Dist cuda-toolkit[cublas,...]==13.0.2 (installs "
+             "nvidia-cublas 13.1.0.3)"),
     ),
     fixes=(INSTALL, REINSTALL_CONSISTENT),
     static=STATIC,

@@ -430,6 +430,23 @@ def test_a_hostile_specifier_never_reaches_a_command(tmp_path, bare_python):
     assert not list(tmp_path.glob("PWNED*"))
 
 
+@pytest.mark.parametrize("check_id, cited", [
+    ("mcore.config", ["https://github.com/verl-project/verl/pull/6555"]),
+    ("mcore.dsv4", ["https://github.com/NVIDIA/Megatron-LM/pull/5809", "4b01a1b9",
+                    "https://github.com/NVIDIA/Megatron-LM/commit/108cb6bc",
+                    "https://github.com/NVIDIA/Megatron-LM/commit/6888385f"]),
+    ("te.import", ["docs/gpu-runs/2026-12-01-h200", "https://pypi.org/project/nvidia-cublas/13.2.0.9/",
+                   "cuda-toolkit[cublas,...]==13.0.2"]),
+    ("cudnn-fe.dsa", ["https://github.com/NVIDIA/Megatron-LM/blob/fd1121b8ff7e3a4f83a28d35aed172d7bc0260e1/megatron/"
+                      "core/transformer/experimental_attention_variant/dsa_kernels.py"]),
+    ("kernels.triton", ["https://pypi.org/project/torch/2.11.0/", "triton==3.6.0"]),
+])
+def test_explain_cites_the_upstream_source_of_each_claim(check_id, cited):
+    sources = run_doctor("explain", check_id).stdout.split("\nSources:\n", 1)[1]
+    for text in cited:
+        assert text in sources, (check_id, text)
+
+
 def test_explain_claims_no_tvm_ffi_nan():
     text = run_doctor("explain", "tvm-ffi.version").stdout
     assert "NaN cured" not in text and "no confirmed record" in text
