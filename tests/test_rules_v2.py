@@ -104,6 +104,45 @@ def test_dense_wrappers_need_offsets_only_when_the_job_trains_the_dense_loss(tmp
     assert report.report["profile"]["job"]["dense_indexer_loss"] is False
 
 
+@pytest.mark.parametrize("loss, status", [("dense", "fail"), ("sparse", "pass"), ("off", "pass"), ("unstated", "warn")])
+def test_dense_wrappers_without_offsets_fail_when_the_job_trains_the_dense_loss(tmp_path, bare_python, loss, status):
+    """TC:1793-1817: with CP > 1 and the dense indexer loss on (coeff > 0, not dsa_indexer_use_sparse_loss), Megatron
+    requires q_causal_offsets by name on the three dense wrappers too; with the sparse loss, or none, it does not."""
+    from test_rules import OLD_FRONTEND
+
+    def frontend(site: FakeSite):  # indexer_forward_wrapper names the offsets; the dense wrappers take **kwargs only
+        site.dist("nvidia-cudnn-frontend", "1.25.0")
+        site.file("cudnn/__init__.py", OLD_FRONTEND.format(extra=", q_causal_offsets=None"))
+    otc = "actor_rollout_ref.actor.megatron.override_transformer_config"
+    settings = {"dense": [f"++{otc}.dsa_indexer_loss_coeff=0.1"],
+                "sparse": [f"++{otc}.dsa_indexer_loss_coeff=0.1", f"++{otc}.dsa_indexer_use_sparse_loss=True"],
+                "off": [f"++{otc}.dsa_indexer_loss_coeff=0.0"], "unstated": None}[loss]
+    def job(cp: int) -> list[str]:  # the job's CP comes from its own arguments then
+        if settings is None:
+            return ["--cp", str(cp)]
+        return ["--job-args", " ".join(["python3 -m verl.trainer.main_ppo", *settings,
+                                        f"++{otc}.dsa_kernel_backend=cudnn",
+                                        f"actor_rollout_ref.actor.megatron.context_parallel_size={cp}"])]
+    report = run(Env(tmp_path).fake("fe", frontend), bare_python, "--only", "cudnn-fe.dsa", "--gpu-arch", "9.0",
+                 *job(2))
+    row = report.check("cudnn-fe.dsa")
+    assert row["status"] == status, row["summary"]
+    dense = ("dense_indexer_score_recompute_wrapper", "dense_attn_score_recompute_wrapper",
+             "dense_indexer_backward_wrapper")
+    if status == "fail":
+        assert row["summary"].startswith("DSv4 CP with ratio-4 fused DSA requires cuDNN Frontend wrappers with "
+                                         "q_causal_offsets support; missing from: ")
+        missing = row["summary"].split("missing from: ", 1)[1].split(". Install", 1)[0].split(", ")
+        assert set(missing) == set(dense), missing  # indexer_forward_wrapper names it: not listed
+    else:
+        assert "missing from" not in row["summary"]
+    if settings is not None:
+        assert report.report["profile"]["job"]["dense_indexer_loss"] is (loss == "dense")
+    # CP 1: Megatron requires none of them
+    cp1 = run(Env(tmp_path).fake("fe", frontend), bare_python, "--only", "cudnn-fe.dsa", "--gpu-arch", "9.0", *job(1))
+    assert cp1.check("cudnn-fe.dsa")["status"] == "pass"
+
+
 # --- cudnn-fe.csa: only where the installed Megatron has a fused compressor -----------------------------------------
 
 def test_csa_skips_without_megatrons_fused_compressor(tmp_path, bare_python):
