@@ -194,6 +194,8 @@ def _consistency(ctx: Context) -> Result:
             fixes=found, evidence=evidence)
     if unmet:
         missing = [_install_missing(u) for u in unmet if u.get("missing")]
+        if any(u["package"] == "nvidia-cudnn-frontend" and u["installed"] is None for u in unmet):
+            missing.append(fixes.frontend_stack(static))  # what it declares and lacks (torch-c-dlpack-ext), pinned
         return warned("; ".join(lines), details, fixes=missing, evidence=evidence)
     summary = f"the declared requirements among {len(installed)} DSv4 and CUDA packages hold"
     return passed(summary + (f"; {len(others)} other package(s) require some of them" if others else ""), details,

@@ -25,6 +25,10 @@ TE_CUBLAS_SAFE = "2.12.0"  # loads on torch 2.11's cuBLAS 13.1 (measured on an H
 FE_VERSION = "1.27.0"  # the tested set: the Megatron DSv4 recipes' frontend, first with cudnn.csa
 TVM_FFI_VERSION = "0.1.11"
 CUTLASS_VERSION = "4.5.2"  # the Megatron DSv4 recipes' and Megatron-Lite's pin
+# The rest of the frontend's cutedsl extra, for an install without dependencies (a Dockerfile's --no-deps frontend):
+# the versions of the pip-consistent set measured on an H200 (docs/gpu-runs/2026-12-01-h200).
+CUDA_PYTHON_VERSION = "13.4.4"  # requires cuda-bindings~=13.4.4 and cuda-core~=1.2.0 (pip brings them)
+TORCH_C_DLPACK_EXT_VERSION = "0.1.5"  # requires torch only: installed --no-deps, torch is the image's
 TORCH_VERSION = "2.11.0"  # the verl DSv4 image's torch (CUDA 13.0)
 VERL_VERSION = "0.9.0"
 FAST_HADAMARD_COMMIT = "f134af63deb2df17e1171a9ec1ea4a7d8604d5ca"  # Megatron-LM dev's pin
@@ -38,6 +42,7 @@ PINS = {
     "MEGATRON_LM_COMMIT": MLM_DEV, "MEGATRON_BRIDGE_COMMIT": MBRIDGE_COMMIT, "CUDNN_FRONTEND_VERSION": FE_VERSION,
     "TVM_FFI_VERSION": TVM_FFI_VERSION, "CUTLASS_DSL_VERSION": CUTLASS_VERSION, "FLASH_MLA_REF": FLASH_MLA_REF,
     "FAST_HADAMARD_COMMIT": FAST_HADAMARD_COMMIT, "VERL_VERSION": VERL_VERSION, "TE_MIN_VERSION": TE_MIN_VERSION,
+    "CUDA_PYTHON_VERSION": CUDA_PYTHON_VERSION, "TORCH_C_DLPACK_EXT_VERSION": TORCH_C_DLPACK_EXT_VERSION,
 }
 
 # Compiled against torch: what a torch change invalidates (distribution names, as pip lists them).
@@ -258,31 +263,38 @@ def frontend_stack(static: StaticFacts) -> Fix:
     fe = static.version("nvidia-cudnn-frontend")
     if not frontend_kept(static):
         pins = {"apache-tvm-ffi": f"=={TVM_FFI_VERSION}", "nvidia-cutlass-dsl": f"=={CUTLASS_VERSION}"}
+        commands = [["pip", "install", "--no-deps", f"apache-tvm-ffi=={TVM_FFI_VERSION}"],
+                    ["pip", "install", "--force-reinstall", "--no-deps", f"nvidia-cudnn-frontend=={FE_VERSION}"],
+                    ["pip", "install", f"nvidia-cutlass-dsl[cu13]=={CUTLASS_VERSION}"]]
+        dlpack = ""
+        if static.version("torch-c-dlpack-ext") is None:  # 1.27.0's cutedsl extra declares it; nothing brings it
+            pins["torch-c-dlpack-ext"] = f"=={TORCH_C_DLPACK_EXT_VERSION}"
+            commands.append(["pip", "install", "--no-deps", f"torch-c-dlpack-ext=={TORCH_C_DLPACK_EXT_VERSION}"])
+            dlpack = (f", and torch-c-dlpack-ext {TORCH_C_DLPACK_EXT_VERSION}, which the frontend's cutedsl extra "
+                      "declares (--no-deps: it requires only torch, which stays the image's)")
         return _with_breaks(Fix(
             f"Install the tested set: cuDNN frontend {FE_VERSION} (first with the fused CSA compressor cudnn.csa), "
             f"apache-tvm-ffi {TVM_FFI_VERSION} and nvidia-cutlass-dsl {CUTLASS_VERSION} (the Megatron DSv4 recipes' "
-            "pins; the CuTe DSL 4.5.2 brings cuda-python)",
-            [["pip", "install", "--no-deps", f"apache-tvm-ffi=={TVM_FFI_VERSION}"],
-             ["pip", "install", "--force-reinstall", "--no-deps", f"nvidia-cudnn-frontend=={FE_VERSION}"],
-             ["pip", "install", f"nvidia-cutlass-dsl[cu13]=={CUTLASS_VERSION}"]], key="fe-stack"), static, pins)
+            f"pins; the CuTe DSL 4.5.2 brings cuda-python){dlpack}", commands, key="fe-stack"), static, pins)
     commands, pins, declared, withheld = [], {}, [], []
     fe_dist = static.readable_dist("nvidia-cudnn-frontend")
     for req in requirements(fe_dist, ("cutedsl",)):
         name = req.name.lower().replace("_", "-")
-        if name in ("torch", "torch-c-dlpack-ext"):
-            continue  # torch is the image's (a manual step when wrong); the dlpack helper rides along with tvm-ffi
+        if name == "torch":
+            continue  # the image's (a manual step when wrong)
         declared.append(requirement_text(req))
         if _meets(req, static.version(name)):
             continue  # already what the frontend declares: not touched (found in review: a cutlass 4.8.1 that met
             # >=4.5.0 was downgraded to the tested 4.5.2, breaking its own libs)
-        tested = {"apache-tvm-ffi": TVM_FFI_VERSION, "nvidia-cutlass-dsl": CUTLASS_VERSION}.get(name)
+        tested = {"apache-tvm-ffi": TVM_FFI_VERSION, "nvidia-cutlass-dsl": CUTLASS_VERSION,
+                  "torch-c-dlpack-ext": TORCH_C_DLPACK_EXT_VERSION}.get(name)
         pin = _pin_within(req, tested) if tested else safe_specifier(str(req.specifier)) if str(req.specifier) else ""
         if pin is None or not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,100}", name):
             withheld.append(name[:100])
             continue
-        if name == "apache-tvm-ffi":
+        if name in ("apache-tvm-ffi", "torch-c-dlpack-ext"):  # --no-deps: the dlpack helper requires only torch
             pins[name] = pin
-            commands.append(["pip", "install", "--no-deps", "apache-tvm-ffi" + pin])
+            commands.append(["pip", "install", "--no-deps", name + pin])
         elif name == "nvidia-cutlass-dsl":
             pins[name] = pin
             commands.append(["pip", "install", "nvidia-cutlass-dsl[cu13]" + pin])

@@ -415,6 +415,38 @@ def test_a_replaced_frontend_gets_one_cutlass_pin(tmp_path, bare_python):
     assert any("nvidia-cudnn-frontend==1.27.0" in p for p in _pins(script))
 
 
+@pytest.mark.parametrize("fe", ["1.26.0", "1.27.0"])  # replaced by the tested set; kept
+def test_the_plan_installs_torch_c_dlpack_ext_which_the_cutedsl_extra_declares(tmp_path, bare_python, fe):
+    """Frontend 1.27.0's cutedsl extra declares torch-c-dlpack-ext and nothing else brings it (found in review: the
+    tested-set plan left it out). The pin is PINS' (0.1.5, the H200's), --no-deps: it requires only torch."""
+    from fakes import fake_cutedsl
+
+    env = Env(tmp_path).wheel("fe", f"nvidia-cudnn-frontend-{fe}").fake("cutedsl", fake_cutedsl)
+    env.fake("torch", fake_torch).wheel("tvm", "apache-tvm-ffi-0.1.11")
+    env.wheel("typing_extensions", "typing-extensions-4.16.0")
+    only = ("--only", "deps.consistency,cudnn-fe.*,cutlass-dsl.import,tvm-ffi.version", "--cp", "2",
+            "--gpu-arch", "9.0")
+    script = env.doctor("fix", *only, python=bare_python).stdout
+    assert '"$PY" -I -m pip install --no-deps torch-c-dlpack-ext==0.1.5' in _pins(script), script
+    env.fake("dlpack", lambda s: s.dist("torch-c-dlpack-ext", "0.1.4"))  # installed: a plan leaves it alone
+    script = env.doctor("fix", *only, python=bare_python).stdout
+    assert not any("torch-c-dlpack-ext" in p for p in _pins(script)), script
+
+
+@pytest.mark.slow  # asks the package index (pip --dry-run)
+def test_the_tested_set_plan_is_one_pip_accepts(tmp_path, bare_python):
+    """Frontend 1.26.0 is replaced by the tested set (1.27.0, tvm-ffi 0.1.11, cutlass 4.5.2, torch-c-dlpack-ext):
+    after the plan, every requirement of the stack holds, the cutedsl extra's included."""
+    env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0").wheel("cutlass", "nvidia-cutlass-dsl-4.5.2")
+    env.fake("torch", fake_torch).wheel("tvm", "apache-tvm-ffi-0.1.11")
+    env.wheel("typing_extensions", "typing-extensions-4.16.0")
+    script = env.doctor("fix", "--cp", "2", "--gpu-arch", "9.0", "--only",
+                        "deps.consistency,cudnn-fe.*,cutlass-dsl.import,tvm-ffi.version", python=bare_python).stdout
+    assert any("nvidia-cudnn-frontend==1.27.0" in p for p in _pins(script)), script
+    assert any("torch-c-dlpack-ext==0.1.5" in p for p in _pins(script)), script
+    assert_plan_resolves(script, env, tmp_path, bare_python)
+
+
 def test_a_kept_frontend_keeps_a_cutlass_that_meets_it_and_names_what_a_pin_breaks(tmp_path, bare_python):
     """Found in review: frontend 1.27.0 with cutlass 4.8.1 (>=4.5.0 holds) got cutlass==4.5.2, breaking its libs;
     the tvm-ffi pin broke vLLM's declared ==0.1.9 without saying so."""
