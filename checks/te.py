@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from dsv4_doctor.facts import at_least, canonical, error_text, outcome, requirements, version
+from dsv4_doctor.facts import at_least, canonical, error_text, outcome, requirements, safe_specifier, version
 from dsv4_doctor.model import Check, Context, Fix, Result, Source, errored, failed, passed, skipped, warned
 from dsv4_doctor.probes import TORCH, Probe, StaticRequest, import_probe
 
@@ -220,10 +220,14 @@ def _missing_dependency(static, missing: str) -> tuple[str, list[Fix], dict] | N
             dist = static.readable_dist(name) or {}
             hint = (f"{dist.get('name') or name} {dist.get('version')} requires {spec}, which is not installed (TE was "
                     "installed with --no-deps, or the requirement was removed): TE's own code imports it")
-            if not re.fullmatch(r"[A-Za-z0-9._-]+(?:[<>=!~,.*0-9A-Za-z+-]*)", spec):
+            # The one judge of a specifier from METADATA, as everywhere (its own regex here accepted `===`, which
+            # takes any text: found in review); the name must be a plain one too.
+            plain = safe_specifier(str(req.specifier)) if str(req.specifier) else ""
+            if plain is None or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", req.name):
                 return hint, [fixes.withheld(f"Install {req.name}", "its version specifier is not a plain value",
                                              phase=fixes.Phase.PIN, key=f"te-dep:{req.name}")], \
                     {"missing_requirement": spec}
+            spec = req.name + plain
             return hint, [Fix(f"Install {spec}, which {dist.get('name') or name} requires",
                               [["pip", "install", spec]], key=f"te-dep:{spec}")], {"missing_requirement": spec}
     return (f"TE imports {top}, which is not installed and which no TE distribution here declares",

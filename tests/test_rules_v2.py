@@ -675,3 +675,18 @@ def test_te_missing_its_own_dependency_is_named_with_the_requirement_to_install(
     deps = run.check("deps.consistency")  # a warning: te.import is where the import breaks
     assert deps["status"] == "warn" and "dsv4fake-pydantic>=2.0, but it is not installed" in deps["summary"]
     assert [c for f in deps["fixes"] for c in f["commands"]] == ["pip install 'dsv4fake-pydantic>=2.0'"]
+
+
+@pytest.mark.parametrize("requirement", ["dsv4fake-pydantic===a&touch${IFS}PWNED8&#", "dsv4fake-pydantic===2.0"])
+def test_te_missing_dependency_with_an_arbitrary_equality_specifier_is_withheld(tmp_path, requirement):
+    """te.import judged specifiers with its own regex, which accepted `===` (any text): now facts.safe_specifier, as
+    everywhere, so the command is withheld."""
+    env = Env(tmp_path).fake("torch", fake_torch).fake(
+        "te", fake_te, "2.12.0", imports="dsv4fake_pydantic",
+        requires={"transformer-engine-torch": ("torch>=2.1", requirement)})
+    te = env.doctor("check", "-f", "json", "--only", "te.import", python=sys.executable).check("te.import")
+    assert te["status"] == "fail" and "No module named 'dsv4fake_pydantic'" in te["summary"]
+    assert [c for f in te["fixes"] for c in f["commands"]] == []
+    assert "command withheld: its version specifier is not a plain value" in te["fixes"][0]["description"]
+    script = env.doctor("fix", "--only", "te.import", python=sys.executable).stdout
+    assert "===" not in "\n".join(_pins(script)) and "PWNED8" not in "\n".join(_pins(script))
