@@ -41,6 +41,28 @@ def test_flash_mla_from_main_fails_and_nv_dev_passes(tmp_path, bare_python):
     assert ok["evidence"]["params_from"] == "signature" and "indexer_topk" in ok["evidence"]["params"]
 
 
+def test_megatrons_dependency_error_is_quoted_once(tmp_path, bare_python):
+    """Found in review: its long sentence was in both cudnn-fe.version's and kernels.flash-mla's summaries (four
+    times in one text report). The frontend check quotes it, naming both packages as Megatron does; kernels.flash-mla
+    quotes it only where the frontend is there, so the sentence names flash_mla alone."""
+    sentence = "requires fused DSA kernels, but the following packages are not available"
+    report = run(Env(tmp_path), bare_python, "--no-smoke").report
+    quoting = {c["id"]: c["summary"] for c in report["checks"] if sentence in c["summary"]}
+    assert list(quoting) == ["cudnn-fe.version"], quoting
+    assert ("flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev), cudnn-frontend DSA "
+            "(nvidia-cudnn-frontend[cutedsl]). Install them") in quoting["cudnn-fe.version"]
+    flash = next(c for c in report["checks"] if c["id"] == "kernels.flash-mla")
+    assert flash["status"] == "fail" and flash["summary"].startswith("flash_mla is not installed")
+    text = Env(tmp_path).doctor("check", "--no-smoke", python=bare_python).stdout
+    assert " ".join(text.split()).count(sentence) <= 2  # the summary line and the failure's details, one check
+    with_frontend = run(Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0"), bare_python, "--only",
+                        "kernels.flash-mla").check("kernels.flash-mla")
+    assert with_frontend["summary"] == (
+        "dsa_kernel_backend=cudnn requires fused DSA kernels, but the following packages are not available: flash_mla "
+        "(https://github.com/deepseek-ai/FlashMLA/tree/nv_dev). Install them or set dsa_kernel_backend=none to use the "
+        "PyTorch fallback.")
+
+
 def test_flash_mla_signature_falls_back_to_ast(tmp_path, bare_python):
     def builtin_fwd(site: FakeSite):  # the function the package exports has no readable signature (a builtin)
         fake_flash_mla(site, "main")
