@@ -25,10 +25,6 @@ TE_CUBLAS_SAFE = "2.12.0"  # loads on torch 2.11's cuBLAS 13.1 (measured on an H
 FE_VERSION = "1.27.0"  # the tested set: the Megatron DSv4 recipes' frontend, first with cudnn.csa
 TVM_FFI_VERSION = "0.1.11"
 CUTLASS_VERSION = "4.5.2"  # the Megatron DSv4 recipes' and Megatron-Lite's pin
-# The rest of the frontend's cutedsl extra, for an install without dependencies (a Dockerfile's --no-deps frontend):
-# the versions of the pip-consistent set measured on an H200 (docs/gpu-runs/2026-12-01-h200).
-CUDA_PYTHON_VERSION = "13.4.4"  # requires cuda-bindings~=13.4.4 and cuda-core~=1.2.0 (pip brings them)
-TORCH_C_DLPACK_EXT_VERSION = "0.1.5"  # requires torch only: installed --no-deps, torch is the image's
 TORCH_VERSION = "2.11.0"  # the verl DSv4 image's torch (CUDA 13.0)
 VERL_VERSION = "0.9.0"
 FAST_HADAMARD_COMMIT = "f134af63deb2df17e1171a9ec1ea4a7d8604d5ca"  # Megatron-LM dev's pin
@@ -42,8 +38,13 @@ PINS = {
     "MEGATRON_LM_COMMIT": MLM_DEV, "MEGATRON_BRIDGE_COMMIT": MBRIDGE_COMMIT, "CUDNN_FRONTEND_VERSION": FE_VERSION,
     "TVM_FFI_VERSION": TVM_FFI_VERSION, "CUTLASS_DSL_VERSION": CUTLASS_VERSION, "FLASH_MLA_REF": FLASH_MLA_REF,
     "FAST_HADAMARD_COMMIT": FAST_HADAMARD_COMMIT, "VERL_VERSION": VERL_VERSION, "TE_MIN_VERSION": TE_MIN_VERSION,
-    "CUDA_PYTHON_VERSION": CUDA_PYTHON_VERSION, "TORCH_C_DLPACK_EXT_VERSION": TORCH_C_DLPACK_EXT_VERSION,
+    "CUDA_PYTHON_VERSION": "13.4.4", "TORCH_C_DLPACK_EXT_VERSION": "0.1.5",  # the frontend's cutedsl extra's
 }
+# The rest of the frontend's cutedsl extra, for an install without its dependencies (the Dockerfile's --no-deps
+# frontend): the pip-consistent set measured on an H200 (docs/gpu-runs/2026-12-01-h200). cuda-python 13.4.4 requires
+# cuda-bindings~=13.4.4 and cuda-core~=1.2.0, which pip brings; torch-c-dlpack-ext requires only torch (--no-deps).
+CUDA_PYTHON_VERSION = PINS["CUDA_PYTHON_VERSION"]
+TORCH_C_DLPACK_EXT_VERSION = PINS["TORCH_C_DLPACK_EXT_VERSION"]
 
 # Compiled against torch: what a torch change invalidates (distribution names, as pip lists them).
 TORCH_EXTENSIONS = ("transformer-engine-torch", "transformer-engine", "flash-mla", "fast-hadamard-transform",
