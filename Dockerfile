@@ -16,6 +16,8 @@ ARG MEGATRON_BRIDGE_COMMIT=c7774d44d4b3101dc6bdf8c8d38a32e909e1ea11
 ARG CUDNN_FRONTEND_VERSION=1.27.0
 ARG TVM_FFI_VERSION=0.1.11
 ARG CUTLASS_DSL_VERSION=4.5.2
+ARG CUDA_PYTHON_VERSION=13.4.4
+ARG TORCH_C_DLPACK_EXT_VERSION=0.1.5
 ARG FLASH_MLA_REF=nv_dev
 ARG FAST_HADAMARD_COMMIT=f134af63deb2df17e1171a9ec1ea4a7d8604d5ca
 ARG VERL_VERSION=0.9.0
@@ -35,10 +37,15 @@ RUN pip install --no-cache-dir --no-deps \
         "megatron-bridge @ git+https://github.com/NVIDIA-NeMo/Megatron-Bridge.git@${MEGATRON_BRIDGE_COMMIT}"
 
 # The cuDNN frontend's DSA stack: apache-tvm-ffi and the frontend without their dependencies (the frontend's
-# extras would move the CuTe DSL), then the CuTe DSL version the frontend requires, with its CUDA 13 libraries.
+# extras would move the CuTe DSL), then the CuTe DSL version the frontend requires, with its CUDA 13 libraries, and
+# the rest of the frontend's cutedsl extra, pinned: cuda-python (with cuda-bindings; the CuTe DSL alone would take
+# any >= 12.8) and torch-c-dlpack-ext (--no-deps: its one requirement, torch, is the base image's). Without them
+# deps.consistency reports the extra as unmet, and --strict stops the build.
 RUN pip install --no-cache-dir --no-deps "apache-tvm-ffi==${TVM_FFI_VERSION}" \
  && pip install --no-cache-dir --force-reinstall --no-deps "nvidia-cudnn-frontend==${CUDNN_FRONTEND_VERSION}" \
- && pip install --no-cache-dir "nvidia-cutlass-dsl[cu13]==${CUTLASS_DSL_VERSION}"
+ && pip install --no-cache-dir "nvidia-cutlass-dsl[cu13]==${CUTLASS_DSL_VERSION}" \
+        "cuda-python==${CUDA_PYTHON_VERSION}" \
+ && pip install --no-cache-dir --no-deps "torch-c-dlpack-ext==${TORCH_C_DLPACK_EXT_VERSION}"
 
 # Kernels compiled against the image's torch: FlashMLA's nv_dev branch (flash_mla_sparse_fwd with indexer_topk) and
 # fast-hadamard-transform at the commit Megatron pins.

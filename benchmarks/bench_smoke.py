@@ -8,7 +8,8 @@ doctor's start-up, the probes and every comparison: `smoke.thd-cp` and the stack
 `smoke.dsv4-kernels`). Each gets one untimed warm-up, then they alternate, so a machine that warms up (page cache) or
 drifts does not favour either. Goal: the smoke, stack kernels included, within the floor + 10 s (each kernel's first
 call JIT-compiles, 2.6-5.7 s measured). The last smoke report's per-sub-run first-call (JIT) and steady times and peak
-GPU memory are printed too.
+GPU memory are printed too (the layout kernels' first calls one by one: compact forward, backward, indices per
+mode).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def kernel_times(report_text: str) -> dict:
     for name, sub in ((row or {}).get("evidence", {}).get("subruns") or {}).items():
         ev = sub.get("evidence") or {}
         out[name] = {"status": sub.get("status"), "jit_s": ev.get("jit_s"), "steady_s": ev.get("steady_s"),
-                     "total_s": sub.get("total_s"), "gpu_memory_peak_mib": sub.get("gpu_memory_peak_mib")}
+                     "total_s": sub.get("total_s"), "gpu_memory_peak_mib": sub.get("gpu_memory_peak_mib"),
+                     "first_call_s": ev.get("first_call_s")}  # the layout kernels: each kernel's first call
     return out
 
 
@@ -88,6 +90,8 @@ def main() -> None:
     for name, t in kernels.items():
         print(f"  kernel {name:<9} {t['status']:<5} first call {t['jit_s']} s, steady {t['steady_s']} s, "
               f"probe {t['total_s']} s, peak GPU {t['gpu_memory_peak_mib']} MiB")
+        if isinstance(t.get("first_call_s"), dict):
+            print("    first calls: " + ", ".join(f"{k} {v} s" for k, v in t["first_call_s"].items()))
     print(json.dumps({"floor": floor, "smoke": smoke, "added_s": added, "cp": args.cp, "kernels": kernels}))
 
 

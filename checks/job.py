@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import os
 
-from dsv4_doctor.jobargs import common_setting, is_interpolation, line_to_add, role_settings, roles_to_check
+from dsv4_doctor.jobargs import (ENGINE_MAX_SEQLEN, VERL_ROLES, common_setting, is_interpolation, line_to_add,
+                                 role_settings, roles_to_check)
 from dsv4_doctor.model import Check, Context, Fix, Phase, Profile, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 
@@ -47,12 +48,13 @@ def _job(ctx: Context) -> dict:
 
 
 def _add(job: dict, role: str, setting: str, value, why: str, now: str | None = None) -> Fix:
-    """The argument to add, or, when the command states the setting already (`now`), the one to change it to."""
+    """The argument to add, or, when the command states the setting already (`now`), the one to change it to. The
+    line is the description's own indented last line: renderers keep it whole (copy-pastable, never wrapped)."""
     line = line_to_add(job, role, setting, value)
     if now is not None:
-        return Fix(f"Change in the training command, from {now!r} to: {line}  ({why})", key=f"job:{line}",
+        return Fix(f"Change in the training command ({why}), from {now!r} to:\n  {line}", key=f"job:{line}",
                    phase=Phase.SETTING)
-    return Fix(f"Add to the training command: {line}  ({why})", key=f"job:{line}", phase=Phase.SETTING)
+    return Fix(f"Add to the training command ({why}):\n  {line}", key=f"job:{line}", phase=Phase.SETTING)
 
 
 def _now(settings: dict, name: str) -> str | None:
@@ -76,13 +78,24 @@ def _int(settings_or_setting, name: str | None = None) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _from_file(job: dict) -> str:
+    """The config-file flags the command gives (Hydra --config-name/--config-path, --yaml-cfg), or ""."""
+    flags = job.get("config_file")
+    return ", ".join(str(f) for f in flags) if isinstance(flags, list) and flags else ""
+
+
+def _maybe_in_file(job: dict) -> str:
+    """What "not stated" means for the command: its default, or, with a config file, not known."""
+    return f": the config file may set it ({_from_file(job)})" if _from_file(job) else ""
+
+
 def _cp(job: dict, settings: dict) -> int:
-    """A role's CP size: as stated; --cp's when the command states one the doctor cannot resolve (the CLI insists on
-    --cp then); else 1, verl's and Megatron's default."""
+    """A role's CP size: as stated; --cp's when the command states one the doctor cannot resolve, or none beside a
+    config file (the CLI insists on --cp then); else 1, verl's and Megatron's default."""
     value = _int(settings, "cp")
     if value is not None:
         return value
-    if _stated(settings, "cp"):
+    if _stated(settings, "cp") or _from_file(job):
         given = job.get("cp_given")
         return given if isinstance(given, int) and not isinstance(given, bool) else 1
     return 1
@@ -139,7 +152,8 @@ def _cp_args(ctx: Context) -> Result:
         return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read",
                        evidence={"entry": job.get("entry")})
     auto, why_auto = _verl_sets_cp(ctx, job)
-    fails, warns, notes, fixes = [], [], [], []
+    fails, warns, notes, fixes, unknown = [], [], [], [], []
+    in_file = _maybe_in_file(job)
     evidence: dict = {"verl_sets_cp_settings": auto, "decided_from": why_auto, "roles": {}}
     for role in roles:
         st = role_settings(job, role)
@@ -167,12 +181,16 @@ def _cp_args(ctx: Context) -> Result:
                              "sequence_packing_scheduler=default_dynamic_cp")
             sched = "default_dynamic_cp"
         else:
-            if mode != "contiguous":
+            if mode is None and in_file:
+                unknown.append(f"{lab}cp_partition_mode not stated{in_file}")
+            elif mode != "contiguous":
                 what = "not stated (Megatron's default is zigzag)" if mode is None else f"{mode}"
                 fails.append(f"{lab}cp_partition_mode is {what}: Megatron stops with \"{M1}\"")
                 fixes.append(_add(job, role, "cp_partition_mode", "contiguous", "DSv4 CP needs the contiguous layout",
                                   _now(st, "cp_partition_mode")))
-            if sched is None:
+            if sched is None and in_file:
+                unknown.append(f"{lab}sequence_packing_scheduler not stated{in_file}")
+            elif sched is None:
                 fails.append(f"{lab}no sequence_packing_scheduler: Megatron stops with \"{M4}\"")
                 fixes.append(_add(job, role, "sequence_packing_scheduler", "dp_balanced",
                                   "as verl's DSv4 example sets it"))
@@ -184,40 +202,81 @@ def _cp_args(ctx: Context) -> Result:
             if mode == "contiguous" and sched in SCHEDULERS:
                 notes.append(f"{lab}CP {cp}: cp_partition_mode=contiguous, sequence_packing_scheduler={sched}")
         row.update(cp_partition_mode=mode, scheduler=sched)
-        _max_seqlen(job, role, st, cp, sched, row, fails, notes, fixes)
-    evidence.update(failures=fails, warnings=warns, notes=notes)
+        _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unknown)
+    evidence.update(failures=fails, warnings=warns, notes=notes, unknown=unknown)
     text = "; ".join(fails or warns or notes)
     if fails:
-        return failed(text, "\n".join(warns + notes + [why_auto]), fixes=fixes, evidence=evidence)
+        return failed(text, "\n".join(warns + unknown + notes + [why_auto]), fixes=fixes, evidence=evidence)
     if warns:
-        return warned(text, "\n".join(notes + [why_auto]), evidence=evidence)
+        return warned(text, "\n".join(unknown + notes + [why_auto]), evidence=evidence)
+    if unknown:
+        return skipped("; ".join(unknown + notes), evidence=evidence)
     if all(r["cp"] == 1 for r in evidence["roles"].values()) and not any(
             _value(role_settings(job, r), "dynamic_context_parallel") for r in roles):
         return skipped("CP = 1: the job needs no CP settings", evidence=evidence)
     return passed(text or "the job states the DSv4 CP settings", why_auto, evidence=evidence)
 
 
-def _max_seqlen(job, role, st, cp, sched, row, fails, notes, fixes) -> None:
+def _positive(value) -> bool:
+    """A positive integer as verl's McoreEngineConfig checks it (an int, not a bool, > 0)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _seqlen_fix(job, role, name, needed, needed_from, cp, now) -> Fix:
+    """The line that states max_seqlen_per_dp_cp_rank (`name`: the engine's or the transformer config's)."""
+    if needed:
+        return _add(job, role, name, math.ceil(needed / cp), _per_rank(needed_from), now)
+    return _add(job, role, name, "N", f"N = {_per_rank('the longest sample')}, rounded up; {needed_from}", now)
+
+
+def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unknown) -> None:
     lab = _label(job, role)
     needed, needed_from = _needed_length(job)
-    value = _int(st, "max_seqlen_per_dp_cp_rank")
+    name = "max_seqlen_per_dp_cp_rank"  # override_transformer_config's / --max-seqlen-per-dp-cp-rank
+    if job.get("kind") == "verl":
+        engine_key = f"{VERL_ROLES.get(role, VERL_ROLES['actor'])}.megatron.max_seqlen_per_dp_cp_rank"
+        engine = st.get(ENGINE_MAX_SEQLEN) if isinstance(st.get(ENGINE_MAX_SEQLEN), dict) else None
+        if _value(st, "dynamic_context_parallel") is True:
+            # verl validates the engine's value (engine.py L229-236) and writes it over the transformer config's
+            # (transformer_impl.py L303-311): the override_transformer_config value does nothing here.
+            if _stated(st, name):
+                notes.append(f"{lab}override_transformer_config.max_seqlen_per_dp_cp_rank={_now(st, name)} is "
+                             f"replaced by verl with {engine_key} (dynamic CP)")
+            name = ENGINE_MAX_SEQLEN
+            if engine is None and _from_file(job):
+                unknown.append(f"{lab}{engine_key} not stated with dynamic_context_parallel{_maybe_in_file(job)}")
+                return
+            if engine is None or (not _unresolved(st, name) and not _positive(engine.get("value"))):
+                what = "not stated" if engine is None else f"={engine.get('raw')!r}, not a positive integer,"
+                fails.append(f"{lab}{engine_key} {what} with dynamic_context_parallel: verl stops with "
+                             f"\"{VERL_DYNAMIC}\"")
+                fixes.append(_seqlen_fix(job, role, name, needed, needed_from, cp, _now(st, name)))
+                row.update(max_seqlen_per_dp_cp_rank=None, max_seqlen_from=engine_key, needed=needed)
+                return
+        elif engine is not None:
+            # Without dynamic CP verl does not read the engine's value: Megatron gets the transformer config's.
+            text = (f"{lab}{engine_key}={engine.get('raw')} is read by verl only with dynamic_context_parallel; "
+                    "Megatron gets override_transformer_config.max_seqlen_per_dp_cp_rank")
+            if _stated(st, name):
+                notes.append(text)
+            else:
+                warns.append(text + ", which the command does not state")
+    value = _int(st, name)
     row.update(max_seqlen_per_dp_cp_rank=value, needed=needed)
-    if not _stated(st, "max_seqlen_per_dp_cp_rank"):
-        if job.get("kind") == "verl" and _value(st, "dynamic_context_parallel"):
-            fails.append(f"{lab}max_seqlen_per_dp_cp_rank not stated with dynamic_context_parallel: verl stops with "
-                         f"\"{VERL_DYNAMIC}\"")
-            if needed:
-                fixes.append(_add(job, role, "max_seqlen_per_dp_cp_rank", math.ceil(needed / cp),
-                                  _per_rank(needed_from)))
-        elif job.get("kind") == "megatron":
+    if not _stated(st, name):
+        if job.get("kind") == "megatron":
             notes.append(f"{lab}max_seqlen_per_dp_cp_rank not stated (the Megatron-LM CLI derives it from "
                          "--seq-length)")
         else:
             notes.append(f"{lab}max_seqlen_per_dp_cp_rank: not stated")
         return
+    if _unresolved(st, name):
+        notes.append(f"{lab}max_seqlen_per_dp_cp_rank={_now(st, name)!r}: not known (an interpolation the doctor "
+                     "cannot resolve here)")
+        return
     if value is None or value < 1:
-        fails.append(f"{lab}max_seqlen_per_dp_cp_rank={st['max_seqlen_per_dp_cp_rank'].get('raw')!r} is not a "
-                     "positive whole number")
+        fails.append(f"{lab}max_seqlen_per_dp_cp_rank={_now(st, name)!r} is not a positive whole number")
+        fixes.append(_seqlen_fix(job, role, name, needed, needed_from, cp, _now(st, name)))
         return
     if needed is None:
         notes.append(f"{lab}max_seqlen_per_dp_cp_rank={value}; whether it covers the longest sample is unknown: "
@@ -241,8 +300,7 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, notes, fixes) -> None:
         fails.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x {how} = {value * ranks} < {needed} ({needed_from}): "
                      "the longest sample does not fit, and Megatron asserts total_cp_ranks * "
                      "max_seqlen_per_dp_cp_rank >= seq_length")
-        fixes.append(_add(job, role, "max_seqlen_per_dp_cp_rank", math.ceil(needed / cp), _per_rank(needed_from),
-                          _now(st, "max_seqlen_per_dp_cp_rank")))
+        fixes.append(_add(job, role, name, math.ceil(needed / cp), _per_rank(needed_from), _now(st, name)))
     else:
         notes.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x {how} = {value * ranks} >= {needed}")
 
@@ -259,7 +317,12 @@ job_cp_args = Check(
         pass with a note, and an override that contradicts verl's choice is reported as overridden. Without #6555,
         and on a Megatron-LM command line, they must be explicit. When `max_seqlen_per_dp_cp_rank` is stated, it
         times the scheduler's rank count (CP for dp_balanced, DP x CP for default_dynamic_cp) must cover the longest
-        sample (`data.max_prompt_length + data.max_response_length`, or `--seq-length`).
+        sample (`data.max_prompt_length + data.max_response_length`, or `--seq-length`). With verl's
+        `<role>.megatron.dynamic_context_parallel=True`, verl requires its engine key
+        `<role>.megatron.max_seqlen_per_dp_cp_rank` (a positive integer, else "max_seqlen_per_dp_cp_rank must be a
+        positive integer when dynamic_context_parallel is enabled") and writes it over the transformer config's;
+        without dynamic CP verl does not read the engine key, and Megatron gets the
+        `override_transformer_config` value.
     """,
     applies_when="job arguments given; CP > 1",
     detects="the training command's overrides or flags; verl's #6555 marker (ast)",
@@ -269,6 +332,9 @@ job_cp_args = Check(
         Source("verl run_deepseek_v4_flash_megatron.sh CP_ARGS (PR #7297)",
                "https://github.com/verl-project/verl/pull/7297"),
         Source("verl PR #6555 (MegatronEngine sets the DSv4 CP settings)", "https://github.com/verl-project/verl/pull/6555"),
+        Source("verl 0.9.0 workers/config/engine.py L229-236 (McoreEngineConfig: max_seqlen_per_dp_cp_rank with "
+               "dynamic CP); workers/engine/megatron/transformer_impl.py L303-311 (written over the transformer "
+               "config's)", "https://github.com/verl-project/verl/blob/v0.9.0/verl/workers/config/engine.py#L229-L236"),
     ),
     skip_if=_no_job,
     static=STATIC,
@@ -289,21 +355,31 @@ def _parallelism(ctx: Context) -> Result:
     evidence: dict = {"world_size": world, "roles": {}}
     for role in roles:
         st, lab = role_settings(job, role), _label(job, role)
-        tp = _int(st, "tp") if _stated(st, "tp") else 1
-        cp, pp = _cp(job, st), _int(st, "pp") or 1
+        tp = _int(st, "tp")
+        cp, pp = _cp(job, st), _int(st, "pp") or (None if _from_file(job) and not _stated(st, "pp") else 1)
         evidence["roles"][role] = {"tp": tp, "cp": cp, "pp": pp, "tp_stated": _stated(st, "tp")}
+        if not _stated(st, "tp"):
+            # Not stated is not known: verl's and Megatron's default is 1, but a config file or a recipe may differ.
+            unknown.append(f"{lab}TP not stated" + (_maybe_in_file(job) or
+                                                    " (verl's and Megatron's default is 1; the command does not "
+                                                    "say)"))
+            continue
         if tp is None and _unresolved(st, "tp"):
             unknown.append(f"{lab}tensor_model_parallel_size={st['tp'].get('raw')!r}: not known (an interpolation "
                            "the doctor cannot resolve here)")
             continue
         if tp is None:
             fails.append(f"{lab}tensor_model_parallel_size={st['tp'].get('raw')!r} is not a number")
+            fixes.append(_add(job, role, "tp", 1, "DSv4's attention supports TP 1 only", _now(st, "tp")))
         elif tp != 1:
             fails.append(f"{lab}TP = {tp}: Megatron asserts \"{M6}\"")
             fixes.append(_add(job, role, "tp", 1, "DSv4's attention supports TP 1 only", _now(st, "tp")))
         else:
-            notes.append(f"{lab}TP = 1" + ("" if _stated(st, "tp") else " (not stated: the default)"))
-        if world is None:
+            notes.append(f"{lab}TP = 1")
+        if pp is None:
+            unknown.append(f"{lab}PP not stated{_maybe_in_file(job)}: whether TP x PP x CP divides the world size "
+                           "is unknown")
+        elif world is None:
             notes.append(f"{lab}whether TP x PP x CP = {(tp or 1) * pp * cp} divides the world size is unknown "
                          "(the command states no node and GPU counts)")
         elif world % ((tp or 1) * pp * cp):
@@ -327,8 +403,10 @@ job_parallelism = Check(
         DSv4's hybrid attention supports tensor parallelism 1 only (Megatron asserts "DSv4 Hybrid Attention only
         supports TP size 1.", at any CP), and TP x PP x CP must divide the job's GPUs (nodes x GPUs per node, from
         `trainer.nnodes`/`trainer.n_gpus_per_node` or torchrun's `--nnodes`/`--nproc-per-node`) so that Megatron can
-        form the model replicas. A TP the command does not state is the default, 1; a world size it does not state
-        leaves the divisibility unknown, and the check says so.
+        form the model replicas. A TP the command does not state is not known (the row is a skip that says so: a
+        config file or a recipe may set another), nor is anything a config file it names (Hydra --config-name/
+        --config-path, Megatron-LM --yaml-cfg) may set; a world size it does not state leaves the divisibility
+        unknown, and the check says so.
     """,
     applies_when="job arguments given",
     detects="the training command's parallel sizes and node/GPU counts",
@@ -347,7 +425,7 @@ def _moe_dispatch(ctx: Context) -> Result:
     if not roles:
         return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read")
     auto, _ = _verl_sets_cp(ctx, job)
-    fails, warns, notes, fixes = [], [], [], []
+    fails, warns, notes, fixes, unknown = [], [], [], [], []
     deep_ep = ctx.static.module("deep_ep").get("found")
     evidence: dict = {"deep_ep_found": deep_ep, "roles": {}}
     checked = 0
@@ -367,6 +445,10 @@ def _moe_dispatch(ctx: Context) -> Result:
         stated = _value(st, "moe_token_dispatcher_type")
         if stated is not None:
             dispatcher, source = str(stated), "stated"
+        elif _from_file(job) and scheduler is not None:
+            unknown.append(f"{lab}moe_token_dispatcher_type not stated{_maybe_in_file(job)}")
+            evidence["roles"][role] = {"scheduler": scheduler, "dispatcher": None, "source": "not stated"}
+            continue
         elif job.get("kind") == "verl":
             dispatcher, source = "alltoall", "not stated: verl's DSv4 provider sets alltoall"
         else:
@@ -395,11 +477,13 @@ def _moe_dispatch(ctx: Context) -> Result:
                              "for 9.0 and 10.0 only)")
         else:
             notes.append(f"{lab}dispatcher {dispatcher} ({source}) with the {scheduler} scheduler")
-    evidence.update(failures=fails, warnings=warns, notes=notes)
+    evidence.update(failures=fails, warnings=warns, notes=notes, unknown=unknown)
     if fails:
-        return failed("; ".join(fails), "\n".join(warns + notes), fixes=fixes, evidence=evidence)
+        return failed("; ".join(fails), "\n".join(warns + unknown + notes), fixes=fixes, evidence=evidence)
     if warns:
-        return warned("; ".join(warns), "\n".join(notes), evidence=evidence)
+        return warned("; ".join(warns), "\n".join(unknown + notes), evidence=evidence)
+    if unknown:
+        return skipped("; ".join(unknown + notes), evidence=evidence)
     if not checked:
         return skipped("no packing scheduler: the dispatcher rule does not apply", evidence=evidence)
     return passed("; ".join(notes), evidence=evidence)
@@ -453,12 +537,13 @@ def _indexer_loss(ctx: Context) -> Result:
         if _value(st, "csa_dense_mode") is True:
             notes.append(f"{lab}csa_dense_mode: no ratio-4 indexer")
             continue
-        if not _stated(st, "dsa_indexer_loss_coeff") and job.get("kind") == "megatron":
+        if not _stated(st, "dsa_indexer_loss_coeff") and job.get("kind") == "megatron" and not _from_file(job):
             notes.append(f"{lab}dsa_indexer_loss_coeff not stated: Megatron's default None, no indexer loss")
             continue
         if not _stated(st, "dsa_indexer_loss_coeff") or _unresolved(st, "dsa_indexer_loss_coeff"):
             # Megatron-Bridge's DSv4 provider decides what verl does not state: not known from the command.
-            unknown.append(f"{lab}dsa_indexer_loss_coeff: not stated (Megatron-Bridge's DSv4 provider decides)"
+            unknown.append((f"{lab}dsa_indexer_loss_coeff: not stated{_maybe_in_file(job)}" if _from_file(job) else
+                            f"{lab}dsa_indexer_loss_coeff: not stated (Megatron-Bridge's DSv4 provider decides)")
                            if not _stated(st, "dsa_indexer_loss_coeff") else
                            f"{lab}dsa_indexer_loss_coeff={_now(st, 'dsa_indexer_loss_coeff')!r}: not known")
             continue
@@ -578,6 +663,17 @@ M13 = ("dsv4_hybrid does not support dsa_kernel_backend='tilelang'; use 'cudnn' 
 BACKENDS = ("none", "cudnn")
 
 
+def _drop_fusion_switch(job: dict, role: str, backend: str) -> Fix:
+    """The conflict's fix: drop the deprecated switch (dsa_kernel_backend says what the job wants)."""
+    why = f"dsa_kernel_backend={backend} states the backend; apply_dsa_kernel_fusion is the deprecated switch"
+    if job.get("syntax") == "megatron":
+        return Fix(f"Remove --no-dsa-kernel-fusion from the training command ({why})",
+                   key="job:remove --no-dsa-kernel-fusion", phase=Phase.SETTING)
+    key = f"{VERL_ROLES.get(role, VERL_ROLES['actor'])}.megatron.override_transformer_config.apply_dsa_kernel_fusion"
+    return Fix(f"Drop the deprecated switch ({why}): remove the argument that sets it from the training command, or "
+               f"add after it:\n  ~{key}", key=f"job:~{key}", phase=Phase.SETTING)
+
+
 def _dsa_backend(ctx: Context) -> Result:
     job = _job(ctx)
     roles = roles_to_check(job)
@@ -611,6 +707,8 @@ def _dsa_backend(ctx: Context) -> Result:
             fails.append(f"{lab}apply_dsa_kernel_fusion={fusion} maps to dsa_kernel_backend={legacy!r}, but "
                          f"dsa_kernel_backend={backend!r} is stated too: Megatron raises \"Conflicting DSA kernel "
                          "controls\"")
+            fixes.append(_drop_fusion_switch(job, role, backend))
+            continue
         else:
             notes.append(f"{lab}dsa_kernel_backend={backend}")
             continue

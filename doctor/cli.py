@@ -392,7 +392,7 @@ def cmd_explain(args) -> int:
     if c is None:
         near = [x.id for x in checks if args.check_id.split(".")[0] in x.id]
         raise UsageError(f"unknown check {args.check_id!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
-    return 0 if _write_stdout(Redactor()(explain_text(c))) else int(ExitCode.OUTPUT)
+    return 0 if _write_stdout(explain_text(c, Redactor())) else int(ExitCode.OUTPUT)
 
 
 def _incomplete(report: dict) -> str | None:
@@ -506,8 +506,9 @@ def cmd_preflight(args) -> int:
                     + (f" ({verdict_line(report)})" if env is None else " (the fleet's verdict)"))
         return int(ExitCode.FAILED)
     if args.dry_run:
-        _stderr("dsv4-doctor preflight: dry run, not starting: " + " ".join(command[:6])
-                + (" ..." if len(command) > 6 else ""))
+        if env is None or env.rank == 0:  # a fleet's other ranks print nothing, as for the report
+            _stderr("dsv4-doctor preflight: dry run, not starting: " + " ".join(command[:6])
+                    + (" ..." if len(command) > 6 else ""))
         return 0
     from .procs import exec_job
     from .session import GATE

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 from .model import UNSAFE_CHARS, CheckReport, Command, Fix, Phase, Status
 from .procs import kill_group
-from .redact import Redactor, clean_text
+from .redact import WITHHELD, Redactor, cap, clean_text
 
 ORDER = (Phase.RUNTIME, Phase.BUILD, Phase.PIN, Phase.SETTING)
 _COMMENT_UNSAFE = re.compile(f"[{UNSAFE_CHARS}]+")
@@ -130,14 +130,11 @@ def render_script(plan: Plan, python: str, profile: dict, version: str, redact: 
 
 def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: str | None, redact: Redactor) -> str:
     def comment(text, limit: int = 300) -> str:  # noqa: F811 - the module's, on redacted text
-        return _comment(redact.text(str(text)), limit)
+        return _comment(redact.text(cap(redact.literal(str(text)), limit + 8192)), limit)  # capped, then redacted
 
     def command_line(cmd: Command) -> str:
-        """The command, or a comment when redaction had to change one of its words (it holds a secret)."""
-        words = [redact.text(w) for w in cmd.argv]
-        if list(words) != list(cmd.argv):
-            return "# (a command here held a secret and is not printed)"
-        return pip_line(cmd)
+        """The command, or a comment when redaction had to change it (it holds a secret): Redactor.command."""
+        return WITHHELD if redact.command(cmd.argv) is None else pip_line(cmd)
 
     shown = " ".join(f"{k}={v}" for k, v in profile.items() if k in ("cp", "dsa_backend", "gpu_arch")
                      and v is not None)

@@ -186,15 +186,9 @@ def exchange(env: FleetEnv, report: dict, python: str, wait_s: float, strict: bo
 
 
 def _tail(path: str, limit: int = 3000) -> str:
-    from .redact import decode
+    from .redact import read_tail
 
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - limit))
-            return decode(fh.read())
-    except OSError:
-        return ""
+    return read_tail(path, limit)  # a cut first line is dropped: it may end a secret
 
 
 def take_part(env: FleetEnv, report: dict, python: str, started: float, strict: bool,

@@ -27,10 +27,14 @@ from typing import Any
 from .model import Profile, UsageError
 
 VERL_ROLES = {"actor": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.ref", "critic": "critic"}
-# verl's Megatron engine fields (`<role>.megatron.<name>`), by the doctor's setting names.
+# verl's Megatron engine fields (`<role>.megatron.<name>`), by the doctor's setting names. The engine's
+# max_seqlen_per_dp_cp_rank is its own setting, apart from override_transformer_config's: verl 0.9.0 validates the
+# engine's (McoreEngineConfig, engine.py L229-236) and, with dynamic CP, writes it over the transformer config's
+# (transformer_impl.py L303-311); without dynamic CP verl does not read it.
+ENGINE_MAX_SEQLEN = "engine_max_seqlen_per_dp_cp_rank"
 VERL_ENGINE = {
     "context_parallel_size": "cp", "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
-    "expert_model_parallel_size": "ep", "max_seqlen_per_dp_cp_rank": "max_seqlen_per_dp_cp_rank",
+    "expert_model_parallel_size": "ep", "max_seqlen_per_dp_cp_rank": ENGINE_MAX_SEQLEN,
     "dynamic_context_parallel": "dynamic_context_parallel",
 }
 # TransformerConfig/ModelParallelConfig fields the job checks read (`...override_transformer_config.<field>`).
@@ -75,6 +79,9 @@ TORCHRUN_VALUE_OPTIONS = {
 PYTHON_VALUE_OPTIONS = {"-W", "-X", "-Q"}
 _HYDRA = re.compile(r"(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][A-Za-z0-9_.@/\-]*)(?:=(?P<value>.*))?", re.S)
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
+# A config file the command names (Hydra's --config-name/--config-path, Megatron-LM's --yaml-cfg): what the command
+# does not state, the file may set, so it is not known (never the default).
+CONFIG_FILE_FLAGS = {"hydra": ("--config-name", "--config-path", "-cn", "-cp"), "megatron": ("--yaml-cfg",)}
 MAX_ARGS = 10_000
 MAX_ARG_CHARS = 65_536
 
@@ -110,6 +117,7 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)  # `env K=V` in front of the command
     unset: list[str] = field(default_factory=list)  # `env -u NAME` in front of the command
     unknown: list[str] = field(default_factory=list)  # keys and flags not used by any check (names only)
+    config_file: list[str] = field(default_factory=list)  # the config-file flags it gives (names only)
 
     def effective(self, role: str) -> dict[str, Setting]:
         """A role's settings as its config sees them: verl's ref inherits the actor's megatron settings
@@ -127,11 +135,14 @@ class Job:
 
     def cp(self) -> int | None:
         """The job's CP size: the largest a checked role states (1, the default of verl and Megatron, if none);
-        None when a role states one the doctor cannot read (an interpolation it cannot resolve)."""
+        None when a role states one the doctor cannot read (an interpolation it cannot resolve), or states none
+        while the command names a config file (which may set it)."""
         sizes = [1]
         for role in self.checked_roles():
             s = self.effective(role).get("cp")
             if s is None:
+                if self.config_file:
+                    return None
                 continue
             if is_interpolation(s.value):
                 return None
@@ -151,6 +162,10 @@ class Job:
                                 + (", over dsa_kernel_backend=none)" if value else ")"))
             if backend is not None and value is not None:
                 return value, f"stated: {backend.raw}" + (f" ({backend.resolved})" if backend.resolved else "")
+        if self.config_file:
+            # Not known: the environment is judged for the fused kernels, the stricter of the two backends.
+            return "cudnn", (f"not stated: the config file ({', '.join(self.config_file)}) may set it; the "
+                             "environment is checked for cudnn, the stricter")
         if self.kind == "megatron":
             return "cudnn", ("not stated: the Megatron-LM CLI resolves an omitted --dsa-kernel-backend to cudnn for "
                              "dsv4_hybrid")
@@ -180,7 +195,7 @@ class Job:
             "roles": {r: {k: s.to_dict() for k, s in v.items()} for r, v in self.roles.items()},
             "common": {k: s.to_dict() for k, s in self.common.items()},
             "env": dict(self.env), "unset": self.unset[:50], "unknown": self.unknown[:200],
-            "unknown_count": len(self.unknown),
+            "unknown_count": len(self.unknown), "config_file": self.config_file[:8],
         }
 
 
@@ -422,13 +437,16 @@ def _parse_hydra(args: list[str], job: Job) -> None:
         if m is None or arg.startswith("-"):
             if arg.startswith("-"):  # a flag's name; its value, if the next word is one, is never listed
                 job.unknown.append(arg.split("=", 1)[0][:200])
+                if arg.split("=", 1)[0] in CONFIG_FILE_FLAGS["hydra"] and arg.split("=", 1)[0] not in job.config_file:
+                    job.config_file.append(arg.split("=", 1)[0])
             continue
         prefix, key, raw = m.group("prefix") or "", m.group("key"), m.group("value")
         if raw is None and prefix != "~":
             # A bare word is no override: most likely a flag's value (`--hf-token hf_...`), so it is not listed
             # (found in review: a token appeared in profile.job.unknown as a "key").
             continue
-        if prefix == "~":  # deleting a key: the default applies, which is "not stated"
+        if prefix == "~":  # deleting a key: the default applies, which is "not stated" (also when stated before)
+            _delete(job, key)
             continue
         assert raw is not None
         if key in VERL_COMMON:
@@ -459,6 +477,21 @@ def _parse_hydra(args: list[str], job: Job) -> None:
             job.unknown.append(key[:200])
 
 
+def _delete(job: Job, key: str) -> None:
+    """`~key`: Hydra applies the overrides in order, so one stated before the deletion is gone."""
+    if key in VERL_COMMON:
+        job.common.pop(VERL_COMMON[key], None)
+    for role, base in VERL_ROLES.items():
+        head = base + ".megatron."
+        if key.startswith(head):
+            name = key[len(head):]
+            config = name.split(".", 1)[1] if name.startswith("override_transformer_config.") else None
+            setting = VERL_ENGINE.get(name) if config is None else \
+                {"context_parallel_size": "cp", "tensor_model_parallel_size": "tp"}.get(config, config)
+            if setting is not None:
+                job.roles.get(role, {}).pop(setting, None)
+
+
 def _parse_megatron(args: list[str], job: Job) -> None:
     settings = job.roles.setdefault("model", {})
     i = 0
@@ -471,6 +504,8 @@ def _parse_megatron(args: list[str], job: Job) -> None:
         has_eq = "=" in arg
         if name not in MEGATRON_FLAGS:
             job.unknown.append(arg.split("=", 1)[0][:200])
+            if f"--{name}" in CONFIG_FILE_FLAGS["megatron"] and f"--{name}" not in job.config_file:
+                job.config_file.append(f"--{name}")
             # An unknown flag's value (if any) is skipped as well: it is not a flag.
             i += 1 if has_eq or i + 1 >= len(args) or args[i + 1].startswith("--") else 2
             continue
@@ -504,7 +539,7 @@ def line_to_add(job: dict, role: str, setting: str, value: Any) -> str:
         return f"--{flag} {shown}"
     base = VERL_ROLES.get(role, VERL_ROLES["actor"]) + ".megatron."
     engine = {v: k for k, v in VERL_ENGINE.items()}
-    if setting in ("cp", "tp", "pp", "ep", "dynamic_context_parallel"):
+    if setting in ("cp", "tp", "pp", "ep", "dynamic_context_parallel", ENGINE_MAX_SEQLEN):
         return f"{base}{engine[setting]}={shown}"
     return f"++{base}override_transformer_config.{setting}={shown}"
 
@@ -516,11 +551,20 @@ def job_profile(base: Profile, argv: Sequence[str], given_cp: int | None, given_
     cp = job.cp()
     backend, how = job.dsa_backend()
     data = job.to_dict()
+    if cp is None and given_cp is None and job.config_file and not any(
+            is_interpolation(getattr(job.effective(r).get("cp"), "value", None)) for r in job.checked_roles()):
+        raise UsageError(f"the job's context_parallel_size is not stated on the command line, and its config file "
+                         f"({', '.join(job.config_file)}) may set it: state it in the command ("
+                         f"{line_to_add(data, 'actor' if job.kind == 'verl' else 'model', 'cp', 'N')}; with "
+                         "`check --job-args`, --cp N also gives it)")
     if cp is None:
         if given_cp is None:
+            # One message for both commands: `check --job-args` has --cp, `preflight` has not (in a job script the
+            # shell expands the variables before the doctor reads them, so what it reads is what verl gets).
             raise UsageError("the job's context_parallel_size is an interpolation the doctor cannot resolve (not in "
                              "the environment, nor another override of the command; a shell variable left "
-                             "unexpanded?): pass the command as the job runs it, or give the CP size with --cp N")
+                             "unexpanded?): pass the command as the job runs it, with its variables expanded (with "
+                             "`check --job-args`, --cp N also gives the CP size)")
         cp = data["cp_given"] = given_cp
     elif given_cp not in (None, cp):
         raise UsageError(f"--cp {given_cp} contradicts the job's context_parallel_size {cp}: leave --cp out with "

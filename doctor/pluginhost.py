@@ -46,6 +46,8 @@ class _Events:
 
 
 def host_main(argv: list[str]) -> None:
+    from .probes import dsv4probe_common  # noqa: F401 - its import starts the watchdog: no host outlives the doctor
+
     # Whatever a plugin prints goes to the log, never to a stream the doctor reads.
     os.dup2(2, 1)
     if argv[0].startswith("@"):  # the request in a file (see Session._host)
@@ -151,6 +153,15 @@ def _take(answer: HostAnswer, event: dict) -> None:
         answer.tempdirs.append(event["path"])
 
 
+def plugin_fix(data: dict, distribution: str) -> Fix:
+    """A plugin's fix as the doctor keeps it: its key namespaced (`plugin:<distribution>:<key>`), so that it can
+    never collide with a built-in fix's key and take over that step of a plan (plans de-duplicate on keys).
+    Raises ValueError on anything odd."""
+    fix = Fix.from_dict(data)
+    return Fix(fix.description, fix.commands, key=f"plugin:{distribution}:{fix.key}", phase=fix.phase,
+               manual=fix.manual, notes=fix.notes)
+
+
 def describe_check(meta: dict, distribution: str) -> Check:
     """A plugin check as the doctor knows it: metadata only, validated; it never runs in the doctor's process.
     Raises ValueError for an id or title the report could not carry."""
@@ -168,7 +179,7 @@ def describe_check(meta: dict, distribution: str) -> Check:
     fixes = []
     for f in meta.get("fixes") or []:
         try:
-            fixes.append(Fix.from_dict(f))
+            fixes.append(plugin_fix(f, distribution))
         except Exception:
             continue
     sources = tuple(Source(str(s.get("title") or "?"), str(s.get("url") or "")) for s in meta.get("sources") or []
@@ -189,7 +200,7 @@ def report_from(data: dict, check: Check) -> CheckReport:
             raise ValueError("a result needs a one-line summary")
         details: str = data["details"] if isinstance(data.get("details"), str) else ""
         evidence: dict = data["evidence"] if isinstance(data.get("evidence"), dict) else {}
-        fixes = [Fix.from_dict(f) for f in data.get("fixes") or []]  # anything odd raises: the plugin's bug
+        fixes = [plugin_fix(f, check.origin) for f in data.get("fixes") or []]  # anything odd raises: its bug
         duration: float = data["duration_s"] if isinstance(data.get("duration_s"), (int, float)) else 0.0
         return CheckReport(id=check.id, title=check.title, status=status, summary=summary, details=details,
                            evidence=evidence, fixes=fixes, sources=list(check.sources), duration_s=float(duration),

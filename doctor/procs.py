@@ -31,6 +31,8 @@ class Processes:
         with self._lock:
             if self.closed:
                 raise RuntimeError("the doctor is shutting down")
+            if kwargs.get("env") is not None:  # a probe's: its watchdog (dsv4probe_common) knows its parent by it
+                kwargs["env"] = dict(kwargs["env"], DSV4_DOCTOR_PARENT_PID=str(os.getpid()))
             proc = subprocess.Popen(list(argv), start_new_session=True, close_fds=True, **kwargs)
             self._live[proc.pid] = proc
         if self._on_spawn:

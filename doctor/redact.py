@@ -19,12 +19,16 @@ import json
 import math
 import os
 import re
+import shlex
 from typing import Any
 from collections.abc import Mapping
 
 MASK = "***REDACTED***"
 MAX_TEXT = 16 * 1024  # any one string taken from the environment
 TRUNCATED = "…[{n} more characters truncated by dsv4-doctor]"
+TAIL_CUT = "…[earlier output cut by dsv4-doctor]\n"
+# What is printed in place of a command that redaction had to change (it holds a secret): a comment, inert when pasted.
+WITHHELD = "# (a command here held a secret and is not printed)"
 
 # Secret-looking variable names. SESSION counts only as a suffix (FOO_SESSION, AWS_SESSION_TOKEN), so that
 # XDG_SESSION_ID and XDG_SESSION_TYPE stay readable.
@@ -32,7 +36,7 @@ SECRET_NAME = re.compile(
     r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|CREDS|AUTH(?!OR(?!IZ))|COOKIE|PRIVATE|SIGNATURE"
     r"|(?:^|_|-)(?:API|ACCESS|ACCOUNT)?_?KEY(?:_|-|S?$)|APIKEY|ACCESSKEY|ACCOUNTKEY|(?:^|_)PASS(?:_|$)"
     r"|(?:^|_)PWD$|(?:^|_)PW$|PASS$|PRIV_?KEY|(?:^|_)PAT(?:_|$)|(?:^|_)DSN(?:_|$)"
-    r"|(?:^|_)SESSION(?:_TOKEN|_KEY|_SECRET|_COOKIE)?$",
+    r"|(?:^|_)SESSION(?:_TOKEN|_KEY|_SECRET|_COOKIE)?$|JWT",
     re.IGNORECASE,
 )
 # Names that match the pattern above but hold no secret.
@@ -50,18 +54,21 @@ _NAME_START = r"(?<![A-Za-z0-9_.-])"
 _ASSIGNMENT = re.compile(
     _NAME_START + r"""(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,200})(?P<sep>["']?[ \t]{0,20}[=:][ \t]{0,20})"""
     r"""(?P<value>"[^"\n]{0,4096}"|'[^'\n]{0,4096}'|(?:Bearer|Basic|Token)[ \t]+[^\s"',;&]{1,4096}"""
-    r"""|[^\s"',;&]{1,4096})""",
+    r"""|[^\s"',;&]{1,4096}|["'][^\s"',;&]{1,4096})""",
     re.IGNORECASE,
 )
 _FLAG = re.compile(r"(?<![^\s\"'=])(?P<flag>--?[A-Za-z][A-Za-z0-9_-]{0,100})(?P<sep>[ =])"
                    r"(?P<value>\"[^\"\n]{0,4096}\"|'[^'\n]{0,4096}'|[^\s\"']{1,4096})")
 _BEARER = re.compile(r"\b(?P<scheme>Bearer|Basic|Token)\s{1,20}(?P<value>[A-Za-z0-9._~+/=-]{8,})", re.IGNORECASE)
-# scheme://userinfo@ : the userinfo is masked whether or not it holds a colon (https://TOKEN@host is a credential).
-_URL_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,30}://)(?P<userinfo>[^/\s@?#]{1,4096})@")
+# scheme://userinfo@ : the userinfo is masked whether or not it holds a colon (https://TOKEN@host is a credential),
+# up to the last `@` before the host (a password may hold a raw `@`: https://user:p@ss@host).
+_URL_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,30}://)(?P<userinfo>[^/\s?#]{1,4096})@")
 _TOKEN_SHAPES = re.compile(
     r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}"
-    r"|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|xox[abpr]-[A-Za-z0-9-]{10,}"
-    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"
+    r"|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|xox[abpr]-[A-Za-z0-9-]{10,})"
+    # A JWT starts only where no segment character precedes it: with \b it could start after every `-` of one long
+    # run and rescan the rest of it each time (found in review: "eyJaaaaaaaa-" * 20000 took 9.4 s).
+    r"|(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"
 )
 _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----")
 _PEM_END = re.compile(r"-----END [A-Z ]{0,40}PRIVATE KEY-----")
@@ -104,6 +111,22 @@ def valid_text(value: str) -> str:
 def decode(raw: bytes, limit: int = MAX_TEXT) -> str:
     """Bytes from a child process or a file: undecodable bytes become \\xNN (never U+FFFD)."""
     return cap(raw.decode("utf-8", "backslashreplace"), limit)
+
+
+def read_tail(path: str, limit: int) -> str:
+    """The last `limit` bytes of a log, as text. When that cuts into a line, the rest of the line is dropped too: it
+    could be the end of a secret whose start, the part redaction recognises (`TOKEN=`, `Bearer`), was cut off."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            raw = fh.read(limit)
+    except OSError:
+        return ""
+    if size <= limit:
+        return decode(raw)
+    return TAIL_CUT + decode(raw[raw.find(b"\n") + 1:] if b"\n" in raw else b"")
 
 
 def sanitize(obj: Any, limit: int = MAX_TEXT, max_nodes: int = 200_000) -> Any:
@@ -219,11 +242,48 @@ class Redactor:
             self.count += 1
         return value
 
+    def command(self, argv: Any) -> str | None:
+        """A command as it may be printed: its words, quoted (`shlex.join`); None when redaction would change a word
+        or the line, or a word already holds a mask (it holds a secret). Redacting the quoted line instead
+        would rewrite text across the quotes and unbalance them, which made a hostile argv run on a pasted shell."""
+        if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(w, str) for w in argv):
+            return None
+        words = [valid_text(cap(w)) for w in argv]
+        line = shlex.join(words)
+        before = self.count
+        # The whole line is tried too, for what spans words (`--token VALUE`); it is never what gets printed.
+        if words != list(argv) or any(MASK in w or self.text(w) != w for w in words) or self.text(line) != line:
+            self.count = before + 1
+            return None
+        return clean_text(line)
+
+    def command_line(self, argv: Any) -> str:
+        """`command`, or the WITHHELD comment."""
+        line = self.command(argv)
+        return WITHHELD if line is None else line
+
     def __call__(self, obj: Any, key: str | None = None, limit: int = MAX_TEXT) -> Any:
-        """Redact and clean a JSON-like tree; non-finite floats become strings (JSON has no NaN)."""
+        """Redact and clean a JSON-like tree; non-finite floats become strings (JSON has no NaN).
+
+        A fix (a dict with `argv` and `commands`) has its printed `commands` built again from its argv (`command`),
+        never redacted as whole strings; a command that is withheld has its argv withheld too."""
         if isinstance(obj, dict):
-            return {clean_text(self.text(cap(self.literal(valid_text(str(k))), 256))): self(v, str(k), limit)
-                    for k, v in obj.items()}
+            if isinstance(obj.get("argv"), list) and isinstance(obj.get("commands"), list):
+                lines = [self.command(a) for a in obj["argv"]]
+                shown = {"commands": [WITHHELD if line is None else line for line in lines],
+                         # a withheld command's argv is withheld too (`--token VALUE` is two harmless-looking words)
+                         "argv": [[MASK] if line is None else self(a, "argv", limit)
+                                  for a, line in zip(obj["argv"], lines, strict=True)]}
+                ident = obj.get("id")
+                if isinstance(ident, str):  # a fix's default id is its commands, joined: withheld ones leave it
+                    for a, line in zip(obj["argv"], lines, strict=True):
+                        if line is None and isinstance(a, list) and a and all(isinstance(w, str) for w in a):
+                            ident = ident.replace(shlex.join(a), "(withheld)")
+                    shown["id"] = self(ident, "id", limit)
+            else:
+                shown = {}
+            return {clean_text(self.text(cap(self.literal(valid_text(str(k))), 256))):
+                    shown[k] if k in shown else self(v, str(k), limit) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
             return [self(v, key, limit) for v in obj]
         if isinstance(obj, float) and not math.isfinite(obj):

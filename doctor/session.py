@@ -23,7 +23,7 @@ from .model import Check, CheckReport, Interrupted, Profile, Result, Status, Usa
 from .probes import (NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_SCRIPT, Probe, StaticRequest, handshake_probe,
                      parse_handshake, parse_nvidia_smi)
 from .procs import Processes, kill_group
-from .redact import decode
+from .redact import read_tail
 from .registry import PluginInfo, Registry
 from .runner import CHECK_TIMEOUT_S, ProbePool, RunContext, Runner, execute, plan
 
@@ -152,6 +152,10 @@ def resolve_python(value: str | None) -> str:
     found = os.path.abspath(found)
     if not plain_value(found):
         raise UsageError(f"--python {found!r}: the path has control or line-break characters")
+    try:
+        found.encode("utf-8")  # the fix script's PY= and the reports must name these exact bytes
+    except UnicodeEncodeError:
+        raise UsageError(f"--python {found!r}: the path is not valid UTF-8") from None
     return found
 
 
@@ -377,13 +381,7 @@ class Session:
 
     @staticmethod
     def _log_tail(path: str) -> str:
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - 3000))
-                return decode(fh.read()).strip()
-        except OSError:
-            return ""
+        return read_tail(path, 3000).strip()  # a cut first line is dropped: it may end a secret
 
     # ---------------------------------------------------------------------------------------------------- run
 

@@ -247,19 +247,34 @@ def fake_kernel(site: FakeSite, module: str, dist: str, attr: str | None, versio
     site.file(f"{module}/__init__.py", f"def {attr}(*a, **k):\n    return None\n" if attr else "")
 
 
+FAKE_SPARSE_FWD = '''
+    import torch
+    idx = indices[:, 0, :].long()  # (s_q, topk); -1 marks an unused slot
+    keys = kv[:, 0, :].float()[idx.clamp_min(0)]  # (s_q, topk, d_qk): K = V
+    logits = torch.einsum("shd,std->sht", q.float(), keys) * sm_scale
+    logits = logits.masked_fill((idx < 0)[:, None, :], float("-inf"))
+    max_logits, lse = logits.amax(-1), torch.logsumexp(logits, -1)
+    p = torch.exp(logits - lse[..., None])
+    if attn_sink is not None:  # the sink joins the softmax denominator only
+        p = p * torch.sigmoid(lse - attn_sink.float())[..., None]
+    out = torch.einsum("sht,std->shd", p, keys[..., :d_v]).to(q.dtype)
+'''
+
+
 def fake_flash_mla(site: FakeSite, branch: str = "nv_dev") -> None:
     """FlashMLA as its branches define flash_mla_sparse_fwd (flash_mla/flash_mla_interface.py): nv_dev takes
-    indexer_topk, main does not."""
+    indexer_topk (and returns out, max_logits, lse, plus lse_indexer when indexer_topk > 0), main does not (out,
+    max_logits, lse). Both compute the sparse attention on CPU tensors (torch imported at the call)."""
     site.dist("flash-mla", "1.0.0")
-    extra = ", indexer_topk: int = 0" if branch == "nv_dev" else ""
+    nv_dev = branch == "nv_dev"
+    extra = ", indexer_topk: int = 0" if nv_dev else ""
+    tail = ("    if indexer_topk > 0:\n        return out, max_logits, lse, lse.clone()\n" if nv_dev else "")
     site.file("flash_mla/__init__.py", "from flash_mla.flash_mla_interface import flash_mla_sparse_fwd\n")
-    site.file("flash_mla/flash_mla_interface.py", f"""
-        from typing import Optional
-
-        def flash_mla_sparse_fwd(q, kv, indices, sm_scale: float, d_v: int = 512, attn_sink=None,
-                                 topk_length=None{extra}):
-            return None
-    """)
+    site.file("flash_mla/flash_mla_interface.py", "from typing import Optional\n\n\n"
+              "def flash_mla_sparse_fwd(q, kv, indices, sm_scale: float, d_v: int = 512, attn_sink=None,\n"
+              f"                         topk_length=None{extra}):\n"
+              + textwrap.dedent(FAKE_SPARSE_FWD).replace("\n", "\n    ").rstrip() + "\n" + tail
+              + "    return out, max_logits, lse\n")
 
 
 def fake_mbridge(site: FakeSite, default_dispatcher: str = "flex", dsv4: bool = True) -> None:
@@ -540,6 +555,12 @@ class DSA:
         mode = MODE
         if mode == "tvm":
             raise ModuleNotFoundError("No module named 'tvm_ffi'", name="tvm_ffi")
+        if mode == "sm90-1.26":  # frontend 1.26.0's _interface_sm90.py: _SUPPORTED_QHPKV = (32, 64)
+            if qhead_per_kv_head is None:
+                qhead_per_kv_head = q.shape[1] // k.shape[1]
+            assert qhead_per_kv_head in (32, 64), f"qhead_per_kv_head must be one of (32, 64), got {qhead_per_kv_head}"
+        if mode == "none-recompiles" and q_causal_offsets is None:  # a None compiles a second kernel (seconds of JIT)
+            raise RuntimeError("the stand-in refuses q_causal_offsets=None: a control must pass zeros")
         offsets = q_causal_offsets
         if mode == "no-offsets" or offsets is None:
             offsets = torch.zeros(cu_seqlens_q.numel() - 1, dtype=torch.int32)
@@ -566,12 +587,68 @@ class DSA:
 '''
 
 
-def fake_cudnn_dsa(site: FakeSite, mode: str = "ok", version: str = "1.27.0") -> None:
+# Frontend 1.27.0's fused CSA compressor entry point (cudnn/csa/compressor/api.py), with the wheel's signature;
+# it computes the gated pooling its docstring states (out[b, j] = sum_k kv[w(b,k), c(k,j)] *
+# softmax_k(score[w(b,k), c(k,j)] + ape[k % ratio, c(k,j)]), the coff == 2 window being the previous block's first
+# head_dim channels, invalid at a segment's first block, then this block's second head_dim channels), vectorised
+# per segment, unlike the doctor's per-group reference.
+FAKE_CSA = '''
+import torch
+
+_FIRST_APE = []
+
+
+def csa_compressor_forward_wrapper(kv, score, ape, cu_seqlens, cu_seqlens_comp, ratio=4, head_dim=None, coff=2,
+                                   total_comp=None, stream=None):
+    if head_dim is None:
+        head_dim = kv.shape[1] // coff
+    if total_comp is None:
+        total_comp = int(cu_seqlens_comp[-1].item())
+    if MODE == "sticky-ape":  # a compile cache keyed wrongly: the first position embedding it saw stays
+        _FIRST_APE[:] = _FIRST_APE or [ape.clone()]
+        ape = _FIRST_APE[0]
+    out = torch.zeros(int(total_comp), head_dim)
+    cu, cc = cu_seqlens.tolist(), cu_seqlens_comp.tolist()
+    for b in range(len(cu) - 1):
+        n = cc[b + 1] - cc[b]
+        if n <= 0:
+            continue
+        x = kv[cu[b]:cu[b] + n * ratio].float().reshape(n, ratio, coff * head_dim)
+        s = score[cu[b]:cu[b] + n * ratio].float().reshape(n, ratio, coff * head_dim) + ape.float()
+        if coff == 2:
+            first_x = torch.zeros(1, ratio, head_dim)
+            first_s = torch.full((1, ratio, head_dim), float("-inf"))
+            prev_x = torch.cat([first_x, x[:-1, :, :head_dim]])
+            prev_s = torch.cat([first_s, s[:-1, :, :head_dim]])
+            if MODE == "no-overlap":  # drops the previous block's half window everywhere
+                prev_s = torch.full_like(prev_s, float("-inf"))
+            x = torch.cat([prev_x, x[:, :, head_dim:]], dim=1)
+            s = torch.cat([prev_s, s[:, :, head_dim:]], dim=1)
+        out[cc[b]:cc[b] + n] = (torch.softmax(s, dim=1) * x).sum(dim=1)
+    return {"out": out.to(torch.bfloat16)}
+
+
+def csa_compressor_backward_wrapper(kv, score, ape, cu_seqlens, cu_seqlens_comp, grad_out, ratio=4, head_dim=None,
+                                    coff=2, stream=None):
+    raise NotImplementedError("the stand-in has no backward")
+'''
+
+
+def fake_cudnn_dsa(site: FakeSite, mode: str = "ok", version: str = "1.27.0", csa: str | None = None) -> None:
     """The cuDNN frontend's DSA indexer (cudnn.DSA.indexer_forward_wrapper) on CPU tensors. mode: ok; no-offsets
     (ignores q_causal_offsets); nan (one finite score becomes NaN); sticky-offsets (keeps the first offsets it saw, so
-    zero offsets change nothing: the control cannot separate); tvm (the first call needs tvm_ffi, absent)."""
+    zero offsets change nothing: the control cannot separate); tvm (the first call needs tvm_ffi, absent); sm90-1.26
+    (frontend 1.26.0's SM90 head rule: 32 or 64 query heads per KV head); none-recompiles (raises on
+    q_causal_offsets=None, which on the real frontend compiles a second kernel).
+    csa: also the fused CSA compressor (cudnn.csa.compressor, 1.27.0's layout): ok; no-overlap (a wrong result: no
+    previous-block half window); sticky-ape (keeps the first position embedding it saw: the control is dead)."""
     site.dist("nvidia-cudnn-frontend", version)
     site.file("cudnn/__init__.py", f"__version__ = {version!r}\nMODE = {mode!r}\n" + FAKE_INDEXER)
+    if csa:
+        site.file("cudnn/csa/__init__.py", "")
+        site.file("cudnn/csa/compressor/__init__.py", "from .api import csa_compressor_backward_wrapper, "
+                  "csa_compressor_forward_wrapper  # noqa: F401\n")
+        site.file("cudnn/csa/compressor/api.py", f"MODE = {csa!r}\n" + FAKE_CSA)
 
 
 FAKE_LAYOUT = '''
@@ -599,6 +676,8 @@ def _groups(cu, global_start, l_local, ratio, d_comp):
 class CompressorInputCompact(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden_local, boundary_hidden, cu_seqlens, global_start, ratio, d_comp, c_cap):
+        if MODE == "tvm":  # compiled with --enable-tvm-ffi: the first call imports tvm_ffi (H200, 2026-12-01)
+            raise ModuleNotFoundError("No module named 'tvm_ffi'", name="tvm_ffi")
         cu = cu_seqlens.tolist()
         d_window = boundary_hidden.shape[0]
         source = torch.cat([boundary_hidden, hidden_local])  # row 0 is global row global_start - d_window
@@ -661,8 +740,9 @@ def build_attention_indices(cu_seqlens, global_start, l_local, d_window, window_
 
 
 def fake_layout_kernels(site: FakeSite, mode: str = "ok", old_path: bool = False) -> None:
-    """A Megatron dev tree whose csa_utils/cp_layout_kernels.py computes on CPU tensors (mode ok, or off-by-one: a
-    compressed group too many at a rank boundary). old_path: the fd1121b8 location, EAV/csa_cp_layout_kernels.py."""
+    """A Megatron dev tree whose csa_utils/cp_layout_kernels.py computes on CPU tensors (mode ok; off-by-one: a
+    compressed group too many at a rank boundary; tvm: the first call needs tvm_ffi, absent, as the real kernels,
+    compiled with --enable-tvm-ffi, did on the H200). old_path: the fd1121b8 location, EAV/csa_cp_layout_kernels.py."""
     fake_megatron_dev(site)
     eav = "megatron/core/transformer/experimental_attention_variant/"
     path = eav + ("csa_cp_layout_kernels.py" if old_path else "csa_utils/cp_layout_kernels.py")

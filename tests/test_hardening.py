@@ -4,6 +4,7 @@ error texts, stderr tails, environment variables, plugin results) through a set 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -145,6 +146,52 @@ def test_fix_scripts_never_run_injected_commands(tmp_path, pwn, stub_python):
     assert any(("x" + INJECT[0].format(pwn=pwn)) in a.splitlines() for a in args)  # one argument, passed as is
 
 
+# Argvs whose words are harmless one by one but whose redacted, quoted line was not (found in review:
+# `pip install 'PASSWORD=***REDACTED***"'x' '; touch /tmp/pwned #'` ran `touch` when pasted).
+TRICKY_ARGVS = [["pip", "install", "PASSWORD='x", "; touch {pwn}/a #"],
+                ["pip", "install", "API_KEY=\"y", "z\"", "; touch {pwn}/b #"],
+                ["pip", "install", "--token", "'v", "; touch {pwn}/c #"],
+                ["pip", "install", "https://u:'p@example.invalid/x", "; touch {pwn}/d #"],
+                ["pip", "install", "plain; touch {pwn}/e #"]]
+
+
+def _printed_commands(fmt: str, out: str) -> list[str]:
+    if fmt == "json":
+        return [cmd for c in strict_json(out)["checks"] for f in c["fixes"] for cmd in f["commands"]]
+    if fmt == "junit":
+        out = "\n".join(el.text or "" for el in ET.fromstring(out).iter())
+    return [line.strip() for line in out.splitlines() if line.strip().startswith(("pip ", "# (a command"))]
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown", "junit", "explain"])
+def test_printed_fix_commands_are_safe_to_paste_in_every_format(fmt, tmp_path, pwn, site, bare_python):
+    argvs = [[w.format(pwn=pwn) for w in a] for a in TRICKY_ARGVS]
+    site.dist("tricky-plugin", "1", entry_points="[dsv4_doctor.checks]\ntricky = tricky_checks\n")
+    site.file("tricky_checks.py", f"""
+        from dsv4_doctor.model import Check, Fix, failed
+        F = [Fix("f%d" % i, [a]) for i, a in enumerate({argvs!r})]
+        CHECKS = [Check(id="tricky.fix", title="t", explanation="x", applies_when="always", detects="x",
+                        run=lambda ctx: failed("broken", fixes=F), fixes=tuple(F))]
+    """)
+    if fmt == "explain":
+        run = run_doctor("explain", "tricky.fix", sites=(site.root,))
+    else:
+        run = run_doctor("check", "-f", fmt, "--only", "tricky.fix", sites=(site.root,), python=bare_python)
+    commands = _printed_commands(fmt, run.stdout)
+    assert len(commands) == len(argvs), run.stdout  # every fix's command is printed (or withheld) once
+    assert commands[-1] == "pip install 'plain; touch " + str(pwn) + "/e #'"  # no secret: printed, quoted
+    bin_dir = tmp_path / "stubbin"
+    bin_dir.mkdir()
+    (bin_dir / "pip").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "pip").chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    for cmd in commands:
+        subprocess.run(["sh", "-c", cmd], cwd=work, env=dict(os.environ, PATH=f"{bin_dir}{os.pathsep}/usr/bin:/bin"),
+                       capture_output=True, timeout=30)
+    assert list(pwn.iterdir()) == [] and list(work.iterdir()) == [], commands
+
+
 def test_apply_without_a_terminal_needs_yes(tmp_path, bare_python):
     run = run_doctor("fix", "--apply", "--only", "python.version", python=bare_python)
     assert run.returncode == 2 and "--apply needs --yes when stdin is not a terminal" in run.stderr
@@ -239,6 +286,47 @@ def test_a_signal_kills_every_probe_and_still_writes_the_report(sig, code, site,
     assert list(tmp.iterdir()) == []  # no temporary directory left behind
 
 
+def _wait_for_marker(marker: Path, proc: subprocess.Popen, seconds: float = 60) -> tuple[int, int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and len(marker.read_text().split() if marker.exists() else []) < 2:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    pid, pgid = map(int, marker.read_text().split())
+    return pid, pgid
+
+
+@pytest.mark.parametrize("where", ["probe", "plugin host"])
+def test_a_sigkilled_doctor_leaves_no_probe_running(where, site, bare_python, tmp_path):
+    """Found in review: after `kill -9` of the doctor (or the OOM killer) the hung torch probe was reparented to
+    PID 1 and ran on past its timeout. Every probe and plugin host watches its parent and kills its own group."""
+    marker = tmp_path / "pid"
+    if where == "probe":
+        site.file("torch/__init__.py", HANG.format(marker=str(marker)))
+        only = "torch.install"
+    else:  # a plugin whose import hangs: the host itself, which runs in the doctor's interpreter
+        site.dist("hang-plugin", "1", entry_points="[dsv4_doctor.checks]\nhang = hang_checks\n")
+        site.file("hang_checks.py", HANG.format(marker=str(marker)))
+        only = "python.version"
+    proc = subprocess.Popen(doctor_command() + ["check", "-f", "json", "--only", only, "--timeout", "60",
+                                                "--python", bare_python],
+                            env=dict(os.environ, PYTHONPATH=str(site.root)), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        pid, pgid = _wait_for_marker(marker, proc)
+        assert pid == pgid  # the probe leads its own group (the doctor starts it in a new session)
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _group_alive(pgid):
+            time.sleep(0.1)
+        assert not _group_alive(pgid)  # gone within seconds, not at the 60 s timeout
+    finally:
+        proc.kill()
+        if marker.exists():
+            with contextlib.suppress(OSError, ValueError):
+                os.killpg(int(marker.read_text().split()[1]), signal.SIGKILL)
+
+
 # The doctor with one of its own functions slowed down (fault injection, in the test, never in the product): the
 # wrapper announces, in a marker file, when the slowed function is entered, so the signal lands exactly there.
 SLOWED = """
@@ -309,6 +397,9 @@ def test_preflight_does_not_start_the_job_after_a_signal_during_its_report(tmp_p
 
 
 def test_a_usage_error_after_the_early_probes_leaves_none_running(tmp_path, bare_python):
+    """The nvidia-smi stub writes its marker first thing, and the selection (which raises the usage error) is slowed
+    down until the stub has started (found in review: the stub was killed before its marker in 5 of 5 runs, so the
+    assertion never ran)."""
     marker = tmp_path / "pid"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -316,13 +407,20 @@ def test_a_usage_error_after_the_early_probes_leaves_none_running(tmp_path, bare
     smi.write_text(f"#!/bin/sh\necho \"$$ $(ps -o pgid= $$)\" > {marker}.tmp && mv {marker}.tmp {marker}\n"
                    "exec sleep 600\n")
     smi.chmod(0o755)
-    run = run_doctor("check", "--only", "no.such-check", python=bare_python,
-                     env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
-    assert run.returncode == 2 and "no check matches" in run.stderr
-    time.sleep(0.5)  # a stub killed mid-start never writes the marker; one that wrote it must be gone
-    if marker.exists():
-        pgid = int(marker.read_text().split()[1])
-        assert not _group_alive(pgid)
+    wrapper = tmp_path / "slowed.py"
+    wrapper.write_text(SLOWED)
+    path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    done = subprocess.run([sys.executable, str(wrapper), "dsv4_doctor.session", "select", str(tmp_path / "entered"),
+                           "check", "--only", "no.such-check", "--python", bare_python], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, PATH=path))
+    assert done.returncode == 2 and "no check matches" in done.stderr, done.stderr
+    assert (tmp_path / "entered").exists() and marker.exists()  # the stub ran before the usage error
+    pid, pgid = map(int, marker.read_text().split())
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and _group_alive(pgid):
+        time.sleep(0.05)
+    assert not _group_alive(pgid)
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
 
 
 @pytest.mark.slow
@@ -418,7 +516,7 @@ def _pyenv(version: str) -> str | None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["2.7.18", "3.7.16"])
+@pytest.mark.parametrize("version", ["2.7.18", "3.6.15", "3.7.16"])
 def test_an_interpreter_too_old_for_the_probes_fails_python_version(version, tmp_path):
     python = _pyenv(version)
     if python is None:
@@ -509,6 +607,17 @@ def test_an_interpreter_path_with_control_characters_is_a_usage_error(tmp_path, 
         run = run_doctor(command, "--only", "python.version", python=str(evil / "python"))
         assert run.returncode == 2 and "control or line-break characters" in run.stderr
         assert "\x1b" not in run.stderr and "\n::warning" not in run.stdout + run.stderr
+
+
+def test_an_interpreter_path_that_is_not_utf8_is_a_usage_error(tmp_path, bare_python):
+    """Found in review: a non-UTF-8 --python path was written into the fix script as a different PY= path."""
+    evil = Path(os.fsdecode(bytes(tmp_path) + b"/py\xff\xfe"))
+    evil.mkdir()
+    (evil / "python").symlink_to(bare_python)
+    for command in ("check", "fix"):
+        run = run_doctor(command, "--only", "python.version", python=str(evil / "python"))
+        assert run.returncode == 2 and "not valid UTF-8" in run.stderr, run.stderr
+        assert "PY=" not in run.stdout
 
 
 def test_the_fix_script_and_the_apply_echo_are_redacted(site, stub_python):

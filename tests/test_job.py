@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import doctor_command, run_doctor
+from conftest import REPO, doctor_command, run_doctor
 from fakes import Env, fake_old_verl
 
 from dsv4_doctor.jobargs import line_to_add, parse, split_job_args
@@ -138,7 +139,12 @@ def test_an_unexpanded_variable_is_a_usage_error_not_a_guess():
             "actor_rollout_ref.actor.megatron.context_parallel_size=${ACTOR_CP}"]
     assert parse(argv).cp() is None  # not known, never guessed
     run = run_doctor("check", "--no-smoke", "--only", "job.*", "--job-args", shlex.join(argv))
-    assert run.returncode == 2 and "cannot resolve" in run.stderr and "--cp N" in run.stderr
+    assert run.returncode == 2 and "cannot resolve" in run.stderr and "`check --job-args`, --cp N" in run.stderr
+    # preflight has no --cp (found in review: its message sent the user to an option it rejects).
+    pre = run_doctor("preflight", "--no-smoke", "--", *argv)
+    assert pre.returncode == 2 and "cannot resolve" in pre.stderr and "with its variables expanded" in pre.stderr
+    assert "Traceback" not in pre.stderr
+    assert run_doctor("preflight", "--cp", "4", "--", *argv).returncode == 2  # and does not accept one
     given = run_doctor("check", "--no-smoke", "--only", "job.cp-args", "--cp", "2", "--job-args", shlex.join(argv))
     assert given.returncode == 1 and "cp 2 from --cp" in given.stdout  # --cp fills in what the command cannot say
     assert "cp_partition_mode is not stated" in given.stdout  # and the CP > 1 rules apply to it
@@ -193,7 +199,7 @@ def test_the_dsa_backend_as_stated():
     tile = job_rows(None, MEGATRON + ["--dsa-kernel-backend", "tilelang"])
     assert tile["job.dsa-backend"]["status"] == "fail" and "does not support dsa_kernel_backend='tilelang'" in \
         tile["job.dsa-backend"]["summary"]
-    assert any("from 'tilelang' to: --dsa-kernel-backend cudnn" in f for f in _commands(tile["job.dsa-backend"]))
+    assert any("from 'tilelang' to:\n  --dsa-kernel-backend cudnn" in f for f in _commands(tile["job.dsa-backend"]))
     assert tile["_profile"]["dsa_backend"] == "cudnn" and "Megatron rejects" in \
         tile["_profile"]["job"]["dsa_backend_decided"]
     upper = job_rows(None, MEGATRON + ["--dsa-kernel-backend", "CUDNN"])["job.dsa-backend"]
@@ -201,6 +207,18 @@ def test_the_dsa_backend_as_stated():
     clash = job_rows(None, ["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=cudnn",
                             f"++{OTC}.apply_dsa_kernel_fusion=False"])["job.dsa-backend"]
     assert clash["status"] == "fail" and "Conflicting DSA kernel controls" in clash["summary"]
+    # The fix drops the deprecated switch (found in review: it said to change cudnn to cudnn).
+    drop = f"~{OTC}.apply_dsa_kernel_fusion"
+    assert _lines(clash) == [drop] and "Drop the deprecated switch" in _commands(clash)[0]
+    assert not any("dsa_kernel_backend=cudnn" in line for line in _lines(clash))
+    fixed = job_rows(None, ["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=cudnn",
+                            f"++{OTC}.apply_dsa_kernel_fusion=False", drop])["job.dsa-backend"]
+    assert fixed["status"] == "pass", fixed["summary"]  # Hydra applies `~key` after the key it deletes
+    flags = job_rows(None, MEGATRON + ["--no-dsa-kernel-fusion", "--dsa-kernel-backend", "cudnn"])["job.dsa-backend"]
+    assert flags["status"] == "fail" and "Conflicting DSA kernel controls" in flags["summary"]
+    assert [f["description"].split(" (")[0] for f in flags["fixes"]] == [
+        "Remove --no-dsa-kernel-fusion from the training command"]
+    assert job_rows(None, MEGATRON + ["--dsa-kernel-backend", "cudnn"])["job.dsa-backend"]["status"] == "pass"
     quiet = job_rows(None, ["python3", "-m", "verl.trainer.main_ppo", "x.y=1"])["job.dsa-backend"]
     assert quiet["status"] == "skip" and "not stated" in quiet["summary"]
 
@@ -227,6 +245,11 @@ def _commands(row: dict) -> list[str]:
     return [f["description"] for f in row["fixes"]]
 
 
+def _lines(row: dict) -> list[str]:
+    """The lines to add: each fix's indented last line."""
+    return [f["description"].splitlines()[-1].strip() for f in row["fixes"]]
+
+
 def test_verl_with_6555_sets_the_cp_settings_itself(tmp_path):
     env = Env(tmp_path).wheel("verl", "verl-0.9.0")  # the published release: it has #6555
     rows = job_rows(env, verl_example(2, cp_args=False))
@@ -251,6 +274,69 @@ def test_verl_without_6555_needs_the_lines_and_gets_them(tmp_path, cp):
     assert any(f"++{OTC}.sequence_packing_scheduler=dp_balanced" in f for f in fixes)
     ok = job_rows(env, verl_example(cp))["job.cp-args"]
     assert ok["status"] == "pass" and f"= {12288 // cp * cp} >= 12288" in ok["summary"]
+
+
+ENGINE = "actor_rollout_ref.actor.megatron"
+
+
+def _verl_engine_validation(env_root: Path):
+    """verl 0.9.0's own McoreEngineConfig check on max_seqlen_per_dp_cp_rank (engine.py, the `if
+    self.dynamic_context_parallel and ...: raise ValueError(...)` statement of __post_init__), taken from the
+    published wheel with ast and run as written: whether verl accepts (dynamic, value)."""
+    import ast
+    from types import SimpleNamespace
+
+    tree = ast.parse((env_root / "verl" / "workers" / "config" / "engine.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "McoreEngineConfig")
+    post = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__post_init__")
+    stmt = next(n for n in post.body if isinstance(n, ast.If) and "max_seqlen_per_dp_cp_rank" in ast.unparse(n.test))
+    code = compile(ast.Module([stmt], []), "engine.py", "exec")
+
+    def accepts(dynamic: bool, value) -> bool:
+        try:
+            exec(code, {}, {"self": SimpleNamespace(dynamic_context_parallel=dynamic, max_seqlen_per_dp_cp_rank=value)})
+        except ValueError as exc:
+            assert str(exc) == "max_seqlen_per_dp_cp_rank must be a positive integer when dynamic_context_parallel " \
+                "is enabled"
+            return False
+        return True
+    return accepts
+
+
+def test_verl_dynamic_cp_needs_the_engine_key_as_verl_does(tmp_path):
+    env = Env(tmp_path).wheel("verl", "verl-0.9.0")
+    accepts = _verl_engine_validation(env.sites["verl"])
+    # verl writes the engine's value over the transformer config's with dynamic CP (transformer_impl.py L303-311).
+    impl = (env.sites["verl"] / "verl/workers/engine/megatron/transformer_impl.py").read_text()
+    assert '"max_seqlen_per_dp_cp_rank": self.engine_config.max_seqlen_per_dp_cp_rank' in impl
+    base = verl_example(2, cp_args=False) + [f"{ENGINE}.dynamic_context_parallel=True"]
+    otc = f"++{OTC}.max_seqlen_per_dp_cp_rank=6144"
+    cases = [  # (extra arguments, the engine's value verl sees)
+        ([], None), ([otc], None), ([f"{ENGINE}.max_seqlen_per_dp_cp_rank=0"], 0),
+        ([f"{ENGINE}.max_seqlen_per_dp_cp_rank=True"], True), ([f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144"], 6144),
+        ([otc, f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144"], 6144),
+    ]
+    for extra, engine_value in cases:
+        row = job_rows(env, base + extra)["job.cp-args"]
+        verl_ok = accepts(True, engine_value)
+        assert (row["status"] != "fail") == verl_ok, (extra, row["summary"])
+        if not verl_ok:
+            assert "verl stops with \"max_seqlen_per_dp_cp_rank must be a positive integer" in row["summary"]
+            assert any(f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144" in f for f in _commands(row)), row["fixes"]
+            assert not any("override_transformer_config.max_seqlen" in f for f in _commands(row))
+    # The line the doctor gives, added as written, is what verl accepts.
+    first = job_rows(env, base)["job.cp-args"]
+    line = _lines(first)[0]
+    assert line == f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144" and accepts(True, 6144)
+    assert job_rows(env, base + [line])["job.cp-args"]["status"] == "pass"
+    # The transformer config's value with dynamic CP: replaced by verl, and said so.
+    both = job_rows(env, base + [otc, f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144"])["job.cp-args"]
+    assert "replaced by verl with" in both["summary"] + both["details"]
+    # Without dynamic CP verl never reads the engine key (accepts anything) and Megatron gets the transformer
+    # config's: the engine key alone is a warning, not a requirement.
+    assert accepts(False, None)
+    alone = job_rows(env, verl_example(2, cp_args=False) + [f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144"])["job.cp-args"]
+    assert alone["status"] == "warn" and "read by verl only with dynamic_context_parallel" in alone["summary"]
 
 
 def test_cp1_needs_nothing_and_job_rows_stay_out_of_a_plain_check(tmp_path):
@@ -281,6 +367,24 @@ def test_max_seqlen_that_does_not_cover_the_longest_sample_fails():
     dyn = [a if a != "dp_balanced" else "default_dynamic_cp" for a in argv]
     row = job_rows(None, dyn)["job.cp-args"]
     assert row["status"] == "pass" and "DP x CP = 8 ranks" in row["summary"]
+
+
+def test_a_max_seqlen_that_is_no_positive_integer_gets_its_line(tmp_path):
+    base = MEGATRON + ["--context-parallel-size", "2", "--cp-partition-mode", "contiguous",
+                       "--sequence-packing-scheduler", "dp_balanced"]
+    row = job_rows(None, base + ["--max-seqlen-per-dp-cp-rank", "0"])["job.cp-args"]
+    assert row["status"] == "fail" and "is not a positive whole number" in row["summary"]
+    assert _lines(row) == ["--max-seqlen-per-dp-cp-rank 4096"]  # 8192 / CP 2
+    verl = verl_example(2, cp_args=False) + [f"++{OTC}.max_seqlen_per_dp_cp_rank=-1"]
+    env = Env(tmp_path).wheel("verl", "verl-0.9.0")  # sets the layout itself: only max_seqlen is wrong
+    row = job_rows(env, verl)["job.cp-args"]
+    assert row["status"] == "fail" and f"++{OTC}.max_seqlen_per_dp_cp_rank=6144" in _lines(row), row["fixes"]
+    assert all("max_seqlen_per_dp_cp_rank" in line for line in _lines(row))
+    # Not computable (no lengths stated): the line says what N is.
+    short = [a for a in verl if not a.startswith("data.max_")]
+    row = job_rows(env, short)["job.cp-args"]
+    assert f"++{OTC}.max_seqlen_per_dp_cp_rank=N" in _lines(row) and "N = the longest sample / CP" in \
+        _commands(row)[0]
 
 
 def test_parallelism_tp_and_divisibility():
@@ -330,13 +434,67 @@ def test_a_setting_stated_wrong_is_changed_not_added():
     argv = MEGATRON + ["--context-parallel-size", "2", "--cp-partition-mode", "zigzag",
                        "--sequence-packing-scheduler", "dp_balanced", "--max-seqlen-per-dp-cp-rank", "2048"]
     fixes = _commands(job_rows(None, argv)["job.cp-args"])
-    assert any(f.startswith("Change in the training command, from 'zigzag' to: --cp-partition-mode contiguous")
-               for f in fixes)
-    assert any("from '2048' to: --max-seqlen-per-dp-cp-rank 4096" in f for f in fixes)
+    assert any(f.startswith("Change in the training command (DSv4 CP needs the contiguous layout), from 'zigzag' to:"
+                            "\n  --cp-partition-mode contiguous") for f in fixes)
+    assert any("from '2048' to:\n  --max-seqlen-per-dp-cp-rank 4096" in f for f in fixes)
     verl = verl_example(2, prompt=4096, response=4096)
     verl = [a if "max_seqlen_per_dp_cp_rank" not in a else a.replace("=4096", "=1000") for a in verl]
     fixes = _commands(job_rows(None, verl)["job.cp-args"])
     assert any("(data.max_prompt_length + data.max_response_length) / CP" in f for f in fixes)
+
+def test_lines_to_add_stay_whole_in_a_narrow_text_report(tmp_path):
+    """At COLUMNS=60 the text report wraps its prose, never a line to add (found in review: `...override_transformer_
+    config.s` / `equence_packing_scheduler=dp_balanced`)."""
+    for argv in (verl_example(2, cp_args=False), MEGATRON + ["--context-parallel-size", "2"]):
+        run = run_doctor("preflight", "--no-smoke", "--only", "job.cp-args", "--", *argv, env={"COLUMNS": "60"})
+        assert run.returncode == 1 and "not starting the job" in run.stderr, run.stderr
+        lines = run.stderr.splitlines()
+        report = lines[:next(i for i, line in enumerate(lines) if line.startswith("Verdict:")) + 1]
+        assert max(len(line) for line in report if not line.startswith("    ")) <= 60  # the prose is wrapped
+        wanted = ([f"++{OTC}.cp_partition_mode=contiguous", f"++{OTC}.sequence_packing_scheduler=dp_balanced"]
+                  if argv[0] == "python3" else ["--cp-partition-mode contiguous",
+                                                "--sequence-packing-scheduler dp_balanced"])
+        for line in wanted:
+            assert f"    {line}" in lines, (line, run.stderr)  # intact, on its own line
+
+
+def test_a_config_file_makes_what_the_command_does_not_state_unknown():
+    """Found in review: `--config-name=dsv4_cp4` gave cp=1, "CP = 1" and "TP = 1 (not stated: the default)"."""
+    argv = ["python3", "-m", "verl.trainer.main_ppo", "--config-path=/cfg", "--config-name=dsv4_cp4"]
+    job = parse(argv)
+    assert job.config_file == ["--config-path", "--config-name"] and job.cp() is None  # not known, never 1
+    assert parse(["python3", "-m", "verl.trainer.main_ppo", "-cn", "dsv4"]).config_file == ["-cn"]
+    run = run_doctor("check", "--no-smoke", "--only", "job.*", "--job-args", shlex.join(argv))
+    assert run.returncode == 2 and "config file (--config-path, --config-name) may set it" in run.stderr
+    assert "actor_rollout_ref.actor.megatron.context_parallel_size=N" in run.stderr
+    pre = run_doctor("preflight", "--no-smoke", "--", *argv)
+    assert pre.returncode == 2 and "may set it" in pre.stderr and "Traceback" not in pre.stderr
+    rows = job_rows(None, argv, "--cp", "4")
+    assert rows["_profile"]["cp"] == 4 and rows["_profile"]["job"]["cp_given"] == 4
+    cp_args = rows["job.cp-args"]
+    assert cp_args["status"] == "skip" and "not stated: the config file may set it" in cp_args["summary"]
+    assert "CP = 1" not in cp_args["summary"]
+    par = rows["job.parallelism"]
+    assert par["status"] == "skip" and "TP not stated: the config file may set it" in par["summary"]
+    assert "the config file" in rows["_profile"]["job"]["dsa_backend_decided"]
+    # Stated on the command line, a value is read as usual beside the file.
+    stated = job_rows(None, argv + ["actor_rollout_ref.actor.megatron.context_parallel_size=2",
+                                    "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
+    assert stated["_profile"]["cp"] == 2 and stated["job.parallelism"]["status"] == "fail"
+    # Megatron-LM's --yaml-cfg: the same.
+    yaml_cfg = ["pretrain_gpt.py", "--yaml-cfg", "dsv4.yaml", "--context-parallel-size", "2"]
+    rows = job_rows(None, yaml_cfg)
+    assert rows["job.cp-args"]["status"] == "skip" and "--yaml-cfg" in rows["job.cp-args"]["summary"]
+    assert rows["job.moe-dispatch"]["status"] == "skip" and "not stated" in rows["job.moe-dispatch"]["summary"]
+
+
+def test_an_unstated_tp_is_not_known_and_a_bad_one_gets_a_line():
+    row = job_rows(None, [a for a in MEGATRON if a not in ("--tensor-model-parallel-size", "1")])["job.parallelism"]
+    assert row["status"] == "skip" and "TP not stated" in row["summary"] and "TP = 1" not in row["summary"]
+    bad = job_rows(None, MEGATRON[:-1] + ["--tensor-model-parallel-size", "one"])["job.parallelism"]
+    assert bad["status"] == "fail" and "is not a number" in bad["summary"]
+    assert _lines(bad) == ["--tensor-model-parallel-size 1"]
+
 
 def test_job_env_reads_the_command_and_the_environment():
     argv = ["env", "NCCL_NVLS_ENABLE=0", "CUDA_DEVICE_MAX_CONNECTIONS=1"] + verl_example(2)
@@ -409,6 +567,18 @@ def test_preflight_usage_errors(tmp_path):
     assert missing.returncode == 127 and "could not start" in missing.stderr
 
 
+@pytest.mark.skipif(not __import__("conftest").has_torch(), reason="the fleet exchange needs the test torch")
+@pytest.mark.slow
+def test_a_fleet_s_dry_run_is_said_once(tmp_path):
+    """Found in review: every rank of a fleet printed "dry run, not starting"; rank 0 alone speaks for the fleet."""
+    from test_fleet import _ranks_by_hand
+
+    done = _ranks_by_hand(2, tmp_path, "preflight", "--no-smoke", "--only", "python.version", "--dry-run", "--",
+                          "true", launcher="srun")
+    assert [d.returncode for d in done] == [0, 0], [d.stderr[-800:] for d in done]
+    assert "dry run, not starting: true" in done[0].stderr and done[1].stderr == ""
+
+
 def _bare(tmp_path: Path) -> str:
     import venv
 
@@ -445,3 +615,80 @@ def test_exec_leaves_no_probe_or_temporary_directory(tmp_path):
                           env=dict(os.environ, TMPDIR=str(tmp)), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert listing.read_text() == ""  # the doctor's temporary directories were gone before exec
+
+
+# --- README "In job scripts": its examples work as written -----------------------------------------------------------
+
+def _job_scripts_section() -> str:
+    readme = (REPO / "README.md").read_text()
+    return readme.split("\n## In job scripts\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _doctor_words(line: str) -> list[str] | None:
+    """The words after `dsv4-doctor` in a shell line (inside `bash -c '...'` too), up to a shell operator."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    words = list(lexer)
+    if "dsv4-doctor" not in words:
+        inner = next((w for w in words if w.startswith("dsv4-doctor ")), None)
+        return _doctor_words(inner) if inner else None
+    words = words[words.index("dsv4-doctor") + 1:]
+    cut = next((i for i, w in enumerate(words) if w in ("||", "&&", "|", ";", ">", "&")), len(words))
+    return words[:cut]
+
+
+def readme_job_script_commands() -> list[list[str]]:
+    """Every dsv4-doctor command line of the section's sh blocks (commented alternatives included) and the argv of
+    its Kubernetes initContainer (a flow sequence of double-quoted strings: JSON)."""
+    section = _job_scripts_section()
+    found = []
+    for block in re.findall(r"```sh\n(.*?)```", section, re.S):
+        for line in re.sub(r"\\\n#?\s*", " ", block).splitlines():
+            line = line.strip().lstrip("#").strip()
+            if "dsv4-doctor" in line and (words := _doctor_words(line)) is not None:
+                found.append(words)
+    for block in re.findall(r"```yaml\n(.*?)```", section, re.S):
+        command = json.loads(re.search(r"command: (\[.*?\])", block, re.S).group(1))
+        assert command[0] == "dsv4-doctor"
+        found.append(command[1:])
+    return found
+
+
+def test_the_readme_job_script_examples_parse():
+    """Found in review: examples that could not work as written. Each command line parses with the doctor's own
+    argument parser, and each training command it names with the doctor's job parser."""
+    from dsv4_doctor.cli import parser
+
+    commands = readme_job_script_commands()
+    assert len(commands) >= 7, commands  # preflight x4 (one commented), Kubernetes, CI x2
+    root, _ = parser()
+    for words in commands:
+        try:
+            args = root.parse_args(words)
+        except SystemExit as exc:  # argparse's usage error is exit 2
+            pytest.fail(f"`dsv4-doctor {shlex.join(words)}` does not parse (exit {exc.code})")
+        if args.command == "preflight":
+            assert args.job_command[:1] == ["--"] and len(args.job_command) > 1, words
+            parse(args.job_command[1:])
+            if args.report:
+                assert args.report.startswith("logs/")  # the section's scripts create logs/ first
+        else:
+            assert args.command == "check" and args.job_args, f"no --job-args, so no job.* rows: {words}"
+            if not args.job_args.startswith("$("):
+                assert parse(split_job_args(args.job_args)).kind == "verl"
+    section = _job_scripts_section()
+    assert "mkdir -p logs" in section and re.search(r"^HEAD=", section, re.M)  # what the lines above use
+
+
+def test_the_readme_kubernetes_init_container_passes_job_env_under_strict():
+    """The initContainer runs `check --strict`: its env block must hold what job.env asks for, or the pod never
+    starts."""
+    yaml = pytest.importorskip("yaml")
+    block = re.search(r"```yaml\n(.*?)```", _job_scripts_section(), re.S).group(1)
+    container = yaml.safe_load(block)["initContainers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert all(isinstance(v, str) for v in env.values())  # Kubernetes takes strings only
+    words = container["command"][1:]
+    job_args = words[words.index("--job-args") + 1]
+    run = run_doctor("check", "--no-smoke", "--strict", "--only", "job.env", "--job-args", job_args, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -162,3 +162,21 @@ CHECKS = [Check(id="many.c%03d." % i + ".".join(ch * 60 for ch in "xyz"), title=
     ids = {c["id"] for c in run.report["checks"]}
     assert "doctor.internal" not in ids and "python.version" in ids
     assert sum(1 for i in ids if i.startswith("many.")) == 700
+
+
+@pytest.mark.parametrize("check_id", ["a.hijack", "zz.hijack"])
+def test_a_plugin_fix_cannot_take_over_a_builtin_fix_step(check_id, site, bare_python):
+    """Found in review: a plugin fix keyed like a built-in one ("torch", "te:2.16.1:13:False") replaced the
+    built-in command in the plan, which de-duplicates on keys. Plugin fix keys are namespaced by distribution."""
+    plugin(site, "hijack", "hijack_checks", f"""
+from dsv4_doctor.model import Check, Fix, failed
+F = Fix("reinstall torch", [["pip", "install", "evil-torch==6.6.6"]], key="torch", phase="runtime")
+CHECKS = [Check(id={check_id!r}, title="t", explanation="x", applies_when="always", detects="x",
+                run=lambda ctx: failed("broken", fixes=[F]), fixes=(F,))]
+""")
+    run = check_run(site, bare_python, "--only", f"torch.install,{check_id}")
+    ids = [f["id"] for f in run.check(check_id)["fixes"]]
+    assert ids == ["plugin:hijack-plugin:torch"], ids
+    assert [f["id"] for f in run.check("torch.install")["fixes"]] == ["torch"]
+    script = run_doctor("fix", "--only", f"torch.install,{check_id}", sites=(site.root,), python=bare_python).stdout
+    assert "torch==2.11.0" in script and "evil-torch==6.6.6" in script, script  # two steps: neither replaced

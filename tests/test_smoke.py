@@ -4,12 +4,15 @@ kernel smoke (smoke.dsv4-kernels) against CPU stand-ins of the stack's own CP ke
 
 from __future__ import annotations
 
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
 from conftest import has_torch, run_doctor
-from fakes import Env, fake_cudnn_dsa, fake_layout_kernels, fake_megatron_importable, fake_te
+from fakes import (Env, fake_cudnn_dsa, fake_cutedsl, fake_flash_mla, fake_layout_kernels, fake_megatron_importable,
+                   fake_te)
 
 pytestmark = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
 
@@ -250,6 +253,43 @@ def test_the_right_kernels_pass_with_their_controls(tmp_path):
     assert "see kernels.flash-mla" in runs["flashmla"]["summary"]
 
 
+def test_the_evidence_names_the_seed_incidents_packages_the_megatron_commit_and_each_first_call(tmp_path):
+    env = stack(tmp_path).wheel("tvm", "apache-tvm-ffi-0.1.11").fake("cutedsl", fake_cutedsl, "4.5.2")
+    runs = kernels(env, "--cp", "2")["evidence"]["subruns"]
+    for name in ("dsa", "layout"):
+        assert runs[name]["status"] == "pass", runs[name]
+        assert runs[name]["evidence"]["packages"] == {"apache-tvm-ffi": "0.1.11", "nvidia-cutlass-dsl": "4.5.2"}
+    layout = runs["layout"]["evidence"]
+    # fake_megatron_dev's direct_url.json, read because that distribution is the tree the file came from
+    assert layout["megatron_commit"] == "fd1121b8ff7e3a4f83a28d35aed172d7bc0260e1"
+    assert layout["megatron_commit_from"] == "direct_url.json"
+    first = layout["first_call_s"]
+    assert set(first) == {"compact_forward", "compact_backward", "indices all visible", "indices top-k"}
+    assert all(isinstance(v, float) and v >= 0 for v in first.values()) and layout["jit_s"] == first["compact_forward"]
+    assert all(set(r["call_s"]) == set(first) for r in layout["ranks"])
+
+
+def test_the_megatron_commit_comes_from_the_trees_git_head_without_running_git(tmp_path):
+    """A submodule checkout (Megatron-Bridge's 3rdparty/Megatron-LM): .git is a `gitdir:` file, HEAD names a branch
+    whose commit is only in packed-refs; the tree's HEAD wins over a distribution's direct_url.json. Without either,
+    "unknown"."""
+    env = stack(tmp_path, dsa=None)
+    tree = env.sites["megatron"]
+    sha = "d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1"
+    (tree / ".git").write_text("gitdir: ../modules/Megatron-LM\n")
+    gitdir = tmp_path / "modules" / "Megatron-LM"
+    gitdir.mkdir(parents=True)
+    (gitdir / "HEAD").write_text("ref: refs/heads/dev\n")
+    (gitdir / "packed-refs").write_text(f"# pack-refs with: peeled\n{'0' * 40} refs/heads/main\n{sha} refs/heads/dev\n")
+    layout = kernels(env, "--cp", "2")["evidence"]["subruns"]["layout"]["evidence"]
+    assert layout["megatron_commit"] == sha and layout["megatron_commit_from"] == str(tree / ".git")
+    (tree / ".git").unlink()
+    for d in tree.glob("megatron_core-*.dist-info"):
+        (d / "direct_url.json").unlink()
+    layout = kernels(env, "--cp", "2")["evidence"]["subruns"]["layout"]["evidence"]
+    assert layout["megatron_commit"] == "unknown" and layout["megatron_commit_from"] is None
+
+
 def test_at_cp1_the_indexer_still_sees_two_ranks_and_the_layout_kernels_skip(tmp_path):
     row = kernels(stack(tmp_path), "--cp", "1")
     assert row["status"] == "pass", row["summary"]
@@ -265,6 +305,37 @@ def test_a_wrong_indexer_fails_and_points_at_the_frontend_reinstall(tmp_path, mo
     assert "seed incident" in row["details"]
     commands = [c for f in row["fixes"] for c in f["commands"]]
     assert any("nvidia-cudnn-frontend" in c and "--force-reinstall" in c for c in commands), commands
+
+
+@pytest.mark.parametrize("mode", ["sm90-1.26", "none-recompiles"])
+def test_the_indexer_call_fits_every_frontend_and_never_passes_none_offsets(tmp_path, mode):
+    """sm90-1.26: frontend 1.26.0's SM90 indexer takes 32 or 64 query heads, not 16 (H200, 2026-12-01); the smoke uses
+    DSv4's 64. none-recompiles: the control passes zeros, never None (None compiles a second kernel on the real
+    frontend): a regression to None raises here."""
+    row = kernels(stack(tmp_path, dsa=mode, layout=None), "--cp", "2")
+    dsa = row["evidence"]["subruns"]["dsa"]
+    assert dsa["status"] == "pass", dsa["summary"]
+    assert dsa["evidence"]["shapes"]["q"][1] == 64 and dsa["evidence"]["control"]["masks_differ"]
+
+
+@pytest.mark.parametrize("branch", ["nv_dev", "main"])
+def test_flashmla_is_called_as_megatron_calls_it(tmp_path, branch):
+    """Megatron d48bd6be passes indexer_topk=0 on its training paths and unpacks (out, max_logits, lse): an nv_dev
+    FlashMLA passes; one built from main has no indexer_topk, a skip pointing at kernels.flash-mla (which fails on
+    it), not a second finding."""
+    env = stack(tmp_path, dsa="ok", layout=None).fake("flash_mla", fake_flash_mla, branch)
+    row = kernels(env, "--cp", "1")
+    fm = row["evidence"]["subruns"]["flashmla"]
+    if branch == "nv_dev":
+        assert fm["status"] == "pass", fm["summary"]
+        ev = fm["evidence"]
+        assert ev["returned"] == 3 and ev["indexer_topk"] == 0
+        assert ev["shape"] == ev["expected_shape"] == [4, 64, 512] and ev["lse_shape"] == [4, 64]
+        assert row["status"] == "pass" and "flash_mla_sparse_fwd(indexer_topk=0)" in row["summary"]
+    else:
+        assert fm["status"] == "skip" and fm["rule"] == "kernels.flash-mla", fm
+        assert "takes no indexer_topk" in fm["summary"] and fm["summary"].endswith(": see kernels.flash-mla")
+        assert row["status"] == "pass"  # the DSA indexer passed; FlashMLA's finding is kernels.flash-mla's
 
 
 def test_a_layout_kernel_off_by_one_at_a_rank_boundary_fails(tmp_path):
@@ -283,10 +354,106 @@ def test_missing_packages_skip_to_their_rules_and_a_raising_call_fails(tmp_path)
     assert row["status"] == "skip", row["summary"]
     runs = row["evidence"]["subruns"]
     assert "see cudnn-fe.version" in runs["dsa"]["summary"] and "see mcore.dsv4" in runs["layout"]["summary"]
+    assert runs["csa"]["rule"] is None and runs["flashmla"]["rule"] == "kernels.flash-mla"
+    # each skip's pointer is in the details line too (what the text renderer shows)
+    assert row["details"] == ("Sub-runs: cuDNN-FE DSA indexer forward: skip (see cudnn-fe.version); Megatron CP layout "
+                              "kernels: skip (see mcore.dsv4); fused CSA compressor: skip; FlashMLA sparse forward: "
+                              "skip (see kernels.flash-mla)"), row["details"]
     raising = kernels(stack(tmp_path / "t", dsa="tvm", layout=None), "--cp", "2")
     assert raising["status"] == "fail" and "ModuleNotFoundError" in raising["summary"]
     assert "tvm_ffi" in raising["summary"]
     assert any("apache-tvm-ffi" in c for f in raising["fixes"] for c in f["commands"])
+
+
+def test_layout_kernels_without_tvm_ffi_fail_with_the_tvm_ffi_fix_not_cutlass_or_megatron(tmp_path):
+    """H200, 2026-12-01: the layout kernels (compiled with --enable-tvm-ffi) raised ModuleNotFoundError for tvm_ffi at
+    the first call. The rule and fix follow the missing module (tier 2's mapping), not the sub-run's default."""
+    row = kernels(stack(tmp_path, dsa=None, layout="tvm"), "--cp", "2")
+    assert row["status"] == "fail", row["summary"]
+    assert row["summary"].startswith("Megatron CP layout kernels (tvm-ffi.version): "), row["summary"]
+    assert "No module named 'tvm_ffi'" in row["summary"]
+    assert row["evidence"]["subruns"]["layout"]["rule"] == "tvm-ffi.version"
+    commands = [c for f in row["fixes"] for c in f["commands"]]
+    assert commands and all("apache-tvm-ffi" in c for c in commands), commands
+    assert not any("nvidia-cutlass-dsl" in c or "megatron-core" in c for c in commands), commands
+    assert "seed incident" not in row["details"]
+
+
+@pytest.mark.parametrize("mode, status, text", [
+    ("ok", "pass", "the fused CSA compressor matches the eager reference"),
+    ("no-overlap", "fail", "the fused CSA compressor differs from the eager reference by"),
+    ("sticky-ape", "error", "the negative control did not separate"),
+])
+def test_the_csa_compressor_runs_for_a_b200_profile_at_cp1(tmp_path, mode, status, text):
+    """--gpu-arch 10.0 --cp 1 (backend cudnn) is the profile Megatron uses the fused compressor for; on the CPU the
+    stand-in of frontend 1.27.0's cudnn.csa.compressor.csa_compressor_forward_wrapper runs in its place."""
+    env = Env(tmp_path).fake("fe", fake_cudnn_dsa, "ok", csa=mode)
+    row = kernels(env, "--cp", "1", "--gpu-arch", "10.0")
+    csa = row["evidence"]["subruns"]["csa"]
+    assert csa["status"] == status and text in csa["summary"], csa
+    assert row["status"] == status and text in row["summary"], row["summary"]
+    ev = csa["evidence"]
+    assert ev["kernel"] == "cudnn.csa.compressor.csa_compressor_forward_wrapper" and ev["coff"] == 2
+    if mode == "ok":
+        assert ev["max_abs_error"] <= ev["tolerance"] < ev["control_error"]
+    if mode == "no-overlap":
+        assert "(cudnn-fe.csa)" in row["summary"]
+        assert any("nvidia-cudnn-frontend" in c for f in row["fixes"] for c in f["commands"])
+    if mode == "sticky-ape":
+        assert ev["control_error"] == 0.0
+
+
+def test_the_csa_stand_in_has_the_real_wheels_signature(tmp_path):
+    """The stand-in's parameters (names, order, defaults) are those of the published frontend 1.27.0's wrapper."""
+    import ast
+
+    from wheels import ensure
+
+    def params(path):
+        tree = ast.parse(path.read_text())
+        fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+                  and n.name == "csa_compressor_forward_wrapper")
+        defaults = [None] * (len(fn.args.args) - len(fn.args.defaults)) + [ast.unparse(d) for d in fn.args.defaults]
+        return [(a.arg, d) for a, d in zip(fn.args.args, defaults, strict=True)]
+
+    real = ensure("nvidia-cudnn-frontend-1.27.0") / "cudnn" / "csa" / "compressor" / "api.py"
+    fake = Env(tmp_path).fake("fe", fake_cudnn_dsa, csa="ok").sites["fe"] / "cudnn" / "csa" / "compressor" / "api.py"
+    assert params(fake) == params(real) and params(real)[0] == ("kv", None)
+
+
+def shadowed(env: Env, component: str = "megatron") -> Path:
+    """verl's image: megatron.core imports from a PYTHONPATH tree while pip's megatron-core sits elsewhere. Moves the
+    component's megatron-core dist-info to a site-packages of its own; returns the tree."""
+    tree = env.sites[component]
+    site = env.root / "installed" / "site-packages"
+    site.mkdir(parents=True)
+    for d in tree.glob("megatron_core-*.dist-info"):
+        shutil.move(str(d), str(site / d.name))
+    env.sites["installed"] = site
+    return tree
+
+
+def test_a_layout_fix_names_the_pythonpath_copy_that_shadows_the_installed_megatron(tmp_path):
+    env = stack(tmp_path, dsa=None, layout="off-by-one")
+    tree = shadowed(env)
+    row = kernels(env, "--cp", "2")
+    assert row["status"] == "fail", row["summary"]
+    ids = [f["id"] for f in row["fixes"]]
+    assert "mcore-shadowed" in ids and "mcore" not in ids, ids
+    fix = next(f for f in row["fixes"] if f["id"] == "mcore-shadowed")
+    assert str(tree) in fix["description"] and not fix["commands"]
+    # the installed distribution's direct_url.json is not the commit of the tree that ran
+    assert row["evidence"]["subruns"]["layout"]["evidence"]["megatron_commit"] == "unknown"
+
+
+@pytest.mark.slow
+def test_a_tier2_megatron_fix_names_the_shadowing_copy(tmp_path):
+    env = tier2_env(tmp_path, "zigzag-only")
+    tree = shadowed(env)
+    row = smoke("--cp", "2", "--device", "cpu", sites=tuple(env.sites.values())).check("smoke.thd-cp")
+    assert row["status"] == "fail" and "requires cp_partition_mode='contiguous'" in row["summary"], row["summary"]
+    fix = next(f for f in row["fixes"] if f["id"] == "mcore-shadowed")
+    assert str(tree) in fix["description"]
 
 
 @pytest.mark.slow
@@ -299,13 +466,34 @@ def test_the_older_layout_kernel_path_is_found(tmp_path):
 @pytest.mark.slow
 def test_the_real_frontend_wheel_on_the_cpu_is_a_skip_never_a_pass(tmp_path):
     """The published frontend 1.27.0 (with tvm-ffi and the CuTe DSL meta wheel, no GPU): its DSA kernels cannot run
-    here, which is a skip that says why, not a pass and not a doctor error."""
+    here, which is a skip that says why, not a pass and not a doctor error. What happens: indexer_forward's api.py
+    imports cuda.bindings.driver, and cuda-python is absent (the meta wheel's libraries, which would bring it, are not
+    cached: 79 MB), so the wrapper does not resolve; a missing cuda-python is cutlass-dsl.import's finding, not a CUDA
+    refusal ("needs CUDA") and not cudnn-fe.dsa's."""
     env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0").wheel("tvm", "apache-tvm-ffi-0.1.11")
     env.wheel("cutedsl", "nvidia-cutlass-dsl-4.5.2")
     row = kernels(env, "--cp", "2")
     dsa = row["evidence"]["subruns"]["dsa"]
     assert dsa["status"] == "skip", dsa
-    assert "needs CUDA" in dsa["summary"] or "see cudnn-fe" in dsa["summary"], dsa["summary"]
+    assert dsa["summary"] == ("cudnn.DSA.indexer_forward_wrapper does not resolve (ModuleNotFoundError: No module "
+                              "named 'cuda'): see cutlass-dsl.import"), dsa["summary"]
+    assert dsa["rule"] == "cutlass-dsl.import" and dsa["error"]["missing_module"] == "cuda"
+
+
+def test_a_missing_module_named_cuda_is_not_read_as_a_cuda_refusal():
+    """In-process: the probe's CPU "needs CUDA" skip is for a kernel refusing CPU tensors, never for an ImportError."""
+    from pathlib import Path
+
+    import dsv4_doctor.checks.smoke as smoke_pkg
+    from dsv4_doctor.probes import PROBE_DIR
+
+    sys.path[:0] = [str(PROBE_DIR), str(Path(smoke_pkg.__file__).parent)]
+    import dsv4probe_kernels as pk
+
+    assert not pk._needs_cuda(ModuleNotFoundError("No module named 'cuda'", name="cuda"))
+    assert not pk._needs_cuda(ImportError("cannot import name 'driver' from 'cuda.bindings'"))
+    assert pk._needs_cuda(RuntimeError("Expected all tensors to be on CUDA"))
+    assert pk._needs_cuda(AssertionError("q must be a cuda tensor"))
 
 
 def test_megatrons_dependency_message_maps_to_the_rule_of_the_package_it_names():

@@ -17,6 +17,7 @@ from dsv4_doctor.redact import (MASK, Redactor, cap, clean_text, decode, looks_s
     ("OLDPWD", False), ("MAX_TOKEN_LENGTH", False), ("MONKEY", False), ("NCCL_DEBUG", False), ("KEYBOARD", False),
     # found in review: these leaked
     ("SSHPASS", True), ("DBPASS", True), ("S_PW", True), ("S_PRIVKEY", True), ("PASSTHROUGH", False),
+    ("CI_JOB_JWT", True), ("CI_JOB_JWT_V2", True),
 ])
 def test_secret_names(name, secret):
     assert looks_secret(name) is secret
@@ -49,6 +50,9 @@ def test_a_secret_value_is_masked_in_its_quoted_forms_too():
     ("curl --token s3cr3tflagvalue https://x", "s3cr3tflagvalue"),
     ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n(no end marker)", "MIIEow"),
     ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijklmnop", "eyJzdWIi"),
+    # found in review: a raw `@` in the password left its rest readable
+    ("https://user:p@ss@host/x", "ss@host"),
+    ("pip install git+https://ci:t0k@n@@gitlab.example/x.git", "n@"),
 ])
 def test_redaction_nets(text, leaked):
     out = Redactor({})(text)
@@ -66,6 +70,13 @@ ADVERSARIAL = {
     "ansi": "\x1b]" * 500_000,
     "bearer": "Bearer " * 150_000,
     "surrogates": "\ud800" * 500_000,
+    # Token shapes (found in review: a JWT could start after every `-` of one run, 9.4 s for this one).
+    "jwt": "eyJaaaaaaaa-" * 20_000,
+    "jwt-dots": "eyJaaaaaaaa." * 80_000,
+    "jwt-segments": "eyJaaaaaaaa.eyJbbbbbbbb-" * 40_000,
+    "token-prefixes": "sk-glpat-xoxb-hf_ghp_" * 50_000,
+    "userinfo-ats": "x://" + "@" * 1_000_000,
+    "userinfo-runs": ("x://" + "user:pw" * 3 + "@") * 40_000,
 }
 
 
@@ -87,6 +98,58 @@ def test_redaction_itself_is_linear_without_the_cap():
         start = time.monotonic()
         Redactor({})(text, limit=10 ** 7)
         assert time.monotonic() - start < 2.0
+
+
+def test_the_fix_script_caps_descriptions_before_redacting_them():
+    """Found in review: a METADATA with 2000 long requirement names made `fix` take 7.3 s, its script's comments
+    being redacted whole before they were cut to one line."""
+    from dsv4_doctor import fixplan
+    from dsv4_doctor.model import CheckReport, Fix, Status
+
+    desc = "missing: " + ", ".join(f"req-{i:04d}-" + "x" * 200 for i in range(2000))
+    reports = [CheckReport(id=f"c.{i}", title="t", status=Status.FAIL, summary="s",
+                           fixes=[Fix(desc + " DB_PASS=hunterpw", [["pip", "install", f"x{i}"]])]) for i in range(20)]
+    start = time.monotonic()
+    script = fixplan.render_script(fixplan.build_plan(reports), "/usr/bin/python3", {}, "1", Redactor({}))
+    assert time.monotonic() - start < 1.0
+    assert script.count("missing: req-0000-") == 20 and "pip install x19" in script
+
+
+def test_a_fix_command_with_a_secret_is_withheld_whole_in_a_report():
+    """Its printed form and its argv: `--token VALUE` is two words that each look harmless."""
+    import json
+
+    from dsv4_doctor.model import Fix
+    from dsv4_doctor.redact import WITHHELD
+
+    fix = Fix("d", [["pip", "install", "--token", "v4lue123"], ["pip", "install", "PASSWORD='x9z"],
+                    ["pip", "install", "a b"]])
+    shown = Redactor({})({"fixes": [fix.to_dict()]})["fixes"][0]
+    assert shown["commands"] == [WITHHELD, WITHHELD, "pip install 'a b'"]
+    assert shown["argv"] == [[MASK], [MASK], ["pip", "install", "a b"]]
+    assert "v4lue123" not in json.dumps(shown) and "x9z" not in json.dumps(shown)
+
+
+def test_a_url_keeps_its_host_and_path_after_a_password_with_an_at_sign():
+    assert Redactor({})("https://user:p@ss@host/a@b?c=d@e") == f"https://{MASK}@host/a@b?c=d@e"
+
+
+def test_a_cut_log_tail_drops_the_partial_line_it_starts_in(tmp_path):
+    """Found in review: a stderr tail that began in the middle of a secret showed the rest of it (its start, which
+    redaction recognises, was cut off). Every place that cuts a log's tail drops the partial first line."""
+    from dsv4_doctor import fleet
+    from dsv4_doctor.probes import STDERR_TAIL_BYTES, _tail
+    from dsv4_doctor.redact import read_tail
+    from dsv4_doctor.session import Session
+
+    log = tmp_path / "log"
+    log.write_bytes(b"Authorization: Bearer " + b"s3cr3tv4lue" * 1000 + b"\nthe last line\n")
+    for tail in (_tail(str(log)), Session._log_tail(str(log)), fleet._tail(str(log)), read_tail(str(log), 5000)):
+        assert "v4lue" not in tail and "the last line" in tail and "earlier output cut" in tail, tail
+    log.write_bytes(b"x" * (STDERR_TAIL_BYTES * 3))  # one line longer than the tail: nothing of it
+    assert "x" not in _tail(str(log)).replace("earlier output cut by dsv4-doctor", "")
+    log.write_bytes(b"short\nlog\n")  # not cut: as is
+    assert _tail(str(log)) == "short\nlog" and read_tail(str(log), 100) == "short\nlog\n"
 
 
 def test_undecodable_bytes_and_lone_surrogates_become_visible_escapes():

@@ -32,6 +32,9 @@ WHEELS = {
     "megatron-core-0.19.2": ("megatron-core==0.19.2", PY312),
     "verl-0.9.0": ("verl==0.9.0", []),
     "typing-extensions-4.16.0": ("typing-extensions==4.16.0", []),  # apache-tvm-ffi requires it
+    # The cuDNN frontend's cutedsl extra, which the Dockerfile installs beside the --no-deps frontend (PINS).
+    "cuda-python-13.4.4": ("cuda-python==13.4.4", []),  # the meta wheel, without cuda-bindings
+    "torch-c-dlpack-ext-0.1.5": ("torch-c-dlpack-ext==0.1.5", []),
 }
 
 

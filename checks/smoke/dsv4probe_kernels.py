@@ -7,17 +7,23 @@ Sub-runs (the request's "subrun"; each runs in its own probe process, so a crash
   layout    Megatron's CuTe-DSL CP layout kernels (csa_utils/cp_layout_kernels.py, loaded by file path without
             importing megatron.core): CompressorInputCompact forward and backward, build_attention_indices.
   csa       the frontend's fused CSA compressor (cudnn.csa.compressor), forward.
-  flashmla  FlashMLA's flash_mla_sparse_fwd with indexer_topk, as Megatron passes it: finite, right shape.
+  flashmla  FlashMLA's flash_mla_sparse_fwd called as Megatron d48bd6be calls it (indexer_topk=0), unpacked as
+            (out, max_logits, lse): finite, right shapes; without indexer_topk (a build from main) a skip.
 
-Answer: {"status": pass|fail|error|skip, "summary": ..., "package": ..., "evidence": {...}}. A missing entry point is
-a skip naming the rule that reports it; an entry point that raises is a fail naming the exception. On the CPU
-(--device cpu) the same entry points get CPU tensors: the real kernels refuse them ("needs CUDA", a skip), CPU
-stand-ins with the upstream signatures compute, which is how the whole path is tested without a GPU.
+Answer: {"status": pass|fail|error|skip, "summary": ..., "rule": ..., "package": ..., "evidence": {...},
+"error": {...}}. A missing entry point is a skip; "rule" names the rule that reports it where this probe knows, and
+"error" (with "missing_module" for an ImportError) lets the doctor pick the rule of a missing module (the mapping tier 2
+uses, kept doctor-side). An entry point that raises is a fail naming the exception. On the CPU (--device cpu) the same
+entry points get CPU tensors: the real kernels refuse them ("needs CUDA", a skip), CPU stand-ins with the upstream
+signatures compute, which is how the whole path is tested without a GPU.
 Stdlib besides torch (and the stack under test). Run as `python dsv4probe_kernels.py OUT REQUEST_JSON`.
 """
 
 import importlib.util
+import json
 import os
+import re
+import stat
 import sys
 import time
 
@@ -30,16 +36,27 @@ import dsv4ref as ref  # noqa: E402
 
 ROWS_PER_RANK = 128
 RATIO = 4  # the ratio-4 CSA layers are the ones with an indexer
-HEADS, HEAD_DIM = 16, 128  # what the frontend's SM90 indexer accepts: 1 KV head, head dim 128, H in {16, 32, 64}
-SCORE_TOLERANCE = 1e-2  # absolute, on float32 scores of magnitude ~10 from bf16 inputs (observed 2.9e-6)
+# DSv4's indexer has 64 heads (one KV head, head dim 128). Frontend 1.27.0's SM90 indexer accepts H in {16, 32, 64},
+# 1.26.0's only {32, 64} (16 raised "qhead_per_kv_head must be one of (32, 64), got 16" on an H200: a shape this
+# doctor chose, not a kernel defect), and the SM100 path {32, 64}: 64 runs everywhere. q is 128 x 64 x 128 bf16 (2 MiB).
+HEADS, HEAD_DIM = 64, 128
+SCORE_TOLERANCE = 1e-2  # absolute, on float32 scores of magnitude ~10-20 from bf16 inputs (observed 2.9e-6 at 16 heads)
 SEED = 4321
 
 
 class Skip(Exception):
-    pass
+    """A sub-run that cannot run here: why, the rule that reports it (where known), the exception behind it."""
+
+    def __init__(self, why, rule=None, exc=None):
+        Exception.__init__(self, why)
+        self.rule, self.exc = rule, exc
 
 
 def _needs_cuda(exc):
+    """A real kernel refusing CPU tensors. A missing module is never that, though its name may say cuda
+    ("No module named 'cuda'" is a missing cuda-python: the rule of that module reports it)."""
+    if isinstance(exc, ImportError):
+        return False
     text = "%s: %s" % (type(exc).__name__, exc)
     return "CUDA" in text or "cuda" in text
 
@@ -77,18 +94,97 @@ def _version(module_name):
         return None
 
 
+# The seed incident's packages besides the frontend (an H100 job went NaN until the frontend and tvm-ffi were
+# reinstalled; the CuTe DSL compiles both the frontend's DSA kernels and Megatron's layout kernels).
+STACK_PACKAGES = ("apache-tvm-ffi", "nvidia-cutlass-dsl")
+COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+
+
+def _stack_versions():
+    return {name: _version(name) for name in STACK_PACKAGES}
+
+
+def _read_small(path, limit=1 << 20):
+    """A regular file's first bytes as text, "" otherwise (never blocks on a FIFO, never follows into a device)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return os.read(fd, limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+def _git_head(tree):
+    """The commit a checkout's HEAD names, read from its files (git is never run): .git as a folder or a `gitdir:`
+    file (a submodule, such as Megatron-Bridge's 3rdparty/Megatron-LM, or a worktree), a detached HEAD or a ref in
+    the folder, its common folder, or packed-refs. None when none of that gives a commit."""
+    git = os.path.join(tree, ".git")
+    if os.path.isfile(git):
+        text = _read_small(git, 4096).strip()
+        if not text.startswith("gitdir:"):
+            return None
+        git = os.path.normpath(os.path.join(tree, text[len("gitdir:"):].strip()))
+    if not os.path.isdir(git):
+        return None
+    head = _read_small(os.path.join(git, "HEAD"), 4096).strip()
+    if COMMIT.match(head):
+        return head
+    ref = head[len("ref:"):].strip() if head.startswith("ref:") else ""
+    if not ref.startswith("refs/") or ".." in ref.split("/"):
+        return None
+    bases = [git]
+    common = _read_small(os.path.join(git, "commondir"), 4096).strip()
+    if common:
+        bases.append(os.path.normpath(os.path.join(git, common)))
+    for base in bases:
+        sha = _read_small(os.path.join(base, *ref.split("/")), 4096).strip()
+        if COMMIT.match(sha):
+            return sha
+        for line in _read_small(os.path.join(base, "packed-refs")).splitlines():
+            parts = line.split(" ")
+            if len(parts) == 2 and parts[1] == ref and COMMIT.match(parts[0]):
+                return parts[0]
+    return None
+
+
+def megatron_commit(core_dir):
+    """(commit, where it was read) for the Megatron tree holding `core_dir` (.../megatron/core): the tree's git HEAD,
+    else the installed megatron-core's direct_url.json when that distribution is this tree; ("unknown", None) else."""
+    tree = os.path.dirname(os.path.dirname(core_dir))
+    sha = _git_head(tree)
+    if sha:
+        return sha, os.path.join(tree, ".git")
+    try:
+        from importlib import metadata
+        dist = metadata.distribution("megatron-core")
+        if os.path.realpath(str(dist.locate_file(os.path.join("megatron", "core")))) == os.path.realpath(core_dir):
+            vcs = json.loads(dist.read_text("direct_url.json") or "{}").get("vcs_info") or {}
+            sha = vcs.get("commit_id") if isinstance(vcs, dict) else None
+            if isinstance(sha, str) and COMMIT.match(sha):
+                return sha, "direct_url.json"
+    except Exception:
+        pass
+    return "unknown", None
+
+
 # ------------------------------------------------------------------------------------------------- the DSA indexer
 
 def run_dsa(torch, device, request):
     try:
         import cudnn
     except ImportError as exc:
-        raise Skip("the cuDNN frontend does not import (%s): see cudnn-fe.version" % exc)
+        raise Skip("the cuDNN frontend does not import (%s)" % exc, "cudnn-fe.version", exc)
     try:
         wrapper = cudnn.DSA.indexer_forward_wrapper
     except Exception as exc:
-        raise Skip("cudnn.DSA.indexer_forward_wrapper does not resolve (%s: %s): see cudnn-fe.dsa"
-                   % (type(exc).__name__, exc))
+        raise Skip("cudnn.DSA.indexer_forward_wrapper does not resolve (%s: %s)" % (type(exc).__name__, exc),
+                   "cudnn-fe.dsa", exc)
     n_ranks = max(2, int(request.get("cp", 1)))  # a crossing sequence with a nonzero offset exists even at CP 1
     lens, cu, total = layout(n_ranks)
     cu_comp = ref.cumsum([n // RATIO for n in lens])
@@ -100,6 +196,7 @@ def run_dsa(torch, device, request):
     w_all = (torch.rand(total, HEADS, generator=gen) * HEADS ** -0.5).to(torch.bfloat16)
     k_dev = k_all.to(device)
     ev = {"frontend": getattr(cudnn, "__version__", None) or _version("nvidia-cudnn-frontend"),
+          "packages": _stack_versions(),
           "kernel": "cudnn.DSA.indexer_forward_wrapper", "shapes": {"q": [ROWS_PER_RANK, HEADS, HEAD_DIM],
           "k": list(k_all.shape), "w": [ROWS_PER_RANK, HEADS]}, "ratio": RATIO, "sequence_lengths": lens,
           "ranks_simulated": n_ranks, "rows_per_rank": ROWS_PER_RANK, "max_seqlen_q": max_q, "max_seqlen_k": max_k,
@@ -157,34 +254,34 @@ def run_dsa(torch, device, request):
 # ---------------------------------------------------------------------------------------- the CP layout kernels
 
 def megatron_layout_file():
+    """(the layout kernels' file, the megatron/core folder holding it)."""
     try:
         spec = importlib.util.find_spec("megatron.core")  # imports `megatron` (a namespace), never megatron.core
     except ImportError:
         spec = None
     if spec is None or not spec.submodule_search_locations:
-        raise Skip("Megatron-core is not installed: see mcore.dsv4")
+        raise Skip("Megatron-core is not installed", "mcore.dsv4")
     for root in spec.submodule_search_locations:
         eav = os.path.join(root, "transformer", "experimental_attention_variant")
         for rel in (os.path.join("csa_utils", "cp_layout_kernels.py"), "csa_cp_layout_kernels.py"):
             if os.path.isfile(os.path.join(eav, rel)):
-                return os.path.join(eav, rel)
-    raise Skip("this Megatron-core has no CP layout kernels (csa_utils/cp_layout_kernels.py; dev >= bfa33263): "
-               "see mcore.dsv4")
+                return os.path.join(eav, rel), root
+    raise Skip("this Megatron-core has no CP layout kernels (csa_utils/cp_layout_kernels.py; dev >= bfa33263)",
+               "mcore.dsv4")
 
 
 def run_layout(torch, device, request):
     cp = int(request.get("cp", 1))
     if cp < 2:
         raise Skip("not used at CP 1: Megatron runs the CP layout kernels only with CP > 1")
-    path = megatron_layout_file()
+    path, core_dir = megatron_layout_file()
     t0 = time.monotonic()
     spec = importlib.util.spec_from_file_location("dsv4doctor_cp_layout_kernels", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     load_s = time.monotonic() - t0
     if getattr(module, "_CUTE_AVAILABLE", True) is False:
-        raise Skip("the CuTe DSL does not import, so Megatron's layout kernels are unavailable: see "
-                   "cutlass-dsl.import")
+        raise Skip("the CuTe DSL does not import, so Megatron's layout kernels are unavailable", "cutlass-dsl.import")
     compact_fn, indices_fn = module.CompressorInputCompact.apply, module.build_attention_indices
     d_comp, window = 8, 16  # Megatron: d_comp = 8 at ratio 4; d_window = max(csa_window_size, d_comp)
     d_window = max(window, d_comp)
@@ -199,9 +296,11 @@ def run_layout(torch, device, request):
     cu_t = torch.tensor(cu, dtype=torch.int32, device=device)
     cu_comp_t = torch.tensor(cu_comp, dtype=torch.int32, device=device)
     map_t = torch.tensor(row_map, dtype=torch.int32, device=device)
-    ev = {"megatron_file": path, "load_s": round(load_s, 4), "ratio": RATIO, "d_comp": d_comp, "d_window": d_window,
-          "window": window, "c_cap": c_cap, "sequence_lengths": lens, "cp": cp, "rows_per_rank": ROWS_PER_RANK,
-          "compressed_width": width, "ranks": []}
+    commit, commit_from = megatron_commit(core_dir)
+    ev = {"megatron_file": path, "megatron_commit": commit, "megatron_commit_from": commit_from,
+          "packages": _stack_versions(), "load_s": round(load_s, 4), "ratio": RATIO, "d_comp": d_comp,
+          "d_window": d_window, "window": window, "c_cap": c_cap, "sequence_lengths": lens, "cp": cp,
+          "rows_per_rank": ROWS_PER_RANK, "compressed_width": width, "ranks": []}
     failures, control_separates = [], False
     for r in range(cp):
         gs = r * ROWS_PER_RANK
@@ -214,7 +313,7 @@ def run_layout(torch, device, request):
                                                       torch.stack(boundary_rows), cu, gs, RATIO, d_comp, c_cap)
         fwd_ok = torch.equal(out.detach().cpu(), want) and torch.equal(ids.cpu().to(torch.int32), want_ids)
         grad = torch.randn(out.shape, generator=gen).to(out.dtype).to(device)
-        out.backward(grad)
+        _, backward_s = _timed(torch, device, out.backward, grad)
         g_local, g_boundary = ref.compressor_input_compact_grad(torch, grad, ROWS_PER_RANK, d_window, cu, gs, RATIO,
                                                                 d_comp, c_cap)
         bwd_ok = torch.equal(local.grad.cpu(), g_local) and torch.equal(boundary.grad.cpu(), g_boundary)
@@ -222,23 +321,27 @@ def run_layout(torch, device, request):
         shifted, _ = ref.compressor_input_compact(torch, hidden[gs:gs + ROWS_PER_RANK], torch.stack(boundary_rows),
                                                   cu, gs + RATIO, RATIO, d_comp, c_cap)
         control_separates = control_separates or not torch.equal(out.detach().cpu(), shifted)
-        modes = {}
+        modes, calls = {}, {"compact_forward": round(first, 4), "compact_backward": round(backward_s, 4)}
         for mode, topk in (("all visible", None), ("top-k", _recent_topk(cu, gs, ROWS_PER_RANK, RATIO, 3))):
             topk_t = None if topk is None else torch.tensor(topk, dtype=torch.int32, device=device)
             w = width if topk is None else 3
-            got = indices_fn(cu_t, gs, ROWS_PER_RANK, d_window, window, RATIO, w, topk_t,
-                             cu_seqlens_compressed=cu_comp_t, seq_to_rank_row=map_t)
+            got, calls["indices " + mode] = _timed(torch, device, indices_fn, cu_t, gs, ROWS_PER_RANK, d_window,
+                                                   window, RATIO, w, topk_t, cu_seqlens_compressed=cu_comp_t,
+                                                   seq_to_rank_row=map_t)
+            calls["indices " + mode] = round(calls["indices " + mode], 4)
             rows, lengths = ref.attention_indices(cu, cu_comp, gs, ROWS_PER_RANK, d_window, window, RATIO, w,
                                                   row_map, base, topk)
             modes[mode] = bool(torch.equal(got[0].cpu().to(torch.int32), torch.tensor(rows, dtype=torch.int32)) and
                                torch.equal(got[1].cpu().to(torch.int32), torch.tensor(lengths, dtype=torch.int32)))
         groups = ref.compressed_groups(cu, gs, ROWS_PER_RANK, RATIO, d_comp)
         row = {"rank": r, "global_start": gs, "groups": len(groups), "compact_forward_exact": fwd_ok,
-               "compact_backward_exact": bwd_ok, "attention_indices_exact": modes, "first_call_s": round(first, 4)}
+               "compact_backward_exact": bwd_ok, "attention_indices_exact": modes, "call_s": calls}
         ev["ranks"].append(row)
         if not (fwd_ok and bwd_ok and all(modes.values())):
             failures.append(row)
-    ev["jit_s"] = ev["ranks"][0]["first_call_s"]
+    # Rank 0's calls are each kernel's first (each JIT-compiles its own); jit_s stays the compact forward's.
+    ev["first_call_s"] = dict(ev["ranks"][0]["call_s"])
+    ev["jit_s"] = ev["first_call_s"]["compact_forward"]
     t1 = time.monotonic()
     compact_fn(local.detach(), boundary.detach(), cu_t, gs, RATIO, d_comp, c_cap)
     _sync(torch, device)
@@ -281,7 +384,7 @@ def run_csa(torch, device, request):
         from cudnn.csa import compressor
         fwd = compressor.csa_compressor_forward_wrapper
     except Exception as exc:
-        raise Skip("cudnn.csa does not load (%s: %s): see cudnn-fe.csa" % (type(exc).__name__, exc))
+        raise Skip("cudnn.csa does not load (%s: %s)" % (type(exc).__name__, exc), "cudnn-fe.csa", exc)
     ratio, head_dim, coff = 4, 128, 2
     lens = [12, 37, 64, 9]
     cu = ref.cumsum(lens)
@@ -290,35 +393,60 @@ def run_csa(torch, device, request):
     kv = torch.randn(cu[-1], coff * head_dim, generator=gen).to(torch.bfloat16)
     score = torch.randn(cu[-1], coff * head_dim, generator=gen).to(torch.bfloat16)
     ape = torch.randn(ratio, coff * head_dim, generator=gen)
-    args = (kv.to(device), score.to(device), ape.to(device), torch.tensor(cu, dtype=torch.int32, device=device),
-            torch.tensor(cu_comp, dtype=torch.int32, device=device))
-    out, first = _timed(torch, device, fwd, *args, ratio=ratio, head_dim=head_dim, coff=coff, total_comp=cu_comp[-1])
-    _, steady = _timed(torch, device, fwd, *args, ratio=ratio, head_dim=head_dim, coff=coff, total_comp=cu_comp[-1])
+    cu_t = torch.tensor(cu, dtype=torch.int32, device=device)
+    cu_comp_t = torch.tensor(cu_comp, dtype=torch.int32, device=device)
+    kw = dict(ratio=ratio, head_dim=head_dim, coff=coff, total_comp=cu_comp[-1])  # as Megatron's fused_compressor.py
+    args = (kv.to(device), score.to(device), ape.to(device), cu_t, cu_comp_t)
+    out, first = _timed(torch, device, fwd, *args, **kw)
+    _, steady = _timed(torch, device, fwd, *args, **kw)
     got = out["out"].float().cpu().reshape(cu_comp[-1], head_dim)
     want = ref.csa_compress(torch, kv, score, ape, cu, ratio, head_dim, coff)
-    control = ref.csa_compress(torch, kv, score, torch.zeros_like(ape), cu, ratio, head_dim, coff)
     err = float((got - want).abs().max().item()) if got.numel() else 0.0
+    # The negative control, on the kernel: without the position embedding its output must change (a kernel that keeps
+    # a cached result, or ignores an input, cannot be told apart from a right one otherwise).
+    zero = fwd(args[0], args[1], torch.zeros_like(args[2]), cu_t, cu_comp_t, **kw)["out"].float().cpu()
+    zero = zero.reshape(cu_comp[-1], head_dim)
     ev = {"frontend": _version("nvidia-cudnn-frontend"),
           "kernel": "cudnn.csa.compressor.csa_compressor_forward_wrapper",
           "ratio": ratio, "head_dim": head_dim, "coff": coff, "sequence_lengths": lens, "max_abs_error": err,
           "tolerance": 2e-2, "jit_s": round(first, 4), "steady_s": round(steady, 5),
-          "control_error": float((got - control).abs().max().item()) if got.numel() else 0.0}
+          "control_error": float((got - zero).abs().max().item()) if got.numel() else 0.0}
     if not bool(torch.isfinite(got).all().item()):
         return "fail", "the fused CSA compressor gives non-finite output", ev
     if err > 2e-2:
         return "fail", "the fused CSA compressor differs from the eager reference by %.3g (> 0.02)" % err, ev
     if ev["control_error"] <= 2e-2:
-        return "error", "the negative control (no position embedding) did not separate", ev
-    return "pass", "the fused CSA compressor matches the eager reference (max |err| %.1e)" % err, ev
+        return "error", ("the negative control did not separate: without the position embedding the fused CSA "
+                         "compressor gives the same output, so this comparison cannot tell right from wrong"), ev
+    return "pass", ("the fused CSA compressor matches the eager reference (max |err| %.1e; zeroing the position "
+                    "embedding changes it by %.2f)" % (err, ev["control_error"])), ev
 
 
 # --------------------------------------------------------------------------------------------------------- FlashMLA
+
+def _takes(fn, name):
+    """Whether fn takes keyword `name` (True/False), or None when its signature cannot be read (a C builtin)."""
+    try:
+        import inspect
+        params = inspect.signature(fn).parameters
+    except Exception:
+        return None
+    return name in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
+
 
 def run_flashmla(torch, device, request):
     try:
         from flash_mla import flash_mla_sparse_fwd
     except Exception as exc:
-        raise Skip("FlashMLA does not import (%s: %s): see kernels.flash-mla" % (type(exc).__name__, exc))
+        raise Skip("FlashMLA does not import (%s: %s)" % (type(exc).__name__, exc), "kernels.flash-mla", exc)
+    no_topk = ("this FlashMLA's flash_mla_sparse_fwd takes no indexer_topk (a build from main, not nv_dev), which "
+               "Megatron passes at every sparse attention call")
+    if _takes(flash_mla_sparse_fwd, "indexer_topk") is False:
+        raise Skip(no_topk, "kernels.flash-mla")
+    # As Megatron d48bd6be calls it (csa_utils/fused_sparse_attention.py _csa_fwd_flash_mla, dsa_cudnn_kernels.py):
+    # flat q (S_q, H, 576), kv (S_kv, 1, 576), indices (S_q, 1, TopK) int32 with TopK padded to the GPU's alignment
+    # (128 on SM90, 64 on SM100), d_v 512, an f32 sink per head, topk_length None and indexer_topk=0 (the training
+    # paths all pass 0; only >0 returns a fourth tensor), unpacked as (out, max_logits, lse).
     s_q, h_q, d_qk, d_v, s_kv = 4, 64, 576, 512, 128
     topk = 128 if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 10 else 64
     gen = torch.Generator().manual_seed(SEED)
@@ -326,16 +454,30 @@ def run_flashmla(torch, device, request):
     kv = torch.randn(s_kv, 1, d_qk, generator=gen).to(torch.bfloat16).to(device)
     idx = torch.randint(0, s_kv, (s_q, 1, topk), generator=gen, dtype=torch.int32).to(device)
     sink = torch.zeros(h_q, dtype=torch.float32, device=device)
-    res, first = _timed(torch, device, flash_mla_sparse_fwd, q, kv, idx, d_qk ** -0.5, d_v=d_v, attn_sink=sink,
-                        topk_length=None, indexer_topk=0)
-    out = res[0]
-    ev = {"package": _version("flash-mla") or _version("flash_mla"), "shape": list(out.shape),
-          "expected_shape": [s_q, h_q, d_v], "jit_s": round(first, 4), "topk": topk}
+    try:
+        res, first = _timed(torch, device, flash_mla_sparse_fwd, q, kv, idx, d_qk ** -0.5, d_v=d_v, attn_sink=sink,
+                            topk_length=None, indexer_topk=0)
+    except TypeError as exc:
+        if "indexer_topk" in str(exc):
+            raise Skip(no_topk, "kernels.flash-mla", exc)
+        raise
+    ev = {"package": _version("flash-mla") or _version("flash_mla"), "indexer_topk": 0, "topk": topk,
+          "expected_shape": [s_q, h_q, d_v], "jit_s": round(first, 4),
+          "returned": len(res) if isinstance(res, (tuple, list)) else type(res).__name__}
+    if not isinstance(res, (tuple, list)) or len(res) != 3:
+        return "fail", ("flash_mla_sparse_fwd(indexer_topk=0) returned %s, not the (out, max_logits, lse) Megatron "
+                        "unpacks" % (("%d values" % len(res)) if isinstance(res, (tuple, list)) else
+                                     type(res).__name__)), ev
+    out, _max_logits, lse = res
+    ev.update(shape=list(out.shape), lse_shape=list(lse.shape))
     if list(out.shape) != [s_q, h_q, d_v]:
         return "fail", "flash_mla_sparse_fwd returned shape %s, not %s" % (list(out.shape), [s_q, h_q, d_v]), ev
-    if not bool(torch.isfinite(out.float()).all().item()):
+    if list(lse.shape) != [s_q, h_q]:  # Megatron slices lse[:, :heads]
+        return "fail", "flash_mla_sparse_fwd returned an lse of shape %s, not %s" % (list(lse.shape), [s_q, h_q]), ev
+    if not bool(torch.isfinite(out.float()).all().item()) or not bool(torch.isfinite(lse.float()).all().item()):
         return "fail", "flash_mla_sparse_fwd returned non-finite output", ev
-    return "pass", "flash_mla_sparse_fwd(indexer_topk=0) returns finite output of the right shape", ev
+    return "pass", ("flash_mla_sparse_fwd(indexer_topk=0), called as Megatron calls it, returns (out, max_logits, "
+                    "lse), finite and of the right shapes"), ev
 
 
 SUBRUNS = {"dsa": (run_dsa, "nvidia-cudnn-frontend"), "layout": (run_layout, "megatron-core"),
@@ -349,7 +491,7 @@ def answer(request):
     try:
         import torch
     except BaseException as exc:
-        return {"status": "skip", "summary": "torch does not import: see torch.install", "error": error_info(exc)}
+        return {"status": "skip", "summary": "torch does not import", "rule": "torch.install", "error": error_info(exc)}
     want = request.get("device", "auto")
     has_cuda = False
     try:
@@ -373,7 +515,9 @@ def answer(request):
         status, summary, evidence = fn(torch, device, request)
         out.update(status=status, summary=summary, evidence=evidence)
     except Skip as why:
-        out.update(status="skip", summary=str(why))
+        out.update(status="skip", summary=str(why), rule=why.rule)
+        if why.exc is not None:
+            out["error"] = error_info(why.exc)
     except BaseException as exc:
         err = error_info(exc, frames=6)
         if device.type != "cuda" and _needs_cuda(exc):

@@ -7,18 +7,24 @@ JIT compiles overlap; a crash or hang in one costs only that sub-run.
 from __future__ import annotations
 
 from dsv4_doctor.facts import StaticFacts
-from dsv4_doctor.model import Check, Context, Fix, Profile, Result, Source, errored, failed, passed, skipped
+from dsv4_doctor.model import Check, Context, Fix, Profile, Result, Source, Status, errored, failed, passed
 from dsv4_doctor.probes import Probe
 
 from .. import fixes
 from .._upstream import EAV, mlm, pypi
-from .thd_cp import not_run, torch_missing
+from ..mcore import mcore_fix
+from .thd_cp import RULE_FIXES, TIER2_MODULES, not_run, rule_fixes, torch_missing
 
 SUBRUN_TITLES = {"dsa": "cuDNN-FE DSA indexer forward", "layout": "Megatron CP layout kernels",
                  "csa": "fused CSA compressor", "flashmla": "FlashMLA sparse forward"}
-# Who to fix when a sub-run's call raises or computes wrong numbers.
+# Who to fix when a sub-run's call raises or computes wrong numbers (unless a missing module names another rule).
 SUBRUN_RULE = {"dsa": "cudnn-fe.dsa", "layout": "cutlass-dsl.import", "csa": "cudnn-fe.csa",
                "flashmla": "kernels.flash-mla"}
+# The top-level module each sub-run tests: a missing submodule of it (cudnn.csa in a frontend without it) is that
+# sub-run's own finding, not the finding of the rule that reports the package missing.
+SUBRUN_MODULE = {"dsa": "cudnn", "layout": "megatron", "csa": "cudnn", "flashmla": "flash_mla"}
+# Rule ids a probe may point at (its answer is hostile input: anything else is dropped).
+KNOWN_RULES = frozenset(RULE_FIXES) | frozenset(SUBRUN_RULE.values())
 
 
 def subruns(profile: Profile) -> dict[str, str | None]:
@@ -45,15 +51,37 @@ def _probes(profile: Profile) -> list[Probe]:
     return [kernel_probe(profile, name) for name, why in subruns(profile).items() if why is None]
 
 
-def _fixes(ctx: Context, name: str, summary: str) -> list[Fix]:
+def missing_rule(name: str, error) -> str | None:
+    """The rule that reports the module an ImportError names (tier 2's mapping, TIER2_MODULES), or None."""
+    missing = str((error or {}).get("missing_module") or "") if isinstance(error, dict) else ""
+    top = missing.split(".")[0]
+    if top == SUBRUN_MODULE[name] and "." in missing:
+        return None
+    return TIER2_MODULES.get(top)
+
+
+def subrun_rule(name: str, row: dict) -> str | None:
+    """Who reports what a sub-run shows: a missing module's rule, else the probe's pointer (a known rule id), else,
+    for a fail, the sub-run's own rule."""
+    rule = missing_rule(name, row.get("error"))
+    if rule:
+        return rule
+    pointer = row.get("rule")
+    if isinstance(pointer, str) and pointer in KNOWN_RULES:
+        return pointer
+    return SUBRUN_RULE[name] if row.get("status") == "fail" else None
+
+
+def _fixes(ctx: Context, name: str, row: dict) -> list[Fix]:
+    if missing_rule(name, row.get("error")):
+        # e.g. the layout kernels (compiled with --enable-tvm-ffi) or the frontend's DSA kernels without tvm_ffi.
+        return rule_fixes(row["rule"], ctx)
     static = ctx.static
-    if name == "dsa":
+    if name in ("dsa", "csa"):
         # A NaN or a wrong mask from the indexer: the seed incident's cure (reinstall the frontend and tvm-ffi).
-        return [fixes.frontend_stack(static)] if "tvm_ffi" not in summary else [fixes.tvm_ffi(static)]
-    if name == "layout":
-        return [fixes.cutlass(static), fixes.mcore()]
-    if name == "csa":
         return [fixes.frontend_stack(static)]
+    if name == "layout":
+        return [fixes.cutlass(static), mcore_fix(ctx)]  # the latter names a PYTHONPATH copy that shadows pip's
     return [fixes.FLASH_MLA]
 
 
@@ -65,7 +93,7 @@ def _kernels(ctx: Context) -> Result:
     rows: dict[str, dict] = {}
     for name, why in subruns(profile).items():
         if why is not None:
-            rows[name] = {"status": "skip", "summary": why}
+            rows[name] = {"status": "skip", "summary": why, "rule": None}
             continue
         result = ctx.probe(kernel_probe(profile, name))
         if not result.ok:
@@ -73,27 +101,32 @@ def _kernels(ctx: Context) -> Result:
                           "stderr_tail": result.stderr_tail, "signal": result.signal, "timed_out": result.timed_out}
             continue
         data = result.data if isinstance(result.data, dict) else {}
-        rows[name] = {k: data.get(k) for k in ("status", "summary", "package", "evidence", "error", "device",
+        rows[name] = {k: data.get(k) for k in ("status", "summary", "rule", "package", "evidence", "error", "device",
                                               "gpu_memory_peak_mib", "total_s")}
         if rows[name]["status"] not in ("pass", "fail", "error", "skip"):
             rows[name] = {"status": "error", "summary": f"the probe answered an unknown status {data.get('status')!r}"}
+            continue
+        rows[name]["rule"] = rule = subrun_rule(name, rows[name])
+        if rule and rows[name]["status"] == "skip":
+            rows[name]["summary"] = f"{rows[name]['summary']}: see {rule}"
     evidence: dict = {"subruns": rows}
     devices = {str((r.get("device") or {}).get("capability")) for r in rows.values() if r.get("device")}
     visible = next(iter(devices), None)
     if profile.gpu_arch and visible and visible != "None" and visible != profile.gpu_arch:
         evidence["note"] = (f"the profile is for CC {profile.gpu_arch}, but these sub-runs ran on this host's CC "
                             f"{visible}: what this GPU supports ran, under its own arch")
-    line = "; ".join(f"{SUBRUN_TITLES[n]}: {r['status']}" for n, r in rows.items())
+    line = "; ".join(f"{SUBRUN_TITLES[n]}: {r['status']}" + (f" (see {r['rule']})" if r["status"] == "skip" and
+                                                              r.get("rule") else "") for n, r in rows.items())
     failed_runs = [n for n, r in rows.items() if r["status"] == "fail"]
     if failed_runs:
         n = failed_runs[0]
-        summary = f"{SUBRUN_TITLES[n]} ({SUBRUN_RULE[n]}): {rows[n]['summary']}"
+        summary = f"{SUBRUN_TITLES[n]} ({rows[n]['rule']}): {rows[n]['summary']}"
         hint = ""
-        if n == "dsa":
+        if n == "dsa" and not rows[n].get("error"):  # wrong numbers, not a call that raised
             hint = ("A NaN or a wrong mask from the DSA indexer is the seed incident's signature (an H100 job went NaN "
                     "until the cuDNN frontend and apache-tvm-ffi were reinstalled).")
         return failed(summary, "\n".join(x for x in (hint, "Sub-runs: " + line) if x),
-                      fixes=_fixes(ctx, n, str(rows[n].get("summary"))), evidence=evidence)
+                      fixes=_fixes(ctx, n, rows[n]), evidence=evidence)
     errors = [n for n, r in rows.items() if r["status"] == "error"]
     if errors:
         n = errors[0]
@@ -104,7 +137,8 @@ def _kernels(ctx: Context) -> Result:
         return passed("; ".join(f"{SUBRUN_TITLES[n]}: {rows[n]['summary']}" for n in ran)
                       + (f" (peak GPU memory {peak:.0f} MiB)" if peak else ""), "Sub-runs: " + line,
                       evidence=evidence)
-    return skipped("no kernel sub-run could run: " + line, evidence=evidence)
+    return Result(Status.SKIP, "no kernel sub-run could run (each says why, and which rule reports it)",
+                  "Sub-runs: " + line, evidence)
 
 
 def _not_run(profile: Profile) -> str | None:
@@ -135,9 +169,14 @@ smoke_dsv4_kernels = Check(
         by file path without importing megatron.core): CompressorInputCompact forward and backward and
         build_attention_indices for every CP rank, exact, on a ragged layout with boundary-crossing sequences; not
         used at CP 1; (3) the fused CSA compressor (cudnn.csa) on CC 10.0 with CP 1, against Megatron's eager
-        compressor; (4) FlashMLA's flash_mla_sparse_fwd with indexer_topk, finite and of the right shape. A sub-run
-        whose package is absent is a skip pointing to the rule that reports it; one whose call raises is a fail
-        naming the exception. On the CPU (--device cpu) the real kernels refuse CPU tensors (a skip: needs CUDA).
+        compressor, whose output must change without the position embedding (the control); (4) FlashMLA's
+        flash_mla_sparse_fwd called as Megatron calls it (indexer_topk=0), returning (out, max_logits, lse), finite
+        and of the right shapes. A sub-run whose package is absent, or whose entry point does not resolve, is a skip
+        pointing to the rule that reports it (a FlashMLA without indexer_topk: kernels.flash-mla); one whose call
+        raises is a fail naming the exception, with the rule and fix of the module an ImportError names (no tvm_ffi:
+        tvm-ffi.version; no cuda-python: cutlass-dsl.import), else the sub-run's own. A Megatron fix names a
+        PYTHONPATH copy that shadows the installed megatron-core. On the CPU (--device cpu) the real kernels refuse
+        CPU tensors (a skip: needs CUDA).
     """,
     applies_when="a GPU is visible (or --device cpu); not with --no-smoke; sub-runs by profile",
     detects="the stack's DSA indexer, CP layout kernels, CSA compressor and FlashMLA against independent references",
@@ -150,7 +189,11 @@ smoke_dsv4_kernels = Check(
         mlm("tests/unit_tests/transformer/experimental_attention_variant/test_csa_cp_layout_kernels.py", "",
             "Megatron-LM dev test_csa_cp_layout_kernels.py (the semantics the references follow)"),
         pypi("nvidia-cudnn-frontend", "1.27.0", "nvidia-cudnn-frontend 1.27.0 indexer_forward/api.py docstring and "
-             "SM90 mask code"),
+             "SM90 mask code; csa/compressor/api.py csa_compressor_forward_wrapper"),
+        mlm(EAV + "csa_utils/fused_compressor.py", "187-197",
+            "Megatron-LM dev fused_compressor.py: the csa_compressor_forward_wrapper call"),
+        mlm(EAV + "csa_utils/fused_sparse_attention.py", "125-179",
+            "Megatron-LM dev fused_sparse_attention.py _csa_fwd_flash_mla: the flash_mla_sparse_fwd call"),
         Source("verl PR #7297 (the seed incident: NaN cured by reinstalling the frontend and tvm-ffi)",
                "https://github.com/verl-project/verl/pull/7297"),
     ),

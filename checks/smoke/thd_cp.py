@@ -8,6 +8,7 @@ from dsv4_doctor.probes import Probe
 
 from .. import fixes
 from .._upstream import EAV, mlm
+from ..mcore import mcore_fix
 
 MEMORY_LIMIT_MIB = 1024
 
@@ -59,11 +60,15 @@ def tier2_rule(error: dict) -> str | None:
     return rules[0] if rules else None
 
 
-def tier2_fixes(error: dict, static=None) -> list[Fix]:
-    from dsv4_doctor.facts import StaticFacts
+def rule_fixes(rule: str | None, ctx: Context) -> list[Fix]:
+    """The fixes of the rule that reports a finding (tier 2's, and the kernel smoke's for a missing module)."""
+    if rule in ("mcore.dsv4", "mcore.cp-partition-mode"):
+        return [mcore_fix(ctx)]  # names a PYTHONPATH copy that shadows the installed one (pip cannot fix that)
+    return RULE_FIXES[rule](ctx.static) if rule in RULE_FIXES else []
 
-    rule = tier2_rule(error)
-    return RULE_FIXES[rule](static or StaticFacts({})) if rule in RULE_FIXES else []
+
+def tier2_fixes(error: dict, ctx: Context) -> list[Fix]:
+    return rule_fixes(tier2_rule(error), ctx)
 
 
 def not_run(profile: Profile) -> str | None:
@@ -110,7 +115,7 @@ def _tier2(ctx: Context, data: dict, evidence: dict):
             return failed(
                 f"the DSv4 hybrid attention layer ({label}) failed at {t2.get('stage')}: {err.get('type')}: "
                 f"{err.get('message')}", "\n".join(map(str, err.get("where", []))),
-                fixes=tier2_fixes(err, ctx.static), evidence=evidence)
+                fixes=tier2_fixes(err, ctx), evidence=evidence)
         if not t2.get("finite", True):
             settings = ", ".join(f"{k}={v}" for k, v in (t2.get("settings") or {}).items())
             return failed(f"the DSv4 hybrid attention layer ({label}) produced non-finite output",

@@ -22,7 +22,7 @@ from typing import Any
 from collections.abc import Iterable, Sequence
 
 from ..procs import Processes, kill_group
-from ..redact import decode, sanitize
+from ..redact import decode, read_tail, sanitize
 
 PROBE_DIR = Path(__file__).resolve().parent
 STDERR_TAIL_BYTES = 2000
@@ -132,15 +132,7 @@ class ProbeResult:
 
 
 def _tail(path: str) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - STDERR_TAIL_BYTES))
-            raw = fh.read()
-    except OSError:
-        return ""
-    return decode(raw).strip()
+    return read_tail(path, STDERR_TAIL_BYTES).strip()  # a cut first line is dropped: it may end a secret
 
 
 def signal_name(returncode: int | None) -> str | None:

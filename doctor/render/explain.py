@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from ..model import Check
+from ..redact import Redactor
 
 
-def explain_text(c: Check) -> str:
-    lines = [f"{c.id}: {c.title}", f"origin: {c.origin}", f"applies when: {c.applies_when}", f"detects: {c.detects}"]
+def explain_text(c: Check, redact: Redactor | None = None) -> str:
+    """Redacted and cleaned: the prose line by line, each command from its argv (`Redactor.command_line`), so that
+    no redaction ever rewrites a quoted command."""
+    redact = redact or Redactor()
+    lines: list[str | tuple[str]] = [f"{c.id}: {c.title}", f"origin: {c.origin}", f"applies when: {c.applies_when}",
+                                     f"detects: {c.detects}"]
     if c.needs:
         lines.append("reads the outcome of: " + ", ".join(c.needs))
     lines += ["", c.doc(), ""]
@@ -15,9 +20,9 @@ def explain_text(c: Check) -> str:
         for fix in c.fixes:
             tag = f" ({fix.phase.value}{', manual' if fix.manual else ''})"
             lines.append(f"  {fix.description}{tag}")
-            lines += [f"    {cmd.shell()}" for cmd in fix.commands]
+            lines += [(f"    {redact.command_line(cmd.argv)}",) for cmd in fix.commands]  # a tuple: not redacted again
             lines += [f"    {note}" for note in fix.notes]
         lines.append("")
     lines.append("Sources:")
     lines += [f"  {s.title}" + (f": {s.url}" if s.url else "") for s in c.sources] or ["  (none)"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(line[0] if isinstance(line, tuple) else redact(line) for line in lines) + "\n"

@@ -1,7 +1,8 @@
 """The human report: a table, then the details and exact fix commands of everything not passing, then a verdict.
 
 Plain text wrapped to the output width with continuation lines indented; colour (ANSI) only when asked for. Fix
-commands are never wrapped: they must stay copy-pastable.
+commands, and the indented lines of a fix's description (a job's line to add), are never wrapped: they must stay
+copy-pastable.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def job_line(report: dict) -> str | None:
         return None
     line = f"job: dsa-backend {shown(p.get('dsa_backend'))} ({shown(job.get('dsa_backend_decided'))})"
     if isinstance(job.get("cp_given"), int):
-        line += f"; cp {job['cp_given']} from --cp (the command's could not be resolved)"
+        line += f"; cp {job['cp_given']} from --cp (the command's own is not known)"
     unknown = [str(k) for k in job.get("unknown") or [] if isinstance(k, str)]
     count = job.get("unknown_count") if isinstance(job.get("unknown_count"), int) else len(unknown)
     if unknown:
@@ -107,7 +108,11 @@ def render_text(report: dict, color: bool = False, width: int = 100) -> str:
             out += ["  " + line] if line.startswith("  ") else _wrap(line, width, "  ", "    ")
         for fix in c.get("fixes", []):
             tag = " (manual)" if fix.get("manual") else ""
-            out += _wrap(f"Fix{tag}: {fix['description']}", width, "  ", "    ")
+            first, *more = str(fix["description"]).splitlines() or [""]
+            out += _wrap(f"Fix{tag}: {first}", width, "  ", "    ")
+            # An indented line of a description is preformatted (a job's line to add): never wrapped.
+            for line in more:
+                out += ["    " + line.strip()] if line.startswith("  ") else _wrap(line, width, "    ", "    ")
             out += ["    " + cmd for cmd in fix["commands"]]  # never wrapped: copy-pastable
             out += _wrap(" ".join(fix.get("notes") or []), width, "    ", "    ") if fix.get("notes") else []
         if c.get("sources"):
