@@ -20,3 +20,19 @@ def gh(repo: str, what: str, title: str) -> Source:
 
 def pypi(project: str, version: str, title: str) -> Source:
     return Source(title, f"https://pypi.org/project/{project}/{version}/")
+
+
+def mlm_at(commit: str, path: str, title: str) -> Source:
+    """A Megatron-LM file at another commit than MLM_DEV (verl's tested fd1121b8)."""
+    return Source(title, f"https://github.com/NVIDIA/Megatron-LM/blob/{commit}/{path}")
+
+
+def mlm_change(ref: str, title: str) -> Source:
+    """A Megatron-LM commit (hex) or pull request (digits)."""
+    what = f"pull/{ref}" if ref.isdigit() else f"commit/{ref}"
+    return Source(title, f"https://github.com/NVIDIA/Megatron-LM/{what}")
+
+
+def measured(path: str, title: str) -> Source:
+    """A measurement recorded in this repository (docs/gpu-runs: the commands, logs and reports of a GPU session)."""
+    return Source(title, path)

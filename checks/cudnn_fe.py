@@ -8,7 +8,7 @@ from dsv4_doctor.model import Check, Context, Profile, Result, Source, failed, n
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
-from ._upstream import EAV, mlm, pypi
+from ._upstream import EAV, MLM_VERL_TESTED, mlm, mlm_at, pypi
 
 FE = "nvidia-cudnn-frontend"
 # What the frontend's cutedsl extra (1.26-1.28) or its unconditional requirements (1.29+) name; read from metadata.
@@ -21,7 +21,7 @@ MEGATRON_DSA_CALLERS = (f"{EAV_MOD}.dsa_cudnn_kernels", f"{EAV_MOD}.csa_utils.fu
                         f"{EAV_MOD}.csa_kernels", f"{EAV_MOD}.dsa_kernels")
 DSA_OWNERS = ("DSA", "_DSA", "_cudnn_dsa")  # the names Megatron binds `cudnn.DSA` to
 FUSED_COMPRESSOR = (f"{EAV_MOD}.csa_utils.fused_compressor", f"{EAV_MOD}.csa_fused_compressor")
-STATIC = StaticRequest(distributions=(FE, *CUTEDSL_STACK), modules=("cudnn", "cudnn.csa", "megatron.core",
+STATIC = StaticRequest(distributions=(FE, *CUTEDSL_STACK), modules=("cudnn", "cudnn.csa", "megatron.core", "flash_mla",
                                                                     *FUSED_COMPRESSOR),
                        # The frontend's own entry files too: their hashes are part of a fleet rank's fingerprint
                        # (fleet.drift), which must see a frontend edited in place, whose RECORD still matches.
@@ -56,9 +56,26 @@ def dsa_probe(wrappers) -> object:
 
 DSA_PROBE = dsa_probe(KNOWN_WRAPPERS)
 
-M8 = ("dsa_kernel_backend=cudnn requires fused DSA kernels, but the following packages are not available: "
-      "cudnn-frontend DSA (nvidia-cudnn-frontend[cutedsl]). Install them or set dsa_kernel_backend=none to use the "
-      "PyTorch fallback.")
+# Megatron's dependency check (utils.py L509-548) raises one ValueError naming every fused-DSA package it lacks.
+M8_FLASH_MLA = "flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev)"
+M8_FRONTEND = "cudnn-frontend DSA (nvidia-cudnn-frontend[cutedsl])"
+
+
+def m8(*items: str) -> str:
+    return ("dsa_kernel_backend=cudnn requires fused DSA kernels, but the following packages are not available: "
+            f"{', '.join(items)}. Install them or set dsa_kernel_backend=none to use the PyTorch fallback.")
+
+
+def frontend_absent(static: StaticFacts) -> bool:
+    """No cuDNN frontend at all (no distribution, no `cudnn` module): then the frontend checks quote Megatron's
+    dependency error, naming flash_mla too when it is missing, and kernels.flash-mla only points at it, so that the
+    one long sentence is in a report once (found in review: four times in one text report)."""
+    return not static.dist_copies(FE) and not static.module("cudnn").get("found")
+
+
+def megatron_dependency_error(static: StaticFacts) -> str:
+    """Megatron's ValueError when the frontend's DSA does not load: with flash_mla listed first when it is missing."""
+    return m8(*([M8_FLASH_MLA] if not static.module("flash_mla").get("found") else []), M8_FRONTEND)
 M11 = ("DSv4 CP with ratio-4 fused DSA requires cuDNN Frontend wrappers with q_causal_offsets support; missing from: "
        "{missing}. Install a compatible cuDNN Frontend build or set dsa_kernel_backend='none'.")
 R11 = ("CSA fused compressor is enabled and this device is supported, but cudnn-frontend's CSA compressor API is "
@@ -112,7 +129,8 @@ def _fe_version(ctx: Context) -> Result:
     }
     fix = fixes.frontend_stack(static)
     if not copies and not module.get("found"):
-        return failed(f"nvidia-cudnn-frontend is not installed. {M8}", fixes=[fix, fixes.BACKEND_NONE],
+        return failed(f"nvidia-cudnn-frontend is not installed. {megatron_dependency_error(static)}",
+                      fixes=[fix, fixes.BACKEND_NONE],
                       evidence=evidence)
     if not imported.get("ok"):
         err = imported.get("error") if isinstance(imported.get("error"), dict) else {}
@@ -302,7 +320,8 @@ def _dsa(ctx: Context) -> Result:
     evidence: dict = {"frontend": fe.get("version") if fe else None, "unmet_cutedsl_requirements": missing,
                       "wrappers_from": files or "fallback list (no readable Megatron DSA caller)"}
     if fe is None and not static.module("cudnn").get("found"):
-        return failed(M8, fixes=[*stack_fixes(static, missing), fixes.BACKEND_NONE], evidence=evidence)
+        return failed(megatron_dependency_error(static), fixes=[*stack_fixes(static, missing), fixes.BACKEND_NONE],
+                      evidence=evidence)
     probe = DSA_PROBE if set(wanted) <= set(KNOWN_WRAPPERS) else dsa_probe(wanted)
     answer = ctx.require(probe)
     namespace = outcome(answer, "cudnn:DSA")
@@ -311,7 +330,7 @@ def _dsa(ctx: Context) -> Result:
                                 "q_causal_offsets": "q_causal_offsets" in (r.get("params") or []),
                                 "error": error_text(r) if not r.get("ok") else None} for w, r in rows.items()}
     if not namespace.get("ok"):
-        return failed(f"from cudnn import DSA failed ({error_text(namespace)}). {M8}",
+        return failed(f"from cudnn import DSA failed ({error_text(namespace)}). {megatron_dependency_error(static)}",
                       fixes=[*stack_fixes(static, missing), fixes.BACKEND_NONE], evidence=evidence)
     broken = [w for w, r in rows.items() if not r.get("ok")]
     if broken:
@@ -369,6 +388,9 @@ cudnn_fe_dsa = Check(
         mlm(EAV + "csa_utils/fused_sparse_attention.py", "182-194",
             "Megatron-LM dev fused_sparse_attention.py: cudnn-frontend DSA namespace not available"),
         Source("cudnn-frontend PRs #316/#353 (q_causal_offsets)", "https://github.com/NVIDIA/cudnn-frontend/pull/353"),
+        mlm_at(MLM_VERL_TESTED, EAV + "dsa_kernels.py", "Megatron-LM fd1121b8 (verl's tested commit) dsa_kernels.py: "
+               "the DSA wrappers it calls through _DSA, compactify_wrapper and sparse_indexer_score_recompute_wrapper "
+               "among them"),
     ),
     fixes=(fixes.frontend_stack(StaticFacts({})), fixes.BACKEND_NONE),
     skip_if=_not_needed,

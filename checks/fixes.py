@@ -40,6 +40,11 @@ PINS = {
     "FAST_HADAMARD_COMMIT": FAST_HADAMARD_COMMIT, "VERL_VERSION": VERL_VERSION, "TE_MIN_VERSION": TE_MIN_VERSION,
     "CUDA_PYTHON_VERSION": "13.4.4", "TORCH_C_DLPACK_EXT_VERSION": "0.1.5",  # the frontend's cutedsl extra's
 }
+# The rest of the frontend's cutedsl extra, for an install without its dependencies (the Dockerfile's --no-deps
+# frontend): the pip-consistent set measured on an H200 (docs/gpu-runs/2026-12-01-h200). cuda-python 13.4.4 requires
+# cuda-bindings~=13.4.4 and cuda-core~=1.2.0, which pip brings; torch-c-dlpack-ext requires only torch (--no-deps).
+CUDA_PYTHON_VERSION = PINS["CUDA_PYTHON_VERSION"]
+TORCH_C_DLPACK_EXT_VERSION = PINS["TORCH_C_DLPACK_EXT_VERSION"]
 
 # Compiled against torch: what a torch change invalidates (distribution names, as pip lists them).
 TORCH_EXTENSIONS = ("transformer-engine-torch", "transformer-engine", "flash-mla", "fast-hadamard-transform",
@@ -117,24 +122,71 @@ DRIVER = Fix("Run on a host with an R580 or newer NVIDIA driver (CUDA 13 needs d
 # --- Transformer Engine ---------------------------------------------------------------------------------------------
 
 def te_install(version_: str = TE_VERSION, cuda_major: str = "13", force: bool = False, why: str = "") -> Fix:
-    desc = why or ("Install Transformer Engine with its PyTorch extension (the verl DSv4 image uses 2.16.1; any >= "
-                   "2.9.0 passes Megatron's packing gate), built against the installed torch")
+    """Install TE with its PyTorch extension; `force`: rebuild only the torch extension of the installed release.
+
+    A forced reinstall re-picks every dependency (torch included: found in review), so the rebuild reinstalls
+    transformer-engine-torch alone, --no-deps; --no-cache-dir, because pip would otherwise reuse the wheel it built
+    and cached against the previous torch."""
+    desc = why or (f"Install Transformer Engine with its PyTorch extension (the verl DSv4 image uses {TE_VERSION}; "
+                   "any >= 2.9.0 passes Megatron's packing gate), built against the installed torch")
     v, cu = safe_version(version_), _cuda_major(cuda_major)
     if v is None or cu is None:
         bad = f"version {version_!r}" if v is None else f"CUDA major {cuda_major!r}"
         return withheld(desc, f"the installed {bad} is not a plain value", Phase.BUILD, key="te")
-    argv = ["pip", "install", "--no-build-isolation"] + (["--force-reinstall"] if force else []) + \
-        [f"transformer-engine[pytorch,core_cu{cu}]=={v}"]
-    if force and not why:
-        desc = f"Rebuild TE's torch extension against the installed torch (CUDA {cu})"
-    return Fix(desc, [argv], key=f"te:{v}:{cu}:{force}", phase=Phase.BUILD)
+    if force:
+        return Fix(why or f"Rebuild TE's torch extension (transformer-engine-torch {v}) against the installed torch, "
+                   "reinstalling only it: --no-deps keeps torch and TE's core as they are (a forced reinstall would "
+                   "re-pick every dependency, torch included), --no-cache-dir keeps pip from reusing the wheel it "
+                   "built against the previous torch",
+                   [["pip", "install", "--no-build-isolation", "--no-cache-dir", "--force-reinstall", "--no-deps",
+                     f"transformer-engine-torch=={v}"]], key=f"te-torch-rebuild:{v}", phase=Phase.BUILD)
+    return Fix(desc, [["pip", "install", "--no-build-isolation", f"transformer-engine[pytorch,core_cu{cu}]=={v}"]],
+               key=f"te:{v}:{cu}", phase=Phase.BUILD)
 
 
-TE = te_install()
+CUBLAS_FOR_NEW_TE = "13.2"  # TE >= 2.13's core needs cublasLtGroupedMatrixLayoutInit_internal (nvidia-cublas >= 13.2)
+TE_NEEDS_NEW_CUBLAS = "2.13.0"  # the first TE release whose cu13 core needs it (2.10.0 and 2.12.0 do not; §9.4)
+
+
+def te_choice(static: StaticFacts | None, cuda_major: str = "13") -> tuple[str, str]:
+    """The TE release a fix installs, by the installed cuBLAS, and why (empty when it is the image's TE_VERSION):
+    TE 2.13 and later need a cuBLASLt symbol that nvidia-cublas exports only from 13.2 on, while torch 2.11.0's
+    cuda-toolkit==13.0.2 pin installs 13.1.0.3 (nm -D on the published wheels; TE 2.12.0 measured on an H200)."""
+    # By normalised name: a check that lists the nvidia-* wheels by prefix gets them under the probe's index key.
+    cublas = static.installed().get("nvidia-cublas") if static is not None and cuda_major == "13" else None
+    have = version(cublas.get("version")) if isinstance(cublas, dict) else None
+    if have is None or have >= Version(CUBLAS_FOR_NEW_TE):
+        return TE_VERSION, ""
+    return TE_CUBLAS_SAFE, (
+        f"the installed nvidia-cublas {have} lacks cublasLtGroupedMatrixLayoutInit_internal, which TE 2.13 and later "
+        f"need (TE {TE_VERSION} would fail at import with an undefined symbol; cuBLAS exports it from 13.2 on), so "
+        f"TE {TE_CUBLAS_SAFE}, the newest that needs no missing symbol, loads on it (measured on an H200)")
+
+
+def te_for(static: StaticFacts | None, cuda_major: str = "13") -> Fix:
+    """The TE install fix for this environment: TE_VERSION, or TE_CUBLAS_SAFE below cuBLAS 13.2 (saying why)."""
+    v, why = te_choice(static, cuda_major)
+    if not why:
+        return te_install(v, cuda_major)
+    return te_install(v, cuda_major, why=f"Install Transformer Engine {v} with its PyTorch extension, built against "
+                      f"the installed torch: {why}")
+
+
+def te_reinstall(static: StaticFacts | None, cuda_major: str = "13") -> Fix:
+    """Remove every TE distribution, then install one consistent set (the release te_for chooses)."""
+    install = te_for(static, cuda_major)
+    if not install.commands:
+        return install
+    v, why = te_choice(static, cuda_major)
+    return Fix("Remove every Transformer Engine distribution, then install one consistent set"
+               + (f" (TE {v}: {why})" if why else ""),
+               [TE_UNINSTALL, install.commands[0].argv], key=f"te-reinstall:{v}", phase=Phase.BUILD)
+
+
 TE_UNINSTALL = ["pip", "uninstall", "-y", "transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13",
                 "transformer-engine-torch"]
-TE_REINSTALL = Fix("Remove every Transformer Engine distribution, then install one consistent set",
-                   [TE_UNINSTALL, TE.commands[0].argv], key="te-reinstall", phase=Phase.BUILD)
+TE = te_install()
+TE_REINSTALL = te_reinstall(None)
 TE_FOR_INSTALLED_CUBLAS = te_install(TE_CUBLAS_SAFE, why=(
     f"Install Transformer Engine {TE_CUBLAS_SAFE}, whose core needs no symbol the installed cuBLAS lacks (verified: "
     "it loads and passes on torch 2.11.0's cuBLAS 13.1 on an H200), built against the installed torch"))
@@ -212,31 +264,38 @@ def frontend_stack(static: StaticFacts) -> Fix:
     fe = static.version("nvidia-cudnn-frontend")
     if not frontend_kept(static):
         pins = {"apache-tvm-ffi": f"=={TVM_FFI_VERSION}", "nvidia-cutlass-dsl": f"=={CUTLASS_VERSION}"}
+        commands = [["pip", "install", "--no-deps", f"apache-tvm-ffi=={TVM_FFI_VERSION}"],
+                    ["pip", "install", "--force-reinstall", "--no-deps", f"nvidia-cudnn-frontend=={FE_VERSION}"],
+                    ["pip", "install", f"nvidia-cutlass-dsl[cu13]=={CUTLASS_VERSION}"]]
+        dlpack = ""
+        if static.version("torch-c-dlpack-ext") is None:  # 1.27.0's cutedsl extra declares it; nothing brings it
+            pins["torch-c-dlpack-ext"] = f"=={TORCH_C_DLPACK_EXT_VERSION}"
+            commands.append(["pip", "install", "--no-deps", f"torch-c-dlpack-ext=={TORCH_C_DLPACK_EXT_VERSION}"])
+            dlpack = (f", and torch-c-dlpack-ext {TORCH_C_DLPACK_EXT_VERSION}, which the frontend's cutedsl extra "
+                      "declares (--no-deps: it requires only torch, which stays the image's)")
         return _with_breaks(Fix(
             f"Install the tested set: cuDNN frontend {FE_VERSION} (first with the fused CSA compressor cudnn.csa), "
             f"apache-tvm-ffi {TVM_FFI_VERSION} and nvidia-cutlass-dsl {CUTLASS_VERSION} (the Megatron DSv4 recipes' "
-            "pins; the CuTe DSL 4.5.2 brings cuda-python)",
-            [["pip", "install", "--no-deps", f"apache-tvm-ffi=={TVM_FFI_VERSION}"],
-             ["pip", "install", "--force-reinstall", "--no-deps", f"nvidia-cudnn-frontend=={FE_VERSION}"],
-             ["pip", "install", f"nvidia-cutlass-dsl[cu13]=={CUTLASS_VERSION}"]], key="fe-stack"), static, pins)
+            f"pins; the CuTe DSL 4.5.2 brings cuda-python){dlpack}", commands, key="fe-stack"), static, pins)
     commands, pins, declared, withheld = [], {}, [], []
     fe_dist = static.readable_dist("nvidia-cudnn-frontend")
     for req in requirements(fe_dist, ("cutedsl",)):
         name = req.name.lower().replace("_", "-")
-        if name in ("torch", "torch-c-dlpack-ext"):
-            continue  # torch is the image's (a manual step when wrong); the dlpack helper rides along with tvm-ffi
+        if name == "torch":
+            continue  # the image's (a manual step when wrong)
         declared.append(requirement_text(req))
         if _meets(req, static.version(name)):
             continue  # already what the frontend declares: not touched (found in review: a cutlass 4.8.1 that met
             # >=4.5.0 was downgraded to the tested 4.5.2, breaking its own libs)
-        tested = {"apache-tvm-ffi": TVM_FFI_VERSION, "nvidia-cutlass-dsl": CUTLASS_VERSION}.get(name)
+        tested = {"apache-tvm-ffi": TVM_FFI_VERSION, "nvidia-cutlass-dsl": CUTLASS_VERSION,
+                  "torch-c-dlpack-ext": TORCH_C_DLPACK_EXT_VERSION}.get(name)
         pin = _pin_within(req, tested) if tested else safe_specifier(str(req.specifier)) if str(req.specifier) else ""
         if pin is None or not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,100}", name):
             withheld.append(name[:100])
             continue
-        if name == "apache-tvm-ffi":
+        if name in ("apache-tvm-ffi", "torch-c-dlpack-ext"):  # --no-deps: the dlpack helper requires only torch
             pins[name] = pin
-            commands.append(["pip", "install", "--no-deps", "apache-tvm-ffi" + pin])
+            commands.append(["pip", "install", "--no-deps", name + pin])
         elif name == "nvidia-cutlass-dsl":
             pins[name] = pin
             commands.append(["pip", "install", "nvidia-cutlass-dsl[cu13]" + pin])

@@ -7,14 +7,15 @@ from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, wa
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
-from ._upstream import EAV, mlm
+from .cudnn_fe import FE, M8_FLASH_MLA, frontend_absent, m8
+from ._upstream import EAV, mlm, pypi
 
 FIX_BACKEND_NONE = fixes.BACKEND_NONE
 
 FLASH_MLA_API = "flash_mla.flash_mla_interface"  # where flash_mla_sparse_fwd is defined (main and nv_dev)
 STATIC = StaticRequest(
-    distributions=("flash-mla", "flash_mla", "fast-hadamard-transform", "triton", "torch"),
-    modules=("flash_mla", "fast_hadamard_transform", "triton", "verl.models.mcore.patch"),
+    distributions=("flash-mla", "flash_mla", "fast-hadamard-transform", "triton", "torch", FE),
+    modules=("flash_mla", "fast_hadamard_transform", "triton", "verl.models.mcore.patch", "cudnn"),
     sources=("verl.models.mcore.patch", FLASH_MLA_API),
 )
 SPARSE_FWD = "flash_mla:flash_mla_sparse_fwd"
@@ -30,11 +31,11 @@ def _flash_mla(ctx: Context) -> Result:
     evidence = {"module": static.module("flash_mla").get("origin"),
                 "version": static.version("flash-mla") or static.version("flash_mla")}
     if not static.module("flash_mla").get("found"):
-        return failed(
-            "dsa_kernel_backend=cudnn requires fused DSA kernels, but the following packages are not available: "
-            "flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev). Install them or set "
-            "dsa_kernel_backend=none to use the PyTorch fallback.",
-            fixes=[FIX_FLASH_MLA, FIX_BACKEND_NONE], evidence=evidence)
+        # Megatron's one dependency error names the frontend too when it is missing: cudnn-fe.version quotes it then.
+        summary = ("flash_mla is not installed: Megatron's dsa_kernel_backend=cudnn dependency check fails at config "
+                   "time (its message, which names the missing cuDNN frontend too, is quoted by cudnn-fe.version)"
+                   if frontend_absent(static) else m8(M8_FLASH_MLA))
+        return failed(summary, fixes=[FIX_FLASH_MLA, FIX_BACKEND_NONE], evidence=evidence)
     result = outcome(ctx.require(FLASH_MLA), "flash_mla:flash_mla_sparse_fwd")
     if not result.get("ok"):
         evidence["error"] = result.get("error")
@@ -185,6 +186,8 @@ kernels_triton = Check(
             "Megatron-LM dev deepseek_v4_hybrid_attention.py L636 (fused_mla_rope_inplace assert)"),
         Source("Megatron-Bridge #4321 (NaN from fused_mla_rope_inplace on H100)",
                "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/4321"),
+        pypi("torch", "2.11.0", "torch 2.11.0 METADATA: Requires-Dist triton==3.6.0 (the pin the check reads from the "
+             "installed torch)"),
     ),
     fixes=(fixes.TRITON_DOC,),
     static=STATIC,

@@ -12,7 +12,7 @@ from dsv4_doctor.model import Check, Context, Result, Source, errored, failed, n
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
-from ._upstream import EAV, mlm
+from ._upstream import EAV, VERL, gh, mlm, mlm_change
 
 MCORE = "megatron-core"
 EAV_MOD = EAV.replace("/", ".").rstrip(".")
@@ -159,6 +159,12 @@ mcore_dsv4 = Check(
         mlm("megatron/core/models/gpt/experimental_attention_variant_module_specs.py", "",
             "experimental_attention_variant_module_specs.py (Invalid experimental attention variant)"),
         Source("Megatron-Bridge #4460 (DSv4 needs Megatron-LM dev)", "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/4460"),
+        mlm_change("5809", "Megatron-LM #5809 (4b01a1b9): a zero indexer loss still marks the indexer grads ready "
+                   "under overlapped DDP (verl's script runs dsa_indexer_loss_coeff=0.0 under CP)"),
+        mlm_change("108cb6bcb67415a3577909595064804300bd54f9",
+                   "Megatron-LM 108cb6bc (#5984): the fused CSA compressor"),
+        mlm_change("6888385f", "Megatron-LM 6888385f (#6020): dsa_kernel_backend (fd1121b8 has only "
+                   "apply_dsa_kernel_fusion)"),
     ),
     fixes=(FIX_MCORE,),
     static=STATIC,
@@ -312,6 +318,10 @@ mcore_config = Check(
             "Megatron-LM dev transformer_config.py L1563-1616 (CP partition rules)"),
         Source("verl examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh (CP_ARGS)",
                "https://github.com/verl-project/verl/blob/main/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh"),
+        gh("verl-project/verl", "pull/6555", "verl #6555: for deepseek_v4 with CP > 1 verl sets "
+           "sequence_packing_scheduler=default_dynamic_cp itself, after the user's overrides"),
+        gh("verl-project/verl", f"blob/{VERL}/verl/workers/engine/megatron/transformer_impl.py",
+           f"verl {VERL} workers/engine/megatron/transformer_impl.py (the default_dynamic_cp override)"),
     ),
     fixes=(FIX_MCORE,),
     needs=("mcore.dsv4",),

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import re
 
-from dsv4_doctor.facts import at_least, canonical, error_text, outcome, requirements, version
+from dsv4_doctor.facts import at_least, canonical, error_text, outcome, requirements, safe_specifier, version
 from dsv4_doctor.model import Check, Context, Fix, Result, Source, errored, failed, passed, skipped, warned
 from dsv4_doctor.probes import TORCH, Probe, StaticRequest, import_probe
 
 from . import fixes
-from ._upstream import mlm
+from ._upstream import measured, mlm, pypi
 
 # PyPI splits TE into a metapackage, a CUDA-specific core and an sdist-only torch extension; an NGC or source build is
 # one distribution, `transformer_engine` (importlib.metadata normalises it to the same name as transformer-engine).
 TE_DISTS = ("transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13", "transformer-engine-torch")
-STATIC = StaticRequest(distributions=TE_DISTS, modules=("transformer_engine",))
+# nvidia-cublas: which TE release a fix installs (TE >= 2.13 needs cuBLAS >= 13.2, fixes.te_choice).
+STATIC = StaticRequest(distributions=(*TE_DISTS, "nvidia-cublas"), modules=("transformer_engine",))
 TE_IMPORT = import_probe("transformer_engine.pytorch")
 PACKING_MIN = fixes.TE_MIN_VERSION
 PACKING_EXCEPTION = "2.9.0.dev0+5b3092a"  # the one pre-release Megatron's gate accepts by name
@@ -56,12 +57,12 @@ def _te_version(ctx: Context) -> Result:
         if module.get("found"):
             return warned("transformer_engine is importable but has no distribution metadata: its version is unknown",
                           "Megatron reads te.__version__ first; te.import reports whether it imports.",
-                          fixes=[INSTALL], evidence=evidence)
+                          fixes=[fixes.te_for(static)], evidence=evidence)
         return failed(
             "Transformer Engine is not installed",
             "Megatron's DSv4 layer spec is built with TESpecProvider; without TE, Megatron sets HAVE_TE=False "
             "silently and the model build fails.",
-            fixes=[INSTALL], evidence=evidence,
+            fixes=[fixes.te_for(static)], evidence=evidence,
         )
     if not first:
         why = f"every Transformer Engine distribution's METADATA is unreadable ({', '.join(unreadable)})"
@@ -69,7 +70,8 @@ def _te_version(ctx: Context) -> Result:
             return errored(f"cannot judge Megatron's TE >= 2.9.0 packing gate: {why}",
                            "Megatron reads the version with importlib.metadata too; see deps.metadata.",
                            evidence=evidence)
-        return warned(f"Transformer Engine version unknown: {why}", fixes=[REINSTALL_CONSISTENT], evidence=evidence)
+        return warned(f"Transformer Engine version unknown: {why}", fixes=[fixes.te_reinstall(static)],
+                      evidence=evidence)
     doubled = {name: [c.get("path") for c in cs] for name, cs in copies.items() if len(cs) > 1}
     versions = {name: c.get("version") for name, c in first.items()}
     distinct = {str(version(v) or v) for v in versions.values()}
@@ -79,7 +81,7 @@ def _te_version(ctx: Context) -> Result:
             f"Transformer Engine package version mismatch. Found {found}.",
             "TE asserts this at import (AssertionError: Transformer Engine package version mismatch ...), or loads a "
             "torch extension built for another release." + note,
-            fixes=[REINSTALL_CONSISTENT], evidence=evidence,
+            fixes=[fixes.te_reinstall(static)], evidence=evidence,
         )
     te = next(iter(versions.values()))
     evidence["version"] = te
@@ -91,13 +93,13 @@ def _te_version(ctx: Context) -> Result:
             "CP > 1 DSv4 needs a sequence_packing_scheduler, and Megatron's TransformerConfig raises this ValueError "
             "at config time when TE is older than 2.9.0 (or does not import: then it says 'got 0.0.0')."
             + (" More than one copy of TE is installed, too." if doubled else "") + note,
-            fixes=[REINSTALL_CONSISTENT if doubled else INSTALL], evidence=evidence,
+            fixes=[fixes.te_reinstall(static) if doubled else fixes.te_for(static)], evidence=evidence,
         )
     if doubled:
         return warned(f"Transformer Engine {te}: more than one copy of "
                       + ", ".join(f"{n} ({', '.join(map(str, p))})" for n, p in doubled.items())
                       + "; the first on sys.path wins" + note,
-                      fixes=[REINSTALL_CONSISTENT], evidence=evidence)
+                      fixes=[fixes.te_reinstall(static)], evidence=evidence)
     packing = "" if packing_ok else "; CP > 1 (sequence packing) will need >= 2.9.0"
     return passed(f"Transformer Engine {te} ({', '.join(first)}){packing}{note}", evidence=evidence)
 
@@ -112,7 +114,10 @@ te_version = Check(
         versions, so 2.9.0+abc passes and 2.9.0.dev0 fails, except the one build 2.9.0.dev0+5b3092a). PyPI splits TE
         into transformer-engine, transformer-engine-cu12/-cu13 and transformer-engine-torch; their versions must
         agree or TE asserts at import. NGC and source builds are a single `transformer_engine` distribution with a
-        `+git` local version, which is understood.
+        `+git` local version, which is understood. The release a fix installs follows the installed cuBLAS: TE 2.13
+        and later need cublasLtGroupedMatrixLayoutInit_internal, which nvidia-cublas exports only from 13.2 on,
+        while torch 2.11.0's cuda-toolkit==13.0.2 pin installs 13.1.0.3; below 13.2 the fix pins TE 2.12.0 (it loads
+        and passes there, measured on an H200) and says why, else 2.16.1 (the verl DSv4 image's).
     """,
     applies_when="always; >= 2.9.0 when CP > 1",
     detects="TE distribution versions (metadata), their agreement and duplicate copies",
@@ -123,12 +128,25 @@ te_version = Check(
 )
 
 
-def _te_fix_version(static) -> str:
+def _installed_release(static) -> str | None:
+    """The installed TE release (public version) when it reads and passes the packing gate, else None."""
     for name in TE_DISTS:
         v = static.version(name)
         if v and at_least(v, PACKING_MIN):
             return str(version(v).public) if version(v) else v
-    return fixes.TE_VERSION
+    return None
+
+
+def _rebuild(static, cuda_major: str, force: bool = True) -> Fix:
+    """Rebuild the installed release's torch extension alone (`force`; else install the release with its extension);
+    but where the installed cuBLAS cannot load that release's core (TE >= 2.13 below cuBLAS 13.2) or no release reads,
+    install the release the cuBLAS allows."""
+    te = _installed_release(static)
+    if te is None:
+        return fixes.te_reinstall(static, cuda_major) if force else fixes.te_for(static, cuda_major)
+    if fixes.te_choice(static, cuda_major)[1] and at_least(te, fixes.TE_NEEDS_NEW_CUBLAS):
+        return fixes.te_for(static, cuda_major)
+    return fixes.te_install(te, cuda_major, force=force)
 
 
 UNDEFINED = re.compile(r"(?P<lib>[^\s:'\"]+\.so[^\s:'\"]*): undefined symbol: (?P<symbol>[^\s,]+)"
@@ -142,7 +160,7 @@ def library_probe(soname: str, symbol: str, version: str | None) -> Probe:
                         {"soname": soname, "symbol": symbol, "version": version})
 
 
-def _undefined(ctx: Context, m: re.Match, te: str, cuda_major: str) -> tuple[str, list[Fix], dict]:
+def _undefined(ctx: Context, m: re.Match, cuda_major: str) -> tuple[str, list[Fix], dict]:
     """An undefined symbol: a torch symbol in TE's torch extension is an ABI mismatch; a versioned symbol of another
     library names that library, which is read to say who ships it and whether it has the symbol."""
     lib, symbol, tag = m.group("lib"), m.group("symbol"), m.group("version")
@@ -150,10 +168,10 @@ def _undefined(ctx: Context, m: re.Match, te: str, cuda_major: str) -> tuple[str
     # extension is not (found in review: it was called one), so the library is judged by the symbol, not the file.
     if TORCH_SYMBOL.search(symbol) or (tag or "").startswith("libtorch"):
         return ("TE's torch extension was built for another torch (ABI mismatch: a torch symbol is missing)",
-                [fixes.te_install(te, cuda_major, force=True)], {})
+                [_rebuild(ctx.static, cuda_major)], {})
     if not tag or not re.fullmatch(r"lib[A-Za-z0-9_+-]+\.so(\.[0-9]+)*", tag):
         return (f"{lib} needs {symbol}, which no loaded library provides: a library it links against is older "
-                "than the one it was built with", [fixes.te_install(te, cuda_major, force=True)], {})
+                "than the one it was built with", [_rebuild(ctx.static, cuda_major)], {})
     answer = ctx.probe(library_probe(tag, symbol, tag))
     copies = (answer.data or {}).get("copies", []) if answer.ok and isinstance(answer.data, dict) else []
     evidence = {"needs": {"symbol": symbol, "version": tag, "from": lib}, "providers": copies}
@@ -180,8 +198,8 @@ def _undefined(ctx: Context, m: re.Match, te: str, cuda_major: str) -> tuple[str
                          "not verified here.")
             lines.append("  3. An image with a newer CUDA (cuBLAS >= 13.2, as in the Megatron-Lite contract's "
                          "CUDA 13.2 image); not verified here.")
-        return "\n".join(lines), [fixes.TE_FOR_INSTALLED_CUBLAS if cublas else
-                                  fixes.te_install(te, cuda_major, force=True)], evidence
+        return "\n".join(lines), [fixes.TE_FOR_INSTALLED_CUBLAS if cublas else _rebuild(ctx.static, cuda_major)], \
+            evidence
     return ("\n".join(lines + ["A copy that exports the symbol exists, so the one that loads is another: check "
                                "LD_LIBRARY_PATH and libs.loaded."]), [fixes.cudnn_wheel(cuda_major)]
             if "cudnn" in tag else [], evidence)
@@ -202,10 +220,14 @@ def _missing_dependency(static, missing: str) -> tuple[str, list[Fix], dict] | N
             dist = static.readable_dist(name) or {}
             hint = (f"{dist.get('name') or name} {dist.get('version')} requires {spec}, which is not installed (TE was "
                     "installed with --no-deps, or the requirement was removed): TE's own code imports it")
-            if not re.fullmatch(r"[A-Za-z0-9._-]+(?:[<>=!~,.*0-9A-Za-z+-]*)", spec):
+            # The one judge of a specifier from METADATA, as everywhere (its own regex here accepted `===`, which
+            # takes any text: found in review); the name must be a plain one too.
+            plain = safe_specifier(str(req.specifier)) if str(req.specifier) else ""
+            if plain is None or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", req.name):
                 return hint, [fixes.withheld(f"Install {req.name}", "its version specifier is not a plain value",
                                              phase=fixes.Phase.PIN, key=f"te-dep:{req.name}")], \
                     {"missing_requirement": spec}
+            spec = req.name + plain
             return hint, [Fix(f"Install {spec}, which {dist.get('name') or name} requires",
                               [["pip", "install", spec]], key=f"te-dep:{spec}")], {"missing_requirement": spec}
     return (f"TE imports {top}, which is not installed and which no TE distribution here declares",
@@ -214,25 +236,25 @@ def _missing_dependency(static, missing: str) -> tuple[str, list[Fix], dict] | N
             {"missing_module": top})
 
 
-def _classify(ctx: Context, message: str, te: str, cuda_major: str, missing: str = "") -> tuple[str, list[Fix], dict]:
-    reinstall = fixes.te_install(te, cuda_major, force=True)
+def _classify(ctx: Context, message: str, cuda_major: str, missing: str = "") -> tuple[str, list[Fix], dict]:
     if missing:
         found = _missing_dependency(ctx.static, missing)
         if found is not None:
             return found
     m = UNDEFINED.search(message)
     if m:
-        return _undefined(ctx, m, te, cuda_major)
+        return _undefined(ctx, m, cuda_major)
     if "Could not find shared object file for Transformer Engine torch lib" in message:
-        return "TE was installed without its [pytorch] extra", [reinstall], {}
+        return "TE was installed without its [pytorch] extra", [_rebuild(ctx.static, cuda_major, force=False)], {}
     if "version mismatch" in message or "empty 'transformer-engine' meta package" in message:
-        return "inconsistent TE packages", [REINSTALL_CONSISTENT], {}
+        return "inconsistent TE packages", [fixes.te_reinstall(ctx.static, cuda_major)], {}
     if "libcudnn" in message or "CUDNN_STATUS" in message:
         return ("TE cannot load cuDNN: keep one cuDNN and point CUDNN_PATH / LD_LIBRARY_PATH at it",
                 [fixes.cudnn_wheel(cuda_major)], {})
     if "cannot open shared object file" in message or "shared object not found" in message:
-        return f"a CUDA library TE needs is missing; TE's core must match torch's CUDA {cuda_major}", [reinstall], {}
-    return "TE's PyTorch extension does not import", [reinstall], {}
+        return (f"a CUDA library TE needs is missing; TE's core must match torch's CUDA {cuda_major}",
+                [fixes.te_reinstall(ctx.static, cuda_major)], {})
+    return "TE's PyTorch extension does not import", [_rebuild(ctx.static, cuda_major)], {}
 
 
 def _te_import(ctx: Context) -> Result:
@@ -241,7 +263,6 @@ def _te_import(ctx: Context) -> Result:
         return skipped("Transformer Engine is not installed (see te.version)")
     answer = ctx.require(TE_IMPORT)
     result = outcome(answer, "transformer_engine.pytorch")
-    te = _te_fix_version(static)
     torch = ctx.probe(TORCH)
     cuda = (torch.data or {}).get("cuda_build") if torch.ok and isinstance(torch.data, dict) else None
     cuda_major = str(cuda).split(".")[0] if cuda else "13"
@@ -253,7 +274,7 @@ def _te_import(ctx: Context) -> Result:
     err = result.get("error") if isinstance(result.get("error"), dict) else {}
     evidence["error"] = err
     missing = err.get("missing_module") if err.get("type") == "ModuleNotFoundError" else ""
-    hint, found, more = _classify(ctx, message, te, cuda_major, str(missing or ""))
+    hint, found, more = _classify(ctx, message, cuda_major, str(missing or ""))
     evidence.update(more)
     return failed(
         f"import transformer_engine.pytorch failed: {message}",
@@ -272,7 +293,9 @@ te_import = Check(
         swallows extension import errors (the failure then shows up as "module 'transformer_engine' has no
         attribute 'pytorch'" on first use), and Megatron catches the ImportError and silently sets HAVE_TE=False,
         yet DSv4 needs TESpecProvider. The error is classified. An undefined torch symbol (in
-        transformer_engine_torch) is an ABI mismatch: rebuild the extension against the installed torch. An
+        transformer_engine_torch) is an ABI mismatch: rebuild the extension alone against the installed torch
+        (--no-deps: a forced reinstall of TE would re-pick torch too), or install 2.12.0 where the installed cuBLAS
+        cannot load the installed release's core. An
         undefined symbol with a version tag names the library that should provide it (`undefined symbol:
         cublasLtGroupedMatrixLayoutInit_internal, version libcublasLt.so.13`: TE 2.13 and later need cuBLAS 13.2,
         while torch 2.11.0 installs 13.1); a probe finds every copy of that library, the pip distribution that
@@ -294,6 +317,13 @@ te_import = Check(
                "https://github.com/NVIDIA/TransformerEngine/issues/1192"),
         Source("TransformerEngine #1853 (libcudnn_adv.so.9 cannot be opened)",
                "https://github.com/NVIDIA/TransformerEngine/issues/1853"),
+        measured("docs/gpu-runs/2026-12-01-h200/README.md", "Measured on an H200, 2026-12-01: TE "
+                 "2.16.1 fails on torch 2.11.0 with undefined symbol cublasLtGroupedMatrixLayoutInit_internal, version "
+                 "libcublasLt.so.13; TE 2.12.0 imports and passes there"),
+        pypi("nvidia-cublas", "13.2.0.9", "nvidia-cublas 13.2.0.9: libcublasLt.so.13 exports "
+             "cublasLtGroupedMatrixLayoutInit_internal (13.1.0.3 and 13.1.2.11 do not; nm -D on the wheels)"),
+        pypi("torch", "2.11.0", "torch 2.11.0 METADATA: Requires-Dist cuda-toolkit[cublas,...]==13.0.2 (installs "
+             "nvidia-cublas 13.1.0.3)"),
     ),
     fixes=(INSTALL, REINSTALL_CONSISTENT),
     static=STATIC,

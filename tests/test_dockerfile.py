@@ -81,8 +81,9 @@ EXPECTED = {
     "cudnn-fe.dsa": ("fail", "the frontend's DSA wrappers need cuda-bindings and the CuTe DSL libraries (as above)"),
     # The frontend's cutedsl extra (cuda-python, torch-c-dlpack-ext) is met, as in the image, which installs both
     # from PINS; what is left is the meta wheels' own dependencies, which the image installs and the cache lacks.
-    "deps.consistency": ("warn", "cuda-python's cuda-bindings/cuda-core/cuda-pathfinder and the CuTe DSL's libraries "
-                                 "are not in the cache (the image installs them with their dependencies)"),
+    "deps.consistency": ("fail", "cuda-python's cuda-bindings/cuda-core/cuda-pathfinder and the CuTe DSL's libraries "
+                                 "are not in the cache (the image installs them with their dependencies); a missing "
+                                 "CuTe DSL library fails, as it would at run time"),
     "kernels.fast-hadamard": ("warn", "a CUDA source build from git"),
     "kernels.triton": ("warn", "the CPU torch declares no triton; the base image ships triton"),
     "cudnn-fe.csa": ("skip", "CP > 1: the fused compressor is not used (same in the image)"),
@@ -116,5 +117,5 @@ def test_the_gate_on_the_pinned_wheels(tmp_path):
     consistency = next(c for c in run.report["checks"] if c["id"] == "deps.consistency")
     unmet = consistency["summary"] + (consistency.get("details") or "")
     assert "nvidia-cudnn-frontend" not in unmet and "torch-c-dlpack-ext" not in unmet, unmet
-    assert set(re.findall(r"([\w.-]+ [\w.]+) requires ", consistency["summary"])) == {
-        "cuda-python 13.4.4", "nvidia-cutlass-dsl 4.5.2"}, consistency["summary"]
+    assert set(re.findall(r"([\w.-]+ [\w.]+) requires ", unmet)) == {
+        "cuda-python 13.4.4", "nvidia-cutlass-dsl 4.5.2"}, unmet

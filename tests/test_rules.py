@@ -23,12 +23,22 @@ def run(env: Env, python: str, *args: str):
     return env.doctor("check", "-f", "json", *args, python=python)
 
 
+def apply(env: Env, command: str) -> None:
+    """Env.apply, and the one command it has no component for: torch-c-dlpack-ext, which the tested set installs
+    (its metadata alone, as healthy() has it)."""
+    if command.startswith("pip install --no-deps torch-c-dlpack-ext=="):
+        pinned = command.rsplit("==", 1)[1]
+        env.fake("dlpack", lambda s: s.dist("torch-c-dlpack-ext", pinned))
+        return
+    env.apply(command)
+
+
 def assert_fix_turns_green(env: Env, python: str, check_id: str, *args: str) -> None:
     before = run(env, python, "--only", check_id, *args).check(check_id)
     assert before["status"] in NOT_GREEN, before
     assert commands(before), f"{check_id} printed no fix command"
     for cmd in commands(before):
-        env.apply(cmd)
+        apply(env, cmd)
     after = run(env, python, "--only", check_id, *args).check(check_id)
     assert after["status"] not in NOT_GREEN, after
 
@@ -272,7 +282,11 @@ def test_te_missing_and_corrupt_metadata(tmp_path, bare_python):
     ("libcudnn_adv.so.9: cannot open shared object file: No such file or directory", "nvidia_cudnn_fake",
      "cannot load cuDNN"),
 ])
-def test_te_import_errors_are_classified_and_fixed(tmp_path, bare_python, error, needs, hint):
+def test_te_import_errors_are_classified_and_fixed(tmp_path, bare_python, error, needs, hint, monkeypatch):
+    import fakes
+
+    # The ABI fix rebuilds transformer-engine-torch alone; the fake TE is one component, rebuilt whole.
+    monkeypatch.setitem(fakes.FAKE_BUILDERS, "transformer-engine-torch", lambda site, v: fake_te(site, v or "2.16.1"))
     env = Env(tmp_path).fake("torch", fake_torch).fake("te", fake_te, "2.16.1", import_error=error, needs=needs)
     row = run(env, bare_python).check("te.import")
     assert row["status"] == "fail"
@@ -366,8 +380,10 @@ def test_kernels(tmp_path, bare_python):
     env = Env(tmp_path)
     result = run(env, bare_python)
     assert result.check("kernels.flash-mla")["status"] == "fail"
-    flash = result.check("kernels.flash-mla")["summary"]
-    assert "flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev)" in flash
+    # Megatron's dependency error names flash_mla and the missing frontend in one sentence: cudnn-fe.version quotes it
+    assert "flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev), cudnn-frontend DSA" in result.check(
+        "cudnn-fe.version")["summary"]
+    assert "quoted by cudnn-fe.version" in result.check("kernels.flash-mla")["summary"]
     assert result.check("kernels.fast-hadamard")["status"] == "fail"
     assert result.check("kernels.triton")["status"] == "warn"
     assert run(env, bare_python, "--dsa-backend", "none").check("kernels.flash-mla")["status"] == "skip"
@@ -409,6 +425,6 @@ def test_every_printed_fix_turns_its_check_green_from_an_empty_environment(tmp_p
     for c in failing:
         env = Env(tmp_path / c["id"])
         for cmd in commands(c):
-            env.apply(cmd)
+            apply(env, cmd)
         after = run(env, bare_python, "--only", c["id"], *profile).check(c["id"])
         assert after["status"] not in NOT_GREEN, (c["id"], commands(c), after["summary"])

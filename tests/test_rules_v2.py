@@ -3,14 +3,19 @@ published wheels and fakes that mirror the upstream files they name."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pip
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from conftest import FakeSite, run_doctor
 from fakes import Env, fake_flash_mla, fake_mbridge, fake_megatron_dev, fake_te, fake_torch, healthy
@@ -34,6 +39,28 @@ def test_flash_mla_from_main_fails_and_nv_dev_passes(tmp_path, bare_python):
     assert_fix_turns_green(env, bare_python, "kernels.flash-mla")
     ok = run(env, bare_python, "--only", "kernels.flash-mla").check("kernels.flash-mla")
     assert ok["evidence"]["params_from"] == "signature" and "indexer_topk" in ok["evidence"]["params"]
+
+
+def test_megatrons_dependency_error_is_quoted_once(tmp_path, bare_python):
+    """Found in review: its long sentence was in both cudnn-fe.version's and kernels.flash-mla's summaries (four
+    times in one text report). The frontend check quotes it, naming both packages as Megatron does; kernels.flash-mla
+    quotes it only where the frontend is there, so the sentence names flash_mla alone."""
+    sentence = "requires fused DSA kernels, but the following packages are not available"
+    report = run(Env(tmp_path), bare_python, "--no-smoke").report
+    quoting = {c["id"]: c["summary"] for c in report["checks"] if sentence in c["summary"]}
+    assert list(quoting) == ["cudnn-fe.version"], quoting
+    assert ("flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev), cudnn-frontend DSA "
+            "(nvidia-cudnn-frontend[cutedsl]). Install them") in quoting["cudnn-fe.version"]
+    flash = next(c for c in report["checks"] if c["id"] == "kernels.flash-mla")
+    assert flash["status"] == "fail" and flash["summary"].startswith("flash_mla is not installed")
+    text = Env(tmp_path).doctor("check", "--no-smoke", python=bare_python).stdout
+    assert " ".join(text.split()).count(sentence) <= 2  # the summary line and the failure's details, one check
+    with_frontend = run(Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0"), bare_python, "--only",
+                        "kernels.flash-mla").check("kernels.flash-mla")
+    assert with_frontend["summary"] == (
+        "dsa_kernel_backend=cudnn requires fused DSA kernels, but the following packages are not available: flash_mla "
+        "(https://github.com/deepseek-ai/FlashMLA/tree/nv_dev). Install them or set dsa_kernel_backend=none to use the "
+        "PyTorch fallback.")
 
 
 def test_flash_mla_signature_falls_back_to_ast(tmp_path, bare_python):
@@ -99,6 +126,45 @@ def test_dense_wrappers_need_offsets_only_when_the_job_trains_the_dense_loss(tmp
     assert report.report["profile"]["job"]["dense_indexer_loss"] is False
 
 
+@pytest.mark.parametrize("loss, status", [("dense", "fail"), ("sparse", "pass"), ("off", "pass"), ("unstated", "warn")])
+def test_dense_wrappers_without_offsets_fail_when_the_job_trains_the_dense_loss(tmp_path, bare_python, loss, status):
+    """TC:1793-1817: with CP > 1 and the dense indexer loss on (coeff > 0, not dsa_indexer_use_sparse_loss), Megatron
+    requires q_causal_offsets by name on the three dense wrappers too; with the sparse loss, or none, it does not."""
+    from test_rules import OLD_FRONTEND
+
+    def frontend(site: FakeSite):  # indexer_forward_wrapper names the offsets; the dense wrappers take **kwargs only
+        site.dist("nvidia-cudnn-frontend", "1.25.0")
+        site.file("cudnn/__init__.py", OLD_FRONTEND.format(extra=", q_causal_offsets=None"))
+    otc = "actor_rollout_ref.actor.megatron.override_transformer_config"
+    settings = {"dense": [f"++{otc}.dsa_indexer_loss_coeff=0.1"],
+                "sparse": [f"++{otc}.dsa_indexer_loss_coeff=0.1", f"++{otc}.dsa_indexer_use_sparse_loss=True"],
+                "off": [f"++{otc}.dsa_indexer_loss_coeff=0.0"], "unstated": None}[loss]
+    def job(cp: int) -> list[str]:  # the job's CP comes from its own arguments then
+        if settings is None:
+            return ["--cp", str(cp)]
+        return ["--job-args", " ".join(["python3 -m verl.trainer.main_ppo", *settings,
+                                        f"++{otc}.dsa_kernel_backend=cudnn",
+                                        f"actor_rollout_ref.actor.megatron.context_parallel_size={cp}"])]
+    report = run(Env(tmp_path).fake("fe", frontend), bare_python, "--only", "cudnn-fe.dsa", "--gpu-arch", "9.0",
+                 *job(2))
+    row = report.check("cudnn-fe.dsa")
+    assert row["status"] == status, row["summary"]
+    dense = ("dense_indexer_score_recompute_wrapper", "dense_attn_score_recompute_wrapper",
+             "dense_indexer_backward_wrapper")
+    if status == "fail":
+        assert row["summary"].startswith("DSv4 CP with ratio-4 fused DSA requires cuDNN Frontend wrappers with "
+                                         "q_causal_offsets support; missing from: ")
+        missing = row["summary"].split("missing from: ", 1)[1].split(". Install", 1)[0].split(", ")
+        assert set(missing) == set(dense), missing  # indexer_forward_wrapper names it: not listed
+    else:
+        assert "missing from" not in row["summary"]
+    if settings is not None:
+        assert report.report["profile"]["job"]["dense_indexer_loss"] is (loss == "dense")
+    # CP 1: Megatron requires none of them
+    cp1 = run(Env(tmp_path).fake("fe", frontend), bare_python, "--only", "cudnn-fe.dsa", "--gpu-arch", "9.0", *job(1))
+    assert cp1.check("cudnn-fe.dsa")["status"] == "pass"
+
+
 # --- cudnn-fe.csa: only where the installed Megatron has a fused compressor -----------------------------------------
 
 def test_csa_skips_without_megatrons_fused_compressor(tmp_path, bare_python):
@@ -146,12 +212,52 @@ def test_te_import_reads_the_library_that_lacks_the_symbol(tmp_path, bare_python
     assert provider["exports"] is False and provider["owner"]["distribution"] == "nvidia-cublas"
 
 
+TORCH_SYMBOL_ERROR = ("/site/transformer_engine_torch.cpython-312-x86_64-linux-gnu.so: undefined symbol: "
+                      "_ZN3c104cuda9SetDeviceEi")
+
+
 def test_te_import_torch_symbol_is_still_an_abi_mismatch(tmp_path, bare_python):
-    env = Env(tmp_path).fake("te", fake_te, "2.16.1", import_error=(
-        "/site/transformer_engine_torch.cpython-312-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi"))
+    """The rebuild reinstalls TE's torch extension alone: found in review, a forced reinstall of
+    transformer-engine[pytorch,...] without --no-deps re-picks every dependency, torch included."""
+    env = Env(tmp_path).fake("te", fake_te, "2.16.1", import_error=TORCH_SYMBOL_ERROR)
     row = run(env, bare_python, "--only", "te.import").check("te.import")
     assert row["status"] == "fail" and "ABI mismatch" in row["details"]
-    assert "--force-reinstall" in commands(row)[0]
+    assert commands(row) == ["pip install --no-build-isolation --no-cache-dir --force-reinstall --no-deps "
+                             "transformer-engine-torch==2.16.1"]
+    assert "torch included" in row["fixes"][0]["description"]
+
+
+def _cublas(version_: str):
+    """nvidia-cublas's METADATA as published (torch 2.11.0's cuda-toolkit==13.0.2 brings 13.1.0.3)."""
+    return lambda site: site.dist("nvidia-cublas", version_)
+
+
+@pytest.mark.parametrize("cublas, te", [("13.1.0.3", "2.12.0"), ("13.1.2.11", "2.12.0"), ("13.2.0.9", "2.16.1"),
+                                        (None, "2.16.1")])
+def test_te_fixes_pick_the_release_the_installed_cublas_loads(tmp_path, bare_python, cublas, te):
+    """TE 2.13 and later need cublasLtGroupedMatrixLayoutInit_internal, which nvidia-cublas exports from 13.2 on
+    (§9.4, nm -D on the published wheels): below it, every TE install fix pins 2.12.0 and says why."""
+    env = Env(tmp_path)
+    if cublas:
+        env.fake("cublas", _cublas(cublas))
+    missing = run(env, bare_python, "--only", "te.version").check("te.version")
+    assert missing["status"] == "fail"
+    assert commands(missing) == [f"pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]=={te}'"]
+    says_why = f"nvidia-cublas {cublas} lacks cublasLtGroupedMatrixLayoutInit_internal"
+    assert (says_why in missing["fixes"][0]["description"]) == (te == "2.12.0"), missing["fixes"][0]
+    env.fake("te", fake_te, "2.16.1", dists={"transformer-engine": "2.16.1", "transformer-engine-cu13": "2.14.0"})
+    mixed = run(env, bare_python, "--only", "te.version").check("te.version")
+    assert commands(mixed)[1] == f"pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]=={te}'"
+    # A torch ABI mismatch in TE 2.16.1: rebuilding its extension cannot help where its core cannot load.
+    env.fake("te", fake_te, "2.16.1", import_error=TORCH_SYMBOL_ERROR)
+    abi = run(env, bare_python, "--only", "te.import").check("te.import")
+    assert ("transformer-engine-torch==2.16.1" in commands(abi)[0]) == (te == "2.16.1"), commands(abi)
+    assert ("'transformer-engine[pytorch,core_cu13]==2.12.0'" in commands(abi)[0]) == (te == "2.12.0")
+    # TE 2.12.0 with the same mismatch: its own extension is rebuilt, whatever the cuBLAS.
+    env.fake("te", fake_te, "2.12.0", import_error=TORCH_SYMBOL_ERROR)
+    old = run(env, bare_python, "--only", "te.import").check("te.import")
+    assert commands(old) == ["pip install --no-build-isolation --no-cache-dir --force-reinstall --no-deps "
+                             "transformer-engine-torch==2.12.0"]
 
 
 # --- Megatron: the pin, and a PYTHONPATH checkout pip cannot change --------------------------------------------------
@@ -200,6 +306,7 @@ def test_the_torch_fix_is_manual_and_names_the_extensions_found(tmp_path, bare_p
 def test_frontend_1_32_with_cutlass_4_5_2_gets_a_plan_pip_accepts(tmp_path, bare_python):
     env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.32.0").wheel("cutlass", "nvidia-cutlass-dsl-4.5.2")
     env.fake("torch", fake_torch).wheel("tvm", "apache-tvm-ffi-0.1.11")
+    env.wheel("typing_extensions", "typing-extensions-4.16.0")  # what apache-tvm-ffi requires: not the plan's job
     row = run(env, bare_python, "--only", "deps.consistency").check("deps.consistency")
     assert row["status"] == "fail"
     assert "nvidia-cudnn-frontend 1.32.0 requires nvidia-cutlass-dsl[cu13]>=4.8.0" in row["summary"]
@@ -212,48 +319,107 @@ def test_frontend_1_32_with_cutlass_4_5_2_gets_a_plan_pip_accepts(tmp_path, bare
     # cutlass 4.8 does not bring cuda-python, which 1.32.0's cutedsl extra declares (found in review: after the plan,
     # deps.consistency still failed on it)
     assert any(p.endswith("install cuda-python") for p in pins), pins
-    assert_plan_resolves(script, env, tmp_path)
+    assert_plan_resolves(script, env, tmp_path, bare_python)
 
 
-def assert_plan_resolves(script: str, env: Env, tmp_path: Path) -> None:
-    """The oracle: pip resolves every pin of the plan (a dry run, no dependencies, a report), and with the pinned
-    versions in place of the installed ones, every requirement among the DSv4 packages holds."""
-    from packaging.requirements import Requirement
+@pytest.mark.slow  # asks the package index (pip --dry-run)
+@pytest.mark.parametrize("plan", [
+    # what frontend 1.32.0 rejects: pip check names the unconditional nvidia-cutlass-dsl[cu13]>=4.8.0
+    ["'nvidia-cutlass-dsl[cu13]==4.5.2'"],
+    # cutlass 4.8 without cuda-python, which 1.32.0's cutedsl extra declares: pip check does not read extras
+    ["'nvidia-cutlass-dsl[cu13]>=4.8.0'"]])
+def test_the_plan_oracle_rejects_a_plan_that_leaves_a_requirement_unmet(tmp_path, bare_python, plan):
+    env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.32.0").wheel("cutlass", "nvidia-cutlass-dsl-4.5.2")
+    env.fake("torch", fake_torch).wheel("tvm", "apache-tvm-ffi-0.1.11")
+    env.wheel("typing_extensions", "typing-extensions-4.16.0")
+    script = "\n".join(f'"$PY" -I -m pip install {spec}' for spec in plan)
+    with pytest.raises(AssertionError, match="cutlass|cuda-python"):
+        assert_plan_resolves(script, env, tmp_path, bare_python)
 
-    specs = []
+
+def assert_plan_resolves(script: str, env: Env, tmp_path: Path, python: str) -> None:
+    """The oracle: carry out the plan's pip commands as printed, in order, as pip dry runs against the package index
+    with the environment's installed set visible to pip (on PYTHONPATH, as the doctor saw it): pip must resolve
+    each one; what each would install is laid over the environment before the next. Then `pip check` on the result
+    reports no conflict, and every Requires-Dist of the stack's packages (with the extras the stack uses) holds."""
+    overlay = tmp_path / "plan-result"  # first on the path: what the plan installed shadows what was there
+    overlay.mkdir()
+    pip_only = tmp_path / "pip-only"  # pip itself, without its dist-info: not part of the inspected set
+    pip_only.mkdir()
+    (pip_only / "pip").symlink_to(Path(pip.__file__).parent)
+    path = os.pathsep.join(map(str, [overlay, *env.sites.values(), pip_only]))
+    pip_env = dict(os.environ, PYTHONPATH=path, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    commands_run = plan_pip_commands(script)
+    assert commands_run, script
+    for n, (options, specs) in enumerate(commands_run):
+        report = tmp_path / f"dry-run-{n}.json"
+        done = subprocess.run([python, "-m", "pip", "install", "--dry-run", "--only-binary=:all:", "-q", "--report",
+                               str(report), *options, *specs], env=pip_env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, (options, specs, done.stderr[-3000:])
+        for item in json.loads(report.read_text())["install"]:
+            _lay_over(overlay, item["metadata"])
+    done = subprocess.run([python, "-m", "pip", "check"], env=pip_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    final = _installed_set([overlay, *env.sites.values()])
+    for name, extras in STACK_EXTRAS.items():
+        meta = final.get(name)
+        if meta is None:
+            continue
+        for line in meta["requires_dist"]:
+            req = Requirement(line)
+            if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in ("", *extras)):
+                continue
+            have = final.get(canonicalize_name(req.name))
+            assert have is not None, f"after the plan, {name} {meta['version']} requires {line}: not installed"
+            assert req.specifier.contains(have["version"], prereleases=True), (name, line, have["version"])
+
+
+# The stack's packages whose requirements the plan must satisfy, with the extras the stack installs them with.
+STACK_EXTRAS = {"nvidia-cudnn-frontend": ("cutedsl",), "nvidia-cutlass-dsl": ("cu13",),
+                "nvidia-cutlass-dsl-libs-base": (), "nvidia-cutlass-dsl-libs-cu13": (),
+                "nvidia-cutlass-dsl-libs-core": (), "torch-c-dlpack-ext": (), "apache-tvm-ffi": (), "cuda-python": (),
+                "cuda-bindings": (), "cuda-core": ()}
+
+
+def plan_pip_commands(script: str) -> list[tuple[list[str], list[str]]]:
+    """Each `pip install` of a fix script as (its options, its requirements), parsed as the shell would."""
+    out = []
     for line in script.splitlines():
-        if line.startswith('"$PY" -I -m pip install'):
-            import shlex
-            specs += [w for w in shlex.split(line)[4:] if not w.startswith("-") and " @ " not in w]
-    report = tmp_path / "dry-run.json"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed",
-                    "--only-binary=:all:", "--disable-pip-version-check", "-q", "--report", str(report),
-                    "--target", str(tmp_path / "unused"), *specs], check=True, timeout=600)
-    chosen = {item["metadata"]["name"].lower(): item["metadata"] for item in json.loads(report.read_text())["install"]}
-    assert set(chosen) >= {Requirement(s).name.lower() for s in specs}
-    fe = chosen.get("nvidia-cudnn-frontend") or _metadata(env, "nvidia-cudnn-frontend")
-    for line in fe.get("requires_dist") or []:
-        req = Requirement(line)
-        name = req.name.lower()
-        if name in ("torch", "torch-c-dlpack-ext") or not (req.marker is None or req.marker.evaluate(
-                {"extra": "cutedsl"})):
-            continue  # torch is the image's (a manual step); other extras are not the DSv4 stack's
-        have = chosen.get(name) or _metadata(env, name, missing_ok=True)
-        assert have is not None, f"after the plan, {line} is not installed"
-        assert req.specifier.contains(have["version"], prereleases=True), (line, have["version"])
+        if not line.startswith('"$PY" '):
+            continue
+        words = shlex.split(line)
+        assert words[:5] == ["$PY", "-I", "-m", "pip", "install"], line
+        options = [w for w in words[5:] if w.startswith("-")]
+        specs = [w for w in words[5:] if not w.startswith("-")]
+        assert set(options) <= {"--no-deps", "--force-reinstall", "--no-build-isolation"}, line  # no option values
+        assert specs and all(" @ " not in s for s in specs), line  # no VCS builds in the plans this oracle runs
+        out.append((options, specs))
+    return out
 
 
-def _metadata(env: Env, name: str, missing_ok: bool = False) -> dict | None:
-    for site in env.sites.values():
-        for d in site.glob("*.dist-info"):
-            text = (d / "METADATA").read_text(errors="replace")
-            fields = dict(line.split(": ", 1) for line in text.split("\n\n")[0].splitlines() if ": " in line)
-            if fields.get("Name", "").lower() == name:
-                return {"version": fields["Version"], "requires_dist": [
-                    line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("Requires-Dist: ")]}
-    if missing_ok:
-        return None
-    raise AssertionError(f"{name} is not installed")
+def _lay_over(overlay: Path, meta: dict) -> None:
+    """A dist-info for what a dry run would install (its metadata from pip's report), replacing an earlier one."""
+    name = canonicalize_name(meta["name"])
+    for old in overlay.glob("*.dist-info"):
+        if canonicalize_name(old.name.split("-", 1)[0]) == name:
+            shutil.rmtree(old)
+    d = overlay / f"{name.replace('-', '_')}-{meta['version']}.dist-info"
+    d.mkdir()
+    lines = ["Metadata-Version: 2.1", f"Name: {meta['name']}", f"Version: {meta['version']}"]
+    lines += [f"Provides-Extra: {e}" for e in meta.get("provides_extra") or []]
+    lines += [f"Requires-Dist: {r}" for r in meta.get("requires_dist") or []]
+    (d / "METADATA").write_text("\n".join(lines) + "\n")
+    (d / "INSTALLER").write_text("pip\n")
+
+
+def _installed_set(sites: list[Path]) -> dict[str, dict]:
+    """name -> {version, requires_dist}, the first copy on the path winning, as importlib.metadata and pip see it."""
+    found: dict[str, dict] = {}
+    for dist in importlib.metadata.distributions(path=[str(s) for s in sites]):
+        name = canonicalize_name(dist.metadata["Name"] or "")
+        found.setdefault(name, {"version": dist.version, "requires_dist": list(dist.requires or [])})
+    return found
 
 
 def _pins(script: str) -> list[str]:
@@ -269,6 +435,38 @@ def test_a_replaced_frontend_gets_one_cutlass_pin(tmp_path, bare_python):
     cutlass = [p for p in _pins(script) if "nvidia-cutlass-dsl" in p]
     assert cutlass and all("==4.5.2" in p for p in cutlass), script
     assert any("nvidia-cudnn-frontend==1.27.0" in p for p in _pins(script))
+
+
+@pytest.mark.parametrize("fe", ["1.26.0", "1.27.0"])  # replaced by the tested set; kept
+def test_the_plan_installs_torch_c_dlpack_ext_which_the_cutedsl_extra_declares(tmp_path, bare_python, fe):
+    """Frontend 1.27.0's cutedsl extra declares torch-c-dlpack-ext and nothing else brings it (found in review: the
+    tested-set plan left it out). The pin is PINS' (0.1.5, the H200's), --no-deps: it requires only torch."""
+    from fakes import fake_cutedsl
+
+    env = Env(tmp_path).wheel("fe", f"nvidia-cudnn-frontend-{fe}").fake("cutedsl", fake_cutedsl)
+    env.fake("torch", fake_torch).wheel("tvm", "apache-tvm-ffi-0.1.11")
+    env.wheel("typing_extensions", "typing-extensions-4.16.0")
+    only = ("--only", "deps.consistency,cudnn-fe.*,cutlass-dsl.import,tvm-ffi.version", "--cp", "2",
+            "--gpu-arch", "9.0")
+    script = env.doctor("fix", *only, python=bare_python).stdout
+    assert '"$PY" -I -m pip install --no-deps torch-c-dlpack-ext==0.1.5' in _pins(script), script
+    env.fake("dlpack", lambda s: s.dist("torch-c-dlpack-ext", "0.1.4"))  # installed: a plan leaves it alone
+    script = env.doctor("fix", *only, python=bare_python).stdout
+    assert not any("torch-c-dlpack-ext" in p for p in _pins(script)), script
+
+
+@pytest.mark.slow  # asks the package index (pip --dry-run)
+def test_the_tested_set_plan_is_one_pip_accepts(tmp_path, bare_python):
+    """Frontend 1.26.0 is replaced by the tested set (1.27.0, tvm-ffi 0.1.11, cutlass 4.5.2, torch-c-dlpack-ext):
+    after the plan, every requirement of the stack holds, the cutedsl extra's included."""
+    env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0").wheel("cutlass", "nvidia-cutlass-dsl-4.5.2")
+    env.fake("torch", fake_torch).wheel("tvm", "apache-tvm-ffi-0.1.11")
+    env.wheel("typing_extensions", "typing-extensions-4.16.0")
+    script = env.doctor("fix", "--cp", "2", "--gpu-arch", "9.0", "--only",
+                        "deps.consistency,cudnn-fe.*,cutlass-dsl.import,tvm-ffi.version", python=bare_python).stdout
+    assert any("nvidia-cudnn-frontend==1.27.0" in p for p in _pins(script)), script
+    assert any("torch-c-dlpack-ext==0.1.5" in p for p in _pins(script)), script
+    assert_plan_resolves(script, env, tmp_path, bare_python)
 
 
 def test_a_kept_frontend_keeps_a_cutlass_that_meets_it_and_names_what_a_pin_breaks(tmp_path, bare_python):
@@ -307,6 +505,31 @@ def test_deps_consistency_counts_only_extras_that_are_asked_for(tmp_path, bare_p
     assert "nvidia-cutlass-dsl-libs-base 4.5.2 requires" not in row["details"]
 
 
+def test_a_missing_cutedsl_library_fails_deps_consistency(tmp_path, bare_python):
+    """nvidia-cutlass-dsl 4.5.2 (the real meta wheel) requires libs-base==4.5.2 and, with [cu13], libs-cu13==4.5.2:
+    the compiler and its CUDA 13 runtime. Found in review: one missing was only a warning (they were not counted as
+    DSv4 packages)."""
+    env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0").wheel("cutlass", "nvidia-cutlass-dsl-4.5.2")
+    env.fake("torch", fake_torch).wheel("tvm", "apache-tvm-ffi-0.1.11")
+    env.wheel("typing_extensions", "typing-extensions-4.16.0")
+    env.fake("dlpack", lambda s: s.dist("torch-c-dlpack-ext", "0.1.5"))
+    env.fake("cuda", lambda s: (s.dist("cuda-python", "13.4.4", requires=("cuda-bindings~=13.4.4",)),
+                                s.dist("cuda-bindings", "13.4.4")))
+    row = run(env, bare_python, "--only", "deps.consistency").check("deps.consistency")
+    assert row["status"] == "fail", row["summary"]
+    assert "nvidia-cutlass-dsl 4.5.2 requires nvidia-cutlass-dsl-libs-base==4.5.2, but it is not installed" in \
+        row["summary"]
+    assert 'nvidia-cutlass-dsl-libs-cu13==4.5.2; extra == "cu13", but it is not installed' in row["summary"]
+    assert commands(row) == ["pip install 'nvidia-cutlass-dsl[cu13]==4.5.2'"]  # pip adds the missing libraries
+    env.fake("libs", lambda s: s.dist("nvidia-cutlass-dsl-libs-base", "4.5.2", requires=("cuda-python>=12.8",)))
+    row = run(env, bare_python, "--only", "deps.consistency").check("deps.consistency")
+    assert row["status"] == "fail" and "libs-base" not in row["summary"] and "libs-cu13" in row["summary"]
+    env.fake("libs", lambda s: (s.dist("nvidia-cutlass-dsl-libs-base", "4.5.2", requires=("cuda-python>=12.8",)),
+                                s.dist("nvidia-cutlass-dsl-libs-cu13", "4.5.2", requires=("cuda-python>=12.8",))))
+    row = run(env, bare_python, "--only", "deps.consistency").check("deps.consistency")
+    assert row["status"] == "pass", row["summary"]
+
+
 def test_a_hostile_specifier_never_reaches_a_command(tmp_path, bare_python):
     """Found in review: `===` takes any text, and a frontend METADATA's `apache-tvm-ffi===a&...` went into the fix
     script. A specifier from METADATA is used only when it is a plain one; else the command is withheld."""
@@ -323,6 +546,23 @@ def test_a_hostile_specifier_never_reaches_a_command(tmp_path, bare_python):
     body = "\n".join(line for line in script.splitlines() if not line.startswith("PY="))
     subprocess.run(["sh", "-c", f"PY={stub}\n{body}"], cwd=tmp_path, check=True)
     assert not list(tmp_path.glob("PWNED*"))
+
+
+@pytest.mark.parametrize("check_id, cited", [
+    ("mcore.config", ["https://github.com/verl-project/verl/pull/6555"]),
+    ("mcore.dsv4", ["https://github.com/NVIDIA/Megatron-LM/pull/5809", "4b01a1b9",
+                    "https://github.com/NVIDIA/Megatron-LM/commit/108cb6bc",
+                    "https://github.com/NVIDIA/Megatron-LM/commit/6888385f"]),
+    ("te.import", ["docs/gpu-runs/2026-12-01-h200", "https://pypi.org/project/nvidia-cublas/13.2.0.9/",
+                   "cuda-toolkit[cublas,...]==13.0.2"]),
+    ("cudnn-fe.dsa", ["https://github.com/NVIDIA/Megatron-LM/blob/fd1121b8ff7e3a4f83a28d35aed172d7bc0260e1/megatron/"
+                      "core/transformer/experimental_attention_variant/dsa_kernels.py"]),
+    ("kernels.triton", ["https://pypi.org/project/torch/2.11.0/", "triton==3.6.0"]),
+])
+def test_explain_cites_the_upstream_source_of_each_claim(check_id, cited):
+    sources = run_doctor("explain", check_id).stdout.split("\nSources:\n", 1)[1]
+    for text in cited:
+        assert text in sources, (check_id, text)
 
 
 def test_explain_claims_no_tvm_ffi_nan():
@@ -457,3 +697,18 @@ def test_te_missing_its_own_dependency_is_named_with_the_requirement_to_install(
     deps = run.check("deps.consistency")  # a warning: te.import is where the import breaks
     assert deps["status"] == "warn" and "dsv4fake-pydantic>=2.0, but it is not installed" in deps["summary"]
     assert [c for f in deps["fixes"] for c in f["commands"]] == ["pip install 'dsv4fake-pydantic>=2.0'"]
+
+
+@pytest.mark.parametrize("requirement", ["dsv4fake-pydantic===a&touch${IFS}PWNED8&#", "dsv4fake-pydantic===2.0"])
+def test_te_missing_dependency_with_an_arbitrary_equality_specifier_is_withheld(tmp_path, requirement):
+    """te.import judged specifiers with its own regex, which accepted `===` (any text): now facts.safe_specifier, as
+    everywhere, so the command is withheld."""
+    env = Env(tmp_path).fake("torch", fake_torch).fake(
+        "te", fake_te, "2.12.0", imports="dsv4fake_pydantic",
+        requires={"transformer-engine-torch": ("torch>=2.1", requirement)})
+    te = env.doctor("check", "-f", "json", "--only", "te.import", python=sys.executable).check("te.import")
+    assert te["status"] == "fail" and "No module named 'dsv4fake_pydantic'" in te["summary"]
+    assert [c for f in te["fixes"] for c in f["commands"]] == []
+    assert "command withheld: its version specifier is not a plain value" in te["fixes"][0]["description"]
+    script = env.doctor("fix", "--only", "te.import", python=sys.executable).stdout
+    assert "===" not in "\n".join(_pins(script)) and "PWNED8" not in "\n".join(_pins(script))
