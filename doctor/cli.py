@@ -270,6 +270,7 @@ def cmd_list(args) -> int:
 
 def cmd_explain(args) -> int:
     from .redact import Redactor
+    from .render import output_width
     from .render.explain import explain_text
 
     with _registry(args.timeout) as (checks, _):
@@ -278,7 +279,9 @@ def cmd_explain(args) -> int:
     if c is None:
         near = [x.id for x in checks if args.check_id.split(".")[0] in x.id]
         raise UsageError(f"unknown check {args.check_id!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
-    return 0 if write_stdout(Redactor()(explain_text(c))) else int(ExitCode.OUTPUT)
+    redact = Redactor()
+    text = explain_text(c, output_width(isatty(sys.stdout)), redact.text)
+    return 0 if write_stdout(redact(text)) else int(ExitCode.OUTPUT)
 
 
 def cmd_fix(args) -> int:
