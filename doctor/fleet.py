@@ -112,8 +112,8 @@ def profile_fields(env: FleetEnv, host: str) -> dict:
 
 
 def wait_seconds(budget_s: float, elapsed_s: float, override: float | None) -> float:
-    """How long rank 0 waits for the others after its own report: the rest of the run's budget plus the launcher
-    skew (every rank has the same budget), or --fleet-wait."""
+    """How long rank 0 waits for the others to join, from when its exchange helper has torch and hosts the store: the
+    rest of the run's budget plus the launcher skew (every rank has the same budget), or --fleet-wait."""
     if override is not None:
         return max(1.0, override)
     return max(5.0, budget_s + SKEW_S - elapsed_s)
