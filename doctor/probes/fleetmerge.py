@@ -235,7 +235,7 @@ def ranks_row(world, reported, missing, host_of, wait_s):
                     evidence={"world_size": world, "reported": ranges(reported), "missing": ""},
                     sources=FLEET_SOURCES)
     return _row("fleet.ranks", RANKS_TITLE, "fail",
-                "rank%s %s did not report within the time budget (%.0f s after rank 0's own report); %d of %d "
+                "rank%s %s did not report within the time budget (%.0f s after rank 0's exchange was up); %d of %d "
                 "reported" % ("" if len(missing) == 1 else "s", ranges(missing), wait_s, len(reported), world),
                 "A rank that cannot join (its torch does not import, its node is down or stalled) prints its own "
                 "report to stderr and exits 1. Ranks never heard from have no known host.",
