@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from . import __version__
 from .model import ExitCode, Profile, UsageError
+from .render.output import check_output_path, emit, isatty, preflight_report, say, write_stdout
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 no check failed (warnings allowed unless --strict); 1 a check failed or errored (or warned, with "
@@ -70,31 +71,6 @@ def _ids(values: Sequence[str] | None, option: str = "--only/--skip") -> list[st
     return out
 
 
-def check_output_path(path: str | None, option: str = "--output") -> None:
-    """A report file that cannot be written is a usage error, said before any work."""
-    if path is None:
-        return
-    if os.path.isdir(path):
-        raise UsageError(f"{option} {path!r} is a directory")
-    import stat
-
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        mode = None
-    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)):
-        # A FIFO would block the finished run until some reader appears; a socket cannot be opened at all.
-        raise UsageError(f"{option} {path!r} is not a regular file")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise UsageError(f"{option} {path!r}: {parent} is not a directory")
-    if os.path.exists(path):
-        if not os.access(path, os.W_OK):
-            raise UsageError(f"{option} {path!r} is not writable")
-    elif not os.access(parent, os.W_OK):
-        raise UsageError(f"{option} {path!r}: {parent} is not writable")
-
-
 # ------------------------------------------------------------------------------------------------------ parser
 
 def _profile_options(p: argparse.ArgumentParser, gpu_arch: bool = True) -> None:
@@ -121,8 +97,8 @@ def _fleet_options(p: argparse.ArgumentParser) -> None:
                    help="The port rank 0 serves the exchange on (default MASTER_PORT + 1, so the job's own port "
                         "stays free).")
     g.add_argument("--fleet-wait", type=_timeout, metavar="S",
-                   help="Seconds rank 0 waits for the other ranks after its own report (default: the rest of the "
-                        "run's time budget plus 15 s of launcher skew).")
+                   help="Seconds the other ranks have to join, counted once rank 0's exchange helper has torch and "
+                        "hosts the store (default: the rest of the run's time budget plus 15 s of launcher skew).")
     g.add_argument("--anonymize-hosts", action="store_true",
                    help="Name hosts by a stable hash instead of their hostname.")
     g.add_argument("--verbose-ranks", action="store_true",
@@ -218,115 +194,24 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
 
 # ----------------------------------------------------------------------------------------------------- running
 
-def _stderr(message: str) -> None:
-    from .redact import clean_text
-
-    if sys.stderr is None:  # started with stderr closed
-        return
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(clean_text(message) + "\n")
-        sys.stderr.flush()
-
-
-def _write_stdout(text: str) -> bool:
-    """Write to stdout; False when there is none (started with it closed) or it broke."""
-    if sys.stdout is None:
-        return False
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return True
-    except (OSError, ValueError):
-        return False
-
-
-def _isatty(stream) -> bool:
-    try:
-        return stream is not None and stream.isatty()
-    except (OSError, ValueError):
-        return False
-
-
-class _Progress:
-    """A live status line on stderr, only when stderr is a terminal."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.running: list[str] = []
-
-    def __call__(self, event: str, check_id: str) -> None:
-        if not self.enabled:
-            return
-        if event == "start":
-            self.running.append(check_id)
-        elif check_id in self.running:
-            self.running.remove(check_id)
-        shown = ", ".join(self.running[:4]) + (" …" if len(self.running) > 4 else "")
-        sys.stderr.write("\r\x1b[K" + (f"running: {shown}" if shown else "finishing"))
-        sys.stderr.flush()
-
-    def stop(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-
-
-def _profile(args, smoke: str, job_argv: Sequence[str] | None = None) -> Profile:
-    """The profile from the options, or from a training command (`job_argv`): its CP and DSA backend."""
-    gpu_arch = getattr(args, "gpu_arch", None)
-    base = Profile(gpu_arch=gpu_arch, gpu_arch_source="option" if gpu_arch else "unknown",
-                   device=getattr(args, "device", "auto"), smoke=smoke,
-                   static_only=bool(getattr(args, "static_only", False)))
-    if job_argv is None:
-        return replace(base, cp=getattr(args, "cp", None) or 1,
-                       dsa_backend=getattr(args, "dsa_backend", None) or "cudnn",
-                       dsa_backend_source="option" if getattr(args, "dsa_backend", None) else "default")
-    from .jobargs import job_profile
-
-    return job_profile(base, job_argv, getattr(args, "cp", None), getattr(args, "dsa_backend", None))
-
-
 def run_report(args, profile: Profile, only: list[str], skip: list[str], strict: bool, progress: bool,
                keep: dict | None = None) -> dict:
+    from .render import Progress
     from .session import run_check
 
-    bar = _Progress(progress)
+    bar = Progress(progress)
     try:
         return run_check(args.python, args.timeout, profile, only, skip, strict, on_event=bar, keep=keep)
     finally:
         bar.stop()
 
 
-def emit(report: dict, fmt: str, output: str | None) -> int:
-    """Write the report; its exit code, or 4 when --output could not be written (the report then goes to stdout)."""
-    from .render import output_width, render, verdict_line
-    from .render.github import emit as annotate
-
-    code = report["summary"]["exit_code"]
-    to_tty = output is None and _isatty(sys.stdout)
-    color = fmt == "text" and to_tty and not os.environ.get("NO_COLOR")
-    text = render(report, fmt, color=color, width=output_width(to_tty))
-    if output:
-        try:
-            with open(output, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            _stderr(verdict_line(report) + f" (report written to {output})")
-        except OSError as exc:
-            _stderr(f"dsv4-doctor: could not write the report to {output}: {exc}; it follows on stdout")
-            _write_stdout(render(report, fmt, width=output_width(False)))
-            code = max(code, int(ExitCode.OUTPUT))
-    elif not _write_stdout(text):
-        _stderr("dsv4-doctor: could not write the report: stdout is closed or broken; use --output FILE")
-        code = max(code, int(ExitCode.OUTPUT))
-    if sys.stderr is not None:
-        annotate(report, sys.stderr)
-    return code
-
-
 def cmd_check(args, smoke: bool = False) -> int:
+    from .session import profile_from_options
+
     check_output_path(args.output)
     if smoke:
-        profile, only, skip, strict = _profile(args, "on"), ["smoke.*"], [], False
+        profile, only, skip, strict = profile_from_options(args, "on"), ["smoke.*"], [], False
     else:
         only, skip, strict = _ids(args.only, "--only"), _ids(args.skip, "--skip"), args.strict
         job_argv = None
@@ -334,10 +219,11 @@ def cmd_check(args, smoke: bool = False) -> int:
             from .jobargs import split_job_args
 
             job_argv = split_job_args(args.job_args)
-        profile = _profile(args, "off" if args.no_smoke else ("on" if args.device == "cpu" else "auto"), job_argv)
+        smoke_mode = "off" if args.no_smoke else ("on" if args.device == "cpu" else "auto")
+        profile = profile_from_options(args, smoke_mode, job_argv)
     env, profile = _fleet_env(args, profile)
     started = time.monotonic()
-    progress = args.format == "text" and _isatty(sys.stderr) and (env is None or env.rank == 0)
+    progress = args.format == "text" and isatty(sys.stderr) and (env is None or env.rank == 0)
     ran: dict = {}
     report = run_report(args, profile, only, skip, strict, progress=progress, keep=ran)
     if env is None:
@@ -379,11 +265,12 @@ def cmd_list(args) -> int:
 
     with _registry(args.timeout) as (checks, plugins):
         pass
-    return 0 if _write_stdout(render_listing(checks, plugins, args.format)) else int(ExitCode.OUTPUT)
+    return 0 if write_stdout(render_listing(checks, plugins, args.format)) else int(ExitCode.OUTPUT)
 
 
 def cmd_explain(args) -> int:
     from .redact import Redactor
+    from .render import output_width
     from .render.explain import explain_text
 
     with _registry(args.timeout) as (checks, _):
@@ -392,86 +279,39 @@ def cmd_explain(args) -> int:
     if c is None:
         near = [x.id for x in checks if args.check_id.split(".")[0] in x.id]
         raise UsageError(f"unknown check {args.check_id!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
-    return 0 if _write_stdout(explain_text(c, Redactor())) else int(ExitCode.OUTPUT)
-
-
-def _incomplete(report: dict) -> str | None:
-    """Why the run behind a fix plan did not finish, or None."""
-    s = report["summary"]
-    if s.get("interrupted"):
-        return f"the run was interrupted by {s['interrupted']}"
-    if any(c["id"] == "doctor.internal" for c in report["checks"]):
-        return "dsv4-doctor crashed before the checks ran (see `dsv4-doctor check`)"
-    return None
+    text = explain_text(c, output_width(isatty(sys.stdout)), Redactor())
+    return 0 if write_stdout(text) else int(ExitCode.OUTPUT)
 
 
 def cmd_fix(args) -> int:
     from . import fixplan
     from .redact import Redactor
     from .render import verdict_line
+    from .session import profile_from_options
 
-    if args.apply and not args.yes and not _isatty(sys.stdin):
+    if args.apply and not args.yes and not isatty(sys.stdin):
         raise UsageError("--apply needs --yes when stdin is not a terminal")
-    profile = _profile(args, "off")
+    profile = profile_from_options(args, "off")
     only, skip = _ids(args.only, "--only"), _ids(args.skip, "--skip")
     holder: dict = {}
     report = run_report(args, profile, only, skip, False, progress=False, keep=holder)
     code = report["summary"]["exit_code"]
     reports, python = holder["reports"], holder["python"]  # the session's: --python resolved once
     plan = fixplan.build_plan(reports)
-    incomplete = _incomplete(report)
+    incomplete = fixplan.incomplete(report)
     redact = Redactor()
-    _write_stdout(fixplan.render_script(plan, python, report["profile"], __version__, redact, incomplete))
+    write_stdout(fixplan.render_script(plan, python, report["profile"], __version__, redact, incomplete))
     before = verdict_line(report)
-    _stderr("before: " + before)
+    say("before: " + before)
     if incomplete:  # an unfinished run: its plan is partial, and --apply does not act on it
         if args.apply:
-            _stderr(f"nothing applied: {incomplete}")
+            say(f"nothing applied: {incomplete}")
         return code if code >= int(ExitCode.INTERNAL) else int(ExitCode.INTERNAL)
     if not args.apply:
         # A crashed check (exit 3) is no clean bill, whatever the plan holds.
         return code if code >= int(ExitCode.INTERNAL) else plan.exit_code
-    held = [n for n, s in enumerate(plan.steps, 1) if s.held_by is not None]
-    if held:
-        _stderr(f"held back: step(s) {', '.join(map(str, held))} build against torch and wait for the manual torch "
-                "step; run them after it")
-    if not any(s.automatic for s in plan.steps):
-        _stderr("nothing to apply: the plan has no automatic (pip) step")
-        return code
-    from .session import GATE
-
-    if GATE.late is not None:
-        _stderr("nothing applied: a signal arrived while the plan was written")
-        return 128 + GATE.late
-    if not args.yes:
-        sys.stderr.write(f"Run the {sum(len(s.commands) for s in plan.steps if s.automatic)} pip command(s) of this "
-                         "plan now? [y/N] ")
-        sys.stderr.flush()
-        try:
-            with GATE.suspended():  # Ctrl-C at the prompt must answer it
-                answer = sys.stdin.readline()
-        except KeyboardInterrupt:
-            _stderr("\nnothing applied")
-            return 130
-        if answer.strip().lower() not in ("y", "yes"):
-            _stderr("nothing applied")
-            return code
-    ran, failed, signum = fixplan.apply_guarded(plan, python, redact)
-    if signum is not None:
-        import signal
-
-        _stderr(f"interrupted by {signal.Signals(signum).name} after {ran} pip command(s); pip was stopped and "
-                "the environment may be half-updated: run `dsv4-doctor check`")
-        return 128 + signum
-    if failed:
-        _stderr(f"a pip command failed with exit code {failed}; stopped after {ran} command(s)")
-        return int(ExitCode.FAILED)
-    again = run_report(args, profile, only, skip, False, progress=False)
-    for c in again["checks"]:
-        _stderr(f"{c['id']}: {c['status']} - {c['summary']}")
-    _stderr("before: " + before)
-    _stderr("after:  " + verdict_line(again))
-    return again["summary"]["exit_code"]
+    return fixplan.apply_and_recheck(plan, python, redact, code, before, args.yes, say,
+                                     lambda: run_report(args, profile, only, skip, False, progress=False))
 
 
 def cmd_preflight(args) -> int:
@@ -484,7 +324,9 @@ def cmd_preflight(args) -> int:
     elif command:
         raise UsageError(f"put the training command after `--` (got {command[0]!r} first)")
     check_output_path(args.report, "--report")
-    profile = _profile(args, "off" if args.no_smoke else "auto", command)
+    from .session import profile_from_options
+
+    profile = profile_from_options(args, "off" if args.no_smoke else "auto", command)
     env, profile = _fleet_env(args, profile)
     started = time.monotonic()
     ran: dict = {}
@@ -502,13 +344,13 @@ def cmd_preflight(args) -> int:
         return code
     if code != 0:
         if env is None or env.rank == 0:
-            _stderr("dsv4-doctor preflight: not starting the job"
+            say("dsv4-doctor preflight: not starting the job"
                     + (f" ({verdict_line(report)})" if env is None else " (the fleet's verdict)"))
         return int(ExitCode.FAILED)
     if args.dry_run:
         if env is None or env.rank == 0:  # a fleet's other ranks print nothing, as for the report
-            _stderr("dsv4-doctor preflight: dry run, not starting: " + " ".join(command[:6])
-                    + (" ..." if len(command) > 6 else ""))
+            say("dsv4-doctor preflight: dry run, not starting: " + " ".join(command[:6])
+                + (" ..." if len(command) > 6 else ""))
         return 0
     from .procs import exec_job
     from .session import GATE
@@ -516,29 +358,14 @@ def cmd_preflight(args) -> int:
     if GATE.late is not None:  # a signal came while the report was written: the job is not started
         import signal
 
-        _stderr(f"dsv4-doctor preflight: {signal.Signals(GATE.late).name} arrived; not starting the job")
+        say(f"dsv4-doctor preflight: {signal.Signals(GATE.late).name} arrived; not starting the job")
         return 128 + GATE.late
     GATE.uninstall()  # the job gets the dispositions the doctor was started with
     return exec_job(command)
 
 
 def _preflight_report(args, report: dict) -> int:
-    """The report to stderr (the job's stdout is the job's), and to --report as JSON; its exit code."""
-    import json
-
-    from .render import output_width, render
-
-    if sys.stderr is not None:
-        with contextlib.suppress(OSError, ValueError):
-            sys.stderr.write(render(report, "text", width=output_width(False)))
-            sys.stderr.flush()
-    if args.report:
-        try:
-            with open(args.report, "w", encoding="utf-8") as fh:
-                fh.write(json.dumps(report, indent=2) + "\n")
-        except OSError as exc:
-            _stderr(f"dsv4-doctor preflight: could not write the report to {args.report}: {exc}")
-    return int(report["summary"]["exit_code"])
+    return preflight_report(report, args.report)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -557,10 +384,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = handlers[args.command](args)
     except UsageError as exc:
         commands.get(args.command, p).print_usage(sys.stderr)
-        _stderr(f"dsv4-doctor {args.command}: error: {exc}")
+        say(f"dsv4-doctor {args.command}: error: {exc}")
         code = int(ExitCode.USAGE)
     except Interrupted as exc:  # list and explain: nothing to report, only to stop cleanly
-        _stderr(f"dsv4-doctor {args.command}: interrupted by {exc}")
+        say(f"dsv4-doctor {args.command}: interrupted by {exc}")
         code = 128 + exc.signum
     finally:
         GATE.uninstall()

@@ -240,3 +240,63 @@ def apply_guarded(plan: Plan, python: str, redact: Redactor | None = None) -> tu
     finally:
         procs.close()
     return ran, failed, signals.signum
+
+
+def incomplete(report: dict) -> str | None:
+    """Why the run behind a fix plan did not finish, or None."""
+    s = report["summary"]
+    if s.get("interrupted"):
+        return f"the run was interrupted by {s['interrupted']}"
+    if any(c["id"] == "doctor.internal" for c in report["checks"]):
+        return "dsv4-doctor crashed before the checks ran (see `dsv4-doctor check`)"
+    return None
+
+
+def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, before: str, yes: bool,
+                      say: Callable[[str], None], recheck: Callable[[], dict]) -> int:
+    """`fix --apply` once the plan is printed: name the held-back steps, ask (unless `yes`), run the automatic steps
+    (apply_guarded), then re-check (`recheck()` gives the new report) and say both verdicts. `code` is the first
+    run's exit code, `before` its verdict line, `say` writes a line to stderr. Returns the command's exit code."""
+    from .model import ExitCode
+    from .render import verdict_line
+    from .session import GATE
+
+    held = [n for n, s in enumerate(plan.steps, 1) if s.held_by is not None]
+    if held:
+        say(f"held back: step(s) {', '.join(map(str, held))} build against torch and wait for the manual torch "
+            "step; run them after it")
+    if not any(s.automatic for s in plan.steps):
+        say("nothing to apply: the plan has no automatic (pip) step")
+        return code
+    if GATE.late is not None:
+        say("nothing applied: a signal arrived while the plan was written")
+        return 128 + GATE.late
+    if not yes:
+        sys.stderr.write(f"Run the {sum(len(s.commands) for s in plan.steps if s.automatic)} pip command(s) of this "
+                         "plan now? [y/N] ")
+        sys.stderr.flush()
+        try:
+            with GATE.suspended():  # Ctrl-C at the prompt must answer it
+                answer = sys.stdin.readline()
+        except KeyboardInterrupt:
+            say("\nnothing applied")
+            return 130
+        if answer.strip().lower() not in ("y", "yes"):
+            say("nothing applied")
+            return code
+    ran, failed, signum = apply_guarded(plan, python, redact)
+    if signum is not None:
+        import signal
+
+        say(f"interrupted by {signal.Signals(signum).name} after {ran} pip command(s); pip was stopped and "
+            "the environment may be half-updated: run `dsv4-doctor check`")
+        return 128 + signum
+    if failed:
+        say(f"a pip command failed with exit code {failed}; stopped after {ran} command(s)")
+        return int(ExitCode.FAILED)
+    again = recheck()
+    for c in again["checks"]:
+        say(f"{c['id']}: {c['status']} - {c['summary']}")
+    say("before: " + before)
+    say("after:  " + verdict_line(again))
+    return int(again["summary"]["exit_code"])

@@ -28,6 +28,7 @@ from .model import UsageError
 DEFAULT_MASTER_PORT = 29500
 SKEW_S = 15.0  # launcher skew: how much later than rank 0 another rank may start
 VERDICT_GRACE_S = 30.0  # how much longer than its own wait a rank waits for rank 0's verdict
+SETUP_S = 20.0  # rank 0's helper starting, importing torch and hosting the store: its join window opens after that
 FLEET_SCRIPT = "dsv4probe_fleet.py"
 _HOST = re.compile(r"[A-Za-z0-9._:\[\]-]{1,255}")
 
@@ -166,19 +167,19 @@ def cp_plan(fleet: Mapping, cp: int, environ: Mapping[str, str]) -> dict:
 
 
 def wait_seconds(budget_s: float, elapsed_s: float, override: float | None) -> float:
-    """How long rank 0 waits for the others after its own report: the rest of the run's budget plus the launcher
-    skew (every rank has the same budget), or --fleet-wait."""
+    """How long rank 0 waits for the others to join, from when its exchange helper has torch and hosts the store: the
+    rest of the run's budget plus the launcher skew (every rank has the same budget), or --fleet-wait."""
     if override is not None:
         return max(1.0, override)
     return max(5.0, budget_s + SKEW_S - elapsed_s)
 
 
 def exchange(env: FleetEnv, report: dict, python: str, wait_s: float, strict: bool,
-             on_merged: Callable[[dict], None] | None = None) -> dict:
+             on_merged: Callable[[dict], None] | None = None, elapsed_s: float = 0.0) -> dict:
     """Run the exchange helper in the target interpreter. On rank 0, `on_merged(report)` is called with the merged
     report while the helper holds the other ranks, so that they leave only after the report is out. Returns
     {"exit_code", "timings", ...}, or {"error": ...} when this rank could not take part (torch broken, rank 0
-    unreachable, no verdict in time)."""
+    unreachable, no verdict in time). elapsed_s: this run's time so far, for the fleet report's budget_s."""
     import time
 
     from .probes import PROBE_DIR, child_env
@@ -186,7 +187,9 @@ def exchange(env: FleetEnv, report: dict, python: str, wait_s: float, strict: bo
     from .redact import decode, sanitize
 
     procs = Processes()
-    timeout = wait_s + VERDICT_GRACE_S + SKEW_S + 90.0  # the helper's own waits end well before this
+    # The helper's own waits end well before this: waiting for rank 0's store, then for its verdict (each up to the
+    # wait plus the grace), then for its release (65 s).
+    timeout = 2 * (wait_s + VERDICT_GRACE_S + SKEW_S) + 90.0
     try:
         tmp = procs.tempdir("dsv4-doctor-fleet-")
         paths = {name: os.path.join(tmp, name) for name in ("report.json", "answer.json", "merged.json", "released",
@@ -195,6 +198,7 @@ def exchange(env: FleetEnv, report: dict, python: str, wait_s: float, strict: bo
             json.dump(report, fh)
         request = {"rank": env.rank, "world_size": env.world_size, "master_addr": env.master_addr, "port": env.port,
                    "wait_s": wait_s, "verdict_grace_s": VERDICT_GRACE_S + SKEW_S, "strict": strict,
+                   "elapsed_s": round(elapsed_s, 3),
                    "report_path": paths["report.json"], "merged_path": paths["merged.json"],
                    "released_path": paths["released"]}
         argv = [python, str(PROBE_DIR / FLEET_SCRIPT), paths["answer.json"], json.dumps(request)]
@@ -263,7 +267,8 @@ def take_part(env: FleetEnv, report: dict, python: str, started: float, strict: 
     code = report["summary"]["exit_code"]
     if code >= 128:  # interrupted: leave now, the others name this rank
         return code
-    wait = wait_seconds(float(report["summary"].get("budget_s") or 60.0), time.monotonic() - started, fleet_wait)
+    reported = time.monotonic()
+    wait = wait_seconds(float(report["summary"].get("budget_s") or 60.0), reported - started, fleet_wait)
     delivered: list[int] = []
 
     from .session import GATE
@@ -278,7 +283,8 @@ def take_part(env: FleetEnv, report: dict, python: str, started: float, strict: 
     # The exchange waits (up to the fleet budget): a signal must end it, killing the helper, not wait for it.
     GATE.arm()
     try:
-        answer = exchange(env, report, python, wait, strict, on_merged if env.rank == 0 else None)
+        answer = exchange(env, report, python, wait, strict, on_merged if env.rank == 0 else None,
+                          time.monotonic() - started)
     finally:
         GATE.shield()
     if "error" in answer:
@@ -293,8 +299,9 @@ def take_part(env: FleetEnv, report: dict, python: str, started: float, strict: 
             # Under torchrun a rank that exits non-zero makes the launcher stop every other rank, rank 0 before it
             # writes the fleet report (found in review: a rank whose torch was broken wiped the report out). So
             # this rank stays until rank 0 has given up on it and named it in fleet.ranks; the launcher then stops
-            # it, or it leaves when that time is up. A signal ends the wait.
-            linger = max(0.0, wait + SKEW_S - (time.monotonic() - started))
+            # it, or it leaves when that time is up: rank 0's window opens after its helper's setup and lasts the
+            # wait, and rank 0 may have started up to SKEW_S later. A signal ends the wait.
+            linger = max(0.0, reported + wait + SKEW_S + SETUP_S - time.monotonic())
             GATE.arm()
             try:
                 time.sleep(linger)

@@ -571,3 +571,19 @@ def run_check(python: str | None, timeout: float, profile: Profile, only: Sequen
                         time.monotonic() - session.started)
     finally:
         session.close()
+
+
+def profile_from_options(args, smoke: str, job_argv: Sequence[str] | None = None) -> Profile:
+    """The profile from the command line's options (an argparse namespace), or from a training command
+    (`job_argv`): its CP and DSA backend."""
+    gpu_arch = getattr(args, "gpu_arch", None)
+    base = Profile(gpu_arch=gpu_arch, gpu_arch_source="option" if gpu_arch else "unknown",
+                   device=getattr(args, "device", "auto"), smoke=smoke,
+                   static_only=bool(getattr(args, "static_only", False)))
+    if job_argv is None:
+        return replace(base, cp=getattr(args, "cp", None) or 1,
+                       dsa_backend=getattr(args, "dsa_backend", None) or "cudnn",
+                       dsa_backend_source="option" if getattr(args, "dsa_backend", None) else "default")
+    from .jobargs import job_profile
+
+    return job_profile(base, job_argv, getattr(args, "cp", None), getattr(args, "dsa_backend", None))

@@ -190,8 +190,28 @@ def test_list_and_explain_every_check():
         text = explain_text(checks[c["id"]])
         assert f"applies when: {c['applies_when']}" in text
         assert "Sources:" in text and "https://" in text.split("Sources:")[1]
-    cli = run_doctor("explain", "te.version")
+    cli = run_doctor("explain", "te.version", env={"COLUMNS": "100"})
     assert cli.returncode == 0 and cli.stdout == explain_text(checks["te.version"])
+
+
+def test_explain_wraps_its_prose_to_the_output_width_but_never_a_command_or_a_url():
+    """Found in review: with COLUMNS=80, 13 lines of `explain te.version` were wider (the longest 226)."""
+    from dsv4_doctor.registry import load
+    from dsv4_doctor.render.explain import explain_text
+
+    cli = run_doctor("explain", "te.version", env={"COLUMNS": "80"})
+    assert cli.returncode == 0
+    commands = {"    " + cmd.shell() for c in load().checks for fix in c.fixes for cmd in fix.commands}
+    for c in load().checks:
+        text = explain_text(c, 80)
+        assert text == cli.stdout or c.id != "te.version"
+        for line in text.splitlines():
+            if len(line) > 80:  # only a fix command or a URL on a line of its own
+                assert line in commands or line.strip().startswith("https://") and " " not in line.strip(), line
+        urls = {s.url for s in c.sources if s.url}
+        assert all(url in text.split() for url in urls)  # whole, never broken
+        assert " ".join(c.doc().split()) in " ".join(text.split())  # the reflowed explanation, every word kept
+    assert max(len(line) for line in cli.stdout.splitlines() if not line.startswith("    ")) <= 80
 
 
 def test_fix_prints_a_runnable_plan_and_apply_turns_the_check_green(demo, bare_python, tmp_path):

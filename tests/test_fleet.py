@@ -118,6 +118,26 @@ def test_node_level_rows_are_vouched_for_only_by_a_leader_with_the_same_packages
     assert "run on its local rank 0, which did not report" in row["evidence"]["groups"][0]["summary"]
 
 
+def test_the_fleet_budget_is_the_helper_s_bound_not_rank_0_s_budget_plus_the_wait():
+    """Found in review: summary.budget_s was rank 0's budget plus the wait (402.7 s where the bound was ~210 s),
+    though the default wait is the rest of that budget. It is the bound the exchange helper computed, or absent."""
+    reports = {r: _report(r, "node00", "1.27.0") for r in range(2)}  # each rank's own budget_s is 75.0
+    merged, _ = fleetmerge.merge(reports, 2, [], False, 80.0, bound_s=128.04)
+    assert merged["summary"]["budget_s"] == 128.0
+    merged, _ = fleetmerge.merge(reports, 2, [], False, 80.0)
+    assert "budget_s" not in merged["summary"]
+
+
+def _missing(report: dict) -> set[int]:
+    """The ranks fleet.ranks names as missing ("1-2,5" -> {1, 2, 5})."""
+    row = next(c for c in report["checks"] if c["id"] == "fleet.ranks")
+    out: set[int] = set()
+    for part in filter(None, row["evidence"]["missing"].split(",")):
+        first, _, last = part.partition("-")
+        out.update(range(int(first), int(last or first) + 1))
+    return out
+
+
 def test_merge_names_missing_ranks_and_anonymizes():
     reports = {r: _report(r, fleetmerge.host_label(f"node{r}", True), "1.27.0") for r in (0, 1, 3)}
     merged, code = fleetmerge.merge(reports, 5, [2, 4], False, 12.0)
@@ -163,7 +183,10 @@ def _ranks_by_hand(n: int, tmp_path: Path, *args: str, per_rank_env=None, launch
 @needs_torch
 @pytest.mark.slow
 def test_healthy_ranks_give_one_passing_report(tmp_path):
-    done = _ranks_by_hand(3, tmp_path, "check", "--no-smoke", "--only", "python.version", "-f", "json")
+    start = time.monotonic()
+    done = _ranks_by_hand(3, tmp_path, "check", "--no-smoke", "--only", "python.version", "-f", "json",
+                          "--fleet-wait", "30")  # every rank must join; a healthy join takes a second
+    seconds = time.monotonic() - start
     assert [d.returncode for d in done] == [0, 0, 0], done[0].stderr
     report = validate(json.loads(done[0].stdout))
     rows = {c["id"]: c for c in report["checks"]}
@@ -171,6 +194,9 @@ def test_healthy_ranks_give_one_passing_report(tmp_path):
     assert rows["python.version"]["summary"].endswith("[pass on all 3 reporting ranks]")
     assert report["fleet"]["world_size"] == 3 and report["fleet"]["mode"] == "gloo"
     assert done[1].stdout == done[2].stdout == ""  # the other ranks print nothing
+    # The bound is rank 0's time until its join window opened, the 30 s window, and the exchange's timeouts: it
+    # holds, and it is not rank 0's own budget (60 s timeouts: over 75 s) plus the wait counted again.
+    assert seconds <= report["summary"]["budget_s"] <= seconds + 30 + 35
 
 
 @needs_torch
@@ -189,7 +215,7 @@ def test_every_rank_exits_with_the_fleet_verdict(tmp_path, launcher):
     env = {r: {"PYTHONPATH": str(site)} for r in range(3)}
     env[1]["ODD"] = "1"
     done = _ranks_by_hand(3, tmp_path, "check", "--no-smoke", "--only", "python.version,bad.rank", "-f", "json",
-                          per_rank_env=env, launcher=launcher)
+                          "--fleet-wait", "30", per_rank_env=env, launcher=launcher)
     assert [d.returncode for d in done] == [1, 1, 1], [d.stderr[-500:] for d in done]
     rows = {c["id"]: c for c in json.loads(done[0].stdout)["checks"]}
     assert rows["bad.rank"]["status"] == "fail" and "rank 1 (" in rows["bad.rank"]["summary"]
@@ -208,7 +234,7 @@ def test_a_rank_that_cannot_join_reports_alone_and_is_named(tmp_path):
     assert "PASS    python.version" in done[2].stderr  # its own report, on stderr
     report = json.loads(done[0].stdout)
     ranks = next(c for c in report["checks"] if c["id"] == "fleet.ranks")
-    assert ranks["status"] == "fail" and "rank 2 did not report" in ranks["summary"]
+    assert ranks["status"] == "fail" and 2 in _missing(report)  # rank 1 may be late too on a loaded machine
     assert report["fleet"]["mode"] == "store" and done[0].returncode == done[1].returncode == 1
 
 
@@ -266,7 +292,7 @@ def test_a_rank_that_cannot_join_under_torchrun_does_not_cost_the_report(tmp_pat
                               "check", "--no-smoke", "--only", "python.version", "--fleet-wait", "5", "-f", "json")
     report = validate(json.loads(done.stdout))
     ranks = next(c for c in report["checks"] if c["id"] == "fleet.ranks")
-    assert ranks["status"] == "fail" and "rank 2 did not report" in ranks["summary"]
+    assert ranks["status"] == "fail" and 2 in _missing(report)
     assert done.returncode != 0 and seconds < 90
 
 
@@ -291,12 +317,14 @@ def test_a_rank_lost_after_joining_does_not_cost_the_report(tmp_path):
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(DIE_AFTER_JOIN)
     start = time.monotonic()
+    # Every rank must join for the gloo exchange to start (found in CI: with 5 s, rank 1 missed the join on a
+    # loaded machine and this path never ran); the lost rank then stays until rank 0 could have named it.
     done = _ranks_by_hand(3, tmp_path, "check", "--no-smoke", "--only", "python.version", "-f", "json",
-                          "--fleet-wait", "5", per_rank_env={1: {"PYTHONPATH": str(hook), "DIE_IN_GATHER": "1"}})
+                          "--fleet-wait", "30", per_rank_env={1: {"PYTHONPATH": str(hook), "DIE_IN_GATHER": "1"}})
     report = validate(json.loads(done[0].stdout))
-    assert report["fleet"]["mode"] == "store" and "gloo_error" in report["fleet"]["timings"]
+    assert report["fleet"]["mode"] == "store" and "gloo_error" in report["fleet"]["timings"], report["fleet"]
     assert {c["id"] for c in report["checks"]} >= {"fleet.ranks", "fleet.drift", "python.version"}
-    assert done[0].returncode == 0 and time.monotonic() - start < 120
+    assert done[0].returncode == 0 and time.monotonic() - start < 150
 
 
 @needs_torch
@@ -306,7 +334,7 @@ def test_a_silent_rank_under_torchrun_is_named_within_the_budget(tmp_path):
                               "check", "--no-smoke", "--only", "python.version", "--fleet-wait", "5", "-f", "json")
     report = validate(json.loads(done.stdout))
     ranks = next(c for c in report["checks"] if c["id"] == "fleet.ranks")
-    assert ranks["status"] == "fail" and "rank 2 did not report" in ranks["summary"]
+    assert ranks["status"] == "fail" and 2 in _missing(report)
     assert report["summary"]["exit_code"] == 1 and done.returncode != 0
     assert seconds < 60  # rank 0 waited 5 s, not for the stalled rank (torchrun then stops it)
 

@@ -4,7 +4,8 @@ Runs in the target interpreter (the doctor's CLI never imports torch), after the
 torch.distributed's TCPStore on its own port (MASTER_PORT + 1 by default, so `preflight` does not take the job's
 port just before exec), hosted by rank 0:
 
-1. Each rank announces itself (`joined/<rank>`). Rank 0 waits for all of them until its deadline.
+1. Each rank announces itself (`joined/<rank>`). Rank 0 waits for all of them until its deadline: `wait_s` after
+   its own import of torch and store are done, so that the whole window is the others' time to join.
 2. Every rank also leaves its report in the store (`report/<rank>`): the fallback of step 3.
 3. When every rank joined, they form a gloo process group on that store (no NCCL, no GPU needed) and rank 0 gathers
    the reports as byte tensors (no pickle: a rank's bytes are data, never code), merges them (fleetmerge.py), and
@@ -36,6 +37,8 @@ POLL_S = 0.05
 GRACE_S = 5.0
 RELEASE_S = 60.0  # how long rank 0's doctor may take to write the report
 COLLECTIVE_S = 20.0  # gathering a few MB over gloo takes well under a second; longer means a rank is gone
+STORE_READ_S = 10.0  # reading the joined ranks' reports from the store, when the gloo exchange did not happen
+EXCHANGE_S = COLLECTIVE_S + STORE_READ_S + 5.0  # after rank 0's join window: the exchange, the merge, the write
 
 
 def _timedelta(seconds):
@@ -82,20 +85,29 @@ def _parse(raw):
 def answer(request):
     started = time.monotonic()
     rank, world = int(request["rank"]), int(request["world_size"])
-    deadline = started + float(request["wait_s"])  # rank 0: how long it waits for the others to join
-    leave_by = deadline + float(request.get("verdict_grace_s", 30.0))  # others: how long they wait for the verdict
+    wait_s, grace_s = float(request["wait_s"]), float(request.get("verdict_grace_s", 30.0))
     with open(request["report_path"], "rb") as fh:
         payload = fh.read()
     import torch
     import torch.distributed as dist
 
     timings = {"import_s": round(time.monotonic() - started, 3)}
+    # Rank 0 hosts the store at once; the others wait for it to come up as long as they would wait for its verdict.
     store = dist.TCPStore(request["master_addr"], int(request["port"]), world, rank == 0,
-                          _timedelta((deadline if rank == 0 else leave_by) - time.monotonic()),
-                          wait_for_workers=False)
+                          _timedelta(wait_s + grace_s), wait_for_workers=False)
     store.set("report/%d" % rank, payload)  # first: whatever happens later, rank 0 can read it from here
     store.set("joined/%d" % rank, b"1")
     t_join = time.monotonic()
+    # The join window opens only now, once this rank has torch and the store (found in CI: on a loaded machine rank
+    # 0's own import of torch took half of a 5 s --fleet-wait, and a slower rank missed the join): the window the
+    # user gives is the window the others have to join. A rank connects only once rank 0 hosts the store, so rank
+    # 0's window closes before this rank's leave_by.
+    deadline = t_join + wait_s  # rank 0: how long it waits for the others to join
+    leave_by = deadline + grace_s  # the others: how long they wait for rank 0's plan and verdict
+    timings["setup_s"] = round(t_join - started, 3)
+    # The fleet report's bound: rank 0's run time when its window opened, the window, and the exchange's timeouts
+    # (the collectives', reading the store, the helper's start and the merge).
+    bound_s = float(request.get("elapsed_s") or 0.0) + (t_join - started) + wait_s + EXCHANGE_S
     if rank == 0:
         present_keys = _wait_keys(store, ["joined/%d" % r for r in range(world)], deadline)
         present = sorted(int(k.split("/")[1]) for k in present_keys)
@@ -122,7 +134,7 @@ def answer(request):
                     t_merge = time.monotonic()
                     merged, verdict = fleetmerge.merge({r: rep for r, rep in reports.items() if rep}, world,
                                                        [r for r, rep in reports.items() if not rep],
-                                                       bool(request.get("strict")), float(request["wait_s"]))
+                                                       bool(request.get("strict")), wait_s, bound_s=bound_s)
                     timings["merge_s"] = round(time.monotonic() - t_merge, 5)
                     code[0] = verdict
                     out["merged"] = merged
@@ -139,7 +151,7 @@ def answer(request):
                 mode = out["mode"] = "gloo"
     if mode != "gloo":
         if rank == 0:
-            keys = _wait_keys(store, ["report/%d" % r for r in present], time.monotonic() + 10.0)
+            keys = _wait_keys(store, ["report/%d" % r for r in present], time.monotonic() + STORE_READ_S)
             reports = {}
             for key in keys:
                 rep = _parse(store.get(key))
@@ -148,8 +160,8 @@ def answer(request):
             timings["gather_s"] = round(time.monotonic() - t_exchange, 4)
             t_merge = time.monotonic()
             missing = [r for r in range(world) if r not in reports]
-            merged, verdict = fleetmerge.merge(reports, world, missing, bool(request.get("strict")),
-                                               float(request["wait_s"]))
+            merged, verdict = fleetmerge.merge(reports, world, missing, bool(request.get("strict")), wait_s,
+                                               bound_s=bound_s)
             timings["merge_s"] = round(time.monotonic() - t_merge, 5)
             store.set("verdict", str(verdict))
             out.update(exit_code=verdict, merged=merged)
@@ -162,7 +174,7 @@ def answer(request):
         merged = out.pop("merged")
         merged.setdefault("fleet", {})["timings"] = timings
         merged["fleet"]["mode"] = mode
-        merged["fleet"]["wait_s"] = float(request["wait_s"])
+        merged["fleet"]["wait_s"] = wait_s
         tmp = request["merged_path"] + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(merged, fh, default=repr)

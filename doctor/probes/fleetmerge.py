@@ -235,7 +235,7 @@ def ranks_row(world, reported, missing, host_of, wait_s):
                     evidence={"world_size": world, "reported": ranges(reported), "missing": ""},
                     sources=FLEET_SOURCES)
     return _row("fleet.ranks", RANKS_TITLE, "fail",
-                "rank%s %s did not report within the time budget (%.0f s after rank 0's own report); %d of %d "
+                "rank%s %s did not report within the time budget (%.0f s after rank 0's exchange was up); %d of %d "
                 "reported" % ("" if len(missing) == 1 else "s", ranges(missing), wait_s, len(reported), world),
                 "A rank that cannot join (its torch does not import, its node is down or stalled) prints its own "
                 "report to stderr and exits 1. Ranks never heard from have no known host.",
@@ -253,8 +253,10 @@ def exit_code(rows, strict):
     return 0
 
 
-def merge(reports, world, missing, strict, wait_s, timings=None):
-    """The fleet report from {rank: report} (each rank's own, redacted by its doctor) and the missing ranks."""
+def merge(reports, world, missing, strict, wait_s, timings=None, bound_s=None):
+    """The fleet report from {rank: report} (each rank's own, redacted by its doctor) and the missing ranks.
+    bound_s: the fleet run's worst-case time, from the exchange helper (rank 0's run time when its join window
+    opened, plus the window, plus the exchange's timeouts); summary.budget_s is that, or left out without it."""
     reports = {int(r): rep for r, rep in reports.items() if isinstance(rep, dict)}
     host_of = {}
     for r, rep in reports.items():
@@ -283,9 +285,10 @@ def merge(reports, world, missing, strict, wait_s, timings=None):
                "duration_s": max([float((rep.get("summary") or {}).get("duration_s") or 0)
                                   for rep in reports.values()] or [0.0]),
                "internal_errors": [r["id"] for r in rows if r.get("internal_error")]}
-    budget = (base.get("summary") or {}).get("budget_s")
-    if isinstance(budget, (int, float)):
-        summary["budget_s"] = round(float(budget) + wait_s, 1)
+    # Not rank 0's own budget plus the wait (found in review: 402.7 s where the bound was ~210 s): by default the
+    # wait is the rest of that budget, so the sum counted it twice.
+    if isinstance(bound_s, (int, float)) and not isinstance(bound_s, bool):
+        summary["budget_s"] = round(float(bound_s), 1)
     fleet = {"world_size": world, "reported": len(reports), "missing": ranges(missing),
              "hosts": {h: ranges(rs) for h, rs in sorted(hosts.items())}, "host_count": len(hosts),
              "timings": timings or {}}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from ..redact import neutralize_workflow_commands
 
@@ -68,3 +69,28 @@ def render(report: dict, fmt: str, color: bool = False, width: int = DEFAULT_WID
 def render_json(report: dict) -> str:
     # json.dumps only: nothing that honours FORCE_COLOR touches the JSON.
     return json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+class Progress:
+    """The live status line on stderr while checks run (the checks running now), only when `enabled` (the CLI
+    enables it when stderr is a terminal)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.running: list[str] = []
+
+    def __call__(self, event: str, check_id: str) -> None:
+        if not self.enabled:
+            return
+        if event == "start":
+            self.running.append(check_id)
+        elif check_id in self.running:
+            self.running.remove(check_id)
+        shown = ", ".join(self.running[:4]) + (" …" if len(self.running) > 4 else "")
+        sys.stderr.write("\r\x1b[K" + (f"running: {shown}" if shown else "finishing"))
+        sys.stderr.flush()
+
+    def stop(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
