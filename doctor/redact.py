@@ -59,7 +59,11 @@ _ASSIGNMENT = re.compile(
 )
 _FLAG = re.compile(r"(?<![^\s\"'=])(?P<flag>--?[A-Za-z][A-Za-z0-9_-]{0,100})(?P<sep>[ =])"
                    r"(?P<value>\"[^\"\n]{0,4096}\"|'[^'\n]{0,4096}'|[^\s\"']{1,4096})")
-_BEARER = re.compile(r"\b(?P<scheme>Bearer|Basic|Token)\s{1,20}(?P<value>[A-Za-z0-9._~+/=-]{8,})", re.IGNORECASE)
+# A credential after its scheme word holds a digit or is long; a prose word is neither ("MoE token dispatchers" is
+# documentation, not a secret). The lookahead is bounded by the same run, so this stays linear.
+_BEARER = re.compile(r"\b(?P<scheme>Bearer|Basic|Token)\s{1,20}"
+                     r"(?P<value>(?=[A-Za-z._~+/=-]{0,4096}[0-9])[A-Za-z0-9._~+/=-]{8,}|[A-Za-z0-9._~+/=-]{16,})",
+                     re.IGNORECASE)
 # scheme://userinfo@ : the userinfo is masked whether or not it holds a colon (https://TOKEN@host is a credential),
 # up to the last `@` before the host (a password may hold a raw `@`: https://user:p@ss@host).
 _URL_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,30}://)(?P<userinfo>[^/\s?#]{1,4096})@")

@@ -46,6 +46,8 @@ def test_a_secret_value_is_masked_in_its_quoted_forms_too():
     ("https://TOKEN123@host/path", "TOKEN123"),
     ("postgres://user:pw1234@db:5432/x", "pw1234"),
     ("Authorization: Bearer abcdefgh12345678", "abcdefgh12345678"),
+    ("sent as Token abcd1234efgh in the log", "abcd1234efgh"),
+    ("sent as bearer abcdefghijklmnopqrstuvwx", "abcdefghijklmnopqrstuvwx"),
     ('password = "correct horse battery staple"', "horse"),
     ("curl --token s3cr3tflagvalue https://x", "s3cr3tflagvalue"),
     ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n(no end marker)", "MIIEow"),
@@ -198,3 +200,9 @@ def test_bidirectional_overrides_become_visible_escapes():
     """Found in review: U+202E passed through and could make a report line display other than it reads."""
     assert clean_text("pass\u202eliaf") == "pass\\u202eliaf"
     assert "\u2066" not in clean_text("a\u2066b")
+
+
+def test_a_scheme_word_in_prose_is_not_a_credential():
+    """Found when explain began to be checked word for word: "MoE token dispatchers" read "token ***REDACTED***"."""
+    text = 'Megatron accepts only the alltoall and flex MoE token dispatchers ("sequence_packing only supports")'
+    assert Redactor({}).text(text) == text
