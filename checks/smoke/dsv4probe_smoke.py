@@ -758,6 +758,10 @@ def answer(request):
         out["distributed"] = run
         if "tier2" in run:
             out["tier2"]["cpN"] = run.pop("tier2")
+        elif tier2_ref and device.type == "cuda" and run.get("process_backend") != "nccl":
+            # Found on the H200 (two ranks sharing one GPU): tier 2 at CP=N was left out without a word.
+            out["tier2"]["cpN"] = {"cp": cp, "skipped": "not run across these fleet ranks (%s; Megatron's CP groups "
+                                   "need NCCL)" % run.get("backend_reason", "they exchange over gloo")}
     elif cp > 1 and request.get("simulated_because"):
         out["distributed"] = {"ran": False, "reason": str(request["simulated_because"])}
     elif cp > 1 and distributed != "off":
