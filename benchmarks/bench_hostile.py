@@ -27,6 +27,9 @@ def inputs(size: int) -> dict[str, str]:
         "unterminated OSC escapes": "\x1b]" * (size // 2),
         "lone surrogates": "\ud800" * (size // 2),
         "workflow commands": "\n::error::x" * (size // 11),
+        "JWT-shaped runs (eyJaaaaaaaa-...)": "eyJaaaaaaaa-" * (size // 12),
+        "scheme words (Token aaaa...)": "Token " * (size // 6),
+        "URL userinfo with many @": "https://" + "u@" * (size // 2),
     }
 
 
