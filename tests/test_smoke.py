@@ -55,6 +55,7 @@ def test_cpu_smoke_other_cp_sizes(cp):
     assert row["evidence"]["shape"]["total_rows"] % cp == 0
 
 
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
 def test_check_skips_the_smoke_without_a_gpu_and_runs_it_with_device_cpu():
     run = run_doctor("check", "-f", "json", "--only", "smoke.thd-cp", python=sys.executable)
     row = run.check("smoke.thd-cp")
@@ -66,6 +67,7 @@ def test_check_skips_the_smoke_without_a_gpu_and_runs_it_with_device_cpu():
     assert run.check("smoke.thd-cp")["status"] == "pass"
 
 
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
 def test_negative_control_and_a_wrong_layout_are_detected():
     """In-process: keys cut to the rank's own rows (no all-gather) must fail the comparison."""
     import torch
@@ -190,6 +192,7 @@ def test_a_tier2_failure_a_static_rule_already_reports_is_left_to_it(tmp_path):
     assert alone["status"] == "fail" and "cp_partition_mode" in alone["summary"]  # nobody else reports it
 
 
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
 def test_tier2_without_te_is_skipped_and_left_to_the_te_rules(tmp_path):
     """Without TE, Megatron swaps its TE classes for Mock stand-ins and the layer fails far from the cause: tier 2
     says it did not run, and te.version carries the finding and its fix."""
@@ -235,6 +238,7 @@ def stack(tmp_path, dsa="ok", layout="ok", **kw) -> Env:
     return env
 
 
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
 def test_the_right_kernels_pass_with_their_controls(tmp_path):
     row = kernels(stack(tmp_path), "--cp", "2")
     assert row["status"] == "pass", row["summary"]
@@ -290,6 +294,7 @@ def test_the_megatron_commit_comes_from_the_trees_git_head_without_running_git(t
     assert layout["megatron_commit"] == "unknown" and layout["megatron_commit_from"] is None
 
 
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
 def test_at_cp1_the_indexer_still_sees_two_ranks_and_the_layout_kernels_skip(tmp_path):
     row = kernels(stack(tmp_path), "--cp", "1")
     assert row["status"] == "pass", row["summary"]
@@ -298,6 +303,7 @@ def test_at_cp1_the_indexer_still_sees_two_ranks_and_the_layout_kernels_skip(tmp
     assert runs["layout"]["status"] == "skip" and "not used at CP 1" in runs["layout"]["summary"]
 
 
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
 @pytest.mark.parametrize("mode, text", [("no-offsets", "a different -inf mask"), ("nan", "NaN scores")])
 def test_a_wrong_indexer_fails_and_points_at_the_frontend_reinstall(tmp_path, mode, text):
     row = kernels(stack(tmp_path, dsa=mode, layout=None), "--cp", "2")
@@ -338,17 +344,20 @@ def test_flashmla_is_called_as_megatron_calls_it(tmp_path, branch):
         assert row["status"] == "pass"  # the DSA indexer passed; FlashMLA's finding is kernels.flash-mla's
 
 
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
 def test_a_layout_kernel_off_by_one_at_a_rank_boundary_fails(tmp_path):
     row = kernels(stack(tmp_path, dsa=None, layout="off-by-one"), "--cp", "2")
     assert row["status"] == "fail", row["summary"]
     assert "CP layout kernels differ from the reference on CP rank 1 of 2" in row["summary"]
 
 
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
 def test_an_indexer_whose_output_equals_the_control_is_an_error(tmp_path):
     row = kernels(stack(tmp_path, dsa="sticky-offsets", layout=None), "--cp", "2")
     assert row["status"] == "error" and "negative control did not separate" in row["summary"], row["summary"]
 
 
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
 def test_missing_packages_skip_to_their_rules_and_a_raising_call_fails(tmp_path):
     row = kernels(Env(tmp_path), "--cp", "2")
     assert row["status"] == "skip", row["summary"]
