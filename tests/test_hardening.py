@@ -259,6 +259,7 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+@pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)])
 def test_a_signal_kills_every_probe_and_still_writes_the_report(sig, code, site, bare_python, tmp_path):
     marker = tmp_path / "pid"
@@ -295,6 +296,7 @@ def _wait_for_marker(marker: Path, proc: subprocess.Popen, seconds: float = 60) 
     return pid, pgid
 
 
+@pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 @pytest.mark.parametrize("where", ["probe", "plugin host"])
 def test_a_sigkilled_doctor_leaves_no_probe_running(where, site, bare_python, tmp_path):
     """Found in review: after `kill -9` of the doctor (or the OOM killer) the hung torch probe was reparented to
@@ -365,6 +367,7 @@ def _slowed_run(tmp_path, module, name, sig, *args, python):
     return proc, out, err, time.monotonic() - start
 
 
+@pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 def test_a_signal_while_probes_are_being_started_still_interrupts(tmp_path, bare_python):
     """Found in review: a signal landing while the runner planned the checks was swallowed by an `except
     BaseException`, and the run went on to the probe timeout; every later signal was ignored too."""
@@ -375,6 +378,7 @@ def test_a_signal_while_probes_are_being_started_still_interrupts(tmp_path, bare
     assert took < 10
 
 
+@pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_while_the_report_is_written_lets_it_finish(tmp_path, bare_python, sig, code):
     """Found in review: the session had restored the default handlers before the report was rendered, so SIGINT
@@ -387,6 +391,7 @@ def test_a_signal_while_the_report_is_written_lets_it_finish(tmp_path, bare_pyth
     assert proc.returncode == code
 
 
+@pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 def test_preflight_does_not_start_the_job_after_a_signal_during_its_report(tmp_path, bare_python):
     ran = tmp_path / "ran"
     proc, _, err, _ = _slowed_run(tmp_path, "dsv4_doctor.cli", "_preflight_report", signal.SIGTERM, "preflight",
@@ -396,6 +401,7 @@ def test_preflight_does_not_start_the_job_after_a_signal_during_its_report(tmp_p
     assert "not starting the job" in err
 
 
+@pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 def test_a_usage_error_after_the_early_probes_leaves_none_running(tmp_path, bare_python):
     """The nvidia-smi stub writes its marker first thing, and the selection (which raises the usage error) is slowed
     down until the stub has started (found in review: the stub was killed before its marker in 5 of 5 runs, so the
@@ -587,6 +593,7 @@ def test_fix_after_a_crash_or_a_signal_never_says_nothing_to_fix(site, bare_pyth
     assert "transformer-engine" in out  # what finished (te.version failed) is still in the plan
 
 
+@pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 def test_apply_holds_build_steps_behind_a_manual_torch_step_and_keeps_the_report_code(tmp_path, stub_python):
     py, log = stub_python
     # torch older than megatron-core needs: its reinstall is manual; TE's rebuild is a pip step that builds against it.
@@ -650,6 +657,7 @@ def test_the_current_directory_cannot_stand_in_for_pip_or_the_handshake(tmp_path
     assert not (cwd / "RAN_LOCAL_PIP").exists(), applied.stderr
 
 
+@pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 def test_a_signal_during_apply_stops_pip_and_exits_128_plus_n(tmp_path, site):
     site.dist("pip-plugin", "1", entry_points="[dsv4_doctor.checks]\npipfix = pipfix_checks\n")
     site.file("pipfix_checks.py", """

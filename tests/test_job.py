@@ -303,6 +303,7 @@ def _verl_engine_validation(env_root: Path):
     return accepts
 
 
+@pytest.mark.slow  # real wheels, end to end: the default suite stays near 120 s on 2 cores
 def test_verl_dynamic_cp_needs_the_engine_key_as_verl_does(tmp_path):
     env = Env(tmp_path).wheel("verl", "verl-0.9.0")
     accepts = _verl_engine_validation(env.sites["verl"])

@@ -45,6 +45,7 @@ def test_a_crashed_distributed_rank_fails_the_smoke():
     assert run.returncode == 1
 
 
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays near 120 s on 2 cores
 @torch_only
 def test_gpu_host_whose_torch_cannot_use_cuda_fails_the_smoke(fake_gpu_host):
     run = run_doctor("check", "-f", "json", "--only", "smoke.thd-cp,gpu.*", python=sys.executable,

@@ -181,6 +181,7 @@ def test_two_dist_infos_for_one_distribution_are_a_warning(tmp_path, bare_python
 
 # --- tvm-ffi and the CuTe DSL --------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # real wheels, end to end: the default suite stays near 120 s on 2 cores
 def test_tvm_ffi_versions(tmp_path, bare_python):
     # Below what the installed frontend declares: a warning (a declared requirement unmet; no NaN is claimed).
     env = Env(tmp_path).wheel("tvm", "apache-tvm-ffi-0.1.9").wheel("fe", "nvidia-cudnn-frontend-1.27.0")
@@ -297,6 +298,7 @@ def test_te_import_errors_are_classified_and_fixed(tmp_path, bare_python, error,
 
 # --- Megatron-core -------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # real wheels, end to end: the default suite stays near 120 s on 2 cores
 def test_megatron_core_release_with_cp(tmp_path, bare_python):
     env = Env(tmp_path).wheel("megatron", "megatron-core-0.19.2")
     result = run(env, bare_python, "--cp", "2", "--gpu-arch", "9.0")
@@ -376,6 +378,7 @@ def test_old_verl_fails_under_cp_and_its_fix_turns_green(tmp_path, bare_python):
 
 # --- kernels -------------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # real wheels, end to end: the default suite stays near 120 s on 2 cores
 def test_kernels(tmp_path, bare_python):
     env = Env(tmp_path)
     result = run(env, bare_python)

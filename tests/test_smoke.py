@@ -257,6 +257,7 @@ def test_the_right_kernels_pass_with_their_controls(tmp_path):
     assert "see kernels.flash-mla" in runs["flashmla"]["summary"]
 
 
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays near 120 s on 2 cores
 def test_the_evidence_names_the_seed_incidents_packages_the_megatron_commit_and_each_first_call(tmp_path):
     env = stack(tmp_path).wheel("tvm", "apache-tvm-ffi-0.1.11").fake("cutedsl", fake_cutedsl, "4.5.2")
     runs = kernels(env, "--cp", "2")["evidence"]["subruns"]
@@ -273,6 +274,7 @@ def test_the_evidence_names_the_seed_incidents_packages_the_megatron_commit_and_
     assert all(set(r["call_s"]) == set(first) for r in layout["ranks"])
 
 
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays near 120 s on 2 cores
 def test_the_megatron_commit_comes_from_the_trees_git_head_without_running_git(tmp_path):
     """A submodule checkout (Megatron-Bridge's 3rdparty/Megatron-LM): .git is a `gitdir:` file, HEAD names a branch
     whose commit is only in packed-refs; the tree's HEAD wins over a distribution's direct_url.json. Without either,
@@ -313,6 +315,7 @@ def test_a_wrong_indexer_fails_and_points_at_the_frontend_reinstall(tmp_path, mo
     assert any("nvidia-cudnn-frontend" in c and "--force-reinstall" in c for c in commands), commands
 
 
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays near 120 s on 2 cores
 @pytest.mark.parametrize("mode", ["sm90-1.26", "none-recompiles"])
 def test_the_indexer_call_fits_every_frontend_and_never_passes_none_offsets(tmp_path, mode):
     """sm90-1.26: frontend 1.26.0's SM90 indexer takes 32 or 64 query heads, not 16 (H200, 2026-12-01); the smoke uses
@@ -324,6 +327,7 @@ def test_the_indexer_call_fits_every_frontend_and_never_passes_none_offsets(tmp_
     assert dsa["evidence"]["shapes"]["q"][1] == 64 and dsa["evidence"]["control"]["masks_differ"]
 
 
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays near 120 s on 2 cores
 @pytest.mark.parametrize("branch", ["nv_dev", "main"])
 def test_flashmla_is_called_as_megatron_calls_it(tmp_path, branch):
     """Megatron d48bd6be passes indexer_topk=0 on its training paths and unpacks (out, max_logits, lse): an nv_dev
@@ -374,6 +378,7 @@ def test_missing_packages_skip_to_their_rules_and_a_raising_call_fails(tmp_path)
     assert any("apache-tvm-ffi" in c for f in raising["fixes"] for c in f["commands"])
 
 
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays near 120 s on 2 cores
 def test_layout_kernels_without_tvm_ffi_fail_with_the_tvm_ffi_fix_not_cutlass_or_megatron(tmp_path):
     """H200, 2026-12-01: the layout kernels (compiled with --enable-tvm-ffi) raised ModuleNotFoundError for tvm_ffi at
     the first call. The rule and fix follow the missing module (tier 2's mapping), not the sub-run's default."""
@@ -393,6 +398,7 @@ def test_layout_kernels_without_tvm_ffi_fail_with_the_tvm_ffi_fix_not_cutlass_or
     ("no-overlap", "fail", "the fused CSA compressor differs from the eager reference by"),
     ("sticky-ape", "error", "the negative control did not separate"),
 ])
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays near 120 s on 2 cores
 def test_the_csa_compressor_runs_for_a_b200_profile_at_cp1(tmp_path, mode, status, text):
     """--gpu-arch 10.0 --cp 1 (backend cudnn) is the profile Megatron uses the fused compressor for; on the CPU the
     stand-in of frontend 1.27.0's cudnn.csa.compressor.csa_compressor_forward_wrapper runs in its place."""
@@ -442,6 +448,7 @@ def shadowed(env: Env, component: str = "megatron") -> Path:
     return tree
 
 
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays near 120 s on 2 cores
 def test_a_layout_fix_names_the_pythonpath_copy_that_shadows_the_installed_megatron(tmp_path):
     env = stack(tmp_path, dsa=None, layout="off-by-one")
     tree = shadowed(env)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from dsv4_doctor.probes import STATIC_SCRIPT, Probe, StaticRequest, run_probe
 from dsv4_doctor.procs import Processes
 
@@ -88,6 +90,7 @@ def test_ast_summary_and_undecodable_source(site, bare_python):
     assert data["sources"]["pkg.absent"]["found"] is False
 
 
+@pytest.mark.slow  # real wheels, end to end: the default suite stays near 120 s on 2 cores
 def test_record_fingerprint_is_the_package_files_not_how_it_was_installed(tmp_path, bare_python):
     """Two installs of one published wheel, from the index folder with .pyc files and from another folder with
     --no-compile, have the same fingerprint (on the H200 the RECORD hashes differed in direct_url.json only);

@@ -11,6 +11,7 @@ from conftest import has_torch, run_doctor
 pytestmark = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
 
 
+@pytest.mark.slow  # real torch in probes: the default suite stays near 120 s on 2 cores
 def test_real_cpu_torch_is_reported_as_cpu_only():
     import torch
 

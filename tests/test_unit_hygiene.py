@@ -94,6 +94,7 @@ def test_one_megabyte_of_hostile_text_is_processed_within_a_second(kind):
     assert "truncated by dsv4-doctor" in tree["summary"] or kind in ("ansi", "pem")
 
 
+@pytest.mark.slow  # real wheels, end to end: the default suite stays near 120 s on 2 cores
 def test_redaction_itself_is_linear_without_the_cap():
     """Caps keep inputs small; the patterns must not need them (16 KiB at a quadratic rate would still stall)."""
     for text in ADVERSARIAL.values():
