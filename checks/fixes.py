@@ -155,6 +155,13 @@ def te_choice(static: StaticFacts | None, cuda_major: str = "13") -> tuple[str, 
     # By normalised name: a check that lists the nvidia-* wheels by prefix gets them under the probe's index key.
     cublas = static.installed().get("nvidia-cublas") if static is not None and cuda_major == "13" else None
     have = version(cublas.get("version")) if isinstance(cublas, dict) else None
+    if have is None and static is not None and cuda_major == "13" and "torch" not in static.installed():
+        # No torch yet: the plan's manual step installs torch TORCH_VERSION, whose cuda-toolkit pin brings
+        # nvidia-cublas 13.1.0.3, and TE_VERSION would not load on it.
+        return TE_CUBLAS_SAFE, (
+            f"torch {TORCH_VERSION}, which the plan's first step installs, brings nvidia-cublas 13.1.0.3 (its "
+            f"cuda-toolkit==13.0.2 pin), which lacks cublasLtGroupedMatrixLayoutInit_internal that TE 2.13 and later "
+            f"need, so TE {TE_CUBLAS_SAFE}, the newest that needs no missing symbol, loads on it (measured on an H200)")
     if have is None or have >= Version(CUBLAS_FOR_NEW_TE):
         return TE_VERSION, ""
     return TE_CUBLAS_SAFE, (

@@ -15,7 +15,7 @@ from ._upstream import measured, mlm, pypi
 # one distribution, `transformer_engine` (importlib.metadata normalises it to the same name as transformer-engine).
 TE_DISTS = ("transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13", "transformer-engine-torch")
 # nvidia-cublas: which TE release a fix installs (TE >= 2.13 needs cuBLAS >= 13.2, fixes.te_choice).
-STATIC = StaticRequest(distributions=(*TE_DISTS, "nvidia-cublas"), modules=("transformer_engine",))
+STATIC = StaticRequest(distributions=(*TE_DISTS, "nvidia-cublas", "torch"), modules=("transformer_engine",))
 TE_IMPORT = import_probe("transformer_engine.pytorch")
 PACKING_MIN = fixes.TE_MIN_VERSION
 PACKING_EXCEPTION = "2.9.0.dev0+5b3092a"  # the one pre-release Megatron's gate accepts by name

@@ -219,7 +219,8 @@ TORCH_SYMBOL_ERROR = ("/site/transformer_engine_torch.cpython-312-x86_64-linux-g
 def test_te_import_torch_symbol_is_still_an_abi_mismatch(tmp_path, bare_python):
     """The rebuild reinstalls TE's torch extension alone: found in review, a forced reinstall of
     transformer-engine[pytorch,...] without --no-deps re-picks every dependency, torch included."""
-    env = Env(tmp_path).fake("te", fake_te, "2.16.1", import_error=TORCH_SYMBOL_ERROR)
+    # torch is there (a torch symbol is what the extension misses): the plan installs no torch, so no cuBLAS either.
+    env = Env(tmp_path).fake("torch", fake_torch).fake("te", fake_te, "2.16.1", import_error=TORCH_SYMBOL_ERROR)
     row = run(env, bare_python, "--only", "te.import").check("te.import")
     assert row["status"] == "fail" and "ABI mismatch" in row["details"]
     assert commands(row) == ["pip install --no-build-isolation --no-cache-dir --force-reinstall --no-deps "
@@ -232,18 +233,24 @@ def _cublas(version_: str):
     return lambda site: site.dist("nvidia-cublas", version_)
 
 
-@pytest.mark.parametrize("cublas, te", [("13.1.0.3", "2.12.0"), ("13.1.2.11", "2.12.0"), ("13.2.0.9", "2.16.1"),
-                                        (None, "2.16.1")])
-def test_te_fixes_pick_the_release_the_installed_cublas_loads(tmp_path, bare_python, cublas, te):
+@pytest.mark.parametrize("cublas, torch, te", [("13.1.0.3", False, "2.12.0"), ("13.1.2.11", False, "2.12.0"),
+                                               ("13.2.0.9", False, "2.16.1"), (None, False, "2.12.0"),
+                                               (None, True, "2.16.1")])
+def test_te_fixes_pick_the_release_the_installed_cublas_loads(tmp_path, bare_python, cublas, torch, te):
     """TE 2.13 and later need cublasLtGroupedMatrixLayoutInit_internal, which nvidia-cublas exports from 13.2 on
-    (§9.4, nm -D on the published wheels): below it, every TE install fix pins 2.12.0 and says why."""
+    (§9.4, nm -D on the published wheels): below it, every TE install fix pins 2.12.0 and says why. Without torch the
+    plan's first step installs torch 2.11.0, whose cuda-toolkit pin brings cuBLAS 13.1.0.3: 2.12.0 too (found in the
+    final review: an empty environment's plan paired torch 2.11.0 with TE 2.16.1, the pair measured not to load)."""
     env = Env(tmp_path)
     if cublas:
         env.fake("cublas", _cublas(cublas))
+    if torch:
+        env.fake("torch", fake_torch)
     missing = run(env, bare_python, "--only", "te.version").check("te.version")
     assert missing["status"] == "fail"
     assert commands(missing) == [f"pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]=={te}'"]
-    says_why = f"nvidia-cublas {cublas} lacks cublasLtGroupedMatrixLayoutInit_internal"
+    says_why = (f"nvidia-cublas {cublas} lacks cublasLtGroupedMatrixLayoutInit_internal" if cublas else
+                "torch 2.11.0, which the plan's first step installs, brings nvidia-cublas 13.1.0.3")
     assert (says_why in missing["fixes"][0]["description"]) == (te == "2.12.0"), missing["fixes"][0]
     env.fake("te", fake_te, "2.16.1", dists={"transformer-engine": "2.16.1", "transformer-engine-cu13": "2.14.0"})
     mixed = run(env, bare_python, "--only", "te.version").check("te.version")
