@@ -214,6 +214,7 @@ def test_explain_wraps_its_prose_to_the_output_width_but_never_a_command_or_a_ur
     assert max(len(line) for line in cli.stdout.splitlines() if not line.startswith("    ")) <= 80
 
 
+@pytest.mark.slow  # real wheels, end to end: the default suite stays within 120 s on 2 cores
 def test_fix_prints_a_runnable_plan_and_apply_turns_the_check_green(demo, bare_python, tmp_path):
     site, marker = demo
     run = run_doctor("fix", "--only", "demo.marker", sites=(site.root,), python=bare_python)

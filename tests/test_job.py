@@ -185,6 +185,7 @@ def test_a_dict_override_and_env_options_are_read():
     assert f"{OTC}.recompute_method" in job.unknown
 
 
+@pytest.mark.slow  # real wheels, end to end: the default suite stays within 120 s on 2 cores
 def test_the_dsa_backend_as_stated():
     none_h = parse(["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=none"]).dsa_backend()
     none_m = parse(["pretrain_gpt.py", "--dsa-kernel-backend", "none"]).dsa_backend()
@@ -417,6 +418,7 @@ def test_the_text_report_says_how_the_backend_was_decided_and_what_was_not_read(
     assert "not read by any check: trainer.total_epochs" in " ".join(head.split())
 
 
+@pytest.mark.slow  # real wheels, end to end: the default suite stays within 120 s on 2 cores
 def test_dense_indexer_loss_on_sm90():
     dense = [a for a in verl_example(2) if "dsa_indexer_use_sparse_loss" not in a and "loss_coeff" not in a]
     dense += [f"++{OTC}.dsa_indexer_loss_coeff=0.1"]
