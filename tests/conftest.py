@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -112,3 +113,20 @@ def has_torch() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("torch") is not None
+
+
+def free_port(neighbours: int = 2) -> int:
+    """A MASTER_PORT with its next `neighbours` ports free too: the fleet exchange takes + 1, the smoke's CP groups
+    + 2."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            for near in range(port + 1, port + 1 + neighbours):
+                with socket.socket() as s2:
+                    s2.bind(("127.0.0.1", near))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free run of ports")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import doctor_command, has_torch, validate
+from conftest import doctor_command, free_port, has_torch, validate
 from fakes import ensure
 
 from dsv4_doctor.fleet import FleetEnv, detect, first_host
@@ -24,20 +24,6 @@ from dsv4_doctor.probes import fleetmerge
 
 needs_torch = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
 
-
-def free_port() -> int:
-    """A port with its neighbour free too (the exchange takes MASTER_PORT + 1)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port pair")
 
 
 # --- detection ----------------------------------------------------------------------------------------------------

@@ -14,27 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import doctor_command, has_torch, validate
+from conftest import doctor_command, free_port, has_torch, validate
 
 from dsv4_doctor.fleet import cp_plan, detect, tasks_per_node
 
 needs_torch = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
 
-
-def free_port() -> int:
-    """MASTER_PORT with its two neighbours free: the exchange takes + 1, the smoke's CP groups + 2."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        try:
-            for near in (port + 1, port + 2):
-                with socket.socket() as s2:
-                    s2.bind(("127.0.0.1", near))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free port triple")
 
 
 def ranks_by_hand(n: int, *args: str, per_rank_env: dict | None = None, extra_env: dict | None = None,
