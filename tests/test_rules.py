@@ -62,6 +62,7 @@ def test_healthy_stack_has_no_fail_and_no_warn(tmp_path, bare_python, profile):
 
 # --- cuDNN frontend ------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # real wheels, end to end: the default suite stays within 120 s on 2 cores
 def test_frontend_1_26_on_sm100_fails_csa_with_the_1_27_fix(tmp_path, bare_python):
     env = healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0")
     csa = run(env, bare_python, "--gpu-arch", "10.0").check("cudnn-fe.csa")
@@ -73,6 +74,7 @@ def test_frontend_1_26_on_sm100_fails_csa_with_the_1_27_fix(tmp_path, bare_pytho
     assert_fix_turns_green(env, bare_python, "cudnn-fe.csa", "--gpu-arch", "10.0")
 
 
+@pytest.mark.slow  # real wheels, end to end: the default suite stays within 120 s on 2 cores
 def test_frontend_1_27_without_cutlass_has_the_module_but_not_the_symbols(tmp_path, bare_python):
     env = healthy(tmp_path).drop("cutedsl")
     csa = run(env, bare_python, "--gpu-arch", "10.0").check("cudnn-fe.csa")
@@ -201,6 +203,7 @@ def test_tvm_ffi_versions(tmp_path, bare_python):
     assert skipped["status"] == "skip"
 
 
+@pytest.mark.slow  # real wheels, end to end: the default suite stays within 120 s on 2 cores
 def test_cutlass_stack_for_cp(tmp_path, bare_python):
     env = Env(tmp_path)
     row = run(env, bare_python, "--cp", "2").check("cutlass-dsl.import")
@@ -340,6 +343,7 @@ def test_megatron_dev_fake_passes_and_reports_its_branch_evidence(tmp_path, bare
     assert result.check("mcore.config")["status"] == "pass"
 
 
+@pytest.mark.slow  # real wheels, end to end: the default suite stays within 120 s on 2 cores
 def test_megatron_variants(tmp_path, bare_python):
     kwargs = Env(tmp_path).fake("megatron", fake_megatron_dev, cp_partition_mode=False, kwargs_init=True)
     assert run(kwargs, bare_python, "--cp", "2").check("mcore.cp-partition-mode")["status"] == "pass"

@@ -236,6 +236,7 @@ def _cublas(version_: str):
 @pytest.mark.parametrize("cublas, torch, te", [("13.1.0.3", False, "2.12.0"), ("13.1.2.11", False, "2.12.0"),
                                                ("13.2.0.9", False, "2.16.1"), (None, False, "2.12.0"),
                                                (None, True, "2.16.1")])
+@pytest.mark.slow  # real wheels, end to end: the default suite stays within 120 s on 2 cores
 def test_te_fixes_pick_the_release_the_installed_cublas_loads(tmp_path, bare_python, cublas, torch, te):
     """TE 2.13 and later need cublasLtGroupedMatrixLayoutInit_internal, which nvidia-cublas exports from 13.2 on
     (§9.4, nm -D on the published wheels): below it, every TE install fix pins 2.12.0 and says why. Without torch the
@@ -579,6 +580,7 @@ def test_explain_claims_no_tvm_ffi_nan():
 
 # --- new checks -----------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # real wheels, end to end: the default suite stays within 120 s on 2 cores
 def test_mbridge_dsv4(tmp_path, bare_python):
     assert run(Env(tmp_path), bare_python, "--only", "mbridge.dsv4").check("mbridge.dsv4")["status"] == "skip"
     env = Env(tmp_path).wheel("verl", "verl-0.9.0")
