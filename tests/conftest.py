@@ -130,3 +130,17 @@ def free_port(neighbours: int = 2) -> int:
             continue
         return port
     raise RuntimeError("no free run of ports")
+
+
+def run_ranks(args: tuple[str, ...] | list[str], rank_envs: list[dict],
+              timeout: float) -> list[subprocess.CompletedProcess]:
+    """One doctor process per rank at once, each with the test's environment plus its launcher variables (as torchrun
+    or srun would set them), GitHub's variables left out; their results in rank order."""
+    base = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")}
+    procs = [subprocess.Popen(doctor_command() + list(args), env={**base, **extra}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for extra in rank_envs]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=timeout)
+        out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+    return out

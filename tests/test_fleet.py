@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import doctor_command, free_port, has_torch, validate
+from conftest import free_port, has_torch, run_ranks, validate
 from fakes import ensure
 
 from dsv4_doctor.fleet import FleetEnv, detect, first_host
@@ -147,23 +147,17 @@ def _ranks_by_hand(n: int, tmp_path: Path, *args: str, per_rank_env=None, launch
                    timeout: float = 180) -> list[subprocess.CompletedProcess]:
     """n doctor processes started with the launcher's environment set by hand (as torchrun or srun would)."""
     port = free_port()
-    procs = []
+    envs = []
     for r in range(n):
-        env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")}
         if launcher == "torchrun":
-            env.update(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
+            env = dict(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
                        MASTER_PORT=str(port))
         else:
-            env.update(SLURM_PROCID=str(r), SLURM_STEP_NUM_TASKS=str(n), SLURM_NTASKS=str(n), SLURM_LOCALID=str(r),
+            env = dict(SLURM_PROCID=str(r), SLURM_STEP_NUM_TASKS=str(n), SLURM_NTASKS=str(n), SLURM_LOCALID=str(r),
                        SLURM_STEP_NODELIST="localhost", MASTER_PORT=str(port))
         env.update((per_rank_env or {}).get(r, {}))
-        procs.append(subprocess.Popen(doctor_command() + list(args), env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    out = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=timeout)
-        out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
-    return out
+        envs.append(env)
+    return run_ranks(args, envs, timeout)
 
 
 @needs_torch

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import doctor_command, free_port, has_torch, validate
+from conftest import doctor_command, free_port, has_torch, run_ranks, validate
 
 from dsv4_doctor.fleet import cp_plan, detect, tasks_per_node
 
@@ -26,19 +26,13 @@ def ranks_by_hand(n: int, *args: str, per_rank_env: dict | None = None, extra_en
                   timeout: float = 240) -> list[subprocess.CompletedProcess]:
     """n doctor processes with torchrun's variables set by hand (one host, LOCAL_WORLD_SIZE n)."""
     port = free_port()
-    procs = []
+    envs = []
     for r in range(n):
-        env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")}
-        env.update(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n), GROUP_WORLD_SIZE="1",
+        env = dict(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n), GROUP_WORLD_SIZE="1",
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **(extra_env or {}))
         env.update((per_rank_env or {}).get(r, {}))
-        procs.append(subprocess.Popen(doctor_command() + list(args), env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    out = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=timeout)
-        out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
-    return out
+        envs.append(env)
+    return run_ranks(args, envs, timeout)
 
 
 # --- the plan, as data --------------------------------------------------------------------------------------------
