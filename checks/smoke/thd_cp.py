@@ -106,6 +106,14 @@ def _describe(cmp_: dict) -> str:
             f"zigzag control {cmp_['negative_control_zigzag_error']:.2f}")
 
 
+def _run_failure(dist: dict, nothing_back: str) -> str | None:
+    """Why a multi-process run failed as a whole (its error, a crashed worker, no comparison), or None."""
+    crash = dist.get("probe_error") or {}
+    if dist.get("error") or crash or not dist.get("comparisons"):
+        return dist.get("error") or (f"{crash.get('type')}: {crash.get('message')}" if crash else nothing_back)
+    return None
+
+
 def _fleet_rank(data: dict, dist: dict, evidence: dict) -> Result | None:
     """A fleet rank's part of its CP group's run: its own rows are its finding; other members' rows are theirs."""
     fleet = dist.get("fleet") or {}
@@ -114,10 +122,8 @@ def _fleet_rank(data: dict, dist: dict, evidence: dict) -> Result | None:
     if dist.get("join_error"):
         return errored(f"{dist['join_error']} ({group}): the distributed smoke forward did not run on this rank",
                        evidence=evidence)
-    crash = dist.get("probe_error") or {}
-    if dist.get("error") or crash or not dist.get("comparisons"):
-        why = dist.get("error") or (f"{crash.get('type')}: {crash.get('message')}" if crash else
-                                    "no comparison came back")
+    why = _run_failure(dist, "no comparison came back")
+    if why:
         return failed(f"the {cp}-rank {dist.get('process_backend')} run of {group} failed on CP rank {me}: {why}",
                       evidence=evidence)
     for kind, cmp_ in dist["comparisons"].items():
@@ -264,10 +270,9 @@ def _smoke(ctx: Context) -> Result:
         if bad is not None:
             return bad
     elif dist.get("ran"):
-        crash = dist.get("probe_error") or {}
-        if dist.get("error") or crash or not dist.get("comparisons"):
-            why = dist.get("error") or (f"{crash.get('type')}: {crash.get('message')}" if crash else
-                                        "rank 0 returned no comparison")
+        why = _run_failure(dist, "rank 0 returned no comparison")
+        if why:
+            crash = dist.get("probe_error") or {}
             return failed(f"the {data['cp']}-process {dist.get('process_backend')} run failed: {why}",
                           dist.get("log_tail", "") or "\n".join(crash.get("where", [])), evidence=evidence)
         for kind, cmp_ in dist.get("comparisons", {}).items():
