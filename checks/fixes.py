@@ -18,6 +18,7 @@ from dsv4_doctor.facts import (StaticFacts, parse_requirement, requirement_text,
                                safe_version, version)
 from dsv4_doctor.model import Fix, Phase
 
+from ._gates import first_frontend_accepting
 from ._upstream import MLM_DEV, MLM_VERL_TESTED
 
 TE_VERSION = "2.16.1"  # the verl DSv4 image's TE
@@ -222,12 +223,20 @@ def _meets(req, installed: str | None) -> bool:
     return installed is not None and (req is None or req.specifier.contains(installed, prereleases=True))
 
 
-def frontend_kept(static: StaticFacts) -> bool:
-    """Whether a plan keeps the installed frontend (>= the tested 1.27.0) or replaces it with the tested set. Every
-    fix below follows this one decision, so that a plan never pins the CuTe DSL for a frontend it replaces (found in
-    review: frontend 1.26.0 got the tested set and then 1.26.0's own cutlass==4.5.0)."""
+def frontend_minimum(cc: tuple[int, int] | None = None) -> str:
+    """The frontend a plan needs on this CC: the tested 1.27.0, or the first release whose CSA compressor accepts a
+    CC that 1.27.0's `check_support` rejects (1.28.0 for CC 10.3; the frontend's cutedsl requirements of 1.28.0,
+    cutlass-dsl >= 4.5.0 and apache-tvm-ffi >= 0.1.11, admit the rest of the tested set)."""
+    first = first_frontend_accepting(cc) if cc is not None else None
+    return first if first and Version(first) > Version(FE_VERSION) else FE_VERSION
+
+
+def frontend_kept(static: StaticFacts, cc: tuple[int, int] | None = None) -> bool:
+    """Whether a plan keeps the installed frontend (>= the tested 1.27.0, or what this CC needs) or replaces it with
+    the tested set. Every fix below follows this one decision, so that a plan never pins the CuTe DSL for a frontend
+    it replaces (frontend 1.26.0 got the tested set and then 1.26.0's own cutlass==4.5.0)."""
     fe_v = version(static.version("nvidia-cudnn-frontend"))
-    return fe_v is not None and fe_v >= Version(FE_VERSION)
+    return fe_v is not None and fe_v >= Version(frontend_minimum(cc))
 
 
 def breaks(static: StaticFacts, name: str, pin: str) -> list[str]:
@@ -265,14 +274,15 @@ def _with_breaks(fix: Fix, static: StaticFacts, pins: dict[str, str]) -> Fix:
                       + (f" (+{len(broken) - 8} more)" if len(broken) > 8 else "")])
 
 
-def frontend_stack(static: StaticFacts) -> Fix:
-    """Either keep the installed frontend (>= 1.27.0) and install only what it declares and lacks, or pin the tested
-    set together."""
+def frontend_stack(static: StaticFacts, cc: tuple[int, int] | None = None) -> Fix:
+    """Either keep the installed frontend (>= 1.27.0, or >= what this CC needs) and install only what it declares and
+    lacks, or pin the tested set together (with the frontend this CC needs)."""
     fe = static.version("nvidia-cudnn-frontend")
-    if not frontend_kept(static):
+    fe_pin = frontend_minimum(cc)
+    if not frontend_kept(static, cc):
         pins = {"apache-tvm-ffi": f"=={TVM_FFI_VERSION}", "nvidia-cutlass-dsl": f"=={CUTLASS_VERSION}"}
         commands = [["pip", "install", "--no-deps", f"apache-tvm-ffi=={TVM_FFI_VERSION}"],
-                    ["pip", "install", "--force-reinstall", "--no-deps", f"nvidia-cudnn-frontend=={FE_VERSION}"],
+                    ["pip", "install", "--force-reinstall", "--no-deps", f"nvidia-cudnn-frontend=={fe_pin}"],
                     ["pip", "install", f"nvidia-cutlass-dsl[cu13]=={CUTLASS_VERSION}"]]
         dlpack = ""
         if static.version("torch-c-dlpack-ext") is None:  # 1.27.0's cutedsl extra declares it; nothing brings it
@@ -280,8 +290,11 @@ def frontend_stack(static: StaticFacts) -> Fix:
             commands.append(["pip", "install", "--no-deps", f"torch-c-dlpack-ext=={TORCH_C_DLPACK_EXT_VERSION}"])
             dlpack = (f", and torch-c-dlpack-ext {TORCH_C_DLPACK_EXT_VERSION}, which the frontend's cutedsl extra "
                       "declares (--no-deps: it requires only torch, which stays the image's)")
+        which = (f"cuDNN frontend {fe_pin} (the first whose CSA compressor accepts compute capability "
+                 f"{cc[0]}.{cc[1]}; 1.27.0 raises there)" if fe_pin != FE_VERSION and cc else
+                 f"cuDNN frontend {FE_VERSION} (first with the fused CSA compressor cudnn.csa)")
         return _with_breaks(Fix(
-            f"Install the tested set: cuDNN frontend {FE_VERSION} (first with the fused CSA compressor cudnn.csa), "
+            f"Install the tested set: {which}, "
             f"apache-tvm-ffi {TVM_FFI_VERSION} and nvidia-cutlass-dsl {CUTLASS_VERSION} (the Megatron DSv4 recipes' "
             f"pins; the CuTe DSL 4.5.2 brings cuda-python){dlpack}", commands, key="fe-stack"), static, pins)
     commands, pins, declared, withheld = [], {}, [], []

@@ -21,6 +21,8 @@ PY312 = ["--python-version", "3.12", "--ignore-requires-python", "--platform", "
 WHEELS = {
     "nvidia-cudnn-frontend-1.26.0": ("nvidia-cudnn-frontend==1.26.0", []),
     "nvidia-cudnn-frontend-1.27.0": ("nvidia-cudnn-frontend==1.27.0", []),
+    # The first release whose CSA compressor accepts every CC major >= 10 (1.27.0 accepts (10, 0) only).
+    "nvidia-cudnn-frontend-1.28.0": ("nvidia-cudnn-frontend==1.28.0", []),
     # 1.32.0 requires nvidia-cutlass-dsl[cu13]>=4.8.0 unconditionally; with the 4.5.2 meta wheel below it is the
     # published state the fix planner must resolve.
     "nvidia-cudnn-frontend-1.32.0": ("nvidia-cudnn-frontend==1.32.0", []),
