@@ -111,8 +111,8 @@ def unmet_stack(static: StaticFacts) -> list[str]:
     return missing
 
 
-def stack_fixes(static: StaticFacts, missing: list[str]) -> list:
-    found = [fixes.frontend_stack(static)]
+def stack_fixes(static: StaticFacts, missing: list[str], cc: tuple[int, int] | None = None) -> list:
+    found = [fixes.frontend_stack(static, cc)]
     if any(m.startswith("torch ") for m in missing):
         found.append(fixes.torch(static))
     return found
@@ -130,7 +130,7 @@ def _fe_version(ctx: Context) -> Result:
         "import_version": imported.get("version"),
         "import_origin": imported.get("origin"),
     }
-    fix = fixes.frontend_stack(static)
+    fix = fixes.frontend_stack(static, ctx.profile.cc)
     if not copies and not module.get("found"):
         return failed(f"nvidia-cudnn-frontend is not installed. {megatron_dependency_error(static)}",
                       fixes=[fix, fixes.BACKEND_NONE],
@@ -421,8 +421,8 @@ def _dsa(ctx: Context) -> Result:
     evidence: dict = {"frontend": fe.get("version") if fe else None, "unmet_cutedsl_requirements": missing,
                       "wrappers_from": files or "fallback list (no readable Megatron DSA caller)"}
     if fe is None and not static.module("cudnn").get("found"):
-        return failed(megatron_dependency_error(static), fixes=[*stack_fixes(static, missing), fixes.BACKEND_NONE],
-                      evidence=evidence)
+        return failed(megatron_dependency_error(static),
+                      fixes=[*stack_fixes(static, missing, ctx.profile.cc), fixes.BACKEND_NONE], evidence=evidence)
     probe = DSA_PROBE if set(wanted) <= set(KNOWN_WRAPPERS) else dsa_probe(wanted)
     answer = ctx.require(probe)
     namespace = outcome(answer, "cudnn:DSA")
@@ -432,7 +432,7 @@ def _dsa(ctx: Context) -> Result:
                                 "error": error_text(r) if not r.get("ok") else None} for w, r in rows.items()}
     if not namespace.get("ok"):
         return failed(f"from cudnn import DSA failed ({error_text(namespace)}). {megatron_dependency_error(static)}",
-                      fixes=[*stack_fixes(static, missing), fixes.BACKEND_NONE], evidence=evidence)
+                      fixes=[*stack_fixes(static, missing, ctx.profile.cc), fixes.BACKEND_NONE], evidence=evidence)
     broken = [w for w, r in rows.items() if not r.get("ok")]
     if broken:
         extra = f" Unmet CuTe-DSL stack requirements: {', '.join(missing)}." if missing else ""
@@ -443,7 +443,7 @@ def _dsa(ctx: Context) -> Result:
             "`from cudnn import DSA` is a lazy namespace, so Megatron's dependency check passes; the error then "
             "surfaces at config time (CP > 1: the q_causal_offsets signature check) or at the first fused DSA call "
             "(\"cudnn-frontend DSA namespace not available\" / \"Failed to import DSA kernel backend\")." + extra,
-            fixes=[*stack_fixes(static, missing), fixes.BACKEND_NONE], evidence=evidence)
+            fixes=[*stack_fixes(static, missing, ctx.profile.cc), fixes.BACKEND_NONE], evidence=evidence)
     # A parameter counts only when it is named: Megatron tests inspect.signature(w).parameters, not **kwargs.
     no_offsets = [w for w, r in rows.items() if "q_causal_offsets" not in (r.get("params") or [])]
     need = list(OFFSETS_CP) + (list(OFFSETS_DENSE_LOSS) if dense_loss else [])
@@ -453,7 +453,7 @@ def _dsa(ctx: Context) -> Result:
                       "Megatron raises this ValueError at config time: with CP > 1 and a ratio-4 indexer it requires "
                       "the parameter by name on indexer_forward_wrapper, and on the three dense wrappers when the "
                       "dense indexer loss is on (frontend >= 1.26.0 has it).",
-                      fixes=[fixes.frontend_stack(static), fixes.BACKEND_NONE], evidence=evidence)
+                      fixes=[fixes.frontend_stack(static, ctx.profile.cc), fixes.BACKEND_NONE], evidence=evidence)
     dense_lacking = [w for w in OFFSETS_DENSE_LOSS if w in no_offsets]
     summary = f"the {len(wanted)} DSA wrappers Megatron uses load (nvidia-cudnn-frontend {evidence['frontend']})"
     if ctx.profile.cp > 1:
@@ -461,7 +461,7 @@ def _dsa(ctx: Context) -> Result:
     if ctx.profile.cp > 1 and dense_loss is None and dense_lacking:
         return warned(summary + "; but " + ", ".join(dense_lacking) + " lack q_causal_offsets, which Megatron "
                       "requires if the job turns the dense indexer loss on (not stated: pass the job's arguments)",
-                      fixes=[fixes.frontend_stack(static)], evidence=evidence)
+                      fixes=[fixes.frontend_stack(static, ctx.profile.cc)], evidence=evidence)
     return passed(summary, evidence=evidence)
 
 

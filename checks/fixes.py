@@ -14,9 +14,9 @@ import re
 
 from packaging.version import Version
 
-from dsv4_doctor.facts import (StaticFacts, parse_requirement, requirement_text, requirements, safe_specifier,
-                               safe_version, version)
-from dsv4_doctor.model import Fix, Phase
+from dsv4_doctor.facts import (StaticFacts, canonical, parse_requirement, requirement_text, requirements,
+                               safe_specifier, safe_version, version)
+from dsv4_doctor.model import Command, Fix, Phase
 
 from ._gates import first_frontend_accepting
 from ._upstream import MLM_DEV, MLM_VERL_TESTED
@@ -31,6 +31,8 @@ VERL_VERSION = "0.9.0"
 FAST_HADAMARD_COMMIT = "f134af63deb2df17e1171a9ec1ea4a7d8604d5ca"  # Megatron-LM dev's pin
 MBRIDGE_COMMIT = "c7774d44d4b3101dc6bdf8c8d38a32e909e1ea11"  # the Megatron-Bridge commit verl's DSv4 script names
 FLASH_MLA_REF = "nv_dev"  # the FlashMLA branch whose flash_mla_sparse_fwd takes indexer_topk
+FLASH_MLA_COMMIT = "b7643bd54521f563b839b98289b5cd048c062ba2"  # nv_dev's head, 2026-04-30 (built on an H200)
+MBRIDGE_PYPI_VERSION = "0.6.2"  # the newest megatron-bridge on PyPI; 0.5.0+ ship the DSv4 bridge
 TE_MIN_VERSION = "2.9.0"  # Megatron's sequence-packing gate (te.version)
 
 # The rulebook's fix versions under the build-argument names the top-level Dockerfile gives them: the one place they
@@ -59,8 +61,13 @@ def withheld(description: str, why: str, phase: Phase = Phase.SETTING, key: str 
 
 # --- torch and the CUDA runtime -------------------------------------------------------------------------------------
 
-def torch(static: StaticFacts | None = None) -> Fix:
-    """A manual step: it names the compiled extensions installed here, which must be rebuilt after it."""
+TORCH_CUDA_MAJOR = "13"  # torch 2.11.0's default CUDA (the verl DSv4 image's CUDA 13.0)
+TORCH_CUDA_TAG = {"12": "cu128", "13": "cu130"}  # the PyTorch wheel index torch 2.11.0 publishes, per CUDA major
+
+
+def torch(static: StaticFacts | None = None, cuda_major: str | None = None) -> Fix:
+    """A manual step: torch from PyTorch's wheel index for the CUDA major in use (PyPI's default build may carry
+    another CUDA), naming the compiled extensions to rebuild after it, and saying when it would downgrade torch."""
     found = [n for n in TORCH_EXTENSIONS if static is not None and static.version(n)] if static else []
     if static is None:
         rebuild = ("TE's torch extension, FlashMLA, fast-hadamard-transform, DeepEP, apex and vLLM where installed")
@@ -69,8 +76,16 @@ def torch(static: StaticFacts | None = None) -> Fix:
     else:
         rebuild = "nothing found here (no TE torch extension, FlashMLA, fast-hadamard-transform, DeepEP, apex, vLLM)"
     notes = [f"Reinstalling torch invalidates every compiled extension built against it; rebuild after it: {rebuild}."]
-    return Fix(f"Install a CUDA build of PyTorch (the verl DSv4 image uses torch {TORCH_VERSION} with CUDA 13.0)",
-               [["pip", "install", f"torch=={TORCH_VERSION}"]], key="torch", phase=Phase.RUNTIME, notes=notes)
+    cu = _cuda_major(cuda_major) or TORCH_CUDA_MAJOR
+    tag = TORCH_CUDA_TAG.get(cu, TORCH_CUDA_TAG[TORCH_CUDA_MAJOR])
+    installed = version(static.version("torch")) if static is not None else None
+    if installed is not None and installed.release[:2] > Version(TORCH_VERSION).release[:2]:
+        notes.append(f"This DOWNGRADES the installed torch {installed} to {TORCH_VERSION}: keep the newer torch if its "
+                     "CUDA build loads here (torch.cuda), and fix only what the other checks name.")
+    return Fix(f"Install a CUDA {cu} build of PyTorch {TORCH_VERSION} from PyTorch's wheel index (the verl DSv4 image "
+               f"uses torch {TORCH_VERSION} with CUDA 13.0)",
+               [["pip", "install", f"torch=={TORCH_VERSION}", "--index-url",
+                 f"https://download.pytorch.org/whl/{tag}"]], key="torch", phase=Phase.RUNTIME, notes=notes)
 
 
 TORCH = torch()
@@ -80,14 +95,24 @@ TRITON_DOC = Fix("Install the triton release the installed torch requires, read 
                  "triton==3.6.0)", key="triton", phase=Phase.PIN)
 
 
+def torch_triton_requirement(static: StaticFacts):
+    """What the installed torch declares for triton (`==` up to 2.13, `~=` from 2.14 on), or None."""
+    return next((r for r in requirements(static.readable_dist("torch")) if r.name.lower() == "triton"
+                 and str(r.specifier)), None)
+
+
 def triton(static: StaticFacts) -> Fix:
-    """The triton release the installed torch declares (torch 2.11.0 requires triton==3.6.0)."""
+    """The triton the installed torch declares, whatever the specifier (torch 2.11.0: triton==3.6.0; torch 2.14:
+    triton~=3.8.0; torch 2.15.0: triton~=3.9.0)."""
     desc = "Install the triton release the installed torch requires"
-    pins = [r for r in requirements(static.readable_dist("torch")) if r.name.lower() == "triton"]
-    pinned = [s.version for r in pins for s in r.specifier if s.operator == "=="]
-    if pinned and safe_version(pinned[0]):
-        return Fix(f"{desc} (torch's METADATA: triton=={pinned[0]})", [["pip", "install", f"triton=={pinned[0]}"]],
-                   key=f"triton:{pinned[0]}")
+    req = torch_triton_requirement(static)
+    spec = safe_specifier(str(req.specifier)) if req is not None else None
+    if spec:
+        return Fix(f"{desc} (torch's METADATA: triton{spec})", [["pip", "install", f"triton{spec}"]],
+                   key=f"triton:{spec}")
+    if req is not None:
+        return withheld(desc, f"torch declares triton{str(req.specifier)[:100]!r}, not a plain version specifier",
+                        key="triton")
     if static.version("torch") is None:
         return withheld(desc, "torch is not installed, so its triton requirement is unknown (see torch.install)",
                         key="triton")
@@ -387,17 +412,64 @@ def mcore(shadowed_by: str | None = None) -> Fix:
 VERL = Fix(f"Install verl {VERL_VERSION} or newer (it has PRs #7221, #7297 and #6555)",
            [["pip", "install", "--no-deps", f"verl=={VERL_VERSION}"]], key="verl")
 MBRIDGE = Fix(f"Install Megatron-Bridge at {MBRIDGE_COMMIT[:8]}, the commit verl's DSv4 example names (it has "
-              "models/deepseek/deepseek_v4_bridge.py; no PyPI release does)",
+              "models/deepseek/deepseek_v4_bridge.py)",
               [["pip", "install", "--no-deps",
                 f"megatron-bridge @ git+https://github.com/NVIDIA-NeMo/Megatron-Bridge.git@{MBRIDGE_COMMIT}"]],
-              key="mbridge")
-FLASH_MLA = Fix("Build FlashMLA from its nv_dev branch against the installed torch (its flash_mla_sparse_fwd takes the "
-                "indexer_topk Megatron passes; on SM90 do not set FLASH_MLA_DISABLE_SM90=1, which the Megatron recipes "
-                "set for Blackwell)",
-                [["pip", "install", "--no-build-isolation",
-                  f"flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@{FLASH_MLA_REF}"]], key="flash-mla",
-                phase=Phase.BUILD)
-FAST_HADAMARD = Fix("Build fast-hadamard-transform at the commit Megatron-LM dev pins",
-                    [["pip", "install", "--no-build-isolation", "fast-hadamard-transform @ "
-                      f"git+https://github.com/Dao-AILab/fast-hadamard-transform.git@{FAST_HADAMARD_COMMIT}"]],
-                    key="fast-hadamard", phase=Phase.BUILD)
+              key="mbridge",
+              notes=[f"Or its PyPI release: pip install --no-deps megatron-bridge=={MBRIDGE_PYPI_VERSION} (0.5.0 and "
+                     "later ship the DSv4 bridge; c7774d44 is an ancestor of v0.6.0; Python >= 3.12). --no-deps, "
+                     "because its megatron-core[dev,mlm] requirement would pull a Megatron release without "
+                     "dsv4_hybrid over the dev checkout."])
+FLASH_MLA_ENV_CUDA13 = ("CPLUS_INCLUDE_PATH", "${CUDA_HOME}/include/cccl")
+
+
+def flash_mla(cc: tuple[int, int] | None = None) -> Fix:
+    """FlashMLA nv_dev at a pinned commit, built for the target arch, with CUDA 13's CCCL headers on the host
+    compiler's include path (measured on an H200: without it g++ stops at `cuda/std/utility: No such file`)."""
+    env = [FLASH_MLA_ENV_CUDA13]
+    if cc is not None and cc[0] == 9:
+        env.append(("FLASH_MLA_DISABLE_SM100", "1"))
+        arch = "sm_90a only (FLASH_MLA_DISABLE_SM100=1)"
+    elif cc is not None and cc[0] >= 10:
+        env.append(("FLASH_MLA_DISABLE_SM90", "1"))
+        arch = "sm_100a only (FLASH_MLA_DISABLE_SM90=1, as the Megatron recipes set for Blackwell)"
+    else:
+        arch = ("both sm_90a and sm_100a (the GPU arch is not known: state it with --gpu-arch to build one, "
+                "FLASH_MLA_DISABLE_SM100=1 for 9.0 or FLASH_MLA_DISABLE_SM90=1 for 10.x)")
+    return Fix(f"Build FlashMLA nv_dev at {FLASH_MLA_COMMIT[:8]} against the installed torch (its flash_mla_sparse_fwd "
+               f"takes the indexer_topk Megatron passes), for {arch}",
+               [Command(("pip", "install", "--no-build-isolation", "--no-deps",
+                         f"flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@{FLASH_MLA_COMMIT}"),
+                        tuple(env))],
+               key=f"flash-mla:{'+'.join(n for n, _ in env[1:]) or 'all'}", phase=Phase.BUILD,
+               notes=["CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl: CUDA 13 moved the CCCL headers there; nvcc finds "
+                      "them, the host compiler does not (harmless on CUDA 12). MAX_JOBS and NVCC_THREADS bound the "
+                      "build's parallelism."])
+
+
+FLASH_MLA = flash_mla()
+FAST_HADAMARD_V110_COMMIT = "1cc807efbd6cc001df359822d60bf6052dd66859"  # tag v1.1.0 (contains f134af63)
+FAST_HADAMARD_DEV_VERSION = "1.0.4.post1"  # what f134af63 builds
+
+
+def fast_hadamard(static: StaticFacts | None = None) -> Fix:
+    """fast-hadamard-transform at what the installed Megatron-Bridge declares: 0.6.x requires >=1.1.0 (git tag
+    v1.1.0; the PyPI 1.1.0 sdist is incomplete), else Megatron-LM dev's f134af63 (1.0.4.post1)."""
+    req = None
+    if static is not None:
+        req = next((r for r in requirements(static.readable_dist("megatron-bridge"))
+                    if canonical(r.name) == "fast-hadamard-transform" and str(r.specifier)), None)
+    if req is not None and not req.specifier.contains(FAST_HADAMARD_DEV_VERSION, prereleases=True):
+        commit, why = FAST_HADAMARD_V110_COMMIT, (
+            f"tag v1.1.0, because the installed megatron-bridge {static.version('megatron-bridge') if static else ''} "
+            f"declares {requirement_text(req)}, which Megatron-LM dev's {FAST_HADAMARD_COMMIT[:8]} "
+            f"({FAST_HADAMARD_DEV_VERSION}) does not meet")
+    else:
+        commit, why = FAST_HADAMARD_COMMIT, "the commit Megatron-LM dev pins"
+    return Fix(f"Build fast-hadamard-transform at {commit[:8]} ({why})",
+               [["pip", "install", "--no-build-isolation", "--no-deps", "fast-hadamard-transform @ "
+                 f"git+https://github.com/Dao-AILab/fast-hadamard-transform.git@{commit}"]],
+               key=f"fast-hadamard:{commit[:8]}", phase=Phase.BUILD)
+
+
+FAST_HADAMARD = fast_hadamard()

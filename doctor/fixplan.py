@@ -17,6 +17,7 @@ Everything printed (the script, the `+ command` echo) goes through the report's 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shlex
 import subprocess
@@ -24,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from collections.abc import Callable, Sequence
 
-from .model import UNSAFE_CHARS, CheckReport, Command, Fix, Phase, Status
+from .model import UNSAFE_CHARS, CheckReport, Command, Fix, Phase, Status, env_value
 from .procs import kill_group
 from .redact import WITHHELD, Redactor, cap, clean_text
 
@@ -110,7 +111,7 @@ _comment = comment
 
 def pip_line(cmd: Command) -> str:
     """How the script runs a pip command: with the inspected interpreter's pip, not whichever is first on PATH."""
-    return '"$PY" ' + " ".join(PIP) + " " + shlex.join(cmd.argv[1:])
+    return cmd.env_prefix() + '"$PY" ' + " ".join(PIP) + " " + shlex.join(cmd.argv[1:])
 
 
 def pip_argv(python: str, cmd: Command) -> list[str]:
@@ -184,9 +185,12 @@ def apply(plan: Plan, python: str, procs, redact: Redactor | None = None,
             if interrupted():
                 return ran, 0
             argv = pip_argv(python, cmd)
-            sys.stderr.write("+ " + clean_text(shlex.join(redact.text(w) for w in argv)) + "\n")  # redact, then quote
+            shown = shlex.join(redact.text(w) for w in argv)  # redact, then quote
+            sys.stderr.write("+ " + clean_text(cmd.env_prefix() + shown) + "\n")
             sys.stderr.flush()
-            proc = procs.spawn(argv, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno())
+            env = dict(os.environ, **{n: env_value(v, os.environ) for n, v in cmd.env}) if cmd.env else None
+            proc = procs.spawn(argv, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno(),
+                               env=env)
             if interrupted():  # the signal came while pip was starting, before the handler could see it
                 kill_group(proc)
             code = proc.wait()

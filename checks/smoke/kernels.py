@@ -79,10 +79,10 @@ def _fixes(ctx: Context, name: str, row: dict) -> list[Fix]:
     static = ctx.static
     if name in ("dsa", "csa"):
         # A NaN or a wrong mask from the indexer: the seed incident's cure (reinstall the frontend and tvm-ffi).
-        return [fixes.frontend_stack(static)]
+        return [fixes.frontend_stack(static, ctx.profile.cc)]
     if name == "layout":
         return [fixes.cutlass(static), mcore_fix(ctx)]  # the latter names a PYTHONPATH copy that shadows pip's
-    return [fixes.FLASH_MLA]
+    return [fixes.flash_mla(ctx.profile.cc)]
 
 
 def _kernels(ctx: Context) -> Result:
