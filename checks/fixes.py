@@ -61,6 +61,10 @@ def withheld(description: str, why: str, phase: Phase = Phase.SETTING, key: str 
 
 # --- torch and the CUDA runtime -------------------------------------------------------------------------------------
 
+def _cuda_major(text: str | None) -> str | None:
+    return text if isinstance(text, str) and re.fullmatch(r"1[0-9]", text) else None
+
+
 TORCH_CUDA_MAJOR = "13"  # torch 2.11.0's default CUDA (the verl DSv4 image's CUDA 13.0)
 TORCH_CUDA_TAG = {"12": "cu128", "13": "cu130"}  # the PyTorch wheel index torch 2.11.0 publishes, per CUDA major
 
@@ -127,10 +131,6 @@ def cudnn_wheel(cuda_major: str | None) -> Fix:
         return withheld(desc, f"torch's CUDA major {cuda_major!r} is not a plain value", key="cudnn-wheel")
     return Fix(desc, [["pip", "install", "--force-reinstall", f"nvidia-cudnn-cu{cu}"]], key=f"cudnn-wheel:{cu}",
                phase=Phase.RUNTIME)
-
-
-def _cuda_major(text: str | None) -> str | None:
-    return text if isinstance(text, str) and re.fullmatch(r"1[0-9]", text) else None
 
 
 # --- settings --------------------------------------------------------------------------------------------------------

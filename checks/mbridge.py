@@ -32,8 +32,10 @@ def _mbridge(ctx: Context) -> Result:
     if bridge is None:
         return failed(f"Megatron-Bridge {version} has no DeepSeek-V4 bridge (models/deepseek/deepseek_v4_bridge.py): "
                       "AutoBridge cannot map a DeepseekV4ForCausalLM checkpoint, so verl cannot build the model",
-                      "No PyPI release of megatron-bridge (0.3.1 is the newest) has it; it came to main in 66fe25897 "
-                      "(#3562), and verl's DSv4 example names c7774d44.", fixes=[fixes.MBRIDGE], evidence=evidence)
+                      "It came to main in 66fe25897 (#3562); verl's DSv4 example names c7774d44, an ancestor of "
+                      "v0.6.0. On PyPI, megatron-bridge 0.5.0 and later ship it (0.6.2 is the newest; they require "
+                      "Python >= 3.12, so `pip index versions` on 3.11 shows only 0.3.x).", fixes=[fixes.MBRIDGE],
+                      evidence=evidence)
     flex = bool((static.source(bridge).get("contains") or {}).get(FLEX))
     evidence["default_dispatcher"] = "flex (HybridEP)" if flex else "alltoall"
     note = ("; its DSv4 provider defaults the MoE dispatcher to flex with HybridEP (verl sets alltoall unless an "

@@ -22,6 +22,7 @@ import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from collections.abc import Callable, Sequence
 
@@ -133,6 +134,12 @@ def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: st
     def comment(text, limit: int = 300) -> str:  # noqa: F811 - the module's, on redacted text
         return _comment(redact.text(cap(redact.literal(str(text)), limit + 8192)), limit)  # capped, then redacted
 
+    def wrapped(text, lead: str = "# ", cont: str = "#   ") -> list[str]:
+        """Comment lines wrapped at word boundaries (a step's description is never cut mid-word)."""
+        return [lead + line if i == 0 else cont + line for i, line in enumerate(
+            textwrap.wrap(comment(text, 4000), width=118 - len(cont), break_long_words=False,
+                          break_on_hyphens=False) or [""])]
+
     def command_line(cmd: Command) -> str:
         """The command, or a comment when redaction had to change it (it holds a secret): Redactor.command."""
         return WITHHELD if redact.command(cmd.argv) is None else pip_line(cmd)
@@ -153,20 +160,22 @@ def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: st
         if step.fix.phase is Phase.SETTING or not step.fix.commands:
             what = "a job setting or choice" if step.fix.phase is Phase.SETTING else "its command was withheld"
             lines.append(f"# Step {n} ({what}; nothing to run) [{comment(checks)}]:")
-            lines.append(f"#   {comment(step.fix.description)}")
+            lines += wrapped(step.fix.description, "#   ")
         elif step.automatic:
-            lines.append(f"# Step {n} [{comment(checks)}]: {comment(step.fix.description)}")
+            lines += wrapped(f"Step {n} [{comment(checks)}]: {step.fix.description}")
             lines += [command_line(c) for c in step.commands]
         elif step.held_by is not None:
-            lines.append(f"# Step {n} (held back: run it after Step {step.held_by}, because it builds against torch; "
-                         f"not run by this script or by --apply) [{comment(checks)}]: {comment(step.fix.description)}")
+            lines += wrapped(f"Step {n} (held back: run it after Step {step.held_by}, because it builds against "
+                             f"torch; not run by this script or by --apply) [{comment(checks)}]: "
+                             f"{step.fix.description}")
             lines += ["#   " + comment(pip_line(c), 2000) for c in step.commands]
         else:
             why = "manual: not run by this script or by --apply" if step.fix.manual else \
                 "not run by this script or by --apply: only pip commands are"
-            lines.append(f"# Step {n} ({why}) [{comment(checks)}]: {comment(step.fix.description)}")
+            lines += wrapped(f"Step {n} ({why}) [{comment(checks)}]: {step.fix.description}")
             lines += ["#   " + comment(pip_line(c) if c.is_pip else c.shell(), 2000) for c in step.commands]
-        lines += [f"#   {comment(note)}" for note in step.fix.notes]
+        for note in step.fix.notes:
+            lines += wrapped(note, "#   ", "#   ")
     if plan.unfixable:
         lines += ["", f"# No fix is known for: {comment(', '.join(plan.unfixable))} (see the report)."]
     return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ stand for (TE, Megatron dev, the CuTe DSL, torch, kernels), so a test can check 
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import textwrap
@@ -401,8 +402,11 @@ class Env:
     def apply(self, command: str) -> None:
         """Carry out one printed fix command on this environment."""
         words = shlex.split(command)
+        while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+            words.pop(0)  # the environment a build step runs with (FlashMLA's CPLUS_INCLUDE_PATH, SM flags)
         assert words[0] == "pip", command
-        names = [w for w in words[2:] if not w.startswith("-")]
+        takes_value = {"--index-url", "--extra-index-url", "-c", "--constraint"}
+        names = [w for i, w in enumerate(words[2:], 2) if not w.startswith("-") and words[i - 1] not in takes_value]
         if words[1] == "uninstall":
             for name in names:
                 comp = COMPONENT_OF.get(name)

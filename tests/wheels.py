@@ -28,6 +28,9 @@ WHEELS = {
     "nvidia-cudnn-frontend-1.32.0": ("nvidia-cudnn-frontend==1.32.0", []),
     "nvidia-cutlass-dsl-4.5.2": ("nvidia-cutlass-dsl==4.5.2", []),  # the 10 kB meta wheel, without its libraries
     "megatron-bridge-0.3.1": ("megatron-bridge==0.3.1", []),  # the newest release: no DeepSeek-V4 bridge
+    # The first releases with the DSv4 bridge (Python >= 3.12): 0.5.1 declares no fast-hadamard floor, 0.6.2 >=1.1.0.
+    "megatron-bridge-0.5.1": ("megatron-bridge==0.5.1", PY312),
+    "megatron-bridge-0.6.2": ("megatron-bridge==0.6.2", PY312),
     "apache-tvm-ffi-0.1.9": ("apache-tvm-ffi==0.1.9", []),
     "apache-tvm-ffi-0.1.11": ("apache-tvm-ffi==0.1.11", []),
     # megatron-core >= 0.17 ships cp312 wheels only; the doctor reads it with ast, never imports it.

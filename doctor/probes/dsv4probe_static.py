@@ -131,8 +131,9 @@ def parse_metadata(raw):
     fields = {}
     last = None
     for line in text.splitlines():
-        if not line.strip():
-            break  # the body (description) follows the first blank line
+        if not line:
+            break  # the body (description) follows the first empty line; a line of blanks is a folded one (a
+            # multi-line License field, as megatron-bridge 0.6.2 has, carries them), as the email parser reads it
         if line[:1] in (" ", "\t") and last is not None:
             fields[last][-1] += " " + line.strip()
             continue
