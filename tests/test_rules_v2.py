@@ -35,7 +35,7 @@ def test_flash_mla_from_main_fails_and_nv_dev_passes(tmp_path, bare_python):
     row = run(env, bare_python, "--only", "kernels.flash-mla").check("kernels.flash-mla")
     assert row["status"] == "fail" and "no indexer_topk parameter" in row["summary"]
     assert "unexpected keyword argument 'indexer_topk'" in row["summary"]
-    assert "nv_dev" in commands(row)[0]
+    assert "FlashMLA.git@b7643bd5" in commands(row)[0]  # nv_dev, pinned to its commit
     assert_fix_turns_green(env, bare_python, "kernels.flash-mla")
     ok = run(env, bare_python, "--only", "kernels.flash-mla").check("kernels.flash-mla")
     assert ok["evidence"]["params_from"] == "signature" and "indexer_topk" in ok["evidence"]["params"]
