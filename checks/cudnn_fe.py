@@ -357,7 +357,7 @@ cudnn_fe_csa = Check(
         was cured by reinstalling the frontend 1.27.0 and apache-tvm-ffi 0.1.11; the eager compressor is not proven
         to be its cause.
     """,
-    applies_when="dsa_backend != none, where the installed Megatron's fused-compressor gate admits the CC",
+    applies_when="dsa_backend != none, on the CCs the installed gates admit",
     detects="the installed Megatron's and frontend's CC gates (ast); from cudnn.csa import compressor (subprocess)",
     sources=(
         mlm(EAV + "csa_utils/fused_compressor.py", "74-161",
