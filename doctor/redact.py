@@ -288,7 +288,8 @@ class Redactor:
         if isinstance(obj, dict):
             if isinstance(obj.get("argv"), list) and isinstance(obj.get("commands"), list):
                 lines = [self.command(a) for a in obj["argv"]]
-                envs = obj.get("env") if isinstance(obj.get("env"), list) else []
+                raw_env = obj.get("env")
+                envs: list = raw_env if isinstance(raw_env, list) else []
                 prefixes = [_env_prefix(envs[i] if i < len(envs) else None) for i in range(len(lines))]
                 lines = [None if line is None or prefix is None else prefix + line
                          for line, prefix in zip(lines, prefixes, strict=True)]
