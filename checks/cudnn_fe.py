@@ -69,16 +69,6 @@ def m8(*items: str) -> str:
             f"{', '.join(items)}. Install them or set dsa_kernel_backend=none to use the PyTorch fallback.")
 
 
-def frontend_absent(static: StaticFacts) -> bool:
-    """No cuDNN frontend at all (no distribution, no `cudnn` module): then the frontend checks quote Megatron's
-    dependency error, naming flash_mla too when it is missing, and kernels.flash-mla only points at it, so that the
-    one long sentence is in a report once (found in review: four times in one text report)."""
-    return not static.dist_copies(FE) and not static.module("cudnn").get("found")
-
-
-def megatron_dependency_error(static: StaticFacts) -> str:
-    """Megatron's ValueError when the frontend's DSA does not load: with flash_mla listed first when it is missing."""
-    return m8(*([M8_FLASH_MLA] if not static.module("flash_mla").get("found") else []), M8_FRONTEND)
 M11 = ("DSv4 CP with ratio-4 fused DSA requires cuDNN Frontend wrappers with q_causal_offsets support; missing from: "
        "{missing}. Install a compatible cuDNN Frontend build or set dsa_kernel_backend='none'.")
 R11 = ("CSA fused compressor is enabled and this device is supported, but cudnn-frontend's CSA compressor API is "
@@ -132,9 +122,12 @@ def _fe_version(ctx: Context) -> Result:
     }
     fix = fixes.frontend_stack(static, ctx.profile.cc)
     if not copies and not module.get("found"):
-        return failed(f"nvidia-cudnn-frontend is not installed. {megatron_dependency_error(static)}",
-                      fixes=[fix, fixes.BACKEND_NONE],
-                      evidence=evidence)
+        # This check states the frontend's part of Megatron's one dependency error; kernels.flash-mla states FlashMLA's.
+        also = (" Megatron's ValueError lists every missing package at once; flash_mla is missing too (see "
+                "kernels.flash-mla), so its list starts with it." if not static.module("flash_mla").get("found")
+                else "")
+        return failed(f"nvidia-cudnn-frontend is not installed. {m8(M8_FRONTEND)}", also.strip(),
+                      fixes=[fix, fixes.BACKEND_NONE], evidence=evidence)
     if not imported.get("ok"):
         err = imported.get("error") if isinstance(imported.get("error"), dict) else {}
         return failed(f"import cudnn failed: {error_text(imported)}", "\n".join(map(str, err.get("where") or [])),
@@ -421,7 +414,7 @@ def _dsa(ctx: Context) -> Result:
     evidence: dict = {"frontend": fe.get("version") if fe else None, "unmet_cutedsl_requirements": missing,
                       "wrappers_from": files or "fallback list (no readable Megatron DSA caller)"}
     if fe is None and not static.module("cudnn").get("found"):
-        return failed(megatron_dependency_error(static),
+        return failed(m8(M8_FRONTEND),
                       fixes=[*stack_fixes(static, missing, ctx.profile.cc), fixes.BACKEND_NONE], evidence=evidence)
     probe = DSA_PROBE if set(wanted) <= set(KNOWN_WRAPPERS) else dsa_probe(wanted)
     answer = ctx.require(probe)
@@ -431,7 +424,7 @@ def _dsa(ctx: Context) -> Result:
                                 "q_causal_offsets": "q_causal_offsets" in (r.get("params") or []),
                                 "error": error_text(r) if not r.get("ok") else None} for w, r in rows.items()}
     if not namespace.get("ok"):
-        return failed(f"from cudnn import DSA failed ({error_text(namespace)}). {megatron_dependency_error(static)}",
+        return failed(f"from cudnn import DSA failed ({error_text(namespace)}). {m8(M8_FRONTEND)}",
                       fixes=[*stack_fixes(static, missing, ctx.profile.cc), fixes.BACKEND_NONE], evidence=evidence)
     broken = [w for w, r in rows.items() if not r.get("ok")]
     if broken:

@@ -7,7 +7,7 @@ from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, wa
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
-from .cudnn_fe import FE, M8_FLASH_MLA, frontend_absent, m8
+from .cudnn_fe import FE, M8_FLASH_MLA, m8
 from ._upstream import EAV, measured, mlm, pypi
 
 FIX_BACKEND_NONE = fixes.BACKEND_NONE
@@ -32,11 +32,9 @@ def _flash_mla(ctx: Context) -> Result:
     evidence = {"module": static.module("flash_mla").get("origin"),
                 "version": static.version("flash-mla") or static.version("flash_mla")}
     if not static.module("flash_mla").get("found"):
-        # Megatron's one dependency error names the frontend too when it is missing: cudnn-fe.version quotes it then.
-        summary = ("flash_mla is not installed: Megatron's dsa_kernel_backend=cudnn dependency check fails at config "
-                   "time (its message, which names the missing cuDNN frontend too, is quoted by cudnn-fe.version)"
-                   if frontend_absent(static) else m8(M8_FLASH_MLA))
-        return failed(summary, fixes=[fix_flash_mla, FIX_BACKEND_NONE], evidence=evidence)
+        # FlashMLA's part of Megatron's one dependency error; cudnn-fe.version states the frontend's.
+        return failed(f"flash_mla is not installed. {m8(M8_FLASH_MLA)}", fixes=[fix_flash_mla, FIX_BACKEND_NONE],
+                      evidence=evidence)
     result = outcome(ctx.require(FLASH_MLA), "flash_mla:flash_mla_sparse_fwd")
     if not result.get("ok"):
         evidence["error"] = result.get("error")
