@@ -209,6 +209,8 @@ def test_te_import_reads_the_library_that_lacks_the_symbol(tmp_path, bare_python
     assert "nvidia-cublas 13.1.0.3" in row["details"] and "does not export it" in row["details"]
     assert "ABI mismatch" not in row["details"]
     assert "nvidia-cublas>=13.2" in row["details"] and "cuda-toolkit==13.0.2" in row["details"]
+    assert "4. torch 2.15.0 from PyPI: it pins cuda-toolkit==13.2.2, which brings nvidia-cublas 13.4.1.3" in row[
+        "details"]
     assert commands(row) == ["pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]==2.12.0'"]
     provider = row["evidence"]["providers"][0]
     assert provider["exports"] is False and provider["owner"]["distribution"] == "nvidia-cublas"

@@ -98,3 +98,15 @@ def test_step_comments_wrap_at_word_boundaries(tmp_path, bare_python):
 def test_deps_consistency_does_not_pass_over_nothing(tmp_path, bare_python):
     row = run(Env(tmp_path), bare_python, "--only", "deps.consistency").check("deps.consistency")
     assert row["status"] == "skip" and "none of the DSv4 and CUDA packages is installed" in row["summary"]
+
+
+@pytest.mark.parametrize("cutlass, hint", [("4.8.1", "nvidia-cutlass-dsl-libs-core"), ("4.5.2", "libs-base wheel")])
+def test_the_cute_dsl_hint_follows_its_packaging(tmp_path, bare_python, cutlass, hint):
+    """4.8.x moved `cutlass` into nvidia-cutlass-dsl-libs-core; the .pth stays in the meta wheel."""
+    env = Env(tmp_path).fake("torch", fake_torch)
+    env.fake("cuda", lambda s: s.file("cuda/__init__.py", "") and s.file("cuda/bindings/__init__.py", "")
+             and s.file("cuda/bindings/driver.py", ""))
+    env.fake("cutedsl", lambda s: s.dist("nvidia-cutlass-dsl", cutlass))
+    row = run(env, bare_python, "--only", "cutlass-dsl.import", "--cp", "2", "--gpu-arch", "9.0").check(
+        "cutlass-dsl.import")
+    assert row["status"] == "fail" and hint in row["details"], row
