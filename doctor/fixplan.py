@@ -24,7 +24,7 @@ import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass, field
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .model import UNSAFE_CHARS, CheckReport, Command, Fix, Phase, Status, env_value
 from .procs import kill_group
@@ -181,14 +181,32 @@ def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: st
     return "\n".join(lines) + "\n"
 
 
+def offline_reason(cmd: Command, environ: Mapping[str, str]) -> str | None:
+    """Why pip cannot carry out `cmd` here: with PIP_NO_INDEX set, a `git+` requirement (a clone, then a build from
+    source) needs the network that a find-links folder of wheels does not replace."""
+    if environ.get("PIP_NO_INDEX", "").strip().lower() not in ("1", "true", "yes", "on"):
+        return None
+    if any("git+" in word for word in cmd.argv):
+        return "PIP_NO_INDEX is set and it installs from git (a clone and a source build need the network)"
+    return None
+
+
 def apply(plan: Plan, python: str, procs, redact: Redactor | None = None,
-          interrupted: Callable[[], bool] = lambda: False) -> tuple[int, int]:
+          interrupted: Callable[[], bool] = lambda: False, not_applied: list[str] | None = None) -> tuple[int, int]:
     """Run the automatic steps with the target's pip, output to stderr; (commands run, exit code of the failing one
-    or 0). Stops at the first failure, or when `interrupted()` says a signal arrived (its handler kills pip)."""
+    or 0). Stops at the first failure, or when `interrupted()` says a signal arrived (its handler kills pip). A step
+    pip cannot carry out offline (offline_reason) is left out and named in `not_applied`, with the reason."""
     redact = redact or Redactor()
     ran = 0
-    for step in plan.steps:
+    for n, step in enumerate(plan.steps, 1):
         if not step.automatic:
+            continue
+        why = next((r for r in (offline_reason(c, os.environ) for c in step.commands) if r), None)
+        if why:
+            line = f"step {n} not applied: {why}"
+            sys.stderr.write(clean_text(line) + "\n")
+            if not_applied is not None:
+                not_applied.append(line)
             continue
         for cmd in step.commands:
             if interrupted():
@@ -241,7 +259,8 @@ class ApplySignals:
                 signal.signal(sig, handler)
 
 
-def apply_guarded(plan: Plan, python: str, redact: Redactor | None = None) -> tuple[int, int, int | None]:
+def apply_guarded(plan: Plan, python: str, redact: Redactor | None = None,
+                  not_applied: list[str] | None = None) -> tuple[int, int, int | None]:
     """`apply` with its own process tracking and signal handling: (commands run, the failing exit code or 0, the
     signal that stopped it or None). Every pip process is gone when it returns."""
     from .procs import Processes
@@ -249,7 +268,8 @@ def apply_guarded(plan: Plan, python: str, redact: Redactor | None = None) -> tu
     procs = Processes()
     try:
         with ApplySignals(procs) as signals:
-            ran, failed = apply(plan, python, procs, redact, interrupted=lambda: signals.signum is not None)
+            ran, failed = apply(plan, python, procs, redact, interrupted=lambda: signals.signum is not None,
+                                not_applied=not_applied)
     finally:
         procs.close()
     return ran, failed, signals.signum
@@ -297,7 +317,8 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
         if answer.strip().lower() not in ("y", "yes"):
             say("nothing applied")
             return code
-    ran, failed, signum = apply_guarded(plan, python, redact)
+    not_applied: list[str] = []
+    ran, failed, signum = apply_guarded(plan, python, redact, not_applied)
     if signum is not None:
         import signal
 
@@ -310,6 +331,8 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
     again = recheck()
     for c in again["checks"]:
         say(f"{c['id']}: {c['status']} - {c['summary']}")
+    for line in not_applied:
+        say(line)
     say("before: " + before)
     say("after:  " + verdict_line(again))
     return int(again["summary"]["exit_code"])

@@ -110,3 +110,40 @@ def test_the_cute_dsl_hint_follows_its_packaging(tmp_path, bare_python, cutlass,
     row = run(env, bare_python, "--only", "cutlass-dsl.import", "--cp", "2", "--gpu-arch", "9.0").check(
         "cutlass-dsl.import")
     assert row["status"] == "fail" and hint in row["details"], row
+
+
+def test_apply_offline_leaves_out_git_builds_with_the_reason_and_runs_the_rest(monkeypatch, capfd):
+    """`PIP_NO_INDEX=1 PIP_FIND_LINKS=<wheels> fix --apply`: a git+ step cannot be reached offline; it is named as not
+    applied, and the wheel steps still run (with a build step's environment set)."""
+    from dsv4_doctor import fixplan
+    from dsv4_doctor.checks import fixes
+    from dsv4_doctor.model import CheckReport, Status
+
+    class Procs:
+        def __init__(self):
+            self.runs = []
+
+        def spawn(self, argv, **kwargs):
+            self.runs.append((argv, (kwargs.get("env") or {}).get("CPLUS_INCLUDE_PATH")))
+            return type("P", (), {"wait": lambda self: 0})()
+
+        def release(self, proc):
+            pass
+
+    reports = [CheckReport(id="kernels.flash-mla", title="t", status=Status.FAIL, summary="s",
+                           fixes=[fixes.flash_mla((9, 0))]),
+               CheckReport(id="tvm-ffi.version", title="t", status=Status.FAIL, summary="s",
+                           fixes=[fixes.Fix("tvm", [["pip", "install", "--no-deps", "apache-tvm-ffi==0.1.11"]])])]
+    plan = fixplan.build_plan(reports)
+    monkeypatch.setenv("CUDA_HOME", "/opt/cuda-13")
+    monkeypatch.delenv("PIP_NO_INDEX", raising=False)
+    online = Procs()
+    assert fixplan.apply(plan, "/py", online) == (2, 0)
+    assert online.runs[0][1] == "/opt/cuda-13/include/cccl"  # the build step's environment, CUDA_HOME resolved
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    offline, skipped = Procs(), []
+    assert fixplan.apply(plan, "/py", offline, not_applied=skipped) == (1, 0)
+    assert [argv[-1] for argv, _ in offline.runs] == ["apache-tvm-ffi==0.1.11"]
+    assert skipped == ["step 1 not applied: PIP_NO_INDEX is set and it installs from git (a clone and a source "
+                       "build need the network)"]
+    assert skipped[0] in capfd.readouterr().err
