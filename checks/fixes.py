@@ -30,7 +30,6 @@ TORCH_VERSION = "2.11.0"  # the verl DSv4 image's torch (CUDA 13.0)
 VERL_VERSION = "0.9.0"
 FAST_HADAMARD_COMMIT = "f134af63deb2df17e1171a9ec1ea4a7d8604d5ca"  # Megatron-LM dev's pin
 MBRIDGE_COMMIT = "c7774d44d4b3101dc6bdf8c8d38a32e909e1ea11"  # the Megatron-Bridge commit verl's DSv4 script names
-FLASH_MLA_REF = "nv_dev"  # the FlashMLA branch whose flash_mla_sparse_fwd takes indexer_topk
 FLASH_MLA_COMMIT = "b7643bd54521f563b839b98289b5cd048c062ba2"  # nv_dev's head, 2026-04-30 (built on an H200)
 MBRIDGE_PYPI_VERSION = "0.6.2"  # the newest megatron-bridge on PyPI; 0.5.0+ ship the DSv4 bridge
 TE_MIN_VERSION = "2.9.0"  # Megatron's sequence-packing gate (te.version)
@@ -39,7 +38,7 @@ TE_MIN_VERSION = "2.9.0"  # Megatron's sequence-packing gate (te.version)
 # are written (tests/test_dockerfile.py fails when the Dockerfile's ARG defaults disagree).
 PINS = {
     "MEGATRON_LM_COMMIT": MLM_DEV, "MEGATRON_BRIDGE_COMMIT": MBRIDGE_COMMIT, "CUDNN_FRONTEND_VERSION": FE_VERSION,
-    "TVM_FFI_VERSION": TVM_FFI_VERSION, "CUTLASS_DSL_VERSION": CUTLASS_VERSION, "FLASH_MLA_REF": FLASH_MLA_REF,
+    "TVM_FFI_VERSION": TVM_FFI_VERSION, "CUTLASS_DSL_VERSION": CUTLASS_VERSION, "FLASH_MLA_COMMIT": FLASH_MLA_COMMIT,
     "FAST_HADAMARD_COMMIT": FAST_HADAMARD_COMMIT, "VERL_VERSION": VERL_VERSION, "TE_MIN_VERSION": TE_MIN_VERSION,
     "CUDA_PYTHON_VERSION": "13.4.4", "TORCH_C_DLPACK_EXT_VERSION": "0.1.5",  # the frontend's cutedsl extra's
 }
