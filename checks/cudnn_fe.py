@@ -285,8 +285,8 @@ def _csa(ctx: Context) -> Result:
             "compressor:",
             "  " + R11.format(detail=detail),
             "The eager path runs but is numerically different and slower. The seed incident (a 40-GPU GB200 verl "
-            "job that produced NaN with a frontend predating cudnn.csa; verl PR #7297) was cured by `pip install "
-            "--no-deps apache-tvm-ffi==0.1.11` and `pip install --force-reinstall --no-deps "
+            "job that produced NaN with a frontend predating cudnn.csa; verl PR #7297) was cured, on H100, by `pip "
+            "install --no-deps apache-tvm-ffi==0.1.11` and `pip install --force-reinstall --no-deps "
             "nvidia-cudnn-frontend==1.27.0`; that the eager compressor caused the NaN is not proven.",
         ]
         if missing:
@@ -347,8 +347,8 @@ cudnn_fe_csa = Check(
         GPUs that would use the fused path; on a known CC the gates reject, and under CP > 1 with d48bd6be's
         non-pre-grouped-only dispatch, it is a skip saying so (and whether this frontend has cudnn.csa at all).
         Context: the seed incident, a 40-GPU GB200 verl job that produced NaN with a frontend predating cudnn.csa,
-        was cured by reinstalling the frontend 1.27.0 and apache-tvm-ffi 0.1.11; the eager compressor is not proven
-        to be its cause.
+        was cured on H100 by reinstalling the frontend 1.27.0 and apache-tvm-ffi 0.1.11; the eager compressor is
+        not proven to be its cause.
     """,
     applies_when="dsa_backend != none, on the CCs the installed gates admit",
     detects="the installed Megatron's and frontend's CC gates (ast); from cudnn.csa import compressor (subprocess)",

@@ -65,6 +65,8 @@ mbridge_dsv4 = Check(
                "https://github.com/verl-project/verl/blob/main/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh"),
         Source("Megatron-Bridge #3562 (DeepSeek V4 Bridge, 66fe25897)",
                "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3562"),
+        Source("megatron-bridge 0.6.2 wheel (megatron/bridge/models/deepseek/deepseek_v4_bridge.py; 0.5.0+ ship it; "
+               "Requires-Dist megatron-core[dev,mlm], hence --no-deps)", "https://pypi.org/project/megatron-bridge/0.6.2/"),
         Source("Megatron-Bridge #5543 (DSv4 defaults to flex/HybridEP, 24849e23c)",
                "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/5543"),
     ),
