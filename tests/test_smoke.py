@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import has_torch, run_doctor
-from fakes import (Env, fake_cudnn_dsa, fake_cutedsl, fake_flash_mla, fake_layout_kernels, fake_megatron_importable,
-                   fake_te)
+from fakes import (Env, fake_cudnn_dsa, fake_cutedsl, fake_flash_mla, fake_layout_kernels, fake_megatron_dev,
+                   fake_megatron_importable, fake_te)
 
 pytestmark = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
 
@@ -421,6 +421,19 @@ def test_the_csa_compressor_runs_for_a_b200_profile_at_cp1(tmp_path, mode, statu
         assert any("nvidia-cudnn-frontend" in c for f in row["fixes"] for c in f["commands"])
     if mode == "sticky-ape":
         assert ev["control_error"] == 0.0
+
+
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays near 120 s on 2 cores
+@pytest.mark.parametrize("gate, status", [("d48bd6be", "skip"), ("88a285f0", "pass")])
+def test_the_csa_compressor_sub_run_follows_the_installed_megatron_gate_on_b300(tmp_path, gate, status):
+    """CC 10.3: d48bd6be's gate (== 10.0) keeps the eager compressor, so the sub-run says so; 88a285f0's (major >= 10)
+    uses the fused one, so it runs."""
+    env = Env(tmp_path).fake("fe", fake_cudnn_dsa, "ok", csa="ok")
+    env.fake("megatron", lambda s: fake_megatron_dev(s, compressor_gate=gate))
+    csa = kernels(env, "--cp", "1", "--gpu-arch", "10.3")["evidence"]["subruns"]["csa"]
+    assert csa["status"] == status, csa
+    if status == "skip":
+        assert "(compute capability == 10.0) rejects compute capability 10.3" in csa["summary"], csa
 
 
 def test_the_csa_stand_in_has_the_real_wheels_signature(tmp_path):

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dsv4_doctor.facts import StaticFacts
 from dsv4_doctor.model import Check, Context, Fix, Profile, Result, Source, errored, failed, passed, warned
-from dsv4_doctor.probes import Probe
+from dsv4_doctor.probes import Probe, StaticRequest
 
 from .. import fixes
 from .._upstream import EAV, mlm, pypi
+from ..cudnn_fe import FUSED_COMPRESSOR, megatron_compressor
 from ..mcore import mcore_fix
 from .thd_cp import RULE_FIXES, TIER2_MODULES, not_run, rule_fixes, torch_missing
 
@@ -33,8 +34,9 @@ def subruns(profile: Profile) -> dict[str, str | None]:
     return {
         "dsa": None if cudnn else "dsa_kernel_backend=none: the frontend's DSA kernels are not used",
         "layout": None if profile.cp > 1 else "not used at CP 1: Megatron runs the CP layout kernels only with CP > 1",
-        "csa": None if cudnn and profile.cc == (10, 0) and profile.cp == 1 else
-        "Megatron uses the fused CSA compressor only on CC 10.0 with dsa_kernel_backend=cudnn and CP 1",
+        "csa": None if cudnn and profile.cc is not None and profile.cc[0] >= 10 and profile.cp == 1 else
+        "Megatron uses the fused CSA compressor only on CC >= 10 (as its installed gate admits) with "
+        "dsa_kernel_backend=cudnn and CP 1",
         "flashmla": None if cudnn else "dsa_kernel_backend=none: FlashMLA is not used",
     }
 
@@ -92,6 +94,11 @@ def _kernels(ctx: Context) -> Result:
     profile = ctx.profile
     rows: dict[str, dict] = {}
     for name, why in subruns(profile).items():
+        if why is None and name == "csa" and profile.cc is not None:
+            _, gate = megatron_compressor(ctx.static)
+            if gate is not None and not gate.accepts(profile.cc):
+                why = (f"the installed Megatron's fused-compressor gate ({gate.describe()}) rejects compute "
+                       f"capability {profile.gpu_arch}: the eager compressor runs (see cudnn-fe.csa)")
         if why is not None:
             rows[name] = {"status": "skip", "summary": why, "rule": None}
             continue
@@ -206,6 +213,7 @@ smoke_dsv4_kernels = Check(
     fixes=(fixes.frontend_stack(StaticFacts({})), fixes.FLASH_MLA),
     skip_if=_not_run,
     needs=("torch.install",),
+    static=StaticRequest(modules=FUSED_COMPRESSOR, sources=FUSED_COMPRESSOR),
     probes=_probes,
     per_gpu=True,
     run=_kernels,
