@@ -16,6 +16,8 @@ from dsv4_doctor.jobargs import (ENGINE_MAX_SEQLEN, VERL_ROLES, common_setting, 
 from dsv4_doctor.model import Check, Context, Fix, Phase, Profile, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 
+from dsv4_doctor.jobsettings import ROUNDING
+
 from ._upstream import EAV, mlm
 from .verl import ENGINE as VERL_ENGINE
 from .verl import STATIC as VERL_STATIC
@@ -41,6 +43,13 @@ VERL_DYNAMIC = "max_seqlen_per_dp_cp_rank must be a positive integer when dynami
 
 def _no_job(profile: Profile) -> str | None:
     return None if profile.job is not None else "no job arguments (preflight or --job-args)"
+
+
+def _not_read(job: dict) -> str:
+    """Why a job row cannot judge the command: it is neither verl nor Megatron-LM (a wrapper script, a launcher)."""
+    return str(job.get("not_known") or "the command is neither a verl nor a Megatron-LM training command: its "
+               "settings are not known; give the training command itself (`check --job-args \"python3 -m "
+               "verl.trainer.main_ppo ...\"`), or state the CP with --cp N")
 
 
 def _job(ctx: Context) -> dict:
@@ -149,8 +158,7 @@ def _cp_args(ctx: Context) -> Result:
     job = _job(ctx)
     roles = roles_to_check(job)
     if not roles:
-        return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read",
-                       evidence={"entry": job.get("entry")})
+        return skipped(_not_read(job), evidence={"entry": job.get("entry")})
     auto, why_auto = _verl_sets_cp(ctx, job)
     fails, warns, notes, fixes, unknown = [], [], [], [], []
     in_file = _maybe_in_file(job)
@@ -206,9 +214,10 @@ def _cp_args(ctx: Context) -> Result:
     evidence.update(failures=fails, warnings=warns, notes=notes, unknown=unknown)
     text = "; ".join(fails or warns or notes)
     if fails:
-        return failed(text, "\n".join(warns + unknown + notes + [why_auto]), fixes=fixes, evidence=evidence)
+        return failed(text, "\n".join(warns + unknown + notes + [why_auto, ROUNDING]), fixes=fixes,
+                      evidence=evidence)
     if warns:
-        return warned(text, "\n".join(unknown + notes + [why_auto]), evidence=evidence)
+        return warned(text, "\n".join(unknown + notes + [why_auto, ROUNDING]), fixes=fixes, evidence=evidence)
     if unknown:
         return skipped("; ".join(unknown + notes), evidence=evidence)
     if all(r["cp"] == 1 for r in evidence["roles"].values()) and not any(
@@ -223,9 +232,10 @@ def _positive(value) -> bool:
 
 
 def _seqlen_fix(job, role, name, needed, needed_from, cp, now) -> Fix:
-    """The line that states max_seqlen_per_dp_cp_rank (`name`: the engine's or the transformer config's)."""
+    """The line that states max_seqlen_per_dp_cp_rank (`name`: the engine's or the transformer config's), rounded
+    up (verl's example rounds down)."""
     if needed:
-        return _add(job, role, name, math.ceil(needed / cp), _per_rank(needed_from), now)
+        return _add(job, role, name, math.ceil(needed / cp), _per_rank(needed_from) + ", rounded up", now)
     return _add(job, role, name, "N", f"N = {_per_rank('the longest sample')}, rounded up; {needed_from}", now)
 
 
@@ -267,6 +277,11 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unkno
         if job.get("kind") == "megatron":
             notes.append(f"{lab}max_seqlen_per_dp_cp_rank not stated (the Megatron-LM CLI derives it from "
                          "--seq-length)")
+        elif cp > 1:
+            # verl's DSv4 example states it in CP_ARGS; the line to add is the example's, rounded up.
+            warns.append(f"{lab}max_seqlen_per_dp_cp_rank not stated: verl's DSv4 example sets it in CP_ARGS to "
+                         "the longest sample / CP")
+            fixes.append(_seqlen_fix(job, role, name, needed, needed_from, cp, None))
         else:
             notes.append(f"{lab}max_seqlen_per_dp_cp_rank: not stated")
         return
@@ -349,7 +364,7 @@ def _parallelism(ctx: Context) -> Result:
     job = _job(ctx)
     roles = roles_to_check(job)
     if not roles:
-        return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read")
+        return skipped(_not_read(job))
     world = _world(job)
     fails, notes, fixes, unknown = [], [], [], []
     evidence: dict = {"world_size": world, "roles": {}}
@@ -423,7 +438,7 @@ def _moe_dispatch(ctx: Context) -> Result:
     job = _job(ctx)
     roles = roles_to_check(job)
     if not roles:
-        return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read")
+        return skipped(_not_read(job))
     auto, _ = _verl_sets_cp(ctx, job)
     fails, warns, notes, fixes, unknown = [], [], [], [], []
     deep_ep = ctx.static.module("deep_ep").get("found")
@@ -520,7 +535,7 @@ def _indexer_loss(ctx: Context) -> Result:
     roles = roles_to_check(job)
     profile = ctx.profile
     if not roles:
-        return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read")
+        return skipped(_not_read(job))
     if profile.dsa_backend != "cudnn":
         return skipped("dsa_kernel_backend=none: the fused DSA kernels (and the SM90 rule) are not used")
     if profile.cc is None:
@@ -598,9 +613,10 @@ def _env(ctx: Context) -> Result:
             env.pop(name, None)
     env.update({k: v for k, v in (job.get("env") or {}).items() if isinstance(v, str)})
     names = [str(g.get("name", "")) for g in ctx.gpus()]
-    warns, notes = [], []
+    warns, notes, exports = [], [], []
     nvls = env.get("NCCL_NVLS_ENABLE")
     if nvls != "0":
+        exports.append(("NCCL_NVLS_ENABLE", "0", "as verl's DSv4 script and the Megatron recipes set it"))
         warns.append(f"NCCL_NVLS_ENABLE is {'unset' if nvls is None else repr(nvls)}: verl's DSv4 script and the "
                      "Megatron recipes set NCCL_NVLS_ENABLE=0 (Megatron's DDP enables NVLS unless it is set, MLM "
                      "#6319)")
@@ -610,6 +626,8 @@ def _env(ctx: Context) -> Result:
     overlap = any(_value(role_settings(job, r), "overlap_moe_expert_parallel_comm") is True
                   for r in roles_to_check(job))
     if connections is None:
+        exports.append(("CUDA_DEVICE_MAX_CONNECTIONS", "1", "verl's DSv4 script's choice; more than 1 for Megatron's "
+                        "EP all-to-all overlap"))
         warns.append("CUDA_DEVICE_MAX_CONNECTIONS is unset: verl's DSv4 script sets 1 (communication kernels keep "
                      "their launch order), while Megatron's EP all-to-all overlap wants more than 1; choose one")
     elif connections == "1" and overlap:
@@ -620,15 +638,19 @@ def _env(ctx: Context) -> Result:
     if any("GB200" in n or "GB300" in n for n in names):
         mnnvl = env.get("NCCL_MNNVL_ENABLE")
         if mnnvl is None:
+            exports.append(("NCCL_MNNVL_ENABLE", "1", "multi-node NVLink on GB200/GB300 NVL72"))
             warns.append("NCCL_MNNVL_ENABLE is unset on a GB200/GB300 host: multi-node NVLink on NVL72 depends on it "
                          "(NCCL #2186)")
         else:
             notes.append(f"NCCL_MNNVL_ENABLE={mnnvl}")
     evidence = {"NCCL_NVLS_ENABLE": nvls, "CUDA_DEVICE_MAX_CONNECTIONS": connections,
                 "NCCL_MNNVL_ENABLE": env.get("NCCL_MNNVL_ENABLE"), "gpus": names[:8],
-                "from_command": sorted(k for k in (job.get("env") or {}) if isinstance(k, str))}
+                "from_command": sorted(k for k in (job.get("env") or {}) if isinstance(k, str)),
+                "exports": [f"export {name}={value}" for name, value, _ in exports]}
+    fixes = [Fix(f"Set in the job script, before the training command ({why}):\n  export {name}={value}",
+                 key=f"env:{name}={value}", phase=Phase.SETTING) for name, value, why in exports]
     if warns:
-        return warned("; ".join(warns), "\n".join(notes), evidence=evidence)
+        return warned("; ".join(warns), "\n".join(notes), fixes=fixes, evidence=evidence)
     return passed("; ".join(notes), evidence=evidence)
 
 
@@ -678,7 +700,7 @@ def _dsa_backend(ctx: Context) -> Result:
     job = _job(ctx)
     roles = roles_to_check(job)
     if not roles:
-        return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read")
+        return skipped(_not_read(job))
     decided = str(job.get("dsa_backend_decided") or "")
     fails: list[str] = []
     notes: list[str] = []

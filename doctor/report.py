@@ -110,6 +110,11 @@ def assemble(profile: Profile | dict, checks: Sequence[CheckReport], plugins: Se
         "summary": summary,
         "checks": [c.to_dict() for c in checks],
     }
+    from .jobsettings import section
+
+    settings = section(report["profile"], report["checks"])
+    if settings is not None:
+        report["job_settings"] = settings
     redactor = Redactor()
     report = redactor(report)
     report["redactions"] = {"count": redactor.count}
