@@ -18,7 +18,7 @@ from dsv4_doctor.probes import StaticRequest
 
 from dsv4_doctor.jobsettings import ROUNDING
 
-from ._upstream import EAV, mlm
+from ._upstream import EAV, gh, mlm, pypi
 from .verl import ENGINE as VERL_ENGINE
 from .verl import STATIC as VERL_STATIC
 from .verl import markers as verl_markers
@@ -337,7 +337,10 @@ job_cp_args = Check(
         `<role>.megatron.max_seqlen_per_dp_cp_rank` (a positive integer, else "max_seqlen_per_dp_cp_rank must be a
         positive integer when dynamic_context_parallel is enabled") and writes it over the transformer config's;
         without dynamic CP verl does not read the engine key, and Megatron gets the
-        `override_transformer_config` value.
+        `override_transformer_config` value. With CP > 1 and no max_seqlen_per_dp_cp_rank it warns and gives the
+        line verl's example adds, ceil((max_prompt_length + max_response_length) / CP): the example's shell
+        division rounds down, which leaves the longest sample short when the sum is not a multiple of CP. The full
+        CP_ARGS block is in the report's job settings and at the end of `fix --job-args`.
     """,
     applies_when="job arguments given; CP > 1",
     detects="the training command's overrides or flags; verl's #6555 marker (ast)",
@@ -346,6 +349,9 @@ job_cp_args = Check(
         mlm(MPC, "74-98", "Megatron-LM dev model_parallel_config.py (max_seqlen_per_dp_cp_rank, schedulers)"),
         Source("verl run_deepseek_v4_flash_megatron.sh CP_ARGS (PR #7297)",
                "https://github.com/verl-project/verl/pull/7297"),
+        gh("verl-project/verl", "blob/1dda039b/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh",
+           "verl @1dda039b run_deepseek_v4_flash_megatron.sh: max_seqlen_per_dp_cp_rank=$(((MAX_PROMPT_LENGTH + "
+           "MAX_RESPONSE_LENGTH) / ACTOR_CP)) rounds down; the doctor's line rounds up"),
         Source("verl PR #6555 (MegatronEngine sets the DSv4 CP settings)", "https://github.com/verl-project/verl/pull/6555"),
         Source("verl 0.9.0 workers/config/engine.py L229-236 (McoreEngineConfig: max_seqlen_per_dp_cp_rank with "
                "dynamic CP); workers/engine/megatron/transformer_impl.py L303-311 (written over the transformer "
@@ -662,7 +668,8 @@ job_env = Check(
         command counts too). NCCL_NVLS_ENABLE=0, as verl's DSv4 script and the Megatron recipes set it (Megatron's
         DDP enables NVLS unless it is set). CUDA_DEVICE_MAX_CONNECTIONS: verl's script sets 1, while Megatron's EP
         all-to-all overlap wants more than 1, a trade-off the warning states. NCCL_MNNVL_ENABLE on GB200/GB300
-        NVL72 hosts. Warnings only.
+        NVL72 hosts. Warnings only; each names the `export` line to put in the job script, which the fix plan
+        and the text report list as job settings (never run).
     """,
     applies_when="job arguments given",
     detects="the job's environment and GPU names",
@@ -753,8 +760,13 @@ job_dsa_backend = Check(
         frontend's DSA kernels and FlashMLA); it rejects `tilelang` for dsv4_hybrid, and the Megatron-LM CLI's
         choices reject anything else. The deprecated `apply_dsa_kernel_fusion` maps True to cudnn and False to none,
         and stating it beside a different backend raises "Conflicting DSA kernel controls". A backend the command
-        does not state is the path's default: cudnn for the Megatron-LM CLI with dsv4_hybrid, off through verl and
-        Megatron-Bridge; the report's profile says which was used, and the environment checks follow it.
+        does not state is the path's default: cudnn for the Megatron-LM CLI with dsv4_hybrid; through verl (which
+        never sets it), whatever the installed Megatron-Bridge's DSv4 provider sets `apply_dsa_kernel_fusion` to,
+        read from its deepseek_v4_bridge.py with ast: 0.5.x turns it on for any CC major >= 10, c7774d44 and 0.6.x
+        only when `from cudnn import DSA` and `from flash_mla import flash_mla_sparse_fwd` also import (the doctor
+        runs the same two imports in a probe). A wrapper command (bash, srun, a launcher), a config file, a bridge
+        whose rule cannot be read or an unknown CC leave it not known: the environment is then checked for cudnn,
+        the stricter. The job line says which rule decided it, and the environment checks follow it.
     """,
     applies_when="job arguments given",
     detects="the training command's dsa_kernel_backend and apply_dsa_kernel_fusion",
@@ -763,6 +775,12 @@ job_dsa_backend = Check(
         mlm(TC, "1766-1770", "Megatron-LM dev transformer_config.py L1766-1770 (tilelang rejected for dsv4_hybrid)"),
         mlm("megatron/training/argument_utils.py", "370-387",
             "Megatron-LM dev argument_utils.py L370-387 (an omitted --dsa-kernel-backend is cudnn for dsv4_hybrid)"),
+        pypi("megatron-bridge", "0.5.1", "megatron-bridge 0.5.1 wheel, megatron/bridge/models/deepseek/"
+             "deepseek_v4_bridge.py L105-111, L460 (apply_dsa_kernel_fusion on for CC major >= 10)"),
+        pypi("megatron-bridge", "0.6.2", "megatron-bridge 0.6.2 wheel, deepseek_v4_bridge.py L114-122, L394, L472 "
+             "(and only when cudnn DSA and FlashMLA import)"),
+        gh("NVIDIA-NeMo/Megatron-Bridge", "blob/c7774d44/src/megatron/bridge/models/deepseek/deepseek_v4_bridge.py",
+           "Megatron-Bridge c7774d44 deepseek_v4_bridge.py (the commit verl's DSv4 example names; the 0.6.x rule)"),
     ),
     skip_if=_no_job,
     only_with="job",

@@ -45,8 +45,9 @@ def read_rule(source: Any) -> dict:
     if len(values) != 1:
         return {"readable": False, "why": f"it assigns {FIELD} in {len(values)} different ways"}
     hit = assignments[0]
-    local = hit.get("locals") if isinstance(hit.get("locals"), dict) else {}
-    functions = source.get("functions") if isinstance(source.get("functions"), dict) else {}
+    local: Any = hit.get("locals")
+    functions: Any = source.get("functions")
+    local, functions = (local if isinstance(local, dict) else {}), (functions if isinstance(functions, dict) else {})
     line = hit.get("lineno") if isinstance(hit.get("lineno"), int) else None
     try:
         terms, expression = _terms(str(hit.get("value")), local, functions, 0)
@@ -137,10 +138,12 @@ def decide(rule: dict, cc: tuple[int, int] | None, imports: dict[str, dict] | No
             return "cudnn", False, (f"not known: {rule_text}, and its imports were not tried (--static-only){strict}")
         failed = []
         for target in pending:
-            outcome = imports.get(target) if isinstance(imports.get(target), dict) else {}
+            outcome: Any = imports.get(target)
+            outcome = outcome if isinstance(outcome, dict) else {}
             if outcome.get("ok") is True:
                 continue
-            error = outcome.get("error") if isinstance(outcome.get("error"), dict) else {}
+            error: Any = outcome.get("error")
+            error = error if isinstance(error, dict) else {}
             kind = str(error.get("type") or "no answer")
             if kind not in ("ImportError", "ModuleNotFoundError", "AttributeError"):  # a missing name: ImportError
                 # The bridge catches ImportError only: anything else stops the job while the model is built.

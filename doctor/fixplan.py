@@ -23,6 +23,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from .model import UNSAFE_CHARS, CheckReport, Command, Fix, Phase, Status
 from .procs import kill_group
@@ -132,7 +133,8 @@ def in_settings_section(step: Step, job_settings: dict | None) -> bool:
     """A job-setting step the job-settings section already holds (a CP_ARGS line, an export line)."""
     if not job_settings or step.fix.phase is not Phase.SETTING:
         return False
-    block = job_settings.get("cp_args") if isinstance(job_settings.get("cp_args"), dict) else {}
+    block: Any = job_settings.get("cp_args")
+    block = block if isinstance(block, dict) else {}
     held = {f"job:{line}" for line in block.get("lines") or []}
     held |= {"env:" + line[len("export "):] for line in job_settings.get("exports") or [] if isinstance(line, str)}
     return step.fix.key in held
@@ -189,7 +191,7 @@ def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: st
     if section:
         lines += ["", "# Job settings: for the training command and the job script; not run by this script or by "
                       "--apply" + (f" [{comment(', '.join(held))}]" if held else "") + ":"]
-        lines += [f"#   {comment(line, 2000)}" for line in section]
+        lines += [("#     " if line.startswith("  ") else "#   ") + comment(line, 2000) for line in section]
     if plan.unfixable:
         lines += ["", f"# No fix is known for: {comment(', '.join(plan.unfixable))} (see the report)."]
     return "\n".join(lines) + "\n"

@@ -84,9 +84,12 @@ def section(profile: dict, checks: list[dict]) -> dict | None:
     job = profile.get("job") if isinstance(profile.get("job"), dict) else None
     if job is None:
         return None
-    cp = profile.get("cp") if isinstance(profile.get("cp"), int) else 1
+    given: Any = profile.get("cp")
+    cp: int = given if isinstance(given, int) and not isinstance(given, bool) and given > 0 else 1
     rows = {c.get("id"): c for c in checks if isinstance(c, dict)}
     out: dict = {"exports": exports(rows.get("job.env")), "notes": []}
+    if job.get("kind") not in ("verl", "megatron"):
+        out["command_read"] = False
     if job.get("cp_known") is False:
         out["notes"].append("the job's CP is not known (the command hides it): CP_ARGS are shown for CP "
                             f"{cp}; state it with --cp N")
@@ -109,7 +112,10 @@ def comment_lines(settings: dict | None) -> list[str]:
         lines.append(f"CP_ARGS for CP {block.get('cp')}, in {where} (the full block; verl's DSv4 example):")
         lines += [f"  {line}" for line in block.get("lines") or []]
         missing = block.get("missing") or []
-        lines.append(f"the command lacks {len(missing)} of them" if missing else "the command states all of them")
+        if settings.get("command_read") is False:
+            lines.append("whether the command states them is not known (it is not read)")
+        else:
+            lines.append(f"the command lacks {len(missing)} of them" if missing else "the command states all of them")
         lines.append(str(block.get("computed")))
         lines.append(str(block.get("rounding")))
     exported = settings.get("exports") or []

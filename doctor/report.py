@@ -112,7 +112,8 @@ def assemble(profile: Profile | dict, checks: Sequence[CheckReport], plugins: Se
     }
     from .jobsettings import section
 
-    settings = section(report["profile"], report["checks"])
+    profile_dict = profile.to_dict() if isinstance(profile, Profile) else dict(profile)
+    settings = section(profile_dict, [c.to_dict() for c in checks])
     if settings is not None:
         report["job_settings"] = settings
     redactor = Redactor()

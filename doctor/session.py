@@ -313,14 +313,14 @@ class Session:
 
         static = self.pool.result(self.static_probe, STATIC_TIMEOUT_S + 1) if self.static_probe else None
         facts = StaticFacts(static.data if static is not None and static.ok else {})
-        sources = facts.data.get("sources") if isinstance(facts.data.get("sources"), dict) else {}
-        source = sources.get(bridgerule.BRIDGE_MODULE)
+        sources: Any = facts.data.get("sources")
+        source = sources.get(bridgerule.BRIDGE_MODULE) if isinstance(sources, dict) else None
         version = facts.version("megatron-bridge") or "(no metadata)"
         where = f"Megatron-Bridge {version} deepseek_v4_bridge.py"
         imports: dict[str, dict] | None = None
         evidence: dict = {"bridge": version}
         if static is None or not static.ok:
-            rule = {"readable": False, "why": "the static probe gave no answer"}
+            rule: dict = {"readable": False, "why": "the static probe gave no answer"}
         elif not facts.module("megatron.bridge").get("found"):
             rule = {"readable": False, "why": "Megatron-Bridge is not installed (see mbridge.dsv4)"}
         else:
@@ -333,7 +333,7 @@ class Session:
             probe = import_probe(*targets)
             self.pool.submit(probe)
             answer = self.pool.result(probe, (probe.timeout_s or self.timeout) + 1)
-            results = answer.data.get("results") if answer.ok and isinstance(answer.data, dict) else None
+            results: Any = answer.data.get("results") if answer.ok and isinstance(answer.data, dict) else None
             imports = {str(r.get("target")): r for r in results if isinstance(r, dict)} \
                 if isinstance(results, list) else {}
             evidence["imports"] = {t: bool((imports.get(t) or {}).get("ok")) for t in targets}

@@ -42,7 +42,7 @@ def profile_line(report: dict) -> str:
     if job is not None:
         extra += f" (from the {shown(job.get('kind'))} command: {shown(job.get('entry'))})"
     cp = f"{p.get('cp')}" if job is None or job.get("cp_known") is not False else \
-        f"{p.get('cp')}(not known: checked as CP > 1)"
+        f"{p.get('cp')} (not known: checked as CP > 1)"
     return (f"dsv4-doctor {report['doctor']['version']}  profile: cp={cp} "
             f"dsa-backend={shown(p.get('dsa_backend'))} gpu-arch={arch}{extra}  python: "
             f"{shown(target.get('executable'))} ({shown(target.get('version'))})")
