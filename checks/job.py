@@ -277,6 +277,8 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unkno
         if job.get("kind") == "megatron":
             notes.append(f"{lab}max_seqlen_per_dp_cp_rank not stated (the Megatron-LM CLI derives it from "
                          "--seq-length)")
+        elif cp > 1 and _from_file(job):
+            unknown.append(f"{lab}max_seqlen_per_dp_cp_rank not stated{_maybe_in_file(job)}")
         elif cp > 1:
             # verl's DSv4 example states it in CP_ARGS; the line to add is the example's, rounded up.
             warns.append(f"{lab}max_seqlen_per_dp_cp_rank not stated: verl's DSv4 example sets it in CP_ARGS to "

@@ -619,16 +619,16 @@ def job_profile(base: Profile, argv: Sequence[str], given_cp: int | None, given_
             is_interpolation(getattr(job.effective(r).get("cp"), "value", None)) for r in job.checked_roles()):
         raise UsageError(f"the job's context_parallel_size is not stated on the command line, and its config file "
                          f"({', '.join(job.config_file)}) may set it: state it in the command ("
-                         f"{line_to_add(data, 'actor' if job.kind == 'verl' else 'model', 'cp', 'N')}; with "
-                         "`check --job-args`, --cp N also gives it)")
+                         f"{line_to_add(data, 'actor' if job.kind == 'verl' else 'model', 'cp', 'N')}; --cp N "
+                         "also gives it)")
     if cp is None:
         if given_cp is None:
-            # One message for both commands: `check --job-args` has --cp, `preflight` has not (in a job script the
-            # shell expands the variables before the doctor reads them, so what it reads is what verl gets).
+            # In a job script the shell expands the variables before the doctor reads them, so what it reads is
+            # what verl gets; --cp (check, fix and preflight) states it otherwise.
             raise UsageError("the job's context_parallel_size is an interpolation the doctor cannot resolve (not in "
                              "the environment, nor another override of the command; a shell variable left "
-                             "unexpanded?): pass the command as the job runs it, with its variables expanded (with "
-                             "`check --job-args`, --cp N also gives the CP size)")
+                             "unexpanded?): pass the command as the job runs it, with its variables expanded (--cp N "
+                             "also gives the CP size)")
         cp = data["cp_given"] = given_cp
     elif given_cp not in (None, cp):
         raise UsageError(f"--cp {given_cp} contradicts the job's context_parallel_size {cp}: leave --cp out with "

@@ -133,7 +133,8 @@ def render_text(report: dict, color: bool = False, width: int = 100) -> str:
     if settings and (block.get("missing") or settings.get("exports")):
         from ..jobsettings import comment_lines
 
-        out += ["", "Job settings (for the training command and the job script; the doctor never runs them):"]
+        out += [""] + _wrap("Job settings (for the training command and the job script; the doctor never runs "
+                            "them):", width, "", "  ")
         for line in comment_lines(settings):
             out += ["  " + line] if line.startswith("  ") else _wrap(line, width, "  ", "    ")
     out.append("")
