@@ -213,11 +213,13 @@ def _cp_args(ctx: Context) -> Result:
         _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unknown)
     evidence.update(failures=fails, warnings=warns, notes=notes, unknown=unknown)
     text = "; ".join(fails or warns or notes)
+    # Said only where a max_seqlen_per_dp_cp_rank line is given: it is rounded up, unlike verl's example.
+    rounding = [ROUNDING] if any("max_seqlen_per_dp_cp_rank" in f.key for f in fixes) else []
     if fails:
-        return failed(text, "\n".join(warns + unknown + notes + [why_auto, ROUNDING]), fixes=fixes,
+        return failed(text, "\n".join(warns + unknown + notes + [why_auto] + rounding), fixes=fixes,
                       evidence=evidence)
     if warns:
-        return warned(text, "\n".join(unknown + notes + [why_auto, ROUNDING]), fixes=fixes, evidence=evidence)
+        return warned(text, "\n".join(unknown + notes + [why_auto] + rounding), fixes=fixes, evidence=evidence)
     if unknown:
         return skipped("; ".join(unknown + notes), evidence=evidence)
     if all(r["cp"] == 1 for r in evidence["roles"].values()) and not any(
