@@ -22,6 +22,7 @@ from typing import Any
 
 BRIDGE_MODULE = "megatron.bridge.models.deepseek.deepseek_v4_bridge"
 FIELD = "apply_dsa_kernel_fusion"
+FUSED_DSA_IMPORTS = ("cudnn:DSA", "flash_mla:flash_mla_sparse_fwd")  # deepseek_v4_supports_fused_dsa_kernels (0.6.x)
 _THRESHOLD = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*(?:\[0\])?\s*>=\s*(\d+)\s*$")
 _MAX_EXPRESSION = 2000
 

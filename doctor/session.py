@@ -311,6 +311,10 @@ class Session:
         from .facts import StaticFacts
         from .probes import import_probe
 
+        if profile.cc is not None and profile.cc[0] >= 10 and not profile.static_only:
+            # Started before the rule is read, so that it runs beside the static probe: 0.6.x's two imports (a
+            # probe is run once per key; one the rule does not ask for is only wasted work).
+            self.pool.submit(import_probe(*bridgerule.FUSED_DSA_IMPORTS))
         static = self.pool.result(self.static_probe, STATIC_TIMEOUT_S + 1) if self.static_probe else None
         facts = StaticFacts(static.data if static is not None and static.ok else {})
         sources: Any = facts.data.get("sources")

@@ -147,7 +147,8 @@ def test_an_unexpanded_variable_is_a_usage_error_not_a_guess():
     given = run_doctor("preflight", "--dry-run", "--no-smoke", "--only", "job.*", "--cp", "4", "--", *argv)
     assert given.returncode in (0, 1) and "cp 4 from --cp" in " ".join(given.stderr.split())
     given = run_doctor("check", "--no-smoke", "--only", "job.cp-args", "--cp", "2", "--job-args", shlex.join(argv))
-    assert given.returncode == 1 and "cp 2 from --cp" in " ".join(given.stdout.split())  # --cp fills in what the command cannot say
+    # --cp fills in what the command cannot say
+    assert given.returncode == 1 and "cp 2 from --cp" in " ".join(given.stdout.split())
     assert "cp_partition_mode is not stated" in given.stdout  # and the CP > 1 rules apply to it
     with pytest.raises(UsageError, match="not a positive whole number"):
         parse(["pretrain_gpt.py", "--context-parallel-size", "two"]).cp()

@@ -177,6 +177,9 @@ def test_fix_job_args_prints_all_three_cp_args_lines_rounded_up(tmp_path):
     assert not [x for x in lines if x.strip() and not x.startswith("#") and ("++" in x or "export" in x)]
     section = lines.index(next(x for x in lines if x.startswith("# Job settings")))
     assert all(not x.startswith('"$PY"') for x in lines[section:])  # after the pip steps
+    applied = run_doctor("fix", "--apply", "--yes", "--only", "job.*", "--job-args", shlex.join(VERL),
+                         sites=tuple(env.sites.values()), env={"NCCL_NVLS_ENABLE": ""})
+    assert "nothing to apply" in applied.stderr  # settings are never run
 
 
 def test_the_report_keeps_job_settings_apart_from_the_argv_fixes(tmp_path):
