@@ -145,7 +145,7 @@ def test_preflight_of_a_wrapper_script_does_not_start_a_job_check_would_fail(tmp
 
 
 def test_overrides_only_are_verl_overrides_or_refused():
-    job = parse([f"actor_rollout_ref.actor.megatron.context_parallel_size=2", f"++{OTC}.cp_partition_mode=contiguous"])
+    job = parse(["actor_rollout_ref.actor.megatron.context_parallel_size=2", f"++{OTC}.cp_partition_mode=contiguous"])
     assert job.kind == "verl" and job.cp() == 2 and job.entry is None
     with pytest.raises(UsageError, match="actor_rollout_ref.actor.megatron.context_parallel_size"):
         parse(["context_parallel_size=2", "data.max_prompt_length=2048"])
