@@ -39,7 +39,9 @@ def read_rule(source: Any) -> dict:
         return {"readable": False, "why": "the DeepSeek-V4 bridge's source was not found"}
     if source.get("error"):
         return {"readable": False, "why": f"its source could not be read ({str(source['error'])[:200]})"}
-    assignments = [a for a in source.get("assignments") or [] if isinstance(a, dict) and a.get("attribute") == FIELD]
+    found = source.get("assignments")
+    assignments = [a for a in (found if isinstance(found, list) else [])
+                   if isinstance(a, dict) and a.get("attribute") == FIELD]
     if not assignments:
         return {"readable": False, "why": f"no assignment to {FIELD} was found in it"}
     values = {str(a.get("value")) for a in assignments}
@@ -52,7 +54,7 @@ def read_rule(source: Any) -> dict:
     line = hit.get("lineno") if isinstance(hit.get("lineno"), int) else None
     try:
         terms, expression = _terms(str(hit.get("value")), local, functions, 0)
-    except ValueError as exc:
+    except (ValueError, RecursionError, MemoryError) as exc:
         return {"readable": False, "why": f"L{line}: {exc}", "line": line}
     return {"readable": True, "terms": terms, "line": line, "expression": expression[:_MAX_EXPRESSION]}
 

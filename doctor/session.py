@@ -300,7 +300,16 @@ class Session:
         if profile.gpu_arch is None and gpus and gpus[0].get("compute_capability"):
             profile = replace(profile, gpu_arch=gpus[0]["compute_capability"], gpu_arch_source="detected")
         if profile.job is not None and profile.job.get("dsa_backend_pending"):
-            profile = self._bridge_backend(profile)
+            try:
+                profile = self._bridge_backend(profile)
+            except Interrupted:
+                raise
+            except Exception as exc:  # whatever the probes answered: not known, checked as cudnn, never a crash
+                job = dict(profile.job, dsa_backend_known=False, dsa_backend_decided=(
+                    f"not known: the Megatron-Bridge rule could not be judged ({type(exc).__name__}); the "
+                    "environment is checked for cudnn, the stricter"))
+                job.pop("dsa_backend_pending", None)
+                profile = replace(profile, dsa_backend="cudnn", job=job)
         return profile
 
     def _bridge_backend(self, profile: Profile) -> Profile:

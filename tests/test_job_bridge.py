@@ -196,3 +196,14 @@ def test_the_report_keeps_job_settings_apart_from_the_argv_fixes(tmp_path):
     assert all(f["phase"] == "setting" and not f["argv"] for c in report["checks"] if c["id"].startswith("job.")
                for f in c["fixes"])
     json.dumps(report)
+
+
+@pytest.mark.parametrize("source", [None, 5, "x", {"found": True, "assignments": 5},
+                                    {"found": True, "assignments": [{"attribute": bridgerule.FIELD, "value": "(" * 500,
+                                                                     "locals": [], "lineno": "x"}]},
+                                    {"found": True, "functions": {"f": 1}, "assignments": [
+                                        {"attribute": bridgerule.FIELD, "value": "a", "locals": {"a": "a"}}]}])
+def test_a_hostile_bridge_summary_is_not_known_never_a_crash(source):
+    rule = bridgerule.read_rule(source)
+    assert rule["readable"] is False
+    assert bridgerule.decide(rule, (10, 0), {}, "b")[:2] == ("cudnn", False)
