@@ -305,7 +305,7 @@ class Session:
             except Interrupted:
                 raise
             except Exception as exc:  # whatever the probes answered: not known, checked as cudnn, never a crash
-                job = dict(profile.job, dsa_backend_known=False, dsa_backend_decided=(
+                job = dict(profile.job or {}, dsa_backend_known=False, dsa_backend_decided=(
                     f"not known: the Megatron-Bridge rule could not be judged ({type(exc).__name__}); the "
                     "environment is checked for cudnn, the stricter"))
                 job.pop("dsa_backend_pending", None)
