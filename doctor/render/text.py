@@ -40,7 +40,8 @@ def profile_line(report: dict) -> str:
                   "host(s)")
     job = p.get("job") if isinstance(p.get("job"), dict) else None
     if job is not None:
-        extra += f" (from the {shown(job.get('kind'))} command: {shown(job.get('entry'))})"
+        entry = shown(job.get("entry"), "overrides only, no program" if job.get("kind") == "verl" else "unknown")
+        extra += f" (from the {shown(job.get('kind'))} command: {entry})"
     cp = f"{p.get('cp')}" if job is None or job.get("cp_known") is not False else \
         f"{p.get('cp')} (not known: checked as CP > 1)"
     return (f"dsv4-doctor {report['doctor']['version']}  profile: cp={cp} "
