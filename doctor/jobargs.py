@@ -12,7 +12,9 @@ before Megatron sees them: `${oc.env:NAME}` / `${oc.env:NAME,default}` from the 
 it at preflight) and `${other.key}` from another override of the same command. One that cannot be resolved stays text
 and is reported as not known (a shell variable left unexpanded, `${ACTOR_CP}`, is one). Keys and flags the doctor does
 not use are listed by name, never with their values (they may hold secrets). A setting the command does not state is
-absent, never guessed: the job checks say "not stated".
+absent, never guessed: the job checks say "not stated". A string of overrides alone is read as verl's; a command that
+is neither verl nor Megatron-LM (a shell script, a launcher) leaves every setting not known, and the profile is then
+the stricter job's (CP > 1, cudnn) unless --cp / --dsa-backend state them.
 """
 
 from __future__ import annotations
