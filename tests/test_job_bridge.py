@@ -110,10 +110,18 @@ def test_the_profile_takes_the_backend_from_the_installed_bridge(tmp_path):
 
 # --- wrapper and overrides-only commands -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("argv", [["bash", "run.sh"], ["sh", "-c", "python3 -m verl.trainer.main_ppo"],
-                                  ["srun", "--ntasks=8", "train.sh"], ["env", "A=1", "bash", "x.sh", "k.v=1"]])
-def test_a_wrapper_command_leaves_the_settings_not_known(argv):
+WRAPPERS = [["bash", "run.sh"], ["sh", "-c", "python3 -m verl.trainer.main_ppo"], ["srun", "--ntasks=8", "train.sh"],
+            ["env", "A=1", "bash", "x.sh", "actor_rollout_ref.actor.megatron.context_parallel_size=1"],
+            ["timeout", "3600", "python3", "-m", "verl.trainer.main_ppo"]]
+
+
+@pytest.mark.parametrize("argv", WRAPPERS)
+def test_a_wrapper_is_read_as_not_known(argv):
     assert parse(argv).kind == "unknown"
+
+
+@pytest.mark.parametrize("argv", [WRAPPERS[0], WRAPPERS[3]])
+def test_a_wrapper_command_leaves_the_settings_not_known(argv):
     run = run_doctor("check", "-f", "json", "--no-smoke", "--only", "job.*", "--job-args", shlex.join(argv))
     report = run.report
     job = report["profile"]["job"]
