@@ -62,13 +62,20 @@ def cp_args(job: dict, cp: int) -> dict:
         for name, wanted in (*CP_SETTINGS, ("max_seqlen_per_dp_cp_rank", value if value is not None else "N")):
             line = line_to_add(shown_job, role, name, wanted)
             lines.append(line)
-            if _stated(settings, name) != wanted:
+            # The Megatron-LM CLI derives max_seqlen_per_dp_cp_rank from --seq-length: not missing there.
+            derived = syntax == "megatron" and name == "max_seqlen_per_dp_cp_rank"
+            if _stated(settings, name) != wanted and not derived:
                 missing.append(line)
     how = (f"max_seqlen_per_dp_cp_rank = ceil({needed} / {cp}) = {value}, from {needed_from}" if value is not None
            else f"max_seqlen_per_dp_cp_rank = N = ceil((max_prompt_length + max_response_length) / {cp}): "
                 f"{needed_from}")
-    return {"syntax": syntax, "cp": cp, "lines": lines, "missing": missing, "max_seqlen_per_dp_cp_rank": value,
-            "computed": how, "rounding": ROUNDING}
+    out = {"syntax": syntax, "cp": cp, "lines": lines, "missing": missing, "max_seqlen_per_dp_cp_rank": value,
+           "computed": how}
+    if syntax == "hydra":
+        out["rounding"] = ROUNDING
+    else:
+        out["computed"] = how + " (the Megatron-LM CLI derives it from --seq-length when it is not given)"
+    return out
 
 
 def exports(env_row: dict | None) -> list[str]:
@@ -117,7 +124,8 @@ def comment_lines(settings: dict | None) -> list[str]:
         else:
             lines.append(f"the command lacks {len(missing)} of them" if missing else "the command states all of them")
         lines.append(str(block.get("computed")))
-        lines.append(str(block.get("rounding")))
+        if block.get("rounding"):
+            lines.append(str(block["rounding"]))
     exported = settings.get("exports") or []
     if exported:
         lines.append("In the job script, before the training command:")
