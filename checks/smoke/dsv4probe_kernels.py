@@ -79,11 +79,124 @@ def _sync(torch, device):
         torch.cuda.synchronize(device)
 
 
+# ------------------------------------------------------------------ what ran: each kernel's calls and the DSL cache
+
+CALLS = []  # (kernel name, seconds, CuTe DSL file-cache events during the call)
+CACHE_EVENTS = []  # ("load-hit" | "load-miss" | "write", module hash prefix)
+
+
+def _kernel_name(fn):
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not isinstance(owner, type(sys)):
+        name = "%s.%s" % (getattr(owner, "__name__", type(owner).__name__), getattr(fn, "__name__", name))
+    return str(name)[:120]
+
+
+def _named(fn, name):
+    """fn under the name the evidence lists it by (one function compiling two kernels gets two names)."""
+    def call(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    call.__qualname__ = call.__name__ = name
+    return call
+
+
 def _timed(torch, device, fn, *args, **kwargs):
+    seen = len(CACHE_EVENTS)
     t0 = time.monotonic()
     out = fn(*args, **kwargs)
     _sync(torch, device)
-    return out, time.monotonic() - t0
+    took = time.monotonic() - t0
+    CALLS.append((_kernel_name(fn), took, list(CACHE_EVENTS[seen:])))
+    return out, took
+
+
+def _wrap_cache_functions(dsl):
+    """Count the CuTe DSL's file-cache reads and writes (cutlass/base_dsl/dsl.py resolves load_cache_from_path and
+    dump_cache_to_path from its own globals at each compile); the kernels are called and compared as always."""
+    load, dump = getattr(dsl, "load_cache_from_path", None), getattr(dsl, "dump_cache_to_path", None)
+    if load is None or dump is None or getattr(load, "_dsv4_doctor", False):
+        return
+
+    def counted_load(dsl_name, file, *a, **k):
+        fn = load(dsl_name, file, *a, **k)
+        CACHE_EVENTS.append(("load-hit" if fn is not None else "load-miss", str(file)[:16]))
+        return fn
+
+    def counted_dump(dsl_name, jit_function, file, *a, **k):
+        CACHE_EVENTS.append(("write", str(file)[:16]))
+        return dump(dsl_name, jit_function, file, *a, **k)
+
+    counted_load._dsv4_doctor = True
+    dsl.load_cache_from_path, dsl.dump_cache_to_path = counted_load, counted_dump
+
+
+class _CacheWatch:
+    """Wraps the DSL's cache functions once cutlass.base_dsl.dsl is imported (by whichever kernel needs it), so a
+    sub-run that never uses the CuTe DSL does not pay its import."""
+
+    TARGET = "cutlass.base_dsl.dsl"
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.TARGET:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        real_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            real_exec(module)
+            try:
+                _wrap_cache_functions(module)
+            except Exception:
+                pass
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def watch_cute_dsl_cache():
+    if "cutlass.base_dsl.dsl" in sys.modules:
+        _wrap_cache_functions(sys.modules["cutlass.base_dsl.dsl"])
+    else:
+        sys.meta_path.insert(0, _CacheWatch())
+
+
+def _cache_files(directory):
+    try:
+        return sum(1 for e in os.scandir(directory) if e.name.endswith(".mlir"))
+    except OSError:
+        return None
+
+
+def kernels_ran(cache_dir, files_before):
+    """Every kernel called, in order of first call: its first-call and steady (fastest later) times, and whether the
+    first call's CuTe DSL modules came from the file cache."""
+    rows, order = {}, []
+    for name, took, events in CALLS:
+        if name not in rows:
+            order.append(name)
+            hits = sum(1 for e in events if e[0] == "load-hit")
+            writes = sum(1 for e in events if e[0] == "write")
+            cache = ("not a CuTe DSL compile (no DSL cache lookup)" if not events else
+                     "from the CuTe DSL file cache (%d module(s) read, none compiled)" % hits if hits and not writes
+                     else "compiled (%d module(s) written to the cache%s)" % (
+                         writes, ", %d read" % hits if hits else "") if writes else
+                     "looked up, neither read nor written (%d miss(es); file caching off?)" % len(events))
+            rows[name] = {"kernel": name, "first_call_s": round(took, 4), "steady_s": None, "calls": 1,
+                          "cache": cache, "from_cache": bool(events) and hits > 0 and writes == 0}
+        else:
+            row = rows[name]
+            row["calls"] += 1
+            row["steady_s"] = round(took, 5) if row["steady_s"] is None else min(row["steady_s"], round(took, 5))
+    return {"kernels": [rows[n] for n in order], "cute_dsl_cache_dir": cache_dir,
+            "cache_files_before": files_before, "cache_files_after": _cache_files(cache_dir) if cache_dir else None}
 
 
 def _version(module_name):
@@ -308,12 +421,13 @@ def run_layout(torch, device, request):
         boundary_rows = [hidden[gs - d_window + j] if gs - d_window + j >= 0 else torch.zeros(8, dtype=torch.bfloat16)
                          for j in range(d_window)]
         boundary = torch.stack(boundary_rows).to(device).requires_grad_(True)
-        (out, ids), first = _timed(torch, device, compact_fn, local, boundary, cu_t, gs, RATIO, d_comp, c_cap)
+        (out, ids), first = _timed(torch, device, _named(compact_fn, "CompressorInputCompact.forward"), local,
+                                   boundary, cu_t, gs, RATIO, d_comp, c_cap)
         want, want_ids = ref.compressor_input_compact(torch, hidden[gs:gs + ROWS_PER_RANK],
                                                       torch.stack(boundary_rows), cu, gs, RATIO, d_comp, c_cap)
         fwd_ok = torch.equal(out.detach().cpu(), want) and torch.equal(ids.cpu().to(torch.int32), want_ids)
         grad = torch.randn(out.shape, generator=gen).to(out.dtype).to(device)
-        _, backward_s = _timed(torch, device, out.backward, grad)
+        _, backward_s = _timed(torch, device, _named(out.backward, "CompressorInputCompact.backward"), grad)
         g_local, g_boundary = ref.compressor_input_compact_grad(torch, grad, ROWS_PER_RANK, d_window, cu, gs, RATIO,
                                                                 d_comp, c_cap)
         bwd_ok = torch.equal(local.grad.cpu(), g_local) and torch.equal(boundary.grad.cpu(), g_boundary)
@@ -325,7 +439,8 @@ def run_layout(torch, device, request):
         for mode, topk in (("all visible", None), ("top-k", _recent_topk(cu, gs, ROWS_PER_RANK, RATIO, 3))):
             topk_t = None if topk is None else torch.tensor(topk, dtype=torch.int32, device=device)
             w = width if topk is None else 3
-            got, calls["indices " + mode] = _timed(torch, device, indices_fn, cu_t, gs, ROWS_PER_RANK, d_window,
+            named = _named(indices_fn, "build_attention_indices (%s)" % mode)
+            got, calls["indices " + mode] = _timed(torch, device, named, cu_t, gs, ROWS_PER_RANK, d_window,
                                                    window, RATIO, w, topk_t, cu_seqlens_compressed=cu_comp_t,
                                                    seq_to_rank_row=map_t)
             calls["indices " + mode] = round(calls["indices " + mode], 4)
@@ -511,8 +626,13 @@ def answer(request):
                                           torch.cuda.get_device_capability(device) if device.type == "cuda" else None,
                                           "name": torch.cuda.get_device_name(device) if device.type == "cuda"
                                           else "cpu"}}
+    cache_dir = os.environ.get("CUTE_DSL_CACHE_DIR")
+    files_before = _cache_files(cache_dir) if cache_dir else None
+    watch_cute_dsl_cache()
     try:
         status, summary, evidence = fn(torch, device, request)
+        if isinstance(evidence, dict):
+            evidence["kernels_ran"] = kernels_ran(cache_dir, files_before)
         out.update(status=status, summary=summary, evidence=evidence)
     except Skip as why:
         out.update(status="skip", summary=str(why), rule=why.rule)

@@ -975,10 +975,11 @@ def finish_fused_builds(torch, builds, deadline, timeout_s=FUSED_BUILD_TIMEOUT_S
             b["proc"].kill()
             b["proc"].wait()
             b["hung"] = True
-            out["builds"][label] = {"ok": False, "hang": True, "log_tail": _log_tail(b["log"]), "timeout_s": round(min(timeout_s, max(
-                0.0, deadline - b["started"])), 1), "error": {
-                    "type": "Timeout", "message": "the %s build did not finish its forward + backward within %.0f s"
-                    % (label, min(timeout_s, max(0.0, deadline - b["started"])))}}
+            waited = round(min(timeout_s, max(0.0, deadline - b["started"])), 1)
+            out["builds"][label] = {
+                "ok": False, "hang": True, "timeout_s": waited, "log_tail": _log_tail(b["log"]),
+                "error": {"type": "Timeout", "message": "the %s build did not finish its forward + backward within "
+                                                        "%.0f s" % (label, waited)}}
             continue
         answer = _read_build(b)
         answer["exit_code"] = code

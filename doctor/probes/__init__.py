@@ -159,6 +159,10 @@ def child_env(timeout: float, extra: dict | None = None) -> dict:
     env.setdefault("PYTHONIOENCODING", "utf-8")
     env["NO_COLOR"] = "1"
     env.pop("FORCE_COLOR", None)
+    from ..kernelcache import for_run
+
+    for key, value in for_run().env.items():
+        env.setdefault(key, value)
     env.update(extra or {})
     return env
 
