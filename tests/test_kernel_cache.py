@@ -137,3 +137,35 @@ def test_the_kernel_smoke_names_every_kernel_that_ran_and_the_cache_directory_it
                      env={"XDG_CACHE_HOME": str(tmp_path / "xdg2")})
     ev = off.check("smoke.dsv4-kernels")["evidence"]["subruns"]["layout"]["evidence"]["kernels_ran"]
     assert ev["cute_dsl_cache_dir"] is None and not (tmp_path / "xdg2").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
+def test_the_split_layout_sub_run_compiles_each_index_mode_in_its_own_process(tmp_path):
+    """What a GPU run does by default: the two build_attention_indices modes in processes of their own, merged into
+    the same per-rank evidence."""
+    import json
+    import subprocess
+
+    from dsv4_doctor.probes import PROBE_DIR
+
+    import dsv4_doctor.checks.smoke as smoke_pkg
+
+    script = Path(smoke_pkg.__file__).parent / "dsv4probe_kernels.py"
+    for mode, status in (("ok", "pass"),):
+        env = Env(tmp_path / mode).fake("megatron", fake_layout_kernels, mode)
+        out = tmp_path / f"{mode}.json"
+        request = {"subrun": "layout", "cp": 2, "device": "cpu", "split_layout": True}
+        subprocess.run([sys.executable, str(script), str(out), json.dumps(request)], check=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, env.sites.values())),
+                                DSV4_DOCTOR_PROBE_LIB=str(PROBE_DIR)))
+        answer = json.loads(out.read_text())
+        assert answer["status"] == status, answer.get("summary")
+        ev = answer["evidence"]
+        if status == "pass":
+            assert ev["index_modes_in_own_processes"] and set(ev["index_mode_processes"]) == {"all visible", "top-k"}
+            assert all(set(r["call_s"]) == {"compact_forward", "compact_backward", "indices all visible",
+                                            "indices top-k"} for r in ev["ranks"])
+            own = [k for k in ev["kernels_ran"]["kernels"] if k.get("process")]
+            assert [k["kernel"] for k in own] == ["build_attention_indices (all visible)",
+                                                  "build_attention_indices (top-k)"]
