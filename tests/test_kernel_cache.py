@@ -169,3 +169,26 @@ def test_the_split_layout_sub_run_compiles_each_index_mode_in_its_own_process(tm
             own = [k for k in ev["kernels_ran"]["kernels"] if k.get("process")]
             assert [k["kernel"] for k in own] == ["build_attention_indices (all visible)",
                                                   "build_attention_indices (top-k)"]
+
+
+def test_the_long_probes_are_started_first():
+    """The pool runs at most workers() probes at a time: the smoke and the kernel sub-runs must not wait for a wave
+    of short import probes."""
+    from dsv4_doctor.checks.smoke.kernels import kernel_probe
+    from dsv4_doctor.checks.smoke.thd_cp import smoke_probe
+    from dsv4_doctor.model import Check, Profile, Result, Status
+    from dsv4_doctor.probes import import_probe
+    from dsv4_doctor.runner import Runner
+
+    profile = Profile(cp=2)
+    short = [import_probe(f"mod{i}") for i in range(5)]
+    submitted: list[str] = []
+    pool = types.SimpleNamespace(submit=lambda probe: submitted.append(probe.key))
+    ctx = types.SimpleNamespace(profile=profile, pool=pool)
+    checks = [Check(id=f"c{i}", title="t", explanation="e", applies_when="a", detects="d",
+                    run=lambda c: Result(Status.PASS, "ok"), probes=probes)
+              for i, probes in enumerate([short[:3], [kernel_probe(profile, "layout")], short[3:],
+                                          [smoke_probe(profile)]])]
+    Runner(checks, ctx, deadline=0.0).start_probes()
+    assert submitted[:2] == [kernel_probe(profile, "layout").key, smoke_probe(profile).key]
+    assert sorted(submitted[2:]) == sorted(p.key for p in short)

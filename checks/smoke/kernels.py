@@ -6,6 +6,8 @@ JIT compiles overlap; a crash or hang in one costs only that sub-run.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dsv4_doctor.facts import StaticFacts
 from dsv4_doctor.model import Check, Context, Fix, Profile, Result, Source, Status, errored, failed, passed
 from dsv4_doctor.probes import Probe
@@ -41,8 +43,8 @@ def subruns(profile: Profile) -> dict[str, str | None]:
 
 def kernel_probe(profile: Profile, name: str) -> Probe:
     request = {"subrun": name, "cp": profile.cp, "device": profile.device, "device_index": profile.device_index}
-    return Probe.beside(__file__, f"smoke-kernels:{name}:cp={profile.cp}:device={profile.device}"
-                        f":gpu={profile.device_index}", "dsv4probe_kernels.py", request)
+    return replace(Probe.beside(__file__, f"smoke-kernels:{name}:cp={profile.cp}:device={profile.device}"
+                                f":gpu={profile.device_index}", "dsv4probe_kernels.py", request), long=True)
 
 
 def _probes(profile: Profile) -> list[Probe]:

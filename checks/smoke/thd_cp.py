@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from dsv4_doctor.model import (Check, Context, Fix, Profile, Result, Source, Status, errored, failed,
                                needs_failed, passed, warned)
@@ -97,8 +98,9 @@ def smoke_probe(profile: Profile) -> Probe:
             request["fleet_cp"] = plan
         elif profile.cp > 1:
             request["simulated_because"] = plan["reason"]
-    return Probe.beside(__file__, f"smoke:cp={profile.cp}:device={profile.device}:gpu={profile.device_index}",
-                        "dsv4probe_smoke.py", request)
+    probe = Probe.beside(__file__, f"smoke:cp={profile.cp}:device={profile.device}:gpu={profile.device_index}",
+                         "dsv4probe_smoke.py", request)
+    return replace(probe, long=True)
 
 
 def _describe(cmp_: dict) -> str:

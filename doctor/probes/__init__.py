@@ -84,6 +84,7 @@ class Probe:
     request: str = "{}"  # JSON text handed to the script
     argv: tuple[str, ...] = ()  # for a command probe (e.g. nvidia-smi), run as is
     timeout_s: float | None = None  # None: the run's default probe timeout
+    long: bool = False  # seconds of work (a smoke, a kernel JIT): started before the short probes
 
     @staticmethod
     def python(key: str, script: str | os.PathLike, request: Any = None, timeout_s: float | None = None) -> Probe:
