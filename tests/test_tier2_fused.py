@@ -84,7 +84,7 @@ def test_a_control_that_does_not_separate_or_other_weights_make_the_comparison_i
     assert "grad.w exists only in the unfused build" in sm.compare_builds(torch, missing, saved(torch))["problems"]
 
 
-def run_builds(tmp_path, mode, timeout_s=60.0):
+def run_builds(tmp_path, mode, timeout_s=60.0, te=True):
     import os
 
     import torch
@@ -92,7 +92,9 @@ def run_builds(tmp_path, mode, timeout_s=60.0):
     from dsv4_doctor.probes import PROBE_DIR
 
     sm = probe_module()
-    env = Env(tmp_path / "env").fake("megatron", fake_megatron_importable, mode=mode).fake("te", fake_te)
+    env = Env(tmp_path / "env").fake("megatron", fake_megatron_importable, mode=mode)
+    if te:
+        env.fake("te", fake_te)
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(p) for p in env.sites.values()] + [str(PROBE_DIR)])
     try:
@@ -142,3 +144,10 @@ def test_a_hung_fused_backward_is_killed_at_its_timeout_and_is_a_finding(tmp_pat
     assert took < 30
     row = _tier2_fused(None, result, {})
     assert row.status.value == "fail" and "hung" in row.summary and "#676" in row.details
+
+
+@pytest.mark.slow
+def test_without_te_the_builds_are_skipped_and_left_to_the_te_rules(tmp_path):
+    result, _ = run_builds(tmp_path, "ok", te=False)
+    assert result["skipped"].startswith("needs Transformer Engine (see te.version and te.import)")
+    assert "comparison" not in result and "ok" not in result

@@ -577,16 +577,23 @@ def tier2_run(torch, device, cp, rank, request, reference_path=None, dist=None):
         if cp > 1:
             extra = {"context_parallel_size": cp, "cp_partition_mode": "contiguous",
                      "sequence_packing_scheduler": "dp_balanced"}
-        config = MLATransformerConfig(
-            num_layers=1, hidden_size=256, num_attention_heads=16, use_cpu_initialization=True, bf16=True,
-            params_dtype=torch.bfloat16, add_bias_linear=False, q_lora_rank=64, kv_lora_rank=32, qk_head_dim=32,
-            qk_pos_emb_head_dim=32, v_head_dim=64, o_groups=8, o_lora_rank=64, rope_type="rope", rotary_base=10000,
-            rotary_percent=1.0, multi_latent_attention=True, experimental_attention_variant="dsv4_hybrid",
-            csa_compress_ratios=[4], csa_window_size=8, dsa_indexer_n_heads=8, dsa_indexer_head_dim=64,
-            dsa_indexer_topk=8, dsa_indexer_loss_coeff=0.0, dsa_kernel_backend=backend, apply_rope_fusion=False,
-            normalization="RMSNorm", qk_layernorm=True, **extra)
-        out["settings"] = {"dsa_kernel_backend": backend, "apply_rope_fusion": False, "csa_compress_ratios": [4],
-                           "csa_window_size": 8, "cp_partition_mode": "contiguous", "cp": cp}
+        if backend == "cudnn":
+            # The fused kernels take only DSv4's head shapes (FlashMLA's d_v = 512): the fused build's config.
+            config = _fused_config(torch, MLATransformerConfig, backend, **extra)
+            out["settings"] = dict(FUSED_SETTINGS, dsa_kernel_backend=backend, cp_partition_mode="contiguous", cp=cp)
+            out["settings"].pop("segments")
+        else:
+            config = MLATransformerConfig(
+                num_layers=1, hidden_size=256, num_attention_heads=16, use_cpu_initialization=True, bf16=True,
+                params_dtype=torch.bfloat16, add_bias_linear=False, q_lora_rank=64, kv_lora_rank=32, qk_head_dim=32,
+                qk_pos_emb_head_dim=32, v_head_dim=64, o_groups=8, o_lora_rank=64, rope_type="rope",
+                rotary_base=10000, rotary_percent=1.0, multi_latent_attention=True,
+                experimental_attention_variant="dsv4_hybrid", csa_compress_ratios=[4], csa_window_size=8,
+                dsa_indexer_n_heads=8, dsa_indexer_head_dim=64, dsa_indexer_topk=8, dsa_indexer_loss_coeff=0.0,
+                dsa_kernel_backend=backend, apply_rope_fusion=False, normalization="RMSNorm", qk_layernorm=True,
+                **extra)
+            out["settings"] = {"dsa_kernel_backend": backend, "apply_rope_fusion": False, "csa_compress_ratios": [4],
+                               "csa_window_size": 8, "cp_partition_mode": "contiguous", "cp": cp}
         out["stage"] = "build"
         spec = get_dsv4_hybrid_module_spec_for_backend(config=config, backend=TESpecProvider())
         layer = build_module(spec, config=config, layer_number=1,
@@ -612,7 +619,7 @@ def tier2_run(torch, device, cp, rank, request, reference_path=None, dist=None):
             return result
 
         gen = torch.Generator().manual_seed(SEED)
-        hidden = torch.randn(total, 1, 256, generator=gen).to(torch.bfloat16).to(device)
+        hidden = torch.randn(total, 1, config.hidden_size, generator=gen).to(torch.bfloat16).to(device)
         rows = total // cp
         t0 = time.monotonic()
         result = forward(hidden, lens, padded, (rank * rows, (rank + 1) * rows))
@@ -772,7 +779,7 @@ def compare_builds(torch, fused, unfused, tolerances=None):
     return result
 
 
-def _fused_config(torch, MLATransformerConfig, backend):
+def _fused_config(torch, MLATransformerConfig, backend, **extra):
     return MLATransformerConfig(
         num_layers=1, hidden_size=FUSED_HIDDEN, num_attention_heads=16, num_query_groups=16, kv_channels=512,
         use_cpu_initialization=True, bf16=True, params_dtype=torch.bfloat16, add_bias_linear=False,
@@ -784,7 +791,7 @@ def _fused_config(torch, MLATransformerConfig, backend):
         # indexer in both builds, so its backward runs too.
         dsa_indexer_loss_coeff=0.01, dsa_indexer_use_sparse_loss=True, dsa_kernel_backend=backend,
         apply_rope_fusion=False, normalization="RMSNorm", qk_layernorm=True, layernorm_epsilon=1e-6,
-        gradient_accumulation_fusion=False)
+        gradient_accumulation_fusion=False, **extra)
 
 
 FUSED_SETTINGS = {"csa_compress_ratios": [FUSED_RATIO], "csa_window_size": 128, "dsa_indexer_topk": FUSED_TOPK,
@@ -832,7 +839,12 @@ def tier2_build(request):
         device = torch.device(job.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        import transformer_engine.pytorch  # noqa: F401
+        try:
+            import transformer_engine.pytorch  # noqa: F401
+        except BaseException as exc:  # as tier 2 at CP 1: the TE rules report it
+            out.update(ok=False, skipped="needs Transformer Engine (see te.version and te.import): %s: %s"
+                       % (type(exc).__name__, str(exc)[:300]))
+            return out
         from megatron.core import parallel_state
         from megatron.core.extensions.transformer_engine_spec_provider import TESpecProvider
         from megatron.core.models.gpt.experimental_attention_variant_module_specs import (
@@ -866,7 +878,8 @@ def tier2_build(request):
         lens = list(FUSED_LENS)
         cu = _cums(torch, lens, device)
         packed = PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, cu_seqlens_q_padded=cu,
-                                 cu_seqlens_kv_padded=cu, max_seqlen_q=max(lens), max_seqlen_kv=max(lens))
+                                 cu_seqlens_kv_padded=cu, max_seqlen_q=max(lens), max_seqlen_kv=max(lens),
+                                 cp_partition_mode="contiguous")
         gen = torch.Generator().manual_seed(SEED + 1)
         hidden0 = torch.randn(sum(lens), 1, FUSED_HIDDEN, generator=gen).to(torch.bfloat16)
         grad_out = torch.randn(sum(lens), 1, FUSED_HIDDEN, generator=gen).to(torch.bfloat16).to(device)
@@ -921,6 +934,14 @@ def fused_not_run(request, device):
         return "dsa_kernel_backend=%s: the job does not run the fused DSA kernels" % request.get("dsa_backend")
     if device.type != "cuda":
         return "the fused DSA kernels (cuDNN indexer, FlashMLA) run on a CUDA GPU only"
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("transformer_engine") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return "needs Transformer Engine (see te.version and te.import)"
     return None
 
 
@@ -984,6 +1005,10 @@ def finish_fused_builds(torch, builds, deadline, timeout_s=FUSED_BUILD_TIMEOUT_S
         answer = _read_build(b)
         answer["exit_code"] = code
         out["builds"][label] = answer
+    skipped = [v["skipped"] for v in out["builds"].values() if v.get("skipped")]
+    if skipped:
+        out["skipped"] = skipped[0]
+        return out
     if not all(v.get("ok") for v in out["builds"].values()):
         out["ok"] = False
         return out

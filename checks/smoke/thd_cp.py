@@ -284,7 +284,7 @@ def _tier2_note(t2: dict) -> str:
 
 def _fused_note(fused: dict) -> str:
     if fused.get("skipped"):
-        return f"fused vs unfused not run: {fused['skipped']}"
+        return f"fused vs unfused not run: {str(fused['skipped']).split(':')[0]}"
     if fused.get("deferred_to"):
         return f"fused vs unfused stopped: see {fused['deferred_to']}"
     cmp_ = fused.get("comparison") or {}
