@@ -157,6 +157,12 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
                "the command did not start; 2 usage error; 129/130/143 interrupted.")
     preflight.add_argument("--gpu-arch", type=_gpu_arch, metavar="X.Y",
                            help="Compute capability the job runs on; default: detected with nvidia-smi.")
+    preflight.add_argument("--cp", type=_cp, default=None, metavar="N",
+                           help="The job's CP size, for a command whose settings the doctor cannot read (a wrapper "
+                                "script); a command that states its own must agree.")
+    preflight.add_argument("--dsa-backend", choices=("cudnn", "none"), default=None,
+                           help="The job's dsa_kernel_backend, for a command that does not state it (a wrapper "
+                                "script); a command that states its own must agree.")
     preflight.add_argument("--python", metavar="PATH", help="Interpreter to inspect (default: the one running the "
                            "doctor; in a job script, the job's python).")
     preflight.add_argument("--timeout", type=_timeout, default=60.0, metavar="S",
@@ -197,6 +203,9 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     fix.add_argument("--apply", action="store_true", help="Run the plan's pip steps with the target's pip, then "
                      "re-check. Manual steps (torch) and job settings are never run.")
     fix.add_argument("--yes", "-y", action="store_true", help="Do not ask before applying (needed without a terminal).")
+    fix.add_argument("--job-args", metavar="CMD",
+                     help="The training command, as one shell-quoted string: the job.* checks run, and the plan ends "
+                          "with the job's settings (CP_ARGS, export lines), as comments.")
     return root, {"check": check, "smoke": smoke, "list": lst, "explain": explain, "fix": fix,
                   "preflight": preflight}
 
@@ -300,7 +309,12 @@ def cmd_fix(args) -> int:
 
     if args.apply and not args.yes and not isatty(sys.stdin):
         raise UsageError("--apply needs --yes when stdin is not a terminal")
-    profile = profile_from_options(args, "off")
+    job_argv = None
+    if args.job_args is not None:
+        from .jobargs import split_job_args
+
+        job_argv = split_job_args(args.job_args)
+    profile = profile_from_options(args, "off", job_argv)
     only, skip = _ids(args.only, "--only"), _ids(args.skip, "--skip")
     holder: dict = {}
     report = run_report(args, profile, only, skip, False, progress=False, keep=holder)
@@ -309,7 +323,8 @@ def cmd_fix(args) -> int:
     plan = fixplan.build_plan(reports)
     incomplete = fixplan.incomplete(report)
     redact = Redactor()
-    write_stdout(fixplan.render_script(plan, python, report["profile"], __version__, redact, incomplete))
+    write_stdout(fixplan.render_script(plan, python, report["profile"], __version__, redact, incomplete,
+                                       report.get("job_settings")))
     before = verdict_line(report)
     say("before: " + before)
     if incomplete:  # an unfinished run: its plan is partial, and --apply does not act on it

@@ -284,9 +284,32 @@ def fake_mbridge(site: FakeSite, default_dispatcher: str = "flex", dsv4: bool = 
     site.file("megatron/bridge/models/__init__.py", "")
     site.file("megatron/bridge/models/deepseek/__init__.py", "")
     if dsv4:
+        # main's fused-DSA rule (as in 0.6.x and 060349395): CC major >= 10 and both kernels import.
         site.file("megatron/bridge/models/deepseek/deepseek_v4_bridge.py", f"""
+            import torch
+
+
+            def deepseek_v4_supports_blackwell_fused_kernels() -> bool:
+                if not torch.cuda.is_available():
+                    return False
+                major, _minor = torch.cuda.get_device_capability()
+                return major >= 10
+
+
+            def deepseek_v4_supports_fused_dsa_kernels() -> bool:
+                try:
+                    from cudnn import DSA  # noqa: F401
+                    from flash_mla import flash_mla_sparse_fwd  # noqa: F401
+                except ImportError:
+                    return False
+                return True
+
+
             class DeepSeekV4Bridge:
                 def provider_bridge(self, provider):
+                    use_blackwell_fused_kernels = deepseek_v4_supports_blackwell_fused_kernels()
+                    use_dsa_kernel_fusion = use_blackwell_fused_kernels and deepseek_v4_supports_fused_dsa_kernels()
+                    provider.apply_dsa_kernel_fusion = use_dsa_kernel_fusion
                     provider.moe_token_dispatcher_type = "{default_dispatcher}"
                     return provider
         """)
