@@ -126,7 +126,9 @@ def test_the_kernel_smoke_names_every_kernel_that_ran_and_the_cache_directory_it
     run = run_doctor("check", "-f", "json", "--device", "cpu", "--cp", "2", "--only", "smoke.dsv4-kernels",
                      sites=tuple(env.sites.values()), python=sys.executable, timeout=180,
                      env={"XDG_CACHE_HOME": str(tmp_path / "xdg")})
-    layout = run.check("smoke.dsv4-kernels")["evidence"]["subruns"]["layout"]["evidence"]["kernels_ran"]
+    row = run.check("smoke.dsv4-kernels")
+    assert row["evidence"]["kernel_cache"]["source"] == "doctor"
+    layout = row["evidence"]["subruns"]["layout"]["evidence"]["kernels_ran"]
     names = [k["kernel"] for k in layout["kernels"]]
     assert names == ["CompressorInputCompact.forward", "CompressorInputCompact.backward",
                      "build_attention_indices (all visible)", "build_attention_indices (top-k)"]
@@ -135,6 +137,7 @@ def test_the_kernel_smoke_names_every_kernel_that_ran_and_the_cache_directory_it
     off = run_doctor("check", "-f", "json", "--device", "cpu", "--cp", "2", "--only", "smoke.dsv4-kernels",
                      "--no-kernel-cache", sites=tuple(env.sites.values()), python=sys.executable, timeout=180,
                      env={"XDG_CACHE_HOME": str(tmp_path / "xdg2")})
+    assert off.check("smoke.dsv4-kernels")["evidence"]["kernel_cache"]["source"] == "off"
     ev = off.check("smoke.dsv4-kernels")["evidence"]["subruns"]["layout"]["evidence"]["kernels_ran"]
     assert ev["cute_dsl_cache_dir"] is None and not (tmp_path / "xdg2").exists()
 

@@ -111,7 +111,9 @@ def _kernels(ctx: Context) -> Result:
         rows[name]["rule"] = rule = subrun_rule(name, rows[name])
         if rule and rows[name]["status"] == "skip":
             rows[name]["summary"] = f"{rows[name]['summary']}: see {rule}"
-    evidence: dict = {"subruns": rows}
+    from dsv4_doctor.kernelcache import for_run
+
+    evidence: dict = {"subruns": rows, "kernel_cache": for_run().evidence()}  # the probes' CuTe DSL cache
     if profile.fleet and profile.cp > 1:  # each sub-run is one process by design: per-rank arguments, no collectives
         evidence["ranks"] = f"the {profile.cp} CP ranks simulated on this fleet rank's own GPU (single-process kernels)"
     devices = {str((r.get("device") or {}).get("capability")) for r in rows.values() if r.get("device")}
