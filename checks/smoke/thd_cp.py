@@ -10,7 +10,7 @@ from dsv4_doctor.model import (Check, Context, Fix, Profile, Result, Source, Sta
 from dsv4_doctor.probes import Probe
 
 from .. import fixes
-from .._upstream import EAV, mlm
+from .._upstream import EAV, gh, mlm
 from ..mcore import mcore_fix
 
 MEMORY_LIMIT_MIB = 1024
@@ -399,6 +399,10 @@ smoke_thd_cp = Check(
         consecutive fleet ranks, each rank judging its own rows. When Megatron-core with
         dsv4_hybrid is installed, tier 2 also builds the smallest DSv4 hybrid attention layer and runs it on THD
         input with PackedSeqParams(cp_partition_mode="contiguous"), CP=1 and, with N GPUs, CP=N against CP=1.
+        With dsa_kernel_backend=cudnn on a GPU it builds the layer twice more, each in its own process with a hard
+        timeout, fused (the cuDNN indexer and FlashMLA) and unfused, on the same weights and packed batch, and
+        compares the forward output and every gradient of a backward pass within bf16-derived tolerances, with a
+        perturbed-weight control; a build that hangs is a finding (cudnn-frontend #676).
     """,
     applies_when="a GPU is visible (or --device cpu); not with --no-smoke",
     detects="a THD attention forward in a subprocess: finiteness, error vs float32 reference, zigzag control",
@@ -407,6 +411,15 @@ smoke_thd_cp = Check(
             "Megatron-LM dev deepseek_v4_hybrid_attention.py (contiguous CP partition required)"),
         mlm("tests/unit_tests/transformer/experimental_attention_variant/test_dsv4_hybrid_attention_cp.py", "",
             "Megatron-LM dev test_dsv4_hybrid_attention_cp.py (CP=N vs CP=1 parity)"),
+        mlm("tests/unit_tests/transformer/experimental_attention_variant/test_dsv4_hybrid_native_parity.py",
+            "54-79", "Megatron-LM dev test_dsv4_hybrid_native_parity.py (fused and unfused DSv4 layer, forward and "
+            "backward, and their tolerance buckets)"),
+        mlm("megatron/core/transformer/transformer_config.py", "1773-1791",
+            "Megatron-LM dev transformer_config.py (SM90 rejects the fused dense indexer loss: use the sparse loss)"),
+        mlm(EAV + "csa_utils/fused_sparse_attention.py", "87-140",
+            "Megatron-LM dev fused_sparse_attention.py (FlashMLA sparse forward, d_v 512, TopK alignment)"),
+        gh("NVIDIA/cudnn-frontend", "issues/676",
+           "cudnn-frontend #676 (NaN gradients and a deadlock on empty top-k rows in the DSA backward)"),
         Source("PyTorch torch.nn.attention.varlen.varlen_attn",
                "https://docs.pytorch.org/docs/stable/nn.attention.varlen.html"),
         Source("NVIDIA gpu-operator #2685 (validator said Ready while CUDA workloads failed)",
