@@ -833,6 +833,7 @@ def tier2_build(request):
     backend, save = job["backend"], job["save"]
     out = {"backend": backend, "stage": "import"}
     t_start = time.monotonic()
+    events = _watch_dsl_cache()
     try:
         import torch
 
@@ -900,9 +901,13 @@ def tier2_build(request):
             return tensors, round(t1 - t0, 4), round(time.monotonic() - t1, 4)
 
         out["stage"] = "forward+backward"
+        seen = len(events)
         tensors, out["first_forward_s"], out["first_backward_s"] = step()
+        out["cute_dsl_cache"] = {"first_step": _count_events(events[seen:])}
         out["stage"] = "steady step"
+        seen = len(events)
         _, out["steady_forward_s"], out["steady_backward_s"] = step()
+        out["cute_dsl_cache"]["steady_step"] = _count_events(events[seen:])
         saved = {"tensors": tensors, "weights": weights}
         if job.get("control"):
             out["stage"] = "control"
@@ -943,6 +948,25 @@ def fused_not_run(request, device):
     if not found:
         return "needs Transformer Engine (see te.version and te.import)"
     return None
+
+
+def _watch_dsl_cache():
+    """The kernel probe's count of CuTe DSL file-cache reads and writes (dsv4probe_kernels), or an empty list."""
+    try:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import dsv4probe_kernels
+
+        dsv4probe_kernels.watch_cute_dsl_cache()
+        return dsv4probe_kernels.CACHE_EVENTS
+    except Exception:
+        return []
+
+
+def _count_events(events):
+    """How the step's CuTe DSL kernels were obtained: modules read from the file cache, compiled and written."""
+    return {"read_from_cache": sum(1 for e in events if e[0] == "load-hit"),
+            "compiled_and_written": sum(1 for e in events if e[0] == "write"),
+            "lookups": len(events)}
 
 
 def start_fused_builds(request, outdir):
