@@ -802,7 +802,7 @@ FUSED_SETTINGS = {"csa_compress_ratios": [FUSED_RATIO], "csa_window_size": 128, 
 
 
 def _weight_digest(torch, layer):
-    return {n: "%.10e" % float(p.detach().double().sum().item()) for n, p in sorted(layer.named_parameters())}
+    return {n: "%.10e" % float(p.detach().cpu().double().sum().item()) for n, p in sorted(layer.named_parameters())}
 
 
 def _set_weights(torch, layer):
