@@ -86,6 +86,12 @@ def _profile_options(p: argparse.ArgumentParser, gpu_arch: bool = True) -> None:
                    help="Seconds each isolated probe may take before it is killed (default 60).")
 
 
+def _kernel_cache_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-kernel-cache", action="store_true",
+                   help="Do not give the probes the doctor's persistent CuTe DSL kernel cache "
+                        "(~/.cache/dsv4-doctor/cute-dsl; also DSV4_DOCTOR_KERNEL_CACHE=off).")
+
+
 def _fleet_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("fleet mode (one report for every rank of a torchrun or srun job)")
     g.add_argument("--distributed", dest="distributed", action="store_const", const="on", default="auto",
@@ -138,6 +144,7 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     check.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                        help="Where the smoke forward runs: auto (a GPU when one is visible, else skipped), cuda, cpu.")
     _fleet_options(check)
+    _kernel_cache_option(check)
     check.add_argument("--job-args", metavar="CMD",
                        help="The training command, as one shell-quoted string: its DSv4 settings set the profile and "
                             "the job.* checks run (what `preflight` does, without running it).")
@@ -166,6 +173,7 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     preflight.add_argument("--dry-run", action="store_true", help="Check, report, and stop before running the command.")
     preflight.add_argument("--report", metavar="FILE", help="Also write the JSON report to FILE (for the job's logs).")
     _fleet_options(preflight)
+    _kernel_cache_option(preflight)
     preflight.add_argument("job_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                            help="The training command, after `--`.")
 
@@ -174,6 +182,7 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     _report_options(smoke)
     smoke.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                        help="auto: the GPU when torch sees one, else the CPU.")
+    _kernel_cache_option(smoke)
 
     lst = sub.add_parser("list", help="List every check, where it comes from and when it applies.")
     lst.add_argument("-f", "--format", choices=("text", "json", "markdown"), default="text",
@@ -390,6 +399,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         args_in.insert(0, "check")
     p, commands = parser()
     args = p.parse_args(args_in)  # exits 2 on a usage error, 0 for --help/--version
+    if getattr(args, "no_kernel_cache", False):
+        from .kernelcache import ENV
+
+        os.environ[ENV] = "off"  # read once, where the probes' environment is made
     from .session import GATE, Interrupted
 
     handlers = {"check": cmd_check, "smoke": lambda a: cmd_check(a, smoke=True), "list": cmd_list,

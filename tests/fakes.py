@@ -482,7 +482,9 @@ def fake_megatron_importable(site: FakeSite, *, mode: str = "ok") -> None:
     mode: "ok"; "nan" (the layer returns NaN); "zigzag-only" (the config rejects CP like a Megatron whose DSv4 CP
     needs cp_partition_mode='contiguous' but receives the default); "no-te" (the spec provider imports a module the
     image lacks); "leaky" (attention crosses packed-sequence boundaries); "no-field" (a release's PackedSeqParams,
-    without cp_partition_mode).
+    without cp_partition_mode). With dsa_kernel_backend='cudnn' (the fused kernels): "fused-drift" (the output is off
+    by 10 %), "fused-nan-grad" (the backward gives NaN), "fused-hang" (the backward never returns, as cudnn-frontend
+    #676 reports on empty top-k rows).
     """
     fake_megatron_dev(site)
     site.file("megatron/core/__init__.py", "")
@@ -594,7 +596,18 @@ def fake_megatron_importable(site: FakeSite, *, mode: str = "ok") -> None:
                     out = out[rank * local.shape[0]:(rank + 1) * local.shape[0]]
                 if {mode == "nan"!r}:
                     out = out * float("nan")
+                fused = getattr(self.config, "dsa_kernel_backend", "none") == "cudnn"
+                if fused and {mode == "fused-drift"!r}:
+                    out = out * 1.1
+                if fused and out.requires_grad and {mode in ("fused-nan-grad", "fused-hang")!r}:
+                    out.register_hook(_broken_backward)
                 return out, None
+
+        def _broken_backward(grad):
+            if {mode == "fused-hang"!r}:
+                import time
+                time.sleep(3600)
+            return grad * float("nan")
 
         def build_module(spec, config, layer_number, pg_collection):
             return _DSv4Layer(config)

@@ -87,6 +87,7 @@ class Probe:
     request: str = "{}"  # JSON text handed to the script
     argv: tuple[str, ...] = ()  # for a command probe (e.g. nvidia-smi), run as is
     timeout_s: float | None = None  # None: the run's default probe timeout
+    long: bool = False  # seconds of work (a smoke, a kernel JIT): started before the short probes
 
     @staticmethod
     def python(key: str, script: str | os.PathLike, request: Any = None, timeout_s: float | None = None) -> Probe:
@@ -162,6 +163,10 @@ def child_env(timeout: float, extra: dict | None = None) -> dict:
     env.setdefault("PYTHONIOENCODING", "utf-8")
     env["NO_COLOR"] = "1"
     env.pop("FORCE_COLOR", None)
+    from ..kernelcache import for_run
+
+    for key, value in for_run().env.items():
+        env.setdefault(key, value)
     env.update(extra or {})
     return env
 
