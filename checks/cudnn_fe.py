@@ -163,7 +163,8 @@ cudnn_fe_version = Check(
     title="cuDNN frontend installed, and the imported copy is the installed one",
     explanation="""
         With dsa_kernel_backend=cudnn, Megatron's DSv4 attention calls the cuDNN frontend's CuTe-DSL DSA wrappers
-        (and, on CC 10.0, its fused CSA compressor). The frontend must be installed, and the `cudnn` that imports
+        (and, on the CCs the installed Megatron's gate admits, its fused CSA compressor: cudnn-fe.csa). The frontend
+        must be installed, and the `cudnn` that imports
         must be the installed distribution: Megatron dev pins a frontend git build that reports 1.25.0, and the
         loaded-versus-installed confusion is, in the frontend's own words, the most common unreproducible-issue root
         cause. Version strings cannot prove features; cudnn-fe.csa and cudnn-fe.dsa test what loads. The fix keeps a

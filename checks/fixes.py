@@ -442,8 +442,8 @@ def flash_mla(cc: tuple[int, int] | None = None) -> Fix:
                         tuple(env))],
                key=f"flash-mla:{'+'.join(n for n, _ in env[1:]) or 'all'}", phase=Phase.BUILD,
                notes=["CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl: CUDA 13 moved the CCCL headers there; nvcc finds "
-                      "them, the host compiler does not (harmless on CUDA 12). MAX_JOBS and NVCC_THREADS bound the "
-                      "build's parallelism."])
+                      "them, the host compiler does not (harmless on CUDA 12). Set MAX_JOBS and NVCC_THREADS to bound "
+                      "the build's parallelism (MAX_JOBS=16 NVCC_THREADS=2 built sm_90a in 119 s on 16 cores)."])
 
 
 FLASH_MLA = flash_mla()
