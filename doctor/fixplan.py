@@ -17,14 +17,17 @@ Everything printed (the script, the `+ command` echo) goes through the report's 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass, field
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from .model import UNSAFE_CHARS, CheckReport, Command, Fix, Phase, Status
+from .model import UNSAFE_CHARS, CheckReport, Command, Fix, Phase, Status, env_value
 from .procs import kill_group
 from .redact import WITHHELD, Redactor, cap, clean_text
 
@@ -110,7 +113,7 @@ _comment = comment
 
 def pip_line(cmd: Command) -> str:
     """How the script runs a pip command: with the inspected interpreter's pip, not whichever is first on PATH."""
-    return '"$PY" ' + " ".join(PIP) + " " + shlex.join(cmd.argv[1:])
+    return cmd.env_prefix() + '"$PY" ' + " ".join(PIP) + " " + shlex.join(cmd.argv[1:])
 
 
 def pip_argv(python: str, cmd: Command) -> list[str]:
@@ -118,19 +121,37 @@ def pip_argv(python: str, cmd: Command) -> list[str]:
 
 
 def render_script(plan: Plan, python: str, profile: dict, version: str, redact: Redactor | None = None,
-                  incomplete: str | None = None) -> str:
+                  incomplete: str | None = None, job_settings: dict | None = None) -> str:
     """The plan as a POSIX shell script. `incomplete`: why the run behind it did not finish (the plan then holds
     only what finished, and says so).
 
     Redaction works on the parts, before they are quoted or made comments: redacting the finished script would
     rewrite quoted text (`NAME='...'` inside a `'"'"'` escape) and unbalance its quotes, which a hostile METADATA
     turned into a command on the pasted script's shell (found in review)."""
-    return clean_text(_script(plan, python, profile, version, incomplete, redact or Redactor()))
+    return clean_text(_script(plan, python, profile, version, incomplete, redact or Redactor(), job_settings))
 
 
-def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: str | None, redact: Redactor) -> str:
+def in_settings_section(step: Step, job_settings: dict | None) -> bool:
+    """A job-setting step the job-settings section already holds (a CP_ARGS line, an export line)."""
+    if not job_settings or step.fix.phase is not Phase.SETTING:
+        return False
+    block: Any = job_settings.get("cp_args")
+    block = block if isinstance(block, dict) else {}
+    held = {f"job:{line}" for line in block.get("lines") or []}
+    held |= {"env:" + line[len("export "):] for line in job_settings.get("exports") or [] if isinstance(line, str)}
+    return step.fix.key in held
+
+
+def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: str | None, redact: Redactor,
+            job_settings: dict | None = None) -> str:
     def comment(text, limit: int = 300) -> str:  # noqa: F811 - the module's, on redacted text
         return _comment(redact.text(cap(redact.literal(str(text)), limit + 8192)), limit)  # capped, then redacted
+
+    def wrapped(text, lead: str = "# ", cont: str = "#   ") -> list[str]:
+        """Comment lines wrapped at word boundaries (a step's description is never cut mid-word)."""
+        return [lead + line if i == 0 else cont + line for i, line in enumerate(
+            textwrap.wrap(comment(text, 4000), width=118 - len(cont), break_long_words=False,
+                          break_on_hyphens=False) or [""])]
 
     def command_line(cmd: Command) -> str:
         """The command, or a comment when redaction had to change it (it holds a secret): Redactor.command."""
@@ -146,47 +167,83 @@ def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: st
                      "finished. Run `dsv4-doctor check` again before trusting it.")
     elif not plan.steps and not plan.unfixable:
         lines.append("# nothing to fix")
-    for n, step in enumerate(plan.steps, 1):
+    held: list[str] = []
+    n = 0
+    for step in plan.steps:  # the settings are the last phase: numbering the rest alone keeps held_by's numbers
         checks = ", ".join(step.checks)
+        if in_settings_section(step, job_settings):
+            held += [c for c in step.checks if c not in held]
+            continue
+        n += 1
         lines.append("")
         if step.fix.phase is Phase.SETTING or not step.fix.commands:
             what = "a job setting or choice" if step.fix.phase is Phase.SETTING else "its command was withheld"
             lines.append(f"# Step {n} ({what}; nothing to run) [{comment(checks)}]:")
-            lines.append(f"#   {comment(step.fix.description)}")
+            lines += wrapped(step.fix.description, "#   ")
         elif step.automatic:
-            lines.append(f"# Step {n} [{comment(checks)}]: {comment(step.fix.description)}")
+            lines += wrapped(f"Step {n} [{comment(checks)}]: {step.fix.description}")
             lines += [command_line(c) for c in step.commands]
         elif step.held_by is not None:
-            lines.append(f"# Step {n} (held back: run it after Step {step.held_by}, because it builds against torch; "
-                         f"not run by this script or by --apply) [{comment(checks)}]: {comment(step.fix.description)}")
+            lines += wrapped(f"Step {n} (held back: run it after Step {step.held_by}, because it builds against "
+                             f"torch; not run by this script or by --apply) [{comment(checks)}]: "
+                             f"{step.fix.description}")
             lines += ["#   " + comment(pip_line(c), 2000) for c in step.commands]
         else:
             why = "manual: not run by this script or by --apply" if step.fix.manual else \
                 "not run by this script or by --apply: only pip commands are"
-            lines.append(f"# Step {n} ({why}) [{comment(checks)}]: {comment(step.fix.description)}")
+            lines += wrapped(f"Step {n} ({why}) [{comment(checks)}]: {step.fix.description}")
             lines += ["#   " + comment(pip_line(c) if c.is_pip else c.shell(), 2000) for c in step.commands]
-        lines += [f"#   {comment(note)}" for note in step.fix.notes]
+        for note in step.fix.notes:
+            lines += wrapped(note, "#   ", "#   ")
+    from .jobsettings import comment_lines
+
+    section = comment_lines(job_settings)
+    if section:
+        lines += ["", "# Job settings: for the training command and the job script; not run by this script or by "
+                      "--apply" + (f" [{comment(', '.join(held))}]" if held else "") + ":"]
+        lines += [("#     " if line.startswith("  ") else "#   ") + comment(line, 2000) for line in section]
     if plan.unfixable:
         lines += ["", f"# No fix is known for: {comment(', '.join(plan.unfixable))} (see the report)."]
     return "\n".join(lines) + "\n"
 
 
+def offline_reason(cmd: Command, environ: Mapping[str, str]) -> str | None:
+    """Why pip cannot carry out `cmd` here: with PIP_NO_INDEX set, a `git+` requirement (a clone, then a build from
+    source) needs the network that a find-links folder of wheels does not replace."""
+    if environ.get("PIP_NO_INDEX", "").strip().lower() not in ("1", "true", "yes", "on"):
+        return None
+    if any("git+" in word for word in cmd.argv):
+        return "PIP_NO_INDEX is set and it installs from git (a clone and a source build need the network)"
+    return None
+
+
 def apply(plan: Plan, python: str, procs, redact: Redactor | None = None,
-          interrupted: Callable[[], bool] = lambda: False) -> tuple[int, int]:
+          interrupted: Callable[[], bool] = lambda: False, not_applied: list[str] | None = None) -> tuple[int, int]:
     """Run the automatic steps with the target's pip, output to stderr; (commands run, exit code of the failing one
-    or 0). Stops at the first failure, or when `interrupted()` says a signal arrived (its handler kills pip)."""
+    or 0). Stops at the first failure, or when `interrupted()` says a signal arrived (its handler kills pip). A step
+    pip cannot carry out offline (offline_reason) is left out and named in `not_applied`, with the reason."""
     redact = redact or Redactor()
     ran = 0
-    for step in plan.steps:
+    for n, step in enumerate(plan.steps, 1):
         if not step.automatic:
+            continue
+        why = next((r for r in (offline_reason(c, os.environ) for c in step.commands) if r), None)
+        if why:
+            line = f"step {n} not applied: {why}"
+            sys.stderr.write(clean_text(line) + "\n")
+            if not_applied is not None:
+                not_applied.append(line)
             continue
         for cmd in step.commands:
             if interrupted():
                 return ran, 0
             argv = pip_argv(python, cmd)
-            sys.stderr.write("+ " + clean_text(shlex.join(redact.text(w) for w in argv)) + "\n")  # redact, then quote
+            shown = shlex.join(redact.text(w) for w in argv)  # redact, then quote
+            sys.stderr.write("+ " + clean_text(cmd.env_prefix() + shown) + "\n")
             sys.stderr.flush()
-            proc = procs.spawn(argv, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno())
+            env = dict(os.environ, **{n: env_value(v, os.environ) for n, v in cmd.env}) if cmd.env else None
+            proc = procs.spawn(argv, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno(),
+                               env=env)
             if interrupted():  # the signal came while pip was starting, before the handler could see it
                 kill_group(proc)
             code = proc.wait()
@@ -228,7 +285,8 @@ class ApplySignals:
                 signal.signal(sig, handler)
 
 
-def apply_guarded(plan: Plan, python: str, redact: Redactor | None = None) -> tuple[int, int, int | None]:
+def apply_guarded(plan: Plan, python: str, redact: Redactor | None = None,
+                  not_applied: list[str] | None = None) -> tuple[int, int, int | None]:
     """`apply` with its own process tracking and signal handling: (commands run, the failing exit code or 0, the
     signal that stopped it or None). Every pip process is gone when it returns."""
     from .procs import Processes
@@ -236,7 +294,8 @@ def apply_guarded(plan: Plan, python: str, redact: Redactor | None = None) -> tu
     procs = Processes()
     try:
         with ApplySignals(procs) as signals:
-            ran, failed = apply(plan, python, procs, redact, interrupted=lambda: signals.signum is not None)
+            ran, failed = apply(plan, python, procs, redact, interrupted=lambda: signals.signum is not None,
+                                not_applied=not_applied)
     finally:
         procs.close()
     return ran, failed, signals.signum
@@ -284,7 +343,8 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
         if answer.strip().lower() not in ("y", "yes"):
             say("nothing applied")
             return code
-    ran, failed, signum = apply_guarded(plan, python, redact)
+    not_applied: list[str] = []
+    ran, failed, signum = apply_guarded(plan, python, redact, not_applied)
     if signum is not None:
         import signal
 
@@ -297,6 +357,8 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
     again = recheck()
     for c in again["checks"]:
         say(f"{c['id']}: {c['status']} - {c['summary']}")
+    for line in not_applied:
+        say(line)
     say("before: " + before)
     say("after:  " + verdict_line(again))
     return int(again["summary"]["exit_code"])
