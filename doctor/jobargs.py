@@ -269,7 +269,7 @@ def parse(argv: Sequence[str]) -> Job:
     if job.entry is not None and os.path.basename(job.entry) in SHELLS_AND_LAUNCHERS:
         # A shell or a launcher runs a script the doctor does not read: whatever follows, the script may add or
         # change settings, so none are known.
-        job.unknown = [a.split("=", 1)[0] for a in rest if a.startswith("-") or "=" in a][:200]
+        job.unknown = _names(rest)
         return job
     if any(a.startswith(("actor_rollout_ref.", "+actor_rollout_ref.", "++actor_rollout_ref.", "critic.",
                          "+critic.", "++critic.")) for a in rest) or (job.entry or "").startswith("verl."):
@@ -280,8 +280,18 @@ def parse(argv: Sequence[str]) -> Job:
         job.kind, job.syntax = "megatron", "megatron"
         _parse_megatron(rest, job)
     else:
-        job.unknown = [a.split("=", 1)[0] for a in rest if a.startswith("-") or "=" in a][:200]
+        job.unknown = _names(rest)
     return job
+
+
+_NAME = re.compile(r"[+~-]*[A-Za-z_][A-Za-z0-9_.@/\-]*")
+
+
+def _names(args: list[str]) -> list[str]:
+    """The flag and key names among a command's words the doctor does not read. A word that is no name (a `sh -c`
+    script, a quoted sentence) is left out whole: what precedes its first `=` may hold a password."""
+    names = (a.split("=", 1)[0] for a in args if a.startswith("-") or "=" in a)
+    return [n[:200] for n in names if _NAME.fullmatch(n)][:200]
 
 
 def _is_override(arg: str) -> bool:

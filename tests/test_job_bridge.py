@@ -164,6 +164,16 @@ def test_overrides_only_are_verl_overrides_or_refused():
     assert job.kind == "verl" and job.env == {"NCCL_NVLS_ENABLE": "0"} and job.cp() == 2
 
 
+def test_a_wrapper_s_script_text_never_reaches_the_report_as_a_key():
+    """`sh -c 'SCRIPT'`: the script is one word with an `=` in it; only names are listed, never what precedes the
+    `=` of a sentence (a password given to another program there)."""
+    script = "mysql -u admin -phunter2Xyz db < dump.sql; python3 -m verl.trainer.main_ppo a.b=1"
+    for argv in (["sh", "-c", script], ["mytool", script, "--flag=x", "k.v=1"]):
+        job = parse(argv)
+        assert job.kind == "unknown" and not any("hunter2" in name for name in job.unknown), job.unknown
+    assert parse(["mytool", script, "--flag=x", "k.v=1"]).unknown == ["--flag", "k.v"]
+
+
 # --- job settings in the report and the plan --------------------------------------------------------------------------
 
 def test_fix_job_args_prints_all_three_cp_args_lines_rounded_up(tmp_path):
@@ -204,6 +214,20 @@ def test_the_report_keeps_job_settings_apart_from_the_argv_fixes(tmp_path):
     assert all(f["phase"] == "setting" and not f["argv"] for c in report["checks"] if c["id"].startswith("job.")
                for f in c["fixes"])
     json.dumps(report)
+
+
+def test_a_stated_max_seqlen_that_covers_the_longest_sample_is_not_lacking():
+    """The section's "lacks" counts only what the command would have to change: a stated max_seqlen_per_dp_cp_rank
+    at least the rounded-up length is stated (a larger one is valid), a shorter one is lacking."""
+    from dsv4_doctor.jobsettings import cp_args
+
+    def lacking(value, lengths=True):
+        argv = [*(VERL if lengths else VERL[:3] + VERL[5:]), f"++{OTC}.cp_partition_mode=contiguous",
+                f"++{OTC}.sequence_packing_scheduler=dp_balanced", f"++{OTC}.max_seqlen_per_dp_cp_rank={value}"]
+        return cp_args(parse(argv).to_dict(), 2)["missing"]
+
+    assert lacking(6145) == [] and lacking(8192) == [] and lacking(6000, lengths=False) == []
+    assert lacking(6144) == [f"++{OTC}.max_seqlen_per_dp_cp_rank=6145"]
 
 
 @pytest.mark.parametrize("source", [None, 5, "x", {"found": True, "assignments": 5},
