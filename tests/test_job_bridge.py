@@ -230,6 +230,18 @@ def test_a_stated_max_seqlen_that_covers_the_longest_sample_is_not_lacking():
     assert lacking(6144) == [f"++{OTC}.max_seqlen_per_dp_cp_rank=6145"]
 
 
+def test_mcore_config_s_cp_args_round_up_as_the_job_settings_do():
+    """mcore.config prints CP_ARGS as shell for a job script: its division, run by a real shell, rounds up."""
+    import subprocess
+
+    from dsv4_doctor.checks import mcore
+
+    line = mcore.CP_ARGS[-1]
+    out = subprocess.run(["sh", "-c", f"MAX_PROMPT_LENGTH=2048 MAX_RESPONSE_LENGTH=10241 ACTOR_CP=2; echo {line}"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == f"++{OTC}.max_seqlen_per_dp_cp_rank={math.ceil((2048 + 10241) / 2)}"
+
+
 @pytest.mark.parametrize("source", [None, 5, "x", {"found": True, "assignments": 5},
                                     {"found": True, "assignments": [{"attribute": bridgerule.FIELD, "value": "(" * 500,
                                                                      "locals": [], "lineno": "x"}]},
