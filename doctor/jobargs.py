@@ -501,7 +501,7 @@ def _parse_hydra(args: list[str], job: Job) -> None:
         m = _HYDRA.fullmatch(arg)
         if m is None or arg.startswith("-"):
             if arg.startswith("-"):  # a flag's name; its value, if the next word is one, is never listed
-                job.unknown.append(arg.split("=", 1)[0][:200])
+                job.unknown += _names([arg])
                 if arg.split("=", 1)[0] in CONFIG_FILE_FLAGS["hydra"] and arg.split("=", 1)[0] not in job.config_file:
                     job.config_file.append(arg.split("=", 1)[0])
             continue
@@ -568,7 +568,7 @@ def _parse_megatron(args: list[str], job: Job) -> None:
         name = _flag_name(arg)
         has_eq = "=" in arg
         if name not in MEGATRON_FLAGS:
-            job.unknown.append(arg.split("=", 1)[0][:200])
+            job.unknown += _names([arg])
             if f"--{name}" in CONFIG_FILE_FLAGS["megatron"] and f"--{name}" not in job.config_file:
                 job.config_file.append(f"--{name}")
             # An unknown flag's value (if any) is skipped as well: it is not a flag.

@@ -172,6 +172,10 @@ def test_a_wrapper_s_script_text_never_reaches_the_report_as_a_key():
         job = parse(argv)
         assert job.kind == "unknown" and not any("hunter2" in name for name in job.unknown), job.unknown
     assert parse(["mytool", script, "--flag=x", "k.v=1"]).unknown == ["--flag", "k.v"]
+    # A flag word holding a sentence, in a verl or a Megatron-LM command: left out too.
+    for argv in ([*VERL, "--note pass hunter2Xyz"], ["pretrain_gpt.py", "--seq-length", "8", "--x pass hunter2Xyz"]):
+        job = parse(argv)
+        assert job.kind in ("verl", "megatron") and not any("hunter2" in n for n in job.unknown), job.unknown
 
 
 # --- job settings in the report and the plan --------------------------------------------------------------------------
