@@ -352,7 +352,7 @@ class Session:
             evidence["imports"] = {t: bool((imports.get(t) or {}).get("ok")) for t in targets}
         elif needs_imports is False and targets:
             imports = {}  # not needed: the CC term decides first
-        backend, known, how = bridgerule.decide(rule, cc, imports, where)
+        backend, known, how = bridgerule.decide(rule, cc, imports, where, gpu_visible=profile.gpus > 0)
         job = dict(profile.job or {})
         job.pop("dsa_backend_pending", None)
         job.update(dsa_backend_decided=how, dsa_backend_known=known, dsa_backend_rule=dict(rule, **evidence))

@@ -72,6 +72,34 @@ def test_bridge_0_6_2_also_needs_cudnn_dsa_and_flash_mla_to_import():
     assert bridgerule.decide(rule, (10, 0), crash, "b")[:2] == ("cudnn", False)
 
 
+def test_an_import_that_lacks_the_gpu_hosts_driver_library_is_not_known_without_a_gpu():
+    """A CPU build machine checking for --gpu-arch 10.0: FlashMLA's extension cannot load libcuda there, which the
+    container runtime mounts only on a GPU host, so the bridge's probe may pass on the node: not known, never off.
+    On a GPU host the same ImportError is what the bridge sees: off. A package that is absent is absent anywhere."""
+    rule = bridgerule.read_rule(_source_facts(ensure("megatron-bridge-0.6.2")))
+    no_driver = {"cudnn:DSA": {"ok": True}, "flash_mla:flash_mla_sparse_fwd": {"ok": False, "error": {
+        "type": "ImportError", "message": "libcuda.so.1: cannot open shared object file: No such file or directory"}}}
+    backend, known, how = bridgerule.decide(rule, (10, 0), no_driver, "b", gpu_visible=False)
+    assert (backend, known) == ("cudnn", False) and "no GPU" in how
+    assert bridgerule.decide(rule, (10, 0), no_driver, "b", gpu_visible=True)[:2] == ("none", True)
+    absent = dict(no_driver, **{"flash_mla:flash_mla_sparse_fwd": {"ok": False, "error": {
+        "type": "ModuleNotFoundError", "message": "No module named 'flash_mla'"}}})
+    assert bridgerule.decide(rule, (10, 0), absent, "b", gpu_visible=False)[:2] == ("none", True)
+
+
+@pytest.mark.slow
+def test_a_cpu_machine_s_missing_driver_leaves_the_bridge_backend_not_known(tmp_path):
+    def flash_mla_needing_the_driver(site):
+        site.dist("flash-mla", "1.0.0")
+        site.file("flash_mla/__init__.py", "raise ImportError('libcuda.so.1: cannot open shared object file: No such "
+                                           "file or directory')\n")
+
+    env = (Env(tmp_path).wheel("mbridge", "megatron-bridge-0.6.2").wheel("verl", "verl-0.9.0")
+           .wheel("fe", "nvidia-cudnn-frontend-1.27.0").fake("flash_mla", flash_mla_needing_the_driver))
+    p = _profile(env, "--gpu-arch", "10.0")
+    assert p["dsa_backend"] == "cudnn" and p["job"]["dsa_backend_known"] is False, p["job"]["dsa_backend_decided"]
+
+
 def test_a_bridge_rule_the_doctor_cannot_read_is_not_known():
     assert bridgerule.read_rule({"found": False})["readable"] is False
     odd = {"found": True, "functions": {}, "assignments": [
