@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import types
@@ -83,6 +84,18 @@ def test_a_chosen_directory_in_a_sticky_shared_folder_is_used_and_a_plain_shared
             assert ((shared / "cache").stat().st_mode & 0o777) == 0o700
         else:
             assert "writable by group or others" in cache.note
+
+
+def test_the_bench_says_which_kernel_cache_its_rows_ran_on(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    try:
+        import bench_check
+    finally:
+        sys.path.pop(0)
+    cache = {"directory": None, "source": "refused", "note": "kernel cache refused: /tmp is writable"}
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps({"checks": [{"id": "smoke.dsv4-kernels", "evidence": {"kernel_cache": cache}}]}))
+    assert bench_check.where_time_goes(str(report))["kernel_cache"] == cache
 
 
 def probe_module():
