@@ -659,6 +659,12 @@ def _env(ctx: Context) -> Result:
                 "exports": [f"export {name}={value}" for name, value, _ in exports]}
     fixes = [Fix(f"Set in the job script, before the training command ({why}):\n  export {name}={value}",
                  key=f"env:{name}={value}", phase=Phase.SETTING) for name, value, why in exports]
+    if job.get("kind") not in ("verl", "megatron"):
+        # A wrapper (bash x.sh, srun ...) runs a script that may export or override them after the doctor looked.
+        script = "the command runs a script the doctor does not read, which may set them itself"
+        if warns:
+            return warned("; ".join(warns) + f" ({script})", "\n".join(notes), fixes=fixes, evidence=evidence)
+        return skipped(f"not known: {'; '.join(notes)} before the command starts, but {script}", evidence=evidence)
     if warns:
         return warned("; ".join(warns), "\n".join(notes), fixes=fixes, evidence=evidence)
     return passed("; ".join(notes), evidence=evidence)
