@@ -46,6 +46,11 @@ CONFIG_FIELDS = (
     "dsa_indexer_use_sparse_loss", "experimental_attention_variant", "tensor_model_parallel_size",
     "context_parallel_size", "dynamic_context_parallel", "overlap_moe_expert_parallel_comm", "csa_dense_mode",
 )
+# The top-level groups of verl's trainer config (verl 0.9.0 verl/trainer/config/_generated_ppo_megatron_trainer.yaml,
+# its model_engine group, Hydra's own).
+VERL_ROOTS = {"actor_rollout_ref", "critic", "data", "trainer", "reward_model", "reward", "algorithm", "ray_kwargs",
+              "ray_init", "custom_reward_function", "global_profiler", "model_engine", "transfer_queue", "hydra",
+              "distillation", "sandbox_fusion", "skip"}
 VERL_COMMON = {"data.max_prompt_length": "max_prompt_length", "data.max_response_length": "max_response_length",
                "trainer.nnodes": "nnodes", "trainer.n_gpus_per_node": "gpus_per_node"}
 # A setting's bare name -> the verl key it must be written as (an overrides-only command that uses a bare name).
@@ -315,6 +320,19 @@ def _overrides_only(argv: list[str], job: Job) -> Job:
     job.kind, job.syntax, job.entry = "verl", "hydra", None
     job.launcher = ["(verl overrides, no program)"]
     _parse_hydra(argv, job)
+    # A key that names a setting under a root verl's config does not have (`actor.megatron.context_parallel_size`,
+    # `cp`) is a mistyped key: refused, never read as the default. Keys under verl's own roots may hold such names
+    # for other parts (`actor_rollout_ref.rollout.tensor_model_parallel_size`, the rollout's).
+    for key in job.unknown:
+        if key.lstrip("+~").split(".", 1)[0] in VERL_ROOTS:
+            continue
+        leaf = key.lstrip("+~").rsplit(".", 1)[-1]
+        name = {"cp": "context_parallel_size", "tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
+                "ep": "expert_model_parallel_size"}.get(leaf, leaf)
+        if name in BARE_SETTINGS:
+            raise UsageError(f"the training command is overrides only, read as verl's, but {key.lstrip('+~')!r} is "
+                             f"no verl key: verl reads {name} as {BARE_SETTINGS[name]}=...; give the whole command "
+                             "(`python3 -m verl.trainer.main_ppo ...`) or the full keys")
     return job
 
 

@@ -185,6 +185,12 @@ def test_overrides_only_are_verl_overrides_or_refused():
     assert job.kind == "verl" and job.cp() == 2 and job.entry is None
     with pytest.raises(UsageError, match="actor_rollout_ref.actor.megatron.context_parallel_size"):
         parse(["context_parallel_size=2", "data.max_prompt_length=2048"])
+    for mistyped in (["cp=2"], ["actor.megatron.context_parallel_size=2"], [f"++{OTC[len('actor_rollout_ref.'):]}"
+                                                                          ".cp_partition_mode=contiguous"]):
+        with pytest.raises(UsageError, match="no verl key"):
+            parse([*mistyped, "data.max_prompt_length=2048"])
+    # The rollout's own TP (verl's DSv4 example sets it) is no mistyped actor setting.
+    assert parse(["actor_rollout_ref.rollout.tensor_model_parallel_size=1", "model_engine=megatron"]).cp() == 1
     run = run_doctor("check", "--no-smoke", "--only", "job.*", "--job-args", "context_parallel_size=2 a.b=1")
     assert run.returncode == 2 and "no verl key" in run.stderr
     # Leading assignments in front of a program are its environment, as a shell reads them.
