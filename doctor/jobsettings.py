@@ -32,6 +32,8 @@ def needed_length(job: dict) -> tuple[int | None, str]:
     if job.get("kind") == "megatron":
         length = _int(common_setting(job, "seq_length"))
         return length, "--seq-length" if length is not None else "--seq-length not stated"
+    if job.get("kind") not in ("verl", "megatron"):
+        return None, "the lengths are not known (the command is not read)"
     prompt, response = _int(common_setting(job, "max_prompt_length")), _int(common_setting(job, "max_response_length"))
     if prompt is not None and response is not None:
         return prompt + response, f"{prompt} + {response} (data.max_prompt_length + data.max_response_length)"

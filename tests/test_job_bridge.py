@@ -266,6 +266,9 @@ def test_a_stated_max_seqlen_that_covers_the_longest_sample_is_not_lacking():
 
     assert lacking(6145) == [] and lacking(8192) == [] and lacking(6000, lengths=False) == []
     assert lacking(6144) == [f"++{OTC}.max_seqlen_per_dp_cp_rank=6145"]
+    wrapped = cp_args(parse(["bash", "x.sh"]).to_dict(), 2)
+    assert wrapped["max_seqlen_per_dp_cp_rank"] is None and "not stated" not in wrapped["computed"]
+    assert "not read" in wrapped["computed"]
 
 
 def test_mcore_config_s_cp_args_round_up_as_the_job_settings_do():
