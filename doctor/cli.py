@@ -22,7 +22,8 @@ from dataclasses import replace
 
 from . import __version__
 from .model import ExitCode, Profile, UsageError
-from .render.output import check_output_path, emit, isatty, preflight_report, say, write_stdout
+from .render.output import (check_output_path, emit, finish_streams, isatty, line_text, preflight_report, say,
+                            write_stderr, write_stdout)
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 no check failed (warnings allowed unless --strict); 1 a check failed or errored (or warned, with "
@@ -300,9 +301,13 @@ def cmd_fix(args) -> int:
     plan = fixplan.build_plan(reports)
     incomplete = fixplan.incomplete(report)
     redact = Redactor()
-    write_stdout(fixplan.render_script(plan, python, report["profile"], __version__, redact, incomplete))
+    printed = write_stdout(fixplan.render_script(plan, python, report["profile"], __version__, redact, incomplete))
     before = verdict_line(report)
     say("before: " + before)
+    if not printed:  # nobody could read the plan: nothing is applied from it
+        say("dsv4-doctor fix: could not write the plan: stdout is closed, broken or not read"
+            + ("; nothing applied" if args.apply else ""))
+        return max(int(code), int(ExitCode.OUTPUT))
     if incomplete:  # an unfinished run: its plan is partial, and --apply does not act on it
         if args.apply:
             say(f"nothing applied: {incomplete}")
@@ -322,7 +327,11 @@ def cmd_preflight(args) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     elif command:
-        raise UsageError(f"put the training command after `--` (got {command[0]!r} first)")
+        from .jobshape import shape_program
+
+        raise UsageError(f"put the training command after `--` (got {shape_program(command[0])} first)")
+    if command and not command[0]:
+        raise UsageError("the training command's program is an empty word (an unset variable, such as \"$PY\"?)")
     check_output_path(args.report, "--report")
     from .session import profile_from_options
 
@@ -349,8 +358,9 @@ def cmd_preflight(args) -> int:
         return int(ExitCode.FAILED)
     if args.dry_run:
         if env is None or env.rank == 0:  # a fleet's other ranks print nothing, as for the report
-            say("dsv4-doctor preflight: dry run, not starting: " + " ".join(command[:6])
-                + (" ..." if len(command) > 6 else ""))
+            from .jobshape import shape
+
+            say("dsv4-doctor preflight: dry run, not starting: " + shape(command))
         return 0
     from .procs import exec_job
     from .session import GATE
@@ -368,6 +378,15 @@ def _preflight_report(args, report: dict) -> int:
     return preflight_report(report, args.report)
 
 
+def _where(exc: BaseException) -> str:
+    """`Type: message (file:line)` of the innermost frame, for a defect report without a traceback."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    place = f" ({os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno})" if tb is not None else ""
+    return f"{type(exc).__name__}: {exc}{place}"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args_in = list(sys.argv[1:] if argv is None else argv)
     # `dsv4-doctor` and `dsv4-doctor --cp 2 ...` mean `dsv4-doctor check ...`.
@@ -383,17 +402,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         code = handlers[args.command](args)
     except UsageError as exc:
-        commands.get(args.command, p).print_usage(sys.stderr)
+        write_stderr(line_text(commands.get(args.command, p).format_usage()))
         say(f"dsv4-doctor {args.command}: error: {exc}")
         code = int(ExitCode.USAGE)
     except Interrupted as exc:  # list and explain: nothing to report, only to stop cleanly
         say(f"dsv4-doctor {args.command}: interrupted by {exc}")
         code = 128 + exc.signum
+    except Exception as exc:  # a defect of the doctor's own: one line that says where, never a traceback
+        say(f"dsv4-doctor {args.command}: internal error: {_where(exc)}")
+        code = int(ExitCode.INTERNAL)
     finally:
         GATE.uninstall()
     if GATE.late is not None and code < 128:  # asked to stop while the report was written: it was, and we stop
         code = 128 + GATE.late
-    if sys.stdout is not None:
-        with contextlib.suppress(OSError, ValueError):
-            sys.stdout.flush()
+    finish_streams()
     sys.exit(code)

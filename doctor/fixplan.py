@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from .model import UNSAFE_CHARS, CheckReport, Command, Fix, Phase, Status
 from .procs import kill_group
 from .redact import WITHHELD, Redactor, cap, clean_text
+from .render.output import write_stderr
 
 ORDER = (Phase.RUNTIME, Phase.BUILD, Phase.PIN, Phase.SETTING)
 _COMMENT_UNSAFE = re.compile(f"[{UNSAFE_CHARS}]+")
@@ -184,9 +185,9 @@ def apply(plan: Plan, python: str, procs, redact: Redactor | None = None,
             if interrupted():
                 return ran, 0
             argv = pip_argv(python, cmd)
-            sys.stderr.write("+ " + clean_text(shlex.join(redact.text(w) for w in argv)) + "\n")  # redact, then quote
-            sys.stderr.flush()
-            proc = procs.spawn(argv, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno())
+            write_stderr("+ " + clean_text(cap(shlex.join(redact.text(w) for w in argv))) + "\n")  # redact, then quote
+            out = _stderr_fd()
+            proc = procs.spawn(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
             if interrupted():  # the signal came while pip was starting, before the handler could see it
                 kill_group(proc)
             code = proc.wait()
@@ -197,6 +198,14 @@ def apply(plan: Plan, python: str, procs, redact: Redactor | None = None,
             if code != 0:
                 return ran, code
     return ran, 0
+
+
+def _stderr_fd() -> int:
+    """Where pip's output goes: the doctor's stderr, or nowhere when the doctor has none."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return subprocess.DEVNULL
 
 
 class ApplySignals:
@@ -272,9 +281,8 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
         say("nothing applied: a signal arrived while the plan was written")
         return 128 + GATE.late
     if not yes:
-        sys.stderr.write(f"Run the {sum(len(s.commands) for s in plan.steps if s.automatic)} pip command(s) of this "
-                         "plan now? [y/N] ")
-        sys.stderr.flush()
+        write_stderr(f"Run the {sum(len(s.commands) for s in plan.steps if s.automatic)} pip command(s) of this "
+                     "plan now? [y/N] ")
         try:
             with GATE.suspended():  # Ctrl-C at the prompt must answer it
                 answer = sys.stdin.readline()
