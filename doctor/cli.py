@@ -74,6 +74,21 @@ def _ids(values: Sequence[str] | None, option: str = "--only/--skip") -> list[st
 
 # ------------------------------------------------------------------------------------------------------ parser
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, its messages through the output layer: an unrecognised argument may be a secret (`--hf-token
+    hf_...` given to the wrong command), and a stuck stderr must not hold the exit."""
+
+    def _print_message(self, message: str, file=None) -> None:
+        if message:
+            (write_stdout if file is sys.stdout else write_stderr)(line_text(message.rstrip("\n")) + "\n")
+
+    def error(self, message: str):
+        write_stderr(line_text(self.format_usage().rstrip("\n")) + "\n")
+        say(f"{self.prog}: error: {message}")
+        finish_streams()
+        sys.exit(int(ExitCode.USAGE))
+
+
 def _profile_options(p: argparse.ArgumentParser, gpu_arch: bool = True) -> None:
     p.add_argument("--cp", type=_cp, default=None, metavar="N",
                    help="Context-parallel size of the planned job (1-1024; default 1, or the job's with --job-args).")
@@ -120,7 +135,7 @@ def _report_options(p: argparse.ArgumentParser) -> None:
 
 def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The root parser and each command's (for its usage line on a usage error)."""
-    root = argparse.ArgumentParser(
+    root = _Parser(
         prog="dsv4-doctor", epilog=EXIT_CODES_HELP,
         description="Preflight checks for DeepSeek-V4 context-parallel training (verl + Megatron-Core + TE + cuDNN "
                     "frontend). `check` is the default command.")
@@ -266,7 +281,7 @@ def cmd_list(args) -> int:
 
     with _registry(args.timeout) as (checks, plugins):
         pass
-    return 0 if write_stdout(render_listing(checks, plugins, args.format)) else int(ExitCode.OUTPUT)
+    return _stdout_or_4(render_listing(checks, plugins, args.format), "the listing")
 
 
 def cmd_explain(args) -> int:
@@ -280,8 +295,14 @@ def cmd_explain(args) -> int:
     if c is None:
         near = [x.id for x in checks if args.check_id.split(".")[0] in x.id]
         raise UsageError(f"unknown check {args.check_id!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
-    text = explain_text(c, output_width(isatty(sys.stdout)), Redactor())
-    return 0 if write_stdout(text) else int(ExitCode.OUTPUT)
+    return _stdout_or_4(explain_text(c, output_width(isatty(sys.stdout)), Redactor()), "the explanation")
+
+
+def _stdout_or_4(text: str, what: str) -> int:
+    if write_stdout(text):
+        return 0
+    say(f"dsv4-doctor: could not write {what}: stdout is closed, broken or not read")
+    return int(ExitCode.OUTPUT)
 
 
 def cmd_fix(args) -> int:
