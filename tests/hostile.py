@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import io
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,9 +137,9 @@ def stream_on(fault: str | None, tmp: Path, name: str):
         try:
             yield fh, None
         finally:
+            os.close(r)  # first: what the stream still buffers then fails (EPIPE) instead of blocking the close
             with contextlib.suppress(OSError):
                 fh.close()
-            os.close(r)
     else:
         raise ValueError(fault)
 
@@ -165,6 +166,17 @@ def file_target(fault: str, tmp: Path) -> str:
     raise ValueError(fault)
 
 
+HANG_S = 20
+
+
+class Hung(Exception):
+    pass
+
+
+def _hung(signum, frame):
+    raise Hung(f"the in-process run took over {HANG_S} s (a write blocked?)")
+
+
 def run_in_process(command: str, fmt: str, tmp: Path, stdout: str | None = None, stderr: str | None = None,
                    file_fault: str | None = None, passing: bool = False, environ: dict | None = None,
                    argv: list[str] | None = None) -> Outcome:
@@ -188,8 +200,8 @@ def run_in_process(command: str, fmt: str, tmp: Path, stdout: str | None = None,
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(cli, "run_report", fake_run)
-            mp.setattr(output, "IDLE_TIMEOUT", 0.3)
-            mp.setattr(output, "_given_up", {})
+            mp.setattr(output, "IDLE_TIMEOUT", 0.3, raising=False)
+            mp.setattr(output, "_given_up", {}, raising=False)
             for k in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_NTASKS",
                       "SLURM_STEP_NUM_TASKS", "SLURM_PROCID"):
                 mp.delenv(k, raising=False)
@@ -202,11 +214,17 @@ def run_in_process(command: str, fmt: str, tmp: Path, stdout: str | None = None,
                 mp.setattr(sys, "stdout", out)
                 mp.setattr(sys, "stderr", err)
                 mp.setattr(sys, "stdin", io.StringIO(""))
+                # A run that hangs (a write that blocks) fails the test instead of the whole session.
+                previous = signal.signal(signal.SIGALRM, _hung)
+                signal.alarm(HANG_S)
                 try:
                     cli.main(line)
                     code = 0
                 except SystemExit as exc:
                     code = int(exc.code or 0)
+                finally:
+                    signal.alarm(0)
+                    signal.signal(signal.SIGALRM, previous)
                 for fh in (out, err):
                     if fh is not None:
                         with contextlib.suppress(OSError, ValueError):
