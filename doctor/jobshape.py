@@ -84,14 +84,14 @@ def _launcher(word: str) -> str | None:
     return base if base in LAUNCHERS else None
 
 
-def shape_words(argv: Sequence[str]) -> list[str]:
-    """The command's words, each a name, a harmless value, or HIDDEN."""
+def shape_words(argv: Sequence[str], limit: int | None = None) -> list[str]:
+    """The command's words, each a name, a harmless value, or HIDDEN; the first `limit` of them (at least)."""
     out: list[str] = []
     argv = [w if isinstance(w, str) else "" for w in argv]
     launcher: str | None = None  # the launcher whose options come now; the next bare word is a program
     program_next = True
     i = 0
-    while i < len(argv):
+    while i < len(argv) and (limit is None or len(out) < limit):
         word = argv[i]
         following = argv[i + 1] if i + 1 < len(argv) else None
         i += 1
@@ -142,9 +142,9 @@ def shape_words(argv: Sequence[str]) -> list[str]:
 
 def shape(argv: Sequence[str], max_words: int = MAX_WORDS) -> str:
     """The command as one line (`python3 train.py --hf-token … actor.password=…`), at most `max_words` words."""
-    words = shape_words(argv)
+    words = shape_words(argv, max_words)  # no more than is shown: a command of a million words costs the same
     line = " ".join(words[:max_words]) if words else "(an empty command)"
-    return line + (f" … (+{len(words) - max_words} more words)" if len(words) > max_words else "")
+    return line + (f" … ({len(argv)} words in all)" if len(words) > max_words or len(argv) > len(words) else "")
 
 
 def shape_program(word: str) -> str:
