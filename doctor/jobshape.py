@@ -55,6 +55,11 @@ def _value(shown_ok: bool, value: str) -> str:
     return value if shown_ok and _PLAIN_VALUE.fullmatch(value) else HIDDEN
 
 
+def plain_or_hidden(value: object) -> str:
+    """A value of a key the doctor reads, as an error may quote it: one plain word, else HIDDEN."""
+    return _value(True, value) if isinstance(value, str) else HIDDEN
+
+
 # Options without a value of the launchers the parser steps over (python's, torchrun's).
 NO_VALUE_OPTIONS = {"python": set("bBdEhiIOqsSuvVxP") | {"-OO"},
                     "torchrun": {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path",
