@@ -3,7 +3,8 @@ every way an output can fail, with the same hostile inputs.
 
 - `RUNS`: (command, format) for every command and each of its formats, and `argv_for` builds its command line.
 - `STDOUT_FAULTS` / `FILE_FAULTS`: stdout full (/dev/full), closed, or a pipe nobody reads; an `-o`/`--report`
-  that is a full device, a directory, a FIFO, under a regular file, or relative in a deleted working directory.
+  that is a full device, a directory, a FIFO, a socket, under a regular file, or relative in a deleted working
+  directory.
 - `hostile_report`: a real report (report.assemble, redaction included) whose every text is hostile: shell syntax,
   markup, workflow commands, terminal escapes, lone surrogates, real-looking tokens and this process's secrets.
 - `run_in_process`: the CLI's main() in this process, its streams on the given file descriptors, the run itself
@@ -36,7 +37,7 @@ RUNS = [("check", f) for f in ("text", "json", "markdown", "junit")] + \
        [("fix", "script"), ("preflight", "text"), ("explain", "text")]
 REPORTING = [r for r in RUNS if r[0] in ("check", "smoke")]  # the commands with -o/--output
 STDOUT_FAULTS = ["full", "closed", "unread"]
-FILE_FAULTS = ["full", "directory", "fifo", "under-a-file", "deleted-cwd"]
+FILE_FAULTS = ["full", "directory", "fifo", "socket", "under-a-file", "deleted-cwd"]
 
 
 def argv_for(command: str, fmt: str, python: str, output: str | None = None) -> list[str]:
@@ -154,6 +155,14 @@ def file_target(fault: str, tmp: Path) -> str:
         path = tmp / "report.fifo"
         os.mkfifo(path)
         return str(path)
+    if fault == "socket":
+        import socket
+
+        path = tmp / "report.sock"
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()  # the socket file stays
+        return str(path)
     if fault == "under-a-file":  # what no permission lets anyone write (the tests may run as root)
         (tmp / "a-file").write_text("")
         return str(tmp / "a-file" / "report.out")
@@ -179,9 +188,10 @@ def _hung(signum, frame):
 
 def run_in_process(command: str, fmt: str, tmp: Path, stdout: str | None = None, stderr: str | None = None,
                    file_fault: str | None = None, passing: bool = False, environ: dict | None = None,
-                   argv: list[str] | None = None) -> Outcome:
+                   argv: list[str] | None = None, python: str | None = None) -> Outcome:
     """The CLI in this process, with hostile_report as the run's result, the given stream faults and an -o /
-    --report with `file_fault`; `argv` replaces the command line argv_for builds."""
+    --report with `file_fault`; `argv` replaces the command line argv_for builds; `python` is the target a fix
+    plan's pip steps would run with."""
     import pytest
 
     from dsv4_doctor import cli
@@ -192,7 +202,7 @@ def run_in_process(command: str, fmt: str, tmp: Path, stdout: str | None = None,
 
     def fake_run(args, profile, only, skip, strict, progress, keep=None):
         if keep is not None:
-            keep.update(reports=rows, python=sys.executable)
+            keep.update(reports=rows, python=python or sys.executable)
         return report
 
     cwd = os.getcwd()

@@ -90,9 +90,9 @@ def test_a_full_closed_or_unread_stderr_changes_no_exit_code(command, fmt, fault
 @pytest.mark.parametrize("fault", FILE_FAULTS)
 @pytest.mark.parametrize("command, fmt", REPORTING + [("preflight", "text")])
 def test_an_output_file_that_cannot_be_written(command, fmt, fault, tmp_path):
-    """A directory, a FIFO, a place no one can write or a relative path in a deleted working directory: usage error 2,
-    before any work. A device that fails the write (/dev/full): check and smoke exit 4 with the report on stdout;
-    preflight says so and goes on (its --report is a copy for the job's logs)."""
+    """A directory, a FIFO, a socket, a place no one can write or a relative path in a deleted working directory:
+    usage error 2, before any work. A device that fails the write (/dev/full): check and smoke exit 4 with the
+    report on stdout; preflight says so and goes on (its --report is a copy for the job's logs)."""
     run = run_in_process(command, fmt, tmp_path, file_fault=fault, passing=command == "preflight")
     assert "Traceback" not in run.stderr, run.stderr
     if fault != "full":
@@ -105,6 +105,27 @@ def test_an_output_file_that_cannot_be_written(command, fmt, fault, tmp_path):
         assert run.stdout.strip()
     if fault == "deleted-cwd":
         assert "working directory no longer exists" in run.stderr
+
+
+def test_fix_apply_with_a_broken_stdout_applies_nothing(tmp_path):
+    """Nobody could read the plan, so none of it runs (a stub pip logs whether it was started)."""
+    log = tmp_path / "pip.log"
+    stub = tmp_path / "python"
+    stub.write_text(f'#!/bin/sh\necho "$@" >> "{log}"\n')
+    stub.chmod(0o755)
+    run = run_in_process("fix", "script", tmp_path, stdout="full", python=str(stub),
+                         argv=["fix", "--apply", "--yes", "--python", sys.executable])
+    assert run.code == 4 and "could not write the plan" in run.stderr and "nothing applied" in run.stderr
+    assert not log.exists()
+
+
+def test_the_readme_dry_run_example_is_what_the_doctor_prints(tmp_path):
+    run = run_in_process("preflight", "text", tmp_path, passing=True, argv=[
+        "preflight", "--dry-run", "--python", sys.executable, "--", "python3", "train.py", "--hf-token", TOKENS[0],
+        "trainer.run=x", "actor_rollout_ref.actor.megatron.context_parallel_size=2"])
+    assert run.code == 0, run.stderr
+    assert ("dry run, not starting: python3 train.py --hf-token ***REDACTED*** trainer.run=… "
+            "actor_rollout_ref.actor.megatron.context_parallel_size=2") in run.stderr
 
 
 def test_a_step_summary_fifo_nobody_reads_is_given_up(tmp_path):
