@@ -60,11 +60,11 @@ def other_paths(size: int) -> dict[str, object]:
     from dsv4_doctor.render.output import line_text
 
     words = ["--hf-token", "hf_" + "a" * 30, "actor.password=x", "++k=v", "train.py"] * (size // 60)
-    metadata = b"Name: x\nVersion: 1\nRequires-Python: >=3.10\n\n" + "\u00e9".encode() * (size // 2)
+    metadata = (b"Name: x\nVersion: 1\nRequires-Python: >=3.10\n\n" + "\u00e9".encode() * (size // 2))[: size - 1]
     return {"job command by shape (words)": lambda: shape(words),
             "one huge job word by shape": lambda: shape(["python3", "--token=" + "a" * size]),
             "stderr line (cap, redact, clean)": lambda: line_text("--token " + "a=" * (size // 2)),
-            "METADATA headers, cut description": lambda: parse_metadata(metadata[: size - 1], truncated=True)}
+            "METADATA headers, cut description": lambda: parse_metadata(metadata, truncated=True)}
 
 
 def main() -> None:

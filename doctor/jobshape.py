@@ -23,7 +23,6 @@ _PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.@/-]{0,200}")
 _FLAG = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_.-]{0,100}")
 _PROGRAM = re.compile(r"[A-Za-z0-9_./+-]{1,200}")
-_ASSIGN = re.compile(r"(?P<prefix>\+\+|\+)?(?P<key>[^=]*)=(?P<value>.*)", re.S)
 # Launchers and interpreters: the word after one is a program, script or module, shown by name.
 LAUNCHERS = {"env", "torchrun", "srun", "mpirun", "bash", "sh", "deepspeed", "accelerate", "uv", "nohup", "exec",
              "numactl", "taskset", "time"}
@@ -53,6 +52,16 @@ def _safe_name(name: str, pattern: re.Pattern) -> bool:
 
 def _value(shown_ok: bool, value: str) -> str:
     return value if shown_ok and _PLAIN_VALUE.fullmatch(value) else HIDDEN
+
+
+def _split_assignment(word: str) -> tuple[str, str, str]:
+    """(name, "=" or "", value) of `name=value`, copying no more of a huge word than a name and a plain value can
+    be: a longer name is no name (""), a longer value is no plain value (HIDDEN)."""
+    at = word.find("=", 0, 256)
+    if at < 0:
+        return (word, "", "") if len(word) <= 256 else ("", "", "")
+    value = word[at + 1:] if len(word) - at - 1 <= 64 else HIDDEN
+    return word[:at], "=", value
 
 
 def plain_or_hidden(value: object) -> str:
@@ -92,7 +101,8 @@ def _launcher(word: str) -> str | None:
 def shape_words(argv: Sequence[str], limit: int | None = None) -> list[str]:
     """The command's words, each a name, a harmless value, or HIDDEN; the first `limit` of them (at least)."""
     out: list[str] = []
-    argv = [w if isinstance(w, str) else "" for w in argv]
+    # Each word gives one shown word, so `limit` words need no more than limit + 1 of them (a flag and its value).
+    argv = [w if isinstance(w, str) else "" for w in (argv if limit is None else list(argv[:limit + 2]))]
     launcher: str | None = None  # the launcher whose options come now; the next bare word is a program
     program_next = True
     i = 0
@@ -103,7 +113,7 @@ def shape_words(argv: Sequence[str], limit: int | None = None) -> list[str]:
         if word in ("-", "--"):
             out.append(word)
         elif word.startswith("-"):
-            name, eq, value = word.partition("=")
+            name, eq, value = _split_assignment(word)
             if not _safe_name(name, _FLAG):
                 out.append(HIDDEN)
                 continue
@@ -127,10 +137,11 @@ def shape_words(argv: Sequence[str], limit: int | None = None) -> list[str]:
             else:
                 out.append(name)
         elif "=" in word:
-            m = _ASSIGN.fullmatch(word)
-            key = m.group("key") if m else ""
-            if m and _safe_name(key, _NAME):
-                out.append(f"{m.group('prefix') or ''}{key}={_value(key in harmless_keys(), m.group('value'))}")
+            key, _, value = _split_assignment(word)
+            prefix = "++" if key.startswith("++") else "+" if key.startswith("+") else ""
+            key = key[len(prefix):]
+            if _safe_name(key, _NAME):
+                out.append(f"{prefix}{key}={_value(key in harmless_keys(), value)}")
             else:
                 out.append(HIDDEN)
         elif word.startswith("~") and _safe_name(word[1:], _NAME):
