@@ -59,10 +59,11 @@ def other_paths(size: int) -> dict[str, object]:
     from dsv4_doctor.probes.dsv4probe_static import parse_metadata
     from dsv4_doctor.render.output import line_text
 
+    huge = ["python3", "--token=" + "a" * size]
     words = ["--hf-token", "hf_" + "a" * 30, "actor.password=x", "++k=v", "train.py"] * (size // 60)
     metadata = (b"Name: x\nVersion: 1\nRequires-Python: >=3.10\n\n" + "\u00e9".encode() * (size // 2))[: size - 1]
     return {"job command by shape (words)": lambda: shape(words),
-            "one huge job word by shape": lambda: shape(["python3", "--token=" + "a" * size]),
+            "one huge job word by shape": lambda: shape(huge),
             "stderr line (cap, redact, clean)": lambda: line_text("--token " + "a=" * (size // 2)),
             "METADATA headers, cut description": lambda: parse_metadata(metadata, truncated=True)}
 

@@ -174,7 +174,9 @@ def line_text(message: str) -> str:
     """A line as the doctor may say it: capped, redacted, cleaned (no escapes, no workflow command)."""
     from ..redact import Redactor, cap, clean_text, valid_text
 
-    return clean_text(Redactor().text(cap(valid_text(message), MAX_LINE)))
+    redact = Redactor()
+    # Secret values go before the cap, so that a cut through one cannot leave its prefix behind.
+    return clean_text(redact.text(cap(redact.literal(valid_text(message)), MAX_LINE)))
 
 
 def say(message: str) -> None:
