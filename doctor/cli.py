@@ -22,7 +22,8 @@ from dataclasses import replace
 
 from . import __version__
 from .model import ExitCode, Profile, UsageError
-from .render.output import check_output_path, emit, isatty, preflight_report, say, write_stdout
+from .render.output import (check_output_path, emit, finish_streams, isatty, line_text, preflight_report, say,
+                            write_stderr, write_stdout)
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 no check failed (warnings allowed unless --strict); 1 a check failed or errored (or warned, with "
@@ -72,6 +73,21 @@ def _ids(values: Sequence[str] | None, option: str = "--only/--skip") -> list[st
 
 
 # ------------------------------------------------------------------------------------------------------ parser
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, its messages through the output layer: an unrecognised argument may be a secret (`--hf-token
+    hf_...` given to the wrong command), and a stuck stderr must not hold the exit."""
+
+    def _print_message(self, message: str, file=None) -> None:
+        if message:
+            (write_stdout if file is sys.stdout else write_stderr)(line_text(message.rstrip("\n")) + "\n")
+
+    def error(self, message: str):
+        write_stderr(line_text(self.format_usage().rstrip("\n")) + "\n")
+        say(f"{self.prog}: error: {message}")
+        finish_streams()
+        sys.exit(int(ExitCode.USAGE))
+
 
 def _profile_options(p: argparse.ArgumentParser, gpu_arch: bool = True) -> None:
     p.add_argument("--cp", type=_cp, default=None, metavar="N",
@@ -125,7 +141,7 @@ def _report_options(p: argparse.ArgumentParser) -> None:
 
 def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The root parser and each command's (for its usage line on a usage error)."""
-    root = argparse.ArgumentParser(
+    root = _Parser(
         prog="dsv4-doctor", epilog=EXIT_CODES_HELP,
         description="Preflight checks for DeepSeek-V4 context-parallel training (verl + Megatron-Core + TE + cuDNN "
                     "frontend). `check` is the default command.")
@@ -283,7 +299,7 @@ def cmd_list(args) -> int:
 
     with _registry(args.timeout) as (checks, plugins):
         pass
-    return 0 if write_stdout(render_listing(checks, plugins, args.format)) else int(ExitCode.OUTPUT)
+    return _stdout_or_4(render_listing(checks, plugins, args.format), "the listing")
 
 
 def cmd_explain(args) -> int:
@@ -297,8 +313,14 @@ def cmd_explain(args) -> int:
     if c is None:
         near = [x.id for x in checks if args.check_id.split(".")[0] in x.id]
         raise UsageError(f"unknown check {args.check_id!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
-    text = explain_text(c, output_width(isatty(sys.stdout)), Redactor())
-    return 0 if write_stdout(text) else int(ExitCode.OUTPUT)
+    return _stdout_or_4(explain_text(c, output_width(isatty(sys.stdout)), Redactor()), "the explanation")
+
+
+def _stdout_or_4(text: str, what: str) -> int:
+    if write_stdout(text):
+        return 0
+    say(f"dsv4-doctor: could not write {what}: stdout is closed, broken or not read")
+    return int(ExitCode.OUTPUT)
 
 
 def cmd_fix(args) -> int:
@@ -323,10 +345,14 @@ def cmd_fix(args) -> int:
     plan = fixplan.build_plan(reports)
     incomplete = fixplan.incomplete(report)
     redact = Redactor()
-    write_stdout(fixplan.render_script(plan, python, report["profile"], __version__, redact, incomplete,
-                                       report.get("job_settings")))
+    printed = write_stdout(fixplan.render_script(plan, python, report["profile"], __version__, redact, incomplete,
+                                                 report.get("job_settings")))
     before = verdict_line(report)
     say("before: " + before)
+    if not printed:  # nobody could read the plan: nothing is applied from it
+        say("dsv4-doctor fix: could not write the plan: stdout is closed, broken or not read"
+            + ("; nothing applied" if args.apply else ""))
+        return max(int(code), int(ExitCode.OUTPUT))
     if incomplete:  # an unfinished run: its plan is partial, and --apply does not act on it
         if args.apply:
             say(f"nothing applied: {incomplete}")
@@ -346,7 +372,11 @@ def cmd_preflight(args) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     elif command:
-        raise UsageError(f"put the training command after `--` (got {command[0]!r} first)")
+        from .jobshape import shape_program
+
+        raise UsageError(f"put the training command after `--` (got {shape_program(command[0])} first)")
+    if command and not command[0]:
+        raise UsageError("the training command's program is an empty word (an unset variable, such as \"$PY\"?)")
     check_output_path(args.report, "--report")
     from .session import profile_from_options
 
@@ -373,8 +403,9 @@ def cmd_preflight(args) -> int:
         return int(ExitCode.FAILED)
     if args.dry_run:
         if env is None or env.rank == 0:  # a fleet's other ranks print nothing, as for the report
-            say("dsv4-doctor preflight: dry run, not starting: " + " ".join(command[:6])
-                + (" ..." if len(command) > 6 else ""))
+            from .jobshape import shape
+
+            say("dsv4-doctor preflight: dry run, not starting: " + shape(command))
         return 0
     from .procs import exec_job
     from .session import GATE
@@ -390,6 +421,15 @@ def cmd_preflight(args) -> int:
 
 def _preflight_report(args, report: dict) -> int:
     return preflight_report(report, args.report)
+
+
+def _where(exc: BaseException) -> str:
+    """`Type: message (file:line)` of the innermost frame, for a defect report without a traceback."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    place = f" ({os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno})" if tb is not None else ""
+    return f"{type(exc).__name__}: {exc}{place}"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -411,17 +451,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         code = handlers[args.command](args)
     except UsageError as exc:
-        commands.get(args.command, p).print_usage(sys.stderr)
+        write_stderr(line_text(commands.get(args.command, p).format_usage()))
         say(f"dsv4-doctor {args.command}: error: {exc}")
         code = int(ExitCode.USAGE)
     except Interrupted as exc:  # list and explain: nothing to report, only to stop cleanly
         say(f"dsv4-doctor {args.command}: interrupted by {exc}")
         code = 128 + exc.signum
+    except Exception as exc:  # a defect of the doctor's own: one line that says where, never a traceback
+        say(f"dsv4-doctor {args.command}: internal error: {_where(exc)}")
+        code = int(ExitCode.INTERNAL)
     finally:
         GATE.uninstall()
     if GATE.late is not None and code < 128:  # asked to stop while the report was written: it was, and we stop
         code = 128 + GATE.late
-    if sys.stdout is not None:
-        with contextlib.suppress(OSError, ValueError):
-            sys.stdout.flush()
+    finish_streams()
     sys.exit(code)

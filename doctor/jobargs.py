@@ -223,7 +223,9 @@ class Job:
 def _positive_int(setting: Setting, name: str) -> int:
     value = setting.value
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"the job's {name}={setting.raw!r} is not a positive whole number")
+        from .jobshape import plain_or_hidden
+
+        raise UsageError(f"the job's {name}={plain_or_hidden(setting.raw)} is not a positive whole number")
     return value
 
 
