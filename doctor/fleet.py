@@ -57,7 +57,7 @@ class FleetEnv:
     local_world_size: int | None = None  # ranks per host (LOCAL_WORLD_SIZE, SLURM_STEP_TASKS_PER_NODE); None: unknown
     nodes: int | None = None  # hosts in the launch (GROUP_WORLD_SIZE, SLURM_STEP_NUM_NODES); None: unknown
     node: str | None = None  # the launcher's node identity (GROUP_RANK, SLURM_NODEID); None: host names key hosts
-    scope: str = "job"  # the job's identity in the store's keys (torchrun's run id, Slurm's job and step ids)
+    scope: str = "dsv4doctor/job"  # the job's identity in the store's keys (torchrun's run id, Slurm's job and step ids)
 
     @property
     def node_leader(self) -> bool:

@@ -409,8 +409,7 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
     for r, h in host_of.items():
         if r in reports:
             hosts.setdefault(h, []).append(r)
-    odd = sorted({r for r in problems} | {r for row in rows if row.status in (Status.FAIL, Status.ERROR)
-                                          for g in row.evidence.get("groups", [])[1:] for r in _expand(g["ranks"])})
+    odd = sorted(set(problems) | odd_ranks(rows))
     fleet = {"world_size": world, "reported": len(reports), "missing": ranges(problems),
              "hosts": {h: ranges(rs) for h, rs in sorted(hosts.items())}, "host_count": len(hosts),
              "timings": exchange.get("timings") or {}, "mode": exchange.get("mode", "store"),
@@ -425,6 +424,20 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
            "plugins": base.get("plugins") or [], "summary": summary, "checks": [r.to_dict() for r in rows],
            "redactions": base.get("redactions") or {"count": 0}, "fleet": fleet}
     return Redactor()(out), int(code)
+
+
+def odd_ranks(rows: Sequence[CheckReport]) -> set[int]:
+    """The ranks outside the largest group of a row whose ranks disagree, and the odd sides of fleet.drift."""
+    out: set[int] = set()
+    for row in rows:
+        groups = [g for g in row.evidence.get("groups") or [] if isinstance(g, dict)]
+        if len(groups) > 1:
+            largest = max(groups, key=lambda g: g.get("count") or 0)
+            out.update(r for g in groups if g is not largest for r in _expand(g.get("ranks", "")))
+        for diff in row.evidence.get("differences") or [] if row.id == "fleet.drift" else []:
+            for side in diff.get("odd") or []:
+                out.update(_expand(side.get("ranks", "")))
+    return out
 
 
 def _expand(text: str) -> list[int]:
