@@ -278,7 +278,7 @@ def _fleet_env(args, profile: Profile):
     env = fleet.detect(os.environ, getattr(args, "distributed", "off"), getattr(args, "fleet_port", None))
     if env is None:
         return None, profile
-    return env, replace(profile, fleet=fleet.profile_fields(env, fleet.host_label(args.anonymize_hosts)))
+    return env, replace(profile, fleet=fleet.profile_fields(env, fleet.host_label(args.anonymize_hosts, env)))
 
 
 @contextlib.contextmanager

@@ -57,7 +57,7 @@ class FleetEnv:
     local_world_size: int | None = None  # ranks per host (LOCAL_WORLD_SIZE, SLURM_STEP_TASKS_PER_NODE); None: unknown
     nodes: int | None = None  # hosts in the launch (GROUP_WORLD_SIZE, SLURM_STEP_NUM_NODES); None: unknown
     node: str | None = None  # the launcher's node identity (GROUP_RANK, SLURM_NODEID); None: host names key hosts
-    scope: str = "dsv4doctor/job"  # the job's identity in the store's keys (torchrun's run id, Slurm's job and step ids)
+    scope: str = "dsv4doctor/job"  # the job's identity in the store's keys (torchrun's run id, Slurm's ids)
 
     @property
     def node_leader(self) -> bool:
@@ -172,11 +172,18 @@ def job_scope(environ: Mapping[str, str]) -> str:
     return "dsv4doctor/" + _SCOPE.sub("_", raw)[:96]
 
 
-def host_label(anonymize: bool = False) -> str:
-    """This host's name as fleet reports show it (finding the odd node is their purpose). With --anonymize-hosts
-    rank 0 replaces every name by a salted hash when it merges (fleetmerge.host_label)."""
-    del anonymize
-    return socket.gethostname() or "unknown"
+def host_label(anonymize: bool = False, env: FleetEnv | None = None,
+               environ: Mapping[str, str] | None = None) -> str:
+    """This host's name as fleet reports show it (finding the odd node is their purpose), or with
+    --anonymize-hosts a salted hash: the salt is the job's identity and, when set, the fleet secret, so every rank
+    of one job computes the same label while another job's (or, without the secret, an outsider's) do not."""
+    name = socket.gethostname() or "unknown"
+    if not anonymize:
+        return name
+    from .fleetmerge import host_label as hashed
+
+    key = fleet_key(os.environ if environ is None else environ) or b""
+    return hashed(name, (env.scope if env else "") + key.hex())
 
 
 def profile_fields(env: FleetEnv, host: str) -> dict:
@@ -411,7 +418,7 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
     timeout = SETUP_S + join_s + VERDICT_S + ACK_S + 2 * RELEASE_S + 30.0
     own = fleetmerge.admit(0, report)
     exchange = Exchange(env, python, request, key, timeout)
-    state: dict = {"others": {}, "problems": {}, "hints": {}, "salt": None,
+    state: dict = {"others": {}, "problems": {}, "hints": {},
                    "info": {"scope": env.scope, "authenticated": key is not None, "mode": "store",
                             "fleet_checks": fleet_checks}}
     code = int(report["summary"]["exit_code"])
@@ -424,7 +431,7 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
             if r not in state["others"] and r not in problems:
                 problems[r] = info.get("missing_why") or "did not report within the fleet's time"
         out, verdict = fleetmerge.merge(own, state["others"], env.world_size, problems, strict, info,
-                                        state["hints"], state["salt"] if anonymize else None)
+                                        state["hints"])
         return out, verdict
 
     verdict = None
@@ -432,8 +439,6 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
     try:
         exchange.start(_hello(env, report))
         plan = exchange.wait_for("plan.json", _now() + SETUP_S + 60.0) or {}
-        if anonymize:
-            state["salt"] = str(plan.get("nonce") or os.urandom(8).hex())
         state["info"]["bound_s"] = round(_now() - started + join_s + VERDICT_S + ACK_S, 1)
         gathered = exchange.wait_for("gathered.json", float(plan.get("report_by") or _now()) + 30.0)
         if gathered is None:

@@ -197,7 +197,7 @@ def _missing(report: dict) -> set[int]:
 def test_merge_names_missing_ranks_with_their_hosts_and_anonymizes_with_a_salt():
     reports = {r: _report(r, f"node{r}", "1.27.0") for r in (0, 1, 3)}
     problems = {2: "did not report", 4: "did not report"}
-    merged, code = _merge(reports, 5, problems, hosts_hint={2: "node2"}, anonymize_salt="s1")
+    merged, code = _merge(reports, 5, problems, hosts_hint={2: "node2"}, anonymize_salt="s1")  # hashes names
     row = next(c for c in merged["checks"] if c["id"] == "fleet.ranks")
     assert code == 1 and row["status"] == "fail" and "ranks 2,4" in row["summary"]
     assert all(h.startswith("host-") for h in merged["fleet"]["hosts"]) and "node" not in json.dumps(
@@ -256,7 +256,8 @@ def test_fleet_stderr_lines_are_cleaned_and_redacted(capsys, monkeypatch):
     """Found in review: fleet mode's own stderr lines carried a rank's raw import error: terminal escapes, a
     workflow command, an unmasked token."""
     monkeypatch.setenv("HF_TOKEN", "hf_abcdefghijklmnopqrstuvwxyz123456")
-    fleet._say("could not import: \x1b]52;c;ZXZpbA==\x07 boom\n::error::forged\ntoken hf_abcdefghijklmnopqrstuvwxyz123456")
+    fleet._say("could not import: \x1b]52;c;ZXZpbA==\x07 boom\n::error::forged\n"
+               "token hf_abcdefghijklmnopqrstuvwxyz123456")
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\x07" not in err and "\n::error::" not in err
     assert "hf_abcdefghijklmnopqrstuvwxyz123456" not in err
@@ -616,3 +617,13 @@ def test_a_foreign_writer_on_the_store_cannot_forge_rank_0_s_result_or_the_verdi
     assert bad["status"] == "fail" and "rank 0 (" in bad["summary"]
     assert report["fleet"]["authenticated"] is True
     assert "correct-horse-battery-staple" not in done[0][0] + done[0][1] + done[1][1]
+
+
+def test_anonymized_host_labels_are_salted_by_the_job_and_its_secret():
+    a = FleetEnv(0, 2, 0, "h", 1, "torchrun", scope="dsv4doctor/run-a")
+    b = FleetEnv(0, 2, 0, "h", 1, "torchrun", scope="dsv4doctor/run-b")
+    same = fleet.host_label(True, a, {})
+    assert same == fleet.host_label(True, a, {}) and same.startswith("host-")  # every rank of the job agrees
+    assert same != fleet.host_label(True, b, {})  # another job cannot match labels to names
+    assert same != fleet.host_label(True, a, {"DSV4_DOCTOR_FLEET_SECRET": "s3cr3t-value"})
+    assert fleet.host_label(False, a, {}) == socket.gethostname()
