@@ -240,7 +240,10 @@ def merge_check(check_id: str, rows: Mapping[int, CheckReport], host_of: Mapping
                  f"all {len(w_ranks)} reporting ranks" if len(w_ranks) > 1 else _who(w_ranks, host_of))
         summary = f"{w_summary} [{w_status.value} on {where}{scope}]"
     else:
-        others = "; ".join(f"{s.value} on {len(rs)} rank(s)" for (s, _), rs in ordered[1:4])
+        # The other groups with their own words when they are few: two passes that say different versions are
+        # the point of a fleet report.
+        others = "; ".join(f"{s.value} on {_who(rs, host_of)}: {text[:160]}" if len(ordered) <= 3 else
+                           f"{s.value} on {len(rs)} rank(s)" for (s, text), rs in ordered[1:4])
         summary = f"{w_summary} [{w_status.value} on {_who(w_ranks, host_of)}; {others}{scope}]"
     lines, listed = [], []
     for (s, text), rs in ordered[:MAX_GROUPS]:

@@ -86,7 +86,8 @@ def test_merge_groups_identical_results_and_names_the_odd_rank():
     rows = {c["id"]: c for c in merged["checks"]}
     assert code == 1 and merged["fleet"]["hosts"] == {"node00": "0-7", "node01": "8-15"}
     fe = rows["cudnn-fe.version"]
-    assert fe["status"] == "fail" and "rank 11 (node01)" in fe["summary"] and "pass on 15 rank(s)" in fe["summary"]
+    assert fe["status"] == "fail" and "rank 11 (node01)" in fe["summary"]
+    assert "pass on ranks 0-10,12-15 (node00, node01): frontend 1.27.0" in fe["summary"]
     assert [g["ranks"] for g in fe["evidence"]["groups"]] == ["11", "0-10,12-15"]
     torch_row = rows["torch.install"]
     assert torch_row["status"] == "fail" and "torch 2.9 (stale image)" in torch_row["summary"]
@@ -627,3 +628,18 @@ def test_anonymized_host_labels_are_salted_by_the_job_and_its_secret():
     assert same != fleet.host_label(True, b, {})  # another job cannot match labels to names
     assert same != fleet.host_label(True, a, {"DSV4_DOCTOR_FLEET_SECRET": "s3cr3t-value"})
     assert fleet.host_label(False, a, {}) == socket.gethostname()
+
+
+def test_the_text_report_leads_with_the_odd_ranks_and_what_to_do():
+    from dsv4_doctor.render import render
+
+    reports = {r: _report(r, f"node{r // 8:02d}", "1.27.0") for r in range(16)}
+    reports[11] = _report(11, "node01", "1.26.0")
+    del reports[5]
+    merged, _ = _merge(reports, 16, {5: "did not report within the fleet's time"}, hosts_hint={5: "node00"})
+    text = render(merged, "text", width=120)
+    lead = text[:text.index("Status  Check")]
+    assert "Fleet: look first at" in lead
+    assert "rank 5 (node00): did not report within the fleet's time" in lead
+    assert "rank(s) 11 (node01): package nvidia-cudnn-frontend is 1.26.0, not 1.27.0" in lead
+    assert "re-pull that node's image" in lead
