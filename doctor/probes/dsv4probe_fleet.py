@@ -43,11 +43,12 @@ sys.path.insert(0, HERE)
 from dsv4probe_common import serve  # noqa: E402
 
 POLL_S = 0.05
+OTHERS_POLL_S = 0.1  # the other ranks' polling of rank 0's store: 1,000 ranks make 10,000 requests a second
+SWEEP_S = 2.0
 HEARTBEAT_S = 0.5
 GRACE_S = 5.0
 RELEASE_S = 60.0  # how long rank 0's doctor may take to write the report after the acknowledgements
 MAX_VALUE = 8 * 1024 * 1024  # a rank's report beyond this is not read (its doctor bounds it well below)
-FP_WAIT_RESERVE_S = 0.0
 
 
 class Channel:
@@ -158,26 +159,42 @@ def _rank0(request, root, store, key, hello, started, timings):
     _write(os.path.join(folder, "plan.json"), {"nonce": nonce, "report_by": report_by, "verdict_by": verdict_by,
                                                "ack_by": ack_by})
     os.makedirs(os.path.join(folder, "reports"), exist_ok=True)
-    pending, seen_count, hellos, rejected = set(range(1, world)), -1, {}, {}
+    pending, hellos, rejected = set(range(1, world)), {}, {}
+
+    def take(r):
+        before = ch.rejected
+        value = ch.get("report/%d" % r)
+        if value is None:
+            if ch.rejected > before:
+                rejected[r] = "its report failed the authentication or size check"
+            return
+        with open(os.path.join(folder, "reports", "%d.json" % r), "wb") as fh:
+            fh.write(value)
+        pending.discard(r)
+        rejected.pop(r, None)
+
+    # Each rank, once its report is in, takes a ticket (`count`) and names itself under it (`arrival/<n>`): rank 0
+    # reads each arrival once, O(N) store requests in all. A sweep over the pending ranks every SWEEP_S covers a
+    # ticket someone overwrote.
+    next_ticket, last_sweep = 1, time.monotonic()
     while pending and time.monotonic() < report_by:
         if time.monotonic() - last >= HEARTBEAT_S:
             last = beat()
         count = ch.store.add(ch.scope + "/count", 0)
-        if count != seen_count:
-            seen_count = count
+        while next_ticket <= count and ch.has("arrival/%d" % next_ticket):
+            raw = ch.get("arrival/%d" % next_ticket)
+            next_ticket += 1
+            try:
+                r = int(raw) if raw is not None else -1
+            except ValueError:
+                r = -1
+            if r in pending:
+                take(r)
+        if time.monotonic() - last_sweep >= SWEEP_S:
             for r in sorted(pending):
-                if not ch.has("report/%d" % r):
-                    continue
-                before = ch.rejected
-                value = ch.get("report/%d" % r)
-                if value is None:
-                    if ch.rejected > before:
-                        rejected[r] = "its report failed the authentication or size check"
-                    continue
-                with open(os.path.join(folder, "reports", "%d.json" % r), "wb") as fh:
-                    fh.write(value)
-                pending.discard(r)
-                rejected.pop(r, None)
+                if ch.has("report/%d" % r):
+                    take(r)
+            last_sweep = time.monotonic()
         time.sleep(POLL_S)
     for r in range(1, world):
         raw = ch.get("hello/%d" % r)
@@ -207,14 +224,16 @@ def _rank0(request, root, store, key, hello, started, timings):
     present = [r for r in range(1, world) if r not in pending]
     acked = set()
     last = time.monotonic()
-    while published and len(acked) < len(present) and time.monotonic() < ack_by:
-        for r in present:
-            if r not in acked and ch.get("ack/%d" % r) is not None:
-                acked.add(r)
+    while published and time.monotonic() < ack_by:
+        # A counter says when all acknowledged; who did is read once, at the end.
+        if ch.store.add(ch.scope + "/acks", 0) >= len(present):
+            break
         if time.monotonic() - last >= HEARTBEAT_S and time.monotonic() < verdict_by:
             ch.set("verdict", message)  # again: a value someone overwrote is back within a heartbeat
             last = time.monotonic()
         time.sleep(POLL_S)
+    if published:
+        acked = {r for r in present if ch.get("ack/%d" % r) is not None}
     _write(os.path.join(folder, "acks.json"), {"published": published, "acknowledged": sorted(acked),
                                                "not_acknowledged": [r for r in range(1, world) if r not in acked],
                                                "rejected_values": root.rejected + ch.rejected})
@@ -245,7 +264,7 @@ def _other(request, root, store, key, hello, started, timings):
                    + (" (%d value(s) failed the authentication check)" % root.rejected if root.rejected else ""))
             _write(os.path.join(folder, "plan.json"), {"error": why})
             return {"missed": why, "timings": timings}
-        time.sleep(POLL_S)
+        time.sleep(OTHERS_POLL_S)
     # Early by at most one heartbeat, never late: the plan was written at most HEARTBEAT_S before it was read.
     report_by = t_read + float(plan["report_left"]) - HEARTBEAT_S
     verdict_by = t_read + float(plan["verdict_left"]) - HEARTBEAT_S
@@ -266,7 +285,7 @@ def _other(request, root, store, key, hello, started, timings):
                 leader_fp, leader_state = _json(b'{"fp": %s}' % raw), "read"
                 leader_fp = (leader_fp or {}).get("fp")
                 break
-            time.sleep(POLL_S)
+            time.sleep(OTHERS_POLL_S)
     _write(os.path.join(folder, "plan.json"), {"nonce": nonce, "report_by": report_by, "verdict_by": verdict_by,
                                                "ack_by": ack_by, "leader_fingerprint": leader_fp,
                                                "leader": leader_state})
@@ -281,7 +300,8 @@ def _other(request, root, store, key, hello, started, timings):
         why = "this rank's report was not ready by rank 0's report deadline"
         return {"missed": why, "timings": timings}
     ch.set("report/%d" % rank, report)
-    ch.store.add(ch.scope + "/count", 1)
+    ticket = ch.store.add(ch.scope + "/count", 1)
+    ch.set("arrival/%d" % ticket, str(rank).encode())
     timings["reported_s"] = round(time.monotonic() - started, 3)
     verdict = None
     while time.monotonic() < verdict_by:
@@ -291,13 +311,14 @@ def _other(request, root, store, key, hello, started, timings):
             if time.monotonic() < verdict_by:
                 verdict = int(data["exit_code"])
             break
-        time.sleep(POLL_S)
+        time.sleep(OTHERS_POLL_S)
     if verdict is None:
         why = ("no verdict from rank 0 by the fleet's verdict deadline"
                + (" (%d value(s) failed the authentication check)" % ch.rejected if ch.rejected else ""))
         _linger(ch, rank, ack_by + RELEASE_S)
         return {"missed": why, "timings": timings}
     ch.set("ack/%d" % rank, b"1")
+    ch.store.add(ch.scope + "/acks", 1)
     timings["verdict_s"] = round(time.monotonic() - started, 3)
     _linger(ch, rank, ack_by + RELEASE_S)
     timings["total_s"] = round(time.monotonic() - started, 3)
@@ -312,7 +333,7 @@ def _linger(ch, rank, until):
                 break
         except Exception:  # rank 0 is gone: nothing more to wait for
             break
-        time.sleep(POLL_S)
+        time.sleep(OTHERS_POLL_S)
     try:
         ch.set("done/%d" % rank, b"1")
     except Exception:
