@@ -35,7 +35,8 @@ DEFAULT_MASTER_PORT = 29500
 SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 10000  # an srun step without MASTER_PORT: a port from its job and step id
 SKEW_S = 15.0  # launcher skew: how much later than rank 0 another rank may start
 SETUP_S = 20.0  # a helper starting, importing torch and joining the store
-VERDICT_S = 15.0  # after the report deadline: rank 0's merge and the verdict's publication
+VERDICT_S = 15.0  # after the report deadline: rank 0's merge and the verdict's publication (plus VERDICT_PER_RANK_S)
+VERDICT_PER_RANK_S = 0.02
 ACK_S = 10.0  # after the verdict deadline: the ranks' acknowledgements
 RELEASE_S = 60.0  # the helper's bound for rank 0's report to be written (probes/dsv4probe_fleet.RELEASE_S)
 FLEET_SCRIPT = "dsv4probe_fleet.py"
@@ -344,9 +345,7 @@ class Exchange:
         return data
 
     def tail(self, limit: int = 3000) -> str:
-        from .redact import read_tail
-
-        return read_tail(self.log, limit)  # a cut first line is dropped: it may end a secret
+        return _tail(self.log, limit)
 
     def close(self) -> None:
         from .procs import kill_group
@@ -354,6 +353,12 @@ class Exchange:
         if self.proc is not None and self.proc.poll() is None:
             kill_group(self.proc)
         self.procs.close()
+
+
+def _tail(path: str, limit: int = 3000) -> str:
+    from .redact import read_tail
+
+    return read_tail(path, limit)  # a cut first line is dropped: it may end a secret
 
 
 def _now() -> float:
@@ -411,11 +416,12 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
     budget = float(report["summary"].get("budget_s") or 60.0)
     reruns = env.local_world_size != 1
     join_s = wait_seconds(budget, _now() - started, fleet_wait, reruns)
+    verdict_s = VERDICT_S + VERDICT_PER_RANK_S * env.world_size
     request = {"rank": 0, "world_size": env.world_size, "master_addr": env.master_addr, "port": env.port,
-               "scope": env.scope, "join_s": join_s, "verdict_s": VERDICT_S, "ack_s": ACK_S,
-               "connect_s": SETUP_S + join_s + VERDICT_S + ACK_S + RELEASE_S,
+               "scope": env.scope, "join_s": join_s, "verdict_s": verdict_s, "ack_s": ACK_S,
+               "connect_s": SETUP_S + join_s + verdict_s + ACK_S + RELEASE_S,
                "fingerprint_node": _fingerprint_node(env, report), "leader": True}
-    timeout = SETUP_S + join_s + VERDICT_S + ACK_S + 2 * RELEASE_S + 30.0
+    timeout = SETUP_S + join_s + verdict_s + ACK_S + 2 * RELEASE_S + 30.0
     own = fleetmerge.admit(0, report)
     exchange = Exchange(env, python, request, key, timeout)
     state: dict = {"others": {}, "problems": {}, "hints": {},
@@ -439,8 +445,9 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
     try:
         exchange.start(_hello(env, report))
         plan = exchange.wait_for("plan.json", _now() + SETUP_S + 60.0) or {}
-        state["info"]["bound_s"] = round(_now() - started + join_s + VERDICT_S + ACK_S, 1)
-        gathered = exchange.wait_for("gathered.json", float(plan.get("report_by") or _now()) + 30.0)
+        state["info"]["bound_s"] = round(_now() - started + join_s + verdict_s + ACK_S, 1)
+        gathered = _admit_while_gathering(exchange, state, env.world_size,
+                                          float(plan.get("report_by") or _now()) + 30.0)
         if gathered is None:
             answer = exchange.finish(_now() + 5.0)
             why = answer.get("error") or "the fleet exchange gave no reports"
@@ -503,6 +510,22 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
     return max(final, written) if written else final
 
 
+def _admit_while_gathering(exchange: Exchange, state: dict, world: int, until: float) -> dict | None:
+    """Wait for the gather to end, validating each report as its file appears (off the verdict's critical path:
+    at 1,000 ranks that is seconds of work)."""
+    import time
+
+    while _now() < min(until, exchange.hard_deadline):
+        gathered = exchange.read("gathered.json")
+        if gathered is not None:
+            return gathered
+        _take_reports(exchange, {}, state, world)
+        if exchange.exited():
+            return exchange.read("gathered.json")
+        time.sleep(0.1)
+    return None
+
+
 def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -> None:
     from . import fleetmerge
 
@@ -519,9 +542,13 @@ def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -
         if str(raw_rank).isdigit() and 0 < int(raw_rank) < world:
             state["problems"][int(raw_rank)] = fleetmerge._text(why, 200)
     folder = exchange.path("reports")
-    for r in range(1, world):
+    try:
+        arrived = [int(name[:-5]) for name in os.listdir(folder) if name.endswith(".json") and name[:-5].isdigit()]
+    except OSError:
+        arrived = []
+    for r in sorted(arrived):
         path = os.path.join(folder, f"{r}.json")
-        if r in state["others"] or not os.path.exists(path):
+        if r in state["others"] or not 0 < r < world or r in state.get("rejected_seen", ()):
             continue
         try:
             with open(path, "rb") as fh:
@@ -530,8 +557,10 @@ def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -
             state["problems"].pop(r, None)
         except fleetmerge.BadReport as exc:
             state["problems"][r] = f"its report was rejected: {exc}"
-        except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:
+            state.setdefault("rejected_seen", set()).add(r)
+        except (OSError, ValueError, TypeError, KeyError, RecursionError, AttributeError) as exc:
             state["problems"][r] = f"its report was rejected: {type(exc).__name__}"
+            state.setdefault("rejected_seen", set()).add(r)
 
 
 def _note_unacknowledged(out: dict, missed: list[int]) -> None:
@@ -557,7 +586,8 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
     request = {"rank": env.rank, "world_size": env.world_size, "master_addr": env.master_addr, "port": env.port,
                "scope": env.scope, "connect_s": connect_s, "fingerprint_node": _fingerprint_node(env, report),
                "leader": env.node_leader}
-    timeout = connect_s + SETUP_S + 4 * budget + VERDICT_S + ACK_S + 2 * RELEASE_S + 60.0
+    timeout = connect_s + SETUP_S + 4 * budget + VERDICT_S + VERDICT_PER_RANK_S * env.world_size + ACK_S + \
+        2 * RELEASE_S + 60.0
     exchange = Exchange(env, python, request, key, timeout)
     ran_own = False
     GATE.arm()

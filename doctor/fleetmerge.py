@@ -172,9 +172,11 @@ def admit(rank: int, payload: bytes | Mapping) -> RankReport:
         raise BadReport("its report is not a JSON object")
     if not _depth_ok(data):
         raise BadReport(f"its report is nested deeper than {MAX_DEPTH} levels or too large")
-    from .redact import Redactor, sanitize
+    from .redact import sanitize
 
-    return RankReport(rank, Redactor()(sanitize(data)))
+    # Bounded and made valid here; redacted once, in the merged report (each rank redacted its own already, and
+    # redacting every rank's whole report cost rank 0 25 ms a rank).
+    return RankReport(rank, sanitize(data))
 
 
 def is_node_level(row: CheckReport) -> bool:

@@ -643,3 +643,13 @@ def test_the_text_report_leads_with_the_odd_ranks_and_what_to_do():
     assert "rank 5 (node00): did not report within the fleet's time" in lead
     assert "rank(s) 11 (node01): package nvidia-cudnn-frontend is 1.26.0, not 1.27.0" in lead
     assert "re-pull that node's image" in lead
+
+
+def test_smoke_and_preflight_take_the_fleet_options_as_check_does():
+    """Found in review: `smoke` had no fleet mode, so under torchrun each rank wrote its own report."""
+    from dsv4_doctor.cli import parser
+
+    _, commands = parser()
+    for name, extra in (("check", []), ("smoke", []), ("preflight", ["--", "true"])):
+        args = commands[name].parse_args(["--fleet-port", "31000", "--anonymize-hosts", *extra])
+        assert args.distributed == "auto" and args.fleet_port == 31000 and args.anonymize_hosts, name

@@ -168,8 +168,10 @@ def _rank0(request, root, store, key, hello, started, timings):
             if ch.rejected > before:
                 rejected[r] = "its report failed the authentication or size check"
             return
-        with open(os.path.join(folder, "reports", "%d.json" % r), "wb") as fh:
+        path = os.path.join(folder, "reports", "%d.json" % r)
+        with open(path + ".tmp", "wb") as fh:  # whole or not at all: the doctor reads them as they come
             fh.write(value)
+        os.replace(path + ".tmp", path)
         pending.discard(r)
         rejected.pop(r, None)
 
@@ -278,8 +280,9 @@ def _other(request, root, store, key, hello, started, timings):
     if node and request.get("leader"):
         ch.set("fp/" + node, json.dumps(info.get("fingerprint")).encode())
     elif node:
-        leader_state = "absent"
-        while time.monotonic() < report_by:
+        # Half of the report window at most: a rank whose leader never comes needs the rest for its own checks.
+        leader_state, fp_by = "absent", t_read + max(0.0, report_by - t_read) / 2
+        while time.monotonic() < fp_by:
             raw = ch.get("fp/" + node)
             if raw is not None:
                 leader_fp, leader_state = _json(b'{"fp": %s}' % raw), "read"
