@@ -131,8 +131,9 @@ def main() -> None:
         per = {k: (results[16][k] - results[8][k]) / 8 for k in keys}
         est = {k: results[16][k] + per[k] * (1000 - 16) for k in per}
         print(f"1,000 ranks, extrapolated linearly from 8 -> 16: gather {est['gather_s']:.2f} s, admit "
-              f"{est['admit_s']:.2f} s (during the gather), merge {est['merge_s']:.2f} s, received {est['received_bytes'] / 2 ** 20:.0f} MiB, report "
-              f"{est['report_bytes'] / 1024:.0f} KiB (per added rank: gather {per['gather_s'] * 1000:.2f} ms, admit {per['admit_s'] * 1000:.2f} ms, merge "
+              f"{est['admit_s']:.2f} s (during the gather), merge {est['merge_s']:.2f} s, received "
+              f"{est['received_bytes'] / 2 ** 20:.0f} MiB, report {est['report_bytes'] / 1024:.0f} KiB (per added "
+              f"rank: gather {per['gather_s'] * 1000:.2f} ms, admit {per['admit_s'] * 1000:.2f} ms, merge "
               f"{per['merge_s'] * 1000:.3f} ms, received {per['received_bytes'] / 1024:.1f} KiB)")
     print(json.dumps({str(k): v for k, v in results.items()}))
 
