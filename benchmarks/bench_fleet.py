@@ -104,7 +104,8 @@ def one_run(n: int, base: dict, python: str) -> dict:
         for p in procs:
             p.wait(timeout=180)
         assert merged["fleet"]["reported"] == n and not gathered["missing"], (merged["fleet"], gathered)
-        return {"wall_s": wall, "gather_s": gathered["timings"].get("gather_s", 0.0), "admit_s": admit_s,
+        return {"wall_s": wall, "gather_s": gathered["timings"].get("gather_s", 0.0),
+                "read_s": gathered["timings"].get("read_s", 0.0), "admit_s": admit_s,
                 "merge_s": merge_s,
                 "received_bytes": received, "report_bytes": len(json.dumps(merged)),
                 "input_bytes": len(json.dumps(base))}
@@ -121,16 +122,17 @@ def main() -> None:
     for n in args.ranks:
         runs = [one_run(n, base, args.python) for _ in range(args.repeat)]
         results[n] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    print(f"{'ranks':>6} {'wall s':>8} {'gather s':>9} {'admit s':>8} {'merge s':>8} {'received KiB':>13} "
-          f"{'report KiB':>11}  (medians of {args.repeat})")
+    print(f"{'ranks':>6} {'wall s':>8} {'gather s':>9} {'read s':>7} {'admit s':>8} {'merge s':>8} "
+          f"{'received KiB':>13} {'report KiB':>11}  (medians of {args.repeat})")
     for n, r in results.items():
-        print(f"{n:>6} {r['wall_s']:>8.3f} {r['gather_s']:>9.3f} {r['admit_s']:>8.4f} {r['merge_s']:>8.4f} "
-              f"{r['received_bytes'] / 1024:>13.1f} {r['report_bytes'] / 1024:>11.1f}")
+        print(f"{n:>6} {r['wall_s']:>8.3f} {r['gather_s']:>9.3f} {r['read_s']:>7.4f} {r['admit_s']:>8.4f} "
+              f"{r['merge_s']:>8.4f} {r['received_bytes'] / 1024:>13.1f} {r['report_bytes'] / 1024:>11.1f}")
     if 8 in results and 16 in results:
-        keys = ("gather_s", "admit_s", "merge_s", "report_bytes", "received_bytes")
+        keys = ("gather_s", "read_s", "admit_s", "merge_s", "report_bytes", "received_bytes")
         per = {k: (results[16][k] - results[8][k]) / 8 for k in keys}
         est = {k: results[16][k] + per[k] * (1000 - 16) for k in per}
-        print(f"1,000 ranks, extrapolated linearly from 8 -> 16: gather {est['gather_s']:.2f} s, admit "
+        print(f"1,000 ranks, extrapolated linearly from 8 -> 16: gather {est['gather_s']:.2f} s (of which rank 0 "
+              f"reading {est['read_s']:.2f} s), admit "
               f"{est['admit_s']:.2f} s (during the gather), merge {est['merge_s']:.2f} s, received "
               f"{est['received_bytes'] / 2 ** 20:.0f} MiB, report {est['report_bytes'] / 1024:.0f} KiB (per added "
               f"rank: gather {per['gather_s'] * 1000:.2f} ms, admit {per['admit_s'] * 1000:.2f} ms, merge "

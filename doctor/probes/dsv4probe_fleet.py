@@ -161,9 +161,13 @@ def _rank0(request, root, store, key, hello, started, timings):
     os.makedirs(os.path.join(folder, "reports"), exist_ok=True)
     pending, hellos, rejected = set(range(1, world)), {}, {}
 
+    read_s = [0.0]
+
     def take(r):
         before = ch.rejected
+        t_read = time.monotonic()
         value = ch.get("report/%d" % r)
+        read_s[0] += time.monotonic() - t_read
         if value is None:
             if ch.rejected > before:
                 rejected[r] = "its report failed the authentication or size check"
@@ -203,6 +207,7 @@ def _rank0(request, root, store, key, hello, started, timings):
         if raw is not None:
             hellos[r] = _json(raw)
     timings["gather_s"] = round(time.monotonic() - t0, 4)
+    timings["read_s"] = round(read_s[0], 4)  # rank 0's own time reading reports from its store
     _write(os.path.join(folder, "gathered.json"), {"missing": sorted(pending), "hellos": {str(r): h for r, h in
                                                                                           hellos.items()},
                                                    "rejected": {str(r): w for r, w in rejected.items()},
