@@ -16,7 +16,9 @@ from dsv4_doctor.jobargs import (ENGINE_MAX_SEQLEN, VERL_ROLES, common_setting, 
 from dsv4_doctor.model import Check, Context, Fix, Phase, Profile, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 
-from ._upstream import EAV, mlm
+from dsv4_doctor.jobsettings import ROUNDING
+
+from ._upstream import EAV, gh, mlm, pypi
 from .verl import ENGINE as VERL_ENGINE
 from .verl import STATIC as VERL_STATIC
 from .verl import markers as verl_markers
@@ -41,6 +43,13 @@ VERL_DYNAMIC = "max_seqlen_per_dp_cp_rank must be a positive integer when dynami
 
 def _no_job(profile: Profile) -> str | None:
     return None if profile.job is not None else "no job arguments (preflight or --job-args)"
+
+
+def _not_read(job: dict) -> str:
+    """Why a job row cannot judge the command: it is neither verl nor Megatron-LM (a wrapper script, a launcher)."""
+    return str(job.get("not_known") or "the command is neither a verl nor a Megatron-LM training command: its "
+               "settings are not known; give the training command itself (`check --job-args \"python3 -m "
+               "verl.trainer.main_ppo ...\"`), or state the CP with --cp N")
 
 
 def _job(ctx: Context) -> dict:
@@ -149,8 +158,7 @@ def _cp_args(ctx: Context) -> Result:
     job = _job(ctx)
     roles = roles_to_check(job)
     if not roles:
-        return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read",
-                       evidence={"entry": job.get("entry")})
+        return skipped(_not_read(job), evidence={"entry": job.get("entry")})
     auto, why_auto = _verl_sets_cp(ctx, job)
     fails, warns, notes, fixes, unknown = [], [], [], [], []
     in_file = _maybe_in_file(job)
@@ -205,10 +213,13 @@ def _cp_args(ctx: Context) -> Result:
         _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unknown)
     evidence.update(failures=fails, warnings=warns, notes=notes, unknown=unknown)
     text = "; ".join(fails or warns or notes)
+    # Said only where a max_seqlen_per_dp_cp_rank line is given: it is rounded up, unlike verl's example.
+    rounding = [ROUNDING] if any("max_seqlen_per_dp_cp_rank" in f.key for f in fixes) else []
     if fails:
-        return failed(text, "\n".join(warns + unknown + notes + [why_auto]), fixes=fixes, evidence=evidence)
+        return failed(text, "\n".join(warns + unknown + notes + [why_auto] + rounding), fixes=fixes,
+                      evidence=evidence)
     if warns:
-        return warned(text, "\n".join(unknown + notes + [why_auto]), evidence=evidence)
+        return warned(text, "\n".join(unknown + notes + [why_auto] + rounding), fixes=fixes, evidence=evidence)
     if unknown:
         return skipped("; ".join(unknown + notes), evidence=evidence)
     if all(r["cp"] == 1 for r in evidence["roles"].values()) and not any(
@@ -223,9 +234,10 @@ def _positive(value) -> bool:
 
 
 def _seqlen_fix(job, role, name, needed, needed_from, cp, now) -> Fix:
-    """The line that states max_seqlen_per_dp_cp_rank (`name`: the engine's or the transformer config's)."""
+    """The line that states max_seqlen_per_dp_cp_rank (`name`: the engine's or the transformer config's), rounded
+    up (verl's example rounds down)."""
     if needed:
-        return _add(job, role, name, math.ceil(needed / cp), _per_rank(needed_from), now)
+        return _add(job, role, name, math.ceil(needed / cp), _per_rank(needed_from) + ", rounded up", now)
     return _add(job, role, name, "N", f"N = {_per_rank('the longest sample')}, rounded up; {needed_from}", now)
 
 
@@ -267,6 +279,13 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unkno
         if job.get("kind") == "megatron":
             notes.append(f"{lab}max_seqlen_per_dp_cp_rank not stated (the Megatron-LM CLI derives it from "
                          "--seq-length)")
+        elif cp > 1 and _from_file(job):
+            unknown.append(f"{lab}max_seqlen_per_dp_cp_rank not stated{_maybe_in_file(job)}")
+        elif cp > 1:
+            # verl's DSv4 example states it in CP_ARGS; the line to add is the example's, rounded up.
+            warns.append(f"{lab}max_seqlen_per_dp_cp_rank not stated: verl's DSv4 example sets it in CP_ARGS to "
+                         "the longest sample / CP")
+            fixes.append(_seqlen_fix(job, role, name, needed, needed_from, cp, None))
         else:
             notes.append(f"{lab}max_seqlen_per_dp_cp_rank: not stated")
         return
@@ -322,7 +341,10 @@ job_cp_args = Check(
         `<role>.megatron.max_seqlen_per_dp_cp_rank` (a positive integer, else "max_seqlen_per_dp_cp_rank must be a
         positive integer when dynamic_context_parallel is enabled") and writes it over the transformer config's;
         without dynamic CP verl does not read the engine key, and Megatron gets the
-        `override_transformer_config` value.
+        `override_transformer_config` value. With CP > 1 and no max_seqlen_per_dp_cp_rank it warns and gives the
+        line verl's example adds, ceil((max_prompt_length + max_response_length) / CP): the example's shell
+        division rounds down, which leaves the longest sample short when the sum is not a multiple of CP. The full
+        CP_ARGS block is in the report's job settings and at the end of `fix --job-args`.
     """,
     applies_when="job arguments given; CP > 1",
     detects="the training command's overrides or flags; verl's #6555 marker (ast)",
@@ -331,6 +353,9 @@ job_cp_args = Check(
         mlm(MPC, "74-98", "Megatron-LM dev model_parallel_config.py (max_seqlen_per_dp_cp_rank, schedulers)"),
         Source("verl run_deepseek_v4_flash_megatron.sh CP_ARGS (PR #7297)",
                "https://github.com/verl-project/verl/pull/7297"),
+        gh("verl-project/verl", "blob/1dda039b/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh",
+           "verl @1dda039b run_deepseek_v4_flash_megatron.sh: max_seqlen_per_dp_cp_rank=$(((MAX_PROMPT_LENGTH + "
+           "MAX_RESPONSE_LENGTH) / ACTOR_CP)) rounds down; the doctor's line rounds up"),
         Source("verl PR #6555 (MegatronEngine sets the DSv4 CP settings)", "https://github.com/verl-project/verl/pull/6555"),
         Source("verl 0.9.0 workers/config/engine.py L229-236 (McoreEngineConfig: max_seqlen_per_dp_cp_rank with "
                "dynamic CP); workers/engine/megatron/transformer_impl.py L303-311 (written over the transformer "
@@ -349,7 +374,7 @@ def _parallelism(ctx: Context) -> Result:
     job = _job(ctx)
     roles = roles_to_check(job)
     if not roles:
-        return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read")
+        return skipped(_not_read(job))
     world = _world(job)
     fails, notes, fixes, unknown = [], [], [], []
     evidence: dict = {"world_size": world, "roles": {}}
@@ -423,7 +448,7 @@ def _moe_dispatch(ctx: Context) -> Result:
     job = _job(ctx)
     roles = roles_to_check(job)
     if not roles:
-        return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read")
+        return skipped(_not_read(job))
     auto, _ = _verl_sets_cp(ctx, job)
     fails, warns, notes, fixes, unknown = [], [], [], [], []
     deep_ep = ctx.static.module("deep_ep").get("found")
@@ -520,7 +545,7 @@ def _indexer_loss(ctx: Context) -> Result:
     roles = roles_to_check(job)
     profile = ctx.profile
     if not roles:
-        return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read")
+        return skipped(_not_read(job))
     if profile.dsa_backend != "cudnn":
         return skipped("dsa_kernel_backend=none: the fused DSA kernels (and the SM90 rule) are not used")
     if profile.cc is None:
@@ -598,9 +623,10 @@ def _env(ctx: Context) -> Result:
             env.pop(name, None)
     env.update({k: v for k, v in (job.get("env") or {}).items() if isinstance(v, str)})
     names = [str(g.get("name", "")) for g in ctx.gpus()]
-    warns, notes = [], []
+    warns, notes, exports = [], [], []
     nvls = env.get("NCCL_NVLS_ENABLE")
     if nvls != "0":
+        exports.append(("NCCL_NVLS_ENABLE", "0", "as verl's DSv4 script and the Megatron recipes set it"))
         warns.append(f"NCCL_NVLS_ENABLE is {'unset' if nvls is None else repr(nvls)}: verl's DSv4 script and the "
                      "Megatron recipes set NCCL_NVLS_ENABLE=0 (Megatron's DDP enables NVLS unless it is set, MLM "
                      "#6319)")
@@ -610,6 +636,8 @@ def _env(ctx: Context) -> Result:
     overlap = any(_value(role_settings(job, r), "overlap_moe_expert_parallel_comm") is True
                   for r in roles_to_check(job))
     if connections is None:
+        exports.append(("CUDA_DEVICE_MAX_CONNECTIONS", "1", "verl's DSv4 script's choice; more than 1 for Megatron's "
+                        "EP all-to-all overlap"))
         warns.append("CUDA_DEVICE_MAX_CONNECTIONS is unset: verl's DSv4 script sets 1 (communication kernels keep "
                      "their launch order), while Megatron's EP all-to-all overlap wants more than 1; choose one")
     elif connections == "1" and overlap:
@@ -620,15 +648,19 @@ def _env(ctx: Context) -> Result:
     if any("GB200" in n or "GB300" in n for n in names):
         mnnvl = env.get("NCCL_MNNVL_ENABLE")
         if mnnvl is None:
+            exports.append(("NCCL_MNNVL_ENABLE", "1", "multi-node NVLink on GB200/GB300 NVL72"))
             warns.append("NCCL_MNNVL_ENABLE is unset on a GB200/GB300 host: multi-node NVLink on NVL72 depends on it "
                          "(NCCL #2186)")
         else:
             notes.append(f"NCCL_MNNVL_ENABLE={mnnvl}")
     evidence = {"NCCL_NVLS_ENABLE": nvls, "CUDA_DEVICE_MAX_CONNECTIONS": connections,
                 "NCCL_MNNVL_ENABLE": env.get("NCCL_MNNVL_ENABLE"), "gpus": names[:8],
-                "from_command": sorted(k for k in (job.get("env") or {}) if isinstance(k, str))}
+                "from_command": sorted(k for k in (job.get("env") or {}) if isinstance(k, str)),
+                "exports": [f"export {name}={value}" for name, value, _ in exports]}
+    fixes = [Fix(f"Set in the job script, before the training command ({why}):\n  export {name}={value}",
+                 key=f"env:{name}={value}", phase=Phase.SETTING) for name, value, why in exports]
     if warns:
-        return warned("; ".join(warns), "\n".join(notes), evidence=evidence)
+        return warned("; ".join(warns), "\n".join(notes), fixes=fixes, evidence=evidence)
     return passed("; ".join(notes), evidence=evidence)
 
 
@@ -640,7 +672,8 @@ job_env = Check(
         command counts too). NCCL_NVLS_ENABLE=0, as verl's DSv4 script and the Megatron recipes set it (Megatron's
         DDP enables NVLS unless it is set). CUDA_DEVICE_MAX_CONNECTIONS: verl's script sets 1, while Megatron's EP
         all-to-all overlap wants more than 1, a trade-off the warning states. NCCL_MNNVL_ENABLE on GB200/GB300
-        NVL72 hosts. Warnings only.
+        NVL72 hosts. Warnings only; each names the `export` line to put in the job script, which the fix plan
+        and the text report list as job settings (never run).
     """,
     applies_when="job arguments given",
     detects="the job's environment and GPU names",
@@ -678,7 +711,7 @@ def _dsa_backend(ctx: Context) -> Result:
     job = _job(ctx)
     roles = roles_to_check(job)
     if not roles:
-        return skipped("the command is neither a verl nor a Megatron-LM training command: no settings to read")
+        return skipped(_not_read(job))
     decided = str(job.get("dsa_backend_decided") or "")
     fails: list[str] = []
     notes: list[str] = []
@@ -731,8 +764,13 @@ job_dsa_backend = Check(
         frontend's DSA kernels and FlashMLA); it rejects `tilelang` for dsv4_hybrid, and the Megatron-LM CLI's
         choices reject anything else. The deprecated `apply_dsa_kernel_fusion` maps True to cudnn and False to none,
         and stating it beside a different backend raises "Conflicting DSA kernel controls". A backend the command
-        does not state is the path's default: cudnn for the Megatron-LM CLI with dsv4_hybrid, off through verl and
-        Megatron-Bridge; the report's profile says which was used, and the environment checks follow it.
+        does not state is the path's default: cudnn for the Megatron-LM CLI with dsv4_hybrid; through verl (which
+        never sets it), whatever the installed Megatron-Bridge's DSv4 provider sets `apply_dsa_kernel_fusion` to,
+        read from its deepseek_v4_bridge.py with ast: 0.5.x turns it on for any CC major >= 10, c7774d44 and 0.6.x
+        only when `from cudnn import DSA` and `from flash_mla import flash_mla_sparse_fwd` also import (the doctor
+        runs the same two imports in a probe). A wrapper command (bash, srun, a launcher), a config file, a bridge
+        whose rule cannot be read or an unknown CC leave it not known: the environment is then checked for cudnn,
+        the stricter. The job line says which rule decided it, and the environment checks follow it.
     """,
     applies_when="job arguments given",
     detects="the training command's dsa_kernel_backend and apply_dsa_kernel_fusion",
@@ -741,6 +779,12 @@ job_dsa_backend = Check(
         mlm(TC, "1766-1770", "Megatron-LM dev transformer_config.py L1766-1770 (tilelang rejected for dsv4_hybrid)"),
         mlm("megatron/training/argument_utils.py", "370-387",
             "Megatron-LM dev argument_utils.py L370-387 (an omitted --dsa-kernel-backend is cudnn for dsv4_hybrid)"),
+        pypi("megatron-bridge", "0.5.1", "megatron-bridge 0.5.1 wheel, megatron/bridge/models/deepseek/"
+             "deepseek_v4_bridge.py L105-111, L460 (apply_dsa_kernel_fusion on for CC major >= 10)"),
+        pypi("megatron-bridge", "0.6.2", "megatron-bridge 0.6.2 wheel, deepseek_v4_bridge.py L114-122, L394, L472 "
+             "(and only when cudnn DSA and FlashMLA import)"),
+        gh("NVIDIA-NeMo/Megatron-Bridge", "blob/c7774d44/src/megatron/bridge/models/deepseek/deepseek_v4_bridge.py",
+           "Megatron-Bridge c7774d44 deepseek_v4_bridge.py (the commit verl's DSv4 example names; the 0.6.x rule)"),
     ),
     skip_if=_no_job,
     only_with="job",

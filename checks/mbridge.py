@@ -11,7 +11,7 @@ BRIDGES = ("megatron.bridge.models.deepseek.deepseek_v4_bridge",  # main from 66
            "megatron.bridge.models.deepseek_v4.deepseek_v4_bridge")  # a draft branch's layout
 FLEX = 'moe_token_dispatcher_type = "flex"'
 STATIC = StaticRequest(distributions=("megatron-bridge", "verl"), modules=("verl", "megatron.bridge", *BRIDGES),
-                       sources=BRIDGES, contains=(FLEX,))
+                       sources=BRIDGES, contains=(FLEX,), assignments_of=("apply_dsa_kernel_fusion",))
 NOT_FOUND = ("Megatron-Bridge package not found. Please install Megatron-Bridge with `pip install megatron-bridge`"
              " (verl prints this, then re-raises ModuleNotFoundError: No module named 'megatron.bridge')")
 

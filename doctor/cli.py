@@ -86,6 +86,12 @@ def _profile_options(p: argparse.ArgumentParser, gpu_arch: bool = True) -> None:
                    help="Seconds each isolated probe may take before it is killed (default 60).")
 
 
+def _kernel_cache_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-kernel-cache", action="store_true",
+                   help="Do not give the probes the doctor's persistent CuTe DSL kernel cache "
+                        "(~/.cache/dsv4-doctor/cute-dsl; also DSV4_DOCTOR_KERNEL_CACHE=off).")
+
+
 def _fleet_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("fleet mode (one report for every rank of a torchrun or srun job)")
     g.add_argument("--distributed", dest="distributed", action="store_const", const="on", default="auto",
@@ -139,6 +145,7 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     check.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                        help="Where the smoke forward runs: auto (a GPU when one is visible, else skipped), cuda, cpu.")
     _fleet_options(check)
+    _kernel_cache_option(check)
     check.add_argument("--job-args", metavar="CMD",
                        help="The training command, as one shell-quoted string: its DSv4 settings set the profile and "
                             "the job.* checks run (what `preflight` does, without running it).")
@@ -151,6 +158,12 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
                "the command did not start; 2 usage error; 129/130/143 interrupted.")
     preflight.add_argument("--gpu-arch", type=_gpu_arch, metavar="X.Y",
                            help="Compute capability the job runs on; default: detected with nvidia-smi.")
+    preflight.add_argument("--cp", type=_cp, default=None, metavar="N",
+                           help="The job's CP size, for a command whose settings the doctor cannot read (a wrapper "
+                                "script); a command that states its own must agree.")
+    preflight.add_argument("--dsa-backend", choices=("cudnn", "none"), default=None,
+                           help="The job's dsa_kernel_backend, for a command that does not state it (a wrapper "
+                                "script); a command that states its own must agree.")
     preflight.add_argument("--python", metavar="PATH", help="Interpreter to inspect (default: the one running the "
                            "doctor; in a job script, the job's python).")
     preflight.add_argument("--timeout", type=_timeout, default=60.0, metavar="S",
@@ -161,6 +174,7 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     preflight.add_argument("--dry-run", action="store_true", help="Check, report, and stop before running the command.")
     preflight.add_argument("--report", metavar="FILE", help="Also write the JSON report to FILE (for the job's logs).")
     _fleet_options(preflight)
+    _kernel_cache_option(preflight)
     preflight.add_argument("job_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                            help="The training command, after `--`.")
 
@@ -170,6 +184,7 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     _fleet_options(smoke)
     smoke.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                        help="auto: the GPU when torch sees one, else the CPU.")
+    _kernel_cache_option(smoke)
 
     lst = sub.add_parser("list", help="List every check, where it comes from and when it applies.")
     lst.add_argument("-f", "--format", choices=("text", "json", "markdown"), default="text",
@@ -190,6 +205,9 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     fix.add_argument("--apply", action="store_true", help="Run the plan's pip steps with the target's pip, then "
                      "re-check. Manual steps (torch) and job settings are never run.")
     fix.add_argument("--yes", "-y", action="store_true", help="Do not ask before applying (needed without a terminal).")
+    fix.add_argument("--job-args", metavar="CMD",
+                     help="The training command, as one shell-quoted string: the job.* checks run, and the plan ends "
+                          "with the job's settings (CP_ARGS, export lines), as comments.")
     return root, {"check": check, "smoke": smoke, "list": lst, "explain": explain, "fix": fix,
                   "preflight": preflight}
 
@@ -328,7 +346,12 @@ def cmd_fix(args) -> int:
 
     if args.apply and not args.yes and not isatty(sys.stdin):
         raise UsageError("--apply needs --yes when stdin is not a terminal")
-    profile = profile_from_options(args, "off")
+    job_argv = None
+    if args.job_args is not None:
+        from .jobargs import split_job_args
+
+        job_argv = split_job_args(args.job_args)
+    profile = profile_from_options(args, "off", job_argv)
     only, skip = _ids(args.only, "--only"), _ids(args.skip, "--skip")
     holder: dict = {}
     report = run_report(args, profile, only, skip, False, progress=False, keep=holder)
@@ -337,7 +360,8 @@ def cmd_fix(args) -> int:
     plan = fixplan.build_plan(reports)
     incomplete = fixplan.incomplete(report)
     redact = Redactor()
-    write_stdout(fixplan.render_script(plan, python, report["profile"], __version__, redact, incomplete))
+    write_stdout(fixplan.render_script(plan, python, report["profile"], __version__, redact, incomplete,
+                                       report.get("job_settings")))
     before = verdict_line(report)
     say("before: " + before)
     if incomplete:  # an unfinished run: its plan is partial, and --apply does not act on it
@@ -414,6 +438,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         args_in.insert(0, "check")
     p, commands = parser()
     args = p.parse_args(args_in)  # exits 2 on a usage error, 0 for --help/--version
+    if getattr(args, "no_kernel_cache", False):
+        from .kernelcache import ENV
+
+        os.environ[ENV] = "off"  # read once, where the probes' environment is made
     from .session import GATE, Interrupted
 
     handlers = {"check": cmd_check, "smoke": lambda a: cmd_check(a, smoke=True), "list": cmd_list,

@@ -23,6 +23,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from .model import UNSAFE_CHARS, CheckReport, Command, Fix, Phase, Status
 from .procs import kill_group
@@ -118,17 +119,29 @@ def pip_argv(python: str, cmd: Command) -> list[str]:
 
 
 def render_script(plan: Plan, python: str, profile: dict, version: str, redact: Redactor | None = None,
-                  incomplete: str | None = None) -> str:
+                  incomplete: str | None = None, job_settings: dict | None = None) -> str:
     """The plan as a POSIX shell script. `incomplete`: why the run behind it did not finish (the plan then holds
     only what finished, and says so).
 
     Redaction works on the parts, before they are quoted or made comments: redacting the finished script would
     rewrite quoted text (`NAME='...'` inside a `'"'"'` escape) and unbalance its quotes, which a hostile METADATA
     turned into a command on the pasted script's shell (found in review)."""
-    return clean_text(_script(plan, python, profile, version, incomplete, redact or Redactor()))
+    return clean_text(_script(plan, python, profile, version, incomplete, redact or Redactor(), job_settings))
 
 
-def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: str | None, redact: Redactor) -> str:
+def in_settings_section(step: Step, job_settings: dict | None) -> bool:
+    """A job-setting step the job-settings section already holds (a CP_ARGS line, an export line)."""
+    if not job_settings or step.fix.phase is not Phase.SETTING:
+        return False
+    block: Any = job_settings.get("cp_args")
+    block = block if isinstance(block, dict) else {}
+    held = {f"job:{line}" for line in block.get("lines") or []}
+    held |= {"env:" + line[len("export "):] for line in job_settings.get("exports") or [] if isinstance(line, str)}
+    return step.fix.key in held
+
+
+def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: str | None, redact: Redactor,
+            job_settings: dict | None = None) -> str:
     def comment(text, limit: int = 300) -> str:  # noqa: F811 - the module's, on redacted text
         return _comment(redact.text(cap(redact.literal(str(text)), limit + 8192)), limit)  # capped, then redacted
 
@@ -146,8 +159,14 @@ def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: st
                      "finished. Run `dsv4-doctor check` again before trusting it.")
     elif not plan.steps and not plan.unfixable:
         lines.append("# nothing to fix")
-    for n, step in enumerate(plan.steps, 1):
+    held: list[str] = []
+    n = 0
+    for step in plan.steps:  # the settings are the last phase: numbering the rest alone keeps held_by's numbers
         checks = ", ".join(step.checks)
+        if in_settings_section(step, job_settings):
+            held += [c for c in step.checks if c not in held]
+            continue
+        n += 1
         lines.append("")
         if step.fix.phase is Phase.SETTING or not step.fix.commands:
             what = "a job setting or choice" if step.fix.phase is Phase.SETTING else "its command was withheld"
@@ -166,6 +185,13 @@ def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: st
             lines.append(f"# Step {n} ({why}) [{comment(checks)}]: {comment(step.fix.description)}")
             lines += ["#   " + comment(pip_line(c) if c.is_pip else c.shell(), 2000) for c in step.commands]
         lines += [f"#   {comment(note)}" for note in step.fix.notes]
+    from .jobsettings import comment_lines
+
+    section = comment_lines(job_settings)
+    if section:
+        lines += ["", "# Job settings: for the training command and the job script; not run by this script or by "
+                      "--apply" + (f" [{comment(', '.join(held))}]" if held else "") + ":"]
+        lines += [("#     " if line.startswith("  ") else "#   ") + comment(line, 2000) for line in section]
     if plan.unfixable:
         lines += ["", f"# No fix is known for: {comment(', '.join(plan.unfixable))} (see the report)."]
     return "\n".join(lines) + "\n"

@@ -12,7 +12,9 @@ before Megatron sees them: `${oc.env:NAME}` / `${oc.env:NAME,default}` from the 
 it at preflight) and `${other.key}` from another override of the same command. One that cannot be resolved stays text
 and is reported as not known (a shell variable left unexpanded, `${ACTOR_CP}`, is one). Keys and flags the doctor does
 not use are listed by name, never with their values (they may hold secrets). A setting the command does not state is
-absent, never guessed: the job checks say "not stated".
+absent, never guessed: the job checks say "not stated". A string of overrides alone is read as verl's; a command that
+is neither verl nor Megatron-LM (a shell script, a launcher) leaves every setting not known, and the profile is then
+the stricter job's (CP > 1, cudnn) unless --cp / --dsa-backend state them.
 """
 
 from __future__ import annotations
@@ -46,6 +48,12 @@ CONFIG_FIELDS = (
 )
 VERL_COMMON = {"data.max_prompt_length": "max_prompt_length", "data.max_response_length": "max_response_length",
                "trainer.nnodes": "nnodes", "trainer.n_gpus_per_node": "gpus_per_node"}
+# A setting's bare name -> the verl key it must be written as (an overrides-only command that uses a bare name).
+BARE_SETTINGS = {
+    **{name: f"++{VERL_ROLES['actor']}.megatron.override_transformer_config.{name}" for name in CONFIG_FIELDS},
+    **{name: f"{VERL_ROLES['actor']}.megatron.{name}" for name in VERL_ENGINE},
+    **{key.split(".", 1)[1]: key for key in VERL_COMMON},
+}
 # Megatron-LM flags: name -> (setting, takes a value). Booleans are `store_true` flags.
 MEGATRON_FLAGS = {
     "context-parallel-size": ("cp", True), "tensor-model-parallel-size": ("tp", True),
@@ -82,6 +90,11 @@ _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 # A config file the command names (Hydra's --config-name/--config-path, Megatron-LM's --yaml-cfg): what the command
 # does not state, the file may set, so it is not known (never the default).
 CONFIG_FILE_FLAGS = {"hydra": ("--config-name", "--config-path", "-cn", "-cp"), "megatron": ("--yaml-cfg",)}
+BRIDGE_DECIDES = "megatron-bridge"  # Job.dsa_backend(): not stated; Megatron-Bridge's provider decides
+# Programs that run a script or another program the doctor does not read (its settings are then not known).
+SHELLS_AND_LAUNCHERS = {"bash", "sh", "dash", "zsh", "ksh", "srun", "mpirun", "mpiexec", "sbatch", "salloc",
+                        "deepspeed", "accelerate", "ray", "docker", "enroot", "singularity", "apptainer", "xargs",
+                        "nohup", "timeout", "numactl", "taskset", "stdbuf", "exec"}
 MAX_ARGS = 10_000
 MAX_ARG_CHARS = 65_536
 
@@ -169,8 +182,11 @@ class Job:
         if self.kind == "megatron":
             return "cudnn", ("not stated: the Megatron-LM CLI resolves an omitted --dsa-kernel-backend to cudnn for "
                              "dsv4_hybrid")
-        return "none", ("not stated: through verl and Megatron-Bridge the fused DSA kernels are off unless an "
-                        "override sets them")
+        if self.kind == "verl":
+            # verl leaves it to Megatron-Bridge's DSv4 provider, whose installed rule the session reads (bridgerule).
+            return BRIDGE_DECIDES, "not stated: Megatron-Bridge's DeepSeek-V4 provider decides"
+        return "cudnn", ("not known: the command is neither verl nor Megatron-LM, so its DSA setting cannot be read; "
+                         "the environment is checked for cudnn, the stricter (state it with --dsa-backend)")
 
     def dense_indexer_loss(self) -> bool | None:
         """Whether a checked role trains with the dense indexer loss (coeff > 0, dsa_indexer_use_sparse_loss not
@@ -247,7 +263,14 @@ def parse(argv: Sequence[str]) -> Job:
     if any("\x00" in a for a in argv):
         raise UsageError("the training command holds a NUL character")
     job = Job()
+    if all(_is_override(a) for a in argv):
+        return _overrides_only(argv, job)
     rest = _strip_wrappers(argv, job)
+    if job.entry is not None and os.path.basename(job.entry) in SHELLS_AND_LAUNCHERS:
+        # A shell or a launcher runs a script the doctor does not read: whatever follows, the script may add or
+        # change settings, so none are known.
+        job.unknown = [a.split("=", 1)[0] for a in rest if a.startswith("-") or "=" in a][:200]
+        return job
     if any(a.startswith(("actor_rollout_ref.", "+actor_rollout_ref.", "++actor_rollout_ref.", "critic.",
                          "+critic.", "++critic.")) for a in rest) or (job.entry or "").startswith("verl."):
         job.kind, job.syntax = "verl", "hydra"
@@ -261,6 +284,30 @@ def parse(argv: Sequence[str]) -> Job:
     return job
 
 
+def _is_override(arg: str) -> bool:
+    """A Hydra override word: `key=value`, `+key=value`, `++key=value`, `~key`."""
+    m = _HYDRA.fullmatch(arg)
+    return m is not None and (m.group("value") is not None or m.group("prefix") == "~")
+
+
+def _overrides_only(argv: list[str], job: Job) -> Job:
+    """`--job-args "a.b=1 ++c.d=2"`: no program in front, so verl overrides (the only syntax made of `key=value`
+    words). A key that is a setting's bare name is refused: verl reads it only under its role's prefix, so taking
+    it as written would drop it silently."""
+    bare = [a.split("=", 1)[0].lstrip("+~") for a in argv
+            if "." not in a.split("=", 1)[0] and a.split("=", 1)[0].lstrip("+~") in BARE_SETTINGS]
+    if bare:
+        name = bare[0]
+        full = BARE_SETTINGS[name]
+        raise UsageError(f"the training command is overrides only, read as verl's, but {name!r} is no verl key: "
+                         f"verl reads it as {full}=...; give the whole command (`python3 -m verl.trainer.main_ppo "
+                         "...`) or the full keys")
+    job.kind, job.syntax, job.entry = "verl", "hydra", None
+    job.launcher = ["(verl overrides, no program)"]
+    _parse_hydra(argv, job)
+    return job
+
+
 def _flag_name(arg: str) -> str:
     return arg[2:].split("=", 1)[0].replace("_", "-")
 
@@ -268,7 +315,15 @@ def _flag_name(arg: str) -> str:
 def _strip_wrappers(argv: list[str], job: Job) -> list[str]:
     """Remove `env K=V`, `torchrun [opts]` and `python [opts] (-m mod | script)` from the front; record them."""
     i = 0
-    # `env` and leading assignments (a job script's `env NCCL_NVLS_ENABLE=0 torchrun ...`).
+    # Leading assignments as a shell reads them (`--job-args "NCCL_NVLS_ENABLE=0 python3 ..."`).
+    while i < len(argv) - 1 and _ENV.fullmatch(argv[i]):
+        name, value = argv[i].split("=", 1)
+        job.env[name] = value
+        i += 1
+    if i:
+        argv = argv[i:]
+        i = 0
+    # `env` and its assignments (a job script's `env NCCL_NVLS_ENABLE=0 torchrun ...`).
     if os.path.basename(argv[0]) == "env":
         job.launcher.append("env")
         i = 1
@@ -548,23 +603,34 @@ def job_profile(base: Profile, argv: Sequence[str], given_cp: int | None, given_
     """The profile for the job a command describes: its CP and DSA backend (the options may only agree, or fill in
     a CP the command states in a way the doctor cannot resolve), and what it states, as profile.job."""
     job = parse(argv)
+    if job.kind == "unknown":
+        return _unknown_job_profile(base, job, given_cp, given_backend)
     cp = job.cp()
     backend, how = job.dsa_backend()
     data = job.to_dict()
+    if backend == BRIDGE_DECIDES:
+        if given_backend is not None:
+            backend, how = given_backend, ("from --dsa-backend (the command does not state it; Megatron-Bridge's "
+                                           "DeepSeek-V4 provider would decide)")
+        else:
+            # Session.resolve decides it from the installed bridge's rule, the GPU and a probe; until then, and
+            # wherever that cannot be known, the environment is checked for cudnn, the stricter.
+            data["dsa_backend_pending"] = BRIDGE_DECIDES
+            backend, how = "cudnn", how + "; not known yet: the environment is checked for cudnn, the stricter"
     if cp is None and given_cp is None and job.config_file and not any(
             is_interpolation(getattr(job.effective(r).get("cp"), "value", None)) for r in job.checked_roles()):
         raise UsageError(f"the job's context_parallel_size is not stated on the command line, and its config file "
                          f"({', '.join(job.config_file)}) may set it: state it in the command ("
-                         f"{line_to_add(data, 'actor' if job.kind == 'verl' else 'model', 'cp', 'N')}; with "
-                         "`check --job-args`, --cp N also gives it)")
+                         f"{line_to_add(data, 'actor' if job.kind == 'verl' else 'model', 'cp', 'N')}; --cp N "
+                         "also gives it)")
     if cp is None:
         if given_cp is None:
-            # One message for both commands: `check --job-args` has --cp, `preflight` has not (in a job script the
-            # shell expands the variables before the doctor reads them, so what it reads is what verl gets).
+            # In a job script the shell expands the variables before the doctor reads them, so what it reads is
+            # what verl gets; --cp (check, fix and preflight) states it otherwise.
             raise UsageError("the job's context_parallel_size is an interpolation the doctor cannot resolve (not in "
                              "the environment, nor another override of the command; a shell variable left "
-                             "unexpanded?): pass the command as the job runs it, with its variables expanded (with "
-                             "`check --job-args`, --cp N also gives the CP size)")
+                             "unexpanded?): pass the command as the job runs it, with its variables expanded (--cp N "
+                             "also gives the CP size)")
         cp = data["cp_given"] = given_cp
     elif given_cp not in (None, cp):
         raise UsageError(f"--cp {given_cp} contradicts the job's context_parallel_size {cp}: leave --cp out with "
@@ -581,6 +647,36 @@ def job_profile(base: Profile, argv: Sequence[str], given_cp: int | None, given_
         raise UsageError(f"--dsa-backend {given_backend} contradicts the job's ({backend}, {how})")
     data["dsa_backend_decided"] = how
     data["dense_indexer_loss"] = job.dense_indexer_loss()  # cudnn-fe.dsa's q_causal_offsets rule reads it
+    return replace(base, cp=cp, dsa_backend=backend, dsa_backend_source="job", job=data)
+
+
+STRICT_CP = 2  # a CP the doctor cannot know is checked as CP > 1: the CP rules run
+
+
+def _unknown_job_profile(base: Profile, job: Job, given_cp: int | None, given_backend: str | None) -> Profile:
+    """A command that is neither verl nor Megatron-LM (a wrapper script, a launcher): its settings are not known.
+    The CP rules and the cudnn rules run, as for the stricter job, unless --cp / --dsa-backend state them."""
+    data = job.to_dict()
+    program = os.path.basename(job.entry or "") or "the command"
+    missing = []
+    if given_cp is None:
+        cp = STRICT_CP
+        data["cp_known"] = False
+        missing.append("cp (checked as CP > 1; state it with --cp N)")
+    else:
+        cp = data["cp_given"] = given_cp
+    if given_backend is None:
+        backend, how = "cudnn", ("not known: the command is neither verl nor Megatron-LM, so its DSA setting cannot "
+                                 "be read; the environment is checked for cudnn, the stricter (state it with "
+                                 "--dsa-backend)")
+        missing.append("dsa-backend (checked as cudnn; state it with --dsa-backend)")
+    else:
+        backend, how = given_backend, "from --dsa-backend (the command's own is not known)"
+    data["dsa_backend_decided"] = how
+    data["not_known"] = (f"{program} runs something the doctor does not read, so the job's settings are not known"
+                         + (f": {'; '.join(missing)}" if missing else "") + "; the job.* rows need the training "
+                         "command itself (`check --job-args \"python3 -m verl.trainer.main_ppo ...\"`)")
+    data["dense_indexer_loss"] = None
     return replace(base, cp=cp, dsa_backend=backend, dsa_backend_source="job", job=data)
 
 

@@ -110,6 +110,12 @@ def assemble(profile: Profile | dict, checks: Sequence[CheckReport], plugins: Se
         "summary": summary,
         "checks": [c.to_dict() for c in checks],
     }
+    from .jobsettings import section
+
+    profile_dict = profile.to_dict() if isinstance(profile, Profile) else dict(profile)
+    settings = section(profile_dict, [c.to_dict() for c in checks])
+    if settings is not None:
+        report["job_settings"] = settings
     redactor = Redactor()
     report = redactor(report)
     report["redactions"] = {"count": redactor.count}

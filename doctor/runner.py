@@ -208,17 +208,23 @@ class Runner:
             self._stopped = True
 
     def begin(self) -> None:
+        self.start_probes()
+        for check in self.checks:
+            threading.Thread(target=self._work, args=(check,), daemon=True, name=f"check-{check.id}").start()
+
+    def start_probes(self) -> None:
         profile = self.ctx.profile
-        # Start every applicable check's probes now, so they run concurrently while checks wait for theirs.
+        # Start every applicable check's probes now, so they run concurrently while checks wait for theirs; the
+        # long ones (the smoke, the kernel sub-runs) first, so that the pool's waves never leave one to the end.
+        planned: list[Probe] = []
         for check in self.checks:
             try:
                 _, probes = plan(check, profile)
             except Exception:  # not BaseException: the main thread's Interrupted must pass (found in review)
                 continue  # execute() reports it
-            for probe in probes:
-                self.ctx.pool.submit(probe)
-        for check in self.checks:
-            threading.Thread(target=self._work, args=(check,), daemon=True, name=f"check-{check.id}").start()
+            planned.extend(probes)
+        for probe in sorted(planned, key=lambda p: not p.long):
+            self.ctx.pool.submit(probe)
 
     def _work(self, check: Check) -> None:
         for need in check.needs:

@@ -299,7 +299,64 @@ class Session:
         profile = replace(profile, gpus=len(gpus))
         if profile.gpu_arch is None and gpus and gpus[0].get("compute_capability"):
             profile = replace(profile, gpu_arch=gpus[0]["compute_capability"], gpu_arch_source="detected")
+        if profile.job is not None and profile.job.get("dsa_backend_pending"):
+            try:
+                profile = self._bridge_backend(profile)
+            except Interrupted:
+                raise
+            except Exception as exc:  # whatever the probes answered: not known, checked as cudnn, never a crash
+                job = dict(profile.job or {}, dsa_backend_known=False, dsa_backend_decided=(
+                    f"not known: the Megatron-Bridge rule could not be judged ({type(exc).__name__}); the "
+                    "environment is checked for cudnn, the stricter"))
+                job.pop("dsa_backend_pending", None)
+                profile = replace(profile, dsa_backend="cudnn", job=job)
         return profile
+
+    def _bridge_backend(self, profile: Profile) -> Profile:
+        """A verl job that states no DSA setting: the backend Megatron-Bridge's installed DSv4 provider picks, from
+        its rule (read with ast by the static probe), the profile's CC and, where the rule asks, the same imports
+        run in an import probe. Whatever is not known stays cudnn, the stricter."""
+        from . import bridgerule
+        from .facts import StaticFacts
+        from .probes import import_probe
+
+        if profile.cc is not None and profile.cc[0] >= 10 and not profile.static_only:
+            # Started before the rule is read, so that it runs beside the static probe: 0.6.x's two imports (a
+            # probe is run once per key; one the rule does not ask for is only wasted work).
+            self.pool.submit(import_probe(*bridgerule.FUSED_DSA_IMPORTS))
+        static = self.pool.result(self.static_probe, STATIC_TIMEOUT_S + 1) if self.static_probe else None
+        facts = StaticFacts(static.data if static is not None and static.ok else {})
+        sources: Any = facts.data.get("sources")
+        source = sources.get(bridgerule.BRIDGE_MODULE) if isinstance(sources, dict) else None
+        version = facts.version("megatron-bridge") or "(no metadata)"
+        where = f"Megatron-Bridge {version} deepseek_v4_bridge.py"
+        imports: dict[str, dict] | None = None
+        evidence: dict = {"bridge": version}
+        if static is None or not static.ok:
+            rule: dict = {"readable": False, "why": "the static probe gave no answer"}
+        elif not facts.module("megatron.bridge").get("found"):
+            rule = {"readable": False, "why": "Megatron-Bridge is not installed (see mbridge.dsv4)"}
+        else:
+            rule = bridgerule.read_rule(source)
+        targets = bridgerule.import_targets(rule) if rule.get("readable") else []
+        cc = profile.cc
+        needs_imports = bool(targets) and cc is not None and all(
+            cc[0] >= t["major_min"] for t in rule["terms"] if t["kind"] == "cc")
+        if needs_imports and not profile.static_only:
+            probe = import_probe(*targets)
+            self.pool.submit(probe)
+            answer = self.pool.result(probe, (probe.timeout_s or self.timeout) + 1)
+            results: Any = answer.data.get("results") if answer.ok and isinstance(answer.data, dict) else None
+            imports = {str(r.get("target")): r for r in results if isinstance(r, dict)} \
+                if isinstance(results, list) else {}
+            evidence["imports"] = {t: bool((imports.get(t) or {}).get("ok")) for t in targets}
+        elif needs_imports is False and targets:
+            imports = {}  # not needed: the CC term decides first
+        backend, known, how = bridgerule.decide(rule, cc, imports, where)
+        job = dict(profile.job or {})
+        job.pop("dsa_backend_pending", None)
+        job.update(dsa_backend_decided=how, dsa_backend_known=known, dsa_backend_rule=dict(rule, **evidence))
+        return replace(profile, dsa_backend=backend, job=job)
 
     # ------------------------------------------------------------------------------------------------- plugins
 

@@ -284,9 +284,32 @@ def fake_mbridge(site: FakeSite, default_dispatcher: str = "flex", dsv4: bool = 
     site.file("megatron/bridge/models/__init__.py", "")
     site.file("megatron/bridge/models/deepseek/__init__.py", "")
     if dsv4:
+        # main's fused-DSA rule (as in 0.6.x and 060349395): CC major >= 10 and both kernels import.
         site.file("megatron/bridge/models/deepseek/deepseek_v4_bridge.py", f"""
+            import torch
+
+
+            def deepseek_v4_supports_blackwell_fused_kernels() -> bool:
+                if not torch.cuda.is_available():
+                    return False
+                major, _minor = torch.cuda.get_device_capability()
+                return major >= 10
+
+
+            def deepseek_v4_supports_fused_dsa_kernels() -> bool:
+                try:
+                    from cudnn import DSA  # noqa: F401
+                    from flash_mla import flash_mla_sparse_fwd  # noqa: F401
+                except ImportError:
+                    return False
+                return True
+
+
             class DeepSeekV4Bridge:
                 def provider_bridge(self, provider):
+                    use_blackwell_fused_kernels = deepseek_v4_supports_blackwell_fused_kernels()
+                    use_dsa_kernel_fusion = use_blackwell_fused_kernels and deepseek_v4_supports_fused_dsa_kernels()
+                    provider.apply_dsa_kernel_fusion = use_dsa_kernel_fusion
                     provider.moe_token_dispatcher_type = "{default_dispatcher}"
                     return provider
         """)
@@ -416,7 +439,9 @@ def fake_megatron_importable(site: FakeSite, *, mode: str = "ok") -> None:
     mode: "ok"; "nan" (the layer returns NaN); "zigzag-only" (the config rejects CP like a Megatron whose DSv4 CP
     needs cp_partition_mode='contiguous' but receives the default); "no-te" (the spec provider imports a module the
     image lacks); "leaky" (attention crosses packed-sequence boundaries); "no-field" (a release's PackedSeqParams,
-    without cp_partition_mode).
+    without cp_partition_mode). With dsa_kernel_backend='cudnn' (the fused kernels): "fused-drift" (the output is off
+    by 10 %), "fused-nan-grad" (the backward gives NaN), "fused-hang" (the backward never returns, as cudnn-frontend
+    #676 reports on empty top-k rows).
     """
     fake_megatron_dev(site)
     site.file("megatron/core/__init__.py", "")
@@ -528,7 +553,18 @@ def fake_megatron_importable(site: FakeSite, *, mode: str = "ok") -> None:
                     out = out[rank * local.shape[0]:(rank + 1) * local.shape[0]]
                 if {mode == "nan"!r}:
                     out = out * float("nan")
+                fused = getattr(self.config, "dsa_kernel_backend", "none") == "cudnn"
+                if fused and {mode == "fused-drift"!r}:
+                    out = out * 1.1
+                if fused and out.requires_grad and {mode in ("fused-nan-grad", "fused-hang")!r}:
+                    out.register_hook(_broken_backward)
                 return out, None
+
+        def _broken_backward(grad):
+            if {mode == "fused-hang"!r}:
+                import time
+                time.sleep(3600)
+            return grad * float("nan")
 
         def build_module(spec, config, layer_number, pg_collection):
             return _DSv4Layer(config)

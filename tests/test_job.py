@@ -139,14 +139,16 @@ def test_an_unexpanded_variable_is_a_usage_error_not_a_guess():
             "actor_rollout_ref.actor.megatron.context_parallel_size=${ACTOR_CP}"]
     assert parse(argv).cp() is None  # not known, never guessed
     run = run_doctor("check", "--no-smoke", "--only", "job.*", "--job-args", shlex.join(argv))
-    assert run.returncode == 2 and "cannot resolve" in run.stderr and "`check --job-args`, --cp N" in run.stderr
-    # preflight has no --cp (found in review: its message sent the user to an option it rejects).
+    assert run.returncode == 2 and "cannot resolve" in run.stderr and "--cp N also gives the CP size" in run.stderr
     pre = run_doctor("preflight", "--no-smoke", "--", *argv)
     assert pre.returncode == 2 and "cannot resolve" in pre.stderr and "with its variables expanded" in pre.stderr
     assert "Traceback" not in pre.stderr
-    assert run_doctor("preflight", "--cp", "4", "--", *argv).returncode == 2  # and does not accept one
+    # preflight's --cp states what the command hides, as check's does.
+    given = run_doctor("preflight", "--dry-run", "--no-smoke", "--only", "job.*", "--cp", "4", "--", *argv)
+    assert given.returncode in (0, 1) and "cp 4 from --cp" in " ".join(given.stderr.split())
     given = run_doctor("check", "--no-smoke", "--only", "job.cp-args", "--cp", "2", "--job-args", shlex.join(argv))
-    assert given.returncode == 1 and "cp 2 from --cp" in given.stdout  # --cp fills in what the command cannot say
+    # --cp fills in what the command cannot say
+    assert given.returncode == 1 and "cp 2 from --cp" in " ".join(given.stdout.split())
     assert "cp_partition_mode is not stated" in given.stdout  # and the CP > 1 rules apply to it
     with pytest.raises(UsageError, match="not a positive whole number"):
         parse(["pretrain_gpt.py", "--context-parallel-size", "two"]).cp()
@@ -255,9 +257,12 @@ def test_verl_with_6555_sets_the_cp_settings_itself(tmp_path):
     env = Env(tmp_path).wheel("verl", "verl-0.9.0")  # the published release: it has #6555
     rows = job_rows(env, verl_example(2, cp_args=False))
     row = rows["job.cp-args"]
-    assert row["status"] == "pass", row["summary"]
+    # verl sets the layout and the scheduler, not max_seqlen_per_dp_cp_rank: the example's line, rounded up.
+    assert row["status"] == "warn", row["summary"]
+    assert "max_seqlen_per_dp_cp_rank not stated" in row["summary"]
+    assert f"++{OTC}.max_seqlen_per_dp_cp_rank=6144" in _lines(row)
     assert "verl will use cp_partition_mode=contiguous and sequence_packing_scheduler=default_dynamic_cp" in \
-        row["summary"] and "PR #6555" in row["details"]
+        row["details"] and "PR #6555" in row["details"]
     assert rows["_profile"]["job"]["kind"] == "verl" and rows["_profile"]["cp"] == 2
     # The example's explicit dp_balanced is replaced by verl: a warning that says so.
     row = job_rows(env, verl_example(2))["job.cp-args"]
@@ -414,7 +419,8 @@ def test_the_text_report_says_how_the_backend_was_decided_and_what_was_not_read(
     run = run_doctor("check", "--no-smoke", "--only", "job.dsa-backend", "--job-args",
                      shlex.join(["python3", "-m", "verl.trainer.main_ppo", "trainer.total_epochs=3"]))
     head = run.stdout.split("Status")[0]
-    assert "job: dsa-backend none (not stated: through verl" in " ".join(head.split())
+    # No Megatron-Bridge installed: its rule cannot be read, so the backend is not known, and checked as cudnn.
+    assert "job: dsa-backend cudnn (not known: the Megatron-Bridge rule could not be read" in " ".join(head.split())
     assert "not read by any check: trainer.total_epochs" in " ".join(head.split())
 
 

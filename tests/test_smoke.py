@@ -149,7 +149,9 @@ def test_tier2_layer_runs_at_cp1_and_cp2_with_parity(tmp_path):
     assert row["status"] == "pass", row["summary"]
     assert "DSv4 layer CP=1 packed output = each sequence alone" in row["summary"]
     t2 = row["evidence"]["tier2"]["cp1"]
-    assert t2["ok"] and t2["shape"] == [t2["shape"][0], 1, 256] and t2["settings"]["cp_partition_mode"] == "contiguous"
+    # dsa_kernel_backend=cudnn (the default): the shapes the fused kernels take (hidden 512, d_v 512)
+    assert t2["ok"] and t2["shape"] == [t2["shape"][0], 1, 512] and t2["settings"]["cp_partition_mode"] == "contiguous"
+    assert t2["settings"]["v_head_dim"] == 512 and t2["settings"]["dsa_kernel_backend"] == "cudnn"
     layouts = t2["layouts"]  # the control: two sequences merged into one change the second one's output
     assert layouts["control_separates"] and layouts["control_merged_diff"] > 10 * layouts["tolerance"]
     row = smoke("--cp", "2", "--device", "cpu", sites=tuple(env.sites.values())).check("smoke.thd-cp")

@@ -25,7 +25,11 @@ WHEELS = {
     # published state the fix planner must resolve.
     "nvidia-cudnn-frontend-1.32.0": ("nvidia-cudnn-frontend==1.32.0", []),
     "nvidia-cutlass-dsl-4.5.2": ("nvidia-cutlass-dsl==4.5.2", []),  # the 10 kB meta wheel, without its libraries
-    "megatron-bridge-0.3.1": ("megatron-bridge==0.3.1", []),  # the newest release: no DeepSeek-V4 bridge
+    "megatron-bridge-0.3.1": ("megatron-bridge==0.3.1", []),  # the last release for Python 3.11: no DSv4 bridge
+    # 0.5.x and 0.6.x ship models/deepseek/deepseek_v4_bridge.py (Requires-Python <3.13,>=3.12): 0.5.1 turns the
+    # fused DSA kernels on for any CC >= 10, 0.6.2 only when `from cudnn import DSA` and FlashMLA import.
+    "megatron-bridge-0.5.1": ("megatron-bridge==0.5.1", PY312),
+    "megatron-bridge-0.6.2": ("megatron-bridge==0.6.2", PY312),
     "apache-tvm-ffi-0.1.9": ("apache-tvm-ffi==0.1.9", []),
     "apache-tvm-ffi-0.1.11": ("apache-tvm-ffi==0.1.11", []),
     # megatron-core >= 0.17 ships cp312 wheels only; the doctor reads it with ast, never imports it.

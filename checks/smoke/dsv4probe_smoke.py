@@ -577,16 +577,23 @@ def tier2_run(torch, device, cp, rank, request, reference_path=None, dist=None):
         if cp > 1:
             extra = {"context_parallel_size": cp, "cp_partition_mode": "contiguous",
                      "sequence_packing_scheduler": "dp_balanced"}
-        config = MLATransformerConfig(
-            num_layers=1, hidden_size=256, num_attention_heads=16, use_cpu_initialization=True, bf16=True,
-            params_dtype=torch.bfloat16, add_bias_linear=False, q_lora_rank=64, kv_lora_rank=32, qk_head_dim=32,
-            qk_pos_emb_head_dim=32, v_head_dim=64, o_groups=8, o_lora_rank=64, rope_type="rope", rotary_base=10000,
-            rotary_percent=1.0, multi_latent_attention=True, experimental_attention_variant="dsv4_hybrid",
-            csa_compress_ratios=[4], csa_window_size=8, dsa_indexer_n_heads=8, dsa_indexer_head_dim=64,
-            dsa_indexer_topk=8, dsa_indexer_loss_coeff=0.0, dsa_kernel_backend=backend, apply_rope_fusion=False,
-            normalization="RMSNorm", qk_layernorm=True, **extra)
-        out["settings"] = {"dsa_kernel_backend": backend, "apply_rope_fusion": False, "csa_compress_ratios": [4],
-                           "csa_window_size": 8, "cp_partition_mode": "contiguous", "cp": cp}
+        if backend == "cudnn":
+            # The fused kernels take only DSv4's head shapes (FlashMLA's d_v = 512): the fused build's config.
+            config = _fused_config(torch, MLATransformerConfig, backend, **extra)
+            out["settings"] = dict(FUSED_SETTINGS, dsa_kernel_backend=backend, cp_partition_mode="contiguous", cp=cp)
+            out["settings"].pop("segments")
+        else:
+            config = MLATransformerConfig(
+                num_layers=1, hidden_size=256, num_attention_heads=16, use_cpu_initialization=True, bf16=True,
+                params_dtype=torch.bfloat16, add_bias_linear=False, q_lora_rank=64, kv_lora_rank=32, qk_head_dim=32,
+                qk_pos_emb_head_dim=32, v_head_dim=64, o_groups=8, o_lora_rank=64, rope_type="rope",
+                rotary_base=10000, rotary_percent=1.0, multi_latent_attention=True,
+                experimental_attention_variant="dsv4_hybrid", csa_compress_ratios=[4], csa_window_size=8,
+                dsa_indexer_n_heads=8, dsa_indexer_head_dim=64, dsa_indexer_topk=8, dsa_indexer_loss_coeff=0.0,
+                dsa_kernel_backend=backend, apply_rope_fusion=False, normalization="RMSNorm", qk_layernorm=True,
+                **extra)
+            out["settings"] = {"dsa_kernel_backend": backend, "apply_rope_fusion": False, "csa_compress_ratios": [4],
+                               "csa_window_size": 8, "cp_partition_mode": "contiguous", "cp": cp}
         out["stage"] = "build"
         spec = get_dsv4_hybrid_module_spec_for_backend(config=config, backend=TESpecProvider())
         layer = build_module(spec, config=config, layer_number=1,
@@ -612,7 +619,7 @@ def tier2_run(torch, device, cp, rank, request, reference_path=None, dist=None):
             return result
 
         gen = torch.Generator().manual_seed(SEED)
-        hidden = torch.randn(total, 1, 256, generator=gen).to(torch.bfloat16).to(device)
+        hidden = torch.randn(total, 1, config.hidden_size, generator=gen).to(torch.bfloat16).to(device)
         rows = total // cp
         t0 = time.monotonic()
         result = forward(hidden, lens, padded, (rank * rows, (rank + 1) * rows))
@@ -676,6 +683,370 @@ def _two_layouts(torch, forward, hidden, lens, padded, packed_out):
             "ok": worst <= tolerance and control > tolerance}
 
 
+# ------------------------------------------------------------------------- tier 2: fused DSA against unfused, fwd+bwd
+
+# The smallest layer the fused kernels accept (Megatron d48bd6be): FlashMLA's sparse kernel takes d_v = 512 and pads
+# query heads to 64 on SM90 (fused_sparse_attention.py, dsa_cudnn_kernels._flash_mla_head_padding); the SM90 cuDNN
+# indexer takes head dim 128 and 16/32/64 heads (frontend _interface_sm90.py). Segments are multiples of the window
+# and the ratio (as Megatron's multi-segment parity test uses), and index_topk is at least every segment's compressed
+# length, so both builds select every visible compressed block and near ties cannot flip the comparison.
+FUSED_LENS = [256, 128, 384]
+FUSED_RATIO = 4
+FUSED_TOPK = 128
+FUSED_HIDDEN = 512
+FUSED_INIT_STD = 0.02  # Megatron's default init_method_std
+BF16_UNIT = 2.0 ** -8  # bf16 keeps 8 significant bits: spacing 2^-7 in [1, 2), so one rounding errs by <= 2^-8
+FUSED_FORWARD_ROUNDINGS = 8  # bf16 tensors on the layer's longest forward path (see fused_tolerances)
+FUSED_CONTROL_FACTOR = 4.0  # the control scales the output projection by 1 + 4 * forward tolerance
+FUSED_BUILD_TIMEOUT_S = 50.0  # each build, from its start; never past the smoke probe's own deadline
+
+
+def fused_tolerances():
+    """Norm-wise relative tolerances for the fused-vs-unfused comparison, derived from bf16 and the layer's depth."""
+    forward = 2 * FUSED_FORWARD_ROUNDINGS * BF16_UNIT
+    return {
+        "metric": "relative L2 difference ||fused - unfused|| / max(||fused||, ||unfused||) per tensor",
+        "bf16_unit_roundoff": BF16_UNIT,
+        "forward_roundings": FUSED_FORWARD_ROUNDINGS,
+        "forward": forward,
+        "backward": 2 * forward,
+        "derivation": (
+            "one bf16 rounding moves a value by at most u = 2^-8 relative; the layer's longest forward path "
+            "materialises %d bf16 tensors (q down-projection, q norm, q up-projection, kv projection, kv norm, "
+            "compressor, sparse attention, grouped output projection); two builds that round independently differ "
+            "by at most 2 * %d * u = %.4g (first order, well-conditioned random weights); the backward pass runs "
+            "the path again in reverse, so gradients get twice that, %.4g"
+            % (FUSED_FORWARD_ROUNDINGS, FUSED_FORWARD_ROUNDINGS, forward, 2 * forward)),
+        "control": "the fused build rerun with the output projection scaled by 1 + %g * forward tolerance must "
+                   "differ by more than the forward tolerance" % FUSED_CONTROL_FACTOR,
+    }
+
+
+def tensor_difference(torch, a, b):
+    """Relative L2 difference, max |diff| and 1 - cosine of two tensors (float64), with their finiteness."""
+    a64, b64 = a.detach().double().cpu(), b.detach().double().cpu()
+    out = {"finite": bool(torch.isfinite(a64).all().item()), "finite_reference": bool(torch.isfinite(b64).all().item()),
+           "numel": int(a64.numel()), "shape": list(a64.shape), "shape_reference": list(b64.shape)}
+    if a64.shape != b64.shape:
+        out.update(rel_l2=float("inf"), max_abs=float("inf"))
+        return out
+    if not (out["finite"] and out["finite_reference"]):
+        out.update(rel_l2=float("inf"), max_abs=float("inf"))
+        return out
+    diff = a64 - b64
+    na, nb = float(a64.norm().item()), float(b64.norm().item())
+    scale = max(na, nb)
+    out["rel_l2"] = float(diff.norm().item()) / scale if scale > 0 else 0.0
+    out["max_abs"] = float(diff.abs().max().item()) if diff.numel() else 0.0
+    out["norm"], out["norm_reference"] = na, nb
+    out["cosine_drift"] = 1.0 - float((a64 * b64).sum().item()) / (na * nb) if na > 0 and nb > 0 else 0.0
+    return out
+
+
+def compare_builds(torch, fused, unfused, tolerances=None):
+    """Judge two builds' saved tensors: the same weights went in, every tensor is finite and within its tolerance,
+    the same gradients exist, and the perturbed-weight control of the fused build fails the same comparison."""
+    tol = tolerances or fused_tolerances()
+    result = {"tolerances": tol, "tensors": {}, "problems": []}
+    if fused.get("weights") != unfused.get("weights"):
+        changed = sorted(set(fused.get("weights", {})) ^ set(unfused.get("weights", {}))) or sorted(
+            n for n in fused.get("weights", {}) if fused["weights"][n] != unfused.get("weights", {}).get(n))
+        result["problems"].append("the two builds did not start from the same weights (%s)" % ", ".join(changed[:5]))
+    ft, ut = fused["tensors"], unfused["tensors"]
+    for name in sorted(set(ft) | set(ut)):
+        if name not in ft or name not in ut:
+            result["problems"].append("%s exists only in the %s build" % (name, "fused" if name in ft else "unfused"))
+            continue
+        row = tensor_difference(torch, ft[name], ut[name])
+        row["tolerance"] = tol["forward"] if name == "output" else tol["backward"]
+        row["ok"] = row["finite"] and row["finite_reference"] and row["rel_l2"] <= row["tolerance"]
+        result["tensors"][name] = row
+    bad = [n for n, r in result["tensors"].items() if not r["ok"]]
+    nonfinite = [n for n, r in result["tensors"].items() if not (r["finite"] and r["finite_reference"])]
+    result["nonfinite"] = nonfinite
+    result["over_tolerance"] = [n for n in bad if n not in nonfinite]
+    worst = max(result["tensors"].items(), key=lambda kv: kv[1]["rel_l2"] / kv[1]["tolerance"], default=None)
+    if worst:
+        result["worst"] = {"tensor": worst[0], "rel_l2": worst[1]["rel_l2"], "tolerance": worst[1]["tolerance"]}
+    control = (fused.get("control") or {}).get("output")
+    if control is None or "output" not in ut:
+        result["control"] = {"separates": False, "why": "the fused build returned no control output"}
+    else:
+        c = tensor_difference(torch, control, ut["output"])
+        result["control"] = {"rel_l2": c["rel_l2"], "tolerance": tol["forward"],
+                             "separates": c["rel_l2"] > tol["forward"], "perturbed": fused["control"].get("perturbed")}
+    result["ok"] = not result["problems"] and not bad and result["control"]["separates"]
+    return result
+
+
+def _fused_config(torch, MLATransformerConfig, backend, **extra):
+    return MLATransformerConfig(
+        num_layers=1, hidden_size=FUSED_HIDDEN, num_attention_heads=16, num_query_groups=16, kv_channels=512,
+        use_cpu_initialization=True, bf16=True, params_dtype=torch.bfloat16, add_bias_linear=False,
+        q_lora_rank=128, kv_lora_rank=448, qk_head_dim=448, qk_pos_emb_head_dim=64, v_head_dim=512, o_groups=4,
+        o_lora_rank=128, rope_type="rope", rotary_base=10000, rotary_percent=1.0, multi_latent_attention=True,
+        experimental_attention_variant="dsv4_hybrid", csa_compress_ratios=[FUSED_RATIO], csa_window_size=128,
+        dsa_indexer_n_heads=64, dsa_indexer_head_dim=128, dsa_indexer_topk=FUSED_TOPK,
+        # SM90 rejects the fused dense indexer loss (transformer_config.py d48bd6be): the sparse loss trains the
+        # indexer in both builds, so its backward runs too.
+        dsa_indexer_loss_coeff=0.01, dsa_indexer_use_sparse_loss=True, dsa_kernel_backend=backend,
+        apply_rope_fusion=False, normalization="RMSNorm", qk_layernorm=True, layernorm_epsilon=1e-6,
+        gradient_accumulation_fusion=False, **extra)
+
+
+FUSED_SETTINGS = {"csa_compress_ratios": [FUSED_RATIO], "csa_window_size": 128, "dsa_indexer_topk": FUSED_TOPK,
+                  "max_compressed_length": max(FUSED_LENS) // FUSED_RATIO, "segments": FUSED_LENS,
+                  "dsa_indexer_loss_coeff": 0.01, "dsa_indexer_use_sparse_loss": True, "apply_rope_fusion": False,
+                  "rope_type": "rope", "v_head_dim": 512, "num_attention_heads": 16, "hidden_size": FUSED_HIDDEN,
+                  "cp": 1}
+
+
+def _weight_digest(torch, layer):
+    return {n: "%.10e" % float(p.detach().cpu().double().sum().item()) for n, p in sorted(layer.named_parameters())}
+
+
+def _set_weights(torch, layer):
+    """Every matrix from a generator seeded by its name, so both builds hold the same weights whatever order they
+    create their modules in; vectors (norm scales, sinks) keep their deterministic initial values."""
+    import zlib
+
+    with torch.no_grad():
+        for name, p in sorted(layer.named_parameters()):
+            if p.dim() >= 2:
+                gen = torch.Generator().manual_seed(SEED + zlib.crc32(name.encode()))
+                p.copy_((torch.randn(tuple(p.shape), generator=gen) * FUSED_INIT_STD).to(p.dtype))
+
+
+def _control_parameter(layer):
+    names = [n for n, p in layer.named_parameters() if p.dim() >= 2]
+    for n in names:
+        if n.endswith("linear_proj.weight"):
+            return n
+    return names[-1] if names else None
+
+
+def tier2_build(request):
+    """One build of the DSv4 layer (its own process): forward + backward on the fixed packed batch, saved to a file.
+
+    The fused build also reruns with a perturbed output projection (the control) and times a second, steady step."""
+    job = request["tier2_build"]
+    backend, save = job["backend"], job["save"]
+    out = {"backend": backend, "stage": "import"}
+    t_start = time.monotonic()
+    events = _watch_dsl_cache()
+    try:
+        import torch
+
+        device = torch.device(job.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        try:
+            import transformer_engine.pytorch  # noqa: F401
+        except BaseException as exc:  # as tier 2 at CP 1: the TE rules report it
+            out.update(ok=False, skipped="needs Transformer Engine (see te.version and te.import): %s: %s"
+                       % (type(exc).__name__, str(exc)[:300]))
+            return out
+        from megatron.core import parallel_state
+        from megatron.core.extensions.transformer_engine_spec_provider import TESpecProvider
+        from megatron.core.models.gpt.experimental_attention_variant_module_specs import (
+            get_dsv4_hybrid_module_spec_for_backend)
+        from megatron.core.packed_seq_params import PackedSeqParams
+        from megatron.core.process_groups_config import ProcessGroupCollection
+        from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+        from megatron.core.transformer.spec_utils import build_module
+        from megatron.core.transformer.transformer_config import MLATransformerConfig
+        import torch.distributed as dist
+
+        out["import_s"] = round(time.monotonic() - t_start, 3)
+        out["stage"] = "init"
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                    init_method="tcp://127.0.0.1:%d" % free_port(), rank=0, world_size=1)
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
+                                                 context_parallel_size=1)
+        torch.manual_seed(SEED)
+        model_parallel_cuda_manual_seed(SEED)
+        out["stage"] = "config"
+        config = _fused_config(torch, MLATransformerConfig, backend)
+        out["settings"] = dict(FUSED_SETTINGS, dsa_kernel_backend=backend)
+        out["stage"] = "build"
+        spec = get_dsv4_hybrid_module_spec_for_backend(config=config, backend=TESpecProvider())
+        layer = build_module(spec, config=config, layer_number=1,
+                             pg_collection=ProcessGroupCollection.use_mpu_process_groups()).to(device)
+        _set_weights(torch, layer)
+        layer.train()
+        weights = _weight_digest(torch, layer)
+        lens = list(FUSED_LENS)
+        cu = _cums(torch, lens, device)
+        packed = PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, cu_seqlens_q_padded=cu,
+                                 cu_seqlens_kv_padded=cu, max_seqlen_q=max(lens), max_seqlen_kv=max(lens),
+                                 cp_partition_mode="contiguous")
+        gen = torch.Generator().manual_seed(SEED + 1)
+        hidden0 = torch.randn(sum(lens), 1, FUSED_HIDDEN, generator=gen).to(torch.bfloat16)
+        grad_out = torch.randn(sum(lens), 1, FUSED_HIDDEN, generator=gen).to(torch.bfloat16).to(device)
+
+        def step():
+            layer.zero_grad(set_to_none=True)
+            hidden = hidden0.to(device).clone().requires_grad_(True)  # a fresh leaf: no gradient carried over
+            t0 = time.monotonic()
+            result, _ = layer(hidden_states=hidden, attention_mask=None, packed_seq_params=packed)
+            sync(torch, device)
+            t1 = time.monotonic()
+            result.backward(grad_out)
+            sync(torch, device)
+            tensors = {"output": result.detach().cpu().clone(), "grad.input": hidden.grad.detach().cpu().clone()}
+            for n, p in layer.named_parameters():
+                if p.grad is not None:
+                    tensors["grad." + n] = p.grad.detach().cpu().clone()
+            return tensors, round(t1 - t0, 4), round(time.monotonic() - t1, 4)
+
+        out["stage"] = "forward+backward"
+        seen = len(events)
+        tensors, out["first_forward_s"], out["first_backward_s"] = step()
+        out["cute_dsl_cache"] = {"first_step": _count_events(events[seen:])}
+        out["stage"] = "steady step"
+        seen = len(events)
+        _, out["steady_forward_s"], out["steady_backward_s"] = step()
+        out["cute_dsl_cache"]["steady_step"] = _count_events(events[seen:])
+        saved = {"tensors": tensors, "weights": weights}
+        if job.get("control"):
+            out["stage"] = "control"
+            name = _control_parameter(layer)
+            factor = 1.0 + FUSED_CONTROL_FACTOR * fused_tolerances()["forward"]
+            with torch.no_grad():
+                dict(layer.named_parameters())[name].mul_(factor)
+            control, _, _ = step()
+            saved["control"] = {"output": control["output"], "perturbed": "%s x %.4f" % (name, factor)}
+        torch.save(saved, save)
+        out["finite"] = all(bool(torch.isfinite(t.float()).all().item()) for t in tensors.values())
+        out["tensors"] = sorted(tensors)
+        out["stage"] = "done"
+        out["ok"] = True
+        try:
+            parallel_state.destroy_model_parallel()
+        except Exception:
+            pass
+    except BaseException as exc:
+        out["ok"] = False
+        out["error"] = error_info(exc, frames=6)
+    out["wall_s"] = round(time.monotonic() - t_start, 3)
+    return out
+
+
+def fused_not_run(request, device):
+    """Why the fused-vs-unfused comparison does not run here, or None."""
+    if request.get("dsa_backend", "cudnn") != "cudnn":
+        return "dsa_kernel_backend=%s: the job does not run the fused DSA kernels" % request.get("dsa_backend")
+    if device.type != "cuda":
+        return "the fused DSA kernels (cuDNN indexer, FlashMLA) run on a CUDA GPU only"
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("transformer_engine") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return "needs Transformer Engine (see te.version and te.import)"
+    return None
+
+
+def _watch_dsl_cache():
+    """The kernel probe's count of CuTe DSL file-cache reads and writes (dsv4probe_kernels), or an empty list."""
+    try:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import dsv4probe_kernels
+
+        dsv4probe_kernels.watch_cute_dsl_cache()
+        return dsv4probe_kernels.CACHE_EVENTS
+    except Exception:
+        return []
+
+
+def _count_events(events):
+    """How the step's CuTe DSL kernels were obtained: modules read from the file cache, compiled and written."""
+    return {"read_from_cache": sum(1 for e in events if e[0] == "load-hit"),
+            "compiled_and_written": sum(1 for e in events if e[0] == "write"),
+            "lookups": len(events)}
+
+
+def start_fused_builds(request, outdir):
+    """Start the fused and the unfused build, each its own process in this probe's process group (a timeout of the
+    probe kills them), before the rest of the smoke runs: they are its longest part."""
+    here = os.path.abspath(__file__)
+    # faulthandler in the child dumps where a hung build waits, one second before it is killed.
+    env = dict(os.environ, DSV4_DOCTOR_PROBE_TIMEOUT=str(request.get("build_timeout_s") or FUSED_BUILD_TIMEOUT_S))
+    builds = {}
+    for label, backend in (("fused", "cudnn"), ("unfused", "none")):
+        save = os.path.join(outdir, "tier2_%s.pt" % label)
+        job = {"backend": backend, "save": save, "control": label == "fused", "device": request.get("build_device")}
+        out = os.path.join(outdir, "tier2_%s.json" % label)
+        log = open(os.path.join(outdir, "tier2_%s.log" % label), "wb")
+        proc = subprocess.Popen([sys.executable, here, out, json.dumps({"tier2_build": job})], stdout=log,
+                                stderr=subprocess.STDOUT, env=env)
+        log.close()
+        builds[label] = {"proc": proc, "out": out, "save": save, "log": log.name, "started": time.monotonic()}
+    return builds
+
+
+def _log_tail(path, size=1500):
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - size))
+            return fh.read().decode("utf-8", "backslashreplace")
+    except OSError:
+        return ""
+
+
+def _read_build(build):
+    try:
+        with open(build["out"]) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {"ok": False, "error": {"type": "NoAnswer", "message": "the build process gave no answer"},
+                "log_tail": _log_tail(build["log"])}
+    return data.get("result", data) if isinstance(data, dict) else {"ok": False, "error": {"type": "BadAnswer"}}
+
+
+def finish_fused_builds(torch, builds, deadline, timeout_s=FUSED_BUILD_TIMEOUT_S):
+    """Wait for both builds (each at most timeout_s from its start, and never past the probe's deadline), then
+    compare them. A build still running then is a hang: a finding, killed, never waited for again."""
+    out = {"tolerances": fused_tolerances(), "builds": {}}
+    for label, b in builds.items():
+        limit = min(b["started"] + timeout_s, deadline) - time.monotonic()
+        try:
+            code = b["proc"].wait(timeout=max(0.1, limit))
+        except subprocess.TimeoutExpired:
+            b["proc"].kill()
+            b["proc"].wait()
+            b["hung"] = True
+            waited = round(min(timeout_s, max(0.0, deadline - b["started"])), 1)
+            out["builds"][label] = {
+                "ok": False, "hang": True, "timeout_s": waited, "log_tail": _log_tail(b["log"]),
+                "error": {"type": "Timeout", "message": "the %s build did not finish its forward + backward within "
+                                                        "%.0f s" % (label, waited)}}
+            continue
+        answer = _read_build(b)
+        answer["exit_code"] = code
+        out["builds"][label] = answer
+    skipped = [v["skipped"] for v in out["builds"].values() if v.get("skipped")]
+    if skipped:
+        out["skipped"] = skipped[0]
+        return out
+    if not all(v.get("ok") for v in out["builds"].values()):
+        out["ok"] = False
+        return out
+    try:
+        fused = torch.load(builds["fused"]["save"])
+        unfused = torch.load(builds["unfused"]["save"])
+        out["comparison"] = compare_builds(torch, fused, unfused)
+        out["ok"] = out["comparison"]["ok"]
+    except BaseException as exc:
+        out["ok"] = False
+        out["error"] = error_info(exc, frames=4)
+    return out
+
+
 # ------------------------------------------------------------------------------------------------------------- main
 
 DSV4_MODULE = "megatron.core.transformer.experimental_attention_variant.deepseek_v4_hybrid_attention"
@@ -694,6 +1065,8 @@ def dsv4_installed():
 def answer(request):
     if "worker" in request:
         return worker_main(request)
+    if "tier2_build" in request:
+        return tier2_build(request)
     start = time.monotonic()
     timeout = float(os.environ.get("DSV4_DOCTOR_PROBE_TIMEOUT", "60") or 60)
     deadline = start + timeout - 3.0
@@ -730,6 +1103,12 @@ def answer(request):
                       if device.type == "cuda" else None,
                       "count": torch.cuda.device_count() if has_cuda else 0}}
     out["timing"] = {"library_load_s": round(load_s, 4)}
+    if request.get("tier2") == "auto":
+        request = dict(request, tier2=dsv4_installed())
+    fused_builds, fused_skip = None, fused_not_run(request, device)
+    if request.get("tier2") and fused_skip is None:
+        fused_builds = start_fused_builds(dict(request, build_device=str(device)),
+                                          os.path.dirname(os.path.abspath(sys.argv[1])))
     try:
         tier1, _ = tier1_simulated(torch, device, cp)
     except BaseException as exc:
@@ -742,8 +1121,6 @@ def answer(request):
     out["timing"]["first_kernel_call_s"] = tier1.pop("first_call_s")
     out["timing"]["compute_s"] = tier1.pop("compute_s")
     reference_path = None
-    if request.get("tier2") == "auto":
-        request = dict(request, tier2=dsv4_installed())
     out["tier2_attempted"] = bool(request.get("tier2"))
     if request.get("tier2"):
         reference_path = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "tier2_cp1.pt")
@@ -786,6 +1163,10 @@ def answer(request):
             out["distributed"] = run
             if "tier2" in run:
                 out["tier2"]["cpN"] = run.pop("tier2")
+    if fused_builds is not None:
+        out.setdefault("tier2", {})["fused"] = finish_fused_builds(torch, fused_builds, deadline)
+    elif request.get("tier2"):
+        out.setdefault("tier2", {})["fused"] = {"skipped": fused_skip}
     if device.type == "cuda":
         out["gpu_memory_peak_mib"] = round(torch.cuda.max_memory_allocated(device) / 2 ** 20, 2)
     out["timing"]["total_s"] = round(time.monotonic() - start, 4)

@@ -6,6 +6,8 @@ JIT compiles overlap; a crash or hang in one costs only that sub-run.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dsv4_doctor.facts import StaticFacts
 from dsv4_doctor.model import Check, Context, Fix, Profile, Result, Source, Status, errored, failed, passed
 from dsv4_doctor.probes import Probe
@@ -41,8 +43,8 @@ def subruns(profile: Profile) -> dict[str, str | None]:
 
 def kernel_probe(profile: Profile, name: str) -> Probe:
     request = {"subrun": name, "cp": profile.cp, "device": profile.device, "device_index": profile.device_index}
-    return Probe.beside(__file__, f"smoke-kernels:{name}:cp={profile.cp}:device={profile.device}"
-                        f":gpu={profile.device_index}", "dsv4probe_kernels.py", request)
+    return replace(Probe.beside(__file__, f"smoke-kernels:{name}:cp={profile.cp}:device={profile.device}"
+                                f":gpu={profile.device_index}", "dsv4probe_kernels.py", request), long=True)
 
 
 def _probes(profile: Profile) -> list[Probe]:
@@ -109,7 +111,9 @@ def _kernels(ctx: Context) -> Result:
         rows[name]["rule"] = rule = subrun_rule(name, rows[name])
         if rule and rows[name]["status"] == "skip":
             rows[name]["summary"] = f"{rows[name]['summary']}: see {rule}"
-    evidence: dict = {"subruns": rows}
+    from dsv4_doctor.kernelcache import for_run
+
+    evidence: dict = {"subruns": rows, "kernel_cache": for_run().evidence()}  # the probes' CuTe DSL cache
     if profile.fleet and profile.cp > 1:  # each sub-run is one process by design: per-rank arguments, no collectives
         evidence["ranks"] = f"the {profile.cp} CP ranks simulated on this fleet rank's own GPU (single-process kernels)"
     devices = {str((r.get("device") or {}).get("capability")) for r in rows.values() if r.get("device")}

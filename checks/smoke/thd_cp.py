@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from dsv4_doctor.model import (Check, Context, Fix, Profile, Result, Source, Status, errored, failed,
                                needs_failed, passed, warned)
 from dsv4_doctor.probes import Probe
 
 from .. import fixes
-from .._upstream import EAV, mlm
+from .._upstream import EAV, gh, mlm
 from ..mcore import mcore_fix
 
 MEMORY_LIMIT_MIB = 1024
@@ -97,8 +98,9 @@ def smoke_probe(profile: Profile) -> Probe:
             request["fleet_cp"] = plan
         elif profile.cp > 1:
             request["simulated_because"] = plan["reason"]
-    return Probe.beside(__file__, f"smoke:cp={profile.cp}:device={profile.device}:gpu={profile.device_index}",
-                        "dsv4probe_smoke.py", request)
+    probe = Probe.beside(__file__, f"smoke:cp={profile.cp}:device={profile.device}:gpu={profile.device_index}",
+                         "dsv4probe_smoke.py", request)
+    return replace(probe, long=True)
 
 
 def _describe(cmp_: dict) -> str:
@@ -161,6 +163,8 @@ def _fleet_note(dist: dict) -> str:
 def _tier2(ctx: Context, data: dict, evidence: dict):
     """A Result for a failed tier 2, or None when it passed, did not run, or stopped at what a rule reports."""
     for name, t2 in (data.get("tier2") or {}).items():
+        if name == "fused":
+            continue
         label = "CP=1" if name == "cp1" else f"CP={t2.get('cp')}"
         if t2.get("skipped"):
             continue
@@ -195,6 +199,63 @@ def _tier2(ctx: Context, data: dict, evidence: dict):
             return errored(f"the DSv4 layer's negative control did not separate ({label}): merging two sequences "
                            "left the output unchanged, so the packed-vs-alone comparison cannot tell right from wrong",
                            evidence=evidence)
+    return _tier2_fused(ctx, (data.get("tier2") or {}).get("fused") or {}, evidence)
+
+
+HANG_NOTE = ("cudnn-frontend #676 reports NaN gradients and a GPU deadlock on empty top-k rows in the DSA backward; "
+             "the first ratio-1 tokens of every sequence have no compressed block to select, so every packed batch "
+             "has such rows. Where it stopped is in the build's log tail (evidence tier2.fused.builds).")
+
+
+def _tier2_fused(ctx: Context, fused: dict, evidence: dict) -> Result | None:
+    """The fused build (cuDNN indexer + FlashMLA) against the unfused one, forward and backward, at CP 1."""
+    if not fused or fused.get("skipped"):
+        return None
+    builds = fused.get("builds") or {}
+    for label in ("fused", "unfused"):
+        b = builds.get(label) or {}
+        if b.get("hang"):
+            return failed(f"the {label} DSv4 layer build (dsa_kernel_backend={'cudnn' if label == 'fused' else 'none'})"
+                          f" hung: its forward + backward did not finish within {b.get('timeout_s')} s and was killed",
+                          HANG_NOTE, evidence=evidence)
+        if b and not b.get("ok"):
+            err = b.get("error") or {}
+            failing = [r for r in tier2_rules(err)
+                       if (ctx.outcome(r) is not None and ctx.outcome(r).status in (Status.FAIL, Status.ERROR))]
+            if failing:
+                fused["deferred_to"] = failing[0]
+                return None
+            return failed(f"the {label} DSv4 layer build failed at {b.get('stage')}: {err.get('type')}: "
+                          f"{err.get('message')}", "\n".join(map(str, err.get("where", []))) or b.get("log_tail", ""),
+                          fixes=tier2_fixes(err, ctx), evidence=evidence)
+    if fused.get("error"):
+        err = fused["error"]
+        return errored(f"the fused-vs-unfused comparison could not be made: {err.get('type')}: {err.get('message')}",
+                       evidence=evidence)
+    cmp_ = fused.get("comparison") or {}
+    if not cmp_:
+        return errored("the fused-vs-unfused comparison came back empty", evidence=evidence)
+    if cmp_.get("problems"):
+        return errored("the fused-vs-unfused comparison is not valid: " + "; ".join(cmp_["problems"]),
+                       evidence=evidence)
+    rows = cmp_.get("tensors") or {}
+    if cmp_.get("nonfinite"):
+        names = cmp_["nonfinite"]
+        which = ["fused" if not rows[n].get("finite") else "unfused" for n in names]
+        return failed(f"the DSv4 layer's {', '.join(sorted(set(which)))} build produced non-finite "
+                      f"{', '.join(names[:4])}{' ...' if len(names) > 4 else ''} (forward + backward, CP 1)",
+                      HANG_NOTE.split(";")[0] + ".", evidence=evidence)
+    if cmp_.get("over_tolerance"):
+        names = cmp_["over_tolerance"]
+        detail = ", ".join(f"{n} {rows[n]['rel_l2']:.3g} (> {rows[n]['tolerance']:.3g})" for n in names[:6])
+        return failed(f"the fused DSv4 layer (cuDNN indexer + FlashMLA) differs from the unfused one beyond the bf16 "
+                      f"tolerance: relative L2 {detail}", (cmp_.get("tolerances") or {}).get("derivation", ""),
+                      evidence=evidence)
+    control = cmp_.get("control") or {}
+    if not control.get("separates"):
+        return errored("the fused-vs-unfused negative control did not separate (a perturbed output projection "
+                       f"passed the comparison: {control}), so the comparison cannot tell right from wrong",
+                       evidence=evidence)
     return None
 
 
@@ -203,6 +264,9 @@ def _tier2_note(t2: dict) -> str:
         return "; tier 2 (DSv4 layer) not run: Megatron-core dsv4_hybrid not installed"
     parts = []
     for key, v in t2.items():
+        if key == "fused":
+            parts.append(_fused_note(v))
+            continue
         label = "CP=1" if key == "cp1" else f"CP={v.get('cp')}"
         if v.get("skipped"):
             parts.append(f"{label} skipped: {str(v['skipped']).split(':')[0]}")
@@ -216,6 +280,18 @@ def _tier2_note(t2: dict) -> str:
         else:
             parts.append(f"{label} ok")
     return "; DSv4 layer " + ", ".join(parts)
+
+
+def _fused_note(fused: dict) -> str:
+    if fused.get("skipped"):
+        return f"fused vs unfused not run: {str(fused['skipped']).split(':')[0]}"
+    if fused.get("deferred_to"):
+        return f"fused vs unfused stopped: see {fused['deferred_to']}"
+    cmp_ = fused.get("comparison") or {}
+    worst, control = cmp_.get("worst") or {}, cmp_.get("control") or {}
+    return (f"fused (cuDNN indexer + FlashMLA) = unfused, forward + backward, {len(cmp_.get('tensors') or {})} "
+            f"tensors (worst {worst.get('tensor')} rel. L2 {worst.get('rel_l2', 0.0):.1e} <= "
+            f"{worst.get('tolerance', 0.0):.1e}; perturbed-weight control {control.get('rel_l2', 0.0):.1e})")
 
 
 def torch_missing(ctx: Context) -> Result | None:
@@ -323,6 +399,10 @@ smoke_thd_cp = Check(
         consecutive fleet ranks, each rank judging its own rows. When Megatron-core with
         dsv4_hybrid is installed, tier 2 also builds the smallest DSv4 hybrid attention layer and runs it on THD
         input with PackedSeqParams(cp_partition_mode="contiguous"), CP=1 and, with N GPUs, CP=N against CP=1.
+        With dsa_kernel_backend=cudnn on a GPU it builds the layer twice more, each in its own process with a hard
+        timeout, fused (the cuDNN indexer and FlashMLA) and unfused, on the same weights and packed batch, and
+        compares the forward output and every gradient of a backward pass within bf16-derived tolerances, with a
+        perturbed-weight control; a build that hangs is a finding (cudnn-frontend #676).
     """,
     applies_when="a GPU is visible (or --device cpu); not with --no-smoke",
     detects="a THD attention forward in a subprocess: finiteness, error vs float32 reference, zigzag control",
@@ -331,6 +411,15 @@ smoke_thd_cp = Check(
             "Megatron-LM dev deepseek_v4_hybrid_attention.py (contiguous CP partition required)"),
         mlm("tests/unit_tests/transformer/experimental_attention_variant/test_dsv4_hybrid_attention_cp.py", "",
             "Megatron-LM dev test_dsv4_hybrid_attention_cp.py (CP=N vs CP=1 parity)"),
+        mlm("tests/unit_tests/transformer/experimental_attention_variant/test_dsv4_hybrid_native_parity.py",
+            "54-79", "Megatron-LM dev test_dsv4_hybrid_native_parity.py (fused and unfused DSv4 layer, forward and "
+            "backward, and their tolerance buckets)"),
+        mlm("megatron/core/transformer/transformer_config.py", "1773-1791",
+            "Megatron-LM dev transformer_config.py (SM90 rejects the fused dense indexer loss: use the sparse loss)"),
+        mlm(EAV + "csa_utils/fused_sparse_attention.py", "87-140",
+            "Megatron-LM dev fused_sparse_attention.py (FlashMLA sparse forward, d_v 512, TopK alignment)"),
+        gh("NVIDIA/cudnn-frontend", "issues/676",
+           "cudnn-frontend #676 (NaN gradients and a deadlock on empty top-k rows in the DSA backward)"),
         Source("PyTorch torch.nn.attention.varlen.varlen_attn",
                "https://docs.pytorch.org/docs/stable/nn.attention.varlen.html"),
         Source("NVIDIA gpu-operator #2685 (validator said Ready while CUDA workloads failed)",

@@ -41,11 +41,12 @@ class StaticRequest:
     distribution_prefixes: tuple[str, ...] = ()  # every installed distribution whose name starts so ("nvidia-")
     dependents_of: tuple[str, ...] = ()  # list the installed distributions that require one of these
     requirements_of: tuple[str, ...] = ()  # resolve these distributions' requirement targets: installed, version
+    assignments_of: tuple[str, ...] = ()  # attribute names whose assignments (`x.attr = ...`) those sources list
 
     def __init__(self, distributions: Iterable[str] = (), modules: Iterable[str] = (),
                  sources: Iterable[str] = (), contains: Iterable[str] = (), attributes_of: Iterable[str] = (),
                  distribution_prefixes: Iterable[str] = (), dependents_of: Iterable[str] = (),
-                 requirements_of: Iterable[str] = ()):
+                 requirements_of: Iterable[str] = (), assignments_of: Iterable[str] = ()):
         object.__setattr__(self, "distributions", tuple(distributions))
         object.__setattr__(self, "modules", tuple(modules))
         object.__setattr__(self, "sources", tuple(sources))
@@ -54,12 +55,14 @@ class StaticRequest:
         object.__setattr__(self, "distribution_prefixes", tuple(distribution_prefixes))
         object.__setattr__(self, "dependents_of", tuple(dependents_of))
         object.__setattr__(self, "requirements_of", tuple(requirements_of))
+        object.__setattr__(self, "assignments_of", tuple(assignments_of))
 
     @staticmethod
     def merge(requests: Iterable[StaticRequest | None]) -> StaticRequest:
         parts: dict[str, dict[str, None]] = {k: {} for k in ("distributions", "modules", "sources", "contains",
                                                               "attributes_of", "distribution_prefixes",
-                                                              "dependents_of", "requirements_of")}
+                                                              "dependents_of", "requirements_of",
+                                                              "assignments_of")}
         for r in requests:
             if r is None:
                 continue
@@ -72,7 +75,7 @@ class StaticRequest:
                 "sources": list(self.sources), "contains": list(self.contains),
                 "attributes_of": list(self.attributes_of),
                 "distribution_prefixes": list(self.distribution_prefixes), "dependents_of": list(self.dependents_of),
-                "requirements_of": list(self.requirements_of)}
+                "requirements_of": list(self.requirements_of), "assignments_of": list(self.assignments_of)}
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class Probe:
     request: str = "{}"  # JSON text handed to the script
     argv: tuple[str, ...] = ()  # for a command probe (e.g. nvidia-smi), run as is
     timeout_s: float | None = None  # None: the run's default probe timeout
+    long: bool = False  # seconds of work (a smoke, a kernel JIT): started before the short probes
 
     @staticmethod
     def python(key: str, script: str | os.PathLike, request: Any = None, timeout_s: float | None = None) -> Probe:
@@ -159,6 +163,10 @@ def child_env(timeout: float, extra: dict | None = None) -> dict:
     env.setdefault("PYTHONIOENCODING", "utf-8")
     env["NO_COLOR"] = "1"
     env.pop("FORCE_COLOR", None)
+    from ..kernelcache import for_run
+
+    for key, value in for_run().env.items():
+        env.setdefault(key, value)
     env.update(extra or {})
     return env
 

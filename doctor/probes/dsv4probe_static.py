@@ -302,7 +302,51 @@ def _attribute_reads(tree, owners):
     return {o: sorted(names) for o, names in found.items()}
 
 
-def source_facts(module, needles, owners=()):
+def _function_facts(fn):
+    """What a module-level function does, for rules read from code: the names it imports inside its body
+    (`from cudnn import DSA` -> "cudnn:DSA"), the calls it makes, its comparisons and the exceptions it catches."""
+    imports, calls, compares, catches = [], [], [], []
+    for node in ast.walk(fn):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imports += ["%s:%s" % (node.module, a.name) for a in node.names]
+        elif isinstance(node, ast.Import):
+            imports += [a.name for a in node.names]
+        elif isinstance(node, ast.Call):
+            calls.append(_unparse(node.func)[:200])
+        elif isinstance(node, ast.Compare):
+            compares.append(_unparse(node)[:200])
+        elif isinstance(node, ast.ExceptHandler):
+            catches.append(_unparse(node.type)[:200] if node.type is not None else "")
+    return {"imports": imports[:50], "calls": calls[:100], "compares": compares[:50], "catches": catches[:20]}
+
+
+def _assignments(tree, attributes):
+    """Every `obj.attr = value` for the wanted attribute names, with the simple local assignments (`name = expr`)
+    of the function it is in, so that a rule such as `provider.apply_dsa_kernel_fusion = use_fusion` can be followed
+    back to what decides it."""
+    wanted = set(attributes)
+    out = []
+    if not wanted:
+        return out
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        local, hits = {}, []
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Assign):
+                continue
+            for target in node.targets:
+                if isinstance(target, ast.Name) and len(local) < 200:
+                    local.setdefault(target.id, _unparse(node.value)[:500])
+                elif isinstance(target, ast.Attribute) and target.attr in wanted:
+                    hits.append({"attribute": target.attr, "target": _unparse(target)[:200],
+                                 "value": _unparse(node.value)[:500], "lineno": node.lineno})
+        for hit in hits:
+            out.append(dict(hit, function=fn.name, locals=local))
+    return out[:20]
+
+
+def source_facts(module, needles, owners=(), attributes=()):
     where = locate_module(module)
     if not where.get("found"):
         return {"found": False, "missing": where.get("missing"), "error": where.get("error")}
@@ -328,6 +372,8 @@ def source_facts(module, needles, owners=()):
             classes[node.name] = _class_summary(node)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             functions[node.name] = _params(node)
+            if attributes:
+                functions[node.name].update(_function_facts(node))
         elif isinstance(node, ast.Assign):
             names.extend(t.id for t in node.targets if isinstance(t, ast.Name))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
@@ -335,6 +381,8 @@ def source_facts(module, needles, owners=()):
     result.update(classes=classes, functions=functions, names=names,
                   contains={needle: needle in text for needle in needles},
                   attributes=_attribute_reads(tree, owners))
+    if attributes:
+        result["assignments"] = _assignments(tree, attributes)
     return result
 
 
@@ -396,7 +444,7 @@ def answer(request):
     owners = request.get("attributes_of", [])
     for name in request.get("sources", []):
         try:
-            out["sources"][name] = source_facts(name, needles, owners)
+            out["sources"][name] = source_facts(name, needles, owners, request.get("assignments_of", []))
         except Exception as exc:
             out["sources"][name] = {"found": False, "error": error_info(exc)["message"]}
     if request.get("requirements_of"):

@@ -40,8 +40,11 @@ def profile_line(report: dict) -> str:
                   "host(s)")
     job = p.get("job") if isinstance(p.get("job"), dict) else None
     if job is not None:
-        extra += f" (from the {shown(job.get('kind'))} command: {shown(job.get('entry'))})"
-    return (f"dsv4-doctor {report['doctor']['version']}  profile: cp={p.get('cp')} "
+        entry = shown(job.get("entry"), "overrides only, no program" if job.get("kind") == "verl" else "unknown")
+        extra += f" (from the {shown(job.get('kind'))} command: {entry})"
+    cp = f"{p.get('cp')}" if job is None or job.get("cp_known") is not False else \
+        f"{p.get('cp')} (not known: checked as CP > 1)"
+    return (f"dsv4-doctor {report['doctor']['version']}  profile: cp={cp} "
             f"dsa-backend={shown(p.get('dsa_backend'))} gpu-arch={arch}{extra}  python: "
             f"{shown(target.get('executable'))} ({shown(target.get('version'))})")
 
@@ -56,6 +59,8 @@ def job_line(report: dict) -> str | None:
     line = f"job: dsa-backend {shown(p.get('dsa_backend'))} ({shown(job.get('dsa_backend_decided'))})"
     if isinstance(job.get("cp_given"), int):
         line += f"; cp {job['cp_given']} from --cp (the command's own is not known)"
+    if job.get("not_known"):
+        line += f"; not known: {shown(job.get('not_known'))}"
     unknown = [str(k) for k in job.get("unknown") or [] if isinstance(k, str)]
     count = job.get("unknown_count") if isinstance(job.get("unknown_count"), int) else len(unknown)
     if unknown:
@@ -165,6 +170,15 @@ def render_text(report: dict, color: bool = False, width: int = 100) -> str:
         # A plugin that failed to load has its own `plugin.<name>` row; the line is for reports without one.
         if p.get("error") and plugin_row_id(p.get("name") or "") not in row_ids:
             out += _wrap(f"Plugin {p['name']} from {p['distribution']} failed to load: {p['error']}", width, "", "  ")
+    settings = report.get("job_settings") if isinstance(report.get("job_settings"), dict) else None
+    block = settings.get("cp_args") if settings and isinstance(settings.get("cp_args"), dict) else {}
+    if settings and (block.get("missing") or settings.get("exports")):
+        from ..jobsettings import comment_lines
+
+        out += [""] + _wrap("Job settings (for the training command and the job script; the doctor never runs "
+                            "them):", width, "", "  ")
+        for line in comment_lines(settings):
+            out += ["  " + line] if line.startswith("  ") else _wrap(line, width, "  ", "    ")
     out.append("")
     out += [_paint(line, COLOR[report["summary"]["status"]], color)
             for line in _wrap(verdict_line(report), width, "", "  ")]

@@ -1,0 +1,134 @@
+"""The job's settings as a plan section: the full `CP_ARGS` in the command's own syntax and the environment
+variables to set in the job script. They are settings for the job, never commands: the fix script prints them as
+comments, `--apply` never runs them, and the report keeps them under their own key (`job_settings`), apart from the
+checks' argv fixes.
+
+`CP_ARGS` is verl's DSv4 example's block (examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh @1dda039b, added
+in verl #7297): cp_partition_mode=contiguous, sequence_packing_scheduler=dp_balanced and max_seqlen_per_dp_cp_rank.
+The example computes the last as `$(((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH) / ACTOR_CP))`, shell division that
+rounds down: when the sum is not a multiple of CP, CP x the value is shorter than the longest sample and Megatron
+asserts `total_cp_ranks * max_seqlen_per_dp_cp_rank >= seq_length`. The value here is rounded up.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .jobargs import common_setting, line_to_add, role_settings, roles_to_check
+
+CP_SETTINGS = (("cp_partition_mode", "contiguous"), ("sequence_packing_scheduler", "dp_balanced"))
+ROUNDING = ("verl's example script computes (max_prompt_length + max_response_length) / CP with shell division, "
+            "which rounds down: when the sum is not a multiple of CP the longest sample does not fit; rounded up here")
+
+
+def _int(setting: Any) -> int | None:
+    value = setting.get("value") if isinstance(setting, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def needed_length(job: dict) -> tuple[int | None, str]:
+    """The longest sample the job's command states, and how it was read."""
+    if job.get("kind") == "megatron":
+        length = _int(common_setting(job, "seq_length"))
+        return length, "--seq-length" if length is not None else "--seq-length not stated"
+    prompt, response = _int(common_setting(job, "max_prompt_length")), _int(common_setting(job, "max_response_length"))
+    if prompt is not None and response is not None:
+        return prompt + response, f"{prompt} + {response} (data.max_prompt_length + data.max_response_length)"
+    return None, "data.max_prompt_length and data.max_response_length not both stated as numbers"
+
+
+def max_seqlen(needed: int | None, cp: int) -> int | None:
+    """max_seqlen_per_dp_cp_rank: the longest sample over CP ranks, rounded up."""
+    return math.ceil(needed / cp) if needed is not None and cp > 0 else None
+
+
+def _stated(settings: dict, name: str) -> Any:
+    s = settings.get(name)
+    return s.get("value") if isinstance(s, dict) else None
+
+
+def cp_args(job: dict, cp: int) -> dict:
+    """The full CP_ARGS for a job with CP > 1, per checked role (verl's ref inherits the actor's): lines, which of
+    them the command lacks, and how max_seqlen_per_dp_cp_rank was computed."""
+    needed, needed_from = needed_length(job)
+    value = max_seqlen(needed, cp)
+    syntax = job.get("syntax") if job.get("syntax") in ("hydra", "megatron") else "hydra"
+    shown_job = dict(job, syntax=syntax)
+    roles = [r for r in roles_to_check(job) if r != "ref"] or ["actor"]
+    lines, missing = [], []
+    for role in roles:
+        settings = role_settings(job, role)
+        for name, wanted in (*CP_SETTINGS, ("max_seqlen_per_dp_cp_rank", value if value is not None else "N")):
+            line = line_to_add(shown_job, role, name, wanted)
+            lines.append(line)
+            # The Megatron-LM CLI derives max_seqlen_per_dp_cp_rank from --seq-length: not missing there.
+            derived = syntax == "megatron" and name == "max_seqlen_per_dp_cp_rank"
+            if _stated(settings, name) != wanted and not derived:
+                missing.append(line)
+    how = (f"max_seqlen_per_dp_cp_rank = ceil({needed} / {cp}) = {value}, from {needed_from}" if value is not None
+           else f"max_seqlen_per_dp_cp_rank = N = ceil((max_prompt_length + max_response_length) / {cp}): "
+                f"{needed_from}")
+    out = {"syntax": syntax, "cp": cp, "lines": lines, "missing": missing, "max_seqlen_per_dp_cp_rank": value,
+           "computed": how}
+    if syntax == "hydra":
+        out["rounding"] = ROUNDING
+    else:
+        out["computed"] = how + " (the Megatron-LM CLI derives it from --seq-length when it is not given)"
+    return out
+
+
+def exports(env_row: dict | None) -> list[str]:
+    """The `export NAME=value` lines job.env asks for (its evidence names them)."""
+    evidence = env_row.get("evidence") if isinstance(env_row, dict) else None
+    wanted = evidence.get("exports") if isinstance(evidence, dict) else None
+    return [str(line) for line in wanted if isinstance(line, str)] if isinstance(wanted, list) else []
+
+
+def section(profile: dict, checks: list[dict]) -> dict | None:
+    """The report's `job_settings`: for a job command (profile.job), the CP_ARGS it needs (CP > 1, or a CP not
+    known) and the environment lines job.env asks for; None without a job command."""
+    job = profile.get("job") if isinstance(profile.get("job"), dict) else None
+    if job is None:
+        return None
+    given: Any = profile.get("cp")
+    cp: int = given if isinstance(given, int) and not isinstance(given, bool) and given > 0 else 1
+    rows = {c.get("id"): c for c in checks if isinstance(c, dict)}
+    out: dict = {"exports": exports(rows.get("job.env")), "notes": []}
+    if job.get("kind") not in ("verl", "megatron"):
+        out["command_read"] = False
+    if job.get("cp_known") is False:
+        out["notes"].append("the job's CP is not known (the command hides it): CP_ARGS are shown for CP "
+                            f"{cp}; state it with --cp N")
+    if cp > 1 or job.get("cp_known") is False:
+        out["cp_args"] = cp_args(job, cp)
+    else:
+        out["notes"].append("CP = 1: no CP settings needed")
+    return out
+
+
+def comment_lines(settings: dict | None) -> list[str]:
+    """The section as text lines (the fix script makes them comments; the text report indents them)."""
+    if not settings:
+        return []
+    lines: list[str] = []
+    block = settings.get("cp_args") if isinstance(settings.get("cp_args"), dict) else None
+    if block is not None:
+        where = "the training command's Hydra overrides" if block.get("syntax") == "hydra" else \
+            "the training command's Megatron-LM flags"
+        lines.append(f"CP_ARGS for CP {block.get('cp')}, in {where} (the full block; verl's DSv4 example):")
+        lines += [f"  {line}" for line in block.get("lines") or []]
+        missing = block.get("missing") or []
+        if settings.get("command_read") is False:
+            lines.append("whether the command states them is not known (it is not read)")
+        else:
+            lines.append(f"the command lacks {len(missing)} of them" if missing else "the command states all of them")
+        lines.append(str(block.get("computed")))
+        if block.get("rounding"):
+            lines.append(str(block["rounding"]))
+    exported = settings.get("exports") or []
+    if exported:
+        lines.append("In the job script, before the training command:")
+        lines += [f"  {line}" for line in exported]
+    lines += [str(n) for n in settings.get("notes") or []]
+    return lines

@@ -1,0 +1,181 @@
+"""A persistent CuTe DSL kernel cache for the probes, in a per-user 0700 directory.
+
+The CuTe DSL (nvidia-cutlass-dsl, `cutlass/base_dsl`) writes each compiled module to `CUTE_DSL_CACHE_DIR` as
+`cute_dsl_<module hash>.mlir` (atomic: a temporary directory per writer, then `os.replace`) and reads it back on the
+next first call. Its default directory is `$TMPDIR/$USER/cutlass_python_cache` (4.5.2 `cache_helpers.py`), which a
+container's fresh /tmp loses, and its module hash includes every `CUTE_DSL_*` setting, the dump folder among them
+(default: the current directory), so a run from another directory misses. The doctor therefore gives its probes one
+fixed directory for both, in the user's cache home, created and checked here:
+
+- created with mode 0700; refused (no cache, a note) when it is a symlink, not a directory, not owned by this user,
+  or writable by group or others (another user could plant a kernel);
+- bounded: when its files exceed the size limit, the oldest are removed first (another rank may prune at the same
+  time; a file already gone is fine);
+- off with `DSV4_DOCTOR_KERNEL_CACHE=off` (or `--no-kernel-cache`); a path there chooses the directory; a
+  `CUTE_DSL_CACHE_DIR` the user set is used as it is and never pruned.
+
+A cached kernel only skips the compile: every sub-run still calls it and compares its numbers with the reference.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENV = "DSV4_DOCTOR_KERNEL_CACHE"
+SIZE_ENV = "DSV4_DOCTOR_KERNEL_CACHE_MIB"
+DEFAULT_LIMIT_MIB = 1024
+PRUNE_TO = 0.8  # of the limit, so that a run near the limit does not prune at every start
+MAX_FILES_SCANNED = 20000
+OFF = frozenset({"0", "off", "no", "false", "none", "disable", "disabled"})
+
+
+@dataclass
+class KernelCache:
+    directory: str | None  # None: the probes get no cache directory from the doctor
+    source: str  # "doctor", "user" (CUTE_DSL_CACHE_DIR was set), "off", "refused"
+    note: str = ""
+    size_bytes: int = 0
+    files: int = 0
+    pruned_files: int = 0
+    env: dict[str, str] = field(default_factory=dict)  # what the probes' environment gets
+
+    def evidence(self) -> dict:
+        return {"directory": self.directory, "source": self.source, "note": self.note, "size_bytes": self.size_bytes,
+                "files": self.files, "pruned_files": self.pruned_files}
+
+
+def default_directory(environ) -> Path:
+    base = environ.get("XDG_CACHE_HOME") or ""
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".cache"
+    return root / "dsv4-doctor" / "cute-dsl"
+
+
+def _safe_dir(path: Path) -> str | None:
+    """Why `path` is no safe cache directory for this user (None when it is)."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"cannot stat {path}: {exc.strerror or exc}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symlink"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"{path} is owned by uid {st.st_uid}, not this user ({os.getuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def ensure_directory(path: Path) -> str | None:
+    """Create `path` (and its missing parents) with mode 0700; None when it is safe to use, else why not."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create {path.parent}: {exc.strerror or exc}"
+    for p in (path.parent, path):
+        try:
+            os.mkdir(p, 0o700)
+        except FileExistsError:
+            pass  # another rank made it first, or an earlier run: checked below
+        except OSError as exc:
+            return f"cannot create {p}: {exc.strerror or exc}"
+        why = _safe_dir(p)
+        if why:
+            return why
+    return None
+
+
+def _files(path: Path) -> list[tuple[float, int, str]]:
+    """(mtime, size, path) of the regular files under `path`, symlinks not followed, at most MAX_FILES_SCANNED."""
+    found: list[tuple[float, int, str]] = []
+    stack = [str(path)]
+    while stack and len(found) < MAX_FILES_SCANNED:
+        top = stack.pop()
+        try:
+            with os.scandir(top) as it:
+                for entry in it:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                        elif entry.is_file(follow_symlinks=False):
+                            st = entry.stat(follow_symlinks=False)
+                            found.append((st.st_mtime, st.st_size, entry.path))
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return found
+
+
+def prune(path: Path, limit_bytes: int) -> tuple[int, int, int]:
+    """Remove the oldest files until the total is at most PRUNE_TO of the limit, when it exceeds the limit.
+    Returns (bytes left, files left, files removed)."""
+    files = _files(path)
+    total = sum(size for _, size, _ in files)
+    removed = 0
+    if total > limit_bytes:
+        for _, size, name in sorted(files):
+            if total <= limit_bytes * PRUNE_TO:
+                break
+            try:
+                os.unlink(name)
+            except FileNotFoundError:
+                pass  # pruned by another rank
+            except OSError:
+                continue
+            total -= size
+            removed += 1
+    return total, len(files) - removed, removed
+
+
+def _limit_mib(environ) -> int:
+    try:
+        return max(1, int(environ.get(SIZE_ENV) or DEFAULT_LIMIT_MIB))
+    except ValueError:
+        return DEFAULT_LIMIT_MIB
+
+
+def prepare(environ=None) -> KernelCache:
+    """Decide the probes' CuTe DSL cache for this run (create, check, prune); never raises."""
+    environ = os.environ if environ is None else environ
+    try:
+        return _prepare(environ)
+    except Exception as exc:  # a home that cannot be resolved, an odd file system: run without the cache
+        return KernelCache(None, "refused", f"kernel cache not set up: {type(exc).__name__}: {exc}")
+
+
+def _prepare(environ) -> KernelCache:
+    if environ.get("CUTE_DSL_CACHE_DIR"):
+        return KernelCache(environ["CUTE_DSL_CACHE_DIR"], "user", "CUTE_DSL_CACHE_DIR is set: used as it is")
+    setting = (environ.get(ENV) or "").strip()
+    if setting.lower() in OFF:
+        return KernelCache(None, "off", f"{ENV}={setting}: the probes get the CuTe DSL's own default")
+    path = Path(setting) if setting and os.path.isabs(setting) else default_directory(environ)
+    why = ensure_directory(path)
+    if why:
+        return KernelCache(None, "refused", f"kernel cache refused: {why}")
+    size, count, removed = prune(path, _limit_mib(environ) << 20)
+    env = {"CUTE_DSL_CACHE_DIR": str(path)}
+    if not environ.get("CUTE_DSL_DUMP_DIR"):
+        env["CUTE_DSL_DUMP_DIR"] = str(path)  # part of the DSL's module hash: fixed, so the cwd does not matter
+    return KernelCache(str(path), "doctor", "", size, count, removed, env)
+
+
+_RUN: KernelCache | None = None
+
+
+def for_run() -> KernelCache:
+    """This process's decision, made once (the probes of one run share it)."""
+    global _RUN
+    if _RUN is None:
+        _RUN = prepare()
+    return _RUN
+
+
+def reset() -> None:
+    global _RUN
+    _RUN = None

@@ -1,0 +1,197 @@
+"""The probes' persistent CuTe DSL kernel cache (doctor/kernelcache.py) and the kernel smoke's record of what ran."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from conftest import has_torch, run_doctor
+from fakes import Env, fake_cudnn_dsa, fake_layout_kernels
+
+from dsv4_doctor import kernelcache
+
+
+def prepare(tmp_path, **env):
+    return kernelcache.prepare({"XDG_CACHE_HOME": str(tmp_path / "xdg"), **env})
+
+
+def test_a_per_user_0700_directory_is_made_and_fixes_the_dsls_dump_dir(tmp_path):
+    cache = prepare(tmp_path)
+    path = tmp_path / "xdg" / "dsv4-doctor" / "cute-dsl"
+    assert cache.source == "doctor" and cache.directory == str(path)
+    assert cache.env == {"CUTE_DSL_CACHE_DIR": str(path), "CUTE_DSL_DUMP_DIR": str(path)}
+    for p in (path, path.parent):
+        assert (p.stat().st_mode & 0o777) == 0o700
+    assert prepare(tmp_path).directory == str(path)  # a second run (or another rank) reuses it
+
+
+@pytest.mark.parametrize("make", ["group-writable", "symlink", "file"])
+def test_an_unsafe_directory_is_refused_and_the_probes_get_no_cache(tmp_path, make):
+    path = tmp_path / "xdg" / "dsv4-doctor" / "cute-dsl"
+    path.parent.mkdir(parents=True, mode=0o700)
+    if make == "group-writable":
+        path.mkdir()
+        path.chmod(0o770)
+    elif make == "symlink":
+        (tmp_path / "elsewhere").mkdir()
+        path.symlink_to(tmp_path / "elsewhere")
+    else:
+        path.write_text("x")
+    cache = prepare(tmp_path)
+    assert cache.source == "refused" and cache.directory is None and cache.env == {}
+    assert {"group-writable": "writable by group", "symlink": "symlink", "file": "not a directory"}[make] in cache.note
+
+
+def test_the_cache_is_pruned_oldest_first_beyond_its_size_limit(tmp_path):
+    path = tmp_path / "xdg" / "dsv4-doctor" / "cute-dsl"
+    path.mkdir(parents=True, mode=0o700)
+    path.parent.chmod(0o700)
+    for i in range(10):
+        f = path / f"cute_dsl_{i}.mlir"
+        f.write_bytes(b"x" * (256 << 10))  # 10 x 256 KiB = 2.5 MiB
+        os.utime(f, (1000 + i, 1000 + i))
+    cache = prepare(tmp_path, DSV4_DOCTOR_KERNEL_CACHE_MIB="1")
+    left = sorted(p.name for p in path.iterdir())
+    assert cache.pruned_files == 7 and left == ["cute_dsl_7.mlir", "cute_dsl_8.mlir", "cute_dsl_9.mlir"]
+    assert cache.size_bytes <= 0.8 * (1 << 20)
+
+
+def test_the_off_switch_and_a_users_own_directory(tmp_path):
+    off = prepare(tmp_path, DSV4_DOCTOR_KERNEL_CACHE="off")
+    assert off.source == "off" and off.env == {} and not (tmp_path / "xdg").exists()
+    mine = prepare(tmp_path, CUTE_DSL_CACHE_DIR="/somewhere/mine")
+    assert mine.source == "user" and mine.directory == "/somewhere/mine" and mine.env == {}
+    chosen = prepare(tmp_path, DSV4_DOCTOR_KERNEL_CACHE=str(tmp_path / "chosen"))
+    assert chosen.directory == str(tmp_path / "chosen") and (tmp_path / "chosen").is_dir()
+
+
+def probe_module():
+    import dsv4_doctor.checks.smoke as smoke_pkg
+    from dsv4_doctor.probes import PROBE_DIR
+
+    for p in (str(PROBE_DIR), str(Path(smoke_pkg.__file__).parent)):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    import dsv4probe_kernels as pk
+
+    return pk
+
+
+class Device:
+    type = "cpu"
+
+
+def test_each_kernel_is_listed_with_its_first_and_steady_time_and_whether_the_dsl_cache_served_it():
+    """The DSL's own cache functions are wrapped (as cutlass/base_dsl/dsl.py calls them): a first call that wrote a
+    module compiled; one that only read modules came from the file cache; a call with no lookup is no DSL kernel."""
+    pk = probe_module()
+    pk.CALLS.clear()
+    pk.CACHE_EVENTS.clear()
+    stored: dict[str, object] = {}
+    dsl = types.SimpleNamespace(load_cache_from_path=lambda name, file, *a, **k: stored.get(file),
+                                dump_cache_to_path=lambda name, fn, file, *a, **k: stored.__setitem__(file, fn))
+    pk._wrap_cache_functions(dsl)
+    compiled_once: set[str] = set()
+
+    def jit_kernel(key):  # a DSL kernel: a file-cache lookup at its first call in a process, a write on a miss
+        if key not in compiled_once:
+            compiled_once.add(key)
+            if dsl.load_cache_from_path("cute_dsl", key) is None:
+                dsl.dump_cache_to_path("cute_dsl", object(), key)
+        return key
+
+    a = pk._named(lambda: jit_kernel("aaaa"), "kernel_a")
+    plain = pk._named(lambda: None, "torch_op")
+    for fn in (a, a, a, plain):
+        pk._timed(None, Device(), fn)
+    first = {r["kernel"]: r for r in pk.kernels_ran(None, None)["kernels"]}
+    assert first["kernel_a"]["calls"] == 3 and first["kernel_a"]["steady_s"] is not None
+    assert "compiled (1 module(s) written" in first["kernel_a"]["cache"] and not first["kernel_a"]["from_cache"]
+    assert first["torch_op"]["cache"].startswith("not a CuTe DSL compile")
+    pk.CALLS.clear()
+    compiled_once.clear()  # a second process: the module is on disk now
+    pk._timed(None, Device(), a)
+    second = pk.kernels_ran(None, None)["kernels"][0]
+    assert second["from_cache"] and "from the CuTe DSL file cache" in second["cache"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
+def test_the_kernel_smoke_names_every_kernel_that_ran_and_the_cache_directory_its_probes_got(tmp_path):
+    env = Env(tmp_path).fake("fe", fake_cudnn_dsa, "ok").fake("megatron", fake_layout_kernels, "ok")
+    run = run_doctor("check", "-f", "json", "--device", "cpu", "--cp", "2", "--only", "smoke.dsv4-kernels",
+                     sites=tuple(env.sites.values()), python=sys.executable, timeout=180,
+                     env={"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    row = run.check("smoke.dsv4-kernels")
+    assert row["evidence"]["kernel_cache"]["source"] == "doctor"
+    layout = row["evidence"]["subruns"]["layout"]["evidence"]["kernels_ran"]
+    names = [k["kernel"] for k in layout["kernels"]]
+    assert names == ["CompressorInputCompact.forward", "CompressorInputCompact.backward",
+                     "build_attention_indices (all visible)", "build_attention_indices (top-k)"]
+    assert all(k["first_call_s"] >= 0 and k["steady_s"] is not None and k["calls"] == 2 for k in layout["kernels"])
+    assert layout["cute_dsl_cache_dir"] == str(tmp_path / "xdg" / "dsv4-doctor" / "cute-dsl")
+    off = run_doctor("check", "-f", "json", "--device", "cpu", "--cp", "2", "--only", "smoke.dsv4-kernels",
+                     "--no-kernel-cache", sites=tuple(env.sites.values()), python=sys.executable, timeout=180,
+                     env={"XDG_CACHE_HOME": str(tmp_path / "xdg2")})
+    assert off.check("smoke.dsv4-kernels")["evidence"]["kernel_cache"]["source"] == "off"
+    ev = off.check("smoke.dsv4-kernels")["evidence"]["subruns"]["layout"]["evidence"]["kernels_ran"]
+    assert ev["cute_dsl_cache_dir"] is None and not (tmp_path / "xdg2").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
+def test_the_split_layout_sub_run_compiles_each_index_mode_in_its_own_process(tmp_path):
+    """What a GPU run does by default: the two build_attention_indices modes in processes of their own, merged into
+    the same per-rank evidence."""
+    import json
+    import subprocess
+
+    from dsv4_doctor.probes import PROBE_DIR
+
+    import dsv4_doctor.checks.smoke as smoke_pkg
+
+    script = Path(smoke_pkg.__file__).parent / "dsv4probe_kernels.py"
+    for mode, status in (("ok", "pass"),):
+        env = Env(tmp_path / mode).fake("megatron", fake_layout_kernels, mode)
+        out = tmp_path / f"{mode}.json"
+        request = {"subrun": "layout", "cp": 2, "device": "cpu", "split_layout": True}
+        subprocess.run([sys.executable, str(script), str(out), json.dumps(request)], check=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, env.sites.values())),
+                                DSV4_DOCTOR_PROBE_LIB=str(PROBE_DIR)))
+        answer = json.loads(out.read_text())
+        assert answer["status"] == status, answer.get("summary")
+        ev = answer["evidence"]
+        if status == "pass":
+            assert ev["index_modes_in_own_processes"] and set(ev["index_mode_processes"]) == {"all visible", "top-k"}
+            assert all(set(r["call_s"]) == {"compact_forward", "compact_backward", "indices all visible",
+                                            "indices top-k"} for r in ev["ranks"])
+            own = [k for k in ev["kernels_ran"]["kernels"] if k.get("process")]
+            assert [k["kernel"] for k in own] == ["build_attention_indices (all visible)",
+                                                  "build_attention_indices (top-k)"]
+
+
+def test_the_long_probes_are_started_first():
+    """The pool runs at most workers() probes at a time: the smoke and the kernel sub-runs must not wait for a wave
+    of short import probes."""
+    from dsv4_doctor.checks.smoke.kernels import kernel_probe
+    from dsv4_doctor.checks.smoke.thd_cp import smoke_probe
+    from dsv4_doctor.model import Check, Profile, Result, Status
+    from dsv4_doctor.probes import import_probe
+    from dsv4_doctor.runner import Runner
+
+    profile = Profile(cp=2)
+    short = [import_probe(f"mod{i}") for i in range(5)]
+    submitted: list[str] = []
+    pool = types.SimpleNamespace(submit=lambda probe: submitted.append(probe.key))
+    ctx = types.SimpleNamespace(profile=profile, pool=pool)
+    checks = [Check(id=f"c{i}", title="t", explanation="e", applies_when="a", detects="d",
+                    run=lambda c: Result(Status.PASS, "ok"), probes=probes)
+              for i, probes in enumerate([short[:3], [kernel_probe(profile, "layout")], short[3:],
+                                          [smoke_probe(profile)]])]
+    Runner(checks, ctx, deadline=0.0).start_probes()
+    assert submitted[:2] == [kernel_probe(profile, "layout").key, smoke_probe(profile).key]
+    assert sorted(submitted[2:]) == sorted(p.key for p in short)

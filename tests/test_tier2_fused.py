@@ -1,0 +1,156 @@
+"""Tier 2's fused-vs-unfused comparison: the tolerance, the comparison and its control in-process, and the two
+builds as real processes against the fake Megatron (its DSv4 layer API, differentiable, on the CPU)."""
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import has_torch
+from fakes import Env, fake_megatron_importable, fake_te
+
+pytestmark = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
+
+
+def probe_module():
+    import dsv4_doctor.checks.smoke as smoke_pkg
+    from dsv4_doctor.probes import PROBE_DIR
+
+    for p in (str(PROBE_DIR), str(Path(smoke_pkg.__file__).parent)):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    import dsv4probe_smoke as sm
+
+    return sm
+
+
+def saved(torch, scale=1.0, grad_scale=1.0, control=1.5, weights=None):
+    gen = torch.Generator().manual_seed(7)
+    out = torch.randn(64, 1, 32, generator=gen)
+    grads = {"grad.input": torch.randn(64, 1, 32, generator=gen), "grad.w": torch.randn(32, 32, generator=gen)}
+    return {"tensors": {"output": out * scale, **{k: v * grad_scale for k, v in grads.items()}},
+            "weights": weights or {"w": "1.0"}, "control": {"output": out * control, "perturbed": "w x 1.25"}}
+
+
+def test_the_tolerance_is_derived_from_bf16_and_stated():
+    sm = probe_module()
+    tol = sm.fused_tolerances()
+    # 8 bf16 roundings (u = 2^-8) on the longest path, in each of two builds; gradients twice that
+    assert tol["forward"] == 2 * 8 * 2.0 ** -8 == 0.0625 and tol["backward"] == 0.125
+    assert "u = 2^-8" in tol["derivation"] and "%.4g" % tol["forward"] in tol["derivation"]
+
+
+def test_same_builds_pass_and_the_control_separates():
+    import torch
+
+    sm = probe_module()
+    cmp_ = sm.compare_builds(torch, saved(torch), saved(torch))
+    assert cmp_["ok"] and cmp_["control"]["separates"] and cmp_["worst"]["rel_l2"] == 0.0
+    assert set(cmp_["tensors"]) == {"output", "grad.input", "grad.w"}
+
+
+@pytest.mark.parametrize("change, key", [
+    (dict(scale=1.0 + 2 * 0.0625), "over_tolerance"),  # the output off by twice the forward tolerance
+    (dict(grad_scale=1.0 + 2 * 0.125), "over_tolerance"),  # gradients off by twice the backward tolerance
+    (dict(grad_scale=float("nan")), "nonfinite"),
+])
+def test_a_difference_beyond_the_tolerance_or_a_nan_fails(change, key):
+    import torch
+
+    sm = probe_module()
+    cmp_ = sm.compare_builds(torch, saved(torch, **change), saved(torch))
+    assert not cmp_["ok"] and cmp_[key]
+
+
+def test_just_inside_the_tolerance_passes():
+    import torch
+
+    sm = probe_module()
+    tol = sm.fused_tolerances()
+    cmp_ = sm.compare_builds(torch, saved(torch, scale=1 + 0.9 * tol["forward"], grad_scale=1 + 0.9 * tol["backward"]),
+                             saved(torch))
+    assert cmp_["ok"], cmp_["over_tolerance"]
+
+
+def test_a_control_that_does_not_separate_or_other_weights_make_the_comparison_invalid():
+    import torch
+
+    sm = probe_module()
+    assert not sm.compare_builds(torch, saved(torch, control=1.0), saved(torch))["ok"]
+    other = sm.compare_builds(torch, saved(torch, weights={"w": "2.0"}), saved(torch))
+    assert not other["ok"] and "same weights" in other["problems"][0]
+    missing = saved(torch)
+    del missing["tensors"]["grad.w"]
+    assert "grad.w exists only in the unfused build" in sm.compare_builds(torch, missing, saved(torch))["problems"]
+
+
+def run_builds(tmp_path, mode, timeout_s=60.0, te=True):
+    import os
+
+    import torch
+
+    from dsv4_doctor.probes import PROBE_DIR
+
+    sm = probe_module()
+    env = Env(tmp_path / "env").fake("megatron", fake_megatron_importable, mode=mode)
+    if te:
+        env.fake("te", fake_te)
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(p) for p in env.sites.values()] + [str(PROBE_DIR)])
+    try:
+        outdir = tmp_path / "out"
+        outdir.mkdir()
+        t0 = time.monotonic()
+        builds = sm.start_fused_builds({"build_device": "cpu", "build_timeout_s": timeout_s}, str(outdir))
+        result = sm.finish_fused_builds(torch, builds, time.monotonic() + 120, timeout_s=timeout_s)
+        return result, time.monotonic() - t0
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+@pytest.mark.slow
+def test_two_real_build_processes_agree_and_their_control_separates(tmp_path):
+    result, _ = run_builds(tmp_path, "ok")
+    assert result["ok"], result
+    fused = result["builds"]["fused"]
+    assert fused["settings"]["dsa_kernel_backend"] == "cudnn" and result["builds"]["unfused"]["settings"][
+        "dsa_kernel_backend"] == "none"
+    assert fused["settings"]["dsa_indexer_topk"] >= fused["settings"]["max_compressed_length"]
+    assert {"first_forward_s", "first_backward_s", "steady_forward_s", "steady_backward_s"} <= set(fused)
+    # no CuTe DSL kernel in the CPU stand-in: counted, and none
+    assert fused["cute_dsl_cache"]["first_step"] == {"read_from_cache": 0, "compiled_and_written": 0, "lookups": 0}
+    cmp_ = result["comparison"]
+    assert {"output", "grad.input", "grad.proj.weight"} <= set(cmp_["tensors"])
+    assert cmp_["control"]["separates"] and cmp_["control"]["rel_l2"] > cmp_["tolerances"]["forward"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, key", [("fused-drift", "over_tolerance"), ("fused-nan-grad", "nonfinite")])
+def test_a_fused_build_that_drifts_or_gives_nan_gradients_fails(tmp_path, mode, key):
+    result, _ = run_builds(tmp_path, mode)
+    assert not result["ok"] and result["comparison"][key], result["comparison"]
+    if mode == "fused-nan-grad":
+        assert result["comparison"]["tensors"]["output"]["ok"]  # the forward agrees; only the backward is wrong
+        assert not result["comparison"]["tensors"]["grad.input"]["finite"]
+
+
+@pytest.mark.slow
+def test_a_hung_fused_backward_is_killed_at_its_timeout_and_is_a_finding(tmp_path):
+    from dsv4_doctor.checks.smoke.thd_cp import _tier2_fused
+
+    result, took = run_builds(tmp_path, "fused-hang", timeout_s=15.0)
+    assert result["builds"]["fused"]["hang"] and result["builds"]["unfused"]["ok"]
+    assert took < 30
+    row = _tier2_fused(None, result, {})
+    assert row.status.value == "fail" and "hung" in row.summary and "#676" in row.details
+
+
+@pytest.mark.slow
+def test_without_te_the_builds_are_skipped_and_left_to_the_te_rules(tmp_path):
+    result, _ = run_builds(tmp_path, "ok", te=False)
+    assert result["skipped"].startswith("needs Transformer Engine (see te.version and te.import)")
+    assert "comparison" not in result and "ok" not in result
