@@ -582,7 +582,7 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
 
     budget = float(report["summary"].get("budget_s") or 60.0)
     base_wait = fleet_wait if fleet_wait is not None else max(5.0, budget + SKEW_S - (_now() - started))
-    connect_s = base_wait + SKEW_S + 2 * SETUP_S
+    connect_s = base_wait + SKEW_S + SETUP_S
     request = {"rank": env.rank, "world_size": env.world_size, "master_addr": env.master_addr, "port": env.port,
                "scope": env.scope, "connect_s": connect_s, "fingerprint_node": _fingerprint_node(env, report),
                "leader": env.node_leader}

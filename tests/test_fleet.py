@@ -652,3 +652,50 @@ def test_smoke_and_preflight_take_the_fleet_options_as_check_does():
     for name, extra in (("check", []), ("smoke", []), ("preflight", ["--", "true"])):
         args = commands[name].parse_args(["--fleet-port", "31000", "--anonymize-hosts", *extra])
         assert args.distributed == "auto" and args.fleet_port == 31000 and args.anonymize_hosts, name
+
+
+def test_only_and_skip_of_the_fleet_rows():
+    """Found in review: `--only ...,fleet.drift` was refused under torchrun and `--skip fleet.drift` was ignored."""
+    from dsv4_doctor.cli import _fleet_selection
+
+    env = FleetEnv(0, 2, 0, "h", 1, "torchrun")
+    assert _fleet_selection(env, ["python.version", "fleet.drift"], []) == (["python.version"], ("fleet.drift",))
+    assert _fleet_selection(env, ["fleet.*"], []) == (["python.version"], ("fleet.drift", "fleet.ranks"))
+    assert _fleet_selection(env, [], ["fleet.drift"]) == ([], ("fleet.ranks",))
+    assert _fleet_selection(env, ["cudnn-fe.*"], []) == (["cudnn-fe.*"], ("fleet.drift", "fleet.ranks"))
+
+
+@needs_torch
+@pytest.mark.slow
+def test_the_fingerprint_waits_for_the_static_facts_with_only_an_import_check(tmp_path):
+    """Found with `--only cudnn-fe.version`: rank 1 left that check to its local rank 0, so nothing of its own waited
+    for the static probe, its fingerprint was taken empty ("python: None on rank 1") and the frontend's 1.26.0 vs
+    1.27.0 vanished."""
+    new, old = ensure("nvidia-cudnn-frontend-1.27.0"), ensure("nvidia-cudnn-frontend-1.26.0")
+    done = _ranks_by_hand(2, tmp_path, "check", "--no-smoke", "--only", "cudnn-fe.version", "-f", "json",
+                          "--fleet-wait", "40", per_rank_env={0: {"PYTHONPATH": str(new), "LOCAL_WORLD_SIZE": "2"},
+                                                              1: {"PYTHONPATH": str(old), "LOCAL_WORLD_SIZE": "2"}})
+    report = validate(json.loads(done[0].stdout))
+    drift = next(c for c in report["checks"] if c["id"] == "fleet.drift")
+    assert "package nvidia-cudnn-frontend: split, 1.27.0" in drift["summary"] and "1.26.0" in drift["summary"]
+    assert "python: None" not in drift["summary"] and "None" not in json.dumps(drift["evidence"])
+    fe = next(c for c in report["checks"] if c["id"] == "cudnn-fe.version")
+    assert {g["ranks"] for g in fe["evidence"]["groups"]} == {"0", "1"}  # rank 1 ran it itself
+
+
+@needs_torch
+@pytest.mark.slow
+def test_another_job_on_the_same_port_does_not_take_part(tmp_path):
+    """Found with two srun jobs on one port: store keys carried no job identity, so the jobs read each other's. A
+    rank of job B that reaches job A's store finds no plan of its own job and exits 1; job A's report is its own."""
+    port = free_port()
+    args = ("check", "--no-smoke", "--only", "python.version", "-f", "json")
+    job_a = [_spawn(r, 2, port, *args, "--fleet-wait", "20", TORCHELASTIC_RUN_ID="job-a") for r in (0, 1)]
+    _wait_for_port(port + 1)
+    job_b = _spawn(1, 2, port, *args, "--fleet-wait", "1", TORCHELASTIC_RUN_ID="job-b")
+    done_a = [p.communicate(timeout=150) for p in job_a]
+    _, err_b = job_b.communicate(timeout=150)
+    assert [p.returncode for p in job_a] == [0, 0], [e[-800:] for _, e in done_a]
+    report = validate(json.loads(done_a[0][0]))
+    assert report["fleet"]["scope"] == "dsv4doctor/run-job-a" and report["fleet"]["reported"] == 2
+    assert job_b.returncode == 1 and "no valid plan from rank 0" in err_b, err_b[-800:]
