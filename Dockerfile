@@ -1,8 +1,10 @@
 # syntax=docker/dockerfile:1
 # A DeepSeek-V4 training image for verl + Megatron-Core with context parallelism, gated by dsv4-doctor at build time.
 #
-#   docker build -t dsv4-train .
+#   docker build -t dsv4-train .                                             # a B200/GB200 image for CP 2
+#   docker build --build-arg GATE_GPU_ARCH=9.0 --build-arg GATE_CP=1 -t dsv4-train-h200 .
 #   docker run --gpus all dsv4-train python3 -m verl.trainer.main_ppo ...   # preflight runs first, then the job
+#   docker run -it dsv4-train                                                # a shell (nothing to gate)
 #
 # Every version below is the rulebook's fix version: the build arguments' defaults equal checks/fixes.py PINS, and
 # tests/test_dockerfile.py fails when they disagree. Transformer Engine is the base image's own build (the NGC
@@ -18,13 +20,15 @@ ARG TVM_FFI_VERSION=0.1.11
 ARG CUTLASS_DSL_VERSION=4.5.2
 ARG CUDA_PYTHON_VERSION=13.4.4
 ARG TORCH_C_DLPACK_EXT_VERSION=0.1.5
-ARG FLASH_MLA_REF=nv_dev
+ARG FLASH_MLA_COMMIT=b7643bd54521f563b839b98289b5cd048c062ba2
 ARG FAST_HADAMARD_COMMIT=f134af63deb2df17e1171a9ec1ea4a7d8604d5ca
 ARG VERL_VERSION=0.9.0
 ARG TE_MIN_VERSION=2.9.0
-# The GPUs the compiled kernels are built for (H100/H200 and B200/GB200), and the arch the build gate checks for.
+# The GPUs the compiled kernels are built for (H100/H200 and B200/GB200), and the profile the build gate checks:
+# the arch and the context-parallel size the image is built for.
 ARG TORCH_CUDA_ARCH_LIST="9.0;10.0"
 ARG GATE_GPU_ARCH=10.0
+ARG GATE_CP=2
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -47,21 +51,32 @@ RUN pip install --no-cache-dir --no-deps "apache-tvm-ffi==${TVM_FFI_VERSION}" \
         "cuda-python==${CUDA_PYTHON_VERSION}" \
  && pip install --no-cache-dir --no-deps "torch-c-dlpack-ext==${TORCH_C_DLPACK_EXT_VERSION}"
 
-# Kernels compiled against the image's torch: FlashMLA's nv_dev branch (flash_mla_sparse_fwd with indexer_topk) and
-# fast-hadamard-transform at the commit Megatron pins.
-RUN pip install --no-cache-dir --no-build-isolation \
-        "flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@${FLASH_MLA_REF}" \
- && FAST_HADAMARD_TRANSFORM_FORCE_BUILD=TRUE pip install --no-cache-dir --no-build-isolation \
+# Kernels compiled against the image's torch: FlashMLA nv_dev at a pinned commit (flash_mla_sparse_fwd with
+# indexer_topk), with CUDA 13's CCCL headers on the host compiler's include path (without it g++ stops at
+# `cuda/std/utility: No such file or directory`; nvcc finds them itself), for the archs in TORCH_CUDA_ARCH_LIST; and
+# fast-hadamard-transform at the commit Megatron pins. --no-deps: neither may move the image's torch.
+RUN CPLUS_INCLUDE_PATH="${CUDA_HOME:-/usr/local/cuda}/include/cccl" pip install --no-cache-dir --no-build-isolation \
+        --no-deps "flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@${FLASH_MLA_COMMIT}" \
+ && FAST_HADAMARD_TRANSFORM_FORCE_BUILD=TRUE pip install --no-cache-dir --no-build-isolation --no-deps \
         "fast-hadamard-transform @ git+https://github.com/Dao-AILab/fast-hadamard-transform.git@${FAST_HADAMARD_COMMIT}"
 
-# verl (it has the contiguous CP layout, #7221/#7297, and sets the DSv4 CP settings itself, #6555).
-RUN pip install --no-cache-dir "verl==${VERL_VERSION}"
+# verl (it has the contiguous CP layout, #7221/#7297, and sets the DSv4 CP settings itself, #6555), with its
+# dependencies, under a constraint on the installed torch: the kernels above are compiled against it, and pip may not
+# replace it.
+RUN python3 -c "import importlib.metadata as m; print('torch==' + m.version('torch'))" > /tmp/torch-constraint.txt \
+ && pip install --no-cache-dir -c /tmp/torch-constraint.txt "verl==${VERL_VERSION}" \
+ && rm /tmp/torch-constraint.txt
 
-# dsv4-doctor itself, then the gate: no GPU at build time, so the rules are judged for the arch the image is for.
+# dsv4-doctor itself, then the gate: no GPU at build time, so the rules are judged for the profile the image is built
+# for (its arch and CP size), and the Megatron-Bridge DSv4 provider verl builds the model with must import.
 COPY . /opt/dsv4-doctor
+COPY --chmod=755 docker/entrypoint.sh /usr/local/bin/dsv4-entrypoint
 RUN pip install --no-cache-dir /opt/dsv4-doctor \
- && dsv4-doctor check --no-smoke --gpu-arch "${GATE_GPU_ARCH}" --cp 2 --strict
+ && python3 -c "from megatron.bridge.models.deepseek.deepseek_v4_bridge import DeepSeekV4Bridge" \
+ && dsv4-doctor check --no-smoke --gpu-arch "${GATE_GPU_ARCH}" --cp "${GATE_CP}" --strict
 
-# Every container start checks the node and the job's command line, then becomes the job (same pid, same exit code).
-ENTRYPOINT ["dsv4-doctor", "preflight", "--"]
+# A training command (verl's trainer, torchrun, a *train*.sh script) runs under `dsv4-doctor preflight --`, which
+# checks the node and that command line, then becomes the job (same pid, same exit code); anything else, such as the
+# default shell, runs as given. DSV4_PREFLIGHT=1 gates any command, DSV4_PREFLIGHT=0 none.
+ENTRYPOINT ["/usr/local/bin/dsv4-entrypoint"]
 CMD ["bash"]

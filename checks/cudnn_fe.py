@@ -8,6 +8,7 @@ from dsv4_doctor.model import Check, Context, Profile, Result, Source, failed, n
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
+from ._gates import Gate, constant_values, gate_message, read_gate
 from ._upstream import EAV, MLM_VERL_TESTED, mlm, mlm_at, pypi
 
 FE = "nvidia-cudnn-frontend"
@@ -25,9 +26,11 @@ STATIC = StaticRequest(distributions=(FE, *CUTEDSL_STACK), modules=("cudnn", "cu
                                                                     *FUSED_COMPRESSOR),
                        # The frontend's own entry files too: their hashes are part of a fleet rank's fingerprint
                        # (fleet.drift), which must see a frontend edited in place, whose RECORD still matches.
+                       # The compressor files on both sides hold the CC gates cudnn-fe.csa reads.
                        sources=(*MEGATRON_DSA_CALLERS, "cudnn", "cudnn.deepseek_sparse_attention",
-                                "cudnn.deepseek_sparse_attention.utils.tensor_conversion"),
-                       attributes_of=DSA_OWNERS)
+                                "cudnn.deepseek_sparse_attention.utils.tensor_conversion", *FUSED_COMPRESSOR,
+                                "cudnn.csa.compressor.api", "cudnn.csa.compressor.compressor_sm100"),
+                       contains=("non-pre-grouped",), attributes_of=DSA_OWNERS)
 
 # The wrappers Megatron d48bd6be calls (EAV/dsa_cudnn_kernels.py, csa_utils/fused_sparse_attention.py) plus the one
 # its config check resolves: used when the installed Megatron's files cannot be read.
@@ -66,16 +69,6 @@ def m8(*items: str) -> str:
             f"{', '.join(items)}. Install them or set dsa_kernel_backend=none to use the PyTorch fallback.")
 
 
-def frontend_absent(static: StaticFacts) -> bool:
-    """No cuDNN frontend at all (no distribution, no `cudnn` module): then the frontend checks quote Megatron's
-    dependency error, naming flash_mla too when it is missing, and kernels.flash-mla only points at it, so that the
-    one long sentence is in a report once (found in review: four times in one text report)."""
-    return not static.dist_copies(FE) and not static.module("cudnn").get("found")
-
-
-def megatron_dependency_error(static: StaticFacts) -> str:
-    """Megatron's ValueError when the frontend's DSA does not load: with flash_mla listed first when it is missing."""
-    return m8(*([M8_FLASH_MLA] if not static.module("flash_mla").get("found") else []), M8_FRONTEND)
 M11 = ("DSv4 CP with ratio-4 fused DSA requires cuDNN Frontend wrappers with q_causal_offsets support; missing from: "
        "{missing}. Install a compatible cuDNN Frontend build or set dsa_kernel_backend='none'.")
 R11 = ("CSA fused compressor is enabled and this device is supported, but cudnn-frontend's CSA compressor API is "
@@ -108,8 +101,8 @@ def unmet_stack(static: StaticFacts) -> list[str]:
     return missing
 
 
-def stack_fixes(static: StaticFacts, missing: list[str]) -> list:
-    found = [fixes.frontend_stack(static)]
+def stack_fixes(static: StaticFacts, missing: list[str], cc: tuple[int, int] | None = None) -> list:
+    found = [fixes.frontend_stack(static, cc)]
     if any(m.startswith("torch ") for m in missing):
         found.append(fixes.torch(static))
     return found
@@ -127,11 +120,14 @@ def _fe_version(ctx: Context) -> Result:
         "import_version": imported.get("version"),
         "import_origin": imported.get("origin"),
     }
-    fix = fixes.frontend_stack(static)
+    fix = fixes.frontend_stack(static, ctx.profile.cc)
     if not copies and not module.get("found"):
-        return failed(f"nvidia-cudnn-frontend is not installed. {megatron_dependency_error(static)}",
-                      fixes=[fix, fixes.BACKEND_NONE],
-                      evidence=evidence)
+        # This check states the frontend's part of Megatron's one dependency error; kernels.flash-mla states FlashMLA's.
+        also = (" Megatron's ValueError lists every missing package at once; flash_mla is missing too (see "
+                "kernels.flash-mla), so its list starts with it." if not static.module("flash_mla").get("found")
+                else "")
+        return failed(f"nvidia-cudnn-frontend is not installed. {m8(M8_FRONTEND)}", also.strip(),
+                      fixes=[fix, fixes.BACKEND_NONE], evidence=evidence)
     if not imported.get("ok"):
         err = imported.get("error") if isinstance(imported.get("error"), dict) else {}
         return failed(f"import cudnn failed: {error_text(imported)}", "\n".join(map(str, err.get("where") or [])),
@@ -167,7 +163,8 @@ cudnn_fe_version = Check(
     title="cuDNN frontend installed, and the imported copy is the installed one",
     explanation="""
         With dsa_kernel_backend=cudnn, Megatron's DSv4 attention calls the cuDNN frontend's CuTe-DSL DSA wrappers
-        (and, on CC 10.0, its fused CSA compressor). The frontend must be installed, and the `cudnn` that imports
+        (and, on the CCs the installed Megatron's gate admits, its fused CSA compressor: cudnn-fe.csa). The frontend
+        must be installed, and the `cudnn` that imports
         must be the installed distribution: Megatron dev pins a frontend git build that reports 1.25.0, and the
         loaded-versus-installed confusion is, in the frontend's own words, the most common unreproducible-issue root
         cause. Version strings cannot prove features; cudnn-fe.csa and cudnn-fe.dsa test what loads. The fix keeps a
@@ -190,96 +187,194 @@ cudnn_fe_version = Check(
 )
 
 
+FE_COMPRESSOR = ("cudnn.csa.compressor.api", "cudnn.csa.compressor.compressor_sm100")
+# d48bd6be's fused_compressor.py: the fused path is "for the THD packed, non-pre-grouped path" (L21), and the THD CP
+# path pre-groups its input; 88a285f0's lets "CP pre-grouped buffers reuse the same API".
+NON_PRE_GROUPED = "non-pre-grouped"
+# Every fused-compressor gate Megatron has shipped (d48bd6be: == (10, 0); 88a285f0: major >= 10) admits only CC >= 10.
+ANY_KNOWN_GATE = Gate("major", (10,), "every known Megatron gate (d48bd6be, 88a285f0)")
+
+
 def _csa_irrelevant(profile: Profile) -> str | None:
-    """Megatron uses the fused compressor only on CC (10, 0) exactly, with a fused backend, and never under CP > 1."""
     if profile.dsa_backend == "none":
         return "dsa_kernel_backend=none: Megatron never uses the fused CSA compressor"
-    if profile.cc is None:
-        return ("GPU arch unknown (no GPU detected, no --gpu-arch): the fused CSA compressor matters only on "
-                "compute capability 10.0")
-    if profile.cc != (10, 0):
-        return (f"compute capability {profile.gpu_arch}: Megatron's fused CSA compressor runs only on 10.0 "
-                "(B200/GB200), so the eager compressor is the normal path here")
-    if profile.cp > 1:
-        return "CP > 1: the THD CP path pre-groups its input, so the fused CSA compressor is never used"
     return None
+
+
+def _csa_probe_needed(profile: Profile) -> bool:
+    cc = profile.cc
+    return _csa_irrelevant(profile) is None and not (cc is not None and not ANY_KNOWN_GATE.accepts(cc))
+
+
+def megatron_compressor(static: StaticFacts) -> tuple[str | None, Gate | None]:
+    """(the installed Megatron's fused-compressor module, its CC gate); (None, None) without one."""
+    for module in FUSED_COMPRESSOR:
+        if static.source(module).get("found") or static.module(module).get("found"):
+            return module, read_gate(static, module)
+    return None, None
+
+
+def _stack_note(static: StaticFacts) -> str:
+    fe = static.version(FE)
+    if not static.module("cudnn.csa").get("found"):
+        return (f"; nvidia-cudnn-frontend {fe or '(not installed)'} has no cudnn.csa (added in 1.27.0), so on a GPU "
+                "the gate admits Megatron would silently run the eager compressor")
+    return ""
 
 
 def _csa(ctx: Context) -> Result:
     blocked = needs_failed(ctx, "cudnn-fe.version")
     if blocked:
         return blocked
-    static = ctx.static
-    if static.module("megatron.core").get("found") and \
-            not any(static.module(m).get("found") for m in FUSED_COMPRESSOR):
+    static, profile = ctx.static, ctx.profile
+    cc = profile.cc
+    module, gate = megatron_compressor(static)
+    if static.module("megatron.core").get("found") and module is None:
         return skipped("the installed Megatron has no fused CSA compressor (csa_utils/fused_compressor.py, dev "
                        ">= 108cb6bc): it always uses the eager compressor, so cudnn.csa is never loaded")
     fe = static.readable_dist(FE)
     missing = unmet_stack(static)
-    evidence = {"frontend": fe.get("version") if fe else None, "cudnn.csa_found": static.module("cudnn.csa")
-                .get("found", False), "unmet_cutedsl_requirements": missing}
+    fe_gate = read_gate(static, *FE_COMPRESSOR)
+    evidence: dict = {
+        "frontend": fe.get("version") if fe else None,
+        "cudnn.csa_found": static.module("cudnn.csa").get("found", False), "unmet_cutedsl_requirements": missing,
+        "megatron_gate": {"rule": gate.describe(), "where": gate.where} if gate else
+        ("not known (Megatron not installed)" if module is None else "not known (its comparison could not be read)"),
+        "frontend_gate": {"rule": fe_gate.describe(), "where": fe_gate.where} if fe_gate else None}
+    admits = gate or ANY_KNOWN_GATE
+    gate_words = (f"the installed Megatron's gate ({gate.describe()}, {gate.where})" if gate else
+                  "Megatron's gate (not known here: every known one admits only compute capability major >= 10)")
+    src = static.source(module) if module else {}
+    pre_grouped = profile.cp > 1 and bool(src.get("contains", {}).get(NON_PRE_GROUPED))
+    if pre_grouped:
+        return skipped("CP > 1: the installed Megatron's THD CP path pre-groups its input, and its fused compressor "
+                       "takes only the non-pre-grouped path (fused_compressor.py), so cudnn.csa is never used"
+                       + _stack_note(static), evidence=evidence)
+    if cc is not None and not admits.accepts(cc):
+        return skipped(f"compute capability {profile.gpu_arch}: {gate_words} rejects it, so the eager compressor is "
+                       "the normal path here" + _stack_note(static), evidence=evidence)
+    fe_min = fixes.frontend_minimum(cc)
+    stack = [fixes.frontend_stack(static, cc), *([fixes.torch(static)] if any(m.startswith("torch ") for m in missing)
+                                                 else [])]
+    at_cp = " at CP 1" if src.get("contains", {}).get(NON_PRE_GROUPED) else ""
+    jobs = f"a job with a fused DSA backend{at_cp} on {admits.gpus()}"
+    # Whether Megatron uses the fused path here is not known: no CC, or a gate not read where the known ones differ
+    # (d48bd6be admits 10.0 only and never under CP > 1; 88a285f0 admits any major >= 10, CP included).
+    unknown = None
+    if cc is None:
+        unknown = "GPU arch not known (no GPU detected, no --gpu-arch)"
+    elif gate is None and (cc != (10, 0) or profile.cp > 1):
+        unknown = (f"whether Megatron uses the fused compressor at compute capability {profile.gpu_arch}"
+                   f"{' with CP > 1' if profile.cp > 1 else ''} is not known (its gate could not be read)")
     if fe is None and not static.module("cudnn").get("found"):
-        return failed("nvidia-cudnn-frontend is not installed: Megatron silently keeps the eager CSA compressor",
-                      fixes=stack_fixes(static, missing), evidence=evidence)
+        text = "nvidia-cudnn-frontend is not installed: Megatron silently keeps the eager CSA compressor"
+        if unknown:
+            return warned(f"{unknown}: {text} on {jobs}", fixes=stack, evidence=evidence)
+        return failed(text, fixes=stack, evidence=evidence)
     answer = ctx.require(CSA_PROBE)
     fwd, bwd = outcome(answer, CSA_FWD), outcome(answer, CSA_BWD)
     evidence["forward"] = {k: fwd.get(k) for k in ("ok", "error")}
     evidence["backward"] = {k: bwd.get(k) for k in ("ok", "error")}
-    if fwd.get("ok") and bwd.get("ok"):
-        return passed(f"cudnn.csa compressor loads (nvidia-cudnn-frontend {evidence['frontend']}): Megatron uses the "
-                      "fused CSA compressor on this CC 10.0 job", evidence=evidence)
-    bad = fwd if not fwd.get("ok") else bwd
-    detail = error_text(bad)
-    why = ""
-    if not evidence["cudnn.csa_found"]:
-        why = f"nvidia-cudnn-frontend {evidence['frontend']} has no cudnn.csa (added in 1.27.0). "
-    lines = [
-        "Megatron probes `from cudnn.csa import compressor` once, logs one WARNING and silently keeps the eager "
-        "compressor:",
-        "  " + R11.format(detail=detail),
-        "The eager path runs but is numerically different and slower; the GB200 NaN reports in verl PR #7297 were "
-        "traced to a frontend without cudnn.csa (the thread does not prove the eager compressor causes the NaN).",
-    ]
-    if missing:
-        lines.append("Unmet requirements of the frontend's CuTe-DSL stack (all of them, not just the first failing "
-                     "import): " + ", ".join(missing))
-    return failed(f"{why}cudnn.csa compressor does not load ({detail}): Megatron silently falls back to the eager CSA "
-                  "compressor", "\n".join(lines), fixes=stack_fixes(static, missing), evidence=evidence)
+    if not (fwd.get("ok") and bwd.get("ok")):
+        bad = fwd if not fwd.get("ok") else bwd
+        detail = error_text(bad)
+        why = ""
+        if not evidence["cudnn.csa_found"]:
+            why = f"nvidia-cudnn-frontend {evidence['frontend']} has no cudnn.csa (added in 1.27.0). "
+        lines = [
+            "Megatron probes `from cudnn.csa import compressor` once, logs one WARNING and silently keeps the eager "
+            "compressor:",
+            "  " + R11.format(detail=detail),
+            "The eager path runs but is numerically different and slower. The seed incident (a 40-GPU GB200 verl "
+            "job that produced NaN with a frontend predating cudnn.csa; verl PR #7297) was cured, on H100, by `pip "
+            "install --no-deps apache-tvm-ffi==0.1.11` and `pip install --force-reinstall --no-deps "
+            "nvidia-cudnn-frontend==1.27.0`; that the eager compressor caused the NaN is not proven.",
+        ]
+        if missing:
+            lines.append("Unmet requirements of the frontend's CuTe-DSL stack (all of them, not just the first "
+                         "failing import): " + ", ".join(missing))
+        summary = (f"{why}cudnn.csa compressor does not load ({detail}): Megatron silently falls back to the eager "
+                   "CSA compressor")
+        if unknown:
+            return warned(f"{unknown}: {summary} on {jobs}", "\n".join(lines), fixes=stack, evidence=evidence)
+        return failed(summary, "\n".join(lines), fixes=stack, evidence=evidence)
+    loads = f"cudnn.csa compressor loads (nvidia-cudnn-frontend {evidence['frontend']})"
+    if fe_gate is None:
+        return warned(f"{loads}, but the compute capabilities its check_support accepts could not be read "
+                      f"({', '.join(FE_COMPRESSOR)}): whether its first call raises here is not known",
+                      evidence=evidence)
+    constants = constant_values(static, *FE_COMPRESSOR)
+    if cc is not None and not fe_gate.accepts(cc) and not unknown:
+        message = gate_message(static, FE_COMPRESSOR[0], cc, constants) or \
+            f"CSA compressor requires {fe_gate.describe()}, found SM{cc[0]}.{cc[1]}"
+        return failed(f"{loads}, but its check_support rejects compute capability {profile.gpu_arch}, which "
+                      f"{gate_words} admits: Megatron's first fused compress call raises RuntimeError: {message}",
+                      f"The frontend's gate: {fe_gate.describe()} ({fe_gate.where}). nvidia-cudnn-frontend {fe_min} is "
+                      "the first release whose CSA compressor accepts this compute capability.",
+                      fixes=stack, evidence=evidence)
+    if unknown:
+        narrower = [c for c in ((10, 0), (10, 3)) if admits.accepts(c) and not fe_gate.accepts(c)
+                    and c in ((cc,) if cc else ((10, 0), (10, 3)))]
+        if narrower:
+            c = narrower[0]
+            message = gate_message(static, FE_COMPRESSOR[0], c, constants) or fe_gate.describe()
+            return warned(f"{unknown}: {loads}, but on compute capability {c[0]}.{c[1]}, which {gate_words} "
+                          f"admits, Megatron's first fused compress call would raise RuntimeError: {message}",
+                          f"nvidia-cudnn-frontend {fixes.frontend_minimum(c)} is the first release whose CSA "
+                          f"compressor accepts {c[0]}.{c[1]}; state the GPU with --gpu-arch to check one kind.",
+                          fixes=[fixes.frontend_stack(static, c)], evidence=evidence)
+        return passed(f"{loads}; its check_support accepts every compute capability {gate_words} admits "
+                      f"({fe_gate.describe()}), so {jobs} uses it", evidence=evidence)
+    return passed(f"{loads} and accepts compute capability {profile.gpu_arch}: Megatron uses the fused CSA "
+                  "compressor on this job", evidence=evidence)
 
 
 cudnn_fe_csa = Check(
     id="cudnn-fe.csa",
-    title="The fused CSA compressor (cudnn.csa) really loads",
+    title="The fused CSA compressor (cudnn.csa) loads wherever the installed Megatron would use it",
     explanation="""
-        On compute capability 10.0 with a fused DSA backend and CP = 1, Megatron (dev >= 108cb6bc, which added the
-        fused compressor as csa_fused_compressor.py; csa_utils/fused_compressor.py from 1c44a570) compresses CSA keys
-        with the cuDNN frontend's fused compressor. It probes `from cudnn.csa import compressor` and reads
-        `csa_compressor_forward_wrapper` / `csa_compressor_backward_wrapper`, catches any exception, logs one
-        warning and silently keeps the eager compressor: the state behind the GB200 NaN reports of verl PR #7297.
-        Module presence is not enough: frontend 1.27.0 without nvidia-cutlass-dsl (or torch, or cuda-python) has
-        `cudnn.csa` but the symbols fail to resolve, so this check resolves them in a probe, as Megatron does, and
-        lists every unmet requirement of the frontend's CuTe-DSL stack. Frontend 1.26.0 and older have no
-        `cudnn.csa`. Elsewhere it is a skip with the reason: Megatron gates the fused compressor on CC == (10, 0)
-        exactly, the THD CP path (CP > 1) pre-groups its input, which the fused compressor never takes, and a
-        Megatron older than 108cb6bc (verl's tested fd1121b8 included) has no fused compressor at all.
+        With a fused DSA backend, Megatron (dev >= 108cb6bc, which added the fused compressor as
+        csa_fused_compressor.py; csa_utils/fused_compressor.py from 1c44a570) compresses CSA keys with the cuDNN
+        frontend's fused compressor on the GPUs its gate admits, read from the installed file with ast: d48bd6be
+        compares the device's capability with `== (10, 0)`, 88a285f0 admits any major >= 10. It probes
+        `from cudnn.csa import compressor`, catches any exception, logs one warning and silently keeps the eager
+        compressor: a fail here, whatever older advice called it. Module presence is not enough: frontend 1.27.0
+        without nvidia-cutlass-dsl has `cudnn.csa` but its symbols fail to resolve, so this check resolves them in a
+        probe and lists every unmet requirement of the CuTe-DSL stack; frontend 1.26.0 and older have no
+        `cudnn.csa`. The frontend's own `check_support` is read from its installed cudnn/csa/compressor files:
+        1.27.0 accepts (10, 0) only and raises RuntimeError on 10.3, 1.28.0 accepts any major >= 10; where Megatron
+        admits a CC the frontend rejects, the first fused call raises, and the fix pins the first frontend that
+        accepts it. With the CC not known (an image built for several GPU kinds) problems are warnings naming the
+        GPUs that would use the fused path; on a known CC the gates reject, and under CP > 1 with d48bd6be's
+        non-pre-grouped-only dispatch, it is a skip saying so (and whether this frontend has cudnn.csa at all).
+        Context: the seed incident, a 40-GPU GB200 verl job that produced NaN with a frontend predating cudnn.csa,
+        was cured on H100 by reinstalling the frontend 1.27.0 and apache-tvm-ffi 0.1.11; the eager compressor is
+        not proven to be its cause.
     """,
-    applies_when="CC 10.0, dsa_backend=cudnn, CP = 1, Megatron dev >= 108cb6bc",
-    detects="from cudnn.csa import compressor; its forward/backward wrappers resolve (subprocess)",
+    applies_when="dsa_backend != none, on the CCs the installed gates admit",
+    detects="the installed Megatron's and frontend's CC gates (ast); from cudnn.csa import compressor (subprocess)",
     sources=(
         mlm(EAV + "csa_utils/fused_compressor.py", "74-161",
-            "Megatron-LM dev csa_utils/fused_compressor.py L74-161: CC (10,0) gate, FE probe, eager fallback"),
+            "Megatron-LM dev d48bd6be csa_utils/fused_compressor.py L74, L146: the CC == (10, 0) gate, FE probe, "
+            "eager fallback"),
+        mlm_at("88a285f056d0517039fe1dd5aa51675861463782", EAV + "csa_utils/fused_compressor.py",
+               "Megatron-LM 88a285f0 csa_utils/fused_compressor.py: _MINIMUM_COMPUTE_CAPABILITY_MAJOR = 10 (>=)"),
         mlm(EAV + "csa.py", "2632-2661", "Megatron-LM dev csa.py: the THD CP path pre-groups (no fused compressor)"),
         Source("Megatron-LM 108cb6bc (#5984): the fused compressor, as csa_fused_compressor.py",
                "https://github.com/NVIDIA/Megatron-LM/commit/108cb6bcb67415a3577909595064804300bd54f9"),
-        Source("verl PR #7297 (GB200 NaN with DSA fusion; fix commands)", "https://github.com/verl-project/verl/pull/7297"),
+        Source("verl PR #7297 (the seed incident: GB200 NaN with DSA fusion; fix commands)",
+               "https://github.com/verl-project/verl/pull/7297"),
         Source("cudnn-frontend PR #427 (adds cudnn.csa.compressor)", "https://github.com/NVIDIA/cudnn-frontend/pull/427"),
-        pypi(FE, "1.27.0", "nvidia-cudnn-frontend 1.27.0 METADATA (cutedsl extra: apache-tvm-ffi>=0.1.11)"),
+        pypi(FE, "1.27.0", "nvidia-cudnn-frontend 1.27.0 wheel: cudnn/csa/compressor/api.py L322-326 check_support "
+             "raises unless CC == (10, 0); cutedsl extra: apache-tvm-ffi>=0.1.11"),
+        pypi(FE, "1.28.0", "nvidia-cudnn-frontend 1.28.0 wheel: cudnn/csa/compressor/compressor_sm100.py L98 "
+             "MINIMUM_COMPUTE_CAPABILITY_MAJOR = 10"),
     ),
     fixes=(fixes.frontend_stack(StaticFacts({})),),
     skip_if=_csa_irrelevant,
     needs=("cudnn-fe.version",),
     static=STATIC,
-    probes=lambda profile: [] if _csa_irrelevant(profile) else [CSA_PROBE],
+    probes=lambda profile: [CSA_PROBE] if _csa_probe_needed(profile) else [],
     run=_csa,
 )
 
@@ -320,8 +415,8 @@ def _dsa(ctx: Context) -> Result:
     evidence: dict = {"frontend": fe.get("version") if fe else None, "unmet_cutedsl_requirements": missing,
                       "wrappers_from": files or "fallback list (no readable Megatron DSA caller)"}
     if fe is None and not static.module("cudnn").get("found"):
-        return failed(megatron_dependency_error(static), fixes=[*stack_fixes(static, missing), fixes.BACKEND_NONE],
-                      evidence=evidence)
+        return failed(m8(M8_FRONTEND),
+                      fixes=[*stack_fixes(static, missing, ctx.profile.cc), fixes.BACKEND_NONE], evidence=evidence)
     probe = DSA_PROBE if set(wanted) <= set(KNOWN_WRAPPERS) else dsa_probe(wanted)
     answer = ctx.require(probe)
     namespace = outcome(answer, "cudnn:DSA")
@@ -330,8 +425,8 @@ def _dsa(ctx: Context) -> Result:
                                 "q_causal_offsets": "q_causal_offsets" in (r.get("params") or []),
                                 "error": error_text(r) if not r.get("ok") else None} for w, r in rows.items()}
     if not namespace.get("ok"):
-        return failed(f"from cudnn import DSA failed ({error_text(namespace)}). {megatron_dependency_error(static)}",
-                      fixes=[*stack_fixes(static, missing), fixes.BACKEND_NONE], evidence=evidence)
+        return failed(f"from cudnn import DSA failed ({error_text(namespace)}). {m8(M8_FRONTEND)}",
+                      fixes=[*stack_fixes(static, missing, ctx.profile.cc), fixes.BACKEND_NONE], evidence=evidence)
     broken = [w for w, r in rows.items() if not r.get("ok")]
     if broken:
         extra = f" Unmet CuTe-DSL stack requirements: {', '.join(missing)}." if missing else ""
@@ -342,7 +437,7 @@ def _dsa(ctx: Context) -> Result:
             "`from cudnn import DSA` is a lazy namespace, so Megatron's dependency check passes; the error then "
             "surfaces at config time (CP > 1: the q_causal_offsets signature check) or at the first fused DSA call "
             "(\"cudnn-frontend DSA namespace not available\" / \"Failed to import DSA kernel backend\")." + extra,
-            fixes=[*stack_fixes(static, missing), fixes.BACKEND_NONE], evidence=evidence)
+            fixes=[*stack_fixes(static, missing, ctx.profile.cc), fixes.BACKEND_NONE], evidence=evidence)
     # A parameter counts only when it is named: Megatron tests inspect.signature(w).parameters, not **kwargs.
     no_offsets = [w for w, r in rows.items() if "q_causal_offsets" not in (r.get("params") or [])]
     need = list(OFFSETS_CP) + (list(OFFSETS_DENSE_LOSS) if dense_loss else [])
@@ -352,7 +447,7 @@ def _dsa(ctx: Context) -> Result:
                       "Megatron raises this ValueError at config time: with CP > 1 and a ratio-4 indexer it requires "
                       "the parameter by name on indexer_forward_wrapper, and on the three dense wrappers when the "
                       "dense indexer loss is on (frontend >= 1.26.0 has it).",
-                      fixes=[fixes.frontend_stack(static), fixes.BACKEND_NONE], evidence=evidence)
+                      fixes=[fixes.frontend_stack(static, ctx.profile.cc), fixes.BACKEND_NONE], evidence=evidence)
     dense_lacking = [w for w in OFFSETS_DENSE_LOSS if w in no_offsets]
     summary = f"the {len(wanted)} DSA wrappers Megatron uses load (nvidia-cudnn-frontend {evidence['frontend']})"
     if ctx.profile.cp > 1:
@@ -360,7 +455,7 @@ def _dsa(ctx: Context) -> Result:
     if ctx.profile.cp > 1 and dense_loss is None and dense_lacking:
         return warned(summary + "; but " + ", ".join(dense_lacking) + " lack q_causal_offsets, which Megatron "
                       "requires if the job turns the dense indexer loss on (not stated: pass the job's arguments)",
-                      fixes=[fixes.frontend_stack(static)], evidence=evidence)
+                      fixes=[fixes.frontend_stack(static, ctx.profile.cc)], evidence=evidence)
     return passed(summary, evidence=evidence)
 
 

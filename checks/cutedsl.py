@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.facts import StaticFacts, error_text, outcome, requirement_text
+from packaging.version import Version
+
+from dsv4_doctor.facts import StaticFacts, error_text, outcome, requirement_text, version
 from dsv4_doctor.model import Check, Context, Profile, Result, Source, failed, passed, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
@@ -113,8 +115,18 @@ def _cutlass(ctx: Context) -> Result:
         details.append("A non-ImportError escapes Megatron's `except ImportError`, so importing the DSv4 attention "
                        "module itself will raise.")
     if dists["nvidia-cutlass-dsl"] and (first.get("error") or {}).get("missing_module") == "cutlass":
-        details.append("nvidia-cutlass-dsl is installed but `cutlass` is not importable: its libs-base wheel puts "
-                       "the package on sys.path with a .pth file, which `pip install --target` and `python -S` skip.")
+        cutlass_v = version(static.version("nvidia-cutlass-dsl"))
+        if cutlass_v is not None and cutlass_v >= Version("4.8"):
+            details.append(
+                f"nvidia-cutlass-dsl {cutlass_v} is installed but `cutlass` is not importable. From 4.8 the package "
+                "is repackaged: the .pth file that puts it on sys.path is in the nvidia-cutlass-dsl meta wheel "
+                "(`pip install --target` and `python -S` skip .pth files), the `cutlass` package itself is in "
+                "nvidia-cutlass-dsl-libs-core, and nvidia-cutlass-dsl-libs-base requires cuda-bindings>=12.8: "
+                "install the meta wheel with its dependencies (`pip install 'nvidia-cutlass-dsl[cu13]'`).")
+        else:
+            details.append("nvidia-cutlass-dsl is installed but `cutlass` is not importable: its libs-base wheel puts "
+                           "the package on sys.path with a .pth file, which `pip install --target` and `python -S` "
+                           "skip.")
     return failed(f"the CuTe-DSL CP layout kernels cannot load ({first['target']}: {error_text(first)})",
                   "\n".join(details), fixes=[fixes.cutlass(static)], evidence=evidence)
 
@@ -137,6 +149,8 @@ cutlass_dsl_import = Check(
         mlm(EAV + "csa_utils/cp_layout_kernels.py", "678",
             "Megatron-LM dev cp_layout_kernels.py L678: requires CUDA tensors and CuTeDSL"),
         pypi("nvidia-cutlass-dsl", "4.5.2", "nvidia-cutlass-dsl on PyPI"),
+        pypi("nvidia-cutlass-dsl", "4.8.0", "nvidia-cutlass-dsl 4.8.x: the .pth file in the meta wheel, `cutlass` in "
+             "nvidia-cutlass-dsl-libs-core, libs-base requiring cuda-bindings>=12.8"),
     ),
     fixes=(fixes.cutlass(StaticFacts({})),),
     skip_if=lambda p: None if p.cp > 1 else ("CP = 1: the CuTe-DSL CP layout kernels run only with CP > 1 (the "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from dsv4_doctor.facts import MAX_REQUIREMENTS, StaticFacts, canonical, parse_requirement, safe_specifier
-from dsv4_doctor.model import Check, Context, Fix, Phase, Result, Source, failed, passed, warned
+from dsv4_doctor.model import Check, Context, Fix, Phase, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
@@ -183,7 +183,8 @@ def _consistency(ctx: Context) -> Result:
     runtime = [u for u in unmet if u["runtime"]]
     found = []
     if any(u["package"] == "nvidia-cudnn-frontend" for u in runtime):
-        found.append(fixes.frontend_stack(static))  # it installs the CuTe DSL the frontend declares, libraries too
+        # it installs the CuTe DSL the frontend declares, libraries too
+        found.append(fixes.frontend_stack(static, ctx.profile.cc))
     elif any(u["package"] == "nvidia-cutlass-dsl" for u in runtime):
         found.append(fixes.cutlass(static))  # pip installs the libraries a satisfied nvidia-cutlass-dsl lacks
     if any(u["package"].startswith("transformer-engine") and u["installed"] for u in runtime):
@@ -195,8 +196,12 @@ def _consistency(ctx: Context) -> Result:
     if unmet:
         missing = [_install_missing(u) for u in unmet if u.get("missing")]
         if any(u["package"] == "nvidia-cudnn-frontend" and u["installed"] is None for u in unmet):
-            missing.append(fixes.frontend_stack(static))  # what it declares and lacks (torch-c-dlpack-ext), pinned
+            # what it declares and lacks (torch-c-dlpack-ext), pinned
+            missing.append(fixes.frontend_stack(static, ctx.profile.cc))
         return warned("; ".join(lines), details, fixes=missing, evidence=evidence)
+    if not installed:
+        return skipped("none of the DSv4 and CUDA packages is installed, so there are no declared requirements to "
+                       "check (the install checks report what is missing)", evidence=evidence)
     summary = f"the declared requirements among {len(installed)} DSv4 and CUDA packages hold"
     return passed(summary + (f"; {len(others)} other package(s) require some of them" if others else ""), details,
                   evidence=evidence)

@@ -14,10 +14,11 @@ import re
 
 from packaging.version import Version
 
-from dsv4_doctor.facts import (StaticFacts, parse_requirement, requirement_text, requirements, safe_specifier,
-                               safe_version, version)
-from dsv4_doctor.model import Fix, Phase
+from dsv4_doctor.facts import (StaticFacts, canonical, parse_requirement, requirement_text, requirements,
+                               safe_specifier, safe_version, version)
+from dsv4_doctor.model import Command, Fix, Phase
 
+from ._gates import first_frontend_accepting
 from ._upstream import MLM_DEV, MLM_VERL_TESTED
 
 TE_VERSION = "2.16.1"  # the verl DSv4 image's TE
@@ -29,14 +30,15 @@ TORCH_VERSION = "2.11.0"  # the verl DSv4 image's torch (CUDA 13.0)
 VERL_VERSION = "0.9.0"
 FAST_HADAMARD_COMMIT = "f134af63deb2df17e1171a9ec1ea4a7d8604d5ca"  # Megatron-LM dev's pin
 MBRIDGE_COMMIT = "c7774d44d4b3101dc6bdf8c8d38a32e909e1ea11"  # the Megatron-Bridge commit verl's DSv4 script names
-FLASH_MLA_REF = "nv_dev"  # the FlashMLA branch whose flash_mla_sparse_fwd takes indexer_topk
+FLASH_MLA_COMMIT = "b7643bd54521f563b839b98289b5cd048c062ba2"  # nv_dev's head, 2026-04-30 (built on an H200)
+MBRIDGE_PYPI_VERSION = "0.6.2"  # the newest megatron-bridge on PyPI; 0.5.0+ ship the DSv4 bridge
 TE_MIN_VERSION = "2.9.0"  # Megatron's sequence-packing gate (te.version)
 
 # The rulebook's fix versions under the build-argument names the top-level Dockerfile gives them: the one place they
 # are written (tests/test_dockerfile.py fails when the Dockerfile's ARG defaults disagree).
 PINS = {
     "MEGATRON_LM_COMMIT": MLM_DEV, "MEGATRON_BRIDGE_COMMIT": MBRIDGE_COMMIT, "CUDNN_FRONTEND_VERSION": FE_VERSION,
-    "TVM_FFI_VERSION": TVM_FFI_VERSION, "CUTLASS_DSL_VERSION": CUTLASS_VERSION, "FLASH_MLA_REF": FLASH_MLA_REF,
+    "TVM_FFI_VERSION": TVM_FFI_VERSION, "CUTLASS_DSL_VERSION": CUTLASS_VERSION, "FLASH_MLA_COMMIT": FLASH_MLA_COMMIT,
     "FAST_HADAMARD_COMMIT": FAST_HADAMARD_COMMIT, "VERL_VERSION": VERL_VERSION, "TE_MIN_VERSION": TE_MIN_VERSION,
     "CUDA_PYTHON_VERSION": "13.4.4", "TORCH_C_DLPACK_EXT_VERSION": "0.1.5",  # the frontend's cutedsl extra's
 }
@@ -58,8 +60,17 @@ def withheld(description: str, why: str, phase: Phase = Phase.SETTING, key: str 
 
 # --- torch and the CUDA runtime -------------------------------------------------------------------------------------
 
-def torch(static: StaticFacts | None = None) -> Fix:
-    """A manual step: it names the compiled extensions installed here, which must be rebuilt after it."""
+def _cuda_major(text: str | None) -> str | None:
+    return text if isinstance(text, str) and re.fullmatch(r"1[0-9]", text) else None
+
+
+TORCH_CUDA_MAJOR = "13"  # torch 2.11.0's default CUDA (the verl DSv4 image's CUDA 13.0)
+TORCH_CUDA_TAG = {"12": "cu128", "13": "cu130"}  # the PyTorch wheel index torch 2.11.0 publishes, per CUDA major
+
+
+def torch(static: StaticFacts | None = None, cuda_major: str | None = None) -> Fix:
+    """A manual step: torch from PyTorch's wheel index for the CUDA major in use (PyPI's default build may carry
+    another CUDA), naming the compiled extensions to rebuild after it, and saying when it would downgrade torch."""
     found = [n for n in TORCH_EXTENSIONS if static is not None and static.version(n)] if static else []
     if static is None:
         rebuild = ("TE's torch extension, FlashMLA, fast-hadamard-transform, DeepEP, apex and vLLM where installed")
@@ -68,8 +79,16 @@ def torch(static: StaticFacts | None = None) -> Fix:
     else:
         rebuild = "nothing found here (no TE torch extension, FlashMLA, fast-hadamard-transform, DeepEP, apex, vLLM)"
     notes = [f"Reinstalling torch invalidates every compiled extension built against it; rebuild after it: {rebuild}."]
-    return Fix(f"Install a CUDA build of PyTorch (the verl DSv4 image uses torch {TORCH_VERSION} with CUDA 13.0)",
-               [["pip", "install", f"torch=={TORCH_VERSION}"]], key="torch", phase=Phase.RUNTIME, notes=notes)
+    cu = _cuda_major(cuda_major) or TORCH_CUDA_MAJOR
+    tag = TORCH_CUDA_TAG.get(cu, TORCH_CUDA_TAG[TORCH_CUDA_MAJOR])
+    installed = version(static.version("torch")) if static is not None else None
+    if installed is not None and installed.release[:2] > Version(TORCH_VERSION).release[:2]:
+        notes.append(f"This DOWNGRADES the installed torch {installed} to {TORCH_VERSION}: keep the newer torch if its "
+                     "CUDA build loads here (torch.cuda), and fix only what the other checks name.")
+    return Fix(f"Install a CUDA {cu} build of PyTorch {TORCH_VERSION} from PyTorch's wheel index (the verl DSv4 image "
+               f"uses torch {TORCH_VERSION} with CUDA 13.0)",
+               [["pip", "install", f"torch=={TORCH_VERSION}", "--index-url",
+                 f"https://download.pytorch.org/whl/{tag}"]], key="torch", phase=Phase.RUNTIME, notes=notes)
 
 
 TORCH = torch()
@@ -79,14 +98,24 @@ TRITON_DOC = Fix("Install the triton release the installed torch requires, read 
                  "triton==3.6.0)", key="triton", phase=Phase.PIN)
 
 
+def torch_triton_requirement(static: StaticFacts):
+    """What the installed torch declares for triton (`==` up to 2.13, `~=` from 2.14 on), or None."""
+    return next((r for r in requirements(static.readable_dist("torch")) if r.name.lower() == "triton"
+                 and str(r.specifier)), None)
+
+
 def triton(static: StaticFacts) -> Fix:
-    """The triton release the installed torch declares (torch 2.11.0 requires triton==3.6.0)."""
+    """The triton the installed torch declares, whatever the specifier (torch 2.11.0: triton==3.6.0; torch 2.14:
+    triton~=3.8.0; torch 2.15.0: triton~=3.9.0)."""
     desc = "Install the triton release the installed torch requires"
-    pins = [r for r in requirements(static.readable_dist("torch")) if r.name.lower() == "triton"]
-    pinned = [s.version for r in pins for s in r.specifier if s.operator == "=="]
-    if pinned and safe_version(pinned[0]):
-        return Fix(f"{desc} (torch's METADATA: triton=={pinned[0]})", [["pip", "install", f"triton=={pinned[0]}"]],
-                   key=f"triton:{pinned[0]}")
+    req = torch_triton_requirement(static)
+    spec = safe_specifier(str(req.specifier)) if req is not None else None
+    if spec:
+        return Fix(f"{desc} (torch's METADATA: triton{spec})", [["pip", "install", f"triton{spec}"]],
+                   key=f"triton:{spec}")
+    if req is not None:
+        return withheld(desc, f"torch declares triton{str(req.specifier)[:100]!r}, not a plain version specifier",
+                        key="triton")
     if static.version("torch") is None:
         return withheld(desc, "torch is not installed, so its triton requirement is unknown (see torch.install)",
                         key="triton")
@@ -101,10 +130,6 @@ def cudnn_wheel(cuda_major: str | None) -> Fix:
         return withheld(desc, f"torch's CUDA major {cuda_major!r} is not a plain value", key="cudnn-wheel")
     return Fix(desc, [["pip", "install", "--force-reinstall", f"nvidia-cudnn-cu{cu}"]], key=f"cudnn-wheel:{cu}",
                phase=Phase.RUNTIME)
-
-
-def _cuda_major(text: str | None) -> str | None:
-    return text if isinstance(text, str) and re.fullmatch(r"1[0-9]", text) else None
 
 
 # --- settings --------------------------------------------------------------------------------------------------------
@@ -222,12 +247,20 @@ def _meets(req, installed: str | None) -> bool:
     return installed is not None and (req is None or req.specifier.contains(installed, prereleases=True))
 
 
-def frontend_kept(static: StaticFacts) -> bool:
-    """Whether a plan keeps the installed frontend (>= the tested 1.27.0) or replaces it with the tested set. Every
-    fix below follows this one decision, so that a plan never pins the CuTe DSL for a frontend it replaces (found in
-    review: frontend 1.26.0 got the tested set and then 1.26.0's own cutlass==4.5.0)."""
+def frontend_minimum(cc: tuple[int, int] | None = None) -> str:
+    """The frontend a plan needs on this CC: the tested 1.27.0, or the first release whose CSA compressor accepts a
+    CC that 1.27.0's `check_support` rejects (1.28.0 for CC 10.3; the frontend's cutedsl requirements of 1.28.0,
+    cutlass-dsl >= 4.5.0 and apache-tvm-ffi >= 0.1.11, admit the rest of the tested set)."""
+    first = first_frontend_accepting(cc) if cc is not None else None
+    return first if first and Version(first) > Version(FE_VERSION) else FE_VERSION
+
+
+def frontend_kept(static: StaticFacts, cc: tuple[int, int] | None = None) -> bool:
+    """Whether a plan keeps the installed frontend (>= the tested 1.27.0, or what this CC needs) or replaces it with
+    the tested set. Every fix below follows this one decision, so that a plan never pins the CuTe DSL for a frontend
+    it replaces (frontend 1.26.0 got the tested set and then 1.26.0's own cutlass==4.5.0)."""
     fe_v = version(static.version("nvidia-cudnn-frontend"))
-    return fe_v is not None and fe_v >= Version(FE_VERSION)
+    return fe_v is not None and fe_v >= Version(frontend_minimum(cc))
 
 
 def breaks(static: StaticFacts, name: str, pin: str) -> list[str]:
@@ -265,14 +298,15 @@ def _with_breaks(fix: Fix, static: StaticFacts, pins: dict[str, str]) -> Fix:
                       + (f" (+{len(broken) - 8} more)" if len(broken) > 8 else "")])
 
 
-def frontend_stack(static: StaticFacts) -> Fix:
-    """Either keep the installed frontend (>= 1.27.0) and install only what it declares and lacks, or pin the tested
-    set together."""
+def frontend_stack(static: StaticFacts, cc: tuple[int, int] | None = None) -> Fix:
+    """Either keep the installed frontend (>= 1.27.0, or >= what this CC needs) and install only what it declares and
+    lacks, or pin the tested set together (with the frontend this CC needs)."""
     fe = static.version("nvidia-cudnn-frontend")
-    if not frontend_kept(static):
+    fe_pin = frontend_minimum(cc)
+    if not frontend_kept(static, cc):
         pins = {"apache-tvm-ffi": f"=={TVM_FFI_VERSION}", "nvidia-cutlass-dsl": f"=={CUTLASS_VERSION}"}
         commands = [["pip", "install", "--no-deps", f"apache-tvm-ffi=={TVM_FFI_VERSION}"],
-                    ["pip", "install", "--force-reinstall", "--no-deps", f"nvidia-cudnn-frontend=={FE_VERSION}"],
+                    ["pip", "install", "--force-reinstall", "--no-deps", f"nvidia-cudnn-frontend=={fe_pin}"],
                     ["pip", "install", f"nvidia-cutlass-dsl[cu13]=={CUTLASS_VERSION}"]]
         dlpack = ""
         if static.version("torch-c-dlpack-ext") is None:  # 1.27.0's cutedsl extra declares it; nothing brings it
@@ -280,8 +314,11 @@ def frontend_stack(static: StaticFacts) -> Fix:
             commands.append(["pip", "install", "--no-deps", f"torch-c-dlpack-ext=={TORCH_C_DLPACK_EXT_VERSION}"])
             dlpack = (f", and torch-c-dlpack-ext {TORCH_C_DLPACK_EXT_VERSION}, which the frontend's cutedsl extra "
                       "declares (--no-deps: it requires only torch, which stays the image's)")
+        which = (f"cuDNN frontend {fe_pin} (the first whose CSA compressor accepts compute capability "
+                 f"{cc[0]}.{cc[1]}; 1.27.0 raises there)" if fe_pin != FE_VERSION and cc else
+                 f"cuDNN frontend {FE_VERSION} (first with the fused CSA compressor cudnn.csa)")
         return _with_breaks(Fix(
-            f"Install the tested set: cuDNN frontend {FE_VERSION} (first with the fused CSA compressor cudnn.csa), "
+            f"Install the tested set: {which}, "
             f"apache-tvm-ffi {TVM_FFI_VERSION} and nvidia-cutlass-dsl {CUTLASS_VERSION} (the Megatron DSv4 recipes' "
             f"pins; the CuTe DSL 4.5.2 brings cuda-python){dlpack}", commands, key="fe-stack"), static, pins)
     commands, pins, declared, withheld = [], {}, [], []
@@ -374,17 +411,64 @@ def mcore(shadowed_by: str | None = None) -> Fix:
 VERL = Fix(f"Install verl {VERL_VERSION} or newer (it has PRs #7221, #7297 and #6555)",
            [["pip", "install", "--no-deps", f"verl=={VERL_VERSION}"]], key="verl")
 MBRIDGE = Fix(f"Install Megatron-Bridge at {MBRIDGE_COMMIT[:8]}, the commit verl's DSv4 example names (it has "
-              "models/deepseek/deepseek_v4_bridge.py; no PyPI release does)",
+              "models/deepseek/deepseek_v4_bridge.py)",
               [["pip", "install", "--no-deps",
                 f"megatron-bridge @ git+https://github.com/NVIDIA-NeMo/Megatron-Bridge.git@{MBRIDGE_COMMIT}"]],
-              key="mbridge")
-FLASH_MLA = Fix("Build FlashMLA from its nv_dev branch against the installed torch (its flash_mla_sparse_fwd takes the "
-                "indexer_topk Megatron passes; on SM90 do not set FLASH_MLA_DISABLE_SM90=1, which the Megatron recipes "
-                "set for Blackwell)",
-                [["pip", "install", "--no-build-isolation",
-                  f"flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@{FLASH_MLA_REF}"]], key="flash-mla",
-                phase=Phase.BUILD)
-FAST_HADAMARD = Fix("Build fast-hadamard-transform at the commit Megatron-LM dev pins",
-                    [["pip", "install", "--no-build-isolation", "fast-hadamard-transform @ "
-                      f"git+https://github.com/Dao-AILab/fast-hadamard-transform.git@{FAST_HADAMARD_COMMIT}"]],
-                    key="fast-hadamard", phase=Phase.BUILD)
+              key="mbridge",
+              notes=[f"Or its PyPI release: pip install --no-deps megatron-bridge=={MBRIDGE_PYPI_VERSION} (0.5.0 and "
+                     "later ship the DSv4 bridge; c7774d44 is an ancestor of v0.6.0; Python >= 3.12). --no-deps, "
+                     "because its megatron-core[dev,mlm] requirement would pull a Megatron release without "
+                     "dsv4_hybrid over the dev checkout."])
+FLASH_MLA_ENV_CUDA13 = ("CPLUS_INCLUDE_PATH", "${CUDA_HOME}/include/cccl")
+
+
+def flash_mla(cc: tuple[int, int] | None = None) -> Fix:
+    """FlashMLA nv_dev at a pinned commit, built for the target arch, with CUDA 13's CCCL headers on the host
+    compiler's include path (measured on an H200: without it g++ stops at `cuda/std/utility: No such file`)."""
+    env = [FLASH_MLA_ENV_CUDA13]
+    if cc is not None and cc[0] == 9:
+        env.append(("FLASH_MLA_DISABLE_SM100", "1"))
+        arch = "sm_90a only (FLASH_MLA_DISABLE_SM100=1)"
+    elif cc is not None and cc[0] >= 10:
+        env.append(("FLASH_MLA_DISABLE_SM90", "1"))
+        arch = "sm_100a only (FLASH_MLA_DISABLE_SM90=1, as the Megatron recipes set for Blackwell)"
+    else:
+        arch = ("both sm_90a and sm_100a (the GPU arch is not known: state it with --gpu-arch to build one, "
+                "FLASH_MLA_DISABLE_SM100=1 for 9.0 or FLASH_MLA_DISABLE_SM90=1 for 10.x)")
+    return Fix(f"Build FlashMLA nv_dev at {FLASH_MLA_COMMIT[:8]} against the installed torch (its flash_mla_sparse_fwd "
+               f"takes the indexer_topk Megatron passes), for {arch}",
+               [Command(("pip", "install", "--no-build-isolation", "--no-deps",
+                         f"flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@{FLASH_MLA_COMMIT}"),
+                        tuple(env))],
+               key=f"flash-mla:{'+'.join(n for n, _ in env[1:]) or 'all'}", phase=Phase.BUILD,
+               notes=["CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl: CUDA 13 moved the CCCL headers there; nvcc finds "
+                      "them, the host compiler does not (harmless on CUDA 12). Set MAX_JOBS and NVCC_THREADS to bound "
+                      "the build's parallelism (MAX_JOBS=16 NVCC_THREADS=2 built sm_90a in 119 s on 16 cores)."])
+
+
+FLASH_MLA = flash_mla()
+FAST_HADAMARD_V110_COMMIT = "1cc807efbd6cc001df359822d60bf6052dd66859"  # tag v1.1.0 (contains f134af63)
+FAST_HADAMARD_DEV_VERSION = "1.0.4.post1"  # what f134af63 builds
+
+
+def fast_hadamard(static: StaticFacts | None = None) -> Fix:
+    """fast-hadamard-transform at what the installed Megatron-Bridge declares: 0.6.x requires >=1.1.0 (git tag
+    v1.1.0; the PyPI 1.1.0 sdist is incomplete), else Megatron-LM dev's f134af63 (1.0.4.post1)."""
+    req = None
+    if static is not None:
+        req = next((r for r in requirements(static.readable_dist("megatron-bridge"))
+                    if canonical(r.name) == "fast-hadamard-transform" and str(r.specifier)), None)
+    if req is not None and not req.specifier.contains(FAST_HADAMARD_DEV_VERSION, prereleases=True):
+        commit, why = FAST_HADAMARD_V110_COMMIT, (
+            f"tag v1.1.0, because the installed megatron-bridge {static.version('megatron-bridge') if static else ''} "
+            f"declares {requirement_text(req)}, which Megatron-LM dev's {FAST_HADAMARD_COMMIT[:8]} "
+            f"({FAST_HADAMARD_DEV_VERSION}) does not meet")
+    else:
+        commit, why = FAST_HADAMARD_COMMIT, "the commit Megatron-LM dev pins"
+    return Fix(f"Build fast-hadamard-transform at {commit[:8]} ({why})",
+               [["pip", "install", "--no-build-isolation", "--no-deps", "fast-hadamard-transform @ "
+                 f"git+https://github.com/Dao-AILab/fast-hadamard-transform.git@{commit}"]],
+               key=f"fast-hadamard:{commit[:8]}", phase=Phase.BUILD)
+
+
+FAST_HADAMARD = fast_hadamard()

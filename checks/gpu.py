@@ -107,10 +107,12 @@ def _gpu_arch(ctx: Context) -> Result:
         return warned(f"--gpu-arch {arch} fits the profile, but this host's GPU 0 is CC {detected[0]}: the rules "
                       f"describe the --gpu-arch machine, not this one", evidence=evidence)
     notes = {
-        (9, 0): "SM90: the fused CSA compressor never runs here (CC 10.0 only); fused DSA with the dense indexer "
+        (9, 0): "SM90: the fused CSA compressor never runs here (every Megatron gate needs CC >= 10); fused DSA with "
+                "the dense indexer "
                 "loss is rejected on SM90 (use dsa_indexer_use_sparse_loss=True), and FlashMLA needs an SM90 build",
         (10, 0): "SM100: the fused CSA compressor is used with CP = 1 (see cudnn-fe.csa)",
-        (10, 3): "SM103: Megatron's fused CSA compressor gate is CC == 10.0, so the eager compressor runs",
+        (10, 3): "SM103: the fused CSA compressor runs here only with a Megatron whose gate admits CC major >= 10 "
+                 "(88a285f0; d48bd6be's is == 10.0) and needs cuDNN frontend >= 1.28.0 (see cudnn-fe.csa)",
     }
     if cc not in notes:
         return warned(f"compute capability {arch} is outside Megatron's DSv4 arch tables (9.0, 10.0, 10.3)",
@@ -124,8 +126,9 @@ gpu_arch = Check(
     explanation="""
         Megatron compares compute capabilities exactly. CP > 1 needs the CuTe-DSL CP layout kernels, compiled only
         for sm_90a, sm_100a and sm_103a (CC 9.0, 10.0, 10.3); the cudnn DSA backend needs SM90 or newer; the fused
-        CSA compressor runs only on CC 10.0 (Megatron's gate is `== (10, 0)` and cuDNN frontend 1.27.0 refuses
-        anything else), which explains why cudnn-fe.csa is skipped elsewhere. The arch comes from --gpu-arch or
+        CSA compressor runs on the CCs the installed Megatron's gate admits (d48bd6be: `== (10, 0)`; 88a285f0:
+        major >= 10) and cuDNN frontend 1.27.0 refuses all but 10.0 (1.28.0 accepts major >= 10; cudnn-fe.csa reads
+        both gates from the installed files). The arch comes from --gpu-arch or
         nvidia-smi; with neither, arch rules are skipped with that reason.
     """,
     applies_when="always (skips when the arch is unknown)",

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.facts import error_text, outcome, requirements, version
+from dsv4_doctor.facts import error_text, outcome, version
 from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
-from .cudnn_fe import FE, M8_FLASH_MLA, frontend_absent, m8
-from ._upstream import EAV, mlm, pypi
+from .cudnn_fe import FE, M8_FLASH_MLA, m8
+from ._upstream import EAV, measured, mlm, pypi
 
 FIX_BACKEND_NONE = fixes.BACKEND_NONE
 
 FLASH_MLA_API = "flash_mla.flash_mla_interface"  # where flash_mla_sparse_fwd is defined (main and nv_dev)
 STATIC = StaticRequest(
-    distributions=("flash-mla", "flash_mla", "fast-hadamard-transform", "triton", "torch", FE),
+    distributions=("flash-mla", "flash_mla", "fast-hadamard-transform", "triton", "torch", FE, "megatron-bridge"),
     modules=("flash_mla", "fast_hadamard_transform", "triton", "verl.models.mcore.patch", "cudnn"),
     sources=("verl.models.mcore.patch", FLASH_MLA_API),
 )
@@ -28,20 +28,19 @@ FIX_HADAMARD = fixes.FAST_HADAMARD
 
 def _flash_mla(ctx: Context) -> Result:
     static = ctx.static
+    fix_flash_mla = fixes.flash_mla(ctx.profile.cc)
     evidence = {"module": static.module("flash_mla").get("origin"),
                 "version": static.version("flash-mla") or static.version("flash_mla")}
     if not static.module("flash_mla").get("found"):
-        # Megatron's one dependency error names the frontend too when it is missing: cudnn-fe.version quotes it then.
-        summary = ("flash_mla is not installed: Megatron's dsa_kernel_backend=cudnn dependency check fails at config "
-                   "time (its message, which names the missing cuDNN frontend too, is quoted by cudnn-fe.version)"
-                   if frontend_absent(static) else m8(M8_FLASH_MLA))
-        return failed(summary, fixes=[FIX_FLASH_MLA, FIX_BACKEND_NONE], evidence=evidence)
+        # FlashMLA's part of Megatron's one dependency error; cudnn-fe.version states the frontend's.
+        return failed(f"flash_mla is not installed. {m8(M8_FLASH_MLA)}", fixes=[fix_flash_mla, FIX_BACKEND_NONE],
+                      evidence=evidence)
     result = outcome(ctx.require(FLASH_MLA), "flash_mla:flash_mla_sparse_fwd")
     if not result.get("ok"):
         evidence["error"] = result.get("error")
         return failed(f"flash_mla is installed but flash_mla_sparse_fwd does not load ({error_text(result)})",
                       "Megatron reports flash_mla as missing at config time, or raises \"FlashMLA is required\" at the "
-                      "first sparse attention call.", fixes=[FIX_FLASH_MLA, FIX_BACKEND_NONE], evidence=evidence)
+                      "first sparse attention call.", fixes=[fix_flash_mla, FIX_BACKEND_NONE], evidence=evidence)
     # Megatron always passes indexer_topk= (nv_dev has it; main does not): import is not enough, the parameter is.
     params = result.get("params")
     source = "signature"
@@ -56,7 +55,7 @@ def _flash_mla(ctx: Context) -> Result:
         return failed("flash_mla_sparse_fwd has no indexer_topk parameter (a FlashMLA built from main, not nv_dev): "
                       "Megatron passes indexer_topk= at every sparse attention call, so the first DSA step raises "
                       "TypeError: flash_mla_sparse_fwd() got an unexpected keyword argument 'indexer_topk'",
-                      fixes=[FIX_FLASH_MLA, FIX_BACKEND_NONE], evidence=evidence)
+                      fixes=[fix_flash_mla, FIX_BACKEND_NONE], evidence=evidence)
     return passed(f"flash_mla_sparse_fwd loads and takes indexer_topk ({evidence['version'] or 'no metadata'})",
                   evidence=evidence)
 
@@ -71,8 +70,10 @@ kernels_flash_mla = Check(
         enough: Megatron d48bd6be always passes `indexer_topk=` (fused_sparse_attention.py L157-166), which only the
         nv_dev branch's `flash_mla_sparse_fwd` takes; a FlashMLA built from main imports fine and raises TypeError
         at the first DSA step. The parameter is read from the signature in the probe, or with ast from the installed
-        flash_mla/flash_mla_interface.py. The Megatron recipes build FlashMLA with FLASH_MLA_DISABLE_SM90=1 for
-        Blackwell, so SM90 needs its own build.
+        flash_mla/flash_mla_interface.py. The fix builds nv_dev at commit b7643bd5 (not the moving branch) for the
+        target arch: FLASH_MLA_DISABLE_SM100=1 for 9.0, FLASH_MLA_DISABLE_SM90=1 for 10.x (as the Megatron recipes
+        set for Blackwell), with CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl, without which the host compiler stops
+        at `cuda/std/utility: No such file or directory` on CUDA 13 (measured on an H200).
     """,
     applies_when="dsa_backend=cudnn",
     detects="from flash_mla import flash_mla_sparse_fwd (subprocess) and its indexer_topk parameter (signature, ast)",
@@ -85,7 +86,10 @@ kernels_flash_mla = Check(
                "https://github.com/deepseek-ai/FlashMLA/blob/b7643bd54521f563b839b98289b5cd048c062ba2/flash_mla/"
                "flash_mla_interface.py#L176"),
         mlm("megatron/core/utils.py", "509-520", "Megatron-LM dev utils.py L509-520 (flash_mla dependency)"),
-        Source("FlashMLA nv_dev branch", "https://github.com/deepseek-ai/FlashMLA/tree/nv_dev"),
+        Source("FlashMLA nv_dev at b7643bd5 setup.py (FLASH_MLA_DISABLE_SM90 / FLASH_MLA_DISABLE_SM100)",
+               "https://github.com/deepseek-ai/FlashMLA/blob/b7643bd54521f563b839b98289b5cd048c062ba2/setup.py#L36-L44"),
+        measured("docs/gpu-runs", "FlashMLA b7643bd5 built on an H200 with CUDA 13: fails without "
+                 "CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl, builds with it and FLASH_MLA_DISABLE_SM100=1 (119 s)"),
     ),
     fixes=(FIX_FLASH_MLA, FIX_BACKEND_NONE),
     skip_if=lambda p: "dsa_kernel_backend=none: FlashMLA is not used" if p.dsa_backend == "none" else None,
@@ -97,6 +101,7 @@ kernels_flash_mla = Check(
 
 def _hadamard(ctx: Context) -> Result:
     static = ctx.static
+    fix_hadamard = fixes.fast_hadamard(static)
     evidence = {"module": static.module("fast_hadamard_transform").get("origin"),
                 "version": static.version("fast-hadamard-transform")}
     if static.module("fast_hadamard_transform").get("found"):
@@ -106,7 +111,7 @@ def _hadamard(ctx: Context) -> Result:
                           evidence=evidence)
         evidence["error"] = result.get("error")
         return failed(f"fast_hadamard_transform is installed but does not load ({error_text(result)})",
-                      fixes=[FIX_HADAMARD], evidence=evidence)
+                      fixes=[fix_hadamard], evidence=evidence)
     patch = static.source("verl.models.mcore.patch")
     if patch.get("found") and "apply_fast_hadamard_transform_shim" in (patch.get("functions") or {}):
         return warned(
@@ -114,9 +119,9 @@ def _hadamard(ctx: Context) -> Result:
             "slower",
             "verl logs: \"fast_hadamard_transform is unavailable; falling back to a pure-torch Fast Walsh-Hadamard "
             "transform. Results match the CUDA kernel but DSA forward will be slower.\"",
-            fixes=[FIX_HADAMARD], evidence=evidence)
+            fixes=[fix_hadamard], evidence=evidence)
     return failed("fast_hadamard_transform is not installed: every ratio-4 CSA layer asserts \"fast_hadamard_transform "
-                  "is not installed.\"", fixes=[FIX_HADAMARD], evidence=evidence)
+                  "is not installed.\"", fixes=[fix_hadamard], evidence=evidence)
 
 
 kernels_fast_hadamard = Check(
@@ -133,7 +138,9 @@ kernels_fast_hadamard = Check(
     sources=(
         mlm(EAV + "dsa.py", "267", "Megatron-LM dev dsa.py L267 (fast_hadamard_transform is not installed)"),
         Source("verl verl/models/mcore/patch.py (pure-torch shim, PR #7241)", "https://github.com/verl-project/verl/pull/7241"),
-        mlm("pyproject.toml", "", "Megatron-LM dev pyproject.toml (fast-hadamard-transform git pin)"),
+        mlm("pyproject.toml", "", "Megatron-LM dev pyproject.toml (fast-hadamard-transform git pin f134af63)"),
+        pypi("megatron-bridge", "0.6.2", "megatron-bridge 0.6.2 METADATA: Requires-Dist fast-hadamard-transform>=1.1.0 "
+             "(the fix then builds git tag v1.1.0, 1cc807ef)"),
     ),
     fixes=(FIX_HADAMARD,),
     static=STATIC,
@@ -157,17 +164,16 @@ def _triton(ctx: Context) -> Result:
                       f"found at {', '.join(map(str, module.get('locations') or [])) or '?'}; a leftover directory, "
                       "or a PYTHONPATH entry that shadows the installed triton.", fixes=[fix], evidence=evidence)
     found = version(evidence["version"])
-    pins = [s.version for r in requirements(static.readable_dist("torch")) if r.name.lower() == "triton"
-            for s in r.specifier if s.operator == "=="]
-    evidence["torch_requires"] = pins[0] if pins else None
+    req = fixes.torch_triton_requirement(static)
+    evidence["torch_requires"] = str(req.specifier) if req is not None else None
     if found is None:
         return warned("triton is present but its version is unknown (no readable metadata)", fixes=[fix],
                       evidence=evidence)
-    if pins and version(pins[0]) is not None and found != version(pins[0]):
-        return warned(f"triton {found} is not the triton=={pins[0]} the installed torch {static.version('torch')} "
+    if req is not None and not req.specifier.contains(found, prereleases=True):
+        return warned(f"triton {found} is not the triton{req.specifier} the installed torch {static.version('torch')} "
                       "requires: its kernels are compiled with a triton torch was not built and tested with",
                       fixes=[fix], evidence=evidence)
-    pinned = " (= torch's pin)" if pins else " (torch declares no pin)"
+    pinned = f" (meets torch's triton{req.specifier})" if req is not None else " (torch declares no pin)"
     return passed(f"triton {found}{pinned}", evidence=evidence)
 
 
@@ -188,6 +194,8 @@ kernels_triton = Check(
                "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/4321"),
         pypi("torch", "2.11.0", "torch 2.11.0 METADATA: Requires-Dist triton==3.6.0 (the pin the check reads from the "
              "installed torch)"),
+        pypi("torch", "2.15.0", "torch 2.15.0 METADATA: Requires-Dist triton~=3.9.0 (2.14.x: triton~=3.8.0); any "
+             "specifier is read"),
     ),
     fixes=(fixes.TRITON_DOC,),
     static=STATIC,

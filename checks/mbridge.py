@@ -32,8 +32,10 @@ def _mbridge(ctx: Context) -> Result:
     if bridge is None:
         return failed(f"Megatron-Bridge {version} has no DeepSeek-V4 bridge (models/deepseek/deepseek_v4_bridge.py): "
                       "AutoBridge cannot map a DeepseekV4ForCausalLM checkpoint, so verl cannot build the model",
-                      "No PyPI release of megatron-bridge (0.3.1 is the newest) has it; it came to main in 66fe25897 "
-                      "(#3562), and verl's DSv4 example names c7774d44.", fixes=[fixes.MBRIDGE], evidence=evidence)
+                      "It came to main in 66fe25897 (#3562); verl's DSv4 example names c7774d44, an ancestor of "
+                      "v0.6.0. On PyPI, megatron-bridge 0.5.0 and later ship it (0.6.2 is the newest; they require "
+                      "Python >= 3.12, so `pip index versions` on 3.11 shows only 0.3.x).", fixes=[fixes.MBRIDGE],
+                      evidence=evidence)
     flex = bool((static.source(bridge).get("contains") or {}).get(FLEX))
     evidence["default_dispatcher"] = "flex (HybridEP)" if flex else "alltoall"
     note = ("; its DSv4 provider defaults the MoE dispatcher to flex with HybridEP (verl sets alltoall unless an "
@@ -63,6 +65,8 @@ mbridge_dsv4 = Check(
                "https://github.com/verl-project/verl/blob/main/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh"),
         Source("Megatron-Bridge #3562 (DeepSeek V4 Bridge, 66fe25897)",
                "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3562"),
+        Source("megatron-bridge 0.6.2 wheel (megatron/bridge/models/deepseek/deepseek_v4_bridge.py; 0.5.0+ ship it; "
+               "Requires-Dist megatron-core[dev,mlm], hence --no-deps)", "https://pypi.org/project/megatron-bridge/0.6.2/"),
         Source("Megatron-Bridge #5543 (DSv4 defaults to flex/HybridEP, 24849e23c)",
                "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/5543"),
     ),

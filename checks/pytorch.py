@@ -62,6 +62,8 @@ torch_install = Check(
         Source("megatron-core 0.19.2 METADATA (torch>=2.6.0)", "https://pypi.org/project/megatron-core/0.19.2/"),
         Source("pytorch #78489: collect_env reports ldconfig's cuDNN, not the loaded one",
                "https://github.com/pytorch/pytorch/issues/78489"),
+        Source("PyTorch's CUDA 13.0 wheel index (the torch fix installs from it, matched to the CUDA major)",
+               "https://download.pytorch.org/whl/cu130"),
     ),
     fixes=(fixes.TORCH,),
     static=STATIC,

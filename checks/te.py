@@ -198,6 +198,10 @@ def _undefined(ctx: Context, m: re.Match, cuda_major: str) -> tuple[str, list[Fi
                          "not verified here.")
             lines.append("  3. An image with a newer CUDA (cuBLAS >= 13.2, as in the Megatron-Lite contract's "
                          "CUDA 13.2 image); not verified here.")
+            lines.append("  4. torch 2.15.0 from PyPI: it pins cuda-toolkit==13.2.2, which brings nvidia-cublas "
+                         "13.4.1.3, whose libcublasLt exports the symbols TE 2.13-2.20 need (nm -D on the wheels). "
+                         "Everything compiled against torch (TE's torch extension, FlashMLA, fast-hadamard) must then "
+                         "be rebuilt; not verified on a GPU here.")
         return "\n".join(lines), [fixes.TE_FOR_INSTALLED_CUBLAS if cublas else _rebuild(ctx.static, cuda_major)], \
             evidence
     return ("\n".join(lines + ["A copy that exports the symbol exists, so the one that loads is another: check "
@@ -324,6 +328,8 @@ te_import = Check(
              "cublasLtGroupedMatrixLayoutInit_internal (13.1.0.3 and 13.1.2.11 do not; nm -D on the wheels)"),
         pypi("torch", "2.11.0", "torch 2.11.0 METADATA: Requires-Dist cuda-toolkit[cublas,...]==13.0.2 (installs "
              "nvidia-cublas 13.1.0.3)"),
+        pypi("torch", "2.15.0", "torch 2.15.0 METADATA: Requires-Dist cuda-toolkit==13.2.2 (nvidia-cublas 13.4.1.3 "
+             "exports cublasLtGroupedMatrixLayoutInit_internal: a fourth way out)"),
     ),
     fixes=(INSTALL, REINSTALL_CONSISTENT),
     static=STATIC,

@@ -147,7 +147,48 @@ def _clean_source(m: dict) -> dict:
         contains={k: v is True for k, v in contains.items()} if isinstance(contains, dict) else {},
         attributes={k: _texts(v) for k, v in attributes.items()} if isinstance(attributes, dict) else {},
     )
+    if isinstance(m.get("capability"), dict):
+        out["capability"] = _clean_capability(m["capability"])
     return out
+
+
+def _int_or_ints(value):
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value)
+    return None
+
+
+def _clean_parts(parts) -> list[dict]:
+    out: list[dict] = []
+    for p in parts if isinstance(parts, list) else []:
+        if isinstance(p, dict):
+            out.append({"text": p["text"]} if isinstance(p.get("text"), str) else
+                       {"expr": p["expr"] if isinstance(p.get("expr"), str) else "?"})
+    return out
+
+
+def _clean_capability(c: dict) -> dict:
+    """A module's compute-capability gate as the static probe read it (constants, comparisons, messages)."""
+    raw_constants, raw_compares, raw_messages = c.get("constants"), c.get("compares"), c.get("messages")
+    constants: dict = raw_constants if isinstance(raw_constants, dict) else {}
+    compares: list = raw_compares if isinstance(raw_compares, list) else []
+    messages: list = raw_messages if isinstance(raw_messages, list) else []
+
+    def lineno(d):
+        return d.get("lineno") if isinstance(d.get("lineno"), int) else None
+
+    return {
+        "constants": {k: {"value": _int_or_ints(v.get("value")), "lineno": lineno(v)}
+                      for k, v in constants.items() if isinstance(k, str) and isinstance(v, dict)},
+        "imported": _texts(c.get("imported")),
+        "compares": [{"constant": _text_or_none(d.get("constant")), "op": _text_or_none(d.get("op")),
+                      "subject": _text_or_none(d.get("subject")), "lineno": lineno(d)}
+                     for d in compares if isinstance(d, dict)],
+        "messages": [{"parts": _clean_parts(d.get("parts")), "lineno": lineno(d)}
+                     for d in messages if isinstance(d, dict)],
+    }
 
 
 _COPY_TEXT = ("name", "version", "path", "requires_python", "error", "installer", "kind", "record_sha256")

@@ -17,15 +17,17 @@ Everything printed (the script, the `+ command` echo) goes through the report's 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass, field
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .model import UNSAFE_CHARS, CheckReport, Command, Fix, Phase, Status
+from .model import UNSAFE_CHARS, CheckReport, Command, Fix, Phase, Status, env_value
 from .procs import kill_group
 from .redact import WITHHELD, Redactor, cap, clean_text
 
@@ -111,7 +113,7 @@ _comment = comment
 
 def pip_line(cmd: Command) -> str:
     """How the script runs a pip command: with the inspected interpreter's pip, not whichever is first on PATH."""
-    return '"$PY" ' + " ".join(PIP) + " " + shlex.join(cmd.argv[1:])
+    return cmd.env_prefix() + '"$PY" ' + " ".join(PIP) + " " + shlex.join(cmd.argv[1:])
 
 
 def pip_argv(python: str, cmd: Command) -> list[str]:
@@ -145,6 +147,12 @@ def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: st
     def comment(text, limit: int = 300) -> str:  # noqa: F811 - the module's, on redacted text
         return _comment(redact.text(cap(redact.literal(str(text)), limit + 8192)), limit)  # capped, then redacted
 
+    def wrapped(text, lead: str = "# ", cont: str = "#   ") -> list[str]:
+        """Comment lines wrapped at word boundaries (a step's description is never cut mid-word)."""
+        return [lead + line if i == 0 else cont + line for i, line in enumerate(
+            textwrap.wrap(comment(text, 4000), width=118 - len(cont), break_long_words=False,
+                          break_on_hyphens=False) or [""])]
+
     def command_line(cmd: Command) -> str:
         """The command, or a comment when redaction had to change it (it holds a secret): Redactor.command."""
         return WITHHELD if redact.command(cmd.argv) is None else pip_line(cmd)
@@ -171,20 +179,22 @@ def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: st
         if step.fix.phase is Phase.SETTING or not step.fix.commands:
             what = "a job setting or choice" if step.fix.phase is Phase.SETTING else "its command was withheld"
             lines.append(f"# Step {n} ({what}; nothing to run) [{comment(checks)}]:")
-            lines.append(f"#   {comment(step.fix.description)}")
+            lines += wrapped(step.fix.description, "#   ")
         elif step.automatic:
-            lines.append(f"# Step {n} [{comment(checks)}]: {comment(step.fix.description)}")
+            lines += wrapped(f"Step {n} [{comment(checks)}]: {step.fix.description}")
             lines += [command_line(c) for c in step.commands]
         elif step.held_by is not None:
-            lines.append(f"# Step {n} (held back: run it after Step {step.held_by}, because it builds against torch; "
-                         f"not run by this script or by --apply) [{comment(checks)}]: {comment(step.fix.description)}")
+            lines += wrapped(f"Step {n} (held back: run it after Step {step.held_by}, because it builds against "
+                             f"torch; not run by this script or by --apply) [{comment(checks)}]: "
+                             f"{step.fix.description}")
             lines += ["#   " + comment(pip_line(c), 2000) for c in step.commands]
         else:
             why = "manual: not run by this script or by --apply" if step.fix.manual else \
                 "not run by this script or by --apply: only pip commands are"
-            lines.append(f"# Step {n} ({why}) [{comment(checks)}]: {comment(step.fix.description)}")
+            lines += wrapped(f"Step {n} ({why}) [{comment(checks)}]: {step.fix.description}")
             lines += ["#   " + comment(pip_line(c) if c.is_pip else c.shell(), 2000) for c in step.commands]
-        lines += [f"#   {comment(note)}" for note in step.fix.notes]
+        for note in step.fix.notes:
+            lines += wrapped(note, "#   ", "#   ")
     from .jobsettings import comment_lines
 
     section = comment_lines(job_settings)
@@ -197,22 +207,43 @@ def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: st
     return "\n".join(lines) + "\n"
 
 
+def offline_reason(cmd: Command, environ: Mapping[str, str]) -> str | None:
+    """Why pip cannot carry out `cmd` here: with PIP_NO_INDEX set, a `git+` requirement (a clone, then a build from
+    source) needs the network that a find-links folder of wheels does not replace."""
+    if environ.get("PIP_NO_INDEX", "").strip().lower() not in ("1", "true", "yes", "on"):
+        return None
+    if any("git+" in word for word in cmd.argv):
+        return "PIP_NO_INDEX is set and it installs from git (a clone and a source build need the network)"
+    return None
+
+
 def apply(plan: Plan, python: str, procs, redact: Redactor | None = None,
-          interrupted: Callable[[], bool] = lambda: False) -> tuple[int, int]:
+          interrupted: Callable[[], bool] = lambda: False, not_applied: list[str] | None = None) -> tuple[int, int]:
     """Run the automatic steps with the target's pip, output to stderr; (commands run, exit code of the failing one
-    or 0). Stops at the first failure, or when `interrupted()` says a signal arrived (its handler kills pip)."""
+    or 0). Stops at the first failure, or when `interrupted()` says a signal arrived (its handler kills pip). A step
+    pip cannot carry out offline (offline_reason) is left out and named in `not_applied`, with the reason."""
     redact = redact or Redactor()
     ran = 0
-    for step in plan.steps:
+    for n, step in enumerate(plan.steps, 1):
         if not step.automatic:
+            continue
+        why = next((r for r in (offline_reason(c, os.environ) for c in step.commands) if r), None)
+        if why:
+            line = f"step {n} not applied: {why}"
+            sys.stderr.write(clean_text(line) + "\n")
+            if not_applied is not None:
+                not_applied.append(line)
             continue
         for cmd in step.commands:
             if interrupted():
                 return ran, 0
             argv = pip_argv(python, cmd)
-            sys.stderr.write("+ " + clean_text(shlex.join(redact.text(w) for w in argv)) + "\n")  # redact, then quote
+            shown = shlex.join(redact.text(w) for w in argv)  # redact, then quote
+            sys.stderr.write("+ " + clean_text(cmd.env_prefix() + shown) + "\n")
             sys.stderr.flush()
-            proc = procs.spawn(argv, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno())
+            env = dict(os.environ, **{n: env_value(v, os.environ) for n, v in cmd.env}) if cmd.env else None
+            proc = procs.spawn(argv, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno(),
+                               env=env)
             if interrupted():  # the signal came while pip was starting, before the handler could see it
                 kill_group(proc)
             code = proc.wait()
@@ -254,7 +285,8 @@ class ApplySignals:
                 signal.signal(sig, handler)
 
 
-def apply_guarded(plan: Plan, python: str, redact: Redactor | None = None) -> tuple[int, int, int | None]:
+def apply_guarded(plan: Plan, python: str, redact: Redactor | None = None,
+                  not_applied: list[str] | None = None) -> tuple[int, int, int | None]:
     """`apply` with its own process tracking and signal handling: (commands run, the failing exit code or 0, the
     signal that stopped it or None). Every pip process is gone when it returns."""
     from .procs import Processes
@@ -262,7 +294,8 @@ def apply_guarded(plan: Plan, python: str, redact: Redactor | None = None) -> tu
     procs = Processes()
     try:
         with ApplySignals(procs) as signals:
-            ran, failed = apply(plan, python, procs, redact, interrupted=lambda: signals.signum is not None)
+            ran, failed = apply(plan, python, procs, redact, interrupted=lambda: signals.signum is not None,
+                                not_applied=not_applied)
     finally:
         procs.close()
     return ran, failed, signals.signum
@@ -310,7 +343,8 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
         if answer.strip().lower() not in ("y", "yes"):
             say("nothing applied")
             return code
-    ran, failed, signum = apply_guarded(plan, python, redact)
+    not_applied: list[str] = []
+    ran, failed, signum = apply_guarded(plan, python, redact, not_applied)
     if signum is not None:
         import signal
 
@@ -323,6 +357,8 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
     again = recheck()
     for c in again["checks"]:
         say(f"{c['id']}: {c['status']} - {c['summary']}")
+    for line in not_applied:
+        say(line)
     say("before: " + before)
     say("after:  " + verdict_line(again))
     return int(again["summary"]["exit_code"])

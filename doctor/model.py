@@ -70,15 +70,45 @@ def plain_value(text: str) -> bool:
     return bool(_ARG.fullmatch(text))
 
 
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
+# An environment value: plain path-like text, optionally under the target's CUDA toolkit (`${CUDA_HOME}/...`, which
+# the script expands with /usr/local/cuda as the default and `--apply` from the doctor's environment).
+CUDA_HOME_REF = "${CUDA_HOME}"
+DEFAULT_CUDA_HOME = "/usr/local/cuda"
+_ENV_VALUE = re.compile(r"(\$\{CUDA_HOME\})?[A-Za-z0-9_./:+=,-]{0,1024}")
+
+
+def env_assignment(name: str, value: str) -> str:
+    """`NAME=value` for a POSIX shell; the CUDA_HOME reference is the one expansion, with its default."""
+    if value.startswith(CUDA_HOME_REF):
+        return f'{name}="${{CUDA_HOME:-{DEFAULT_CUDA_HOME}}}{value[len(CUDA_HOME_REF):]}"'
+    return f"{name}={shlex.quote(value)}"
+
+
+def env_value(value: str, environ: Mapping[str, str]) -> str:
+    """The value as `--apply` passes it: the CUDA_HOME reference resolved from `environ`."""
+    if value.startswith(CUDA_HOME_REF):
+        return (environ.get("CUDA_HOME") or DEFAULT_CUDA_HOME) + value[len(CUDA_HOME_REF):]
+    return value
+
+
 @dataclass(frozen=True)
 class Command:
-    """One command as an argv list. It is quoted (`shlex.join`) only when printed and never run through a shell."""
+    """One command as an argv list, with the environment variables it needs (validated names and plain values). It
+    is quoted (`shlex.join`) only when printed and never run through a shell."""
 
     argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.argv or not all(isinstance(a, str) and _ARG.fullmatch(a) for a in self.argv):
             raise ValueError(f"not a valid command argv: {self.argv!r}")
+        if not all(isinstance(n, str) and isinstance(v, str) and _ENV_NAME.fullmatch(n) and _ENV_VALUE.fullmatch(v)
+                   for n, v in self.env):
+            raise ValueError(f"not a valid command environment: {self.env!r}")
+
+    def env_prefix(self) -> str:
+        return "".join(env_assignment(n, v) + " " for n, v in self.env)
 
     @staticmethod
     def parse(text: str) -> Command:
@@ -86,7 +116,7 @@ class Command:
         return Command(tuple(shlex.split(text)))
 
     def shell(self) -> str:
-        return shlex.join(self.argv)
+        return self.env_prefix() + shlex.join(self.argv)
 
     @property
     def is_pip(self) -> bool:
@@ -132,9 +162,12 @@ class Fix:
         object.__setattr__(self, "notes", tuple(str(n) for n in notes))
 
     def to_dict(self) -> dict:
-        return {"description": self.description, "commands": [c.shell() for c in self.commands],
-                "argv": [list(c.argv) for c in self.commands], "id": self.key, "phase": self.phase.value,
-                "manual": self.manual, "notes": list(self.notes)}
+        out = {"description": self.description, "commands": [c.shell() for c in self.commands],
+               "argv": [list(c.argv) for c in self.commands], "id": self.key, "phase": self.phase.value,
+               "manual": self.manual, "notes": list(self.notes)}
+        if any(c.env for c in self.commands):  # one mapping per command, as `--apply` sets it (CUDA_HOME unexpanded)
+            out["env"] = [dict(c.env) for c in self.commands]
+        return out
 
     @staticmethod
     def from_dict(data: Mapping) -> Fix:

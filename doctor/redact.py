@@ -23,6 +23,8 @@ import shlex
 from typing import Any
 from collections.abc import Mapping
 
+from .model import Command
+
 MASK = "***REDACTED***"
 MAX_TEXT = 16 * 1024  # any one string taken from the environment
 TRUNCATED = "…[{n} more characters truncated by dsv4-doctor]"
@@ -197,6 +199,18 @@ def _mask_pem(value: str) -> str:
         pos = end.end()
 
 
+def _env_prefix(env: Any) -> str | None:
+    """A command's environment as the shell prefix it prints with; None when it is not one the doctor builds."""
+    if not env:
+        return ""
+    if not isinstance(env, dict):
+        return None
+    try:
+        return Command(("true",), tuple(env.items())).env_prefix()
+    except ValueError:
+        return None
+
+
 class Redactor:
     def __init__(self, environ: Mapping[str, str] | None = None):
         environ = os.environ if environ is None else environ
@@ -274,6 +288,11 @@ class Redactor:
         if isinstance(obj, dict):
             if isinstance(obj.get("argv"), list) and isinstance(obj.get("commands"), list):
                 lines = [self.command(a) for a in obj["argv"]]
+                raw_env = obj.get("env")
+                envs: list = raw_env if isinstance(raw_env, list) else []
+                prefixes = [_env_prefix(envs[i] if i < len(envs) else None) for i in range(len(lines))]
+                lines = [None if line is None or prefix is None else prefix + line
+                         for line, prefix in zip(lines, prefixes, strict=True)]
                 shown = {"commands": [WITHHELD if line is None else line for line in lines],
                          # a withheld command's argv is withheld too (`--token VALUE` is two harmless-looking words)
                          "argv": [[MASK] if line is None else self(a, "argv", limit)

@@ -7,6 +7,7 @@ stand for (TE, Megatron dev, the CuTe DSL, torch, kernels), so a test can check 
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import textwrap
@@ -191,8 +192,11 @@ def fake_te(site: FakeSite, version: str = "2.16.1", *, dists: dict | None = Non
 
 
 def fake_megatron_dev(site: FakeSite, *, cp_partition_mode: bool = True, backend_knob: str = "dsa_kernel_backend",
-                      commit: str = "fd1121b8ff7e3a4f83a28d35aed172d7bc0260e1", kwargs_init: bool = False) -> None:
-    """A Megatron-LM dev tree: the files and dataclass fields the rules read (dev reports 0.19.0)."""
+                      commit: str = "fd1121b8ff7e3a4f83a28d35aed172d7bc0260e1", kwargs_init: bool = False,
+                      compressor_gate: str = "d48bd6be") -> None:
+    """A Megatron-LM dev tree: the files and dataclass fields the rules read (dev reports 0.19.0). `compressor_gate`:
+    the fused compressor's CC gate as d48bd6be (`== (10, 0)`, non-pre-grouped input only) or 88a285f0 (major >= 10,
+    CP pre-grouped buffers too) write it."""
     d = site.dist("megatron-core", "0.19.0")
     (d / "direct_url.json").write_text(
         '{"url": "https://github.com/NVIDIA/Megatron-LM.git", "vcs_info": {"vcs": "git", "commit_id": "%s"}}' % commit)
@@ -238,8 +242,44 @@ def fake_megatron_dev(site: FakeSite, *, cp_partition_mode: bool = True, backend
     site.file(eav + "csa.py", "class CompressedSparseAttention:\n    pass\n")
     site.file(eav + "csa_utils/__init__.py", "")
     site.file(eav + "csa_utils/cp_layout_kernels.py", "_CUTE_AVAILABLE = False\n")
-    site.file(eav + "csa_utils/fused_compressor.py", "_SUPPORTED_COMPUTE_CAPABILITY = (10, 0)\n")
+    site.file(eav + "csa_utils/fused_compressor.py", FUSED_COMPRESSOR_GATES[compressor_gate])
     site.file("megatron/core/context_parallel_layout/__init__.py", "")
+
+
+# The lines of Megatron-LM's csa_utils/fused_compressor.py that gate the fused path, verbatim (d48bd6be: L21, L74,
+# L146; 88a285f0: its docstring's CP sentence, the constant and the comparison).
+FUSED_COMPRESSOR_GATES = {
+    "d48bd6be": '''"""Dispatch shim for the fused CSA/HCA ``Compressor`` gated-pooling kernels.
+
+details): for the THD packed, non-pre-grouped path, the chain gather-index build ->
+"""
+import torch
+
+_SUPPORTED_COMPUTE_CAPABILITY = (10, 0)
+
+
+def fused_compressor_available(device=None):
+    index = torch.cuda.current_device()
+    supported = torch.cuda.get_device_capability(index) == _SUPPORTED_COMPUTE_CAPABILITY
+    return supported
+''',
+    "88a285f0": '''"""Dispatch shim for the fused CSA/HCA ``Compressor`` gated-pooling kernels.
+
+zero-init) instead of ~40 forward / ~50 backward eager launches. CP pre-grouped buffers
+reuse the same API with local token/group prefixes emitted by their compaction kernel;
+"""
+import torch
+
+_MINIMUM_COMPUTE_CAPABILITY_MAJOR = 10
+
+
+def fused_compressor_available(device=None):
+    index = torch.cuda.current_device()
+    capability = torch.cuda.get_device_capability(index)
+    supported = capability[0] >= _MINIMUM_COMPUTE_CAPABILITY_MAJOR
+    return supported
+''',
+}
 
 
 def fake_kernel(site: FakeSite, module: str, dist: str, attr: str | None, version: str = "1.0.0") -> None:
@@ -385,8 +425,11 @@ class Env:
     def apply(self, command: str) -> None:
         """Carry out one printed fix command on this environment."""
         words = shlex.split(command)
+        while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+            words.pop(0)  # the environment a build step runs with (FlashMLA's CPLUS_INCLUDE_PATH, SM flags)
         assert words[0] == "pip", command
-        names = [w for w in words[2:] if not w.startswith("-")]
+        takes_value = {"--index-url", "--extra-index-url", "-c", "--constraint"}
+        names = [w for i, w in enumerate(words[2:], 2) if not w.startswith("-") and words[i - 1] not in takes_value]
         if words[1] == "uninstall":
             for name in names:
                 comp = COMPONENT_OF.get(name)

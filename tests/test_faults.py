@@ -82,7 +82,8 @@ def test_missing_torch_is_a_failure_with_a_fix(bare_python):
     torch = run.check("torch.install")
     assert torch["status"] == "fail"
     assert torch["summary"] == "torch is not installed"
-    assert torch["fixes"][0]["commands"] == ["pip install torch==2.11.0"]
+    assert torch["fixes"][0]["commands"] == [
+        "pip install torch==2.11.0 --index-url https://download.pytorch.org/whl/cu130"]
     assert run.check("gpu.devices")["status"] == "skip"
     assert run.check("gpu.devices")["summary"].startswith("no GPU visible")
 

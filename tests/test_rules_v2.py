@@ -35,29 +35,31 @@ def test_flash_mla_from_main_fails_and_nv_dev_passes(tmp_path, bare_python):
     row = run(env, bare_python, "--only", "kernels.flash-mla").check("kernels.flash-mla")
     assert row["status"] == "fail" and "no indexer_topk parameter" in row["summary"]
     assert "unexpected keyword argument 'indexer_topk'" in row["summary"]
-    assert "nv_dev" in commands(row)[0]
+    assert "FlashMLA.git@b7643bd5" in commands(row)[0]  # nv_dev, pinned to its commit
     assert_fix_turns_green(env, bare_python, "kernels.flash-mla")
     ok = run(env, bare_python, "--only", "kernels.flash-mla").check("kernels.flash-mla")
     assert ok["evidence"]["params_from"] == "signature" and "indexer_topk" in ok["evidence"]["params"]
 
 
-def test_megatrons_dependency_error_is_quoted_once(tmp_path, bare_python):
-    """Found in review: its long sentence was in both cudnn-fe.version's and kernels.flash-mla's summaries (four
-    times in one text report). The frontend check quotes it, naming both packages as Megatron does; kernels.flash-mla
-    quotes it only where the frontend is there, so the sentence names flash_mla alone."""
+def test_each_part_of_megatrons_dependency_error_is_stated_once_by_its_own_check(tmp_path, bare_python):
+    """Megatron's one ValueError names every missing fused-DSA package; the frontend's part belongs to
+    cudnn-fe.version, FlashMLA's to kernels.flash-mla, and neither summary repeats the other's finding."""
     sentence = "requires fused DSA kernels, but the following packages are not available"
     report = run(Env(tmp_path), bare_python, "--no-smoke").report
     quoting = {c["id"]: c["summary"] for c in report["checks"] if sentence in c["summary"]}
-    assert list(quoting) == ["cudnn-fe.version"], quoting
-    assert ("flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev), cudnn-frontend DSA "
-            "(nvidia-cudnn-frontend[cutedsl]). Install them") in quoting["cudnn-fe.version"]
-    flash = next(c for c in report["checks"] if c["id"] == "kernels.flash-mla")
-    assert flash["status"] == "fail" and flash["summary"].startswith("flash_mla is not installed")
+    assert sorted(quoting) == ["cudnn-fe.version", "kernels.flash-mla"], quoting
+    assert "flash_mla" not in quoting["cudnn-fe.version"]
+    assert "cudnn-frontend DSA (nvidia-cudnn-frontend[cutedsl])" in quoting["cudnn-fe.version"]
+    assert "cudnn-frontend" not in quoting["kernels.flash-mla"]
+    assert quoting["kernels.flash-mla"].startswith("flash_mla is not installed. dsa_kernel_backend=cudnn requires")
+    version = next(c for c in report["checks"] if c["id"] == "cudnn-fe.version")
+    assert "see kernels.flash-mla" in version["details"]
     text = Env(tmp_path).doctor("check", "--no-smoke", python=bare_python).stdout
-    assert " ".join(text.split()).count(sentence) <= 2  # the summary line and the failure's details, one check
+    assert " ".join(text.split()).count("flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev)") <= 2
     with_frontend = run(Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0"), bare_python, "--only",
                         "kernels.flash-mla").check("kernels.flash-mla")
     assert with_frontend["summary"] == (
+        "flash_mla is not installed. "
         "dsa_kernel_backend=cudnn requires fused DSA kernels, but the following packages are not available: flash_mla "
         "(https://github.com/deepseek-ai/FlashMLA/tree/nv_dev). Install them or set dsa_kernel_backend=none to use the "
         "PyTorch fallback.")
@@ -207,6 +209,8 @@ def test_te_import_reads_the_library_that_lacks_the_symbol(tmp_path, bare_python
     assert "nvidia-cublas 13.1.0.3" in row["details"] and "does not export it" in row["details"]
     assert "ABI mismatch" not in row["details"]
     assert "nvidia-cublas>=13.2" in row["details"] and "cuda-toolkit==13.0.2" in row["details"]
+    assert "4. torch 2.15.0 from PyPI: it pins cuda-toolkit==13.2.2, which brings nvidia-cublas 13.4.1.3" in row[
+        "details"]
     assert commands(row) == ["pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]==2.12.0'"]
     provider = row["evidence"]["providers"][0]
     assert provider["exports"] is False and provider["owner"]["distribution"] == "nvidia-cublas"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import has_torch, run_doctor
-from fakes import (Env, fake_cudnn_dsa, fake_cutedsl, fake_flash_mla, fake_layout_kernels, fake_megatron_importable,
-                   fake_te)
+from fakes import (Env, fake_cudnn_dsa, fake_cutedsl, fake_flash_mla, fake_layout_kernels, fake_megatron_dev,
+                   fake_megatron_importable, fake_te)
 
 pytestmark = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
 
@@ -305,6 +305,9 @@ def test_at_cp1_the_indexer_still_sees_two_ranks_and_the_layout_kernels_skip(tmp
     runs = row["evidence"]["subruns"]
     assert runs["dsa"]["evidence"]["ranks_simulated"] == 2
     assert runs["layout"]["status"] == "skip" and "not used at CP 1" in runs["layout"]["summary"]
+    # the summary (what the text report prints) says what ran and why the rest did not
+    assert row["summary"].startswith("ran cuDNN-FE DSA indexer forward: "), row["summary"]
+    assert "Megatron CP layout kernels did not run: not used at CP 1" in row["summary"], row["summary"]
 
 
 @pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
@@ -366,7 +369,9 @@ def test_an_indexer_whose_output_equals_the_control_is_an_error(tmp_path):
 @pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
 def test_missing_packages_skip_to_their_rules_and_a_raising_call_fails(tmp_path):
     row = kernels(Env(tmp_path), "--cp", "2")
-    assert row["status"] == "skip", row["summary"]
+    # no DSv4 kernel ran: not a pass of the smoke, and the summary says why each did not run
+    assert row["status"] == "warn" and row["summary"].startswith("no DSv4 kernel ran"), row["summary"]
+    assert "DSA indexer forward did not run:" in row["summary"], row["summary"]
     runs = row["evidence"]["subruns"]
     assert "see cudnn-fe.version" in runs["dsa"]["summary"] and "see mcore.dsv4" in runs["layout"]["summary"]
     assert runs["csa"]["rule"] is None and runs["flashmla"]["rule"] == "kernels.flash-mla"
@@ -418,6 +423,19 @@ def test_the_csa_compressor_runs_for_a_b200_profile_at_cp1(tmp_path, mode, statu
         assert any("nvidia-cudnn-frontend" in c for f in row["fixes"] for c in f["commands"])
     if mode == "sticky-ape":
         assert ev["control_error"] == 0.0
+
+
+@pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays near 120 s on 2 cores
+@pytest.mark.parametrize("gate, status", [("d48bd6be", "skip"), ("88a285f0", "pass")])
+def test_the_csa_compressor_sub_run_follows_the_installed_megatron_gate_on_b300(tmp_path, gate, status):
+    """CC 10.3: d48bd6be's gate (== 10.0) keeps the eager compressor, so the sub-run says so; 88a285f0's (major >= 10)
+    uses the fused one, so it runs."""
+    env = Env(tmp_path).fake("fe", fake_cudnn_dsa, "ok", csa="ok")
+    env.fake("megatron", lambda s: fake_megatron_dev(s, compressor_gate=gate))
+    csa = kernels(env, "--cp", "1", "--gpu-arch", "10.3")["evidence"]["subruns"]["csa"]
+    assert csa["status"] == status, csa
+    if status == "skip":
+        assert "(compute capability == 10.0) rejects compute capability 10.3" in csa["summary"], csa
 
 
 def test_the_csa_stand_in_has_the_real_wheels_signature(tmp_path):

@@ -115,7 +115,7 @@ def test_the_fix_script_caps_descriptions_before_redacting_them():
     start = time.monotonic()
     script = fixplan.render_script(fixplan.build_plan(reports), "/usr/bin/python3", {}, "1", Redactor({}))
     assert time.monotonic() - start < 1.0
-    assert script.count("missing: req-0000-") == 20 and "pip install x19" in script
+    assert script.count("req-0000-") == 20 and "pip install x19" in script  # wrapped: on the line after "missing:"
 
 
 def test_a_fix_command_with_a_secret_is_withheld_whole_in_a_report():

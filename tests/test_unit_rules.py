@@ -161,7 +161,8 @@ def test_gpu_arch_follows_megatron_s_exact_compute_capability_tables():
     assert _arch("8.0", cp=1).status is Status.FAIL and "requires SM90+" in _arch("8.0").summary
     assert _arch("8.0", cp=1, backend="none").status is Status.WARN  # outside the tables, nothing rejects it
     sm103 = _arch("10.3", cp=2)
-    assert sm103.status is Status.PASS and "the eager compressor runs" in sm103.summary
+    assert sm103.status is Status.PASS and "88a285f0; d48bd6be's is == 10.0" in sm103.summary
+    assert ">= 1.28.0" in sm103.summary
     assert _arch("9.0", cp=4, detected="9.0").status is Status.PASS
     mismatch = _arch("10.0", cp=2, detected="9.0")
     assert mismatch.status is Status.WARN and "GPU 0 is CC 9.0" in mismatch.summary

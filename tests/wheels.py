@@ -21,13 +21,16 @@ PY312 = ["--python-version", "3.12", "--ignore-requires-python", "--platform", "
 WHEELS = {
     "nvidia-cudnn-frontend-1.26.0": ("nvidia-cudnn-frontend==1.26.0", []),
     "nvidia-cudnn-frontend-1.27.0": ("nvidia-cudnn-frontend==1.27.0", []),
+    # The first release whose CSA compressor accepts every CC major >= 10 (1.27.0 accepts (10, 0) only).
+    "nvidia-cudnn-frontend-1.28.0": ("nvidia-cudnn-frontend==1.28.0", []),
     # 1.32.0 requires nvidia-cutlass-dsl[cu13]>=4.8.0 unconditionally; with the 4.5.2 meta wheel below it is the
     # published state the fix planner must resolve.
     "nvidia-cudnn-frontend-1.32.0": ("nvidia-cudnn-frontend==1.32.0", []),
     "nvidia-cutlass-dsl-4.5.2": ("nvidia-cutlass-dsl==4.5.2", []),  # the 10 kB meta wheel, without its libraries
     "megatron-bridge-0.3.1": ("megatron-bridge==0.3.1", []),  # the last release for Python 3.11: no DSv4 bridge
     # 0.5.x and 0.6.x ship models/deepseek/deepseek_v4_bridge.py (Requires-Python <3.13,>=3.12): 0.5.1 turns the
-    # fused DSA kernels on for any CC >= 10, 0.6.2 only when `from cudnn import DSA` and FlashMLA import.
+    # fused DSA kernels on for any CC >= 10, 0.6.2 only when `from cudnn import DSA` and FlashMLA import; 0.5.1
+    # declares no fast-hadamard-transform floor, 0.6.2 >=1.1.0.
     "megatron-bridge-0.5.1": ("megatron-bridge==0.5.1", PY312),
     "megatron-bridge-0.6.2": ("megatron-bridge==0.6.2", PY312),
     "apache-tvm-ffi-0.1.9": ("apache-tvm-ffi==0.1.9", []),

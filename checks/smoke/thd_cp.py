@@ -41,7 +41,7 @@ RULE_FIXES = {
     "mcore.cp-partition-mode": lambda s: [fixes.mcore()], "mcore.dsv4": lambda s: [fixes.mcore()],
     "te.version": lambda s: [fixes.TE], "te.import": lambda s: [fixes.TE],
     "cutlass-dsl.import": lambda s: [fixes.cutlass(s)], "gpu.arch": lambda s: [fixes.SUPPORTED_GPU],
-    "kernels.flash-mla": lambda s: [fixes.FLASH_MLA], "kernels.fast-hadamard": lambda s: [fixes.FAST_HADAMARD],
+    "kernels.flash-mla": lambda s: [fixes.FLASH_MLA], "kernels.fast-hadamard": lambda s: [fixes.fast_hadamard(s)],
     "cudnn-fe.dsa": lambda s: [fixes.frontend_stack(s)], "cudnn-fe.version": lambda s: [fixes.frontend_stack(s)],
     "tvm-ffi.version": lambda s: [fixes.tvm_ffi(s)], "torch.install": lambda s: [fixes.torch(s)],
 }

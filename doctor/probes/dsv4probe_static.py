@@ -131,8 +131,9 @@ def parse_metadata(raw):
     fields = {}
     last = None
     for line in text.splitlines():
-        if not line.strip():
-            break  # the body (description) follows the first blank line
+        if not line:
+            break  # the body (description) follows the first empty line; a line of blanks is a folded one (a
+            # multi-line License field, as megatron-bridge 0.6.2 has, carries them), as the email parser reads it
         if line[:1] in (" ", "\t") and last is not None:
             fields[last][-1] += " " + line.strip()
             continue
@@ -302,6 +303,69 @@ def _attribute_reads(tree, owners):
     return {o: sorted(names) for o, names in found.items()}
 
 
+_GATE_NAME = "COMPUTE_CAPABILITY"
+_OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+
+
+def _literal(node):
+    """An int or a tuple of ints written in the source, else None."""
+    try:
+        value = ast.literal_eval(node)
+    except Exception:
+        return None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, tuple) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return list(value)
+    return None
+
+
+def _names_in(node):
+    return set(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+
+
+def capability_gates(tree):
+    """A module's compute-capability gate, as written: the module-level constants whose name says
+    COMPUTE_CAPABILITY (value and line), every comparison that uses one (operator, the other side, line), and the
+    f-strings that name one (their literal parts and expressions, to rebuild the message an error would carry)."""
+    constants = {}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) and node.value is not None else []
+        for target in targets:
+            if isinstance(target, ast.Name) and _GATE_NAME in target.id:
+                constants[target.id] = {"value": _literal(node.value), "lineno": node.lineno}
+    imported = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            imported.update(a.asname or a.name for a in node.names if _GATE_NAME in a.name)
+    known = set(constants) | imported
+    compares, messages = [], []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            left, right = node.left, node.comparators[0]
+            for mine, other, flip in ((right, left, False), (left, right, True)):
+                used = _names_in(mine) & known
+                if used and not (_names_in(other) & known):
+                    op = _OPS.get(type(node.ops[0]))
+                    if op and flip:
+                        op = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(op, op)
+                    compares.append({"constant": sorted(used)[0], "op": op, "subject": _unparse(other),
+                                     "constant_expr": _unparse(mine), "lineno": node.lineno})
+                    break
+        elif isinstance(node, ast.JoinedStr) and (_names_in(node) & known):
+            parts = []
+            for value in node.values:
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    parts.append({"text": value.value})
+                elif isinstance(value, ast.FormattedValue):
+                    parts.append({"expr": _unparse(value.value)})
+            messages.append({"parts": parts, "lineno": node.lineno})
+    return {"constants": constants, "imported": sorted(imported), "compares": compares, "messages": messages}
+
+
 def _function_facts(fn):
     """What a module-level function does, for rules read from code: the names it imports inside its body
     (`from cudnn import DSA` -> "cudnn:DSA"), the calls it makes, its comparisons and the exceptions it catches."""
@@ -381,6 +445,8 @@ def source_facts(module, needles, owners=(), attributes=()):
     result.update(classes=classes, functions=functions, names=names,
                   contains={needle: needle in text for needle in needles},
                   attributes=_attribute_reads(tree, owners))
+    if _GATE_NAME in text:
+        result["capability"] = capability_gates(tree)
     if attributes:
         result["assignments"] = _assignments(tree, attributes)
     return result

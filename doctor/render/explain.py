@@ -56,6 +56,11 @@ def _source(title: str, url: str, width: int) -> list[str]:
     return lines + ([f"    {url}"] if url else [])
 
 
+def _with_env(cmd, line: str) -> str:
+    """The command as it is run: its environment first (a withheld command stays the withheld comment)."""
+    return line if line.startswith("#") else cmd.env_prefix() + line
+
+
 def explain_text(c: Check, width: int = DEFAULT_WIDTH, redact: Redactor | None = None) -> str:
     """Redacted and cleaned piece by piece before it is wrapped (a wrap never splits a secret from the word that names
     it); each command is printed from its argv (`Redactor.command_line`) and never redacted again as a whole."""
@@ -74,7 +79,7 @@ def explain_text(c: Check, width: int = DEFAULT_WIDTH, redact: Redactor | None =
         for fix in c.fixes:
             tag = f" ({fix.phase.value}{', manual' if fix.manual else ''})"
             lines += _wrap(r(f"{fix.description}{tag}"), width, "  ", "    ")
-            lines += [f"    {red.command_line(cmd.argv)}" for cmd in fix.commands]  # never wrapped: copy-pastable
+            lines += [f"    {_with_env(cmd, red.command_line(cmd.argv))}" for cmd in fix.commands]  # never wrapped
             for note in fix.notes:
                 lines += _wrap(r(note), width, "    ", "      ")
         lines.append("")

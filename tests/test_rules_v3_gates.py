@@ -1,0 +1,81 @@
+"""Rulebook v3, the installed gates: the fused CSA compressor's CC gate read from the installed Megatron file (both
+styles upstream has shipped), the cuDNN frontend's accepted CCs read from its installed cudnn/csa/compressor files
+(real 1.27.0 and 1.28.0 wheels), and cudnn.csa judged on every profile."""
+
+from __future__ import annotations
+
+import pytest
+
+from fakes import Env, fake_megatron_dev, healthy
+from test_rules import commands, run
+
+FE_128_FIX = "pip install --force-reinstall --no-deps nvidia-cudnn-frontend==1.28.0"
+RAISES_103 = ("RuntimeError: CSA compressor requires compute capability (10, 0) (the only validated architecture so "
+              "far), found SM10.3 on cuda:0")
+
+
+def newer_gate(site):  # Megatron-LM 88a285f0: major >= 10, CP pre-grouped buffers too
+    fake_megatron_dev(site, compressor_gate="88a285f0")
+
+
+def csa(env: Env, python: str, *args: str) -> dict:
+    return run(env, python, "--only", "cudnn-fe.csa", *args).check("cudnn-fe.csa")
+
+
+def test_the_gates_are_read_from_the_installed_files(tmp_path, bare_python):
+    row = csa(healthy(tmp_path), bare_python, "--gpu-arch", "10.0")
+    assert row["status"] == "pass", row
+    gate = row["evidence"]["megatron_gate"]
+    assert gate["rule"] == "compute capability == 10.0" and gate["where"].endswith("fused_compressor.py:12")
+    fe = row["evidence"]["frontend_gate"]
+    assert fe["rule"] == "compute capability == 10.0" and fe["where"].endswith("cudnn/csa/compressor/api.py:324")
+    env = healthy(tmp_path).fake("megatron", newer_gate).wheel("fe", "nvidia-cudnn-frontend-1.28.0")
+    row = csa(env, bare_python, "--gpu-arch", "10.3")
+    assert row["status"] == "pass", row
+    assert row["evidence"]["megatron_gate"]["rule"] == "compute capability major >= 10"
+    assert row["evidence"]["frontend_gate"]["rule"] == "compute capability major >= 10"
+
+
+def test_cc_10_3_with_the_newer_gate_fails_on_frontend_1_27_with_its_exception_and_pins_1_28(tmp_path, bare_python):
+    env = healthy(tmp_path).fake("megatron", newer_gate)
+    row = csa(env, bare_python, "--gpu-arch", "10.3")
+    assert row["status"] == "fail", row
+    assert RAISES_103 in row["summary"]
+    assert FE_128_FIX in commands(row)
+    assert "1.28.0 is the first release" in row["details"]
+
+
+def test_cc_10_3_with_d48bd6bes_gate_is_a_note_not_a_pass(tmp_path, bare_python):
+    row = csa(healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0"), bare_python, "--gpu-arch", "10.3")
+    assert row["status"] == "skip"
+    assert "compute capability == 10.0" in row["summary"] and "rejects it" in row["summary"]
+    assert "nvidia-cudnn-frontend 1.26.0 has no cudnn.csa" in row["summary"]
+
+
+def test_frontend_1_26_with_the_cc_not_known_warns_naming_the_gpus(tmp_path, bare_python):
+    env = healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0")
+    row = csa(env, bare_python)
+    assert row["status"] == "warn", row
+    assert row["summary"].startswith("GPU arch not known")
+    assert "at CP 1 on B200/GB200 (10.0)" in row["summary"] and "has no cudnn.csa" in row["summary"]
+    row = csa(env.fake("megatron", newer_gate), bare_python, "--cp", "2")
+    assert row["status"] == "warn" and "B200/GB200 (10.0) and B300/GB300 (10.3)" in row["summary"]
+    assert "at CP 1" not in row["summary"]
+
+
+def test_frontend_1_27_with_the_cc_not_known_warns_where_its_gate_is_narrower(tmp_path, bare_python):
+    row = csa(healthy(tmp_path).fake("megatron", newer_gate), bare_python)
+    assert row["status"] == "warn", row
+    assert "on compute capability 10.3" in row["summary"] and RAISES_103 in row["summary"]
+    assert FE_128_FIX in commands(row)
+    assert csa(healthy(tmp_path), bare_python)["status"] == "pass"  # d48bd6be: 10.0 only, which 1.27.0 accepts
+
+
+@pytest.mark.parametrize("gate, status", [("d48bd6be", "skip"), ("88a285f0", "fail")])
+def test_cp_2_on_b200_follows_the_installed_dispatch(tmp_path, bare_python, gate, status):
+    env = healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0")
+    env.fake("megatron", lambda s: fake_megatron_dev(s, compressor_gate=gate))
+    row = csa(env, bare_python, "--gpu-arch", "10.0", "--cp", "2")
+    assert row["status"] == status, row
+    if status == "fail":
+        assert "has no cudnn.csa" in row["summary"]
