@@ -422,11 +422,18 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
                "connect_s": SETUP_S + join_s + verdict_s + ACK_S + RELEASE_S,
                "fingerprint_node": _fingerprint_node(env, report), "leader": True}
     timeout = SETUP_S + join_s + verdict_s + ACK_S + 2 * RELEASE_S + 30.0
-    own = fleetmerge.admit(0, report)
+    own_problem = None
+    try:
+        own = fleetmerge.admit(0, report)
+    except fleetmerge.BadReport as exc:  # the doctor's own rows: cannot happen unless a plugin slipped through
+        own_problem = f"rank 0's own report could not be merged: {exc}"
+        own = fleetmerge.admit(0, dict(report, checks=[]))
     exchange = Exchange(env, python, request, key, timeout)
     state: dict = {"others": {}, "problems": {}, "hints": {},
                    "info": {"scope": env.scope, "authenticated": key is not None, "mode": "store",
                             "fleet_checks": fleet_checks}}
+    if own_problem:
+        state["info"]["exchange_error"] = own_problem
     code = int(report["summary"]["exit_code"])
     signal_code = None
 

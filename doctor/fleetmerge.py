@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 
 from .model import (SEVERITY, CheckReport, ExitCode, Fix, Source, Status, counts, exit_code_for, overall_status)
+from .registry import CHECK_ID  # the ids a check can have; anything else from a rank is not a check row
 
 MAX_GROUPS = 20  # groups listed per check; the rest are counted
 MAX_DRIFT_ITEMS = 50
@@ -28,7 +28,6 @@ MAX_REPORT_BYTES = 4 * 1024 * 1024
 MAX_ROWS = 1000
 MAX_DEPTH = 24
 MAX_TEXT = 8000
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 
 FLEET_SOURCES = [
     Source("torch.distributed (TCPStore): the job's own launcher environment",
@@ -99,7 +98,7 @@ def _row_from(data, rank: int) -> CheckReport:
     if not isinstance(data, dict):
         raise BadReport("a check row is not an object")
     cid = data.get("id")
-    if not isinstance(cid, str) or not _ID.fullmatch(cid):
+    if not isinstance(cid, str) or not CHECK_ID.fullmatch(cid):
         raise BadReport(f"a check id is not a check id ({str(cid)[:40]!r})")
     try:
         status = Status(data.get("status"))
