@@ -399,6 +399,8 @@ def take_part(env: FleetEnv, report: dict, python: str, started: float, strict: 
     host-level checks with `rerun(ids, seconds)` before it reports. A rank that misses the timeline exits 1."""
     code = report["summary"]["exit_code"]
     key = fleet_key(os.environ)
+    if env.rank == 0 and code >= 128:  # interrupted during its own checks: its report now, no waiting for others
+        return _rank0_interrupted(env, report, strict, deliver, fleet_checks, key, code)
     if env.rank == 0:
         return _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize, fleet_checks, key)
     if code >= 128:  # interrupted before the exchange: leave now, rank 0 names this rank
@@ -495,6 +497,7 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
                                      "then are listed as missing, and no verdict was sent", interrupted=name,
                              missing_why=f"not heard from before {name}")
         out, verdict = merged()
+        out["summary"]["exit_code"] = signal_code  # as a single-host report cut short by a signal says
     except Exception as exc:  # the doctor's own side broke: the report still goes out
         exchange.close()
         state["info"].update(exchange_error=f"{type(exc).__name__}: {exc}"[:600],
@@ -531,6 +534,22 @@ def _admit_while_gathering(exchange: Exchange, state: dict, world: int, until: f
             return exchange.read("gathered.json")
         time.sleep(0.1)
     return None
+
+
+def _rank0_interrupted(env, report, strict, deliver, fleet_checks, key, code: int) -> int:
+    from . import fleetmerge
+    from .session import GATE
+
+    name = str(report["summary"].get("interrupted") or "a signal")
+    info = {"scope": env.scope, "authenticated": key is not None, "fleet_checks": fleet_checks, "interrupted": name,
+            "partial": f"interrupted by {name} before the fleet exchange: only rank 0's own results are here"}
+    problems = {r: f"not heard from: rank 0 was interrupted by {name} first" for r in range(1, env.world_size)}
+    own = fleetmerge.admit(0, report)
+    merged, _ = fleetmerge.merge(own, {}, env.world_size, problems, strict, info)
+    merged["summary"]["exit_code"] = code
+    with GATE.critical():
+        deliver(merged)
+    return code
 
 
 def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -> None:

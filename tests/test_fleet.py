@@ -551,7 +551,7 @@ def test_sigterm_during_the_exchange_still_writes_rank_0_s_report(tmp_path):
     assert proc.returncode == 143, err[-1000:]
     report = validate(json.loads(out.read_text()))
     assert 1 in _missing(report) and "interrupted by SIGTERM" in report["summary"]["partial"]
-    assert report["summary"]["exit_code"] == 1 and report["summary"]["interrupted"] == "SIGTERM"
+    assert report["summary"]["exit_code"] == 143 and report["summary"]["interrupted"] == "SIGTERM"
 
 
 @needs_torch
