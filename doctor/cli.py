@@ -296,6 +296,7 @@ def _fleet_env(args, profile: Profile):
     env = fleet.detect(os.environ, getattr(args, "distributed", "off"), getattr(args, "fleet_port", None))
     if env is None:
         return None, profile
+    fleet.fleet_key(os.environ)  # an unreadable secret file is a usage error now, not after the checks
     return env, replace(profile, fleet=fleet.profile_fields(env, fleet.host_label(args.anonymize_hosts, env)))
 
 
