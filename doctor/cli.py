@@ -117,12 +117,13 @@ def _fleet_options(p: argparse.ArgumentParser) -> None:
                    help="Run single-host even under torchrun or srun.")
     g.add_argument("--fleet-port", type=int, metavar="PORT",
                    help="The port rank 0 serves the exchange on (default MASTER_PORT + 1, so the job's own port "
-                        "stays free).")
+                        "stays free; in an srun step without MASTER_PORT, a port derived from the job and step ids).")
     g.add_argument("--fleet-wait", type=_timeout, metavar="S",
-                   help="Seconds the other ranks have to join, counted once rank 0's exchange helper has torch and "
-                        "hosts the store (default: the rest of the run's time budget plus 15 s of launcher skew).")
+                   help="Seconds the other ranks have to report, counted once rank 0's exchange helper hosts the "
+                        "store (default: the rest of the run's time budget plus 15 s of launcher skew, plus one "
+                        "more budget when a rank may run its host-level checks itself).")
     g.add_argument("--anonymize-hosts", action="store_true",
-                   help="Name hosts by a stable hash instead of their hostname.")
+                   help="Name hosts in the fleet report by a salted hash (one salt per run) instead of their name.")
     g.add_argument("--verbose-ranks", action="store_true",
                    help="Every rank other than 0 also prints its own report to stderr (by default they print "
                         "nothing).")
@@ -196,6 +197,7 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     smoke = sub.add_parser("smoke", help="Run only the smoke forward.", epilog=EXIT_CODES_HELP)
     _profile_options(smoke)
     _report_options(smoke)
+    _fleet_options(smoke)
     smoke.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                        help="auto: the GPU when torch sees one, else the CPU.")
     _kernel_cache_option(smoke)
@@ -256,6 +258,7 @@ def cmd_check(args, smoke: bool = False) -> int:
         smoke_mode = "off" if args.no_smoke else ("on" if args.device == "cpu" else "auto")
         profile = profile_from_options(args, smoke_mode, job_argv)
     env, profile = _fleet_env(args, profile)
+    only, fleet_checks = _fleet_selection(env, only, skip)
     started = time.monotonic()
     progress = args.format == "text" and isatty(sys.stderr) and (env is None or env.rank == 0)
     ran: dict = {}
@@ -265,7 +268,41 @@ def cmd_check(args, smoke: bool = False) -> int:
     from .fleet import take_part
 
     return take_part(env, report, ran["python"], started, strict, lambda merged: emit(merged, args.format, args.output),
-                     args.fleet_wait, args.verbose_ranks)
+                     args.fleet_wait, args.verbose_ranks, _rerun(args, profile, skip, strict), args.anonymize_hosts,
+                     fleet_checks)
+
+
+def _fleet_selection(env, only: list[str], skip: list[str]) -> tuple[list[str], tuple[str, ...]]:
+    """--only / --skip of the fleet rows, which the merge writes: (the --only the ranks' own runs take, the fleet
+    rows the merge writes). `--only fleet.drift` alone still runs the cheapest check, python.version, since a rank's
+    run is what gives its fingerprint."""
+    import fnmatch
+
+    from .fleet import FLEET_CHECKS
+
+    if env is None:
+        return only, FLEET_CHECKS
+    named = [p for p in only if fnmatch.filter(FLEET_CHECKS, p)]
+    rest = [p for p in only if not p.startswith("fleet.")]
+    chosen = [c for c in FLEET_CHECKS if not named or any(fnmatch.fnmatchcase(c, p) for p in named)]
+    chosen = [c for c in chosen if not any(fnmatch.fnmatchcase(c, p) for p in skip)]
+    if only and not rest:
+        rest = ["python.version"]
+    return rest, tuple(chosen)
+
+
+def _rerun(args, profile: Profile, skip: list[str], strict: bool):
+    """For a rank whose packages differ from its host's local rank 0's: its host-level checks, run here, within the
+    seconds the fleet's timeline leaves (each probe gets at most half of them, less the checks' margins)."""
+    import copy
+
+    def rerun(ids: list[str], seconds: float) -> dict:
+        sub = copy.copy(args)
+        sub.timeout = max(5.0, min(float(args.timeout), (seconds - 15.0) / 2))
+        own = replace(profile, fleet=dict(profile.fleet or {}, own_host_checks=True))
+        return run_report(sub, own, ids, [p for p in skip if not p.startswith("fleet.")], strict, progress=False)
+
+    return rerun
 
 
 def _fleet_env(args, profile: Profile):
@@ -275,7 +312,8 @@ def _fleet_env(args, profile: Profile):
     env = fleet.detect(os.environ, getattr(args, "distributed", "off"), getattr(args, "fleet_port", None))
     if env is None:
         return None, profile
-    return env, replace(profile, fleet=fleet.profile_fields(env, fleet.host_label(args.anonymize_hosts)))
+    fleet.fleet_key(os.environ)  # an unreadable secret file is a usage error now, not after the checks
+    return env, replace(profile, fleet=fleet.profile_fields(env, fleet.host_label(args.anonymize_hosts, env)))
 
 
 @contextlib.contextmanager
@@ -385,13 +423,15 @@ def cmd_preflight(args) -> int:
     started = time.monotonic()
     ran: dict = {}
     only, skip = _ids(args.only, "--only"), _ids(args.skip, "--skip")
+    only, fleet_checks = _fleet_selection(env, only, skip)
     report = run_report(args, profile, only, skip, args.strict, progress=False, keep=ran)
     if env is not None:
         # Rank 0 writes the fleet's report; every rank execs only when the whole fleet passed.
         from .fleet import take_part
 
         code = take_part(env, report, ran["python"], started, args.strict,
-                         lambda merged: _preflight_report(args, merged), args.fleet_wait, args.verbose_ranks)
+                         lambda merged: _preflight_report(args, merged), args.fleet_wait, args.verbose_ranks,
+                         _rerun(args, profile, skip, args.strict), args.anonymize_hosts, fleet_checks)
     else:
         code = _preflight_report(args, report)
     if code >= 128:

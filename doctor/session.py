@@ -488,7 +488,10 @@ class Session:
         return self._outcome(profile, reports, start, budget, interrupted=signal.Signals(exc.signum).name)
 
     def _outcome(self, profile, reports, start, budget, interrupted=None) -> Outcome:
-        static = self.pool.result(self.static_probe, 0) if self.static_probe else None
+        # A fleet rank's fingerprint needs its static facts: wait for them within the run's deadline (with --only
+        # and a quick check, the report was otherwise built before the static probe answered).
+        wait = max(0.0, start + budget - time.monotonic()) if profile.fleet and interrupted is None else 0
+        static = self.pool.result(self.static_probe, wait) if self.static_probe else None
         plugins = list(self.registry.builtins) + list(self.registry.plugins) if self.registry else []
         rows = sorted(reports + plugin_error_rows(self.registry.plugins if self.registry else []),
                       key=lambda r: r.id)
