@@ -599,11 +599,10 @@ def _note_unacknowledged(out: dict, missed: list[int]) -> None:
 
 
 def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int:
-    import contextlib
-    import sys
 
     from .model import ExitCode
     from .render import output_width, render
+    from .render.output import write_stderr
     from .session import GATE
 
     budget = float(report["summary"].get("budget_s") or 60.0)
@@ -652,8 +651,7 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
             _say(f"== rank {env.rank} of {env.world_size} ({host_of(report)}): its own report"
                  + (" (it ran its host-level checks itself: its packages differ from its local rank 0's)"
                     if ran_own else "") + " ==")
-            with contextlib.suppress(OSError, ValueError, AttributeError):
-                sys.stderr.write(render(report, "text", width=output_width(False)))
+            write_stderr(render(report, "text", width=output_width(False)))
         return int(answer["exit_code"])
     why = answer.get("missed") or answer.get("error") or "no verdict"
     _say(f"dsv4-doctor (rank {env.rank} of {env.world_size}): not starting: this rank did not take the fleet's "
@@ -661,8 +659,7 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
     stderr = answer.get("stderr") or (exchange_tail if answer.get("error") else "")
     if stderr:
         _say("  " + str(stderr).strip()[-2000:].replace("\n", "\n  "))
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        sys.stderr.write(render(report, "text", width=output_width(False)))
+    write_stderr(render(report, "text", width=output_width(False)))
     _say(f"dsv4-doctor (rank {env.rank}): exit 1, because this rank could not take the fleet's verdict")
     return int(ExitCode.FAILED)
 
@@ -674,18 +671,9 @@ def host_of(report: dict) -> str:
 
 
 def _say(message: str) -> None:
-    """A fleet-mode line on stderr, cleaned and redacted as the report is (a rank's import error can carry
-    terminal escapes, a workflow command, a token)."""
-    import sys
+    """A fleet-mode line on stderr, cleaned, redacted and bounded as every other output is (a rank's import error
+    can carry terminal escapes, a workflow command, a token): the output layer's say, line by line."""
+    from .render.output import say
 
-    from .redact import Redactor, clean_text
-
-    if sys.stderr is None:
-        return
-    redact = Redactor()
-    text = "\n".join(clean_text(redact.text(line)) for line in message.split("\n"))
-    try:
-        sys.stderr.write(text + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    for line in message.split("\n"):
+        say(line)

@@ -75,13 +75,16 @@ def hostile_report(passing: bool = False) -> tuple[dict, list]:
 
 
 def fleet_merge(reports: dict[int, dict]) -> dict:
-    """Rank reports merged as rank 0 does it: fleetmerge.merge in the exchange helper, then sanitize and redact in
-    the doctor (doctor/fleet.py). Where the merge moves into the doctor process, call that entry point here."""
-    from dsv4_doctor.probes import fleetmerge
-    from dsv4_doctor.redact import Redactor, sanitize
+    """Rank reports merged as rank 0 does it, in the doctor process: each admitted (validated, bounded) from its
+    bytes as the store delivers them (rank 0's own as its dict), then doctor/fleetmerge.py's merge."""
+    import json
 
-    merged, _verdict = fleetmerge.merge(reports, len(reports), [], False, 1.0)
-    return Redactor()(sanitize(merged))
+    from dsv4_doctor import fleetmerge
+
+    own = fleetmerge.admit(0, reports[0])
+    others = {r: fleetmerge.admit(r, json.dumps(rep).encode()) for r, rep in reports.items() if r != 0}
+    merged, _code = fleetmerge.merge(own, others, len(reports), {}, False)
+    return merged
 
 
 def full_pipe() -> tuple[int, int]:
