@@ -336,12 +336,72 @@ def test_metadata_whose_headers_pass_the_read_limit_is_unreadable_not_passed():
 def test_a_source_over_the_read_limit_is_said_truncated_and_not_judged(tmp_path, monkeypatch):
     from dsv4_doctor.probes import dsv4probe_static as static
 
-    (tmp_path / "bigmod.py").write_text("def gate(x):\n    return x\n" + "# padding\n" * 2000)
+    (tmp_path / "bigmod.py").write_text("def gate(x):\n    return x\n" + "PAD = 0\n" * 2000)
     monkeypatch.setattr(static, "SOURCE_LIMIT", 1024)
     monkeypatch.syspath_prepend(str(tmp_path))
-    facts = static.source_facts("bigmod", ["gate"])
-    assert facts["truncated"] is True and "source truncated" in facts["error"]
-    assert "functions" not in facts and "contains" not in facts  # nothing a rule could pass on
+    facts = static.source_facts("bigmod", ["gate", "absent_needle"])
+    assert facts["truncated"] is True and "source truncated" in facts["error"] and "rest not judged" in facts["error"]
+    # The signature before the bound is read; a needle not seen there is not said to be absent.
+    assert facts["functions"]["gate"]["params"] == ["x"]
+    assert facts["contains"] == {"gate": True}
+    assert "sha256" not in facts  # not the file's hash: the file was not read whole
+
+
+def test_a_source_cut_inside_a_long_string_backs_off_to_a_cut_that_parses(tmp_path, monkeypatch):
+    from dsv4_doctor.probes import dsv4probe_static as static
+
+    body = 'def flash_mla_sparse_fwd(q, kv, indexer_topk):\n    pass\n\n\nDOC = """\n' + "x = 1\n" * 150 + '"""\n'
+    (tmp_path / "cutmod.py").write_text(body + "def later():\n    pass\n" * 50)
+    monkeypatch.setattr(static, "SOURCE_LIMIT", len(body) - 100)  # the cut falls inside DOC's string
+    monkeypatch.syspath_prepend(str(tmp_path))
+    facts = static.source_facts("cutmod", [])
+    assert facts["functions"]["flash_mla_sparse_fwd"]["params"] == ["q", "kv", "indexer_topk"]
+    assert "later" not in facts["functions"] and facts["read_bytes"] < len(body)
+
+
+def test_a_source_with_no_whole_statement_before_the_bound_is_not_judged(tmp_path, monkeypatch):
+    from dsv4_doctor.probes import dsv4probe_static as static
+
+    (tmp_path / "onebig.py").write_text("X = [\n" + "    1,\n" * 500 + "]\n")
+    monkeypatch.setattr(static, "SOURCE_LIMIT", 1024)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    facts = static.source_facts("onebig", ["X"])
+    assert "parsed; not judged" in facts["error"] and "functions" not in facts and "contains" not in facts
+
+
+def test_verl_markers_not_found_in_a_truncated_source_are_not_known_missing():
+    """A verl file over the read limit failed as "lacks the contiguous CP layout" on markers it never read."""
+    import types
+
+    from dsv4_doctor.facts import StaticFacts
+    from dsv4_doctor.model import Profile
+    from checks.verl import ENGINE, REPLAY, UTIL, verl_cp_layout
+
+    whole = {"found": True, "path": "x.py", "error": None, "classes": {}, "functions": {}, "names": [],
+             "contains": {}}
+    cut = dict(whole, truncated=True, error="source truncated: larger than the 8388608-byte read limit")
+    static = StaticFacts({"modules": {"verl": {"found": True}},
+                          "sources": {UTIL: cut, ENGINE: whole, REPLAY: whole}})
+    result = verl_cp_layout.run(types.SimpleNamespace(profile=Profile(cp=2), static=static))
+    assert result.status.value == "error" and "cannot tell" in result.summary, result
+
+
+def test_mbridge_dispatcher_not_found_in_an_unread_source_is_not_known():
+    """A bridge file not read whole was said to default to alltoall on a needle it never saw."""
+    import types
+
+    from dsv4_doctor.facts import StaticFacts
+    from dsv4_doctor.model import Profile
+    from checks.mbridge import BRIDGES, mbridge_dsv4
+
+    cut = {"found": True, "path": "b.py", "truncated": True, "error": "source truncated: larger than the read limit",
+           "classes": {}, "functions": {}, "names": [], "contains": {}}
+    static = StaticFacts({"modules": {"verl": {"found": True}, "megatron.bridge": {"found": True},
+                                      BRIDGES[0]: {"found": True}},
+                          "sources": {BRIDGES[0]: cut}})
+    result = mbridge_dsv4.run(types.SimpleNamespace(profile=Profile(), static=static))
+    assert result.evidence["default_dispatcher"].startswith("not known"), result
+    assert "alltoall" not in result.summary
 
 
 # --- end to end -------------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import platform
 import re
 import stat
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under PYTHONSAFEPATH / -P
 from dsv4probe_common import error_info, serve
@@ -435,6 +436,30 @@ def _assignments(tree, attributes):
     return out[:20]
 
 
+# A top-level statement starts a line with neither indentation nor a closing bracket; a cut just before one ends
+# the statements above it (a comment line does not: a body may go on after one), unless the line sits inside a
+# string or a bracket: then the parse fails and an earlier cut is tried, further back each time (1, 4, 16 ... lines
+# of such starts), since a cut inside a long string fails at every line of it. Few tries: each parses up to the
+# read limit (seconds on a loaded host for 8 MiB), so no try starts past _PREFIX_SECONDS.
+_TOP_LEVEL_LINE = re.compile(rb"\n(?=[A-Za-z_@])")
+_PREFIX_TRIES = 6
+_PREFIX_SECONDS = 10.0
+
+
+def parse_prefix(raw, path):
+    """(the longest prefix of a cut-off source that ends a top-level statement and parses, its ast) or (b"", None)."""
+    cuts = [m.start() + 1 for m in _TOP_LEVEL_LINE.finditer(raw)]
+    tried, start = 0, time.monotonic()
+    while cuts and tried < _PREFIX_TRIES and (tried == 0 or time.monotonic() - start < _PREFIX_SECONDS):
+        cut = cuts.pop()
+        tried += 1
+        try:
+            return raw[:cut], ast.parse(raw[:cut], filename=path)
+        except (SyntaxError, ValueError, UnicodeDecodeError):
+            del cuts[len(cuts) - min(len(cuts) - 1, (1 << (2 * (tried - 1))) - 1):]  # the first cut stays
+    return b"", None
+
+
 def source_facts(module, needles, owners=(), attributes=()):
     where = locate_module(module)
     if not where.get("found"):
@@ -449,17 +474,24 @@ def source_facts(module, needles, owners=(), attributes=()):
         result["error"] = "%s: %s" % (type(exc).__name__, exc)
         return result
     if size > len(raw):
-        # A module cut at the bound does not parse, and what it holds past the bound is not known: no rule judges it.
-        result["error"] = "source truncated: larger than the %d-byte read limit (%d bytes); not judged" % (
-            SOURCE_LIMIT, size)
+        # What lies past the bound is not known, so `error` stays set: a rule that needs the whole file does not
+        # judge it. The definitions before the bound are still read: a signature found there is a fact.
         result["truncated"] = True
-        return result
-    try:
-        tree = ast.parse(raw, filename=path)
-    except (SyntaxError, ValueError, UnicodeDecodeError) as exc:  # includes non-UTF-8 without a coding cookie
-        result["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
-        return result
-    result["sha256"] = hashlib.sha256(raw).hexdigest()
+        raw, tree = parse_prefix(raw, path)
+        result["read_bytes"] = len(raw)
+        read = ("its first %d bytes (%d lines) were read, the rest not judged" % (len(raw), raw.count(b"\n"))
+                if tree is not None else "no run of whole statements before it parsed; not judged")
+        result["error"] = "source truncated: larger than the %d-byte read limit (%d bytes); %s" % (
+            SOURCE_LIMIT, size, read)
+        if tree is None:
+            return result
+    else:
+        try:
+            tree = ast.parse(raw, filename=path)
+        except (SyntaxError, ValueError, UnicodeDecodeError) as exc:  # includes non-UTF-8 without a coding cookie
+            result["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+            return result
+        result["sha256"] = hashlib.sha256(raw).hexdigest()
     text = raw.decode("utf-8", errors="replace")
     classes, functions, names = {}, {}, []
     for node in tree.body:
@@ -474,7 +506,8 @@ def source_facts(module, needles, owners=(), attributes=()):
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.append(node.target.id)
     result.update(classes=classes, functions=functions, names=names,
-                  contains={needle: needle in text for needle in needles},
+                  contains={needle: True for needle in needles if needle in text} if result.get("truncated")
+                  else {needle: needle in text for needle in needles},
                   attributes=_attribute_reads(tree, owners))
     if _GATE_NAME in text:
         result["capability"] = capability_gates(tree)
