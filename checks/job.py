@@ -17,6 +17,7 @@ from dsv4_doctor.model import Check, Context, Fix, Phase, Profile, Result, Sourc
 from dsv4_doctor.probes import StaticRequest
 
 from dsv4_doctor.jobsettings import ROUNDING
+from dsv4_doctor.jobshape import entry_shown
 
 from ._upstream import EAV, gh, mlm, pypi
 from .verl import ENGINE as VERL_ENGINE
@@ -158,7 +159,7 @@ def _cp_args(ctx: Context) -> Result:
     job = _job(ctx)
     roles = roles_to_check(job)
     if not roles:
-        return skipped(_not_read(job), evidence={"entry": job.get("entry")})
+        return skipped(_not_read(job), evidence={"entry": entry_shown(job.get("entry"))})
     auto, why_auto = _verl_sets_cp(ctx, job)
     fails, warns, notes, fixes, unknown = [], [], [], [], []
     in_file = _maybe_in_file(job)

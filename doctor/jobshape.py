@@ -163,6 +163,30 @@ def shape(argv: Sequence[str], max_words: int = MAX_WORDS) -> str:
     return line + (f" … ({len(argv)} words in all)" if len(words) > max_words or len(argv) > len(words) else "")
 
 
+# Environment names whose values the job checks read (job.env): shown when they are one plain word.
+HARMLESS_ENV = frozenset({"NCCL_NVLS_ENABLE", "CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_MNNVL_ENABLE"})
+
+
+def entry_shown(word: object) -> str | None:
+    """The job's program, script or module as a report carries it: the word when it is a plain name redaction
+    leaves alone, else HIDDEN."""
+    if word is None:
+        return None
+    return word if isinstance(word, str) and _safe_name(word, _PROGRAM) else HIDDEN
+
+
+def job_shown(job: dict) -> dict:
+    """The parsed job as a report carries it (`profile.job`): its entry by shape and each `env K=V` value HIDDEN
+    unless K is one the doctor reads and the value one plain word; the checks read the parsed job itself."""
+    out = dict(job)
+    if "entry" in out:
+        out["entry"] = entry_shown(out["entry"])
+    env = out.get("env")
+    if isinstance(env, dict):
+        out["env"] = {k: _value(k in HARMLESS_ENV, v) if isinstance(v, str) else HIDDEN for k, v in env.items()}
+    return out
+
+
 def shape_program(word: str) -> str:
     """A program name as the doctor may print it."""
     return repr(word) if _safe_name(word, _PROGRAM) else HIDDEN

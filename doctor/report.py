@@ -83,6 +83,15 @@ def environment(target: dict, static: dict | None, python: str) -> dict:
     }
 
 
+def _profile_shown(profile: dict) -> dict:
+    """The profile as a report carries it: the job command's values by shape (jobshape.job_shown)."""
+    from .jobshape import job_shown
+
+    if isinstance(profile.get("job"), dict):
+        profile = dict(profile, job=job_shown(profile["job"]))
+    return profile
+
+
 def assemble(profile: Profile | dict, checks: Sequence[CheckReport], plugins: Sequence, env: dict, strict: bool,
              duration_s: float, budget_s: float | None = None, interrupted: str | None = None) -> dict:
     """The report dict, redacted and cleaned: the only thing renderers ever see."""
@@ -104,7 +113,7 @@ def assemble(profile: Profile | dict, checks: Sequence[CheckReport], plugins: Se
         "schema": SCHEMA,
         "doctor": {"name": "dsv4-doctor", "version": __version__},
         "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
-        "profile": profile.to_dict() if isinstance(profile, Profile) else dict(profile),
+        "profile": _profile_shown(profile.to_dict() if isinstance(profile, Profile) else dict(profile)),
         "environment": env,
         "plugins": [p.to_dict() for p in plugins],
         "summary": summary,

@@ -404,6 +404,21 @@ def test_mbridge_dispatcher_not_found_in_an_unread_source_is_not_known():
     assert "alltoall" not in result.summary
 
 
+def test_the_report_carries_the_job_entry_and_env_values_by_shape():
+    """profile.job.env listed `env K=V` values verbatim (report-wide redaction masks only secret-looking ones), and
+    profile.job.entry the program word whatever it held."""
+    from dsv4_doctor.jobargs import parse
+    from dsv4_doctor.report import assemble
+
+    job = parse(["env", "SIGNED_URL=https://h/x?sig=abc123def", "NCCL_NVLS_ENABLE=0",
+                          "/opt/my dir/\x1b[31mtrain.py", "x=1"]).to_dict()
+    report = assemble({"cp": 1, "job": job}, [], [], {}, False, 0.0)
+    shown = report["profile"]["job"]
+    assert shown["env"] == {"SIGNED_URL": "…", "NCCL_NVLS_ENABLE": "0"} and shown["entry"] == "…"
+    assert "abc123def" not in json.dumps(report) and "train.py" not in json.dumps(report)
+    assert job["env"]["SIGNED_URL"].endswith("abc123def")  # the checks still read the parsed job
+
+
 # --- end to end -------------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
