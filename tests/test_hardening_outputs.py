@@ -419,6 +419,30 @@ def test_the_report_carries_the_job_entry_and_env_values_by_shape():
     assert job["env"]["SIGNED_URL"].endswith("abc123def")  # the checks still read the parsed job
 
 
+def test_apply_echoes_a_withheld_command_with_the_secret_masked_and_runs_the_real_one(tmp_path, monkeypatch, capfd):
+    """README: a step whose command holds a secret is withheld in the script, echoed masked, run with its value."""
+    from dsv4_doctor import fixplan
+    from dsv4_doctor.model import CheckReport, Fix, Status
+    from dsv4_doctor.procs import Processes
+    from dsv4_doctor.redact import Redactor
+
+    record = tmp_path / "argv"
+    target = tmp_path / "python"  # stands in for the target interpreter: records the argv pip would get
+    target.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {record}\n")
+    target.chmod(0o755)
+    url = "https://builder:ghp_abcdefghijklmnopqrstuvwxyz0123456789@pypi.example.com/simple"
+    reports = [CheckReport(id="tvm-ffi.version", title="t", status=Status.FAIL, summary="s",
+                           fixes=[Fix("tvm", [["pip", "install", "--index-url", url, "apache-tvm-ffi==0.1.11"]])])]
+    plan = fixplan.build_plan(reports)
+    monkeypatch.delenv("PIP_NO_INDEX", raising=False)
+    redact = Redactor()
+    script = fixplan.render_script(plan, str(target), {}, "0", redact)
+    assert "ghp_abc" not in script and "held a secret" in script
+    assert fixplan.apply(plan, str(target), Processes(), redact) == (1, 0)
+    echo = capfd.readouterr().err
+    assert "+ " in echo and "ghp_abc" not in echo and "REDACTED" in echo, echo
+    assert url in record.read_text().split("\n")  # run with the real value
+
 # --- end to end -------------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
