@@ -156,7 +156,8 @@ def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: st
 
     def command_line(cmd: Command) -> str:
         """The command, or a comment when redaction had to change it (it holds a secret): Redactor.command."""
-        return WITHHELD if redact.command(cmd.argv) is None else pip_line(cmd)
+        words = [f"{name}={value}" for name, value in cmd.env] + list(cmd.argv)  # its environment is printed too
+        return WITHHELD if redact.command(words) is None else pip_line(cmd)
 
     shown = " ".join(f"{k}={v}" for k, v in profile.items() if k in ("cp", "dsa_backend", "gpu_arch")
                      and v is not None)
@@ -240,7 +241,7 @@ def apply(plan: Plan, python: str, procs, redact: Redactor | None = None,
                 return ran, 0
             argv = pip_argv(python, cmd)
             shown = shlex.join(redact.text(w) for w in argv)  # redact, then quote
-            write_stderr("+ " + clean_text(cap(cmd.env_prefix() + shown)) + "\n")
+            write_stderr("+ " + clean_text(cap(redact.text(cmd.env_prefix()) + shown)) + "\n")
             env = dict(os.environ, **{n: env_value(v, os.environ) for n, v in cmd.env}) if cmd.env else None
             out = _stderr_fd()
             proc = procs.spawn(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env)

@@ -443,6 +443,28 @@ def test_apply_echoes_a_withheld_command_with_the_secret_masked_and_runs_the_rea
     assert "+ " in echo and "ghp_abc" not in echo and "REDACTED" in echo, echo
     assert url in record.read_text().split("\n")  # run with the real value
 
+def test_a_fix_command_whose_environment_holds_a_secret_is_withheld_in_the_script_and_masked_in_the_echo(
+        tmp_path, monkeypatch, capfd):
+    """The script checked only a command's argv for secrets and printed its `NAME=value` prefix as it was."""
+    from dsv4_doctor import fixplan
+    from dsv4_doctor.model import CheckReport, Command, Fix, Status
+    from dsv4_doctor.procs import Processes
+
+    token = "hf_abcdefghijklmnopqrstuvwxyz0123"
+    fix = Fix("tvm", [Command(("pip", "install", "apache-tvm-ffi==0.1.11"), env=(("HF_TOKEN", token),))])
+    plan = fixplan.build_plan([CheckReport(id="tvm-ffi.version", title="t", status=Status.FAIL, summary="s",
+                                           fixes=[fix])])
+    script = fixplan.render_script(plan, "/py", {}, "0")
+    assert token not in script and "held a secret" in script
+    target = tmp_path / "python"
+    target.write_text("#!/bin/sh\nexit 0\n")
+    target.chmod(0o755)
+    monkeypatch.delenv("PIP_NO_INDEX", raising=False)
+    assert fixplan.apply(plan, str(target), Processes()) == (1, 0)
+    echo = capfd.readouterr().err
+    assert "+ HF_TOKEN=" in echo and token not in echo, echo
+
+
 # --- end to end -------------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
