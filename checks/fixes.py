@@ -82,7 +82,7 @@ def torch(static: StaticFacts | None = None, cuda_major: str | None = None) -> F
     cu = _cuda_major(cuda_major) or TORCH_CUDA_MAJOR
     tag = TORCH_CUDA_TAG.get(cu, TORCH_CUDA_TAG[TORCH_CUDA_MAJOR])
     installed = version(static.version("torch")) if static is not None else None
-    if installed is not None and installed.release[:2] > Version(TORCH_VERSION).release[:2]:
+    if installed is not None and installed.release > Version(TORCH_VERSION).release:  # a patch release counts too
         notes.append(f"This DOWNGRADES the installed torch {installed} to {TORCH_VERSION}: keep the newer torch if its "
                      "CUDA build loads here (torch.cuda), and fix only what the other checks name.")
     return Fix(f"Install a CUDA {cu} build of PyTorch {TORCH_VERSION} from PyTorch's wheel index (the verl DSv4 image "
