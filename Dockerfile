@@ -79,8 +79,9 @@ RUN pip install --no-cache-dir /opt/dsv4-doctor \
  && python3 -c "from megatron.bridge.models.deepseek.deepseek_v4_bridge import DeepSeekV4Bridge" \
  && dsv4-doctor check --no-smoke --gpu-arch "${GATE_GPU_ARCH}" --cp "${GATE_CP}" --strict
 
-# A training command (verl's trainer, torchrun, a *train*.sh script) runs under `dsv4-doctor preflight --`, which
-# checks the node and that command line, then becomes the job (same pid, same exit code); anything else, such as the
-# default shell, runs as given. DSV4_PREFLIGHT=1 gates any command, DSV4_PREFLIGHT=0 none.
+# A training command (verl's trainer, torchrun, a *train*.sh, *deepseek_v4*.sh or *dsv4*.sh script) runs under
+# `dsv4-doctor preflight --`, which checks the node and that command line, then becomes the job (same pid, same exit
+# code); anything else, such as the default shell, runs as given. DSV4_PREFLIGHT=1 gates any command, DSV4_PREFLIGHT=0
+# none.
 ENTRYPOINT ["/usr/local/bin/dsv4-entrypoint"]
 CMD ["bash"]

@@ -148,6 +148,9 @@ def test_the_entrypoint_gates_training_commands_only(tmp_path):
     assert _entrypoint(tmp_path, "torchrun", "--nproc-per-node=8", "pretrain_gpt.py").startswith(
         "dsv4-doctor preflight -- torchrun")
     assert _entrypoint(tmp_path, "bash", "run_dsv4_train.sh").startswith("dsv4-doctor preflight -- bash")
+    # verl's DSv4 example script, as a job copies it (examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh)
+    assert _entrypoint(tmp_path, "bash", "run_deepseek_v4_flash_megatron.sh").startswith("dsv4-doctor preflight --")
+    assert _entrypoint(tmp_path, "bash", "setup.sh") == "bash setup.sh"
     assert _entrypoint(tmp_path, "bash", env={"DSV4_PREFLIGHT": "1"}) == "dsv4-doctor preflight -- bash"
     assert _entrypoint(tmp_path, *verl, env={"DSV4_PREFLIGHT": "0"}) == " ".join(verl)
     text = DOCKERFILE.read_text()
