@@ -91,3 +91,9 @@ def test_with_the_cc_not_known_the_fix_pins_a_frontend_every_gpu_the_installed_g
     assert_fix_turns_green(env, bare_python, "cudnn-fe.csa")
     assert FE_128_FIX in commands(run(healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0").drop("tvm")
                                       .fake("megatron", newer_gate), bare_python).check("deps.consistency"))
+
+
+def test_gpu_arch_does_not_state_d48bd6bes_cp_rule_as_every_megatrons(tmp_path, bare_python):
+    row = run(healthy(tmp_path).fake("megatron", newer_gate), bare_python, "--only", "gpu.arch", "--gpu-arch", "10.0",
+              "--cp", "2").check("gpu.arch")
+    assert "at any CP with a Megatron whose gate admits CC major >= 10" in row["summary"], row
