@@ -16,6 +16,9 @@ def _metadata(ctx: Context) -> Result:
     static = ctx.static
     broken = static.unreadable()
     evidence = {"unreadable": broken}
+    if not broken and not static.installed():
+        return skipped("no inspected distribution is installed, so there is no METADATA to read (the install checks "
+                       "report what is missing)", evidence=evidence)
     if not broken:
         return passed("every inspected distribution's METADATA reads", evidence=evidence)
     names = sorted({k.split(" (")[0] for k in broken})

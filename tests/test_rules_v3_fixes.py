@@ -99,6 +99,8 @@ def test_step_comments_wrap_at_word_boundaries(tmp_path, bare_python):
 def test_deps_consistency_does_not_pass_over_nothing(tmp_path, bare_python):
     row = run(Env(tmp_path), bare_python, "--only", "deps.consistency").check("deps.consistency")
     assert row["status"] == "skip" and "none of the DSv4 and CUDA packages is installed" in row["summary"]
+    row = run(Env(tmp_path), bare_python, "--only", "deps.metadata").check("deps.metadata")
+    assert row["status"] == "skip" and "no inspected distribution is installed" in row["summary"], row
 
 
 @pytest.mark.parametrize("cutlass, hint", [("4.8.1", "nvidia-cutlass-dsl-libs-core"), ("4.5.2", "libs-base wheel")])
