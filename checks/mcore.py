@@ -41,11 +41,13 @@ SITE_DIRS = ("site-packages", "dist-packages")
 V2 = ("ValueError: cp_layout='contiguous' requires PackedSeqParams.cp_partition_mode, which this Megatron-core "
       "version does not provide. Upgrade Megatron-core or use the zigzag layout.")
 R1 = "DSv4 THD CP requires a contiguous CP partition."
+# verl's example divides with `/ ACTOR_CP`, which rounds down and leaves the longest sample short when the sum is no
+# multiple of CP; this is the same division rounded up (doctor/jobsettings.py gives the number for a job command).
 CP_ARGS = (
     "++actor_rollout_ref.actor.megatron.override_transformer_config.cp_partition_mode=contiguous",
     "++actor_rollout_ref.actor.megatron.override_transformer_config.sequence_packing_scheduler=dp_balanced",
     "++actor_rollout_ref.actor.megatron.override_transformer_config.max_seqlen_per_dp_cp_rank="
-    "$(((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH) / ACTOR_CP))",
+    "$(((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH + ACTOR_CP - 1) / ACTOR_CP))",
 )
 
 

@@ -63,6 +63,15 @@ class StaticFacts:
                     out[f"{name} ({c.get('path')})"] = str(c.get("error"))
         return out
 
+    def truncated(self) -> dict[str, str]:
+        """Distributions whose METADATA was over the read limit: its headers were read, its description not."""
+        out = {}
+        for name in self._section("distributions"):
+            for c in self.dist_copies(name):
+                if c.get("metadata_truncated") and not c.get("error"):
+                    out[f"{name} ({c.get('path')})"] = str(c["metadata_truncated"])
+        return out
+
     def installed(self) -> dict[str, dict]:
         """Every distribution the probe reported with readable metadata (those asked for and those found by prefix),
         by normalised name."""
@@ -191,7 +200,8 @@ def _clean_capability(c: dict) -> dict:
     }
 
 
-_COPY_TEXT = ("name", "version", "path", "requires_python", "error", "installer", "kind", "record_sha256")
+_COPY_TEXT = ("name", "version", "path", "requires_python", "error", "installer", "kind", "record_sha256",
+              "metadata_truncated")
 
 
 def _clean_copy(copy: dict, env: dict) -> dict:

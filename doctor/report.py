@@ -127,7 +127,10 @@ def fingerprint(static: dict | None, gpus: list[dict]) -> dict:
     file the rules read (its sha256), the driver, Python and doctor versions."""
     from .facts import StaticFacts
 
-    facts = StaticFacts(static or {})
+    if not static:  # said, not left empty: an empty fingerprint would match any other
+        return {"packages": {}, "sources": {}, "platform": {"doctor": __version__},
+                "missing": "the static probe gave no answer within the run, so this rank's packages are not known"}
+    facts = StaticFacts(static)
     packages = {}
     for name in sorted(facts.data.get("distributions") or {}):
         copy = facts.dist(name)
@@ -150,7 +153,7 @@ def build(outcome: Outcome, python: str, strict: bool = False, exit_override: in
     env = environment(outcome.target, outcome.static, python)
     fleet = outcome.profile.fleet
     if fleet:
-        env["fleet_rank"] = {k: fleet.get(k) for k in ("rank", "local_rank", "host")}
+        env["fleet_rank"] = {k: fleet.get(k) for k in ("rank", "local_rank", "host", "node")}
         env["fingerprint"] = fingerprint(outcome.static, outcome.gpus)
     report = assemble(outcome.profile, outcome.reports, outcome.plugins, env, strict, outcome.duration_s,
                       outcome.budget_s, outcome.interrupted)

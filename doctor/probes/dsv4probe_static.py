@@ -87,19 +87,25 @@ def _index():
     return _INDEX
 
 
-def read_regular(path, limit=1 << 22):
-    """A regular file's first `limit` bytes. Anything else (a FIFO, a device) raises OSError without blocking: found
-    in review, a FIFO named METADATA stalled the whole probe until its timeout."""
+def read_bounded(path, limit=1 << 22):
+    """(a regular file's first `limit` bytes, its size). Anything else (a FIFO, a device) raises OSError without
+    blocking: a FIFO named METADATA would stall the whole probe until its timeout."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise OSError("%s is not a regular file" % path)
         with os.fdopen(fd, "rb") as fh:
             fd = None
-            return fh.read(limit)
+            return fh.read(limit), info.st_size
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def read_regular(path, limit=1 << 22):
+    """A regular file's first `limit` bytes (see read_bounded)."""
+    return read_bounded(path, limit)[0]
 
 
 def _read(folder, name, limit=1 << 22):
@@ -125,9 +131,24 @@ def record_fingerprint(raw):
     return hashlib.sha256(b"\n".join(sorted(keep))).hexdigest()
 
 
-def parse_metadata(raw):
-    """The header fields of a METADATA/PKG-INFO file (RFC 822 style; continuation lines folded)."""
-    text = raw.decode("utf-8")  # strict, as importlib.metadata reads it: undecodable METADATA is an error
+METADATA_LIMIT = 1 << 22
+SOURCE_LIMIT = 1 << 23
+
+
+def parse_metadata(raw, truncated=False):
+    """The header fields of a METADATA/PKG-INFO file (RFC 822 style; continuation lines folded). Decoded strictly,
+    as importlib.metadata reads it: undecodable METADATA is an error. When the read stopped at its bound
+    (`truncated`), the cut may split the body's last character, which is no error; headers that do not end
+    before the bound are (they may go on past it, with a Requires-Python the rules need)."""
+    if truncated:
+        end = raw.find(b"\n\n")
+        if end < 0:
+            end = raw.find(b"\r\n\r\n")
+        if end < 0:
+            raise ValueError("its headers go on past the %d-byte read limit" % len(raw))
+        # The headers in full, strictly; the body is not read (no rule reads the description).
+        raw = raw[:end + 1]
+    text = raw.decode("utf-8")
     fields = {}
     last = None
     for line in text.splitlines():
@@ -170,7 +191,11 @@ def distribution_facts(name):
         entry = {"name": name, "version": None, "path": folder, "error": None}
         meta_file = "METADATA" if folder.endswith(".dist-info") else "PKG-INFO"
         try:
-            fields = parse_metadata(_read(folder, meta_file))
+            raw, size = read_bounded(os.path.join(folder, meta_file), METADATA_LIMIT)
+            fields = parse_metadata(raw, truncated=size > len(raw))
+            if size > len(raw):
+                entry["metadata_truncated"] = "headers read; the description past byte %d of %d was not" % (
+                    len(raw), size)
             entry["version"] = (fields.get("Version") or [None])[0]
             entry["name"] = (fields.get("Name") or [name])[0]
             entry["requires"] = fields.get("Requires-Dist", [])
@@ -419,9 +444,15 @@ def source_facts(module, needles, owners=(), attributes=()):
         return {"found": True, "path": path, "error": "no Python source to read (%s)" % where.get("kind")}
     result = {"found": True, "path": path, "error": None}
     try:
-        raw = read_regular(path, 1 << 23)
+        raw, size = read_bounded(path, SOURCE_LIMIT)
     except OSError as exc:
         result["error"] = "%s: %s" % (type(exc).__name__, exc)
+        return result
+    if size > len(raw):
+        # A module cut at the bound does not parse, and what it holds past the bound is not known: no rule judges it.
+        result["error"] = "source truncated: larger than the %d-byte read limit (%d bytes); not judged" % (
+            SOURCE_LIMIT, size)
+        result["truncated"] = True
         return result
     try:
         tree = ast.parse(raw, filename=path)
