@@ -255,6 +255,9 @@ def _csa(ctx: Context) -> Result:
     elif gate is None and (cc != (10, 0) or profile.cp > 1):
         unknown = (f"whether Megatron uses the fused compressor at compute capability {profile.gpu_arch}"
                    f"{' with CP > 1' if profile.cp > 1 else ''} is not known (its gate could not be read)")
+    elif profile.cp > 1 and src.get("error"):  # the pre-grouping test above found nothing, in a file not read whole
+        unknown = (f"whether Megatron's THD CP path takes the fused compressor is not known ({module} could not be "
+                   f"read whole: {str(src['error'])[:200]})")
     if fe is None and not static.module("cudnn").get("found"):
         text = "nvidia-cudnn-frontend is not installed: Megatron silently keeps the eager CSA compressor"
         if unknown:

@@ -465,6 +465,28 @@ def test_a_fix_command_whose_environment_holds_a_secret_is_withheld_in_the_scrip
     assert "+ HF_TOKEN=" in echo and token not in echo, echo
 
 
+def test_csa_at_cp_2_with_the_compressor_source_not_read_whole_is_not_known_not_failed():
+    """The pre-grouping marker not found in a fused_compressor.py over the read limit read as "takes the fused path"."""
+    import types
+
+    from dsv4_doctor.facts import StaticFacts
+    from dsv4_doctor.model import Profile
+    from checks._gates import FUSED_COMPRESSOR
+    from checks.cudnn_fe import cudnn_fe_csa
+
+    cut = {"found": True, "path": "fused_compressor.py", "truncated": True, "classes": {}, "functions": {},
+           "names": [], "contains": {}, "error": "source truncated: larger than the 8388608-byte read limit",
+           # its gate (major >= 10) was read before the bound
+           "capability": {"constants": {"_MIN_MAJOR": {"value": 10, "lineno": 3}},
+                          "compares": [{"constant": "_MIN_MAJOR", "op": ">=", "subject": "capability[0]",
+                                        "lineno": 9}]}}
+    static = StaticFacts({"modules": {"megatron.core": {"found": True}}, "sources": {FUSED_COMPRESSOR[0]: cut}})
+    ctx = types.SimpleNamespace(profile=Profile(cp=2, gpu_arch="10.0", gpu_arch_source="option"), static=static,
+                                outcome=lambda check_id: None)
+    result = cudnn_fe_csa.run(ctx)
+    assert result.status.value == "warn" and "could not be read whole" in result.summary, result
+
+
 # --- end to end -------------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
