@@ -487,6 +487,21 @@ def test_csa_at_cp_2_with_the_compressor_source_not_read_whole_is_not_known_not_
     assert result.status.value == "warn" and "could not be read whole" in result.summary, result
 
 
+def test_hadamard_missing_with_verl_patch_not_read_whole_is_not_known_not_failed():
+    """verl's shim not found in a patch.py over the read limit read as "no shim: every CSA layer asserts"."""
+    import types
+
+    from dsv4_doctor.facts import StaticFacts
+    from dsv4_doctor.model import Profile
+    from checks.kernels import kernels_fast_hadamard
+
+    cut = {"found": True, "path": "patch.py", "truncated": True, "classes": {}, "functions": {}, "names": [],
+           "contains": {}, "error": "source truncated: larger than the 8388608-byte read limit"}
+    static = StaticFacts({"modules": {}, "sources": {"verl.models.mcore.patch": cut}})
+    result = kernels_fast_hadamard.run(types.SimpleNamespace(profile=Profile(cp=2), static=static))
+    assert result.status.value == "warn" and "could not be read whole" in result.summary, result
+
+
 # --- end to end -------------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
