@@ -122,6 +122,10 @@ def _dsv4(ctx: Context) -> Result:
             fixes=[fixes.mcore(evidence["checkout"])], evidence=evidence)
     source = static.source(DSV4_MOD)
     classes = source.get("classes")
+    if (not isinstance(classes, dict) or DSV4_CLASS not in classes) and source.get("truncated"):
+        return errored(f"{what} has a deepseek_v4_hybrid_attention module over the read limit, and no {DSV4_CLASS} "
+                       f"in what was read of it: whether it defines one is not known ({source.get('error')})",
+                       evidence=evidence)
     if not isinstance(classes, dict) or DSV4_CLASS not in classes:
         # A file is not a feature: an empty or foreign deepseek_v4_hybrid_attention.py must not read as dev.
         why = f"it could not be read ({source.get('error')})" if source.get("error") else f"it defines no {DSV4_CLASS}"

@@ -502,6 +502,28 @@ def test_hadamard_missing_with_verl_patch_not_read_whole_is_not_known_not_failed
     assert result.status.value == "warn" and "could not be read whole" in result.summary, result
 
 
+def test_mcore_dsv4_class_not_in_what_was_read_of_a_huge_module_is_not_known_not_failed():
+    """A deepseek_v4_hybrid_attention.py over the read limit failed as "it could not be read" (and asked for a
+    reinstall) on a class it never reached; the class found before the bound still passes."""
+    import types
+
+    from dsv4_doctor.facts import StaticFacts
+    from dsv4_doctor.model import Profile
+    from checks.mcore import DSV4_CLASS, DSV4_MOD, MARKERS, mcore_dsv4
+
+    cut = {"found": True, "path": "deepseek_v4_hybrid_attention.py", "truncated": True, "classes": {},
+           "functions": {}, "names": [], "contains": {}, "error": "source truncated: larger than the read limit"}
+    modules = {"megatron.core": {"found": True, "origin": "/site/megatron/core/__init__.py"},
+               **{name: {"found": True} for name in MARKERS}}
+    ctx = types.SimpleNamespace(profile=Profile(cp=2), static=StaticFacts({"modules": modules,
+                                                                            "sources": {DSV4_MOD: cut}}))
+    result = mcore_dsv4.run(ctx)
+    assert result.status.value == "error" and "not known" in result.summary, result
+    cut["classes"] = {DSV4_CLASS: {"bases": [], "methods": {}}}
+    ctx.static = StaticFacts({"modules": modules, "sources": {DSV4_MOD: cut}})
+    assert mcore_dsv4.run(ctx).status.value == "pass"
+
+
 # --- end to end -------------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
