@@ -350,7 +350,7 @@ def test_a_source_over_the_read_limit_is_said_truncated_and_not_judged(tmp_path,
 def test_a_source_cut_inside_a_long_string_backs_off_to_a_cut_that_parses(tmp_path, monkeypatch):
     from dsv4_doctor.probes import dsv4probe_static as static
 
-    body = 'def flash_mla_sparse_fwd(q, kv, indexer_topk):\n    pass\n\n\nDOC = """\n' + "x = 1\n" * 150 + '"""\n'
+    body = 'def flash_mla_sparse_fwd(q, kv, indexer_topk):\n    pass\n\n\nDOC = """\n' + "x = 1\n" * 5000 + '"""\n'
     (tmp_path / "cutmod.py").write_text(body + "def later():\n    pass\n" * 50)
     monkeypatch.setattr(static, "SOURCE_LIMIT", len(body) - 100)  # the cut falls inside DOC's string
     monkeypatch.syspath_prepend(str(tmp_path))

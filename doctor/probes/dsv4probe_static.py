@@ -456,7 +456,8 @@ def parse_prefix(raw, path):
         try:
             return raw[:cut], ast.parse(raw[:cut], filename=path)
         except (SyntaxError, ValueError, UnicodeDecodeError):
-            del cuts[len(cuts) - min(len(cuts) - 1, (1 << (2 * (tried - 1))) - 1):]  # the first cut stays
+            # The first cut stays, and is the last try: the first top-level statements at least.
+            del cuts[1 if tried == _PREFIX_TRIES - 1 else len(cuts) - min(len(cuts) - 1, (1 << (2 * tried - 2)) - 1):]
     return b"", None
 
 
