@@ -640,8 +640,32 @@ nonce = json.loads(bytes(store.get(scope + "/plan")).partition(b".")[2])["nonce"
 passing = json.dumps({"checks": [], "environment": {"fleet_rank": {"rank": 0}}}).encode()
 while True:  # a foreign writer: rank 0's own entry, and a go verdict for everyone
     store.set(scope + "/" + nonce + "/report/0", b"." + passing)
-    store.set(scope + "/" + nonce + "/verdict", b"." + json.dumps({"exit_code": 0, "nonce": nonce}).encode())
+    for name in ("/verdict", "/verdict/1"):
+        store.set(scope + "/" + nonce + name, b"." + json.dumps({"exit_code": 0, "nonce": nonce}).encode())
     time.sleep(0.3)
+"""
+
+REPLAY = r"""
+import json, os, sys, time
+from datetime import timedelta
+import torch.distributed as dist
+sys.path.insert(0, sys.argv[2])
+import dsv4probe_fleet as ex
+folder, key, scope = sys.argv[1], b"k" * 32, "dsv4doctor/job"
+store = dist.TCPStore("127.0.0.1", 0, 2, True, timedelta(seconds=30), wait_for_workers=False)
+# What a listener recorded from an earlier run of the same job (same scope, same secret): its signed plan and the
+# go verdict rank 1 took then, replayed into this run's store before rank 0 is up.
+old = ex.Channel(store, scope + "/oldnonce", key)
+ex.Channel(store, scope, key).set("plan", json.dumps({"v": 1, "nonce": "oldnonce", "world_size": 2, "seq": 1,
+    "report_left": 1.5, "verdict_left": 3.0, "ack_left": 3.5}).encode())
+for name, extra in (("verdict", {}), ("verdict/1", {"challenge": "from-the-earlier-run"})):
+    old.set(name, json.dumps(dict({"exit_code": 0, "nonce": "oldnonce"}, **extra)).encode())
+open(os.path.join(folder, "report.json"), "w").write("{}")
+open(os.path.join(folder, "report.json.ready"), "w").close()
+ex.RELEASE_S = 0.5
+request = {"rank": 1, "world_size": 2, "dir": folder, "connect_s": 5.0, "fingerprint_node": None}
+answer = ex._other(request, ex.Channel(store, scope, key), store, key, b"{}", time.monotonic(), {})
+print(json.dumps(answer))
 """
 
 
@@ -674,6 +698,19 @@ def test_a_foreign_writer_on_the_store_cannot_forge_rank_0_s_result_or_the_verdi
     assert bad["status"] == "fail" and "rank 0 (" in bad["summary"]
     assert report["fleet"]["authenticated"] is True
     assert "correct-horse-battery-staple" not in done[0][0] + done[0][1] + done[1][1]
+
+
+@needs_torch
+@pytest.mark.slow
+def test_a_replayed_go_verdict_from_an_earlier_run_does_not_start_a_rank(tmp_path):
+    """Found in review: with the secret, an earlier run's signed plan and go verdict, read off the store by anyone
+    who reaches its port and written back in a later run of the same job, made a rank start while rank 0 failed."""
+    probes = Path(fleet.__file__).parent / "probes"
+    done = subprocess.run([sys.executable, "-c", REPLAY, str(tmp_path), str(probes)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.splitlines()[-1])
+    assert "exit_code" not in answer and "no verdict from rank 0" in answer["missed"]
 
 
 def test_anonymized_host_labels_are_salted_by_the_job_and_its_secret():
