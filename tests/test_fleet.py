@@ -413,6 +413,7 @@ def test_drift_under_torchrun_names_the_rank_with_another_frontend(tmp_path):
     fe = next(c for c in report["checks"] if c["id"] == "cudnn-fe.version")
     groups = {g["ranks"]: g for g in fe["evidence"]["groups"]}
     assert "1.26.0" in groups["2"]["summary"] and "1.27.0" in groups["0"]["summary"], groups  # rank 1: as rank 0
+    assert f"node-level: checked once per host, and by rank 2 ({host}) itself" in fe["summary"]
     assert not [c["id"] for c in report["checks"] if c["status"] == "error"]
     assert "not checked" not in json.dumps(report)
 
