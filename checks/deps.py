@@ -19,6 +19,9 @@ def _metadata(ctx: Context) -> Result:
     truncated = static.truncated()
     if truncated:
         evidence["headers_only"] = truncated  # over the read limit: every header read, the description not
+    if not broken and not static.installed():
+        return skipped("no inspected distribution is installed, so there is no METADATA to read (the install checks "
+                       "report what is missing)", evidence=evidence)
     if not broken:
         return passed("every inspected distribution's METADATA reads"
                       + (f" ({len(truncated)} over the read limit: headers read)" if truncated else ""),
