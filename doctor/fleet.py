@@ -102,6 +102,64 @@ def tasks_per_node(spec: str) -> int | None:
     return counts.pop() if len(counts) == 1 else None
 
 
+def expand_nodelist(nodelist: str, limit: int = 100_000) -> list[str]:
+    """Every host of a Slurm node list, in order: "gpu[03-04,07],cpu1" -> gpu03, gpu04, gpu07, cpu1 ([] when
+    unreadable)."""
+    hosts: list[str] = []
+    for m in re.finditer(r"([^,\[\]]+)(?:\[([^\]]*)\])?(?:,|$)", nodelist or ""):
+        prefix, inner = m.group(1), m.group(2)
+        if inner is None:
+            hosts.append(prefix)
+            continue
+        for part in inner.split(","):
+            first, _, last = part.partition("-")
+            if not first.isdigit() or last and not last.isdigit():
+                return []
+            lo, hi = int(first), int(last or first)
+            if hi < lo or len(hosts) + hi - lo >= limit:
+                return []
+            hosts.extend(f"{prefix}{n:0{len(first)}d}" for n in range(lo, hi + 1))
+    return hosts
+
+
+def task_counts(spec: str, limit: int = 100_000) -> list[int]:
+    """The task count of each node from SLURM_STEP_TASKS_PER_NODE ("2(x3),1" -> 2, 2, 2, 1; [] when unreadable)."""
+    counts: list[int] = []
+    for part in (spec or "").split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if not m or len(counts) + int(m.group(2) or 1) > limit:
+            return []
+        counts.extend([int(m.group(1))] * int(m.group(2) or 1))
+    return counts
+
+
+def launcher_hosts(env: FleetEnv, environ: Mapping[str, str], known: Mapping[str, str]) -> dict[int, str]:
+    """Each rank's host as the launcher places it, for naming a rank that never said hello. srun: the step's node
+    list and tasks per node under the block distribution (Slurm's default; another one names no host). torchrun:
+    its node (GROUP_RANK) from the rank and the ranks per node, named by a rank of that node that did report
+    (`known`: node id -> host), else "node N". {} when the launcher does not tell."""
+    places: dict[int, str] = {}
+    if env.launcher == "srun":
+        distribution = environ.get("SLURM_DISTRIBUTION", "block") or "block"
+        hosts = expand_nodelist(environ.get("SLURM_STEP_NODELIST", ""))
+        counts = task_counts(environ.get("SLURM_STEP_TASKS_PER_NODE", ""))
+        if not distribution.startswith("block") or not hosts or len(hosts) != len(counts) or \
+                sum(counts) != env.world_size:
+            return {}
+        rank = 0
+        for host, count in zip(hosts, counts, strict=True):
+            for _ in range(count):
+                places[rank] = host
+                rank += 1
+        return places
+    lws, nodes = env.local_world_size, env.nodes
+    if env.launcher == "torchrun" and lws and nodes and lws * nodes == env.world_size:
+        for rank in range(env.world_size):
+            node = str(rank // lws)
+            places[rank] = known.get(node) or f"node {node}"
+    return places
+
+
 def detect(environ: Mapping[str, str], mode: str = "auto", port: int | None = None) -> FleetEnv | None:
     """The launcher's view of this process, or None for a single-host run. mode: auto | on (--distributed) |
     off (--no-distributed)."""
@@ -445,8 +503,11 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
         for r in range(1, env.world_size):
             if r not in state["others"] and r not in problems:
                 problems[r] = info.get("missing_why") or "did not report within the fleet's time"
-        out, verdict = fleetmerge.merge(own, state["others"], env.world_size, problems, strict, info,
-                                        state["hints"])
+        known = {rep.node: rep.host for rep in (own, *state["others"].values()) if rep.node}
+        placed = launcher_hosts(env, os.environ, known)
+        hints = {r: placed[r] for r in problems if r in placed}
+        hints.update(state["hints"])  # a rank's own hello names its host as its report would
+        out, verdict = fleetmerge.merge(own, state["others"], env.world_size, problems, strict, info, hints)
         return out, verdict
 
     verdict = None
@@ -545,7 +606,8 @@ def _rank0_interrupted(env, report, strict, deliver, fleet_checks, key, code: in
             "partial": f"interrupted by {name} before the fleet exchange: only rank 0's own results are here"}
     problems = {r: f"not heard from: rank 0 was interrupted by {name} first" for r in range(1, env.world_size)}
     own = fleetmerge.admit(0, report)
-    merged, _ = fleetmerge.merge(own, {}, env.world_size, problems, strict, info)
+    hints = launcher_hosts(env, os.environ, {own.node: own.host} if own.node else {})
+    merged, _ = fleetmerge.merge(own, {}, env.world_size, problems, strict, info, hints)
     merged["summary"]["exit_code"] = code
     with GATE.critical():
         deliver(merged)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from .model import (SEVERITY, CheckReport, ExitCode, Fix, Source, Status, counts, exit_code_for, overall_status)
 from .registry import CHECK_ID  # the ids a check can have; anything else from a rank is not a check row
@@ -211,7 +211,9 @@ def vouching(reports: Mapping[int, RankReport]) -> dict[int, str]:
 
 
 def merge_check(check_id: str, rows: Mapping[int, CheckReport], host_of: Mapping[int, str],
-                unvouched: Mapping[int, str]) -> CheckReport:
+                unvouched: Mapping[int, str], leaders: Collection[int] = ()) -> CheckReport:
+    """One check's row across the ranks. leaders: the local rank 0s, whose rows answer for their hosts; a node-level
+    check that another rank ran itself (its packages differ) is not "checked once per host", and the row says so."""
     ran: dict[int, CheckReport] = {}
     node_level = False
     for r, row in rows.items():
@@ -234,7 +236,10 @@ def merge_check(check_id: str, rows: Mapping[int, CheckReport], host_of: Mapping
     (w_status, w_summary), w_ranks = ordered[0]
     first = ran[w_ranks[0]]
     hosts_all = sorted({host_of.get(r, "unknown") for r in ran})
-    scope = "; node-level: checked once per host" if node_level else ""
+    own_runs = [r for r in ran if r not in leaders and not is_node_level(rows[r])] if node_level else []
+    scope = ("" if not node_level else "; node-level: checked once per host" if not own_runs else
+             f"; node-level: checked once per host, and by {_who(own_runs, host_of)} itself (its packages differ "
+             "from its host's local rank 0's)")
     if len(ordered) == 1:
         where = (f"all {len(hosts_all)} hosts" if node_level and len(hosts_all) > 1 else
                  f"host {hosts_all[0]}" if node_level else
@@ -384,8 +389,9 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
             rep.host = label(rep.host)
     check_ids = sorted({cid for rep in reports.values() for cid in rep.rows})
     unvouched = vouching(reports)
+    leaders = {r for r, rep in reports.items() if rep.local_rank == 0}
     rows = [merge_check(cid, {r: rep.rows[cid] for r, rep in sorted(reports.items()) if cid in rep.rows}, host_of,
-                        unvouched) for cid in check_ids if not cid.startswith("fleet.")]
+                        unvouched, leaders) for cid in check_ids if not cid.startswith("fleet.")]
     chosen = exchange.get("fleet_checks", ("fleet.ranks", "fleet.drift"))
     if "fleet.ranks" in chosen:
         rows.append(ranks_row(world, sorted(reports), problems, host_of, exchange))

@@ -92,6 +92,10 @@ def test_merge_groups_identical_results_and_names_the_odd_rank():
     torch_row = rows["torch.install"]
     assert torch_row["status"] == "fail" and "torch 2.9 (stale image)" in torch_row["summary"]
     assert [(g["status"], g["ranks"]) for g in torch_row["evidence"]["groups"]] == [("fail", "11"), ("pass", "0,8")]
+    # Rank 11 ran torch.install itself: the row does not claim it was checked once per host only.
+    assert "node-level: checked once per host, and by rank 11 (node01) itself (its packages differ" in \
+        torch_row["summary"]
+    assert "node-level" not in fe["summary"]
     assert "not checked" not in json.dumps(merged)
     drift = rows["fleet.drift"]
     assert drift["status"] == "fail"
@@ -193,6 +197,31 @@ def _missing(report: dict) -> set[int]:
         first, _, last = part.partition("-")
         out.update(range(int(first), int(last or first) + 1))
     return out
+
+
+def test_a_missing_rank_s_host_comes_from_the_launcher_when_it_never_said_hello():
+    srun = {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "5", "SLURM_STEP_NODELIST": "gpu[08-09],cpu1",
+            "SLURM_STEP_TASKS_PER_NODE": "2(x2),1", "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}
+    env = fleet.detect(srun)
+    assert env is not None
+    assert fleet.launcher_hosts(env, srun, {}) == {0: "gpu08", 1: "gpu08", 2: "gpu09", 3: "gpu09", 4: "cpu1"}
+    assert fleet.launcher_hosts(env, dict(srun, SLURM_DISTRIBUTION="cyclic"), {}) == {}  # places unknown
+    assert fleet.launcher_hosts(env, dict(srun, SLURM_STEP_TASKS_PER_NODE="2,2"), {}) == {}  # 4 tasks, not 5
+    assert fleet.expand_nodelist("a[1-2,x]") == [] and fleet.expand_nodelist("n[1-1000000]") == []
+    torchrun = {"RANK": "0", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "LOCAL_WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "2",
+                "GROUP_RANK": "0", "LOCAL_RANK": "0"}
+    env = fleet.detect(torchrun)
+    assert env is not None
+    # Rank 3 is on node 1, as rank 2 is: rank 2's host names it; with no report from node 1, its node id does.
+    assert fleet.launcher_hosts(env, torchrun, {"0": "a", "1": "b"})[3] == "b"
+    assert fleet.launcher_hosts(env, torchrun, {"0": "a"})[3] == "node 1"
+    reports = {r: _report(r, "gpu08", "1.27.0", local=r) for r in (0, 1)}
+    merged, _ = _merge(reports, 5, {r: "did not report" for r in (2, 3, 4)},
+                       hosts_hint={r: h for r, h in fleet.launcher_hosts(fleet.detect(srun), srun, {}).items()
+                                   if r > 1})
+    row = next(c for c in merged["checks"] if c["id"] == "fleet.ranks")
+    assert "ranks 2-4 (cpu1, gpu09)" in row["summary"]
+    assert [e["host"] for e in row["evidence"]["ranks"]] == ["gpu09", "gpu09", "cpu1"]
 
 
 def test_merge_names_missing_ranks_with_their_hosts_and_anonymizes_with_a_salt():
@@ -384,6 +413,7 @@ def test_drift_under_torchrun_names_the_rank_with_another_frontend(tmp_path):
     fe = next(c for c in report["checks"] if c["id"] == "cudnn-fe.version")
     groups = {g["ranks"]: g for g in fe["evidence"]["groups"]}
     assert "1.26.0" in groups["2"]["summary"] and "1.27.0" in groups["0"]["summary"], groups  # rank 1: as rank 0
+    assert f"node-level: checked once per host, and by rank 2 ({host}) itself" in fe["summary"]
     assert not [c["id"] for c in report["checks"] if c["status"] == "error"]
     assert "not checked" not in json.dumps(report)
 
@@ -479,12 +509,17 @@ def test_a_fleet_rank_s_smoke_is_its_own_world_under_torchrun(tmp_path):
     env = Env(tmp_path / "env").fake("megatron", fake_megatron_importable).fake("te", fake_te)
     path = os.pathsep.join(str(p) for p in env.sites.values())
     done, seconds = _torchrun(tmp_path, 2, {"FE_0": path, "FE_1": path, "SILENT": "-"},
-                              "check", "--device", "cpu", "--only", "smoke.thd-cp", "--timeout", "40", "-f", "json",
-                              timeout=300)
+                              "smoke", "--device", "cpu", "--timeout", "40", "-f", "json", timeout=300)
     report = validate(json.loads(done.stdout))
-    row = next(c for c in report["checks"] if c["id"] == "smoke.thd-cp")
+    rows = {c["id"]: c for c in report["checks"]}
+    row = rows["smoke.thd-cp"]
     assert row["status"] == "pass", row["summary"]
     assert "DSv4 layer CP=1 packed output = each sequence alone" in row["summary"]
+    # `smoke` runs as a fleet as `check` does: one report from rank 0, both ranks in it, the verdict obeyed by all.
+    assert report["fleet"]["world_size"] == 2 and report["fleet"]["reported"] == 2
+    assert rows["fleet.ranks"]["status"] == "pass" and "every rank acknowledged" in rows["fleet.ranks"]["summary"]
+    assert {"smoke.dsv4-kernels", "fleet.drift"} <= set(rows) and row["summary"].endswith("reporting ranks]")
+    assert done.returncode == report["summary"]["exit_code"] == 0, done.stderr[-2000:]
     assert seconds < 120
 
 
@@ -542,8 +577,10 @@ def test_sigterm_during_the_exchange_still_writes_rank_0_s_report(tmp_path):
 
     port = free_port()
     out = tmp_path / "fleet.json"
+    # Two nodes of one rank each, as torchrun tells them: rank 1 never says hello, and its node still names it.
+    nodes = {"LOCAL_WORLD_SIZE": "1", "GROUP_WORLD_SIZE": "2", "GROUP_RANK": "0"}
     proc = _spawn(0, 2, port, "check", "--no-smoke", "--only", "python.version", "-f", "json", "-o", str(out),
-                  "--fleet-wait", "60")
+                  "--fleet-wait", "60", **nodes)
     _wait_for_port(port + 1)  # rank 0's exchange is up and waiting for rank 1, which never comes
     time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
@@ -552,6 +589,27 @@ def test_sigterm_during_the_exchange_still_writes_rank_0_s_report(tmp_path):
     report = validate(json.loads(out.read_text()))
     assert 1 in _missing(report) and "interrupted by SIGTERM" in report["summary"]["partial"]
     assert report["summary"]["exit_code"] == 143 and report["summary"]["interrupted"] == "SIGTERM"
+    ranks = next(c for c in report["checks"] if c["id"] == "fleet.ranks")
+    assert [(e["rank"], e["host"]) for e in ranks["evidence"]["ranks"]] == [(1, "node 1")]
+
+    # SIGINT (Ctrl-C at a job's console) while rank 0 is still in its own checks, before any exchange.
+    hook = tmp_path / "slow-static"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import sys, time\nif sys.argv[0].endswith('dsv4probe_static.py'):\n    time.sleep(60)\n")
+    out.unlink()
+    port = free_port()
+    proc = _spawn(0, 2, port, "check", "--no-smoke", "--only", "python.version", "-f", "json", "-o", str(out),
+                  "--fleet-wait", "60", PYTHONPATH=str(hook), **nodes)
+    time.sleep(4.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-1000:]
+    report = validate(json.loads(out.read_text()))
+    assert "interrupted by SIGINT before the fleet exchange" in report["summary"]["partial"]
+    assert report["summary"]["exit_code"] == 130 and 1 in _missing(report)
+    ranks = next(c for c in report["checks"] if c["id"] == "fleet.ranks")
+    assert [(e["rank"], e["host"]) for e in ranks["evidence"]["ranks"]] == [(1, "node 1")]
 
 
 @needs_torch
@@ -583,8 +641,32 @@ nonce = json.loads(bytes(store.get(scope + "/plan")).partition(b".")[2])["nonce"
 passing = json.dumps({"checks": [], "environment": {"fleet_rank": {"rank": 0}}}).encode()
 while True:  # a foreign writer: rank 0's own entry, and a go verdict for everyone
     store.set(scope + "/" + nonce + "/report/0", b"." + passing)
-    store.set(scope + "/" + nonce + "/verdict", b"." + json.dumps({"exit_code": 0, "nonce": nonce}).encode())
+    for name in ("/verdict", "/verdict/1"):
+        store.set(scope + "/" + nonce + name, b"." + json.dumps({"exit_code": 0, "nonce": nonce}).encode())
     time.sleep(0.3)
+"""
+
+REPLAY = r"""
+import json, os, sys, time
+from datetime import timedelta
+import torch.distributed as dist
+sys.path.insert(0, sys.argv[2])
+import dsv4probe_fleet as ex
+folder, key, scope = sys.argv[1], b"k" * 32, "dsv4doctor/job"
+store = dist.TCPStore("127.0.0.1", 0, 2, True, timedelta(seconds=30), wait_for_workers=False)
+# What a listener recorded from an earlier run of the same job (same scope, same secret): its signed plan and the
+# go verdict rank 1 took then, replayed into this run's store before rank 0 is up.
+old = ex.Channel(store, scope + "/oldnonce", key)
+ex.Channel(store, scope, key).set("plan", json.dumps({"v": 1, "nonce": "oldnonce", "world_size": 2, "seq": 1,
+    "report_left": 1.5, "verdict_left": 3.0, "ack_left": 3.5}).encode())
+for name, extra in (("verdict", {}), ("verdict/1", {"challenge": "from-the-earlier-run"})):
+    old.set(name, json.dumps(dict({"exit_code": 0, "nonce": "oldnonce"}, **extra)).encode())
+open(os.path.join(folder, "report.json"), "w").write("{}")
+open(os.path.join(folder, "report.json.ready"), "w").close()
+ex.RELEASE_S = 0.5
+request = {"rank": 1, "world_size": 2, "dir": folder, "connect_s": 5.0, "fingerprint_node": None}
+answer = ex._other(request, ex.Channel(store, scope, key), store, key, b"{}", time.monotonic(), {})
+print(json.dumps(answer))
 """
 
 
@@ -617,6 +699,19 @@ def test_a_foreign_writer_on_the_store_cannot_forge_rank_0_s_result_or_the_verdi
     assert bad["status"] == "fail" and "rank 0 (" in bad["summary"]
     assert report["fleet"]["authenticated"] is True
     assert "correct-horse-battery-staple" not in done[0][0] + done[0][1] + done[1][1]
+
+
+@needs_torch
+@pytest.mark.slow
+def test_a_replayed_go_verdict_from_an_earlier_run_does_not_start_a_rank(tmp_path):
+    """Found in review: with the secret, an earlier run's signed plan and go verdict, read off the store by anyone
+    who reaches its port and written back in a later run of the same job, made a rank start while rank 0 failed."""
+    probes = Path(fleet.__file__).parent / "probes"
+    done = subprocess.run([sys.executable, "-c", REPLAY, str(tmp_path), str(probes)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.splitlines()[-1])
+    assert "exit_code" not in answer and "no verdict from rank 0" in answer["missed"]
 
 
 def test_anonymized_host_labels_are_salted_by_the_job_and_its_secret():

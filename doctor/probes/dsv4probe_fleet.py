@@ -22,6 +22,9 @@ this run from an earlier one of the same job.
   once its doctor wrote the report (`released` file), releases the others (`released` key).
 - Every other rank takes the verdict only when it reads it before its verdict deadline, acknowledges it, and stays
   until released (or a bound), so that a rank exiting non-zero cannot make torchrun stop rank 0 mid-report.
+- Each rank's verdict (`verdict/<r>`) carries the challenge that rank drew for this run and sent in its hello: an
+  earlier run's plan and verdict, signed with the same secret and replayed into the store, carry another challenge,
+  so no rank starts on them.
 
 With a shared secret (DSV4_DOCTOR_FLEET_KEY, hex, set by the doctor) every value is signed: HMAC-SHA256 over the
 scope, the key and the value. A value that fails the check is ignored and counted. Without one, values carry no
@@ -224,11 +227,18 @@ def _rank0(request, root, store, key, hello, started, timings):
         time.sleep(POLL_S)
     # Published early enough that a rank whose deadline is a heartbeat early still reads it in time.
     published = verdict is not None and time.monotonic() < verdict_by - 2 * HEARTBEAT_S
-    message = json.dumps({"exit_code": verdict, "nonce": nonce}).encode()
-    if published:
-        ch.set("verdict", message)
-    timings["verdict_s"] = round(time.monotonic() - t0, 4)
     present = [r for r in range(1, world) if r not in pending]
+    # Per rank, with the challenge from its hello: the verdict of this run, not one replayed from an earlier run.
+    messages = {r: json.dumps({"exit_code": verdict, "nonce": nonce,
+                               "challenge": (hellos.get(r) or {}).get("challenge")}).encode() for r in present}
+
+    def publish():
+        for r, message in messages.items():
+            ch.set("verdict/%d" % r, message)
+
+    if published:
+        publish()
+    timings["verdict_s"] = round(time.monotonic() - t0, 4)
     acked = set()
     last = time.monotonic()
     while published and time.monotonic() < ack_by:
@@ -236,7 +246,7 @@ def _rank0(request, root, store, key, hello, started, timings):
         if ch.store.add(ch.scope + "/acks", 0) >= len(present):
             break
         if time.monotonic() - last >= HEARTBEAT_S and time.monotonic() < verdict_by:
-            ch.set("verdict", message)  # again: a value someone overwrote is back within a heartbeat
+            publish()  # again: a value someone overwrote is back within a heartbeat
             last = time.monotonic()
         time.sleep(POLL_S)
     if published:
@@ -258,6 +268,7 @@ def _rank0(request, root, store, key, hello, started, timings):
 def _other(request, root, store, key, hello, started, timings):
     rank, world, folder = int(request["rank"]), int(request["world_size"]), request["dir"]
     give_up = started + float(request["connect_s"])
+    challenge = secrets.token_hex(12)
     plan, t_read = None, None
     while plan is None:
         raw = root.get("plan")
@@ -278,8 +289,8 @@ def _other(request, root, store, key, hello, started, timings):
     ack_by = t_read + float(plan["ack_left"]) - HEARTBEAT_S
     nonce = plan["nonce"]
     ch = Channel(store, root.scope + "/" + nonce, key)
-    ch.set("hello/%d" % rank, hello)
     info = _json(hello) or {}
+    ch.set("hello/%d" % rank, json.dumps(dict(info, challenge=challenge)).encode())
     node = request.get("fingerprint_node")
     leader_fp, leader_state = None, "not needed"
     if node and request.get("leader"):
@@ -313,9 +324,10 @@ def _other(request, root, store, key, hello, started, timings):
     timings["reported_s"] = round(time.monotonic() - started, 3)
     verdict = None
     while time.monotonic() < verdict_by:
-        raw = ch.get("verdict")
+        raw = ch.get("verdict/%d" % rank)
         data = _json(raw) if raw else None
-        if data and data.get("nonce") == nonce and isinstance(data.get("exit_code"), int):
+        if data and data.get("nonce") == nonce and data.get("challenge") == challenge and \
+                isinstance(data.get("exit_code"), int):
             if time.monotonic() < verdict_by:
                 verdict = int(data["exit_code"])
             break
