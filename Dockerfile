@@ -53,9 +53,13 @@ RUN pip install --no-cache-dir --no-deps "apache-tvm-ffi==${TVM_FFI_VERSION}" \
 
 # Kernels compiled against the image's torch: FlashMLA nv_dev at a pinned commit (flash_mla_sparse_fwd with
 # indexer_topk), with CUDA 13's CCCL headers on the host compiler's include path (without it g++ stops at
-# `cuda/std/utility: No such file or directory`; nvcc finds them itself), for the archs in TORCH_CUDA_ARCH_LIST; and
+# `cuda/std/utility: No such file or directory`; nvcc finds them itself), for the archs in TORCH_CUDA_ARCH_LIST (its
+# setup.py ignores that list and builds sm_90a and sm_100f unless FLASH_MLA_DISABLE_SM90/SM100 is set); and
 # fast-hadamard-transform at the commit Megatron pins. --no-deps: neither may move the image's torch.
-RUN CPLUS_INCLUDE_PATH="${CUDA_HOME:-/usr/local/cuda}/include/cccl" pip install --no-cache-dir --no-build-isolation \
+RUN archs=" $(echo "${TORCH_CUDA_ARCH_LIST}" | tr ';' ' ') " \
+ && case "${archs}" in *" 9.0"*) ;; *) export FLASH_MLA_DISABLE_SM90=1 ;; esac \
+ && case "${archs}" in *" 10."*) ;; *) export FLASH_MLA_DISABLE_SM100=1 ;; esac \
+ && CPLUS_INCLUDE_PATH="${CUDA_HOME:-/usr/local/cuda}/include/cccl" pip install --no-cache-dir --no-build-isolation \
         --no-deps "flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@${FLASH_MLA_COMMIT}" \
  && FAST_HADAMARD_TRANSFORM_FORCE_BUILD=TRUE pip install --no-cache-dir --no-build-isolation --no-deps \
         "fast-hadamard-transform @ git+https://github.com/Dao-AILab/fast-hadamard-transform.git@${FAST_HADAMARD_COMMIT}"
@@ -75,8 +79,9 @@ RUN pip install --no-cache-dir /opt/dsv4-doctor \
  && python3 -c "from megatron.bridge.models.deepseek.deepseek_v4_bridge import DeepSeekV4Bridge" \
  && dsv4-doctor check --no-smoke --gpu-arch "${GATE_GPU_ARCH}" --cp "${GATE_CP}" --strict
 
-# A training command (verl's trainer, torchrun, a *train*.sh script) runs under `dsv4-doctor preflight --`, which
-# checks the node and that command line, then becomes the job (same pid, same exit code); anything else, such as the
-# default shell, runs as given. DSV4_PREFLIGHT=1 gates any command, DSV4_PREFLIGHT=0 none.
+# A training command (verl's trainer, torchrun, a *train*.sh, *deepseek_v4*.sh or *dsv4*.sh script) runs under
+# `dsv4-doctor preflight --`, which checks the node and that command line, then becomes the job (same pid, same exit
+# code); anything else, such as the default shell, runs as given. DSV4_PREFLIGHT=1 gates any command, DSV4_PREFLIGHT=0
+# none.
 ENTRYPOINT ["/usr/local/bin/dsv4-entrypoint"]
 CMD ["bash"]

@@ -77,7 +77,10 @@ def where_time_goes(report_path: str, top: int = 8) -> dict:
     out["tier2_builds"] = {name: {k: b.get(k) for k in ("wall_s", "import_s", "first_forward_s", "first_backward_s",
                                                         "steady_forward_s", "steady_backward_s", "hang")}
                            for name, b in builds.items()}
-    runs = ((by_id.get("smoke.dsv4-kernels") or {}).get("evidence") or {}).get("subruns") or {}
+    kernel_evidence = (by_id.get("smoke.dsv4-kernels") or {}).get("evidence") or {}
+    # Which kernel cache the probes got: a row meant to run on a fresh (or warm) cache means nothing if it was refused.
+    out["kernel_cache"] = kernel_evidence.get("kernel_cache")
+    runs = kernel_evidence.get("subruns") or {}
     out["kernel_subruns"] = {}
     for name, row in runs.items():
         ran = ((row.get("evidence") or {}).get("kernels_ran")) or {}

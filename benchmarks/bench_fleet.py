@@ -1,14 +1,15 @@
-"""How the fleet exchange scales: N lightweight ranks on this machine's CPU exchange canned reports over
-torch.distributed (TCPStore + gloo, the real exchange helper) without running any check, so that 2 cores suffice.
+"""How the fleet exchange scales: N lightweight ranks on this machine's CPU exchange canned reports through the real
+exchange helper (probes/dsv4probe_fleet.py, over torch.distributed's TCPStore) without running any check, so that 2
+cores suffice; rank 0's doctor side (validating each report, the merge, the verdict) runs here, in this process, as
+the doctor runs it (doctor/fleetmerge.py).
 
     python benchmarks/bench_fleet.py [--ranks 2 8 16] [--repeat 3] [--python PATH]
 
 The canned report is a real one (`dsv4-doctor check --no-smoke -f json`, taken once), given per rank a host (8 ranks
 per host) and a fingerprint. Per N it reports medians over the repeats of: the wall time from starting the N
-helpers to rank 0's answer, rank 0's gather (all reports at rank 0) and merge times, and the merged report's size;
-then a linear extrapolation to 1,000 ranks from the 8- and 16-rank medians (the method: per-rank cost = the
-difference divided by 8 ranks; the report's size grows with distinct results and hosts, not ranks, since identical
-results are grouped).
+helpers to rank 0's verdict, rank 0's gather (every report at rank 0, from its store being up), the doctor's
+validation + merge time, and the bytes rank 0 received; then a linear extrapolation to 1,000 ranks from the 8- and
+16-rank medians (per-rank cost = the difference divided by 8 ranks).
 """
 
 from __future__ import annotations
@@ -41,44 +42,73 @@ def free_port() -> int:
 
 
 def one_run(n: int, base: dict, python: str) -> dict:
+    sys.path.insert(0, str(REPO))
+    from dsv4_doctor import fleetmerge
+
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        procs = []
+        procs, dirs = [], []
         for r in range(n):
             report = json.loads(json.dumps(base))
             report.setdefault("environment", {})["fleet_rank"] = {"rank": r, "local_rank": r % 8,
-                                                                  "host": f"node{r // 8:04d}"}
+                                                                  "host": f"node{r // 8:04d}", "node": str(r // 8)}
             report["environment"]["fingerprint"] = {"packages": {"nvidia-cudnn-frontend": "1.27.0"}, "sources": {},
                                                     "platform": {"driver": "580.1"}}
-            path = os.path.join(tmp, f"report{r}.json")
-            with open(path, "w") as fh:
+            folder = os.path.join(tmp, f"rank{r}")
+            os.makedirs(folder)
+            dirs.append(folder)
+            with open(os.path.join(folder, "hello.json"), "w") as fh:
+                json.dump({"rank": r, "host": f"node{r // 8:04d}", "fingerprint": report["environment"]["fingerprint"]},
+                          fh)
+            with open(os.path.join(folder, "report.json"), "w") as fh:
                 json.dump(report, fh)
-            released = os.path.join(tmp, "released")
-            request = {"rank": r, "world_size": n, "master_addr": "127.0.0.1", "port": port, "wait_s": 60.0,
-                       "verdict_grace_s": 60.0, "strict": False, "report_path": path,
-                       "merged_path": os.path.join(tmp, "merged.json"), "released_path": released}
+            open(os.path.join(folder, "report.json.ready"), "wb").close()
+            if r == 0:
+                own = report
+            request = {"rank": r, "world_size": n, "master_addr": "127.0.0.1", "port": port, "scope": "bench",
+                       "join_s": 120.0, "verdict_s": 15.0, "ack_s": 10.0, "connect_s": 120.0, "dir": folder,
+                       "leader": r % 8 == 0, "fingerprint_node": f"n{r // 8}"}
             env = dict(os.environ, DSV4_DOCTOR_PROBE_LIB=str(HELPER.parent))
-            procs.append(subprocess.Popen([python, str(HELPER), os.path.join(tmp, f"answer{r}.json"),
+            procs.append(subprocess.Popen([python, str(HELPER), os.path.join(folder, "answer.json"),
                                            json.dumps(request)], env=env, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL))
             if r == 0:
                 start = time.perf_counter()
-        merged_path = os.path.join(tmp, "merged.json")
-        while not os.path.exists(merged_path):
+        gathered_path = os.path.join(dirs[0], "gathered.json")
+        while not os.path.exists(gathered_path):
             if procs[0].poll() is not None:
-                raise SystemExit(f"rank 0 exited with {procs[0].returncode} before merging")
+                raise SystemExit(f"rank 0 exited with {procs[0].returncode} before the gather")
             time.sleep(0.01)
+        with open(gathered_path) as fh:
+            gathered = json.load(fh)
+        # The doctor validates each report as it arrives, during the gather; timed apart from the merge proper.
+        t_admit = time.perf_counter()
+        received = 0
+        others = {}
+        for r in range(1, n):
+            with open(os.path.join(dirs[0], "reports", f"{r}.json"), "rb") as fh:
+                payload = fh.read()
+            received += len(payload)
+            others[r] = fleetmerge.admit(r, payload)
+        mine = fleetmerge.admit(0, own)
+        t_merge = time.perf_counter()
+        merged, verdict = fleetmerge.merge(mine, others, n, {}, False)
+        merge_s = time.perf_counter() - t_merge
+        admit_s = t_merge - t_admit
+        with open(os.path.join(dirs[0], "verdict.json"), "w") as fh:
+            json.dump({"exit_code": verdict}, fh)
         wall = time.perf_counter() - start
-        open(os.path.join(tmp, "released"), "wb").close()
+        while not os.path.exists(os.path.join(dirs[0], "acks.json")):
+            time.sleep(0.01)
+        open(os.path.join(dirs[0], "released"), "wb").close()
         for p in procs:
-            p.wait(timeout=120)
-        with open(merged_path) as fh:
-            text = fh.read()
-        merged = json.loads(text)
-        timings = merged["fleet"]["timings"]
-        assert merged["fleet"]["reported"] == n, merged["fleet"]
-        return {"wall_s": wall, "gather_s": timings.get("gather_s", 0.0), "merge_s": timings.get("merge_s", 0.0),
-                "report_bytes": len(text), "input_bytes": len(json.dumps(base))}
+            p.wait(timeout=180)
+        assert merged["fleet"]["reported"] == n and not gathered["missing"], (merged["fleet"], gathered)
+        return {"wall_s": wall, "gather_s": gathered["timings"].get("gather_s", 0.0),
+                "read_s": gathered["timings"].get("read_s", 0.0), "admit_s": admit_s,
+                "merge_s": merge_s,
+                "received_bytes": received, "report_bytes": len(json.dumps(merged)),
+                "input_bytes": len(json.dumps(base))}
 
 
 def main() -> None:
@@ -92,18 +122,21 @@ def main() -> None:
     for n in args.ranks:
         runs = [one_run(n, base, args.python) for _ in range(args.repeat)]
         results[n] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    print(f"{'ranks':>6} {'wall s':>8} {'gather s':>9} {'merge s':>8} {'report KiB':>11}  (medians of {args.repeat})")
+    print(f"{'ranks':>6} {'wall s':>8} {'gather s':>9} {'read s':>7} {'admit s':>8} {'merge s':>8} "
+          f"{'received KiB':>13} {'report KiB':>11}  (medians of {args.repeat})")
     for n, r in results.items():
-        kib = r["report_bytes"] / 1024
-        print(f"{n:>6} {r['wall_s']:>8.3f} {r['gather_s']:>9.3f} {r['merge_s']:>8.4f} {kib:>11.1f}")
+        print(f"{n:>6} {r['wall_s']:>8.3f} {r['gather_s']:>9.3f} {r['read_s']:>7.4f} {r['admit_s']:>8.4f} "
+              f"{r['merge_s']:>8.4f} {r['received_bytes'] / 1024:>13.1f} {r['report_bytes'] / 1024:>11.1f}")
     if 8 in results and 16 in results:
-        per = {k: (results[16][k] - results[8][k]) / 8 for k in ("gather_s", "merge_s", "report_bytes")}
+        keys = ("gather_s", "read_s", "admit_s", "merge_s", "report_bytes", "received_bytes")
+        per = {k: (results[16][k] - results[8][k]) / 8 for k in keys}
         est = {k: results[16][k] + per[k] * (1000 - 16) for k in per}
-        print(f"1,000 ranks, extrapolated linearly from 8 -> 16: gather {est['gather_s']:.2f} s, merge "
-              f"{est['merge_s']:.2f} s, report {est['report_bytes'] / 1024:.0f} KiB (per added rank: gather "
-              f"{per['gather_s'] * 1000:.2f} ms, merge {per['merge_s'] * 1000:.3f} ms, report "
-              f"{per['report_bytes']:.0f} B); each rank's report is {results[16]['input_bytes'] / 1024:.0f} KiB, "
-              f"so rank 0 receives about {results[16]['input_bytes'] * 1000 / 2 ** 20:.0f} MiB at 1,000 ranks")
+        print(f"1,000 ranks, extrapolated linearly from 8 -> 16: gather {est['gather_s']:.2f} s (of which rank 0 "
+              f"reading {est['read_s']:.2f} s), admit "
+              f"{est['admit_s']:.2f} s (during the gather), merge {est['merge_s']:.2f} s, received "
+              f"{est['received_bytes'] / 2 ** 20:.0f} MiB, report {est['report_bytes'] / 1024:.0f} KiB (per added "
+              f"rank: gather {per['gather_s'] * 1000:.2f} ms, admit {per['admit_s'] * 1000:.2f} ms, merge "
+              f"{per['merge_s'] * 1000:.3f} ms, received {per['received_bytes'] / 1024:.1f} KiB)")
     print(json.dumps({str(k): v for k, v in results.items()}))
 
 

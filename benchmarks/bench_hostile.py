@@ -1,9 +1,11 @@
-"""How long hygiene takes on hostile text: 1 MB inputs through sanitize, redaction and every renderer, in-process.
+"""How long hygiene takes on hostile text: inputs of two sizes through sanitize, redaction and every renderer,
+in-process, and whether each shape stays linear.
 
-    python benchmarks/bench_hostile.py [--repeat 5] [--size 1000000]
+    python benchmarks/bench_hostile.py [--repeat 5] [--sizes 1000000,8000000]
 
 Each input is a worst case for one of the patterns (long runs that a backtracking pattern would rescan from every
-position). Hygiene is linear: the goal is well under a second for each input, median of the runs.
+position). Hygiene is linear: for each shape the ratio of the times (largest size over smallest, median of the
+runs) tracks the ratio of the sizes; a quadratic pattern would show the square of it.
 """
 
 from __future__ import annotations
@@ -33,26 +35,74 @@ def inputs(size: int) -> dict[str, str]:
     }
 
 
+def measure(text: str, repeat: int) -> tuple[float, float]:
+    """(median seconds of the redaction alone, median seconds of sanitize + report + the four renderers)."""
+    raw, full = [], []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        Redactor({})(text, limit=10 ** 9)  # no cap: the patterns alone
+        raw.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        row = CheckReport(id="x.y", title="t", status=Status.FAIL, summary=text, details=text,
+                          evidence=sanitize({"stderr_tail": text}))
+        report = assemble(Profile(), [row], [], {"target_python": {}}, False, 0.0)
+        for fmt in ("text", "json", "markdown", "junit"):
+            render(report, fmt)
+        full.append(time.perf_counter() - start)
+    return statistics.median(raw), statistics.median(full)
+
+
+def other_paths(size: int) -> dict[str, object]:
+    """The other places hostile text of this size reaches: a job command shown by shape, a stderr line, a METADATA
+    file read to its headers (its non-ASCII description cut by the read limit)."""
+    from dsv4_doctor.jobshape import shape
+    from dsv4_doctor.probes.dsv4probe_static import parse_metadata
+    from dsv4_doctor.render.output import line_text
+
+    huge = ["python3", "--token=" + "a" * size]
+    words = ["--hf-token", "hf_" + "a" * 30, "actor.password=x", "++k=v", "train.py"] * (size // 60)
+    metadata = (b"Name: x\nVersion: 1\nRequires-Python: >=3.10\n\n" + "\u00e9".encode() * (size // 2))[: size - 1]
+    return {"job command by shape (words)": lambda: shape(words),
+            "one huge job word by shape": lambda: shape(huge),
+            "stderr line (cap, redact, clean)": lambda: line_text("--token " + "a=" * (size // 2)),
+            "METADATA headers, cut description": lambda: parse_metadata(metadata, truncated=True)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--size", type=int, default=1_000_000)
+    ap.add_argument("--sizes", default="1000000,8000000", help="comma-separated input sizes in characters")
+    ap.add_argument("--size", type=int, help="one size only (no ratio)")
     args = ap.parse_args()
-    print(f"{'input (' + str(args.size) + ' chars)':<32} {'redact raw s':>13} {'report+4 formats s':>19}")
-    for name, text in inputs(args.size).items():
-        raw, full = [], []
-        for _ in range(args.repeat):
-            start = time.perf_counter()
-            Redactor({})(text, limit=10 ** 9)  # no cap: the patterns alone
-            raw.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            row = CheckReport(id="x.y", title="t", status=Status.FAIL, summary=text, details=text,
-                              evidence=sanitize({"stderr_tail": text}))
-            report = assemble(Profile(), [row], [], {"target_python": {}}, False, 0.0)
-            for fmt in ("text", "json", "markdown", "junit"):
-                render(report, fmt)
-            full.append(time.perf_counter() - start)
-        print(f"{name:<32} {statistics.median(raw):>13.3f} {statistics.median(full):>19.3f}")
+    sizes = [args.size] if args.size else [int(s) for s in args.sizes.split(",")]
+    head = "".join(f" {'redact s @' + format(n, ','):>18} {'report s @' + format(n, ','):>18}" for n in sizes)
+    ratio = f"  {'size x':>6} {'redact x':>8} {'report x':>8}" if len(sizes) > 1 else ""
+    print(f"{'input':<34}{head}{ratio}")
+    for name in inputs(1):
+        times = [measure(inputs(n)[name], args.repeat) for n in sizes]
+        cells = "".join(f" {r:>18.3f} {f:>18.3f}" for r, f in times)
+        if len(sizes) > 1:
+            (r0, f0), (r1, f1) = times[0], times[-1]
+            cells += f"  {sizes[-1] / sizes[0]:>6.1f} {r1 / max(r0, 1e-9):>8.1f} {f1 / max(f0, 1e-9):>8.1f}"
+        print(f"{name:<34}{cells}", flush=True)
+    print(f"\n{'other paths':<34}" + "".join(f" {'s @' + format(n, ','):>18}" for n in sizes)
+          + (f"  {'size x':>6} {'time x':>8}" if len(sizes) > 1 else ""))
+    for name in other_paths(1):
+        times = []
+        for n in sizes:
+            fn = other_paths(n)[name]
+            runs = []
+            for _ in range(args.repeat):
+                calls, start = 0, time.perf_counter()
+                while calls == 0 or time.perf_counter() - start < 0.05:  # a fast path is timed over many calls
+                    fn()  # type: ignore[operator]
+                    calls += 1
+                runs.append((time.perf_counter() - start) / calls)
+            times.append(statistics.median(runs))
+        cells = "".join(f" {t:>18.5f}" for t in times)
+        if len(sizes) > 1:
+            cells += f"  {sizes[-1] / sizes[0]:>6.1f} {times[-1] / max(times[0], 1e-9):>8.1f}"
+        print(f"{name:<34}{cells}", flush=True)
 
 
 if __name__ == "__main__":

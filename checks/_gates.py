@@ -7,11 +7,17 @@ from dataclasses import dataclass
 
 from dsv4_doctor.facts import StaticFacts
 
+from ._upstream import EAV
+
 # The frontend releases whose CSA compressor first accepts a CC, read from the published wheels'
 # cudnn/csa/compressor/compressor_sm100.py: 1.27.0 `SUPPORTED_COMPUTE_CAPABILITY = (10, 0)` (api.py `!=`), 1.28.0
 # `MINIMUM_COMPUTE_CAPABILITY_MAJOR = 10` (api.py `capability[0] < ...`); 1.29.0-1.32.0 keep 1.28.0's gate.
 FE_EXACT_10_0 = "1.27.0"
 FE_MAJOR_10 = "1.28.0"
+# The installed Megatron's fused-compressor module: csa_utils/fused_compressor.py from 1c44a570, csa_fused_compressor.py
+# from 108cb6bc before it.
+_EAV_MOD = EAV.replace("/", ".").rstrip(".")
+FUSED_COMPRESSOR = (f"{_EAV_MOD}.csa_utils.fused_compressor", f"{_EAV_MOD}.csa_fused_compressor")
 
 
 @dataclass(frozen=True)
@@ -101,3 +107,27 @@ def first_frontend_accepting(cc: tuple[int, int]) -> str | None:
     if cc[0] >= 10:
         return FE_MAJOR_10
     return None
+
+
+# Every fused-compressor gate Megatron has shipped (d48bd6be: == (10, 0); 88a285f0: major >= 10) admits only CC >= 10.
+ANY_KNOWN_GATE = Gate("major", (10,), "every known Megatron gate (d48bd6be, 88a285f0)")
+# The DSv4 GPUs a fused compressor gate can admit: B200/GB200 and B300/GB300.
+BLACKWELL_CCS = ((10, 0), (10, 3))
+
+
+def megatron_compressor(static: StaticFacts) -> tuple[str | None, Gate | None]:
+    """(the installed Megatron's fused-compressor module, its CC gate); (None, None) without one."""
+    for module in FUSED_COMPRESSOR:
+        if static.source(module).get("found") or static.module(module).get("found"):
+            return module, read_gate(static, module)
+    return None, None
+
+
+def first_frontend_for_installed_gate(static: StaticFacts) -> str | None:
+    """With the GPU not known: the first frontend that accepts every CC the installed Megatron's gate admits (an
+    image built once runs on several GPU kinds); None when no gate was read."""
+    _, gate = megatron_compressor(static)
+    if gate is None:
+        return None
+    firsts = [first_frontend_accepting(cc) for cc in BLACKWELL_CCS if gate.accepts(cc)]
+    return max((f for f in firsts if f), key=lambda v: tuple(map(int, v.split("."))), default=None)

@@ -8,7 +8,7 @@ from dsv4_doctor.model import Check, Context, Profile, Result, Source, failed, n
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
-from ._gates import Gate, constant_values, gate_message, read_gate
+from ._gates import ANY_KNOWN_GATE, FUSED_COMPRESSOR, constant_values, gate_message, megatron_compressor, read_gate
 from ._upstream import EAV, MLM_VERL_TESTED, mlm, mlm_at, pypi
 
 FE = "nvidia-cudnn-frontend"
@@ -21,7 +21,6 @@ EAV_MOD = EAV.replace("/", ".").rstrip(".")
 MEGATRON_DSA_CALLERS = (f"{EAV_MOD}.dsa_cudnn_kernels", f"{EAV_MOD}.csa_utils.fused_sparse_attention",
                         f"{EAV_MOD}.csa_kernels", f"{EAV_MOD}.dsa_kernels")
 DSA_OWNERS = ("DSA", "_DSA", "_cudnn_dsa")  # the names Megatron binds `cudnn.DSA` to
-FUSED_COMPRESSOR = (f"{EAV_MOD}.csa_utils.fused_compressor", f"{EAV_MOD}.csa_fused_compressor")
 STATIC = StaticRequest(distributions=(FE, *CUTEDSL_STACK), modules=("cudnn", "cudnn.csa", "megatron.core", "flash_mla",
                                                                     *FUSED_COMPRESSOR),
                        # The frontend's own entry files too: their hashes are part of a fleet rank's fingerprint
@@ -191,8 +190,6 @@ FE_COMPRESSOR = ("cudnn.csa.compressor.api", "cudnn.csa.compressor.compressor_sm
 # d48bd6be's fused_compressor.py: the fused path is "for the THD packed, non-pre-grouped path" (L21), and the THD CP
 # path pre-groups its input; 88a285f0's lets "CP pre-grouped buffers reuse the same API".
 NON_PRE_GROUPED = "non-pre-grouped"
-# Every fused-compressor gate Megatron has shipped (d48bd6be: == (10, 0); 88a285f0: major >= 10) admits only CC >= 10.
-ANY_KNOWN_GATE = Gate("major", (10,), "every known Megatron gate (d48bd6be, 88a285f0)")
 
 
 def _csa_irrelevant(profile: Profile) -> str | None:
@@ -204,14 +201,6 @@ def _csa_irrelevant(profile: Profile) -> str | None:
 def _csa_probe_needed(profile: Profile) -> bool:
     cc = profile.cc
     return _csa_irrelevant(profile) is None and not (cc is not None and not ANY_KNOWN_GATE.accepts(cc))
-
-
-def megatron_compressor(static: StaticFacts) -> tuple[str | None, Gate | None]:
-    """(the installed Megatron's fused-compressor module, its CC gate); (None, None) without one."""
-    for module in FUSED_COMPRESSOR:
-        if static.source(module).get("found") or static.module(module).get("found"):
-            return module, read_gate(static, module)
-    return None, None
 
 
 def _stack_note(static: StaticFacts) -> str:
@@ -266,6 +255,9 @@ def _csa(ctx: Context) -> Result:
     elif gate is None and (cc != (10, 0) or profile.cp > 1):
         unknown = (f"whether Megatron uses the fused compressor at compute capability {profile.gpu_arch}"
                    f"{' with CP > 1' if profile.cp > 1 else ''} is not known (its gate could not be read)")
+    elif profile.cp > 1 and src.get("error"):  # the pre-grouping test above found nothing, in a file not read whole
+        unknown = (f"whether Megatron's THD CP path takes the fused compressor is not known ({module} could not be "
+                   f"read whole: {str(src['error'])[:200]})")
     if fe is None and not static.module("cudnn").get("found"):
         text = "nvidia-cudnn-frontend is not installed: Megatron silently keeps the eager CSA compressor"
         if unknown:

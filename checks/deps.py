@@ -15,9 +15,17 @@ from . import fixes
 def _metadata(ctx: Context) -> Result:
     static = ctx.static
     broken = static.unreadable()
-    evidence = {"unreadable": broken}
+    evidence: dict = {"unreadable": broken}
+    truncated = static.truncated()
+    if truncated:
+        evidence["headers_only"] = truncated  # over the read limit: every header read, the description not
+    if not broken and not static.installed():
+        return skipped("no inspected distribution is installed, so there is no METADATA to read (the install checks "
+                       "report what is missing)", evidence=evidence)
     if not broken:
-        return passed("every inspected distribution's METADATA reads", evidence=evidence)
+        return passed("every inspected distribution's METADATA reads"
+                      + (f" ({len(truncated)} over the read limit: headers read)" if truncated else ""),
+                      evidence=evidence)
     names = sorted({k.split(" (")[0] for k in broken})
     fix = Fix("Reinstall " + ", ".join(names) + " (their METADATA is unreadable: pip and importlib.metadata cannot "
               "see their versions)", key="setting:reinstall-broken-metadata", phase=Phase.SETTING)

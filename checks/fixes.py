@@ -18,7 +18,7 @@ from dsv4_doctor.facts import (StaticFacts, canonical, parse_requirement, requir
                                safe_specifier, safe_version, version)
 from dsv4_doctor.model import Command, Fix, Phase
 
-from ._gates import first_frontend_accepting
+from ._gates import first_frontend_accepting, first_frontend_for_installed_gate
 from ._upstream import MLM_DEV, MLM_VERL_TESTED
 
 TE_VERSION = "2.16.1"  # the verl DSv4 image's TE
@@ -82,7 +82,7 @@ def torch(static: StaticFacts | None = None, cuda_major: str | None = None) -> F
     cu = _cuda_major(cuda_major) or TORCH_CUDA_MAJOR
     tag = TORCH_CUDA_TAG.get(cu, TORCH_CUDA_TAG[TORCH_CUDA_MAJOR])
     installed = version(static.version("torch")) if static is not None else None
-    if installed is not None and installed.release[:2] > Version(TORCH_VERSION).release[:2]:
+    if installed is not None and installed.release > Version(TORCH_VERSION).release:  # a patch release counts too
         notes.append(f"This DOWNGRADES the installed torch {installed} to {TORCH_VERSION}: keep the newer torch if its "
                      "CUDA build loads here (torch.cuda), and fix only what the other checks name.")
     return Fix(f"Install a CUDA {cu} build of PyTorch {TORCH_VERSION} from PyTorch's wheel index (the verl DSv4 image "
@@ -247,11 +247,15 @@ def _meets(req, installed: str | None) -> bool:
     return installed is not None and (req is None or req.specifier.contains(installed, prereleases=True))
 
 
-def frontend_minimum(cc: tuple[int, int] | None = None) -> str:
+def frontend_minimum(cc: tuple[int, int] | None = None, static: StaticFacts | None = None) -> str:
     """The frontend a plan needs on this CC: the tested 1.27.0, or the first release whose CSA compressor accepts a
     CC that 1.27.0's `check_support` rejects (1.28.0 for CC 10.3; the frontend's cutedsl requirements of 1.28.0,
-    cutlass-dsl >= 4.5.0 and apache-tvm-ffi >= 0.1.11, admit the rest of the tested set)."""
-    first = first_frontend_accepting(cc) if cc is not None else None
+    cutlass-dsl >= 4.5.0 and apache-tvm-ffi >= 0.1.11, admit the rest of the tested set). With the CC not known, the
+    first release that accepts every CC the installed Megatron's gate admits (an image runs on several GPU kinds)."""
+    if cc is not None:
+        first = first_frontend_accepting(cc)
+    else:
+        first = first_frontend_for_installed_gate(static) if static is not None else None
     return first if first and Version(first) > Version(FE_VERSION) else FE_VERSION
 
 
@@ -260,7 +264,7 @@ def frontend_kept(static: StaticFacts, cc: tuple[int, int] | None = None) -> boo
     the tested set. Every fix below follows this one decision, so that a plan never pins the CuTe DSL for a frontend
     it replaces (frontend 1.26.0 got the tested set and then 1.26.0's own cutlass==4.5.0)."""
     fe_v = version(static.version("nvidia-cudnn-frontend"))
-    return fe_v is not None and fe_v >= Version(frontend_minimum(cc))
+    return fe_v is not None and fe_v >= Version(frontend_minimum(cc, static))
 
 
 def breaks(static: StaticFacts, name: str, pin: str) -> list[str]:
@@ -302,7 +306,7 @@ def frontend_stack(static: StaticFacts, cc: tuple[int, int] | None = None) -> Fi
     """Either keep the installed frontend (>= 1.27.0, or >= what this CC needs) and install only what it declares and
     lacks, or pin the tested set together (with the frontend this CC needs)."""
     fe = static.version("nvidia-cudnn-frontend")
-    fe_pin = frontend_minimum(cc)
+    fe_pin = frontend_minimum(cc, static)
     if not frontend_kept(static, cc):
         pins = {"apache-tvm-ffi": f"=={TVM_FFI_VERSION}", "nvidia-cutlass-dsl": f"=={CUTLASS_VERSION}"}
         commands = [["pip", "install", "--no-deps", f"apache-tvm-ffi=={TVM_FFI_VERSION}"],
@@ -316,6 +320,9 @@ def frontend_stack(static: StaticFacts, cc: tuple[int, int] | None = None) -> Fi
                       "declares (--no-deps: it requires only torch, which stays the image's)")
         which = (f"cuDNN frontend {fe_pin} (the first whose CSA compressor accepts compute capability "
                  f"{cc[0]}.{cc[1]}; 1.27.0 raises there)" if fe_pin != FE_VERSION and cc else
+                 f"cuDNN frontend {fe_pin} (the first whose CSA compressor accepts every compute capability the "
+                 "installed Megatron's gate admits, B300/GB300 (10.3) included; 1.27.0 raises there)"
+                 if fe_pin != FE_VERSION else
                  f"cuDNN frontend {FE_VERSION} (first with the fused CSA compressor cudnn.csa)")
         return _with_breaks(Fix(
             f"Install the tested set: {which}, "
@@ -431,9 +438,9 @@ def flash_mla(cc: tuple[int, int] | None = None) -> Fix:
         arch = "sm_90a only (FLASH_MLA_DISABLE_SM100=1)"
     elif cc is not None and cc[0] >= 10:
         env.append(("FLASH_MLA_DISABLE_SM90", "1"))
-        arch = "sm_100a only (FLASH_MLA_DISABLE_SM90=1, as the Megatron recipes set for Blackwell)"
+        arch = "sm_100f only, the CC 10.x family (FLASH_MLA_DISABLE_SM90=1, as the Megatron recipes set for Blackwell)"
     else:
-        arch = ("both sm_90a and sm_100a (the GPU arch is not known: state it with --gpu-arch to build one, "
+        arch = ("both sm_90a and sm_100f (the GPU arch is not known: state it with --gpu-arch to build one, "
                 "FLASH_MLA_DISABLE_SM100=1 for 9.0 or FLASH_MLA_DISABLE_SM90=1 for 10.x)")
     return Fix(f"Build FlashMLA nv_dev at {FLASH_MLA_COMMIT[:8]} against the installed torch (its flash_mla_sparse_fwd "
                f"takes the indexer_topk Megatron passes), for {arch}",

@@ -4,10 +4,10 @@ sources, like every other rule; their run function is never called (Check.only_w
 
 from __future__ import annotations
 
-from dsv4_doctor.model import Check, Context, Result, Source, errored
-from dsv4_doctor.probes import fleetmerge
+from dsv4_doctor import fleetmerge
+from dsv4_doctor.model import Check, Context, Result, errored
 
-SOURCES = tuple(Source(s["title"], s["url"]) for s in fleetmerge.FLEET_SOURCES)
+SOURCES = tuple(fleetmerge.FLEET_SOURCES)
 
 
 def _merged_only(ctx: Context) -> Result:
@@ -18,10 +18,13 @@ fleet_ranks = Check(
     id="fleet.ranks",
     title=fleetmerge.RANKS_TITLE,
     explanation="""
-        In fleet mode rank 0 waits for every rank's report until the run's time budget (plus the launcher's skew)
-        is spent, then writes the report with what it has: every rank that did not report in time is named, and
-        the check fails. A rank that cannot join at all (its torch does not import, rank 0 is unreachable) prints
-        its own report to stderr and exits 1; ranks never heard from have no known host.
+        In fleet mode rank 0 publishes one timeline when its exchange starts: a report deadline (the run's time
+        budget plus the launcher's skew), a verdict deadline and an acknowledgement deadline. It waits for every
+        rank's report until the report deadline, then writes the report with what it has: every rank that did not
+        report, whose report was rejected (too large, too deep, an unknown status, a wrong rank id, a failed
+        authentication), or that did not acknowledge the verdict is named with its reason and, when the launcher
+        or the rank said it, its host, and the check fails. A rank that misses a deadline exits 1 without
+        starting anything and says why on its stderr.
     """,
     applies_when="fleet mode (check --distributed, torchrun or srun with more than one rank)",
     detects="which ranks' reports reached rank 0 over torch.distributed before the deadline",
@@ -42,7 +45,9 @@ fleet_drift = Check(
         differ in any of them, naming the odd ranks, their hosts and both values. Ranks are compared one by one,
         not host by host, since two ranks on one host can have different PYTHONPATHs. For the same reason the
         import probes that only a host's local rank 0 runs answer for the host's other ranks only when their
-        fingerprints match local rank 0's; the others' rows are errors ("not checked on this rank").
+        fingerprints match local rank 0's; a rank whose fingerprint differs runs those checks itself, within the
+        fleet's timeline, so its rows say what is wrong there. An even split names both sides and assumes neither
+        is healthy. A rank whose static facts did not arrive says so in its fingerprint, which then differs.
     """,
     applies_when="fleet mode (check --distributed, torchrun or srun with more than one rank)",
     detects="per-rank package versions and RECORD hashes, source hashes, driver, Python, check statuses",

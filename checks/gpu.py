@@ -110,7 +110,8 @@ def _gpu_arch(ctx: Context) -> Result:
         (9, 0): "SM90: the fused CSA compressor never runs here (every Megatron gate needs CC >= 10); fused DSA with "
                 "the dense indexer "
                 "loss is rejected on SM90 (use dsa_indexer_use_sparse_loss=True), and FlashMLA needs an SM90 build",
-        (10, 0): "SM100: the fused CSA compressor is used with CP = 1 (see cudnn-fe.csa)",
+        (10, 0): "SM100: the fused CSA compressor is used at CP 1 (d48bd6be's gate), at any CP with a Megatron whose "
+                 "gate admits CC major >= 10 (88a285f0; see cudnn-fe.csa)",
         (10, 3): "SM103: the fused CSA compressor runs here only with a Megatron whose gate admits CC major >= 10 "
                  "(88a285f0; d48bd6be's is == 10.0) and needs cuDNN frontend >= 1.28.0 (see cudnn-fe.csa)",
     }

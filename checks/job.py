@@ -17,6 +17,7 @@ from dsv4_doctor.model import Check, Context, Fix, Phase, Profile, Result, Sourc
 from dsv4_doctor.probes import StaticRequest
 
 from dsv4_doctor.jobsettings import ROUNDING
+from dsv4_doctor.jobshape import entry_shown
 
 from ._upstream import EAV, gh, mlm, pypi
 from .verl import ENGINE as VERL_ENGINE
@@ -158,7 +159,7 @@ def _cp_args(ctx: Context) -> Result:
     job = _job(ctx)
     roles = roles_to_check(job)
     if not roles:
-        return skipped(_not_read(job), evidence={"entry": job.get("entry")})
+        return skipped(_not_read(job), evidence={"entry": entry_shown(job.get("entry"))})
     auto, why_auto = _verl_sets_cp(ctx, job)
     fails, warns, notes, fixes, unknown = [], [], [], [], []
     in_file = _maybe_in_file(job)
@@ -659,6 +660,12 @@ def _env(ctx: Context) -> Result:
                 "exports": [f"export {name}={value}" for name, value, _ in exports]}
     fixes = [Fix(f"Set in the job script, before the training command ({why}):\n  export {name}={value}",
                  key=f"env:{name}={value}", phase=Phase.SETTING) for name, value, why in exports]
+    if job.get("kind") not in ("verl", "megatron"):
+        # A wrapper (bash x.sh, srun ...) runs a script that may export or override them after the doctor looked.
+        script = "the command runs a script the doctor does not read, which may set them itself"
+        if warns:
+            return warned("; ".join(warns) + f" ({script})", "\n".join(notes), fixes=fixes, evidence=evidence)
+        return skipped(f"not known: {'; '.join(notes)} before the command starts, but {script}", evidence=evidence)
     if warns:
         return warned("; ".join(warns), "\n".join(notes), fixes=fixes, evidence=evidence)
     return passed("; ".join(notes), evidence=evidence)
@@ -769,8 +776,9 @@ job_dsa_backend = Check(
         read from its deepseek_v4_bridge.py with ast: 0.5.x turns it on for any CC major >= 10, c7774d44 and 0.6.x
         only when `from cudnn import DSA` and `from flash_mla import flash_mla_sparse_fwd` also import (the doctor
         runs the same two imports in a probe). A wrapper command (bash, srun, a launcher), a config file, a bridge
-        whose rule cannot be read or an unknown CC leave it not known: the environment is then checked for cudnn,
-        the stricter. The job line says which rule decided it, and the environment checks follow it.
+        whose rule cannot be read, an unknown CC, or (on a machine without a GPU) an import that cannot load the
+        driver's libcuda leave it not known: the environment is then checked for cudnn, the stricter. The job line
+        says which rule decided it, and the environment checks follow it.
     """,
     applies_when="job arguments given",
     detects="the training command's dsa_kernel_backend and apply_dsa_kernel_fusion",

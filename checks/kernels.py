@@ -120,6 +120,12 @@ def _hadamard(ctx: Context) -> Result:
             "verl logs: \"fast_hadamard_transform is unavailable; falling back to a pure-torch Fast Walsh-Hadamard "
             "transform. Results match the CUDA kernel but DSA forward will be slower.\"",
             fixes=[fix_hadamard], evidence=evidence)
+    if patch.get("found") and patch.get("error"):  # the shim not found in a file not read whole: not known
+        evidence["verl_patch"] = patch.get("error")
+        return warned("fast_hadamard_transform is not installed, and whether verl's pure-torch shim stands in is not "
+                      f"known ({patch.get('path')} could not be read whole or parsed); without it every ratio-4 "
+                      "CSA layer asserts \"fast_hadamard_transform is not installed.\"", fixes=[fix_hadamard],
+                      evidence=evidence)
     return failed("fast_hadamard_transform is not installed: every ratio-4 CSA layer asserts \"fast_hadamard_transform "
                   "is not installed.\"", fixes=[fix_hadamard], evidence=evidence)
 

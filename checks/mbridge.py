@@ -36,7 +36,12 @@ def _mbridge(ctx: Context) -> Result:
                       "v0.6.0. On PyPI, megatron-bridge 0.5.0 and later ship it (0.6.2 is the newest; they require "
                       "Python >= 3.12, so `pip index versions` on 3.11 shows only 0.3.x).", fixes=[fixes.MBRIDGE],
                       evidence=evidence)
-    flex = bool((static.source(bridge).get("contains") or {}).get(FLEX))
+    bridge_source = static.source(bridge)
+    flex = bool((bridge_source.get("contains") or {}).get(FLEX))
+    if not flex and bridge_source.get("error"):  # not found in a file not (wholly) read: not known
+        evidence["default_dispatcher"] = f"not known: {bridge_source['error']}"
+        return passed(f"Megatron-Bridge {version} has the DeepSeek-V4 bridge; its default MoE dispatcher is not "
+                      "known (its source could not be read whole)", evidence=evidence)
     evidence["default_dispatcher"] = "flex (HybridEP)" if flex else "alltoall"
     note = ("; its DSv4 provider defaults the MoE dispatcher to flex with HybridEP (verl sets alltoall unless an "
             "override says otherwise; flex needs DeepEP's HybridEP)") if flex else "; default MoE dispatcher alltoall"

@@ -41,11 +41,13 @@ SITE_DIRS = ("site-packages", "dist-packages")
 V2 = ("ValueError: cp_layout='contiguous' requires PackedSeqParams.cp_partition_mode, which this Megatron-core "
       "version does not provide. Upgrade Megatron-core or use the zigzag layout.")
 R1 = "DSv4 THD CP requires a contiguous CP partition."
+# verl's example divides with `/ ACTOR_CP`, which rounds down and leaves the longest sample short when the sum is no
+# multiple of CP; this is the same division rounded up (doctor/jobsettings.py gives the number for a job command).
 CP_ARGS = (
     "++actor_rollout_ref.actor.megatron.override_transformer_config.cp_partition_mode=contiguous",
     "++actor_rollout_ref.actor.megatron.override_transformer_config.sequence_packing_scheduler=dp_balanced",
     "++actor_rollout_ref.actor.megatron.override_transformer_config.max_seqlen_per_dp_cp_rank="
-    "$(((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH) / ACTOR_CP))",
+    "$(((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH + ACTOR_CP - 1) / ACTOR_CP))",
 )
 
 
@@ -120,6 +122,10 @@ def _dsv4(ctx: Context) -> Result:
             fixes=[fixes.mcore(evidence["checkout"])], evidence=evidence)
     source = static.source(DSV4_MOD)
     classes = source.get("classes")
+    if (not isinstance(classes, dict) or DSV4_CLASS not in classes) and source.get("truncated"):
+        return errored(f"{what} has a deepseek_v4_hybrid_attention module over the read limit, and no {DSV4_CLASS} "
+                       f"in what was read of it: whether it defines one is not known ({source.get('error')})",
+                       evidence=evidence)
     if not isinstance(classes, dict) or DSV4_CLASS not in classes:
         # A file is not a feature: an empty or foreign deepseek_v4_hybrid_attention.py must not read as dev.
         why = f"it could not be read ({source.get('error')})" if source.get("error") else f"it defines no {DSV4_CLASS}"
@@ -189,7 +195,9 @@ def _cp_partition_mode(ctx: Context) -> Result:
         return skipped("Megatron-core is not installed (see mcore.dsv4)", evidence=evidence)
     cls, src = _class(static, PSP, "PackedSeqParams")
     evidence["file"] = src.get("path")
-    if src.get("error"):
+    if src.get("truncated"):
+        evidence["read"] = src.get("error")
+    if cls is None and src.get("error"):  # a class read before a read limit is whole, and judged
         return errored(f"cannot read {src.get('path')}: {src['error']}", evidence=evidence)
     if cls is None:
         return errored(f"no PackedSeqParams class in {src.get('path') or PSP}", evidence=evidence)
@@ -265,7 +273,7 @@ def _config(ctx: Context) -> Result:
     fields: dict[str, str] = {}
     for module, name in ((MPC, "ModelParallelConfig"), (TC, "TransformerConfig")):
         cls, src = _class(static, module, name)
-        if src.get("error"):
+        if cls is None and src.get("error"):
             return errored(f"cannot read {src.get('path')}: {src['error']}", evidence=evidence)
         if cls is None:
             return errored(f"no {name} class in {src.get('path') or module}", evidence=evidence)

@@ -14,7 +14,7 @@ STACK = ("megatron-core", "transformer-engine", "transformer_engine", "nvidia-cu
 STATIC = StaticRequest(distributions=STACK)
 
 
-def _requires_python(ctx: Context, version: str) -> list[str]:
+def _requires_python(ctx: Context, version: str, unread: list[str]) -> list[str]:
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     try:
@@ -24,6 +24,8 @@ def _requires_python(ctx: Context, version: str) -> list[str]:
     out = []
     for name in STACK:
         dist = static.readable_dist(name)
+        if dist is None and static.dist_copies(name):
+            unread.append(name)  # installed, but no copy's METADATA could be read: its Requires-Python is not known
         spec = dist.get("requires_python") if dist else None
         if not isinstance(spec, str) or not spec.strip():
             continue
@@ -41,18 +43,23 @@ def _python_version(ctx: Context) -> Result:
     info = list(py.get("version_info") or [0, 0, 0])[:3]
     version = py.get("version") or "unknown"
     evidence = {"version": version, "executable": py.get("executable"), "implementation": py.get("implementation")}
-    refused = _requires_python(ctx, version) if version != "unknown" else []
+    unread: list[str] = []
+    refused = _requires_python(ctx, version, unread) if version != "unknown" else []
+    if unread:
+        evidence["requires_python_not_read"] = unread
     if refused:
         evidence["requires_python"] = refused
         return failed(f"Python {version} is outside what installed packages declare: " + "; ".join(refused),
                       "These distributions were installed for another interpreter (a copied site-packages, a "
                       "--target install, or a venv whose Python changed); their code may use syntax or APIs this "
                       "Python lacks.", fixes=[fixes.PYTHON_312], evidence=evidence)
+    note = (f" (Requires-Python of {', '.join(unread)} not known: unreadable METADATA, see deps.metadata)"
+            if unread else "")
     if (info[0], info[1]) >= (3, 12):
-        return passed(f"Python {version}", evidence=evidence)
+        return passed(f"Python {version}{note}", evidence=evidence)
     if (info[0], info[1]) >= (3, 10):
         return passed(
-            f"Python {version} (Megatron-LM dev allows >= 3.10; released megatron-core wheels need 3.12)",
+            f"Python {version} (Megatron-LM dev allows >= 3.10; released megatron-core wheels need 3.12){note}",
             "Megatron-LM dev, the only source of dsv4_hybrid, declares requires-python >=3.10, so a dev install runs "
             "here. Released megatron-core wheels (>= 0.17) declare >=3.12, and the reference DSv4 images ship 3.12.",
             evidence=evidence)

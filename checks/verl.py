@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, skipped
+from dsv4_doctor.model import Check, Context, Result, Source, errored, failed, passed, skipped
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
@@ -51,6 +51,11 @@ def _verl(ctx: Context) -> Result:
         state = "present" if not (missing_7221 or missing_7297) else "absent"
         return skipped(f"CP = 1: the CP layout plumbing is not used (verl {version}: contiguous layout {state})",
                        evidence=evidence)
+    if (missing_7221 or missing_7297) and unreadable:
+        # A marker not found in a file that was not (wholly) read is not known to be missing.
+        return errored(f"verl {version}: cannot tell whether it has the CP layout plumbing: "
+                       + "; ".join(f"{m}: {why}" for m, why in unreadable.items()),
+                       "Not found in what was read: " + "; ".join(missing_7221 + missing_7297), evidence=evidence)
     if missing_7221:
         return failed(
             f"verl {version} lacks the contiguous CP layout (PR #7221): it packs DSv4 THD batches zigzag",

@@ -13,7 +13,7 @@ is_training() {
     for arg in "$@"; do
         case "$arg" in
             verl.trainer.* | */verl/trainer/*.py | torchrun | */torchrun | torch.distributed.run \
-                | *pretrain_gpt*.py | *pretrain_mamba*.py | *train*.sh)
+                | *pretrain_gpt*.py | *pretrain_mamba*.py | *train*.sh | *deepseek_v4*.sh | *dsv4*.sh)
                 return 0 ;;
         esac
     done

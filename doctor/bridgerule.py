@@ -115,10 +115,17 @@ def import_targets(rule: dict) -> list[str]:
     return out
 
 
+# An import that fails because this machine lacks a library the GPU node has (the driver's libcuda, which a
+# container runtime mounts only on a GPU host), not because the package is absent or broken.
+_HOST_LIBRARY = re.compile(r"cannot open shared object file|libcuda\.so|libnvidia-", re.I)
+
+
 def decide(rule: dict, cc: tuple[int, int] | None, imports: dict[str, dict] | None,
-           where: str) -> tuple[str, bool, str]:
+           where: str, gpu_visible: bool = True) -> tuple[str, bool, str]:
     """(backend, known, how it was decided). `imports`: the import probe's outcome per target, None when it did
-    not run. Anything not known leaves "cudnn", the stricter backend for the environment checks."""
+    not run; `gpu_visible`: whether this machine has a GPU (without one, the CC comes from --gpu-arch and an
+    import that fails to load a shared library may succeed on the GPU node). Anything not known leaves "cudnn",
+    the stricter backend for the environment checks."""
     strict = "; the environment is checked for cudnn, the stricter"
     if not rule.get("readable"):
         return "cudnn", False, f"not known: the Megatron-Bridge rule could not be read ({rule.get('why')}){strict}"
@@ -152,6 +159,11 @@ def decide(rule: dict, cc: tuple[int, int] | None, imports: dict[str, dict] | No
                 # The bridge catches ImportError only: anything else stops the job while the model is built.
                 return "cudnn", False, (f"not known: {rule_text}, and {target} raised {kind}, which the bridge "
                                         f"does not catch{strict}")
+            message = str(error.get("message") or "")
+            if not gpu_visible and kind != "ModuleNotFoundError" and _HOST_LIBRARY.search(message):
+                return "cudnn", False, (f"not known: {rule_text}, and {target} failed to load a shared library "
+                                        f"({message[:160]}) on this machine, which has no GPU: on the GPU node it "
+                                        f"may load{strict}")
             failed.append(f"{target} ({kind})")
         if failed:
             return "none", True, f"{rule_text}: {', '.join(failed)} failed to import, so off"

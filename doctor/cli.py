@@ -22,7 +22,8 @@ from dataclasses import replace
 
 from . import __version__
 from .model import ExitCode, Profile, UsageError
-from .render.output import check_output_path, emit, isatty, preflight_report, say, write_stdout
+from .render.output import (check_output_path, emit, finish_streams, isatty, line_text, preflight_report, say,
+                            write_stderr, write_stdout)
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 no check failed (warnings allowed unless --strict); 1 a check failed or errored (or warned, with "
@@ -73,6 +74,21 @@ def _ids(values: Sequence[str] | None, option: str = "--only/--skip") -> list[st
 
 # ------------------------------------------------------------------------------------------------------ parser
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, its messages through the output layer: an unrecognised argument may be a secret (`--hf-token
+    hf_...` given to the wrong command), and a stuck stderr must not hold the exit."""
+
+    def _print_message(self, message: str, file=None) -> None:
+        if message:
+            (write_stdout if file is sys.stdout else write_stderr)(line_text(message.rstrip("\n")) + "\n")
+
+    def error(self, message: str):
+        write_stderr(line_text(self.format_usage().rstrip("\n")) + "\n")
+        say(f"{self.prog}: error: {message}")
+        finish_streams()
+        sys.exit(int(ExitCode.USAGE))
+
+
 def _profile_options(p: argparse.ArgumentParser, gpu_arch: bool = True) -> None:
     p.add_argument("--cp", type=_cp, default=None, metavar="N",
                    help="Context-parallel size of the planned job (1-1024; default 1, or the job's with --job-args).")
@@ -101,12 +117,13 @@ def _fleet_options(p: argparse.ArgumentParser) -> None:
                    help="Run single-host even under torchrun or srun.")
     g.add_argument("--fleet-port", type=int, metavar="PORT",
                    help="The port rank 0 serves the exchange on (default MASTER_PORT + 1, so the job's own port "
-                        "stays free).")
+                        "stays free; in an srun step without MASTER_PORT, a port derived from the job and step ids).")
     g.add_argument("--fleet-wait", type=_timeout, metavar="S",
-                   help="Seconds the other ranks have to join, counted once rank 0's exchange helper has torch and "
-                        "hosts the store (default: the rest of the run's time budget plus 15 s of launcher skew).")
+                   help="Seconds the other ranks have to report, counted once rank 0's exchange helper hosts the "
+                        "store (default: the rest of the run's time budget plus 15 s of launcher skew, plus one "
+                        "more budget when a rank may run its host-level checks itself).")
     g.add_argument("--anonymize-hosts", action="store_true",
-                   help="Name hosts by a stable hash instead of their hostname.")
+                   help="Name hosts in the fleet report by a salted hash (one salt per run) instead of their name.")
     g.add_argument("--verbose-ranks", action="store_true",
                    help="Every rank other than 0 also prints its own report to stderr (by default they print "
                         "nothing).")
@@ -125,7 +142,7 @@ def _report_options(p: argparse.ArgumentParser) -> None:
 
 def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The root parser and each command's (for its usage line on a usage error)."""
-    root = argparse.ArgumentParser(
+    root = _Parser(
         prog="dsv4-doctor", epilog=EXIT_CODES_HELP,
         description="Preflight checks for DeepSeek-V4 context-parallel training (verl + Megatron-Core + TE + cuDNN "
                     "frontend). `check` is the default command.")
@@ -180,6 +197,7 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     smoke = sub.add_parser("smoke", help="Run only the smoke forward.", epilog=EXIT_CODES_HELP)
     _profile_options(smoke)
     _report_options(smoke)
+    _fleet_options(smoke)
     smoke.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                        help="auto: the GPU when torch sees one, else the CPU.")
     _kernel_cache_option(smoke)
@@ -240,6 +258,7 @@ def cmd_check(args, smoke: bool = False) -> int:
         smoke_mode = "off" if args.no_smoke else ("on" if args.device == "cpu" else "auto")
         profile = profile_from_options(args, smoke_mode, job_argv)
     env, profile = _fleet_env(args, profile)
+    only, fleet_checks = _fleet_selection(env, only, skip)
     started = time.monotonic()
     progress = args.format == "text" and isatty(sys.stderr) and (env is None or env.rank == 0)
     ran: dict = {}
@@ -249,7 +268,41 @@ def cmd_check(args, smoke: bool = False) -> int:
     from .fleet import take_part
 
     return take_part(env, report, ran["python"], started, strict, lambda merged: emit(merged, args.format, args.output),
-                     args.fleet_wait, args.verbose_ranks)
+                     args.fleet_wait, args.verbose_ranks, _rerun(args, profile, skip, strict), args.anonymize_hosts,
+                     fleet_checks)
+
+
+def _fleet_selection(env, only: list[str], skip: list[str]) -> tuple[list[str], tuple[str, ...]]:
+    """--only / --skip of the fleet rows, which the merge writes: (the --only the ranks' own runs take, the fleet
+    rows the merge writes). `--only fleet.drift` alone still runs the cheapest check, python.version, since a rank's
+    run is what gives its fingerprint."""
+    import fnmatch
+
+    from .fleet import FLEET_CHECKS
+
+    if env is None:
+        return only, FLEET_CHECKS
+    named = [p for p in only if fnmatch.filter(FLEET_CHECKS, p)]
+    rest = [p for p in only if not p.startswith("fleet.")]
+    chosen = [c for c in FLEET_CHECKS if not named or any(fnmatch.fnmatchcase(c, p) for p in named)]
+    chosen = [c for c in chosen if not any(fnmatch.fnmatchcase(c, p) for p in skip)]
+    if only and not rest:
+        rest = ["python.version"]
+    return rest, tuple(chosen)
+
+
+def _rerun(args, profile: Profile, skip: list[str], strict: bool):
+    """For a rank whose packages differ from its host's local rank 0's: its host-level checks, run here, within the
+    seconds the fleet's timeline leaves (each probe gets at most half of them, less the checks' margins)."""
+    import copy
+
+    def rerun(ids: list[str], seconds: float) -> dict:
+        sub = copy.copy(args)
+        sub.timeout = max(5.0, min(float(args.timeout), (seconds - 15.0) / 2))
+        own = replace(profile, fleet=dict(profile.fleet or {}, own_host_checks=True))
+        return run_report(sub, own, ids, [p for p in skip if not p.startswith("fleet.")], strict, progress=False)
+
+    return rerun
 
 
 def _fleet_env(args, profile: Profile):
@@ -259,7 +312,8 @@ def _fleet_env(args, profile: Profile):
     env = fleet.detect(os.environ, getattr(args, "distributed", "off"), getattr(args, "fleet_port", None))
     if env is None:
         return None, profile
-    return env, replace(profile, fleet=fleet.profile_fields(env, fleet.host_label(args.anonymize_hosts)))
+    fleet.fleet_key(os.environ)  # an unreadable secret file is a usage error now, not after the checks
+    return env, replace(profile, fleet=fleet.profile_fields(env, fleet.host_label(args.anonymize_hosts, env)))
 
 
 @contextlib.contextmanager
@@ -283,7 +337,7 @@ def cmd_list(args) -> int:
 
     with _registry(args.timeout) as (checks, plugins):
         pass
-    return 0 if write_stdout(render_listing(checks, plugins, args.format)) else int(ExitCode.OUTPUT)
+    return _stdout_or_4(render_listing(checks, plugins, args.format), "the listing")
 
 
 def cmd_explain(args) -> int:
@@ -297,8 +351,14 @@ def cmd_explain(args) -> int:
     if c is None:
         near = [x.id for x in checks if args.check_id.split(".")[0] in x.id]
         raise UsageError(f"unknown check {args.check_id!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
-    text = explain_text(c, output_width(isatty(sys.stdout)), Redactor())
-    return 0 if write_stdout(text) else int(ExitCode.OUTPUT)
+    return _stdout_or_4(explain_text(c, output_width(isatty(sys.stdout)), Redactor()), "the explanation")
+
+
+def _stdout_or_4(text: str, what: str) -> int:
+    if write_stdout(text):
+        return 0
+    say(f"dsv4-doctor: could not write {what}: stdout is closed, broken or not read")
+    return int(ExitCode.OUTPUT)
 
 
 def cmd_fix(args) -> int:
@@ -323,10 +383,14 @@ def cmd_fix(args) -> int:
     plan = fixplan.build_plan(reports)
     incomplete = fixplan.incomplete(report)
     redact = Redactor()
-    write_stdout(fixplan.render_script(plan, python, report["profile"], __version__, redact, incomplete,
-                                       report.get("job_settings")))
+    printed = write_stdout(fixplan.render_script(plan, python, report["profile"], __version__, redact, incomplete,
+                                                 report.get("job_settings")))
     before = verdict_line(report)
     say("before: " + before)
+    if not printed:  # nobody could read the plan: nothing is applied from it
+        say("dsv4-doctor fix: could not write the plan: stdout is closed, broken or not read"
+            + ("; nothing applied" if args.apply else ""))
+        return max(int(code), int(ExitCode.OUTPUT))
     if incomplete:  # an unfinished run: its plan is partial, and --apply does not act on it
         if args.apply:
             say(f"nothing applied: {incomplete}")
@@ -346,7 +410,11 @@ def cmd_preflight(args) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     elif command:
-        raise UsageError(f"put the training command after `--` (got {command[0]!r} first)")
+        from .jobshape import shape_program
+
+        raise UsageError(f"put the training command after `--` (got {shape_program(command[0])} first)")
+    if command and not command[0]:
+        raise UsageError("the training command's program is an empty word (an unset variable, such as \"$PY\"?)")
     check_output_path(args.report, "--report")
     from .session import profile_from_options
 
@@ -355,13 +423,15 @@ def cmd_preflight(args) -> int:
     started = time.monotonic()
     ran: dict = {}
     only, skip = _ids(args.only, "--only"), _ids(args.skip, "--skip")
+    only, fleet_checks = _fleet_selection(env, only, skip)
     report = run_report(args, profile, only, skip, args.strict, progress=False, keep=ran)
     if env is not None:
         # Rank 0 writes the fleet's report; every rank execs only when the whole fleet passed.
         from .fleet import take_part
 
         code = take_part(env, report, ran["python"], started, args.strict,
-                         lambda merged: _preflight_report(args, merged), args.fleet_wait, args.verbose_ranks)
+                         lambda merged: _preflight_report(args, merged), args.fleet_wait, args.verbose_ranks,
+                         _rerun(args, profile, skip, args.strict), args.anonymize_hosts, fleet_checks)
     else:
         code = _preflight_report(args, report)
     if code >= 128:
@@ -373,8 +443,9 @@ def cmd_preflight(args) -> int:
         return int(ExitCode.FAILED)
     if args.dry_run:
         if env is None or env.rank == 0:  # a fleet's other ranks print nothing, as for the report
-            say("dsv4-doctor preflight: dry run, not starting: " + " ".join(command[:6])
-                + (" ..." if len(command) > 6 else ""))
+            from .jobshape import shape
+
+            say("dsv4-doctor preflight: dry run, not starting: " + shape(command))
         return 0
     from .procs import exec_job
     from .session import GATE
@@ -390,6 +461,15 @@ def cmd_preflight(args) -> int:
 
 def _preflight_report(args, report: dict) -> int:
     return preflight_report(report, args.report)
+
+
+def _where(exc: BaseException) -> str:
+    """`Type: message (file:line)` of the innermost frame, for a defect report without a traceback."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    place = f" ({os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno})" if tb is not None else ""
+    return f"{type(exc).__name__}: {exc}{place}"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -411,17 +491,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         code = handlers[args.command](args)
     except UsageError as exc:
-        commands.get(args.command, p).print_usage(sys.stderr)
+        write_stderr(line_text(commands.get(args.command, p).format_usage()))
         say(f"dsv4-doctor {args.command}: error: {exc}")
         code = int(ExitCode.USAGE)
     except Interrupted as exc:  # list and explain: nothing to report, only to stop cleanly
         say(f"dsv4-doctor {args.command}: interrupted by {exc}")
         code = 128 + exc.signum
+    except Exception as exc:  # a defect of the doctor's own: one line that says where, never a traceback
+        say(f"dsv4-doctor {args.command}: internal error: {_where(exc)}")
+        code = int(ExitCode.INTERNAL)
     finally:
         GATE.uninstall()
     if GATE.late is not None and code < 128:  # asked to stop while the report was written: it was, and we stop
         code = 128 + GATE.late
-    if sys.stdout is not None:
-        with contextlib.suppress(OSError, ValueError):
-            sys.stdout.flush()
+    finish_streams()
     sys.exit(code)

@@ -63,6 +63,15 @@ class StaticFacts:
                     out[f"{name} ({c.get('path')})"] = str(c.get("error"))
         return out
 
+    def truncated(self) -> dict[str, str]:
+        """Distributions whose METADATA was over the read limit: its headers were read, its description not."""
+        out = {}
+        for name in self._section("distributions"):
+            for c in self.dist_copies(name):
+                if c.get("metadata_truncated") and not c.get("error"):
+                    out[f"{name} ({c.get('path')})"] = str(c["metadata_truncated"])
+        return out
+
     def installed(self) -> dict[str, dict]:
         """Every distribution the probe reported with readable metadata (those asked for and those found by prefix),
         by normalised name."""
@@ -90,7 +99,8 @@ class StaticFacts:
         return _clean_module(m) if isinstance(m, dict) else {"found": False}
 
     def source(self, module: str) -> dict:
-        """A module's ast summary: found, path, error, classes, functions, names, contains, attributes; typed."""
+        """A module's ast summary: found, path, error, truncated, classes, functions, names, contains, attributes;
+        typed."""
         m = self._section("sources").get(module)
         return _clean_source(m) if isinstance(m, dict) else {"found": False}
 
@@ -135,7 +145,10 @@ def _clean_class(c) -> dict:
 def _clean_source(m: dict) -> dict:
     out: dict = {"found": m.get("found") is True, "path": _text_or_none(m.get("path")),
                  "error": _text_or_none(m.get("error")), "missing": _text_or_none(m.get("missing")),
-                 "sha256": _text_or_none(m.get("sha256"))}
+                 "sha256": _text_or_none(m.get("sha256")),
+                 # Over the read limit: what follows is what was read before it (whole top-level statements), and
+                 # `error` says so; a name absent from it is not known to be absent.
+                 "truncated": m.get("truncated") is True}
     if "classes" not in m and "functions" not in m:
         return out
     classes, functions = m.get("classes"), m.get("functions")
@@ -191,7 +204,8 @@ def _clean_capability(c: dict) -> dict:
     }
 
 
-_COPY_TEXT = ("name", "version", "path", "requires_python", "error", "installer", "kind", "record_sha256")
+_COPY_TEXT = ("name", "version", "path", "requires_python", "error", "installer", "kind", "record_sha256",
+              "metadata_truncated")
 
 
 def _clean_copy(copy: dict, env: dict) -> dict:

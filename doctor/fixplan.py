@@ -30,6 +30,7 @@ from typing import Any
 from .model import UNSAFE_CHARS, CheckReport, Command, Fix, Phase, Status, env_value
 from .procs import kill_group
 from .redact import WITHHELD, Redactor, cap, clean_text
+from .render.output import line_text, write_stderr
 
 ORDER = (Phase.RUNTIME, Phase.BUILD, Phase.PIN, Phase.SETTING)
 _COMMENT_UNSAFE = re.compile(f"[{UNSAFE_CHARS}]+")
@@ -155,7 +156,8 @@ def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: st
 
     def command_line(cmd: Command) -> str:
         """The command, or a comment when redaction had to change it (it holds a secret): Redactor.command."""
-        return WITHHELD if redact.command(cmd.argv) is None else pip_line(cmd)
+        words = [f"{name}={value}" for name, value in cmd.env] + list(cmd.argv)  # its environment is printed too
+        return WITHHELD if redact.command(words) is None else pip_line(cmd)
 
     shown = " ".join(f"{k}={v}" for k, v in profile.items() if k in ("cp", "dsa_backend", "gpu_arch")
                      and v is not None)
@@ -230,7 +232,7 @@ def apply(plan: Plan, python: str, procs, redact: Redactor | None = None,
         why = next((r for r in (offline_reason(c, os.environ) for c in step.commands) if r), None)
         if why:
             line = f"step {n} not applied: {why}"
-            sys.stderr.write(clean_text(line) + "\n")
+            write_stderr(line_text(line) + "\n")
             if not_applied is not None:
                 not_applied.append(line)
             continue
@@ -239,11 +241,10 @@ def apply(plan: Plan, python: str, procs, redact: Redactor | None = None,
                 return ran, 0
             argv = pip_argv(python, cmd)
             shown = shlex.join(redact.text(w) for w in argv)  # redact, then quote
-            sys.stderr.write("+ " + clean_text(cmd.env_prefix() + shown) + "\n")
-            sys.stderr.flush()
+            write_stderr("+ " + clean_text(cap(redact.text(cmd.env_prefix()) + shown)) + "\n")
             env = dict(os.environ, **{n: env_value(v, os.environ) for n, v in cmd.env}) if cmd.env else None
-            proc = procs.spawn(argv, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno(),
-                               env=env)
+            out = _stderr_fd()
+            proc = procs.spawn(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env)
             if interrupted():  # the signal came while pip was starting, before the handler could see it
                 kill_group(proc)
             code = proc.wait()
@@ -254,6 +255,14 @@ def apply(plan: Plan, python: str, procs, redact: Redactor | None = None,
             if code != 0:
                 return ran, code
     return ran, 0
+
+
+def _stderr_fd() -> int:
+    """Where pip's output goes: the doctor's stderr, or nowhere when the doctor has none."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return subprocess.DEVNULL
 
 
 class ApplySignals:
@@ -331,9 +340,8 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
         say("nothing applied: a signal arrived while the plan was written")
         return 128 + GATE.late
     if not yes:
-        sys.stderr.write(f"Run the {sum(len(s.commands) for s in plan.steps if s.automatic)} pip command(s) of this "
-                         "plan now? [y/N] ")
-        sys.stderr.flush()
+        write_stderr(f"Run the {sum(len(s.commands) for s in plan.steps if s.automatic)} pip command(s) of this "
+                     "plan now? [y/N] ")
         try:
             with GATE.suspended():  # Ctrl-C at the prompt must answer it
                 answer = sys.stdin.readline()

@@ -46,6 +46,11 @@ CONFIG_FIELDS = (
     "dsa_indexer_use_sparse_loss", "experimental_attention_variant", "tensor_model_parallel_size",
     "context_parallel_size", "dynamic_context_parallel", "overlap_moe_expert_parallel_comm", "csa_dense_mode",
 )
+# The top-level groups of verl's trainer config (verl 0.9.0 verl/trainer/config/_generated_ppo_megatron_trainer.yaml,
+# its model_engine group, Hydra's own).
+VERL_ROOTS = {"actor_rollout_ref", "critic", "data", "trainer", "reward_model", "reward", "algorithm", "ray_kwargs",
+              "ray_init", "custom_reward_function", "global_profiler", "model_engine", "transfer_queue", "hydra",
+              "distillation", "sandbox_fusion", "skip"}
 VERL_COMMON = {"data.max_prompt_length": "max_prompt_length", "data.max_response_length": "max_response_length",
                "trainer.nnodes": "nnodes", "trainer.n_gpus_per_node": "gpus_per_node"}
 # A setting's bare name -> the verl key it must be written as (an overrides-only command that uses a bare name).
@@ -218,7 +223,9 @@ class Job:
 def _positive_int(setting: Setting, name: str) -> int:
     value = setting.value
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"the job's {name}={setting.raw!r} is not a positive whole number")
+        from .jobshape import plain_or_hidden
+
+        raise UsageError(f"the job's {name}={plain_or_hidden(setting.raw)} is not a positive whole number")
     return value
 
 
@@ -269,7 +276,7 @@ def parse(argv: Sequence[str]) -> Job:
     if job.entry is not None and os.path.basename(job.entry) in SHELLS_AND_LAUNCHERS:
         # A shell or a launcher runs a script the doctor does not read: whatever follows, the script may add or
         # change settings, so none are known.
-        job.unknown = [a.split("=", 1)[0] for a in rest if a.startswith("-") or "=" in a][:200]
+        job.unknown = _names(rest)
         return job
     if any(a.startswith(("actor_rollout_ref.", "+actor_rollout_ref.", "++actor_rollout_ref.", "critic.",
                          "+critic.", "++critic.")) for a in rest) or (job.entry or "").startswith("verl."):
@@ -280,8 +287,18 @@ def parse(argv: Sequence[str]) -> Job:
         job.kind, job.syntax = "megatron", "megatron"
         _parse_megatron(rest, job)
     else:
-        job.unknown = [a.split("=", 1)[0] for a in rest if a.startswith("-") or "=" in a][:200]
+        job.unknown = _names(rest)
     return job
+
+
+_NAME = re.compile(r"[+~-]*[A-Za-z_][A-Za-z0-9_.@/\-]*")
+
+
+def _names(args: list[str]) -> list[str]:
+    """The flag and key names among a command's words the doctor does not read. A word that is no name (a `sh -c`
+    script, a quoted sentence) is left out whole: what precedes its first `=` may hold a password."""
+    names = (a.split("=", 1)[0] for a in args if a.startswith("-") or "=" in a)
+    return [n[:200] for n in names if _NAME.fullmatch(n)][:200]
 
 
 def _is_override(arg: str) -> bool:
@@ -305,6 +322,19 @@ def _overrides_only(argv: list[str], job: Job) -> Job:
     job.kind, job.syntax, job.entry = "verl", "hydra", None
     job.launcher = ["(verl overrides, no program)"]
     _parse_hydra(argv, job)
+    # A key that names a setting under a root verl's config does not have (`actor.megatron.context_parallel_size`,
+    # `cp`) is a mistyped key: refused, never read as the default. Keys under verl's own roots may hold such names
+    # for other parts (`actor_rollout_ref.rollout.tensor_model_parallel_size`, the rollout's).
+    for key in job.unknown:
+        if key.lstrip("+~").split(".", 1)[0] in VERL_ROOTS:
+            continue
+        leaf = key.lstrip("+~").rsplit(".", 1)[-1]
+        name = {"cp": "context_parallel_size", "tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
+                "ep": "expert_model_parallel_size"}.get(leaf, leaf)
+        if name in BARE_SETTINGS:
+            raise UsageError(f"the training command is overrides only, read as verl's, but {key.lstrip('+~')!r} is "
+                             f"no verl key: verl reads {name} as {BARE_SETTINGS[name]}=...; give the whole command "
+                             "(`python3 -m verl.trainer.main_ppo ...`) or the full keys")
     return job
 
 
@@ -491,7 +521,7 @@ def _parse_hydra(args: list[str], job: Job) -> None:
         m = _HYDRA.fullmatch(arg)
         if m is None or arg.startswith("-"):
             if arg.startswith("-"):  # a flag's name; its value, if the next word is one, is never listed
-                job.unknown.append(arg.split("=", 1)[0][:200])
+                job.unknown += _names([arg])
                 if arg.split("=", 1)[0] in CONFIG_FILE_FLAGS["hydra"] and arg.split("=", 1)[0] not in job.config_file:
                     job.config_file.append(arg.split("=", 1)[0])
             continue
@@ -558,7 +588,7 @@ def _parse_megatron(args: list[str], job: Job) -> None:
         name = _flag_name(arg)
         has_eq = "=" in arg
         if name not in MEGATRON_FLAGS:
-            job.unknown.append(arg.split("=", 1)[0][:200])
+            job.unknown += _names([arg])
             if f"--{name}" in CONFIG_FILE_FLAGS["megatron"] and f"--{name}" not in job.config_file:
                 job.config_file.append(f"--{name}")
             # An unknown flag's value (if any) is skipped as well: it is not a flag.

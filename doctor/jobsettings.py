@@ -32,6 +32,8 @@ def needed_length(job: dict) -> tuple[int | None, str]:
     if job.get("kind") == "megatron":
         length = _int(common_setting(job, "seq_length"))
         return length, "--seq-length" if length is not None else "--seq-length not stated"
+    if job.get("kind") not in ("verl", "megatron"):
+        return None, "the lengths are not known (the command is not read)"
     prompt, response = _int(common_setting(job, "max_prompt_length")), _int(common_setting(job, "max_response_length"))
     if prompt is not None and response is not None:
         return prompt + response, f"{prompt} + {response} (data.max_prompt_length + data.max_response_length)"
@@ -46,6 +48,17 @@ def max_seqlen(needed: int | None, cp: int) -> int | None:
 def _stated(settings: dict, name: str) -> Any:
     s = settings.get(name)
     return s.get("value") if isinstance(s, dict) else None
+
+
+def _covered(stated: Any, wanted: Any) -> bool:
+    """Whether a stated value does what the CP_ARGS line asks: the same value, or for max_seqlen_per_dp_cp_rank
+    (wanted: the rounded-up length, or "N" when the lengths are not stated) any whole number at least that long
+    (job.cp-args judges it against the lengths)."""
+    if stated == wanted:
+        return True
+    if isinstance(stated, bool) or not isinstance(stated, int) or stated < 1:
+        return False
+    return wanted == "N" or (isinstance(wanted, int) and not isinstance(wanted, bool) and stated >= wanted)
 
 
 def cp_args(job: dict, cp: int) -> dict:
@@ -64,7 +77,7 @@ def cp_args(job: dict, cp: int) -> dict:
             lines.append(line)
             # The Megatron-LM CLI derives max_seqlen_per_dp_cp_rank from --seq-length: not missing there.
             derived = syntax == "megatron" and name == "max_seqlen_per_dp_cp_rank"
-            if _stated(settings, name) != wanted and not derived:
+            if not derived and not _covered(_stated(settings, name), wanted):
                 missing.append(line)
     how = (f"max_seqlen_per_dp_cp_rank = ceil({needed} / {cp}) = {value}, from {needed_from}" if value is not None
            else f"max_seqlen_per_dp_cp_rank = N = ceil((max_prompt_length + max_response_length) / {cp}): "

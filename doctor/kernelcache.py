@@ -8,7 +8,8 @@ container's fresh /tmp loses, and its module hash includes every `CUTE_DSL_*` se
 fixed directory for both, in the user's cache home, created and checked here:
 
 - created with mode 0700; refused (no cache, a note) when it is a symlink, not a directory, not owned by this user,
-  or writable by group or others (another user could plant a kernel);
+  or writable by group or others (another user could plant a kernel); the folder holding it may be root's, and
+  shared when sticky (a chosen directory in /tmp);
 - bounded: when its files exceed the size limit, the oldest are removed first (another rank may prune at the same
   time; a file already gone is fine);
 - off with `DSV4_DOCTOR_KERNEL_CACHE=off` (or `--no-kernel-cache`); a path there chooses the directory; a
@@ -53,8 +54,10 @@ def default_directory(environ) -> Path:
     return root / "dsv4-doctor" / "cute-dsl"
 
 
-def _safe_dir(path: Path) -> str | None:
-    """Why `path` is no safe cache directory for this user (None when it is)."""
+def _safe_dir(path: Path, parent: bool = False) -> str | None:
+    """Why `path` is no safe cache directory for this user (None when it is). A `parent` (the folder that holds
+    it) may also be root's, and writable by others when sticky (/tmp): nobody else can then rename or replace
+    the cache directory inside it."""
     try:
         st = os.lstat(path)
     except OSError as exc:
@@ -63,9 +66,9 @@ def _safe_dir(path: Path) -> str | None:
         return f"{path} is a symlink"
     if not stat.S_ISDIR(st.st_mode):
         return f"{path} is not a directory"
-    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+    if hasattr(os, "getuid") and st.st_uid not in ((os.getuid(), 0) if parent else (os.getuid(),)):
         return f"{path} is owned by uid {st.st_uid}, not this user ({os.getuid()})"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (parent and st.st_mode & stat.S_ISVTX):
         return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
 
@@ -83,7 +86,7 @@ def ensure_directory(path: Path) -> str | None:
             pass  # another rank made it first, or an earlier run: checked below
         except OSError as exc:
             return f"cannot create {p}: {exc.strerror or exc}"
-        why = _safe_dir(p)
+        why = _safe_dir(p, parent=p != path)
         if why:
             return why
     return None

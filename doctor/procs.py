@@ -138,9 +138,11 @@ def exec_job(command: list[str]) -> int:
                 signal.signal(getattr(signal, name), signal.SIG_DFL)
     try:
         os.execvp(command[0], command)
-    except OSError as exc:
-        if sys.stderr is not None:
-            with contextlib.suppress(OSError, ValueError):
-                sys.stderr.write(f"dsv4-doctor preflight: could not start {command[0]!r}: {exc.strerror or exc}\n")
-        return 127 if isinstance(exc, FileNotFoundError) else 126
+    except (OSError, ValueError) as exc:  # ValueError: an empty program name or a NUL in a word
+        from .jobshape import shape_program
+        from .render.output import say
+
+        say(f"dsv4-doctor preflight: could not start {shape_program(command[0])}: "
+            f"{getattr(exc, 'strerror', None) or exc}")
+        return 127 if isinstance(exc, (FileNotFoundError, ValueError)) else 126
     return 126  # not reached: exec does not return

@@ -83,6 +83,15 @@ def environment(target: dict, static: dict | None, python: str) -> dict:
     }
 
 
+def _profile_shown(profile: dict) -> dict:
+    """The profile as a report carries it: the job command's values by shape (jobshape.job_shown)."""
+    from .jobshape import job_shown
+
+    if isinstance(profile.get("job"), dict):
+        profile = dict(profile, job=job_shown(profile["job"]))
+    return profile
+
+
 def assemble(profile: Profile | dict, checks: Sequence[CheckReport], plugins: Sequence, env: dict, strict: bool,
              duration_s: float, budget_s: float | None = None, interrupted: str | None = None) -> dict:
     """The report dict, redacted and cleaned: the only thing renderers ever see."""
@@ -104,7 +113,7 @@ def assemble(profile: Profile | dict, checks: Sequence[CheckReport], plugins: Se
         "schema": SCHEMA,
         "doctor": {"name": "dsv4-doctor", "version": __version__},
         "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
-        "profile": profile.to_dict() if isinstance(profile, Profile) else dict(profile),
+        "profile": _profile_shown(profile.to_dict() if isinstance(profile, Profile) else dict(profile)),
         "environment": env,
         "plugins": [p.to_dict() for p in plugins],
         "summary": summary,
@@ -127,7 +136,10 @@ def fingerprint(static: dict | None, gpus: list[dict]) -> dict:
     file the rules read (its sha256), the driver, Python and doctor versions."""
     from .facts import StaticFacts
 
-    facts = StaticFacts(static or {})
+    if not static:  # said, not left empty: an empty fingerprint would match any other
+        return {"packages": {}, "sources": {}, "platform": {"doctor": __version__},
+                "missing": "the static probe gave no answer within the run, so this rank's packages are not known"}
+    facts = StaticFacts(static)
     packages = {}
     for name in sorted(facts.data.get("distributions") or {}):
         copy = facts.dist(name)
@@ -150,7 +162,7 @@ def build(outcome: Outcome, python: str, strict: bool = False, exit_override: in
     env = environment(outcome.target, outcome.static, python)
     fleet = outcome.profile.fleet
     if fleet:
-        env["fleet_rank"] = {k: fleet.get(k) for k in ("rank", "local_rank", "host")}
+        env["fleet_rank"] = {k: fleet.get(k) for k in ("rank", "local_rank", "host", "node")}
         env["fingerprint"] = fingerprint(outcome.static, outcome.gpus)
     report = assemble(outcome.profile, outcome.reports, outcome.plugins, env, strict, outcome.duration_s,
                       outcome.budget_s, outcome.interrupted)

@@ -152,12 +152,19 @@ def plan(check: Check, profile: Profile) -> tuple[str | None, list[Probe]]:
     probes = list(check.probes_for(profile))
     if profile.static_only and any(p.script for p in probes):
         return "static-only: this check imports packages in a probe", []
-    fleet = profile.fleet or {}
-    if fleet and not fleet.get("node_leader") and not check.per_gpu and any(p.script for p in probes):
-        # The summary prefix is what the fleet merge recognises (probes/fleetmerge.NODE_LEVEL).
+    if left_to_leader(check, profile, probes):
         return (f"node-level: imported once per host, by local rank 0 (this is local rank "
-                f"{fleet.get('local_rank')})"), []
+                f"{(profile.fleet or {}).get('local_rank')})"), []
     return None, probes
+
+
+def left_to_leader(check: Check, profile: Profile, probes: Sequence[Probe]) -> bool:
+    """A fleet rank other than its host's local rank 0 leaves host-level import checks to it, unless it runs its
+    own (its packages differ from the leader's: `own_host_checks`). The skip row says so in evidence.node_level,
+    which is what the fleet merge reads."""
+    fleet = profile.fleet or {}
+    return bool(fleet) and not fleet.get("node_leader") and not fleet.get("own_host_checks") and \
+        not check.per_gpu and any(p.script for p in probes)
 
 
 def execute(check: Check, ctx) -> tuple[Result, bool]:
@@ -165,6 +172,9 @@ def execute(check: Check, ctx) -> tuple[Result, bool]:
     try:
         reason, _ = plan(check, ctx.profile)
         if reason:
+            if left_to_leader(check, ctx.profile, check.probes_for(ctx.profile)):
+                local = (ctx.profile.fleet or {}).get("local_rank")
+                return Result(Status.SKIP, reason, evidence={"node_level": True, "local_rank": local}), False
             return Result(Status.SKIP, reason), False
         return validated(check.run(ctx)), False
     except ProbeFailed as exc:

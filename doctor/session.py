@@ -352,7 +352,7 @@ class Session:
             evidence["imports"] = {t: bool((imports.get(t) or {}).get("ok")) for t in targets}
         elif needs_imports is False and targets:
             imports = {}  # not needed: the CC term decides first
-        backend, known, how = bridgerule.decide(rule, cc, imports, where)
+        backend, known, how = bridgerule.decide(rule, cc, imports, where, gpu_visible=profile.gpus > 0)
         job = dict(profile.job or {})
         job.pop("dsa_backend_pending", None)
         job.update(dsa_backend_decided=how, dsa_backend_known=known, dsa_backend_rule=dict(rule, **evidence))
@@ -488,7 +488,10 @@ class Session:
         return self._outcome(profile, reports, start, budget, interrupted=signal.Signals(exc.signum).name)
 
     def _outcome(self, profile, reports, start, budget, interrupted=None) -> Outcome:
-        static = self.pool.result(self.static_probe, 0) if self.static_probe else None
+        # A fleet rank's fingerprint needs its static facts: wait for them within the run's deadline (with --only
+        # and a quick check, the report was otherwise built before the static probe answered).
+        wait = max(0.0, start + budget - time.monotonic()) if profile.fleet and interrupted is None else 0
+        static = self.pool.result(self.static_probe, wait) if self.static_probe else None
         plugins = list(self.registry.builtins) + list(self.registry.plugins) if self.registry else []
         rows = sorted(reports + plugin_error_rows(self.registry.plugins if self.registry else []),
                       key=lambda r: r.id)

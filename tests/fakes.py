@@ -484,13 +484,16 @@ def fake_megatron_importable(site: FakeSite, *, mode: str = "ok") -> None:
     image lacks); "leaky" (attention crosses packed-sequence boundaries); "no-field" (a release's PackedSeqParams,
     without cp_partition_mode). With dsa_kernel_backend='cudnn' (the fused kernels): "fused-drift" (the output is off
     by 10 %), "fused-nan-grad" (the backward gives NaN), "fused-hang" (the backward never returns, as cudnn-frontend
-    #676 reports on empty top-k rows).
+    #676 reports on empty top-k rows); "slow-start" (importing megatron.core never ends, for every backend).
     """
     fake_megatron_dev(site)
     site.file("megatron/core/__init__.py", "")
-    site.file("megatron/core/parallel_state.py", """
+    site.file("megatron/core/parallel_state.py", f"""
         import torch.distributed as dist
-        _STATE = {}
+        _STATE = {{}}
+        if {mode == "slow-start"!r}:  # an import that outlasts the build's time limit (a cold TE + megatron.core)
+            import time
+            time.sleep(3600)
 
         def initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
                                       context_parallel_size=1):

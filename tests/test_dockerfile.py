@@ -148,6 +148,9 @@ def test_the_entrypoint_gates_training_commands_only(tmp_path):
     assert _entrypoint(tmp_path, "torchrun", "--nproc-per-node=8", "pretrain_gpt.py").startswith(
         "dsv4-doctor preflight -- torchrun")
     assert _entrypoint(tmp_path, "bash", "run_dsv4_train.sh").startswith("dsv4-doctor preflight -- bash")
+    # verl's DSv4 example script, as a job copies it (examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh)
+    assert _entrypoint(tmp_path, "bash", "run_deepseek_v4_flash_megatron.sh").startswith("dsv4-doctor preflight --")
+    assert _entrypoint(tmp_path, "bash", "setup.sh") == "bash setup.sh"
     assert _entrypoint(tmp_path, "bash", env={"DSV4_PREFLIGHT": "1"}) == "dsv4-doctor preflight -- bash"
     assert _entrypoint(tmp_path, *verl, env={"DSV4_PREFLIGHT": "0"}) == " ".join(verl)
     text = DOCKERFILE.read_text()
@@ -164,3 +167,31 @@ def test_the_image_builds_what_the_fixes_print_and_its_gate_proves_the_bridge_im
     gate = next(line for line in text.splitlines() if "dsv4-doctor check" in line)
     assert "from megatron.bridge.models.deepseek.deepseek_v4_bridge import DeepSeekV4Bridge" in gate
     assert '--gpu-arch "${GATE_GPU_ARCH}" --cp "${GATE_CP}"' in gate
+
+
+def _flash_mla_build_env(tmp_path, arch_list: str) -> dict[str, str]:
+    """Run the Dockerfile's FlashMLA RUN instruction (under its SHELL, bash) with `pip` stubbed: the FlashMLA
+    variables the build step passes to pip."""
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    run = next(line for line in text.splitlines() if line.startswith("RUN ") and "FlashMLA.git" in line)
+    stub = tmp_path / "bin"
+    stub.mkdir(exist_ok=True)
+    (stub / "pip").write_text('#!/bin/sh\ncase "$*" in *FlashMLA*)\n'
+                              '  env | grep "^FLASH_MLA_DISABLE\\|^CPLUS" > "$OUT" ;;\nesac\n')
+    (stub / "pip").chmod(0o755)
+    out = tmp_path / "env.txt"
+    args = build_args()
+    env = {"PATH": f"{stub}:/usr/bin:/bin", "OUT": str(out), "TORCH_CUDA_ARCH_LIST": arch_list,
+           "FLASH_MLA_COMMIT": args["FLASH_MLA_COMMIT"], "FAST_HADAMARD_COMMIT": args["FAST_HADAMARD_COMMIT"]}
+    subprocess.run(["bash", "-o", "pipefail", "-c", run[len("RUN "):]], env=env, check=True, timeout=30)
+    return dict(line.split("=", 1) for line in out.read_text().splitlines())
+
+
+def test_the_flash_mla_step_builds_the_archs_in_torch_cuda_arch_list(tmp_path):
+    # FlashMLA's setup.py ignores TORCH_CUDA_ARCH_LIST: sm_90a and sm_100f unless FLASH_MLA_DISABLE_SM90/SM100.
+    assert _flash_mla_build_env(tmp_path, build_args()["TORCH_CUDA_ARCH_LIST"]) == {
+        "CPLUS_INCLUDE_PATH": "/usr/local/cuda/include/cccl"}
+    hopper = _flash_mla_build_env(tmp_path, "9.0")
+    assert hopper.get("FLASH_MLA_DISABLE_SM100") == "1" and "FLASH_MLA_DISABLE_SM90" not in hopper
+    blackwell = _flash_mla_build_env(tmp_path, "10.0 10.3")
+    assert blackwell.get("FLASH_MLA_DISABLE_SM90") == "1" and "FLASH_MLA_DISABLE_SM100" not in blackwell

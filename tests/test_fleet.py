@@ -18,9 +18,9 @@ import pytest
 from conftest import free_port, has_torch, run_ranks, validate
 from fakes import ensure
 
+from dsv4_doctor import fleet, fleetmerge
 from dsv4_doctor.fleet import FleetEnv, detect, first_host
 from dsv4_doctor.model import UsageError
-from dsv4_doctor.probes import fleetmerge
 
 needs_torch = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
 
@@ -52,65 +52,140 @@ def test_torchrun_and_srun_steps_turn_it_on_a_batch_script_does_not():
 
 # --- the merge, as data -------------------------------------------------------------------------------------------
 
-def _report(rank: int, host: str, fe: str, status: str = "pass") -> dict:
+def _report(rank: int, host: str, fe: str, status: str = "pass", local: int | None = None,
+            node: str | None = None) -> dict:
+    local = rank % 8 if local is None else local
     return {"schema": "dsv4-doctor.report/1", "doctor": {"name": "dsv4-doctor", "version": "0"}, "created": "",
             "profile": {"cp": 2, "dsa_backend": "cudnn", "gpu_arch": None, "gpu_arch_source": "unknown"},
-            "environment": {"fleet_rank": {"rank": rank, "local_rank": rank % 8, "host": host},
+            "environment": {"fleet_rank": {"rank": rank, "local_rank": local, "host": host, "node": node},
                             "fingerprint": {"packages": {"nvidia-cudnn-frontend": fe}, "sources": {},
                                             "platform": {"driver": "580.1"}}},
             "plugins": [], "summary": {"exit_code": 0, "duration_s": 1.0, "budget_s": 75.0},
             "checks": [{"id": "cudnn-fe.version", "title": "t", "status": status, "summary": f"frontend {fe}",
                         "details": "", "evidence": {}, "fixes": [], "sources": [], "duration_s": 0.1,
                         "origin": "dsv4-doctor", "internal_error": False},
-                       {"id": "torch.install", "title": "t", "status": "skip" if rank % 8 else "pass",
-                        "summary": "node-level: imported once per host" if rank % 8 else "torch 2.11",
-                        "details": "", "evidence": {}, "fixes": [], "sources": [], "duration_s": 0.1,
-                        "origin": "dsv4-doctor", "internal_error": False}]}
+                       {"id": "torch.install", "title": "t", "status": "skip" if local else "pass",
+                        "summary": "node-level: imported once per host" if local else "torch 2.11",
+                        "details": "", "evidence": {"node_level": True} if local else {}, "fixes": [],
+                        "sources": [], "duration_s": 0.1, "origin": "dsv4-doctor", "internal_error": False}]}
+
+
+def _merge(reports: dict, world: int, problems: dict | None = None, strict: bool = False, **kw):
+    own = fleetmerge.admit(0, reports[0])
+    others = {r: fleetmerge.admit(r, json.dumps(rep).encode()) for r, rep in reports.items() if r != 0}
+    return fleetmerge.merge(own, others, world, problems or {}, strict, **kw)
 
 
 def test_merge_groups_identical_results_and_names_the_odd_rank():
     reports = {r: _report(r, f"node{r // 8:02d}", "1.27.0") for r in range(16)}
     reports[11] = _report(11, "node01", "1.26.0", "fail")
-    merged, code = fleetmerge.merge(reports, 16, [], False, 30.0)
+    # Rank 11's packages differ from rank 8's, so it ran its host-level checks itself: a real row, no marker.
+    reports[11]["checks"][1] = dict(reports[11]["checks"][1], status="fail", summary="torch 2.9 (stale image)",
+                                    evidence={})
+    merged, code = _merge(reports, 16)
     rows = {c["id"]: c for c in merged["checks"]}
     assert code == 1 and merged["fleet"]["hosts"] == {"node00": "0-7", "node01": "8-15"}
     fe = rows["cudnn-fe.version"]
-    assert fe["status"] == "fail" and "rank 11 (node01)" in fe["summary"] and "pass on 15 rank(s)" in fe["summary"]
+    assert fe["status"] == "fail" and "rank 11 (node01)" in fe["summary"]
+    assert "pass on ranks 0-10,12-15 (node00, node01): frontend 1.27.0" in fe["summary"]
     assert [g["ranks"] for g in fe["evidence"]["groups"]] == ["11", "0-10,12-15"]
-    # Checked by each node's local rank 0; the others' skips are left out, except rank 11's: its packages differ
-    # from rank 8's (node01's local rank 0), so rank 8's import result does not answer for it.
     torch_row = rows["torch.install"]
-    assert torch_row["status"] == "error" and "node-level" in torch_row["summary"]
-    assert [(g["status"], g["ranks"]) for g in torch_row["evidence"]["groups"]] == [("error", "11"), ("pass", "0,8")]
-    assert "not checked on this rank" in torch_row["evidence"]["groups"][0]["summary"]
-    assert "differ from those of rank 8, the local rank 0" in torch_row["evidence"]["groups"][0]["summary"]
+    assert torch_row["status"] == "fail" and "torch 2.9 (stale image)" in torch_row["summary"]
+    assert [(g["status"], g["ranks"]) for g in torch_row["evidence"]["groups"]] == [("fail", "11"), ("pass", "0,8")]
+    # Rank 11 ran torch.install itself: the row does not claim it was checked once per host only.
+    assert "node-level: checked once per host, and by rank 11 (node01) itself (its packages differ" in \
+        torch_row["summary"]
+    assert "node-level" not in fe["summary"]
+    assert "not checked" not in json.dumps(merged)
     drift = rows["fleet.drift"]
     assert drift["status"] == "fail"
     assert "package nvidia-cudnn-frontend: 1.26.0 on rank 11 (node01), vs 1.27.0 on the other 15 rank(s)" in \
         drift["summary"]
-    assert rows["fleet.ranks"]["status"] == "pass"
+    assert rows["fleet.ranks"]["status"] == "pass" and merged["fleet"]["odd_ranks"] == "11"
 
 
 def test_node_level_rows_are_vouched_for_only_by_a_leader_with_the_same_packages():
     reports = {r: _report(r, f"node{r // 8:02d}", "1.27.0") for r in range(16)}
-    merged, code = fleetmerge.merge(reports, 16, [], False, 30.0)
+    merged, code = _merge(reports, 16)
     row = next(c for c in merged["checks"] if c["id"] == "torch.install")
     assert code == 0 and row["status"] == "pass" and "[pass on all 2 hosts; node-level" in row["summary"]
     del reports[8]  # node01's local rank 0 never reported: nobody checked node01's imports
-    merged, code = fleetmerge.merge(reports, 16, [8], False, 30.0)
+    merged, code = _merge(reports, 16, {8: "did not report"})
     row = next(c for c in merged["checks"] if c["id"] == "torch.install")
     assert code == 1 and row["status"] == "error"
     assert [(g["status"], g["ranks"]) for g in row["evidence"]["groups"]] == [("error", "9-15"), ("pass", "0")]
-    assert "run on its local rank 0, which did not report" in row["evidence"]["groups"][0]["summary"]
+    assert "local rank 0, which runs the import probes, did not report" in row["evidence"]["groups"][0]["summary"]
 
 
-def test_the_fleet_budget_is_the_helper_s_bound_not_rank_0_s_budget_plus_the_wait():
-    """Found in review: summary.budget_s was rank 0's budget plus the wait (402.7 s where the bound was ~210 s),
-    though the default wait is the rest of that budget. It is the bound the exchange helper computed, or absent."""
-    reports = {r: _report(r, "node00", "1.27.0") for r in range(2)}  # each rank's own budget_s is 75.0
-    merged, _ = fleetmerge.merge(reports, 2, [], False, 80.0, bound_s=128.04)
+def test_hosts_are_keyed_by_the_launcher_s_node_id_not_the_host_name():
+    """Two nodes whose containers share a host name: the launcher's node id tells their local rank 0s apart."""
+    reports = {r: _report(r, "worker", "1.27.0", local=r % 2, node=str(r // 2)) for r in range(4)}
+    reports[3] = _report(3, "worker", "1.26.0", local=1, node="1")
+    merged, _ = _merge(reports, 4)
+    row = next(c for c in merged["checks"] if c["id"] == "torch.install")
+    # Rank 3's leader is rank 2 (node 1), not rank 0: their packages differ, so nobody answers for rank 3.
+    assert "its packages differ from those of rank 2" in json.dumps(row["evidence"]["groups"])
+
+
+def test_an_even_split_names_both_sides_and_assumes_neither_healthy():
+    """Found with 1:1 ranks: the tie went to rank 0's value, so the healthy side could be the one named odd."""
+    reports = {0: _report(0, "a", "1.27.0", local=0), 1: _report(1, "b", "1.26.0", local=0)}
+    merged, code = _merge(reports, 2)
+    drift = next(c for c in merged["checks"] if c["id"] == "fleet.drift")
+    assert code == 1 and "split" in drift["summary"] and "which side is right is not known" in drift["summary"]
+    assert "1.27.0 on rank 0 (a)" in drift["summary"] and "1.26.0 on rank 1 (b)" in drift["summary"]
+    diff = next(d for d in drift["evidence"]["differences"] if d["what"] == "package nvidia-cudnn-frontend")
+    assert "majority" not in diff and [s["ranks"] for s in diff["split"]] == ["0", "1"]
+
+
+def test_fixes_of_every_group_are_kept():
+    """Found in review: fixes came only from the worst group, so a warn's fix elsewhere vanished."""
+    reports = {r: _report(r, f"n{r}", "1.27.0", local=0) for r in range(3)}
+    fail_fix = {"description": "pin the frontend", "argv": [["pip", "install", "nvidia-cudnn-frontend==1.27.0"]],
+                "id": "fe-pin", "phase": "pin"}
+    warn_fix = {"description": "set NCCL_NVLS_ENABLE=0", "argv": [], "id": "nvls", "phase": "setting"}
+    reports[1]["checks"][0] = dict(reports[1]["checks"][0], status="fail", summary="stale", fixes=[fail_fix])
+    reports[2]["checks"][0] = dict(reports[2]["checks"][0], status="warn", summary="slow", fixes=[warn_fix])
+    merged, _ = _merge(reports, 3)
+    row = next(c for c in merged["checks"] if c["id"] == "cudnn-fe.version")
+    assert [f["id"] for f in row["fixes"]] == ["fe-pin", "nvls"]
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda rep: rep["checks"][0].update(status="catastrophic"), "unknown status"),
+    (lambda rep: rep["checks"][0].update(id="x; rm -rf /"), "is not a check id"),
+    (lambda rep: rep["environment"]["fleet_rank"].update(rank=0), "says it is rank 0"),
+    (lambda rep: rep.update(checks={"not": "a list"}), "no list of checks"),
+    (lambda rep: rep["checks"][0].update(evidence=_nested(60)), "nested deeper"),
+    (lambda rep: rep["checks"][0].update(fixes=[{"description": "x", "argv": [["rm\n-rf"]]}]), "a fix is not valid"),
+])
+def test_a_bad_rank_report_becomes_a_finding_about_that_rank(damage, why):
+    """Found in review: a row with an unknown status, or a large report from one rank, crashed the merge and cost
+    the fleet report."""
+    bad = _report(1, "n1", "1.27.0", local=0)
+    damage(bad)
+    with pytest.raises(fleetmerge.BadReport, match=why):
+        fleetmerge.admit(1, json.dumps(bad).encode())
+    with pytest.raises(fleetmerge.BadReport, match="bytes"):
+        fleetmerge.admit(1, b"{" + b" " * fleetmerge.MAX_REPORT_BYTES + b"}")
+    own = fleetmerge.admit(0, _report(0, "n0", "1.27.0"))
+    merged, code = fleetmerge.merge(own, {}, 2, {1: "its report was rejected: " + why}, False)
+    ranks = next(c for c in merged["checks"] if c["id"] == "fleet.ranks")
+    assert code == 1 and ranks["status"] == "fail" and why in ranks["summary"] and "rank 1" in ranks["summary"]
+
+
+def _nested(depth: int) -> dict:
+    out: dict = {}
+    for _ in range(depth):
+        out = {"x": out}
+    return out
+
+
+def test_the_fleet_budget_is_the_exchange_s_bound():
+    reports = {r: _report(r, "node00", "1.27.0") for r in range(2)}
+    merged, _ = _merge(reports, 2, exchange={"bound_s": 128.04})
     assert merged["summary"]["budget_s"] == 128.0
-    merged, _ = fleetmerge.merge(reports, 2, [], False, 80.0)
+    merged, _ = _merge(reports, 2)
     assert "budget_s" not in merged["summary"]
 
 
@@ -124,21 +199,98 @@ def _missing(report: dict) -> set[int]:
     return out
 
 
-def test_merge_names_missing_ranks_and_anonymizes():
-    reports = {r: _report(r, fleetmerge.host_label(f"node{r}", True), "1.27.0") for r in (0, 1, 3)}
-    merged, code = fleetmerge.merge(reports, 5, [2, 4], False, 12.0)
+def test_a_missing_rank_s_host_comes_from_the_launcher_when_it_never_said_hello():
+    srun = {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "5", "SLURM_STEP_NODELIST": "gpu[08-09],cpu1",
+            "SLURM_STEP_TASKS_PER_NODE": "2(x2),1", "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}
+    env = fleet.detect(srun)
+    assert env is not None
+    assert fleet.launcher_hosts(env, srun, {}) == {0: "gpu08", 1: "gpu08", 2: "gpu09", 3: "gpu09", 4: "cpu1"}
+    assert fleet.launcher_hosts(env, dict(srun, SLURM_DISTRIBUTION="cyclic"), {}) == {}  # places unknown
+    assert fleet.launcher_hosts(env, dict(srun, SLURM_STEP_TASKS_PER_NODE="2,2"), {}) == {}  # 4 tasks, not 5
+    assert fleet.expand_nodelist("a[1-2,x]") == [] and fleet.expand_nodelist("n[1-1000000]") == []
+    torchrun = {"RANK": "0", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "LOCAL_WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "2",
+                "GROUP_RANK": "0", "LOCAL_RANK": "0"}
+    env = fleet.detect(torchrun)
+    assert env is not None
+    # Rank 3 is on node 1, as rank 2 is: rank 2's host names it; with no report from node 1, its node id does.
+    assert fleet.launcher_hosts(env, torchrun, {"0": "a", "1": "b"})[3] == "b"
+    assert fleet.launcher_hosts(env, torchrun, {"0": "a"})[3] == "node 1"
+    reports = {r: _report(r, "gpu08", "1.27.0", local=r) for r in (0, 1)}
+    merged, _ = _merge(reports, 5, {r: "did not report" for r in (2, 3, 4)},
+                       hosts_hint={r: h for r, h in fleet.launcher_hosts(fleet.detect(srun), srun, {}).items()
+                                   if r > 1})
     row = next(c for c in merged["checks"] if c["id"] == "fleet.ranks")
-    assert code == 1 and row["status"] == "fail" and "ranks 2,4 did not report" in row["summary"]
-    assert all(h.startswith("host-") for h in merged["fleet"]["hosts"])
+    assert "ranks 2-4 (cpu1, gpu09)" in row["summary"]
+    assert [e["host"] for e in row["evidence"]["ranks"]] == ["gpu09", "gpu09", "cpu1"]
+
+
+def test_merge_names_missing_ranks_with_their_hosts_and_anonymizes_with_a_salt():
+    reports = {r: _report(r, f"node{r}", "1.27.0") for r in (0, 1, 3)}
+    problems = {2: "did not report", 4: "did not report"}
+    merged, code = _merge(reports, 5, problems, hosts_hint={2: "node2"}, anonymize_salt="s1")  # hashes names
+    row = next(c for c in merged["checks"] if c["id"] == "fleet.ranks")
+    assert code == 1 and row["status"] == "fail" and "ranks 2,4" in row["summary"]
+    assert all(h.startswith("host-") for h in merged["fleet"]["hosts"]) and "node" not in json.dumps(
+        merged["fleet"]["hosts"])
+    assert fleetmerge.host_label("node2", "s1") in row["summary"]  # rank 2 said hello: its host is known
+    assert fleetmerge.host_label("node2", "s1") != fleetmerge.host_label("node2", "s2")  # salted per run
     assert fleetmerge.ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
 
 
+def test_skipped_fleet_rows_are_left_out_but_a_missing_rank_still_fails():
+    reports = {r: _report(r, "n", "1.27.0") for r in range(2)}
+    merged, code = _merge(reports, 3, {2: "did not report"}, exchange={"fleet_checks": ("fleet.drift",)})
+    assert "fleet.ranks" not in {c["id"] for c in merged["checks"]} and code == 1
+
+
 def test_merged_report_size_grows_with_distinct_results_not_ranks():
-    small = json.dumps(fleetmerge.merge({r: _report(r, f"n{r // 8}", "1.27.0") for r in range(16)}, 16, [], False,
-                                        1)[0])
-    big = json.dumps(fleetmerge.merge({r: _report(r, f"n{r // 8}", "1.27.0") for r in range(1024)}, 1024, [],
-                                      False, 1)[0])
+    small = json.dumps(_merge({r: _report(r, f"n{r // 8}", "1.27.0") for r in range(16)}, 16)[0])
+    big = json.dumps(_merge({r: _report(r, f"n{r // 8}", "1.27.0") for r in range(1024)}, 1024)[0])
     assert len(big) < 3 * len(small)  # 64x the ranks; the host map grows, the rows do not
+
+
+# --- launch shapes, secrets, stderr -------------------------------------------------------------------------------
+
+def test_torchrun_inside_a_one_task_srun_step_is_one_fleet():
+    """Found with `srun -n1 torchrun ...`: the one-task step made every torchrun worker a fleet of one."""
+    env = {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1", "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0",
+           "RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "node01", "MASTER_PORT": "29400",
+           "GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "none"}
+    got = detect(env)
+    assert got is not None and got.world_size == 4 and got.launcher == "torchrun" and got.node == "0"
+    assert got.scope == "dsv4doctor/slurm-77.0"  # torchrun's run id is its default "none": Slurm's ids scope it
+    assert detect(dict(env, TORCHELASTIC_RUN_ID="abc")).scope == "dsv4doctor/run-abc"
+
+
+def test_srun_steps_without_master_port_get_a_port_of_their_own():
+    """Found in review: srun jobs without MASTER_PORT all took 29501, and two jobs on a node read each other."""
+    base = {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "gpu1", "SLURM_NODEID": "0"}
+    a = detect(dict(base, SLURM_JOB_ID="100", SLURM_STEP_ID="0"))
+    b = detect(dict(base, SLURM_JOB_ID="101", SLURM_STEP_ID="0"))
+    assert a is not None and b is not None and a.port != b.port and a.scope != b.scope
+    assert a.port == detect(dict(base, SLURM_JOB_ID="100", SLURM_STEP_ID="0")).port  # every rank agrees
+    assert 20000 <= a.port < 30000 and a.node == "0"
+
+
+def test_the_fleet_secret_comes_from_the_variable_or_the_file(tmp_path):
+    assert fleet.fleet_key({}) is None
+    from_var = fleet.fleet_key({"DSV4_DOCTOR_FLEET_SECRET": "s3cr3t-value"})
+    secret = tmp_path / "secret"
+    secret.write_text("s3cr3t-value\n")
+    assert fleet.fleet_key({"DSV4_DOCTOR_FLEET_SECRET_FILE": str(secret)}) == from_var and from_var
+    with pytest.raises(UsageError, match="cannot read"):
+        fleet.fleet_key({"DSV4_DOCTOR_FLEET_SECRET_FILE": str(tmp_path / "absent")})
+
+
+def test_fleet_stderr_lines_are_cleaned_and_redacted(capsys, monkeypatch):
+    """Found in review: fleet mode's own stderr lines carried a rank's raw import error: terminal escapes, a
+    workflow command, an unmasked token."""
+    monkeypatch.setenv("HF_TOKEN", "hf_abcdefghijklmnopqrstuvwxyz123456")
+    fleet._say("could not import: \x1b]52;c;ZXZpbA==\x07 boom\n::error::forged\n"
+               "token hf_abcdefghijklmnopqrstuvwxyz123456")
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\n::error::" not in err
+    assert "hf_abcdefghijklmnopqrstuvwxyz123456" not in err
 
 
 # --- real ranks ---------------------------------------------------------------------------------------------------
@@ -172,7 +324,8 @@ def test_healthy_ranks_give_one_passing_report(tmp_path):
     rows = {c["id"]: c for c in report["checks"]}
     assert rows["fleet.ranks"]["status"] == "pass" and rows["fleet.drift"]["status"] == "pass"
     assert rows["python.version"]["summary"].endswith("[pass on all 3 reporting ranks]")
-    assert report["fleet"]["world_size"] == 3 and report["fleet"]["mode"] == "gloo"
+    assert report["fleet"]["world_size"] == 3 and report["fleet"]["not_acknowledged"] == ""
+    assert "every rank acknowledged the verdict" in rows["fleet.ranks"]["summary"]
     assert done[1].stdout == done[2].stdout == ""  # the other ranks print nothing
     # The bound is rank 0's time until its join window opened, the 30 s window, and the exchange's timeouts: it
     # holds, and it is not rank 0's own budget (60 s timeouts: over 75 s) plus the wait counted again.
@@ -210,12 +363,12 @@ def test_a_rank_that_cannot_join_reports_alone_and_is_named(tmp_path):
     (broken / "torch" / "__init__.py").write_text("raise ImportError('this rank has a broken torch')\n")
     done = _ranks_by_hand(3, tmp_path, "check", "--no-smoke", "--only", "python.version", "-f", "json",
                           "--fleet-wait", "6", per_rank_env={2: {"PYTHONPATH": str(broken)}})
-    assert done[2].returncode == 1 and "could not take part in the fleet run" in done[2].stderr
+    assert done[2].returncode == 1 and "did not take the fleet's verdict" in done[2].stderr
     assert "PASS    python.version" in done[2].stderr  # its own report, on stderr
     report = json.loads(done[0].stdout)
     ranks = next(c for c in report["checks"] if c["id"] == "fleet.ranks")
     assert ranks["status"] == "fail" and 2 in _missing(report)  # rank 1 may be late too on a loaded machine
-    assert report["fleet"]["mode"] == "store" and done[0].returncode == done[1].returncode == 1
+    assert done[0].returncode == done[1].returncode == 1
 
 
 TORCHRUN_RANK = """#!/bin/sh
@@ -255,9 +408,14 @@ def test_drift_under_torchrun_names_the_rank_with_another_frontend(tmp_path):
     assert "1.27.0" in drift["summary"]
     odd = drift["evidence"]["differences"][0]
     assert odd["odd"][0]["ranks"] == "2" and odd["odd"][0]["hosts"] == [host]
-    # The frontend's import check ran on local rank 0 only; it does not answer for rank 2, whose frontend differs.
+    # Rank 2's frontend differs from its local rank 0's, so it ran the frontend's import check itself: its row
+    # says what its frontend is, and no row is an `error` "not checked on this rank" (found on the H200).
     fe = next(c for c in report["checks"] if c["id"] == "cudnn-fe.version")
-    assert fe["status"] == "error" and f"rank 2 ({host})" in fe["summary"] and "not checked" in fe["summary"]
+    groups = {g["ranks"]: g for g in fe["evidence"]["groups"]}
+    assert "1.26.0" in groups["2"]["summary"] and "1.27.0" in groups["0"]["summary"], groups  # rank 1: as rank 0
+    assert f"node-level: checked once per host, and by rank 2 ({host}) itself" in fe["summary"]
+    assert not [c["id"] for c in report["checks"] if c["status"] == "error"]
+    assert "not checked" not in json.dumps(report)
 
 
 @needs_torch
@@ -276,35 +434,38 @@ def test_a_rank_that_cannot_join_under_torchrun_does_not_cost_the_report(tmp_pat
     assert done.returncode != 0 and seconds < 90
 
 
-# Makes the fleet helper of the rank that has DIE_IN_GATHER set die after it joined and left its report: the gloo
-# exchange then fails on every rank (a node lost mid-exchange).
-DIE_AFTER_JOIN = """
-import os
-if os.environ.get("DIE_IN_GATHER"):
+# Makes the fleet helper of the rank that has DIE_AFTER_HELLO set die once it said hello (its host is known), before
+# it sends its report: a rank lost mid-exchange.
+DIE_AFTER_HELLO = """
+import os, sys
+if os.environ.get("DIE_AFTER_HELLO") and sys.argv[0].endswith("dsv4probe_fleet.py"):
     import torch.distributed as dist
-    def _die(*a, **k):
-        os._exit(9)
-    dist.gather = _die
+    _Store = dist.TCPStore
+    class TCPStore(_Store):
+        def set(self, key, value):
+            _Store.set(self, key, value)
+            if "/hello/" in key:
+                os._exit(9)
+    dist.TCPStore = TCPStore
 """
 
 
 @needs_torch
 @pytest.mark.slow
-def test_a_rank_lost_after_joining_does_not_cost_the_report(tmp_path):
-    """Found in review: a rank dying after the join broke the gloo gather, and rank 0 wrote no report at all. The
-    reports are in the store too, and rank 0 merges those."""
+def test_a_rank_lost_mid_exchange_is_named_with_its_host_and_the_others_keep_the_guarantee(tmp_path):
+    """A crashed rank: rank 0 names it (with the host its hello gave) when the report deadline passes, and writes
+    the report; the healthy rank takes the verdict, the crashed one exits 1 without starting."""
     hook = tmp_path / "hook"
     hook.mkdir()
-    (hook / "sitecustomize.py").write_text(DIE_AFTER_JOIN)
+    (hook / "sitecustomize.py").write_text(DIE_AFTER_HELLO)
     start = time.monotonic()
-    # Every rank must join for the gloo exchange to start (found in CI: with 5 s, rank 1 missed the join on a
-    # loaded machine and this path never ran); the lost rank then stays until rank 0 could have named it.
     done = _ranks_by_hand(3, tmp_path, "check", "--no-smoke", "--only", "python.version", "-f", "json",
-                          "--fleet-wait", "30", per_rank_env={1: {"PYTHONPATH": str(hook), "DIE_IN_GATHER": "1"}})
+                          "--fleet-wait", "12", per_rank_env={1: {"PYTHONPATH": str(hook), "DIE_AFTER_HELLO": "1"}})
     report = validate(json.loads(done[0].stdout))
-    assert report["fleet"]["mode"] == "store" and "gloo_error" in report["fleet"]["timings"], report["fleet"]
-    assert {c["id"] for c in report["checks"]} >= {"fleet.ranks", "fleet.drift", "python.version"}
-    assert done[0].returncode == 0 and time.monotonic() - start < 150
+    ranks = next(c for c in report["checks"] if c["id"] == "fleet.ranks")
+    assert 1 in _missing(report) and f"rank 1 ({socket.gethostname()})" in ranks["summary"], ranks["summary"]
+    assert done[1].returncode == 1 and "not starting" in done[1].stderr
+    assert done[0].returncode == done[2].returncode == 1 and time.monotonic() - start < 120
 
 
 @needs_torch
@@ -348,10 +509,292 @@ def test_a_fleet_rank_s_smoke_is_its_own_world_under_torchrun(tmp_path):
     env = Env(tmp_path / "env").fake("megatron", fake_megatron_importable).fake("te", fake_te)
     path = os.pathsep.join(str(p) for p in env.sites.values())
     done, seconds = _torchrun(tmp_path, 2, {"FE_0": path, "FE_1": path, "SILENT": "-"},
-                              "check", "--device", "cpu", "--only", "smoke.thd-cp", "--timeout", "40", "-f", "json",
-                              timeout=300)
+                              "smoke", "--device", "cpu", "--timeout", "40", "-f", "json", timeout=300)
     report = validate(json.loads(done.stdout))
-    row = next(c for c in report["checks"] if c["id"] == "smoke.thd-cp")
+    rows = {c["id"]: c for c in report["checks"]}
+    row = rows["smoke.thd-cp"]
     assert row["status"] == "pass", row["summary"]
     assert "DSv4 layer CP=1 packed output = each sequence alone" in row["summary"]
+    # `smoke` runs as a fleet as `check` does: one report from rank 0, both ranks in it, the verdict obeyed by all.
+    assert report["fleet"]["world_size"] == 2 and report["fleet"]["reported"] == 2
+    assert rows["fleet.ranks"]["status"] == "pass" and "every rank acknowledged" in rows["fleet.ranks"]["summary"]
+    assert {"smoke.dsv4-kernels", "fleet.drift"} <= set(rows) and row["summary"].endswith("reporting ranks]")
+    assert done.returncode == report["summary"]["exit_code"] == 0, done.stderr[-2000:]
     assert seconds < 120
+
+
+# --- the timeline, signals, trust ---------------------------------------------------------------------------------
+
+def _rank_env(r: int, n: int, port: int, **extra: str) -> dict:
+    base = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")}
+    return {**base, "RANK": str(r), "WORLD_SIZE": str(n), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(n),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **extra}
+
+
+def _spawn(r: int, n: int, port: int, *args: str, **extra: str) -> subprocess.Popen:
+    from conftest import doctor_command
+
+    return subprocess.Popen(doctor_command() + list(args), env=_rank_env(r, n, port, **extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_port(port: int, seconds: float = 60.0) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"nothing listened on {port}")
+
+
+@needs_torch
+@pytest.mark.slow
+def test_a_late_rank_is_waited_for_by_every_rank_and_all_exit_alike(tmp_path):
+    """Found with a slow node: rank 0 waited for the late rank but the others, on their own shorter wait, gave
+    up, and the job started on some ranks. Every rank now waits by rank 0's published deadlines. Also: `--only`
+    may name a fleet row (it was refused under torchrun)."""
+    port = free_port()
+    args = ("check", "--no-smoke", "--only", "python.version,fleet.ranks", "-f", "json", "--fleet-wait", "25")
+    procs = [_spawn(r, 3, port, *args) for r in (0, 1)]
+    time.sleep(8)  # rank 2's node is slow
+    procs.append(_spawn(2, 3, port, *args))
+    done = [p.communicate(timeout=150) for p in procs]
+    codes = [p.returncode for p in procs]
+    assert codes == [0, 0, 0], [err[-800:] for _, err in done]
+    report = validate(json.loads(done[0][0]))
+    rows = {c["id"]: c for c in report["checks"]}
+    assert set(rows) == {"python.version", "fleet.ranks"}  # fleet.drift was not asked for
+    assert "all 3 ranks reported" in rows["fleet.ranks"]["summary"] and "acknowledged" in rows["fleet.ranks"]["summary"]
+
+
+@needs_torch
+@pytest.mark.slow
+def test_sigterm_during_the_exchange_still_writes_rank_0_s_report(tmp_path):
+    """Found under torchrun: a rank exiting non-zero makes torchrun SIGTERM every rank, and rank 0 then wrote
+    nothing, even with -o."""
+    import signal
+
+    port = free_port()
+    out = tmp_path / "fleet.json"
+    # Two nodes of one rank each, as torchrun tells them: rank 1 never says hello, and its node still names it.
+    nodes = {"LOCAL_WORLD_SIZE": "1", "GROUP_WORLD_SIZE": "2", "GROUP_RANK": "0"}
+    proc = _spawn(0, 2, port, "check", "--no-smoke", "--only", "python.version", "-f", "json", "-o", str(out),
+                  "--fleet-wait", "60", **nodes)
+    _wait_for_port(port + 1)  # rank 0's exchange is up and waiting for rank 1, which never comes
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-1000:]
+    report = validate(json.loads(out.read_text()))
+    assert 1 in _missing(report) and "interrupted by SIGTERM" in report["summary"]["partial"]
+    assert report["summary"]["exit_code"] == 143 and report["summary"]["interrupted"] == "SIGTERM"
+    ranks = next(c for c in report["checks"] if c["id"] == "fleet.ranks")
+    assert [(e["rank"], e["host"]) for e in ranks["evidence"]["ranks"]] == [(1, "node 1")]
+
+    # SIGINT (Ctrl-C at a job's console) while rank 0 is still in its own checks, before any exchange.
+    hook = tmp_path / "slow-static"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import sys, time\nif sys.argv[0].endswith('dsv4probe_static.py'):\n    time.sleep(60)\n")
+    out.unlink()
+    port = free_port()
+    proc = _spawn(0, 2, port, "check", "--no-smoke", "--only", "python.version", "-f", "json", "-o", str(out),
+                  "--fleet-wait", "60", PYTHONPATH=str(hook), **nodes)
+    time.sleep(4.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-1000:]
+    report = validate(json.loads(out.read_text()))
+    assert "interrupted by SIGINT before the fleet exchange" in report["summary"]["partial"]
+    assert report["summary"]["exit_code"] == 130 and 1 in _missing(report)
+    ranks = next(c for c in report["checks"] if c["id"] == "fleet.ranks")
+    assert [(e["rank"], e["host"]) for e in ranks["evidence"]["ranks"]] == [(1, "node 1")]
+
+
+@needs_torch
+@pytest.mark.slow
+def test_rank_0_whose_torch_cannot_import_still_writes_its_report(tmp_path):
+    """Found in review: rank 0 whose exchange could not start (its torch does not import) never wrote -o."""
+    broken = tmp_path / "broken"
+    (broken / "torch").mkdir(parents=True)
+    (broken / "torch" / "__init__.py").write_text("raise ImportError('rank 0 has a broken torch')\n")
+    out = tmp_path / "fleet.json"
+    proc = _spawn(0, 2, free_port(), "check", "--no-smoke", "--only", "python.version", "-f", "json", "-o", str(out),
+                  PYTHONPATH=str(broken))
+    _, err = proc.communicate(timeout=120)
+    report = validate(json.loads(out.read_text()))
+    ranks = next(c for c in report["checks"] if c["id"] == "fleet.ranks")
+    assert proc.returncode == 1 and ranks["status"] == "fail", err[-800:]
+    assert "the fleet exchange failed" in ranks["summary"] and "rank 0 has a broken torch" in ranks["summary"]
+    assert 1 in _missing(report)
+
+
+FORGER = r"""
+import json, sys, time
+from datetime import timedelta
+import torch.distributed as dist
+port, scope = int(sys.argv[1]), sys.argv[2]
+store = dist.TCPStore("127.0.0.1", port, 2, False, timedelta(seconds=60), wait_for_workers=False)
+store.wait([scope + "/plan"], timedelta(seconds=60))
+nonce = json.loads(bytes(store.get(scope + "/plan")).partition(b".")[2])["nonce"]
+passing = json.dumps({"checks": [], "environment": {"fleet_rank": {"rank": 0}}}).encode()
+while True:  # a foreign writer: rank 0's own entry, and a go verdict for everyone
+    store.set(scope + "/" + nonce + "/report/0", b"." + passing)
+    for name in ("/verdict", "/verdict/1"):
+        store.set(scope + "/" + nonce + name, b"." + json.dumps({"exit_code": 0, "nonce": nonce}).encode())
+    time.sleep(0.3)
+"""
+
+REPLAY = r"""
+import json, os, sys, time
+from datetime import timedelta
+import torch.distributed as dist
+sys.path.insert(0, sys.argv[2])
+import dsv4probe_fleet as ex
+folder, key, scope = sys.argv[1], b"k" * 32, "dsv4doctor/job"
+store = dist.TCPStore("127.0.0.1", 0, 2, True, timedelta(seconds=30), wait_for_workers=False)
+# What a listener recorded from an earlier run of the same job (same scope, same secret): its signed plan and the
+# go verdict rank 1 took then, replayed into this run's store before rank 0 is up.
+old = ex.Channel(store, scope + "/oldnonce", key)
+ex.Channel(store, scope, key).set("plan", json.dumps({"v": 1, "nonce": "oldnonce", "world_size": 2, "seq": 1,
+    "report_left": 1.5, "verdict_left": 3.0, "ack_left": 3.5}).encode())
+for name, extra in (("verdict", {}), ("verdict/1", {"challenge": "from-the-earlier-run"})):
+    old.set(name, json.dumps(dict({"exit_code": 0, "nonce": "oldnonce"}, **extra)).encode())
+open(os.path.join(folder, "report.json"), "w").write("{}")
+open(os.path.join(folder, "report.json.ready"), "w").close()
+ex.RELEASE_S = 0.5
+request = {"rank": 1, "world_size": 2, "dir": folder, "connect_s": 5.0, "fingerprint_node": None}
+answer = ex._other(request, ex.Channel(store, scope, key), store, key, b"{}", time.monotonic(), {})
+print(json.dumps(answer))
+"""
+
+
+@needs_torch
+@pytest.mark.slow
+def test_a_foreign_writer_on_the_store_cannot_forge_rank_0_s_result_or_the_verdict(tmp_path):
+    """Found in review: any process that reached rank 0's store port overwrote rank 0's own entry, which rank 0 read
+    back, so its failing check became "pass on all reporting ranks", exit 0. Rank 0's own result no longer crosses
+    the store, and with the job's secret a forged verdict is ignored: no rank starts on it."""
+    site = tmp_path / "site"
+    (site / "bad_plugin-1.dist-info").mkdir(parents=True)
+    (site / "bad_plugin-1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: bad-plugin\nVersion: 1\n")
+    (site / "bad_plugin-1.dist-info" / "entry_points.txt").write_text("[dsv4_doctor.checks]\nbad = bad_checks\n")
+    (site / "bad_checks.py").write_text(
+        "from dsv4_doctor.model import Check, failed, passed\nimport os\n"
+        "CHECKS = [Check(id='bad.rank', title='t', explanation='x', applies_when='always', detects='x',\n"
+        "                run=lambda ctx: failed('odd rank') if os.environ.get('ODD') else passed('fine'))]\n")
+    port = free_port()
+    secret = {"DSV4_DOCTOR_FLEET_SECRET": "correct-horse-battery-staple", "PYTHONPATH": str(site)}
+    forger = subprocess.Popen([sys.executable, "-c", FORGER, str(port + 1), "dsv4doctor/job"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = ("check", "--no-smoke", "--only", "python.version,bad.rank", "-f", "json", "--fleet-wait", "20")
+    procs = [_spawn(0, 2, port, *args, ODD="1", **secret), _spawn(1, 2, port, *args, **secret)]
+    done = [p.communicate(timeout=150) for p in procs]
+    forger.kill()  # it forges until it is stopped or the store is gone
+    forger.communicate(timeout=30)
+    assert [p.returncode for p in procs] == [1, 1], [err[-800:] for _, err in done]
+    report = validate(json.loads(done[0][0]))
+    bad = next(c for c in report["checks"] if c["id"] == "bad.rank")
+    assert bad["status"] == "fail" and "rank 0 (" in bad["summary"]
+    assert report["fleet"]["authenticated"] is True
+    assert "correct-horse-battery-staple" not in done[0][0] + done[0][1] + done[1][1]
+
+
+@needs_torch
+@pytest.mark.slow
+def test_a_replayed_go_verdict_from_an_earlier_run_does_not_start_a_rank(tmp_path):
+    """Found in review: with the secret, an earlier run's signed plan and go verdict, read off the store by anyone
+    who reaches its port and written back in a later run of the same job, made a rank start while rank 0 failed."""
+    probes = Path(fleet.__file__).parent / "probes"
+    done = subprocess.run([sys.executable, "-c", REPLAY, str(tmp_path), str(probes)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.splitlines()[-1])
+    assert "exit_code" not in answer and "no verdict from rank 0" in answer["missed"]
+
+
+def test_anonymized_host_labels_are_salted_by_the_job_and_its_secret():
+    a = FleetEnv(0, 2, 0, "h", 1, "torchrun", scope="dsv4doctor/run-a")
+    b = FleetEnv(0, 2, 0, "h", 1, "torchrun", scope="dsv4doctor/run-b")
+    same = fleet.host_label(True, a, {})
+    assert same == fleet.host_label(True, a, {}) and same.startswith("host-")  # every rank of the job agrees
+    assert same != fleet.host_label(True, b, {})  # another job cannot match labels to names
+    assert same != fleet.host_label(True, a, {"DSV4_DOCTOR_FLEET_SECRET": "s3cr3t-value"})
+    assert fleet.host_label(False, a, {}) == socket.gethostname()
+
+
+def test_the_text_report_leads_with_the_odd_ranks_and_what_to_do():
+    from dsv4_doctor.render import render
+
+    reports = {r: _report(r, f"node{r // 8:02d}", "1.27.0") for r in range(16)}
+    reports[11] = _report(11, "node01", "1.26.0")
+    del reports[5]
+    merged, _ = _merge(reports, 16, {5: "did not report within the fleet's time"}, hosts_hint={5: "node00"})
+    text = render(merged, "text", width=120)
+    lead = text[:text.index("Status  Check")]
+    assert "Fleet: look first at" in lead
+    assert "rank 5 (node00): did not report within the fleet's time" in lead
+    assert "rank(s) 11 (node01): package nvidia-cudnn-frontend is 1.26.0, not 1.27.0" in lead
+    assert "re-pull that node's image" in lead
+
+
+def test_smoke_and_preflight_take_the_fleet_options_as_check_does():
+    """Found in review: `smoke` had no fleet mode, so under torchrun each rank wrote its own report."""
+    from dsv4_doctor.cli import parser
+
+    _, commands = parser()
+    for name, extra in (("check", []), ("smoke", []), ("preflight", ["--", "true"])):
+        args = commands[name].parse_args(["--fleet-port", "31000", "--anonymize-hosts", *extra])
+        assert args.distributed == "auto" and args.fleet_port == 31000 and args.anonymize_hosts, name
+
+
+def test_only_and_skip_of_the_fleet_rows():
+    """Found in review: `--only ...,fleet.drift` was refused under torchrun and `--skip fleet.drift` was ignored."""
+    from dsv4_doctor.cli import _fleet_selection
+
+    env = FleetEnv(0, 2, 0, "h", 1, "torchrun")
+    assert _fleet_selection(env, ["python.version", "fleet.drift"], []) == (["python.version"], ("fleet.drift",))
+    assert _fleet_selection(env, ["fleet.*"], []) == (["python.version"], ("fleet.drift", "fleet.ranks"))
+    assert _fleet_selection(env, [], ["fleet.drift"]) == ([], ("fleet.ranks",))
+    assert _fleet_selection(env, ["cudnn-fe.*"], []) == (["cudnn-fe.*"], ("fleet.drift", "fleet.ranks"))
+
+
+@needs_torch
+@pytest.mark.slow
+def test_the_fingerprint_waits_for_the_static_facts_with_only_an_import_check(tmp_path):
+    """Found with `--only cudnn-fe.version`: rank 1 left that check to its local rank 0, so nothing of its own waited
+    for the static probe, its fingerprint was taken empty ("python: None on rank 1") and the frontend's 1.26.0 vs
+    1.27.0 vanished."""
+    new, old = ensure("nvidia-cudnn-frontend-1.27.0"), ensure("nvidia-cudnn-frontend-1.26.0")
+    done = _ranks_by_hand(2, tmp_path, "check", "--no-smoke", "--only", "cudnn-fe.version", "-f", "json",
+                          "--fleet-wait", "40", per_rank_env={0: {"PYTHONPATH": str(new), "LOCAL_WORLD_SIZE": "2"},
+                                                              1: {"PYTHONPATH": str(old), "LOCAL_WORLD_SIZE": "2"}})
+    report = validate(json.loads(done[0].stdout))
+    drift = next(c for c in report["checks"] if c["id"] == "fleet.drift")
+    assert "package nvidia-cudnn-frontend: split, 1.27.0" in drift["summary"] and "1.26.0" in drift["summary"]
+    assert "python: None" not in drift["summary"] and "None" not in json.dumps(drift["evidence"])
+    fe = next(c for c in report["checks"] if c["id"] == "cudnn-fe.version")
+    assert {g["ranks"] for g in fe["evidence"]["groups"]} == {"0", "1"}  # rank 1 ran it itself
+
+
+@needs_torch
+@pytest.mark.slow
+def test_another_job_on_the_same_port_does_not_take_part(tmp_path):
+    """Found with two srun jobs on one port: store keys carried no job identity, so the jobs read each other's. A
+    rank of job B that reaches job A's store finds no plan of its own job and exits 1; job A's report is its own."""
+    port, start = free_port(), time.monotonic()
+    args = ("check", "--no-smoke", "--only", "python.version", "-f", "json")
+    job_a = [_spawn(r, 2, port, *args, "--fleet-wait", "20", TORCHELASTIC_RUN_ID="job-a") for r in (0, 1)]
+    _wait_for_port(port + 1)
+    job_b = _spawn(1, 2, port, *args, "--fleet-wait", "1", TORCHELASTIC_RUN_ID="job-b")
+    done_a = [p.communicate(timeout=150) for p in job_a]
+    assert [p.returncode for p in job_a] == [0, 0], [e[-800:] for _, e in done_a]
+    report = validate(json.loads(done_a[0][0]))
+    assert report["fleet"]["scope"] == "dsv4doctor/run-job-a" and report["fleet"]["reported"] == 2
+    assert "every rank acknowledged" in next(c for c in report["checks"] if c["id"] == "fleet.ranks")["summary"]
+    # Job B's rank waits for a plan of its own job (bounded by its own wait), never takes job A's verdict.
+    assert job_b.poll() in (None, 1)
+    job_b.kill()
+    job_b.communicate(timeout=30)
+    assert time.monotonic() - start < 60

@@ -338,7 +338,7 @@ def test_a_sigkilled_doctor_leaves_no_probe_running(where, site, bare_python, tm
 SLOWED = """
 import sys, time, importlib
 module, name, marker = sys.argv[1], sys.argv[2], sys.argv[3]
-name, _, caller = name.partition("@")  # "plan@begin": slowed only when `begin` calls it
+name, _, caller = name.partition("@")  # "plan@start_probes": slowed only when `start_probes` calls it
 mod = importlib.import_module(module)
 real = getattr(mod, name)
 def slowed(*a, **k):
@@ -375,8 +375,8 @@ def _slowed_run(tmp_path, module, name, sig, *args, python):
 def test_a_signal_while_probes_are_being_started_still_interrupts(tmp_path, bare_python):
     """Found in review: a signal landing while the runner planned the checks was swallowed by an `except
     BaseException`, and the run went on to the probe timeout; every later signal was ignored too."""
-    proc, out, err, took = _slowed_run(tmp_path, "dsv4_doctor.runner", "plan@begin", signal.SIGTERM, "check", "-f",
-                                       "json", "--only", "python.version,torch.install", python=bare_python)
+    proc, out, err, took = _slowed_run(tmp_path, "dsv4_doctor.runner", "plan@start_probes", signal.SIGTERM, "check",
+                                       "-f", "json", "--only", "python.version,torch.install", python=bare_python)
     assert proc.returncode == 143, err
     assert strict_json(out)["summary"]["interrupted"] == "SIGTERM"
     assert took < 10

@@ -513,6 +513,14 @@ def test_job_env_reads_the_command_and_the_environment():
     assert bare["status"] == "warn" and "NCCL_NVLS_ENABLE is unset" in bare["summary"]
 
 
+def test_job_env_of_a_wrapper_script_is_never_a_pass():
+    """`env ... bash run.sh`: the script runs after the doctor looked and may export or override the variables."""
+    rows = job_rows(None, ["env", "NCCL_NVLS_ENABLE=0", "CUDA_DEVICE_MAX_CONNECTIONS=1", "bash", "run.sh"])
+    assert rows["job.env"]["status"] == "skip" and "not known" in rows["job.env"]["summary"], rows["job.env"]
+    bare = job_rows(None, ["bash", "run.sh"])["job.env"]
+    assert bare["status"] == "warn" and "may set them itself" in bare["summary"]
+
+
 def test_job_args_and_a_contradicting_cp_option_is_a_usage_error():
     run = run_doctor("check", "--cp", "4", "--job-args", shlex.join(verl_example(2)))
     assert run.returncode == 2 and "contradicts the job's context_parallel_size 2" in run.stderr

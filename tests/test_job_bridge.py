@@ -72,6 +72,34 @@ def test_bridge_0_6_2_also_needs_cudnn_dsa_and_flash_mla_to_import():
     assert bridgerule.decide(rule, (10, 0), crash, "b")[:2] == ("cudnn", False)
 
 
+def test_an_import_that_lacks_the_gpu_hosts_driver_library_is_not_known_without_a_gpu():
+    """A CPU build machine checking for --gpu-arch 10.0: FlashMLA's extension cannot load libcuda there, which the
+    container runtime mounts only on a GPU host, so the bridge's probe may pass on the node: not known, never off.
+    On a GPU host the same ImportError is what the bridge sees: off. A package that is absent is absent anywhere."""
+    rule = bridgerule.read_rule(_source_facts(ensure("megatron-bridge-0.6.2")))
+    no_driver = {"cudnn:DSA": {"ok": True}, "flash_mla:flash_mla_sparse_fwd": {"ok": False, "error": {
+        "type": "ImportError", "message": "libcuda.so.1: cannot open shared object file: No such file or directory"}}}
+    backend, known, how = bridgerule.decide(rule, (10, 0), no_driver, "b", gpu_visible=False)
+    assert (backend, known) == ("cudnn", False) and "no GPU" in how
+    assert bridgerule.decide(rule, (10, 0), no_driver, "b", gpu_visible=True)[:2] == ("none", True)
+    absent = dict(no_driver, **{"flash_mla:flash_mla_sparse_fwd": {"ok": False, "error": {
+        "type": "ModuleNotFoundError", "message": "No module named 'flash_mla'"}}})
+    assert bridgerule.decide(rule, (10, 0), absent, "b", gpu_visible=False)[:2] == ("none", True)
+
+
+@pytest.mark.slow
+def test_a_cpu_machine_s_missing_driver_leaves_the_bridge_backend_not_known(tmp_path):
+    def flash_mla_needing_the_driver(site):
+        site.dist("flash-mla", "1.0.0")
+        site.file("flash_mla/__init__.py", "raise ImportError('libcuda.so.1: cannot open shared object file: No such "
+                                           "file or directory')\n")
+
+    env = (Env(tmp_path).wheel("mbridge", "megatron-bridge-0.6.2").wheel("verl", "verl-0.9.0")
+           .wheel("fe", "nvidia-cudnn-frontend-1.27.0").fake("flash_mla", flash_mla_needing_the_driver))
+    p = _profile(env, "--gpu-arch", "10.0")
+    assert p["dsa_backend"] == "cudnn" and p["job"]["dsa_backend_known"] is False, p["job"]["dsa_backend_decided"]
+
+
 def test_a_bridge_rule_the_doctor_cannot_read_is_not_known():
     assert bridgerule.read_rule({"found": False})["readable"] is False
     odd = {"found": True, "functions": {}, "assignments": [
@@ -157,11 +185,31 @@ def test_overrides_only_are_verl_overrides_or_refused():
     assert job.kind == "verl" and job.cp() == 2 and job.entry is None
     with pytest.raises(UsageError, match="actor_rollout_ref.actor.megatron.context_parallel_size"):
         parse(["context_parallel_size=2", "data.max_prompt_length=2048"])
+    for mistyped in (["cp=2"], ["actor.megatron.context_parallel_size=2"], [f"++{OTC[len('actor_rollout_ref.'):]}"
+                                                                          ".cp_partition_mode=contiguous"]):
+        with pytest.raises(UsageError, match="no verl key"):
+            parse([*mistyped, "data.max_prompt_length=2048"])
+    # The rollout's own TP (verl's DSv4 example sets it) is no mistyped actor setting.
+    assert parse(["actor_rollout_ref.rollout.tensor_model_parallel_size=1", "model_engine=megatron"]).cp() == 1
     run = run_doctor("check", "--no-smoke", "--only", "job.*", "--job-args", "context_parallel_size=2 a.b=1")
     assert run.returncode == 2 and "no verl key" in run.stderr
     # Leading assignments in front of a program are its environment, as a shell reads them.
     job = parse(["NCCL_NVLS_ENABLE=0", *VERL])
     assert job.kind == "verl" and job.env == {"NCCL_NVLS_ENABLE": "0"} and job.cp() == 2
+
+
+def test_a_wrapper_s_script_text_never_reaches_the_report_as_a_key():
+    """`sh -c 'SCRIPT'`: the script is one word with an `=` in it; only names are listed, never what precedes the
+    `=` of a sentence (a password given to another program there)."""
+    script = "mysql -u admin -phunter2Xyz db < dump.sql; python3 -m verl.trainer.main_ppo a.b=1"
+    for argv in (["sh", "-c", script], ["mytool", script, "--flag=x", "k.v=1"]):
+        job = parse(argv)
+        assert job.kind == "unknown" and not any("hunter2" in name for name in job.unknown), job.unknown
+    assert parse(["mytool", script, "--flag=x", "k.v=1"]).unknown == ["--flag", "k.v"]
+    # A flag word holding a sentence, in a verl or a Megatron-LM command: left out too.
+    for argv in ([*VERL, "--note pass hunter2Xyz"], ["pretrain_gpt.py", "--seq-length", "8", "--x pass hunter2Xyz"]):
+        job = parse(argv)
+        assert job.kind in ("verl", "megatron") and not any("hunter2" in n for n in job.unknown), job.unknown
 
 
 # --- job settings in the report and the plan --------------------------------------------------------------------------
@@ -204,6 +252,35 @@ def test_the_report_keeps_job_settings_apart_from_the_argv_fixes(tmp_path):
     assert all(f["phase"] == "setting" and not f["argv"] for c in report["checks"] if c["id"].startswith("job.")
                for f in c["fixes"])
     json.dumps(report)
+
+
+def test_a_stated_max_seqlen_that_covers_the_longest_sample_is_not_lacking():
+    """The section's "lacks" counts only what the command would have to change: a stated max_seqlen_per_dp_cp_rank
+    at least the rounded-up length is stated (a larger one is valid), a shorter one is lacking."""
+    from dsv4_doctor.jobsettings import cp_args
+
+    def lacking(value, lengths=True):
+        argv = [*(VERL if lengths else VERL[:3] + VERL[5:]), f"++{OTC}.cp_partition_mode=contiguous",
+                f"++{OTC}.sequence_packing_scheduler=dp_balanced", f"++{OTC}.max_seqlen_per_dp_cp_rank={value}"]
+        return cp_args(parse(argv).to_dict(), 2)["missing"]
+
+    assert lacking(6145) == [] and lacking(8192) == [] and lacking(6000, lengths=False) == []
+    assert lacking(6144) == [f"++{OTC}.max_seqlen_per_dp_cp_rank=6145"]
+    wrapped = cp_args(parse(["bash", "x.sh"]).to_dict(), 2)
+    assert wrapped["max_seqlen_per_dp_cp_rank"] is None and "not stated" not in wrapped["computed"]
+    assert "not read" in wrapped["computed"]
+
+
+def test_mcore_config_s_cp_args_round_up_as_the_job_settings_do():
+    """mcore.config prints CP_ARGS as shell for a job script: its division, run by a real shell, rounds up."""
+    import subprocess
+
+    from dsv4_doctor.checks import mcore
+
+    line = mcore.CP_ARGS[-1]
+    out = subprocess.run(["sh", "-c", f"MAX_PROMPT_LENGTH=2048 MAX_RESPONSE_LENGTH=10241 ACTOR_CP=2; echo {line}"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == f"++{OTC}.max_seqlen_per_dp_cp_rank={math.ceil((2048 + 10241) / 2)}"
 
 
 @pytest.mark.parametrize("source", [None, 5, "x", {"found": True, "assignments": 5},

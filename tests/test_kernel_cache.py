@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import types
@@ -67,6 +68,34 @@ def test_the_off_switch_and_a_users_own_directory(tmp_path):
     assert mine.source == "user" and mine.directory == "/somewhere/mine" and mine.env == {}
     chosen = prepare(tmp_path, DSV4_DOCTOR_KERNEL_CACHE=str(tmp_path / "chosen"))
     assert chosen.directory == str(tmp_path / "chosen") and (tmp_path / "chosen").is_dir()
+
+
+def test_a_chosen_directory_in_a_sticky_shared_folder_is_used_and_a_plain_shared_one_refused(tmp_path):
+    """DSV4_DOCTOR_KERNEL_CACHE=/tmp/<dir> (bench_check's fresh caches): /tmp is writable by all but sticky, so
+    nobody else can replace the 0700 directory made in it; a shared folder without the sticky bit is refused."""
+    for mode, used in ((0o1777, True), (0o777, False)):
+        shared = tmp_path / f"shared-{mode:o}"
+        shared.mkdir()
+        shared.chmod(mode)
+        cache = prepare(tmp_path, DSV4_DOCTOR_KERNEL_CACHE=str(shared / "cache"))
+        assert (cache.source == "doctor") is used, cache
+        if used:
+            assert cache.env["CUTE_DSL_CACHE_DIR"] == str(shared / "cache")
+            assert ((shared / "cache").stat().st_mode & 0o777) == 0o700
+        else:
+            assert "writable by group or others" in cache.note
+
+
+def test_the_bench_says_which_kernel_cache_its_rows_ran_on(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    try:
+        import bench_check
+    finally:
+        sys.path.pop(0)
+    cache = {"directory": None, "source": "refused", "note": "kernel cache refused: /tmp is writable"}
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps({"checks": [{"id": "smoke.dsv4-kernels", "evidence": {"kernel_cache": cache}}]}))
+    assert bench_check.where_time_goes(str(report))["kernel_cache"] == cache
 
 
 def probe_module():

@@ -230,7 +230,7 @@ def test_cutlass_stack_for_cp(tmp_path, bare_python):
     (("--gpu-arch", "8.0"), "fail", "requires SM90+"),
     (("--gpu-arch", "8.0", "--dsa-backend", "none"), "warn", "outside Megatron's DSv4 arch tables"),
     (("--cp", "2", "--gpu-arch", "9.0"), "pass", "fused CSA compressor never runs here"),
-    (("--gpu-arch", "10.0"), "pass", "used with CP = 1"),
+    (("--gpu-arch", "10.0"), "pass", "used at CP 1 (d48bd6be's gate)"),
     (("--gpu-arch", "12.0", "--cp", "2"), "fail", "sm_90a, sm_100a, sm_103a"),
     ((), "skip", "GPU arch unknown"),
 ])

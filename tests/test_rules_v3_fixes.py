@@ -68,11 +68,12 @@ def test_triton_reads_any_specifier_torch_declares(tmp_path, bare_python, declar
         assert commands(row) == [command]
 
 
-def test_the_torch_fix_uses_the_cuda_index_and_says_when_it_downgrades(tmp_path, bare_python):
-    env = Env(tmp_path).fake("torch", fake_torch, "2.15.0", None)  # a CPU build: torch.install fails
+@pytest.mark.parametrize("installed, downgrades", [("2.15.0", True), ("2.11.1", True), ("2.11.0", False)])
+def test_the_torch_fix_uses_the_cuda_index_and_says_when_it_downgrades(tmp_path, bare_python, installed, downgrades):
+    env = Env(tmp_path).fake("torch", fake_torch, installed, None)  # a CPU build: torch.install fails
     fix = run(env, bare_python, "--only", "torch.install").check("torch.install")["fixes"][0]
     assert fix["argv"][0] == ["pip", "install", "torch==2.11.0", "--index-url", "https://download.pytorch.org/whl/cu130"]
-    assert any("DOWNGRADES the installed torch 2.15.0" in n for n in fix["notes"])
+    assert any(f"DOWNGRADES the installed torch {installed}" in n for n in fix["notes"]) == downgrades
 
 
 def test_megatron_bridge_offers_its_pypi_release_with_no_deps(tmp_path, bare_python):
@@ -98,6 +99,8 @@ def test_step_comments_wrap_at_word_boundaries(tmp_path, bare_python):
 def test_deps_consistency_does_not_pass_over_nothing(tmp_path, bare_python):
     row = run(Env(tmp_path), bare_python, "--only", "deps.consistency").check("deps.consistency")
     assert row["status"] == "skip" and "none of the DSv4 and CUDA packages is installed" in row["summary"]
+    row = run(Env(tmp_path), bare_python, "--only", "deps.metadata").check("deps.metadata")
+    assert row["status"] == "skip" and "no inspected distribution is installed" in row["summary"], row
 
 
 @pytest.mark.parametrize("cutlass, hint", [("4.8.1", "nvidia-cutlass-dsl-libs-core"), ("4.5.2", "libs-base wheel")])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fakes import Env, fake_megatron_dev, healthy
-from test_rules import commands, run
+from test_rules import assert_fix_turns_green, commands, run
 
 FE_128_FIX = "pip install --force-reinstall --no-deps nvidia-cudnn-frontend==1.28.0"
 RAISES_103 = ("RuntimeError: CSA compressor requires compute capability (10, 0) (the only validated architecture so "
@@ -79,3 +79,21 @@ def test_cp_2_on_b200_follows_the_installed_dispatch(tmp_path, bare_python, gate
     assert row["status"] == status, row
     if status == "fail":
         assert "has no cudnn.csa" in row["summary"]
+
+
+def test_with_the_cc_not_known_the_fix_pins_a_frontend_every_gpu_the_installed_gate_admits_accepts(tmp_path,
+                                                                                                     bare_python):
+    # An image built once for B200 and B300 under Megatron 88a285f0's gate: 1.27.0 would raise on 10.3.
+    env = healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0").drop("tvm").fake("megatron", newer_gate)
+    row = csa(env, bare_python)
+    assert row["status"] == "warn", row
+    assert FE_128_FIX in commands(row) and FE_128_FIX.replace("1.28.0", "1.27.0") not in commands(row)
+    assert_fix_turns_green(env, bare_python, "cudnn-fe.csa")
+    assert FE_128_FIX in commands(run(healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0").drop("tvm")
+                                      .fake("megatron", newer_gate), bare_python).check("deps.consistency"))
+
+
+def test_gpu_arch_does_not_state_d48bd6bes_cp_rule_as_every_megatrons(tmp_path, bare_python):
+    row = run(healthy(tmp_path).fake("megatron", newer_gate), bare_python, "--only", "gpu.arch", "--gpu-arch", "10.0",
+              "--cp", "2").check("gpu.arch")
+    assert "at any CP with a Megatron whose gate admits CC major >= 10" in row["summary"], row

@@ -85,7 +85,7 @@ def test_a_control_that_does_not_separate_or_other_weights_make_the_comparison_i
     assert "grad.w exists only in the unfused build" in sm.compare_builds(torch, missing, saved(torch))["problems"]
 
 
-def run_builds(tmp_path, mode, timeout_s=60.0, te=True):
+def run_builds(tmp_path, mode, timeout_s=60.0, te=True, deadline_s=120.0):
     import os
 
     import torch
@@ -103,7 +103,7 @@ def run_builds(tmp_path, mode, timeout_s=60.0, te=True):
         outdir.mkdir()
         t0 = time.monotonic()
         builds = sm.start_fused_builds({"build_device": "cpu", "build_timeout_s": timeout_s}, str(outdir))
-        result = sm.finish_fused_builds(torch, builds, time.monotonic() + 120, timeout_s=timeout_s)
+        result = sm.finish_fused_builds(torch, builds, t0 + deadline_s, timeout_s=timeout_s)
         return result, time.monotonic() - t0
     finally:
         if old is None:
@@ -147,6 +147,28 @@ def test_a_hung_fused_backward_is_killed_at_its_timeout_and_is_a_finding(tmp_pat
     assert took < 30
     row = _tier2_fused(None, result, {})
     assert row.status.value == "fail" and "hung" in row.summary and "#676" in row.details
+    # The unfused build runs no cuDNN kernel: a hang there is no #676 finding.
+    swapped = dict(result, builds={"fused": result["builds"]["unfused"], "unfused": result["builds"]["fused"]})
+    row = _tier2_fused(None, swapped, {})
+    assert row.status.value == "fail" and "unfused" in row.summary and "#676" not in row.details
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, timeout_s, deadline_s", [("slow-start", 8.0, 120.0), ("fused-hang", 60.0, 10.0)])
+def test_a_build_stopped_before_its_kernels_ran_or_by_the_probe_s_deadline_is_no_hang(tmp_path, mode, timeout_s,
+                                                                                        deadline_s):
+    """A build still importing at its limit (a cold TE + megatron.core), or one cut short by the probe's own
+    deadline, proves nothing about the kernels: no hang finding, and the row says the comparison was not made."""
+    from dsv4_doctor.checks.smoke.thd_cp import _tier2_fused
+
+    result, took = run_builds(tmp_path, mode, timeout_s=timeout_s, deadline_s=deadline_s)
+    fused = result["builds"]["fused"]
+    assert not fused["hang"] and fused.get("timed_out"), fused
+    if mode == "slow-start":
+        assert fused["stage"] == "import" and not result["builds"]["unfused"]["hang"]
+    assert took < 30
+    row = _tier2_fused(None, result, {})
+    assert row.status.value == "error" and "no proven hang" in row.summary and "#676" not in row.details
 
 
 @pytest.mark.slow

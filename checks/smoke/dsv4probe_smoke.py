@@ -825,13 +825,32 @@ def _control_parameter(layer):
     return names[-1] if names else None
 
 
+# The stages at which a build runs the layer's kernels: a timeout there is a hang; one before (importing TE and
+# megatron.core, building the layer) is a build that was slow to start, which proves nothing about the kernels.
+KERNEL_STAGES = ("forward+backward", "steady step", "control")
+
+
+def _stage(out, job, name):
+    """Record the build's stage, also in its stage file: a build killed at its timeout writes no answer, and the
+    parent must tell a hang in the kernels from a slow start."""
+    out["stage"] = name
+    path = job.get("stage_file")
+    if path:
+        try:
+            with open(path, "w") as fh:
+                fh.write(name)
+        except OSError:
+            pass
+
+
 def tier2_build(request):
     """One build of the DSv4 layer (its own process): forward + backward on the fixed packed batch, saved to a file.
 
     The fused build also reruns with a perturbed output projection (the control) and times a second, steady step."""
     job = request["tier2_build"]
     backend, save = job["backend"], job["save"]
-    out = {"backend": backend, "stage": "import"}
+    out = {"backend": backend}
+    _stage(out, job, "import")
     t_start = time.monotonic()
     events = _watch_dsl_cache()
     try:
@@ -858,7 +877,7 @@ def tier2_build(request):
         import torch.distributed as dist
 
         out["import_s"] = round(time.monotonic() - t_start, 3)
-        out["stage"] = "init"
+        _stage(out, job, "init")
         if not dist.is_initialized():
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                                     init_method="tcp://127.0.0.1:%d" % free_port(), rank=0, world_size=1)
@@ -866,10 +885,10 @@ def tier2_build(request):
                                                  context_parallel_size=1)
         torch.manual_seed(SEED)
         model_parallel_cuda_manual_seed(SEED)
-        out["stage"] = "config"
+        _stage(out, job, "config")
         config = _fused_config(torch, MLATransformerConfig, backend)
         out["settings"] = dict(FUSED_SETTINGS, dsa_kernel_backend=backend)
-        out["stage"] = "build"
+        _stage(out, job, "build")
         spec = get_dsv4_hybrid_module_spec_for_backend(config=config, backend=TESpecProvider())
         layer = build_module(spec, config=config, layer_number=1,
                              pg_collection=ProcessGroupCollection.use_mpu_process_groups()).to(device)
@@ -900,17 +919,17 @@ def tier2_build(request):
                     tensors["grad." + n] = p.grad.detach().cpu().clone()
             return tensors, round(t1 - t0, 4), round(time.monotonic() - t1, 4)
 
-        out["stage"] = "forward+backward"
+        _stage(out, job, "forward+backward")
         seen = len(events)
         tensors, out["first_forward_s"], out["first_backward_s"] = step()
         out["cute_dsl_cache"] = {"first_step": _count_events(events[seen:])}
-        out["stage"] = "steady step"
+        _stage(out, job, "steady step")
         seen = len(events)
         _, out["steady_forward_s"], out["steady_backward_s"] = step()
         out["cute_dsl_cache"]["steady_step"] = _count_events(events[seen:])
         saved = {"tensors": tensors, "weights": weights}
         if job.get("control"):
-            out["stage"] = "control"
+            _stage(out, job, "control")
             name = _control_parameter(layer)
             factor = 1.0 + FUSED_CONTROL_FACTOR * fused_tolerances()["forward"]
             with torch.no_grad():
@@ -920,7 +939,7 @@ def tier2_build(request):
         torch.save(saved, save)
         out["finite"] = all(bool(torch.isfinite(t.float()).all().item()) for t in tensors.values())
         out["tensors"] = sorted(tensors)
-        out["stage"] = "done"
+        _stage(out, job, "done")
         out["ok"] = True
         try:
             parallel_state.destroy_model_parallel()
@@ -978,13 +997,15 @@ def start_fused_builds(request, outdir):
     builds = {}
     for label, backend in (("fused", "cudnn"), ("unfused", "none")):
         save = os.path.join(outdir, "tier2_%s.pt" % label)
-        job = {"backend": backend, "save": save, "control": label == "fused", "device": request.get("build_device")}
         out = os.path.join(outdir, "tier2_%s.json" % label)
+        job = {"backend": backend, "save": save, "control": label == "fused", "device": request.get("build_device"),
+               "stage_file": out + ".stage"}
         log = open(os.path.join(outdir, "tier2_%s.log" % label), "wb")
         proc = subprocess.Popen([sys.executable, here, out, json.dumps({"tier2_build": job})], stdout=log,
                                 stderr=subprocess.STDOUT, env=env)
         log.close()
-        builds[label] = {"proc": proc, "out": out, "save": save, "log": log.name, "started": time.monotonic()}
+        builds[label] = {"proc": proc, "out": out, "save": save, "log": log.name, "started": time.monotonic(),
+                         "stage_file": job["stage_file"]}
     return builds
 
 
@@ -1021,10 +1042,15 @@ def finish_fused_builds(torch, builds, deadline, timeout_s=FUSED_BUILD_TIMEOUT_S
             b["proc"].wait()
             b["hung"] = True
             waited = round(min(timeout_s, max(0.0, deadline - b["started"])), 1)
+            stage = _log_tail(b.get("stage_file") or "", 64).strip() or "import"
+            # A hang only where the layer's kernels run, and only when the build had its whole timeout: a build
+            # still importing, or cut short by the probe's own deadline, is not proven to hang.
+            hang = stage in KERNEL_STAGES and b["started"] + timeout_s <= deadline
+            what = "did not finish its forward + backward" if hang else "had not got past %s" % stage
             out["builds"][label] = {
-                "ok": False, "hang": True, "timeout_s": waited, "log_tail": _log_tail(b["log"]),
-                "error": {"type": "Timeout", "message": "the %s build did not finish its forward + backward within "
-                                                        "%.0f s" % (label, waited)}}
+                "ok": False, "hang": hang, "timed_out": True, "stage": stage, "timeout_s": waited,
+                "log_tail": _log_tail(b["log"]),
+                "error": {"type": "Timeout", "message": "the %s build %s within %.0f s" % (label, what, waited)}}
             continue
         answer = _read_build(b)
         answer["exit_code"] = code
@@ -1106,8 +1132,10 @@ def answer(request):
     if request.get("tier2") == "auto":
         request = dict(request, tier2=dsv4_installed())
     fused_builds, fused_skip = None, fused_not_run(request, device)
+    # Each build's hard limit: the probe's remaining budget (--timeout), at least FUSED_BUILD_TIMEOUT_S.
+    build_timeout = float(request.get("build_timeout_s") or max(FUSED_BUILD_TIMEOUT_S, deadline - time.monotonic()))
     if request.get("tier2") and fused_skip is None:
-        fused_builds = start_fused_builds(dict(request, build_device=str(device)),
+        fused_builds = start_fused_builds(dict(request, build_device=str(device), build_timeout_s=build_timeout),
                                           os.path.dirname(os.path.abspath(sys.argv[1])))
     try:
         tier1, _ = tier1_simulated(torch, device, cp)
@@ -1164,7 +1192,7 @@ def answer(request):
             if "tier2" in run:
                 out["tier2"]["cpN"] = run.pop("tier2")
     if fused_builds is not None:
-        out.setdefault("tier2", {})["fused"] = finish_fused_builds(torch, fused_builds, deadline)
+        out.setdefault("tier2", {})["fused"] = finish_fused_builds(torch, fused_builds, deadline, build_timeout)
     elif request.get("tier2"):
         out.setdefault("tier2", {})["fused"] = {"skipped": fused_skip}
     if device.type == "cuda":

@@ -217,7 +217,14 @@ def _tier2_fused(ctx: Context, fused: dict, evidence: dict) -> Result | None:
         if b.get("hang"):
             return failed(f"the {label} DSv4 layer build (dsa_kernel_backend={'cudnn' if label == 'fused' else 'none'})"
                           f" hung: its forward + backward did not finish within {b.get('timeout_s')} s and was killed",
-                          HANG_NOTE, evidence=evidence)
+                          HANG_NOTE if label == "fused" else "Megatron's PyTorch DSA path, no fused kernel: where it "
+                          "stopped is in the build's log tail (evidence tier2.fused.builds).", evidence=evidence)
+        if b.get("timed_out"):
+            return errored(f"the {label} DSv4 layer build was stopped at its time limit ({b.get('timeout_s')} s) "
+                           f"while still at {b.get('stage')}, before its kernels ran to the end: that is no proven "
+                           "hang, and the fused-vs-unfused comparison was not made", "Where it stopped is in the "
+                           "build's log tail (evidence tier2.fused.builds); a longer --timeout gives it more time.",
+                           evidence=evidence)
         if b and not b.get("ok"):
             err = b.get("error") or {}
             failing = [r for r in tier2_rules(err)

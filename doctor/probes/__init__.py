@@ -152,7 +152,7 @@ def signal_name(returncode: int | None) -> str | None:
 # any init_process_group in a probe join torchrun's store as a client and hang (seen on the H200 in fleet mode).
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
                       "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT")
-LAUNCHER_PREFIXES = ("TORCHELASTIC_",)
+LAUNCHER_PREFIXES = ("TORCHELASTIC_", "DSV4_DOCTOR_FLEET_")  # the fleet secret reaches only the exchange
 
 
 def child_env(timeout: float, extra: dict | None = None) -> dict:

@@ -1,28 +1,42 @@
-"""The fleet exchange: every rank's report to rank 0 over torch.distributed, one merged report back as the verdict.
+"""The fleet exchange: moves each rank's report bytes to rank 0 and rank 0's verdict back, on one timeline.
 
-Runs in the target interpreter (the doctor's CLI never imports torch), after the rank's own checks. It joins through
-torch.distributed's TCPStore on its own port (MASTER_PORT + 1 by default, so `preflight` does not take the job's
-port just before exec), hosted by rank 0:
+Runs in the target interpreter (the doctor's CLI never imports torch) and only moves bytes: the merge, the verdict
+and the report are the doctor's (doctor/fleetmerge.py). It talks to its doctor through files in `dir` (both run on
+the same host, so deadlines are CLOCK_MONOTONIC values both can read) and to the other ranks through
+torch.distributed's TCPStore on the fleet port, hosted by rank 0.
 
-1. Each rank announces itself (`joined/<rank>`). Rank 0 waits for all of them until its deadline: `wait_s` after
-   its own import of torch and store are done, so that the whole window is the others' time to join.
-2. Every rank also leaves its report in the store (`report/<rank>`): the fallback of step 3.
-3. When every rank joined, they form a gloo process group on that store (no NCCL, no GPU needed) and rank 0 gathers
-   the reports as byte tensors (no pickle: a rank's bytes are data, never code), merges them (fleetmerge.py), and
-   broadcasts the exit code. The collectives have a short timeout of their own.
-4. When some rank did not join in time, or the gloo exchange failed (a rank died or stalled after joining: found in
-   review, it cost the whole report), rank 0 merges the reports the store holds, names the missing ranks
-   (fleet.ranks), and leaves the verdict in the store, where the others read it.
+The timeline is rank 0's. When its store is up, rank 0 publishes the plan (`<scope>/plan`): a fresh nonce, the world
+size, and the seconds left until the report deadline, the verdict deadline and the acknowledgement deadline. It
+re-publishes the plan every HEARTBEAT_S with the seconds left then, so a rank that reads it derives deadlines that
+are at most HEARTBEAT_S early, never late, whatever the hosts' clocks say. Every other key is under
+`<scope>/<nonce>/`: `scope` is the job's identity (torchrun's run id, Slurm's job and step ids), the nonce tells
+this run from an earlier one of the same job.
 
-Rank 0 then hands the merged report to its doctor (`merged_path`) and waits until the doctor has written it
-(`released_path`) before it releases the other ranks (`released`): under torchrun a rank that exits non-zero makes
-the launcher stop the others, which must not cut rank 0's report short. Every wait has a timeout; rank 0 keeps the
-store up until the others have left (or a short grace). Answer: {"exit_code", "timings", "mode"}.
-Stdlib besides torch. Run as `python dsv4probe_fleet.py OUT REQUEST_JSON`.
+- Every rank: `hello/<r>` (its host and node), then its report (`report/<r>`) by the report deadline. A node's
+  local rank 0 also leaves its package fingerprint (`fp/<node>`): a rank whose packages differ runs its host-level
+  checks itself (its doctor sees the leader's fingerprint in plan.json) before it reports.
+- Rank 0 never sends its own report: its doctor has it. It reads the others' reports as they come (a counter key
+  says when one came) until all are in or the report deadline passed, hands them to its doctor (reports/, then
+  gathered.json), and publishes the doctor's verdict (verdict.json) only if it is ready before the verdict
+  deadline. It then waits for acknowledgements (`ack/<r>`) until the acknowledgement deadline (acks.json), and,
+  once its doctor wrote the report (`released` file), releases the others (`released` key).
+- Every other rank takes the verdict only when it reads it before its verdict deadline, acknowledges it, and stays
+  until released (or a bound), so that a rank exiting non-zero cannot make torchrun stop rank 0 mid-report.
+- Each rank's verdict (`verdict/<r>`) carries the challenge that rank drew for this run and sent in its hello: an
+  earlier run's plan and verdict, signed with the same secret and replayed into the store, carry another challenge,
+  so no rank starts on them.
+
+With a shared secret (DSV4_DOCTOR_FLEET_KEY, hex, set by the doctor) every value is signed: HMAC-SHA256 over the
+scope, the key and the value. A value that fails the check is ignored and counted. Without one, values carry no
+MAC and anyone who can reach the port can write them (the README's threat model).
+Answer: {"exit_code", "timings", "plan"} or a probe_error. Stdlib besides torch. `python dsv4probe_fleet.py OUT REQ`.
 """
 
+import hashlib
+import hmac
 import json
 import os
+import secrets
 import sys
 import time
 
@@ -31,14 +45,47 @@ sys.path.insert(0, os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE)
 sys.path.insert(0, HERE)
 from dsv4probe_common import serve  # noqa: E402
 
-import fleetmerge  # noqa: E402
-
 POLL_S = 0.05
+OTHERS_POLL_S = 0.1  # the other ranks' polling of rank 0's store: 1,000 ranks make 10,000 requests a second
+SWEEP_S = 2.0
+HEARTBEAT_S = 0.5
 GRACE_S = 5.0
-RELEASE_S = 60.0  # how long rank 0's doctor may take to write the report
-COLLECTIVE_S = 20.0  # gathering a few MB over gloo takes well under a second; longer means a rank is gone
-STORE_READ_S = 10.0  # reading the joined ranks' reports from the store, when the gloo exchange did not happen
-EXCHANGE_S = COLLECTIVE_S + STORE_READ_S + 5.0  # after rank 0's join window: the exchange, the merge, the write
+RELEASE_S = 60.0  # how long rank 0's doctor may take to write the report after the acknowledgements
+MAX_VALUE = 8 * 1024 * 1024  # a rank's report beyond this is not read (its doctor bounds it well below)
+
+
+class Channel:
+    """Signed values under one scope on the store."""
+
+    def __init__(self, store, scope, key):
+        self.store, self.scope, self.key = store, scope, key
+        self.rejected = 0
+
+    def _mac(self, name, value):
+        if not self.key:
+            return b""
+        return hmac.new(self.key, b"%s\n%s\n" % (self.scope.encode(), name.encode()) + value,
+                        hashlib.sha256).hexdigest().encode()
+
+    def set(self, name, value):
+        self.store.set(self.scope + "/" + name, self._mac(name, value) + b"." + value)
+
+    def has(self, name):
+        return self.store.check([self.scope + "/" + name])
+
+    def get(self, name):
+        """The value, or None when it is absent, too large or its MAC is wrong."""
+        if not self.has(name):
+            return None
+        raw = self.store.get(self.scope + "/" + name)
+        if len(raw) > MAX_VALUE + 80:
+            self.rejected += 1
+            return None
+        mac, sep, value = bytes(raw).partition(b".")
+        if not sep or not hmac.compare_digest(mac, self._mac(name, value)):
+            self.rejected += 1
+            return None
+        return value
 
 
 def _timedelta(seconds):
@@ -47,153 +94,270 @@ def _timedelta(seconds):
     return timedelta(seconds=max(1.0, seconds))
 
 
-def _wait_keys(store, keys, deadline):
-    """Poll until every key exists or the deadline passes; the keys that exist."""
-    while True:
-        if store.check(keys):
-            return list(keys)
-        if time.monotonic() >= deadline:
-            return [k for k in keys if store.check([k])]
-        time.sleep(POLL_S)
+def _write(path, data):
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
 
 
-def _gather_bytes(torch, dist, payload, rank, world):
-    """Rank 0 receives every rank's bytes (lengths first, then padded uint8 tensors); others get None."""
-    data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else torch.zeros(0, dtype=torch.uint8)
-    length = torch.tensor([data.numel()], dtype=torch.int64)
-    lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(world)] if rank == 0 else None
-    dist.gather(length, lengths, dst=0)
-    size = torch.tensor([data.numel()], dtype=torch.int64)
-    dist.all_reduce(size, op=dist.ReduceOp.MAX)
-    padded = torch.zeros(int(size.item()), dtype=torch.uint8)
-    padded[:data.numel()] = data
-    chunks = [torch.zeros(int(size.item()), dtype=torch.uint8) for _ in range(world)] if rank == 0 else None
-    dist.gather(padded, chunks, dst=0)
-    if rank != 0:
-        return None
-    return [bytes(chunks[r][:int(lengths[r].item())].tolist()) for r in range(world)]
-
-
-def _parse(raw):
+def _json(raw):
     try:
         value = json.loads(raw.decode("utf-8"))
         return value if isinstance(value, dict) else None
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, AttributeError, RecursionError):
+        return None
+
+
+def _read_file(path):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(MAX_VALUE + 1)
+    except OSError:
         return None
 
 
 def answer(request):
     started = time.monotonic()
     rank, world = int(request["rank"]), int(request["world_size"])
-    wait_s, grace_s = float(request["wait_s"]), float(request.get("verdict_grace_s", 30.0))
-    with open(request["report_path"], "rb") as fh:
-        payload = fh.read()
-    import torch
+    folder = request["dir"]
+    key = bytes.fromhex(os.environ.pop("DSV4_DOCTOR_FLEET_KEY", "") or "")
+    hello = _read_file(os.path.join(folder, "hello.json")) or b"{}"
     import torch.distributed as dist
 
     timings = {"import_s": round(time.monotonic() - started, 3)}
-    # Rank 0 hosts the store at once; the others wait for it to come up as long as they would wait for its verdict.
     store = dist.TCPStore(request["master_addr"], int(request["port"]), world, rank == 0,
-                          _timedelta(wait_s + grace_s), wait_for_workers=False)
-    store.set("report/%d" % rank, payload)  # first: whatever happens later, rank 0 can read it from here
-    store.set("joined/%d" % rank, b"1")
-    t_join = time.monotonic()
-    # The join window opens only now, once this rank has torch and the store (found in CI: on a loaded machine rank
-    # 0's own import of torch took half of a 5 s --fleet-wait, and a slower rank missed the join): the window the
-    # user gives is the window the others have to join. A rank connects only once rank 0 hosts the store, so rank
-    # 0's window closes before this rank's leave_by.
-    deadline = t_join + wait_s  # rank 0: how long it waits for the others to join
-    leave_by = deadline + grace_s  # the others: how long they wait for rank 0's plan and verdict
-    timings["setup_s"] = round(t_join - started, 3)
-    # The fleet report's bound: rank 0's run time when its window opened, the window, and the exchange's timeouts
-    # (the collectives', reading the store, the helper's start and the merge).
-    bound_s = float(request.get("elapsed_s") or 0.0) + (t_join - started) + wait_s + EXCHANGE_S
+                          _timedelta(float(request["connect_s"])), wait_for_workers=False)
+    timings["store_s"] = round(time.monotonic() - started, 3)
+    scope = request["scope"]
+    root = Channel(store, scope, key)
     if rank == 0:
-        present_keys = _wait_keys(store, ["joined/%d" % r for r in range(world)], deadline)
-        present = sorted(int(k.split("/")[1]) for k in present_keys)
-        mode = "gloo" if len(present) == world else "store"
-        store.set("mode", json.dumps({"mode": mode, "present": present}))
-    else:
-        store.wait(["mode"], _timedelta(leave_by - time.monotonic()))
-        plan = json.loads(store.get("mode").decode())
-        mode, present = plan["mode"], plan["present"]
-    timings["join_s"] = round(time.monotonic() - t_join, 3)
-    out = {"mode": mode, "rank": rank}
-    t_exchange = time.monotonic()
-    if mode == "gloo":
-        try:
-            dist.init_process_group("gloo", store=dist.PrefixStore("dsv4doctor-pg", store), rank=rank,
-                                    world_size=world,
-                                    timeout=_timedelta(min(COLLECTIVE_S, leave_by - time.monotonic())))
+        return _rank0(request, root, store, key, hello, started, timings)
+    return _other(request, root, store, key, hello, started, timings)
+
+
+def _rank0(request, root, store, key, hello, started, timings):
+    world, folder = int(request["world_size"]), request["dir"]
+    t0 = time.monotonic()
+    nonce = secrets.token_hex(12)
+    report_by = t0 + float(request["join_s"])
+    verdict_by = report_by + float(request["verdict_s"])
+    ack_by = verdict_by + float(request["ack_s"])
+    seq = [0]
+
+    def beat():
+        now = time.monotonic()
+        seq[0] += 1
+        root.set("plan", json.dumps({"v": 1, "nonce": nonce, "world_size": world, "seq": seq[0],
+                                     "report_left": report_by - now, "verdict_left": verdict_by - now,
+                                     "ack_left": ack_by - now}).encode())
+        return now
+
+    ch = Channel(store, root.scope + "/" + nonce, key)
+    ch.set("hello/0", hello)
+    if request.get("fingerprint_node"):
+        info = _json(hello) or {}
+        ch.set("fp/" + request["fingerprint_node"], json.dumps(info.get("fingerprint")).encode())
+    last = beat()
+    _write(os.path.join(folder, "plan.json"), {"nonce": nonce, "report_by": report_by, "verdict_by": verdict_by,
+                                               "ack_by": ack_by})
+    os.makedirs(os.path.join(folder, "reports"), exist_ok=True)
+    pending, hellos, rejected = set(range(1, world)), {}, {}
+
+    read_s = [0.0]
+
+    def take(r):
+        before = ch.rejected
+        t_read = time.monotonic()
+        value = ch.get("report/%d" % r)
+        read_s[0] += time.monotonic() - t_read
+        if value is None:
+            if ch.rejected > before:
+                rejected[r] = "its report failed the authentication or size check"
+            return
+        path = os.path.join(folder, "reports", "%d.json" % r)
+        with open(path + ".tmp", "wb") as fh:  # whole or not at all: the doctor reads them as they come
+            fh.write(value)
+        os.replace(path + ".tmp", path)
+        pending.discard(r)
+        rejected.pop(r, None)
+
+    # Each rank, once its report is in, takes a ticket (`count`) and names itself under it (`arrival/<n>`): rank 0
+    # reads each arrival once, O(N) store requests in all. A sweep over the pending ranks every SWEEP_S covers a
+    # ticket someone overwrote.
+    next_ticket, last_sweep = 1, time.monotonic()
+    while pending and time.monotonic() < report_by:
+        if time.monotonic() - last >= HEARTBEAT_S:
+            last = beat()
+        count = ch.store.add(ch.scope + "/count", 0)
+        while next_ticket <= count and ch.has("arrival/%d" % next_ticket):
+            raw = ch.get("arrival/%d" % next_ticket)
+            next_ticket += 1
             try:
-                gathered = _gather_bytes(torch, dist, payload, rank, world)
-                timings["gather_s"] = round(time.monotonic() - t_exchange, 4)
-                code = torch.zeros(1, dtype=torch.int64)
-                if rank == 0:
-                    reports = {r: _parse(raw) for r, raw in enumerate(gathered)}
-                    t_merge = time.monotonic()
-                    merged, verdict = fleetmerge.merge({r: rep for r, rep in reports.items() if rep}, world,
-                                                       [r for r, rep in reports.items() if not rep],
-                                                       bool(request.get("strict")), wait_s, bound_s=bound_s)
-                    timings["merge_s"] = round(time.monotonic() - t_merge, 5)
-                    code[0] = verdict
-                    out["merged"] = merged
-                    store.set("verdict", str(verdict))  # for a rank whose broadcast fails
-                dist.broadcast(code, src=0)
-                out["exit_code"] = int(code.item())
-            finally:
-                dist.destroy_process_group()
-        except Exception as exc:  # a rank died or stalled after joining: the store holds what there is
-            timings["gloo_error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
-            mode = out["mode"] = "store"
-            if rank == 0 and "merged" in out:  # the merge was done; only the broadcast failed
-                out["exit_code"] = int(out["merged"]["summary"]["exit_code"])
-                mode = out["mode"] = "gloo"
-    if mode != "gloo":
-        if rank == 0:
-            keys = _wait_keys(store, ["report/%d" % r for r in present], time.monotonic() + STORE_READ_S)
-            reports = {}
-            for key in keys:
-                rep = _parse(store.get(key))
-                if rep:
-                    reports[int(key.split("/")[1])] = rep
-            timings["gather_s"] = round(time.monotonic() - t_exchange, 4)
-            t_merge = time.monotonic()
-            missing = [r for r in range(world) if r not in reports]
-            merged, verdict = fleetmerge.merge(reports, world, missing, bool(request.get("strict")), wait_s,
-                                               bound_s=bound_s)
-            timings["merge_s"] = round(time.monotonic() - t_merge, 5)
-            store.set("verdict", str(verdict))
-            out.update(exit_code=verdict, merged=merged)
-        elif "exit_code" not in out:
-            store.wait(["verdict"], _timedelta(leave_by - time.monotonic()))
-            out["exit_code"] = int(store.get("verdict").decode())
+                r = int(raw) if raw is not None else -1
+            except ValueError:
+                r = -1
+            if r in pending:
+                take(r)
+        if time.monotonic() - last_sweep >= SWEEP_S:
+            for r in sorted(pending):
+                if ch.has("report/%d" % r):
+                    take(r)
+            last_sweep = time.monotonic()
+        time.sleep(POLL_S)
+    for r in range(1, world):
+        raw = ch.get("hello/%d" % r)
+        if raw is not None:
+            hellos[r] = _json(raw)
+    timings["gather_s"] = round(time.monotonic() - t0, 4)
+    timings["read_s"] = round(read_s[0], 4)  # rank 0's own time reading reports from its store
+    _write(os.path.join(folder, "gathered.json"), {"missing": sorted(pending), "hellos": {str(r): h for r, h in
+                                                                                          hellos.items()},
+                                                   "rejected": {str(r): w for r, w in rejected.items()},
+                                                   "timings": dict(timings)})
+    verdict = None
+    while time.monotonic() < verdict_by - 2 * HEARTBEAT_S:
+        if time.monotonic() - last >= HEARTBEAT_S:
+            last = beat()
+        raw = _read_file(os.path.join(folder, "verdict.json"))
+        data = _json(raw) if raw else None
+        if data and isinstance(data.get("exit_code"), int):
+            verdict = int(data["exit_code"])
+            break
+        time.sleep(POLL_S)
+    # Published early enough that a rank whose deadline is a heartbeat early still reads it in time.
+    published = verdict is not None and time.monotonic() < verdict_by - 2 * HEARTBEAT_S
+    present = [r for r in range(1, world) if r not in pending]
+    # Per rank, with the challenge from its hello: the verdict of this run, not one replayed from an earlier run.
+    messages = {r: json.dumps({"exit_code": verdict, "nonce": nonce,
+                               "challenge": (hellos.get(r) or {}).get("challenge")}).encode() for r in present}
+
+    def publish():
+        for r, message in messages.items():
+            ch.set("verdict/%d" % r, message)
+
+    if published:
+        publish()
+    timings["verdict_s"] = round(time.monotonic() - t0, 4)
+    acked = set()
+    last = time.monotonic()
+    while published and time.monotonic() < ack_by:
+        # A counter says when all acknowledged; who did is read once, at the end.
+        if ch.store.add(ch.scope + "/acks", 0) >= len(present):
+            break
+        if time.monotonic() - last >= HEARTBEAT_S and time.monotonic() < verdict_by:
+            publish()  # again: a value someone overwrote is back within a heartbeat
+            last = time.monotonic()
+        time.sleep(POLL_S)
+    if published:
+        acked = {r for r in present if ch.get("ack/%d" % r) is not None}
+    _write(os.path.join(folder, "acks.json"), {"published": published, "acknowledged": sorted(acked),
+                                               "not_acknowledged": [r for r in range(1, world) if r not in acked],
+                                               "rejected_values": root.rejected + ch.rejected})
+    release_by = time.monotonic() + RELEASE_S
+    while not os.path.exists(os.path.join(folder, "released")) and time.monotonic() < release_by:
+        time.sleep(POLL_S)
+    ch.set("released", b"1")
+    done_by = time.monotonic() + GRACE_S
+    while time.monotonic() < done_by and not all(ch.has("done/%d" % r) for r in present):
+        time.sleep(POLL_S)
     timings["total_s"] = round(time.monotonic() - started, 3)
-    out["timings"] = timings
-    if rank == 0:
-        merged = out.pop("merged")
-        merged.setdefault("fleet", {})["timings"] = timings
-        merged["fleet"]["mode"] = mode
-        merged["fleet"]["wait_s"] = wait_s
-        tmp = request["merged_path"] + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(merged, fh, default=repr)
-        os.replace(tmp, request["merged_path"])
-        # The others stay until rank 0's report is out; then they may leave (and exit non-zero) without cutting it.
-        release_by = time.monotonic() + RELEASE_S
-        while not os.path.exists(request["released_path"]) and time.monotonic() < release_by:
-            time.sleep(POLL_S)
-        store.set("released", b"1")
-        others = ["done/%d" % r for r in present if r != 0]
-        if others:
-            _wait_keys(store, others, time.monotonic() + GRACE_S)
-    else:
+    return {"exit_code": verdict if published else 1, "published": published, "timings": timings}
+
+
+def _other(request, root, store, key, hello, started, timings):
+    rank, world, folder = int(request["rank"]), int(request["world_size"]), request["dir"]
+    give_up = started + float(request["connect_s"])
+    challenge = secrets.token_hex(12)
+    plan, t_read = None, None
+    while plan is None:
+        raw = root.get("plan")
+        t = time.monotonic()
+        data = _json(raw) if raw else None
+        if data and data.get("v") == 1 and data.get("world_size") == world and isinstance(data.get("nonce"), str):
+            plan, t_read = data, t
+            break
+        if t >= give_up:
+            why = ("no valid plan from rank 0 within %.0f s" % float(request["connect_s"])
+                   + (" (%d value(s) failed the authentication check)" % root.rejected if root.rejected else ""))
+            _write(os.path.join(folder, "plan.json"), {"error": why})
+            return {"missed": why, "timings": timings}
+        time.sleep(OTHERS_POLL_S)
+    # Early by at most one heartbeat, never late: the plan was written at most HEARTBEAT_S before it was read.
+    report_by = t_read + float(plan["report_left"]) - HEARTBEAT_S
+    verdict_by = t_read + float(plan["verdict_left"]) - HEARTBEAT_S
+    ack_by = t_read + float(plan["ack_left"]) - HEARTBEAT_S
+    nonce = plan["nonce"]
+    ch = Channel(store, root.scope + "/" + nonce, key)
+    info = _json(hello) or {}
+    ch.set("hello/%d" % rank, json.dumps(dict(info, challenge=challenge)).encode())
+    node = request.get("fingerprint_node")
+    leader_fp, leader_state = None, "not needed"
+    if node and request.get("leader"):
+        ch.set("fp/" + node, json.dumps(info.get("fingerprint")).encode())
+    elif node:
+        # Half of the report window at most: a rank whose leader never comes needs the rest for its own checks.
+        leader_state, fp_by = "absent", t_read + max(0.0, report_by - t_read) / 2
+        while time.monotonic() < fp_by:
+            raw = ch.get("fp/" + node)
+            if raw is not None:
+                leader_fp, leader_state = _json(b'{"fp": %s}' % raw), "read"
+                leader_fp = (leader_fp or {}).get("fp")
+                break
+            time.sleep(OTHERS_POLL_S)
+    _write(os.path.join(folder, "plan.json"), {"nonce": nonce, "report_by": report_by, "verdict_by": verdict_by,
+                                               "ack_by": ack_by, "leader_fingerprint": leader_fp,
+                                               "leader": leader_state})
+    timings["plan_s"] = round(time.monotonic() - started, 3)
+    report = None
+    while time.monotonic() < report_by:
+        if os.path.exists(os.path.join(folder, "report.json.ready")):
+            report = _read_file(os.path.join(folder, "report.json"))
+            break
+        time.sleep(POLL_S)
+    if report is None:
+        why = "this rank's report was not ready by rank 0's report deadline"
+        return {"missed": why, "timings": timings}
+    ch.set("report/%d" % rank, report)
+    ticket = ch.store.add(ch.scope + "/count", 1)
+    ch.set("arrival/%d" % ticket, str(rank).encode())
+    timings["reported_s"] = round(time.monotonic() - started, 3)
+    verdict = None
+    while time.monotonic() < verdict_by:
+        raw = ch.get("verdict/%d" % rank)
+        data = _json(raw) if raw else None
+        if data and data.get("nonce") == nonce and data.get("challenge") == challenge and \
+                isinstance(data.get("exit_code"), int):
+            if time.monotonic() < verdict_by:
+                verdict = int(data["exit_code"])
+            break
+        time.sleep(OTHERS_POLL_S)
+    if verdict is None:
+        why = ("no verdict from rank 0 by the fleet's verdict deadline"
+               + (" (%d value(s) failed the authentication check)" % ch.rejected if ch.rejected else ""))
+        _linger(ch, rank, ack_by + RELEASE_S)
+        return {"missed": why, "timings": timings}
+    ch.set("ack/%d" % rank, b"1")
+    ch.store.add(ch.scope + "/acks", 1)
+    timings["verdict_s"] = round(time.monotonic() - started, 3)
+    _linger(ch, rank, ack_by + RELEASE_S)
+    timings["total_s"] = round(time.monotonic() - started, 3)
+    return {"exit_code": verdict, "timings": timings}
+
+
+def _linger(ch, rank, until):
+    """Stay until rank 0 released the fleet (its report is written) or the bound passed."""
+    while time.monotonic() < until:
         try:
-            store.wait(["released"], _timedelta(RELEASE_S + GRACE_S))
-        except Exception:  # rank 0 is gone: the verdict stands
-            pass
-        store.set("done/%d" % rank, b"1")
-    return out
+            if ch.has("released"):
+                break
+        except Exception:  # rank 0 is gone: nothing more to wait for
+            break
+        time.sleep(OTHERS_POLL_S)
+    try:
+        ch.set("done/%d" % rank, b"1")
+    except Exception:
+        pass
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import platform
 import re
 import stat
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under PYTHONSAFEPATH / -P
 from dsv4probe_common import error_info, serve
@@ -87,19 +88,25 @@ def _index():
     return _INDEX
 
 
-def read_regular(path, limit=1 << 22):
-    """A regular file's first `limit` bytes. Anything else (a FIFO, a device) raises OSError without blocking: found
-    in review, a FIFO named METADATA stalled the whole probe until its timeout."""
+def read_bounded(path, limit=1 << 22):
+    """(a regular file's first `limit` bytes, its size). Anything else (a FIFO, a device) raises OSError without
+    blocking: a FIFO named METADATA would stall the whole probe until its timeout."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise OSError("%s is not a regular file" % path)
         with os.fdopen(fd, "rb") as fh:
             fd = None
-            return fh.read(limit)
+            return fh.read(limit), info.st_size
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def read_regular(path, limit=1 << 22):
+    """A regular file's first `limit` bytes (see read_bounded)."""
+    return read_bounded(path, limit)[0]
 
 
 def _read(folder, name, limit=1 << 22):
@@ -125,9 +132,24 @@ def record_fingerprint(raw):
     return hashlib.sha256(b"\n".join(sorted(keep))).hexdigest()
 
 
-def parse_metadata(raw):
-    """The header fields of a METADATA/PKG-INFO file (RFC 822 style; continuation lines folded)."""
-    text = raw.decode("utf-8")  # strict, as importlib.metadata reads it: undecodable METADATA is an error
+METADATA_LIMIT = 1 << 22
+SOURCE_LIMIT = 1 << 23
+
+
+def parse_metadata(raw, truncated=False):
+    """The header fields of a METADATA/PKG-INFO file (RFC 822 style; continuation lines folded). Decoded strictly,
+    as importlib.metadata reads it: undecodable METADATA is an error. When the read stopped at its bound
+    (`truncated`), the cut may split the body's last character, which is no error; headers that do not end
+    before the bound are (they may go on past it, with a Requires-Python the rules need)."""
+    if truncated:
+        end = raw.find(b"\n\n")
+        if end < 0:
+            end = raw.find(b"\r\n\r\n")
+        if end < 0:
+            raise ValueError("its headers go on past the %d-byte read limit" % len(raw))
+        # The headers in full, strictly; the body is not read (no rule reads the description).
+        raw = raw[:end + 1]
+    text = raw.decode("utf-8")
     fields = {}
     last = None
     for line in text.splitlines():
@@ -170,7 +192,11 @@ def distribution_facts(name):
         entry = {"name": name, "version": None, "path": folder, "error": None}
         meta_file = "METADATA" if folder.endswith(".dist-info") else "PKG-INFO"
         try:
-            fields = parse_metadata(_read(folder, meta_file))
+            raw, size = read_bounded(os.path.join(folder, meta_file), METADATA_LIMIT)
+            fields = parse_metadata(raw, truncated=size > len(raw))
+            if size > len(raw):
+                entry["metadata_truncated"] = "headers read; the description past byte %d of %d was not" % (
+                    len(raw), size)
             entry["version"] = (fields.get("Version") or [None])[0]
             entry["name"] = (fields.get("Name") or [name])[0]
             entry["requires"] = fields.get("Requires-Dist", [])
@@ -410,6 +436,31 @@ def _assignments(tree, attributes):
     return out[:20]
 
 
+# A top-level statement starts a line with neither indentation nor a closing bracket; a cut just before one ends
+# the statements above it (a comment line does not: a body may go on after one), unless the line sits inside a
+# string or a bracket: then the parse fails and an earlier cut is tried, further back each time (1, 4, 16 ... lines
+# of such starts), since a cut inside a long string fails at every line of it. Few tries: each parses up to the
+# read limit (seconds on a loaded host for 8 MiB), so no try starts past _PREFIX_SECONDS.
+_TOP_LEVEL_LINE = re.compile(rb"\n(?=[A-Za-z_@])")
+_PREFIX_TRIES = 6
+_PREFIX_SECONDS = 10.0
+
+
+def parse_prefix(raw, path):
+    """(the longest prefix of a cut-off source that ends a top-level statement and parses, its ast) or (b"", None)."""
+    cuts = [m.start() + 1 for m in _TOP_LEVEL_LINE.finditer(raw)]
+    tried, start = 0, time.monotonic()
+    while cuts and tried < _PREFIX_TRIES and (tried == 0 or time.monotonic() - start < _PREFIX_SECONDS):
+        cut = cuts.pop()
+        tried += 1
+        try:
+            return raw[:cut], ast.parse(raw[:cut], filename=path)
+        except (SyntaxError, ValueError, UnicodeDecodeError):
+            # The first cut stays, and is the last try: the first top-level statements at least.
+            del cuts[1 if tried == _PREFIX_TRIES - 1 else len(cuts) - min(len(cuts) - 1, (1 << (2 * tried - 2)) - 1):]
+    return b"", None
+
+
 def source_facts(module, needles, owners=(), attributes=()):
     where = locate_module(module)
     if not where.get("found"):
@@ -419,16 +470,29 @@ def source_facts(module, needles, owners=(), attributes=()):
         return {"found": True, "path": path, "error": "no Python source to read (%s)" % where.get("kind")}
     result = {"found": True, "path": path, "error": None}
     try:
-        raw = read_regular(path, 1 << 23)
+        raw, size = read_bounded(path, SOURCE_LIMIT)
     except OSError as exc:
         result["error"] = "%s: %s" % (type(exc).__name__, exc)
         return result
-    try:
-        tree = ast.parse(raw, filename=path)
-    except (SyntaxError, ValueError, UnicodeDecodeError) as exc:  # includes non-UTF-8 without a coding cookie
-        result["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
-        return result
-    result["sha256"] = hashlib.sha256(raw).hexdigest()
+    if size > len(raw):
+        # What lies past the bound is not known, so `error` stays set: a rule that needs the whole file does not
+        # judge it. The definitions before the bound are still read: a signature found there is a fact.
+        result["truncated"] = True
+        raw, tree = parse_prefix(raw, path)
+        result["read_bytes"] = len(raw)
+        read = ("its first %d bytes (%d lines) were read, the rest not judged" % (len(raw), raw.count(b"\n"))
+                if tree is not None else "no run of whole statements before it parsed; not judged")
+        result["error"] = "source truncated: larger than the %d-byte read limit (%d bytes); %s" % (
+            SOURCE_LIMIT, size, read)
+        if tree is None:
+            return result
+    else:
+        try:
+            tree = ast.parse(raw, filename=path)
+        except (SyntaxError, ValueError, UnicodeDecodeError) as exc:  # includes non-UTF-8 without a coding cookie
+            result["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+            return result
+        result["sha256"] = hashlib.sha256(raw).hexdigest()
     text = raw.decode("utf-8", errors="replace")
     classes, functions, names = {}, {}, []
     for node in tree.body:
@@ -443,7 +507,8 @@ def source_facts(module, needles, owners=(), attributes=()):
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.append(node.target.id)
     result.update(classes=classes, functions=functions, names=names,
-                  contains={needle: needle in text for needle in needles},
+                  contains={needle: True for needle in needles if needle in text} if result.get("truncated")
+                  else {needle: needle in text for needle in needles},
                   attributes=_attribute_reads(tree, owners))
     if _GATE_NAME in text:
         result["capability"] = capability_gates(tree)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 from ..redact import neutralize_workflow_commands
 
@@ -86,11 +85,14 @@ class Progress:
             self.running.append(check_id)
         elif check_id in self.running:
             self.running.remove(check_id)
-        shown = ", ".join(self.running[:4]) + (" …" if len(self.running) > 4 else "")
-        sys.stderr.write("\r\x1b[K" + (f"running: {shown}" if shown else "finishing"))
-        sys.stderr.flush()
+        from ..redact import clean_text
+        from .output import status_line
+
+        shown = clean_text(", ".join(self.running[:4]) + (" …" if len(self.running) > 4 else ""))
+        status_line("\r\x1b[K" + (f"running: {shown}" if shown else "finishing"))
 
     def stop(self) -> None:
         if self.enabled:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
+            from .output import status_line
+
+            status_line("\r\x1b[K")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import TextIO
+from collections.abc import Callable
 
 MAX_PER_LEVEL = 10  # GitHub shows at most 10 error and 10 warning annotations per step
 MAX_MESSAGE = 4000
@@ -36,12 +36,17 @@ def workflow_annotations(report: dict) -> list[str]:
     return lines
 
 
-def emit(report: dict, stderr: TextIO, environ=None) -> None:
+def emit(report: dict, say_raw: Callable[[str], object], append: Callable[[str, str], str | None],
+         environ=None) -> None:
+    """Under GitHub Actions: the annotations through `say_raw` (stderr; each line is escaped data already) and the
+    markdown report appended to $GITHUB_STEP_SUMMARY through `append` (the output layer's bounded file write,
+    which returns why it failed or None)."""
     environ = os.environ if environ is None else environ
     if environ.get("GITHUB_ACTIONS") != "true":
         return
-    for line in workflow_annotations(report):
-        stderr.write(line + "\n")
+    lines = workflow_annotations(report)
+    if lines:
+        say_raw("\n".join(lines) + "\n")
     summary_path = environ.get("GITHUB_STEP_SUMMARY")
     if summary_path:
         from .markdown import render_markdown
@@ -49,8 +54,8 @@ def emit(report: dict, stderr: TextIO, environ=None) -> None:
         text = render_markdown(report)
         if len(text.encode("utf-8")) > SUMMARY_CAP:
             text = text.encode("utf-8")[:SUMMARY_CAP].decode("utf-8", errors="ignore") + "\n…(truncated)\n"
-        try:
-            with open(summary_path, "a", encoding="utf-8") as fh:
-                fh.write(text + "\n")
-        except OSError as exc:
-            stderr.write(f"dsv4-doctor: could not write the step summary: {exc}\n")
+        why = append(summary_path, text + "\n")
+        if why is not None:
+            from ..redact import clean_text
+
+            say_raw(clean_text(f"dsv4-doctor: could not write the step summary: {why}") + "\n")

@@ -1,23 +1,243 @@
-"""Where a report goes: stdout or --output for `check`, stderr and --report for `preflight`; the stderr lines the
-commands say. Every write survives a closed or broken stream; rendering is the renderers' (render())."""
+"""Every byte the doctor writes goes through here: the report (stdout, --output, preflight's stderr and --report),
+the stderr lines the commands say, the live status line, the fix echo, the y/N prompt, annotations and the step
+summary. Rendering is the renderers' (render()).
+
+The discipline, for every write:
+- **Clean, redact, bound.** A line (`say`) is capped, redacted and cleaned here; a report arrives already redacted
+  and cleaned by the report pipeline (redacting rendered JSON again could break it) and is only made encodable.
+- **Never block past a bound.** A pipe, FIFO, socket or terminal is written in non-blocking steps: a stream that
+  takes no byte for IDLE_TIMEOUT seconds, or more than STREAM_TIMEOUT in all, is given up, said once on stderr
+  (when stderr still works), and never written again in this run. A file is opened with O_NONBLOCK, so a FIFO
+  without a reader or a device never blocks the open.
+- **Signals.** A stop signal that arrives while output is written (the SignalGate records it) leaves each write
+  SIGNAL_GRACE seconds to finish, then the process ends with 128 + N; whatever was already written stays whole.
+- **Exit codes.** A report that could not be written makes the command exit 4 (ExitCode.OUTPUT).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import sys
+import time
 
 from ..model import ExitCode, UsageError
+
+IDLE_TIMEOUT = 5.0  # seconds a stream may take no byte at all (a pipe or FIFO nobody reads)
+STREAM_TIMEOUT = 30.0  # seconds one write may take in all
+SIGNAL_GRACE = 1.0  # seconds a write may still take once a stop signal arrived
+MAX_LINE = 16 * 1024  # characters of one stderr line
+_CHUNK = 512  # at most PIPE_BUF: a terminal that polls writable takes it without blocking
+
+_given_up: dict[int, str] = {}  # fd -> why it is no longer written (this run)
+
+
+def _gate_signal() -> int | None:
+    from ..session import GATE
+
+    return GATE.late
+
+
+def _stream_fd(stream) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a test's StringIO, a closed stream
+        return None
+
+
+def write_fd(fd: int, data: bytes, idle: float | None = None, total: float | None = None) -> str | None:
+    """Write all of `data` to `fd` within the bounds; None when done, else why not (the fd is then given up)."""
+    if fd in _given_up:
+        return _given_up[fd]
+    idle = IDLE_TIMEOUT if idle is None else idle
+    total = STREAM_TIMEOUT if total is None else total
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as exc:
+        return _give_up(fd, exc.strerror or str(exc))
+    regular = stat.S_ISREG(mode)
+    restore = None
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        import fcntl
+
+        # O_NONBLOCK belongs to the open file, which the parent may share: it is put back right after this write.
+        with contextlib.suppress(OSError):
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+            if not flags & os.O_NONBLOCK:
+                fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+                restore = flags
+    import select
+
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    view = memoryview(data)
+    start = last_progress = time.monotonic()
+    deadline = start + total
+    signal_seen = False
+    try:
+        while view:
+            now = time.monotonic()
+            if not signal_seen and _gate_signal() is not None:
+                signal_seen = True
+                deadline = min(deadline, now + SIGNAL_GRACE)
+            if now >= deadline or now - last_progress >= idle:
+                why = ("a stop signal arrived" if signal_seen and now >= deadline
+                       else f"nothing was read from it for {idle:g} s" if now - last_progress >= idle
+                       else f"writing took over {total:g} s")
+                return _give_up(fd, why)
+            if not regular:
+                try:
+                    ready = poller.poll(max(1, int(1000 * min(0.1, deadline - now))))
+                except InterruptedError:
+                    continue
+                if not ready:
+                    continue
+                events = ready[0][1]
+                if events & (select.POLLERR | select.POLLHUP | select.POLLNVAL) and not events & select.POLLOUT:
+                    return _give_up(fd, "the reader is gone")
+            try:
+                n = os.write(fd, view[:_CHUNK] if not regular and restore is None else view)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError as exc:
+                return _give_up(fd, exc.strerror or str(exc))
+            if n:
+                last_progress = time.monotonic()
+            view = view[n:]
+    finally:
+        if restore is not None:
+            import fcntl
+
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(fd, fcntl.F_SETFL, restore)
+    return None
+
+
+def _give_up(fd: int, why: str) -> str:
+    _given_up[fd] = why
+    return why
+
+
+def _write_stream(stream, text: str, idle: float | None = None) -> str | None:
+    """`text` to a standard stream, bounded; None when written."""
+    if stream is None:
+        return "it is closed"
+    fd = _stream_fd(stream)
+    if fd is None:  # no file descriptor (a test's capture): the stream's own write
+        try:
+            stream.write(text)
+            stream.flush()
+            return None
+        except (OSError, ValueError) as exc:
+            return str(exc) or type(exc).__name__
+    with contextlib.suppress(OSError, ValueError):
+        stream.flush()  # what Python buffered goes first (nothing, when every write comes through here)
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        data = text.encode(encoding, "backslashreplace")  # an ASCII-only stream gets \\uXXXX, valid in JSON too
+    except LookupError:
+        data = text.encode("utf-8", "backslashreplace")
+    return write_fd(fd, data, idle)
+
+
+def open_nonblocking(path: str, append: bool = False) -> int:
+    """A file descriptor for writing `path` (created when missing) that never blocks in open: a FIFO without a
+    reader fails at once (ENXIO), a socket cannot be opened, a device opens. OSError when it cannot be."""
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags |= os.O_APPEND if append else os.O_TRUNC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise OSError(exc.errno, "it is a FIFO that no process reads") from None
+        raise
+    return fd
+
+
+def write_file(path: str, text: str, append: bool = False) -> str | None:
+    """`text` into the file at `path`, bounded like every write; None when written, else why not."""
+    try:
+        fd = open_nonblocking(path, append)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    try:
+        return write_fd(fd, text.encode("utf-8", "backslashreplace"))
+    finally:
+        _given_up.pop(fd, None)  # the number is reused by the next open
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def line_text(message: str) -> str:
+    """A line as the doctor may say it: capped, redacted, cleaned (no escapes, no workflow command)."""
+    from ..redact import Redactor, cap, clean_text, valid_text
+
+    redact = Redactor()
+    # Secret values go before the cap, so that a cut through one cannot leave its prefix behind.
+    return clean_text(redact.text(cap(redact.literal(valid_text(message)), MAX_LINE)))
+
+
+def say(message: str) -> None:
+    """A line on stderr, through the discipline; a stderr that is closed or stuck is skipped."""
+    write_stderr(line_text(message) + "\n")
+
+
+def write_stderr(text: str, idle: float | None = None) -> bool:
+    """Text already made safe (a rendered report, a cleaned line) to stderr; False when it could not be written."""
+    return _write_stream(sys.stderr, text, idle) is None
+
+
+def write_stdout(text: str) -> bool:
+    """Write to stdout; False when there is none (started with it closed), it broke, or nobody reads it."""
+    why = _write_stream(sys.stdout, text)
+    if why is not None:
+        _quiet_stdout()
+    return why is None
+
+
+def _quiet_stdout() -> None:
+    """A broken stdout is pointed at /dev/null, so the interpreter's last flush at exit has nothing to complain
+    about ("Exception ignored ... BrokenPipeError" and exit 120)."""
+    fd = _stream_fd(sys.stdout)
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+
+
+def status_line(text: str) -> None:
+    """The live status line: cosmetic, so it is dropped rather than waited for."""
+    write_stderr(text, idle=0.2)
+
+
+def finish_streams() -> None:
+    """Last thing before exit: flush what Python still buffers, and silence a stdout that broke meanwhile."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None:
+            continue
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            if stream is sys.stdout:
+                _quiet_stdout()
 
 
 def check_output_path(path: str | None, option: str = "--output") -> None:
     """A report file that cannot be written is a usage error, said before any work."""
     if path is None:
         return
+    if not os.path.isabs(path):
+        try:
+            os.getcwd()
+        except OSError:
+            raise UsageError(f"{option} {path!r} is relative, and the working directory no longer exists; "
+                             "give an absolute path") from None
     if os.path.isdir(path):
         raise UsageError(f"{option} {path!r} is a directory")
-    import stat
-
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -35,28 +255,6 @@ def check_output_path(path: str | None, option: str = "--output") -> None:
         raise UsageError(f"{option} {path!r}: {parent} is not writable")
 
 
-def say(message: str) -> None:
-    from ..redact import clean_text
-
-    if sys.stderr is None:  # started with stderr closed
-        return
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(clean_text(message) + "\n")
-        sys.stderr.flush()
-
-
-def write_stdout(text: str) -> bool:
-    """Write to stdout; False when there is none (started with it closed) or it broke."""
-    if sys.stdout is None:
-        return False
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return True
-    except (OSError, ValueError):
-        return False
-
-
 def isatty(stream) -> bool:
     try:
         return stream is not None and stream.isatty()
@@ -65,7 +263,7 @@ def isatty(stream) -> bool:
 
 
 def emit(report: dict, fmt: str, output: str | None) -> int:
-    """Write the report; its exit code, or 4 when --output could not be written (the report then goes to stdout)."""
+    """Write the report; its exit code, or 4 when it could not be written (to --output: it then goes to stdout)."""
     from . import output_width, render, verdict_line
     from .github import emit as annotate
 
@@ -74,36 +272,30 @@ def emit(report: dict, fmt: str, output: str | None) -> int:
     color = fmt == "text" and to_tty and not os.environ.get("NO_COLOR")
     text = render(report, fmt, color=color, width=output_width(to_tty))
     if output:
-        try:
-            with open(output, "w", encoding="utf-8") as fh:
-                fh.write(text)
+        why = write_file(output, text)
+        if why is None:
             say(verdict_line(report) + f" (report written to {output})")
-        except OSError as exc:
-            say(f"dsv4-doctor: could not write the report to {output}: {exc}; it follows on stdout")
+        else:
+            say(f"dsv4-doctor: could not write the report to {output}: {why}; it follows on stdout")
             write_stdout(render(report, fmt, width=output_width(False)))
             code = max(code, int(ExitCode.OUTPUT))
     elif not write_stdout(text):
-        say("dsv4-doctor: could not write the report: stdout is closed or broken; use --output FILE")
+        say("dsv4-doctor: could not write the report: stdout is closed, broken or not read; use --output FILE")
         code = max(code, int(ExitCode.OUTPUT))
-    if sys.stderr is not None:
-        annotate(report, sys.stderr)
+    annotate(report, say_raw=write_stderr, append=lambda path, body: write_file(path, body, append=True))
     return code
 
 
 def preflight_report(report: dict, path: str | None) -> int:
-    """The report to stderr (the job's stdout is the job's), and to `path` (--report) as JSON; its exit code."""
+    """The report to stderr (the job's stdout is the job's), and to `path` (--report) as JSON; its exit code.
+    Neither write decides whether the job starts: a report that could not be written is said, when stderr works."""
     import json
 
     from . import output_width, render
 
-    if sys.stderr is not None:
-        with contextlib.suppress(OSError, ValueError):
-            sys.stderr.write(render(report, "text", width=output_width(False)))
-            sys.stderr.flush()
+    write_stderr(render(report, "text", width=output_width(False)))
     if path:
-        try:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(json.dumps(report, indent=2) + "\n")
-        except OSError as exc:
-            say(f"dsv4-doctor preflight: could not write the report to {path}: {exc}")
+        why = write_file(path, json.dumps(report, indent=2) + "\n")
+        if why is not None:
+            say(f"dsv4-doctor preflight: could not write the report to {path}: {why}")
     return int(report["summary"]["exit_code"])

@@ -78,11 +78,52 @@ def _sources(c: dict) -> str:
     return f"Sources: {first}{more}; all in `dsv4-doctor explain {c['id']}`"
 
 
+def fleet_lead(report: dict) -> list[str]:
+    """A fleet report's first lines: the odd ranks and hosts, and what to do about each (the rows say the rest)."""
+    fleet = report.get("fleet") if isinstance(report.get("fleet"), dict) else None
+    if fleet is None:
+        return []
+    rows = {c.get("id"): c for c in report.get("checks") or [] if isinstance(c, dict)}
+    lines = []
+    ranks = rows.get("fleet.ranks") or {}
+    for item in (ranks.get("evidence") or {}).get("ranks") or []:
+        if isinstance(item, dict):
+            lines.append(f"rank {item.get('rank')} ({item.get('host') or 'host unknown'}): {item.get('why')}; look "
+                         "at that rank's stderr and its node")
+    if (ranks.get("evidence") or {}).get("exchange_error"):
+        lines.append(f"the exchange: {ranks['evidence']['exchange_error']}")
+    drift = rows.get("fleet.drift") or {}
+    odd: dict[str, list[str]] = {}
+    for diff in ((drift.get("evidence") or {}).get("differences") or [])[:8]:
+        if not isinstance(diff, dict):
+            continue
+        if diff.get("split"):
+            sides = " vs ".join(f"{s.get('value')} on rank(s) {s.get('ranks')} ({', '.join(s.get('hosts') or [])})"
+                                for s in diff["split"][:3])
+            lines.append(f"{diff.get('what')}: an even split, {sides}; decide which side is right, then give every "
+                         "node that image")
+            continue
+        majority = (diff.get("majority") or {}).get("value")
+        for side in diff.get("odd") or []:
+            where = f"rank(s) {side.get('ranks')} ({', '.join(side.get('hosts') or [])})"
+            odd.setdefault(where, []).append(f"{diff.get('what')} is {side.get('value')}, not {majority}")
+    for where, whats in odd.items():
+        more = f" (and {len(whats) - 2} more differences)" if len(whats) > 2 else ""
+        lines.append(f"{where}: {'; '.join(whats[:2])}{more}, as on the rest; re-pull that node's image or fix its "
+                     "PYTHONPATH")
+    if not lines:
+        return [f"Fleet: all {fleet.get('world_size')} ranks reported and agree"]
+    return ["Fleet: look first at"] + ["  " + line for line in lines[:12]] + (
+        [f"  ... {len(lines) - 12} more (see fleet.ranks and fleet.drift)"] if len(lines) > 12 else [])
+
+
 def render_text(report: dict, color: bool = False, width: int = 100) -> str:
     out = _wrap(profile_line(report), width, "", "  ")
     job = job_line(report)
     if job:
         out += _wrap(job, width, "", "  ")
+    for line in fleet_lead(report):
+        out += _wrap(line, width, "", "      ")
     checks = report["checks"]
     id_width = max([len(c["id"]) for c in checks] + [5])
     head = f"{'Status':<7} {'Check':<{id_width}}  "
