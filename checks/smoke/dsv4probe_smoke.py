@@ -985,10 +985,12 @@ def _watch_dsl_cache():
 
 
 def _count_events(events):
-    """How the step's CuTe DSL kernels were obtained: modules read from the file cache, compiled and written."""
+    """How the step's CuTe DSL kernels were obtained: modules read from the file cache, compiled and written, and
+    compiled by cute.compile, which bypasses the file cache (no kernel cache can serve those)."""
     return {"read_from_cache": sum(1 for e in events if e[0] == "load-hit"),
             "compiled_and_written": sum(1 for e in events if e[0] == "write"),
-            "lookups": len(events)}
+            "lookups": sum(1 for e in events if e[0] in ("load-hit", "load-miss")),
+            "compiled_cache_bypassed": sum(1 for e in events if e[0] == "compile-no-cache")}
 
 
 def start_fused_builds(request, outdir):
