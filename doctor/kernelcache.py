@@ -16,6 +16,12 @@ fixed directory for both, in the user's cache home, created and checked here:
   `CUTE_DSL_CACHE_DIR` the user set is used as it is and never pruned.
 
 A cached kernel only skips the compile: every sub-run still calls it and compares its numbers with the reference.
+
+What it cannot do: a kernel compiled with `cute.compile` never touches this cache. In nvidia-cutlass-dsl 4.5.2
+`cute.compile` sets `no_cache=True` (`cutlass/base_dsl/compiler.py` L604-605) and `BaseDSL.compile_and_cache`
+reads and writes the file cache only without it (`dsl.py` L1642, L1729), so Megatron's CP layout kernels and the
+frontend's DSA indexer, both compiled that way, are compiled in-process at every run; the probes' evidence says so
+per kernel ("compiled in-process, every run"). The cache serves only modules compiled through `@cute.jit` calls.
 """
 
 from __future__ import annotations

@@ -289,6 +289,11 @@ def fake_kernel(site: FakeSite, module: str, dist: str, attr: str | None, versio
 
 FAKE_SPARSE_FWD = '''
     import torch
+    # FlashMLA b7643bd5 csrc/api/sparse_fwd.h: only two head tiles and two q/k head dims exist, SM90 and SM100 alike
+    if q.shape[1] not in (64, 128):
+        raise RuntimeError("Unsupported h_q: %d" % q.shape[1])
+    if q.shape[2] not in (512, 576):
+        raise RuntimeError("Unsupported d_qk: %d" % q.shape[2])
     idx = indices[:, 0, :].long()  # (s_q, topk); -1 marks an unused slot
     keys = kv[:, 0, :].float()[idx.clamp_min(0)]  # (s_q, topk, d_qk): K = V
     logits = torch.einsum("shd,std->sht", q.float(), keys) * sm_scale

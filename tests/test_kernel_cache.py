@@ -148,6 +148,42 @@ def test_each_kernel_is_listed_with_its_first_and_steady_time_and_whether_the_ds
     assert second["from_cache"] and "from the CuTe DSL file cache" in second["cache"]
 
 
+def test_a_kernel_compiled_by_cute_compile_is_said_to_bypass_the_file_cache_every_run():
+    """cute.compile passes no_cache=True (nvidia-cutlass-dsl 4.5.2 cutlass/base_dsl/compiler.py L604-605), and
+    BaseDSL.compile_and_cache reads and writes the file cache only without it (dsl.py L1642, L1729): such a kernel
+    is compiled in-process in every run, which the evidence says instead of "not a CuTe DSL compile"."""
+    pk = probe_module()
+    pk.CALLS.clear()
+    pk.CACHE_EVENTS.clear()
+    stored: dict[str, object] = {}
+
+    class BaseDSL:  # compile_and_cache's signature and file-cache use as in dsl.py 4.5.2
+        def compile_and_cache(self, module, module_hash, function_name, pipeline, sig, no_cache, no_jit_engine,
+                              func_type=None, **kwargs):
+            if not no_cache and dsl.load_cache_from_path("cute_dsl", module_hash) is not None:
+                return stored[module_hash]
+            fn = object()
+            if not no_cache:
+                dsl.dump_cache_to_path("cute_dsl", fn, module_hash)
+            return fn
+
+    dsl = types.SimpleNamespace(load_cache_from_path=lambda name, file, *a, **k: stored.get(file),
+                                dump_cache_to_path=lambda name, fn, file, *a, **k: stored.__setitem__(file, fn),
+                                BaseDSL=BaseDSL)
+    pk._wrap_cache_functions(dsl)
+
+    def compiled_by_cute_compile():  # cute.compile: compile_only and no_cache, whatever is on disk
+        return BaseDSL().compile_and_cache(None, "bbbb", "layout", None, None, True, False)
+
+    for _ in range(2):  # two processes: the second finds nothing more on disk to serve it
+        pk.CALLS.clear()
+        pk._timed(None, Device(), pk._named(compiled_by_cute_compile, "layout_kernel"))
+        row = pk.kernels_ran(None, None)["kernels"][0]
+        assert row["cache_bypassed"] and not row["from_cache"], row
+        assert row["cache"].startswith("compiled in-process, every run: 1 module(s) by cute.compile"), row["cache"]
+        assert "no kernel cache can serve it" in row["cache"] and not stored
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
 def test_the_kernel_smoke_names_every_kernel_that_ran_and_the_cache_directory_its_probes_got(tmp_path):

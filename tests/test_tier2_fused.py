@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import has_torch
-from fakes import Env, fake_megatron_importable, fake_te
+from fakes import Env, fake_flash_mla, fake_megatron_importable, fake_te
 
 pytestmark = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
 
@@ -112,6 +112,36 @@ def run_builds(tmp_path, mode, timeout_s=60.0, te=True, deadline_s=120.0):
             os.environ["PYTHONPATH"] = old
 
 
+def test_the_cudnn_layer_has_a_head_count_flashmla_accepts(tmp_path):
+    """FlashMLA's sparse forward has only 64- and 128-head tiles (b7643bd5 csrc/api/sparse_fwd.h): tier 2's cudnn
+    layer (the fused build and the packed-vs-alone runs) must use one, or every complete stack fails on the doctor's
+    own test shape. The fake refuses other counts as upstream does, and takes the layer's q/k and v head dims."""
+    import importlib.util
+
+    import torch
+
+    sm = probe_module()
+    Env(tmp_path).fake("flash_mla", fake_flash_mla)
+    path = tmp_path / "flash_mla" / "flash_mla" / "flash_mla_interface.py"
+    spec = importlib.util.spec_from_file_location("fake_flash_mla_interface", path)
+    assert spec and spec.loader
+    iface = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(iface)
+    settings = sm.FUSED_SETTINGS
+    d_qk = 448 + 64  # the layer's qk_head_dim + qk_pos_emb_head_dim: FlashMLA's 512
+
+    def call(heads):
+        q = torch.randn(4, heads, d_qk).to(torch.bfloat16)
+        kv = torch.randn(8, 1, d_qk).to(torch.bfloat16)
+        indices = torch.arange(4, dtype=torch.int32).expand(4, 1, 4).contiguous()
+        return iface.flash_mla_sparse_fwd(q, kv, indices, d_qk ** -0.5, d_v=settings["v_head_dim"])
+
+    out = call(settings["num_attention_heads"])
+    assert list(out[0].shape) == [4, settings["num_attention_heads"], settings["v_head_dim"]]
+    with pytest.raises(RuntimeError, match="Unsupported h_q: 16"):
+        call(16)
+
+
 @pytest.mark.slow
 def test_two_real_build_processes_agree_and_their_control_separates(tmp_path):
     result, _ = run_builds(tmp_path, "ok")
@@ -122,7 +152,8 @@ def test_two_real_build_processes_agree_and_their_control_separates(tmp_path):
     assert fused["settings"]["dsa_indexer_topk"] >= fused["settings"]["max_compressed_length"]
     assert {"first_forward_s", "first_backward_s", "steady_forward_s", "steady_backward_s"} <= set(fused)
     # no CuTe DSL kernel in the CPU stand-in: counted, and none
-    assert fused["cute_dsl_cache"]["first_step"] == {"read_from_cache": 0, "compiled_and_written": 0, "lookups": 0}
+    assert fused["cute_dsl_cache"]["first_step"] == {"read_from_cache": 0, "compiled_and_written": 0, "lookups": 0,
+                                                "compiled_cache_bypassed": 0}
     cmp_ = result["comparison"]
     assert {"output", "grad.input", "grad.proj.weight"} <= set(cmp_["tensors"])
     assert cmp_["control"]["separates"] and cmp_["control"]["rel_l2"] > cmp_["tolerances"]["forward"]

@@ -20,6 +20,7 @@ Stdlib besides torch (and the stack under test). Run as `python dsv4probe_kernel
 """
 
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -82,7 +83,7 @@ def _sync(torch, device):
 # ------------------------------------------------------------------ what ran: each kernel's calls and the DSL cache
 
 CALLS = []  # (kernel name, seconds, CuTe DSL file-cache events during the call)
-CACHE_EVENTS = []  # ("load-hit" | "load-miss" | "write", module hash prefix)
+CACHE_EVENTS = []  # ("load-hit" | "load-miss" | "write" | "compile" | "compile-no-cache", module hash prefix)
 
 
 def _kernel_name(fn):
@@ -130,6 +131,31 @@ def _wrap_cache_functions(dsl):
 
     counted_load._dsv4_doctor = True
     dsl.load_cache_from_path, dsl.dump_cache_to_path = counted_load, counted_dump
+    _wrap_compile(getattr(dsl, "BaseDSL", None))
+
+
+def _wrap_compile(base):
+    """Count each CuTe DSL compile and whether it bypassed the file cache: `cute.compile` passes no_cache=True
+    (nvidia-cutlass-dsl 4.5.2 cutlass/base_dsl/compiler.py L604-605) and BaseDSL.compile_and_cache reads and writes
+    the file cache only without it (dsl.py L1642, L1729), so such a kernel is compiled in-process at every run."""
+    compile_and_cache = getattr(base, "compile_and_cache", None)
+    if compile_and_cache is None or getattr(compile_and_cache, "_dsv4_doctor", False):
+        return
+    try:
+        signature = inspect.signature(compile_and_cache)
+    except (TypeError, ValueError):
+        return
+
+    def counted_compile(self, *args, **kwargs):
+        try:
+            no_cache = bool(signature.bind_partial(self, *args, **kwargs).arguments.get("no_cache"))
+        except TypeError:
+            no_cache = None
+        CACHE_EVENTS.append(("compile-no-cache" if no_cache else "compile", ""))
+        return compile_and_cache(self, *args, **kwargs)
+
+    counted_compile._dsv4_doctor = True
+    base.compile_and_cache = counted_compile
 
 
 class _CacheWatch:
@@ -175,6 +201,11 @@ def _cache_files(directory):
         return None
 
 
+CUTE_COMPILE_BYPASS = ("compiled in-process, every run: %d module(s) by cute.compile, which bypasses the CuTe DSL "
+                       "file cache (no_cache=True, nvidia-cutlass-dsl cutlass/base_dsl/compiler.py), so no kernel "
+                       "cache can serve it")
+
+
 def kernels_ran(cache_dir, files_before):
     """Every kernel called, in order of first call: its first-call and steady (fastest later) times, and whether the
     first call's CuTe DSL modules came from the file cache."""
@@ -184,13 +215,19 @@ def kernels_ran(cache_dir, files_before):
             order.append(name)
             hits = sum(1 for e in events if e[0] == "load-hit")
             writes = sum(1 for e in events if e[0] == "write")
-            cache = ("not a CuTe DSL compile (no DSL cache lookup)" if not events else
+            bypassed = sum(1 for e in events if e[0] == "compile-no-cache")
+            lookups = sum(1 for e in events if e[0] in ("load-hit", "load-miss"))
+            cache = ("not a CuTe DSL compile (no DSL compile or cache lookup)" if not events else
                      "from the CuTe DSL file cache (%d module(s) read, none compiled)" % hits if hits and not writes
-                     else "compiled (%d module(s) written to the cache%s)" % (
-                         writes, ", %d read" % hits if hits else "") if writes else
-                     "looked up, neither read nor written (%d miss(es); file caching off?)" % len(events))
+                     and not bypassed else "compiled (%d module(s) written to the cache%s)" % (
+                         writes, ", %d read" % hits if hits else "") if writes and not bypassed else
+                     CUTE_COMPILE_BYPASS % bypassed if bypassed and not (hits or writes) else
+                     "compiled: %d by cute.compile (file cache bypassed), %d written, %d read" % (
+                         bypassed, writes, hits) if bypassed else
+                     "looked up, neither read nor written (%d miss(es); file caching off?)" % lookups)
             rows[name] = {"kernel": name, "first_call_s": round(took, 4), "steady_s": None, "calls": 1,
-                          "cache": cache, "from_cache": bool(events) and hits > 0 and writes == 0}
+                          "cache": cache, "from_cache": hits > 0 and writes == 0 and bypassed == 0,
+                          "cache_bypassed": bypassed > 0}
         else:
             row = rows[name]
             row["calls"] += 1

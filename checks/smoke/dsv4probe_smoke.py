@@ -685,12 +685,14 @@ def _two_layouts(torch, forward, hidden, lens, padded, packed_out):
 
 # ------------------------------------------------------------------------- tier 2: fused DSA against unfused, fwd+bwd
 
-# The smallest layer the fused kernels accept (Megatron d48bd6be): FlashMLA's sparse kernel takes d_v = 512 and pads
-# query heads to 64 on SM90 (fused_sparse_attention.py, dsa_cudnn_kernels._flash_mla_head_padding); the SM90 cuDNN
-# indexer takes head dim 128 and 16/32/64 heads (frontend _interface_sm90.py). Segments are multiples of the window
-# and the ratio (as Megatron's multi-segment parity test uses), and index_topk is at least every segment's compressed
-# length, so both builds select every visible compressed block and near ties cannot flip the comparison.
+# The smallest layer the fused kernels accept (Megatron d48bd6be): FlashMLA's sparse kernel takes d_v = 512 and only
+# 64 or 128 query heads, on SM90 and SM100 alike (FlashMLA b7643bd5 csrc/api/sparse_fwd.h L229-235 raise
+# "Unsupported h_q" for any other count, and Megatron's training path passes the layer's heads unpadded); the SM90
+# cuDNN indexer takes head dim 128 and 16/32/64 heads (frontend _interface_sm90.py). Segments are multiples of the
+# window and the ratio (as Megatron's multi-segment parity test uses), and index_topk is at least every segment's
+# compressed length, so both builds select every visible compressed block and near ties cannot flip the comparison.
 FUSED_LENS = [256, 128, 384]
+FUSED_HEADS = 64  # the smaller of FlashMLA's two sparse-forward head tiles
 FUSED_RATIO = 4
 FUSED_TOPK = 128
 FUSED_HIDDEN = 512
@@ -781,8 +783,8 @@ def compare_builds(torch, fused, unfused, tolerances=None):
 
 def _fused_config(torch, MLATransformerConfig, backend, **extra):
     return MLATransformerConfig(
-        num_layers=1, hidden_size=FUSED_HIDDEN, num_attention_heads=16, num_query_groups=16, kv_channels=512,
-        use_cpu_initialization=True, bf16=True, params_dtype=torch.bfloat16, add_bias_linear=False,
+        num_layers=1, hidden_size=FUSED_HIDDEN, num_attention_heads=FUSED_HEADS, num_query_groups=FUSED_HEADS,
+        kv_channels=512, use_cpu_initialization=True, bf16=True, params_dtype=torch.bfloat16, add_bias_linear=False,
         q_lora_rank=128, kv_lora_rank=448, qk_head_dim=448, qk_pos_emb_head_dim=64, v_head_dim=512, o_groups=4,
         o_lora_rank=128, rope_type="rope", rotary_base=10000, rotary_percent=1.0, multi_latent_attention=True,
         experimental_attention_variant="dsv4_hybrid", csa_compress_ratios=[FUSED_RATIO], csa_window_size=128,
@@ -797,7 +799,8 @@ def _fused_config(torch, MLATransformerConfig, backend, **extra):
 FUSED_SETTINGS = {"csa_compress_ratios": [FUSED_RATIO], "csa_window_size": 128, "dsa_indexer_topk": FUSED_TOPK,
                   "max_compressed_length": max(FUSED_LENS) // FUSED_RATIO, "segments": FUSED_LENS,
                   "dsa_indexer_loss_coeff": 0.01, "dsa_indexer_use_sparse_loss": True, "apply_rope_fusion": False,
-                  "rope_type": "rope", "v_head_dim": 512, "num_attention_heads": 16, "hidden_size": FUSED_HIDDEN,
+                  "rope_type": "rope", "v_head_dim": 512, "num_attention_heads": FUSED_HEADS,
+                  "hidden_size": FUSED_HIDDEN,
                   "cp": 1}
 
 
@@ -982,10 +985,12 @@ def _watch_dsl_cache():
 
 
 def _count_events(events):
-    """How the step's CuTe DSL kernels were obtained: modules read from the file cache, compiled and written."""
+    """How the step's CuTe DSL kernels were obtained: modules read from the file cache, compiled and written, and
+    compiled by cute.compile, which bypasses the file cache (no kernel cache can serve those)."""
     return {"read_from_cache": sum(1 for e in events if e[0] == "load-hit"),
             "compiled_and_written": sum(1 for e in events if e[0] == "write"),
-            "lookups": len(events)}
+            "lookups": sum(1 for e in events if e[0] in ("load-hit", "load-miss")),
+            "compiled_cache_bypassed": sum(1 for e in events if e[0] == "compile-no-cache")}
 
 
 def start_fused_builds(request, outdir):
