@@ -60,7 +60,7 @@ deps_metadata = Check(
 DSV4_PACKAGES = ("torch", "triton", "transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13",
                  "transformer-engine-torch", "nvidia-cudnn-frontend", "nvidia-cutlass-dsl",
                  # the CuTe DSL's libraries (the compiler and its CUDA 13 runtime): required at run time, so one
-                 # missing is judged here, not warned about as an outside package (found in review)
+                 # missing is judged here, not warned about as an outside package
                  "nvidia-cutlass-dsl-libs-base", "nvidia-cutlass-dsl-libs-cu13", "apache-tvm-ffi",
                  "cuda-python", "cuda-bindings", "cuda-core", "cuda-pathfinder", "cuda-toolkit", "torch-c-dlpack-ext",
                  "megatron-core", "megatron-bridge", "verl", "flash-mla")
@@ -111,7 +111,7 @@ def unmet_requirements(static) -> tuple[list[dict], dict]:
         parsed[name] = [r for r in map(parse_requirement, (dist.get("requires") or [])[:MAX_REQUIREMENTS]) if r]
     # The extras each package is used with: the DSv4 stack's, plus those its dependents ask for (cuda-toolkit[cublas])
     # in requirements that apply: cuda-python's `cuda-bindings[all]; extra == "all"` asks for nothing unless
-    # cuda-python[all] is used (found in review: three warnings about cuda-toolkit[...] nobody installed).
+    # cuda-python[all] is used (otherwise: three warnings about cuda-toolkit[...] nobody installed).
     extras: dict[str, set[str]] = {canonical(k): set(v) for k, v in USED_EXTRAS.items()}
     for _ in range(4):  # extras asking for extras: a few rounds reach the fixed point
         before = sum(len(v) for v in extras.values())

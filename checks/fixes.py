@@ -149,7 +149,7 @@ DRIVER = Fix("Run on a host with an R580 or newer NVIDIA driver (CUDA 13 needs d
 def te_install(version_: str = TE_VERSION, cuda_major: str = "13", force: bool = False, why: str = "") -> Fix:
     """Install TE with its PyTorch extension; `force`: rebuild only the torch extension of the installed release.
 
-    A forced reinstall re-picks every dependency (torch included: found in review), so the rebuild reinstalls
+    A forced reinstall re-picks every dependency (torch included), so the rebuild reinstalls
     transformer-engine-torch alone, --no-deps; --no-cache-dir, because pip would otherwise reuse the wheel it built
     and cached against the previous torch."""
     desc = why or (f"Install Transformer Engine with its PyTorch extension (the verl DSv4 image uses {TE_VERSION}; "
@@ -237,7 +237,7 @@ def frontend_requirement(static: StaticFacts, name: str):
 
 def _pin_within(req, tested: str) -> str | None:
     """`==tested` when the requirement accepts it (the tested pin), else the requirement's own specifier; None when
-    that specifier is not a plain one (read from METADATA: hostile input, found in review with `===a&...`)."""
+    that specifier is not a plain one (read from METADATA: hostile input with `===a&...`)."""
     if req is None or not str(req.specifier) or req.specifier.contains(tested, prereleases=True):
         return f"=={tested}"
     return safe_specifier(str(req.specifier))
@@ -336,7 +336,7 @@ def frontend_stack(static: StaticFacts, cc: tuple[int, int] | None = None) -> Fi
             continue  # the image's (a manual step when wrong)
         declared.append(requirement_text(req))
         if _meets(req, static.version(name)):
-            continue  # already what the frontend declares: not touched (found in review: a cutlass 4.8.1 that met
+            continue  # already what the frontend declares: not touched (otherwise: a cutlass 4.8.1 that met
             # >=4.5.0 was downgraded to the tested 4.5.2, breaking its own libs)
         tested = {"apache-tvm-ffi": TVM_FFI_VERSION, "nvidia-cutlass-dsl": CUTLASS_VERSION,
                   "torch-c-dlpack-ext": TORCH_C_DLPACK_EXT_VERSION}.get(name)
@@ -350,7 +350,7 @@ def frontend_stack(static: StaticFacts, cc: tuple[int, int] | None = None) -> Fi
         elif name == "nvidia-cutlass-dsl":
             pins[name] = pin
             commands.append(["pip", "install", "nvidia-cutlass-dsl[cu13]" + pin])
-        else:  # e.g. cuda-python: cutlass 4.5.2 brought it, 4.8 does not (found in review with frontend 1.32.0)
+        else:  # e.g. cuda-python: cutlass 4.5.2 brought it, 4.8 does not (frontend 1.32.0)
             commands.append(["pip", "install", name + pin])
     fe_safe = safe_version(fe)
     if fe_safe:

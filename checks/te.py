@@ -165,7 +165,7 @@ def _undefined(ctx: Context, m: re.Match, cuda_major: str) -> tuple[str, list[Fi
     library names that library, which is read to say who ships it and whether it has the symbol."""
     lib, symbol, tag = m.group("lib"), m.group("symbol"), m.group("version")
     # A torch symbol (whichever TE library misses it) is a torch ABI mismatch; a cuBLAS symbol missing from TE's torch
-    # extension is not (found in review: it was called one), so the library is judged by the symbol, not the file.
+    # extension is not (otherwise: it was called one), so the library is judged by the symbol, not the file.
     if TORCH_SYMBOL.search(symbol) or (tag or "").startswith("libtorch"):
         return ("TE's torch extension was built for another torch (ABI mismatch: a torch symbol is missing)",
                 [_rebuild(ctx.static, cuda_major)], {})
@@ -225,7 +225,7 @@ def _missing_dependency(static, missing: str) -> tuple[str, list[Fix], dict] | N
             hint = (f"{dist.get('name') or name} {dist.get('version')} requires {spec}, which is not installed (TE was "
                     "installed with --no-deps, or the requirement was removed): TE's own code imports it")
             # The one judge of a specifier from METADATA, as everywhere (its own regex here accepted `===`, which
-            # takes any text: found in review); the name must be a plain one too.
+            # takes any text); the name must be a plain one too.
             plain = safe_specifier(str(req.specifier)) if str(req.specifier) else ""
             if plain is None or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", req.name):
                 return hint, [fixes.withheld(f"Install {req.name}", "its version specifier is not a plain value",

@@ -128,7 +128,7 @@ def render_script(plan: Plan, python: str, profile: dict, version: str, redact: 
 
     Redaction works on the parts, before they are quoted or made comments: redacting the finished script would
     rewrite quoted text (`NAME='...'` inside a `'"'"'` escape) and unbalance its quotes, which a hostile METADATA
-    turned into a command on the pasted script's shell (found in review)."""
+    turned into a command on the pasted script's shell."""
     return clean_text(_script(plan, python, profile, version, incomplete, redact or Redactor(), job_settings))
 
 

@@ -528,7 +528,7 @@ def _parse_hydra(args: list[str], job: Job) -> None:
         prefix, key, raw = m.group("prefix") or "", m.group("key"), m.group("value")
         if raw is None and prefix != "~":
             # A bare word is no override: most likely a flag's value (`--hf-token hf_...`), so it is not listed
-            # (found in review: a token appeared in profile.job.unknown as a "key").
+            # (otherwise: a token appeared in profile.job.unknown as a "key").
             continue
         if prefix == "~":  # deleting a key: the default applies, which is "not stated" (also when stated before)
             _delete(job, key)

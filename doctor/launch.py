@@ -1,7 +1,7 @@
 """The console script's first step: the doctor's own imports never come from the inspected PYTHONPATH.
 
 The inspected environment's PYTHONPATH is also this interpreter's, and it comes before the standard library: a
-`textwrap.py` or `packaging/` there would run inside the doctor (found in review: a fake `packaging` that called
+`textwrap.py` or `packaging/` there would run inside the doctor (otherwise: a fake `packaging` that called
 os._exit(0) made `check` exit 0 with no report). So when PYTHONPATH is set, the doctor starts again in the same
 process (exec: same pid, same environment) with `-E`, which ignores it, and puts its entries back at the end of
 sys.path: found (plugins' entry points, a doctor run from a checkout), never shadowing. The probes, plugin hosts

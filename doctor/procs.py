@@ -130,7 +130,7 @@ def exec_job(command: list[str]) -> int:
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
     # Python ignores SIGPIPE and SIGXFSZ at start-up, and an ignored signal stays ignored across exec: put them back
-    # to the default, as subprocess's restore_signals does (found in review: the job's `yes | head` printed "Broken
+    # to the default, as subprocess's restore_signals does (otherwise: the job's `yes | head` printed "Broken
     # pipe" instead of ending quietly).
     for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
         if hasattr(signal, name):

@@ -73,7 +73,7 @@ _TOKEN_SHAPES = re.compile(
     r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}"
     r"|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|xox[abpr]-[A-Za-z0-9-]{10,})"
     # A JWT starts only where no segment character precedes it: with \b it could start after every `-` of one long
-    # run and rescan the rest of it each time (found in review: "eyJaaaaaaaa-" * 20000 took 9.4 s).
+    # run and rescan the rest of it each time (otherwise: "eyJaaaaaaaa-" * 20000 took 9.4 s).
     r"|(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"
 )
 _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----")
@@ -218,7 +218,7 @@ class Redactor:
         for k, v in environ.items():
             if looks_secret(k) and len(v) >= MIN_SECRET_VALUE and v.lower() not in COMMON_VALUES:
                 values.add(valid_text(v))
-                # As an error message may quote it: repr() and JSON escape quotes and backslashes (found in review:
+                # As an error message may quote it: repr() and JSON escape quotes and backslashes (otherwise:
                 # `pa'ss\word55` appeared as `pa\'ss\\word55` and was not masked).
                 for quoted in (repr(v)[1:-1], json.dumps(v)[1:-1]):
                     if quoted != v:

@@ -66,7 +66,7 @@ def collect(obj) -> list[Check]:
         if declared is not None:
             return collect(list(declared))
         # Plugin API 1: the module's Check objects, except built-ins it imported (`from dsv4_doctor.checks.platform
-        # import python_version` is a use, not a registration: found in review, it was a "duplicate check id").
+        # import python_version` is a use, not a registration: it was a "duplicate check id").
         return [v for v in vars(obj).values() if isinstance(v, Check)
                 and not str(getattr(v.run, "__module__", "")).startswith("dsv4_doctor.checks")]
     if callable(obj):
@@ -196,7 +196,7 @@ def load_entry_point(info: PluginInfo) -> list[Check]:
             obj = getattr(obj, part)
         found = collect(obj)
     except Interrupted:
-        raise  # the run's own stop signal, not the entry point's failure (found in review: it was swallowed)
+        raise  # the run's own stop signal, not the entry point's failure (otherwise: it was swallowed)
     except BaseException as exc:  # a plugin must never take the doctor down, not even with SystemExit
         info.error = f"{type(exc).__name__}: {exc}"
         info.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]

@@ -220,7 +220,7 @@ class Runner:
         for check in self.checks:
             try:
                 _, probes = plan(check, profile)
-            except Exception:  # not BaseException: the main thread's Interrupted must pass (found in review)
+            except Exception:  # not BaseException: the main thread's Interrupted must pass
                 continue  # execute() reports it
             planned.extend(probes)
         for probe in sorted(planned, key=lambda p: not p.long):

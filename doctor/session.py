@@ -44,7 +44,7 @@ class SignalGate:
 
     Armed (a run is going): the first signal raises Interrupted in the main thread, unless a critical block defers
     it to the block's end. Shielded (the run is over, the report is being written): a signal is only recorded, and
-    the caller decides after the report (`late`: preflight then does not exec). Found in review: a signal before
+    the caller decides after the report (`late`: preflight then does not exec). A signal before
     the session's handlers were installed killed the doctor; one during the report gave a traceback."""
 
     def __init__(self):
@@ -367,7 +367,7 @@ class Session:
         fields = {k: getattr(info, k) for k in ("name", "value", "distribution", "version")}
         request_path = os.path.join(tmp, "request.json")
         # The request goes in a file: hundreds of selected plugin check ids overflow one argv string (Linux caps it
-        # at 128 KiB; found in review, it replaced the whole report with doctor.internal).
+        # at 128 KiB; otherwise it replaced the whole report with doctor.internal).
         with open(request_path, "w", encoding="utf-8") as fh:
             json.dump(dict(extra, mode=mode, plugin=fields), fh)
         from .probes import child_env
@@ -501,7 +501,7 @@ class Session:
         except Exception:
             gpus = []
         # The bound the whole run keeps: what came before the checks (the handshake, nvidia-smi, the plugins'
-        # descriptions, each with its own timeout) plus the checks' deadline (found in review: a hung nvidia-smi
+        # descriptions, each with its own timeout) plus the checks' deadline (otherwise: a hung nvidia-smi
         # made a run take 31 s against a budget_s of 21, which counted only the checks).
         return Outcome(profile=profile, reports=rows, target=self.target,
                        static=static.data if static is not None and static.ok else None,

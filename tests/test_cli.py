@@ -195,7 +195,7 @@ def test_list_and_explain_every_check():
 
 
 def test_explain_wraps_its_prose_to_the_output_width_but_never_a_command_or_a_url():
-    """Found in review: with COLUMNS=80, 13 lines of `explain te.version` were wider (the longest 226)."""
+    """With COLUMNS=80, 13 lines of `explain te.version` were wider (the longest 226)."""
     from dsv4_doctor.registry import load
     from dsv4_doctor.render.explain import explain_text
 

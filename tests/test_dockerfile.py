@@ -113,7 +113,7 @@ def test_the_gate_on_the_pinned_wheels(tmp_path):
     assert got == {k: v[0] for k, v in EXPECTED.items()}, {k: (got.get(k), v[0]) for k, v in EXPECTED.items()
                                                             if got.get(k) != v[0]}
     assert run.returncode == 1  # so here the image would not build: the gate bites
-    # Found in review: the frontend went in --no-deps and its cutedsl extra never did, so under --strict
+    # The frontend went in --no-deps and its cutedsl extra never did, so under --strict
     # deps.consistency would have stopped the image's build too. Only the cache's meta wheels are left unmet now.
     consistency = next(c for c in run.report["checks"] if c["id"] == "deps.consistency")
     unmet = consistency["summary"] + (consistency.get("details") or "")

@@ -139,7 +139,7 @@ def test_an_even_split_names_both_sides_and_assumes_neither_healthy():
 
 
 def test_fixes_of_every_group_are_kept():
-    """Found in review: fixes came only from the worst group, so a warn's fix elsewhere vanished."""
+    """Fixes came only from the worst group, so a warn's fix elsewhere vanished."""
     reports = {r: _report(r, f"n{r}", "1.27.0", local=0) for r in range(3)}
     fail_fix = {"description": "pin the frontend", "argv": [["pip", "install", "nvidia-cudnn-frontend==1.27.0"]],
                 "id": "fe-pin", "phase": "pin"}
@@ -160,7 +160,7 @@ def test_fixes_of_every_group_are_kept():
     (lambda rep: rep["checks"][0].update(fixes=[{"description": "x", "argv": [["rm\n-rf"]]}]), "a fix is not valid"),
 ])
 def test_a_bad_rank_report_becomes_a_finding_about_that_rank(damage, why):
-    """Found in review: a row with an unknown status, or a large report from one rank, crashed the merge and cost
+    """A row with an unknown status, or a large report from one rank, crashed the merge and cost
     the fleet report."""
     bad = _report(1, "n1", "1.27.0", local=0)
     damage(bad)
@@ -263,7 +263,7 @@ def test_torchrun_inside_a_one_task_srun_step_is_one_fleet():
 
 
 def test_srun_steps_without_master_port_get_a_port_of_their_own():
-    """Found in review: srun jobs without MASTER_PORT all took 29501, and two jobs on a node read each other."""
+    """srun jobs without MASTER_PORT all took 29501, and two jobs on a node read each other."""
     base = {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "gpu1", "SLURM_NODEID": "0"}
     a = detect(dict(base, SLURM_JOB_ID="100", SLURM_STEP_ID="0"))
     b = detect(dict(base, SLURM_JOB_ID="101", SLURM_STEP_ID="0"))
@@ -283,7 +283,7 @@ def test_the_fleet_secret_comes_from_the_variable_or_the_file(tmp_path):
 
 
 def test_fleet_stderr_lines_are_cleaned_and_redacted(capsys, monkeypatch):
-    """Found in review: fleet mode's own stderr lines carried a rank's raw import error: terminal escapes, a
+    """Fleet mode's own stderr lines carried a rank's raw import error: terminal escapes, a
     workflow command, an unmasked token."""
     monkeypatch.setenv("HF_TOKEN", "hf_abcdefghijklmnopqrstuvwxyz123456")
     fleet._say("could not import: \x1b]52;c;ZXZpbA==\x07 boom\n::error::forged\n"
@@ -332,11 +332,8 @@ def test_healthy_ranks_give_one_passing_report(tmp_path):
     assert seconds <= report["summary"]["budget_s"] <= seconds + 30 + 35
 
 
-@needs_torch
-@pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
-def test_every_rank_exits_with_the_fleet_verdict(tmp_path, launcher):
-    """Rank 1's PYTHONPATH carries a plugin whose check fails: all three ranks exit 1, the healthy ones too."""
+def _odd_rank_plugin(tmp_path):
+    """A site with a plugin whose check `bad.rank` fails on a rank whose environment sets ODD."""
     site = tmp_path / "site"
     (site / "bad_plugin-1.dist-info").mkdir(parents=True)
     (site / "bad_plugin-1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: bad-plugin\nVersion: 1\n")
@@ -345,6 +342,15 @@ def test_every_rank_exits_with_the_fleet_verdict(tmp_path, launcher):
         "from dsv4_doctor.model import Check, failed, passed\nimport os\n"
         "CHECKS = [Check(id='bad.rank', title='t', explanation='x', applies_when='always', detects='x',\n"
         "                run=lambda ctx: failed('odd rank') if os.environ.get('ODD') else passed('fine'))]\n")
+    return site
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+def test_every_rank_exits_with_the_fleet_verdict(tmp_path, launcher):
+    """Rank 1's PYTHONPATH carries a plugin whose check fails: all three ranks exit 1, the healthy ones too."""
+    site = _odd_rank_plugin(tmp_path)
     env = {r: {"PYTHONPATH": str(site)} for r in range(3)}
     env[1]["ODD"] = "1"
     done = _ranks_by_hand(3, tmp_path, "check", "--no-smoke", "--only", "python.version,bad.rank", "-f", "json",
@@ -421,7 +427,7 @@ def test_drift_under_torchrun_names_the_rank_with_another_frontend(tmp_path):
 @needs_torch
 @pytest.mark.slow
 def test_a_rank_that_cannot_join_under_torchrun_does_not_cost_the_report(tmp_path):
-    """Found in review: under torchrun the broken rank exited 1 at once, torchrun stopped rank 0, and there was no
+    """Under torchrun the broken rank exited 1 at once, torchrun stopped rank 0, and there was no
     report. The broken rank now stays until rank 0 has named it."""
     broken = tmp_path / "broken"
     (broken / "torch").mkdir(parents=True)
@@ -615,7 +621,7 @@ def test_sigterm_during_the_exchange_still_writes_rank_0_s_report(tmp_path):
 @needs_torch
 @pytest.mark.slow
 def test_rank_0_whose_torch_cannot_import_still_writes_its_report(tmp_path):
-    """Found in review: rank 0 whose exchange could not start (its torch does not import) never wrote -o."""
+    """Rank 0 whose exchange could not start (its torch does not import) never wrote -o."""
     broken = tmp_path / "broken"
     (broken / "torch").mkdir(parents=True)
     (broken / "torch" / "__init__.py").write_text("raise ImportError('rank 0 has a broken torch')\n")
@@ -673,17 +679,10 @@ print(json.dumps(answer))
 @needs_torch
 @pytest.mark.slow
 def test_a_foreign_writer_on_the_store_cannot_forge_rank_0_s_result_or_the_verdict(tmp_path):
-    """Found in review: any process that reached rank 0's store port overwrote rank 0's own entry, which rank 0 read
+    """Any process that reached rank 0's store port overwrote rank 0's own entry, which rank 0 read
     back, so its failing check became "pass on all reporting ranks", exit 0. Rank 0's own result no longer crosses
     the store, and with the job's secret a forged verdict is ignored: no rank starts on it."""
-    site = tmp_path / "site"
-    (site / "bad_plugin-1.dist-info").mkdir(parents=True)
-    (site / "bad_plugin-1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: bad-plugin\nVersion: 1\n")
-    (site / "bad_plugin-1.dist-info" / "entry_points.txt").write_text("[dsv4_doctor.checks]\nbad = bad_checks\n")
-    (site / "bad_checks.py").write_text(
-        "from dsv4_doctor.model import Check, failed, passed\nimport os\n"
-        "CHECKS = [Check(id='bad.rank', title='t', explanation='x', applies_when='always', detects='x',\n"
-        "                run=lambda ctx: failed('odd rank') if os.environ.get('ODD') else passed('fine'))]\n")
+    site = _odd_rank_plugin(tmp_path)
     port = free_port()
     secret = {"DSV4_DOCTOR_FLEET_SECRET": "correct-horse-battery-staple", "PYTHONPATH": str(site)}
     forger = subprocess.Popen([sys.executable, "-c", FORGER, str(port + 1), "dsv4doctor/job"],
@@ -704,7 +703,7 @@ def test_a_foreign_writer_on_the_store_cannot_forge_rank_0_s_result_or_the_verdi
 @needs_torch
 @pytest.mark.slow
 def test_a_replayed_go_verdict_from_an_earlier_run_does_not_start_a_rank(tmp_path):
-    """Found in review: with the secret, an earlier run's signed plan and go verdict, read off the store by anyone
+    """With the secret, an earlier run's signed plan and go verdict, read off the store by anyone
     who reaches its port and written back in a later run of the same job, made a rank start while rank 0 failed."""
     probes = Path(fleet.__file__).parent / "probes"
     done = subprocess.run([sys.executable, "-c", REPLAY, str(tmp_path), str(probes)], capture_output=True,
@@ -740,7 +739,7 @@ def test_the_text_report_leads_with_the_odd_ranks_and_what_to_do():
 
 
 def test_smoke_and_preflight_take_the_fleet_options_as_check_does():
-    """Found in review: `smoke` had no fleet mode, so under torchrun each rank wrote its own report."""
+    """Without it, `smoke` had no fleet mode, so under torchrun each rank wrote its own report."""
     from dsv4_doctor.cli import parser
 
     _, commands = parser()
@@ -750,7 +749,7 @@ def test_smoke_and_preflight_take_the_fleet_options_as_check_does():
 
 
 def test_only_and_skip_of_the_fleet_rows():
-    """Found in review: `--only ...,fleet.drift` was refused under torchrun and `--skip fleet.drift` was ignored."""
+    """Without it, `--only ...,fleet.drift` was refused under torchrun and `--skip fleet.drift` was ignored."""
     from dsv4_doctor.cli import _fleet_selection
 
     env = FleetEnv(0, 2, 0, "h", 1, "torchrun")

@@ -150,7 +150,7 @@ def test_fix_scripts_never_run_injected_commands(tmp_path, pwn, stub_python):
     assert any(("x" + INJECT[0].format(pwn=pwn)) in a.splitlines() for a in args)  # one argument, passed as is
 
 
-# Argvs whose words are harmless one by one but whose redacted, quoted line was not (found in review:
+# Argvs whose words are harmless one by one but whose redacted, quoted line was not (otherwise:
 # `pip install 'PASSWORD=***REDACTED***"'x' '; touch /tmp/pwned #'` ran `touch` when pasted).
 TRICKY_ARGVS = [["pip", "install", "PASSWORD='x", "; touch {pwn}/a #"],
                 ["pip", "install", "API_KEY=\"y", "z\"", "; touch {pwn}/b #"],
@@ -303,7 +303,7 @@ def _wait_for_marker(marker: Path, proc: subprocess.Popen, seconds: float = 60) 
 @pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 @pytest.mark.parametrize("where", ["probe", "plugin host"])
 def test_a_sigkilled_doctor_leaves_no_probe_running(where, site, bare_python, tmp_path):
-    """Found in review: after `kill -9` of the doctor (or the OOM killer) the hung torch probe was reparented to
+    """After `kill -9` of the doctor (or the OOM killer) the hung torch probe was reparented to
     PID 1 and ran on past its timeout. Every probe and plugin host watches its parent and kills its own group."""
     marker = tmp_path / "pid"
     if where == "probe":
@@ -373,7 +373,7 @@ def _slowed_run(tmp_path, module, name, sig, *args, python):
 
 @pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 def test_a_signal_while_probes_are_being_started_still_interrupts(tmp_path, bare_python):
-    """Found in review: a signal landing while the runner planned the checks was swallowed by an `except
+    """A signal landing while the runner planned the checks was swallowed by an `except
     BaseException`, and the run went on to the probe timeout; every later signal was ignored too."""
     proc, out, err, took = _slowed_run(tmp_path, "dsv4_doctor.runner", "plan@start_probes", signal.SIGTERM, "check",
                                        "-f", "json", "--only", "python.version,torch.install", python=bare_python)
@@ -385,7 +385,7 @@ def test_a_signal_while_probes_are_being_started_still_interrupts(tmp_path, bare
 @pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_while_the_report_is_written_lets_it_finish(tmp_path, bare_python, sig, code):
-    """Found in review: the session had restored the default handlers before the report was rendered, so SIGINT
+    """The session had restored the default handlers before the report was rendered, so SIGINT
     gave a KeyboardInterrupt traceback and no report, SIGTERM killed the doctor. Now the report is completed, then
     the doctor exits 128 + the signal."""
     proc, out, err, _ = _slowed_run(tmp_path, "dsv4_doctor.render", "render_json", sig, "check", "-f", "json",
@@ -408,7 +408,7 @@ def test_preflight_does_not_start_the_job_after_a_signal_during_its_report(tmp_p
 @pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 def test_a_usage_error_after_the_early_probes_leaves_none_running(tmp_path, bare_python):
     """The nvidia-smi stub writes its marker first thing, and the selection (which raises the usage error) is slowed
-    down until the stub has started (found in review: the stub was killed before its marker in 5 of 5 runs, so the
+    down until the stub has started (otherwise: the stub was killed before its marker in 5 of 5 runs, so the
     assertion never ran)."""
     marker = tmp_path / "pid"
     bin_dir = tmp_path / "bin"
@@ -621,7 +621,7 @@ def test_an_interpreter_path_with_control_characters_is_a_usage_error(tmp_path, 
 
 
 def test_an_interpreter_path_that_is_not_utf8_is_a_usage_error(tmp_path, bare_python):
-    """Found in review: a non-UTF-8 --python path was written into the fix script as a different PY= path."""
+    """A non-UTF-8 --python path was written into the fix script as a different PY= path."""
     evil = Path(os.fsdecode(bytes(tmp_path) + b"/py\xff\xfe"))
     evil.mkdir()
     (evil / "python").symlink_to(bare_python)
@@ -811,7 +811,7 @@ def test_probe_answers_of_the_wrong_type_never_crash_a_check(tmp_path):
 
 @pytest.mark.parametrize("module", ["packaging/__init__.py", "textwrap.py", "json/__init__.py"])
 def test_a_module_on_pythonpath_cannot_run_inside_the_doctor(tmp_path, bare_python, module):
-    """Found in review: PYTHONPATH comes before the standard library, so a `packaging` or `textwrap` there ran inside
+    """PYTHONPATH comes before the standard library, so a `packaging` or `textwrap` there ran inside
     the doctor; one that called os._exit(0) made `check -f json` exit 0 with nothing on stdout (a CI gate passed).
     The doctor now starts again ignoring PYTHONPATH for its own imports; the probes still see it."""
     shadow = tmp_path / "shadow"

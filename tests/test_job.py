@@ -116,7 +116,7 @@ def test_quoting_equals_signs_deletions_and_twins():
     assert job.effective("ref")["cp_partition_mode"].value == "zigzag"  # its own value wins over the actor's
     assert "trainer.logger.wandb.key" in job.unknown and not any("s3cr3t" in u for u in job.unknown)
     assert "s3cr3t" not in json.dumps(job.to_dict())
-    # A flag's value in its own word is no key either (found in review: `--hf-token hf...` listed the token).
+    # A flag's value in its own word is no key either (otherwise: `--hf-token hf...` listed the token).
     flagged = parse(["python3", "-m", "verl.trainer.main_ppo", "--hf-token", "hfsekrit22", "--password=pwsekrit33"])
     assert flagged.unknown == ["--hf-token", "--password"]
     assert "sekrit" not in json.dumps(flagged.to_dict())
@@ -210,7 +210,7 @@ def test_the_dsa_backend_as_stated():
     clash = job_rows(None, ["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=cudnn",
                             f"++{OTC}.apply_dsa_kernel_fusion=False"])["job.dsa-backend"]
     assert clash["status"] == "fail" and "Conflicting DSA kernel controls" in clash["summary"]
-    # The fix drops the deprecated switch (found in review: it said to change cudnn to cudnn).
+    # The fix drops the deprecated switch (otherwise: it said to change cudnn to cudnn).
     drop = f"~{OTC}.apply_dsa_kernel_fusion"
     assert _lines(clash) == [drop] and "Drop the deprecated switch" in _commands(clash)[0]
     assert not any("dsa_kernel_backend=cudnn" in line for line in _lines(clash))
@@ -452,7 +452,7 @@ def test_a_setting_stated_wrong_is_changed_not_added():
     assert any("(data.max_prompt_length + data.max_response_length) / CP" in f for f in fixes)
 
 def test_lines_to_add_stay_whole_in_a_narrow_text_report(tmp_path):
-    """At COLUMNS=60 the text report wraps its prose, never a line to add (found in review: `...override_transformer_
+    """At COLUMNS=60 the text report wraps its prose, never a line to add (otherwise: `...override_transformer_
     config.s` / `equence_packing_scheduler=dp_balanced`)."""
     for argv in (verl_example(2, cp_args=False), MEGATRON + ["--context-parallel-size", "2"]):
         run = run_doctor("preflight", "--no-smoke", "--only", "job.cp-args", "--", *argv, env={"COLUMNS": "60"})
@@ -468,7 +468,7 @@ def test_lines_to_add_stay_whole_in_a_narrow_text_report(tmp_path):
 
 
 def test_a_config_file_makes_what_the_command_does_not_state_unknown():
-    """Found in review: `--config-name=dsv4_cp4` gave cp=1, "CP = 1" and "TP = 1 (not stated: the default)"."""
+    """Without it, `--config-name=dsv4_cp4` gave cp=1, "CP = 1" and "TP = 1 (not stated: the default)"."""
     argv = ["python3", "-m", "verl.trainer.main_ppo", "--config-path=/cfg", "--config-name=dsv4_cp4"]
     job = parse(argv)
     assert job.config_file == ["--config-path", "--config-name"] and job.cp() is None  # not known, never 1
@@ -587,7 +587,7 @@ def test_preflight_usage_errors(tmp_path):
 @pytest.mark.skipif(not __import__("conftest").has_torch(), reason="the fleet exchange needs the test torch")
 @pytest.mark.slow
 def test_a_fleet_s_dry_run_is_said_once(tmp_path):
-    """Found in review: every rank of a fleet printed "dry run, not starting"; rank 0 alone speaks for the fleet."""
+    """Every rank of a fleet printed "dry run, not starting"; rank 0 alone speaks for the fleet."""
     from test_fleet import _ranks_by_hand
 
     done = _ranks_by_hand(2, tmp_path, "preflight", "--no-smoke", "--only", "python.version", "--dry-run", "--",
@@ -672,7 +672,7 @@ def readme_job_script_commands() -> list[list[str]]:
 
 
 def test_the_readme_job_script_examples_parse():
-    """Found in review: examples that could not work as written. Each command line parses with the doctor's own
+    """Examples that could not work as written. Each command line parses with the doctor's own
     argument parser, and each training command it names with the doctor's job parser."""
     from dsv4_doctor.cli import parser
 

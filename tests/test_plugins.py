@@ -151,7 +151,7 @@ def test_plugin_rows_validate_against_the_schema(site, bare_python):
 
 
 def test_a_plugin_with_hundreds_of_long_check_ids_runs(site, bare_python):
-    """Found in review: 700 checks with ~190-character ids overflowed the plugin host's argv (128 KiB per argument
+    """700 checks with ~190-character ids overflowed the plugin host's argv (128 KiB per argument
     on Linux) and the report was only doctor.internal."""
     plugin(site, "many", "many_checks", """
 from dsv4_doctor.model import Check, passed
@@ -166,7 +166,7 @@ CHECKS = [Check(id="many.c%03d." % i + ".".join(ch * 60 for ch in "xyz"), title=
 
 @pytest.mark.parametrize("check_id", ["a.hijack", "zz.hijack"])
 def test_a_plugin_fix_cannot_take_over_a_builtin_fix_step(check_id, site, bare_python):
-    """Found in review: a plugin fix keyed like a built-in one ("torch", "te:2.16.1:13:False") replaced the
+    """A plugin fix keyed like a built-in one ("torch", "te:2.16.1:13:False") replaced the
     built-in command in the plan, which de-duplicates on keys. Plugin fix keys are namespaced by distribution."""
     plugin(site, "hijack", "hijack_checks", f"""
 from dsv4_doctor.model import Check, Fix, failed

@@ -192,7 +192,7 @@ CUBLAS_ERROR = ("{lib}: undefined symbol: cublasLtGroupedMatrixLayoutInit_intern
 
 @needs_elf
 @pytest.mark.parametrize("te_lib", ["/site/transformer_engine/wheel_lib/libtransformer_engine.so",
-                                    # found in review: the same cuBLAS symbol missing from TE's torch extension was
+                                    # otherwise: the same cuBLAS symbol missing from TE's torch extension was
                                     # called a torch ABI mismatch
                                     "/site/transformer_engine_torch.cpython-312-x86_64-linux-gnu.so"])
 def test_te_import_reads_the_library_that_lacks_the_symbol(tmp_path, bare_python, te_lib):
@@ -221,7 +221,7 @@ TORCH_SYMBOL_ERROR = ("/site/transformer_engine_torch.cpython-312-x86_64-linux-g
 
 
 def test_te_import_torch_symbol_is_still_an_abi_mismatch(tmp_path, bare_python):
-    """The rebuild reinstalls TE's torch extension alone: found in review, a forced reinstall of
+    """The rebuild reinstalls TE's torch extension alone: otherwise a forced reinstall of
     transformer-engine[pytorch,...] without --no-deps re-picks every dependency, torch included."""
     # torch is there (a torch symbol is what the extension misses): the plan installs no torch, so no cuBLAS either.
     env = Env(tmp_path).fake("torch", fake_torch).fake("te", fake_te, "2.16.1", import_error=TORCH_SYMBOL_ERROR)
@@ -328,7 +328,7 @@ def test_frontend_1_32_with_cutlass_4_5_2_gets_a_plan_pip_accepts(tmp_path, bare
     assert any("'nvidia-cutlass-dsl[cu13]>=4.8.0'" in p for p in pins), pins
     assert not any("nvidia-cutlass-dsl[cu13]==4.5.2" in p for p in pins)  # never what the frontend rejects
     assert not any("nvidia-cudnn-frontend==1.27.0" in p for p in pins)  # the installed frontend is kept
-    # cutlass 4.8 does not bring cuda-python, which 1.32.0's cutedsl extra declares (found in review: after the plan,
+    # cutlass 4.8 does not bring cuda-python, which 1.32.0's cutedsl extra declares (otherwise: after the plan,
     # deps.consistency still failed on it)
     assert any(p.endswith("install cuda-python") for p in pins), pins
     assert_plan_resolves(script, env, tmp_path, bare_python)
@@ -439,7 +439,7 @@ def _pins(script: str) -> list[str]:
 
 
 def test_a_replaced_frontend_gets_one_cutlass_pin(tmp_path, bare_python):
-    """Found in review: frontend 1.26.0 got the tested set (cutlass 4.5.2), then 1.26.0's own cutlass==4.5.0."""
+    """Frontend 1.26.0 got the tested set (cutlass 4.5.2), then 1.26.0's own cutlass==4.5.0."""
     env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0").wheel("cutlass", "nvidia-cutlass-dsl-4.5.2")
     env.fake("torch", fake_torch).wheel("tvm", "apache-tvm-ffi-0.1.11")
     script = env.doctor("fix", "--cp", "2", "--gpu-arch", "9.0", "--only",
@@ -451,7 +451,7 @@ def test_a_replaced_frontend_gets_one_cutlass_pin(tmp_path, bare_python):
 
 @pytest.mark.parametrize("fe", ["1.26.0", "1.27.0"])  # replaced by the tested set; kept
 def test_the_plan_installs_torch_c_dlpack_ext_which_the_cutedsl_extra_declares(tmp_path, bare_python, fe):
-    """Frontend 1.27.0's cutedsl extra declares torch-c-dlpack-ext and nothing else brings it (found in review: the
+    """Frontend 1.27.0's cutedsl extra declares torch-c-dlpack-ext and nothing else brings it (otherwise: the
     tested-set plan left it out). The pin is PINS' (0.1.5, the H200's), --no-deps: it requires only torch."""
     from fakes import fake_cutedsl
 
@@ -482,7 +482,7 @@ def test_the_tested_set_plan_is_one_pip_accepts(tmp_path, bare_python):
 
 
 def test_a_kept_frontend_keeps_a_cutlass_that_meets_it_and_names_what_a_pin_breaks(tmp_path, bare_python):
-    """Found in review: frontend 1.27.0 with cutlass 4.8.1 (>=4.5.0 holds) got cutlass==4.5.2, breaking its libs;
+    """Frontend 1.27.0 with cutlass 4.8.1 (>=4.5.0 holds) got cutlass==4.5.2, breaking its libs;
     the tvm-ffi pin broke vLLM's declared ==0.1.9 without saying so."""
     from fakes import fake_cutedsl
 
@@ -502,7 +502,7 @@ def test_a_kept_frontend_keeps_a_cutlass_that_meets_it_and_names_what_a_pin_brea
 
 
 def test_deps_consistency_counts_only_extras_that_are_asked_for(tmp_path, bare_python):
-    """Found in review: cuda-python's `cuda-bindings[all]; extra == "all"` made cuda-toolkit[...] warnings; and the
+    """Cuda-python's `cuda-bindings[all]; extra == "all"` made cuda-toolkit[...] warnings; and the
     CuTe DSL's own libraries were listed as "other installed packages"."""
     def cuda(site: FakeSite):  # cuda-python 13.4.4 and cuda-bindings 13.4.4 as published (their extras)
         site.dist("cuda-python", "13.4.4", requires=('cuda-bindings~=13.4.4',
@@ -519,7 +519,7 @@ def test_deps_consistency_counts_only_extras_that_are_asked_for(tmp_path, bare_p
 
 def test_a_missing_cutedsl_library_fails_deps_consistency(tmp_path, bare_python):
     """nvidia-cutlass-dsl 4.5.2 (the real meta wheel) requires libs-base==4.5.2 and, with [cu13], libs-cu13==4.5.2:
-    the compiler and its CUDA 13 runtime. Found in review: one missing was only a warning (they were not counted as
+    the compiler and its CUDA 13 runtime. One missing was only a warning (they were not counted as
     DSv4 packages)."""
     env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0").wheel("cutlass", "nvidia-cutlass-dsl-4.5.2")
     env.fake("torch", fake_torch).wheel("tvm", "apache-tvm-ffi-0.1.11")
@@ -543,7 +543,7 @@ def test_a_missing_cutedsl_library_fails_deps_consistency(tmp_path, bare_python)
 
 
 def test_a_hostile_specifier_never_reaches_a_command(tmp_path, bare_python):
-    """Found in review: `===` takes any text, and a frontend METADATA's `apache-tvm-ffi===a&...` went into the fix
+    """`===` takes any text, and a frontend METADATA's `apache-tvm-ffi===a&...` went into the fix
     script. A specifier from METADATA is used only when it is a plain one; else the command is withheld."""
     def hostile(site: FakeSite):
         site.dist("nvidia-cudnn-frontend", "1.27.0", requires=(

@@ -126,7 +126,7 @@ def test_record_fingerprint_is_the_package_files_not_how_it_was_installed(tmp_pa
 
 
 def test_a_fifo_in_place_of_metadata_or_a_source_does_not_stall_the_probe(site, bare_python):
-    """Found in review: a FIFO named METADATA blocked the static probe until its timeout, and every static check
+    """A FIFO named METADATA blocked the static probe until its timeout, and every static check
     became an error. It is an unreadable file of its own now."""
     import os
     import time

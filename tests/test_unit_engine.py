@@ -117,7 +117,7 @@ def test_the_script_is_safe_to_paste_whatever_the_text(tmp_path):
 
 
 def test_redaction_cannot_unbalance_the_quotes_of_a_command(tmp_path):
-    """Found in review: redacting the finished script rewrote `TOKEN='...` inside a quoted word, and the word's
+    """Redacting the finished script rewrote `TOKEN='...` inside a quoted word, and the word's
     quotes no longer closed: the rest ran as shell. Redaction now works on the words, before quoting."""
     word = "apache-tvm-ffi===a&/TOKEN='&touch${IFS}PWNED5&#"
     secret = ["pip", "install", "--index-url=https://user:s3cretpass@host/simple", "x==1"]
@@ -153,7 +153,7 @@ def test_text_wraps_to_the_width_with_indented_continuations_and_short_sources()
 
 @pytest.mark.parametrize("width", [40, 60, 80])
 def test_headers_verdict_and_narrow_widths_keep_to_the_width_without_breaking_words(width):
-    """Found in review: detail headers and the verdict line were not wrapped, and at 40 columns a 7-character
+    """Detail headers and the verdict line were not wrapped, and at 40 columns a 7-character
     summary column broke words ("capabil" / "ity")."""
     row = _row("cudnn-fe.version", Status.FAIL, [TE], summary="the compute capability is unknown " * 4)
     row.title = "cuDNN frontend installed, and the imported copy is the installed one"

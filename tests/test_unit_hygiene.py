@@ -15,7 +15,7 @@ from dsv4_doctor.redact import (MASK, Redactor, cap, clean_text, decode, looks_s
     ("SSH_PRIVATE_KEY", True), ("NCCL_IB_PASSWD", True), ("HF_TOKEN", True), ("API_KEY", True), ("DB_PWD", True),
     ("XDG_SESSION_ID", False), ("XDG_SESSION_TYPE", False), ("TOKENIZERS_PARALLELISM", False), ("PWD", False),
     ("OLDPWD", False), ("MAX_TOKEN_LENGTH", False), ("MONKEY", False), ("NCCL_DEBUG", False), ("KEYBOARD", False),
-    # found in review: these leaked
+    # these leaked before redaction covered them
     ("SSHPASS", True), ("DBPASS", True), ("S_PW", True), ("S_PRIVKEY", True), ("PASSTHROUGH", False),
     ("CI_JOB_JWT", True), ("CI_JOB_JWT_V2", True),
 ])
@@ -32,7 +32,7 @@ def test_short_secret_values_are_masked_in_the_listing_and_replaced_elsewhere_fr
 
 
 def test_a_secret_value_is_masked_in_its_quoted_forms_too():
-    """Found in review: an error message showing repr() of a value with a quote and a backslash leaked it."""
+    """An error message showing repr() of a value with a quote and a backslash leaked it."""
     import json
 
     value = "pa'ss\\word55"
@@ -52,7 +52,7 @@ def test_a_secret_value_is_masked_in_its_quoted_forms_too():
     ("curl --token s3cr3tflagvalue https://x", "s3cr3tflagvalue"),
     ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n(no end marker)", "MIIEow"),
     ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijklmnop", "eyJzdWIi"),
-    # found in review: a raw `@` in the password left its rest readable
+    # a raw `@` in the password left its rest readable
     ("https://user:p@ss@host/x", "ss@host"),
     ("pip install git+https://ci:t0k@n@@gitlab.example/x.git", "n@"),
 ])
@@ -72,7 +72,7 @@ ADVERSARIAL = {
     "ansi": "\x1b]" * 500_000,
     "bearer": "Bearer " * 150_000,
     "surrogates": "\ud800" * 500_000,
-    # Token shapes (found in review: a JWT could start after every `-` of one run, 9.4 s for this one).
+    # Token shapes (otherwise: a JWT could start after every `-` of one run, 9.4 s for this one).
     "jwt": "eyJaaaaaaaa-" * 20_000,
     "jwt-dots": "eyJaaaaaaaa." * 80_000,
     "jwt-segments": "eyJaaaaaaaa.eyJbbbbbbbb-" * 40_000,
@@ -104,7 +104,7 @@ def test_redaction_itself_is_linear_without_the_cap():
 
 
 def test_the_fix_script_caps_descriptions_before_redacting_them():
-    """Found in review: a METADATA with 2000 long requirement names made `fix` take 7.3 s, its script's comments
+    """A METADATA with 2000 long requirement names made `fix` take 7.3 s, its script's comments
     being redacted whole before they were cut to one line."""
     from dsv4_doctor import fixplan
     from dsv4_doctor.model import CheckReport, Fix, Status
@@ -138,7 +138,7 @@ def test_a_url_keeps_its_host_and_path_after_a_password_with_an_at_sign():
 
 
 def test_a_cut_log_tail_drops_the_partial_line_it_starts_in(tmp_path):
-    """Found in review: a stderr tail that began in the middle of a secret showed the rest of it (its start, which
+    """A stderr tail that began in the middle of a secret showed the rest of it (its start, which
     redaction recognises, was cut off). Every place that cuts a log's tail drops the partial first line."""
     from dsv4_doctor import fleet
     from dsv4_doctor.probes import STDERR_TAIL_BYTES, _tail
@@ -198,7 +198,7 @@ def test_cap_marks_what_it_cut():
 
 
 def test_bidirectional_overrides_become_visible_escapes():
-    """Found in review: U+202E passed through and could make a report line display other than it reads."""
+    """U+202E passed through and could make a report line display other than it reads."""
     assert clean_text("pass\u202eliaf") == "pass\\u202eliaf"
     assert "\u2066" not in clean_text("a\u2066b")
 

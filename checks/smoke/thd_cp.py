@@ -367,7 +367,7 @@ def _smoke(ctx: Context) -> Result:
     if bad is not None:
         return bad
     procs = dist.get("processes") if isinstance(dist.get("processes"), int) else data["cp"]
-    # What ran, not what was asked (found in review: CP 16 on 2 CPUs ran 2 processes of 8 ranks each).
+    # What ran, not what was asked (otherwise: CP 16 on 2 CPUs ran 2 processes of 8 ranks each).
     if dist.get("ran") and dist.get("fleet"):
         # The same words on every healthy rank, so that the fleet merge groups them (the rank is in the evidence).
         ranks = (f"{data['cp']} CP ranks as a group of {data['cp']} fleet ranks over "
