@@ -97,3 +97,30 @@ def test_gpu_arch_does_not_state_d48bd6bes_cp_rule_as_every_megatrons(tmp_path, 
     row = run(healthy(tmp_path).fake("megatron", newer_gate), bare_python, "--only", "gpu.arch", "--gpu-arch", "10.0",
               "--cp", "2").check("gpu.arch")
     assert "at any CP with a Megatron whose gate admits CC major >= 10" in row["summary"], row
+
+
+HOSTILE_GATE = '''import torch
+
+_SUPPORTED_COMPUTE_CAPABILITY = ("\\x1b]52;c;ZXZpbA==\\x07", "::error::pwned $(touch /tmp/dsv4-pwned)")
+
+
+def fused_compressor_available(device=None):
+    index = torch.cuda.current_device()
+    return torch.cuda.get_device_capability(index) == _SUPPORTED_COMPUTE_CAPABILITY
+'''
+
+
+def hostile_gate(site):
+    fake_megatron_dev(site)
+    site.file("megatron/core/transformer/experimental_attention_variant/csa_utils/fused_compressor.py", HOSTILE_GATE)
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_a_gate_that_is_no_capability_is_not_known_and_never_reaches_the_output_raw(tmp_path, bare_python, fmt):
+    env = healthy(tmp_path).fake("megatron", hostile_gate)
+    out = env.doctor("check", "-f", fmt, "--only", "cudnn-fe.csa", "--gpu-arch", "10.3", python=bare_python).stdout
+    assert "\x1b" not in out and not any(line.startswith("::error::") for line in out.splitlines())
+    row = csa(env, bare_python, "--gpu-arch", "10.3")
+    assert row["evidence"]["megatron_gate"] == "not known (its comparison could not be read)"
+    # Where the known gates differ (10.3: d48bd6be rejects, 88a285f0 admits), a gate not read is no pass.
+    assert row["status"] == "warn" and "is not known (its gate could not be read)" in row["summary"], row
