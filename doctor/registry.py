@@ -65,7 +65,7 @@ def collect(obj) -> list[Check]:
         declared = getattr(obj, "CHECKS", None)
         if declared is not None:
             return collect(list(declared))
-        # Plugin API 1: the module's Check objects, except built-ins it imported (`from dsv4_doctor.checks.platform
+        # Plugin API 1: the module's Check objects, except built-ins it imported (`from dsv4_doctor.checks.python_checks
         # import python_version` is a use, not a registration: it was a "duplicate check id").
         return [v for v in vars(obj).values() if isinstance(v, Check)
                 and not str(getattr(v.run, "__module__", "")).startswith("dsv4_doctor.checks")]

@@ -375,7 +375,7 @@ def test_verl_markers_not_found_in_a_truncated_source_are_not_known_missing():
 
     from dsv4_doctor.facts import StaticFacts
     from dsv4_doctor.model import Profile
-    from checks.verl import ENGINE, REPLAY, UTIL, verl_cp_layout
+    from checks.verl_checks import ENGINE, REPLAY, UTIL, verl_cp_layout
 
     whole = {"found": True, "path": "x.py", "error": None, "classes": {}, "functions": {}, "names": [],
              "contains": {}}
@@ -392,7 +392,7 @@ def test_mbridge_dispatcher_not_found_in_an_unread_source_is_not_known():
 
     from dsv4_doctor.facts import StaticFacts
     from dsv4_doctor.model import Profile
-    from checks.mbridge import BRIDGES, mbridge_dsv4
+    from checks.mbridge_checks import BRIDGES, mbridge_dsv4
 
     cut = {"found": True, "path": "b.py", "truncated": True, "error": "source truncated: larger than the read limit",
            "classes": {}, "functions": {}, "names": [], "contains": {}}
@@ -472,7 +472,7 @@ def test_csa_at_cp_2_with_the_compressor_source_not_read_whole_is_not_known_not_
     from dsv4_doctor.facts import StaticFacts
     from dsv4_doctor.model import Profile
     from checks._gates import FUSED_COMPRESSOR
-    from checks.cudnn_fe import cudnn_fe_csa
+    from checks.cudnn_fe_checks import cudnn_fe_csa
 
     cut = {"found": True, "path": "fused_compressor.py", "truncated": True, "classes": {}, "functions": {},
            "names": [], "contains": {}, "error": "source truncated: larger than the 8388608-byte read limit",
@@ -493,7 +493,7 @@ def test_hadamard_missing_with_verl_patch_not_read_whole_is_not_known_not_failed
 
     from dsv4_doctor.facts import StaticFacts
     from dsv4_doctor.model import Profile
-    from checks.kernels import kernels_fast_hadamard
+    from checks.kernels_checks import kernels_fast_hadamard
 
     cut = {"found": True, "path": "patch.py", "truncated": True, "classes": {}, "functions": {}, "names": [],
            "contains": {}, "error": "source truncated: larger than the 8388608-byte read limit"}
@@ -509,7 +509,7 @@ def test_mcore_dsv4_class_not_in_what_was_read_of_a_huge_module_is_not_known_not
 
     from dsv4_doctor.facts import StaticFacts
     from dsv4_doctor.model import Profile
-    from checks.mcore import DSV4_CLASS, DSV4_MOD, MARKERS, mcore_dsv4
+    from checks.mcore_checks import DSV4_CLASS, DSV4_MOD, MARKERS, mcore_dsv4
 
     cut = {"found": True, "path": "deepseek_v4_hybrid_attention.py", "truncated": True, "classes": {},
            "functions": {}, "names": [], "contains": {}, "error": "source truncated: larger than the read limit"}

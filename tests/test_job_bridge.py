@@ -275,7 +275,7 @@ def test_mcore_config_s_cp_args_round_up_as_the_job_settings_do():
     """mcore.config prints CP_ARGS as shell for a job script: its division, run by a real shell, rounds up."""
     import subprocess
 
-    from dsv4_doctor.checks import mcore
+    from dsv4_doctor.checks import mcore_checks as mcore
 
     line = mcore.CP_ARGS[-1]
     out = subprocess.run(["sh", "-c", f"MAX_PROMPT_LENGTH=2048 MAX_RESPONSE_LENGTH=10241 ACTOR_CP=2; echo {line}"],

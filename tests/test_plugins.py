@@ -82,7 +82,7 @@ def test_plugin_api_1_and_2_and_a_probe_beside_the_plugin(site, bare_python):
     # API 1: every Check in the module, evidence as keyword arguments, commands as strings.
     plugin(site, "old", "old_checks", """
 from dsv4_doctor.model import Check, Fix, failed
-from dsv4_doctor.checks.platform import python_version  # a use of a built-in, not a second registration
+from dsv4_doctor.checks.python_checks import python_version  # a use of a built-in, not a second registration
 FIX = Fix("do it", ["pip install 'thing[extra]==1.0'"])
 old = Check(id="old.check", title="t", explanation="x", applies_when="always", detects="x", fixes=(FIX,),
             run=lambda ctx: failed("old style", fixes=[FIX], detail=42))

@@ -14,8 +14,8 @@ from dsv4_doctor.probes import Probe, StaticRequest
 
 from .. import fixes
 from .._upstream import EAV, mlm, pypi
-from ..cudnn_fe import FUSED_COMPRESSOR, megatron_compressor
-from ..mcore import mcore_fix
+from ..cudnn_fe_checks import FUSED_COMPRESSOR, megatron_compressor
+from ..mcore_checks import mcore_fix
 from .thd_cp import RULE_FIXES, TIER2_MODULES, not_run, rule_fixes, torch_missing
 
 SUBRUN_TITLES = {"dsa": "cuDNN-FE DSA indexer forward", "layout": "Megatron CP layout kernels",

@@ -11,7 +11,7 @@ from dsv4_doctor.probes import Probe
 
 from .. import fixes
 from .._upstream import EAV, gh, mlm
-from ..mcore import mcore_fix
+from ..mcore_checks import mcore_fix
 
 MEMORY_LIMIT_MIB = 1024
 

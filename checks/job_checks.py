@@ -20,9 +20,9 @@ from dsv4_doctor.jobsettings import ROUNDING
 from dsv4_doctor.jobshape import entry_shown
 
 from ._upstream import EAV, gh, mlm, pypi
-from .verl import ENGINE as VERL_ENGINE
-from .verl import STATIC as VERL_STATIC
-from .verl import markers as verl_markers
+from .verl_checks import ENGINE as VERL_ENGINE
+from .verl_checks import STATIC as VERL_STATIC
+from .verl_checks import markers as verl_markers
 
 TC = "megatron/core/transformer/transformer_config.py"
 MPC = "megatron/core/model_parallel_config.py"

@@ -7,7 +7,7 @@ from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, wa
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
-from .cudnn_fe import FE, M8_FLASH_MLA, m8
+from .cudnn_fe_checks import FE, M8_FLASH_MLA, m8
 from ._upstream import EAV, measured, mlm, pypi
 
 FIX_BACKEND_NONE = fixes.BACKEND_NONE
