@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_doctor
+from conftest import run_doctor
 from fakes import Env, fake_flash_mla
 from wheels import ensure
 
@@ -28,15 +28,14 @@ BRIDGE = "megatron/bridge/models/deepseek/deepseek_v4_bridge.py"
 
 def _source_facts(root: Path) -> dict:
     """The static probe's summary of the installed bridge, as the doctor's probe computes it (same function)."""
-    sys.path.insert(0, str(REPO / "doctor" / "probes"))
+    import probe_modules
+
     sys.path.insert(0, str(root))
     try:
-        import dsv4probe_static
-
-        return dsv4probe_static.source_facts(bridgerule.BRIDGE_MODULE, [], (), [bridgerule.FIELD])
+        return probe_modules.load("dsv4probe_static").source_facts(bridgerule.BRIDGE_MODULE, [], (),
+                                                                   [bridgerule.FIELD])
     finally:
         sys.path.remove(str(root))
-        sys.path.remove(str(REPO / "doctor" / "probes"))
 
 
 # --- the bridge's rule, read from the real wheels --------------------------------------------------------------------

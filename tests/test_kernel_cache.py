@@ -12,6 +12,7 @@ import pytest
 
 from conftest import has_torch, run_doctor
 from fakes import Env, fake_cudnn_dsa, fake_layout_kernels
+import probe_modules
 
 from dsv4_doctor import kernelcache
 
@@ -99,15 +100,7 @@ def test_the_bench_says_which_kernel_cache_its_rows_ran_on(tmp_path):
 
 
 def probe_module():
-    import dsv4_doctor.checks.smoke as smoke_pkg
-    from dsv4_doctor.probes import PROBE_DIR
-
-    for p in (str(PROBE_DIR), str(Path(smoke_pkg.__file__).parent)):
-        if p not in sys.path:
-            sys.path.insert(0, p)
-    import dsv4probe_kernels as pk
-
-    return pk
+    return probe_modules.load("dsv4probe_kernels")
 
 
 class Device:

@@ -72,13 +72,9 @@ def test_negative_control_and_a_wrong_layout_are_detected():
     """In-process: keys cut to the rank's own rows (no all-gather) must fail the comparison."""
     import torch
 
-    from pathlib import Path
+    import probe_modules
 
-    import dsv4_doctor.checks.smoke as smoke_pkg
-    from dsv4_doctor.probes import PROBE_DIR
-
-    sys.path[:0] = [str(PROBE_DIR), str(Path(smoke_pkg.__file__).parent)]
-    import dsv4probe_smoke as sm
+    sm = probe_modules.load("dsv4probe_smoke")
 
     device = torch.device("cpu")
     batch = sm.make_batch(torch, 2, device)
@@ -518,13 +514,9 @@ def test_the_real_frontend_wheel_on_the_cpu_is_a_skip_never_a_pass(tmp_path):
 
 def test_a_missing_module_named_cuda_is_not_read_as_a_cuda_refusal():
     """In-process: the probe's CPU "needs CUDA" skip is for a kernel refusing CPU tensors, never for an ImportError."""
-    from pathlib import Path
+    import probe_modules
 
-    import dsv4_doctor.checks.smoke as smoke_pkg
-    from dsv4_doctor.probes import PROBE_DIR
-
-    sys.path[:0] = [str(PROBE_DIR), str(Path(smoke_pkg.__file__).parent)]
-    import dsv4probe_kernels as pk
+    pk = probe_modules.load("dsv4probe_kernels")
 
     assert not pk._needs_cuda(ModuleNotFoundError("No module named 'cuda'", name="cuda"))
     assert not pk._needs_cuda(ImportError("cannot import name 'driver' from 'cuda.bindings'"))

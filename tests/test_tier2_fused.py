@@ -1,28 +1,19 @@
 """Tier 2's fused-vs-unfused comparison: the tolerance, the comparison and its control in-process, and the two
 builds as real processes against the fake Megatron (its DSv4 layer API, differentiable, on the CPU)."""
 
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from conftest import has_torch
 from fakes import Env, fake_flash_mla, fake_megatron_importable, fake_te
+import probe_modules
 
 pytestmark = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
 
 
 def probe_module():
-    import dsv4_doctor.checks.smoke as smoke_pkg
-    from dsv4_doctor.probes import PROBE_DIR
-
-    for p in (str(PROBE_DIR), str(Path(smoke_pkg.__file__).parent)):
-        if p not in sys.path:
-            sys.path.insert(0, p)
-    import dsv4probe_smoke as sm
-
-    return sm
+    return probe_modules.load("dsv4probe_smoke")
 
 
 def saved(torch, scale=1.0, grad_scale=1.0, control=1.5, weights=None):

@@ -19,21 +19,29 @@ signatures compute, which is how the whole path is tested without a GPU.
 Stdlib besides torch (and the stack under test). Run as `python dsv4probe_kernels.py OUT REQUEST_JSON`.
 """
 
+import os
+import sys
+
+# Before any other import: nothing beside a probe script is the job's (dsv4probe_common's docstring says why).
+HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE]
+if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not True:
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(
+        os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
+    sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["dsv4probe_common"])
+from dsv4probe_common import LIB, error_info, load_module, serve
+
 import importlib.util
 import inspect
 import json
-import os
 import re
 import stat
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE)
-sys.path.insert(0, HERE)
-from dsv4probe_common import error_info, serve  # noqa: E402
-
-import dsv4ref as ref  # noqa: E402
+ref = load_module("dsv4ref", HERE)
 
 ROWS_PER_RANK = 128
 RATIO = 4  # the ratio-4 CSA layers are the ones with an indexer
@@ -483,7 +491,8 @@ def start_index_modes(request):
         out = os.path.join(outdir, "%s.json" % mode.replace(" ", "-"))
         req = dict(request, layout_part=mode)
         kids[mode] = (subprocess.Popen([sys.executable, os.path.abspath(__file__), out, json.dumps(req)],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out, time.monotonic())
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                       env=dict(os.environ, DSV4_DOCTOR_PROBE_LIB=LIB)), out, time.monotonic())
     return kids
 
 

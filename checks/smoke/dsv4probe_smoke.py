@@ -17,16 +17,26 @@ compared with the CP=1 output of the same weights and inputs.
 Stdlib besides torch (and Megatron for tier 2). Run as `python dsv4probe_smoke.py OUT REQUEST_JSON`.
 """
 
-import json
 import os
+import sys
+
+# Before any other import: nothing beside a probe script is the job's (dsv4probe_common's docstring says why).
+HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE]
+if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not True:
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(
+        os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
+    sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["dsv4probe_common"])
+from dsv4probe_common import LIB, error_info, load_module, serve
+
+import json
 import socket
 import subprocess
-import sys
 import time
 
-# The engine's probe helpers (dsv4probe_common, dsv4probe_static) live in the folder the doctor names.
-sys.path.insert(0, os.environ.get("DSV4_DOCTOR_PROBE_LIB") or os.path.dirname(os.path.abspath(__file__)))
-from dsv4probe_common import error_info, serve
 
 TOLERANCE = 2e-2  # max abs error for bf16 inputs and outputs of magnitude <= ~1 (bf16 has 8 significant bits)
 NEGATIVE_MIN = 10 * TOLERANCE  # the zigzag re-assembly must be off by at least this much
@@ -266,7 +276,8 @@ def launch_workers(request, cp, procs, backend, deadline, tier2_reference):
     here = os.path.abspath(__file__)
     outdir = os.path.dirname(os.path.abspath(sys.argv[1]))
     children, outs = [], []
-    env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
+    env = dict(os.environ, DSV4_DOCTOR_PROBE_LIB=LIB, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+               NVSHMEM_DISABLE_NVLS="1",
                GLOO_SOCKET_IFNAME=os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
     env.pop("DSV4_DOCTOR_PROBE_TIMEOUT", None)
     for rank in range(procs):
@@ -975,9 +986,7 @@ def fused_not_run(request, device):
 def _watch_dsl_cache():
     """The kernel probe's count of CuTe DSL file-cache reads and writes (dsv4probe_kernels), or an empty list."""
     try:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import dsv4probe_kernels
-
+        dsv4probe_kernels = load_module("dsv4probe_kernels", HERE)
         dsv4probe_kernels.watch_cute_dsl_cache()
         return dsv4probe_kernels.CACHE_EVENTS
     except Exception:
@@ -998,7 +1007,8 @@ def start_fused_builds(request, outdir):
     probe kills them), before the rest of the smoke runs: they are its longest part."""
     here = os.path.abspath(__file__)
     # faulthandler in the child dumps where a hung build waits, one second before it is killed.
-    env = dict(os.environ, DSV4_DOCTOR_PROBE_TIMEOUT=str(request.get("build_timeout_s") or FUSED_BUILD_TIMEOUT_S))
+    env = dict(os.environ, DSV4_DOCTOR_PROBE_LIB=LIB,
+               DSV4_DOCTOR_PROBE_TIMEOUT=str(request.get("build_timeout_s") or FUSED_BUILD_TIMEOUT_S))
     builds = {}
     for label, backend in (("fused", "cudnn"), ("unfused", "none")):
         save = os.path.join(outdir, "tier2_%s.pt" % label)
@@ -1085,10 +1095,8 @@ DSV4_MODULE = "megatron.core.transformer.experimental_attention_variant.deepseek
 
 def dsv4_installed():
     """Megatron-core's DSv4 attention file exists (found without importing Megatron, as the static probe does)."""
-    from dsv4probe_static import locate_module
-
     try:
-        return bool(locate_module(DSV4_MODULE).get("found"))
+        return bool(load_module("dsv4probe_static").locate_module(DSV4_MODULE).get("found"))
     except Exception:
         return False
 

@@ -1,13 +1,26 @@
 """Shared by the probe scripts. Stdlib only, Python 3.8+: it runs inside the inspected interpreter.
 
-A probe script that lives elsewhere (beside its check, in a plugin) imports this module from the folder the doctor
-names in DSV4_DOCTOR_PROBE_LIB:
+Nothing beside a probe script is the job's: every probe script first drops its own folder from sys.path, then
+loads this module by path from the folder the doctor names in DSV4_DOCTOR_PROBE_LIB (its own folder when unset), and
+its sibling modules by path through load_module. A torch.py, a dsv4probe_common.py or any same-named package beside
+it or on PYTHONPATH cannot stand in for what it imports:
 
-    sys.path.insert(0, os.environ["DSV4_DOCTOR_PROBE_LIB"])
-    from dsv4probe_common import error_info, serve
+    import os
+    import sys
+
+    HERE = os.path.dirname(os.path.realpath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE]
+    if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not True:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(
+            os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
+        sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["dsv4probe_common"])
+    from dsv4probe_common import error_info, load_module, serve
 """
 
 import faulthandler
+import importlib.util
 import json
 import os
 import signal
@@ -16,6 +29,8 @@ import threading
 import time
 import traceback
 
+PROBE_COMMON = True  # this module, loaded by a probe's bootstrap (never a same-named stand-in imported by name)
+LIB = os.path.dirname(os.path.realpath(__file__))  # the engine's probe modules: dsv4probe_static, dsv4probe_fleet
 PARENT_VARIABLE = "DSV4_DOCTOR_PARENT_PID"  # set by the doctor's Processes.spawn: the pid that started this process
 WATCH_INTERVAL_S = 0.5
 TIMEOUT_GRACE_S = 5.0
@@ -67,6 +82,26 @@ def _probe_timeout():
 
 # Every probe script imports this module first thing: the watchdog runs before anything of the target's is imported.
 WATCHDOG = watch_parent(_probe_timeout())
+
+
+def load_module(name, folder=LIB):
+    """The probe module `name` (a file name.py in `folder`), loaded by path, once: never whatever a same-named module
+    on sys.path would give. It is registered under `name`, so the modules it loads by path share it."""
+    path = os.path.join(folder, name + ".py")
+    loaded = sys.modules.get(name)
+    if loaded is not None and os.path.realpath(getattr(loaded, "__file__", None) or "") == os.path.realpath(path):
+        return loaded
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError("no probe module %s at %s" % (name, path), name=name, path=path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
 
 
 def error_info(exc, frames=3):

@@ -32,18 +32,27 @@ MAC and anyone who can reach the port can write them (the README's threat model)
 Answer: {"exit_code", "timings", "plan"} or a probe_error. Stdlib besides torch. `python dsv4probe_fleet.py OUT REQ`.
 """
 
+import os
+import sys
+
+# Before any other import: nothing beside a probe script is the job's (dsv4probe_common's docstring says why).
+HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE]
+if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not True:
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(
+        os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
+    sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["dsv4probe_common"])
+from dsv4probe_common import serve
+
 import hashlib
 import hmac
 import json
-import os
 import secrets
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE)
-sys.path.insert(0, HERE)
-from dsv4probe_common import serve  # noqa: E402
 
 POLL_S = 0.05
 OTHERS_POLL_S = 0.1  # the other ranks' polling of rank 0's store: 1,000 ranks make 10,000 requests a second

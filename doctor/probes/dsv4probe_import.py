@@ -4,14 +4,24 @@ A target is ``module`` or ``module:attr.path``. Each target is tried on its own,
 next; every outcome is data. A target named in `signatures` also reports its call signature's parameter names.
 """
 
-import importlib
-import inspect
 import os
 import sys
-import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under PYTHONSAFEPATH / -P
+# Before any other import: nothing beside a probe script is the job's (dsv4probe_common's docstring says why).
+HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE]
+if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not True:
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(
+        os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
+    sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["dsv4probe_common"])
 from dsv4probe_common import error_info, serve
+
+import importlib
+import inspect
+import time
 
 
 def resolve(target, want_signature):

@@ -7,13 +7,24 @@ the ELF dynamic symbol table (and its GNU version definitions) of each copy, wit
 fails to load, or crashes when loaded, can still be read. Stdlib only, Python 3.8+.
 """
 
-import glob
 import os
-import struct
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under PYTHONSAFEPATH / -P
+# Before any other import: nothing beside a probe script is the job's (dsv4probe_common's docstring says why).
+HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE]
+if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not True:
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(
+        os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
+    sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["dsv4probe_common"])
 from dsv4probe_common import serve
+
+import glob
+import struct
+
 
 SYSTEM_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/cuda/lib64",
                "/usr/local/cuda/compat", "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu")

@@ -1,0 +1,194 @@
+"""Every probe script, run as the doctor runs it (a subprocess of the target interpreter, the doctor's child
+environment), answers correctly with a hostile same-named package in its own folder's position and on PYTHONPATH: a
+probe drops its folder from sys.path before any import and loads its own modules by path, so nothing beside it or on
+PYTHONPATH can stand in for what it imports.
+
+The probe folders are copied whole (the engine's, and each check folder holding probe scripts), as an installed or a
+plugin's copy would lie. Beside every probe module a package of the same name is planted (a package wins over a
+module of the same name in one folder), and beside the scripts packages named after what they import (torch, cudnn,
+...); PYTHONPATH holds packages named after every probe module. Each hostile package ends the process with EXIT at
+import: a probe that imported one gives no answer.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import probe_modules
+from conftest import has_torch
+from dsv4_doctor.probes import PROBE_DIR, child_env
+
+EXIT = 86
+HOSTILE = "import os\nos._exit(%d)\n" % EXIT
+# What the probe scripts import from the environment under test: a folder beside them is never the job's.
+IMPORTED = ("torch", "cudnn", "flash_mla", "megatron", "transformer_engine", "cutlass")
+TIMEOUT_S = 120
+
+needs_torch = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
+
+
+def _plant(folder: Path, names) -> None:
+    for name in names:
+        (folder / name).mkdir(exist_ok=True)
+        (folder / name / "__init__.py").write_text(HOSTILE)
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """(copies of the probe folders by their real folder, the hostile PYTHONPATH folder)."""
+    root = tmp_path_factory.mktemp("hostile")
+    folders = {}
+    names = set()
+    for real in probe_modules.probe_folders():
+        scripts = sorted(real.glob("dsv4probe_*.py")) + sorted(real.glob("dsv4ref*.py"))
+        if not scripts:
+            continue
+        copy = root / ("lib" if real == PROBE_DIR else "checks-" + real.name)
+        copy.mkdir()
+        for path in real.glob("*.py"):
+            shutil.copy2(path, copy / path.name)
+        own = {p.stem for p in copy.glob("*.py") if p.stem != "__init__"}
+        _plant(copy, own | set(IMPORTED))
+        names |= own
+        folders[real] = copy
+    pythonpath = root / "pythonpath"
+    pythonpath.mkdir()
+    _plant(pythonpath, names)
+    return folders, pythonpath
+
+
+def run_as_the_doctor(script: Path, request: dict, tmp_path: Path, lib: Path, pythonpath: Path | None) -> dict:
+    out = tmp_path / ("answer-%s.json" % script.stem)
+    env = child_env(TIMEOUT_S, {"DSV4_DOCTOR_PROBE_LIB": str(lib)})
+    if pythonpath is None:
+        env.pop("PYTHONPATH", None)
+    else:
+        env["PYTHONPATH"] = str(pythonpath)
+    proc = subprocess.run([sys.executable, str(script), str(out), json.dumps(request)], cwd=str(tmp_path), env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=TIMEOUT_S)
+    assert proc.returncode != EXIT, "%s imported a hostile stand-in: %s" % (script.name, proc.stderr[-1500:])
+    assert out.exists(), "%s gave no answer (exit %s): %s" % (script.name, proc.returncode, proc.stderr[-1500:])
+    answer = json.loads(out.read_text())
+    assert "probe_error" not in answer, answer
+    return answer
+
+
+def hostile_run(hostile, name: str, request: dict, tmp_path: Path) -> dict:
+    folders, pythonpath = hostile
+    real = probe_modules.script(name)
+    return run_as_the_doctor(folders[real.parent] / real.name, request, tmp_path, folders[PROBE_DIR], pythonpath)
+
+
+def test_the_hostile_packages_win_over_a_plain_import(hostile, tmp_path):
+    """The control: imported by name, from the probe's folder or through PYTHONPATH, the hostile packages answer
+    (so the tests below would fail for a probe that imports so)."""
+    folders, pythonpath = hostile
+    for copy in folders.values():
+        probe = copy / "plain_import.py"
+        for module in ("torch", "dsv4probe_common"):
+            probe.write_text("import %s\n" % module)
+            env = dict(os.environ, PYTHONPATH=str(pythonpath))
+            assert subprocess.run([sys.executable, str(probe)], env=env, timeout=60).returncode == EXIT
+        probe.unlink()
+    elsewhere = tmp_path / "elsewhere.py"
+    elsewhere.write_text("import dsv4probe_common\n")
+    assert subprocess.run([sys.executable, str(elsewhere)], env=dict(os.environ, PYTHONPATH=str(pythonpath)),
+                          timeout=60).returncode == EXIT
+
+
+def test_every_probe_script_is_covered_here():
+    """A new probe script (a module the doctor runs: it serves an answer) gets its case below; the modules its
+    scripts load are covered through them."""
+    scripts = {p.stem for folder in probe_modules.probe_folders() for p in folder.glob("dsv4probe_*.py")
+               if '\nif __name__ == "__main__":' in p.read_text()}
+    assert scripts == set(CASES)
+
+
+def static_ok(answer):
+    copies = answer["distributions"]["packaging"]["copies"]
+    assert copies[0]["version"] == importlib.metadata.version("packaging")
+    assert answer["modules"]["json"]["found"] is True
+
+
+def import_ok(answer):
+    assert answer["results"][0]["ok"] is True and answer["results"][0]["kind"] == "function"
+
+
+def libs_ok(answer):
+    assert any(c.get("exports") for c in answer["copies"]), answer
+
+
+def driver_ok(answer):
+    real = run_as_the_doctor(PROBE_DIR / "dsv4probe_driver.py", {}, Path(answer["_tmp"]), PROBE_DIR, None)
+    assert {k: v for k, v in answer.items() if k != "_tmp"} == real
+
+
+def torch_ok(answer):
+    import torch
+
+    assert answer["imported"] is True and answer["version"] == torch.__version__
+    assert Path(answer["origin"]).resolve() == Path(torch.__file__).resolve()
+
+
+def fleet_ok(answer):
+    assert answer["exit_code"] == 0, answer
+
+
+def smoke_ok(answer):
+    assert answer["imported"] is True and answer["tier1"]["ok"] is True, answer
+
+
+def kernels_ok(answer):
+    # Without the cuDNN frontend the sub-run is the frontend's skip; the hostile cudnn beside the probe would have
+    # ended the process instead.
+    assert answer["status"] == "skip" and answer["rule"] == "cudnn-fe.version", answer
+
+
+CASES = {
+    "dsv4probe_static": ({"distributions": ["packaging"], "modules": ["json"]}, static_ok, False),
+    "dsv4probe_import": ({"targets": ["json:dumps"]}, import_ok, False),
+    "dsv4probe_libs": ({"soname": "libc.so.6", "symbol": "printf"}, libs_ok, False),
+    "dsv4probe_driver": ({}, driver_ok, False),
+    "dsv4probe_torch": ({}, torch_ok, True),
+    "dsv4probe_fleet": (None, fleet_ok, True),
+    "dsv4probe_smoke": ({"cp": 1, "device": "cpu", "tier2": False, "distributed": "off"}, smoke_ok, True),
+    "dsv4probe_kernels": ({"subrun": "dsa", "device": "cpu"}, kernels_ok, True),
+}
+
+
+def fleet_request(tmp_path: Path) -> dict:
+    """One rank alone: its doctor's verdict and release are already written, so the exchange ends at once."""
+    import socket
+
+    folder = tmp_path / "fleet"
+    folder.mkdir()
+    (folder / "verdict.json").write_text(json.dumps({"exit_code": 0}))
+    (folder / "released").write_text("")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return {"rank": 0, "world_size": 1, "dir": str(folder), "master_addr": "127.0.0.1", "port": port,
+            "connect_s": 10.0, "scope": "isolation", "join_s": 0.2, "verdict_s": 2.0, "ack_s": 0.2}
+
+
+def _cases():
+    for name, (_request, _check, torch) in CASES.items():
+        marks = [needs_torch, pytest.mark.slow] if torch else []
+        yield pytest.param(name, marks=marks, id=name)
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_a_probe_answers_right_beside_hostile_same_named_packages(hostile, tmp_path, name):
+    request, check, _ = CASES[name]
+    answer = hostile_run(hostile, name, request if request is not None else fleet_request(tmp_path), tmp_path)
+    if check is driver_ok:
+        answer["_tmp"] = str(tmp_path)
+    check(answer)
