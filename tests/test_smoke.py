@@ -74,7 +74,7 @@ def test_negative_control_and_a_wrong_layout_are_detected():
 
     import probe_modules
 
-    sm = probe_modules.load("dsv4probe_smoke")
+    sm = probe_modules.load("dsv4probe_smoke_batch")
 
     device = torch.device("cpu")
     batch = sm.make_batch(torch, 2, device)

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not has_torch(), reason="needs the test environm
 
 
 def probe_module():
-    return probe_modules.load("dsv4probe_smoke")
+    return probe_modules.load("dsv4probe_smoke_tolerances")
 
 
 def saved(torch, scale=1.0, grad_scale=1.0, control=1.5, weights=None):
@@ -83,7 +83,7 @@ def run_builds(tmp_path, mode, timeout_s=60.0, te=True, deadline_s=120.0):
 
     from dsv4_doctor.probes import PROBE_DIR
 
-    sm = probe_module()
+    sm = probe_modules.load("dsv4probe_smoke_fused")
     env = Env(tmp_path / "env").fake("megatron", fake_megatron_importable, mode=mode)
     if te:
         env.fake("te", fake_te)

@@ -37,11 +37,13 @@ from dsv4probe_common import LIB, error_info, load_module, serve
 import importlib.util
 import inspect
 import json
-import re
-import stat
 import time
 
-ref = load_module("dsv4ref", HERE)
+for _part in ("dsv4ref", "dsv4probe_files"):
+    load_module(_part, HERE)
+# The modules just loaded by path, read from sys.modules (never looked up on sys.path):
+import dsv4ref as ref
+from dsv4probe_files import COMMIT, git_head
 
 ROWS_PER_RANK = 128
 RATIO = 4  # the ratio-4 CSA layers are the ones with an indexer
@@ -255,67 +257,17 @@ def _version(module_name):
 # The seed incident's packages besides the frontend (an H100 job went NaN until the frontend and tvm-ffi were
 # reinstalled; the CuTe DSL compiles both the frontend's DSA kernels and Megatron's layout kernels).
 STACK_PACKAGES = ("apache-tvm-ffi", "nvidia-cutlass-dsl")
-COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
 
 def _stack_versions():
     return {name: _version(name) for name in STACK_PACKAGES}
 
 
-def _read_small(path, limit=1 << 20):
-    """A regular file's first bytes as text, "" otherwise (never blocks on a FIFO, never follows into a device)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return ""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        return os.read(fd, limit).decode("utf-8", "replace")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
-
-
-def _git_head(tree):
-    """The commit a checkout's HEAD names, read from its files (git is never run): .git as a folder or a `gitdir:`
-    file (a submodule, such as Megatron-Bridge's 3rdparty/Megatron-LM, or a worktree), a detached HEAD or a ref in
-    the folder, its common folder, or packed-refs. None when none of that gives a commit."""
-    git = os.path.join(tree, ".git")
-    if os.path.isfile(git):
-        text = _read_small(git, 4096).strip()
-        if not text.startswith("gitdir:"):
-            return None
-        git = os.path.normpath(os.path.join(tree, text[len("gitdir:"):].strip()))
-    if not os.path.isdir(git):
-        return None
-    head = _read_small(os.path.join(git, "HEAD"), 4096).strip()
-    if COMMIT.match(head):
-        return head
-    ref = head[len("ref:"):].strip() if head.startswith("ref:") else ""
-    if not ref.startswith("refs/") or ".." in ref.split("/"):
-        return None
-    bases = [git]
-    common = _read_small(os.path.join(git, "commondir"), 4096).strip()
-    if common:
-        bases.append(os.path.normpath(os.path.join(git, common)))
-    for base in bases:
-        sha = _read_small(os.path.join(base, *ref.split("/")), 4096).strip()
-        if COMMIT.match(sha):
-            return sha
-        for line in _read_small(os.path.join(base, "packed-refs")).splitlines():
-            parts = line.split(" ")
-            if len(parts) == 2 and parts[1] == ref and COMMIT.match(parts[0]):
-                return parts[0]
-    return None
-
-
 def megatron_commit(core_dir):
     """(commit, where it was read) for the Megatron tree holding `core_dir` (.../megatron/core): the tree's git HEAD,
     else the installed megatron-core's direct_url.json when that distribution is this tree; ("unknown", None) else."""
     tree = os.path.dirname(os.path.dirname(core_dir))
-    sha = _git_head(tree)
+    sha = git_head(tree)
     if sha:
         return sha, os.path.join(tree, ".git")
     try:
