@@ -100,7 +100,7 @@ def test_the_bench_says_which_kernel_cache_its_rows_ran_on(tmp_path):
 
 
 def probe_module():
-    return probe_modules.load("dsv4probe_kernels")
+    return probe_modules.load("dsv4probe_kernels_ran")
 
 
 class Device:

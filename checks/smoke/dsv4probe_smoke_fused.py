@@ -194,11 +194,11 @@ def fused_not_run(request, device):
 
 
 def _watch_dsl_cache():
-    """The kernel probe's count of CuTe DSL file-cache reads and writes (dsv4probe_kernels), or an empty list."""
+    """The kernel probe's count of CuTe DSL file-cache reads and writes (dsv4probe_kernels_ran), or an empty list."""
     try:
-        dsv4probe_kernels = load_module("dsv4probe_kernels", HERE)
-        dsv4probe_kernels.watch_cute_dsl_cache()
-        return dsv4probe_kernels.CACHE_EVENTS
+        kernels_ran = load_module("dsv4probe_kernels_ran", HERE)
+        kernels_ran.watch_cute_dsl_cache()
+        return kernels_ran.CACHE_EVENTS
     except Exception:
         return []
 

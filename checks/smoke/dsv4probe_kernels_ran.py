@@ -1,0 +1,172 @@
+"""What ran: each kernel's calls (first and steady times) and the CuTe DSL file cache's reads, writes and
+compiles during them.
+
+A part of the kernel smoke probe (dsv4probe_kernels.py), loaded by path (dsv4probe_common.load_module).
+"""
+
+import importlib.util
+import inspect
+import os
+import sys
+import time
+
+from dsv4probe_common import load_module  # in sys.modules: it loads this part
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+load_module("dsv4probe_device", HERE)
+# The modules just loaded by path, read from sys.modules (never looked up on sys.path):
+from dsv4probe_device import sync
+
+
+CALLS = []  # (kernel name, seconds, CuTe DSL file-cache events during the call)
+CACHE_EVENTS = []  # ("load-hit" | "load-miss" | "write" | "compile" | "compile-no-cache", module hash prefix)
+
+
+def _kernel_name(fn):
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not isinstance(owner, type(sys)):
+        name = "%s.%s" % (getattr(owner, "__name__", type(owner).__name__), getattr(fn, "__name__", name))
+    return str(name)[:120]
+
+
+def _named(fn, name):
+    """fn under the name the evidence lists it by (one function compiling two kernels gets two names)."""
+    def call(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    call.__qualname__ = call.__name__ = name
+    return call
+
+
+def _timed(torch, device, fn, *args, **kwargs):
+    seen = len(CACHE_EVENTS)
+    t0 = time.monotonic()
+    out = fn(*args, **kwargs)
+    sync(torch, device)
+    took = time.monotonic() - t0
+    CALLS.append((_kernel_name(fn), took, list(CACHE_EVENTS[seen:])))
+    return out, took
+
+
+def _wrap_cache_functions(dsl):
+    """Count the CuTe DSL's file-cache reads and writes (cutlass/base_dsl/dsl.py resolves load_cache_from_path and
+    dump_cache_to_path from its own globals at each compile); the kernels are called and compared as always."""
+    load, dump = getattr(dsl, "load_cache_from_path", None), getattr(dsl, "dump_cache_to_path", None)
+    if load is None or dump is None or getattr(load, "_dsv4_doctor", False):
+        return
+
+    def counted_load(dsl_name, file, *a, **k):
+        fn = load(dsl_name, file, *a, **k)
+        CACHE_EVENTS.append(("load-hit" if fn is not None else "load-miss", str(file)[:16]))
+        return fn
+
+    def counted_dump(dsl_name, jit_function, file, *a, **k):
+        CACHE_EVENTS.append(("write", str(file)[:16]))
+        return dump(dsl_name, jit_function, file, *a, **k)
+
+    counted_load._dsv4_doctor = True
+    dsl.load_cache_from_path, dsl.dump_cache_to_path = counted_load, counted_dump
+    _wrap_compile(getattr(dsl, "BaseDSL", None))
+
+
+def _wrap_compile(base):
+    """Count each CuTe DSL compile and whether it bypassed the file cache: `cute.compile` passes no_cache=True
+    (nvidia-cutlass-dsl 4.5.2 cutlass/base_dsl/compiler.py L604-605) and BaseDSL.compile_and_cache reads and writes
+    the file cache only without it (dsl.py L1642, L1729), so such a kernel is compiled in-process at every run."""
+    compile_and_cache = getattr(base, "compile_and_cache", None)
+    if compile_and_cache is None or getattr(compile_and_cache, "_dsv4_doctor", False):
+        return
+    try:
+        signature = inspect.signature(compile_and_cache)
+    except (TypeError, ValueError):
+        return
+
+    def counted_compile(self, *args, **kwargs):
+        try:
+            no_cache = bool(signature.bind_partial(self, *args, **kwargs).arguments.get("no_cache"))
+        except TypeError:
+            no_cache = None
+        CACHE_EVENTS.append(("compile-no-cache" if no_cache else "compile", ""))
+        return compile_and_cache(self, *args, **kwargs)
+
+    counted_compile._dsv4_doctor = True
+    base.compile_and_cache = counted_compile
+
+
+class _CacheWatch:
+    """Wraps the DSL's cache functions once cutlass.base_dsl.dsl is imported (by whichever kernel needs it), so a
+    sub-run that never uses the CuTe DSL does not pay its import."""
+
+    TARGET = "cutlass.base_dsl.dsl"
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.TARGET:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        real_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            real_exec(module)
+            try:
+                _wrap_cache_functions(module)
+            except Exception:
+                pass
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def watch_cute_dsl_cache():
+    if "cutlass.base_dsl.dsl" in sys.modules:
+        _wrap_cache_functions(sys.modules["cutlass.base_dsl.dsl"])
+    else:
+        sys.meta_path.insert(0, _CacheWatch())
+
+
+def _cache_files(directory):
+    try:
+        return sum(1 for e in os.scandir(directory) if e.name.endswith(".mlir"))
+    except OSError:
+        return None
+
+
+CUTE_COMPILE_BYPASS = ("compiled in-process, every run: %d module(s) by cute.compile, which bypasses the CuTe DSL "
+                       "file cache (no_cache=True, nvidia-cutlass-dsl cutlass/base_dsl/compiler.py), so no kernel "
+                       "cache can serve it")
+
+
+def kernels_ran(cache_dir, files_before):
+    """Every kernel called, in order of first call: its first-call and steady (fastest later) times, and whether the
+    first call's CuTe DSL modules came from the file cache."""
+    rows, order = {}, []
+    for name, took, events in CALLS:
+        if name not in rows:
+            order.append(name)
+            hits = sum(1 for e in events if e[0] == "load-hit")
+            writes = sum(1 for e in events if e[0] == "write")
+            bypassed = sum(1 for e in events if e[0] == "compile-no-cache")
+            lookups = sum(1 for e in events if e[0] in ("load-hit", "load-miss"))
+            cache = ("not a CuTe DSL compile (no DSL compile or cache lookup)" if not events else
+                     "from the CuTe DSL file cache (%d module(s) read, none compiled)" % hits if hits and not writes
+                     and not bypassed else "compiled (%d module(s) written to the cache%s)" % (
+                         writes, ", %d read" % hits if hits else "") if writes and not bypassed else
+                     CUTE_COMPILE_BYPASS % bypassed if bypassed and not (hits or writes) else
+                     "compiled: %d by cute.compile (file cache bypassed), %d written, %d read" % (
+                         bypassed, writes, hits) if bypassed else
+                     "looked up, neither read nor written (%d miss(es); file caching off?)" % lookups)
+            rows[name] = {"kernel": name, "first_call_s": round(took, 4), "steady_s": None, "calls": 1,
+                          "cache": cache, "from_cache": hits > 0 and writes == 0 and bypassed == 0,
+                          "cache_bypassed": bypassed > 0}
+        else:
+            row = rows[name]
+            row["calls"] += 1
+            row["steady_s"] = round(took, 5) if row["steady_s"] is None else min(row["steady_s"], round(took, 5))
+    return {"kernels": [rows[n] for n in order], "cute_dsl_cache_dir": cache_dir,
+            "cache_files_before": files_before, "cache_files_after": _cache_files(cache_dir) if cache_dir else None}
