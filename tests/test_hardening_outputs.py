@@ -327,14 +327,18 @@ def test_metadata_over_the_read_limit_with_a_non_ascii_description_keeps_its_hea
 
 
 def test_metadata_whose_headers_pass_the_read_limit_is_unreadable_not_passed():
-    from dsv4_doctor.probes.dsv4probe_static import parse_metadata
+    import probe_modules
+
+    parse_metadata = probe_modules.load("dsv4probe_static_installed").parse_metadata
 
     with pytest.raises(ValueError, match="headers go on past"):
         parse_metadata(b"Name: x\nVersion: 1\nRequires-Dist: " + b"a" * 100, truncated=True)
 
 
 def test_a_source_over_the_read_limit_is_said_truncated_and_not_judged(tmp_path, monkeypatch):
-    from dsv4_doctor.probes import dsv4probe_static as static
+    import probe_modules
+
+    static = probe_modules.load("dsv4probe_static_sources")
 
     (tmp_path / "bigmod.py").write_text("def gate(x):\n    return x\n" + "PAD = 0\n" * 2000)
     monkeypatch.setattr(static, "SOURCE_LIMIT", 1024)
@@ -348,7 +352,9 @@ def test_a_source_over_the_read_limit_is_said_truncated_and_not_judged(tmp_path,
 
 
 def test_a_source_cut_inside_a_long_string_backs_off_to_a_cut_that_parses(tmp_path, monkeypatch):
-    from dsv4_doctor.probes import dsv4probe_static as static
+    import probe_modules
+
+    static = probe_modules.load("dsv4probe_static_sources")
 
     body = 'def flash_mla_sparse_fwd(q, kv, indexer_topk):\n    pass\n\n\nDOC = """\n' + "x = 1\n" * 5000 + '"""\n'
     (tmp_path / "cutmod.py").write_text(body + "def later():\n    pass\n" * 50)
@@ -360,7 +366,9 @@ def test_a_source_cut_inside_a_long_string_backs_off_to_a_cut_that_parses(tmp_pa
 
 
 def test_a_source_with_no_whole_statement_before_the_bound_is_not_judged(tmp_path, monkeypatch):
-    from dsv4_doctor.probes import dsv4probe_static as static
+    import probe_modules
+
+    static = probe_modules.load("dsv4probe_static_sources")
 
     (tmp_path / "onebig.py").write_text("X = [\n" + "    1,\n" * 500 + "]\n")
     monkeypatch.setattr(static, "SOURCE_LIMIT", 1024)

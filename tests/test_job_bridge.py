@@ -32,7 +32,7 @@ def _source_facts(root: Path) -> dict:
 
     sys.path.insert(0, str(root))
     try:
-        return probe_modules.load("dsv4probe_static").source_facts(bridgerule.BRIDGE_MODULE, [], (),
+        return probe_modules.load("dsv4probe_static_sources").source_facts(bridgerule.BRIDGE_MODULE, [], (),
                                                                    [bridgerule.FIELD])
     finally:
         sys.path.remove(str(root))

@@ -60,7 +60,7 @@ DSV4_MODULE = "megatron.core.transformer.experimental_attention_variant.deepseek
 def dsv4_installed():
     """Megatron-core's DSv4 attention file exists (found without importing Megatron, as the static probe does)."""
     try:
-        return bool(load_module("dsv4probe_static").locate_module(DSV4_MODULE).get("found"))
+        return bool(load_module("dsv4probe_static_installed").locate_module(DSV4_MODULE).get("found"))
     except Exception:
         return False
 

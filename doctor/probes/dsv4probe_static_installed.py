@@ -1,0 +1,302 @@
+"""What is installed, read without importing it: the interpreter, the distributions' metadata on sys.path (found by
+name as importlib.metadata finds them), the modules' locations, and who requires what.
+
+A part of the static probe (dsv4probe_static.py), loaded by path (dsv4probe_common.load_module).
+"""
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import platform
+import re
+import stat
+import sys
+
+
+def python_facts():
+    vi = sys.version_info
+    return {
+        "version": "%d.%d.%d" % (vi[0], vi[1], vi[2]),
+        "version_info": [vi[0], vi[1], vi[2], vi[3], vi[4]],
+        "implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "prefix": sys.prefix,
+        "base_prefix": getattr(sys, "base_prefix", sys.prefix),
+        "platform": sys.platform,
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "release": platform.release(),
+        "path": [p for p in sys.path if p],
+        "markers": marker_environment(),
+    }
+
+
+def marker_environment():
+    """PEP 508's environment markers as this interpreter sees them (what pip evaluates Requires-Dist with)."""
+    impl = getattr(sys, "implementation", None)
+    iv = getattr(impl, "version", sys.version_info)
+    iversion = "%d.%d.%d" % (iv[0], iv[1], iv[2])
+    if iv[3] != "final":
+        iversion += iv[3][0] + str(iv[4])
+    return {
+        "implementation_name": getattr(impl, "name", "cpython"),
+        "implementation_version": iversion,
+        "os_name": os.name,
+        "platform_machine": platform.machine(),
+        "platform_release": platform.release(),
+        "platform_system": platform.system(),
+        "platform_version": platform.version(),
+        "python_full_version": platform.python_version(),
+        "platform_python_implementation": platform.python_implementation(),
+        "python_version": ".".join(platform.python_version_tuple()[:2]),
+        "sys_platform": sys.platform,
+    }
+
+
+def normalize(name):
+    """PEP 503 name normalisation, as importlib.metadata matches folder names (`transformer_engine-2.16.1`)."""
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+_INDEX = None
+
+
+def distribution_index():
+    """Every distribution folder on sys.path, by normalised name, in sys.path order (built once)."""
+    global _INDEX
+    if _INDEX is None:
+        _INDEX = {}
+        for directory in sys.path:
+            try:
+                names = sorted(os.listdir(directory or "."))
+            except OSError:
+                continue
+            for entry in names:
+                if entry.endswith(".dist-info") or entry.endswith(".egg-info"):
+                    prefix = entry.rsplit(".", 1)[0].split("-")[0]
+                    _INDEX.setdefault(normalize(prefix), []).append(os.path.join(directory or ".", entry))
+    return _INDEX
+
+
+def read_bounded(path, limit=1 << 22):
+    """(a regular file's first `limit` bytes, its size). Anything else (a FIFO, a device) raises OSError without
+    blocking: a FIFO named METADATA would stall the whole probe until its timeout."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError("%s is not a regular file" % path)
+        with os.fdopen(fd, "rb") as fh:
+            fd = None
+            return fh.read(limit), info.st_size
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def read_regular(path, limit=1 << 22):
+    """A regular file's first `limit` bytes (see read_bounded)."""
+    return read_bounded(path, limit)[0]
+
+
+def _read(folder, name, limit=1 << 22):
+    return read_regular(os.path.join(folder, name), limit)
+
+
+# What an installer writes about the install itself, not the package's files: direct_url.json holds the path the
+# wheel was installed from (two installs of one wheel from two folders differed in it on the H200, 2026-12-01),
+# .pyc files exist or not with pip's --no-compile, and files outside the site folder ("../../../bin/torchrun") are
+# scripts whose first line names the interpreter.
+_RECORD_INSTALL_ONLY = ("/direct_url.json", "/INSTALLER", "/REQUESTED", "/RECORD")
+
+
+def record_fingerprint(raw):
+    """sha256 of a RECORD's entries for the package's own files (sorted: the order is the installer's)."""
+    keep = []
+    for line in raw.splitlines():
+        path = line.rsplit(b",", 2)[0].decode("utf-8", "replace").replace("\\", "/")
+        if (not path or path.endswith(".pyc") or path.startswith("../")
+                or (".dist-info/" in path and path.endswith(_RECORD_INSTALL_ONLY))):
+            continue
+        keep.append(line.strip())
+    return hashlib.sha256(b"\n".join(sorted(keep))).hexdigest()
+
+
+METADATA_LIMIT = 1 << 22
+
+
+def parse_metadata(raw, truncated=False):
+    """The header fields of a METADATA/PKG-INFO file (RFC 822 style; continuation lines folded). Decoded strictly,
+    as importlib.metadata reads it: undecodable METADATA is an error. When the read stopped at its bound
+    (`truncated`), the cut may split the body's last character, which is no error; headers that do not end
+    before the bound are (they may go on past it, with a Requires-Python the rules need)."""
+    if truncated:
+        end = raw.find(b"\n\n")
+        if end < 0:
+            end = raw.find(b"\r\n\r\n")
+        if end < 0:
+            raise ValueError("its headers go on past the %d-byte read limit" % len(raw))
+        # The headers in full, strictly; the body is not read (no rule reads the description).
+        raw = raw[:end + 1]
+    text = raw.decode("utf-8")
+    fields = {}
+    last = None
+    for line in text.splitlines():
+        if not line:
+            break  # the body (description) follows the first empty line; a line of blanks is a folded one (a
+            # multi-line License field, as megatron-bridge 0.6.2 has, carries them), as the email parser reads it
+        if line[:1] in (" ", "\t") and last is not None:
+            fields[last][-1] += " " + line.strip()
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        last = key.strip()
+        fields.setdefault(last, []).append(value.strip())
+    return fields
+
+
+def _direct_url(folder):
+    try:
+        text = _read(folder, "direct_url.json", 1 << 16).decode("utf-8", "replace")
+    except OSError:
+        return None
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {"error": "unreadable direct_url.json"}
+
+
+def distribution_facts(name):
+    """Every installed copy of a distribution (two dist-infos for one name is itself a finding)."""
+    copies = []
+    seen = set()
+    for folder in distribution_index().get(normalize(name), []):
+        real = os.path.realpath(folder)
+        if real in seen:
+            continue  # the same dist-info reached through a symlinked or repeated sys.path entry
+        seen.add(real)
+        entry = {"name": name, "version": None, "path": folder, "error": None}
+        meta_file = "METADATA" if folder.endswith(".dist-info") else "PKG-INFO"
+        try:
+            raw, size = read_bounded(os.path.join(folder, meta_file), METADATA_LIMIT)
+            fields = parse_metadata(raw, truncated=size > len(raw))
+            if size > len(raw):
+                entry["metadata_truncated"] = "headers read; the description past byte %d of %d was not" % (
+                    len(raw), size)
+            entry["version"] = (fields.get("Version") or [None])[0]
+            entry["name"] = (fields.get("Name") or [name])[0]
+            entry["requires"] = fields.get("Requires-Dist", [])
+            entry["requires_python"] = (fields.get("Requires-Python") or [None])[0]
+        except (OSError, UnicodeDecodeError, ValueError) as exc:  # missing, unreadable or non-UTF-8 METADATA
+            entry["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+        if not entry["version"] and not entry["error"]:
+            entry["error"] = "%s has no Version (empty or corrupt)" % meta_file
+        try:
+            entry["installer"] = _read(folder, "INSTALLER", 256).decode("utf-8", "replace").strip() or None
+        except OSError:
+            entry["installer"] = None
+        entry["direct_url"] = _direct_url(folder)
+        try:  # RECORD lists every installed file with its hash: the files' fingerprint (fleet.drift)
+            entry["record_sha256"] = record_fingerprint(_read(folder, "RECORD", 1 << 23))
+        except OSError:
+            entry["record_sha256"] = None
+        copies.append(entry)
+    return {"copies": copies}
+
+
+def _module_file(directory, part):
+    """Where module `part` lives inside `directory`, without importing it."""
+    pkg = os.path.join(directory, part)
+    if os.path.isdir(pkg):
+        init = os.path.join(pkg, "__init__.py")
+        if os.path.isfile(init):
+            return {"kind": "package", "origin": init, "locations": [pkg]}
+        return {"kind": "namespace", "origin": None, "locations": [pkg]}
+    for suffix in importlib.machinery.SOURCE_SUFFIXES:
+        candidate = os.path.join(directory, part + suffix)
+        if os.path.isfile(candidate):
+            return {"kind": "module", "origin": candidate, "locations": []}
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = os.path.join(directory, part + suffix)
+        if os.path.isfile(candidate):
+            return {"kind": "extension", "origin": candidate, "locations": []}
+    return None
+
+
+def locate_module(name):
+    """find_spec of the top-level name only (it executes nothing), then a walk of the package directories."""
+    parts = name.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+    except Exception as exc:
+        return {"found": False, "error": "%s: %s" % (type(exc).__name__, exc)}
+    if spec is None:
+        return {"found": False, "missing": parts[0]}
+    here = {
+        "kind": "namespace" if spec.origin in (None, "namespace") else (
+            "package" if spec.submodule_search_locations is not None else "module"),
+        "origin": spec.origin if spec.origin not in (None, "namespace") else None,
+        "locations": list(spec.submodule_search_locations or []),
+    }
+    for i, part in enumerate(parts[1:], start=1):
+        found = None
+        namespace_dirs = []
+        for directory in here["locations"]:
+            hit = _module_file(directory, part)
+            if hit is None:
+                continue
+            if hit["kind"] == "namespace":
+                namespace_dirs.extend(hit["locations"])
+                continue
+            found = hit
+            break
+        if found is None and namespace_dirs:
+            found = {"kind": "namespace", "origin": None, "locations": namespace_dirs}
+        if found is None:
+            return {"found": False, "missing": ".".join(parts[: i + 1])}
+        here = found
+    here["found"] = True
+    return here
+
+
+def _requirement_name(line):
+    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+    return normalize(m.group(1)) if m else None
+
+
+def dependents(names):
+    """Every installed distribution that declares a requirement on one of `names`: {dist: {version, requires}}.
+
+    Reads every METADATA on sys.path once (a few ms per hundred distributions)."""
+    wanted = set(normalize(n) for n in names)
+    out = {}
+    for key in distribution_index():
+        if key in wanted:
+            continue
+        facts = distribution_facts(key)["copies"]
+        if not facts or facts[0].get("error"):
+            continue
+        hits = [r for r in facts[0].get("requires") or [] if _requirement_name(r) in wanted]
+        if hits:
+            out[facts[0]["name"]] = {"version": facts[0]["version"], "path": facts[0]["path"], "requires": hits}
+    return out
+
+
+def requirement_targets(names):
+    """Every distribution named in the Requires-Dist of `names` (markers not evaluated): {name: version or None}."""
+    out = {}
+    for name in names:
+        copies = distribution_facts(name)["copies"]
+        if not copies or copies[0].get("error"):
+            continue
+        for line in copies[0].get("requires") or []:
+            target = _requirement_name(line)
+            if target and target not in out:
+                found = distribution_facts(target)["copies"] if target in distribution_index() else []
+                out[target] = found[0].get("version") if found and not found[0].get("error") else None
+    return out
