@@ -150,7 +150,7 @@ gpu_arch = Check(
     run=_gpu_arch,
 )
 
-DRIVER = Probe.python("driver", "dsv4probe_driver.py")
+DRIVER = Probe.beside(__file__, "driver", "dsv4probe_driver.py")
 # The newest CUDA each driver branch supports (NVIDIA's CUDA toolkit release notes, table 3), as driver API numbers.
 BRANCH_CUDA = ((580, 13000), (575, 12090), (570, 12080), (565, 12070), (560, 12060), (555, 12050), (550, 12040),
                (545, 12030), (535, 12020), (530, 12010), (525, 12000), (520, 11080), (515, 11070), (510, 11060),

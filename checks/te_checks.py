@@ -156,7 +156,7 @@ TORCH_SYMBOL = re.compile(r"^_ZN\d*(?:c10|at|torch|pybind11)|^_ZNK?\d*(?:c10|at|
 
 
 def library_probe(soname: str, symbol: str, version: str | None) -> Probe:
-    return Probe.python(f"libs:{soname}:{symbol}", "dsv4probe_libs.py",
+    return Probe.beside(__file__, f"libs:{soname}:{symbol}", "dsv4probe_libs.py",
                         {"soname": soname, "symbol": symbol, "version": version})
 
 

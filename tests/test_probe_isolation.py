@@ -192,3 +192,66 @@ def test_a_probe_answers_right_beside_hostile_same_named_packages(hostile, tmp_p
     if check is driver_ok:
         answer["_tmp"] = str(tmp_path)
     check(answer)
+
+
+INSTALLED_RUN = r"""
+import json, os, sys
+import dsv4_doctor
+from dsv4_doctor.checks import gpu_checks, te_checks
+from dsv4_doctor.checks.smoke import kernels as kernel_checks
+from dsv4_doctor.probes import Probe, run_probe
+from dsv4_doctor.procs import Processes
+
+target = os.path.realpath(sys.argv[1])
+assert os.path.realpath(dsv4_doctor.__file__).startswith(target + os.sep), dsv4_doctor.__file__
+smoke = os.path.dirname(os.path.realpath(kernel_checks.__file__))
+probes = {
+    "driver": gpu_checks.DRIVER,
+    "libs": te_checks.library_probe("libc.so.6", "printf", None),
+    "static": Probe.python("static", "dsv4probe_static.py", {"modules": ["json"]}),
+    "kernels": Probe.python("kernels", os.path.join(smoke, "dsv4probe_kernels.py"), {"subrun": "layout", "cp": 1,
+                                                                                        "device": "cpu"}),
+    "smoke": Probe.python("smoke", os.path.join(smoke, "dsv4probe_smoke.py"), {"cp": 1, "device": "cpu",
+                                                                                "tier2": False}),
+}
+out = {}
+for name, probe in probes.items():
+    assert os.path.realpath(probe.script_path).startswith(target + os.sep), probe.script_path
+    result = run_probe(probe, sys.executable, 120, Processes())
+    out[name] = {"ok": result.ok, "data": result.data, "error": result.error, "stderr": result.stderr_tail}
+print(json.dumps(out))
+"""
+
+
+@needs_torch
+@pytest.mark.slow  # a pip build of the project, then torch probes
+def test_a_non_editable_install_ships_the_probe_scripts_and_runs_them(tmp_path):
+    """`pip install --no-deps --target`: every probe module is in the installed tree, beside the engine or beside its
+    area's checks, and the doctor runs them from there."""
+    repo = Path(__file__).resolve().parent.parent
+    source = tmp_path / "source"  # a copy: the build writes build/ and egg-info beside the sources
+    for part in ("doctor", "checks"):
+        shutil.copytree(repo / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(repo / name, source / name)
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-compile",
+                    "--target", str(target), str(source)], check=True, timeout=300, capture_output=True)
+    sources = {p.relative_to(repo) for p in repo.glob("doctor/**/dsv4*.py")} | \
+        {p.relative_to(repo) for p in repo.glob("checks/**/dsv4*.py")}
+    installed = {p.relative_to(target / "dsv4_doctor") for p in (target / "dsv4_doctor").glob("**/dsv4*.py")}
+    # doctor/ installs as dsv4_doctor/, checks/ as dsv4_doctor/checks/.
+    expected = {Path(*p.parts[1:]) if p.parts[0] == "doctor" else p for p in sources}
+    assert expected and expected <= installed, sorted(map(str, expected - installed))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV4_DOCTOR")}
+    env["PYTHONPATH"] = str(target)
+    proc = subprocess.run([sys.executable, "-c", INSTALLED_RUN, str(target)], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answers = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert all(a["ok"] for a in answers.values()), {k: (a["error"], a["stderr"][-500:]) for k, a in answers.items()}
+    assert answers["driver"]["data"].get("loaded") in (True, False)
+    assert any(c.get("exports") for c in answers["libs"]["data"]["copies"])
+    assert answers["static"]["data"]["modules"]["json"]["found"] is True
+    assert answers["kernels"]["data"]["status"] == "skip" and "CP 1" in answers["kernels"]["data"]["summary"]
+    assert answers["smoke"]["data"]["tier1"]["ok"] is True

@@ -1,8 +1,9 @@
 """Probes: everything that touches the inspected environment runs in a subprocess with a timeout.
 
 A Python probe is a stdlib-only script run by the *target* interpreter as ``python SCRIPT OUT_JSON REQUEST_JSON``; it
-writes its JSON answer to OUT_JSON. Scripts live in this folder (the generic ones) or beside the check that uses them
-(a plugin can ship its own); they import `dsv4probe_common` from the folder named by DSV4_DOCTOR_PROBE_LIB. stdout and
+writes its JSON answer to OUT_JSON. Scripts live in this folder (the engine's: static, import, torch, fleet) or beside
+the check that uses them (an area's own, or a plugin's); they load `dsv4probe_common` by path from the folder named by
+DSV4_DOCTOR_PROBE_LIB, after dropping their own folder from sys.path. stdout and
 stderr of the child go to a file (not a pipe), so a grandchild that keeps a pipe open can never hang the doctor, and
 library chatter never corrupts the answer. A segfault, abort or hang becomes a `ProbeResult` with the signal or the
 timeout, never an exception in the doctor. Whatever the child answers is sanitised where it enters (`redact.sanitize`).
