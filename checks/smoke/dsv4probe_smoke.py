@@ -170,4 +170,3 @@ def answer(request):
 
 if __name__ == "__main__":
     serve(answer)
-
