@@ -4,7 +4,7 @@ Megatron calls resolves, with q_causal_offsets exactly where Megatron requires i
 from __future__ import annotations
 
 from dsv4_doctor.facts import StaticFacts, canonical, error_text, outcome, requirements, version
-from dsv4_doctor.model import Check, Context, Profile, Result, Source, failed, needs_failed, passed, skipped, warned
+from dsv4_doctor.model import Check, Context, Profile, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
@@ -212,9 +212,6 @@ def _stack_note(static: StaticFacts) -> str:
 
 
 def _csa(ctx: Context) -> Result:
-    blocked = needs_failed(ctx, "cudnn-fe.version")
-    if blocked:
-        return blocked
     static, profile = ctx.static, ctx.profile
     cc = profile.cc
     module, gate = megatron_compressor(static)
@@ -394,9 +391,6 @@ def _dense_loss(profile: Profile) -> bool | None:
 
 
 def _dsa(ctx: Context) -> Result:
-    blocked = needs_failed(ctx, "cudnn-fe.version")
-    if blocked:
-        return blocked
     static = ctx.static
     fe = static.readable_dist(FE)
     missing = unmet_stack(static)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from dsv4_doctor.facts import version
-from dsv4_doctor.model import Check, Context, Result, Source, needs_failed, passed, skipped, warned
+from dsv4_doctor.model import Check, Context, Result, Source, passed, skipped, warned
 from dsv4_doctor.probes import TORCH, StaticRequest
 
 WHEELS = {"libcudnn.so": ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12"), "libnccl.so": ("nvidia-nccl-cu13",
@@ -58,9 +58,6 @@ def _family(name: str, loaded_version: str | None, data: dict, static) -> tuple[
 
 
 def _loaded(ctx: Context) -> Result:
-    blocked = needs_failed(ctx, "torch.install")
-    if blocked:
-        return blocked
     probe = ctx.probe(TORCH)
     data = probe.data if probe.ok and isinstance(probe.data, dict) else {}
     if not data.get("imported"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from dsv4_doctor.model import Check, Context, Result, Source, errored, failed, needs_failed, passed, skipped, warned
+from dsv4_doctor.model import Check, Context, Result, Source, errored, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
@@ -186,9 +186,6 @@ def _class(static, module: str, name: str):
 
 
 def _cp_partition_mode(ctx: Context) -> Result:
-    blocked = needs_failed(ctx, "mcore.dsv4")
-    if blocked:
-        return blocked
     static = ctx.static
     evidence = _where(static)
     if not static.module("megatron.core").get("found"):
@@ -263,9 +260,6 @@ def job_settings(static) -> str:
 
 
 def _config(ctx: Context) -> Result:
-    blocked = needs_failed(ctx, "mcore.dsv4")
-    if blocked:
-        return blocked
     static = ctx.static
     evidence = _where(static)
     if not static.module("megatron.core").get("found"):

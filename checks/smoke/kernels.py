@@ -216,7 +216,7 @@ smoke_dsv4_kernels = Check(
     ),
     fixes=(fixes.frontend_stack(StaticFacts({})), fixes.FLASH_MLA),
     skip_if=_not_run,
-    needs=("torch.install",),
+    after=("torch.install",),
     static=StaticRequest(modules=FUSED_COMPRESSOR, sources=FUSED_COMPRESSOR),
     probes=_probes,
     per_gpu=True,

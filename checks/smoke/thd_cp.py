@@ -435,7 +435,7 @@ smoke_thd_cp = Check(
     fixes=(fixes.TORCH,),
     skip_if=not_run,
     # torch.install decides whether the smoke can run; the rest are the rules a tier-2 failure may defer to.
-    needs=("torch.install", *sorted(set(RULE_FIXES) - {"torch.install"})),
+    after=("torch.install", *sorted(set(RULE_FIXES) - {"torch.install"})),
     probes=lambda profile: [] if not_run(profile) else [smoke_probe(profile)],
     per_gpu=True,
     run=_smoke,
