@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 import os
 
-from dsv4_doctor.jobargs import (ENGINE_MAX_SEQLEN, VERL_ROLES, common_setting, is_interpolation, line_to_add,
-                                 role_settings, roles_to_check)
+from dsv4_doctor.job.keys import ENGINE_MAX_SEQLEN, VERL_ROLES, line_to_add
+from dsv4_doctor.job.model import is_interpolation
+from dsv4_doctor.job.wire import common_setting, role_settings, roles_to_check
 from dsv4_doctor.model import Check, Context, Fix, Phase, Profile, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
-
-from dsv4_doctor.jobsettings import ROUNDING
-from dsv4_doctor.jobshape import entry_shown
+from dsv4_doctor.job.settings import ROUNDING
+from dsv4_doctor.job.shape import entry_shown
 
 from ._upstream import EAV, gh, mlm, pypi
 from .verl_checks import ENGINE as VERL_ENGINE

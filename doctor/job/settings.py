@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .jobargs import common_setting, line_to_add, role_settings, roles_to_check
+from .keys import line_to_add
+from .wire import common_setting, role_settings, roles_to_check
 
 CP_SETTINGS = (("cp_partition_mode", "contiguous"), ("sequence_packing_scheduler", "dp_balanced"))
 ROUNDING = ("verl's example script computes (max_prompt_length + max_response_length) / CP with shell division, "
