@@ -12,8 +12,7 @@ import math
 import os
 
 from dsv4_doctor.job.keys import ENGINE_MAX_SEQLEN, VERL_ROLES, line_to_add
-from dsv4_doctor.job.model import is_interpolation
-from dsv4_doctor.job.wire import common_setting, role_settings, roles_to_check
+from dsv4_doctor.job.model import Job, Setting, is_interpolation
 from dsv4_doctor.model import Check, Context, Fix, Phase, Profile, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 from dsv4_doctor.job.settings import ROUNDING
@@ -46,18 +45,21 @@ def _no_job(profile: Profile) -> str | None:
     return None if profile.job is not None else "no job arguments (preflight or --job-args)"
 
 
-def _not_read(job: dict) -> str:
+def _not_read(job: Job) -> str:
     """Why a job row cannot judge the command: it is neither verl nor Megatron-LM (a wrapper script, a launcher)."""
-    return str(job.get("not_known") or "the command is neither a verl nor a Megatron-LM training command: its "
-               "settings are not known; give the training command itself (`check --job-args \"python3 -m "
-               "verl.trainer.main_ppo ...\"`), or state the CP with --cp N")
+    not_known = job.decisions.not_known if job.decisions is not None else None
+    return not_known or ("the command is neither a verl nor a Megatron-LM training command: its settings are not "
+                         "known; give the training command itself (`check --job-args \"python3 -m "
+                         "verl.trainer.main_ppo ...\"`), or state the CP with --cp N")
 
 
-def _job(ctx: Context) -> dict:
-    return dict(ctx.profile.job or {})
+def _job(ctx: Context) -> Job:
+    job = ctx.profile.job
+    assert job is not None  # only_with="job": the runner selects these checks for a job command only
+    return job
 
 
-def _add(job: dict, role: str, setting: str, value, why: str, now: str | None = None) -> Fix:
+def _add(job: Job, role: str, setting: str, value, why: str, now: str | None = None) -> Fix:
     """The argument to add, or, when the command states the setting already (`now`), the one to change it to. The
     line is the description's own indented last line: renderers keep it whole (copy-pastable, never wrapped)."""
     line = line_to_add(job, role, setting, value)
@@ -67,62 +69,61 @@ def _add(job: dict, role: str, setting: str, value, why: str, now: str | None = 
     return Fix(f"Add to the training command ({why}):\n  {line}", key=f"job:{line}", phase=Phase.SETTING)
 
 
-def _now(settings: dict, name: str) -> str | None:
+def _now(settings: dict[str, Setting], name: str) -> str | None:
     """How the command states a setting now (its text as written), or None."""
     s = settings.get(name)
-    return str(s.get("raw")) if isinstance(s, dict) else None
+    return s.raw if s is not None else None
 
 
-def _value(settings: dict, name: str):
+def _value(settings: dict[str, Setting], name: str):
     s = settings.get(name)
-    return s.get("value") if isinstance(s, dict) else None
+    return s.value if s is not None else None
 
 
-def _stated(settings: dict, name: str) -> bool:
-    return isinstance(settings.get(name), dict)
+def _stated(settings: dict[str, Setting], name: str) -> bool:
+    return settings.get(name) is not None
 
 
 def _int(settings_or_setting, name: str | None = None) -> int | None:
     s = settings_or_setting.get(name) if name else settings_or_setting
-    v = s.get("value") if isinstance(s, dict) else None
+    v = s.value if isinstance(s, Setting) else None
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def _from_file(job: dict) -> str:
+def _from_file(job: Job) -> str:
     """The config-file flags the command gives (Hydra --config-name/--config-path, --yaml-cfg), or ""."""
-    flags = job.get("config_file")
-    return ", ".join(str(f) for f in flags) if isinstance(flags, list) and flags else ""
+    return ", ".join(job.config_file)
 
 
-def _maybe_in_file(job: dict) -> str:
+def _maybe_in_file(job: Job) -> str:
     """What "not stated" means for the command: its default, or, with a config file, not known."""
     return f": the config file may set it ({_from_file(job)})" if _from_file(job) else ""
 
 
-def _cp(job: dict, settings: dict) -> int:
+def _cp(job: Job, settings: dict[str, Setting]) -> int:
     """A role's CP size: as stated; --cp's when the command states one the doctor cannot resolve, or none beside a
     config file (the CLI insists on --cp then); else 1, verl's and Megatron's default."""
     value = _int(settings, "cp")
     if value is not None:
         return value
     if _stated(settings, "cp") or _from_file(job):
-        given = job.get("cp_given")
+        given = job.decisions.cp_given if job.decisions is not None else None
         return given if isinstance(given, int) and not isinstance(given, bool) else 1
     return 1
 
 
-def _unresolved(settings: dict, name: str) -> bool:
+def _unresolved(settings: dict[str, Setting], name: str) -> bool:
     """The command states the setting as an interpolation the doctor could not resolve."""
     return is_interpolation(_value(settings, name))
 
 
-def _label(job: dict, role: str) -> str:
-    return "" if job.get("kind") != "verl" else f"{role}: "
+def _label(job: Job, role: str) -> str:
+    return "" if job.kind != "verl" else f"{role}: "
 
 
-def _verl_sets_cp(ctx: Context, job: dict) -> tuple[bool, str]:
+def _verl_sets_cp(ctx: Context, job: Job) -> tuple[bool, str]:
     """Whether verl (#6555) sets the DSv4 CP settings itself, and what that was decided from."""
-    if job.get("kind") != "verl":
+    if job.kind != "verl":
         return False, "a Megatron-LM command: nothing sets them for it"
     static = ctx.static
     if not static.module("verl").get("found"):
@@ -134,8 +135,8 @@ def _verl_sets_cp(ctx: Context, job: dict) -> tuple[bool, str]:
     return False, f"verl {version} lacks PR #6555, which sets them for deepseek_v4"
 
 
-def _world(job: dict) -> int | None:
-    nodes, per_node = _int(common_setting(job, "nnodes") or {}), _int(common_setting(job, "gpus_per_node") or {})
+def _world(job: Job) -> int | None:
+    nodes, per_node = _int(job.common.get("nnodes")), _int(job.common.get("gpus_per_node"))
     return nodes * per_node if nodes is not None and per_node is not None else None
 
 
@@ -143,11 +144,11 @@ def _per_rank(needed_from: str) -> str:
     return f"({needed_from}) / CP" if "+" in needed_from else f"{needed_from} / CP"
 
 
-def _needed_length(job: dict) -> tuple[int | None, str]:
-    if job.get("kind") == "megatron":
-        s = common_setting(job, "seq_length")
+def _needed_length(job: Job) -> tuple[int | None, str]:
+    if job.kind == "megatron":
+        s = job.common.get("seq_length")
         return (_int(s), "--seq-length") if s else (None, "--seq-length not stated")
-    p, r = _int(common_setting(job, "max_prompt_length") or {}), _int(common_setting(job, "max_response_length") or {})
+    p, r = _int(job.common.get("max_prompt_length")), _int(job.common.get("max_response_length"))
     if p is not None and r is not None:
         return p + r, "data.max_prompt_length + data.max_response_length"
     return None, "data.max_prompt_length and data.max_response_length not both stated as numbers"
@@ -157,15 +158,15 @@ def _needed_length(job: dict) -> tuple[int | None, str]:
 
 def _cp_args(ctx: Context) -> Result:
     job = _job(ctx)
-    roles = roles_to_check(job)
+    roles = job.checked_roles()
     if not roles:
-        return skipped(_not_read(job), evidence={"entry": entry_shown(job.get("entry"))})
+        return skipped(_not_read(job), evidence={"entry": entry_shown(job.entry)})
     auto, why_auto = _verl_sets_cp(ctx, job)
     fails, warns, notes, fixes, unknown = [], [], [], [], []
     in_file = _maybe_in_file(job)
     evidence: dict = {"verl_sets_cp_settings": auto, "decided_from": why_auto, "roles": {}}
     for role in roles:
-        st = role_settings(job, role)
+        st = job.effective(role)
         cp = _cp(job, st)
         lab = _label(job, role)
         row: dict = {"cp": cp}
@@ -224,7 +225,7 @@ def _cp_args(ctx: Context) -> Result:
     if unknown:
         return skipped("; ".join(unknown + notes), evidence=evidence)
     if all(r["cp"] == 1 for r in evidence["roles"].values()) and not any(
-            _value(role_settings(job, r), "dynamic_context_parallel") for r in roles):
+            _value(job.effective(r), "dynamic_context_parallel") for r in roles):
         return skipped("CP = 1: the job needs no CP settings", evidence=evidence)
     return passed(text or "the job states the DSv4 CP settings", why_auto, evidence=evidence)
 
@@ -246,9 +247,9 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unkno
     lab = _label(job, role)
     needed, needed_from = _needed_length(job)
     name = "max_seqlen_per_dp_cp_rank"  # override_transformer_config's / --max-seqlen-per-dp-cp-rank
-    if job.get("kind") == "verl":
+    if job.kind == "verl":
         engine_key = f"{VERL_ROLES.get(role, VERL_ROLES['actor'])}.megatron.max_seqlen_per_dp_cp_rank"
-        engine = st.get(ENGINE_MAX_SEQLEN) if isinstance(st.get(ENGINE_MAX_SEQLEN), dict) else None
+        engine = st.get(ENGINE_MAX_SEQLEN)
         if _value(st, "dynamic_context_parallel") is True:
             # verl validates the engine's value (engine.py L229-236) and writes it over the transformer config's
             # (transformer_impl.py L303-311): the override_transformer_config value does nothing here.
@@ -259,8 +260,8 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unkno
             if engine is None and _from_file(job):
                 unknown.append(f"{lab}{engine_key} not stated with dynamic_context_parallel{_maybe_in_file(job)}")
                 return
-            if engine is None or (not _unresolved(st, name) and not _positive(engine.get("value"))):
-                what = "not stated" if engine is None else f"={engine.get('raw')!r}, not a positive integer,"
+            if engine is None or (not _unresolved(st, name) and not _positive(engine.value)):
+                what = "not stated" if engine is None else f"={engine.raw!r}, not a positive integer,"
                 fails.append(f"{lab}{engine_key} {what} with dynamic_context_parallel: verl stops with "
                              f"\"{VERL_DYNAMIC}\"")
                 fixes.append(_seqlen_fix(job, role, name, needed, needed_from, cp, _now(st, name)))
@@ -268,7 +269,7 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unkno
                 return
         elif engine is not None:
             # Without dynamic CP verl does not read the engine's value: Megatron gets the transformer config's.
-            text = (f"{lab}{engine_key}={engine.get('raw')} is read by verl only with dynamic_context_parallel; "
+            text = (f"{lab}{engine_key}={engine.raw} is read by verl only with dynamic_context_parallel; "
                     "Megatron gets override_transformer_config.max_seqlen_per_dp_cp_rank")
             if _stated(st, name):
                 notes.append(text)
@@ -277,7 +278,7 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unkno
     value = _int(st, name)
     row.update(max_seqlen_per_dp_cp_rank=value, needed=needed)
     if not _stated(st, name):
-        if job.get("kind") == "megatron":
+        if job.kind == "megatron":
             notes.append(f"{lab}max_seqlen_per_dp_cp_rank not stated (the Megatron-LM CLI derives it from "
                          "--seq-length)")
         elif cp > 1 and _from_file(job):
@@ -373,14 +374,14 @@ job_cp_args = Check(
 
 def _parallelism(ctx: Context) -> Result:
     job = _job(ctx)
-    roles = roles_to_check(job)
+    roles = job.checked_roles()
     if not roles:
         return skipped(_not_read(job))
     world = _world(job)
     fails, notes, fixes, unknown = [], [], [], []
     evidence: dict = {"world_size": world, "roles": {}}
     for role in roles:
-        st, lab = role_settings(job, role), _label(job, role)
+        st, lab = job.effective(role), _label(job, role)
         tp = _int(st, "tp")
         cp, pp = _cp(job, st), _int(st, "pp") or (None if _from_file(job) and not _stated(st, "pp") else 1)
         evidence["roles"][role] = {"tp": tp, "cp": cp, "pp": pp, "tp_stated": _stated(st, "tp")}
@@ -391,11 +392,11 @@ def _parallelism(ctx: Context) -> Result:
                                                     "say)"))
             continue
         if tp is None and _unresolved(st, "tp"):
-            unknown.append(f"{lab}tensor_model_parallel_size={st['tp'].get('raw')!r}: not known (an interpolation "
+            unknown.append(f"{lab}tensor_model_parallel_size={st['tp'].raw!r}: not known (an interpolation "
                            "the doctor cannot resolve here)")
             continue
         if tp is None:
-            fails.append(f"{lab}tensor_model_parallel_size={st['tp'].get('raw')!r} is not a number")
+            fails.append(f"{lab}tensor_model_parallel_size={st['tp'].raw!r} is not a number")
             fixes.append(_add(job, role, "tp", 1, "DSv4's attention supports TP 1 only", _now(st, "tp")))
         elif tp != 1:
             fails.append(f"{lab}TP = {tp}: Megatron asserts \"{M6}\"")
@@ -447,7 +448,7 @@ job_parallelism = Check(
 
 def _moe_dispatch(ctx: Context) -> Result:
     job = _job(ctx)
-    roles = roles_to_check(job)
+    roles = job.checked_roles()
     if not roles:
         return skipped(_not_read(job))
     auto, _ = _verl_sets_cp(ctx, job)
@@ -456,7 +457,7 @@ def _moe_dispatch(ctx: Context) -> Result:
     evidence: dict = {"deep_ep_found": deep_ep, "roles": {}}
     checked = 0
     for role in roles:
-        st, lab = role_settings(job, role), _label(job, role)
+        st, lab = job.effective(role), _label(job, role)
         cp = _cp(job, st)
         scheduler = _value(st, "sequence_packing_scheduler") or (
             "default_dynamic_cp" if _value(st, "dynamic_context_parallel") else None)
@@ -475,7 +476,7 @@ def _moe_dispatch(ctx: Context) -> Result:
             unknown.append(f"{lab}moe_token_dispatcher_type not stated{_maybe_in_file(job)}")
             evidence["roles"][role] = {"scheduler": scheduler, "dispatcher": None, "source": "not stated"}
             continue
-        elif job.get("kind") == "verl":
+        elif job.kind == "verl":
             dispatcher, source = "alltoall", "not stated: verl's DSv4 provider sets alltoall"
         else:
             dispatcher, source = "allgather", "not stated: Megatron's default"
@@ -543,7 +544,7 @@ job_moe_dispatch = Check(
 
 def _indexer_loss(ctx: Context) -> Result:
     job = _job(ctx)
-    roles = roles_to_check(job)
+    roles = job.checked_roles()
     profile = ctx.profile
     if not roles:
         return skipped(_not_read(job))
@@ -557,13 +558,13 @@ def _indexer_loss(ctx: Context) -> Result:
     fails, notes, fixes, unknown = [], [], [], []
     evidence: dict = {"roles": {}}
     for role in roles:
-        st, lab = role_settings(job, role), _label(job, role)
+        st, lab = job.effective(role), _label(job, role)
         coeff, sparse = _value(st, "dsa_indexer_loss_coeff"), _value(st, "dsa_indexer_use_sparse_loss")
         evidence["roles"][role] = {"dsa_indexer_loss_coeff": coeff, "dsa_indexer_use_sparse_loss": sparse}
         if _value(st, "csa_dense_mode") is True:
             notes.append(f"{lab}csa_dense_mode: no ratio-4 indexer")
             continue
-        if not _stated(st, "dsa_indexer_loss_coeff") and job.get("kind") == "megatron" and not _from_file(job):
+        if not _stated(st, "dsa_indexer_loss_coeff") and job.kind == "megatron" and not _from_file(job):
             notes.append(f"{lab}dsa_indexer_loss_coeff not stated: Megatron's default None, no indexer loss")
             continue
         if not _stated(st, "dsa_indexer_loss_coeff") or _unresolved(st, "dsa_indexer_loss_coeff"):
@@ -618,11 +619,9 @@ job_indexer_loss = Check(
 def _env(ctx: Context) -> Result:
     job = _job(ctx)
     env = dict(os.environ)
-    unset = job.get("unset")
-    for name in unset if isinstance(unset, list) else []:  # `env -u NAME` in front of the command
-        if isinstance(name, str):
-            env.pop(name, None)
-    env.update({k: v for k, v in (job.get("env") or {}).items() if isinstance(v, str)})
+    for name in job.unset:  # `env -u NAME` in front of the command
+        env.pop(name, None)
+    env.update(job.env)
     names = [str(g.get("name", "")) for g in ctx.gpus()]
     warns, notes, exports = [], [], []
     nvls = env.get("NCCL_NVLS_ENABLE")
@@ -634,8 +633,8 @@ def _env(ctx: Context) -> Result:
     else:
         notes.append("NCCL_NVLS_ENABLE=0")
     connections = env.get("CUDA_DEVICE_MAX_CONNECTIONS")
-    overlap = any(_value(role_settings(job, r), "overlap_moe_expert_parallel_comm") is True
-                  for r in roles_to_check(job))
+    overlap = any(_value(job.effective(r), "overlap_moe_expert_parallel_comm") is True
+                  for r in job.checked_roles())
     if connections is None:
         exports.append(("CUDA_DEVICE_MAX_CONNECTIONS", "1", "verl's DSv4 script's choice; more than 1 for Megatron's "
                         "EP all-to-all overlap"))
@@ -656,11 +655,11 @@ def _env(ctx: Context) -> Result:
             notes.append(f"NCCL_MNNVL_ENABLE={mnnvl}")
     evidence = {"NCCL_NVLS_ENABLE": nvls, "CUDA_DEVICE_MAX_CONNECTIONS": connections,
                 "NCCL_MNNVL_ENABLE": env.get("NCCL_MNNVL_ENABLE"), "gpus": names[:8],
-                "from_command": sorted(k for k in (job.get("env") or {}) if isinstance(k, str)),
+                "from_command": sorted(job.env),
                 "exports": [f"export {name}={value}" for name, value, _ in exports]}
     fixes = [Fix(f"Set in the job script, before the training command ({why}):\n  export {name}={value}",
                  key=f"env:{name}={value}", phase=Phase.SETTING) for name, value, why in exports]
-    if job.get("kind") not in ("verl", "megatron"):
+    if job.kind not in ("verl", "megatron"):
         # A wrapper (bash x.sh, srun ...) runs a script that may export or override them after the doctor looked.
         script = "the command runs a script the doctor does not read, which may set them itself"
         if warns:
@@ -703,10 +702,10 @@ M13 = ("dsv4_hybrid does not support dsa_kernel_backend='tilelang'; use 'cudnn' 
 BACKENDS = ("none", "cudnn")
 
 
-def _drop_fusion_switch(job: dict, role: str, backend: str) -> Fix:
+def _drop_fusion_switch(job: Job, role: str, backend: str) -> Fix:
     """The conflict's fix: drop the deprecated switch (dsa_kernel_backend says what the job wants)."""
     why = f"dsa_kernel_backend={backend} states the backend; apply_dsa_kernel_fusion is the deprecated switch"
-    if job.get("syntax") == "megatron":
+    if job.syntax == "megatron":
         return Fix(f"Remove --no-dsa-kernel-fusion from the training command ({why})",
                    key="job:remove --no-dsa-kernel-fusion", phase=Phase.SETTING)
     key = f"{VERL_ROLES.get(role, VERL_ROLES['actor'])}.megatron.override_transformer_config.apply_dsa_kernel_fusion"
@@ -716,17 +715,17 @@ def _drop_fusion_switch(job: dict, role: str, backend: str) -> Fix:
 
 def _dsa_backend(ctx: Context) -> Result:
     job = _job(ctx)
-    roles = roles_to_check(job)
+    roles = job.checked_roles()
     if not roles:
         return skipped(_not_read(job))
-    decided = str(job.get("dsa_backend_decided") or "")
+    decided = job.decisions.dsa_backend_decided if job.decisions is not None else ""
     fails: list[str] = []
     notes: list[str] = []
     unknown: list[str] = []
     fixes: list[Fix] = []
     evidence: dict = {"decided": decided, "roles": {}}
     for role in roles:
-        st, lab = role_settings(job, role), _label(job, role)
+        st, lab = job.effective(role), _label(job, role)
         backend, fusion = _value(st, "dsa_kernel_backend"), _value(st, "apply_dsa_kernel_fusion")
         evidence["roles"][role] = {"dsa_kernel_backend": backend, "apply_dsa_kernel_fusion": fusion}
         if not _stated(st, "dsa_kernel_backend"):

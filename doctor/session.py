@@ -299,17 +299,18 @@ class Session:
         profile = replace(profile, gpus=len(gpus))
         if profile.gpu_arch is None and gpus and gpus[0].get("compute_capability"):
             profile = replace(profile, gpu_arch=gpus[0]["compute_capability"], gpu_arch_source="detected")
-        if profile.job is not None and profile.job.get("dsa_backend_pending"):
+        job = profile.job
+        if job is not None and job.decisions is not None and job.decisions.dsa_backend_pending:
             try:
                 profile = self._bridge_backend(profile)
             except Interrupted:
                 raise
             except Exception as exc:  # whatever the probes answered: not known, checked as cudnn, never a crash
-                job = dict(profile.job or {}, dsa_backend_known=False, dsa_backend_decided=(
-                    f"not known: the Megatron-Bridge rule could not be judged ({type(exc).__name__}); the "
-                    "environment is checked for cudnn, the stricter"))
-                job.pop("dsa_backend_pending", None)
-                profile = replace(profile, dsa_backend="cudnn", job=job)
+                decisions = replace(job.decisions, dsa_backend_pending=None, dsa_backend_known=False,
+                                    dsa_backend_decided=(f"not known: the Megatron-Bridge rule could not be judged "
+                                                         f"({type(exc).__name__}); the environment is checked for "
+                                                         "cudnn, the stricter"))
+                profile = replace(profile, dsa_backend="cudnn", job=replace(job, decisions=decisions))
         return profile
 
     def _bridge_backend(self, profile: Profile) -> Profile:
@@ -353,10 +354,11 @@ class Session:
         elif needs_imports is False and targets:
             imports = {}  # not needed: the CC term decides first
         backend, known, how = bridge_rule.decide(rule, cc, imports, where, gpu_visible=profile.gpus > 0)
-        job = dict(profile.job or {})
-        job.pop("dsa_backend_pending", None)
-        job.update(dsa_backend_decided=how, dsa_backend_known=known, dsa_backend_rule=dict(rule, **evidence))
-        return replace(profile, dsa_backend=backend, job=job)
+        job = profile.job
+        assert job is not None and job.decisions is not None  # resolve calls it for a pending job only
+        decisions = replace(job.decisions, dsa_backend_pending=None, dsa_backend_decided=how, dsa_backend_known=known,
+                            dsa_backend_rule=dict(rule, **evidence))
+        return replace(profile, dsa_backend=backend, job=replace(job, decisions=decisions))
 
     # ------------------------------------------------------------------------------------------------- plugins
 

@@ -4,6 +4,7 @@ own syntax."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 VERL_ROLES = {"actor": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.ref", "critic": "critic"}
@@ -86,10 +87,12 @@ def flag_name(arg: str) -> str:
     return arg[2:].split("=", 1)[0].replace("_", "-")
 
 
-def line_to_add(job: dict, role: str, setting: str, value: Any) -> str:
-    """The exact argument that states `setting`, in the syntax the command already uses."""
+def line_to_add(job: Any, role: str, setting: str, value: Any) -> str:
+    """The exact argument that states `setting`, in the syntax the command already uses (`job`: a Job, or a mapping
+    with its "syntax")."""
     shown = value if not isinstance(value, bool) else ("True" if value else "False")
-    if job.get("syntax") == "megatron":
+    syntax = job.get("syntax") if isinstance(job, Mapping) else getattr(job, "syntax", None)
+    if syntax == "megatron":
         flag = MEGATRON_FLAG_OF.get(setting, setting.replace("_", "-"))
         if isinstance(value, bool):
             return f"--{flag}" if value else ""

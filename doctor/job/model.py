@@ -27,6 +27,42 @@ def is_interpolation(value: Any) -> bool:
     return isinstance(value, str) and "${" in value
 
 
+@dataclass(frozen=True)
+class Decisions:
+    """What the doctor made of a command's settings for the profile: how its DSA backend was decided, whether it
+    trains the dense indexer loss, and what the options filled in. `profile.job` carries them beside the settings."""
+
+    dsa_backend_decided: str
+    dense_indexer_loss: bool | None  # cudnn-fe.dsa's q_causal_offsets rule reads it; None: not known
+    cp_given: int | None = None  # --cp, where the command's own CP is not known
+    cp_known: bool = True  # False: a command the doctor does not read, checked as CP > 1
+    dsa_backend_stated: str | None = None  # a backend Megatron rejects, as the command states it
+    dsa_backend_pending: str | None = None  # BRIDGE_DECIDES until Session.resolve reads the bridge's rule
+    not_known: str | None = None  # why the command's settings are not known
+    dsa_backend_known: bool | None = None  # after Session.resolve: whether the bridge's rule decided it
+    dsa_backend_rule: dict | None = None  # the bridge's rule as read, with the imports tried
+
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {}
+        if self.dsa_backend_pending is not None:
+            out["dsa_backend_pending"] = self.dsa_backend_pending
+        if not self.cp_known:
+            out["cp_known"] = False
+        if self.cp_given is not None:
+            out["cp_given"] = self.cp_given
+        if self.dsa_backend_stated is not None:
+            out["dsa_backend_stated"] = self.dsa_backend_stated
+        out["dsa_backend_decided"] = self.dsa_backend_decided
+        if self.not_known is not None:
+            out["not_known"] = self.not_known
+        out["dense_indexer_loss"] = self.dense_indexer_loss
+        if self.dsa_backend_known is not None:
+            out["dsa_backend_known"] = self.dsa_backend_known
+        if self.dsa_backend_rule is not None:
+            out["dsa_backend_rule"] = self.dsa_backend_rule
+        return out
+
+
 @dataclass
 class Job:
     """What a training command states. `roles` holds per-role settings (verl: actor, ref, critic; Megatron:
@@ -42,6 +78,7 @@ class Job:
     unset: list[str] = field(default_factory=list)  # `env -u NAME` in front of the command
     unknown: list[str] = field(default_factory=list)  # keys and flags not used by any check (names only)
     config_file: list[str] = field(default_factory=list)  # the config-file flags it gives (names only)
+    decisions: Decisions | None = None  # set by job_profile: what the profile made of the settings
 
     def effective(self, role: str) -> dict[str, Setting]:
         """A role's settings as its config sees them: verl's ref inherits the actor's megatron settings
@@ -123,6 +160,7 @@ class Job:
             "common": {k: s.to_dict() for k, s in self.common.items()},
             "env": dict(self.env), "unset": self.unset[:50], "unknown": self.unknown[:200],
             "unknown_count": len(self.unknown), "config_file": self.config_file[:8],
+            **(self.decisions.to_dict() if self.decisions is not None else {}),
         }
 
 
