@@ -121,8 +121,7 @@ def assemble(profile: Profile | dict, checks: Sequence[CheckReport], plugins: Se
     }
     from .job.settings import section
 
-    profile_dict = profile.to_dict() if isinstance(profile, Profile) else dict(profile)
-    settings = section(profile_dict, [c.to_dict() for c in checks])
+    settings = section(profile.job, profile.cp, [c.to_dict() for c in checks]) if isinstance(profile, Profile) else None
     if settings is not None:
         report["job_settings"] = settings
     redactor = Redactor()

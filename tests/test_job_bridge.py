@@ -262,11 +262,11 @@ def test_a_stated_max_seqlen_that_covers_the_longest_sample_is_not_lacking():
     def lacking(value, lengths=True):
         argv = [*(VERL if lengths else VERL[:3] + VERL[5:]), f"++{OTC}.cp_partition_mode=contiguous",
                 f"++{OTC}.sequence_packing_scheduler=dp_balanced", f"++{OTC}.max_seqlen_per_dp_cp_rank={value}"]
-        return cp_args(parse(argv).to_dict(), 2)["missing"]
+        return cp_args(parse(argv), 2)["missing"]
 
     assert lacking(6145) == [] and lacking(8192) == [] and lacking(6000, lengths=False) == []
     assert lacking(6144) == [f"++{OTC}.max_seqlen_per_dp_cp_rank=6145"]
-    wrapped = cp_args(parse(["bash", "x.sh"]).to_dict(), 2)
+    wrapped = cp_args(parse(["bash", "x.sh"]), 2)
     assert wrapped["max_seqlen_per_dp_cp_rank"] is None and "not stated" not in wrapped["computed"]
     assert "not read" in wrapped["computed"]
 
