@@ -4,7 +4,8 @@ Megatron calls resolves, with q_causal_offsets exactly where Megatron requires i
 from __future__ import annotations
 
 from dsv4_doctor.facts import StaticFacts, canonical, error_text, outcome, requirements, version
-from dsv4_doctor.model import Check, Context, Profile, Result, Source, failed, needs_failed, passed, skipped, warned
+from dsv4_doctor.api import check
+from dsv4_doctor.model import Context, Profile, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
@@ -107,7 +108,32 @@ def stack_fixes(static: StaticFacts, missing: list[str], cc: tuple[int, int] | N
     return found
 
 
-def _fe_version(ctx: Context) -> Result:
+@check(
+    "cudnn-fe.version",
+    "cuDNN frontend installed, and the imported copy is the installed one",
+    applies_when="dsa_backend=cudnn",
+    detects="nvidia-cudnn-frontend metadata vs `import cudnn`'s __version__ and origin",
+    sources=(
+        mlm("megatron/core/utils.py", "509-548", "Megatron-LM dev utils.py L509-548: cudnn backend dependency check"),
+        Source("cudnn-frontend python/cudnn/collect_env.py (loaded vs installed)",
+               "https://github.com/NVIDIA/cudnn-frontend/blob/main/python/cudnn/collect_env.py"),
+        pypi(FE, "1.27.0", "nvidia-cudnn-frontend 1.27.0 on PyPI"),
+    ),
+    fixes=(fixes.frontend_stack(StaticFacts({})), fixes.BACKEND_NONE),
+    skip_if=_not_needed,
+    static=STATIC,
+    probes=(FE_IMPORT,),
+)
+def cudnn_fe_version(ctx: Context) -> Result:
+    """With dsa_kernel_backend=cudnn, Megatron's DSv4 attention calls the cuDNN frontend's CuTe-DSL DSA wrappers
+    (and, on the CCs the installed Megatron's gate admits, its fused CSA compressor: cudnn-fe.csa). The frontend
+    must be installed, and the `cudnn` that imports
+    must be the installed distribution: Megatron dev pins a frontend git build that reports 1.25.0, and the
+    loaded-versus-installed confusion is, in the frontend's own words, the most common unreproducible-issue root
+    cause. Version strings cannot prove features; cudnn-fe.csa and cudnn-fe.dsa test what loads. The fix keeps a
+    frontend >= 1.27.0 and installs what it declares, or pins the tested set (frontend 1.27.0, apache-tvm-ffi
+    0.1.11, nvidia-cutlass-dsl 4.5.2) together.
+    """
     static = ctx.static
     copies = static.dist_copies(FE)
     module = static.module("cudnn")
@@ -157,35 +183,6 @@ def _fe_version(ctx: Context) -> Result:
     return passed(f"nvidia-cudnn-frontend {meta} (import cudnn reports {imported.get('version')})", evidence=evidence)
 
 
-cudnn_fe_version = Check(
-    id="cudnn-fe.version",
-    title="cuDNN frontend installed, and the imported copy is the installed one",
-    explanation="""
-        With dsa_kernel_backend=cudnn, Megatron's DSv4 attention calls the cuDNN frontend's CuTe-DSL DSA wrappers
-        (and, on the CCs the installed Megatron's gate admits, its fused CSA compressor: cudnn-fe.csa). The frontend
-        must be installed, and the `cudnn` that imports
-        must be the installed distribution: Megatron dev pins a frontend git build that reports 1.25.0, and the
-        loaded-versus-installed confusion is, in the frontend's own words, the most common unreproducible-issue root
-        cause. Version strings cannot prove features; cudnn-fe.csa and cudnn-fe.dsa test what loads. The fix keeps a
-        frontend >= 1.27.0 and installs what it declares, or pins the tested set (frontend 1.27.0, apache-tvm-ffi
-        0.1.11, nvidia-cutlass-dsl 4.5.2) together.
-    """,
-    applies_when="dsa_backend=cudnn",
-    detects="nvidia-cudnn-frontend metadata vs `import cudnn`'s __version__ and origin",
-    sources=(
-        mlm("megatron/core/utils.py", "509-548", "Megatron-LM dev utils.py L509-548: cudnn backend dependency check"),
-        Source("cudnn-frontend python/cudnn/collect_env.py (loaded vs installed)",
-               "https://github.com/NVIDIA/cudnn-frontend/blob/main/python/cudnn/collect_env.py"),
-        pypi(FE, "1.27.0", "nvidia-cudnn-frontend 1.27.0 on PyPI"),
-    ),
-    fixes=(fixes.frontend_stack(StaticFacts({})), fixes.BACKEND_NONE),
-    skip_if=_not_needed,
-    static=STATIC,
-    probes=(FE_IMPORT,),
-    run=_fe_version,
-)
-
-
 FE_COMPRESSOR = ("cudnn.csa.compressor.api", "cudnn.csa.compressor.compressor_sm100")
 # d48bd6be's fused_compressor.py: the fused path is "for the THD packed, non-pre-grouped path" (L21), and the THD CP
 # path pre-groups its input; 88a285f0's lets "CP pre-grouped buffers reuse the same API".
@@ -211,10 +208,53 @@ def _stack_note(static: StaticFacts) -> str:
     return ""
 
 
-def _csa(ctx: Context) -> Result:
-    blocked = needs_failed(ctx, "cudnn-fe.version")
-    if blocked:
-        return blocked
+@check(
+    "cudnn-fe.csa",
+    "The fused CSA compressor (cudnn.csa) loads wherever the installed Megatron would use it",
+    applies_when="dsa_backend != none, on the CCs the installed gates admit",
+    detects="the installed Megatron's and frontend's CC gates (ast); from cudnn.csa import compressor (subprocess)",
+    sources=(
+        mlm(EAV + "csa_utils/fused_compressor.py", "74-161",
+            "Megatron-LM dev d48bd6be csa_utils/fused_compressor.py L74, L146: the CC == (10, 0) gate, FE probe, "
+            "eager fallback"),
+        mlm_at("88a285f056d0517039fe1dd5aa51675861463782", EAV + "csa_utils/fused_compressor.py",
+               "Megatron-LM 88a285f0 csa_utils/fused_compressor.py: _MINIMUM_COMPUTE_CAPABILITY_MAJOR = 10 (>=)"),
+        mlm(EAV + "csa.py", "2632-2661", "Megatron-LM dev csa.py: the THD CP path pre-groups (no fused compressor)"),
+        Source("Megatron-LM 108cb6bc (#5984): the fused compressor, as csa_fused_compressor.py",
+               "https://github.com/NVIDIA/Megatron-LM/commit/108cb6bcb67415a3577909595064804300bd54f9"),
+        Source("verl PR #7297 (the seed incident: GB200 NaN with DSA fusion; fix commands)",
+               "https://github.com/verl-project/verl/pull/7297"),
+        Source("cudnn-frontend PR #427 (adds cudnn.csa.compressor)", "https://github.com/NVIDIA/cudnn-frontend/pull/427"),
+        pypi(FE, "1.27.0", "nvidia-cudnn-frontend 1.27.0 wheel: cudnn/csa/compressor/api.py L322-326 check_support "
+             "raises unless CC == (10, 0); cutedsl extra: apache-tvm-ffi>=0.1.11"),
+        pypi(FE, "1.28.0", "nvidia-cudnn-frontend 1.28.0 wheel: cudnn/csa/compressor/compressor_sm100.py L98 "
+             "MINIMUM_COMPUTE_CAPABILITY_MAJOR = 10"),
+    ),
+    fixes=(fixes.frontend_stack(StaticFacts({})),),
+    skip_if=_csa_irrelevant,
+    needs=("cudnn-fe.version",),
+    static=STATIC,
+    probes=lambda profile: [CSA_PROBE] if _csa_probe_needed(profile) else [],
+)
+def cudnn_fe_csa(ctx: Context) -> Result:
+    """With a fused DSA backend, Megatron (dev >= 108cb6bc, which added the fused compressor as
+    csa_fused_compressor.py; csa_utils/fused_compressor.py from 1c44a570) compresses CSA keys with the cuDNN
+    frontend's fused compressor on the GPUs its gate admits, read from the installed file with ast: d48bd6be
+    compares the device's capability with `== (10, 0)`, 88a285f0 admits any major >= 10. It probes
+    `from cudnn.csa import compressor`, catches any exception, logs one warning and silently keeps the eager
+    compressor: a fail here, whatever older advice called it. Module presence is not enough: frontend 1.27.0
+    without nvidia-cutlass-dsl has `cudnn.csa` but its symbols fail to resolve, so this check resolves them in a
+    probe and lists every unmet requirement of the CuTe-DSL stack; frontend 1.26.0 and older have no
+    `cudnn.csa`. The frontend's own `check_support` is read from its installed cudnn/csa/compressor files:
+    1.27.0 accepts (10, 0) only and raises RuntimeError on 10.3, 1.28.0 accepts any major >= 10; where Megatron
+    admits a CC the frontend rejects, the first fused call raises, and the fix pins the first frontend that
+    accepts it. With the CC not known (an image built for several GPU kinds) problems are warnings naming the
+    GPUs that would use the fused path; on a known CC the gates reject, and under CP > 1 with d48bd6be's
+    non-pre-grouped-only dispatch, it is a skip saying so (and whether this frontend has cudnn.csa at all).
+    Context: the seed incident, a 40-GPU GB200 verl job that produced NaN with a frontend predating cudnn.csa,
+    was cured on H100 by reinstalling the frontend 1.27.0 and apache-tvm-ffi 0.1.11; the eager compressor is
+    not proven to be its cause.
+    """
     static, profile = ctx.static, ctx.profile
     cc = profile.cc
     module, gate = megatron_compressor(static)
@@ -321,56 +361,6 @@ def _csa(ctx: Context) -> Result:
                   "compressor on this job", evidence=evidence)
 
 
-cudnn_fe_csa = Check(
-    id="cudnn-fe.csa",
-    title="The fused CSA compressor (cudnn.csa) loads wherever the installed Megatron would use it",
-    explanation="""
-        With a fused DSA backend, Megatron (dev >= 108cb6bc, which added the fused compressor as
-        csa_fused_compressor.py; csa_utils/fused_compressor.py from 1c44a570) compresses CSA keys with the cuDNN
-        frontend's fused compressor on the GPUs its gate admits, read from the installed file with ast: d48bd6be
-        compares the device's capability with `== (10, 0)`, 88a285f0 admits any major >= 10. It probes
-        `from cudnn.csa import compressor`, catches any exception, logs one warning and silently keeps the eager
-        compressor: a fail here, whatever older advice called it. Module presence is not enough: frontend 1.27.0
-        without nvidia-cutlass-dsl has `cudnn.csa` but its symbols fail to resolve, so this check resolves them in a
-        probe and lists every unmet requirement of the CuTe-DSL stack; frontend 1.26.0 and older have no
-        `cudnn.csa`. The frontend's own `check_support` is read from its installed cudnn/csa/compressor files:
-        1.27.0 accepts (10, 0) only and raises RuntimeError on 10.3, 1.28.0 accepts any major >= 10; where Megatron
-        admits a CC the frontend rejects, the first fused call raises, and the fix pins the first frontend that
-        accepts it. With the CC not known (an image built for several GPU kinds) problems are warnings naming the
-        GPUs that would use the fused path; on a known CC the gates reject, and under CP > 1 with d48bd6be's
-        non-pre-grouped-only dispatch, it is a skip saying so (and whether this frontend has cudnn.csa at all).
-        Context: the seed incident, a 40-GPU GB200 verl job that produced NaN with a frontend predating cudnn.csa,
-        was cured on H100 by reinstalling the frontend 1.27.0 and apache-tvm-ffi 0.1.11; the eager compressor is
-        not proven to be its cause.
-    """,
-    applies_when="dsa_backend != none, on the CCs the installed gates admit",
-    detects="the installed Megatron's and frontend's CC gates (ast); from cudnn.csa import compressor (subprocess)",
-    sources=(
-        mlm(EAV + "csa_utils/fused_compressor.py", "74-161",
-            "Megatron-LM dev d48bd6be csa_utils/fused_compressor.py L74, L146: the CC == (10, 0) gate, FE probe, "
-            "eager fallback"),
-        mlm_at("88a285f056d0517039fe1dd5aa51675861463782", EAV + "csa_utils/fused_compressor.py",
-               "Megatron-LM 88a285f0 csa_utils/fused_compressor.py: _MINIMUM_COMPUTE_CAPABILITY_MAJOR = 10 (>=)"),
-        mlm(EAV + "csa.py", "2632-2661", "Megatron-LM dev csa.py: the THD CP path pre-groups (no fused compressor)"),
-        Source("Megatron-LM 108cb6bc (#5984): the fused compressor, as csa_fused_compressor.py",
-               "https://github.com/NVIDIA/Megatron-LM/commit/108cb6bcb67415a3577909595064804300bd54f9"),
-        Source("verl PR #7297 (the seed incident: GB200 NaN with DSA fusion; fix commands)",
-               "https://github.com/verl-project/verl/pull/7297"),
-        Source("cudnn-frontend PR #427 (adds cudnn.csa.compressor)", "https://github.com/NVIDIA/cudnn-frontend/pull/427"),
-        pypi(FE, "1.27.0", "nvidia-cudnn-frontend 1.27.0 wheel: cudnn/csa/compressor/api.py L322-326 check_support "
-             "raises unless CC == (10, 0); cutedsl extra: apache-tvm-ffi>=0.1.11"),
-        pypi(FE, "1.28.0", "nvidia-cudnn-frontend 1.28.0 wheel: cudnn/csa/compressor/compressor_sm100.py L98 "
-             "MINIMUM_COMPUTE_CAPABILITY_MAJOR = 10"),
-    ),
-    fixes=(fixes.frontend_stack(StaticFacts({})),),
-    skip_if=_csa_irrelevant,
-    needs=("cudnn-fe.version",),
-    static=STATIC,
-    probes=lambda profile: [CSA_PROBE] if _csa_probe_needed(profile) else [],
-    run=_csa,
-)
-
-
 def megatron_wrappers(static: StaticFacts) -> tuple[list[str], list[str]]:
     """(the DSA wrappers the installed Megatron calls, the files they were read from); the fallback list when its
     files cannot be read."""
@@ -392,10 +382,40 @@ def _dense_loss(profile: Profile) -> bool | None:
     return decisions.dense_indexer_loss if decisions is not None else None
 
 
-def _dsa(ctx: Context) -> Result:
-    blocked = needs_failed(ctx, "cudnn-fe.version")
-    if blocked:
-        return blocked
+@check(
+    "cudnn-fe.dsa",
+    "The DSA wrappers the installed Megatron calls load, with q_causal_offsets where Megatron requires it",
+    applies_when="dsa_backend=cudnn; q_causal_offsets when CP > 1",
+    detects="every DSA wrapper the installed Megatron calls (ast) resolves, and its signature (probe)",
+    sources=(
+        mlm("megatron/core/transformer/transformer_config.py", "1795-1818",
+            "Megatron-LM dev transformer_config.py L1795-1818: q_causal_offsets requirement"),
+        mlm(EAV + "dsa_cudnn_kernels.py", "", "Megatron-LM dev dsa_cudnn_kernels.py (the DSA wrappers it calls)"),
+        mlm(EAV + "csa_utils/fused_sparse_attention.py", "182-194",
+            "Megatron-LM dev fused_sparse_attention.py: cudnn-frontend DSA namespace not available"),
+        Source("cudnn-frontend PRs #316/#353 (q_causal_offsets)", "https://github.com/NVIDIA/cudnn-frontend/pull/353"),
+        mlm_at(MLM_VERL_TESTED, EAV + "dsa_kernels.py", "Megatron-LM fd1121b8 (verl's tested commit) dsa_kernels.py: "
+               "the DSA wrappers it calls through _DSA, compactify_wrapper and sparse_indexer_score_recompute_wrapper "
+               "among them"),
+    ),
+    fixes=(fixes.frontend_stack(StaticFacts({})), fixes.BACKEND_NONE),
+    skip_if=_not_needed,
+    needs=("cudnn-fe.version",),
+    static=STATIC,
+    probes=(DSA_PROBE,),
+)
+def cudnn_fe_dsa(ctx: Context) -> Result:
+    """With dsa_kernel_backend=cudnn, DSv4 attention runs the frontend's CuTe-DSL DSA kernels. Megatron's own
+    dependency check only does `from cudnn import DSA`, which is a lazy namespace and passes even when torch,
+    cuda-python or nvidia-cutlass-dsl are missing. This check reads, with ast, every `DSA.<name>` /
+    `_DSA.<name>` / `_cudnn_dsa.<name>` the installed Megatron calls (EAV/dsa_cudnn_kernels.py and
+    csa_utils/fused_sparse_attention.py; d48bd6be's eight wrappers when those files cannot be read) and resolves
+    each in a probe, reading its signature. With CP > 1 and ratio-4 layers, Megatron requires
+    `indexer_forward_wrapper` to name `q_causal_offsets`, and the three dense wrappers too when the dense indexer
+    loss is on (coefficient > 0 without dsa_indexer_use_sparse_loss); a `**kwargs` does not count, as Megatron
+    tests `inspect.signature(...).parameters`. Without the job's settings the dense loss is not known; a frontend
+    lacking the parameter there is then a warning.
+    """
     static = ctx.static
     fe = static.readable_dist(FE)
     missing = unmet_stack(static)
@@ -448,42 +468,5 @@ def _dsa(ctx: Context) -> Result:
                       "requires if the job turns the dense indexer loss on (not stated: pass the job's arguments)",
                       fixes=[fixes.frontend_stack(static, ctx.profile.cc)], evidence=evidence)
     return passed(summary, evidence=evidence)
-
-
-cudnn_fe_dsa = Check(
-    id="cudnn-fe.dsa",
-    title="The DSA wrappers the installed Megatron calls load, with q_causal_offsets where Megatron requires it",
-    explanation="""
-        With dsa_kernel_backend=cudnn, DSv4 attention runs the frontend's CuTe-DSL DSA kernels. Megatron's own
-        dependency check only does `from cudnn import DSA`, which is a lazy namespace and passes even when torch,
-        cuda-python or nvidia-cutlass-dsl are missing. This check reads, with ast, every `DSA.<name>` /
-        `_DSA.<name>` / `_cudnn_dsa.<name>` the installed Megatron calls (EAV/dsa_cudnn_kernels.py and
-        csa_utils/fused_sparse_attention.py; d48bd6be's eight wrappers when those files cannot be read) and resolves
-        each in a probe, reading its signature. With CP > 1 and ratio-4 layers, Megatron requires
-        `indexer_forward_wrapper` to name `q_causal_offsets`, and the three dense wrappers too when the dense indexer
-        loss is on (coefficient > 0 without dsa_indexer_use_sparse_loss); a `**kwargs` does not count, as Megatron
-        tests `inspect.signature(...).parameters`. Without the job's settings the dense loss is not known; a frontend
-        lacking the parameter there is then a warning.
-    """,
-    applies_when="dsa_backend=cudnn; q_causal_offsets when CP > 1",
-    detects="every DSA wrapper the installed Megatron calls (ast) resolves, and its signature (probe)",
-    sources=(
-        mlm("megatron/core/transformer/transformer_config.py", "1795-1818",
-            "Megatron-LM dev transformer_config.py L1795-1818: q_causal_offsets requirement"),
-        mlm(EAV + "dsa_cudnn_kernels.py", "", "Megatron-LM dev dsa_cudnn_kernels.py (the DSA wrappers it calls)"),
-        mlm(EAV + "csa_utils/fused_sparse_attention.py", "182-194",
-            "Megatron-LM dev fused_sparse_attention.py: cudnn-frontend DSA namespace not available"),
-        Source("cudnn-frontend PRs #316/#353 (q_causal_offsets)", "https://github.com/NVIDIA/cudnn-frontend/pull/353"),
-        mlm_at(MLM_VERL_TESTED, EAV + "dsa_kernels.py", "Megatron-LM fd1121b8 (verl's tested commit) dsa_kernels.py: "
-               "the DSA wrappers it calls through _DSA, compactify_wrapper and sparse_indexer_score_recompute_wrapper "
-               "among them"),
-    ),
-    fixes=(fixes.frontend_stack(StaticFacts({})), fixes.BACKEND_NONE),
-    skip_if=_not_needed,
-    needs=("cudnn-fe.version",),
-    static=STATIC,
-    probes=(DSA_PROBE,),
-    run=_dsa,
-)
 
 CHECKS = [cudnn_fe_version, cudnn_fe_csa, cudnn_fe_dsa]

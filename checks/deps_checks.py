@@ -6,13 +6,27 @@ from __future__ import annotations
 import re
 
 from dsv4_doctor.facts import MAX_REQUIREMENTS, StaticFacts, canonical, parse_requirement, safe_specifier
-from dsv4_doctor.model import Check, Context, Fix, Phase, Result, Source, failed, passed, skipped, warned
+from dsv4_doctor.api import check
+from dsv4_doctor.model import Context, Fix, Phase, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
 
 
-def _metadata(ctx: Context) -> Result:
+@check(
+    "deps.metadata",
+    "The DSv4 packages' metadata is readable",
+    applies_when="always",
+    detects="importlib.metadata of every distribution the checks inspect",
+    sources=(Source("pip operations/check.py: don't crash on unreadable or broken metadata",
+                    "https://github.com/pypa/pip/blob/main/src/pip/_internal/operations/check.py"),),
+)
+def deps_metadata(ctx: Context) -> Result:
+    """Every version this doctor judges comes from a distribution's METADATA, as pip and Megatron read it. An
+    empty, truncated or non-UTF-8 METADATA file (a half-finished install, a copied site-packages) makes a
+    version unreadable. That is its own finding: it never lowers the verdict of another check, which judges the
+    copies that do read (or says it cannot tell).
+    """
     static = ctx.static
     broken = static.unreadable()
     evidence: dict = {"unreadable": broken}
@@ -35,24 +49,6 @@ def _metadata(ctx: Context) -> Result:
         "reported by the check that needs it. Megatron reads versions with importlib.metadata too (TE's packing "
         "gate), so the job may not see what pip installed.",
         fixes=[fix], evidence=evidence)
-
-
-deps_metadata = Check(
-    id="deps.metadata",
-    title="The DSv4 packages' metadata is readable",
-    explanation="""
-        Every version this doctor judges comes from a distribution's METADATA, as pip and Megatron read it. An
-        empty, truncated or non-UTF-8 METADATA file (a half-finished install, a copied site-packages) makes a
-        version unreadable. That is its own finding: it never lowers the verdict of another check, which judges the
-        copies that do read (or says it cannot tell).
-    """,
-    applies_when="always",
-    detects="importlib.metadata of every distribution the checks inspect",
-    sources=(Source("pip operations/check.py: don't crash on unreadable or broken metadata",
-                    "https://github.com/pypa/pip/blob/main/src/pip/_internal/operations/check.py"),),
-    run=_metadata,
-)
-
 
 
 # The DSv4 packages whose declared requirements among themselves must hold (what `pip check` would say, restricted
@@ -160,7 +156,35 @@ def _install_missing(u: dict) -> Fix:
     return Fix(desc, [["pip", "install", spec]], key=f"missing:{spec}")
 
 
-def _consistency(ctx: Context) -> Result:
+@check(
+    "deps.consistency",
+    "Declared requirements among the DSv4 packages hold",
+    applies_when="always",
+    detects="Requires-Dist of the DSv4 and nvidia-* distributions (metadata), evaluated for the target interpreter",
+    sources=(
+        Source("pip check (pip/_internal/operations/check.py)",
+               "https://github.com/pypa/pip/blob/main/src/pip/_internal/operations/check.py"),
+        Source("nvidia-cudnn-frontend 1.32.0 METADATA (nvidia-cutlass-dsl[cu13]>=4.8.0, apache-tvm-ffi>=0.1.11)",
+               "https://pypi.org/project/nvidia-cudnn-frontend/1.32.0/"),
+        Source("flashinfer #4360 / vLLM #45169 (apache-tvm-ffi pins on the rollout side)",
+               "https://github.com/flashinfer-ai/flashinfer/issues/4360"),
+    ),
+    fixes=(fixes.frontend_stack(StaticFacts({})), fixes.TE_REINSTALL),
+    static=CONSISTENCY_STATIC,
+)
+def deps_consistency(ctx: Context) -> Result:
+    """What `pip check` would say, restricted to the DSv4 stack and read from metadata without running pip: the
+    requirements that torch, Transformer Engine (and its sub-packages), the cuDNN frontend, nvidia-cutlass-dsl
+    (and its libraries), apache-tvm-ffi, cuda-python/cuda-bindings, megatron-core, megatron-bridge, verl,
+    FlashMLA, triton and the nvidia-* CUDA wheels declare on each other, with the extras the stack installs them
+    with (`nvidia-cudnn-frontend[cutedsl]`, `nvidia-cutlass-dsl[cu13]`, `transformer-engine[pytorch,core_cu13]`,
+    and whatever a dependent asks for, such as torch's `cuda-toolkit[cublas,...]`). The frontend's requirements
+    on the CuTe DSL, tvm-ffi and cuda-python, the CuTe DSL's on its libraries and TE's on its core and torch
+    extension matter at run time: unmet, they fail; every other unmet requirement warns (the Megatron DSv4
+    recipes run pip check as a build invariant). It also names the other installed packages that require the
+    same ones (vLLM or flashinfer pinning another apache-tvm-ffi), so that a --no-deps fix does not silently
+    break the rollout side of the image.
+    """
     static = ctx.static
     unmet, installed = unmet_requirements(static)
     # Only what those packages require as installed: a requirement behind an extra nobody asked for (torchmetrics'
@@ -213,37 +237,5 @@ def _consistency(ctx: Context) -> Result:
     summary = f"the declared requirements among {len(installed)} DSv4 and CUDA packages hold"
     return passed(summary + (f"; {len(others)} other package(s) require some of them" if others else ""), details,
                   evidence=evidence)
-
-
-deps_consistency = Check(
-    id="deps.consistency",
-    title="Declared requirements among the DSv4 packages hold",
-    explanation="""
-        What `pip check` would say, restricted to the DSv4 stack and read from metadata without running pip: the
-        requirements that torch, Transformer Engine (and its sub-packages), the cuDNN frontend, nvidia-cutlass-dsl
-        (and its libraries), apache-tvm-ffi, cuda-python/cuda-bindings, megatron-core, megatron-bridge, verl,
-        FlashMLA, triton and the nvidia-* CUDA wheels declare on each other, with the extras the stack installs them
-        with (`nvidia-cudnn-frontend[cutedsl]`, `nvidia-cutlass-dsl[cu13]`, `transformer-engine[pytorch,core_cu13]`,
-        and whatever a dependent asks for, such as torch's `cuda-toolkit[cublas,...]`). The frontend's requirements
-        on the CuTe DSL, tvm-ffi and cuda-python, the CuTe DSL's on its libraries and TE's on its core and torch
-        extension matter at run time: unmet, they fail; every other unmet requirement warns (the Megatron DSv4
-        recipes run pip check as a build invariant). It also names the other installed packages that require the
-        same ones (vLLM or flashinfer pinning another apache-tvm-ffi), so that a --no-deps fix does not silently
-        break the rollout side of the image.
-    """,
-    applies_when="always",
-    detects="Requires-Dist of the DSv4 and nvidia-* distributions (metadata), evaluated for the target interpreter",
-    sources=(
-        Source("pip check (pip/_internal/operations/check.py)",
-               "https://github.com/pypa/pip/blob/main/src/pip/_internal/operations/check.py"),
-        Source("nvidia-cudnn-frontend 1.32.0 METADATA (nvidia-cutlass-dsl[cu13]>=4.8.0, apache-tvm-ffi>=0.1.11)",
-               "https://pypi.org/project/nvidia-cudnn-frontend/1.32.0/"),
-        Source("flashinfer #4360 / vLLM #45169 (apache-tvm-ffi pins on the rollout side)",
-               "https://github.com/flashinfer-ai/flashinfer/issues/4360"),
-    ),
-    fixes=(fixes.frontend_stack(StaticFacts({})), fixes.TE_REINSTALL),
-    static=CONSISTENCY_STATIC,
-    run=_consistency,
-)
 
 CHECKS = [deps_metadata, deps_consistency]

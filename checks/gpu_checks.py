@@ -4,13 +4,33 @@ from __future__ import annotations
 
 import re
 
-from dsv4_doctor.model import Check, Context, Result, Source, errored, failed, passed, skipped, warned
+from dsv4_doctor.api import check
+from dsv4_doctor.model import Context, Result, Source, errored, failed, passed, skipped, warned
 from dsv4_doctor.probes import NVIDIA_SMI, TORCH, Probe, StaticRequest
 
 from . import fixes
 
 
-def _gpu_devices(ctx: Context) -> Result:
+@check(
+    "gpu.devices",
+    "GPUs visible to the job",
+    applies_when="always (skips without a GPU)",
+    detects="nvidia-smi --query-gpu and torch.cuda device properties",
+    sources=(
+        Source("nvidia-smi --query-gpu", "https://docs.nvidia.com/deploy/nvidia-smi/index.html"),
+        Source("NVIDIA gpu-operator #2685 (validator said Ready while CUDA failed)",
+               "https://github.com/NVIDIA/gpu-operator/issues/2685"),
+    ),
+    probes=(NVIDIA_SMI, TORCH),
+    per_gpu=True,
+)
+def gpu_devices(ctx: Context) -> Result:
+    """Lists every GPU with its name, compute capability and memory, and the driver version from nvidia-smi.
+    torch's view (CUDA enumeration order, CUDA_VISIBLE_DEVICES applied) is what the job sees; nvidia-smi's is
+    what the driver sees, and the two can disagree. A host with no GPU is a skip, not a failure: the image can
+    still be checked for the GPU it will run on with --gpu-arch. A driver that lists GPUs torch cannot use is a
+    failure: a passing driver check does not prove CUDA works.
+    """
     gpus = ctx.gpus()
     smi = ctx.probe(NVIDIA_SMI)
     torch_probe = ctx.probe(TORCH)
@@ -58,33 +78,36 @@ def _gpu_devices(ctx: Context) -> Result:
     return passed(summary, evidence=evidence)
 
 
-gpu_devices = Check(
-    id="gpu.devices",
-    title="GPUs visible to the job",
-    explanation="""
-        Lists every GPU with its name, compute capability and memory, and the driver version from nvidia-smi.
-        torch's view (CUDA enumeration order, CUDA_VISIBLE_DEVICES applied) is what the job sees; nvidia-smi's is
-        what the driver sees, and the two can disagree. A host with no GPU is a skip, not a failure: the image can
-        still be checked for the GPU it will run on with --gpu-arch. A driver that lists GPUs torch cannot use is a
-        failure: a passing driver check does not prove CUDA works.
-    """,
-    applies_when="always (skips without a GPU)",
-    detects="nvidia-smi --query-gpu and torch.cuda device properties",
-    sources=(
-        Source("nvidia-smi --query-gpu", "https://docs.nvidia.com/deploy/nvidia-smi/index.html"),
-        Source("NVIDIA gpu-operator #2685 (validator said Ready while CUDA failed)",
-               "https://github.com/NVIDIA/gpu-operator/issues/2685"),
-    ),
-    probes=(NVIDIA_SMI, TORCH),
-    per_gpu=True,
-    run=_gpu_devices,
-)
-
-
 CP_ARCHS = {(9, 0): "sm_90a", (10, 0): "sm_100a", (10, 3): "sm_103a"}
 
 
-def _gpu_arch(ctx: Context) -> Result:
+@check(
+    "gpu.arch",
+    "Compute capability fits the profile",
+    applies_when="always (skips when the arch is unknown)",
+    detects="profile compute capability (--gpu-arch or nvidia-smi) against the DSv4 arch tables",
+    sources=(
+        Source("Megatron-LM dev cp_layout_kernels.py L617-623 (sm_90a, sm_100a, sm_103a)",
+               "https://github.com/NVIDIA/Megatron-LM/blob/d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1/megatron/core/"
+               "transformer/experimental_attention_variant/csa_utils/cp_layout_kernels.py#L617-L623"),
+        Source("Megatron-LM dev fused_compressor.py L74 (_SUPPORTED_COMPUTE_CAPABILITY = (10, 0))",
+               "https://github.com/NVIDIA/Megatron-LM/blob/d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1/megatron/core/"
+               "transformer/experimental_attention_variant/csa_utils/fused_compressor.py#L74"),
+        Source("Megatron-LM dev transformer_config.py L1773-1818 (SM90+ for fused DSA; SM90 dense indexer loss)",
+               "https://github.com/NVIDIA/Megatron-LM/blob/d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1/megatron/core/"
+               "transformer/transformer_config.py#L1773-L1818"),
+    ),
+    fixes=(fixes.SUPPORTED_GPU, fixes.BACKEND_NONE),
+    probes=(NVIDIA_SMI,),
+)
+def gpu_arch(ctx: Context) -> Result:
+    """Megatron compares compute capabilities exactly. CP > 1 needs the CuTe-DSL CP layout kernels, compiled only
+    for sm_90a, sm_100a and sm_103a (CC 9.0, 10.0, 10.3); the cudnn DSA backend needs SM90 or newer; the fused
+    CSA compressor runs on the CCs the installed Megatron's gate admits (d48bd6be: `== (10, 0)`; 88a285f0:
+    major >= 10) and cuDNN frontend 1.27.0 refuses all but 10.0 (1.28.0 accepts major >= 10; cudnn-fe.csa reads
+    both gates from the installed files). The arch comes from --gpu-arch or
+    nvidia-smi; with neither, arch rules are skipped with that reason.
+    """
     profile = ctx.profile
     evidence = {"gpu_arch": profile.gpu_arch, "source": profile.gpu_arch_source, "cp": profile.cp,
                 "dsa_backend": profile.dsa_backend}
@@ -119,36 +142,6 @@ def _gpu_arch(ctx: Context) -> Result:
         return warned(f"compute capability {arch} is outside Megatron's DSv4 arch tables (9.0, 10.0, 10.3)",
                       evidence=evidence)
     return passed(f"compute capability {arch} ({profile.gpu_arch_source}): {notes[cc]}", evidence=evidence)
-
-
-gpu_arch = Check(
-    id="gpu.arch",
-    title="Compute capability fits the profile",
-    explanation="""
-        Megatron compares compute capabilities exactly. CP > 1 needs the CuTe-DSL CP layout kernels, compiled only
-        for sm_90a, sm_100a and sm_103a (CC 9.0, 10.0, 10.3); the cudnn DSA backend needs SM90 or newer; the fused
-        CSA compressor runs on the CCs the installed Megatron's gate admits (d48bd6be: `== (10, 0)`; 88a285f0:
-        major >= 10) and cuDNN frontend 1.27.0 refuses all but 10.0 (1.28.0 accepts major >= 10; cudnn-fe.csa reads
-        both gates from the installed files). The arch comes from --gpu-arch or
-        nvidia-smi; with neither, arch rules are skipped with that reason.
-    """,
-    applies_when="always (skips when the arch is unknown)",
-    detects="profile compute capability (--gpu-arch or nvidia-smi) against the DSv4 arch tables",
-    sources=(
-        Source("Megatron-LM dev cp_layout_kernels.py L617-623 (sm_90a, sm_100a, sm_103a)",
-               "https://github.com/NVIDIA/Megatron-LM/blob/d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1/megatron/core/"
-               "transformer/experimental_attention_variant/csa_utils/cp_layout_kernels.py#L617-L623"),
-        Source("Megatron-LM dev fused_compressor.py L74 (_SUPPORTED_COMPUTE_CAPABILITY = (10, 0))",
-               "https://github.com/NVIDIA/Megatron-LM/blob/d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1/megatron/core/"
-               "transformer/experimental_attention_variant/csa_utils/fused_compressor.py#L74"),
-        Source("Megatron-LM dev transformer_config.py L1773-1818 (SM90+ for fused DSA; SM90 dense indexer loss)",
-               "https://github.com/NVIDIA/Megatron-LM/blob/d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1/megatron/core/"
-               "transformer/transformer_config.py#L1773-L1818"),
-    ),
-    fixes=(fixes.SUPPORTED_GPU, fixes.BACKEND_NONE),
-    probes=(NVIDIA_SMI,),
-    run=_gpu_arch,
-)
 
 DRIVER = Probe.python("driver", "dsv4probe_driver.py")
 # The newest CUDA each driver branch supports (NVIDIA's CUDA toolkit release notes, table 3), as driver API numbers.
@@ -196,7 +189,30 @@ def built_for(ctx: Context) -> tuple[int | None, str]:
     return None, "no CUDA build of torch and no -cu12/-cu13 wheels installed"
 
 
-def _driver(ctx: Context) -> Result:
+@check(
+    "gpu.driver",
+    "The driver supports the CUDA the stack was built for",
+    applies_when="nvidia-smi lists a GPU",
+    detects="nvidia-smi driver version; cuDriverGetVersion through ctypes; torch.version.cuda or -cuXX wheels",
+    sources=(
+        Source("NVIDIA CUDA Toolkit release notes, table 3 (minimum driver per CUDA release)",
+               "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html"),
+        Source("NVIDIA CUDA forward compatibility", "https://docs.nvidia.com/deploy/cuda-compatibility/"),
+        Source("verl docker/Dockerfile.stable.vllm (CUDA 13.0.2, torch 2.11.0 cu130)", "https://github.com/verl-project/verl"),
+    ),
+    fixes=(fixes.DRIVER,),
+    static=DRIVER_STATIC,
+    probes=(NVIDIA_SMI, TORCH, DRIVER),
+)
+def gpu_driver(ctx: Context) -> Result:
+    """torch cu130, TE core_cu13 and nvidia-cutlass-dsl[cu13] need a driver that supports CUDA 13 (driver API
+    13000: the R580 branch or newer, unless the image carries the CUDA forward-compatibility libraries). The CUDA
+    major comes from torch.version.cuda, or from the -cu13/-cu12 wheels' names. The driver's capability comes from
+    cuDriverGetVersion, read through ctypes in a probe (no torch), which includes forward compatibility; without
+    libcuda, from nvidia-smi's driver branch. It fails only when what the job will get is too old, and states both
+    numbers. On a host without nvidia-smi it skips, even with --gpu-arch: a build machine's driver says nothing
+    about the runtime's.
+    """
     gpus = ctx.gpus()
     smi = ctx.probe(NVIDIA_SMI)
     if not smi.ok or not gpus:
@@ -230,32 +246,5 @@ def _driver(ctx: Context) -> Result:
         api > (_smi_api(driver) or 0) else ""
     return passed(f"driver {driver} gives CUDA {_api(gets)} ({source}){compat}; the stack needs CUDA {major} "
                   f"({where})", evidence=evidence)
-
-
-gpu_driver = Check(
-    id="gpu.driver",
-    title="The driver supports the CUDA the stack was built for",
-    explanation="""
-        torch cu130, TE core_cu13 and nvidia-cutlass-dsl[cu13] need a driver that supports CUDA 13 (driver API
-        13000: the R580 branch or newer, unless the image carries the CUDA forward-compatibility libraries). The CUDA
-        major comes from torch.version.cuda, or from the -cu13/-cu12 wheels' names. The driver's capability comes from
-        cuDriverGetVersion, read through ctypes in a probe (no torch), which includes forward compatibility; without
-        libcuda, from nvidia-smi's driver branch. It fails only when what the job will get is too old, and states both
-        numbers. On a host without nvidia-smi it skips, even with --gpu-arch: a build machine's driver says nothing
-        about the runtime's.
-    """,
-    applies_when="nvidia-smi lists a GPU",
-    detects="nvidia-smi driver version; cuDriverGetVersion through ctypes; torch.version.cuda or -cuXX wheels",
-    sources=(
-        Source("NVIDIA CUDA Toolkit release notes, table 3 (minimum driver per CUDA release)",
-               "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html"),
-        Source("NVIDIA CUDA forward compatibility", "https://docs.nvidia.com/deploy/cuda-compatibility/"),
-        Source("verl docker/Dockerfile.stable.vllm (CUDA 13.0.2, torch 2.11.0 cu130)", "https://github.com/verl-project/verl"),
-    ),
-    fixes=(fixes.DRIVER,),
-    static=DRIVER_STATIC,
-    probes=(NVIDIA_SMI, TORCH, DRIVER),
-    run=_driver,
-)
 
 CHECKS = [gpu_devices, gpu_arch, gpu_driver]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dsv4_doctor.facts import error_text, outcome, version
-from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, warned
+from dsv4_doctor.api import check
+from dsv4_doctor.model import Context, Result, Source, failed, passed, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
@@ -26,7 +27,42 @@ FIX_FLASH_MLA = fixes.FLASH_MLA
 FIX_HADAMARD = fixes.FAST_HADAMARD
 
 
-def _flash_mla(ctx: Context) -> Result:
+@check(
+    "kernels.flash-mla",
+    "FlashMLA sparse forward loads (cudnn backend)",
+    applies_when="dsa_backend=cudnn",
+    detects="from flash_mla import flash_mla_sparse_fwd (subprocess) and its indexer_topk parameter (signature, ast)",
+    sources=(
+        mlm(EAV + "csa_utils/fused_sparse_attention.py", "99-106",
+            "Megatron-LM dev fused_sparse_attention.py L99-106 (FlashMLA is required)"),
+        mlm(EAV + "csa_utils/fused_sparse_attention.py", "157-166",
+            "Megatron-LM dev fused_sparse_attention.py L157-166 (flash_mla_sparse_fwd(..., indexer_topk=...))"),
+        Source("FlashMLA nv_dev flash_mla/flash_mla_interface.py (indexer_topk: int = 0)",
+               "https://github.com/deepseek-ai/FlashMLA/blob/b7643bd54521f563b839b98289b5cd048c062ba2/flash_mla/"
+               "flash_mla_interface.py#L176"),
+        mlm("megatron/core/utils.py", "509-520", "Megatron-LM dev utils.py L509-520 (flash_mla dependency)"),
+        Source("FlashMLA nv_dev at b7643bd5 setup.py (FLASH_MLA_DISABLE_SM90 / FLASH_MLA_DISABLE_SM100)",
+               "https://github.com/deepseek-ai/FlashMLA/blob/b7643bd54521f563b839b98289b5cd048c062ba2/setup.py#L36-L44"),
+        measured("docs/gpu-runs", "FlashMLA b7643bd5 built on an H200 with CUDA 13: fails without "
+                 "CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl, builds with it and FLASH_MLA_DISABLE_SM100=1 (119 s)"),
+    ),
+    fixes=(FIX_FLASH_MLA, FIX_BACKEND_NONE),
+    skip_if=lambda p: "dsa_kernel_backend=none: FlashMLA is not used" if p.dsa_backend == "none" else None,
+    static=STATIC,
+    probes=(FLASH_MLA,),
+)
+def kernels_flash_mla(ctx: Context) -> Result:
+    """With dsa_kernel_backend=cudnn, Megatron's DSv4 sparse attention calls FlashMLA's `flash_mla_sparse_fwd`
+    (nv_dev branch; not on PyPI). Megatron lists it as missing at config time ("dsa_kernel_backend=cudnn
+    requires fused DSA kernels ... flash_mla") and raises "FlashMLA is required" at run time. Importing it is not
+    enough: Megatron d48bd6be always passes `indexer_topk=` (fused_sparse_attention.py L157-166), which only the
+    nv_dev branch's `flash_mla_sparse_fwd` takes; a FlashMLA built from main imports fine and raises TypeError
+    at the first DSA step. The parameter is read from the signature in the probe, or with ast from the installed
+    flash_mla/flash_mla_interface.py. The fix builds nv_dev at commit b7643bd5 (not the moving branch) for the
+    target arch: FLASH_MLA_DISABLE_SM100=1 for 9.0, FLASH_MLA_DISABLE_SM90=1 for 10.x (as the Megatron recipes
+    set for Blackwell), with CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl, without which the host compiler stops
+    at `cuda/std/utility: No such file or directory` on CUDA 13 (measured on an H200).
+    """
     static = ctx.static
     fix_flash_mla = fixes.flash_mla(ctx.profile.cc)
     evidence = {"module": static.module("flash_mla").get("origin"),
@@ -60,46 +96,28 @@ def _flash_mla(ctx: Context) -> Result:
                   evidence=evidence)
 
 
-kernels_flash_mla = Check(
-    id="kernels.flash-mla",
-    title="FlashMLA sparse forward loads (cudnn backend)",
-    explanation="""
-        With dsa_kernel_backend=cudnn, Megatron's DSv4 sparse attention calls FlashMLA's `flash_mla_sparse_fwd`
-        (nv_dev branch; not on PyPI). Megatron lists it as missing at config time ("dsa_kernel_backend=cudnn
-        requires fused DSA kernels ... flash_mla") and raises "FlashMLA is required" at run time. Importing it is not
-        enough: Megatron d48bd6be always passes `indexer_topk=` (fused_sparse_attention.py L157-166), which only the
-        nv_dev branch's `flash_mla_sparse_fwd` takes; a FlashMLA built from main imports fine and raises TypeError
-        at the first DSA step. The parameter is read from the signature in the probe, or with ast from the installed
-        flash_mla/flash_mla_interface.py. The fix builds nv_dev at commit b7643bd5 (not the moving branch) for the
-        target arch: FLASH_MLA_DISABLE_SM100=1 for 9.0, FLASH_MLA_DISABLE_SM90=1 for 10.x (as the Megatron recipes
-        set for Blackwell), with CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl, without which the host compiler stops
-        at `cuda/std/utility: No such file or directory` on CUDA 13 (measured on an H200).
-    """,
-    applies_when="dsa_backend=cudnn",
-    detects="from flash_mla import flash_mla_sparse_fwd (subprocess) and its indexer_topk parameter (signature, ast)",
+@check(
+    "kernels.fast-hadamard",
+    "fast-hadamard-transform for the ratio-4 CSA indexer",
+    applies_when="always (DSv4 has ratio-4 layers)",
+    detects="fast_hadamard_transform location and import; verl's shim (ast)",
     sources=(
-        mlm(EAV + "csa_utils/fused_sparse_attention.py", "99-106",
-            "Megatron-LM dev fused_sparse_attention.py L99-106 (FlashMLA is required)"),
-        mlm(EAV + "csa_utils/fused_sparse_attention.py", "157-166",
-            "Megatron-LM dev fused_sparse_attention.py L157-166 (flash_mla_sparse_fwd(..., indexer_topk=...))"),
-        Source("FlashMLA nv_dev flash_mla/flash_mla_interface.py (indexer_topk: int = 0)",
-               "https://github.com/deepseek-ai/FlashMLA/blob/b7643bd54521f563b839b98289b5cd048c062ba2/flash_mla/"
-               "flash_mla_interface.py#L176"),
-        mlm("megatron/core/utils.py", "509-520", "Megatron-LM dev utils.py L509-520 (flash_mla dependency)"),
-        Source("FlashMLA nv_dev at b7643bd5 setup.py (FLASH_MLA_DISABLE_SM90 / FLASH_MLA_DISABLE_SM100)",
-               "https://github.com/deepseek-ai/FlashMLA/blob/b7643bd54521f563b839b98289b5cd048c062ba2/setup.py#L36-L44"),
-        measured("docs/gpu-runs", "FlashMLA b7643bd5 built on an H200 with CUDA 13: fails without "
-                 "CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl, builds with it and FLASH_MLA_DISABLE_SM100=1 (119 s)"),
+        mlm(EAV + "dsa.py", "267", "Megatron-LM dev dsa.py L267 (fast_hadamard_transform is not installed)"),
+        Source("verl verl/models/mcore/patch.py (pure-torch shim, PR #7241)", "https://github.com/verl-project/verl/pull/7241"),
+        mlm("pyproject.toml", "", "Megatron-LM dev pyproject.toml (fast-hadamard-transform git pin f134af63)"),
+        pypi("megatron-bridge", "0.6.2", "megatron-bridge 0.6.2 METADATA: Requires-Dist fast-hadamard-transform>=1.1.0 "
+             "(the fix then builds git tag v1.1.0, 1cc807ef)"),
     ),
-    fixes=(FIX_FLASH_MLA, FIX_BACKEND_NONE),
-    skip_if=lambda p: "dsa_kernel_backend=none: FlashMLA is not used" if p.dsa_backend == "none" else None,
+    fixes=(FIX_HADAMARD,),
     static=STATIC,
-    probes=(FLASH_MLA,),
-    run=_flash_mla,
+    probes=(HADAMARD,),
 )
-
-
-def _hadamard(ctx: Context) -> Result:
+def kernels_fast_hadamard(ctx: Context) -> Result:
+    """DSv4's ratio-4 CSA layers run the indexer's Hadamard rotation through `fast_hadamard_transform` (bf16);
+    without it Megatron asserts "fast_hadamard_transform is not installed." verl (PR #7241) installs a pure-torch
+    stand-in when the package is missing: correct but slower ("DSA forward will be slower"), hence a warning.
+    The package is not on PyPI as a wheel; Megatron-LM dev pins a git commit.
+    """
     static = ctx.static
     fix_hadamard = fixes.fast_hadamard(static)
     evidence = {"module": static.module("fast_hadamard_transform").get("origin"),
@@ -130,32 +148,29 @@ def _hadamard(ctx: Context) -> Result:
                   "is not installed.\"", fixes=[fix_hadamard], evidence=evidence)
 
 
-kernels_fast_hadamard = Check(
-    id="kernels.fast-hadamard",
-    title="fast-hadamard-transform for the ratio-4 CSA indexer",
-    explanation="""
-        DSv4's ratio-4 CSA layers run the indexer's Hadamard rotation through `fast_hadamard_transform` (bf16);
-        without it Megatron asserts "fast_hadamard_transform is not installed." verl (PR #7241) installs a pure-torch
-        stand-in when the package is missing: correct but slower ("DSA forward will be slower"), hence a warning.
-        The package is not on PyPI as a wheel; Megatron-LM dev pins a git commit.
-    """,
-    applies_when="always (DSv4 has ratio-4 layers)",
-    detects="fast_hadamard_transform location and import; verl's shim (ast)",
+@check(
+    "kernels.triton",
+    "triton for the fused MLA RoPE",
+    applies_when="always (matters with apply_rope_fusion=True)",
+    detects="triton location and version (metadata)",
     sources=(
-        mlm(EAV + "dsa.py", "267", "Megatron-LM dev dsa.py L267 (fast_hadamard_transform is not installed)"),
-        Source("verl verl/models/mcore/patch.py (pure-torch shim, PR #7241)", "https://github.com/verl-project/verl/pull/7241"),
-        mlm("pyproject.toml", "", "Megatron-LM dev pyproject.toml (fast-hadamard-transform git pin f134af63)"),
-        pypi("megatron-bridge", "0.6.2", "megatron-bridge 0.6.2 METADATA: Requires-Dist fast-hadamard-transform>=1.1.0 "
-             "(the fix then builds git tag v1.1.0, 1cc807ef)"),
+        mlm(EAV + "deepseek_v4_hybrid_attention.py", "636",
+            "Megatron-LM dev deepseek_v4_hybrid_attention.py L636 (fused_mla_rope_inplace assert)"),
+        Source("Megatron-Bridge #4321 (NaN from fused_mla_rope_inplace on H100)",
+               "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/4321"),
+        pypi("torch", "2.11.0", "torch 2.11.0 METADATA: Requires-Dist triton==3.6.0 (the pin the check reads from the "
+             "installed torch)"),
+        pypi("torch", "2.15.0", "torch 2.15.0 METADATA: Requires-Dist triton~=3.9.0 (2.14.x: triton~=3.8.0); any "
+             "specifier is read"),
     ),
-    fixes=(FIX_HADAMARD,),
+    fixes=(fixes.TRITON_DOC,),
     static=STATIC,
-    probes=(HADAMARD,),
-    run=_hadamard,
 )
-
-
-def _triton(ctx: Context) -> Result:
+def kernels_triton(ctx: Context) -> Result:
+    """With `apply_rope_fusion=True`, DSv4 attention applies RoPE with the triton kernel `fused_mla_rope_inplace`;
+    without triton Megatron substitutes a placeholder and the layer asserts `fused_mla_rope_inplace is not
+    None`. A warning, since jobs with rope fusion off do not need it (MB #4321 recommends it off on H100).
+    """
     static = ctx.static
     module = static.module("triton")
     evidence = {"module": module.get("origin"), "kind": module.get("kind"), "version": static.version("triton")}
@@ -181,31 +196,5 @@ def _triton(ctx: Context) -> Result:
                       fixes=[fix], evidence=evidence)
     pinned = f" (meets torch's triton{req.specifier})" if req is not None else " (torch declares no pin)"
     return passed(f"triton {found}{pinned}", evidence=evidence)
-
-
-kernels_triton = Check(
-    id="kernels.triton",
-    title="triton for the fused MLA RoPE",
-    explanation="""
-        With `apply_rope_fusion=True`, DSv4 attention applies RoPE with the triton kernel `fused_mla_rope_inplace`;
-        without triton Megatron substitutes a placeholder and the layer asserts `fused_mla_rope_inplace is not
-        None`. A warning, since jobs with rope fusion off do not need it (MB #4321 recommends it off on H100).
-    """,
-    applies_when="always (matters with apply_rope_fusion=True)",
-    detects="triton location and version (metadata)",
-    sources=(
-        mlm(EAV + "deepseek_v4_hybrid_attention.py", "636",
-            "Megatron-LM dev deepseek_v4_hybrid_attention.py L636 (fused_mla_rope_inplace assert)"),
-        Source("Megatron-Bridge #4321 (NaN from fused_mla_rope_inplace on H100)",
-               "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/4321"),
-        pypi("torch", "2.11.0", "torch 2.11.0 METADATA: Requires-Dist triton==3.6.0 (the pin the check reads from the "
-             "installed torch)"),
-        pypi("torch", "2.15.0", "torch 2.15.0 METADATA: Requires-Dist triton~=3.9.0 (2.14.x: triton~=3.8.0); any "
-             "specifier is read"),
-    ),
-    fixes=(fixes.TRITON_DOC,),
-    static=STATIC,
-    run=_triton,
-)
 
 CHECKS = [kernels_flash_mla, kernels_fast_hadamard, kernels_triton]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from dsv4_doctor.facts import version
-from dsv4_doctor.model import Check, Context, Result, Source, needs_failed, passed, skipped, warned
+from dsv4_doctor.api import check
+from dsv4_doctor.model import Context, Result, Source, passed, skipped, warned
 from dsv4_doctor.probes import TORCH, StaticRequest
 
 WHEELS = {"libcudnn.so": ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12"), "libnccl.so": ("nvidia-nccl-cu13",
@@ -57,10 +58,32 @@ def _family(name: str, loaded_version: str | None, data: dict, static) -> tuple[
     return problems, evidence
 
 
-def _loaded(ctx: Context) -> Result:
-    blocked = needs_failed(ctx, "torch.install")
-    if blocked:
-        return blocked
+@check(
+    "libs.loaded",
+    "The cuDNN and NCCL torch loads are the installed ones",
+    applies_when="torch imports as a CUDA build",
+    detects="torch.backends.cudnn.version(), torch.cuda.nccl.version(), /proc/self/maps, copies on disk",
+    sources=(
+        Source("pytorch #78489: collect_env reports ldconfig's cuDNN, not the loaded one",
+               "https://github.com/pytorch/pytorch/issues/78489"),
+        Source("cudnn-frontend collect_env.py (loaded vs installed: the most common unreproducible-issue root cause)",
+               "https://github.com/NVIDIA/cudnn-frontend/blob/main/python/cudnn/collect_env.py"),
+        Source("TransformerEngine README, Troubleshooting (CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED)",
+               "https://github.com/NVIDIA/TransformerEngine#troubleshooting"),
+    ),
+    needs=("torch.install",),
+    static=STATIC,
+    probes=(TORCH,),
+)
+def libs_loaded(ctx: Context) -> Result:
+    """Installed is not loaded. In the torch probe, after torch reports `torch.backends.cudnn.version()` and
+    `torch.cuda.nccl.version()`, the probe reads its own /proc/self/maps for the libcudnn and libnccl files it
+    mapped and lists every copy on disk (the nvidia-* wheels' folders, LD_LIBRARY_PATH, CUDA_HOME and the
+    system folders). It warns when the loaded version differs from the nvidia-cudnn-cu13/-cu12 or
+    nvidia-nccl-cu13/-cu12 wheel's metadata, when torch loaded a copy other than the wheel's, when two copies
+    are mapped at once, or when the library is installed in more than one place (verl's image installs an apt
+    cuDNN beside nvidia-cudnn-cu13, and overrides nvidia-nccl-cu13 over torch's pin).
+    """
     probe = ctx.probe(TORCH)
     data = probe.data if probe.ok and isinstance(probe.data, dict) else {}
     if not data.get("imported"):
@@ -86,34 +109,5 @@ def _loaded(ctx: Context) -> Result:
     where_n = f" from {ev_n['loaded'][0]}" if ev_n["loaded"] else ""
     return passed(f"torch loads cuDNN {cudnn or 'unknown'}{where_c} and NCCL {nccl or 'unknown'}{where_n}, as "
                   "installed", evidence=evidence)
-
-
-libs_loaded = Check(
-    id="libs.loaded",
-    title="The cuDNN and NCCL torch loads are the installed ones",
-    explanation="""
-        Installed is not loaded. In the torch probe, after torch reports `torch.backends.cudnn.version()` and
-        `torch.cuda.nccl.version()`, the probe reads its own /proc/self/maps for the libcudnn and libnccl files it
-        mapped and lists every copy on disk (the nvidia-* wheels' folders, LD_LIBRARY_PATH, CUDA_HOME and the
-        system folders). It warns when the loaded version differs from the nvidia-cudnn-cu13/-cu12 or
-        nvidia-nccl-cu13/-cu12 wheel's metadata, when torch loaded a copy other than the wheel's, when two copies
-        are mapped at once, or when the library is installed in more than one place (verl's image installs an apt
-        cuDNN beside nvidia-cudnn-cu13, and overrides nvidia-nccl-cu13 over torch's pin).
-    """,
-    applies_when="torch imports as a CUDA build",
-    detects="torch.backends.cudnn.version(), torch.cuda.nccl.version(), /proc/self/maps, copies on disk",
-    sources=(
-        Source("pytorch #78489: collect_env reports ldconfig's cuDNN, not the loaded one",
-               "https://github.com/pytorch/pytorch/issues/78489"),
-        Source("cudnn-frontend collect_env.py (loaded vs installed: the most common unreproducible-issue root cause)",
-               "https://github.com/NVIDIA/cudnn-frontend/blob/main/python/cudnn/collect_env.py"),
-        Source("TransformerEngine README, Troubleshooting (CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED)",
-               "https://github.com/NVIDIA/TransformerEngine#troubleshooting"),
-    ),
-    needs=("torch.install",),
-    static=STATIC,
-    probes=(TORCH,),
-    run=_loaded,
-)
 
 CHECKS = [libs_loaded]

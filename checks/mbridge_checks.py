@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, skipped
+from dsv4_doctor.api import check
+from dsv4_doctor.model import Context, Result, Source, failed, passed, skipped
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
@@ -16,7 +17,36 @@ NOT_FOUND = ("Megatron-Bridge package not found. Please install Megatron-Bridge 
              " (verl prints this, then re-raises ModuleNotFoundError: No module named 'megatron.bridge')")
 
 
-def _mbridge(ctx: Context) -> Result:
+@check(
+    "mbridge.dsv4",
+    "Megatron-Bridge with the DeepSeek-V4 bridge (verl's Megatron backend)",
+    applies_when="verl installed",
+    detects="megatron.bridge location and its deepseek_v4_bridge.py (files, ast); megatron-bridge metadata",
+    sources=(
+        Source("verl 0.9.0 verl/models/mcore/bridge.py L16-20 (imports megatron.bridge, re-raises)",
+               "https://github.com/verl-project/verl/blob/v0.9.0/verl/models/mcore/bridge.py"),
+        Source("verl examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh (Megatron-Bridge c7774d44)",
+               "https://github.com/verl-project/verl/blob/main/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh"),
+        Source("Megatron-Bridge #3562 (DeepSeek V4 Bridge, 66fe25897)",
+               "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3562"),
+        Source("megatron-bridge 0.6.2 wheel (megatron/bridge/models/deepseek/deepseek_v4_bridge.py; 0.5.0+ ship it; "
+               "Requires-Dist megatron-core[dev,mlm], hence --no-deps)", "https://pypi.org/project/megatron-bridge/0.6.2/"),
+        Source("Megatron-Bridge #5543 (DSv4 defaults to flex/HybridEP, 24849e23c)",
+               "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/5543"),
+    ),
+    fixes=(fixes.MBRIDGE,),
+    static=STATIC,
+)
+def mbridge_dsv4(ctx: Context) -> Result:
+    """verl's Megatron engine builds models through Megatron-Bridge: verl/models/mcore/bridge.py imports
+    `megatron.bridge` and re-raises the ImportError without it, and verl's DSv4 example says Megatron-Bridge
+    "must be installed and importable on every node". DeepSeek-V4 also needs the bridge's
+    models/deepseek/deepseek_v4_bridge.py (on main from 66fe25897; a draft branch had models/deepseek_v4/),
+    which no PyPI release has. The evidence also says whether that Bridge's DSv4 provider defaults the MoE
+    dispatcher to `flex` with HybridEP (main since 24849e23c) or to `alltoall` (c7774d44, the commit verl's
+    example names): verl's engine sets alltoall unless the user's overrides say otherwise, and flex needs
+    DeepEP's HybridEP.
+    """
     static = ctx.static
     if not static.module("verl").get("found"):
         return skipped("verl is not installed: Megatron-Bridge is what verl's Megatron backend imports")
@@ -46,38 +76,5 @@ def _mbridge(ctx: Context) -> Result:
     note = ("; its DSv4 provider defaults the MoE dispatcher to flex with HybridEP (verl sets alltoall unless an "
             "override says otherwise; flex needs DeepEP's HybridEP)") if flex else "; default MoE dispatcher alltoall"
     return passed(f"Megatron-Bridge {version} has the DeepSeek-V4 bridge{note}", evidence=evidence)
-
-
-mbridge_dsv4 = Check(
-    id="mbridge.dsv4",
-    title="Megatron-Bridge with the DeepSeek-V4 bridge (verl's Megatron backend)",
-    explanation="""
-        verl's Megatron engine builds models through Megatron-Bridge: verl/models/mcore/bridge.py imports
-        `megatron.bridge` and re-raises the ImportError without it, and verl's DSv4 example says Megatron-Bridge
-        "must be installed and importable on every node". DeepSeek-V4 also needs the bridge's
-        models/deepseek/deepseek_v4_bridge.py (on main from 66fe25897; a draft branch had models/deepseek_v4/),
-        which no PyPI release has. The evidence also says whether that Bridge's DSv4 provider defaults the MoE
-        dispatcher to `flex` with HybridEP (main since 24849e23c) or to `alltoall` (c7774d44, the commit verl's
-        example names): verl's engine sets alltoall unless the user's overrides say otherwise, and flex needs
-        DeepEP's HybridEP.
-    """,
-    applies_when="verl installed",
-    detects="megatron.bridge location and its deepseek_v4_bridge.py (files, ast); megatron-bridge metadata",
-    sources=(
-        Source("verl 0.9.0 verl/models/mcore/bridge.py L16-20 (imports megatron.bridge, re-raises)",
-               "https://github.com/verl-project/verl/blob/v0.9.0/verl/models/mcore/bridge.py"),
-        Source("verl examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh (Megatron-Bridge c7774d44)",
-               "https://github.com/verl-project/verl/blob/main/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh"),
-        Source("Megatron-Bridge #3562 (DeepSeek V4 Bridge, 66fe25897)",
-               "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3562"),
-        Source("megatron-bridge 0.6.2 wheel (megatron/bridge/models/deepseek/deepseek_v4_bridge.py; 0.5.0+ ship it; "
-               "Requires-Dist megatron-core[dev,mlm], hence --no-deps)", "https://pypi.org/project/megatron-bridge/0.6.2/"),
-        Source("Megatron-Bridge #5543 (DSv4 defaults to flex/HybridEP, 24849e23c)",
-               "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/5543"),
-    ),
-    fixes=(fixes.MBRIDGE,),
-    static=STATIC,
-    run=_mbridge,
-)
 
 CHECKS = [mbridge_dsv4]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 
-from dsv4_doctor.model import Check, Context, Result, Source, errored, failed, needs_failed, passed, skipped, warned
+from dsv4_doctor.api import check
+from dsv4_doctor.model import Context, Result, Source, errored, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
@@ -91,7 +92,41 @@ def mcore_fix(ctx: Context):
     return fixes.mcore(checkout(static, _where(static)))
 
 
-def _dsv4(ctx: Context) -> Result:
+@check(
+    "mcore.dsv4",
+    "Megatron-core has the dsv4_hybrid attention (dev branch)",
+    applies_when="always",
+    detects="megatron.core location; DSv4/CSA module files; megatron-core metadata and direct_url",
+    sources=(
+        mlm(EAV + "deepseek_v4_hybrid_attention.py", "59", "Megatron-LM dev deepseek_v4_hybrid_attention.py"),
+        mlm("megatron/core/package_info.py", "", "Megatron-LM dev package_info.py (reports 0.19.0)"),
+        mlm("megatron/core/models/gpt/experimental_attention_variant_module_specs.py", "",
+            "experimental_attention_variant_module_specs.py (Invalid experimental attention variant)"),
+        Source("Megatron-Bridge #4460 (DSv4 needs Megatron-LM dev)", "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/4460"),
+        mlm_change("5809", "Megatron-LM #5809 (4b01a1b9): a zero indexer loss still marks the indexer grads ready "
+                   "under overlapped DDP (verl's script runs dsa_indexer_loss_coeff=0.0 under CP)"),
+        mlm_change("108cb6bcb67415a3577909595064804300bd54f9",
+                   "Megatron-LM 108cb6bc (#5984): the fused CSA compressor"),
+        mlm_change("6888385f", "Megatron-LM 6888385f (#6020): dsa_kernel_backend (fd1121b8 has only "
+                   "apply_dsa_kernel_fusion)"),
+    ),
+    fixes=(FIX_MCORE,),
+    static=STATIC,
+)
+def mcore_dsv4(ctx: Context) -> Result:
+    """DSv4's attention variant `dsv4_hybrid` exists only on Megatron-LM's dev branch; every megatron-core release
+    fails at model build with "Invalid experimental attention variant: dsv4_hybrid". Dev reports the same
+    version as the 0.19.0 release (and adds +sha only when git works at import), so the check finds the files
+    without importing Megatron and reports the branch evidence it can see: the DSv4 module files, the
+    csa_utils/ layout, the fused compressor, the context_parallel_layout package, the installed distribution's
+    VCS commit, and whether a PYTHONPATH tree shadows the installed distribution. The fix pins dev d48bd6be
+    (2026-08-21) or later. verl's DSv4 example was tested with fd1121b8, but that commit predates the fixes a CP
+    job with verl's settings needs: 4b01a1b9 (#5809: a zero indexer loss, as verl's script sets under CP, must
+    still mark the indexer grads ready under overlapped DDP), #5960/#6349 (indexer-loss fixes), 108cb6bc (the
+    fused CSA compressor) and 6888385f (dsa_kernel_backend). When megatron.core imports from a checkout on
+    PYTHONPATH (verl's image puts Megatron-Bridge's 3rdparty/Megatron-LM there), `pip install` would not take
+    effect: the fix then names that folder instead.
+    """
     static = ctx.static
     evidence = _where(static)
     if not static.module("megatron.core").get("found"):
@@ -140,44 +175,6 @@ def _dsv4(ctx: Context) -> Result:
                   shadow.strip(), evidence=evidence)
 
 
-mcore_dsv4 = Check(
-    id="mcore.dsv4",
-    title="Megatron-core has the dsv4_hybrid attention (dev branch)",
-    explanation="""
-        DSv4's attention variant `dsv4_hybrid` exists only on Megatron-LM's dev branch; every megatron-core release
-        fails at model build with "Invalid experimental attention variant: dsv4_hybrid". Dev reports the same
-        version as the 0.19.0 release (and adds +sha only when git works at import), so the check finds the files
-        without importing Megatron and reports the branch evidence it can see: the DSv4 module files, the
-        csa_utils/ layout, the fused compressor, the context_parallel_layout package, the installed distribution's
-        VCS commit, and whether a PYTHONPATH tree shadows the installed distribution. The fix pins dev d48bd6be
-        (2026-08-21) or later. verl's DSv4 example was tested with fd1121b8, but that commit predates the fixes a CP
-        job with verl's settings needs: 4b01a1b9 (#5809: a zero indexer loss, as verl's script sets under CP, must
-        still mark the indexer grads ready under overlapped DDP), #5960/#6349 (indexer-loss fixes), 108cb6bc (the
-        fused CSA compressor) and 6888385f (dsa_kernel_backend). When megatron.core imports from a checkout on
-        PYTHONPATH (verl's image puts Megatron-Bridge's 3rdparty/Megatron-LM there), `pip install` would not take
-        effect: the fix then names that folder instead.
-    """,
-    applies_when="always",
-    detects="megatron.core location; DSv4/CSA module files; megatron-core metadata and direct_url",
-    sources=(
-        mlm(EAV + "deepseek_v4_hybrid_attention.py", "59", "Megatron-LM dev deepseek_v4_hybrid_attention.py"),
-        mlm("megatron/core/package_info.py", "", "Megatron-LM dev package_info.py (reports 0.19.0)"),
-        mlm("megatron/core/models/gpt/experimental_attention_variant_module_specs.py", "",
-            "experimental_attention_variant_module_specs.py (Invalid experimental attention variant)"),
-        Source("Megatron-Bridge #4460 (DSv4 needs Megatron-LM dev)", "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/4460"),
-        mlm_change("5809", "Megatron-LM #5809 (4b01a1b9): a zero indexer loss still marks the indexer grads ready "
-                   "under overlapped DDP (verl's script runs dsa_indexer_loss_coeff=0.0 under CP)"),
-        mlm_change("108cb6bcb67415a3577909595064804300bd54f9",
-                   "Megatron-LM 108cb6bc (#5984): the fused CSA compressor"),
-        mlm_change("6888385f", "Megatron-LM 6888385f (#6020): dsa_kernel_backend (fd1121b8 has only "
-                   "apply_dsa_kernel_fusion)"),
-    ),
-    fixes=(FIX_MCORE,),
-    static=STATIC,
-    run=_dsv4,
-)
-
-
 def _class(static, module: str, name: str):
     src = static.source(module)
     if not src.get("found"):
@@ -185,10 +182,29 @@ def _class(static, module: str, name: str):
     return (src.get("classes") or {}).get(name), src
 
 
-def _cp_partition_mode(ctx: Context) -> Result:
-    blocked = needs_failed(ctx, "mcore.dsv4")
-    if blocked:
-        return blocked
+@check(
+    "mcore.cp-partition-mode",
+    "PackedSeqParams carries cp_partition_mode (contiguous CP layout)",
+    applies_when="Megatron-core installed; required when CP > 1",
+    detects="PackedSeqParams dataclass fields / __init__ parameters (ast)",
+    sources=(
+        mlm("megatron/core/packed_seq_params.py", "37", "Megatron-LM dev packed_seq_params.py L37"),
+        mlm(EAV + "deepseek_v4_hybrid_attention.py", "271", "Megatron-LM dev deepseek_v4_hybrid_attention.py L271"),
+        Source("verl verl/models/mcore/util.py (PR #7297: _PACKED_SEQ_PARAMS_HAS_CP_PARTITION_MODE)",
+               "https://github.com/verl-project/verl/pull/7297"),
+    ),
+    fixes=(FIX_MCORE,),
+    needs=("mcore.dsv4",),
+    static=STATIC,
+)
+def mcore_cp_partition_mode(ctx: Context) -> Result:
+    """DSv4 with CP > 1 needs each CP rank to own one contiguous slice of the packed THD buffer, selected by
+    `PackedSeqParams.cp_partition_mode = "contiguous"`. The field exists on Megatron-LM dev from bfa33263 and in
+    no release. verl detects it exactly this way (the parameter in `PackedSeqParams.__init__`'s signature, or a
+    `**kwargs`) and otherwise raises "cp_layout='contiguous' requires PackedSeqParams.cp_partition_mode, which
+    this Megatron-core version does not provide"; without verl, Megatron's DSv4 attention raises "DSv4 THD CP
+    requires a contiguous CP partition." Read from the dataclass with ast.
+    """
     static = ctx.static
     evidence = _where(static)
     if not static.module("megatron.core").get("found"):
@@ -221,32 +237,6 @@ def _cp_partition_mode(ctx: Context) -> Result:
         "has it.",
         fixes=[mcore_fix(ctx)], evidence=evidence)
 
-
-mcore_cp_partition_mode = Check(
-    id="mcore.cp-partition-mode",
-    title="PackedSeqParams carries cp_partition_mode (contiguous CP layout)",
-    explanation="""
-        DSv4 with CP > 1 needs each CP rank to own one contiguous slice of the packed THD buffer, selected by
-        `PackedSeqParams.cp_partition_mode = "contiguous"`. The field exists on Megatron-LM dev from bfa33263 and in
-        no release. verl detects it exactly this way (the parameter in `PackedSeqParams.__init__`'s signature, or a
-        `**kwargs`) and otherwise raises "cp_layout='contiguous' requires PackedSeqParams.cp_partition_mode, which
-        this Megatron-core version does not provide"; without verl, Megatron's DSv4 attention raises "DSv4 THD CP
-        requires a contiguous CP partition." Read from the dataclass with ast.
-    """,
-    applies_when="Megatron-core installed; required when CP > 1",
-    detects="PackedSeqParams dataclass fields / __init__ parameters (ast)",
-    sources=(
-        mlm("megatron/core/packed_seq_params.py", "37", "Megatron-LM dev packed_seq_params.py L37"),
-        mlm(EAV + "deepseek_v4_hybrid_attention.py", "271", "Megatron-LM dev deepseek_v4_hybrid_attention.py L271"),
-        Source("verl verl/models/mcore/util.py (PR #7297: _PACKED_SEQ_PARAMS_HAS_CP_PARTITION_MODE)",
-               "https://github.com/verl-project/verl/pull/7297"),
-    ),
-    fixes=(FIX_MCORE,),
-    needs=("mcore.dsv4",),
-    static=STATIC,
-    run=_cp_partition_mode,
-)
-
 CP_FIELDS = ("cp_partition_mode", "sequence_packing_scheduler", "max_seqlen_per_dp_cp_rank")
 
 
@@ -262,10 +252,35 @@ def job_settings(static) -> str:
     return text
 
 
-def _config(ctx: Context) -> Result:
-    blocked = needs_failed(ctx, "mcore.dsv4")
-    if blocked:
-        return blocked
+@check(
+    "mcore.config",
+    "TransformerConfig has the DSv4 CP and DSA settings",
+    applies_when="Megatron-core installed; CP fields when CP > 1; DSA knob when dsa_backend=cudnn",
+    detects="ModelParallelConfig / TransformerConfig dataclass fields (ast)",
+    sources=(
+        mlm("megatron/core/model_parallel_config.py", "98", "Megatron-LM dev model_parallel_config.py L98"),
+        mlm("megatron/core/transformer/transformer_config.py", "1563-1616",
+            "Megatron-LM dev transformer_config.py L1563-1616 (CP partition rules)"),
+        Source("verl examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh (CP_ARGS)",
+               "https://github.com/verl-project/verl/blob/main/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh"),
+        gh("verl-project/verl", "pull/6555", "verl #6555: for deepseek_v4 with CP > 1 verl sets "
+           "sequence_packing_scheduler=default_dynamic_cp itself, after the user's overrides"),
+        gh("verl-project/verl", f"blob/{VERL}/verl/workers/engine/megatron/transformer_impl.py",
+           f"verl {VERL} workers/engine/megatron/transformer_impl.py (the default_dynamic_cp override)"),
+    ),
+    fixes=(FIX_MCORE,),
+    needs=("mcore.dsv4",),
+    static=STATIC,
+)
+def mcore_config(ctx: Context) -> Result:
+    """A DSv4 CP > 1 job sets `cp_partition_mode=contiguous`, a `sequence_packing_scheduler` (dp_balanced or
+    default_dynamic_cp) and `max_seqlen_per_dp_cp_rank` (verl's CP_ARGS; verl >= #6555 sets the layout and
+    default_dynamic_cp itself for deepseek_v4, after the user's overrides, and the report says which scheduler
+    will be used), and selects fused DSA with
+    `dsa_kernel_backend=cudnn` (dev >= 6888385f) or the deprecated `apply_dsa_kernel_fusion=True` (older dev, a
+    warning: the new knob is preferred). A Megatron-core without these fields cannot take the settings at all.
+    Read from ModelParallelConfig and TransformerConfig with ast; the report repeats the exact job settings.
+    """
     static = ctx.static
     evidence = _where(static)
     if not static.module("megatron.core").get("found"):
@@ -304,37 +319,5 @@ def _config(ctx: Context) -> Result:
     if ctx.profile.dsa_backend == "cudnn" and backend_knob == "apply_dsa_kernel_fusion":
         return warned(f"{cp_note}; fused DSA is selected with {knob}", settings, evidence=evidence)
     return passed(f"{cp_note}; fused DSA knob: {knob}", settings, evidence=evidence)
-
-
-mcore_config = Check(
-    id="mcore.config",
-    title="TransformerConfig has the DSv4 CP and DSA settings",
-    explanation="""
-        A DSv4 CP > 1 job sets `cp_partition_mode=contiguous`, a `sequence_packing_scheduler` (dp_balanced or
-        default_dynamic_cp) and `max_seqlen_per_dp_cp_rank` (verl's CP_ARGS; verl >= #6555 sets the layout and
-        default_dynamic_cp itself for deepseek_v4, after the user's overrides, and the report says which scheduler
-        will be used), and selects fused DSA with
-        `dsa_kernel_backend=cudnn` (dev >= 6888385f) or the deprecated `apply_dsa_kernel_fusion=True` (older dev, a
-        warning: the new knob is preferred). A Megatron-core without these fields cannot take the settings at all.
-        Read from ModelParallelConfig and TransformerConfig with ast; the report repeats the exact job settings.
-    """,
-    applies_when="Megatron-core installed; CP fields when CP > 1; DSA knob when dsa_backend=cudnn",
-    detects="ModelParallelConfig / TransformerConfig dataclass fields (ast)",
-    sources=(
-        mlm("megatron/core/model_parallel_config.py", "98", "Megatron-LM dev model_parallel_config.py L98"),
-        mlm("megatron/core/transformer/transformer_config.py", "1563-1616",
-            "Megatron-LM dev transformer_config.py L1563-1616 (CP partition rules)"),
-        Source("verl examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh (CP_ARGS)",
-               "https://github.com/verl-project/verl/blob/main/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh"),
-        gh("verl-project/verl", "pull/6555", "verl #6555: for deepseek_v4 with CP > 1 verl sets "
-           "sequence_packing_scheduler=default_dynamic_cp itself, after the user's overrides"),
-        gh("verl-project/verl", f"blob/{VERL}/verl/workers/engine/megatron/transformer_impl.py",
-           f"verl {VERL} workers/engine/megatron/transformer_impl.py (the default_dynamic_cp override)"),
-    ),
-    fixes=(FIX_MCORE,),
-    needs=("mcore.dsv4",),
-    static=STATIC,
-    run=_config,
-)
 
 CHECKS = [mcore_dsv4, mcore_cp_partition_mode, mcore_config]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.model import Check, Context, Result, Source, failed, passed
+from dsv4_doctor.api import check
+from dsv4_doctor.model import Context, Result, Source, failed, passed
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
@@ -37,8 +38,31 @@ def _requires_python(ctx: Context, version: str, unread: list[str]) -> list[str]
     return out
 
 
-def _python_version(ctx: Context) -> Result:
+@check(
+    "python.version",
+    "Python version of the target interpreter",
+    applies_when="always",
+    detects="sys.version_info of the target interpreter (a handshake that runs on any Python); Requires-Python of "
+            "the stack's distributions",
+    sources=(
+        Source("Megatron-LM dev pyproject.toml (requires-python >=3.10)",
+               "https://github.com/NVIDIA/Megatron-LM/blob/dev/pyproject.toml"),
+        Source("megatron-core 0.19.2 METADATA (Requires-Python >=3.12)", "https://pypi.org/project/megatron-core/0.19.2/"),
+        Source("verl docker/Dockerfile.stable.vllm (Python 3.12)", "https://github.com/verl-project/verl"),
+    ),
+    fixes=(fixes.PYTHON_312,),
+    static=STATIC,
+)
+def python_version(ctx: Context) -> Result:
     # The handshake runs on any Python (2.7 included), so an interpreter too old for the probes still gets a verdict.
+    """Megatron-LM `dev`, the only branch with the dsv4_hybrid attention, declares `requires-python >=3.10`;
+    older interpreters cannot run it (a failure). Released megatron-core wheels (0.17 and later) declare
+    `Requires-Python >=3.12`, and the verl image and the NGC PyTorch containers the Megatron DSv4 recipes use
+    ship Python 3.12, so 3.12 is the tested choice; 3.10 and 3.11 pass with that note. The version comes from a
+    handshake that runs on any Python (2.7 too): an interpreter older than 3.8, which the doctor's probes need,
+    fails here and every other check says it could not be inspected. An installed stack distribution whose
+    `Requires-Python` excludes the target (a megatron-core wheel declaring >=3.12 on 3.11) is a failure too.
+    """
     py = ctx.target or ctx.static.python
     info = list(py.get("version_info") or [0, 0, 0])[:3]
     version = py.get("version") or "unknown"
@@ -65,32 +89,5 @@ def _python_version(ctx: Context) -> Result:
             evidence=evidence)
     return failed(f"Python {version} is older than 3.10, the oldest Megatron-LM dev supports",
                   fixes=[fixes.PYTHON_312], evidence=evidence)
-
-
-python_version = Check(
-    id="python.version",
-    title="Python version of the target interpreter",
-    explanation="""
-        Megatron-LM `dev`, the only branch with the dsv4_hybrid attention, declares `requires-python >=3.10`;
-        older interpreters cannot run it (a failure). Released megatron-core wheels (0.17 and later) declare
-        `Requires-Python >=3.12`, and the verl image and the NGC PyTorch containers the Megatron DSv4 recipes use
-        ship Python 3.12, so 3.12 is the tested choice; 3.10 and 3.11 pass with that note. The version comes from a
-        handshake that runs on any Python (2.7 too): an interpreter older than 3.8, which the doctor's probes need,
-        fails here and every other check says it could not be inspected. An installed stack distribution whose
-        `Requires-Python` excludes the target (a megatron-core wheel declaring >=3.12 on 3.11) is a failure too.
-    """,
-    applies_when="always",
-    detects="sys.version_info of the target interpreter (a handshake that runs on any Python); Requires-Python of "
-            "the stack's distributions",
-    sources=(
-        Source("Megatron-LM dev pyproject.toml (requires-python >=3.10)",
-               "https://github.com/NVIDIA/Megatron-LM/blob/dev/pyproject.toml"),
-        Source("megatron-core 0.19.2 METADATA (Requires-Python >=3.12)", "https://pypi.org/project/megatron-core/0.19.2/"),
-        Source("verl docker/Dockerfile.stable.vllm (Python 3.12)", "https://github.com/verl-project/verl"),
-    ),
-    fixes=(fixes.PYTHON_312,),
-    static=STATIC,
-    run=_python_version,
-)
 
 CHECKS = [python_version]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 from dsv4_doctor.facts import at_least, canonical, error_text, outcome, requirements, safe_specifier, version
-from dsv4_doctor.model import Check, Context, Fix, Result, Source, errored, failed, passed, skipped, warned
+from dsv4_doctor.api import check
+from dsv4_doctor.model import Context, Fix, Result, Source, errored, failed, passed, skipped, warned
 from dsv4_doctor.probes import TORCH, Probe, StaticRequest, import_probe
 
 from . import fixes
@@ -37,7 +38,27 @@ def _installed(static) -> dict:
     return {name: static.dist_copies(name) for name in TE_DISTS if static.dist_copies(name)}
 
 
-def _te_version(ctx: Context) -> Result:
+@check(
+    "te.version",
+    "Transformer Engine installed, consistent and >= 2.9 for sequence packing",
+    applies_when="always; >= 2.9.0 when CP > 1",
+    detects="TE distribution versions (metadata), their agreement and duplicate copies",
+    sources=TE_SOURCES,
+    fixes=(INSTALL, REINSTALL_CONSISTENT),
+    static=STATIC,
+)
+def te_version(ctx: Context) -> Result:
+    """DSv4 layers are built with Megatron's TESpecProvider, so Transformer Engine must be installed. Every DSv4
+    run with CP > 1 uses a sequence_packing_scheduler, and Megatron then requires TE >= 2.9.0 (it raises
+    "SFT sequence packing requires Transformer Engine >= 2.9.0 but got ..." at config time; it compares plain
+    versions, so 2.9.0+abc passes and 2.9.0.dev0 fails, except the one build 2.9.0.dev0+5b3092a). PyPI splits TE
+    into transformer-engine, transformer-engine-cu12/-cu13 and transformer-engine-torch; their versions must
+    agree or TE asserts at import. NGC and source builds are a single `transformer_engine` distribution with a
+    `+git` local version, which is understood. The release a fix installs follows the installed cuBLAS: TE 2.13
+    and later need cublasLtGroupedMatrixLayoutInit_internal, which nvidia-cublas exports only from 13.2 on,
+    while torch 2.11.0's cuda-toolkit==13.0.2 pin installs 13.1.0.3; below 13.2 the fix pins TE 2.12.0 (it loads
+    and passes there, measured on an H200) and says why, else 2.16.1 (the verl DSv4 image's).
+    """
     static = ctx.static
     copies = _installed(static)
     module = static.module("transformer_engine")
@@ -102,30 +123,6 @@ def _te_version(ctx: Context) -> Result:
                       fixes=[fixes.te_reinstall(static)], evidence=evidence)
     packing = "" if packing_ok else "; CP > 1 (sequence packing) will need >= 2.9.0"
     return passed(f"Transformer Engine {te} ({', '.join(first)}){packing}{note}", evidence=evidence)
-
-
-te_version = Check(
-    id="te.version",
-    title="Transformer Engine installed, consistent and >= 2.9 for sequence packing",
-    explanation="""
-        DSv4 layers are built with Megatron's TESpecProvider, so Transformer Engine must be installed. Every DSv4
-        run with CP > 1 uses a sequence_packing_scheduler, and Megatron then requires TE >= 2.9.0 (it raises
-        "SFT sequence packing requires Transformer Engine >= 2.9.0 but got ..." at config time; it compares plain
-        versions, so 2.9.0+abc passes and 2.9.0.dev0 fails, except the one build 2.9.0.dev0+5b3092a). PyPI splits TE
-        into transformer-engine, transformer-engine-cu12/-cu13 and transformer-engine-torch; their versions must
-        agree or TE asserts at import. NGC and source builds are a single `transformer_engine` distribution with a
-        `+git` local version, which is understood. The release a fix installs follows the installed cuBLAS: TE 2.13
-        and later need cublasLtGroupedMatrixLayoutInit_internal, which nvidia-cublas exports only from 13.2 on,
-        while torch 2.11.0's cuda-toolkit==13.0.2 pin installs 13.1.0.3; below 13.2 the fix pins TE 2.12.0 (it loads
-        and passes there, measured on an H200) and says why, else 2.16.1 (the verl DSv4 image's).
-    """,
-    applies_when="always; >= 2.9.0 when CP > 1",
-    detects="TE distribution versions (metadata), their agreement and duplicate copies",
-    sources=TE_SOURCES,
-    fixes=(INSTALL, REINSTALL_CONSISTENT),
-    static=STATIC,
-    run=_te_version,
-)
 
 
 def _installed_release(static) -> str | None:
@@ -261,7 +258,52 @@ def _classify(ctx: Context, message: str, cuda_major: str, missing: str = "") ->
     return "TE's PyTorch extension does not import", [_rebuild(ctx.static, cuda_major)], {}
 
 
-def _te_import(ctx: Context) -> Result:
+@check(
+    "te.import",
+    "Transformer Engine's PyTorch extension imports",
+    applies_when="Transformer Engine installed",
+    detects="import transformer_engine.pytorch in a subprocess",
+    sources=(
+        Source("TransformerEngine transformer_engine/pytorch/__init__.py",
+               "https://github.com/NVIDIA/TransformerEngine/blob/main/transformer_engine/pytorch/__init__.py"),
+        mlm("megatron/core/extensions/transformer_engine.py", "71-87",
+            "Megatron-LM dev extensions/transformer_engine.py L71-87 (HAVE_TE=False on ImportError)"),
+        Source("TransformerEngine #1192 / #1684 (undefined symbol: torch ABI mismatch)",
+               "https://github.com/NVIDIA/TransformerEngine/issues/1192"),
+        Source("TransformerEngine #1853 (libcudnn_adv.so.9 cannot be opened)",
+               "https://github.com/NVIDIA/TransformerEngine/issues/1853"),
+        measured("docs/gpu-runs/2026-12-01-h200/README.md", "Measured on an H200, 2026-12-01: TE "
+                 "2.16.1 fails on torch 2.11.0 with undefined symbol cublasLtGroupedMatrixLayoutInit_internal, version "
+                 "libcublasLt.so.13; TE 2.12.0 imports and passes there"),
+        pypi("nvidia-cublas", "13.2.0.9", "nvidia-cublas 13.2.0.9: libcublasLt.so.13 exports "
+             "cublasLtGroupedMatrixLayoutInit_internal (13.1.0.3 and 13.1.2.11 do not; nm -D on the wheels)"),
+        pypi("torch", "2.11.0", "torch 2.11.0 METADATA: Requires-Dist cuda-toolkit[cublas,...]==13.0.2 (installs "
+             "nvidia-cublas 13.1.0.3)"),
+        pypi("torch", "2.15.0", "torch 2.15.0 METADATA: Requires-Dist cuda-toolkit==13.2.2 (nvidia-cublas 13.4.1.3 "
+             "exports cublasLtGroupedMatrixLayoutInit_internal: a fourth way out)"),
+    ),
+    fixes=(INSTALL, REINSTALL_CONSISTENT),
+    static=STATIC,
+    probes=(TE_IMPORT, TORCH),
+)
+def te_import(ctx: Context) -> Result:
+    """Imports `transformer_engine.pytorch` in an isolated probe and catches everything. TE's top-level package
+    swallows extension import errors (the failure then shows up as "module 'transformer_engine' has no
+    attribute 'pytorch'" on first use), and Megatron catches the ImportError and silently sets HAVE_TE=False,
+    yet DSv4 needs TESpecProvider. The error is classified. An undefined torch symbol (in
+    transformer_engine_torch) is an ABI mismatch: rebuild the extension alone against the installed torch
+    (--no-deps: a forced reinstall of TE would re-pick torch too), or install 2.12.0 where the installed cuBLAS
+    cannot load the installed release's core. An
+    undefined symbol with a version tag names the library that should provide it (`undefined symbol:
+    cublasLtGroupedMatrixLayoutInit_internal, version libcublasLt.so.13`: TE 2.13 and later need cuBLAS 13.2,
+    while torch 2.11.0 installs 13.1); a probe finds every copy of that library, the pip distribution that
+    ships it and whether its ELF dynamic symbol table exports the symbol, and the fix is a TE built against the
+    installed cuBLAS (2.12.0, verified on an H200), with the other ways out and their costs in the details. A
+    missing libcudnn/libcublas is a library or CUDA major-version mismatch; a missing torch lib means the
+    [pytorch] extra was not installed. A Python module TE's own code imports that is not installed (`No module
+    named 'pydantic'` after a --no-deps install, seen on an H200 with TE 2.12.0) is the TE requirement that
+    declares it, and the fix installs that requirement; a rebuild would not help.
+    """
     static = ctx.static
     if not _installed(static) and not static.module("transformer_engine").get("found"):
         return skipped("Transformer Engine is not installed (see te.version)")
@@ -287,54 +329,5 @@ def _te_import(ctx: Context) -> Result:
         + "\n".join(map(str, err.get("where") or [])),
         fixes=found, evidence=evidence,
     )
-
-
-te_import = Check(
-    id="te.import",
-    title="Transformer Engine's PyTorch extension imports",
-    explanation="""
-        Imports `transformer_engine.pytorch` in an isolated probe and catches everything. TE's top-level package
-        swallows extension import errors (the failure then shows up as "module 'transformer_engine' has no
-        attribute 'pytorch'" on first use), and Megatron catches the ImportError and silently sets HAVE_TE=False,
-        yet DSv4 needs TESpecProvider. The error is classified. An undefined torch symbol (in
-        transformer_engine_torch) is an ABI mismatch: rebuild the extension alone against the installed torch
-        (--no-deps: a forced reinstall of TE would re-pick torch too), or install 2.12.0 where the installed cuBLAS
-        cannot load the installed release's core. An
-        undefined symbol with a version tag names the library that should provide it (`undefined symbol:
-        cublasLtGroupedMatrixLayoutInit_internal, version libcublasLt.so.13`: TE 2.13 and later need cuBLAS 13.2,
-        while torch 2.11.0 installs 13.1); a probe finds every copy of that library, the pip distribution that
-        ships it and whether its ELF dynamic symbol table exports the symbol, and the fix is a TE built against the
-        installed cuBLAS (2.12.0, verified on an H200), with the other ways out and their costs in the details. A
-        missing libcudnn/libcublas is a library or CUDA major-version mismatch; a missing torch lib means the
-        [pytorch] extra was not installed. A Python module TE's own code imports that is not installed (`No module
-        named 'pydantic'` after a --no-deps install, seen on an H200 with TE 2.12.0) is the TE requirement that
-        declares it, and the fix installs that requirement; a rebuild would not help.
-    """,
-    applies_when="Transformer Engine installed",
-    detects="import transformer_engine.pytorch in a subprocess",
-    sources=(
-        Source("TransformerEngine transformer_engine/pytorch/__init__.py",
-               "https://github.com/NVIDIA/TransformerEngine/blob/main/transformer_engine/pytorch/__init__.py"),
-        mlm("megatron/core/extensions/transformer_engine.py", "71-87",
-            "Megatron-LM dev extensions/transformer_engine.py L71-87 (HAVE_TE=False on ImportError)"),
-        Source("TransformerEngine #1192 / #1684 (undefined symbol: torch ABI mismatch)",
-               "https://github.com/NVIDIA/TransformerEngine/issues/1192"),
-        Source("TransformerEngine #1853 (libcudnn_adv.so.9 cannot be opened)",
-               "https://github.com/NVIDIA/TransformerEngine/issues/1853"),
-        measured("docs/gpu-runs/2026-12-01-h200/README.md", "Measured on an H200, 2026-12-01: TE "
-                 "2.16.1 fails on torch 2.11.0 with undefined symbol cublasLtGroupedMatrixLayoutInit_internal, version "
-                 "libcublasLt.so.13; TE 2.12.0 imports and passes there"),
-        pypi("nvidia-cublas", "13.2.0.9", "nvidia-cublas 13.2.0.9: libcublasLt.so.13 exports "
-             "cublasLtGroupedMatrixLayoutInit_internal (13.1.0.3 and 13.1.2.11 do not; nm -D on the wheels)"),
-        pypi("torch", "2.11.0", "torch 2.11.0 METADATA: Requires-Dist cuda-toolkit[cublas,...]==13.0.2 (installs "
-             "nvidia-cublas 13.1.0.3)"),
-        pypi("torch", "2.15.0", "torch 2.15.0 METADATA: Requires-Dist cuda-toolkit==13.2.2 (nvidia-cublas 13.4.1.3 "
-             "exports cublasLtGroupedMatrixLayoutInit_internal: a fourth way out)"),
-    ),
-    fixes=(INSTALL, REINSTALL_CONSISTENT),
-    static=STATIC,
-    probes=(TE_IMPORT, TORCH),
-    run=_te_import,
-)
 
 CHECKS = [te_version, te_import]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from packaging.version import InvalidVersion, Version
 
-from dsv4_doctor.model import Check, Context, Result, Source, failed, passed, warned
+from dsv4_doctor.api import check
+from dsv4_doctor.model import Context, Result, Source, failed, passed, warned
 from dsv4_doctor.probes import TORCH, StaticRequest
 
 from . import fixes
@@ -13,7 +14,30 @@ MIN_TORCH = "2.6.0"  # megatron-core 0.19.2 Requires-Dist torch>=2.6.0
 STATIC = StaticRequest(distributions=("torch", *fixes.TORCH_EXTENSIONS))
 
 
-def _torch_install(ctx: Context) -> Result:
+@check(
+    "torch.install",
+    "PyTorch imports as a CUDA build",
+    applies_when="always",
+    detects="import torch: torch.version.cuda, cudnn/nccl versions, CUDA devices",
+    sources=(
+        Source("megatron-core 0.19.2 METADATA (torch>=2.6.0)", "https://pypi.org/project/megatron-core/0.19.2/"),
+        Source("pytorch #78489: collect_env reports ldconfig's cuDNN, not the loaded one",
+               "https://github.com/pytorch/pytorch/issues/78489"),
+        Source("PyTorch's CUDA 13.0 wheel index (the torch fix installs from it, matched to the CUDA major)",
+               "https://download.pytorch.org/whl/cu130"),
+    ),
+    fixes=(fixes.TORCH,),
+    static=STATIC,
+    probes=(TORCH,),
+)
+def torch_install(ctx: Context) -> Result:
+    """Imports torch in an isolated probe (a segfault or hang there becomes an `error` row, not a dead doctor)
+    and reports its version, the CUDA it was built for, the cuDNN and NCCL it loaded, and the devices it sees.
+    DSv4 training needs a CUDA build of torch >= 2.6.0 (megatron-core's requirement); Transformer Engine's
+    torch extension must match that torch's ABI and CUDA major version. Note that the loaded cuDNN is
+    reported, not whichever libcudnn `ldconfig` lists. A torch fix is always a manual step: reinstalling torch
+    invalidates every compiled extension built against it.
+    """
     data = ctx.require(TORCH)
     fix = fixes.torch(ctx.static)
     if not data.get("imported"):
@@ -43,32 +67,5 @@ def _torch_install(ctx: Context) -> Result:
                f"NCCL {data.get('nccl_version') or 'unknown'}); {data.get('device_count') or 0} CUDA device(s) "
                "visible")
     return passed(summary, evidence=evidence)
-
-
-torch_install = Check(
-    id="torch.install",
-    title="PyTorch imports as a CUDA build",
-    explanation="""
-        Imports torch in an isolated probe (a segfault or hang there becomes an `error` row, not a dead doctor)
-        and reports its version, the CUDA it was built for, the cuDNN and NCCL it loaded, and the devices it sees.
-        DSv4 training needs a CUDA build of torch >= 2.6.0 (megatron-core's requirement); Transformer Engine's
-        torch extension must match that torch's ABI and CUDA major version. Note that the loaded cuDNN is
-        reported, not whichever libcudnn `ldconfig` lists. A torch fix is always a manual step: reinstalling torch
-        invalidates every compiled extension built against it.
-    """,
-    applies_when="always",
-    detects="import torch: torch.version.cuda, cudnn/nccl versions, CUDA devices",
-    sources=(
-        Source("megatron-core 0.19.2 METADATA (torch>=2.6.0)", "https://pypi.org/project/megatron-core/0.19.2/"),
-        Source("pytorch #78489: collect_env reports ldconfig's cuDNN, not the loaded one",
-               "https://github.com/pytorch/pytorch/issues/78489"),
-        Source("PyTorch's CUDA 13.0 wheel index (the torch fix installs from it, matched to the CUDA major)",
-               "https://download.pytorch.org/whl/cu130"),
-    ),
-    fixes=(fixes.TORCH,),
-    static=STATIC,
-    probes=(TORCH,),
-    run=_torch_install,
-)
 
 CHECKS = [torch_install]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.model import Check, Context, Result, Source, errored, failed, passed, skipped
+from dsv4_doctor.api import check
+from dsv4_doctor.model import Context, Result, Source, errored, failed, passed, skipped
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
@@ -37,7 +38,27 @@ def markers(static) -> dict:
     }
 
 
-def _verl(ctx: Context) -> Result:
+@check(
+    "verl.cp-layout",
+    "verl carries the contiguous CP layout plumbing",
+    applies_when="verl installed, CP > 1",
+    detects="verl source markers of PRs #7221, #7297, #6555, #7407 (ast)",
+    sources=(
+        Source("verl PR #7221 (contiguous CP layout)", "https://github.com/verl-project/verl/pull/7221"),
+        Source("verl PR #7297 (PackedSeqParams probe, router replay layout)", "https://github.com/verl-project/verl/pull/7297"),
+        Source("verl PR #6555 (dynamic CP)", "https://github.com/verl-project/verl/pull/6555"),
+    ),
+    fixes=(FIX_VERL,),
+    static=STATIC,
+)
+def verl_cp_layout(ctx: Context) -> Result:
+    """verl packs THD batches for Megatron. For DSv4 with CP > 1 it must use the contiguous layout (PR #7221:
+    `cp_layout` in preprocess/postprocess_thd_engine, `MegatronEngine._get_context_parallel_layout`), probe
+    PackedSeqParams for `cp_partition_mode` and pack router-replay tensors in the same layout (PR #7297);
+    before #7297, replayed routes are packed zigzag while model rows are contiguous: a shape error or routes
+    silently attached to the wrong tokens. The version string does not help (main reported 0.9.0.dev across
+    that window; #7297 changed no signature), so the markers are read from the source with ast.
+    """
     static = ctx.static
     if not static.module("verl").get("found"):
         return skipped("verl is not installed")
@@ -72,29 +93,5 @@ def _verl(ctx: Context) -> Result:
                   "For model_type deepseek_v4 with CP > 1, verl (#6555) sets cp_partition_mode=contiguous and "
                   "sequence_packing_scheduler=default_dynamic_cp after copying the user's overrides, so a script's "
                   "dp_balanced is replaced." if not extra else "", evidence=evidence)
-
-
-verl_cp_layout = Check(
-    id="verl.cp-layout",
-    title="verl carries the contiguous CP layout plumbing",
-    explanation="""
-        verl packs THD batches for Megatron. For DSv4 with CP > 1 it must use the contiguous layout (PR #7221:
-        `cp_layout` in preprocess/postprocess_thd_engine, `MegatronEngine._get_context_parallel_layout`), probe
-        PackedSeqParams for `cp_partition_mode` and pack router-replay tensors in the same layout (PR #7297);
-        before #7297, replayed routes are packed zigzag while model rows are contiguous: a shape error or routes
-        silently attached to the wrong tokens. The version string does not help (main reported 0.9.0.dev across
-        that window; #7297 changed no signature), so the markers are read from the source with ast.
-    """,
-    applies_when="verl installed, CP > 1",
-    detects="verl source markers of PRs #7221, #7297, #6555, #7407 (ast)",
-    sources=(
-        Source("verl PR #7221 (contiguous CP layout)", "https://github.com/verl-project/verl/pull/7221"),
-        Source("verl PR #7297 (PackedSeqParams probe, router replay layout)", "https://github.com/verl-project/verl/pull/7297"),
-        Source("verl PR #6555 (dynamic CP)", "https://github.com/verl-project/verl/pull/6555"),
-    ),
-    fixes=(FIX_VERL,),
-    static=STATIC,
-    run=_verl,
-)
 
 CHECKS = [verl_cp_layout]

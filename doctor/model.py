@@ -288,7 +288,7 @@ class Context(Protocol):
 
     def gpus(self) -> list[dict]: ...
 
-    def outcome(self, check_id: str) -> CheckReport | None: ...  # a check named in `needs`, when it ran
+    def outcome(self, check_id: str) -> CheckReport | None: ...  # a check named in `needs` or `after`, when it ran
 
 
 ProbeSpec = Sequence[Any] | Callable[[Profile], Sequence[Any]]
@@ -303,14 +303,17 @@ class Check:
     explanation: str  # why it matters
     applies_when: str  # human text, e.g. "CP > 1"
     detects: str  # what it looks at, in a few words
-    run: Callable[[Context], Result]
+    run: Callable[[Context], Result | Iterable[Finding]]  # findings: the runner derives the result (result_of)
     sources: tuple[Source, ...] = ()
     fixes: tuple[Fix, ...] = ()  # the remediations it can print, for `explain` and the rules table
     # Returns why the check does not apply to this profile, or None when it does.
     skip_if: Callable[[Profile], str | None] = lambda profile: None
     probes: ProbeSpec = ()
     static: Any = None  # probes.StaticRequest
-    needs: tuple[str, ...] = ()  # checks whose outcome this one reads (ctx.outcome); they run first
+    # Checks this one builds on: they run first, and when one of them failed or errored this check is skipped with
+    # "needs <id> (<its finding>)" instead of repeating that finding.
+    needs: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()  # checks whose outcome this one reads (ctx.outcome): they only run first
     # Part of a run only in that context: "job" (job arguments given: preflight, --job-args) or "fleet" (the rows the
     # fleet merge writes); not a row of skip noise otherwise.
     only_with: str | None = None
@@ -380,6 +383,58 @@ def needs_failed(ctx: Context, check_id: str) -> Result | None:
     reason = other.summary.split(". ")[0]  # its first sentence: the finding itself is stated once, there
     reason = reason if len(reason) <= 120 else reason[:117] + "..."
     return skipped(f"needs {check_id} ({reason})", evidence={"needs": check_id, "needs_status": other.status.value})
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a check found; a check may yield several, and the runner derives its result from them
+    (`result_of`)."""
+
+    status: Status
+    summary: str
+    details: str = ""
+    fixes: Sequence[Fix] = ()
+    evidence: Mapping[str, Any] | None = None
+
+
+NO_FINDING = "the check returned no finding"
+
+
+def result_of(findings: Iterable[Finding]) -> Result:
+    """The result a list of findings stands for. Its status is the worst of warn/fail/error when there is one; else
+    `skip` when any finding is one (a check that cannot tell right from wrong somewhere must not pass); else `pass`.
+    No finding at all is an `error`. The summary joins the findings that carry that status; details, fixes (one per
+    key) and evidence come from every finding, in order."""
+    findings = list(findings)
+    for f in findings:
+        if not isinstance(f, Finding):
+            raise TypeError(f"check yielded {type(f).__name__}, not a Finding")
+    if not findings:
+        return Result(Status.ERROR, NO_FINDING)
+    statuses = [Status(f.status) for f in findings]
+    bad = [s for s in statuses if s in (Status.WARN, Status.FAIL, Status.ERROR)]
+    status: Status
+    if bad:
+        status = max(bad, key=SEVERITY.__getitem__)
+    elif Status.SKIP in statuses:
+        status = Status.SKIP
+    else:
+        status = Status.PASS
+    summary = "; ".join(f.summary for f, s in zip(findings, statuses, strict=True) if s is status)
+    details = "\n".join(f.details for f in findings if f.details)
+    fixes: list[Fix] = []
+    keys: set[str] = set()
+    evidence: dict = {}
+    for f in findings:
+        for fix in f.fixes:
+            if fix.key not in keys:
+                keys.add(fix.key)
+                fixes.append(fix)
+        if f.evidence is not None:
+            if not isinstance(f.evidence, Mapping):
+                raise TypeError("evidence must be a dict")
+            evidence.update(f.evidence)
+    return Result(status, summary, details, evidence, fixes)
 
 
 def overall_status(statuses: Iterable[Status]) -> Status:

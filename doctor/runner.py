@@ -11,10 +11,10 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .facts import StaticFacts
-from .model import Check, CheckReport, Fix, Profile, Result, Status
+from .model import Check, CheckReport, Fix, Profile, Result, Status, needs_failed, result_of
 from .probes import NVIDIA_SMI, Probe, ProbeResult, parse_nvidia_smi, run_probe
 from .procs import Processes
 
@@ -127,9 +127,12 @@ def _report(check: Check, result: Result, duration: float, internal: bool = Fals
 
 
 def validated(result) -> Result:
-    """A check's result must be a Result the report can carry; anything else is the check's (or plugin's) bug."""
+    """A check's result must be a Result the report can carry, or findings it is derived from; anything else is the
+    check's (or plugin's) bug."""
     if not isinstance(result, Result):
-        raise TypeError(f"check returned {type(result).__name__}, not a Result")
+        if not isinstance(result, Iterable) or isinstance(result, (str, bytes, dict)):
+            raise TypeError(f"check returned {type(result).__name__}, not a Result")
+        result = result_of(result)
     result.status = Status(result.status)  # accepts "pass" as well as Status.PASS; raises on anything else
     if not isinstance(result.summary, str) or not result.summary.strip():
         raise ValueError("a result needs a one-line summary (a skip must say why)")
@@ -176,6 +179,10 @@ def execute(check: Check, ctx) -> tuple[Result, bool]:
                 local = (ctx.profile.fleet or {}).get("local_rank")
                 return Result(Status.SKIP, reason, evidence={"node_level": True, "local_rank": local}), False
             return Result(Status.SKIP, reason), False
+        for need in check.needs:
+            blocked = needs_failed(ctx, need)
+            if blocked is not None:
+                return blocked, False
         return validated(check.run(ctx)), False
     except ProbeFailed as exc:
         pr = exc.result
@@ -227,7 +234,7 @@ class Runner:
             self.ctx.pool.submit(probe)
 
     def _work(self, check: Check) -> None:
-        for need in check.needs:
+        for need in (*check.needs, *check.after):
             event = self._done.get(need)
             if event is not None:
                 event.wait(max(0.0, self.deadline - time.monotonic()))

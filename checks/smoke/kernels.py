@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dsv4_doctor.facts import StaticFacts
-from dsv4_doctor.model import Check, Context, Fix, Profile, Result, Source, errored, failed, passed, warned
+from dsv4_doctor.api import check
+from dsv4_doctor.model import Context, Fix, Profile, Result, Source, errored, failed, passed, warned
 from dsv4_doctor.probes import Probe, StaticRequest
 
 from .. import fixes
@@ -89,7 +90,69 @@ def _fixes(ctx: Context, name: str, row: dict) -> list[Fix]:
     return [fixes.flash_mla(ctx.profile.cc)]
 
 
-def _kernels(ctx: Context) -> Result:
+def _not_run(profile: Profile) -> str | None:
+    why = not_run(profile)
+    if why:
+        return why
+    if all(reason is not None for reason in subruns(profile).values()):
+        return "no kernel sub-run applies: " + "; ".join(f"{SUBRUN_TITLES[n]}: {r}" for n, r in
+                                                        subruns(profile).items())
+    return None
+
+
+@check(
+    "smoke.dsv4-kernels",
+    "Smoke forward: the DSv4 stack's own CP kernels compute the right numbers",
+    applies_when="a GPU is visible (or --device cpu); not with --no-smoke; sub-runs by profile",
+    detects="the stack's DSA indexer, CP layout kernels, CSA compressor and FlashMLA against independent references",
+    sources=(
+        mlm(EAV + "csa_utils/cp_utils.py", "277-301", "Megatron-LM dev cp_utils._build_cp_indexer_layout"),
+        mlm(EAV + "csa_utils/fused_sparse_attention.py", "883-926",
+            "Megatron-LM dev fused_sparse_attention.py: the indexer_forward_wrapper call"),
+        mlm(EAV + "csa_utils/cp_layout_kernels.py", "648-840",
+            "Megatron-LM dev cp_layout_kernels.py: CompressorInputCompact, build_attention_indices"),
+        mlm("tests/unit_tests/transformer/experimental_attention_variant/test_csa_cp_layout_kernels.py", "",
+            "Megatron-LM dev test_csa_cp_layout_kernels.py (the semantics the references follow)"),
+        pypi("nvidia-cudnn-frontend", "1.27.0", "nvidia-cudnn-frontend 1.27.0 indexer_forward/api.py docstring and "
+             "SM90 mask code; csa/compressor/api.py csa_compressor_forward_wrapper"),
+        mlm(EAV + "csa_utils/fused_compressor.py", "187-197",
+            "Megatron-LM dev fused_compressor.py: the csa_compressor_forward_wrapper call"),
+        mlm(EAV + "csa_utils/fused_sparse_attention.py", "125-179",
+            "Megatron-LM dev fused_sparse_attention.py _csa_fwd_flash_mla: the flash_mla_sparse_fwd call"),
+        Source("verl PR #7297 (the seed incident: NaN cured by reinstalling the frontend and tvm-ffi)",
+               "https://github.com/verl-project/verl/pull/7297"),
+    ),
+    fixes=(fixes.frontend_stack(StaticFacts({})), fixes.FLASH_MLA),
+    skip_if=_not_run,
+    after=("torch.install",),
+    static=StaticRequest(modules=FUSED_COMPRESSOR, sources=FUSED_COMPRESSOR),
+    probes=_probes,
+    per_gpu=True,
+)
+def smoke_dsv4_kernels(ctx: Context) -> Result:
+    """A CP job runs the cuDNN frontend's DSA kernels with q_causal_offsets and Megatron's CuTe-DSL CP layout
+    kernels; these are what broke in the seed incident (an H100 job went NaN until the frontend and tvm-ffi were
+    reinstalled). Each sub-run calls the installed stack's public entry point the way Megatron calls it, in its
+    own probe process under the probe timeout, and compares with a float32 (or exact integer) reference this
+    doctor implements from the documented semantics, never with the same kernel:
+    (1) the frontend's DSA indexer forward (cudnn.DSA.indexer_forward_wrapper) on a packed THD batch split
+    contiguously over at least two simulated CP ranks, each rank's arguments built as Megatron's
+    cp_utils._build_cp_indexer_layout does (its query segment per sequence, the sequences' full compressed keys,
+    q_causal_offsets, the trailing padding segment): identical -inf masks, finite scores within 1e-2, no NaN, and
+    a negative control (zero offsets on a crossing sequence) whose mask must differ, else the check cannot
+    discriminate and says so (`error`); (2) Megatron's CP layout kernels (csa_utils/cp_layout_kernels.py, loaded
+    by file path without importing megatron.core): CompressorInputCompact forward and backward and
+    build_attention_indices for every CP rank, exact, on a ragged layout with boundary-crossing sequences; not
+    used at CP 1; (3) the fused CSA compressor (cudnn.csa) on CC 10.0 with CP 1, against Megatron's eager
+    compressor, whose output must change without the position embedding (the control); (4) FlashMLA's
+    flash_mla_sparse_fwd called as Megatron calls it (indexer_topk=0), returning (out, max_logits, lse), finite
+    and of the right shapes. A sub-run whose package is absent, or whose entry point does not resolve, is a skip
+    pointing to the rule that reports it (a FlashMLA without indexer_topk: kernels.flash-mla); one whose call
+    raises is a fail naming the exception, with the rule and fix of the module an ImportError names (no tvm_ffi:
+    tvm-ffi.version; no cuda-python: cutlass-dsl.import), else the sub-run's own. A Megatron fix names a
+    PYTHONPATH copy that shadows the installed megatron-core. On the CPU (--device cpu) the real kernels refuse
+    CPU tensors (a skip: needs CUDA).
+    """
     blocked = torch_missing(ctx)
     if blocked:
         return blocked
@@ -156,71 +219,5 @@ def _kernels(ctx: Context) -> Result:
     # Sub-runs applied but none ran: the DSv4 kernels are untested, which is not a pass of the smoke.
     return warned(f"no DSv4 kernel ran, so the stack's own kernels are untested here: {not_ran}",
                   "Sub-runs: " + line, evidence=evidence)
-
-
-def _not_run(profile: Profile) -> str | None:
-    why = not_run(profile)
-    if why:
-        return why
-    if all(reason is not None for reason in subruns(profile).values()):
-        return "no kernel sub-run applies: " + "; ".join(f"{SUBRUN_TITLES[n]}: {r}" for n, r in
-                                                        subruns(profile).items())
-    return None
-
-
-smoke_dsv4_kernels = Check(
-    id="smoke.dsv4-kernels",
-    title="Smoke forward: the DSv4 stack's own CP kernels compute the right numbers",
-    explanation="""
-        A CP job runs the cuDNN frontend's DSA kernels with q_causal_offsets and Megatron's CuTe-DSL CP layout
-        kernels; these are what broke in the seed incident (an H100 job went NaN until the frontend and tvm-ffi were
-        reinstalled). Each sub-run calls the installed stack's public entry point the way Megatron calls it, in its
-        own probe process under the probe timeout, and compares with a float32 (or exact integer) reference this
-        doctor implements from the documented semantics, never with the same kernel:
-        (1) the frontend's DSA indexer forward (cudnn.DSA.indexer_forward_wrapper) on a packed THD batch split
-        contiguously over at least two simulated CP ranks, each rank's arguments built as Megatron's
-        cp_utils._build_cp_indexer_layout does (its query segment per sequence, the sequences' full compressed keys,
-        q_causal_offsets, the trailing padding segment): identical -inf masks, finite scores within 1e-2, no NaN, and
-        a negative control (zero offsets on a crossing sequence) whose mask must differ, else the check cannot
-        discriminate and says so (`error`); (2) Megatron's CP layout kernels (csa_utils/cp_layout_kernels.py, loaded
-        by file path without importing megatron.core): CompressorInputCompact forward and backward and
-        build_attention_indices for every CP rank, exact, on a ragged layout with boundary-crossing sequences; not
-        used at CP 1; (3) the fused CSA compressor (cudnn.csa) on CC 10.0 with CP 1, against Megatron's eager
-        compressor, whose output must change without the position embedding (the control); (4) FlashMLA's
-        flash_mla_sparse_fwd called as Megatron calls it (indexer_topk=0), returning (out, max_logits, lse), finite
-        and of the right shapes. A sub-run whose package is absent, or whose entry point does not resolve, is a skip
-        pointing to the rule that reports it (a FlashMLA without indexer_topk: kernels.flash-mla); one whose call
-        raises is a fail naming the exception, with the rule and fix of the module an ImportError names (no tvm_ffi:
-        tvm-ffi.version; no cuda-python: cutlass-dsl.import), else the sub-run's own. A Megatron fix names a
-        PYTHONPATH copy that shadows the installed megatron-core. On the CPU (--device cpu) the real kernels refuse
-        CPU tensors (a skip: needs CUDA).
-    """,
-    applies_when="a GPU is visible (or --device cpu); not with --no-smoke; sub-runs by profile",
-    detects="the stack's DSA indexer, CP layout kernels, CSA compressor and FlashMLA against independent references",
-    sources=(
-        mlm(EAV + "csa_utils/cp_utils.py", "277-301", "Megatron-LM dev cp_utils._build_cp_indexer_layout"),
-        mlm(EAV + "csa_utils/fused_sparse_attention.py", "883-926",
-            "Megatron-LM dev fused_sparse_attention.py: the indexer_forward_wrapper call"),
-        mlm(EAV + "csa_utils/cp_layout_kernels.py", "648-840",
-            "Megatron-LM dev cp_layout_kernels.py: CompressorInputCompact, build_attention_indices"),
-        mlm("tests/unit_tests/transformer/experimental_attention_variant/test_csa_cp_layout_kernels.py", "",
-            "Megatron-LM dev test_csa_cp_layout_kernels.py (the semantics the references follow)"),
-        pypi("nvidia-cudnn-frontend", "1.27.0", "nvidia-cudnn-frontend 1.27.0 indexer_forward/api.py docstring and "
-             "SM90 mask code; csa/compressor/api.py csa_compressor_forward_wrapper"),
-        mlm(EAV + "csa_utils/fused_compressor.py", "187-197",
-            "Megatron-LM dev fused_compressor.py: the csa_compressor_forward_wrapper call"),
-        mlm(EAV + "csa_utils/fused_sparse_attention.py", "125-179",
-            "Megatron-LM dev fused_sparse_attention.py _csa_fwd_flash_mla: the flash_mla_sparse_fwd call"),
-        Source("verl PR #7297 (the seed incident: NaN cured by reinstalling the frontend and tvm-ffi)",
-               "https://github.com/verl-project/verl/pull/7297"),
-    ),
-    fixes=(fixes.frontend_stack(StaticFacts({})), fixes.FLASH_MLA),
-    skip_if=_not_run,
-    needs=("torch.install",),
-    static=StaticRequest(modules=FUSED_COMPRESSOR, sources=FUSED_COMPRESSOR),
-    probes=_probes,
-    per_gpu=True,
-    run=_kernels,
-)
 
 CHECKS = [smoke_dsv4_kernels]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from dsv4_doctor.model import (Check, Context, Fix, Profile, Result, Source, Status, errored, failed,
+from dsv4_doctor.api import check
+from dsv4_doctor.model import (Context, Fix, Profile, Result, Source, Status, errored, failed,
                                needs_failed, passed, warned)
 from dsv4_doctor.probes import Probe
 
@@ -311,7 +312,55 @@ def torch_missing(ctx: Context) -> Result | None:
     return None
 
 
-def _smoke(ctx: Context) -> Result:
+@check(
+    "smoke.thd-cp",
+    "Smoke forward: contiguous-CP THD attention computes the right numbers",
+    applies_when="a GPU is visible (or --device cpu); not with --no-smoke",
+    detects="a THD attention forward in a subprocess: finiteness, error vs float32 reference, zigzag control",
+    sources=(
+        mlm(EAV + "deepseek_v4_hybrid_attention.py", "271",
+            "Megatron-LM dev deepseek_v4_hybrid_attention.py (contiguous CP partition required)"),
+        mlm("tests/unit_tests/transformer/experimental_attention_variant/test_dsv4_hybrid_attention_cp.py", "",
+            "Megatron-LM dev test_dsv4_hybrid_attention_cp.py (CP=N vs CP=1 parity)"),
+        mlm("tests/unit_tests/transformer/experimental_attention_variant/test_dsv4_hybrid_native_parity.py",
+            "54-79", "Megatron-LM dev test_dsv4_hybrid_native_parity.py (fused and unfused DSv4 layer, forward and "
+            "backward, and their tolerance buckets)"),
+        mlm("megatron/core/transformer/transformer_config.py", "1773-1791",
+            "Megatron-LM dev transformer_config.py (SM90 rejects the fused dense indexer loss: use the sparse loss)"),
+        mlm(EAV + "csa_utils/fused_sparse_attention.py", "87-140",
+            "Megatron-LM dev fused_sparse_attention.py (FlashMLA sparse forward, d_v 512, TopK alignment)"),
+        gh("NVIDIA/cudnn-frontend", "issues/676",
+           "cudnn-frontend #676 (NaN gradients and a deadlock on empty top-k rows in the DSA backward)"),
+        Source("PyTorch torch.nn.attention.varlen.varlen_attn",
+               "https://docs.pytorch.org/docs/stable/nn.attention.varlen.html"),
+        Source("NVIDIA gpu-operator #2685 (validator said Ready while CUDA workloads failed)",
+               "https://github.com/NVIDIA/gpu-operator/issues/2685"),
+    ),
+    fixes=(fixes.TORCH,),
+    skip_if=not_run,
+    after=("torch.install", *sorted(set(RULE_FIXES) - {"torch.install"})),
+    probes=lambda profile: [] if not_run(profile) else [smoke_probe(profile)],
+    per_gpu=True,
+)
+def smoke_thd_cp(ctx: Context) -> Result:
+    """Version rules say what should work; only running a kernel shows what does. The smoke forward packs a small
+    bf16 THD batch (one sequence shorter than the attention window, one crossing a rank boundary and spanning
+    more than one rank, tail padding so the total divides by the CP size) and shards it contiguously: rank r
+    owns rows [r*L, (r+1)*L), the layout DSv4 requires (the zigzag layout "silently produces wrong attention
+    results"). Each rank attends its local queries to all-gathered keys/values, for full causal and causal
+    sliding-window attention (DSv4's window branch, which needs the previous rank's boundary rows), with
+    torch's varlen_attn on the GPU (SDPA per segment with an explicit bottom-right mask elsewhere). The
+    concatenated outputs must match an unsharded float32 reference within the bf16 tolerance (2e-2), and the
+    same outputs re-assembled as if the layout were zigzag must not (the negative control). With --cp N and N
+    GPUs the ranks are real NCCL processes; with --device cpu, gloo processes; in fleet mode, groups of N
+    consecutive fleet ranks, each rank judging its own rows. When Megatron-core with
+    dsv4_hybrid is installed, tier 2 also builds the smallest DSv4 hybrid attention layer and runs it on THD
+    input with PackedSeqParams(cp_partition_mode="contiguous"), CP=1 and, with N GPUs, CP=N against CP=1.
+    With dsa_kernel_backend=cudnn on a GPU it builds the layer twice more, each in its own process with a hard
+    timeout, fused (the cuDNN indexer and FlashMLA) and unfused, on the same weights and packed batch, and
+    compares the forward output and every gradient of a backward pass within bf16-derived tolerances, with a
+    perturbed-weight control; a build that hangs is a finding (cudnn-frontend #676).
+    """
     blocked = torch_missing(ctx)
     if blocked:
         return blocked
@@ -387,58 +436,5 @@ def _smoke(ctx: Context) -> Result:
         return warned(summary + f"; but it used {memory:.0f} MiB of GPU memory (> {MEMORY_LIMIT_MIB})",
                       evidence=evidence)
     return passed(summary, evidence=evidence)
-
-
-smoke_thd_cp = Check(
-    id="smoke.thd-cp",
-    title="Smoke forward: contiguous-CP THD attention computes the right numbers",
-    explanation="""
-        Version rules say what should work; only running a kernel shows what does. The smoke forward packs a small
-        bf16 THD batch (one sequence shorter than the attention window, one crossing a rank boundary and spanning
-        more than one rank, tail padding so the total divides by the CP size) and shards it contiguously: rank r
-        owns rows [r*L, (r+1)*L), the layout DSv4 requires (the zigzag layout "silently produces wrong attention
-        results"). Each rank attends its local queries to all-gathered keys/values, for full causal and causal
-        sliding-window attention (DSv4's window branch, which needs the previous rank's boundary rows), with
-        torch's varlen_attn on the GPU (SDPA per segment with an explicit bottom-right mask elsewhere). The
-        concatenated outputs must match an unsharded float32 reference within the bf16 tolerance (2e-2), and the
-        same outputs re-assembled as if the layout were zigzag must not (the negative control). With --cp N and N
-        GPUs the ranks are real NCCL processes; with --device cpu, gloo processes; in fleet mode, groups of N
-        consecutive fleet ranks, each rank judging its own rows. When Megatron-core with
-        dsv4_hybrid is installed, tier 2 also builds the smallest DSv4 hybrid attention layer and runs it on THD
-        input with PackedSeqParams(cp_partition_mode="contiguous"), CP=1 and, with N GPUs, CP=N against CP=1.
-        With dsa_kernel_backend=cudnn on a GPU it builds the layer twice more, each in its own process with a hard
-        timeout, fused (the cuDNN indexer and FlashMLA) and unfused, on the same weights and packed batch, and
-        compares the forward output and every gradient of a backward pass within bf16-derived tolerances, with a
-        perturbed-weight control; a build that hangs is a finding (cudnn-frontend #676).
-    """,
-    applies_when="a GPU is visible (or --device cpu); not with --no-smoke",
-    detects="a THD attention forward in a subprocess: finiteness, error vs float32 reference, zigzag control",
-    sources=(
-        mlm(EAV + "deepseek_v4_hybrid_attention.py", "271",
-            "Megatron-LM dev deepseek_v4_hybrid_attention.py (contiguous CP partition required)"),
-        mlm("tests/unit_tests/transformer/experimental_attention_variant/test_dsv4_hybrid_attention_cp.py", "",
-            "Megatron-LM dev test_dsv4_hybrid_attention_cp.py (CP=N vs CP=1 parity)"),
-        mlm("tests/unit_tests/transformer/experimental_attention_variant/test_dsv4_hybrid_native_parity.py",
-            "54-79", "Megatron-LM dev test_dsv4_hybrid_native_parity.py (fused and unfused DSv4 layer, forward and "
-            "backward, and their tolerance buckets)"),
-        mlm("megatron/core/transformer/transformer_config.py", "1773-1791",
-            "Megatron-LM dev transformer_config.py (SM90 rejects the fused dense indexer loss: use the sparse loss)"),
-        mlm(EAV + "csa_utils/fused_sparse_attention.py", "87-140",
-            "Megatron-LM dev fused_sparse_attention.py (FlashMLA sparse forward, d_v 512, TopK alignment)"),
-        gh("NVIDIA/cudnn-frontend", "issues/676",
-           "cudnn-frontend #676 (NaN gradients and a deadlock on empty top-k rows in the DSA backward)"),
-        Source("PyTorch torch.nn.attention.varlen.varlen_attn",
-               "https://docs.pytorch.org/docs/stable/nn.attention.varlen.html"),
-        Source("NVIDIA gpu-operator #2685 (validator said Ready while CUDA workloads failed)",
-               "https://github.com/NVIDIA/gpu-operator/issues/2685"),
-    ),
-    fixes=(fixes.TORCH,),
-    skip_if=not_run,
-    # torch.install decides whether the smoke can run; the rest are the rules a tier-2 failure may defer to.
-    needs=("torch.install", *sorted(set(RULE_FIXES) - {"torch.install"})),
-    probes=lambda profile: [] if not_run(profile) else [smoke_probe(profile)],
-    per_gpu=True,
-    run=_smoke,
-)
 
 CHECKS = [smoke_thd_cp]
