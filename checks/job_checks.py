@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from dsv4_doctor.job.keys import ENGINE_MAX_SEQLEN, VERL_ROLES, line_to_add
 from dsv4_doctor.job.model import Job, Setting, is_interpolation
-from dsv4_doctor.model import Check, Context, Fix, Phase, Profile, Result, Source, failed, passed, skipped, warned
+from dsv4_doctor.api import check
+from dsv4_doctor.model import Context, Finding, Fix, Phase, Profile, Result, Source, Status, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 from dsv4_doctor.job.settings import ROUNDING
 from dsv4_doctor.job.shape import entry_shown
@@ -39,6 +42,32 @@ M10 = ("DSv4 with fused DSA and dense indexer loss is not supported on SM90 beca
        "kernels are not reliable for this path. Use sparse indexer loss or set dsa_kernel_backend='none'.")
 DISPATCH = "sequence_packing only supports moe_token_dispatcher_type in ('alltoall', 'flex'), got '{}'"
 VERL_DYNAMIC = "max_seqlen_per_dp_cp_rank must be a positive integer when dynamic_context_parallel is enabled"
+
+
+@dataclass
+class Found:
+    """What a job check found across the job's roles; `verdict` makes its closing finding."""
+
+    fails: list[str] = field(default_factory=list)
+    warns: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)  # what the command leaves not known
+    notes: list[str] = field(default_factory=list)
+    fixes: list[Fix] = field(default_factory=list)
+
+
+def verdict(found: Found, evidence: dict, tail: Sequence[str] = (), passed_text: str = "") -> list[Finding]:
+    """The job checks' one closing rule: the failures, else the warnings, lead the summary, with whatever ranks
+    below them as details; anything not known skips the row (saying what); else the notes pass it. `tail`: details
+    a failure, warning or pass ends with."""
+    fails, warns, unknown, notes = found.fails, found.warns, found.unknown, found.notes
+    if fails:
+        return [Finding(Status.FAIL, "; ".join(fails), "\n".join([*warns, *unknown, *notes, *tail]), found.fixes,
+                        evidence)]
+    if warns:
+        return [Finding(Status.WARN, "; ".join(warns), "\n".join([*unknown, *notes, *tail]), found.fixes, evidence)]
+    if unknown:
+        return [Finding(Status.SKIP, "; ".join(unknown + notes), evidence=evidence)]
+    return [Finding(Status.PASS, "; ".join(notes) or passed_text, "\n".join(tail), evidence=evidence)]
 
 
 def _no_job(profile: Profile) -> str | None:
@@ -156,13 +185,49 @@ def _needed_length(job: Job) -> tuple[int | None, str]:
 
 # ---------------------------------------------------------------------------------------------------- job.cp-args
 
-def _cp_args(ctx: Context) -> Result:
+@check("job.cp-args", "The job states the DSv4 CP settings", skip_if=_no_job, only_with="job",
+    applies_when="job arguments given; CP > 1",
+    detects="the training command's overrides or flags; verl's #6555 marker (ast)",
+    sources=(
+        mlm(TC, "1563-1616", "Megatron-LM dev transformer_config.py L1563-1616 (contiguous CP rules)"),
+        mlm(MPC, "74-98", "Megatron-LM dev model_parallel_config.py (max_seqlen_per_dp_cp_rank, schedulers)"),
+        Source("verl run_deepseek_v4_flash_megatron.sh CP_ARGS (PR #7297)",
+               "https://github.com/verl-project/verl/pull/7297"),
+        gh("verl-project/verl", "blob/1dda039b/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh",
+           "verl @1dda039b run_deepseek_v4_flash_megatron.sh: max_seqlen_per_dp_cp_rank=$(((MAX_PROMPT_LENGTH + "
+           "MAX_RESPONSE_LENGTH) / ACTOR_CP)) rounds down; the doctor's line rounds up"),
+        Source("verl PR #6555 (MegatronEngine sets the DSv4 CP settings)", "https://github.com/verl-project/verl/pull/6555"),
+        Source("verl 0.9.0 workers/config/engine.py L229-236 (McoreEngineConfig: max_seqlen_per_dp_cp_rank with "
+               "dynamic CP); workers/engine/megatron/transformer_impl.py L303-311 (written over the transformer "
+               "config's)", "https://github.com/verl-project/verl/blob/v0.9.0/verl/workers/config/engine.py#L229-L236"),
+    ),
+    static=STATIC)
+def job_cp_args(ctx: Context) -> Result | list[Finding]:
+    """With CP > 1, DSv4 needs `cp_partition_mode=contiguous` (Megatron: "DSv4 Hybrid with context parallelism
+    requires cp_partition_mode='contiguous'.") and a `sequence_packing_scheduler` (dp_balanced or
+    default_dynamic_cp; without one Megatron stops with "cp_partition_mode='contiguous' with context parallelism
+    requires THD inputs from a sequence_packing_scheduler"). verl with PR #6555 (0.9.0 has it; detected as
+    verl.cp-layout does) sets both itself for deepseek_v4, after the user's overrides: missing overrides then
+    pass with a note, and an override that contradicts verl's choice is reported as overridden. Without #6555,
+    and on a Megatron-LM command line, they must be explicit. When `max_seqlen_per_dp_cp_rank` is stated, it
+    times the scheduler's rank count (CP for dp_balanced, DP x CP for default_dynamic_cp) must cover the longest
+    sample (`data.max_prompt_length + data.max_response_length`, or `--seq-length`). With verl's
+    `<role>.megatron.dynamic_context_parallel=True`, verl requires its engine key
+    `<role>.megatron.max_seqlen_per_dp_cp_rank` (a positive integer, else "max_seqlen_per_dp_cp_rank must be a
+    positive integer when dynamic_context_parallel is enabled") and writes it over the transformer config's;
+    without dynamic CP verl does not read the engine key, and Megatron gets the
+    `override_transformer_config` value. With CP > 1 and no max_seqlen_per_dp_cp_rank it warns and gives the
+    line verl's example adds, ceil((max_prompt_length + max_response_length) / CP): the example's shell
+    division rounds down, which leaves the longest sample short when the sum is not a multiple of CP. The full
+    CP_ARGS block is in the report's job settings and at the end of `fix --job-args`.
+    """
     job = _job(ctx)
     roles = job.checked_roles()
     if not roles:
         return skipped(_not_read(job), evidence={"entry": entry_shown(job.entry)})
     auto, why_auto = _verl_sets_cp(ctx, job)
-    fails, warns, notes, fixes, unknown = [], [], [], [], []
+    found = Found()
+    fails, warns, notes, fixes, unknown = found.fails, found.warns, found.notes, found.fixes, found.unknown
     in_file = _maybe_in_file(job)
     evidence: dict = {"verl_sets_cp_settings": auto, "decided_from": why_auto, "roles": {}}
     for role in roles:
@@ -212,22 +277,14 @@ def _cp_args(ctx: Context) -> Result:
             if mode == "contiguous" and sched in SCHEDULERS:
                 notes.append(f"{lab}CP {cp}: cp_partition_mode=contiguous, sequence_packing_scheduler={sched}")
         row.update(cp_partition_mode=mode, scheduler=sched)
-        _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unknown)
+        _max_seqlen(CpRole(job, role, st, cp, sched, row), found)
     evidence.update(failures=fails, warnings=warns, notes=notes, unknown=unknown)
-    text = "; ".join(fails or warns or notes)
     # Said only where a max_seqlen_per_dp_cp_rank line is given: it is rounded up, unlike verl's example.
     rounding = [ROUNDING] if any("max_seqlen_per_dp_cp_rank" in f.key for f in fixes) else []
-    if fails:
-        return failed(text, "\n".join(warns + unknown + notes + [why_auto] + rounding), fixes=fixes,
-                      evidence=evidence)
-    if warns:
-        return warned(text, "\n".join(unknown + notes + [why_auto] + rounding), fixes=fixes, evidence=evidence)
-    if unknown:
-        return skipped("; ".join(unknown + notes), evidence=evidence)
-    if all(r["cp"] == 1 for r in evidence["roles"].values()) and not any(
+    if not (fails or warns or unknown) and all(r["cp"] == 1 for r in evidence["roles"].values()) and not any(
             _value(job.effective(r), "dynamic_context_parallel") for r in roles):
         return skipped("CP = 1: the job needs no CP settings", evidence=evidence)
-    return passed(text or "the job states the DSv4 CP settings", why_auto, evidence=evidence)
+    return verdict(found, evidence, [why_auto, *rounding], "the job states the DSv4 CP settings")
 
 
 def _positive(value) -> bool:
@@ -243,7 +300,21 @@ def _seqlen_fix(job, role, name, needed, needed_from, cp, now) -> Fix:
     return _add(job, role, name, "N", f"N = {_per_rank('the longest sample')}, rounded up; {needed_from}", now)
 
 
-def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unknown) -> None:
+@dataclass
+class CpRole:
+    """One role as job.cp-args judges its max_seqlen_per_dp_cp_rank; `row` is its evidence."""
+
+    job: Job
+    role: str
+    settings: dict[str, Setting]  # as its config sees them (Job.effective)
+    cp: int
+    scheduler: str | None  # the one Megatron will use
+    row: dict
+
+
+def _max_seqlen(r: CpRole, found: Found) -> None:
+    job, role, st, cp, sched, row = r.job, r.role, r.settings, r.cp, r.scheduler, r.row
+    fails, warns, notes, fixes, unknown = found.fails, found.warns, found.notes, found.fixes, found.unknown
     lab = _label(job, role)
     needed, needed_from = _needed_length(job)
     name = "max_seqlen_per_dp_cp_rank"  # override_transformer_config's / --max-seqlen-per-dp-cp-rank
@@ -326,59 +397,28 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unkno
         notes.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x {how} = {value * ranks} >= {needed}")
 
 
-job_cp_args = Check(
-    id="job.cp-args",
-    title="The job states the DSv4 CP settings",
-    explanation="""
-        With CP > 1, DSv4 needs `cp_partition_mode=contiguous` (Megatron: "DSv4 Hybrid with context parallelism
-        requires cp_partition_mode='contiguous'.") and a `sequence_packing_scheduler` (dp_balanced or
-        default_dynamic_cp; without one Megatron stops with "cp_partition_mode='contiguous' with context parallelism
-        requires THD inputs from a sequence_packing_scheduler"). verl with PR #6555 (0.9.0 has it; detected as
-        verl.cp-layout does) sets both itself for deepseek_v4, after the user's overrides: missing overrides then
-        pass with a note, and an override that contradicts verl's choice is reported as overridden. Without #6555,
-        and on a Megatron-LM command line, they must be explicit. When `max_seqlen_per_dp_cp_rank` is stated, it
-        times the scheduler's rank count (CP for dp_balanced, DP x CP for default_dynamic_cp) must cover the longest
-        sample (`data.max_prompt_length + data.max_response_length`, or `--seq-length`). With verl's
-        `<role>.megatron.dynamic_context_parallel=True`, verl requires its engine key
-        `<role>.megatron.max_seqlen_per_dp_cp_rank` (a positive integer, else "max_seqlen_per_dp_cp_rank must be a
-        positive integer when dynamic_context_parallel is enabled") and writes it over the transformer config's;
-        without dynamic CP verl does not read the engine key, and Megatron gets the
-        `override_transformer_config` value. With CP > 1 and no max_seqlen_per_dp_cp_rank it warns and gives the
-        line verl's example adds, ceil((max_prompt_length + max_response_length) / CP): the example's shell
-        division rounds down, which leaves the longest sample short when the sum is not a multiple of CP. The full
-        CP_ARGS block is in the report's job settings and at the end of `fix --job-args`.
-    """,
-    applies_when="job arguments given; CP > 1",
-    detects="the training command's overrides or flags; verl's #6555 marker (ast)",
-    sources=(
-        mlm(TC, "1563-1616", "Megatron-LM dev transformer_config.py L1563-1616 (contiguous CP rules)"),
-        mlm(MPC, "74-98", "Megatron-LM dev model_parallel_config.py (max_seqlen_per_dp_cp_rank, schedulers)"),
-        Source("verl run_deepseek_v4_flash_megatron.sh CP_ARGS (PR #7297)",
-               "https://github.com/verl-project/verl/pull/7297"),
-        gh("verl-project/verl", "blob/1dda039b/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh",
-           "verl @1dda039b run_deepseek_v4_flash_megatron.sh: max_seqlen_per_dp_cp_rank=$(((MAX_PROMPT_LENGTH + "
-           "MAX_RESPONSE_LENGTH) / ACTOR_CP)) rounds down; the doctor's line rounds up"),
-        Source("verl PR #6555 (MegatronEngine sets the DSv4 CP settings)", "https://github.com/verl-project/verl/pull/6555"),
-        Source("verl 0.9.0 workers/config/engine.py L229-236 (McoreEngineConfig: max_seqlen_per_dp_cp_rank with "
-               "dynamic CP); workers/engine/megatron/transformer_impl.py L303-311 (written over the transformer "
-               "config's)", "https://github.com/verl-project/verl/blob/v0.9.0/verl/workers/config/engine.py#L229-L236"),
-    ),
-    skip_if=_no_job,
-    static=STATIC,
-    only_with="job",
-    run=_cp_args,
-)
-
-
 # ------------------------------------------------------------------------------------------------ job.parallelism
 
-def _parallelism(ctx: Context) -> Result:
+@check("job.parallelism", "The job's TP, PP and CP fit DSv4 and the GPUs", skip_if=_no_job, only_with="job",
+    applies_when="job arguments given",
+    detects="the training command's parallel sizes and node/GPU counts",
+    sources=(mlm(TC, "1743-1765", "Megatron-LM dev transformer_config.py L1743-1765 (DSv4: TP 1)"),))
+def job_parallelism(ctx: Context) -> Result | list[Finding]:
+    """DSv4's hybrid attention supports tensor parallelism 1 only (Megatron asserts "DSv4 Hybrid Attention only
+    supports TP size 1.", at any CP), and TP x PP x CP must divide the job's GPUs (nodes x GPUs per node, from
+    `trainer.nnodes`/`trainer.n_gpus_per_node` or torchrun's `--nnodes`/`--nproc-per-node`) so that Megatron can
+    form the model replicas. A TP the command does not state is not known (the row is a skip that says so: a
+    config file or a recipe may set another), nor is anything a config file it names (Hydra --config-name/
+    --config-path, Megatron-LM --yaml-cfg) may set; a world size it does not state leaves the divisibility
+    unknown, and the check says so.
+    """
     job = _job(ctx)
     roles = job.checked_roles()
     if not roles:
         return skipped(_not_read(job))
     world = _world(job)
-    fails, notes, fixes, unknown = [], [], [], []
+    found = Found()
+    fails, notes, fixes, unknown = found.fails, found.notes, found.fixes, found.unknown
     evidence: dict = {"world_size": world, "roles": {}}
     for role in roles:
         st, lab = job.effective(role), _label(job, role)
@@ -416,43 +456,34 @@ def _parallelism(ctx: Context) -> Result:
             notes.append(f"{lab}TP x PP x CP = {(tp or 1) * pp * cp} divides the {world} GPUs "
                          f"(DP = {world // ((tp or 1) * pp * cp)})")
     evidence.update(failures=fails, notes=notes, unknown=unknown)
-    if fails:
-        return failed("; ".join(fails), "\n".join(unknown + notes), fixes=fixes, evidence=evidence)
-    if unknown:
-        return skipped("; ".join(unknown + notes), evidence=evidence)
-    return passed("; ".join(notes), evidence=evidence)
-
-
-job_parallelism = Check(
-    id="job.parallelism",
-    title="The job's TP, PP and CP fit DSv4 and the GPUs",
-    explanation="""
-        DSv4's hybrid attention supports tensor parallelism 1 only (Megatron asserts "DSv4 Hybrid Attention only
-        supports TP size 1.", at any CP), and TP x PP x CP must divide the job's GPUs (nodes x GPUs per node, from
-        `trainer.nnodes`/`trainer.n_gpus_per_node` or torchrun's `--nnodes`/`--nproc-per-node`) so that Megatron can
-        form the model replicas. A TP the command does not state is not known (the row is a skip that says so: a
-        config file or a recipe may set another), nor is anything a config file it names (Hydra --config-name/
-        --config-path, Megatron-LM --yaml-cfg) may set; a world size it does not state leaves the divisibility
-        unknown, and the check says so.
-    """,
-    applies_when="job arguments given",
-    detects="the training command's parallel sizes and node/GPU counts",
-    sources=(mlm(TC, "1743-1765", "Megatron-LM dev transformer_config.py L1743-1765 (DSv4: TP 1)"),),
-    skip_if=_no_job,
-    only_with="job",
-    run=_parallelism,
-)
+    return verdict(found, evidence)
 
 
 # ----------------------------------------------------------------------------------------------- job.moe-dispatch
 
-def _moe_dispatch(ctx: Context) -> Result:
+@check("job.moe-dispatch", "The MoE dispatcher works with sequence packing", skip_if=_no_job, only_with="job",
+    applies_when="job arguments given; a packing scheduler in use",
+    detects="the training command's dispatcher and scheduler; deep_ep location",
+    sources=(
+        mlm(TC, "3672-3704", "Megatron-LM dev transformer_config.py L3672-3704 (packing: alltoall or flex)"),
+        Source("Megatron-Bridge #5543 (DSv4 defaults to flex/HybridEP)",
+               "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/5543"),
+    ),
+    static=STATIC)
+def job_moe_dispatch(ctx: Context) -> Result | list[Finding]:
+    """With a sequence-packing scheduler, Megatron accepts only the `alltoall` and `flex` MoE token dispatchers
+    ("sequence_packing only supports moe_token_dispatcher_type in ('alltoall', 'flex')"); its default is
+    `allgather`. verl's DSv4 provider sets alltoall (before the user's overrides, so an override wins);
+    Megatron-Bridge main defaults DSv4 to flex with HybridEP, which needs DeepEP (verl's image builds it for
+    9.0 and 10.0 only). A flex dispatcher without an importable deep_ep fails.
+    """
     job = _job(ctx)
     roles = job.checked_roles()
     if not roles:
         return skipped(_not_read(job))
     auto, _ = _verl_sets_cp(ctx, job)
-    fails, warns, notes, fixes, unknown = [], [], [], [], []
+    found = Found()
+    fails, warns, notes, fixes, unknown = found.fails, found.warns, found.notes, found.fixes, found.unknown
     deep_ep = ctx.static.module("deep_ep").get("found")
     evidence: dict = {"deep_ep_found": deep_ep, "roles": {}}
     checked = 0
@@ -505,44 +536,23 @@ def _moe_dispatch(ctx: Context) -> Result:
         else:
             notes.append(f"{lab}dispatcher {dispatcher} ({source}) with the {scheduler} scheduler")
     evidence.update(failures=fails, warnings=warns, notes=notes, unknown=unknown)
-    if fails:
-        return failed("; ".join(fails), "\n".join(warns + unknown + notes), fixes=fixes, evidence=evidence)
-    if warns:
-        return warned("; ".join(warns), "\n".join(unknown + notes), evidence=evidence)
-    if unknown:
-        return skipped("; ".join(unknown + notes), evidence=evidence)
-    if not checked:
+    if not (fails or warns or unknown or checked):
         return skipped("no packing scheduler: the dispatcher rule does not apply", evidence=evidence)
-    return passed("; ".join(notes), evidence=evidence)
-
-
-job_moe_dispatch = Check(
-    id="job.moe-dispatch",
-    title="The MoE dispatcher works with sequence packing",
-    explanation="""
-        With a sequence-packing scheduler, Megatron accepts only the `alltoall` and `flex` MoE token dispatchers
-        ("sequence_packing only supports moe_token_dispatcher_type in ('alltoall', 'flex')"); its default is
-        `allgather`. verl's DSv4 provider sets alltoall (before the user's overrides, so an override wins);
-        Megatron-Bridge main defaults DSv4 to flex with HybridEP, which needs DeepEP (verl's image builds it for
-        9.0 and 10.0 only). A flex dispatcher without an importable deep_ep fails.
-    """,
-    applies_when="job arguments given; a packing scheduler in use",
-    detects="the training command's dispatcher and scheduler; deep_ep location",
-    sources=(
-        mlm(TC, "3672-3704", "Megatron-LM dev transformer_config.py L3672-3704 (packing: alltoall or flex)"),
-        Source("Megatron-Bridge #5543 (DSv4 defaults to flex/HybridEP)",
-               "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/5543"),
-    ),
-    skip_if=_no_job,
-    static=STATIC,
-    only_with="job",
-    run=_moe_dispatch,
-)
+    return verdict(found, evidence)
 
 
 # ---------------------------------------------------------------------------------------------- job.indexer-loss
 
-def _indexer_loss(ctx: Context) -> Result:
+@check("job.indexer-loss", "No fused dense indexer loss on SM90", skip_if=_no_job, only_with="job",
+    applies_when="job arguments given; CC 9.0 and dsa_kernel_backend=cudnn",
+    detects="the training command's indexer-loss settings; the GPU arch",
+    sources=(mlm(TC, "1773-1818", "Megatron-LM dev transformer_config.py L1773-1818 (SM90 dense indexer loss)"),))
+def job_indexer_loss(ctx: Context) -> Result | list[Finding]:
+    """On SM90 with dsa_kernel_backend=cudnn, a ratio-4 indexer and dsa_indexer_loss_coeff > 0, Megatron rejects
+    the dense indexer loss ("DSv4 with fused DSA and dense indexer loss is not supported on SM90 ..."): the
+    job must set dsa_indexer_use_sparse_loss=True (verl's DSv4 example sets it, with coeff 0.0). A coefficient
+    the command does not state is reported as such.
+    """
     job = _job(ctx)
     roles = job.checked_roles()
     profile = ctx.profile
@@ -555,7 +565,8 @@ def _indexer_loss(ctx: Context) -> Result:
                        "cannot be judged")
     if profile.cc != (9, 0):
         return skipped(f"CC {profile.gpu_arch}: the dense indexer loss rule is for SM90 only")
-    fails, notes, fixes, unknown = [], [], [], []
+    found = Found()
+    fails, notes, fixes, unknown = found.fails, found.notes, found.fixes, found.unknown
     evidence: dict = {"roles": {}}
     for role in roles:
         st, lab = job.effective(role), _label(job, role)
@@ -589,34 +600,29 @@ def _indexer_loss(ctx: Context) -> Result:
         fixes.append(_add(job, role, "dsa_indexer_use_sparse_loss", True, "as verl's DSv4 example sets it",
                           _now(st, "dsa_indexer_use_sparse_loss")))
     evidence.update(failures=fails, notes=notes, unknown=unknown)
-    if fails:
-        return failed("; ".join(fails), "\n".join(unknown + notes), fixes=fixes, evidence=evidence)
-    if unknown:
-        return skipped("; ".join(unknown + notes), evidence=evidence)
-    return passed("; ".join(notes), evidence=evidence)
-
-
-job_indexer_loss = Check(
-    id="job.indexer-loss",
-    title="No fused dense indexer loss on SM90",
-    explanation="""
-        On SM90 with dsa_kernel_backend=cudnn, a ratio-4 indexer and dsa_indexer_loss_coeff > 0, Megatron rejects
-        the dense indexer loss ("DSv4 with fused DSA and dense indexer loss is not supported on SM90 ..."): the
-        job must set dsa_indexer_use_sparse_loss=True (verl's DSv4 example sets it, with coeff 0.0). A coefficient
-        the command does not state is reported as such.
-    """,
-    applies_when="job arguments given; CC 9.0 and dsa_kernel_backend=cudnn",
-    detects="the training command's indexer-loss settings; the GPU arch",
-    sources=(mlm(TC, "1773-1818", "Megatron-LM dev transformer_config.py L1773-1818 (SM90 dense indexer loss)"),),
-    skip_if=_no_job,
-    only_with="job",
-    run=_indexer_loss,
-)
+    return verdict(found, evidence)
 
 
 # --------------------------------------------------------------------------------------------------------- job.env
 
-def _env(ctx: Context) -> Result:
+@check("job.env", "The job's environment variables", skip_if=_no_job, only_with="job",
+    applies_when="job arguments given",
+    detects="the job's environment and GPU names",
+    sources=(
+        Source("verl run_deepseek_v4_flash_megatron.sh (environment)",
+               "https://github.com/verl-project/verl/blob/main/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh"),
+        Source("Megatron-LM #6319 (NVLS on by default in DDP)", "https://github.com/NVIDIA/Megatron-LM/issues/6319"),
+        Source("NCCL #2186 (MNNVL on GB200 NVL72)", "https://github.com/NVIDIA/nccl/issues/2186"),
+        mlm(EAV + "deepseek_v4_hybrid_attention.py", "", "Megatron-LM dev DSv4 attention"),
+    ))
+def job_env(ctx: Context) -> Result | list[Finding]:
+    """Judges the environment the job runs in (the doctor runs inside it at preflight; `env K=V` in front of the
+    command counts too). NCCL_NVLS_ENABLE=0, as verl's DSv4 script and the Megatron recipes set it (Megatron's
+    DDP enables NVLS unless it is set). CUDA_DEVICE_MAX_CONNECTIONS: verl's script sets 1, while Megatron's EP
+    all-to-all overlap wants more than 1, a trade-off the warning states. NCCL_MNNVL_ENABLE on GB200/GB300
+    NVL72 hosts. Warnings only; each names the `export` line to put in the job script, which the fix plan
+    and the text report list as job settings (never run).
+    """
     job = _job(ctx)
     env = dict(os.environ)
     for name in job.unset:  # `env -u NAME` in front of the command
@@ -670,31 +676,6 @@ def _env(ctx: Context) -> Result:
     return passed("; ".join(notes), evidence=evidence)
 
 
-job_env = Check(
-    id="job.env",
-    title="The job's environment variables",
-    explanation="""
-        Judges the environment the job runs in (the doctor runs inside it at preflight; `env K=V` in front of the
-        command counts too). NCCL_NVLS_ENABLE=0, as verl's DSv4 script and the Megatron recipes set it (Megatron's
-        DDP enables NVLS unless it is set). CUDA_DEVICE_MAX_CONNECTIONS: verl's script sets 1, while Megatron's EP
-        all-to-all overlap wants more than 1, a trade-off the warning states. NCCL_MNNVL_ENABLE on GB200/GB300
-        NVL72 hosts. Warnings only; each names the `export` line to put in the job script, which the fix plan
-        and the text report list as job settings (never run).
-    """,
-    applies_when="job arguments given",
-    detects="the job's environment and GPU names",
-    sources=(
-        Source("verl run_deepseek_v4_flash_megatron.sh (environment)",
-               "https://github.com/verl-project/verl/blob/main/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh"),
-        Source("Megatron-LM #6319 (NVLS on by default in DDP)", "https://github.com/NVIDIA/Megatron-LM/issues/6319"),
-        Source("NCCL #2186 (MNNVL on GB200 NVL72)", "https://github.com/NVIDIA/nccl/issues/2186"),
-        mlm(EAV + "deepseek_v4_hybrid_attention.py", "", "Megatron-LM dev DSv4 attention"),
-    ),
-    skip_if=_no_job,
-    only_with="job",
-    run=_env,
-)
-
 # ---------------------------------------------------------------------------------------------- job.dsa-backend
 
 M13 = ("dsv4_hybrid does not support dsa_kernel_backend='tilelang'; use 'cudnn' for fused CSA kernels or 'none' for "
@@ -713,16 +694,42 @@ def _drop_fusion_switch(job: Job, role: str, backend: str) -> Fix:
                f"add after it:\n  ~{key}", key=f"job:~{key}", phase=Phase.SETTING)
 
 
-def _dsa_backend(ctx: Context) -> Result:
+@check("job.dsa-backend", "The job's DSA kernel backend is one DSv4 accepts", skip_if=_no_job, only_with="job",
+    applies_when="job arguments given",
+    detects="the training command's dsa_kernel_backend and apply_dsa_kernel_fusion",
+    sources=(
+        mlm(TC, "1618-1646", "Megatron-LM dev transformer_config.py L1618-1646 (apply_dsa_kernel_fusion folded in)"),
+        mlm(TC, "1766-1770", "Megatron-LM dev transformer_config.py L1766-1770 (tilelang rejected for dsv4_hybrid)"),
+        mlm("megatron/training/argument_utils.py", "370-387",
+            "Megatron-LM dev argument_utils.py L370-387 (an omitted --dsa-kernel-backend is cudnn for dsv4_hybrid)"),
+        pypi("megatron-bridge", "0.5.1", "megatron-bridge 0.5.1 wheel, megatron/bridge/models/deepseek/"
+             "deepseek_v4_bridge.py L105-111, L460 (apply_dsa_kernel_fusion on for CC major >= 10)"),
+        pypi("megatron-bridge", "0.6.2", "megatron-bridge 0.6.2 wheel, deepseek_v4_bridge.py L114-122, L394, L472 "
+             "(and only when cudnn DSA and FlashMLA import)"),
+        gh("NVIDIA-NeMo/Megatron-Bridge", "blob/c7774d44/src/megatron/bridge/models/deepseek/deepseek_v4_bridge.py",
+           "Megatron-Bridge c7774d44 deepseek_v4_bridge.py (the commit verl's DSv4 example names; the 0.6.x rule)"),
+    ))
+def job_dsa_backend(ctx: Context) -> Result | list[Finding]:
+    """Megatron's DSv4 layer takes `dsa_kernel_backend` `none` (the PyTorch fallback) or `cudnn` (the cuDNN
+    frontend's DSA kernels and FlashMLA); it rejects `tilelang` for dsv4_hybrid, and the Megatron-LM CLI's
+    choices reject anything else. The deprecated `apply_dsa_kernel_fusion` maps True to cudnn and False to none,
+    and stating it beside a different backend raises "Conflicting DSA kernel controls". A backend the command
+    does not state is the path's default: cudnn for the Megatron-LM CLI with dsv4_hybrid; through verl (which
+    never sets it), whatever the installed Megatron-Bridge's DSv4 provider sets `apply_dsa_kernel_fusion` to,
+    read from its deepseek_v4_bridge.py with ast: 0.5.x turns it on for any CC major >= 10, c7774d44 and 0.6.x
+    only when `from cudnn import DSA` and `from flash_mla import flash_mla_sparse_fwd` also import (the doctor
+    runs the same two imports in a probe). A wrapper command (bash, srun, a launcher), a config file, a bridge
+    whose rule cannot be read, an unknown CC, or (on a machine without a GPU) an import that cannot load the
+    driver's libcuda leave it not known: the environment is then checked for cudnn, the stricter. The job line
+    says which rule decided it, and the environment checks follow it.
+    """
     job = _job(ctx)
     roles = job.checked_roles()
     if not roles:
         return skipped(_not_read(job))
     decided = job.decisions.dsa_backend_decided if job.decisions is not None else ""
-    fails: list[str] = []
-    notes: list[str] = []
-    unknown: list[str] = []
-    fixes: list[Fix] = []
+    found = Found()
+    fails, notes, fixes, unknown = found.fails, found.notes, found.fixes, found.unknown
     evidence: dict = {"decided": decided, "roles": {}}
     for role in roles:
         st, lab = job.effective(role), _label(job, role)
@@ -755,48 +762,11 @@ def _dsa_backend(ctx: Context) -> Result:
                           "fallback", _now(st, "dsa_kernel_backend")))
     evidence.update(failures=fails, notes=notes, unknown=unknown)
     if fails:
-        return failed("; ".join(fails), "\n".join(unknown + notes + [decided]), fixes=fixes, evidence=evidence)
+        return verdict(found, evidence, [decided])
     if unknown and not notes:
         why = decided[len("not stated: "):] if decided.startswith("not stated: ") else decided
         return skipped("; ".join(unknown) + f": {why}", evidence=evidence)
     return passed("; ".join(notes + unknown), decided, evidence=evidence)
-
-
-job_dsa_backend = Check(
-    id="job.dsa-backend",
-    title="The job's DSA kernel backend is one DSv4 accepts",
-    explanation="""
-        Megatron's DSv4 layer takes `dsa_kernel_backend` `none` (the PyTorch fallback) or `cudnn` (the cuDNN
-        frontend's DSA kernels and FlashMLA); it rejects `tilelang` for dsv4_hybrid, and the Megatron-LM CLI's
-        choices reject anything else. The deprecated `apply_dsa_kernel_fusion` maps True to cudnn and False to none,
-        and stating it beside a different backend raises "Conflicting DSA kernel controls". A backend the command
-        does not state is the path's default: cudnn for the Megatron-LM CLI with dsv4_hybrid; through verl (which
-        never sets it), whatever the installed Megatron-Bridge's DSv4 provider sets `apply_dsa_kernel_fusion` to,
-        read from its deepseek_v4_bridge.py with ast: 0.5.x turns it on for any CC major >= 10, c7774d44 and 0.6.x
-        only when `from cudnn import DSA` and `from flash_mla import flash_mla_sparse_fwd` also import (the doctor
-        runs the same two imports in a probe). A wrapper command (bash, srun, a launcher), a config file, a bridge
-        whose rule cannot be read, an unknown CC, or (on a machine without a GPU) an import that cannot load the
-        driver's libcuda leave it not known: the environment is then checked for cudnn, the stricter. The job line
-        says which rule decided it, and the environment checks follow it.
-    """,
-    applies_when="job arguments given",
-    detects="the training command's dsa_kernel_backend and apply_dsa_kernel_fusion",
-    sources=(
-        mlm(TC, "1618-1646", "Megatron-LM dev transformer_config.py L1618-1646 (apply_dsa_kernel_fusion folded in)"),
-        mlm(TC, "1766-1770", "Megatron-LM dev transformer_config.py L1766-1770 (tilelang rejected for dsv4_hybrid)"),
-        mlm("megatron/training/argument_utils.py", "370-387",
-            "Megatron-LM dev argument_utils.py L370-387 (an omitted --dsa-kernel-backend is cudnn for dsv4_hybrid)"),
-        pypi("megatron-bridge", "0.5.1", "megatron-bridge 0.5.1 wheel, megatron/bridge/models/deepseek/"
-             "deepseek_v4_bridge.py L105-111, L460 (apply_dsa_kernel_fusion on for CC major >= 10)"),
-        pypi("megatron-bridge", "0.6.2", "megatron-bridge 0.6.2 wheel, deepseek_v4_bridge.py L114-122, L394, L472 "
-             "(and only when cudnn DSA and FlashMLA import)"),
-        gh("NVIDIA-NeMo/Megatron-Bridge", "blob/c7774d44/src/megatron/bridge/models/deepseek/deepseek_v4_bridge.py",
-           "Megatron-Bridge c7774d44 deepseek_v4_bridge.py (the commit verl's DSv4 example names; the 0.6.x rule)"),
-    ),
-    skip_if=_no_job,
-    only_with="job",
-    run=_dsa_backend,
-)
 
 
 CHECKS = [job_cp_args, job_parallelism, job_moe_dispatch, job_indexer_loss, job_dsa_backend, job_env]
