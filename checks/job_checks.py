@@ -423,7 +423,8 @@ def job_parallelism(ctx: Context) -> Result | list[Finding]:
     for role in roles:
         st, lab = job.effective(role), _label(job, role)
         tp = _int(st, "tp")
-        cp, pp = _cp(job, st), _int(st, "pp") or (None if _from_file(job) and not _stated(st, "pp") else 1)
+        cp, pp = _cp(job, st), _int(st, "pp") or (None if (_from_file(job) and not _stated(st, "pp")) or
+                                                   _unresolved(st, "pp") else 1)
         evidence["roles"][role] = {"tp": tp, "cp": cp, "pp": pp, "tp_stated": _stated(st, "tp")}
         if not _stated(st, "tp"):
             # Not stated is not known: verl's and Megatron's default is 1, but a config file or a recipe may differ.
@@ -443,7 +444,10 @@ def job_parallelism(ctx: Context) -> Result | list[Finding]:
             fixes.append(_add(job, role, "tp", 1, "DSv4's attention supports TP 1 only", _now(st, "tp")))
         else:
             notes.append(f"{lab}TP = 1")
-        if pp is None:
+        if _unresolved(st, "pp"):
+            unknown.append(f"{lab}pipeline_model_parallel_size={st['pp'].raw!r}: not known, so whether TP x PP x CP "
+                           "divides the world size is unknown")
+        elif pp is None:
             unknown.append(f"{lab}PP not stated{_maybe_in_file(job)}: whether TP x PP x CP divides the world size "
                            "is unknown")
         elif world is None:

@@ -3,6 +3,7 @@ backend, its indexer loss)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,8 +24,13 @@ class Setting:
         return out
 
 
+_VARIABLE = re.compile(r"\$(\{|[A-Za-z_])")
+
+
 def is_interpolation(value: Any) -> bool:
-    return isinstance(value, str) and "${" in value
+    """A value the command leaves to be filled in: an OmegaConf interpolation (`${...}`) or a shell variable
+    (`$NAME`) not expanded before the doctor read it. Its value is not known, never a default."""
+    return isinstance(value, str) and _VARIABLE.search(value) is not None
 
 
 @dataclass(frozen=True)
