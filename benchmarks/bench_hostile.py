@@ -55,7 +55,7 @@ def measure(text: str, repeat: int) -> tuple[float, float]:
 def other_paths(size: int) -> dict[str, object]:
     """The other places hostile text of this size reaches: a job command shown by shape, a stderr line, a METADATA
     file read to its headers (its non-ASCII description cut by the read limit)."""
-    from dsv4_doctor.jobshape import shape
+    from dsv4_doctor.job.shape import shape
     from dsv4_doctor.probes.dsv4probe_static_installed import parse_metadata
     from dsv4_doctor.render.output import line_text
 

@@ -378,9 +378,8 @@ def megatron_wrappers(static: StaticFacts) -> tuple[list[str], list[str]]:
 
 def _dense_loss(profile: Profile) -> bool | None:
     """Whether the job's dense indexer loss is on (coeff > 0 without dsa_indexer_use_sparse_loss); None: not stated."""
-    job = profile.job or {}
-    value = job.get("dense_indexer_loss")
-    return value if isinstance(value, bool) else None
+    decisions = profile.job.decisions if profile.job is not None else None
+    return decisions.dense_indexer_loss if decisions is not None else None
 
 
 @check(

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from dsv4_doctor.jobargs import (ENGINE_MAX_SEQLEN, VERL_ROLES, common_setting, is_interpolation, line_to_add,
-                                 role_settings, roles_to_check)
-from dsv4_doctor.model import Check, Context, Fix, Phase, Profile, Result, Source, failed, passed, skipped, warned
+from dsv4_doctor.job.keys import ENGINE_MAX_SEQLEN, VERL_ROLES, line_to_add
+from dsv4_doctor.job.model import Job, Setting, is_interpolation
+from dsv4_doctor.api import check
+from dsv4_doctor.model import Context, Finding, Fix, Phase, Profile, Result, Source, Status, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
-
-from dsv4_doctor.jobsettings import ROUNDING
-from dsv4_doctor.jobshape import entry_shown
+from dsv4_doctor.job.settings import ROUNDING
+from dsv4_doctor.job.shape import entry_shown
 
 from ._upstream import EAV, gh, mlm, pypi
 from .verl_checks import ENGINE as VERL_ENGINE
@@ -42,22 +44,51 @@ DISPATCH = "sequence_packing only supports moe_token_dispatcher_type in ('alltoa
 VERL_DYNAMIC = "max_seqlen_per_dp_cp_rank must be a positive integer when dynamic_context_parallel is enabled"
 
 
+@dataclass
+class Found:
+    """What a job check found across the job's roles; `verdict` makes its closing finding."""
+
+    fails: list[str] = field(default_factory=list)
+    warns: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)  # what the command leaves not known
+    notes: list[str] = field(default_factory=list)
+    fixes: list[Fix] = field(default_factory=list)
+
+
+def verdict(found: Found, evidence: dict, tail: Sequence[str] = (), passed_text: str = "") -> list[Finding]:
+    """The job checks' one closing rule: the failures, else the warnings, lead the summary, with whatever ranks
+    below them as details; anything not known skips the row (saying what); else the notes pass it. `tail`: details
+    a failure, warning or pass ends with."""
+    fails, warns, unknown, notes = found.fails, found.warns, found.unknown, found.notes
+    if fails:
+        return [Finding(Status.FAIL, "; ".join(fails), "\n".join([*warns, *unknown, *notes, *tail]), found.fixes,
+                        evidence)]
+    if warns:
+        return [Finding(Status.WARN, "; ".join(warns), "\n".join([*unknown, *notes, *tail]), found.fixes, evidence)]
+    if unknown:
+        return [Finding(Status.SKIP, "; ".join(unknown + notes), evidence=evidence)]
+    return [Finding(Status.PASS, "; ".join(notes) or passed_text, "\n".join(tail), evidence=evidence)]
+
+
 def _no_job(profile: Profile) -> str | None:
     return None if profile.job is not None else "no job arguments (preflight or --job-args)"
 
 
-def _not_read(job: dict) -> str:
+def _not_read(job: Job) -> str:
     """Why a job row cannot judge the command: it is neither verl nor Megatron-LM (a wrapper script, a launcher)."""
-    return str(job.get("not_known") or "the command is neither a verl nor a Megatron-LM training command: its "
-               "settings are not known; give the training command itself (`check --job-args \"python3 -m "
-               "verl.trainer.main_ppo ...\"`), or state the CP with --cp N")
+    not_known = job.decisions.not_known if job.decisions is not None else None
+    return not_known or ("the command is neither a verl nor a Megatron-LM training command: its settings are not "
+                         "known; give the training command itself (`check --job-args \"python3 -m "
+                         "verl.trainer.main_ppo ...\"`), or state the CP with --cp N")
 
 
-def _job(ctx: Context) -> dict:
-    return dict(ctx.profile.job or {})
+def _job(ctx: Context) -> Job:
+    job = ctx.profile.job
+    assert job is not None  # only_with="job": the runner selects these checks for a job command only
+    return job
 
 
-def _add(job: dict, role: str, setting: str, value, why: str, now: str | None = None) -> Fix:
+def _add(job: Job, role: str, setting: str, value, why: str, now: str | None = None) -> Fix:
     """The argument to add, or, when the command states the setting already (`now`), the one to change it to. The
     line is the description's own indented last line: renderers keep it whole (copy-pastable, never wrapped)."""
     line = line_to_add(job, role, setting, value)
@@ -67,62 +98,61 @@ def _add(job: dict, role: str, setting: str, value, why: str, now: str | None = 
     return Fix(f"Add to the training command ({why}):\n  {line}", key=f"job:{line}", phase=Phase.SETTING)
 
 
-def _now(settings: dict, name: str) -> str | None:
+def _now(settings: dict[str, Setting], name: str) -> str | None:
     """How the command states a setting now (its text as written), or None."""
     s = settings.get(name)
-    return str(s.get("raw")) if isinstance(s, dict) else None
+    return s.raw if s is not None else None
 
 
-def _value(settings: dict, name: str):
+def _value(settings: dict[str, Setting], name: str):
     s = settings.get(name)
-    return s.get("value") if isinstance(s, dict) else None
+    return s.value if s is not None else None
 
 
-def _stated(settings: dict, name: str) -> bool:
-    return isinstance(settings.get(name), dict)
+def _stated(settings: dict[str, Setting], name: str) -> bool:
+    return settings.get(name) is not None
 
 
 def _int(settings_or_setting, name: str | None = None) -> int | None:
     s = settings_or_setting.get(name) if name else settings_or_setting
-    v = s.get("value") if isinstance(s, dict) else None
+    v = s.value if isinstance(s, Setting) else None
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def _from_file(job: dict) -> str:
+def _from_file(job: Job) -> str:
     """The config-file flags the command gives (Hydra --config-name/--config-path, --yaml-cfg), or ""."""
-    flags = job.get("config_file")
-    return ", ".join(str(f) for f in flags) if isinstance(flags, list) and flags else ""
+    return ", ".join(job.config_file)
 
 
-def _maybe_in_file(job: dict) -> str:
+def _maybe_in_file(job: Job) -> str:
     """What "not stated" means for the command: its default, or, with a config file, not known."""
     return f": the config file may set it ({_from_file(job)})" if _from_file(job) else ""
 
 
-def _cp(job: dict, settings: dict) -> int:
+def _cp(job: Job, settings: dict[str, Setting]) -> int:
     """A role's CP size: as stated; --cp's when the command states one the doctor cannot resolve, or none beside a
     config file (the CLI insists on --cp then); else 1, verl's and Megatron's default."""
     value = _int(settings, "cp")
     if value is not None:
         return value
     if _stated(settings, "cp") or _from_file(job):
-        given = job.get("cp_given")
+        given = job.decisions.cp_given if job.decisions is not None else None
         return given if isinstance(given, int) and not isinstance(given, bool) else 1
     return 1
 
 
-def _unresolved(settings: dict, name: str) -> bool:
+def _unresolved(settings: dict[str, Setting], name: str) -> bool:
     """The command states the setting as an interpolation the doctor could not resolve."""
     return is_interpolation(_value(settings, name))
 
 
-def _label(job: dict, role: str) -> str:
-    return "" if job.get("kind") != "verl" else f"{role}: "
+def _label(job: Job, role: str) -> str:
+    return "" if job.kind != "verl" else f"{role}: "
 
 
-def _verl_sets_cp(ctx: Context, job: dict) -> tuple[bool, str]:
+def _verl_sets_cp(ctx: Context, job: Job) -> tuple[bool, str]:
     """Whether verl (#6555) sets the DSv4 CP settings itself, and what that was decided from."""
-    if job.get("kind") != "verl":
+    if job.kind != "verl":
         return False, "a Megatron-LM command: nothing sets them for it"
     static = ctx.static
     if not static.module("verl").get("found"):
@@ -134,8 +164,8 @@ def _verl_sets_cp(ctx: Context, job: dict) -> tuple[bool, str]:
     return False, f"verl {version} lacks PR #6555, which sets them for deepseek_v4"
 
 
-def _world(job: dict) -> int | None:
-    nodes, per_node = _int(common_setting(job, "nnodes") or {}), _int(common_setting(job, "gpus_per_node") or {})
+def _world(job: Job) -> int | None:
+    nodes, per_node = _int(job.common.get("nnodes")), _int(job.common.get("gpus_per_node"))
     return nodes * per_node if nodes is not None and per_node is not None else None
 
 
@@ -143,11 +173,11 @@ def _per_rank(needed_from: str) -> str:
     return f"({needed_from}) / CP" if "+" in needed_from else f"{needed_from} / CP"
 
 
-def _needed_length(job: dict) -> tuple[int | None, str]:
-    if job.get("kind") == "megatron":
-        s = common_setting(job, "seq_length")
+def _needed_length(job: Job) -> tuple[int | None, str]:
+    if job.kind == "megatron":
+        s = job.common.get("seq_length")
         return (_int(s), "--seq-length") if s else (None, "--seq-length not stated")
-    p, r = _int(common_setting(job, "max_prompt_length") or {}), _int(common_setting(job, "max_response_length") or {})
+    p, r = _int(job.common.get("max_prompt_length")), _int(job.common.get("max_response_length"))
     if p is not None and r is not None:
         return p + r, "data.max_prompt_length + data.max_response_length"
     return None, "data.max_prompt_length and data.max_response_length not both stated as numbers"
@@ -155,17 +185,53 @@ def _needed_length(job: dict) -> tuple[int | None, str]:
 
 # ---------------------------------------------------------------------------------------------------- job.cp-args
 
-def _cp_args(ctx: Context) -> Result:
+@check("job.cp-args", "The job states the DSv4 CP settings", skip_if=_no_job, only_with="job",
+    applies_when="job arguments given; CP > 1",
+    detects="the training command's overrides or flags; verl's #6555 marker (ast)",
+    sources=(
+        mlm(TC, "1563-1616", "Megatron-LM dev transformer_config.py L1563-1616 (contiguous CP rules)"),
+        mlm(MPC, "74-98", "Megatron-LM dev model_parallel_config.py (max_seqlen_per_dp_cp_rank, schedulers)"),
+        Source("verl run_deepseek_v4_flash_megatron.sh CP_ARGS (PR #7297)",
+               "https://github.com/verl-project/verl/pull/7297"),
+        gh("verl-project/verl", "blob/1dda039b/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh",
+           "verl @1dda039b run_deepseek_v4_flash_megatron.sh: max_seqlen_per_dp_cp_rank=$(((MAX_PROMPT_LENGTH + "
+           "MAX_RESPONSE_LENGTH) / ACTOR_CP)) rounds down; the doctor's line rounds up"),
+        Source("verl PR #6555 (MegatronEngine sets the DSv4 CP settings)", "https://github.com/verl-project/verl/pull/6555"),
+        Source("verl 0.9.0 workers/config/engine.py L229-236 (McoreEngineConfig: max_seqlen_per_dp_cp_rank with "
+               "dynamic CP); workers/engine/megatron/transformer_impl.py L303-311 (written over the transformer "
+               "config's)", "https://github.com/verl-project/verl/blob/v0.9.0/verl/workers/config/engine.py#L229-L236"),
+    ),
+    static=STATIC)
+def job_cp_args(ctx: Context) -> Result | list[Finding]:
+    """With CP > 1, DSv4 needs `cp_partition_mode=contiguous` (Megatron: "DSv4 Hybrid with context parallelism
+    requires cp_partition_mode='contiguous'.") and a `sequence_packing_scheduler` (dp_balanced or
+    default_dynamic_cp; without one Megatron stops with "cp_partition_mode='contiguous' with context parallelism
+    requires THD inputs from a sequence_packing_scheduler"). verl with PR #6555 (0.9.0 has it; detected as
+    verl.cp-layout does) sets both itself for deepseek_v4, after the user's overrides: missing overrides then
+    pass with a note, and an override that contradicts verl's choice is reported as overridden. Without #6555,
+    and on a Megatron-LM command line, they must be explicit. When `max_seqlen_per_dp_cp_rank` is stated, it
+    times the scheduler's rank count (CP for dp_balanced, DP x CP for default_dynamic_cp) must cover the longest
+    sample (`data.max_prompt_length + data.max_response_length`, or `--seq-length`). With verl's
+    `<role>.megatron.dynamic_context_parallel=True`, verl requires its engine key
+    `<role>.megatron.max_seqlen_per_dp_cp_rank` (a positive integer, else "max_seqlen_per_dp_cp_rank must be a
+    positive integer when dynamic_context_parallel is enabled") and writes it over the transformer config's;
+    without dynamic CP verl does not read the engine key, and Megatron gets the
+    `override_transformer_config` value. With CP > 1 and no max_seqlen_per_dp_cp_rank it warns and gives the
+    line verl's example adds, ceil((max_prompt_length + max_response_length) / CP): the example's shell
+    division rounds down, which leaves the longest sample short when the sum is not a multiple of CP. The full
+    CP_ARGS block is in the report's job settings and at the end of `fix --job-args`.
+    """
     job = _job(ctx)
-    roles = roles_to_check(job)
+    roles = job.checked_roles()
     if not roles:
-        return skipped(_not_read(job), evidence={"entry": entry_shown(job.get("entry"))})
+        return skipped(_not_read(job), evidence={"entry": entry_shown(job.entry)})
     auto, why_auto = _verl_sets_cp(ctx, job)
-    fails, warns, notes, fixes, unknown = [], [], [], [], []
+    found = Found()
+    fails, warns, notes, fixes, unknown = found.fails, found.warns, found.notes, found.fixes, found.unknown
     in_file = _maybe_in_file(job)
     evidence: dict = {"verl_sets_cp_settings": auto, "decided_from": why_auto, "roles": {}}
     for role in roles:
-        st = role_settings(job, role)
+        st = job.effective(role)
         cp = _cp(job, st)
         lab = _label(job, role)
         row: dict = {"cp": cp}
@@ -211,22 +277,14 @@ def _cp_args(ctx: Context) -> Result:
             if mode == "contiguous" and sched in SCHEDULERS:
                 notes.append(f"{lab}CP {cp}: cp_partition_mode=contiguous, sequence_packing_scheduler={sched}")
         row.update(cp_partition_mode=mode, scheduler=sched)
-        _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unknown)
+        _max_seqlen(CpRole(job, role, st, cp, sched, row), found)
     evidence.update(failures=fails, warnings=warns, notes=notes, unknown=unknown)
-    text = "; ".join(fails or warns or notes)
     # Said only where a max_seqlen_per_dp_cp_rank line is given: it is rounded up, unlike verl's example.
     rounding = [ROUNDING] if any("max_seqlen_per_dp_cp_rank" in f.key for f in fixes) else []
-    if fails:
-        return failed(text, "\n".join(warns + unknown + notes + [why_auto] + rounding), fixes=fixes,
-                      evidence=evidence)
-    if warns:
-        return warned(text, "\n".join(unknown + notes + [why_auto] + rounding), fixes=fixes, evidence=evidence)
-    if unknown:
-        return skipped("; ".join(unknown + notes), evidence=evidence)
-    if all(r["cp"] == 1 for r in evidence["roles"].values()) and not any(
-            _value(role_settings(job, r), "dynamic_context_parallel") for r in roles):
+    if not (fails or warns or unknown) and all(r["cp"] == 1 for r in evidence["roles"].values()) and not any(
+            _value(job.effective(r), "dynamic_context_parallel") for r in roles):
         return skipped("CP = 1: the job needs no CP settings", evidence=evidence)
-    return passed(text or "the job states the DSv4 CP settings", why_auto, evidence=evidence)
+    return verdict(found, evidence, [why_auto, *rounding], "the job states the DSv4 CP settings")
 
 
 def _positive(value) -> bool:
@@ -242,13 +300,27 @@ def _seqlen_fix(job, role, name, needed, needed_from, cp, now) -> Fix:
     return _add(job, role, name, "N", f"N = {_per_rank('the longest sample')}, rounded up; {needed_from}", now)
 
 
-def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unknown) -> None:
+@dataclass
+class CpRole:
+    """One role as job.cp-args judges its max_seqlen_per_dp_cp_rank; `row` is its evidence."""
+
+    job: Job
+    role: str
+    settings: dict[str, Setting]  # as its config sees them (Job.effective)
+    cp: int
+    scheduler: str | None  # the one Megatron will use
+    row: dict
+
+
+def _max_seqlen(r: CpRole, found: Found) -> None:
+    job, role, st, cp, sched, row = r.job, r.role, r.settings, r.cp, r.scheduler, r.row
+    fails, warns, notes, fixes, unknown = found.fails, found.warns, found.notes, found.fixes, found.unknown
     lab = _label(job, role)
     needed, needed_from = _needed_length(job)
     name = "max_seqlen_per_dp_cp_rank"  # override_transformer_config's / --max-seqlen-per-dp-cp-rank
-    if job.get("kind") == "verl":
+    if job.kind == "verl":
         engine_key = f"{VERL_ROLES.get(role, VERL_ROLES['actor'])}.megatron.max_seqlen_per_dp_cp_rank"
-        engine = st.get(ENGINE_MAX_SEQLEN) if isinstance(st.get(ENGINE_MAX_SEQLEN), dict) else None
+        engine = st.get(ENGINE_MAX_SEQLEN)
         if _value(st, "dynamic_context_parallel") is True:
             # verl validates the engine's value (engine.py L229-236) and writes it over the transformer config's
             # (transformer_impl.py L303-311): the override_transformer_config value does nothing here.
@@ -259,8 +331,8 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unkno
             if engine is None and _from_file(job):
                 unknown.append(f"{lab}{engine_key} not stated with dynamic_context_parallel{_maybe_in_file(job)}")
                 return
-            if engine is None or (not _unresolved(st, name) and not _positive(engine.get("value"))):
-                what = "not stated" if engine is None else f"={engine.get('raw')!r}, not a positive integer,"
+            if engine is None or (not _unresolved(st, name) and not _positive(engine.value)):
+                what = "not stated" if engine is None else f"={engine.raw!r}, not a positive integer,"
                 fails.append(f"{lab}{engine_key} {what} with dynamic_context_parallel: verl stops with "
                              f"\"{VERL_DYNAMIC}\"")
                 fixes.append(_seqlen_fix(job, role, name, needed, needed_from, cp, _now(st, name)))
@@ -268,7 +340,7 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unkno
                 return
         elif engine is not None:
             # Without dynamic CP verl does not read the engine's value: Megatron gets the transformer config's.
-            text = (f"{lab}{engine_key}={engine.get('raw')} is read by verl only with dynamic_context_parallel; "
+            text = (f"{lab}{engine_key}={engine.raw} is read by verl only with dynamic_context_parallel; "
                     "Megatron gets override_transformer_config.max_seqlen_per_dp_cp_rank")
             if _stated(st, name):
                 notes.append(text)
@@ -277,7 +349,7 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unkno
     value = _int(st, name)
     row.update(max_seqlen_per_dp_cp_rank=value, needed=needed)
     if not _stated(st, name):
-        if job.get("kind") == "megatron":
+        if job.kind == "megatron":
             notes.append(f"{lab}max_seqlen_per_dp_cp_rank not stated (the Megatron-LM CLI derives it from "
                          "--seq-length)")
         elif cp > 1 and _from_file(job):
@@ -325,64 +397,34 @@ def _max_seqlen(job, role, st, cp, sched, row, fails, warns, notes, fixes, unkno
         notes.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x {how} = {value * ranks} >= {needed}")
 
 
-job_cp_args = Check(
-    id="job.cp-args",
-    title="The job states the DSv4 CP settings",
-    explanation="""
-        With CP > 1, DSv4 needs `cp_partition_mode=contiguous` (Megatron: "DSv4 Hybrid with context parallelism
-        requires cp_partition_mode='contiguous'.") and a `sequence_packing_scheduler` (dp_balanced or
-        default_dynamic_cp; without one Megatron stops with "cp_partition_mode='contiguous' with context parallelism
-        requires THD inputs from a sequence_packing_scheduler"). verl with PR #6555 (0.9.0 has it; detected as
-        verl.cp-layout does) sets both itself for deepseek_v4, after the user's overrides: missing overrides then
-        pass with a note, and an override that contradicts verl's choice is reported as overridden. Without #6555,
-        and on a Megatron-LM command line, they must be explicit. When `max_seqlen_per_dp_cp_rank` is stated, it
-        times the scheduler's rank count (CP for dp_balanced, DP x CP for default_dynamic_cp) must cover the longest
-        sample (`data.max_prompt_length + data.max_response_length`, or `--seq-length`). With verl's
-        `<role>.megatron.dynamic_context_parallel=True`, verl requires its engine key
-        `<role>.megatron.max_seqlen_per_dp_cp_rank` (a positive integer, else "max_seqlen_per_dp_cp_rank must be a
-        positive integer when dynamic_context_parallel is enabled") and writes it over the transformer config's;
-        without dynamic CP verl does not read the engine key, and Megatron gets the
-        `override_transformer_config` value. With CP > 1 and no max_seqlen_per_dp_cp_rank it warns and gives the
-        line verl's example adds, ceil((max_prompt_length + max_response_length) / CP): the example's shell
-        division rounds down, which leaves the longest sample short when the sum is not a multiple of CP. The full
-        CP_ARGS block is in the report's job settings and at the end of `fix --job-args`.
-    """,
-    applies_when="job arguments given; CP > 1",
-    detects="the training command's overrides or flags; verl's #6555 marker (ast)",
-    sources=(
-        mlm(TC, "1563-1616", "Megatron-LM dev transformer_config.py L1563-1616 (contiguous CP rules)"),
-        mlm(MPC, "74-98", "Megatron-LM dev model_parallel_config.py (max_seqlen_per_dp_cp_rank, schedulers)"),
-        Source("verl run_deepseek_v4_flash_megatron.sh CP_ARGS (PR #7297)",
-               "https://github.com/verl-project/verl/pull/7297"),
-        gh("verl-project/verl", "blob/1dda039b/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh",
-           "verl @1dda039b run_deepseek_v4_flash_megatron.sh: max_seqlen_per_dp_cp_rank=$(((MAX_PROMPT_LENGTH + "
-           "MAX_RESPONSE_LENGTH) / ACTOR_CP)) rounds down; the doctor's line rounds up"),
-        Source("verl PR #6555 (MegatronEngine sets the DSv4 CP settings)", "https://github.com/verl-project/verl/pull/6555"),
-        Source("verl 0.9.0 workers/config/engine.py L229-236 (McoreEngineConfig: max_seqlen_per_dp_cp_rank with "
-               "dynamic CP); workers/engine/megatron/transformer_impl.py L303-311 (written over the transformer "
-               "config's)", "https://github.com/verl-project/verl/blob/v0.9.0/verl/workers/config/engine.py#L229-L236"),
-    ),
-    skip_if=_no_job,
-    static=STATIC,
-    only_with="job",
-    run=_cp_args,
-)
-
-
 # ------------------------------------------------------------------------------------------------ job.parallelism
 
-def _parallelism(ctx: Context) -> Result:
+@check("job.parallelism", "The job's TP, PP and CP fit DSv4 and the GPUs", skip_if=_no_job, only_with="job",
+    applies_when="job arguments given",
+    detects="the training command's parallel sizes and node/GPU counts",
+    sources=(mlm(TC, "1743-1765", "Megatron-LM dev transformer_config.py L1743-1765 (DSv4: TP 1)"),))
+def job_parallelism(ctx: Context) -> Result | list[Finding]:
+    """DSv4's hybrid attention supports tensor parallelism 1 only (Megatron asserts "DSv4 Hybrid Attention only
+    supports TP size 1.", at any CP), and TP x PP x CP must divide the job's GPUs (nodes x GPUs per node, from
+    `trainer.nnodes`/`trainer.n_gpus_per_node` or torchrun's `--nnodes`/`--nproc-per-node`) so that Megatron can
+    form the model replicas. A TP the command does not state is not known (the row is a skip that says so: a
+    config file or a recipe may set another), nor is anything a config file it names (Hydra --config-name/
+    --config-path, Megatron-LM --yaml-cfg) may set; a world size it does not state leaves the divisibility
+    unknown, and the check says so.
+    """
     job = _job(ctx)
-    roles = roles_to_check(job)
+    roles = job.checked_roles()
     if not roles:
         return skipped(_not_read(job))
     world = _world(job)
-    fails, notes, fixes, unknown = [], [], [], []
+    found = Found()
+    fails, notes, fixes, unknown = found.fails, found.notes, found.fixes, found.unknown
     evidence: dict = {"world_size": world, "roles": {}}
     for role in roles:
-        st, lab = role_settings(job, role), _label(job, role)
+        st, lab = job.effective(role), _label(job, role)
         tp = _int(st, "tp")
-        cp, pp = _cp(job, st), _int(st, "pp") or (None if _from_file(job) and not _stated(st, "pp") else 1)
+        cp, pp = _cp(job, st), _int(st, "pp") or (None if (_from_file(job) and not _stated(st, "pp")) or
+                                                   _unresolved(st, "pp") else 1)
         evidence["roles"][role] = {"tp": tp, "cp": cp, "pp": pp, "tp_stated": _stated(st, "tp")}
         if not _stated(st, "tp"):
             # Not stated is not known: verl's and Megatron's default is 1, but a config file or a recipe may differ.
@@ -391,18 +433,21 @@ def _parallelism(ctx: Context) -> Result:
                                                     "say)"))
             continue
         if tp is None and _unresolved(st, "tp"):
-            unknown.append(f"{lab}tensor_model_parallel_size={st['tp'].get('raw')!r}: not known (an interpolation "
+            unknown.append(f"{lab}tensor_model_parallel_size={st['tp'].raw!r}: not known (an interpolation "
                            "the doctor cannot resolve here)")
             continue
         if tp is None:
-            fails.append(f"{lab}tensor_model_parallel_size={st['tp'].get('raw')!r} is not a number")
+            fails.append(f"{lab}tensor_model_parallel_size={st['tp'].raw!r} is not a number")
             fixes.append(_add(job, role, "tp", 1, "DSv4's attention supports TP 1 only", _now(st, "tp")))
         elif tp != 1:
             fails.append(f"{lab}TP = {tp}: Megatron asserts \"{M6}\"")
             fixes.append(_add(job, role, "tp", 1, "DSv4's attention supports TP 1 only", _now(st, "tp")))
         else:
             notes.append(f"{lab}TP = 1")
-        if pp is None:
+        if _unresolved(st, "pp"):
+            unknown.append(f"{lab}pipeline_model_parallel_size={st['pp'].raw!r}: not known, so whether TP x PP x CP "
+                           "divides the world size is unknown")
+        elif pp is None:
             unknown.append(f"{lab}PP not stated{_maybe_in_file(job)}: whether TP x PP x CP divides the world size "
                            "is unknown")
         elif world is None:
@@ -415,48 +460,39 @@ def _parallelism(ctx: Context) -> Result:
             notes.append(f"{lab}TP x PP x CP = {(tp or 1) * pp * cp} divides the {world} GPUs "
                          f"(DP = {world // ((tp or 1) * pp * cp)})")
     evidence.update(failures=fails, notes=notes, unknown=unknown)
-    if fails:
-        return failed("; ".join(fails), "\n".join(unknown + notes), fixes=fixes, evidence=evidence)
-    if unknown:
-        return skipped("; ".join(unknown + notes), evidence=evidence)
-    return passed("; ".join(notes), evidence=evidence)
-
-
-job_parallelism = Check(
-    id="job.parallelism",
-    title="The job's TP, PP and CP fit DSv4 and the GPUs",
-    explanation="""
-        DSv4's hybrid attention supports tensor parallelism 1 only (Megatron asserts "DSv4 Hybrid Attention only
-        supports TP size 1.", at any CP), and TP x PP x CP must divide the job's GPUs (nodes x GPUs per node, from
-        `trainer.nnodes`/`trainer.n_gpus_per_node` or torchrun's `--nnodes`/`--nproc-per-node`) so that Megatron can
-        form the model replicas. A TP the command does not state is not known (the row is a skip that says so: a
-        config file or a recipe may set another), nor is anything a config file it names (Hydra --config-name/
-        --config-path, Megatron-LM --yaml-cfg) may set; a world size it does not state leaves the divisibility
-        unknown, and the check says so.
-    """,
-    applies_when="job arguments given",
-    detects="the training command's parallel sizes and node/GPU counts",
-    sources=(mlm(TC, "1743-1765", "Megatron-LM dev transformer_config.py L1743-1765 (DSv4: TP 1)"),),
-    skip_if=_no_job,
-    only_with="job",
-    run=_parallelism,
-)
+    return verdict(found, evidence)
 
 
 # ----------------------------------------------------------------------------------------------- job.moe-dispatch
 
-def _moe_dispatch(ctx: Context) -> Result:
+@check("job.moe-dispatch", "The MoE dispatcher works with sequence packing", skip_if=_no_job, only_with="job",
+    applies_when="job arguments given; a packing scheduler in use",
+    detects="the training command's dispatcher and scheduler; deep_ep location",
+    sources=(
+        mlm(TC, "3672-3704", "Megatron-LM dev transformer_config.py L3672-3704 (packing: alltoall or flex)"),
+        Source("Megatron-Bridge #5543 (DSv4 defaults to flex/HybridEP)",
+               "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/5543"),
+    ),
+    static=STATIC)
+def job_moe_dispatch(ctx: Context) -> Result | list[Finding]:
+    """With a sequence-packing scheduler, Megatron accepts only the `alltoall` and `flex` MoE token dispatchers
+    ("sequence_packing only supports moe_token_dispatcher_type in ('alltoall', 'flex')"); its default is
+    `allgather`. verl's DSv4 provider sets alltoall (before the user's overrides, so an override wins);
+    Megatron-Bridge main defaults DSv4 to flex with HybridEP, which needs DeepEP (verl's image builds it for
+    9.0 and 10.0 only). A flex dispatcher without an importable deep_ep fails.
+    """
     job = _job(ctx)
-    roles = roles_to_check(job)
+    roles = job.checked_roles()
     if not roles:
         return skipped(_not_read(job))
     auto, _ = _verl_sets_cp(ctx, job)
-    fails, warns, notes, fixes, unknown = [], [], [], [], []
+    found = Found()
+    fails, warns, notes, fixes, unknown = found.fails, found.warns, found.notes, found.fixes, found.unknown
     deep_ep = ctx.static.module("deep_ep").get("found")
     evidence: dict = {"deep_ep_found": deep_ep, "roles": {}}
     checked = 0
     for role in roles:
-        st, lab = role_settings(job, role), _label(job, role)
+        st, lab = job.effective(role), _label(job, role)
         cp = _cp(job, st)
         scheduler = _value(st, "sequence_packing_scheduler") or (
             "default_dynamic_cp" if _value(st, "dynamic_context_parallel") else None)
@@ -475,7 +511,7 @@ def _moe_dispatch(ctx: Context) -> Result:
             unknown.append(f"{lab}moe_token_dispatcher_type not stated{_maybe_in_file(job)}")
             evidence["roles"][role] = {"scheduler": scheduler, "dispatcher": None, "source": "not stated"}
             continue
-        elif job.get("kind") == "verl":
+        elif job.kind == "verl":
             dispatcher, source = "alltoall", "not stated: verl's DSv4 provider sets alltoall"
         else:
             dispatcher, source = "allgather", "not stated: Megatron's default"
@@ -504,46 +540,25 @@ def _moe_dispatch(ctx: Context) -> Result:
         else:
             notes.append(f"{lab}dispatcher {dispatcher} ({source}) with the {scheduler} scheduler")
     evidence.update(failures=fails, warnings=warns, notes=notes, unknown=unknown)
-    if fails:
-        return failed("; ".join(fails), "\n".join(warns + unknown + notes), fixes=fixes, evidence=evidence)
-    if warns:
-        return warned("; ".join(warns), "\n".join(unknown + notes), evidence=evidence)
-    if unknown:
-        return skipped("; ".join(unknown + notes), evidence=evidence)
-    if not checked:
+    if not (fails or warns or unknown or checked):
         return skipped("no packing scheduler: the dispatcher rule does not apply", evidence=evidence)
-    return passed("; ".join(notes), evidence=evidence)
-
-
-job_moe_dispatch = Check(
-    id="job.moe-dispatch",
-    title="The MoE dispatcher works with sequence packing",
-    explanation="""
-        With a sequence-packing scheduler, Megatron accepts only the `alltoall` and `flex` MoE token dispatchers
-        ("sequence_packing only supports moe_token_dispatcher_type in ('alltoall', 'flex')"); its default is
-        `allgather`. verl's DSv4 provider sets alltoall (before the user's overrides, so an override wins);
-        Megatron-Bridge main defaults DSv4 to flex with HybridEP, which needs DeepEP (verl's image builds it for
-        9.0 and 10.0 only). A flex dispatcher without an importable deep_ep fails.
-    """,
-    applies_when="job arguments given; a packing scheduler in use",
-    detects="the training command's dispatcher and scheduler; deep_ep location",
-    sources=(
-        mlm(TC, "3672-3704", "Megatron-LM dev transformer_config.py L3672-3704 (packing: alltoall or flex)"),
-        Source("Megatron-Bridge #5543 (DSv4 defaults to flex/HybridEP)",
-               "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/5543"),
-    ),
-    skip_if=_no_job,
-    static=STATIC,
-    only_with="job",
-    run=_moe_dispatch,
-)
+    return verdict(found, evidence)
 
 
 # ---------------------------------------------------------------------------------------------- job.indexer-loss
 
-def _indexer_loss(ctx: Context) -> Result:
+@check("job.indexer-loss", "No fused dense indexer loss on SM90", skip_if=_no_job, only_with="job",
+    applies_when="job arguments given; CC 9.0 and dsa_kernel_backend=cudnn",
+    detects="the training command's indexer-loss settings; the GPU arch",
+    sources=(mlm(TC, "1773-1818", "Megatron-LM dev transformer_config.py L1773-1818 (SM90 dense indexer loss)"),))
+def job_indexer_loss(ctx: Context) -> Result | list[Finding]:
+    """On SM90 with dsa_kernel_backend=cudnn, a ratio-4 indexer and dsa_indexer_loss_coeff > 0, Megatron rejects
+    the dense indexer loss ("DSv4 with fused DSA and dense indexer loss is not supported on SM90 ..."): the
+    job must set dsa_indexer_use_sparse_loss=True (verl's DSv4 example sets it, with coeff 0.0). A coefficient
+    the command does not state is reported as such.
+    """
     job = _job(ctx)
-    roles = roles_to_check(job)
+    roles = job.checked_roles()
     profile = ctx.profile
     if not roles:
         return skipped(_not_read(job))
@@ -554,16 +569,17 @@ def _indexer_loss(ctx: Context) -> Result:
                        "cannot be judged")
     if profile.cc != (9, 0):
         return skipped(f"CC {profile.gpu_arch}: the dense indexer loss rule is for SM90 only")
-    fails, notes, fixes, unknown = [], [], [], []
+    found = Found()
+    fails, notes, fixes, unknown = found.fails, found.notes, found.fixes, found.unknown
     evidence: dict = {"roles": {}}
     for role in roles:
-        st, lab = role_settings(job, role), _label(job, role)
+        st, lab = job.effective(role), _label(job, role)
         coeff, sparse = _value(st, "dsa_indexer_loss_coeff"), _value(st, "dsa_indexer_use_sparse_loss")
         evidence["roles"][role] = {"dsa_indexer_loss_coeff": coeff, "dsa_indexer_use_sparse_loss": sparse}
         if _value(st, "csa_dense_mode") is True:
             notes.append(f"{lab}csa_dense_mode: no ratio-4 indexer")
             continue
-        if not _stated(st, "dsa_indexer_loss_coeff") and job.get("kind") == "megatron" and not _from_file(job):
+        if not _stated(st, "dsa_indexer_loss_coeff") and job.kind == "megatron" and not _from_file(job):
             notes.append(f"{lab}dsa_indexer_loss_coeff not stated: Megatron's default None, no indexer loss")
             continue
         if not _stated(st, "dsa_indexer_loss_coeff") or _unresolved(st, "dsa_indexer_loss_coeff"):
@@ -588,41 +604,34 @@ def _indexer_loss(ctx: Context) -> Result:
         fixes.append(_add(job, role, "dsa_indexer_use_sparse_loss", True, "as verl's DSv4 example sets it",
                           _now(st, "dsa_indexer_use_sparse_loss")))
     evidence.update(failures=fails, notes=notes, unknown=unknown)
-    if fails:
-        return failed("; ".join(fails), "\n".join(unknown + notes), fixes=fixes, evidence=evidence)
-    if unknown:
-        return skipped("; ".join(unknown + notes), evidence=evidence)
-    return passed("; ".join(notes), evidence=evidence)
-
-
-job_indexer_loss = Check(
-    id="job.indexer-loss",
-    title="No fused dense indexer loss on SM90",
-    explanation="""
-        On SM90 with dsa_kernel_backend=cudnn, a ratio-4 indexer and dsa_indexer_loss_coeff > 0, Megatron rejects
-        the dense indexer loss ("DSv4 with fused DSA and dense indexer loss is not supported on SM90 ..."): the
-        job must set dsa_indexer_use_sparse_loss=True (verl's DSv4 example sets it, with coeff 0.0). A coefficient
-        the command does not state is reported as such.
-    """,
-    applies_when="job arguments given; CC 9.0 and dsa_kernel_backend=cudnn",
-    detects="the training command's indexer-loss settings; the GPU arch",
-    sources=(mlm(TC, "1773-1818", "Megatron-LM dev transformer_config.py L1773-1818 (SM90 dense indexer loss)"),),
-    skip_if=_no_job,
-    only_with="job",
-    run=_indexer_loss,
-)
+    return verdict(found, evidence)
 
 
 # --------------------------------------------------------------------------------------------------------- job.env
 
-def _env(ctx: Context) -> Result:
+@check("job.env", "The job's environment variables", skip_if=_no_job, only_with="job",
+    applies_when="job arguments given",
+    detects="the job's environment and GPU names",
+    sources=(
+        Source("verl run_deepseek_v4_flash_megatron.sh (environment)",
+               "https://github.com/verl-project/verl/blob/main/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh"),
+        Source("Megatron-LM #6319 (NVLS on by default in DDP)", "https://github.com/NVIDIA/Megatron-LM/issues/6319"),
+        Source("NCCL #2186 (MNNVL on GB200 NVL72)", "https://github.com/NVIDIA/nccl/issues/2186"),
+        mlm(EAV + "deepseek_v4_hybrid_attention.py", "", "Megatron-LM dev DSv4 attention"),
+    ))
+def job_env(ctx: Context) -> Result | list[Finding]:
+    """Judges the environment the job runs in (the doctor runs inside it at preflight; `env K=V` in front of the
+    command counts too). NCCL_NVLS_ENABLE=0, as verl's DSv4 script and the Megatron recipes set it (Megatron's
+    DDP enables NVLS unless it is set). CUDA_DEVICE_MAX_CONNECTIONS: verl's script sets 1, while Megatron's EP
+    all-to-all overlap wants more than 1, a trade-off the warning states. NCCL_MNNVL_ENABLE on GB200/GB300
+    NVL72 hosts. Warnings only; each names the `export` line to put in the job script, which the fix plan
+    and the text report list as job settings (never run).
+    """
     job = _job(ctx)
     env = dict(os.environ)
-    unset = job.get("unset")
-    for name in unset if isinstance(unset, list) else []:  # `env -u NAME` in front of the command
-        if isinstance(name, str):
-            env.pop(name, None)
-    env.update({k: v for k, v in (job.get("env") or {}).items() if isinstance(v, str)})
+    for name in job.unset:  # `env -u NAME` in front of the command
+        env.pop(name, None)
+    env.update(job.env)
     names = [str(g.get("name", "")) for g in ctx.gpus()]
     warns, notes, exports = [], [], []
     nvls = env.get("NCCL_NVLS_ENABLE")
@@ -634,8 +643,8 @@ def _env(ctx: Context) -> Result:
     else:
         notes.append("NCCL_NVLS_ENABLE=0")
     connections = env.get("CUDA_DEVICE_MAX_CONNECTIONS")
-    overlap = any(_value(role_settings(job, r), "overlap_moe_expert_parallel_comm") is True
-                  for r in roles_to_check(job))
+    overlap = any(_value(job.effective(r), "overlap_moe_expert_parallel_comm") is True
+                  for r in job.checked_roles())
     if connections is None:
         exports.append(("CUDA_DEVICE_MAX_CONNECTIONS", "1", "verl's DSv4 script's choice; more than 1 for Megatron's "
                         "EP all-to-all overlap"))
@@ -656,11 +665,11 @@ def _env(ctx: Context) -> Result:
             notes.append(f"NCCL_MNNVL_ENABLE={mnnvl}")
     evidence = {"NCCL_NVLS_ENABLE": nvls, "CUDA_DEVICE_MAX_CONNECTIONS": connections,
                 "NCCL_MNNVL_ENABLE": env.get("NCCL_MNNVL_ENABLE"), "gpus": names[:8],
-                "from_command": sorted(k for k in (job.get("env") or {}) if isinstance(k, str)),
+                "from_command": sorted(job.env),
                 "exports": [f"export {name}={value}" for name, value, _ in exports]}
     fixes = [Fix(f"Set in the job script, before the training command ({why}):\n  export {name}={value}",
                  key=f"env:{name}={value}", phase=Phase.SETTING) for name, value, why in exports]
-    if job.get("kind") not in ("verl", "megatron"):
+    if job.kind not in ("verl", "megatron"):
         # A wrapper (bash x.sh, srun ...) runs a script that may export or override them after the doctor looked.
         script = "the command runs a script the doctor does not read, which may set them itself"
         if warns:
@@ -671,31 +680,6 @@ def _env(ctx: Context) -> Result:
     return passed("; ".join(notes), evidence=evidence)
 
 
-job_env = Check(
-    id="job.env",
-    title="The job's environment variables",
-    explanation="""
-        Judges the environment the job runs in (the doctor runs inside it at preflight; `env K=V` in front of the
-        command counts too). NCCL_NVLS_ENABLE=0, as verl's DSv4 script and the Megatron recipes set it (Megatron's
-        DDP enables NVLS unless it is set). CUDA_DEVICE_MAX_CONNECTIONS: verl's script sets 1, while Megatron's EP
-        all-to-all overlap wants more than 1, a trade-off the warning states. NCCL_MNNVL_ENABLE on GB200/GB300
-        NVL72 hosts. Warnings only; each names the `export` line to put in the job script, which the fix plan
-        and the text report list as job settings (never run).
-    """,
-    applies_when="job arguments given",
-    detects="the job's environment and GPU names",
-    sources=(
-        Source("verl run_deepseek_v4_flash_megatron.sh (environment)",
-               "https://github.com/verl-project/verl/blob/main/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh"),
-        Source("Megatron-LM #6319 (NVLS on by default in DDP)", "https://github.com/NVIDIA/Megatron-LM/issues/6319"),
-        Source("NCCL #2186 (MNNVL on GB200 NVL72)", "https://github.com/NVIDIA/nccl/issues/2186"),
-        mlm(EAV + "deepseek_v4_hybrid_attention.py", "", "Megatron-LM dev DSv4 attention"),
-    ),
-    skip_if=_no_job,
-    only_with="job",
-    run=_env,
-)
-
 # ---------------------------------------------------------------------------------------------- job.dsa-backend
 
 M13 = ("dsv4_hybrid does not support dsa_kernel_backend='tilelang'; use 'cudnn' for fused CSA kernels or 'none' for "
@@ -703,10 +687,10 @@ M13 = ("dsv4_hybrid does not support dsa_kernel_backend='tilelang'; use 'cudnn' 
 BACKENDS = ("none", "cudnn")
 
 
-def _drop_fusion_switch(job: dict, role: str, backend: str) -> Fix:
+def _drop_fusion_switch(job: Job, role: str, backend: str) -> Fix:
     """The conflict's fix: drop the deprecated switch (dsa_kernel_backend says what the job wants)."""
     why = f"dsa_kernel_backend={backend} states the backend; apply_dsa_kernel_fusion is the deprecated switch"
-    if job.get("syntax") == "megatron":
+    if job.syntax == "megatron":
         return Fix(f"Remove --no-dsa-kernel-fusion from the training command ({why})",
                    key="job:remove --no-dsa-kernel-fusion", phase=Phase.SETTING)
     key = f"{VERL_ROLES.get(role, VERL_ROLES['actor'])}.megatron.override_transformer_config.apply_dsa_kernel_fusion"
@@ -714,19 +698,45 @@ def _drop_fusion_switch(job: dict, role: str, backend: str) -> Fix:
                f"add after it:\n  ~{key}", key=f"job:~{key}", phase=Phase.SETTING)
 
 
-def _dsa_backend(ctx: Context) -> Result:
+@check("job.dsa-backend", "The job's DSA kernel backend is one DSv4 accepts", skip_if=_no_job, only_with="job",
+    applies_when="job arguments given",
+    detects="the training command's dsa_kernel_backend and apply_dsa_kernel_fusion",
+    sources=(
+        mlm(TC, "1618-1646", "Megatron-LM dev transformer_config.py L1618-1646 (apply_dsa_kernel_fusion folded in)"),
+        mlm(TC, "1766-1770", "Megatron-LM dev transformer_config.py L1766-1770 (tilelang rejected for dsv4_hybrid)"),
+        mlm("megatron/training/argument_utils.py", "370-387",
+            "Megatron-LM dev argument_utils.py L370-387 (an omitted --dsa-kernel-backend is cudnn for dsv4_hybrid)"),
+        pypi("megatron-bridge", "0.5.1", "megatron-bridge 0.5.1 wheel, megatron/bridge/models/deepseek/"
+             "deepseek_v4_bridge.py L105-111, L460 (apply_dsa_kernel_fusion on for CC major >= 10)"),
+        pypi("megatron-bridge", "0.6.2", "megatron-bridge 0.6.2 wheel, deepseek_v4_bridge.py L114-122, L394, L472 "
+             "(and only when cudnn DSA and FlashMLA import)"),
+        gh("NVIDIA-NeMo/Megatron-Bridge", "blob/c7774d44/src/megatron/bridge/models/deepseek/deepseek_v4_bridge.py",
+           "Megatron-Bridge c7774d44 deepseek_v4_bridge.py (the commit verl's DSv4 example names; the 0.6.x rule)"),
+    ))
+def job_dsa_backend(ctx: Context) -> Result | list[Finding]:
+    """Megatron's DSv4 layer takes `dsa_kernel_backend` `none` (the PyTorch fallback) or `cudnn` (the cuDNN
+    frontend's DSA kernels and FlashMLA); it rejects `tilelang` for dsv4_hybrid, and the Megatron-LM CLI's
+    choices reject anything else. The deprecated `apply_dsa_kernel_fusion` maps True to cudnn and False to none,
+    and stating it beside a different backend raises "Conflicting DSA kernel controls". A backend the command
+    does not state is the path's default: cudnn for the Megatron-LM CLI with dsv4_hybrid; through verl (which
+    never sets it), whatever the installed Megatron-Bridge's DSv4 provider sets `apply_dsa_kernel_fusion` to,
+    read from its deepseek_v4_bridge.py with ast: 0.5.x turns it on for any CC major >= 10, c7774d44 and 0.6.x
+    only when `from cudnn import DSA` and `from flash_mla import flash_mla_sparse_fwd` also import (the doctor
+    runs the same two imports in a probe). A wrapper command (bash, srun, a launcher), a config file, a bridge
+    whose rule cannot be read, an unknown CC, or (on a machine without a GPU) an import that cannot load the
+    driver's libcuda leave it not known: the environment is then checked for cudnn, the stricter. The job line
+    says which rule decided it, and the environment checks follow it.
+    """
     job = _job(ctx)
-    roles = roles_to_check(job)
+    roles = job.checked_roles()
     if not roles:
         return skipped(_not_read(job))
-    decided = str(job.get("dsa_backend_decided") or "")
-    fails: list[str] = []
-    notes: list[str] = []
-    unknown: list[str] = []
-    fixes: list[Fix] = []
+    decided = job.decisions.dsa_backend_decided if job.decisions is not None else ""
+    found = Found()
+    fails, notes, fixes, unknown = found.fails, found.notes, found.fixes, found.unknown
     evidence: dict = {"decided": decided, "roles": {}}
     for role in roles:
-        st, lab = role_settings(job, role), _label(job, role)
+        st, lab = job.effective(role), _label(job, role)
         backend, fusion = _value(st, "dsa_kernel_backend"), _value(st, "apply_dsa_kernel_fusion")
         evidence["roles"][role] = {"dsa_kernel_backend": backend, "apply_dsa_kernel_fusion": fusion}
         if not _stated(st, "dsa_kernel_backend"):
@@ -756,48 +766,11 @@ def _dsa_backend(ctx: Context) -> Result:
                           "fallback", _now(st, "dsa_kernel_backend")))
     evidence.update(failures=fails, notes=notes, unknown=unknown)
     if fails:
-        return failed("; ".join(fails), "\n".join(unknown + notes + [decided]), fixes=fixes, evidence=evidence)
+        return verdict(found, evidence, [decided])
     if unknown and not notes:
         why = decided[len("not stated: "):] if decided.startswith("not stated: ") else decided
         return skipped("; ".join(unknown) + f": {why}", evidence=evidence)
     return passed("; ".join(notes + unknown), decided, evidence=evidence)
-
-
-job_dsa_backend = Check(
-    id="job.dsa-backend",
-    title="The job's DSA kernel backend is one DSv4 accepts",
-    explanation="""
-        Megatron's DSv4 layer takes `dsa_kernel_backend` `none` (the PyTorch fallback) or `cudnn` (the cuDNN
-        frontend's DSA kernels and FlashMLA); it rejects `tilelang` for dsv4_hybrid, and the Megatron-LM CLI's
-        choices reject anything else. The deprecated `apply_dsa_kernel_fusion` maps True to cudnn and False to none,
-        and stating it beside a different backend raises "Conflicting DSA kernel controls". A backend the command
-        does not state is the path's default: cudnn for the Megatron-LM CLI with dsv4_hybrid; through verl (which
-        never sets it), whatever the installed Megatron-Bridge's DSv4 provider sets `apply_dsa_kernel_fusion` to,
-        read from its deepseek_v4_bridge.py with ast: 0.5.x turns it on for any CC major >= 10, c7774d44 and 0.6.x
-        only when `from cudnn import DSA` and `from flash_mla import flash_mla_sparse_fwd` also import (the doctor
-        runs the same two imports in a probe). A wrapper command (bash, srun, a launcher), a config file, a bridge
-        whose rule cannot be read, an unknown CC, or (on a machine without a GPU) an import that cannot load the
-        driver's libcuda leave it not known: the environment is then checked for cudnn, the stricter. The job line
-        says which rule decided it, and the environment checks follow it.
-    """,
-    applies_when="job arguments given",
-    detects="the training command's dsa_kernel_backend and apply_dsa_kernel_fusion",
-    sources=(
-        mlm(TC, "1618-1646", "Megatron-LM dev transformer_config.py L1618-1646 (apply_dsa_kernel_fusion folded in)"),
-        mlm(TC, "1766-1770", "Megatron-LM dev transformer_config.py L1766-1770 (tilelang rejected for dsv4_hybrid)"),
-        mlm("megatron/training/argument_utils.py", "370-387",
-            "Megatron-LM dev argument_utils.py L370-387 (an omitted --dsa-kernel-backend is cudnn for dsv4_hybrid)"),
-        pypi("megatron-bridge", "0.5.1", "megatron-bridge 0.5.1 wheel, megatron/bridge/models/deepseek/"
-             "deepseek_v4_bridge.py L105-111, L460 (apply_dsa_kernel_fusion on for CC major >= 10)"),
-        pypi("megatron-bridge", "0.6.2", "megatron-bridge 0.6.2 wheel, deepseek_v4_bridge.py L114-122, L394, L472 "
-             "(and only when cudnn DSA and FlashMLA import)"),
-        gh("NVIDIA-NeMo/Megatron-Bridge", "blob/c7774d44/src/megatron/bridge/models/deepseek/deepseek_v4_bridge.py",
-           "Megatron-Bridge c7774d44 deepseek_v4_bridge.py (the commit verl's DSv4 example names; the 0.6.x rule)"),
-    ),
-    skip_if=_no_job,
-    only_with="job",
-    run=_dsa_backend,
-)
 
 
 CHECKS = [job_cp_args, job_parallelism, job_moe_dispatch, job_indexer_loss, job_dsa_backend, job_env]

@@ -43,7 +43,7 @@ V2 = ("ValueError: cp_layout='contiguous' requires PackedSeqParams.cp_partition_
       "version does not provide. Upgrade Megatron-core or use the zigzag layout.")
 R1 = "DSv4 THD CP requires a contiguous CP partition."
 # verl's example divides with `/ ACTOR_CP`, which rounds down and leaves the longest sample short when the sum is no
-# multiple of CP; this is the same division rounded up (doctor/jobsettings.py gives the number for a job command).
+# multiple of CP; this is the same division rounded up (doctor/job/settings.py gives the number for a job command).
 CP_ARGS = (
     "++actor_rollout_ref.actor.megatron.override_transformer_config.cp_partition_mode=contiguous",
     "++actor_rollout_ref.actor.megatron.override_transformer_config.sequence_packing_scheduler=dp_balanced",

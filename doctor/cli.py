@@ -252,7 +252,7 @@ def cmd_check(args, smoke: bool = False) -> int:
         only, skip, strict = _ids(args.only, "--only"), _ids(args.skip, "--skip"), args.strict
         job_argv = None
         if args.job_args is not None:
-            from .jobargs import split_job_args
+            from .job.command import split_job_args
 
             job_argv = split_job_args(args.job_args)
         smoke_mode = "off" if args.no_smoke else ("on" if args.device == "cpu" else "auto")
@@ -371,7 +371,7 @@ def cmd_fix(args) -> int:
         raise UsageError("--apply needs --yes when stdin is not a terminal")
     job_argv = None
     if args.job_args is not None:
-        from .jobargs import split_job_args
+        from .job.command import split_job_args
 
         job_argv = split_job_args(args.job_args)
     profile = profile_from_options(args, "off", job_argv)
@@ -410,7 +410,7 @@ def cmd_preflight(args) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     elif command:
-        from .jobshape import shape_program
+        from .job.shape import shape_program
 
         raise UsageError(f"put the training command after `--` (got {shape_program(command[0])} first)")
     if command and not command[0]:
@@ -443,7 +443,7 @@ def cmd_preflight(args) -> int:
         return int(ExitCode.FAILED)
     if args.dry_run:
         if env is None or env.rank == 0:  # a fleet's other ranks print nothing, as for the report
-            from .jobshape import shape
+            from .job.shape import shape
 
             say("dsv4-doctor preflight: dry run, not starting: " + shape(command))
         return 0

@@ -197,7 +197,7 @@ def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: st
             lines += ["#   " + comment(pip_line(c) if c.is_pip else c.shell(), 2000) for c in step.commands]
         for note in step.fix.notes:
             lines += wrapped(note, "#   ", "#   ")
-    from .jobsettings import comment_lines
+    from .job.settings import comment_lines
 
     section = comment_lines(job_settings)
     if section:

@@ -11,8 +11,11 @@ import re
 import shlex
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from collections.abc import Callable, Iterable, Mapping, Sequence
+
+if TYPE_CHECKING:  # doctor.job imports this module
+    from .job.model import Job
 
 
 class Status(str, enum.Enum):
@@ -193,7 +196,9 @@ class Profile:
     gpus: int = 0  # GPUs nvidia-smi lists on this host
     static_only: bool = False  # --static-only: checks that start an import probe are skipped
     dsa_backend_source: str = "option"  # "option" | "default" | "job" (read from the job's command line)
-    job: Mapping[str, Any] | None = None  # settings read from a training command (preflight, --job-args)
+    # Settings read from a training command (preflight, --job-args); a plugin host's profile carries the report's
+    # dict instead (plugin APIs 1/2).
+    job: Job | None = None
     fleet: Mapping[str, Any] | None = None  # this rank in a fleet run: rank, world_size, local_rank, node_leader, host
 
     @property
@@ -209,7 +214,7 @@ class Profile:
                "gpu_arch": self.gpu_arch, "gpu_arch_source": self.gpu_arch_source, "device": self.device,
                "smoke": self.smoke, "gpus": self.gpus, "static_only": self.static_only}
         if self.job is not None:
-            out["job"] = dict(self.job)
+            out["job"] = dict(self.job) if isinstance(self.job, Mapping) else self.job.to_dict()
         if self.fleet is not None:
             out["fleet"] = dict(self.fleet)
         return out

@@ -139,7 +139,7 @@ def exec_job(command: list[str]) -> int:
     try:
         os.execvp(command[0], command)
     except (OSError, ValueError) as exc:  # ValueError: an empty program name or a NUL in a word
-        from .jobshape import shape_program
+        from .job.shape import shape_program
         from .render.output import say
 
         say(f"dsv4-doctor preflight: could not start {shape_program(command[0])}: "

@@ -84,8 +84,8 @@ def environment(target: dict, static: dict | None, python: str) -> dict:
 
 
 def _profile_shown(profile: dict) -> dict:
-    """The profile as a report carries it: the job command's values by shape (jobshape.job_shown)."""
-    from .jobshape import job_shown
+    """The profile as a report carries it: the job command's values by shape (job.shape.job_shown)."""
+    from .job.shape import job_shown
 
     if isinstance(profile.get("job"), dict):
         profile = dict(profile, job=job_shown(profile["job"]))
@@ -119,10 +119,9 @@ def assemble(profile: Profile | dict, checks: Sequence[CheckReport], plugins: Se
         "summary": summary,
         "checks": [c.to_dict() for c in checks],
     }
-    from .jobsettings import section
+    from .job.settings import section
 
-    profile_dict = profile.to_dict() if isinstance(profile, Profile) else dict(profile)
-    settings = section(profile_dict, [c.to_dict() for c in checks])
+    settings = section(profile.job, profile.cp, [c.to_dict() for c in checks]) if isinstance(profile, Profile) else None
     if settings is not None:
         report["job_settings"] = settings
     redactor = Redactor()

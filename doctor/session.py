@@ -299,35 +299,36 @@ class Session:
         profile = replace(profile, gpus=len(gpus))
         if profile.gpu_arch is None and gpus and gpus[0].get("compute_capability"):
             profile = replace(profile, gpu_arch=gpus[0]["compute_capability"], gpu_arch_source="detected")
-        if profile.job is not None and profile.job.get("dsa_backend_pending"):
+        job = profile.job
+        if job is not None and job.decisions is not None and job.decisions.dsa_backend_pending:
             try:
                 profile = self._bridge_backend(profile)
             except Interrupted:
                 raise
             except Exception as exc:  # whatever the probes answered: not known, checked as cudnn, never a crash
-                job = dict(profile.job or {}, dsa_backend_known=False, dsa_backend_decided=(
-                    f"not known: the Megatron-Bridge rule could not be judged ({type(exc).__name__}); the "
-                    "environment is checked for cudnn, the stricter"))
-                job.pop("dsa_backend_pending", None)
-                profile = replace(profile, dsa_backend="cudnn", job=job)
+                decisions = replace(job.decisions, dsa_backend_pending=None, dsa_backend_known=False,
+                                    dsa_backend_decided=(f"not known: the Megatron-Bridge rule could not be judged "
+                                                         f"({type(exc).__name__}); the environment is checked for "
+                                                         "cudnn, the stricter"))
+                profile = replace(profile, dsa_backend="cudnn", job=replace(job, decisions=decisions))
         return profile
 
     def _bridge_backend(self, profile: Profile) -> Profile:
         """A verl job that states no DSA setting: the backend Megatron-Bridge's installed DSv4 provider picks, from
         its rule (read with ast by the static probe), the profile's CC and, where the rule asks, the same imports
         run in an import probe. Whatever is not known stays cudnn, the stricter."""
-        from . import bridgerule
+        from .job import bridge_rule
         from .facts import StaticFacts
         from .probes import import_probe
 
         if profile.cc is not None and profile.cc[0] >= 10 and not profile.static_only:
             # Started before the rule is read, so that it runs beside the static probe: 0.6.x's two imports (a
             # probe is run once per key; one the rule does not ask for is only wasted work).
-            self.pool.submit(import_probe(*bridgerule.FUSED_DSA_IMPORTS))
+            self.pool.submit(import_probe(*bridge_rule.FUSED_DSA_IMPORTS))
         static = self.pool.result(self.static_probe, STATIC_TIMEOUT_S + 1) if self.static_probe else None
         facts = StaticFacts(static.data if static is not None and static.ok else {})
         sources: Any = facts.data.get("sources")
-        source = sources.get(bridgerule.BRIDGE_MODULE) if isinstance(sources, dict) else None
+        source = sources.get(bridge_rule.BRIDGE_MODULE) if isinstance(sources, dict) else None
         version = facts.version("megatron-bridge") or "(no metadata)"
         where = f"Megatron-Bridge {version} deepseek_v4_bridge.py"
         imports: dict[str, dict] | None = None
@@ -337,8 +338,8 @@ class Session:
         elif not facts.module("megatron.bridge").get("found"):
             rule = {"readable": False, "why": "Megatron-Bridge is not installed (see mbridge.dsv4)"}
         else:
-            rule = bridgerule.read_rule(source)
-        targets = bridgerule.import_targets(rule) if rule.get("readable") else []
+            rule = bridge_rule.read_rule(source)
+        targets = bridge_rule.import_targets(rule) if rule.get("readable") else []
         cc = profile.cc
         needs_imports = bool(targets) and cc is not None and all(
             cc[0] >= t["major_min"] for t in rule["terms"] if t["kind"] == "cc")
@@ -352,11 +353,12 @@ class Session:
             evidence["imports"] = {t: bool((imports.get(t) or {}).get("ok")) for t in targets}
         elif needs_imports is False and targets:
             imports = {}  # not needed: the CC term decides first
-        backend, known, how = bridgerule.decide(rule, cc, imports, where, gpu_visible=profile.gpus > 0)
-        job = dict(profile.job or {})
-        job.pop("dsa_backend_pending", None)
-        job.update(dsa_backend_decided=how, dsa_backend_known=known, dsa_backend_rule=dict(rule, **evidence))
-        return replace(profile, dsa_backend=backend, job=job)
+        backend, known, how = bridge_rule.decide(rule, cc, imports, where, gpu_visible=profile.gpus > 0)
+        job = profile.job
+        assert job is not None and job.decisions is not None  # resolve calls it for a pending job only
+        decisions = replace(job.decisions, dsa_backend_pending=None, dsa_backend_decided=how, dsa_backend_known=known,
+                            dsa_backend_rule=dict(rule, **evidence))
+        return replace(profile, dsa_backend=backend, job=replace(job, decisions=decisions))
 
     # ------------------------------------------------------------------------------------------------- plugins
 
@@ -644,6 +646,6 @@ def profile_from_options(args, smoke: str, job_argv: Sequence[str] | None = None
         return replace(base, cp=getattr(args, "cp", None) or 1,
                        dsa_backend=getattr(args, "dsa_backend", None) or "cudnn",
                        dsa_backend_source="option" if getattr(args, "dsa_backend", None) else "default")
-    from .jobargs import job_profile
+    from .job.profile import job_profile
 
     return job_profile(base, job_argv, getattr(args, "cp", None), getattr(args, "dsa_backend", None))

@@ -225,7 +225,7 @@ SYNTAXES = {
 
 @pytest.mark.parametrize("syntax", sorted(SYNTAXES))
 def test_a_job_command_is_shown_without_its_values(syntax):
-    from dsv4_doctor.jobshape import shape
+    from dsv4_doctor.job.shape import shape
 
     line = shape(SYNTAXES[syntax])
     for secret in SECRETS:
@@ -234,7 +234,7 @@ def test_a_job_command_is_shown_without_its_values(syntax):
 
 
 def test_the_keys_the_doctor_reads_keep_their_plain_values():
-    from dsv4_doctor.jobshape import shape
+    from dsv4_doctor.job.shape import shape
 
     line = shape(["torchrun", "--nproc-per-node", "8", "-m", "verl.trainer.main_ppo",
                   "actor_rollout_ref.actor.megatron.context_parallel_size=2", "trainer.project_name=secret-ish",
@@ -415,7 +415,7 @@ def test_mbridge_dispatcher_not_found_in_an_unread_source_is_not_known():
 def test_the_report_carries_the_job_entry_and_env_values_by_shape():
     """profile.job.env listed `env K=V` values verbatim (report-wide redaction masks only secret-looking ones), and
     profile.job.entry the program word whatever it held."""
-    from dsv4_doctor.jobargs import parse
+    from dsv4_doctor.job.command import parse
     from dsv4_doctor.report import assemble
 
     job = parse(["env", "SIGNED_URL=https://h/x?sig=abc123def", "NCCL_NVLS_ENABLE=0",

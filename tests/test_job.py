@@ -16,7 +16,8 @@ import pytest
 from conftest import REPO, doctor_command, run_doctor
 from fakes import Env, fake_old_verl
 
-from dsv4_doctor.jobargs import line_to_add, parse, split_job_args
+from dsv4_doctor.job.command import parse, split_job_args
+from dsv4_doctor.job.keys import line_to_add
 from dsv4_doctor.model import UsageError
 
 OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"

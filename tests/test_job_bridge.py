@@ -16,8 +16,8 @@ from conftest import run_doctor
 from fakes import Env, fake_flash_mla
 from wheels import ensure
 
-from dsv4_doctor import bridgerule
-from dsv4_doctor.jobargs import parse
+from dsv4_doctor.job import bridge_rule as bridgerule
+from dsv4_doctor.job.command import parse
 from dsv4_doctor.model import UsageError
 
 OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"
@@ -256,16 +256,16 @@ def test_the_report_keeps_job_settings_apart_from_the_argv_fixes(tmp_path):
 def test_a_stated_max_seqlen_that_covers_the_longest_sample_is_not_lacking():
     """The section's "lacks" counts only what the command would have to change: a stated max_seqlen_per_dp_cp_rank
     at least the rounded-up length is stated (a larger one is valid), a shorter one is lacking."""
-    from dsv4_doctor.jobsettings import cp_args
+    from dsv4_doctor.job.settings import cp_args
 
     def lacking(value, lengths=True):
         argv = [*(VERL if lengths else VERL[:3] + VERL[5:]), f"++{OTC}.cp_partition_mode=contiguous",
                 f"++{OTC}.sequence_packing_scheduler=dp_balanced", f"++{OTC}.max_seqlen_per_dp_cp_rank={value}"]
-        return cp_args(parse(argv).to_dict(), 2)["missing"]
+        return cp_args(parse(argv), 2)["missing"]
 
     assert lacking(6145) == [] and lacking(8192) == [] and lacking(6000, lengths=False) == []
     assert lacking(6144) == [f"++{OTC}.max_seqlen_per_dp_cp_rank=6145"]
-    wrapped = cp_args(parse(["bash", "x.sh"]).to_dict(), 2)
+    wrapped = cp_args(parse(["bash", "x.sh"]), 2)
     assert wrapped["max_seqlen_per_dp_cp_rank"] is None and "not stated" not in wrapped["computed"]
     assert "not read" in wrapped["computed"]
 

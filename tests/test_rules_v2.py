@@ -112,7 +112,7 @@ def test_dsa_wrappers_of_verls_tested_megatron_are_read(tmp_path, bare_python):
 
 def test_dense_wrappers_need_offsets_only_when_the_job_trains_the_dense_loss(tmp_path, bare_python):
     """The q_causal_offsets rule for the dense wrappers follows the job's indexer loss when a command is given."""
-    from dsv4_doctor.jobargs import parse
+    from dsv4_doctor.job.command import parse
 
     otc = "actor_rollout_ref.actor.megatron.override_transformer_config"
     sparse = parse(["python3", "-m", "verl.trainer.main_ppo", f"++{otc}.dsa_indexer_loss_coeff=0.1",

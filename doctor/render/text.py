@@ -173,7 +173,7 @@ def render_text(report: dict, color: bool = False, width: int = 100) -> str:
     settings = report.get("job_settings") if isinstance(report.get("job_settings"), dict) else None
     block = settings.get("cp_args") if settings and isinstance(settings.get("cp_args"), dict) else {}
     if settings and (block.get("missing") or settings.get("exports")):
-        from ..jobsettings import comment_lines
+        from ..job.settings import comment_lines
 
         out += [""] + _wrap("Job settings (for the training command and the job script; the doctor never runs "
                             "them):", width, "", "  ")

@@ -15,26 +15,29 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .jobargs import common_setting, line_to_add, role_settings, roles_to_check
+from dataclasses import replace
+
+from .keys import line_to_add
+from .model import Job, Setting
 
 CP_SETTINGS = (("cp_partition_mode", "contiguous"), ("sequence_packing_scheduler", "dp_balanced"))
 ROUNDING = ("verl's example script computes (max_prompt_length + max_response_length) / CP with shell division, "
             "which rounds down: when the sum is not a multiple of CP the longest sample does not fit; rounded up here")
 
 
-def _int(setting: Any) -> int | None:
-    value = setting.get("value") if isinstance(setting, dict) else None
+def _int(setting: Setting | None) -> int | None:
+    value = setting.value if setting is not None else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def needed_length(job: dict) -> tuple[int | None, str]:
+def needed_length(job: Job) -> tuple[int | None, str]:
     """The longest sample the job's command states, and how it was read."""
-    if job.get("kind") == "megatron":
-        length = _int(common_setting(job, "seq_length"))
+    if job.kind == "megatron":
+        length = _int(job.common.get("seq_length"))
         return length, "--seq-length" if length is not None else "--seq-length not stated"
-    if job.get("kind") not in ("verl", "megatron"):
+    if job.kind not in ("verl", "megatron"):
         return None, "the lengths are not known (the command is not read)"
-    prompt, response = _int(common_setting(job, "max_prompt_length")), _int(common_setting(job, "max_response_length"))
+    prompt, response = _int(job.common.get("max_prompt_length")), _int(job.common.get("max_response_length"))
     if prompt is not None and response is not None:
         return prompt + response, f"{prompt} + {response} (data.max_prompt_length + data.max_response_length)"
     return None, "data.max_prompt_length and data.max_response_length not both stated as numbers"
@@ -45,9 +48,9 @@ def max_seqlen(needed: int | None, cp: int) -> int | None:
     return math.ceil(needed / cp) if needed is not None and cp > 0 else None
 
 
-def _stated(settings: dict, name: str) -> Any:
+def _stated(settings: dict[str, Setting], name: str) -> Any:
     s = settings.get(name)
-    return s.get("value") if isinstance(s, dict) else None
+    return s.value if s is not None else None
 
 
 def _covered(stated: Any, wanted: Any) -> bool:
@@ -61,17 +64,17 @@ def _covered(stated: Any, wanted: Any) -> bool:
     return wanted == "N" or (isinstance(wanted, int) and not isinstance(wanted, bool) and stated >= wanted)
 
 
-def cp_args(job: dict, cp: int) -> dict:
+def cp_args(job: Job, cp: int) -> dict:
     """The full CP_ARGS for a job with CP > 1, per checked role (verl's ref inherits the actor's): lines, which of
     them the command lacks, and how max_seqlen_per_dp_cp_rank was computed."""
     needed, needed_from = needed_length(job)
     value = max_seqlen(needed, cp)
-    syntax = job.get("syntax") if job.get("syntax") in ("hydra", "megatron") else "hydra"
-    shown_job = dict(job, syntax=syntax)
-    roles = [r for r in roles_to_check(job) if r != "ref"] or ["actor"]
+    syntax = job.syntax if job.syntax in ("hydra", "megatron") else "hydra"
+    shown_job = replace(job, syntax=syntax)
+    roles = [r for r in job.checked_roles() if r != "ref"] or ["actor"]
     lines, missing = [], []
     for role in roles:
-        settings = role_settings(job, role)
+        settings = job.effective(role)
         for name, wanted in (*CP_SETTINGS, ("max_seqlen_per_dp_cp_rank", value if value is not None else "N")):
             line = line_to_add(shown_job, role, name, wanted)
             lines.append(line)
@@ -98,22 +101,21 @@ def exports(env_row: dict | None) -> list[str]:
     return [str(line) for line in wanted if isinstance(line, str)] if isinstance(wanted, list) else []
 
 
-def section(profile: dict, checks: list[dict]) -> dict | None:
-    """The report's `job_settings`: for a job command (profile.job), the CP_ARGS it needs (CP > 1, or a CP not
-    known) and the environment lines job.env asks for; None without a job command."""
-    job = profile.get("job") if isinstance(profile.get("job"), dict) else None
+def section(job: Job | None, given: Any, checks: list[dict]) -> dict | None:
+    """The report's `job_settings`: for a job command (profile.job; `given`: profile.cp), the CP_ARGS it needs
+    (CP > 1, or a CP not known) and the environment lines job.env asks for; None without a job command."""
     if job is None:
         return None
-    given: Any = profile.get("cp")
     cp: int = given if isinstance(given, int) and not isinstance(given, bool) and given > 0 else 1
+    cp_known = job.decisions is None or job.decisions.cp_known
     rows = {c.get("id"): c for c in checks if isinstance(c, dict)}
     out: dict = {"exports": exports(rows.get("job.env")), "notes": []}
-    if job.get("kind") not in ("verl", "megatron"):
+    if job.kind not in ("verl", "megatron"):
         out["command_read"] = False
-    if job.get("cp_known") is False:
+    if not cp_known:
         out["notes"].append("the job's CP is not known (the command hides it): CP_ARGS are shown for CP "
                             f"{cp}; state it with --cp N")
-    if cp > 1 or job.get("cp_known") is False:
+    if cp > 1 or not cp_known:
         out["cp_args"] = cp_args(job, cp)
     else:
         out["notes"].append("CP = 1: no CP settings needed")

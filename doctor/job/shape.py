@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from functools import lru_cache
 
-from .jobargs import CONFIG_FIELDS, MEGATRON_FLAGS, VERL_COMMON, VERL_ENGINE, VERL_ROLES
+from .keys import CONFIG_FIELDS, MEGATRON_FLAGS, VERL_COMMON, VERL_ENGINE, VERL_ROLES
 
 HIDDEN = "…"
 MAX_WORDS = 24
@@ -45,7 +45,7 @@ def _is_python(word: str) -> bool:
 
 
 def _safe_name(name: str, pattern: re.Pattern) -> bool:
-    from .redact import Redactor
+    from ..redact import Redactor
 
     return bool(pattern.fullmatch(name)) and Redactor({}).text(name) == name
 

@@ -1,0 +1,92 @@
+"""The profile a training command describes: its CP and DSA backend, and what it states (`profile.job`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ..model import Profile, UsageError
+from .command import parse
+from .keys import BRIDGE_DECIDES, line_to_add
+from .model import Decisions, Job, is_interpolation
+
+
+def job_profile(base: Profile, argv: Sequence[str], given_cp: int | None, given_backend: str | None) -> Profile:
+    """The profile for the job a command describes: its CP and DSA backend (the options may only agree, or fill in
+    a CP the command states in a way the doctor cannot resolve), and what it states, as profile.job."""
+    job = parse(argv)
+    if job.kind == "unknown":
+        return _unknown_job_profile(base, job, given_cp, given_backend)
+    cp = job.cp()
+    backend, how = job.dsa_backend()
+    pending = cp_given = stated = None
+    if backend == BRIDGE_DECIDES:
+        if given_backend is not None:
+            backend, how = given_backend, ("from --dsa-backend (the command does not state it; Megatron-Bridge's "
+                                           "DeepSeek-V4 provider would decide)")
+        else:
+            # Session.resolve decides it from the installed bridge's rule, the GPU and a probe; until then, and
+            # wherever that cannot be known, the environment is checked for cudnn, the stricter.
+            pending = BRIDGE_DECIDES
+            backend, how = "cudnn", how + "; not known yet: the environment is checked for cudnn, the stricter"
+    if cp is None and given_cp is None and job.config_file and not any(
+            is_interpolation(getattr(job.effective(r).get("cp"), "value", None)) for r in job.checked_roles()):
+        raise UsageError(f"the job's context_parallel_size is not stated on the command line, and its config file "
+                         f"({', '.join(job.config_file)}) may set it: state it in the command ("
+                         f"{line_to_add(job, 'actor' if job.kind == 'verl' else 'model', 'cp', 'N')}; --cp N "
+                         "also gives it)")
+    if cp is None:
+        if given_cp is None:
+            # In a job script the shell expands the variables before the doctor reads them, so what it reads is
+            # what verl gets; --cp (check, fix and preflight) states it otherwise.
+            raise UsageError("the job's context_parallel_size is an interpolation the doctor cannot resolve (not in "
+                             "the environment, nor another override of the command; a shell variable left "
+                             "unexpanded?): pass the command as the job runs it, with its variables expanded (--cp N "
+                             "also gives the CP size)")
+        cp = cp_given = given_cp
+    elif given_cp not in (None, cp):
+        raise UsageError(f"--cp {given_cp} contradicts the job's context_parallel_size {cp}: leave --cp out with "
+                         "job arguments")
+    if cp > 1024:
+        raise UsageError(f"the job's context_parallel_size {cp} is larger than 1024")
+    if backend not in ("cudnn", "none"):
+        # Megatron rejects it at config validation (job.dsa-backend says so); the environment is judged for the
+        # fused kernels, the stricter of the two it accepts.
+        stated = backend
+        how = f"{how}, which Megatron rejects (see job.dsa-backend); the environment is checked for cudnn"
+        backend = "cudnn"
+    if given_backend not in (None, backend):
+        raise UsageError(f"--dsa-backend {given_backend} contradicts the job's ({backend}, {how})")
+    job.decisions = Decisions(dsa_backend_decided=how, dense_indexer_loss=job.dense_indexer_loss(), cp_given=cp_given,
+                              dsa_backend_stated=stated, dsa_backend_pending=pending)
+    return replace(base, cp=cp, dsa_backend=backend, dsa_backend_source="job", job=job)
+
+
+STRICT_CP = 2  # a CP the doctor cannot know is checked as CP > 1: the CP rules run
+
+
+def _unknown_job_profile(base: Profile, job: Job, given_cp: int | None, given_backend: str | None) -> Profile:
+    """A command that is neither verl nor Megatron-LM (a wrapper script, a launcher): its settings are not known.
+    The CP rules and the cudnn rules run, as for the stricter job, unless --cp / --dsa-backend state them."""
+    program = os.path.basename(job.entry or "") or "the command"
+    missing: list[str] = []
+    if given_cp is None:
+        cp, cp_given = STRICT_CP, None
+        missing.append("cp (checked as CP > 1; state it with --cp N)")
+    else:
+        cp = cp_given = given_cp
+    if given_backend is None:
+        backend, how = "cudnn", ("not known: the command is neither verl nor Megatron-LM, so its DSA setting cannot "
+                                 "be read; the environment is checked for cudnn, the stricter (state it with "
+                                 "--dsa-backend)")
+        missing.append("dsa-backend (checked as cudnn; state it with --dsa-backend)")
+    else:
+        backend, how = given_backend, "from --dsa-backend (the command's own is not known)"
+    not_known = (f"{program} runs something the doctor does not read, so the job's settings are not known"
+                         + (f": {'; '.join(missing)}" if missing else "") + "; the job.* rows need the training "
+                         "command itself (`check --job-args \"python3 -m verl.trainer.main_ppo ...\"`)")
+    job.decisions = Decisions(dsa_backend_decided=how, dense_indexer_loss=None, cp_given=cp_given,
+                              cp_known=given_cp is not None, not_known=not_known)
+    return replace(base, cp=cp, dsa_backend=backend, dsa_backend_source="job", job=job)
+
