@@ -448,7 +448,7 @@ def cmd_preflight(args) -> int:
             say("dsv4-doctor preflight: dry run, not starting: " + shape(command))
         return 0
     from .procs import exec_job
-    from .session import GATE
+    from .signals import GATE
 
     if GATE.late is not None:  # a signal came while the report was written: the job is not started
         import signal
@@ -483,7 +483,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         from .kernelcache import ENV
 
         os.environ[ENV] = "off"  # read once, where the probes' environment is made
-    from .session import GATE, Interrupted
+    from .model import Interrupted
+    from .signals import GATE
 
     handlers = {"check": cmd_check, "smoke": lambda a: cmd_check(a, smoke=True), "list": cmd_list,
                 "explain": cmd_explain, "fix": cmd_fix, "preflight": cmd_preflight}

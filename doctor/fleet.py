@@ -471,7 +471,7 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
 
     from . import fleetmerge
     from .model import ExitCode, Interrupted
-    from .session import GATE
+    from .signals import GATE
 
     budget = float(report["summary"].get("budget_s") or 60.0)
     reruns = env.local_world_size != 1
@@ -599,7 +599,7 @@ def _admit_while_gathering(exchange: Exchange, state: dict, world: int, until: f
 
 def _rank0_interrupted(env, report, strict, deliver, fleet_checks, key, code: int) -> int:
     from . import fleetmerge
-    from .session import GATE
+    from .signals import GATE
 
     name = str(report["summary"].get("interrupted") or "a signal")
     info = {"scope": env.scope, "authenticated": key is not None, "fleet_checks": fleet_checks, "interrupted": name,
@@ -665,7 +665,7 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
     from .model import ExitCode
     from .render import output_width, render
     from .render.output import write_stderr
-    from .session import GATE
+    from .signals import GATE
 
     budget = float(report["summary"].get("budget_s") or 60.0)
     base_wait = fleet_wait if fleet_wait is not None else max(5.0, budget + SKEW_S - (_now() - started))
