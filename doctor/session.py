@@ -22,7 +22,7 @@ from typing import Any
 from .model import Check, CheckReport, Interrupted, Profile, Result, Status, UsageError
 from .probes import (NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_SCRIPT, Probe, StaticRequest, handshake_probe,
                      parse_handshake, parse_nvidia_smi)
-from .procs import Processes, kill_group
+from .procs import Processes, start_helper
 from .redact import read_tail
 from .registry import PluginInfo, Registry
 from .runner import CHECK_TIMEOUT_S, ProbePool, RunContext, Runner, execute, plan
@@ -280,29 +280,30 @@ class Session:
             json.dump(dict(extra, mode=mode, plugin=fields), fh)
         from .probes import child_env
 
-        with open(log_path, "wb") as log, open(os.devnull, "rb") as devnull, self.critical():
-            proc = self.procs.spawn([sys.executable, "-m", "dsv4_doctor.pluginhost", "@" + request_path, events],
-                                    stdin=devnull, stdout=log, stderr=log, env=child_env(budget_s))
-        return {"info": info, "proc": proc, "events": events, "log": log_path}
+        with self.critical():
+            helper = start_helper(self.procs, [sys.executable, "-m", "dsv4_doctor.pluginhost", "@" + request_path,
+                                               events], log_path, child_env(budget_s))
+        return {"info": info, "helper": helper, "events": events, "log": log_path}
 
     def _end_host(self, host: dict, deadline: float):
         """Wait for a host until the deadline, kill it and whatever it started; (its events, how it ended, its log)."""
         from .pluginhost import read_events
         from .procs import kill_orphan_group, remove_tempdir
 
-        proc = host["proc"]
-        try:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            how = "" if proc.returncode == 0 else (f"killed by {signal.Signals(-proc.returncode).name}"
-                                                   if proc.returncode < 0 else f"exited with code {proc.returncode}")
-            if time.monotonic() >= deadline - 0.5 and proc.returncode >= 0:
-                # The host ends itself at the run's deadline: a check still running then ran out of time (found
-                # in review: "the plugin host exited while this check ran" for a hung check).
-                how = "stopped at the run's deadline"
-        except Exception:
+        end = host["helper"].finish(deadline)
+        if end.timed_out or end.returncode is None:
             how = "did not finish in time and was killed"
-        kill_group(proc)
-        self.procs.release(proc)
+        elif end.returncode < 0:
+            try:
+                how = f"killed by {signal.Signals(-end.returncode).name}"
+            except ValueError:
+                how = "did not finish in time and was killed"
+        elif time.monotonic() >= deadline - 0.5:
+            # The host ends itself at the run's deadline: a check still running then ran out of time, not "the
+            # plugin host exited while this check ran".
+            how = "stopped at the run's deadline"
+        else:
+            how = "" if end.returncode == 0 else f"exited with code {end.returncode}"
         answer = read_events(host["events"])
         for pid in answer.spawned:  # a killed host cannot clean up its probes: the doctor does
             kill_orphan_group(pid)
