@@ -15,20 +15,20 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .model import Check, CheckReport, Interrupted, Profile, Result, Status, UsageError
-from .probes import (NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_SCRIPT, Probe, StaticRequest, handshake_probe,
-                     parse_handshake, parse_nvidia_smi)
+from .probes import (NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_TIMEOUT_S, Probe, StaticRequest, handshake_probe,
+                     parse_handshake, parse_nvidia_smi, static_probe_for)
 from .procs import Processes, start_helper
 from .redact import read_tail
 from .registry import PluginInfo, Registry
+from .report import Outcome
 from .runner import CHECK_TIMEOUT_S, ProbePool, RunContext, Runner, execute, plan
 from .signals import GATE, STOP_SIGNALS, SignalGate  # noqa: F401  (GATE: the one gate; the others for callers)
 
-STATIC_TIMEOUT_S = 30.0
 HANDSHAKE_BUDGET_S = 15.0
 DESCRIBE_BUDGET_S = 30.0  # third-party plugins: import and describe, all at once
 MARGIN_S = 5.0
@@ -37,10 +37,6 @@ MAX_CP = 1024
 
 def workers() -> int:
     return max(4, min(8, 2 * (os.cpu_count() or 2)))
-
-
-def static_probe_for(request: StaticRequest, probe_timeout_s: float) -> Probe:
-    return Probe.python("static", STATIC_SCRIPT, request.to_json(), timeout_s=min(STATIC_TIMEOUT_S, probe_timeout_s))
 
 
 def resolve_python(value: str | None) -> str:
@@ -91,21 +87,6 @@ def select(checks: Sequence[Check], only: Sequence[str], skip: Sequence[str], jo
         raise UsageError("--only/--skip select no check: "
                          + " ".join([f"--only {p}" for p in only] + [f"--skip {p}" for p in skip]))
     return chosen
-
-
-@dataclass
-class Outcome:
-    """What a run produced, for the report builder."""
-
-    profile: Profile
-    reports: list[CheckReport]
-    target: dict
-    static: dict | None
-    duration_s: float
-    budget_s: float
-    interrupted: str | None = None
-    plugins: list[PluginInfo] = field(default_factory=list)
-    gpus: list[dict] = field(default_factory=list)  # nvidia-smi's rows
 
 
 class Session:

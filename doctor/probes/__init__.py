@@ -256,6 +256,13 @@ NVIDIA_SMI = Probe.command(
 )
 
 STATIC_SCRIPT = "dsv4probe_static.py"
+STATIC_TIMEOUT_S = 30.0
+
+
+def static_probe_for(request: StaticRequest, probe_timeout_s: float) -> Probe:
+    return Probe.python("static", STATIC_SCRIPT, request.to_json(), timeout_s=min(STATIC_TIMEOUT_S, probe_timeout_s))
+
+
 TORCH = Probe.python("torch", "dsv4probe_torch.py")
 
 # The target handshake: runs on any Python (2.7 included), so an interpreter too old for the probes is still named.
