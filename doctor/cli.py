@@ -447,8 +447,7 @@ def cmd_preflight(args) -> int:
 
             say("dsv4-doctor preflight: dry run, not starting: " + shape(command))
         return 0
-    from .procs import exec_job
-    from .session import GATE
+    from .signals import GATE
 
     if GATE.late is not None:  # a signal came while the report was written: the job is not started
         import signal
@@ -483,7 +482,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         from .kernelcache import ENV
 
         os.environ[ENV] = "off"  # read once, where the probes' environment is made
-    from .session import GATE, Interrupted
+    from .model import Interrupted
+    from .signals import GATE
 
     handlers = {"check": cmd_check, "smoke": lambda a: cmd_check(a, smoke=True), "list": cmd_list,
                 "explain": cmd_explain, "fix": cmd_fix, "preflight": cmd_preflight}
@@ -506,3 +506,31 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = 128 + GATE.late
     finish_streams()
     sys.exit(code)
+
+
+def exec_job(command: list[str]) -> int:
+    """Replace this process with the job (same pid and environment; the job's exit code is the caller's). The
+    session already reaped every probe, removed its temporary files and restored the signal dispositions, which
+    exec would skip (no finally, no atexit)."""
+    import signal
+
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+    # Python ignores SIGPIPE and SIGXFSZ at start-up, and an ignored signal stays ignored across exec: put them back
+    # to the default, as subprocess's restore_signals does (otherwise: the job's `yes | head` printed "Broken
+    # pipe" instead of ending quietly).
+    for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
+        if hasattr(signal, name):
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(getattr(signal, name), signal.SIG_DFL)
+    try:
+        os.execvp(command[0], command)
+    except (OSError, ValueError) as exc:  # ValueError: an empty program name or a NUL in a word
+        from .job.shape import shape_program
+
+        say(f"dsv4-doctor preflight: could not start {shape_program(command[0])}: "
+            f"{getattr(exc, 'strerror', None) or exc}")
+        return 127 if isinstance(exc, (FileNotFoundError, ValueError)) else 126
+    return 126  # not reached: exec does not return

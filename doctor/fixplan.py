@@ -16,7 +16,6 @@ Everything printed (the script, the `+ command` echo) goes through the report's 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shlex
@@ -265,40 +264,12 @@ def _stderr_fd() -> int:
         return subprocess.DEVNULL
 
 
-class ApplySignals:
-    """While pip runs: a signal kills pip's process group and stops the plan (pip runs in its own session, so the
-    terminal's Ctrl-C would not reach it). Nothing is raised from the handler, so no child can escape tracking."""
-
-    def __init__(self, procs):
-        self.procs = procs
-        self.signum: int | None = None
-        self._old: dict = {}
-
-    def __enter__(self):
-        import signal
-
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            with contextlib.suppress(ValueError, OSError):
-                self._old[sig] = signal.signal(sig, self._on_signal)
-        return self
-
-    def _on_signal(self, signum, frame) -> None:
-        self.signum = self.signum or signum
-        self.procs.kill_live()
-
-    def __exit__(self, *exc) -> None:
-        import signal
-
-        for sig, handler in self._old.items():
-            with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(sig, handler)
-
-
 def apply_guarded(plan: Plan, python: str, redact: Redactor | None = None,
                   not_applied: list[str] | None = None) -> tuple[int, int, int | None]:
     """`apply` with its own process tracking and signal handling: (commands run, the failing exit code or 0, the
     signal that stopped it or None). Every pip process is gone when it returns."""
     from .procs import Processes
+    from .signals import ApplySignals
 
     procs = Processes()
     try:
@@ -327,7 +298,7 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
     run's exit code, `before` its verdict line, `say` writes a line to stderr. Returns the command's exit code."""
     from .model import ExitCode
     from .render import verdict_line
-    from .session import GATE
+    from .signals import GATE
 
     held = [n for n, s in enumerate(plan.steps, 1) if s.held_by is not None]
     if held:

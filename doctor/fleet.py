@@ -25,11 +25,11 @@ import json
 import os
 import re
 import socket
-import subprocess
 from dataclasses import dataclass
 from collections.abc import Callable, Mapping
 
 from .model import UsageError
+from .procs import Helper
 
 DEFAULT_MASTER_PORT = 29500
 SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 10000  # an srun step without MASTER_PORT: a port from its job and step id
@@ -330,12 +330,13 @@ class Exchange:
         self._request = dict(request, dir=self.dir)
         self._argv = [python, str(PROBE_DIR / FLEET_SCRIPT), self.answer_path, json.dumps(self._request)]
         self._env = child_env(timeout_s, extra)
-        self.proc: subprocess.Popen | None = None
+        self.helper: Helper | None = None
 
     def start(self, hello: dict) -> None:
+        from .procs import start_helper
+
         self.write("hello.json", hello)
-        with open(self.log, "wb") as log, open(os.devnull, "rb") as devnull:
-            self.proc = self.procs.spawn(self._argv, stdin=devnull, stdout=log, stderr=log, env=self._env)
+        self.helper = start_helper(self.procs, self._argv, self.log, self._env)
 
     def path(self, name: str) -> str:
         return os.path.join(self.dir, name)
@@ -350,17 +351,18 @@ class Exchange:
         open(self.path(name), "wb").close()
 
     def read(self, name: str, limit: int = 1 << 22) -> dict | None:
+        from .procs import read_bounded
         from .redact import sanitize
 
+        raw = read_bounded(self.path(name), limit)
         try:
-            with open(self.path(name), "rb") as fh:
-                data = json.loads(fh.read(limit).decode("utf-8", "surrogateescape"))
-        except (OSError, ValueError, RecursionError):
+            data = json.loads(raw.decode("utf-8", "surrogateescape")) if raw is not None else None
+        except (ValueError, RecursionError):
             return None
         return sanitize(data) if isinstance(data, dict) else None
 
     def exited(self) -> bool:
-        return self.proc is None or self.proc.poll() is not None
+        return self.helper is None or self.helper.exited()
 
     def wait_for(self, name: str, until: float) -> dict | None:
         """The file's content once the helper wrote it, or None when the helper exited first or time ran out."""
@@ -379,26 +381,26 @@ class Exchange:
         """The helper's answer (waiting until `until`), or {"error": ...}."""
         import time
 
-        from .procs import kill_group
-
         while not self.exited() and _now() < min(until, self.hard_deadline):
             time.sleep(0.05)
-        if self.proc is not None and not self.exited():
-            kill_group(self.proc)
+        if self.helper is not None and not self.exited():
+            self.helper.kill()
             return {"error": "the fleet exchange did not finish in time and was stopped", "stderr": self.tail()}
         data = self.read_answer()
         return data
 
     def read_answer(self) -> dict:
+        from .procs import read_bounded
+
+        raw = read_bounded(self.answer_path, 1 << 20)
         try:
-            with open(self.answer_path, "rb") as fh:
-                data = json.loads(fh.read(1 << 20).decode("utf-8", "surrogateescape"))
-        except (OSError, ValueError):
+            data = json.loads(raw.decode("utf-8", "surrogateescape")) if raw is not None else None
+        except ValueError:
             data = None
         if not isinstance(data, dict) or "probe_error" in data:
             err = data.get("probe_error") if isinstance(data, dict) else None
             why = (f"{err.get('type')}: {err.get('message')}" if isinstance(err, dict) else
-                   f"exited with code {self.proc.returncode if self.proc else '?'} without an answer")
+                   f"exited with code {self.helper.proc.returncode if self.helper else '?'} without an answer")
             return {"error": f"the fleet exchange failed ({str(why)[:500]})", "stderr": self.tail()}
         return data
 
@@ -406,10 +408,8 @@ class Exchange:
         return _tail(self.log, limit)
 
     def close(self) -> None:
-        from .procs import kill_group
-
-        if self.proc is not None and self.proc.poll() is None:
-            kill_group(self.proc)
+        if self.helper is not None and not self.helper.exited():
+            self.helper.kill()
         self.procs.close()
 
 
@@ -471,7 +471,7 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
 
     from . import fleetmerge
     from .model import ExitCode, Interrupted
-    from .session import GATE
+    from .signals import GATE
 
     budget = float(report["summary"].get("budget_s") or 60.0)
     reruns = env.local_world_size != 1
@@ -599,7 +599,7 @@ def _admit_while_gathering(exchange: Exchange, state: dict, world: int, until: f
 
 def _rank0_interrupted(env, report, strict, deliver, fleet_checks, key, code: int) -> int:
     from . import fleetmerge
-    from .session import GATE
+    from .signals import GATE
 
     name = str(report["summary"].get("interrupted") or "a signal")
     info = {"scope": env.scope, "authenticated": key is not None, "fleet_checks": fleet_checks, "interrupted": name,
@@ -665,7 +665,7 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
     from .model import ExitCode
     from .render import output_width, render
     from .render.output import write_stderr
-    from .session import GATE
+    from .signals import GATE
 
     budget = float(report["summary"].get("budget_s") or 60.0)
     base_wait = fleet_wait if fleet_wait is not None else max(5.0, budget + SKEW_S - (_now() - started))

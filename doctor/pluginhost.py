@@ -68,10 +68,9 @@ def host_main(argv: list[str]) -> None:
     selected = [c for c in checks if c.id in set(request["selected"])]
     if not selected:
         os._exit(0)
-    from .probes import StaticRequest
+    from .probes import StaticRequest, static_probe_for
     from .procs import Processes
     from .runner import ProbePool, RunContext, Runner
-    from .session import static_probe_for
 
     profile = Profile(**{k: v for k, v in request["profile"].items() if k in Profile.__dataclass_fields__})
     procs = Processes(on_spawn=lambda pid: events.write({"event": "spawned", "pid": pid}),

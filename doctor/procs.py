@@ -10,10 +10,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 
 class Processes:
@@ -88,6 +91,85 @@ class Processes:
             self._dirs.clear()
 
 
+@dataclass
+class HelperEnd:
+    """How a helper process ended: its exit status (negative: the signal) and whether the doctor had to kill it."""
+
+    returncode: int | None
+    timed_out: bool
+
+
+class Helper:
+    """One child the doctor talks to through files (a probe, a plugin host, the fleet exchange): it runs in its own
+    process group, its output goes to a log, and `finish` leaves nothing of its group alive."""
+
+    def __init__(self, procs: Processes, proc: subprocess.Popen) -> None:
+        self.procs, self.proc = procs, proc
+
+    def exited(self) -> bool:
+        return self.proc.poll() is not None
+
+    def kill(self) -> None:
+        kill_group(self.proc)
+
+    def finish(self, deadline: float, reap_s: float = 5.0) -> HelperEnd:
+        """Wait until `deadline` (time.monotonic), then kill the group (whatever the helper left in it too), reap
+        the helper and stop tracking it."""
+        timed_out = False
+        try:
+            self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            kill_group(self.proc)
+            try:
+                self.proc.wait(timeout=reap_s)
+            except subprocess.TimeoutExpired:
+                pass
+            self.procs.release(self.proc)
+        return HelperEnd(self.proc.returncode, timed_out)
+
+
+def start_helper(procs: Processes, argv: Sequence[str], log_path: str, env: Mapping[str, str],
+                 stdout_path: str | None = None) -> Helper:
+    """Start a helper with no stdin; stdout and stderr go to `log_path`, or stdout to `stdout_path` (a command whose
+    output is its answer). Raises OSError when it cannot start."""
+    with open(log_path, "wb") as log, open(os.devnull, "rb") as devnull, \
+            open(stdout_path or os.devnull, "wb") as out:
+        proc = procs.spawn(argv, stdin=devnull, stdout=out if stdout_path else log, stderr=log, env=dict(env))
+    return Helper(procs, proc)
+
+
+def run_helper(procs: Processes, argv: Sequence[str], log_path: str, env: Mapping[str, str], timeout_s: float,
+               stdout_path: str | None = None) -> HelperEnd:
+    """Start a helper and wait for it at most `timeout_s`; its group is gone when this returns."""
+    return start_helper(procs, argv, log_path, env, stdout_path).finish(time.monotonic() + timeout_s)
+
+
+def read_bounded(path: str, limit: int) -> bytes | None:
+    """At most `limit` bytes of a regular file, or None: never a FIFO, a device or an unbounded read, never
+    blocking on open."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def kill_orphan_group(pid: int) -> None:
     """SIGKILL the process group a (killed) plugin host's probe led, if that process still leads its own session."""
     try:
@@ -116,33 +198,3 @@ def kill_group(proc: subprocess.Popen) -> None:
             proc.kill()
         except OSError:
             pass
-
-
-def exec_job(command: list[str]) -> int:
-    """Replace this process with the job (same pid and environment; the job's exit code is the caller's). The
-    session already reaped every probe, removed its temporary files and restored the signal dispositions, which
-    exec would skip (no finally, no atexit)."""
-    import contextlib
-    import sys
-
-    for stream in (sys.stdout, sys.stderr):
-        if stream is not None:
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
-    # Python ignores SIGPIPE and SIGXFSZ at start-up, and an ignored signal stays ignored across exec: put them back
-    # to the default, as subprocess's restore_signals does (otherwise: the job's `yes | head` printed "Broken
-    # pipe" instead of ending quietly).
-    for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
-        if hasattr(signal, name):
-            with contextlib.suppress(OSError, ValueError):
-                signal.signal(getattr(signal, name), signal.SIG_DFL)
-    try:
-        os.execvp(command[0], command)
-    except (OSError, ValueError) as exc:  # ValueError: an empty program name or a NUL in a word
-        from .job.shape import shape_program
-        from .render.output import say
-
-        say(f"dsv4-doctor preflight: could not start {shape_program(command[0])}: "
-            f"{getattr(exc, 'strerror', None) or exc}")
-        return 127 if isinstance(exc, (FileNotFoundError, ValueError)) else 126
-    return 126  # not reached: exec does not return

@@ -17,7 +17,6 @@ import importlib
 import importlib.util
 import os
 import re
-import stat
 import sys
 import traceback
 from dataclasses import dataclass
@@ -102,18 +101,10 @@ MAX_FILE = 1 << 20  # what the registry reads of one metadata file: headers, ent
 
 def _read_regular(path: str) -> str | None:
     """A regular file's first MiB as text, or None: never a FIFO, a device or an unbounded read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.read(fd, MAX_FILE).decode("utf-8", "replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    from .procs import read_bounded
+
+    raw = read_bounded(path, MAX_FILE)
+    return None if raw is None else raw.decode("utf-8", "replace")
 
 
 def _dist_of(folder: str) -> tuple[str, str | None]:

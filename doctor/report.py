@@ -10,6 +10,7 @@ import datetime
 import os
 import platform
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from collections.abc import Sequence
@@ -19,7 +20,22 @@ from .model import CheckReport, Profile, counts, exit_code_for, overall_status
 from .redact import Redactor, sanitize
 
 if TYPE_CHECKING:
-    from .session import Outcome
+    from .registry import PluginInfo
+
+@dataclass
+class Outcome:
+    """What a run produced, for the report builder."""
+
+    profile: Profile
+    reports: list[CheckReport]
+    target: dict
+    static: dict | None
+    duration_s: float
+    budget_s: float
+    interrupted: str | None = None
+    plugins: list[PluginInfo] = field(default_factory=list)
+    gpus: list[dict] = field(default_factory=list)  # nvidia-smi's rows
+
 
 SCHEMA = "dsv4-doctor.report/1"
 SCHEMA_FILE = Path(__file__).resolve().parent / "schema" / "report-1.schema.json"

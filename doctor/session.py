@@ -15,124 +15,28 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .model import Check, CheckReport, Interrupted, Profile, Result, Status, UsageError
-from .probes import (NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_SCRIPT, Probe, StaticRequest, handshake_probe,
-                     parse_handshake, parse_nvidia_smi)
-from .procs import Processes, kill_group
+from .probes import (NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_TIMEOUT_S, Probe, StaticRequest, handshake_probe,
+                     parse_handshake, parse_nvidia_smi, static_probe_for)
+from .procs import Processes, start_helper
 from .redact import read_tail
 from .registry import PluginInfo, Registry
+from .report import Outcome
 from .runner import CHECK_TIMEOUT_S, ProbePool, RunContext, Runner, execute, plan
+from .signals import GATE, STOP_SIGNALS, SignalGate  # noqa: F401  (GATE: the one gate; the others for callers)
 
-STATIC_TIMEOUT_S = 30.0
 HANDSHAKE_BUDGET_S = 15.0
 DESCRIBE_BUDGET_S = 30.0  # third-party plugins: import and describe, all at once
 MARGIN_S = 5.0
 MAX_CP = 1024
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-class SignalGate:
-    """The process's SIGINT/SIGTERM/SIGHUP handling, one for the whole run: the CLI installs it first thing and
-    restores the original dispositions last (and before exec), so there is no moment in which a signal meets the
-    default action (dying without a report) or Python's KeyboardInterrupt in the middle of writing the report.
-
-    Armed (a run is going): the first signal raises Interrupted in the main thread, unless a critical block defers
-    it to the block's end. Shielded (the run is over, the report is being written): a signal is only recorded, and
-    the caller decides after the report (`late`: preflight then does not exec). A signal before
-    the session's handlers were installed killed the doctor; one during the report gave a traceback."""
-
-    def __init__(self):
-        self.depth = 0
-        self.original: dict[int, Any] = {}
-        self.fired: int | None = None
-        self.late: int | None = None
-        self.shielded = True
-        self.deferring = 0
-        self.pending: int | None = None
-
-    def install(self) -> bool:
-        """Install the handlers; nested calls only count. True for the outermost call (which must `uninstall`)."""
-        self.depth += 1
-        if self.depth > 1:
-            return False
-        for sig in STOP_SIGNALS:
-            with contextlib.suppress(ValueError, OSError):  # not the main thread
-                self.original[sig] = signal.signal(sig, self._on_signal)
-        return True
-
-    def uninstall(self) -> None:
-        self.depth = max(0, self.depth - 1)
-        if self.depth:
-            return
-        for sig, handler in self.original.items():
-            with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(sig, handler)
-        self.original.clear()
-
-    def arm(self) -> None:
-        """A run starts: the next signal interrupts it (one that came while shielded does at once)."""
-        self.fired, self.shielded, self.deferring, self.pending = None, False, 0, None
-        if self.late is not None:
-            signum, self.late = self.late, None
-            self.fired = signum
-            raise Interrupted(signum)
-
-    def shield(self) -> None:
-        self.shielded = True
-
-    @contextlib.contextmanager
-    def critical(self):
-        """A signal arriving here waits until the block is done (a child started but not yet tracked would leak)."""
-        self.deferring += 1
-        try:
-            yield
-        finally:
-            self.deferring -= 1
-            if not self.deferring and self.pending is not None and self.fired is None and not self.shielded:
-                signum, self.pending = self.pending, None
-                self.fired = signum
-                raise Interrupted(signum)
-
-    @contextlib.contextmanager
-    def suspended(self):
-        """The original dispositions for a moment (a y/N prompt must stay interruptible by Ctrl-C)."""
-        saved = {sig: signal.getsignal(sig) for sig in self.original}
-        for sig, handler in self.original.items():
-            with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(sig, handler)
-        try:
-            yield
-        finally:
-            for sig, handler in saved.items():
-                with contextlib.suppress(ValueError, OSError, TypeError):
-                    signal.signal(sig, handler)
-
-    def _on_signal(self, signum, frame) -> None:
-        if self.shielded or self.fired is not None:
-            self.late = self.late or signum
-            return
-        if self.deferring:
-            self.pending = self.pending or signum
-            return
-        self.fired = signum
-        raise Interrupted(signum)
-
-
-GATE = SignalGate()
-
-
 def workers() -> int:
     return max(4, min(8, 2 * (os.cpu_count() or 2)))
-
-
-def static_probe_for(request: StaticRequest, probe_timeout_s: float) -> Probe:
-    return Probe.python("static", STATIC_SCRIPT, request.to_json(), timeout_s=min(STATIC_TIMEOUT_S, probe_timeout_s))
 
 
 def resolve_python(value: str | None) -> str:
@@ -183,21 +87,6 @@ def select(checks: Sequence[Check], only: Sequence[str], skip: Sequence[str], jo
         raise UsageError("--only/--skip select no check: "
                          + " ".join([f"--only {p}" for p in only] + [f"--skip {p}" for p in skip]))
     return chosen
-
-
-@dataclass
-class Outcome:
-    """What a run produced, for the report builder."""
-
-    profile: Profile
-    reports: list[CheckReport]
-    target: dict
-    static: dict | None
-    duration_s: float
-    budget_s: float
-    interrupted: str | None = None
-    plugins: list[PluginInfo] = field(default_factory=list)
-    gpus: list[dict] = field(default_factory=list)  # nvidia-smi's rows
 
 
 class Session:
@@ -374,29 +263,30 @@ class Session:
             json.dump(dict(extra, mode=mode, plugin=fields), fh)
         from .probes import child_env
 
-        with open(log_path, "wb") as log, open(os.devnull, "rb") as devnull, self.critical():
-            proc = self.procs.spawn([sys.executable, "-m", "dsv4_doctor.pluginhost", "@" + request_path, events],
-                                    stdin=devnull, stdout=log, stderr=log, env=child_env(budget_s))
-        return {"info": info, "proc": proc, "events": events, "log": log_path}
+        with self.critical():
+            helper = start_helper(self.procs, [sys.executable, "-m", "dsv4_doctor.pluginhost", "@" + request_path,
+                                               events], log_path, child_env(budget_s))
+        return {"info": info, "helper": helper, "events": events, "log": log_path}
 
     def _end_host(self, host: dict, deadline: float):
         """Wait for a host until the deadline, kill it and whatever it started; (its events, how it ended, its log)."""
         from .pluginhost import read_events
         from .procs import kill_orphan_group, remove_tempdir
 
-        proc = host["proc"]
-        try:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            how = "" if proc.returncode == 0 else (f"killed by {signal.Signals(-proc.returncode).name}"
-                                                   if proc.returncode < 0 else f"exited with code {proc.returncode}")
-            if time.monotonic() >= deadline - 0.5 and proc.returncode >= 0:
-                # The host ends itself at the run's deadline: a check still running then ran out of time (found
-                # in review: "the plugin host exited while this check ran" for a hung check).
-                how = "stopped at the run's deadline"
-        except Exception:
+        end = host["helper"].finish(deadline)
+        if end.timed_out or end.returncode is None:
             how = "did not finish in time and was killed"
-        kill_group(proc)
-        self.procs.release(proc)
+        elif end.returncode < 0:
+            try:
+                how = f"killed by {signal.Signals(-end.returncode).name}"
+            except ValueError:
+                how = "did not finish in time and was killed"
+        elif time.monotonic() >= deadline - 0.5:
+            # The host ends itself at the run's deadline: a check still running then ran out of time, not "the
+            # plugin host exited while this check ran".
+            how = "stopped at the run's deadline"
+        else:
+            how = "" if end.returncode == 0 else f"exited with code {end.returncode}"
         answer = read_events(host["events"])
         for pid in answer.spawned:  # a killed host cannot clean up its probes: the doctor does
             kill_orphan_group(pid)

@@ -199,7 +199,7 @@ def run_in_process(command: str, fmt: str, tmp: Path, stdout: str | None = None,
 
     from dsv4_doctor import cli
     from dsv4_doctor.render import output
-    from dsv4_doctor.session import GATE
+    from dsv4_doctor.signals import GATE
 
     report, rows = hostile_report(passing)
 

@@ -169,7 +169,7 @@ def test_the_layer_gives_up_a_stuck_stream_once_and_a_stuck_write_in_bounded_tim
 
 def test_a_stop_signal_during_a_stuck_write_leaves_it_one_grace_period(monkeypatch):
     from dsv4_doctor.render import output
-    from dsv4_doctor.session import GATE
+    from dsv4_doctor.signals import GATE
 
     monkeypatch.setattr(output, "_given_up", {})
     r, w = full_pipe()

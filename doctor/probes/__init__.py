@@ -15,14 +15,13 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from collections.abc import Iterable, Sequence
 
-from ..procs import Processes, kill_group
+from ..procs import Processes, read_bounded, run_helper
 from ..redact import decode, read_tail, sanitize
 
 PROBE_DIR = Path(__file__).resolve().parent
@@ -204,30 +203,17 @@ def _run_probe(probe: Probe, python: str, timeout: float, procs: Processes) -> P
             # A Python probe answers in out_path, so its stdout joins stderr in the log; a command's stdout is
             # its answer and goes to out_path. The caller's cwd, as the job would have it: relative PYTHONPATH
             # entries resolve the same way.
-            with open(log_path, "wb") as log, open(os.devnull, "rb") as devnull, \
-                    open(out_path if not probe.script else os.devnull, "wb") as cmd_out:
-                proc = procs.spawn(argv, stdin=devnull, stdout=log if probe.script else cmd_out, stderr=log,
-                                   env=child_env(timeout))
+            end = run_helper(procs, argv, log_path, child_env(timeout), timeout,
+                             stdout_path=None if probe.script else out_path)
         except FileNotFoundError:
             return ProbeResult(probe.key, ok=False, duration_s=time.monotonic() - start,
                                error=f"{argv[0]} not found")
         except OSError as exc:
             return ProbeResult(probe.key, ok=False, duration_s=time.monotonic() - start,
                                error=f"could not start {argv[0]}: {exc}")
-        timed_out = False
-        try:
-            proc.wait(timeout=max(0.1, timeout))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            kill_group(proc)  # also whatever the probe left behind in its group
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-            procs.release(proc)
+        timed_out = end.timed_out
         duration = time.monotonic() - start
-        rc = proc.returncode
+        rc = end.returncode
         sig = None if timed_out else signal_name(rc)
         result = ProbeResult(probe.key, ok=False, returncode=rc, signal=sig, timed_out=timed_out,
                              duration_s=duration, stderr_tail=_tail(log_path))
@@ -240,11 +226,7 @@ def _run_probe(probe: Probe, python: str, timeout: float, procs: Processes) -> P
         if not probe.script and rc != 0:
             result.error = f"{argv[0]} exited with code {rc}"
             return result
-        try:
-            with open(out_path, "rb") as fh:
-                raw = fh.read(MAX_ANSWER_BYTES + 1)
-        except OSError:
-            raw = b""
+        raw = read_bounded(out_path, MAX_ANSWER_BYTES + 1) or b""
         if len(raw) > MAX_ANSWER_BYTES:
             result.error = f"answered more than {MAX_ANSWER_BYTES} bytes"
             return result
@@ -275,6 +257,13 @@ NVIDIA_SMI = Probe.command(
 )
 
 STATIC_SCRIPT = "dsv4probe_static.py"
+STATIC_TIMEOUT_S = 30.0
+
+
+def static_probe_for(request: StaticRequest, probe_timeout_s: float) -> Probe:
+    return Probe.python("static", STATIC_SCRIPT, request.to_json(), timeout_s=min(STATIC_TIMEOUT_S, probe_timeout_s))
+
+
 TORCH = Probe.python("torch", "dsv4probe_torch.py")
 
 # The target handshake: runs on any Python (2.7 included), so an interpreter too old for the probes is still named.

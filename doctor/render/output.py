@@ -35,7 +35,7 @@ _given_up: dict[int, str] = {}  # fd -> why it is no longer written (this run)
 
 
 def _gate_signal() -> int | None:
-    from ..session import GATE
+    from ..signals import GATE
 
     return GATE.late
 

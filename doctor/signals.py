@@ -1,0 +1,132 @@
+"""The doctor's one signal policy: the process-wide `GATE` for `check`, `fix` and `preflight` runs (a signal
+interrupts the run once and never cuts the report short), and `ApplySignals` while `fix --apply` runs pip (a signal
+kills pip's process group and stops the plan).
+
+It imports only the model (for `Interrupted`), so every layer (the CLI, the fix planner, the fleet, the renderers)
+may read the gate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from typing import Any
+
+from .model import Interrupted
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class SignalGate:
+    """The process's SIGINT/SIGTERM/SIGHUP handling, one for the whole run: the CLI installs it first thing and
+    restores the original dispositions last (and before exec), so there is no moment in which a signal meets the
+    default action (dying without a report) or Python's KeyboardInterrupt in the middle of writing the report.
+
+    Armed (a run is going): the first signal raises Interrupted in the main thread, unless a critical block defers
+    it to the block's end. Shielded (the run is over, the report is being written): a signal is only recorded, and
+    the caller decides after the report (`late`: preflight then does not exec). A signal before
+    the session's handlers were installed killed the doctor; one during the report gave a traceback."""
+
+    def __init__(self):
+        self.depth = 0
+        self.original: dict[int, Any] = {}
+        self.fired: int | None = None
+        self.late: int | None = None
+        self.shielded = True
+        self.deferring = 0
+        self.pending: int | None = None
+
+    def install(self) -> bool:
+        """Install the handlers; nested calls only count. True for the outermost call (which must `uninstall`)."""
+        self.depth += 1
+        if self.depth > 1:
+            return False
+        for sig in STOP_SIGNALS:
+            with contextlib.suppress(ValueError, OSError):  # not the main thread
+                self.original[sig] = signal.signal(sig, self._on_signal)
+        return True
+
+    def uninstall(self) -> None:
+        self.depth = max(0, self.depth - 1)
+        if self.depth:
+            return
+        for sig, handler in self.original.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, handler)
+        self.original.clear()
+
+    def arm(self) -> None:
+        """A run starts: the next signal interrupts it (one that came while shielded does at once)."""
+        self.fired, self.shielded, self.deferring, self.pending = None, False, 0, None
+        if self.late is not None:
+            signum, self.late = self.late, None
+            self.fired = signum
+            raise Interrupted(signum)
+
+    def shield(self) -> None:
+        self.shielded = True
+
+    @contextlib.contextmanager
+    def critical(self):
+        """A signal arriving here waits until the block is done (a child started but not yet tracked would leak)."""
+        self.deferring += 1
+        try:
+            yield
+        finally:
+            self.deferring -= 1
+            if not self.deferring and self.pending is not None and self.fired is None and not self.shielded:
+                signum, self.pending = self.pending, None
+                self.fired = signum
+                raise Interrupted(signum)
+
+    @contextlib.contextmanager
+    def suspended(self):
+        """The original dispositions for a moment (a y/N prompt must stay interruptible by Ctrl-C)."""
+        saved = {sig: signal.getsignal(sig) for sig in self.original}
+        for sig, handler in self.original.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, handler)
+        try:
+            yield
+        finally:
+            for sig, handler in saved.items():
+                with contextlib.suppress(ValueError, OSError, TypeError):
+                    signal.signal(sig, handler)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.shielded or self.fired is not None:
+            self.late = self.late or signum
+            return
+        if self.deferring:
+            self.pending = self.pending or signum
+            return
+        self.fired = signum
+        raise Interrupted(signum)
+
+
+GATE = SignalGate()
+
+
+class ApplySignals:
+    """While pip runs: a signal kills pip's process group and stops the plan (pip runs in its own session, so the
+    terminal's Ctrl-C would not reach it). Nothing is raised from the handler, so no child can escape tracking."""
+
+    def __init__(self, procs):
+        self.procs = procs
+        self.signum: int | None = None
+        self._old: dict = {}
+
+    def __enter__(self):
+        for sig in STOP_SIGNALS:
+            with contextlib.suppress(ValueError, OSError):
+                self._old[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def _on_signal(self, signum, frame) -> None:
+        self.signum = self.signum or signum
+        self.procs.kill_live()
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._old.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, handler)

@@ -1,0 +1,131 @@
+"""The doctor's modules import downward only and in no loop: read from each module's AST (nothing is imported)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+DOCTOR = Path(__file__).resolve().parent.parent / "doctor"
+
+# Lowest first. A module may import its own layer and the ones below it, never one above. A module missing here
+# fails the test, so a new one is placed on purpose.
+LAYERS: list[tuple[str, set[str]]] = [
+    ("base", {"doctor", "model", "redact", "kernelcache", "facts", "procs", "signals"}),
+    ("job", {"job"}),
+    ("probes", {"probes"}),
+    ("engine", {"registry", "runner", "api", "testing"}),
+    ("render", {"render"}),
+    ("session", {"report", "pluginhost", "plugins", "session", "fixplan", "fleetmerge"}),
+    ("commands", {"fleet", "fleettransport", "fleetrun", "app"}),
+    ("cli", {"cli", "launch", "__main__"}),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(DOCTOR).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts) or "doctor"
+
+
+# The job's command-line parse and model: one unit, as a sub-package would be.
+JOB_MODULES = {"jobargs", "jobshape", "jobsettings", "bridgerule"}
+
+
+def group_of(module: str) -> str:
+    """A sub-package (render, probes, job) is one unit: its modules share its layer and may import each other."""
+    top = module.split(".")[0]
+    return "job" if top in JOB_MODULES else top
+
+
+def doctor_modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(DOCTOR.rglob("*.py")):
+        if "probes" in path.parts and path.name != "__init__.py":
+            continue  # probe scripts run in the target interpreter and import nothing of the doctor
+        if "schema" in path.parts:
+            continue
+        out[module_name(path)] = path
+    return out
+
+
+def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
+    """The doctor modules `module` imports (relative imports, lazy ones inside functions included)."""
+    package = module.split(".") if path.name == "__init__.py" and module != "doctor" else module.split(".")[:-1]
+    if module == "doctor":
+        package = []
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom) or not node.level:
+            continue
+        base = package[:len(package) - (node.level - 1)] if node.level > 1 else package
+        target = ".".join([*base, *([node.module] if node.module else [])])
+        for candidate in [target, *(f"{target}.{a.name}".lstrip(".") for a in node.names)]:
+            candidate = candidate or "doctor"
+            if candidate in known and candidate != module:
+                found.add(candidate)
+    return found
+
+
+def layer_index() -> dict[str, int]:
+    return {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
+
+
+def test_every_module_has_a_layer():
+    layers = layer_index()
+    missing = sorted(m for m in doctor_modules() if group_of(m) not in layers)
+    assert not missing, f"place these modules in LAYERS: {missing}"
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    layers = layer_index()
+    modules = doctor_modules()
+    upward = []
+    for module, path in modules.items():
+        mine = layers.get(group_of(module))
+        if mine is None:
+            continue
+        for dep in imports_of(module, path, set(modules)):
+            theirs = layers.get(group_of(dep))
+            if theirs is not None and theirs > mine:
+                upward.append(f"{module} ({LAYERS[mine][0]}) imports {dep} ({LAYERS[theirs][0]})")
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_loop_between_units():
+    modules = doctor_modules()
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        mine = group_of(module)
+        graph.setdefault(mine, set()).update(d for d in map(group_of, imports_of(module, path, set(modules)))
+                                             if d != mine)
+    graph.get("doctor", set()).clear()  # the package itself: its __init__ holds only the version
+    loops = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                loops.append(" -> ".join(trail[trail.index(dep):] + [dep]))
+            elif dep not in state:
+                visit(dep, trail + [dep])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not loops, "import loops:\n" + "\n".join(loops)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from .model import X\n", {"model"}),
+    ("def f():\n    from .session import run_check\n", {"session"}),
+    ("from . import model\n", {"model"}),
+])
+def test_imports_are_read_from_the_ast_lazy_ones_included(tmp_path, source, expected):
+    fake = tmp_path / "cli.py"
+    fake.write_text(source, encoding="utf-8")
+    assert imports_of("cli", fake, {"model", "session", "cli"}) == expected
