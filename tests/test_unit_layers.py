@@ -30,14 +30,18 @@ def module_name(path: Path) -> str:
     return ".".join(parts) or "doctor"
 
 
-# The job's command-line parse and model: one unit, as a sub-package would be.
-JOB_MODULES = {"jobargs", "jobshape", "jobsettings", "bridgerule"}
-
-
 def group_of(module: str) -> str:
     """A sub-package (render, probes, job) is one unit: its modules share its layer and may import each other."""
-    top = module.split(".")[0]
-    return "job" if top in JOB_MODULES else top
+    return module.split(".")[0]
+
+
+def typing_only(tree: ast.AST) -> set[int]:
+    """The ids of import nodes under `if TYPE_CHECKING:`: annotations name a type, they load nothing at run time."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return out
 
 
 def doctor_modules() -> dict[str, Path]:
@@ -57,8 +61,10 @@ def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
     if module == "doctor":
         package = []
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if not isinstance(node, ast.ImportFrom) or not node.level:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    annotations = typing_only(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom) or not node.level or id(node) in annotations:
             continue
         base = package[:len(package) - (node.level - 1)] if node.level > 1 else package
         target = ".".join([*base, *([node.module] if node.module else [])])
