@@ -96,6 +96,15 @@ def run_doctor(*args: str, sites: tuple[Path, ...] = (), env: dict | None = None
     return Run(done.returncode, done.stdout, done.stderr, time.monotonic() - start)
 
 
+# Each test's doctor runs its probes concurrently, so more workers than cores only queue; past 8 the shared wheel
+# cache and process start-up, not the cores, are the limit.
+MAX_WORKERS = 8
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+
+
 @pytest.fixture
 def site(tmp_path) -> FakeSite:
     return FakeSite(tmp_path / "site")

@@ -6,6 +6,7 @@ Cached under .cache/wheels (ignored by git) and reused when present: `python tes
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -51,11 +52,21 @@ def _pip(*args: str) -> None:
 
 
 def ensure(key: str) -> Path:
-    """The unpacked environment for `key`, fetched once."""
-    requirement, extra = WHEELS[key]
+    """The unpacked environment for `key`, fetched once. Parallel test workers may ask for the same key at once:
+    one fetches under an exclusive lock, the others wait for it and reuse its result."""
     target = CACHE / "envs" / key
     if (target / ".complete").exists():
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(key + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / ".complete").exists():
+            _fetch(key, target)
+    return target
+
+
+def _fetch(key: str, target: Path) -> None:
+    requirement, extra = WHEELS[key]
     DOWNLOADS.mkdir(parents=True, exist_ok=True)
     _pip("download", "--no-deps", "--only-binary=:all:", "-d", str(DOWNLOADS), *extra, requirement)
     tmp = target.with_name(key + ".partial")
@@ -65,7 +76,6 @@ def ensure(key: str) -> Path:
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
     (target / ".complete").write_text(requirement + "\n")
-    return target
 
 
 if __name__ == "__main__":
