@@ -1,4 +1,53 @@
-"""Built-in checks, one module per area. Each module is registered under the `dsv4_doctor.checks` entry-point group
-in pyproject.toml, exactly as a third-party plugin would be. An area's own probe scripts (dsv4probe_driver.py for
-gpu.driver, dsv4probe_libs.py for te.import's library lookup) lie beside its checks (`Probe.beside`); the engine's
-(static, import, torch, fleet, common) stay in dsv4_doctor/probes."""
+"""Built-in checks, one module per area. The package is one entry point of the `dsv4_doctor.checks` group in
+pyproject.toml, exactly as a third-party plugin would be; its `CHECKS` are every area's checks, in report order.
+An area's own probe scripts (dsv4probe_driver.py for gpu.driver, dsv4probe_libs.py for te.import's library lookup)
+lie beside its checks (`Probe.beside`); the engine's (static, import, torch, fleet, common) stay in
+dsv4_doctor/probes.
+
+`CHECKS` is computed on first use, so that importing a helper module (`dsv4_doctor.checks.fixes`) does not import
+every area."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# area (the prefix of its check ids) -> module, in report order
+AREAS = {
+    "python": "python_checks",
+    "torch": "torch_checks",
+    "gpu": "gpu_checks",
+    "te": "te_checks",
+    "deps": "deps_checks",
+    "cudnn-fe": "cudnn_fe_checks",
+    "tvm-ffi": "tvm_ffi_checks",
+    "cutlass-dsl": "cutlass_dsl_checks",
+    "mcore": "mcore_checks",
+    "verl": "verl_checks",
+    "mbridge": "mbridge_checks",
+    "libs": "libs_checks",
+    "kernels": "kernels_checks",
+    "smoke": "smoke",
+    "job": "job_checks",
+    "fleet": "fleet_checks",
+}
+
+
+def area_of(module: str) -> str | None:
+    """The area a module's checks belong to: `dsv4_doctor.checks.cudnn_fe_checks` -> `cudnn-fe`, any module of
+    `dsv4_doctor.checks.smoke` -> `smoke`; None for a module outside the built-ins."""
+    prefix = __name__ + "."
+    if not module.startswith(prefix):
+        return None
+    top = module[len(prefix):].split(".")[0]
+    return next((area for area, name in AREAS.items() if name == top), None)
+
+
+def __getattr__(name: str) -> Any:
+    if name != "CHECKS":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    checks = []
+    for module in AREAS.values():
+        checks.extend(importlib.import_module(f"{__name__}.{module}").CHECKS)
+    globals()["CHECKS"] = checks
+    return checks

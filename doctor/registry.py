@@ -124,7 +124,7 @@ def _dist_of(folder: str) -> tuple[str, str | None]:
     return name, version
 
 
-_BUILTIN_VALUE = re.compile(r"dsv4_doctor\.checks\.([a-z_]+)")
+_BUILTIN_VALUE = re.compile(r"dsv4_doctor\.checks(?:\.([a-z_]+))?")
 
 
 def builtin_dir() -> str:
@@ -140,7 +140,9 @@ def is_builtin(value: str) -> bool:
     m = _BUILTIN_VALUE.fullmatch(value.strip())
     if not m:
         return False
-    name, here = m.group(1), builtin_dir()
+    name, here = m.group(1) or "", builtin_dir()
+    if not name:
+        return bool(here) and os.path.isfile(os.path.join(here, "__init__.py"))
     return bool(here) and (os.path.isfile(os.path.join(here, name + ".py")) or
                            os.path.isfile(os.path.join(here, name, "__init__.py")))
 
