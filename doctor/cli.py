@@ -19,7 +19,6 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Optional
 
 from . import __version__
 from .model import ExitCode, Profile, UsageError
@@ -93,6 +92,9 @@ DESCRIPTION = ("Preflight checks for DeepSeek-V4 context-parallel training (verl
 PREFLIGHT_EPILOG = ("The report goes to stderr (text), the job's stdout stays clean. Exit: the command's own exit code "
                     "when it ran (it replaces the doctor: same pid); 1 when a check failed (or warned, with --strict) "
                     "and the command did not start; 2 usage error; 129/130/143 interrupted.")
+SMOKE_EPILOG = ("Exit codes: 0 the smoke forward passed or was skipped; 1 it failed or errored; 2 usage error; 3 the "
+                "doctor itself crashed (the report is still written); 4 the report could not be written to --output "
+                "(it went to stdout); 129/130/143 interrupted by SIGHUP/SIGINT/SIGTERM.")
 FIX_EPILOG = ("Exit codes: 0 a plan was printed (or nothing to fix); 1 some failure has no fix; 2 usage error. With "
               "--apply: the re-check's exit code.")
 # Every attribute a handler reads, with its value when the command has no such option.
@@ -108,9 +110,9 @@ NAMESPACE_DEFAULTS: dict = {
 def _namespace(command: str, values: dict) -> argparse.Namespace:
     """The handlers' view of a command line: the same attribute names whatever parsed it."""
     given = {k: v for k, v in values.items() if k in NAMESPACE_DEFAULTS}
-    distributed = given.get("distributed")
-    given["distributed"] = {True: "on", False: "off"}.get(distributed, "auto") if not isinstance(distributed, str) \
-        else distributed
+    distributed = given.get("distributed")  # --distributed/--no-distributed, or neither
+    if not isinstance(distributed, str):
+        given["distributed"] = "auto" if distributed is None else ("on" if distributed else "off")
     if given.get("job_command") is None:
         given["job_command"] = []
     for key in ("only", "skip"):  # a repeatable option given no time is None, as argparse had it
@@ -189,45 +191,46 @@ def _app():
 
     @app.command(help="Check this environment for the planned DSv4 job (the default).", epilog=EXIT_CODES_HELP)
     def check(
-        cp: Optional[int] = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
-        dsa_backend: Optional[str] = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
-        gpu_arch: Optional[str] = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
-        python: Optional[str] = Option(None, "--python", metavar="PATH", help=python_help),
+        cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
+        dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
+        gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
+        python: str | None = Option(None, "--python", metavar="PATH", help=python_help),
         timeout: float = Option(60.0, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
-        only: Optional[list[str]] = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
-        skip: Optional[list[str]] = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
+        only: list[str] | None = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
+        skip: list[str] | None = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
         format: str = Option("text", "-f", "--format", click_type=report_formats, help=format_help),
-        output: Optional[str] = Option(None, "-o", "--output", metavar="FILE", help=output_help),
+        output: str | None = Option(None, "-o", "--output", metavar="FILE", help=output_help),
         strict: bool = Option(False, "--strict", help="Warnings fail too (exit 1)."),
         static_only: bool = Option(False, "--static-only", help="Skip every check that imports packages "
                                    "(metadata, file locations and ast only)."),
         no_smoke: bool = Option(False, "--no-smoke", help="Skip the smoke forward."),
         device: str = Option("auto", "--device", click_type=device_choice, help="Where the smoke forward runs: "
                              "auto (a GPU when one is visible, else skipped), cuda, cpu."),
-        distributed: Optional[bool] = Option(None, "--distributed/--no-distributed", help=dist_help,
+        distributed: bool | None = Option(None, "--distributed/--no-distributed", help=dist_help,
                                              rich_help_panel=fleet, show_default=False),
-        fleet_port: Optional[int] = Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
-        fleet_wait: Optional[float] = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
+        fleet_port: int | None = Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
+        fleet_wait: float | None = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
         anonymize_hosts: bool = Option(False, "--anonymize-hosts", help=anon_help),
         verbose_ranks: bool = Option(False, "--verbose-ranks", help=ranks_help),
         no_kernel_cache: bool = Option(False, "--no-kernel-cache", help=cache_help),
-        job_args: Optional[str] = Option(None, "--job-args", metavar="CMD", help=job_args_help),
+        job_args: str | None = Option(None, "--job-args", metavar="CMD", help=job_args_help),
     ) -> None:
         take("check", locals())
 
-    @app.command(help="Run only the smoke forward.", epilog=EXIT_CODES_HELP)
+    @app.command(help="Run only the smoke forward.", epilog=SMOKE_EPILOG)
     def smoke(
-        cp: Optional[int] = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
-        dsa_backend: Optional[str] = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
-        gpu_arch: Optional[str] = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
-        python: Optional[str] = Option(None, "--python", metavar="PATH", help=python_help),
+        cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N",
+                                   help="Context-parallel size of the planned job (1-1024; default 1)."),
+        dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
+        gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
+        python: str | None = Option(None, "--python", metavar="PATH", help=python_help),
         timeout: float = Option(60.0, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
         format: str = Option("text", "-f", "--format", click_type=report_formats, help=format_help),
-        output: Optional[str] = Option(None, "-o", "--output", metavar="FILE", help=output_help),
-        distributed: Optional[bool] = Option(None, "--distributed/--no-distributed", help=dist_help,
+        output: str | None = Option(None, "-o", "--output", metavar="FILE", help=output_help),
+        distributed: bool | None = Option(None, "--distributed/--no-distributed", help=dist_help,
                                              show_default=False),
-        fleet_port: Optional[int] = Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
-        fleet_wait: Optional[float] = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
+        fleet_port: int | None = Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
+        fleet_wait: float | None = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
         anonymize_hosts: bool = Option(False, "--anonymize-hosts", help=anon_help),
         verbose_ranks: bool = Option(False, "--verbose-ranks", help=ranks_help),
         device: str = Option("auto", "--device", click_type=device_choice,
@@ -256,17 +259,17 @@ def _app():
     @app.command(help="Print the fix plan of the current failures as a shell script (or --apply it).",
                  epilog=FIX_EPILOG)
     def fix(
-        cp: Optional[int] = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
-        dsa_backend: Optional[str] = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
-        gpu_arch: Optional[str] = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
-        python: Optional[str] = Option(None, "--python", metavar="PATH", help=python_help),
+        cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
+        dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
+        gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
+        python: str | None = Option(None, "--python", metavar="PATH", help=python_help),
         timeout: float = Option(60.0, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
-        only: Optional[list[str]] = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
-        skip: Optional[list[str]] = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
+        only: list[str] | None = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
+        skip: list[str] | None = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
         apply: bool = Option(False, "--apply", help="Run the plan's pip steps with the target's pip, then re-check. "
                              "Manual steps (torch) and job settings are never run."),
         yes: bool = Option(False, "--yes", "-y", help="Do not ask before applying (needed without a terminal)."),
-        job_args: Optional[str] = Option(None, "--job-args", metavar="CMD", help=(
+        job_args: str | None = Option(None, "--job-args", metavar="CMD", help=(
             "The training command, as one shell-quoted string: the job.* checks run, and the plan ends with the "
             "job's settings (CP_ARGS, export lines), as comments.")),
     ) -> None:
@@ -276,32 +279,32 @@ def _app():
                  epilog=PREFLIGHT_EPILOG,
                  context_settings={"allow_interspersed_args": False, "ignore_unknown_options": False})
     def preflight(
-        gpu_arch: Optional[str] = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=(
+        gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=(
             "Compute capability the job runs on; default: detected with nvidia-smi.")),
-        cp: Optional[int] = Option(None, "--cp", parser=cp_t, metavar="N", help=(
+        cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=(
             "The job's CP size, for a command whose settings the doctor cannot read (a wrapper script); a "
             "command that states its own must agree.")),
-        dsa_backend: Optional[str] = Option(None, "--dsa-backend", click_type=dsa_choice, help=(
+        dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=(
             "The job's dsa_kernel_backend, for a command that does not state it (a wrapper script); a command "
             "that states its own must agree.")),
-        python: Optional[str] = Option(None, "--python", metavar="PATH", help=(
+        python: str | None = Option(None, "--python", metavar="PATH", help=(
             "Interpreter to inspect (default: the one running the doctor; in a job script, the job's python).")),
         timeout: float = Option(60.0, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
-        only: Optional[list[str]] = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
-        skip: Optional[list[str]] = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
+        only: list[str] | None = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
+        skip: list[str] | None = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
         strict: bool = Option(False, "--strict", help="Warnings block the command too."),
         no_smoke: bool = Option(False, "--no-smoke", help="Skip the smoke forward."),
         dry_run: bool = Option(False, "--dry-run", help="Check, report, and stop before running the command."),
-        report: Optional[str] = Option(None, "--report", metavar="FILE", help=(
+        report: str | None = Option(None, "--report", metavar="FILE", help=(
             "Also write the JSON report to FILE (for the job's logs).")),
-        distributed: Optional[bool] = Option(None, "--distributed/--no-distributed", help=dist_help,
+        distributed: bool | None = Option(None, "--distributed/--no-distributed", help=dist_help,
                                              show_default=False),
-        fleet_port: Optional[int] = Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
-        fleet_wait: Optional[float] = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
+        fleet_port: int | None = Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
+        fleet_wait: float | None = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
         anonymize_hosts: bool = Option(False, "--anonymize-hosts", help=anon_help),
         verbose_ranks: bool = Option(False, "--verbose-ranks", help=ranks_help),
         no_kernel_cache: bool = Option(False, "--no-kernel-cache", help=cache_help),
-        job_command: Optional[list[str]] = typer.Argument(None, metavar="-- COMMAND [ARG ...]", show_default=False,
+        job_command: list[str] | None = typer.Argument(None, metavar="-- COMMAND [ARG ...]", show_default=False,
                                                          help="The training command, after `--`."),
     ) -> None:
         take("preflight", locals())
