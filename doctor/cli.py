@@ -36,19 +36,23 @@ FORMATS = ("text", "json", "markdown", "junit")
 
 # ------------------------------------------------------------------------------------------------ argument types
 
+class _BadValue(ValueError):
+    """A value an option does not take; the parser names the option."""
+
+
 def _cp(value: str) -> int:
     try:
         n = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+        raise _BadValue(f"expected a whole number, got {value!r}") from None
     if not 1 <= n <= 1024:
-        raise argparse.ArgumentTypeError(f"--cp must be between 1 and 1024, got {n}")
+        raise _BadValue(f"--cp must be between 1 and 1024, got {n}")
     return n
 
 
 def _gpu_arch(value: str) -> str:
     if not re.fullmatch(r"\d{1,2}\.\d", value):
-        raise argparse.ArgumentTypeError("expected a compute capability such as 9.0 or 10.0")
+        raise _BadValue("expected a compute capability such as 9.0 or 10.0")
     return value
 
 
@@ -56,10 +60,17 @@ def _timeout(value: str) -> float:
     try:
         t = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
+        raise _BadValue(f"expected seconds, got {value!r}") from None
     if not 1.0 <= t <= 3600.0:  # also rejects inf and nan
-        raise argparse.ArgumentTypeError("must be between 1 and 3600 seconds")
+        raise _BadValue("must be between 1 and 3600 seconds")
     return t
+
+
+def _port(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise _BadValue(f"expected a port number, got {value!r}") from None
 
 
 def _ids(values: Sequence[str] | None, option: str = "--only/--skip") -> list[str]:
@@ -74,158 +85,322 @@ def _ids(values: Sequence[str] | None, option: str = "--only/--skip") -> list[st
 
 # ------------------------------------------------------------------------------------------------------ parser
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, its messages through the output layer: an unrecognised argument may be a secret (`--hf-token
-    hf_...` given to the wrong command), and a stuck stderr must not hold the exit."""
+PROG = "dsv4-doctor"
+ROOT_OPTIONS = ("-h", "--help", "--version", "--install-completion", "--show-completion")
+DESCRIPTION = ("Preflight checks for DeepSeek-V4 context-parallel training (verl + Megatron-Core + TE + cuDNN "
+               "frontend). `check` is the default command.")
+PREFLIGHT_EPILOG = ("The report goes to stderr (text), the job's stdout stays clean. Exit: the command's own exit code "
+                    "when it ran (it replaces the doctor: same pid); 1 when a check failed (or warned, with --strict) "
+                    "and the command did not start; 2 usage error; 129/130/143 interrupted.")
+SMOKE_EPILOG = ("Exit codes: 0 the smoke forward passed or was skipped; 1 it failed or errored; 2 usage error; 3 the "
+                "doctor itself crashed (the report is still written); 4 the report could not be written to --output "
+                "(it went to stdout); 129/130/143 interrupted by SIGHUP/SIGINT/SIGTERM.")
+FIX_EPILOG = ("Exit codes: 0 a plan was printed (or nothing to fix); 1 some failure has no fix; 2 usage error. With "
+              "--apply: the re-check's exit code.")
+# Every attribute a handler reads, with its value when the command has no such option.
+NAMESPACE_DEFAULTS: dict = {
+    "cp": None, "dsa_backend": None, "gpu_arch": None, "python": None, "timeout": 60.0, "only": None, "skip": None,
+    "format": "text", "output": None, "strict": False, "static_only": False, "no_smoke": False, "device": "auto",
+    "distributed": "auto", "fleet_port": None, "fleet_wait": None, "anonymize_hosts": False, "verbose_ranks": False,
+    "no_kernel_cache": False, "job_args": None, "dry_run": False, "report": None, "job_command": [],
+    "apply": False, "yes": False, "check_id": None,
+}
 
-    def _print_message(self, message: str, file=None) -> None:
-        if message:
-            (write_stdout if file is sys.stdout else write_stderr)(line_text(message.rstrip("\n")) + "\n")
 
-    def error(self, message: str):
-        write_stderr(line_text(self.format_usage().rstrip("\n")) + "\n")
-        say(f"{self.prog}: error: {message}")
+def _namespace(command: str, values: dict) -> argparse.Namespace:
+    """The handlers' view of a command line: the same attribute names whatever parsed it."""
+    given = {k: v for k, v in values.items() if k in NAMESPACE_DEFAULTS}
+    distributed = given.get("distributed")  # --distributed/--no-distributed, or neither
+    if not isinstance(distributed, str):
+        given["distributed"] = "auto" if distributed is None else ("on" if distributed else "off")
+    if given.get("job_command") is None:
+        given["job_command"] = []
+    for key in ("only", "skip"):  # a repeatable option given no time is None, as argparse had it
+        if key in given and not given[key]:
+            given[key] = None
+    return argparse.Namespace(command=command, **{**NAMESPACE_DEFAULTS, **given})
+
+
+def _checked(convert):
+    """An option's parser: a value it refuses is a usage error that names the option."""
+    def parse(value: str):
+        from typer import BadParameter
+
+        try:
+            return convert(value)
+        except _BadValue as exc:
+            raise BadParameter(str(exc)) from None
+    parse.__name__ = convert.__name__.lstrip("_")
+    return parse
+
+
+def _app():
+    """The typer application; built on demand so that nothing of typer is imported before it is needed."""
+    import functools
+
+    import typer
+
+    Option = functools.partial(typer.Option, show_default=False)  # each help text states its own default
+    from typer._types import TyperChoice as Choice
+
+    app = typer.Typer(name=PROG, help=DESCRIPTION, epilog=EXIT_CODES_HELP, rich_markup_mode=None,
+                      add_completion=True, no_args_is_help=False, pretty_exceptions_enable=False,
+                      context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
+    chosen: dict = {}
+
+    def take(command: str, values: dict) -> None:
+        chosen["args"] = _namespace(command, values)
+
+    def version(value: bool) -> None:
+        if value:
+            write_stdout(f"{PROG} {__version__}\n")
+            raise typer.Exit(0)
+
+    @app.callback()
+    def root(_version: bool = Option(False, "--version", callback=version, is_eager=True,
+                                     help="Print the version and exit.")) -> None:
+        pass
+
+    cp_help = "Context-parallel size of the planned job (1-1024; default 1, or the job's with --job-args)."
+    dsa_help = "Megatron dsa_kernel_backend (default: cudnn, as the MLM CLI resolves it for dsv4_hybrid)."
+    arch_help = "Compute capability the job runs on, e.g. 10.0; default: detected with nvidia-smi."
+    python_help = "Interpreter to inspect (default: the one running the doctor)."
+    timeout_help = "Seconds each isolated probe may take before it is killed (default 60)."
+    plugin_timeout_help = "Seconds a third-party plugin may take to load and describe itself (default 30)."
+    only_help = "Run only these check ids (repeatable; globs such as 'cudnn-fe.*' allowed)."
+    skip_help = "Skip these check ids (repeatable; globs)."
+    format_help = "Report format (default text)."
+    output_help = "Write the report to FILE instead of stdout."
+    cache_help = ("Do not give the probes the doctor's persistent CuTe DSL kernel cache "
+                  "(~/.cache/dsv4-doctor/cute-dsl; also DSV4_DOCTOR_KERNEL_CACHE=off).")
+    fleet = "Fleet mode (one report for every rank of a torchrun or srun job)"
+    dist_help = ("Run as one rank of a fleet (default: on when torchrun or an srun step with more than one task "
+                 "launched this process); --no-distributed runs single-host even under torchrun or srun.")
+    port_help = ("The port rank 0 serves the exchange on (default MASTER_PORT + 1, so the job's own port stays free; "
+                 "in an srun step without MASTER_PORT, a port derived from the job and step ids).")
+    wait_help = ("Seconds the other ranks have to report, counted once rank 0's exchange helper hosts the store "
+                 "(default: the rest of the run's time budget plus 15 s of launcher skew, plus one more budget when "
+                 "a rank may run its host-level checks itself).")
+    anon_help = "Name hosts in the fleet report by a salted hash (one salt per run) instead of their name."
+    ranks_help = "Every rank other than 0 also prints its own report to stderr (by default they print nothing)."
+    job_args_help = ("The training command, as one shell-quoted string: its DSv4 settings set the profile and the "
+                     "job.* checks run (what `preflight` does, without running it).")
+    cp_t, arch_t, timeout_t, port_t = _checked(_cp), _checked(_gpu_arch), _checked(_timeout), _checked(_port)
+    dsa_choice, device_choice = Choice(["cudnn", "none"]), Choice(["auto", "cuda", "cpu"])
+    report_formats = Choice(list(FORMATS))
+
+    @app.command(help="Check this environment for the planned DSv4 job (the default).", epilog=EXIT_CODES_HELP)
+    def check(
+        cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
+        dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
+        gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
+        python: str | None = Option(None, "--python", metavar="PATH", help=python_help),
+        timeout: float = Option(60.0, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
+        only: list[str] | None = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
+        skip: list[str] | None = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
+        format: str = Option("text", "-f", "--format", click_type=report_formats, help=format_help),
+        output: str | None = Option(None, "-o", "--output", metavar="FILE", help=output_help),
+        strict: bool = Option(False, "--strict", help="Warnings fail too (exit 1)."),
+        static_only: bool = Option(False, "--static-only", help="Skip every check that imports packages "
+                                   "(metadata, file locations and ast only)."),
+        no_smoke: bool = Option(False, "--no-smoke", help="Skip the smoke forward."),
+        device: str = Option("auto", "--device", click_type=device_choice, help="Where the smoke forward runs: "
+                             "auto (a GPU when one is visible, else skipped), cuda, cpu."),
+        distributed: bool | None = Option(None, "--distributed/--no-distributed", help=dist_help,
+                                             rich_help_panel=fleet, show_default=False),
+        fleet_port: int | None = Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
+        fleet_wait: float | None = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
+        anonymize_hosts: bool = Option(False, "--anonymize-hosts", help=anon_help),
+        verbose_ranks: bool = Option(False, "--verbose-ranks", help=ranks_help),
+        no_kernel_cache: bool = Option(False, "--no-kernel-cache", help=cache_help),
+        job_args: str | None = Option(None, "--job-args", metavar="CMD", help=job_args_help),
+    ) -> None:
+        take("check", locals())
+
+    @app.command(help="Run only the smoke forward.", epilog=SMOKE_EPILOG)
+    def smoke(
+        cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N",
+                                   help="Context-parallel size of the planned job (1-1024; default 1)."),
+        dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
+        gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
+        python: str | None = Option(None, "--python", metavar="PATH", help=python_help),
+        timeout: float = Option(60.0, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
+        format: str = Option("text", "-f", "--format", click_type=report_formats, help=format_help),
+        output: str | None = Option(None, "-o", "--output", metavar="FILE", help=output_help),
+        distributed: bool | None = Option(None, "--distributed/--no-distributed", help=dist_help,
+                                             show_default=False),
+        fleet_port: int | None = Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
+        fleet_wait: float | None = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
+        anonymize_hosts: bool = Option(False, "--anonymize-hosts", help=anon_help),
+        verbose_ranks: bool = Option(False, "--verbose-ranks", help=ranks_help),
+        device: str = Option("auto", "--device", click_type=device_choice,
+                             help="auto: the GPU when torch sees one, else the CPU."),
+        no_kernel_cache: bool = Option(False, "--no-kernel-cache", help=cache_help),
+    ) -> None:
+        take("smoke", locals())
+
+    @app.command(name="list", help="List every check with its title, where it comes from and when it applies.")
+    def list_(
+        format: str = Option("text", "-f", "--format", click_type=Choice(["text", "json", "markdown"]),
+                             help="text, json, or markdown (the README rules table)."),
+        timeout: float = Option(30.0, "--timeout", parser=timeout_t, metavar="S", help=plugin_timeout_help),
+    ) -> None:
+        take("list", locals())
+
+    @app.command(help="Why a check exists, when it applies, its sources and its fixes.")
+    def explain(
+        check_id: str = typer.Argument(..., metavar="ID", help="A check id from `dsv4-doctor list`."),
+        format: str = Option("text", "-f", "--format", click_type=Choice(["text", "json"]),
+                             help="text, or json (the check's entry of `list -f json`)."),
+        timeout: float = Option(30.0, "--timeout", parser=timeout_t, metavar="S", help=plugin_timeout_help),
+    ) -> None:
+        take("explain", locals())
+
+    @app.command(help="Print the fix plan of the current failures as a shell script (or --apply it).",
+                 epilog=FIX_EPILOG)
+    def fix(
+        cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
+        dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
+        gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
+        python: str | None = Option(None, "--python", metavar="PATH", help=python_help),
+        timeout: float = Option(60.0, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
+        only: list[str] | None = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
+        skip: list[str] | None = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
+        apply: bool = Option(False, "--apply", help="Run the plan's pip steps with the target's pip, then re-check. "
+                             "Manual steps (torch) and job settings are never run."),
+        yes: bool = Option(False, "--yes", "-y", help="Do not ask before applying (needed without a terminal)."),
+        job_args: str | None = Option(None, "--job-args", metavar="CMD", help=(
+            "The training command, as one shell-quoted string: the job.* checks run, and the plan ends with the "
+            "job's settings (CP_ARGS, export lines), as comments.")),
+    ) -> None:
+        take("fix", locals())
+
+    @app.command(help="Check the environment and a training command's DSv4 settings, then exec the command.",
+                 epilog=PREFLIGHT_EPILOG,
+                 context_settings={"allow_interspersed_args": False, "ignore_unknown_options": False})
+    def preflight(
+        gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=(
+            "Compute capability the job runs on; default: detected with nvidia-smi.")),
+        cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=(
+            "The job's CP size, for a command whose settings the doctor cannot read (a wrapper script); a "
+            "command that states its own must agree.")),
+        dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=(
+            "The job's dsa_kernel_backend, for a command that does not state it (a wrapper script); a command "
+            "that states its own must agree.")),
+        python: str | None = Option(None, "--python", metavar="PATH", help=(
+            "Interpreter to inspect (default: the one running the doctor; in a job script, the job's python).")),
+        timeout: float = Option(60.0, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
+        only: list[str] | None = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
+        skip: list[str] | None = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
+        strict: bool = Option(False, "--strict", help="Warnings block the command too."),
+        no_smoke: bool = Option(False, "--no-smoke", help="Skip the smoke forward."),
+        dry_run: bool = Option(False, "--dry-run", help="Check, report, and stop before running the command."),
+        report: str | None = Option(None, "--report", metavar="FILE", help=(
+            "Also write the JSON report to FILE (for the job's logs).")),
+        distributed: bool | None = Option(None, "--distributed/--no-distributed", help=dist_help,
+                                             show_default=False),
+        fleet_port: int | None = Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
+        fleet_wait: float | None = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
+        anonymize_hosts: bool = Option(False, "--anonymize-hosts", help=anon_help),
+        verbose_ranks: bool = Option(False, "--verbose-ranks", help=ranks_help),
+        no_kernel_cache: bool = Option(False, "--no-kernel-cache", help=cache_help),
+        job_command: list[str] | None = typer.Argument(None, metavar="-- COMMAND [ARG ...]", show_default=False,
+                                                         help="The training command, after `--`."),
+    ) -> None:
+        take("preflight", locals())
+
+    return app, chosen
+
+
+def _with_default_command(argv: list[str]) -> list[str]:
+    """`dsv4-doctor` and `dsv4-doctor --cp 2 ...` mean `dsv4-doctor check ...`; a first word that is no option is
+    a command (a mistyped one gets a suggestion, not a silent `check`)."""
+    if not argv or (argv[0].startswith("-") and argv[0].split("=", 1)[0] not in ROOT_OPTIONS and argv[0] != "--"):
+        return ["check", *argv]
+    return argv
+
+
+def _error_text(exc) -> str:
+    """A usage error in the doctor's words; what the user typed is data (the output layer cleans and redacts it)."""
+    from typer._click.exceptions import NoSuchOption
+
+    if isinstance(exc, NoSuchOption):
+        near = sorted(set(exc.possibilities or ()))
+        return f"unrecognized arguments: {exc.option_name}" + (f"; did you mean {', '.join(near)}?" if near else "")
+    return exc.format_message()
+
+
+def usage_line(command: str | None) -> str:
+    """`Usage: dsv4-doctor COMMAND [OPTIONS] ...` of one command (or of the root)."""
+    import typer
+
+    app, _ = _app()
+    group = typer.main.get_command(app)
+    ctx = group.make_context(PROG, [], resilient_parsing=True)
+    sub = group.get_command(ctx, command) if command else None  # type: ignore[attr-defined]
+    if sub is None:
+        return group.get_usage(ctx).strip()
+    with sub.make_context(command, [], parent=ctx, resilient_parsing=True) as sub_ctx:
+        return sub.get_usage(sub_ctx).strip()
+
+
+def parse_command_line(argv: list[str]) -> argparse.Namespace:
+    """The handlers' namespace from the command line. Exits: 0 after --help, --version or completion; 2 on a usage
+    error, said through the output layer. preflight's words after the first `--` are the job's, never parsed."""
+    import typer
+    from typer._click.exceptions import ClickException, NoSuchOption, UsageError as ClickUsageError
+    from typer.exceptions import Abort, Exit
+
+    argv = _with_default_command(list(argv))
+    job_tail: list[str] | None = None
+    if argv[:1] == ["preflight"] and "--" in argv:
+        cut = argv.index("--")
+        argv, job_tail = argv[:cut], argv[cut:]
+    try:
+        app, chosen = _app()
+        result = typer.main.get_command(app).main(args=argv, prog_name=PROG, standalone_mode=False)
+    except ClickException as exc:
+        if isinstance(exc, ClickUsageError) and exc.ctx is not None:
+            write_stderr(line_text(exc.ctx.get_usage().strip()) + "\n")
+        where = f"{PROG} {exc.ctx.info_name}" if isinstance(exc, ClickUsageError) and exc.ctx is not None \
+            and exc.ctx.parent is not None else PROG
+        say(f"{where}: error: {_error_text(exc)}")
+        if isinstance(exc, NoSuchOption):
+            say(f"Try '{PROG} {argv[0] if argv else ''} --help'.".replace("  ", " "))
         finish_streams()
         sys.exit(int(ExitCode.USAGE))
+    except Exit as exc:
+        finish_streams()
+        sys.exit(exc.exit_code)
+    except Abort:  # end of input at a prompt
+        finish_streams()
+        sys.exit(int(ExitCode.USAGE))
+    except Exception as exc:  # a defect of the doctor's own: one line that says where, never a traceback
+        say(f"{PROG}: internal error: {_where(exc)}")
+        finish_streams()
+        sys.exit(int(ExitCode.INTERNAL))
+    args = chosen.get("args")
+    if args is None:  # --help, --version, completion: said and done
+        finish_streams()
+        sys.exit(result if isinstance(result, int) else 0)
+    if job_tail is not None:
+        args.job_command = list(args.job_command) + job_tail
+    return args
 
 
-def _profile_options(p: argparse.ArgumentParser, gpu_arch: bool = True) -> None:
-    p.add_argument("--cp", type=_cp, default=None, metavar="N",
-                   help="Context-parallel size of the planned job (1-1024; default 1, or the job's with --job-args).")
-    p.add_argument("--dsa-backend", choices=("cudnn", "none"), default=None,
-                   help="Megatron dsa_kernel_backend (default: cudnn, as the MLM CLI resolves it for dsv4_hybrid).")
-    if gpu_arch:
-        p.add_argument("--gpu-arch", type=_gpu_arch, metavar="X.Y",
-                       help="Compute capability the job runs on, e.g. 10.0; default: detected with nvidia-smi.")
-    p.add_argument("--python", metavar="PATH", help="Interpreter to inspect (default: the one running the doctor).")
-    p.add_argument("--timeout", type=_timeout, default=60.0, metavar="S",
-                   help="Seconds each isolated probe may take before it is killed (default 60).")
+class _CommandParser:
+    """One command's parser, for code that parses a command's words (the docs' examples, tests)."""
+
+    def __init__(self, command: str | None):
+        self.command = command
+
+    def parse_args(self, words: Sequence[str]) -> argparse.Namespace:
+        return parse_command_line(([self.command] if self.command else []) + list(words))
 
 
-def _kernel_cache_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--no-kernel-cache", action="store_true",
-                   help="Do not give the probes the doctor's persistent CuTe DSL kernel cache "
-                        "(~/.cache/dsv4-doctor/cute-dsl; also DSV4_DOCTOR_KERNEL_CACHE=off).")
-
-
-def _fleet_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("fleet mode (one report for every rank of a torchrun or srun job)")
-    g.add_argument("--distributed", dest="distributed", action="store_const", const="on", default="auto",
-                   help="Run as one rank of a fleet (default: on when torchrun or an srun step with more than one "
-                        "task launched this process).")
-    g.add_argument("--no-distributed", dest="distributed", action="store_const", const="off",
-                   help="Run single-host even under torchrun or srun.")
-    g.add_argument("--fleet-port", type=int, metavar="PORT",
-                   help="The port rank 0 serves the exchange on (default MASTER_PORT + 1, so the job's own port "
-                        "stays free; in an srun step without MASTER_PORT, a port derived from the job and step ids).")
-    g.add_argument("--fleet-wait", type=_timeout, metavar="S",
-                   help="Seconds the other ranks have to report, counted once rank 0's exchange helper hosts the "
-                        "store (default: the rest of the run's time budget plus 15 s of launcher skew, plus one "
-                        "more budget when a rank may run its host-level checks itself).")
-    g.add_argument("--anonymize-hosts", action="store_true",
-                   help="Name hosts in the fleet report by a salted hash (one salt per run) instead of their name.")
-    g.add_argument("--verbose-ranks", action="store_true",
-                   help="Every rank other than 0 also prints its own report to stderr (by default they print "
-                        "nothing).")
-
-
-def _selection_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--only", action="append", metavar="ID[,ID...]",
-                   help="Run only these check ids (repeatable; globs such as 'cudnn-fe.*' allowed).")
-    p.add_argument("--skip", action="append", metavar="ID[,ID...]", help="Skip these check ids (repeatable; globs).")
-
-
-def _report_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-f", "--format", choices=FORMATS, default="text", help="Report format (default text).")
-    p.add_argument("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
-
-
-def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    """The root parser and each command's (for its usage line on a usage error)."""
-    root = _Parser(
-        prog="dsv4-doctor", epilog=EXIT_CODES_HELP,
-        description="Preflight checks for DeepSeek-V4 context-parallel training (verl + Megatron-Core + TE + cuDNN "
-                    "frontend). `check` is the default command.")
-    root.add_argument("--version", action="version", version=f"dsv4-doctor {__version__}")
-    sub = root.add_subparsers(dest="command", metavar="COMMAND")
-
-    check = sub.add_parser("check", help="Check this environment for the planned DSv4 job (the default).",
-                           epilog=EXIT_CODES_HELP)
-    _profile_options(check)
-    _selection_options(check)
-    _report_options(check)
-    check.add_argument("--strict", action="store_true", help="Warnings fail too (exit 1).")
-    check.add_argument("--static-only", action="store_true",
-                       help="Skip every check that imports packages (metadata, file locations and ast only).")
-    check.add_argument("--no-smoke", action="store_true", help="Skip the smoke forward.")
-    check.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
-                       help="Where the smoke forward runs: auto (a GPU when one is visible, else skipped), cuda, cpu.")
-    _fleet_options(check)
-    _kernel_cache_option(check)
-    check.add_argument("--job-args", metavar="CMD",
-                       help="The training command, as one shell-quoted string: its DSv4 settings set the profile and "
-                            "the job.* checks run (what `preflight` does, without running it).")
-
-    preflight = sub.add_parser(
-        "preflight", help="Check the environment and a training command's DSv4 settings, then exec the command.",
-        usage="dsv4-doctor preflight [options] -- COMMAND [ARG ...]",
-        epilog="The report goes to stderr (text), the job's stdout stays clean. Exit: the command's own exit code "
-               "when it ran (it replaces the doctor: same pid); 1 when a check failed (or warned, with --strict) and "
-               "the command did not start; 2 usage error; 129/130/143 interrupted.")
-    preflight.add_argument("--gpu-arch", type=_gpu_arch, metavar="X.Y",
-                           help="Compute capability the job runs on; default: detected with nvidia-smi.")
-    preflight.add_argument("--cp", type=_cp, default=None, metavar="N",
-                           help="The job's CP size, for a command whose settings the doctor cannot read (a wrapper "
-                                "script); a command that states its own must agree.")
-    preflight.add_argument("--dsa-backend", choices=("cudnn", "none"), default=None,
-                           help="The job's dsa_kernel_backend, for a command that does not state it (a wrapper "
-                                "script); a command that states its own must agree.")
-    preflight.add_argument("--python", metavar="PATH", help="Interpreter to inspect (default: the one running the "
-                           "doctor; in a job script, the job's python).")
-    preflight.add_argument("--timeout", type=_timeout, default=60.0, metavar="S",
-                           help="Seconds each isolated probe may take before it is killed (default 60).")
-    _selection_options(preflight)
-    preflight.add_argument("--strict", action="store_true", help="Warnings block the command too.")
-    preflight.add_argument("--no-smoke", action="store_true", help="Skip the smoke forward.")
-    preflight.add_argument("--dry-run", action="store_true", help="Check, report, and stop before running the command.")
-    preflight.add_argument("--report", metavar="FILE", help="Also write the JSON report to FILE (for the job's logs).")
-    _fleet_options(preflight)
-    _kernel_cache_option(preflight)
-    preflight.add_argument("job_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
-                           help="The training command, after `--`.")
-
-    smoke = sub.add_parser("smoke", help="Run only the smoke forward.", epilog=EXIT_CODES_HELP)
-    _profile_options(smoke)
-    _report_options(smoke)
-    _fleet_options(smoke)
-    smoke.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
-                       help="auto: the GPU when torch sees one, else the CPU.")
-    _kernel_cache_option(smoke)
-
-    lst = sub.add_parser("list", help="List every check, where it comes from and when it applies.")
-    lst.add_argument("-f", "--format", choices=("text", "json", "markdown"), default="text",
-                     help="text, json, or markdown (the README rules table).")
-    lst.add_argument("--timeout", type=_timeout, default=30.0, metavar="S",
-                     help="Seconds a third-party plugin may take to load and describe itself (default 30).")
-
-    explain = sub.add_parser("explain", help="Why a check exists, when it applies, its sources and its fixes.")
-    explain.add_argument("check_id", metavar="ID", help="A check id from `dsv4-doctor list`.")
-    explain.add_argument("--timeout", type=_timeout, default=30.0, metavar="S",
-                         help="Seconds a third-party plugin may take to load and describe itself (default 30).")
-
-    fix = sub.add_parser("fix", help="Print the fix plan of the current failures as a shell script (or --apply it).",
-                         epilog="Exit codes: 0 a plan was printed (or nothing to fix); 1 some failure has no fix; "
-                                "2 usage error. With --apply: the re-check's exit code.")
-    _profile_options(fix)
-    _selection_options(fix)
-    fix.add_argument("--apply", action="store_true", help="Run the plan's pip steps with the target's pip, then "
-                     "re-check. Manual steps (torch) and job settings are never run.")
-    fix.add_argument("--yes", "-y", action="store_true", help="Do not ask before applying (needed without a terminal).")
-    fix.add_argument("--job-args", metavar="CMD",
-                     help="The training command, as one shell-quoted string: the job.* checks run, and the plan ends "
-                          "with the job's settings (CP_ARGS, export lines), as comments.")
-    return root, {"check": check, "smoke": smoke, "list": lst, "explain": explain, "fix": fix,
-                  "preflight": preflight}
+def parser() -> tuple[_CommandParser, dict[str, _CommandParser]]:
+    """The root parser and each command's: `parse_args(words)` gives the handlers' namespace, or exits 2."""
+    return _CommandParser(None), {name: _CommandParser(name) for name in COMMANDS}
 
 
 # ----------------------------------------------------------------------------------------------------- running
@@ -351,6 +526,14 @@ def cmd_explain(args) -> int:
     if c is None:
         near = [x.id for x in checks if args.check_id.split(".")[0] in x.id]
         raise UsageError(f"unknown check {args.check_id!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
+    if args.format == "json":
+        import json
+
+        entry = {"id": c.id, "title": c.title, "origin": c.origin, "applies_when": c.applies_when,
+                 "detects": c.detects, "explanation": c.doc(), "sources": [s.to_dict() for s in c.sources],
+                 "fixes": [{"description": f.description, "commands": [cmd.shell() for cmd in f.commands],
+                            "manual": f.manual} for f in c.fixes]}
+        return _stdout_or_4(json.dumps(Redactor()(entry), indent=2) + "\n", "the explanation")
     return _stdout_or_4(explain_text(c, output_width(isatty(sys.stdout)), Redactor()), "the explanation")
 
 
@@ -472,12 +655,7 @@ def _where(exc: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args_in = list(sys.argv[1:] if argv is None else argv)
-    # `dsv4-doctor` and `dsv4-doctor --cp 2 ...` mean `dsv4-doctor check ...`.
-    if not args_in or (args_in[0] not in COMMANDS and args_in[0] not in ("-h", "--help", "--version")):
-        args_in.insert(0, "check")
-    p, commands = parser()
-    args = p.parse_args(args_in)  # exits 2 on a usage error, 0 for --help/--version
+    args = parse_command_line(list(sys.argv[1:] if argv is None else argv))  # exits 2 on a usage error
     if getattr(args, "no_kernel_cache", False):
         from .kernelcache import ENV
 
@@ -491,7 +669,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         code = handlers[args.command](args)
     except UsageError as exc:
-        write_stderr(line_text(commands.get(args.command, p).format_usage()))
+        write_stderr(line_text(usage_line(args.command)) + "\n")
         say(f"dsv4-doctor {args.command}: error: {exc}")
         code = int(ExitCode.USAGE)
     except Interrupted as exc:  # list and explain: nothing to report, only to stop cleanly

@@ -29,6 +29,7 @@ def render_listing(checks, plugins, fmt: str) -> str:
     if fmt == "markdown":
         return rules_table(checks)
     width = max([len(c.id) for c in checks] + [5])
-    lines = [redact(f"{c.id:<{width}}  {c.origin:<14}  {c.applies_when}") for c in checks]
+    title = max([len(c.title) for c in checks] + [5])
+    lines = [redact(f"{c.id:<{width}}  {c.title:<{title}}  {c.origin:<14}  {c.applies_when}") for c in checks]
     lines += [redact(f"plugin {p.name} ({p.distribution}) failed to load: {p.error}") for p in plugins if p.error]
     return "".join(line + "\n" for line in lines)
