@@ -57,14 +57,14 @@ act_sources() {
     && tar -xzf $A/src/fht-1cc807e.tar.gz -C ~ && tar -xzf $A/extra/go-src.tar.gz -C ~/go || { ts "unpack FAILED"; return; }
   pipi $A/extra/dsv4_doctor-*.whl && ts "doctor $($PY -m dsv4_doctor --version) installed"
   # FlashMLA as the doctor's fix builds it (knowledge 10.4: the CUDA 13 host include path, SM90 only on this GPU)
-  start_build flashmla ~/flashmla 1 0 CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl FLASH_MLA_DISABLE_SM100=1 MAX_JOBS=16 NVCC_THREADS=2
+  [ -n "${PREBUILT:-}" ] || start_build flashmla ~/flashmla 1 0 CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl FLASH_MLA_DISABLE_SM100=1 MAX_JOBS=16 NVCC_THREADS=2
   # fast-hadamard-transform v1.1.0: its setup.py names its gencodes itself (sm_75 .. sm_121), no arch switch to
   # narrow; its one .cu file has ten -gencode targets, which nvcc --threads (NVCC_THREADS) compiles side by side
   start_build fht ~/fht 1 0 FAST_HADAMARD_TRANSFORM_FORCE_BUILD=TRUE NVCC_THREADS=10 MAX_JOBS=1
   # TE's torch extension needs only torch and its own sdist to build; it is installed with TE's core after the runs
   # without TE, and yields the CPU to the two builds those runs need
   cp $A/extra/transformer_engine_torch-2.12.0.tar.gz ~/
-  start_build te-torch ~/transformer_engine_torch-2.12.0.tar.gz 0 15 NVTE_FRAMEWORK=pytorch MAX_JOBS=12
+  [ -n "${PREBUILT:-}" ] || start_build te-torch ~/transformer_engine_torch-2.12.0.tar.gz 0 15 NVTE_FRAMEWORK=pytorch MAX_JOBS=12
   touch $S/done-sources
 }
 
@@ -93,6 +93,12 @@ act_stack() {
   pipi $A/extra/megatron_bridge-*.whl $A/extra/verl-*.whl $A/extra/omegaconf-*.whl $A/extra/antlr4_*.whl \
     && ts "megatron-bridge, verl, omegaconf, antlr4 installed"
   touch $S/done-stack
+}
+
+use_prebuilt() {  # the FlashMLA and TE torch-extension wheels built there in an earlier lease, carried as .gpu/built
+  mkdir -p $B/flashmla $B/te-torch
+  cp $C/built/flash_mla-*.whl $B/flashmla/ && pipi $B/flashmla/*.whl && echo "0 0" > $B/flashmla.done && touch $B/flashmla/*.whl.sent && ts "FlashMLA installed from its earlier build"
+  cp $C/built/transformer_engine_torch-*.whl $B/te-torch/ && echo "0 0" > $B/te-torch.done && touch $B/te-torch/*.whl.sent && ts "TE torch extension: its earlier build"
 }
 
 builds_status() {
@@ -170,6 +176,7 @@ main() {
     case $1 in
     stage) [ "$2" = 1 ] && info; stage "$2"; shift 2 ;;
     te) install_te; shift ;;
+    prebuilt) use_prebuilt; shift ;;
     wait) wait_builds "$2" flashmla fht te-torch; shift 2 ;;
     run) name=$2; shift 2; mkdir -p $R/$name
       ( cd $R/$name && export PYTHONPATH=~/mcore NO_COLOR=1 && ts "run $name" && "run_$name" ) 2>&1 | tee $R/$name/console.txt

@@ -63,7 +63,22 @@ run_bench() {  # issue 24 item 3 on the complete stack: cold (fresh kernel cache
   cd $G || return
   ts "bench --full --cp 2 --repeat ${BENCH_REPEAT:-2} (complete stack)"
   timeout "$(left ${BENCH_LEFT:-585})" $PY benchmarks/bench_check.py --full --cp 2 --repeat ${BENCH_REPEAT:-2} --torch-python $PY \
-    --report-dir $R/bench/full > $R/bench/bench-full.txt 2>&1; echo "bench: exit $?"
+    --check-args "${BENCH_CHECK_ARGS:-}" --report-dir $R/bench/full > $R/bench/bench-full.txt 2>&1; echo "bench: exit $?"
   cd $R/bench || return
   tail -c 4000 bench-full.txt
+}
+
+run_exit0() {  # issue 24 item 1 again on a fresh machine, each smoke build's limit raised (--timeout 120)
+  wait_builds 200 te-torch fht flashmla
+  install_te || return
+  give_back_built 3
+  $PY -m pip list 2>/dev/null > pip-list.txt
+  ts "check --cp 2 --timeout 120"; $D check --cp 2 --timeout 120 -f json -o check-cp2.json; echo "check --cp 2 --timeout 120: exit $?"
+  text_of check-cp2.json; tier2_numbers check-cp2.json
+  ts "env NCCL_NVLS_ENABLE=0 CUDA_DEVICE_MAX_CONNECTIONS=1 check --job-args verl --timeout 120"
+  "${JOBENV[@]}" $D check --job-args "$VERL_CP2" --timeout 120 -f json -o check-job-verl-cp2.json; echo "check --job-args verl cp2: exit $?"
+  text_of check-job-verl-cp2.json
+  ts "preflight stand-in --timeout 120"
+  "${JOBENV[@]}" $D preflight --cp 2 --timeout 120 --report preflight-standin.json -- $PY $J/standin.py --stand-in \
+    > preflight-standin.out 2> preflight-standin.txt; echo "preflight -- stand-in: exit $?"; cat preflight-standin.out
 }
