@@ -264,7 +264,7 @@ def _body(report: Any, out: _Out, verbosity: int, ascii_only: bool) -> None:
 
     glyphs, marks = (ASCII_GLYPHS, ASCII_MARKS) if ascii_only else (GLYPHS, MARKS)
     summary = _summary(report)
-    verdict = Text(_clean(verdict_line(report)), style=STYLE.get(summary.get("status"), ""))
+    verdict = Text(_clean(verdict_line(report)), style=STYLE.get(str(summary.get("status")), ""))
     out.line(_text(top_line(report), "bold"))
     out.line(verdict.copy())
     job = job_line(report)
