@@ -1,0 +1,357 @@
+"""The report as a person reads it in a terminal: grouped by area, worst first, the verdict first and last.
+
+Built from rich `Text` objects only, so nothing read from the environment is ever parsed as markup; every string
+from the report passes the output layer's cleaning and redaction first. Fix commands are printed with soft wrap:
+rich never wraps, crops or re-flows them, so they stay copy-pastable. Only this module imports rich, and only the
+text report imports this module: JSON, JUnit and markdown never load it.
+"""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from typing import Any
+
+from rich.console import Console
+from rich.padding import Padding
+from rich.text import Text
+
+from . import LABEL, shown, verdict_line
+from .output import line_text
+
+# Areas in the order of the built-in check modules (pyproject's entry points); an area not listed comes after,
+# alphabetically.
+AREAS = ("python", "torch", "gpu", "te", "deps", "cudnn-fe", "cutlass-dsl", "tvm-ffi", "mcore", "verl", "mbridge",
+         "libs", "kernels", "smoke", "job", "fleet", "plugin")
+# Worst first: a failure before an error of the doctor's own, then warnings, passes and skips.
+WORST_FIRST = ("fail", "error", "warn", "pass", "skip")
+STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim", "error": "bold magenta"}
+GLYPHS = {"pass": "[✓]", "warn": "[!]", "fail": "[✗]", "error": "[✗]", "skip": "[-]"}
+ASCII_GLYPHS = {"pass": "[+]", "warn": "[!]", "fail": "[x]", "error": "[x]", "skip": "[-]"}
+MARKS = {"pass": "✓", "warn": "!", "fail": "✗", "error": "✗", "skip": "-"}
+ASCII_MARKS = {"pass": "+", "warn": "!", "fail": "x", "error": "x", "skip": "-"}
+EVIDENCE_LINES = 40  # of one row's evidence at -v; the JSON report has all of it
+
+
+# Accessors: the only places that know the report's shape (a dict in the form of dsv4-doctor.report/1).
+def _checks(report: Any) -> list[dict]:
+    return [c for c in report.get("checks") or [] if isinstance(c, dict)]
+
+
+def _profile(report: Any) -> dict:
+    p = report.get("profile")
+    return p if isinstance(p, dict) else {}
+
+
+def _summary(report: Any) -> dict:
+    return report["summary"]
+
+
+def _target_python(report: Any) -> dict:
+    env = report.get("environment") if isinstance(report.get("environment"), dict) else {}
+    target = env.get("target_python")
+    return target if isinstance(target, dict) else {}
+
+
+def _clean(value: Any) -> str:
+    """A report string as the terminal may show it: redacted, without escapes or workflow commands."""
+    return line_text(shown(value, ""))
+
+
+def _text(value: Any, style: str = "") -> Text:
+    return Text(_clean(value), style=style)
+
+
+def area_of(check_id: str) -> str:
+    return str(check_id).split(".", 1)[0]
+
+
+def _area_key(area: str) -> tuple[int, str]:
+    return (AREAS.index(area) if area in AREAS else len(AREAS), area)
+
+
+def _status(c: dict) -> str:
+    s = c.get("status")
+    return s if s in WORST_FIRST else "error"
+
+
+def worst(statuses: list[str]) -> str:
+    """An area's status: its worst row's, or skip when every row was skipped."""
+    for s in ("fail", "error", "warn", "pass"):
+        if s in statuses:
+            return s
+    return "skip"
+
+
+def grouped(report: Any) -> list[tuple[str, list[dict]]]:
+    """The rows by area (in AREAS order), worst first inside each, by id among equals."""
+    areas: dict[str, list[dict]] = {}
+    for c in _checks(report):
+        areas.setdefault(area_of(c.get("id", "")), []).append(c)
+    return [(area, sorted(rows, key=lambda c: (WORST_FIRST.index(_status(c)), str(c.get("id")))))
+            for area, rows in sorted(areas.items(), key=lambda kv: _area_key(kv[0]))]
+
+
+def cp_assumed(report: Any) -> bool:
+    """Whether CP 1 came from the default rather than --cp or the job's command line."""
+    p = _profile(report)
+    if "cp_source" in p:
+        return p.get("cp_source") == "default" and p.get("cp") == 1
+    job = p.get("job") if isinstance(p.get("job"), dict) else None
+    return p.get("cp") == 1 and job is None
+
+
+def _gpu(report: Any) -> str:
+    rows = {c.get("id"): c for c in _checks(report)}
+    evidence = (rows.get("gpu.devices") or {}).get("evidence")
+    devices = evidence.get("devices") if isinstance(evidence, dict) else None
+    if isinstance(devices, list) and devices and all(isinstance(d, dict) for d in devices):
+        names: dict[str, int] = {}
+        for d in devices:
+            names[str(d.get("name") or "unknown GPU")] = names.get(str(d.get("name") or "unknown GPU"), 0) + 1
+        return ", ".join(f"{n} x {name}" for name, n in names.items())
+    arch = _profile(report).get("gpu_arch")
+    return f"none seen (checked for CC {arch})" if arch else "none seen"
+
+
+def top_line(report: Any) -> str:
+    p = _profile(report)
+    target = _target_python(report)
+    parts = [f"dsv4-doctor {shown((report.get('doctor') or {}).get('version'))} checked",
+             f"profile cp={shown(p.get('cp'))} dsa-backend={shown(p.get('dsa_backend'))} "
+             f"gpu-arch={shown(p.get('gpu_arch'))}" + (" static-only" if p.get("static_only") else ""),
+             f"python {shown(target.get('executable'))} ({shown(target.get('version'))})",
+             f"GPU {_gpu(report)}"]
+    line = "; ".join(parts)
+    if cp_assumed(report):
+        line += "; CP 1 assumed: pass --cp N"
+    return line
+
+
+def next_step(report: Any) -> str:
+    s = _summary(report)
+    if s.get("status") in ("pass", "warn") and not s.get("interrupted"):
+        return "ready to train" + (" (read the warnings above)" if s.get("status") == "warn" else "")
+    if any(c.get("fixes") for c in _checks(report) if _status(c) in ("fail", "error", "warn")):
+        cp = _profile(report).get("cp")
+        return f"next: dsv4-doctor fix --cp {cp if isinstance(cp, int) else 'N'} > fix.sh"
+    return "next: read the rows above (no fix the doctor can write)"
+
+
+def kernel_subruns_not_run(report: Any) -> list[str]:
+    """The smoke.dsv4-kernels sub-runs that did not pass, even when the row itself passed."""
+    lines = []
+    for c in _checks(report):
+        if c.get("id") != "smoke.dsv4-kernels" or not isinstance(c.get("evidence"), dict):
+            continue
+        subruns = c["evidence"].get("subruns")
+        for name, run in (subruns.items() if isinstance(subruns, dict) else []):
+            if isinstance(run, dict) and run.get("status") != "pass":
+                lines.append(f"kernel sub-run {name}: {shown(run.get('status'))}: {shown(run.get('summary'))}")
+    return lines
+
+
+class _Out:
+    """Lines onto a rich console: wrapped prose with a hanging indent, or commands never wrapped."""
+
+    def __init__(self, console: Console):
+        self.console = console
+
+    def line(self, text: Text, indent: int = 0, hang: int = 2) -> None:
+        text.overflow = "fold"
+        self.console.print(Padding(_hanging(text, hang), (0, 0, 0, indent)) if indent or hang else text)
+
+    def raw(self, text: Text, indent: int = 0) -> None:
+        self.console.print(Text(" " * indent) + text, soft_wrap=True, overflow="ignore", no_wrap=True, crop=False)
+
+    def blank(self) -> None:
+        self.console.print()
+
+
+def _hanging(text: Text, hang: int) -> Any:
+    return _Hang(text, hang) if hang else text
+
+
+class _Hang:
+    """A paragraph whose wrapped continuation lines are indented by `hang` columns."""
+
+    def __init__(self, text: Text, hang: int):
+        self.text, self.hang = text, hang
+
+    def __rich_console__(self, console: Console, options: Any):
+        from rich.segment import Segment
+
+        width = max(20, options.max_width)
+        for p, para in enumerate(self.text.split("\n", allow_blank=True)):
+            lines = [] if p else list(para.wrap(console, width, overflow="fold"))[:1]
+            if lines:
+                yield from lines[0].render(console)
+                yield Segment.line()
+                offset = len(lines[0].plain)
+                while offset < len(para.plain) and para.plain[offset] == " ":
+                    offset += 1
+                para = para[offset:]
+            if not para.plain:
+                continue
+            for piece in para.wrap(console, width - self.hang, overflow="fold"):
+                yield Segment(" " * self.hang)
+                yield from piece.render(console)
+                yield Segment.line()
+
+
+def _row_head(c: dict, marks: dict[str, str]) -> Text:
+    s = _status(c)
+    head = Text(f"{marks[s]} {LABEL[s]:<5} ", style=STYLE[s])
+    head.append(_clean(c.get("id")), style="bold")
+    head.append("  ")
+    head.append(_clean(c.get("summary")))
+    return head
+
+
+def _fixes(out: _Out, c: dict) -> None:
+    for fix in c.get("fixes") or []:
+        if not isinstance(fix, dict):
+            continue
+        tag = " (manual)" if fix.get("manual") else ""
+        first, *more = str(fix.get("description") or "").splitlines() or [""]
+        out.line(Text(f"Fix{tag}: ", style="bold") + _text(first), indent=6, hang=4)
+        for line in more:
+            if line.startswith("  "):
+                out.raw(_text(line.strip()), indent=10)
+            else:
+                out.line(_text(line), indent=10)
+        for cmd in fix.get("commands") or []:
+            out.raw(_text(cmd, "cyan"), indent=10)
+        if fix.get("notes"):
+            out.line(_text(" ".join(str(n) for n in fix["notes"])), indent=10)
+
+
+def _details(out: _Out, c: dict) -> None:
+    for line in str(c.get("details") or "").rstrip().splitlines():
+        # An indented line is preformatted (a command, a job setting, a quoted log line): never wrapped.
+        if line.startswith("  "):
+            out.raw(_text(line), indent=6)
+        else:
+            out.line(_text(line), indent=6)
+
+
+def _evidence(out: _Out, c: dict) -> None:
+    evidence = c.get("evidence")
+    if not evidence:
+        return
+    try:
+        lines = json.dumps(evidence, indent=2, ensure_ascii=False, default=str).splitlines()
+    except (TypeError, ValueError):
+        lines = [str(evidence)]
+    more = len(lines) - EVIDENCE_LINES
+    out.line(Text("evidence:", style="dim"), indent=6)
+    for line in lines[:EVIDENCE_LINES]:
+        out.line(_text(line, "dim"), indent=8, hang=4)
+    if more > 0:
+        out.line(Text(f"... {more} more lines (-f json has all)", style="dim"), indent=8)
+
+
+def _sources(out: _Out, c: dict) -> None:
+    for src in c.get("sources") or []:
+        if isinstance(src, dict):
+            title = _clean(src.get("title"))
+            out.line(Text("source: ", style="dim") + Text(title + (": " if title else "")) +
+                     _text(src.get("url"), "blue"), indent=6, hang=4)
+
+
+def _body(report: Any, out: _Out, verbosity: int, ascii_only: bool) -> None:
+    from .text import fleet_lead, job_line
+
+    glyphs, marks = (ASCII_GLYPHS, ASCII_MARKS) if ascii_only else (GLYPHS, MARKS)
+    summary = _summary(report)
+    verdict = Text(_clean(verdict_line(report)), style=STYLE.get(str(summary.get("status")), ""))
+    out.line(_text(top_line(report), "bold"))
+    out.line(verdict.copy())
+    job = job_line(report)
+    if job:
+        out.line(_text(job))
+    lead = fleet_lead(report)
+    if lead:
+        out.blank()
+        for line in lead:
+            out.line(_text(line.strip()), indent=2 if line.startswith("  ") else 0, hang=4)
+    subruns = kernel_subruns_not_run(report)
+    if subruns:
+        out.blank()
+        for line in subruns:
+            out.line(_text(line, "yellow"), hang=4)
+    out.blank()
+    skipped = 0
+    for area, rows in grouped(report):
+        statuses = [_status(c) for c in rows]
+        state = worst(statuses)
+        counts = ", ".join(f"{statuses.count(s)} {LABEL[s].lower()}" for s in WORST_FIRST if s in statuses)
+        head = Text(glyphs[state] + " ", style=STYLE[state]) + Text(_clean(area), style="bold") + Text(f"  {counts}")
+        out.line(head)
+        for c in rows:
+            s = _status(c)
+            if verbosity == 0 and s in ("pass", "skip"):
+                skipped += s == "skip"
+                continue
+            out.line(_row_head(c, marks), indent=4, hang=8)
+            if s in ("fail", "error", "warn") or verbosity:
+                if verbosity:
+                    _details(out, c)
+                _fixes(out, c)
+            if verbosity:
+                _evidence(out, c)
+            if verbosity >= 2:
+                _sources(out, c)
+    _trailer(report, out)
+    out.blank()
+    if skipped:
+        out.line(Text(f"{skipped} skipped: -v shows them", style="dim"))
+    out.line(verdict + Text(f"; {next_step(report)}"))
+
+
+def _trailer(report: Any, out: _Out) -> None:
+    """What the text report says after the rows: plugins that failed to load, and the job settings to add."""
+    from ..registry import plugin_row_id
+
+    row_ids = {c.get("id") for c in _checks(report)}
+    for p in report.get("plugins") or []:
+        if isinstance(p, dict) and p.get("error") and plugin_row_id(p.get("name") or "") not in row_ids:
+            out.line(_text(f"Plugin {p.get('name')} from {p.get('distribution')} failed to load: {p['error']}",
+                           "bold magenta"))
+    settings = report.get("job_settings") if isinstance(report.get("job_settings"), dict) else None
+    block = settings.get("cp_args") if settings and isinstance(settings.get("cp_args"), dict) else {}
+    if settings and (block.get("missing") or settings.get("exports")):
+        from ..jobsettings import comment_lines
+
+        out.blank()
+        out.line(Text("Job settings (for the training command and the job script; the doctor never runs them):",
+                      style="bold"))
+        for line in comment_lines(settings):
+            if line.startswith("  "):
+                out.raw(_text(line), indent=2)
+            else:
+                out.line(_text(line), indent=2)
+
+
+def make_console(width: int = 100, color: bool = False, record: bool = False) -> Console:
+    return Console(file=StringIO(), width=max(40, width), force_terminal=color, no_color=not color,
+                   color_system="standard" if color else None, record=record, highlight=False, emoji=False,
+                   markup=False, legacy_windows=False, soft_wrap=False, force_jupyter=False,
+                   force_interactive=False, _environ={})
+
+
+def render_to(console: Console, report: Any, verbosity: int = 0, ascii_only: bool = False) -> None:
+    _body(report, _Out(console), max(0, min(2, verbosity)), ascii_only)
+
+
+def render_terminal(report: Any, verbosity: int = 0, width: int = 100, color: bool = False,
+                    encoding: str = "utf-8") -> str:
+    """The terminal report as text (ANSI styles only when `color`); ASCII glyphs when `encoding` is not UTF-8."""
+    console = make_console(width, color)
+    render_to(console, report, verbosity, ascii_only=not _is_utf8(encoding))
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    return "\n".join(line.rstrip() for line in out.splitlines()) + "\n"
+
+
+def _is_utf8(encoding: str | None) -> bool:
+    return str(encoding or "").lower().replace("-", "").replace("_", "") in ("utf8", "utf8sig")
