@@ -178,3 +178,20 @@ def test_every_builtin_keeps_the_registry_rules():
     from dsv4_doctor.checks import CHECKS
 
     assert len(loaded.checks) == len(CHECKS) == loaded.builtins[0].checks
+
+
+def test_explain_shows_what_a_check_needs_and_what_it_runs_after():
+    from dsv4_doctor.render.explain import explain_text
+
+    @check("demo.explained", "Explained", applies_when="always", detects="nothing", sources=SOURCE,
+           needs=("demo.base", "demo.other-base"), after=("demo.first",))
+    def explained(ctx):
+        """Why."""
+        return passed("fine")
+
+    lines = explain_text(explained).splitlines()
+    assert "needs (skipped when one fails): demo.base, demo.other-base" in lines
+    assert "runs after: demo.first" in lines
+    assert lines.index("runs after: demo.first") < lines.index("Why.")
+    bare = explain_text(dataclasses.replace(explained, needs=(), after=()))
+    assert "needs" not in bare and "runs after" not in bare

@@ -203,3 +203,5 @@ CHECKS = [Check(id="lax.bare", title="t", explanation="", applies_when="always",
     run = check_run(site, bare_python, "--only", "lax.*")
     assert run.check("lax.bare")["status"] == "pass" and run.check("lax.good")["status"] == "pass"
     assert run.returncode == 0 and "plugin.lax" not in {c["id"] for c in run.report["checks"]}
+    explained = run_doctor("explain", "lax.bare", sites=(site.root,)).stdout.splitlines()
+    assert "needs (skipped when one fails): torch.install" in explained and "runs after: lax.missing" in explained
