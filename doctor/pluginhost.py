@@ -27,7 +27,7 @@ def _describe(check: Check) -> dict:
     return {"id": check.id, "title": check.title, "explanation": check.doc(), "applies_when": str(check.applies_when),
             "detects": str(check.detects), "sources": [s.to_dict() for s in check.sources],
             "fixes": [f.to_dict() for f in check.fixes], "origin": check.origin, "only_with": check.only_with,
-            "per_gpu": bool(check.per_gpu)}
+            "per_gpu": bool(check.per_gpu), "needs": list(check.needs), "after": list(check.after)}
 
 
 class _Events:
@@ -183,11 +183,15 @@ def describe_check(meta: dict, distribution: str) -> Check:
             continue
     sources = tuple(Source(str(s.get("title") or "?"), str(s.get("url") or "")) for s in meta.get("sources") or []
                     if isinstance(s, dict))
+    def ids(key: str) -> tuple[str, ...]:
+        value = meta.get(key)
+        return tuple(str(v)[:300] for v in value[:100]) if isinstance(value, list) else ()
+
     return Check(id=check_id, title=title, explanation=str(meta.get("explanation") or ""),
                  applies_when=str(meta.get("applies_when") or ""), detects=str(meta.get("detects") or ""),
                  run=not_here, sources=sources, fixes=tuple(fixes), origin=distribution,
                  only_with=meta.get("only_with") if meta.get("only_with") in ("job", "fleet") else None,
-                 per_gpu=meta.get("per_gpu") is True)
+                 per_gpu=meta.get("per_gpu") is True, needs=ids("needs"), after=ids("after"))
 
 
 def report_from(data: dict, check: Check) -> CheckReport:

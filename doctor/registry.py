@@ -21,7 +21,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from types import ModuleType
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 
 from .model import Check, Interrupted
 
@@ -41,6 +41,8 @@ class PluginInfo:
     checks: int = 0
     error: str | None = None
     traceback: str = ""
+    # A third-party check that breaks a rule built-ins must keep (see `rule_problems`): it still loads.
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "value": self.value, "distribution": self.distribution, "version": self.version,
@@ -180,6 +182,51 @@ def validate_check(check: Check) -> str | None:
     return None
 
 
+def area_of_check(check: Check) -> str | None:
+    """The built-in area whose module defines the check's run function; None outside the built-ins."""
+    from dsv4_doctor.checks import area_of
+
+    return area_of(str(getattr(check.run, "__module__", "") or ""))
+
+
+def rule_problems(check: Check, known: Container[str], area: str | None) -> list[str]:
+    """The rules every check keeps, beyond a valid id and title: `needs` and `after` name checks that exist, the id
+    starts with its module's area, the explanation (the docstring) is written and a source is named."""
+    problems = []
+    for kind in ("needs", "after"):
+        for other in getattr(check, kind):
+            if not isinstance(other, str) or other not in known:
+                problems.append(f"{check.id!r} {kind} an unknown check id {other!r}")
+    if area is not None and check.id.split(".", 1)[0] != area:
+        problems.append(f"{check.id!r} is defined in the {area!r} area: its id must start with {area + '.'!r}")
+    if not check.doc():
+        problems.append(f"{check.id!r} has no explanation (its docstring)")
+    if not check.sources:
+        problems.append(f"{check.id!r} names no source")
+    return problems
+
+
+def _add_error(info: PluginInfo, problem: str) -> None:
+    info.error = (info.error + "; " if info.error else "") + problem
+
+
+def admit_builtins(info: PluginInfo, found: list[Check], seen: set[str]) -> list[Check]:
+    """The built-in checks that keep every rule; each one that does not is an error on `info`, not registered."""
+    known = {c.id for c in found}
+    checks = []
+    for check in found:
+        if check.id in seen:
+            _add_error(info, f"duplicate check id {check.id!r}")
+            continue
+        seen.add(check.id)
+        problems = rule_problems(check, known, area_of_check(check))
+        if problems:
+            _add_error(info, "; ".join(problems))
+            continue
+        checks.append(check)
+    return checks
+
+
 def load_entry_point(info: PluginInfo) -> list[Check]:
     """Import one entry point and return its valid checks; errors are recorded on `info`, never raised."""
     try:
@@ -227,11 +274,8 @@ def load() -> Registry:
             plugins.append(info)
             continue
         builtins.append(info)
-        for check in load_entry_point(info):
-            if check.id in seen:
-                info.error = (info.error + "; " if info.error else "") + f"duplicate check id {check.id!r}"
-                continue
-            seen.add(check.id)
-            checks.append(check)
+        admitted = admit_builtins(info, load_entry_point(info), seen)
+        info.checks = len(admitted)
+        checks += admitted
     # Reports list checks by id: stable across runs, plugins and installs.
     return Registry(checks=sorted(checks, key=lambda c: c.id), builtins=builtins, plugins=plugins)

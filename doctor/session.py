@@ -327,6 +327,12 @@ class Session:
             info.error = "; ".join(x for x in [answer.plugin.get("error"), *problems] if x) or None
             info.checks = len(checks)
             self.plugin_checks[info.name] = checks
+        # A plugin check may build on a built-in or on another plugin's check; the rules are warnings here.
+        from .registry import rule_problems
+
+        for info in self.registry.plugins:
+            for check in self.plugin_checks.get(info.name, []):
+                info.warnings += rule_problems(check, taken, None)
 
     @staticmethod
     def _log_tail(path: str) -> str:
@@ -385,8 +391,8 @@ class Session:
         wait = max(0.0, start + budget - time.monotonic()) if profile.fleet and interrupted is None else 0
         static = self.pool.result(self.static_probe, wait) if self.static_probe else None
         plugins = list(self.registry.builtins) + list(self.registry.plugins) if self.registry else []
-        rows = sorted(reports + plugin_error_rows(self.registry.plugins if self.registry else []),
-                      key=lambda r: r.id)
+        # A built-in that breaks a registry rule is the doctor's own bug: a row, like a plugin that failed to load.
+        rows = sorted(reports + plugin_error_rows(plugins), key=lambda r: r.id)
         smi = self.pool.result(NVIDIA_SMI, 0)
         try:
             gpus = parse_nvidia_smi(smi.data) if smi.ok else []

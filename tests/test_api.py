@@ -3,15 +3,18 @@ the real runner."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 
 import pytest
 
+from dsv4_doctor import registry
 from dsv4_doctor.api import Check, Finding, Fix, Source, Status, check, failed, passed, result_of
 from dsv4_doctor.model import NO_FINDING, Profile
 from dsv4_doctor.probes import StaticRequest
 from dsv4_doctor.procs import Processes
+from dsv4_doctor.registry import PluginInfo
 from dsv4_doctor.runner import ProbePool, RunContext, Runner
 from dsv4_doctor.session import static_probe_for
 
@@ -140,3 +143,55 @@ def test_after_only_orders_and_a_warning_need_does_not_gate():
 
     reports = run_checks(reader, first, warns)
     assert (reports["demo.reader"].status, reports["demo.reader"].summary) == (Status.PASS, "saw fail")
+
+
+def builtin_entry_point() -> PluginInfo:
+    return PluginInfo(name="dsv4-doctor", value="dsv4_doctor.checks", distribution="dsv4-doctor", version=None,
+                      builtin=True)
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"id": "torch.needs-nothing-real", "needs": ("torch.no-such-check",)},
+     "'torch.needs-nothing-real' needs an unknown check id 'torch.no-such-check'"),
+    ({"id": "torch.after-nothing-real", "after": ("nope.nothing",)},
+     "'torch.after-nothing-real' after an unknown check id 'nope.nothing'"),
+    ({"id": "gpu.torch-install-moved"},
+     "'gpu.torch-install-moved' is defined in the 'torch' area: its id must start with 'torch.'"),
+    ({"id": "torch.undocumented", "explanation": "  \n"}, "'torch.undocumented' has no explanation (its docstring)"),
+    ({"id": "torch.unsourced", "sources": ()}, "'torch.unsourced' names no source"),
+])
+def test_a_builtin_that_breaks_a_registry_rule_is_an_error_and_not_registered(change, problem):
+    from dsv4_doctor.checks import CHECKS
+    from dsv4_doctor.checks.torch_checks import torch_install
+
+    bad = dataclasses.replace(torch_install, **change)  # its run function lives in torch_checks
+    info = builtin_entry_point()
+    admitted = registry.admit_builtins(info, [*CHECKS, bad], set())
+    assert bad.id not in {c.id for c in admitted}
+    assert info.error == problem
+    assert {c.id for c in admitted} == {c.id for c in CHECKS}
+
+
+def test_every_builtin_keeps_the_registry_rules():
+    loaded = registry.load()
+    assert [b.error for b in loaded.builtins] == [None]
+    from dsv4_doctor.checks import CHECKS
+
+    assert len(loaded.checks) == len(CHECKS) == loaded.builtins[0].checks
+
+
+def test_explain_shows_what_a_check_needs_and_what_it_runs_after():
+    from dsv4_doctor.render.explain import explain_text
+
+    @check("demo.explained", "Explained", applies_when="always", detects="nothing", sources=SOURCE,
+           needs=("demo.base", "demo.other-base"), after=("demo.first",))
+    def explained(ctx):
+        """Why."""
+        return passed("fine")
+
+    lines = explain_text(explained).splitlines()
+    assert "needs (skipped when one fails): demo.base, demo.other-base" in lines
+    assert "runs after: demo.first" in lines
+    assert lines.index("runs after: demo.first") < lines.index("Why.")
+    bare = explain_text(dataclasses.replace(explained, needs=(), after=()))
+    assert "needs" not in bare and "runs after" not in bare

@@ -180,3 +180,28 @@ CHECKS = [Check(id={check_id!r}, title="t", explanation="x", applies_when="alway
     assert [f["id"] for f in run.check("torch.install")["fixes"]] == ["torch"]
     script = run_doctor("fix", "--only", f"torch.install,{check_id}", sites=(site.root,), python=bare_python).stdout
     assert "torch==2.11.0" in script and "evil-torch==6.6.6" in script, script  # two steps: neither replaced
+
+
+def test_a_plugin_check_that_breaks_a_registry_rule_loads_and_list_warns(site, bare_python):
+    plugin(site, "lax", "lax_checks", """
+from dsv4_doctor.model import Check, Source, passed
+CHECKS = [Check(id="lax.bare", title="t", explanation="", applies_when="always", detects="x",
+                run=lambda ctx: passed("ran"), needs=("torch.install",), after=("lax.missing",)),
+          Check(id="lax.good", title="t", explanation="why", applies_when="always", detects="x",
+                run=lambda ctx: passed("ran"), sources=(Source("s", "https://example.invalid"),),
+                needs=("lax.bare",))]
+""")
+    listed = run_doctor("list", sites=(site.root,))
+    assert listed.returncode == 0 and "lax.bare" in listed.stdout and "lax.good" in listed.stdout
+    warnings = [line for line in listed.stdout.splitlines() if line.startswith("plugin lax (lax-plugin) warning: ")]
+    assert [w.split("warning: ", 1)[1] for w in warnings] == [
+        "'lax.bare' after an unknown check id 'lax.missing'", "'lax.bare' has no explanation (its docstring)",
+        "'lax.bare' names no source"], listed.stdout
+    as_json = json.loads(run_doctor("list", "-f", "json", sites=(site.root,)).stdout)
+    lax = next(p for p in as_json["plugins"] if p["name"] == "lax")
+    assert lax["error"] is None and lax["checks"] == 2 and len(lax["warnings"]) == 3
+    run = check_run(site, bare_python, "--only", "lax.*")
+    assert run.check("lax.bare")["status"] == "pass" and run.check("lax.good")["status"] == "pass"
+    assert run.returncode == 0 and "plugin.lax" not in {c["id"] for c in run.report["checks"]}
+    explained = run_doctor("explain", "lax.bare", sites=(site.root,)).stdout.splitlines()
+    assert "needs (skipped when one fails): torch.install" in explained and "runs after: lax.missing" in explained

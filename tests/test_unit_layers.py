@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("engine", {"registry", "runner", "api", "testing"}),
     ("render", {"render"}),
     ("session", {"report", "pluginhost", "plugins", "session", "fixplan", "fleetmerge"}),
-    ("commands", {"fleet", "fleettransport", "fleetrun", "app"}),
+    ("commands", {"fleet", "fleettransport", "fleetrun", "app", "gendocs"}),
     ("cli", {"cli", "launch", "__main__"}),
 ]
 

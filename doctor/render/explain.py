@@ -72,7 +72,9 @@ def explain_text(c: Check, width: int = DEFAULT_WIDTH, redact: Redactor | None =
     lines = _wrap(r(f"{c.id}: {c.title}"), width) + _wrap(r(f"origin: {c.origin}"), width) + \
         _wrap(r(f"applies when: {c.applies_when}"), width) + _wrap(r(f"detects: {c.detects}"), width)
     if c.needs:
-        lines += _wrap(r("reads the outcome of: " + ", ".join(c.needs)), width)
+        lines += _wrap(r("needs (skipped when one fails): " + ", ".join(c.needs)), width)
+    if c.after:
+        lines += _wrap(r("runs after: " + ", ".join(c.after)), width)
     lines += [""] + _reflow(r(c.doc()), width) + [""]
     if c.fixes:
         lines.append("Fixes:")

@@ -25,11 +25,13 @@ def render_listing(checks, plugins, fmt: str) -> str:
     redact = Redactor()
     if fmt == "json":
         rows = [{"id": c.id, "title": c.title, "origin": c.origin, "applies_when": c.applies_when} for c in checks]
-        return json.dumps(redact({"checks": rows, "plugins": [p.to_dict() for p in plugins]}), indent=2) + "\n"
+        listed = [dict(p.to_dict(), warnings=list(p.warnings)) for p in plugins]
+        return json.dumps(redact({"checks": rows, "plugins": listed}), indent=2) + "\n"
     if fmt == "markdown":
         return rules_table(checks)
     width = max([len(c.id) for c in checks] + [5])
     title = max([len(c.title) for c in checks] + [5])
     lines = [redact(f"{c.id:<{width}}  {c.title:<{title}}  {c.origin:<14}  {c.applies_when}") for c in checks]
     lines += [redact(f"plugin {p.name} ({p.distribution}) failed to load: {p.error}") for p in plugins if p.error]
+    lines += [redact(f"plugin {p.name} ({p.distribution}) warning: {w}") for p in plugins for w in p.warnings]
     return "".join(line + "\n" for line in lines)
