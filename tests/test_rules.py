@@ -11,6 +11,7 @@ import pytest
 from conftest import FakeSite
 from dsv4_doctor.checks import gpu_checks, te_checks
 from dsv4_doctor.model import Profile, Result
+from dsv4_doctor.probes import TORCH
 from dsv4_doctor.testing import StubContext, dist, module, run_check, static_answer
 from fakes import (Env, fake_cutedsl, fake_kernel, fake_megatron_dev, fake_old_verl, fake_te, fake_torch, healthy)
 
@@ -315,21 +316,37 @@ def test_te_missing_and_corrupt_metadata(tmp_path, bare_python):
     assert metadata["status"] == "warn" and "transformer-engine" in metadata["summary"]
 
 
-@pytest.mark.parametrize("error, needs, hint", [
-    ("/site/transformer_engine_torch.so: undefined symbol: _ZN3c104cuda9SetDeviceEi", None, "ABI mismatch"),
-    ("Could not find shared object file for Transformer Engine torch lib.", None, "[pytorch] extra"),
-    ("libcudnn_adv.so.9: cannot open shared object file: No such file or directory", "nvidia_cudnn_fake",
-     "cannot load cuDNN"),
-])
-def test_te_import_errors_are_classified_and_fixed(tmp_path, bare_python, error, needs, hint, monkeypatch):
-    import fakes
+TE_2_16 = static_answer(distributions={**{name: dist(name, "2.16.1") for name in (
+                            "transformer-engine", "transformer-engine-cu13", "transformer-engine-torch")},
+                                       "torch": dist("torch", "2.11.0")},
+                        modules={"transformer_engine": module("/site/transformer_engine/__init__.py")})
 
-    # The ABI fix rebuilds transformer-engine-torch alone; the fake TE is one component, rebuilt whole.
-    monkeypatch.setitem(fakes.FAKE_BUILDERS, "transformer-engine-torch", lambda site, v: fake_te(site, v or "2.16.1"))
-    env = Env(tmp_path).fake("torch", fake_torch).fake("te", fake_te, "2.16.1", import_error=error, needs=needs)
+
+@pytest.mark.parametrize("error, hint, fix", [
+    ("/site/transformer_engine_torch.so: undefined symbol: _ZN3c104cuda9SetDeviceEi", "ABI mismatch",
+     "pip install --no-build-isolation --no-cache-dir --force-reinstall --no-deps transformer-engine-torch==2.16.1"),
+    ("Could not find shared object file for Transformer Engine torch lib.", "[pytorch] extra",
+     "pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]==2.16.1'"),
+])
+def test_te_import_errors_are_classified_and_fixed(error, hint, fix):
+    answers = {te_checks.TE_IMPORT.key: {"results": [{"target": "transformer_engine.pytorch", "ok": False,
+                                                      "error": {"type": "ImportError", "message": error}}]},
+               TORCH.key: {"cuda_build": "13.0"}}
+    result = run_check(te_checks.te_import, StubContext(facts=TE_2_16, answers=answers))
+    assert result.status.value == "fail"
+    assert error in result.summary and hint in result.details
+    assert "HAVE_TE=False" in result.details
+    assert commands_of(result) == [fix]
+
+
+def test_te_import_error_end_to_end_and_its_fix_turns_green(tmp_path, bare_python):
+    # A library TE cannot load, whose install (the fix) makes the import succeed, as on a real machine.
+    error = "libcudnn_adv.so.9: cannot open shared object file: No such file or directory"
+    env = Env(tmp_path).fake("torch", fake_torch).fake("te", fake_te, "2.16.1", import_error=error,
+                                                       needs="nvidia_cudnn_fake")
     row = run(env, bare_python).check("te.import")
     assert row["status"] == "fail"
-    assert error in row["summary"] and hint in row["details"]
+    assert error in row["summary"] and "cannot load cuDNN" in row["details"]
     assert "HAVE_TE=False" in row["details"]
     assert_fix_turns_green(env, bare_python, "te.import")
 
