@@ -16,9 +16,13 @@ import pytest
 from conftest import REPO, doctor_command, run_doctor
 from fakes import Env, fake_old_verl
 
+from dsv4_doctor.checks import job_checks
 from dsv4_doctor.job.command import parse, split_job_args
 from dsv4_doctor.job.keys import line_to_add
-from dsv4_doctor.model import UsageError
+from dsv4_doctor.job.profile import job_profile
+from dsv4_doctor.model import Profile, UsageError
+from dsv4_doctor.registry import collect
+from dsv4_doctor.testing import StubContext, run_check
 
 OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"
 
@@ -245,6 +249,18 @@ def job_rows(env: Env | None, argv: list[str], *extra: str, python: str = sys.ex
     return {c["id"]: c for c in run.report["checks"]} | {"_profile": run.report["profile"]}
 
 
+def job_rows_in_process(argv: list[str], cp: int | None = None) -> dict:
+    """job_rows' rows without a subprocess: the profile as `--job-args` (and `--cp`) make it, and every job check
+    run on it by the runner, with nothing installed."""
+    profile = job_profile(Profile(), argv, cp, None)
+    rows: dict = {"_profile": profile.to_dict()}
+    for job_check in collect(job_checks):
+        result = run_check(job_check, StubContext(profile=profile))
+        rows[job_check.id] = {"status": result.status.value, "summary": result.summary, "details": result.details,
+                              "fixes": [fix.to_dict() for fix in result.fixes]}
+    return rows
+
+
 def _commands(row: dict) -> list[str]:
     return [f["description"] for f in row["fixes"]]
 
@@ -407,10 +423,10 @@ def test_parallelism_tp_and_divisibility():
 def test_dispatcher_with_packing(tmp_path):
     base = MEGATRON[:-3] + ["--context-parallel-size", "2", "--cp-partition-mode", "contiguous",
                             "--sequence-packing-scheduler", "dp_balanced"]
-    row = job_rows(None, base)["job.moe-dispatch"]  # Megatron's default allgather
+    row = job_rows_in_process(base)["job.moe-dispatch"]  # Megatron's default allgather
     assert row["status"] == "fail" and "got 'allgather'" in row["summary"]
     assert any("--moe-token-dispatcher-type alltoall" in f for f in _commands(row))
-    flex = job_rows(None, base + ["--moe-token-dispatcher-type", "flex"])["job.moe-dispatch"]
+    flex = job_rows_in_process(base + ["--moe-token-dispatcher-type", "flex"])["job.moe-dispatch"]
     assert flex["status"] == "fail" and "DeepEP (deep_ep) is not installed" in flex["summary"]
     env = Env(tmp_path).fake("deepep", lambda s: s.file("deep_ep/__init__.py", ""))
     assert job_rows(env, base + ["--moe-token-dispatcher-type", "flex"])["job.moe-dispatch"]["status"] == "warn"
@@ -443,13 +459,13 @@ def test_dense_indexer_loss_on_sm90():
 def test_a_setting_stated_wrong_is_changed_not_added():
     argv = MEGATRON + ["--context-parallel-size", "2", "--cp-partition-mode", "zigzag",
                        "--sequence-packing-scheduler", "dp_balanced", "--max-seqlen-per-dp-cp-rank", "2048"]
-    fixes = _commands(job_rows(None, argv)["job.cp-args"])
+    fixes = _commands(job_rows_in_process(argv)["job.cp-args"])
     assert any(f.startswith("Change in the training command (DSv4 CP needs the contiguous layout), from 'zigzag' to:"
                             "\n  --cp-partition-mode contiguous") for f in fixes)
     assert any("from '2048' to:\n  --max-seqlen-per-dp-cp-rank 4096" in f for f in fixes)
     verl = verl_example(2, prompt=4096, response=4096)
     verl = [a if "max_seqlen_per_dp_cp_rank" not in a else a.replace("=4096", "=1000") for a in verl]
-    fixes = _commands(job_rows(None, verl)["job.cp-args"])
+    fixes = _commands(job_rows_in_process(verl)["job.cp-args"])
     assert any("(data.max_prompt_length + data.max_response_length) / CP" in f for f in fixes)
 
 def test_lines_to_add_stay_whole_in_a_narrow_text_report(tmp_path):
@@ -479,7 +495,7 @@ def test_a_config_file_makes_what_the_command_does_not_state_unknown():
     assert "actor_rollout_ref.actor.megatron.context_parallel_size=N" in run.stderr
     pre = run_doctor("preflight", "--no-smoke", "--", *argv)
     assert pre.returncode == 2 and "may set it" in pre.stderr and "Traceback" not in pre.stderr
-    rows = job_rows(None, argv, "--cp", "4")
+    rows = job_rows_in_process(argv, cp=4)
     assert rows["_profile"]["cp"] == 4 and rows["_profile"]["job"]["cp_given"] == 4
     cp_args = rows["job.cp-args"]
     assert cp_args["status"] == "skip" and "not stated: the config file may set it" in cp_args["summary"]
@@ -488,12 +504,12 @@ def test_a_config_file_makes_what_the_command_does_not_state_unknown():
     assert par["status"] == "skip" and "TP not stated: the config file may set it" in par["summary"]
     assert "the config file" in rows["_profile"]["job"]["dsa_backend_decided"]
     # Stated on the command line, a value is read as usual beside the file.
-    stated = job_rows(None, argv + ["actor_rollout_ref.actor.megatron.context_parallel_size=2",
-                                    "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
+    stated = job_rows_in_process(argv + ["actor_rollout_ref.actor.megatron.context_parallel_size=2",
+                                         "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
     assert stated["_profile"]["cp"] == 2 and stated["job.parallelism"]["status"] == "fail"
     # Megatron-LM's --yaml-cfg: the same.
     yaml_cfg = ["pretrain_gpt.py", "--yaml-cfg", "dsv4.yaml", "--context-parallel-size", "2"]
-    rows = job_rows(None, yaml_cfg)
+    rows = job_rows_in_process(yaml_cfg)
     assert rows["job.cp-args"]["status"] == "skip" and "--yaml-cfg" in rows["job.cp-args"]["summary"]
     assert rows["job.moe-dispatch"]["status"] == "skip" and "not stated" in rows["job.moe-dispatch"]["summary"]
 
