@@ -16,9 +16,13 @@ import pytest
 from conftest import REPO, doctor_command, run_doctor
 from fakes import Env, fake_old_verl
 
+from dsv4_doctor.checks import job_checks
 from dsv4_doctor.job.command import parse, split_job_args
 from dsv4_doctor.job.keys import line_to_add
-from dsv4_doctor.model import UsageError
+from dsv4_doctor.job.profile import job_profile
+from dsv4_doctor.model import Profile, UsageError
+from dsv4_doctor.registry import collect
+from dsv4_doctor.testing import StubContext, run_check
 
 OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"
 
@@ -245,6 +249,18 @@ def job_rows(env: Env | None, argv: list[str], *extra: str, python: str = sys.ex
     return {c["id"]: c for c in run.report["checks"]} | {"_profile": run.report["profile"]}
 
 
+def job_rows_in_process(argv: list[str], cp: int | None = None) -> dict:
+    """job_rows' rows without a subprocess: the profile as `--job-args` (and `--cp`) make it, and every job check
+    run on it by the runner, with nothing installed."""
+    profile = job_profile(Profile(), argv, cp, None)
+    rows: dict = {"_profile": profile.to_dict()}
+    for job_check in collect(job_checks):
+        result = run_check(job_check, StubContext(profile=profile))
+        rows[job_check.id] = {"status": result.status.value, "summary": result.summary, "details": result.details,
+                              "fixes": [fix.to_dict() for fix in result.fixes]}
+    return rows
+
+
 def _commands(row: dict) -> list[str]:
     return [f["description"] for f in row["fixes"]]
 
@@ -348,7 +364,7 @@ def test_verl_dynamic_cp_needs_the_engine_key_as_verl_does(tmp_path):
 
 
 def test_cp1_needs_nothing_and_job_rows_stay_out_of_a_plain_check(tmp_path):
-    rows = job_rows(None, verl_example(1))
+    rows = job_rows_in_process(verl_example(1))
     assert rows["job.cp-args"]["status"] == "skip" and "CP = 1" in rows["job.cp-args"]["summary"]
     plain = run_doctor("check", "-f", "json", "--no-smoke", "--only", "python.version")
     assert not any(c["id"].startswith("job.") for c in plain.report["checks"])
@@ -357,7 +373,7 @@ def test_cp1_needs_nothing_and_job_rows_stay_out_of_a_plain_check(tmp_path):
 
 
 def test_megatron_command_without_cp_settings_fails_with_the_flags_to_add():
-    rows = job_rows(None, MEGATRON + ["--context-parallel-size", "2"])
+    rows = job_rows_in_process(MEGATRON + ["--context-parallel-size", "2"])
     row = rows["job.cp-args"]
     assert row["status"] == "fail" and "Megatron stops with" in row["summary"]
     assert any("--cp-partition-mode contiguous" in f for f in _commands(row))
@@ -368,19 +384,19 @@ def test_megatron_command_without_cp_settings_fails_with_the_flags_to_add():
 def test_max_seqlen_that_does_not_cover_the_longest_sample_fails():
     argv = MEGATRON + ["--context-parallel-size", "2", "--cp-partition-mode", "contiguous",
                        "--sequence-packing-scheduler", "dp_balanced", "--max-seqlen-per-dp-cp-rank", "2048"]
-    row = job_rows(None, argv)["job.cp-args"]
+    row = job_rows_in_process(argv)["job.cp-args"]
     assert row["status"] == "fail" and "2048 x CP = 2 ranks (dp_balanced) = 4096 < 8192" in row["summary"]
     assert any("--max-seqlen-per-dp-cp-rank 4096" in f for f in _commands(row))
     # default_dynamic_cp counts DP x CP: 2 nodes x 8 GPUs / (TP 1 x PP 2 x CP 2) = DP 4, 2048 x 8 ranks covers it.
     dyn = [a if a != "dp_balanced" else "default_dynamic_cp" for a in argv]
-    row = job_rows(None, dyn)["job.cp-args"]
+    row = job_rows_in_process(dyn)["job.cp-args"]
     assert row["status"] == "pass" and "DP x CP = 8 ranks" in row["summary"]
 
 
 def test_a_max_seqlen_that_is_no_positive_integer_gets_its_line(tmp_path):
     base = MEGATRON + ["--context-parallel-size", "2", "--cp-partition-mode", "contiguous",
                        "--sequence-packing-scheduler", "dp_balanced"]
-    row = job_rows(None, base + ["--max-seqlen-per-dp-cp-rank", "0"])["job.cp-args"]
+    row = job_rows_in_process(base + ["--max-seqlen-per-dp-cp-rank", "0"])["job.cp-args"]
     assert row["status"] == "fail" and "is not a positive whole number" in row["summary"]
     assert _lines(row) == ["--max-seqlen-per-dp-cp-rank 4096"]  # 8192 / CP 2
     verl = verl_example(2, cp_args=False) + [f"++{OTC}.max_seqlen_per_dp_cp_rank=-1"]
@@ -396,21 +412,21 @@ def test_a_max_seqlen_that_is_no_positive_integer_gets_its_line(tmp_path):
 
 
 def test_parallelism_tp_and_divisibility():
-    rows = job_rows(None, verl_example(2) + ["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
+    rows = job_rows_in_process(verl_example(2) + ["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
     row = rows["job.parallelism"]
     assert row["status"] == "fail" and "DSv4 Hybrid Attention only supports TP size 1." in row["summary"]
     assert any("actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1" in f for f in _commands(row))
-    odd = job_rows(None, verl_example(2) + ["trainer.n_gpus_per_node=6", "trainer.nnodes=1"])["job.parallelism"]
+    odd = job_rows_in_process(verl_example(2) + ["trainer.n_gpus_per_node=6", "trainer.nnodes=1"])["job.parallelism"]
     assert odd["status"] == "fail" and "does not divide the 6 GPUs" in odd["summary"]
 
 
 def test_dispatcher_with_packing(tmp_path):
     base = MEGATRON[:-3] + ["--context-parallel-size", "2", "--cp-partition-mode", "contiguous",
                             "--sequence-packing-scheduler", "dp_balanced"]
-    row = job_rows(None, base)["job.moe-dispatch"]  # Megatron's default allgather
+    row = job_rows_in_process(base)["job.moe-dispatch"]  # Megatron's default allgather
     assert row["status"] == "fail" and "got 'allgather'" in row["summary"]
     assert any("--moe-token-dispatcher-type alltoall" in f for f in _commands(row))
-    flex = job_rows(None, base + ["--moe-token-dispatcher-type", "flex"])["job.moe-dispatch"]
+    flex = job_rows_in_process(base + ["--moe-token-dispatcher-type", "flex"])["job.moe-dispatch"]
     assert flex["status"] == "fail" and "DeepEP (deep_ep) is not installed" in flex["summary"]
     env = Env(tmp_path).fake("deepep", lambda s: s.file("deep_ep/__init__.py", ""))
     assert job_rows(env, base + ["--moe-token-dispatcher-type", "flex"])["job.moe-dispatch"]["status"] == "warn"
@@ -443,13 +459,13 @@ def test_dense_indexer_loss_on_sm90():
 def test_a_setting_stated_wrong_is_changed_not_added():
     argv = MEGATRON + ["--context-parallel-size", "2", "--cp-partition-mode", "zigzag",
                        "--sequence-packing-scheduler", "dp_balanced", "--max-seqlen-per-dp-cp-rank", "2048"]
-    fixes = _commands(job_rows(None, argv)["job.cp-args"])
+    fixes = _commands(job_rows_in_process(argv)["job.cp-args"])
     assert any(f.startswith("Change in the training command (DSv4 CP needs the contiguous layout), from 'zigzag' to:"
                             "\n  --cp-partition-mode contiguous") for f in fixes)
     assert any("from '2048' to:\n  --max-seqlen-per-dp-cp-rank 4096" in f for f in fixes)
     verl = verl_example(2, prompt=4096, response=4096)
     verl = [a if "max_seqlen_per_dp_cp_rank" not in a else a.replace("=4096", "=1000") for a in verl]
-    fixes = _commands(job_rows(None, verl)["job.cp-args"])
+    fixes = _commands(job_rows_in_process(verl)["job.cp-args"])
     assert any("(data.max_prompt_length + data.max_response_length) / CP" in f for f in fixes)
 
 def test_lines_to_add_stay_whole_in_a_narrow_text_report(tmp_path):
@@ -479,7 +495,7 @@ def test_a_config_file_makes_what_the_command_does_not_state_unknown():
     assert "actor_rollout_ref.actor.megatron.context_parallel_size=N" in run.stderr
     pre = run_doctor("preflight", "--no-smoke", "--", *argv)
     assert pre.returncode == 2 and "may set it" in pre.stderr and "Traceback" not in pre.stderr
-    rows = job_rows(None, argv, "--cp", "4")
+    rows = job_rows_in_process(argv, cp=4)
     assert rows["_profile"]["cp"] == 4 and rows["_profile"]["job"]["cp_given"] == 4
     cp_args = rows["job.cp-args"]
     assert cp_args["status"] == "skip" and "not stated: the config file may set it" in cp_args["summary"]
@@ -488,37 +504,38 @@ def test_a_config_file_makes_what_the_command_does_not_state_unknown():
     assert par["status"] == "skip" and "TP not stated: the config file may set it" in par["summary"]
     assert "the config file" in rows["_profile"]["job"]["dsa_backend_decided"]
     # Stated on the command line, a value is read as usual beside the file.
-    stated = job_rows(None, argv + ["actor_rollout_ref.actor.megatron.context_parallel_size=2",
-                                    "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
+    stated = job_rows_in_process(argv + ["actor_rollout_ref.actor.megatron.context_parallel_size=2",
+                                         "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
     assert stated["_profile"]["cp"] == 2 and stated["job.parallelism"]["status"] == "fail"
     # Megatron-LM's --yaml-cfg: the same.
     yaml_cfg = ["pretrain_gpt.py", "--yaml-cfg", "dsv4.yaml", "--context-parallel-size", "2"]
-    rows = job_rows(None, yaml_cfg)
+    rows = job_rows_in_process(yaml_cfg)
     assert rows["job.cp-args"]["status"] == "skip" and "--yaml-cfg" in rows["job.cp-args"]["summary"]
     assert rows["job.moe-dispatch"]["status"] == "skip" and "not stated" in rows["job.moe-dispatch"]["summary"]
 
 
 def test_an_unstated_tp_is_not_known_and_a_bad_one_gets_a_line():
-    row = job_rows(None, [a for a in MEGATRON if a not in ("--tensor-model-parallel-size", "1")])["job.parallelism"]
+    unstated = [a for a in MEGATRON if a not in ("--tensor-model-parallel-size", "1")]
+    row = job_rows_in_process(unstated)["job.parallelism"]
     assert row["status"] == "skip" and "TP not stated" in row["summary"] and "TP = 1" not in row["summary"]
-    bad = job_rows(None, MEGATRON[:-1] + ["--tensor-model-parallel-size", "one"])["job.parallelism"]
+    bad = job_rows_in_process(MEGATRON[:-1] + ["--tensor-model-parallel-size", "one"])["job.parallelism"]
     assert bad["status"] == "fail" and "is not a number" in bad["summary"]
     assert _lines(bad) == ["--tensor-model-parallel-size 1"]
 
 
 def test_job_env_reads_the_command_and_the_environment():
     argv = ["env", "NCCL_NVLS_ENABLE=0", "CUDA_DEVICE_MAX_CONNECTIONS=1"] + verl_example(2)
-    row = job_rows(None, argv)["job.env"]
+    row = job_rows_in_process(argv)["job.env"]
     assert row["status"] == "pass", row["summary"]
-    bare = job_rows(None, verl_example(2))["job.env"]
+    bare = job_rows_in_process(verl_example(2))["job.env"]
     assert bare["status"] == "warn" and "NCCL_NVLS_ENABLE is unset" in bare["summary"]
 
 
 def test_job_env_of_a_wrapper_script_is_never_a_pass():
     """`env ... bash run.sh`: the script runs after the doctor looked and may export or override the variables."""
-    rows = job_rows(None, ["env", "NCCL_NVLS_ENABLE=0", "CUDA_DEVICE_MAX_CONNECTIONS=1", "bash", "run.sh"])
+    rows = job_rows_in_process(["env", "NCCL_NVLS_ENABLE=0", "CUDA_DEVICE_MAX_CONNECTIONS=1", "bash", "run.sh"])
     assert rows["job.env"]["status"] == "skip" and "not known" in rows["job.env"]["summary"], rows["job.env"]
-    bare = job_rows(None, ["bash", "run.sh"])["job.env"]
+    bare = job_rows_in_process(["bash", "run.sh"])["job.env"]
     assert bare["status"] == "warn" and "may set them itself" in bare["summary"]
 
 

@@ -4,9 +4,15 @@ environment, turns its check green."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from conftest import FakeSite
+from dsv4_doctor.checks import gpu_checks, te_checks
+from dsv4_doctor.model import Profile, Result
+from dsv4_doctor.probes import TORCH
+from dsv4_doctor.testing import StubContext, dist, module, run_check, static_answer
 from fakes import (Env, fake_cutedsl, fake_kernel, fake_megatron_dev, fake_old_verl, fake_te, fake_torch, healthy)
 
 FE_FIX = "pip install --force-reinstall --no-deps nvidia-cudnn-frontend==1.27.0"
@@ -17,6 +23,10 @@ NOT_GREEN = ("fail", "warn", "error")
 
 def commands(check: dict) -> list[str]:
     return [cmd for fix in check["fixes"] for cmd in fix["commands"]]
+
+
+def commands_of(result: Result) -> list[str]:
+    return [c.shell() for fix in result.fixes for c in fix.commands]
 
 
 def run(env: Env, python: str, *args: str):
@@ -225,34 +235,59 @@ def test_cutlass_stack_for_cp(tmp_path, bare_python):
 
 # --- GPU arch ------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args, status, text", [
-    (("--cp", "2", "--gpu-arch", "8.0"), "fail", "Unsupported GPU compute capability 8.0 for CSA CP CuTe kernels"),
-    (("--gpu-arch", "8.0"), "fail", "requires SM90+"),
-    (("--gpu-arch", "8.0", "--dsa-backend", "none"), "warn", "outside Megatron's DSv4 arch tables"),
-    (("--cp", "2", "--gpu-arch", "9.0"), "pass", "fused CSA compressor never runs here"),
-    (("--gpu-arch", "10.0"), "pass", "used at CP 1 (d48bd6be's gate)"),
-    (("--gpu-arch", "12.0", "--cp", "2"), "fail", "sm_90a, sm_100a, sm_103a"),
-    ((), "skip", "GPU arch unknown"),
+@pytest.mark.parametrize("profile, status, text", [
+    (Profile(cp=2, gpu_arch="8.0"), "fail", "Unsupported GPU compute capability 8.0 for CSA CP CuTe kernels"),
+    (Profile(gpu_arch="8.0"), "fail", "requires SM90+"),
+    (Profile(gpu_arch="8.0", dsa_backend="none"), "warn", "outside Megatron's DSv4 arch tables"),
+    (Profile(cp=2, gpu_arch="9.0"), "pass", "fused CSA compressor never runs here"),
+    (Profile(gpu_arch="10.0"), "pass", "used at CP 1 (d48bd6be's gate)"),
+    (Profile(gpu_arch="12.0", cp=2), "fail", "sm_90a, sm_100a, sm_103a"),
+    (Profile(), "skip", "GPU arch unknown"),
 ])
-def test_gpu_arch_rules(tmp_path, bare_python, args, status, text):
-    row = run(Env(tmp_path), bare_python, *args).check("gpu.arch")
-    assert row["status"] == status and text in row["summary"]
+def test_gpu_arch_rules(profile, status, text):
+    profile = replace(profile, gpu_arch_source="option" if profile.gpu_arch else "unknown")
+    result = run_check(gpu_checks.gpu_arch, StubContext(profile=profile))
+    assert result.status.value == status and text in result.summary, result.summary
+
+
+def test_gpu_arch_end_to_end_reads_the_cli_s_profile(tmp_path, bare_python):
+    row = run(Env(tmp_path), bare_python, "--cp", "2", "--gpu-arch", "8.0", "--dsa-backend", "none").check("gpu.arch")
+    assert row["status"] == "fail" and "Unsupported GPU compute capability 8.0 for CSA CP CuTe kernels" in \
+        row["summary"]
+    assert run(Env(tmp_path), bare_python).check("gpu.arch")["status"] == "skip"
 
 
 # --- Transformer Engine --------------------------------------------------------------------------------------------
 
+PACKING_FAIL = ("SFT sequence packing requires Transformer Engine >= 2.9.0 but got {} "
+                "(TE < 2.9.0 may have convergence issues).")
+
+
 @pytest.mark.parametrize("version, cp, status", [
-    ("2.8.0", "2", "fail"), ("2.9.0", "2", "pass"), ("2.9.0+5b3092a", "2", "pass"), ("2.9.0.dev0+abc", "2", "fail"),
-    ("2.9.0.dev0+5b3092a", "2", "pass"), ("2.10.0.dev0+f031cf8", "2", "pass"), ("2.8.0", "1", "pass"),
+    ("2.8.0", 2, "fail"), ("2.9.0", 2, "pass"), ("2.9.0+5b3092a", 2, "pass"), ("2.9.0.dev0+abc", 2, "fail"),
+    ("2.9.0.dev0+5b3092a", 2, "pass"), ("2.10.0.dev0+f031cf8", 2, "pass"), ("2.8.0", 1, "pass"),
 ])
-def test_te_packing_gate_compares_like_megatron(tmp_path, bare_python, version, cp, status):
-    env = Env(tmp_path).fake("te", fake_te, version, dists={"transformer_engine": version})
-    row = run(env, bare_python, "--cp", cp).check("te.version")
-    assert row["status"] == status, row
+def test_te_packing_gate_compares_like_megatron(version, cp, status):
+    # A source build: one `transformer_engine` distribution, which the static probe names transformer-engine.
+    facts = static_answer(distributions={"transformer-engine": dist("transformer-engine", version)},
+                          modules={"transformer_engine": module("/site/transformer_engine/__init__.py")})
+    result = run_check(te_checks.te_version, StubContext(profile=Profile(cp=cp), facts=facts))
+    assert result.status.value == status, result.summary
     if status == "fail":
-        assert row["summary"] == (f"SFT sequence packing requires Transformer Engine >= 2.9.0 but got {version} "
-                                  "(TE < 2.9.0 may have convergence issues).")
-        assert_fix_turns_green(env, bare_python, "te.version", "--cp", cp)
+        assert result.summary == PACKING_FAIL.format(version)
+        # The fix test_te_packing_gate_fix_turns_green applies end to end.
+        assert commands_of(result) == [PACKING_FIX]
+
+
+PACKING_FIX = "pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]==2.12.0'"
+
+
+def test_te_packing_gate_fix_turns_green(tmp_path, bare_python):
+    env = Env(tmp_path).fake("te", fake_te, "2.8.0", dists={"transformer_engine": "2.8.0"})
+    row = run(env, bare_python, "--cp", "2").check("te.version")
+    assert row["status"] == "fail" and row["summary"] == PACKING_FAIL.format("2.8.0")
+    assert commands(row) == [PACKING_FIX]
+    assert_fix_turns_green(env, bare_python, "te.version", "--cp", "2")
 
 
 def test_te_mismatched_subpackages(tmp_path, bare_python):
@@ -281,21 +316,37 @@ def test_te_missing_and_corrupt_metadata(tmp_path, bare_python):
     assert metadata["status"] == "warn" and "transformer-engine" in metadata["summary"]
 
 
-@pytest.mark.parametrize("error, needs, hint", [
-    ("/site/transformer_engine_torch.so: undefined symbol: _ZN3c104cuda9SetDeviceEi", None, "ABI mismatch"),
-    ("Could not find shared object file for Transformer Engine torch lib.", None, "[pytorch] extra"),
-    ("libcudnn_adv.so.9: cannot open shared object file: No such file or directory", "nvidia_cudnn_fake",
-     "cannot load cuDNN"),
-])
-def test_te_import_errors_are_classified_and_fixed(tmp_path, bare_python, error, needs, hint, monkeypatch):
-    import fakes
+TE_2_16 = static_answer(distributions={**{name: dist(name, "2.16.1") for name in (
+                            "transformer-engine", "transformer-engine-cu13", "transformer-engine-torch")},
+                                       "torch": dist("torch", "2.11.0")},
+                        modules={"transformer_engine": module("/site/transformer_engine/__init__.py")})
 
-    # The ABI fix rebuilds transformer-engine-torch alone; the fake TE is one component, rebuilt whole.
-    monkeypatch.setitem(fakes.FAKE_BUILDERS, "transformer-engine-torch", lambda site, v: fake_te(site, v or "2.16.1"))
-    env = Env(tmp_path).fake("torch", fake_torch).fake("te", fake_te, "2.16.1", import_error=error, needs=needs)
+
+@pytest.mark.parametrize("error, hint, fix", [
+    ("/site/transformer_engine_torch.so: undefined symbol: _ZN3c104cuda9SetDeviceEi", "ABI mismatch",
+     "pip install --no-build-isolation --no-cache-dir --force-reinstall --no-deps transformer-engine-torch==2.16.1"),
+    ("Could not find shared object file for Transformer Engine torch lib.", "[pytorch] extra",
+     "pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]==2.16.1'"),
+])
+def test_te_import_errors_are_classified_and_fixed(error, hint, fix):
+    answers = {te_checks.TE_IMPORT.key: {"results": [{"target": "transformer_engine.pytorch", "ok": False,
+                                                      "error": {"type": "ImportError", "message": error}}]},
+               TORCH.key: {"cuda_build": "13.0"}}
+    result = run_check(te_checks.te_import, StubContext(facts=TE_2_16, answers=answers))
+    assert result.status.value == "fail"
+    assert error in result.summary and hint in result.details
+    assert "HAVE_TE=False" in result.details
+    assert commands_of(result) == [fix]
+
+
+def test_te_import_error_end_to_end_and_its_fix_turns_green(tmp_path, bare_python):
+    # A library TE cannot load, whose install (the fix) makes the import succeed, as on a real machine.
+    error = "libcudnn_adv.so.9: cannot open shared object file: No such file or directory"
+    env = Env(tmp_path).fake("torch", fake_torch).fake("te", fake_te, "2.16.1", import_error=error,
+                                                       needs="nvidia_cudnn_fake")
     row = run(env, bare_python).check("te.import")
     assert row["status"] == "fail"
-    assert error in row["summary"] and hint in row["details"]
+    assert error in row["summary"] and "cannot load cuDNN" in row["details"]
     assert "HAVE_TE=False" in row["details"]
     assert_fix_turns_green(env, bare_python, "te.import")
 

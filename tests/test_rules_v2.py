@@ -18,6 +18,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from conftest import FakeSite, run_doctor
+from dsv4_doctor.checks import deps_checks
+from dsv4_doctor.model import Status
+from dsv4_doctor import testing
+from dsv4_doctor.testing import StubContext, run_check, static_answer
 from fakes import Env, fake_flash_mla, fake_mbridge, fake_megatron_dev, fake_te, fake_torch, healthy
 from test_rules import assert_fix_turns_green, commands, run
 from wheels import CACHE, ensure
@@ -648,13 +652,18 @@ def test_deps_consistency_names_other_dependents_and_warns_on_the_rest(tmp_path,
     assert row["status"] == "pass", row["summary"]
     assert "vllm 0.15.0 requires apache-tvm-ffi==0.1.10" in row["details"]
     assert "torchmetrics 1.9.0 requires torch>=2.0.0" in row["details"] and "2.8.0" not in row["details"]
-    env.fake("te", fake_te, "2.16.1", dists={"transformer-engine": "2.16.1", "transformer-engine-cu13": "2.16.1"})
-    (env.sites["te"] / "transformer_engine-2.16.1.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: transformer-engine\nVersion: 2.16.1\n"
-        'Requires-Dist: transformer_engine_torch==2.16.1; extra == "pytorch"\n'
-        'Requires-Dist: transformer_engine_cu13==2.16.1; extra == "core-cu13"\n')
-    broken = run(env, bare_python, "--only", "deps.consistency").check("deps.consistency")
-    assert broken["status"] == "fail" and "transformer_engine_torch==2.16.1" in broken["summary"]
+
+
+def test_deps_consistency_judges_the_requirements_of_the_extras_the_stack_uses():
+    # TE's metapackage as PyPI ships it: its torch extension behind the `pytorch` extra, which the DSv4 stack uses.
+    te = testing.dist("transformer-engine", "2.16.1", 'transformer_engine_torch==2.16.1; extra == "pytorch"',
+                      'transformer_engine_cu13==2.16.1; extra == "core-cu13"')
+    facts = static_answer(distributions={"transformer-engine": te, "torch": testing.dist("torch", "2.11.0"),
+                                         "transformer-engine-cu13": testing.dist("transformer-engine-cu13", "2.16.1")})
+    broken = run_check(deps_checks.deps_consistency, StubContext(facts=facts))
+    assert broken.status is Status.FAIL and "transformer_engine_torch==2.16.1" in broken.summary
+    facts["distributions"]["transformer-engine-torch"] = testing.dist("transformer-engine-torch", "2.16.1")
+    assert run_check(deps_checks.deps_consistency, StubContext(facts=facts)).status is Status.PASS
 
 
 @needs_elf

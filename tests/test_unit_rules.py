@@ -1,13 +1,12 @@
-"""Unit tests of the rule classifiers, in-process: a check's run function over a stub Context whose facts are a plain
-mapping (the static probe's answer, probe answers by key, nvidia-smi's GPUs). No subprocess, no wheel: the same
-facts the probes report on a real machine (the shapes tests/test_rules*.py get from real published wheels), fed to
-the rule directly, so a classifier's branches are pinned cheaply. The error texts are the ones upstream prints
-(cited at each test)."""
+"""Unit tests of the rule classifiers, in-process: a check run by the runner (testing.run_check) over
+testing.StubContext, whose facts are plain data (the static probe's answer, probe answers by key, nvidia-smi's GPUs).
+No subprocess, no wheel: the same facts the probes report on a real machine (the shapes tests/test_rules*.py get from
+real published wheels), fed to the rule directly, so a classifier's branches are pinned cheaply. The error texts are
+the ones upstream prints (cited at each test)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -18,55 +17,8 @@ from dsv4_doctor.checks import gpu_checks as gpu
 from dsv4_doctor.checks import te_checks as te
 from dsv4_doctor.facts import StaticFacts
 from dsv4_doctor.model import Profile, Result, Status
-from dsv4_doctor.probes import TORCH, ProbeResult
-from dsv4_doctor.runner import ProbeFailed
-
-MARKERS = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
-           "platform_machine": "x86_64", "implementation_name": "cpython", "os_name": "posix",
-           "platform_system": "Linux", "platform_python_implementation": "CPython"}
-
-
-def dist(name: str, version: str, *requires: str, path: str = "/site") -> dict:
-    """One installed copy, as the static probe reports it."""
-    return {"copies": [{"name": name, "version": version, "path": f"{path}/{name}-{version}.dist-info",
-                        "requires": list(requires)}]}
-
-
-@dataclass
-class StubContext:
-    """model.Context over facts: `static` (the static probe's answer), `answers` (probe key -> answer; a missing key
-    is a probe that gave no answer), `gpu_list` (nvidia-smi's GPUs)."""
-
-    profile: Profile = field(default_factory=Profile)
-    facts: Mapping[str, Any] = field(default_factory=dict)
-    answers: Mapping[str, Any] = field(default_factory=dict)
-    gpu_list: list[dict] = field(default_factory=list)
-    python: str = "/usr/bin/python3"
-    target: dict = field(default_factory=dict)
-    probed: list[str] = field(default_factory=list)
-
-    @property
-    def static(self) -> StaticFacts:
-        return StaticFacts(dict(self.facts, python={"markers": MARKERS}))
-
-    def probe(self, probe) -> ProbeResult:
-        self.probed.append(probe.key)
-        if probe.key in self.answers:
-            return ProbeResult(probe.key, True, self.answers[probe.key])
-        return ProbeResult(probe.key, False, error="no answer")
-
-    def require(self, probe):
-        result = self.probe(probe)
-        if not result.ok:
-            raise ProbeFailed(result)
-        return result.data
-
-    def gpus(self) -> list[dict]:
-        return self.gpu_list
-
-    def outcome(self, check_id: str):
-        return None
-
+from dsv4_doctor.probes import TORCH
+from dsv4_doctor.testing import StubContext, dist, run_check
 
 def _commands(result: Result) -> list[str]:
     return [c.shell() for fix in result.fixes for c in fix.commands]
@@ -86,7 +38,7 @@ def _te_import(error: dict, cuda_build: str = "13.0", libs: Mapping[str, Any] | 
                TORCH.key: {"cuda_build": cuda_build}}
     answers.update(libs or {})
     ctx = StubContext(facts=TE_INSTALLED, answers=answers)
-    return te.te_import.run(ctx), ctx.probed
+    return run_check(te.te_import, ctx), ctx.probed
 
 
 def test_te_an_undefined_torch_symbol_is_an_abi_mismatch_rebuilt_for_torch_s_cuda():
@@ -153,7 +105,7 @@ def _arch(arch: str | None, cp: int = 1, backend: str = "cudnn", source: str = "
           detected: str | None = None) -> Result:
     profile = Profile(cp=cp, dsa_backend=backend, gpu_arch=arch, gpu_arch_source=source if arch else "unknown")
     gpus = [{"compute_capability": detected}] if detected else []
-    return gpu.gpu_arch.run(StubContext(profile=profile, gpu_list=gpus))
+    return run_check(gpu.gpu_arch, StubContext(profile=profile, gpu_list=gpus))
 
 
 def test_gpu_arch_follows_megatron_s_exact_compute_capability_tables():
@@ -181,16 +133,16 @@ def test_deps_a_runtime_requirement_unmet_fails_and_a_missing_pure_python_one_wa
         "nvidia-cutlass-dsl": dist("nvidia-cutlass-dsl", "4.5.2"),
     }}
     ctx = StubContext(facts=facts)
-    result = deps.deps_consistency.run(ctx)
+    result = run_check(deps.deps_consistency, ctx)
     assert result.status is Status.FAIL
     assert "nvidia-cudnn-frontend 1.32.0 requires nvidia-cutlass-dsl[cu13]>=4.8.0, but 4.5.2 is installed" in \
         result.summary
     facts["distributions"]["nvidia-cutlass-dsl"] = dist("nvidia-cutlass-dsl", "4.8.0")
-    assert deps.deps_consistency.run(StubContext(facts=facts)).status is Status.PASS
+    assert run_check(deps.deps_consistency, StubContext(facts=facts)).status is Status.PASS
     # TE installed --no-deps without pydantic: a warning with the requirement's own install command.
     facts = {"distributions": {"transformer-engine": dist("transformer-engine", "2.12.0", "pydantic>=2.0")},
              "requirement_targets": {"pydantic": None}}
-    result = deps.deps_consistency.run(StubContext(facts=facts))
+    result = run_check(deps.deps_consistency, StubContext(facts=facts))
     assert result.status is Status.WARN and "pydantic>=2.0, but it is not installed" in result.summary
     assert _commands(result) == ["pip install 'pydantic>=2.0'"]
 
@@ -199,7 +151,7 @@ def test_deps_a_requirement_behind_an_unused_extra_or_another_python_is_not_judg
     facts = {"distributions": {"torch": dist("torch", "2.11.0", 'triton==3.6.0; extra == "dev"',
                                              'nvidia-nccl-cu13==2.28.9; python_version < "3.10"'),
                                "triton": dist("triton", "3.5.0")}}
-    result = deps.deps_consistency.run(StubContext(facts=facts))
+    result = run_check(deps.deps_consistency, StubContext(facts=facts))
     assert result.status is Status.PASS, result.summary
 
 
