@@ -108,12 +108,13 @@ def test_the_fix_script_caps_descriptions_before_redacting_them():
     being redacted whole before they were cut to one line."""
     from dsv4_doctor import fixplan
     from dsv4_doctor.model import CheckReport, Fix, Status
+    from dsv4_doctor.render.script import render_script
 
     desc = "missing: " + ", ".join(f"req-{i:04d}-" + "x" * 200 for i in range(2000))
     reports = [CheckReport(id=f"c.{i}", title="t", status=Status.FAIL, summary="s",
                            fixes=[Fix(desc + " DB_PASS=hunterpw", [["pip", "install", f"x{i}"]])]) for i in range(20)]
     start = time.monotonic()
-    script = fixplan.render_script(fixplan.build_plan(reports), "/usr/bin/python3", {}, "1", Redactor({}))
+    script = render_script(fixplan.build_plan(reports), "/usr/bin/python3", {}, "1", Redactor({}))
     assert time.monotonic() - start < 1.0
     assert script.count("req-0000-") == 20 and "pip install x19" in script  # wrapped: on the line after "missing:"
 
