@@ -21,13 +21,10 @@ if TYPE_CHECKING:  # the plan is computed above the renderers (doctor.fixplan); 
 _COMMENT_UNSAFE = re.compile(f"[{UNSAFE_CHARS}]+")
 
 
-def comment(text: str, limit: int = 300) -> str:
+def inert(text: str, limit: int = 300) -> str:
     """Text that stays one inert comment line however hostile it is."""
     text = _COMMENT_UNSAFE.sub(" ", str(text)).strip()
     return text if len(text) <= limit else text[:limit] + "…"
-
-
-_comment = comment
 
 
 def pip_line(cmd: Command) -> str:
@@ -59,8 +56,9 @@ def in_settings_section(step: Step, job_settings: dict | None) -> bool:
 
 def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: str | None, redact: Redactor,
             job_settings: dict | None = None) -> str:
-    def comment(text, limit: int = 300) -> str:  # noqa: F811 - the module's, on redacted text
-        return _comment(redact.text(cap(redact.literal(str(text)), limit + 8192)), limit)  # capped, then redacted
+    def comment(text, limit: int = 300) -> str:
+        """`inert`, on redacted text."""
+        return inert(redact.text(cap(redact.literal(str(text)), limit + 8192)), limit)  # capped, then redacted
 
     def wrapped(text, lead: str = "# ", cont: str = "#   ") -> list[str]:
         """Comment lines wrapped at word boundaries (a step's description is never cut mid-word)."""
