@@ -548,6 +548,7 @@ def cmd_fix(args) -> int:
     from . import fixplan
     from .redact import Redactor
     from .render import verdict_line
+    from .render.script import render_script
     from .session import profile_from_options
 
     if args.apply and not args.yes and not isatty(sys.stdin):
@@ -566,8 +567,8 @@ def cmd_fix(args) -> int:
     plan = fixplan.build_plan(reports)
     incomplete = fixplan.incomplete(report)
     redact = Redactor()
-    printed = write_stdout(fixplan.render_script(plan, python, report["profile"], __version__, redact, incomplete,
-                                                 report.get("job_settings")))
+    printed = write_stdout(render_script(plan, python, report["profile"], __version__, redact, incomplete,
+                                         report.get("job_settings")))
     before = verdict_line(report)
     say("before: " + before)
     if not printed:  # nobody could read the plan: nothing is applied from it

@@ -1,6 +1,6 @@
 """The fix plan: every failing or warning check's fixes, de-duplicated and ordered so that later steps do not undo
-earlier ones, printed as a shell script that is safe to paste, and applied (`--apply`) as argv lists, never through a
-shell.
+earlier ones, and applied (`--apply`) as argv lists, never through a shell. The plan is data; the shell script that
+shows it is a renderer's (render/script.py).
 
 Order: (1) torch and the CUDA runtime wheels, a manual step that names the compiled extensions to rebuild after it;
 (2) packages built against torch; (3) pure-Python pins; (4) job settings and choices, as prose.
@@ -11,29 +11,24 @@ step (a torch reinstall), a job setting, or any other program a plugin names; th
 for a person to read. While a manual torch step is pending, the steps that build against torch are held back too:
 they would compile against the torch that is about to be replaced.
 
-Everything printed (the script, the `+ command` echo) goes through the report's redaction and cleaning.
+The `+ command` echo of `--apply` goes through the report's redaction and cleaning, as the script does.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
 import sys
-import textwrap
 from dataclasses import dataclass, field
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
-from .model import UNSAFE_CHARS, CheckReport, Command, Fix, Phase, Status, env_value
+from .model import PIP, CheckReport, Command, Fix, Phase, Status, env_value
 from .procs import kill_group
-from .redact import WITHHELD, Redactor, cap, clean_text
+from .redact import Redactor, cap, clean_text
 from .render.output import line_text, write_stderr
 
 ORDER = (Phase.RUNTIME, Phase.BUILD, Phase.PIN, Phase.SETTING)
-_COMMENT_UNSAFE = re.compile(f"[{UNSAFE_CHARS}]+")
-PIP = ("-I", "-m", "pip")
 
 
 @dataclass
@@ -102,110 +97,9 @@ def build_plan(reports: Sequence[CheckReport]) -> Plan:
     return Plan(steps, unfixable)
 
 
-def comment(text: str, limit: int = 300) -> str:
-    """Text that stays one inert comment line however hostile it is."""
-    text = _COMMENT_UNSAFE.sub(" ", str(text)).strip()
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
-_comment = comment
-
-
-def pip_line(cmd: Command) -> str:
-    """How the script runs a pip command: with the inspected interpreter's pip, not whichever is first on PATH."""
-    return cmd.env_prefix() + '"$PY" ' + " ".join(PIP) + " " + shlex.join(cmd.argv[1:])
-
-
 def pip_argv(python: str, cmd: Command) -> list[str]:
+    """How `--apply` runs a pip command: with the target's own pip, the arguments the script shows."""
     return [python, *PIP, *cmd.argv[1:]]
-
-
-def render_script(plan: Plan, python: str, profile: dict, version: str, redact: Redactor | None = None,
-                  incomplete: str | None = None, job_settings: dict | None = None) -> str:
-    """The plan as a POSIX shell script. `incomplete`: why the run behind it did not finish (the plan then holds
-    only what finished, and says so).
-
-    Redaction works on the parts, before they are quoted or made comments: redacting the finished script would
-    rewrite quoted text (`NAME='...'` inside a `'"'"'` escape) and unbalance its quotes, which a hostile METADATA
-    turned into a command on the pasted script's shell."""
-    return clean_text(_script(plan, python, profile, version, incomplete, redact or Redactor(), job_settings))
-
-
-def in_settings_section(step: Step, job_settings: dict | None) -> bool:
-    """A job-setting step the job-settings section already holds (a CP_ARGS line, an export line)."""
-    if not job_settings or step.fix.phase is not Phase.SETTING:
-        return False
-    block: Any = job_settings.get("cp_args")
-    block = block if isinstance(block, dict) else {}
-    held = {f"job:{line}" for line in block.get("lines") or []}
-    held |= {"env:" + line[len("export "):] for line in job_settings.get("exports") or [] if isinstance(line, str)}
-    return step.fix.key in held
-
-
-def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: str | None, redact: Redactor,
-            job_settings: dict | None = None) -> str:
-    def comment(text, limit: int = 300) -> str:  # noqa: F811 - the module's, on redacted text
-        return _comment(redact.text(cap(redact.literal(str(text)), limit + 8192)), limit)  # capped, then redacted
-
-    def wrapped(text, lead: str = "# ", cont: str = "#   ") -> list[str]:
-        """Comment lines wrapped at word boundaries (a step's description is never cut mid-word)."""
-        return [lead + line if i == 0 else cont + line for i, line in enumerate(
-            textwrap.wrap(comment(text, 4000), width=118 - len(cont), break_long_words=False,
-                          break_on_hyphens=False) or [""])]
-
-    def command_line(cmd: Command) -> str:
-        """The command, or a comment when redaction had to change it (it holds a secret): Redactor.command."""
-        words = [f"{name}={value}" for name, value in cmd.env] + list(cmd.argv)  # its environment is printed too
-        return WITHHELD if redact.command(words) is None else pip_line(cmd)
-
-    shown = " ".join(f"{k}={v}" for k, v in profile.items() if k in ("cp", "dsa_backend", "gpu_arch")
-                     and v is not None)
-    lines = ["#!/bin/sh", f"# dsv4-doctor {comment(version)} fix plan ({comment(shown)}).",
-             "# Review it before running it. Manual steps and job settings are comments: read them.",
-             "set -eu", f"PY={shlex.quote(redact.text(python))}"]
-    if incomplete:
-        lines.append(f"# INCOMPLETE: {comment(incomplete)}; this plan holds only the fixes of the checks that "
-                     "finished. Run `dsv4-doctor check` again before trusting it.")
-    elif not plan.steps and not plan.unfixable:
-        lines.append("# nothing to fix")
-    held: list[str] = []
-    n = 0
-    for step in plan.steps:  # the settings are the last phase: numbering the rest alone keeps held_by's numbers
-        checks = ", ".join(step.checks)
-        if in_settings_section(step, job_settings):
-            held += [c for c in step.checks if c not in held]
-            continue
-        n += 1
-        lines.append("")
-        if step.fix.phase is Phase.SETTING or not step.fix.commands:
-            what = "a job setting or choice" if step.fix.phase is Phase.SETTING else "its command was withheld"
-            lines.append(f"# Step {n} ({what}; nothing to run) [{comment(checks)}]:")
-            lines += wrapped(step.fix.description, "#   ")
-        elif step.automatic:
-            lines += wrapped(f"Step {n} [{comment(checks)}]: {step.fix.description}")
-            lines += [command_line(c) for c in step.commands]
-        elif step.held_by is not None:
-            lines += wrapped(f"Step {n} (held back: run it after Step {step.held_by}, because it builds against "
-                             f"torch; not run by this script or by --apply) [{comment(checks)}]: "
-                             f"{step.fix.description}")
-            lines += ["#   " + comment(pip_line(c), 2000) for c in step.commands]
-        else:
-            why = "manual: not run by this script or by --apply" if step.fix.manual else \
-                "not run by this script or by --apply: only pip commands are"
-            lines += wrapped(f"Step {n} ({why}) [{comment(checks)}]: {step.fix.description}")
-            lines += ["#   " + comment(pip_line(c) if c.is_pip else c.shell(), 2000) for c in step.commands]
-        for note in step.fix.notes:
-            lines += wrapped(note, "#   ", "#   ")
-    from .job.settings import comment_lines
-
-    section = comment_lines(job_settings)
-    if section:
-        lines += ["", "# Job settings: for the training command and the job script; not run by this script or by "
-                      "--apply" + (f" [{comment(', '.join(held))}]" if held else "") + ":"]
-        lines += [("#     " if line.startswith("  ") else "#   ") + comment(line, 2000) for line in section]
-    if plan.unfixable:
-        lines += ["", f"# No fix is known for: {comment(', '.join(plan.unfixable))} (see the report)."]
-    return "\n".join(lines) + "\n"
 
 
 def offline_reason(cmd: Command, environ: Mapping[str, str]) -> str | None:

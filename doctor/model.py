@@ -126,6 +126,11 @@ class Command:
         return self.argv[0] in ("pip", "pip3")
 
 
+# How a pip command runs, in the fix script and under `fix --apply`: `<target python> -I -m pip ...`, the target's own
+# pip (`-I`: a pip.py in the current directory is not pip), never whichever pip is first on PATH.
+PIP = ("-I", "-m", "pip")
+
+
 class Phase(str, enum.Enum):
     """Where a fix goes in a plan: the order in which installing things does not undo what came before."""
 

@@ -50,7 +50,7 @@ def host_main(argv: list[str]) -> None:
 
     # Whatever a plugin prints goes to the log, never to a stream the doctor reads.
     os.dup2(2, 1)
-    if argv[0].startswith("@"):  # the request in a file (see Session._host)
+    if argv[0].startswith("@"):  # the request in a file (see PluginHosts._host)
         with open(argv[0][1:], encoding="utf-8") as fh:
             request = json.load(fh)
     else:

@@ -430,6 +430,7 @@ def test_the_report_carries_the_job_entry_and_env_values_by_shape():
 def test_apply_echoes_a_withheld_command_with_the_secret_masked_and_runs_the_real_one(tmp_path, monkeypatch, capfd):
     """README: a step whose command holds a secret is withheld in the script, echoed masked, run with its value."""
     from dsv4_doctor import fixplan
+    from dsv4_doctor.render.script import render_script
     from dsv4_doctor.model import CheckReport, Fix, Status
     from dsv4_doctor.procs import Processes
     from dsv4_doctor.redact import Redactor
@@ -444,7 +445,7 @@ def test_apply_echoes_a_withheld_command_with_the_secret_masked_and_runs_the_rea
     plan = fixplan.build_plan(reports)
     monkeypatch.delenv("PIP_NO_INDEX", raising=False)
     redact = Redactor()
-    script = fixplan.render_script(plan, str(target), {}, "0", redact)
+    script = render_script(plan, str(target), {}, "0", redact)
     assert "ghp_abc" not in script and "held a secret" in script
     assert fixplan.apply(plan, str(target), Processes(), redact) == (1, 0)
     echo = capfd.readouterr().err
@@ -455,6 +456,7 @@ def test_a_fix_command_whose_environment_holds_a_secret_is_withheld_in_the_scrip
         tmp_path, monkeypatch, capfd):
     """The script checked only a command's argv for secrets and printed its `NAME=value` prefix as it was."""
     from dsv4_doctor import fixplan
+    from dsv4_doctor.render.script import render_script
     from dsv4_doctor.model import CheckReport, Command, Fix, Status
     from dsv4_doctor.procs import Processes
 
@@ -462,7 +464,7 @@ def test_a_fix_command_whose_environment_holds_a_secret_is_withheld_in_the_scrip
     fix = Fix("tvm", [Command(("pip", "install", "apache-tvm-ffi==0.1.11"), env=(("HF_TOKEN", token),))])
     plan = fixplan.build_plan([CheckReport(id="tvm-ffi.version", title="t", status=Status.FAIL, summary="s",
                                            fixes=[fix])])
-    script = fixplan.render_script(plan, "/py", {}, "0")
+    script = render_script(plan, "/py", {}, "0")
     assert token not in script and "held a secret" in script
     target = tmp_path / "python"
     target.write_text("#!/bin/sh\nexit 0\n")

@@ -295,11 +295,12 @@ def test_a_hostile_bridge_summary_is_not_known_never_a_crash(source):
 
 def test_the_job_settings_section_stays_comments_whatever_it_holds():
     from dsv4_doctor import fixplan
+    from dsv4_doctor.render.script import render_script
 
     evil = {"cp_args": {"syntax": "hydra", "cp": 2, "lines": ["a=1\nrm -rf ~", "b=$(touch PWNED)\r\x1b[2J"],
                         "missing": ["x"], "computed": "c\nid", "rounding": "r"},
             "exports": ["export A=1\nrm -rf ~"], "notes": ["n\n`id`"]}
-    script = fixplan.render_script(fixplan.Plan([], []), "/usr/bin/python3", {"cp": 2}, "0", job_settings=evil)
+    script = render_script(fixplan.Plan([], []), "/usr/bin/python3", {"cp": 2}, "0", job_settings=evil)
     body = script.split("set -eu\n", 1)[1].splitlines()
     assert [line for line in body if line and not line.startswith("#")] == ["PY=/usr/bin/python3"]
     assert "\x1b" not in script and "\r" not in script

@@ -9,11 +9,12 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from dsv4_doctor.fixplan import Phase, build_plan, render_script
-from dsv4_doctor.model import Check, CheckReport, Command, Fix, Profile, Status, needs_failed, passed
+from dsv4_doctor.fixplan import build_plan
+from dsv4_doctor.model import Check, CheckReport, Command, Fix, Phase, Profile, Status, needs_failed, passed
 from dsv4_doctor.probes import parse_handshake, parse_nvidia_smi
 from dsv4_doctor.render import render, verdict_line
 from dsv4_doctor.render.markdown import code, fence, plain
+from dsv4_doctor.render.script import render_script
 from dsv4_doctor.report import assemble
 from dsv4_doctor.session import UsageError, select
 

@@ -108,12 +108,13 @@ def test_the_fix_script_caps_descriptions_before_redacting_them():
     being redacted whole before they were cut to one line."""
     from dsv4_doctor import fixplan
     from dsv4_doctor.model import CheckReport, Fix, Status
+    from dsv4_doctor.render.script import render_script
 
     desc = "missing: " + ", ".join(f"req-{i:04d}-" + "x" * 200 for i in range(2000))
     reports = [CheckReport(id=f"c.{i}", title="t", status=Status.FAIL, summary="s",
                            fixes=[Fix(desc + " DB_PASS=hunterpw", [["pip", "install", f"x{i}"]])]) for i in range(20)]
     start = time.monotonic()
-    script = fixplan.render_script(fixplan.build_plan(reports), "/usr/bin/python3", {}, "1", Redactor({}))
+    script = render_script(fixplan.build_plan(reports), "/usr/bin/python3", {}, "1", Redactor({}))
     assert time.monotonic() - start < 1.0
     assert script.count("req-0000-") == 20 and "pip install x19" in script  # wrapped: on the line after "missing:"
 
@@ -141,13 +142,13 @@ def test_a_cut_log_tail_drops_the_partial_line_it_starts_in(tmp_path):
     """A stderr tail that began in the middle of a secret showed the rest of it (its start, which
     redaction recognises, was cut off). Every place that cuts a log's tail drops the partial first line."""
     from dsv4_doctor import fleet
+    from dsv4_doctor.plugins import log_tail
     from dsv4_doctor.probes import STDERR_TAIL_BYTES, _tail
     from dsv4_doctor.redact import read_tail
-    from dsv4_doctor.session import Session
 
     log = tmp_path / "log"
     log.write_bytes(b"Authorization: Bearer " + b"s3cr3tv4lue" * 1000 + b"\nthe last line\n")
-    for tail in (_tail(str(log)), Session._log_tail(str(log)), fleet._tail(str(log)), read_tail(str(log), 5000)):
+    for tail in (_tail(str(log)), log_tail(str(log)), fleet._tail(str(log)), read_tail(str(log), 5000)):
         assert "v4lue" not in tail and "the last line" in tail and "earlier output cut" in tail, tail
     log.write_bytes(b"x" * (STDERR_TAIL_BYTES * 3))  # one line longer than the tail: nothing of it
     assert "x" not in _tail(str(log)).replace("earlier output cut by dsv4-doctor", "")

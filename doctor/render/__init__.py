@@ -1,4 +1,5 @@
-"""Renderers turn a report (a dict, already redacted and cleaned) into text; the CLI decides where it goes.
+"""Renderers turn a report (a dict, already redacted and cleaned) into text, and the fix plan into its shell script
+(script.py); the CLI decides where it goes.
 
 No renderer imports anything heavy, and every text format passes one last step: no line of output can start a
 GitHub Actions workflow command, whatever wrapping did to it.
