@@ -105,8 +105,9 @@ def test_verdict_first_and_last_with_the_next_step(local_report):
     last = " ".join(line.strip() for line in lines[verdicts[1]:])
     assert last == verdict + "; next: dsv4-doctor fix --cp 1 > fix.sh"
     assert "CP 1 assumed: pass --cp N" in " ".join(line.strip() for line in lines[:verdicts[0]])
-    h200 = render_terminal(_h200("check-cp2.json"), width=100).splitlines()
-    assert h200[-1].endswith("; next: read the rows above (no fix the doctor can write)")
+    h200 = render_terminal(_h200("check-cp2.json"), width=100).rstrip().split("\n\n")[-1]
+    assert " ".join(line.strip() for line in h200.splitlines()).endswith(
+        "; next: read the rows above (no fix the doctor can write)")
 
 
 def test_fix_commands_are_never_wrapped(local_report):
