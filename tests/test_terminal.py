@@ -170,3 +170,69 @@ def test_json_check_imports_no_rich(bare_python):
     assert "dsv4_doctor.cli" in imported  # the log is real
     assert not [m for m in imported if m == "rich" or m.startswith("rich.")]
     assert "dsv4_doctor.render.terminal" not in imported
+
+
+def _on_a_terminal(args: list[str], columns: int = 80, env: dict | None = None) -> tuple[int, str]:
+    """The doctor with stdin, stdout and stderr on a pseudo-terminal `columns` wide; its exit code and output."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    from conftest import doctor_command
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    full_env = {k: v for k, v in os.environ.items()
+                if k not in ("COLUMNS", "LINES", "FORCE_COLOR", "NO_COLOR", "GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")}
+    full_env.update({"PYTHONIOENCODING": "utf-8", "TERM": "xterm"}, **(env or {}))
+    proc = subprocess.Popen(doctor_command() + args, stdin=follower, stdout=follower, stderr=follower, env=full_env,
+                            close_fds=True)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: every writer closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    code = proc.wait(timeout=120)
+    return code, b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+
+
+@pytest.mark.parametrize("colour", ["on", "NO_COLOR"])
+def test_check_on_a_terminal_prints_the_grouped_report(bare_python, colour):
+    env = {"NO_COLOR": "1"} if colour == "NO_COLOR" else {}
+    code, out = _on_a_terminal(["check", "--static-only", "--python", bare_python], env=env)
+    assert code == 1, out[-3000:]
+    report = out[re.search(r"dsv4-doctor \S+ checked", out).start():]  # type: ignore[union-attr]  # after the progress line, which stderr shows on a terminal
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", report)
+    assert "\r" not in plain
+    assert bool(re.search(r"\x1b\[[0-9;]*m", report)) is (colour == "on")
+    areas = _areas(plain)
+    assert [a for _, a, _ in areas][:3] == ["python", "torch", "gpu"]
+    assert ("✗", "te", "1 fail, 1 skip") in areas
+    assert "skipped: -v shows them" in plain
+    fixes = [line for line in plain.splitlines() if line.strip().startswith("pip install ")]
+    assert fixes and any(len(line) > 80 for line in fixes)  # a command stays whole on one line
+    assert all(len(line) <= 80 for line in plain.splitlines() if line not in fixes)
+    verbose_code, verbose = _on_a_terminal(["check", "--static-only", "-v", "--python", bare_python], env=env)
+    assert verbose_code == 1 and "evidence:" in verbose and "-v shows them" not in verbose
+
+
+def test_piped_text_keeps_the_plain_report(bare_python):
+    run = run_doctor("check", "--static-only", "-v", python=bare_python)
+    assert run.returncode == 1
+    assert not _areas(run.stdout) and "FAIL te.version" in run.stdout
+
+
+@pytest.mark.parametrize("command", ["check", "smoke", "preflight"])
+def test_help_says_what_verbose_does(command):
+    run = run_doctor(command, "--help", env={"COLUMNS": "200"})
+    assert run.returncode == 0
+    words = " ".join(run.stdout.split())
+    assert "-v, --verbose On a terminal: -v shows every row" in words and "-vv adds the sources" in words
