@@ -103,7 +103,7 @@ NAMESPACE_DEFAULTS: dict = {
     "format": "text", "output": None, "strict": False, "static_only": False, "no_smoke": False, "device": "auto",
     "distributed": "auto", "fleet_port": None, "fleet_wait": None, "anonymize_hosts": False, "verbose_ranks": False,
     "no_kernel_cache": False, "job_args": None, "dry_run": False, "report": None, "job_command": [],
-    "apply": False, "yes": False, "check_id": None,
+    "apply": False, "yes": False, "check_id": None, "verbose": 0,
 }
 
 
@@ -188,6 +188,8 @@ def _app():
     cp_t, arch_t, timeout_t, port_t = _checked(_cp), _checked(_gpu_arch), _checked(_timeout), _checked(_port)
     dsa_choice, device_choice = Choice(["cudnn", "none"]), Choice(["auto", "cuda", "cpu"])
     report_formats = Choice(list(FORMATS))
+    verbose_help = ("On a terminal: -v shows every row with its details and evidence, -vv adds the sources "
+                    "(default: only the rows that need attention). Piped text, JSON, markdown and JUnit are unchanged.")
 
     @app.command(help="Check this environment for the planned DSv4 job (the default).", epilog=EXIT_CODES_HELP)
     def check(
@@ -212,6 +214,7 @@ def _app():
         fleet_wait: float | None = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
         anonymize_hosts: bool = Option(False, "--anonymize-hosts", help=anon_help),
         verbose_ranks: bool = Option(False, "--verbose-ranks", help=ranks_help),
+        verbose: int = Option(0, "-v", "--verbose", count=True, help=verbose_help),
         no_kernel_cache: bool = Option(False, "--no-kernel-cache", help=cache_help),
         job_args: str | None = Option(None, "--job-args", metavar="CMD", help=job_args_help),
     ) -> None:
@@ -233,6 +236,7 @@ def _app():
         fleet_wait: float | None = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
         anonymize_hosts: bool = Option(False, "--anonymize-hosts", help=anon_help),
         verbose_ranks: bool = Option(False, "--verbose-ranks", help=ranks_help),
+        verbose: int = Option(0, "-v", "--verbose", count=True, help=verbose_help),
         device: str = Option("auto", "--device", click_type=device_choice,
                              help="auto: the GPU when torch sees one, else the CPU."),
         no_kernel_cache: bool = Option(False, "--no-kernel-cache", help=cache_help),
@@ -303,6 +307,7 @@ def _app():
         fleet_wait: float | None = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
         anonymize_hosts: bool = Option(False, "--anonymize-hosts", help=anon_help),
         verbose_ranks: bool = Option(False, "--verbose-ranks", help=ranks_help),
+        verbose: int = Option(0, "-v", "--verbose", count=True, help=verbose_help),
         no_kernel_cache: bool = Option(False, "--no-kernel-cache", help=cache_help),
         job_command: list[str] | None = typer.Argument(None, metavar="-- COMMAND [ARG ...]", show_default=False,
                                                          help="The training command, after `--`."),
@@ -439,12 +444,14 @@ def cmd_check(args, smoke: bool = False) -> int:
     ran: dict = {}
     report = run_report(args, profile, only, skip, strict, progress=progress, keep=ran)
     if env is None:
-        return emit(report, args.format, args.output)
+        return emit(report, args.format, args.output, args.verbose)
     from .fleet import take_part
 
-    return take_part(env, report, ran["python"], started, strict, lambda merged: emit(merged, args.format, args.output),
-                     args.fleet_wait, args.verbose_ranks, _rerun(args, profile, skip, strict), args.anonymize_hosts,
-                     fleet_checks)
+    def report_merged(merged: dict) -> int:
+        return emit(merged, args.format, args.output, args.verbose)
+
+    return take_part(env, report, ran["python"], started, strict, report_merged, args.fleet_wait, args.verbose_ranks,
+                     _rerun(args, profile, skip, strict), args.anonymize_hosts, fleet_checks)
 
 
 def _fleet_selection(env, only: list[str], skip: list[str]) -> tuple[list[str], tuple[str, ...]]:
@@ -643,7 +650,7 @@ def cmd_preflight(args) -> int:
 
 
 def _preflight_report(args, report: dict) -> int:
-    return preflight_report(report, args.report)
+    return preflight_report(report, args.report, args.verbose)
 
 
 def _where(exc: BaseException) -> str:

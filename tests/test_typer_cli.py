@@ -29,8 +29,8 @@ def test_check_is_the_default_command():
 
 
 @pytest.mark.parametrize("words, suggestion", [
-    (["chek"], "'check'"), (["lsit"], "'list'"), (["--cpp", "2"], "--cp"), (["check", "--verbose"], "--verbose-ranks"),
-    (["--stat"], "--static-only"),
+    (["chek"], "'check'"), (["lsit"], "'list'"), (["--cpp", "2"], "--cp"),
+    (["check", "--verbose-r"], "--verbose-ranks"), (["--stat"], "--static-only"),
 ])
 def test_a_mistyped_command_or_option_is_refused_with_a_suggestion(words, suggestion):
     run = run_doctor(*words)
@@ -39,7 +39,7 @@ def test_a_mistyped_command_or_option_is_refused_with_a_suggestion(words, sugges
 
 
 def test_abbreviations_are_off():
-    for words in (["--verbose"], ["--stat"], ["check", "--only-"], ["fix", "--app"]):
+    for words in (["--verbose-r"], ["--stat"], ["check", "--only-"], ["fix", "--app"]):
         with pytest.raises(SystemExit) as exc:
             _parse(words)
         assert exc.value.code == 2

@@ -262,7 +262,25 @@ def isatty(stream) -> bool:
         return False
 
 
-def emit(report: dict, fmt: str, output: str | None) -> int:
+def wants_terminal_report(stream) -> bool:
+    """Whether a text report to `stream` is the grouped terminal report: on a terminal, or when FORCE_COLOR asks
+    for what a terminal gets. Anything else (a pipe, a file, a test) keeps the plain text report."""
+    return isatty(stream) or bool(os.environ.get("FORCE_COLOR"))
+
+
+def terminal_report(report: dict, stream, verbosity: int) -> str:
+    """The grouped terminal report for `stream`: its width, ASCII glyphs unless it takes UTF-8, colour unless
+    NO_COLOR is set. Imported here so that only this report ever loads rich."""
+    from . import output_width
+    from ..redact import neutralize_workflow_commands
+    from .terminal import render_terminal
+
+    return neutralize_workflow_commands(render_terminal(
+        report, verbosity, width=output_width(isatty(stream)), color=not os.environ.get("NO_COLOR"),
+        encoding=str(getattr(stream, "encoding", None) or "ascii")))
+
+
+def emit(report: dict, fmt: str, output: str | None, verbosity: int = 0) -> int:
     """Write the report; its exit code, or 4 when it could not be written (to --output: it then goes to stdout)."""
     from . import output_width, render, verdict_line
     from .github import emit as annotate
@@ -270,7 +288,10 @@ def emit(report: dict, fmt: str, output: str | None) -> int:
     code = report["summary"]["exit_code"]
     to_tty = output is None and isatty(sys.stdout)
     color = fmt == "text" and to_tty and not os.environ.get("NO_COLOR")
-    text = render(report, fmt, color=color, width=output_width(to_tty))
+    if fmt == "text" and output is None and wants_terminal_report(sys.stdout):
+        text = terminal_report(report, sys.stdout, verbosity)
+    else:
+        text = render(report, fmt, color=color, width=output_width(to_tty))
     if output:
         why = write_file(output, text)
         if why is None:
@@ -286,14 +307,17 @@ def emit(report: dict, fmt: str, output: str | None) -> int:
     return code
 
 
-def preflight_report(report: dict, path: str | None) -> int:
+def preflight_report(report: dict, path: str | None, verbosity: int = 0) -> int:
     """The report to stderr (the job's stdout is the job's), and to `path` (--report) as JSON; its exit code.
     Neither write decides whether the job starts: a report that could not be written is said, when stderr works."""
     import json
 
     from . import output_width, render
 
-    write_stderr(render(report, "text", width=output_width(False)))
+    if wants_terminal_report(sys.stderr):
+        write_stderr(terminal_report(report, sys.stderr, verbosity))
+    else:
+        write_stderr(render(report, "text", width=output_width(False)))
     if path:
         why = write_file(path, json.dumps(report, indent=2) + "\n")
         if why is not None:

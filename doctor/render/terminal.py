@@ -16,13 +16,12 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
+from ..checks import AREAS as BUILTIN_AREAS
 from . import LABEL, shown, verdict_line
 from .output import line_text
 
-# Areas in the order of the built-in check modules (pyproject's entry points); an area not listed comes after,
-# alphabetically.
-AREAS = ("python", "torch", "gpu", "te", "deps", "cudnn-fe", "cutlass-dsl", "tvm-ffi", "mcore", "verl", "mbridge",
-         "libs", "kernels", "smoke", "job", "fleet", "plugin")
+# Areas in the order of the built-in check modules, then plugin rows; any other area comes after, alphabetically.
+AREAS = (*BUILTIN_AREAS, "plugin")
 # Worst first: a failure before an error of the doctor's own, then warnings, passes and skips.
 WORST_FIRST = ("fail", "error", "warn", "pass", "skip")
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim", "error": "bold magenta"}
@@ -321,7 +320,7 @@ def _trailer(report: Any, out: _Out) -> None:
     settings = report.get("job_settings") if isinstance(report.get("job_settings"), dict) else None
     block = settings.get("cp_args") if settings and isinstance(settings.get("cp_args"), dict) else {}
     if settings and (block.get("missing") or settings.get("exports")):
-        from ..jobsettings import comment_lines
+        from ..job.settings import comment_lines
 
         out.blank()
         out.line(Text("Job settings (for the training command and the job script; the doctor never runs them):",

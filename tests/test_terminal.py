@@ -1,0 +1,238 @@
+"""The rich terminal report (doctor/render/terminal.py) on real reports: one the doctor writes here, in a real
+subprocess, and the JSON reports of a real H200 run committed under docs/gpu-runs/."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsv4_doctor.checks import AREAS as BUILTIN_AREAS
+from dsv4_doctor.render.terminal import render_terminal
+
+from conftest import run_doctor
+
+H200_RUN = Path(__file__).resolve().parent.parent / "docs" / "gpu-runs" / "2026-12-02-h200-b"
+H200_REPORTS = sorted(H200_RUN.glob("complete/*.json")) + sorted(H200_RUN.glob("exit0/*.json"))
+AREA_HEAD = re.compile(r"^\[(.)\] (\S+)  (.*)$")
+ROW_HEAD = re.compile(r"^    (\S) (PASS|WARN|FAIL|ERROR|SKIP)\s+(\S+)  ")
+RANK = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "skip": 4}
+STATUS_OF_LABEL = {"PASS": "pass", "WARN": "warn", "FAIL": "fail", "ERROR": "error", "SKIP": "skip"}
+
+
+@pytest.fixture(scope="module")
+def local_report(bare_python) -> dict:
+    """A real static-only report of an interpreter with nothing installed: failures with fix commands, skips."""
+    run = run_doctor("check", "--static-only", "-f", "json", python=bare_python)
+    assert run.returncode == 1, run.stderr
+    return run.report
+
+
+def _h200(name: str) -> dict:
+    return json.loads((H200_RUN / "complete" / name).read_text())
+
+
+def _areas(text: str) -> list[tuple[str, str, str]]:
+    return [m.groups() for m in map(AREA_HEAD.match, text.splitlines()) if m]  # type: ignore[misc]
+
+
+def _rows(text: str) -> list[tuple[str, str, str]]:
+    return [m.groups() for m in map(ROW_HEAD.match, text.splitlines()) if m]  # type: ignore[misc]
+
+
+def _expected_areas(report: dict) -> list[str]:
+    seen = {c["id"].split(".", 1)[0] for c in report["checks"]}
+    return [a for a in BUILTIN_AREAS if a in seen]
+
+
+def _worst(statuses: set[str]) -> str:
+    return min(statuses, key=RANK.__getitem__) if statuses != {"skip"} else "skip"
+
+
+@pytest.mark.parametrize("path", H200_REPORTS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_h200_reports_grouped_by_area_in_module_order_worst_first(path):
+    report = json.loads(path.read_text())
+    text = render_terminal(report, verbosity=1, width=100)
+    areas = _areas(text)
+    assert [a for _, a, _ in areas] == _expected_areas(report)
+    by_area: dict[str, set[str]] = {}
+    for c in report["checks"]:
+        by_area.setdefault(c["id"].split(".", 1)[0], set()).add(c["status"])
+    glyph = {"pass": "✓", "warn": "!", "fail": "✗", "error": "✗", "skip": "-"}
+    for g, area, _counts in areas:
+        assert g == glyph[_worst(by_area[area])], (area, by_area[area])
+    # -v shows every row once, inside its area, worst first, by id among equals.
+    rows = _rows(text)
+    assert sorted(r[2] for r in rows) == sorted(c["id"] for c in report["checks"])
+    for area in by_area:
+        mine = [(RANK[STATUS_OF_LABEL[label]], cid) for _, label, cid in rows if cid.split(".", 1)[0] == area]
+        assert mine == sorted(mine), area
+
+
+def test_concise_shows_only_problems_and_counts_skips():
+    report = _h200("check-cp2.json")
+    concise = render_terminal(report, verbosity=0, width=100)
+    problems = sorted(c["id"] for c in report["checks"] if c["status"] in ("fail", "error", "warn"))
+    assert sorted(r[2] for r in _rows(concise)) == problems
+    assert "evidence:" not in concise
+    skipped = sum(c["status"] == "skip" for c in report["checks"])
+    assert f"{skipped} skipped: -v shows them" in concise
+    verbose = render_terminal(report, verbosity=1, width=100)
+    assert "evidence:" in verbose and "-v shows them" not in verbose
+    assert "source: " not in verbose
+    very = render_terminal(report, verbosity=2, width=100)
+    sourced = [c for c in report["checks"] if c.get("sources")]
+    if sourced:
+        assert "source: " in very
+    assert len(very) >= len(verbose) > len(concise)
+
+
+def test_verdict_first_and_last_with_the_next_step(local_report):
+    text = render_terminal(local_report, verbosity=0, width=100)
+    lines = [line for line in text.splitlines() if line]
+    first_area = next(i for i, line in enumerate(lines) if AREA_HEAD.match(line))
+    verdicts = [i for i, line in enumerate(lines) if line.startswith("Verdict: ")]
+    assert lines[0].startswith("dsv4-doctor ") and "profile cp=1" in lines[0]
+    assert len(verdicts) == 2 and verdicts[0] < first_area
+    assert all(line.startswith("  ") for line in lines[verdicts[1] + 1:])  # the last paragraph, wrapped
+    verdict = lines[verdicts[0]]
+    assert verdict.startswith("Verdict: FAIL (3 failed")
+    last = " ".join(line.strip() for line in lines[verdicts[1]:])
+    assert last == verdict + "; next: dsv4-doctor fix --cp 1 > fix.sh"
+    assert "CP 1 assumed: pass --cp N" in " ".join(line.strip() for line in lines[:verdicts[0]])
+    h200 = render_terminal(_h200("check-cp2.json"), width=100).rstrip().split("\n\n")[-1]
+    assert " ".join(line.strip() for line in h200.splitlines()).endswith(
+        "; next: read the rows above (no fix the doctor can write)")
+
+
+def test_fix_commands_are_never_wrapped(local_report):
+    commands = [cmd for c in local_report["checks"] for f in c.get("fixes") or [] for cmd in f.get("commands") or []]
+    long = [cmd for cmd in commands if len(cmd) > 60]
+    assert long, "the bare interpreter's report has no long fix command"
+    text = render_terminal(local_report, verbosity=0, width=60)
+    lines = text.splitlines()
+    for cmd in commands:
+        assert any(line.strip() == cmd for line in lines), cmd
+    # Prose wraps at 60; only unbreakable commands go past it.
+    assert all(len(line) <= 60 or line.strip() in commands for line in lines)
+
+
+def test_ascii_fallback_when_the_terminal_is_not_utf8(local_report):
+    text = render_terminal(local_report, verbosity=1, width=100, encoding="ascii")
+    text.encode("ascii")
+    glyphs = {g for g, _, _ in _areas(text)}
+    assert glyphs <= {"+", "!", "x", "-"} and "x" in glyphs and "+" in glyphs
+    utf8 = render_terminal(local_report, verbosity=1, width=100, encoding="UTF-8")
+    assert "[✗] " in utf8 and "[✓] " in utf8
+
+
+def test_colour_only_when_asked(local_report):
+    assert "\x1b[" not in render_terminal(local_report, width=100)
+    assert "\x1b[" in render_terminal(local_report, width=100, color=True)
+
+
+HOSTILE = {"markup": "[bold red]x", "link": "[link=http://e]y", "csi": "\x1b[31mred\x1b[0m",
+           "osc": "\x1b]8;;http://evil\x07click\x1b]8;;\x07", "workflow": "\n::error::injected", "bidi": "\u202eevil"}
+
+
+@pytest.mark.parametrize("where", ["summary", "evidence", "fix"])
+@pytest.mark.parametrize("color", [False, True])
+def test_hostile_values_come_out_literally_and_cleaned(local_report, where, color):
+    report = copy.deepcopy(local_report)
+    row = next(c for c in report["checks"] if c["status"] == "fail" and c.get("fixes"))
+    value = " ".join(HOSTILE.values())
+    if where == "summary":
+        row["summary"] = value
+    elif where == "evidence":
+        row["evidence"] = {"note": value}
+    else:
+        row["fixes"][0]["description"] = value
+        row["fixes"][0]["commands"] = [value]
+    text = render_terminal(report, verbosity=1, width=200, color=color)
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", text)  # the renderer's own colour codes, when asked for
+    assert "[bold red]x" in plain and "[link=http://e]y" in plain  # markup shown as text, not applied
+    assert "\x1b" not in plain and "\x07" not in plain and "\u202e" not in text
+    assert not any(line.lstrip().startswith("::error::") for line in plain.splitlines())
+    assert "\x1b]" not in text  # no hyperlink or title sequence, even with colour
+
+
+def test_json_check_imports_no_rich(bare_python):
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "dsv4_doctor", "check", "--static-only",
+                          "-f", "json", "--python", bare_python], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stderr[-2000:]
+    json.loads(run.stdout)
+    imported = [line.split("|")[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")]
+    assert "dsv4_doctor.cli" in imported  # the log is real
+    assert not [m for m in imported if m == "rich" or m.startswith("rich.")]
+    assert "dsv4_doctor.render.terminal" not in imported
+
+
+def _on_a_terminal(args: list[str], columns: int = 80, env: dict | None = None) -> tuple[int, str]:
+    """The doctor with stdin, stdout and stderr on a pseudo-terminal `columns` wide; its exit code and output."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    from conftest import doctor_command
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    full_env = {k: v for k, v in os.environ.items()
+                if k not in ("COLUMNS", "LINES", "FORCE_COLOR", "NO_COLOR", "GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")}
+    full_env.update({"PYTHONIOENCODING": "utf-8", "TERM": "xterm"}, **(env or {}))
+    proc = subprocess.Popen(doctor_command() + args, stdin=follower, stdout=follower, stderr=follower, env=full_env,
+                            close_fds=True)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: every writer closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    code = proc.wait(timeout=120)
+    return code, b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+
+
+@pytest.mark.parametrize("colour", ["on", "NO_COLOR"])
+def test_check_on_a_terminal_prints_the_grouped_report(bare_python, colour):
+    env = {"NO_COLOR": "1"} if colour == "NO_COLOR" else {}
+    code, out = _on_a_terminal(["check", "--static-only", "--python", bare_python], env=env)
+    assert code == 1, out[-3000:]
+    report = out[re.search(r"dsv4-doctor \S+ checked", out).start():]  # type: ignore[union-attr]  # after the progress line, which stderr shows on a terminal
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", report)
+    assert "\r" not in plain
+    assert bool(re.search(r"\x1b\[[0-9;]*m", report)) is (colour == "on")
+    areas = _areas(plain)
+    assert [a for _, a, _ in areas][:3] == ["python", "torch", "gpu"]
+    assert ("✗", "te", "1 fail, 1 skip") in areas
+    assert "skipped: -v shows them" in plain
+    fixes = [line for line in plain.splitlines() if line.strip().startswith("pip install ")]
+    assert fixes and any(len(line) > 80 for line in fixes)  # a command stays whole on one line
+    assert all(len(line) <= 80 for line in plain.splitlines() if line not in fixes)
+    verbose_code, verbose = _on_a_terminal(["check", "--static-only", "-v", "--python", bare_python], env=env)
+    assert verbose_code == 1 and "evidence:" in verbose and "-v shows them" not in verbose
+
+
+def test_piped_text_keeps_the_plain_report(bare_python):
+    run = run_doctor("check", "--static-only", "-v", python=bare_python)
+    assert run.returncode == 1
+    assert not _areas(run.stdout) and "FAIL te.version" in run.stdout
+
+
+@pytest.mark.parametrize("command", ["check", "smoke", "preflight"])
+def test_help_says_what_verbose_does(command):
+    run = run_doctor(command, "--help", env={"COLUMNS": "200"})
+    assert run.returncode == 0
+    words = " ".join(run.stdout.split())
+    assert "-v, --verbose On a terminal: -v shows every row" in words and "-vv adds the sources" in words
