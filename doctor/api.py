@@ -18,8 +18,9 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .model import (Check, CheckReport, Command, Context, Finding, Fix, Phase, Profile, Result, Source, Status,
-                    errored, failed, passed, result_of, skipped, warned)
+from .fix import Command, Fix, Phase
+from .model import (Check, CheckReport, Context, Finding, Profile, Result, Source, Status, errored, failed, passed,
+                    result_of, skipped, warned)
 from .probes import Probe, StaticRequest
 
 __all__ = ["check", "Check", "CheckReport", "Command", "Context", "Finding", "Fix", "Phase", "Profile", "Probe",

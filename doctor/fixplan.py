@@ -23,7 +23,8 @@ import sys
 from dataclasses import dataclass, field
 from collections.abc import Callable, Mapping, Sequence
 
-from .model import PIP, CheckReport, Command, Fix, Phase, Status, env_value
+from .fix import PIP, Command, Fix, Phase, env_value
+from .model import CheckReport, Status
 from .procs import kill_group
 from .redact import Redactor, cap, clean_text
 from .render.output import line_text, write_stderr

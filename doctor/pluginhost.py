@@ -15,7 +15,8 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-from .model import Check, CheckReport, Fix, Profile, Source, Status
+from .fix import Fix
+from .model import Check, CheckReport, Profile, Source, Status
 from .redact import sanitize
 
 HOST_WORKERS = 2  # probes one plugin host runs at once

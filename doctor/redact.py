@@ -23,7 +23,7 @@ import shlex
 from typing import Any
 from collections.abc import Mapping
 
-from .model import Command
+from .fix import Command
 
 MASK = "***REDACTED***"
 MAX_TEXT = 16 * 1024  # any one string taken from the environment

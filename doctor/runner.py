@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable, Sequence
 
 from .facts import StaticFacts
-from .model import Check, CheckReport, Fix, Profile, Result, Status, needs_failed, result_of
+from .fix import Fix
+from .model import Check, CheckReport, Profile, Result, Status, needs_failed, result_of
 from .probes import NVIDIA_SMI, Probe, ProbeResult, parse_nvidia_smi, run_probe
 from .procs import Processes
 

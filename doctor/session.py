@@ -41,7 +41,7 @@ def resolve_python(value: str | None) -> str:
         return sys.executable
     import shutil
 
-    from .model import plain_value
+    from .fix import plain_value
 
     if not plain_value(value):
         # The path is printed in reports and in the fix script: it must stay one plain line.
