@@ -18,7 +18,7 @@ import pytest
 from conftest import free_port, has_torch, run_ranks, validate
 from fakes import ensure
 
-from dsv4_doctor import fleet, fleetmerge
+from dsv4_doctor import fleet, fleetmerge, fleetrun
 from dsv4_doctor.fleet import FleetEnv, detect, first_host
 from dsv4_doctor.model import UsageError
 
@@ -286,8 +286,8 @@ def test_fleet_stderr_lines_are_cleaned_and_redacted(capsys, monkeypatch):
     """Fleet mode's own stderr lines carried a rank's raw import error: terminal escapes, a
     workflow command, an unmasked token."""
     monkeypatch.setenv("HF_TOKEN", "hf_abcdefghijklmnopqrstuvwxyz123456")
-    fleet._say("could not import: \x1b]52;c;ZXZpbA==\x07 boom\n::error::forged\n"
-               "token hf_abcdefghijklmnopqrstuvwxyz123456")
+    fleetrun._say("could not import: \x1b]52;c;ZXZpbA==\x07 boom\n::error::forged\n"
+                  "token hf_abcdefghijklmnopqrstuvwxyz123456")
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\x07" not in err and "\n::error::" not in err
     assert "hf_abcdefghijklmnopqrstuvwxyz123456" not in err

@@ -141,14 +141,14 @@ def test_a_url_keeps_its_host_and_path_after_a_password_with_an_at_sign():
 def test_a_cut_log_tail_drops_the_partial_line_it_starts_in(tmp_path):
     """A stderr tail that began in the middle of a secret showed the rest of it (its start, which
     redaction recognises, was cut off). Every place that cuts a log's tail drops the partial first line."""
-    from dsv4_doctor import fleet
+    from dsv4_doctor import fleettransport
     from dsv4_doctor.plugins import log_tail
     from dsv4_doctor.probes import STDERR_TAIL_BYTES, _tail
     from dsv4_doctor.redact import read_tail
 
     log = tmp_path / "log"
     log.write_bytes(b"Authorization: Bearer " + b"s3cr3tv4lue" * 1000 + b"\nthe last line\n")
-    for tail in (_tail(str(log)), log_tail(str(log)), fleet._tail(str(log)), read_tail(str(log), 5000)):
+    for tail in (_tail(str(log)), log_tail(str(log)), fleettransport._tail(str(log)), read_tail(str(log), 5000)):
         assert "v4lue" not in tail and "the last line" in tail and "earlier output cut" in tail, tail
     log.write_bytes(b"x" * (STDERR_TAIL_BYTES * 3))  # one line longer than the tail: nothing of it
     assert "x" not in _tail(str(log)).replace("earlier output cut by dsv4-doctor", "")

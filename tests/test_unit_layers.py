@@ -17,8 +17,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("probes", {"probes"}),
     ("engine", {"registry", "runner", "api", "testing"}),
     ("render", {"render"}),
-    ("session", {"report", "pluginhost", "plugins", "session", "fixplan", "fleetmerge"}),
-    ("commands", {"fleet", "fleettransport", "fleetrun", "app", "gendocs"}),
+    ("session", {"report", "pluginhost", "plugins", "session", "fixplan", "fleetadmit", "fleetmerge"}),
+    ("commands", {"fleet", "fleetenv", "fleettransport", "fleetrun", "app", "gendocs"}),
     ("cli", {"cli", "launch", "__main__"}),
 ]
 

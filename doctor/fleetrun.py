@@ -1,0 +1,352 @@
+"""One rank's part in a fleet run, on rank 0's timeline: rank 0 gathers, merges and publishes the verdict; every
+other rank hands in its report and takes the verdict, or exits 1 without starting.
+
+`take_part` is the entry; `_rank0` admits the others' reports as they arrive and writes the one report, `_other` is
+every other rank's side (it may run its host-level checks itself when its packages differ from its local rank 0's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+
+from .fleetenv import FleetEnv, fleet_key, launcher_hosts
+from .fleettransport import Exchange, _now
+
+SKEW_S = 15.0  # launcher skew: how much later than rank 0 another rank may start
+SETUP_S = 20.0  # a helper starting, importing torch and joining the store
+VERDICT_S = 15.0  # after the report deadline: rank 0's merge and the verdict's publication (plus VERDICT_PER_RANK_S)
+VERDICT_PER_RANK_S = 0.02
+ACK_S = 10.0  # after the verdict deadline: the ranks' acknowledgements
+RELEASE_S = 60.0  # the helper's bound for rank 0's report to be written (probes/dsv4probe_fleet.RELEASE_S)
+FLEET_CHECKS = ("fleet.drift", "fleet.ranks")
+
+
+def _obj(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def wait_seconds(budget_s: float, elapsed_s: float, override: float | None, reruns: bool = False) -> float:
+    """How long rank 0 waits for the others' reports, from when its store is up: the rest of the run's budget plus
+    the launcher skew (every rank has the same budget), plus one more budget when a rank may have to run its
+    host-level checks itself (its packages differ from its local rank 0's); or --fleet-wait."""
+    if override is not None:
+        return max(1.0, override)
+    return max(5.0, budget_s * (2 if reruns else 1) + SKEW_S - elapsed_s)
+
+
+def node_level_ids(report: dict) -> list[str]:
+    """The checks this rank left to its host's local rank 0 (runner.left_to_leader marks them in evidence)."""
+    return [row["id"] for row in report.get("checks") or [] if isinstance(row, dict)
+            and row.get("status") == "skip" and isinstance(row.get("evidence"), dict)
+            and row["evidence"].get("node_level") is True]
+
+
+def _hello(env: FleetEnv, report: dict) -> dict:
+    environment = _obj(report.get("environment"))
+    fr = _obj(environment.get("fleet_rank"))
+    return {"rank": env.rank, "host": fr.get("host"), "node": env.node, "local_rank": env.local_rank,
+            "fingerprint": environment.get("fingerprint")}
+
+
+def _fingerprint_node(env: FleetEnv, report: dict) -> str:
+    """Where local rank 0's fingerprint is found: the launcher's node id, else the host name."""
+    host = str(_hello(env, report).get("host") or "unknown")
+    return hashlib.sha256(f"{env.node}" .encode() if env.node is not None else host.encode("utf-8", "replace")
+                          ).hexdigest()[:16]
+
+
+def take_part(env: FleetEnv, report: dict, python: str, started: float, strict: bool,
+              deliver: Callable[[dict], int], fleet_wait: float | None = None, verbose: bool = False,
+              rerun: Callable[[list[str], float], dict | None] | None = None, anonymize: bool = False,
+              fleet_checks: tuple[str, ...] = FLEET_CHECKS) -> int:
+    """Take part in the fleet run with this rank's report; the exit code this rank returns. On rank 0,
+    `deliver(merged)` writes the fleet report (and returns its exit code) while the other ranks wait, so that none
+    of them exits (and makes torchrun stop rank 0) before the report is out; rank 0 writes it whatever happens
+    (a signal, a failed exchange). A non-leader rank whose packages differ from its local rank 0's runs its
+    host-level checks with `rerun(ids, seconds)` before it reports. A rank that misses the timeline exits 1."""
+    code = report["summary"]["exit_code"]
+    key = fleet_key(os.environ)
+    if env.rank == 0 and code >= 128:  # interrupted during its own checks: its report now, no waiting for others
+        return _rank0_interrupted(env, report, strict, deliver, fleet_checks, key, code)
+    if env.rank == 0:
+        return _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize, fleet_checks, key)
+    if code >= 128:  # interrupted before the exchange: leave now, rank 0 names this rank
+        return code
+    return _other(env, report, python, started, fleet_wait, verbose, rerun, key)
+
+
+def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize, fleet_checks, key) -> int:
+    import contextlib
+
+    from . import fleetadmit, fleetmerge
+    from .model import ExitCode, Interrupted
+    from .signals import GATE
+
+    budget = float(report["summary"].get("budget_s") or 60.0)
+    reruns = env.local_world_size != 1
+    join_s = wait_seconds(budget, _now() - started, fleet_wait, reruns)
+    verdict_s = VERDICT_S + VERDICT_PER_RANK_S * env.world_size
+    request = {"rank": 0, "world_size": env.world_size, "master_addr": env.master_addr, "port": env.port,
+               "scope": env.scope, "join_s": join_s, "verdict_s": verdict_s, "ack_s": ACK_S,
+               "connect_s": SETUP_S + join_s + verdict_s + ACK_S + RELEASE_S,
+               "fingerprint_node": _fingerprint_node(env, report), "leader": True}
+    timeout = SETUP_S + join_s + verdict_s + ACK_S + 2 * RELEASE_S + 30.0
+    own_problem = None
+    try:
+        own = fleetadmit.admit(0, report)
+    except fleetadmit.BadReport as exc:  # the doctor's own rows: cannot happen unless a plugin slipped through
+        own_problem = f"rank 0's own report could not be merged: {exc}"
+        own = fleetadmit.admit(0, dict(report, checks=[]))
+    exchange = Exchange(env, python, request, key, timeout)
+    state: dict = {"others": {}, "problems": {}, "hints": {},
+                   "info": {"scope": env.scope, "authenticated": key is not None, "mode": "store",
+                            "fleet_checks": fleet_checks}}
+    if own_problem:
+        state["info"]["exchange_error"] = own_problem
+    code = int(report["summary"]["exit_code"])
+    signal_code = None
+
+    def merged(extra: dict | None = None) -> tuple[dict, int]:
+        problems = dict(state["problems"])
+        info = dict(state["info"], **(extra or {}))
+        for r in range(1, env.world_size):
+            if r not in state["others"] and r not in problems:
+                problems[r] = info.get("missing_why") or "did not report within the fleet's time"
+        known = {rep.node: rep.host for rep in (own, *state["others"].values()) if rep.node}
+        placed = launcher_hosts(env, os.environ, known)
+        hints = {r: placed[r] for r in problems if r in placed}
+        hints.update(state["hints"])  # a rank's own hello names its host as its report would
+        out, verdict = fleetmerge.merge(own, state["others"], env.world_size, problems, strict, info, hints)
+        return out, verdict
+
+    verdict = None
+    GATE.arm()
+    try:
+        exchange.start(_hello(env, report))
+        plan = exchange.wait_for("plan.json", _now() + SETUP_S + 60.0) or {}
+        state["info"]["bound_s"] = round(_now() - started + join_s + verdict_s + ACK_S, 1)
+        gathered = _admit_while_gathering(exchange, state, env.world_size,
+                                          float(plan.get("report_by") or _now()) + 30.0)
+        if gathered is None:
+            answer = exchange.finish(_now() + 5.0)
+            why = answer.get("error") or "the fleet exchange gave no reports"
+            state["info"].update(exchange_error=str(why)[:600], missing_why="not heard from: the exchange failed")
+            out, verdict = merged()
+        else:
+            _take_reports(exchange, gathered, state, env.world_size)
+            state["info"]["timings"] = gathered.get("timings") or {}
+            out, verdict = merged()
+            exchange.write("verdict.json", {"exit_code": int(verdict)})
+            acks = exchange.wait_for("acks.json", float(plan.get("ack_by") or _now()) + 10.0) or {}
+            if not acks.get("published"):
+                state["info"]["exchange_error"] = ("the verdict was not ready before the verdict deadline, so no rank "
+                                                   "took it")
+                out, verdict = merged()
+                verdict = max(int(verdict), int(ExitCode.FAILED))
+            else:
+                missed = [r for r in acks.get("not_acknowledged") or [] if isinstance(r, int)
+                          and r in state["others"]]
+                # Not a new status: the ranks that did take the verdict exit with it, and so does rank 0.
+                if missed:
+                    state["info"]["not_acknowledged"] = missed
+                    out, _ = merged()
+                    _note_unacknowledged(out, missed)
+                else:
+                    state["info"]["acknowledged_all"] = True
+                    out, _ = merged()
+    except Interrupted as exc:
+        signal_code = 128 + exc.signum
+        import signal as _signal
+
+        name = _signal.Signals(exc.signum).name
+        gathered = exchange.read("gathered.json")
+        if gathered is not None and not state["others"]:
+            _take_reports(exchange, gathered, state, env.world_size)
+        exchange.close()
+        state["info"].update(partial=f"interrupted by {name} during the fleet exchange: the ranks not heard from by "
+                                     "then are listed as missing, and no verdict was sent", interrupted=name,
+                             missing_why=f"not heard from before {name}")
+        out, verdict = merged()
+        out["summary"]["exit_code"] = signal_code  # as a single-host report cut short by a signal says
+    except Exception as exc:  # the doctor's own side broke: the report still goes out
+        exchange.close()
+        state["info"].update(exchange_error=f"{type(exc).__name__}: {exc}"[:600],
+                             missing_why="not heard from: the exchange failed")
+        out, verdict = merged()
+    finally:
+        GATE.shield()
+    try:
+        with GATE.critical():
+            written = deliver(out)
+    finally:
+        with contextlib.suppress(OSError):
+            exchange.touch("released")
+        if signal_code is None:
+            exchange.finish(_now() + RELEASE_S + 10.0)
+        exchange.close()
+    if signal_code is not None:
+        return signal_code
+    final = int(verdict if verdict is not None else code)
+    return max(final, written) if written else final
+
+
+def _admit_while_gathering(exchange: Exchange, state: dict, world: int, until: float) -> dict | None:
+    """Wait for the gather to end, validating each report as its file appears (off the verdict's critical path:
+    at 1,000 ranks that is seconds of work)."""
+    import time
+
+    while _now() < min(until, exchange.hard_deadline):
+        gathered = exchange.read("gathered.json")
+        if gathered is not None:
+            return gathered
+        _take_reports(exchange, {}, state, world)
+        if exchange.exited():
+            return exchange.read("gathered.json")
+        time.sleep(0.1)
+    return None
+
+
+def _rank0_interrupted(env, report, strict, deliver, fleet_checks, key, code: int) -> int:
+    from . import fleetadmit, fleetmerge
+    from .signals import GATE
+
+    name = str(report["summary"].get("interrupted") or "a signal")
+    info = {"scope": env.scope, "authenticated": key is not None, "fleet_checks": fleet_checks, "interrupted": name,
+            "partial": f"interrupted by {name} before the fleet exchange: only rank 0's own results are here"}
+    problems = {r: f"not heard from: rank 0 was interrupted by {name} first" for r in range(1, env.world_size)}
+    own = fleetadmit.admit(0, report)
+    hints = launcher_hosts(env, os.environ, {own.node: own.host} if own.node else {})
+    merged, _ = fleetmerge.merge(own, {}, env.world_size, problems, strict, info, hints)
+    merged["summary"]["exit_code"] = code
+    with GATE.critical():
+        deliver(merged)
+    return code
+
+
+def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -> None:
+    from . import fleetadmit
+
+    hellos = _obj(gathered.get("hellos"))
+    for raw_rank, hello in hellos.items():
+        try:
+            r = int(raw_rank)
+        except ValueError:
+            continue
+        if 0 < r < world and isinstance(hello, dict) and isinstance(hello.get("host"), str):
+            state["hints"][r] = fleetadmit._text(hello["host"], 255)
+    rejected = _obj(gathered.get("rejected"))
+    for raw_rank, why in rejected.items():
+        if str(raw_rank).isdigit() and 0 < int(raw_rank) < world:
+            state["problems"][int(raw_rank)] = fleetadmit._text(why, 200)
+    folder = exchange.path("reports")
+    try:
+        arrived = [int(name[:-5]) for name in os.listdir(folder) if name.endswith(".json") and name[:-5].isdigit()]
+    except OSError:
+        arrived = []
+    for r in sorted(arrived):
+        path = os.path.join(folder, f"{r}.json")
+        if r in state["others"] or not 0 < r < world or r in state.get("rejected_seen", ()):
+            continue
+        try:
+            with open(path, "rb") as fh:
+                payload = fh.read(fleetadmit.MAX_REPORT_BYTES + 1)
+            state["others"][r] = fleetadmit.admit(r, payload)
+            state["problems"].pop(r, None)
+        except fleetadmit.BadReport as exc:
+            state["problems"][r] = f"its report was rejected: {exc}"
+            state.setdefault("rejected_seen", set()).add(r)
+        except (OSError, ValueError, TypeError, KeyError, RecursionError, AttributeError) as exc:
+            state["problems"][r] = f"its report was rejected: {type(exc).__name__}"
+            state.setdefault("rejected_seen", set()).add(r)
+
+
+def _note_unacknowledged(out: dict, missed: list[int]) -> None:
+    from .fleetmerge import ranges
+
+    for row in out.get("checks") or []:
+        if row.get("id") == "fleet.ranks":
+            row["summary"] += (f"; rank{'s' if len(missed) > 1 else ''} {ranges(missed)} did not acknowledge the "
+                               "verdict (a rank that misses it exits 1 without starting)")
+
+
+def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int:
+
+    from .model import ExitCode
+    from .render import output_width, render
+    from .render.output import write_stderr
+    from .signals import GATE
+
+    budget = float(report["summary"].get("budget_s") or 60.0)
+    base_wait = fleet_wait if fleet_wait is not None else max(5.0, budget + SKEW_S - (_now() - started))
+    connect_s = base_wait + SKEW_S + SETUP_S
+    request = {"rank": env.rank, "world_size": env.world_size, "master_addr": env.master_addr, "port": env.port,
+               "scope": env.scope, "connect_s": connect_s, "fingerprint_node": _fingerprint_node(env, report),
+               "leader": env.node_leader}
+    timeout = connect_s + SETUP_S + 4 * budget + VERDICT_S + VERDICT_PER_RANK_S * env.world_size + ACK_S + \
+        2 * RELEASE_S + 60.0
+    exchange = Exchange(env, python, request, key, timeout)
+    ran_own = False
+    GATE.arm()
+    try:
+        exchange.start(_hello(env, report))
+        plan = exchange.wait_for("plan.json", _now() + SETUP_S + connect_s + 10.0)
+        answer: dict
+        if plan is None or "error" in plan:
+            answer = exchange.finish(_now() + 10.0)
+            if "error" not in answer and "missed" not in answer:
+                answer = {"missed": (plan or {}).get("error") or "no plan from rank 0"}
+        else:
+            report_by = float(plan.get("report_by") or _now())
+            ids = node_level_ids(report)
+            leader_fp = plan.get("leader_fingerprint")
+            own_fp = (report.get("environment") or {}).get("fingerprint")
+            if ids and rerun is not None and (plan.get("leader") != "read" or leader_fp != own_fp):
+                seconds = report_by - _now() - 3.0
+                if seconds >= 5.0:
+                    own = rerun(ids, seconds)
+                    if isinstance(own, dict) and isinstance(own.get("checks"), list):
+                        rows = {row.get("id"): row for row in own["checks"] if isinstance(row, dict)}
+                        report = dict(report, checks=[rows.get(row.get("id"), row) if isinstance(row, dict) else
+                                                      row for row in report["checks"]])
+                        ran_own = True
+            exchange.write("report.json", report)
+            exchange.touch("report.json.ready")
+            until = float(plan.get("ack_by") or _now()) + RELEASE_S + 15.0
+            answer = exchange.finish(until)
+    finally:
+        GATE.shield()
+        exchange_tail = exchange.tail()
+        exchange.close()
+    if "exit_code" in answer and isinstance(answer.get("exit_code"), int):
+        if verbose:
+            _say(f"== rank {env.rank} of {env.world_size} ({host_of(report)}): its own report"
+                 + (" (it ran its host-level checks itself: its packages differ from its local rank 0's)"
+                    if ran_own else "") + " ==")
+            write_stderr(render(report, "text", width=output_width(False)))
+        return int(answer["exit_code"])
+    why = answer.get("missed") or answer.get("error") or "no verdict"
+    _say(f"dsv4-doctor (rank {env.rank} of {env.world_size}): not starting: this rank did not take the fleet's "
+         f"verdict ({why}); its own report follows")
+    stderr = answer.get("stderr") or (exchange_tail if answer.get("error") else "")
+    if stderr:
+        _say("  " + str(stderr).strip()[-2000:].replace("\n", "\n  "))
+    write_stderr(render(report, "text", width=output_width(False)))
+    _say(f"dsv4-doctor (rank {env.rank}): exit 1, because this rank could not take the fleet's verdict")
+    return int(ExitCode.FAILED)
+
+
+def host_of(report: dict) -> str:
+    env = report.get("environment")
+    fr = env.get("fleet_rank") if isinstance(env, dict) else None
+    return str((fr.get("host") if isinstance(fr, dict) else None) or "unknown host")
+
+
+def _say(message: str) -> None:
+    """A fleet-mode line on stderr, cleaned, redacted and bounded as every other output is (a rank's import error
+    can carry terminal escapes, a workflow command, a token): the output layer's say, line by line."""
+    from .render.output import say
+
+    for line in message.split("\n"):
+        say(line)

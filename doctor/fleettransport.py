@@ -1,0 +1,126 @@
+"""The fleet exchange's transport: the doctor's side of the file conversation with the exchange helper.
+
+The helper (probes/dsv4probe_fleet.py) runs in the target interpreter, since this process never imports torch; it
+holds the store connection, and the doctor talks to it through files in a private folder (`Exchange`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from .fleetenv import FleetEnv
+from .procs import Helper
+
+FLEET_SCRIPT = "dsv4probe_fleet.py"
+
+
+class Exchange:
+    """One run of the exchange helper; the doctor's side of the file conversation (see dsv4probe_fleet.py)."""
+
+    def __init__(self, env: FleetEnv, python: str, request: dict, key: bytes | None, timeout_s: float):
+        from .probes import PROBE_DIR, child_env
+        from .procs import Processes
+
+        self.env, self.procs = env, Processes()
+        self.dir = self.procs.tempdir("dsv4-doctor-fleet-")
+        self.log = os.path.join(self.dir, "helper.log")
+        self.answer_path = os.path.join(self.dir, "answer.json")
+        self.hard_deadline = _now() + timeout_s
+        extra = {"DSV4_DOCTOR_FLEET_KEY": key.hex()} if key else {}
+        self._request = dict(request, dir=self.dir)
+        self._argv = [python, str(PROBE_DIR / FLEET_SCRIPT), self.answer_path, json.dumps(self._request)]
+        self._env = child_env(timeout_s, extra)
+        self.helper: Helper | None = None
+
+    def start(self, hello: dict) -> None:
+        from .procs import start_helper
+
+        self.write("hello.json", hello)
+        self.helper = start_helper(self.procs, self._argv, self.log, self._env)
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def write(self, name: str, data) -> None:
+        tmp = self.path(name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, self.path(name))
+
+    def touch(self, name: str) -> None:
+        open(self.path(name), "wb").close()
+
+    def read(self, name: str, limit: int = 1 << 22) -> dict | None:
+        from .procs import read_bounded
+        from .redact import sanitize
+
+        raw = read_bounded(self.path(name), limit)
+        try:
+            data = json.loads(raw.decode("utf-8", "surrogateescape")) if raw is not None else None
+        except (ValueError, RecursionError):
+            return None
+        return sanitize(data) if isinstance(data, dict) else None
+
+    def exited(self) -> bool:
+        return self.helper is None or self.helper.exited()
+
+    def wait_for(self, name: str, until: float) -> dict | None:
+        """The file's content once the helper wrote it, or None when the helper exited first or time ran out."""
+        import time
+
+        while _now() < min(until, self.hard_deadline):
+            data = self.read(name)
+            if data is not None:
+                return data
+            if self.exited():
+                return self.read(name)
+            time.sleep(0.05)
+        return None
+
+    def finish(self, until: float) -> dict:
+        """The helper's answer (waiting until `until`), or {"error": ...}."""
+        import time
+
+        while not self.exited() and _now() < min(until, self.hard_deadline):
+            time.sleep(0.05)
+        if self.helper is not None and not self.exited():
+            self.helper.kill()
+            return {"error": "the fleet exchange did not finish in time and was stopped", "stderr": self.tail()}
+        data = self.read_answer()
+        return data
+
+    def read_answer(self) -> dict:
+        from .procs import read_bounded
+
+        raw = read_bounded(self.answer_path, 1 << 20)
+        try:
+            data = json.loads(raw.decode("utf-8", "surrogateescape")) if raw is not None else None
+        except ValueError:
+            data = None
+        if not isinstance(data, dict) or "probe_error" in data:
+            err = data.get("probe_error") if isinstance(data, dict) else None
+            why = (f"{err.get('type')}: {err.get('message')}" if isinstance(err, dict) else
+                   f"exited with code {self.helper.proc.returncode if self.helper else '?'} without an answer")
+            return {"error": f"the fleet exchange failed ({str(why)[:500]})", "stderr": self.tail()}
+        return data
+
+    def tail(self, limit: int = 3000) -> str:
+        return _tail(self.log, limit)
+
+    def close(self) -> None:
+        if self.helper is not None and not self.helper.exited():
+            self.helper.kill()
+        self.procs.close()
+
+
+def _tail(path: str, limit: int = 3000) -> str:
+    from .redact import read_tail
+
+    return read_tail(path, limit)  # a cut first line is dropped: it may end a secret
+
+
+def _now() -> float:
+    import time
+
+    return time.monotonic()
