@@ -99,7 +99,7 @@ FIX_EPILOG = ("Exit codes: 0 a plan was printed (or nothing to fix); 1 some fail
               "--apply: the re-check's exit code.")
 # Every attribute a handler reads, with its value when the command has no such option.
 NAMESPACE_DEFAULTS: dict = {
-    "cp": None, "dsa_backend": None, "gpu_arch": None, "python": None, "timeout": 60.0, "only": None, "skip": None,
+    "cp": None, "dsa_backend": None, "gpu_arch": None, "python": None, "timeout": None, "only": None, "skip": None,
     "format": "text", "output": None, "strict": False, "static_only": False, "no_smoke": False, "device": "auto",
     "distributed": "auto", "fleet_port": None, "fleet_wait": None, "anonymize_hosts": False, "verbose_ranks": False,
     "no_kernel_cache": False, "job_args": None, "dry_run": False, "report": None, "job_command": [],
@@ -165,7 +165,8 @@ def _app():
     dsa_help = "Megatron dsa_kernel_backend (default: cudnn, as the MLM CLI resolves it for dsv4_hybrid)."
     arch_help = "Compute capability the job runs on, e.g. 10.0; default: detected with nvidia-smi."
     python_help = "Interpreter to inspect (default: the one running the doctor)."
-    timeout_help = "Seconds each isolated probe may take before it is killed (default 60)."
+    timeout_help = ("Seconds each isolated probe may take before it is killed (default 60, and 150 for the GPU "
+                    "smoke's probes).")
     plugin_timeout_help = "Seconds a third-party plugin may take to load and describe itself (default 30)."
     only_help = "Run only these check ids (repeatable; globs such as 'cudnn-fe.*' allowed)."
     skip_help = "Skip these check ids (repeatable; globs)."
@@ -197,7 +198,7 @@ def _app():
         dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
         gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
         python: str | None = Option(None, "--python", metavar="PATH", help=python_help),
-        timeout: float = Option(60.0, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
+        timeout: float | None = Option(None, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
         only: list[str] | None = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
         skip: list[str] | None = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
         format: str = Option("text", "-f", "--format", click_type=report_formats, help=format_help),
@@ -227,7 +228,7 @@ def _app():
         dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
         gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
         python: str | None = Option(None, "--python", metavar="PATH", help=python_help),
-        timeout: float = Option(60.0, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
+        timeout: float | None = Option(None, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
         format: str = Option("text", "-f", "--format", click_type=report_formats, help=format_help),
         output: str | None = Option(None, "-o", "--output", metavar="FILE", help=output_help),
         distributed: bool | None = Option(None, "--distributed/--no-distributed", help=dist_help,
@@ -267,7 +268,7 @@ def _app():
         dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
         gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
         python: str | None = Option(None, "--python", metavar="PATH", help=python_help),
-        timeout: float = Option(60.0, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
+        timeout: float | None = Option(None, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
         only: list[str] | None = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
         skip: list[str] | None = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
         apply: bool = Option(False, "--apply", help="Run the plan's pip steps with the target's pip, then re-check. "
@@ -293,7 +294,7 @@ def _app():
             "that states its own must agree.")),
         python: str | None = Option(None, "--python", metavar="PATH", help=(
             "Interpreter to inspect (default: the one running the doctor; in a job script, the job's python).")),
-        timeout: float = Option(60.0, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
+        timeout: float | None = Option(None, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
         only: list[str] | None = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
         skip: list[str] | None = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
         strict: bool = Option(False, "--strict", help="Warnings block the command too."),
@@ -479,8 +480,10 @@ def _rerun(args, profile: Profile, skip: list[str], strict: bool):
     import copy
 
     def rerun(ids: list[str], seconds: float) -> dict:
+        from .probes import DEFAULT_TIMEOUT_S
+
         sub = copy.copy(args)
-        sub.timeout = max(5.0, min(float(args.timeout), (seconds - 15.0) / 2))
+        sub.timeout = max(5.0, min(float(args.timeout or DEFAULT_TIMEOUT_S), (seconds - 15.0) / 2))
         own = replace(profile, fleet=dict(profile.fleet or {}, own_host_checks=True))
         return run_report(sub, own, ids, [p for p in skip if not p.startswith("fleet.")], strict, progress=False)
 

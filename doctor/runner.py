@@ -40,9 +40,11 @@ class _Slot:
 class ProbePool:
     """Runs each probe once (by key) in a daemon thread, at most `workers` at a time, within the deadline."""
 
-    def __init__(self, python: str, default_timeout_s: float, workers: int, procs: Processes):
+    def __init__(self, python: str, default_timeout_s: float, workers: int, procs: Processes,
+                 long_timeout_s: float | None = None):
         self.python = python
         self.default_timeout_s = default_timeout_s
+        self.long_timeout_s = default_timeout_s if long_timeout_s is None else long_timeout_s
         self.procs = procs
         self.deadline: float | None = None  # set once the run's budget is known
         self._slots: dict[str, _Slot] = {}
@@ -58,10 +60,16 @@ class ProbePool:
                                  name=f"probe-{probe.key[:40]}").start()
             return slot
 
+    def timeout_for(self, probe: Probe) -> float:
+        """A probe's own limit, else the run's for its kind (long: the GPU smoke's probes)."""
+        if probe.timeout_s is not None:
+            return probe.timeout_s
+        return self.long_timeout_s if probe.long else self.default_timeout_s
+
     def _work(self, probe: Probe, slot: _Slot) -> None:
         try:
             with self._workers:
-                timeout = probe.timeout_s if probe.timeout_s is not None else self.default_timeout_s
+                timeout = self.timeout_for(probe)
                 if self.deadline is not None:
                     timeout = min(timeout, self.deadline - time.monotonic())
                 if timeout < MIN_PROBE_S:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import math
 import os
 import signal
 import sys
@@ -19,8 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .model import Check, CheckReport, Interrupted, Profile, Result, Status, UsageError
-from .probes import (NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_TIMEOUT_S, Probe, StaticRequest, handshake_probe,
-                     parse_handshake, parse_nvidia_smi, static_probe_for)
+from .probes import (DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_TIMEOUT_S, Probe,
+                     StaticRequest, handshake_probe, parse_handshake, parse_nvidia_smi, static_probe_for)
 from .plugins import MARGIN_S, PluginHosts, plugin_error_rows
 from .procs import Processes
 from .registry import Registry
@@ -87,16 +86,18 @@ def select(checks: Sequence[Check], only: Sequence[str], skip: Sequence[str], jo
 
 
 class Session:
-    def __init__(self, python: str | None = None, timeout: float = 60.0):
+    def __init__(self, python: str | None = None, timeout: float | None = None):
+        """`timeout`: every probe's limit (--timeout); None: DEFAULT_TIMEOUT_S, and LONG_TIMEOUT_S for long probes."""
         self.python = resolve_python(python)
-        self.timeout = timeout
+        self.timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
         self.started = time.monotonic()
         self.procs = Processes()
-        self.pool = ProbePool(self.python, timeout, workers(), self.procs)
+        self.pool = ProbePool(self.python, self.timeout, workers(), self.procs,
+                              max(LONG_TIMEOUT_S, self.timeout) if timeout is None else timeout)
         self.handshake = handshake_probe(self.python)
         self.registry: Registry | None = None
         self.static_probe: Probe | None = None
-        self.hosts = PluginHosts(self.procs, self.python, timeout, self.critical, self.gpus)
+        self.hosts = PluginHosts(self.procs, self.python, self.timeout, self.critical, self.gpus)
         self.target: dict = {"executable": self.python, "version": None}
         self.target_problem: str | None = None
         self._owns_gate = False
@@ -249,15 +250,17 @@ class Session:
     # ---------------------------------------------------------------------------------------------------- run
 
     def budget(self, checks: Sequence[Check], profile: Profile) -> float:
-        """The run's time budget: every probe's timeout, in waves of `workers()`, plus the margins."""
-        keys = {NVIDIA_SMI.key, "static"}
+        """The run's time budget: every probe's timeout, in waves of `workers()` (long probes first, as the runner
+        starts them; a wave lasts as long as its longest limit), plus the margins."""
+        probes = {NVIDIA_SMI.key: NVIDIA_SMI, "static": Probe(key="static", timeout_s=self.timeout)}
         for c in checks:
             try:
-                keys.update(p.key for p in plan(c, profile)[1])
+                probes.update((p.key, p) for p in plan(c, profile)[1])
             except Exception:
                 continue
-        waves = math.ceil(len(keys) / workers())
-        return self.timeout * waves + CHECK_TIMEOUT_S + MARGIN_S
+        limits = sorted((self.pool.timeout_for(p) for p in probes.values()), reverse=True)
+        n = workers()
+        return sum(limits[i] for i in range(0, len(limits), n)) + CHECK_TIMEOUT_S + MARGIN_S
 
     def run(self, profile: Profile, selected: Sequence[Check],
             on_event: Callable[[str, str], None] | None = None) -> Outcome:
@@ -328,7 +331,7 @@ class Session:
             out.append(_report(check, result, 0.0, internal))
         return out
 
-def run_check(python: str | None, timeout: float, profile: Profile, only: Sequence[str], skip: Sequence[str],
+def run_check(python: str | None, timeout: float | None, profile: Profile, only: Sequence[str], skip: Sequence[str],
               strict: bool, on_event: Callable[[str, str], None] | None = None, keep: dict | None = None) -> dict:
     """Everything `check` does up to the report, which is always produced: signals and crashes included.
 

@@ -208,3 +208,23 @@ def test_parse_nvidia_smi_and_the_handshake():
     info = parse_handshake("noise\nDSV4DOCTOR-HANDSHAKE 2 7 18 CPython\n/usr/bin/python2\n/usr\n")
     assert info["version"] == "2.7.18" and info["executable"] == "/usr/bin/python2"
     assert parse_handshake("") is None and parse_handshake("DSV4DOCTOR-HANDSHAKE x") is None
+
+
+def test_long_probes_get_their_own_default_limit_and_an_explicit_timeout_sets_every_limit():
+    from dsv4_doctor.probes import DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, Probe
+    from dsv4_doctor.session import Session
+
+    short, long_ = Probe(key="short"), Probe(key="long", long=True)
+    own = Probe(key="own", timeout_s=7.0, long=True)
+    default = Session(None, None)
+    try:
+        assert default.pool.timeout_for(short) == DEFAULT_TIMEOUT_S
+        assert default.pool.timeout_for(long_) == LONG_TIMEOUT_S > DEFAULT_TIMEOUT_S
+        assert default.pool.timeout_for(own) == 7.0
+    finally:
+        default.close()
+    given = Session(None, 20.0)
+    try:
+        assert given.pool.timeout_for(short) == given.pool.timeout_for(long_) == 20.0
+    finally:
+        given.close()

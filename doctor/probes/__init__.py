@@ -27,6 +27,10 @@ from ..redact import decode, read_tail, sanitize
 PROBE_DIR = Path(__file__).resolve().parent
 STDERR_TAIL_BYTES = 2000
 MAX_ANSWER_BYTES = 32 * 1024 * 1024  # a probe that answers more than this is broken
+DEFAULT_TIMEOUT_S = 60.0  # each probe's limit when --timeout is not given
+# ... and a long probe's (the GPU smoke and the kernel sub-runs): on an H200 tier 2's fused DSv4 layer build alone
+# takes 46-53 s after 16-20 s of imports, beside the unfused build, inside the smoke probe.
+LONG_TIMEOUT_S = 150.0
 
 
 @dataclass(frozen=True)
