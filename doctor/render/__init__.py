@@ -1,5 +1,5 @@
-"""Renderers turn a report (a dict, already redacted and cleaned) into text, and the fix plan into its shell script
-(script.py); the CLI decides where it goes.
+"""Renderers turn a Report (report.py: typed, made from the redacted and cleaned wire form) into text, and the fix
+plan into its shell script (script.py); the CLI decides where it goes. Only the JSON renderer sees the wire form.
 
 No renderer imports anything heavy, and every text format passes one last step: no line of output can start a
 GitHub Actions workflow command, whatever wrapping did to it.
@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING
 
 from ..redact import neutralize_workflow_commands
+
+if TYPE_CHECKING:
+    from ..report import Report
 
 FORMATS = ("text", "json", "markdown", "junit")
 LABEL = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "SKIP", "error": "ERROR"}
@@ -24,15 +28,14 @@ def shown(value, unknown: str = "unknown") -> str:
     return str(value)
 
 
-def verdict_line(report: dict) -> str:
+def verdict_line(report: Report) -> str:
     """The one-line verdict every human format ends with."""
-    s = report["summary"]
-    c = s["counts"]
-    parts = [f"{c[k]} {name}" for k, name in (("fail", "failed"), ("error", "errored"), ("warn", "warned"),
-                                                ("pass", "passed"), ("skip", "skipped")) if c.get(k)]
-    extra = f"; interrupted by {s['interrupted']}" if s.get("interrupted") else ""
-    nothing = "nothing was checked: " if s["status"] == "skip" else ""
-    return (f"Verdict: {LABEL[s['status']]} ({nothing}{', '.join(parts) or 'no checks'}; exit {s['exit_code']}"
+    s = report.summary
+    parts = [f"{s.count(k)} {name}" for k, name in (("fail", "failed"), ("error", "errored"), ("warn", "warned"),
+                                                     ("pass", "passed"), ("skip", "skipped")) if s.count(k)]
+    extra = f"; interrupted by {s.interrupted}" if s.interrupted else ""
+    nothing = "nothing was checked: " if s.status.value == "skip" else ""
+    return (f"Verdict: {LABEL[s.status.value]} ({nothing}{', '.join(parts) or 'no checks'}; exit {s.exit_code}"
             f"{extra})")
 
 
@@ -48,7 +51,7 @@ def output_width(is_tty: bool) -> int:
         return DEFAULT_WIDTH
 
 
-def render(report: dict, fmt: str, color: bool = False, width: int = DEFAULT_WIDTH) -> str:
+def render(report: Report, fmt: str, color: bool = False, width: int = DEFAULT_WIDTH) -> str:
     if fmt == "json":
         return render_json(report)
     if fmt == "markdown":
@@ -66,9 +69,9 @@ def render(report: dict, fmt: str, color: bool = False, width: int = DEFAULT_WID
     return neutralize_workflow_commands(out)
 
 
-def render_json(report: dict) -> str:
-    # json.dumps only: nothing that honours FORCE_COLOR touches the JSON.
-    return json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+def render_json(report: Report) -> str:
+    # The wire form, through json.dumps only: nothing that honours FORCE_COLOR touches the JSON.
+    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 class Progress:
