@@ -98,7 +98,7 @@ class Session:
         self.handshake = handshake_probe(self.python)
         self.registry: Registry | None = None
         self.static_probe: Probe | None = None
-        self.hosts = PluginHosts(self.procs, self.python, self.timeout, self.critical, self.gpus)
+        self.hosts = PluginHosts(self.procs, self.python, self.timeout, self.gpus, self.pool.slots)
         self.target: dict = {"executable": self.python, "version": None}
         self.target_problem: str | None = None
         self._owns_gate = False
@@ -114,9 +114,6 @@ class Session:
         """SIGINT/SIGTERM/SIGHUP interrupt the run once (the process's SignalGate; a second one is recorded)."""
         self._owns_gate = GATE.install() or self._owns_gate
         GATE.arm()
-
-    def critical(self):
-        return GATE.critical()
 
     def shield(self) -> None:
         """From now on a signal no longer interrupts: the report being written is short work."""
@@ -250,16 +247,24 @@ class Session:
 
     # ---------------------------------------------------------------------------------------------------- run
 
-    def budget(self, checks: Sequence[Check], profile: Profile) -> float:
-        """The run's time budget: every probe's timeout, in waves of `workers()` (long probes first, as the runner
-        starts them; a wave lasts as long as its longest limit), plus the margins."""
-        probes = {NVIDIA_SMI.key: NVIDIA_SMI, "static": Probe(key="static", timeout_s=self.timeout)}
+    def declared_probes(self, checks: Sequence[Check], profile: Profile) -> dict[str, Probe]:
+        """Every probe a run of these built-in checks starts, by key: nvidia-smi and the static probe (started early;
+        many checks read them) and each applicable check's own (runner.plan, which the runner starts from)."""
+        static = self.static_probe or Probe(key="static", timeout_s=self.timeout)
+        probes = {NVIDIA_SMI.key: NVIDIA_SMI, static.key: static}
         for c in checks:
             try:
                 probes.update((p.key, p) for p in plan(c, profile)[1])
             except Exception:
                 continue
-        limits = sorted((self.pool.timeout_for(p) for p in probes.values()), reverse=True)
+        return probes
+
+    def budget(self, checks: Sequence[Check], profile: Profile, plugin_hosts: int = 0) -> float:
+        """The run's time budget: every declared probe's timeout, and one probe timeout for each plugin host (a host
+        holds a probe slot while it runs), in waves of `workers()` (long probes first, as the runner starts them; a
+        wave lasts as long as its longest limit), plus the margins."""
+        limits = [self.pool.timeout_for(p) for p in self.declared_probes(checks, profile).values()]
+        limits = sorted(limits + [self.timeout] * plugin_hosts, reverse=True)
         n = workers()
         return sum(limits[i] for i in range(0, len(limits), n)) + CHECK_TIMEOUT_S + MARGIN_S
 
@@ -269,7 +274,7 @@ class Session:
         start = time.monotonic()
         builtin = [c for c in selected if self.registry.get(c.id) is c]
         plugin_ids = {c.id for c in selected} - {c.id for c in builtin}
-        budget = self.budget(builtin, profile)
+        budget = self.budget(builtin, profile, len(self.hosts.runs_for(plugin_ids)))
         deadline = start + budget
         self.pool.deadline = deadline
         ctx = RunContext(profile=profile, python=self.python, pool=self.pool, static_probe=self.static_probe,
