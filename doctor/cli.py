@@ -16,11 +16,15 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from .app import Options
 from .commandline import COMMANDS, PROG, ROOT_OPTIONS, _app  # noqa: F401  (COMMANDS: for callers)
 from .model import ExitCode, UsageError
 from .render.output import emit, finish_streams, isatty, line_text, preflight_report, say, write_stderr, write_stdout
+
+if TYPE_CHECKING:
+    from .report import Report
 
 # ------------------------------------------------------------------------------------------------------ parsing
 
@@ -126,20 +130,24 @@ def _stdout_or_4(text: str, what: str) -> int:
     return int(ExitCode.OUTPUT)
 
 
+def _check_report(opts: Options, report: Report) -> int:
+    """`check` and `smoke`: the report to stdout or --output, in the chosen format; its exit code."""
+    return emit(report, opts.format, opts.output, opts.verbose)
+
+
+def _preflight_report(opts: Options, report: Report) -> int:
+    """`preflight`: the report to stderr (the job's stdout is the job's), and to --report as JSON; its exit code."""
+    return preflight_report(report, opts.report, opts.verbose)
+
+
 def run_command(opts: Options) -> int:
     """The command's use case (app.py), its result printed; the exit code."""
     from . import app
 
     if opts.command in ("check", "smoke"):
-        def deliver(report) -> int:
-            return emit(report, opts.format, opts.output, opts.verbose)
-
-        return app.check(opts, deliver, smoke=opts.command == "smoke")[1]
+        return app.check(opts, lambda report: _check_report(opts, report), smoke=opts.command == "smoke")[1]
     if opts.command == "preflight":
-        def deliver_preflight(report) -> int:  # to stderr (the job's stdout is the job's), and to --report
-            return preflight_report(report, opts.report, opts.verbose)
-
-        return app.preflight(opts, deliver_preflight)[1]
+        return app.preflight(opts, lambda report: _preflight_report(opts, report))[1]
     if opts.command == "fix":
         return app.fix(opts)[2]
     if opts.command == "list":
