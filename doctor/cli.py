@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .app import Options
-from .commandline import COMMANDS, PROG, ROOT_OPTIONS, _app  # noqa: F401  (COMMANDS: for callers)
+from .commandline import COMMANDS, PROG, ROOT_OPTIONS, _app
 from .model import ExitCode, UsageError
 from .render.output import emit, finish_streams, isatty, line_text, preflight_report, say, write_stderr, write_stdout
 
@@ -61,7 +61,7 @@ def usage_line(command: str | None) -> str:
 
 
 def parse_command_line(argv: list[str]) -> Options:
-    """The handlers' namespace from the command line. Exits: 0 after --help, --version or completion; 2 on a usage
+    """The command line as Options. Exits: 0 after --help, --version or completion; 2 on a usage
     error, said through the output layer. preflight's words after the first `--` are the job's, never parsed."""
     import typer
     from typer._click.exceptions import ClickException, NoSuchOption, UsageError as ClickUsageError
@@ -115,10 +115,8 @@ class _CommandParser:
 
 
 def parser() -> tuple[_CommandParser, dict[str, _CommandParser]]:
-    """The root parser and each command's: `parse_args(words)` gives the handlers' namespace, or exits 2."""
+    """The root parser and each command's: `parse_args(words)` gives the Options, or exits 2."""
     return _CommandParser(None), {name: _CommandParser(name) for name in COMMANDS}
-
-
 
 
 # -------------------------------------------------------------------------------------------------- running, output
