@@ -1,0 +1,93 @@
+"""How the job checks read a training command: a role's settings as written, what the command leaves not stated,
+the world it runs on, and the lines that state or change a setting in the command's own syntax."""
+
+from __future__ import annotations
+
+from dsv4_doctor.job.keys import line_to_add
+from dsv4_doctor.job.model import Job, Setting, is_interpolation
+from dsv4_doctor.model import Context, Fix, Phase, Profile
+
+
+def no_job(profile: Profile) -> str | None:
+    return None if profile.job is not None else "no job arguments (preflight or --job-args)"
+
+
+def not_read(job: Job) -> str:
+    """Why a job row cannot judge the command: it is neither verl nor Megatron-LM (a wrapper script, a launcher)."""
+    not_known = job.decisions.not_known if job.decisions is not None else None
+    return not_known or ("the command is neither a verl nor a Megatron-LM training command: its settings are not "
+                         "known; give the training command itself (`check --job-args \"python3 -m "
+                         "verl.trainer.main_ppo ...\"`), or state the CP with --cp N")
+
+
+def job_of(ctx: Context) -> Job:
+    job = ctx.profile.job
+    assert job is not None  # only_with="job": the runner selects these checks for a job command only
+    return job
+
+
+def add_setting(job: Job, role: str, setting: str, value, why: str, now: str | None = None) -> Fix:
+    """The argument to add, or, when the command states the setting already (`now`), the one to change it to. The
+    line is the description's own indented last line: renderers keep it whole (copy-pastable, never wrapped)."""
+    line = line_to_add(job, role, setting, value)
+    if now is not None:
+        return Fix(f"Change in the training command ({why}), from {now!r} to:\n  {line}", key=f"job:{line}",
+                   phase=Phase.SETTING)
+    return Fix(f"Add to the training command ({why}):\n  {line}", key=f"job:{line}", phase=Phase.SETTING)
+
+
+def written(settings: dict[str, Setting], name: str) -> str | None:
+    """How the command states a setting now (its text as written), or None."""
+    s = settings.get(name)
+    return s.raw if s is not None else None
+
+
+def value_of(settings: dict[str, Setting], name: str):
+    s = settings.get(name)
+    return s.value if s is not None else None
+
+
+def is_stated(settings: dict[str, Setting], name: str) -> bool:
+    return settings.get(name) is not None
+
+
+def int_value(settings_or_setting, name: str | None = None) -> int | None:
+    s = settings_or_setting.get(name) if name else settings_or_setting
+    v = s.value if isinstance(s, Setting) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def config_files(job: Job) -> str:
+    """The config-file flags the command gives (Hydra --config-name/--config-path, --yaml-cfg), or ""."""
+    return ", ".join(job.config_file)
+
+
+def maybe_in_file(job: Job) -> str:
+    """What "not stated" means for the command: its default, or, with a config file, not known."""
+    return f": the config file may set it ({config_files(job)})" if config_files(job) else ""
+
+
+def role_cp(job: Job, settings: dict[str, Setting]) -> int:
+    """A role's CP size: as stated; --cp's when the command states one the doctor cannot resolve, or none beside a
+    config file (the CLI insists on --cp then); else 1, verl's and Megatron's default."""
+    value = int_value(settings, "cp")
+    if value is not None:
+        return value
+    if is_stated(settings, "cp") or config_files(job):
+        given = job.decisions.cp_given if job.decisions is not None else None
+        return given if isinstance(given, int) and not isinstance(given, bool) else 1
+    return 1
+
+
+def is_unresolved(settings: dict[str, Setting], name: str) -> bool:
+    """The command states the setting as an interpolation the doctor could not resolve."""
+    return is_interpolation(value_of(settings, name))
+
+
+def role_label(job: Job, role: str) -> str:
+    return "" if job.kind != "verl" else f"{role}: "
+
+
+def world_size(job: Job) -> int | None:
+    nodes, per_node = int_value(job.common.get("nnodes")), int_value(job.common.get("gpus_per_node"))
+    return nodes * per_node if nodes is not None and per_node is not None else None
