@@ -8,7 +8,7 @@ from dsv4_doctor.api import check
 from dsv4_doctor.model import Context, Profile, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
-from . import fixes
+from . import fixes, frontend_fixes
 from ._gates import ANY_KNOWN_GATE, FUSED_COMPRESSOR, constant_values, gate_message, megatron_compressor, read_gate
 from ._upstream import EAV, MLM_VERL_TESTED, mlm, mlm_at, pypi
 
@@ -102,7 +102,7 @@ def unmet_stack(static: StaticFacts) -> list[str]:
 
 
 def stack_fixes(static: StaticFacts, missing: list[str], cc: tuple[int, int] | None = None) -> list:
-    found = [fixes.frontend_stack(static, cc)]
+    found = [frontend_fixes.frontend_stack(static, cc)]
     if any(m.startswith("torch ") for m in missing):
         found.append(fixes.torch(static))
     return found
@@ -119,7 +119,7 @@ def stack_fixes(static: StaticFacts, missing: list[str], cc: tuple[int, int] | N
                "https://github.com/NVIDIA/cudnn-frontend/blob/main/python/cudnn/collect_env.py"),
         pypi(FE, "1.27.0", "nvidia-cudnn-frontend 1.27.0 on PyPI"),
     ),
-    fixes=(fixes.frontend_stack(StaticFacts({})), fixes.BACKEND_NONE),
+    fixes=(frontend_fixes.frontend_stack(StaticFacts({})), fixes.BACKEND_NONE),
     skip_if=_not_needed,
     static=STATIC,
     probes=(FE_IMPORT,),
@@ -145,7 +145,7 @@ def cudnn_fe_version(ctx: Context) -> Result:
         "import_version": imported.get("version"),
         "import_origin": imported.get("origin"),
     }
-    fix = fixes.frontend_stack(static, ctx.profile.cc)
+    fix = frontend_fixes.frontend_stack(static, ctx.profile.cc)
     if not copies and not module.get("found"):
         # This check states the frontend's part of Megatron's one dependency error; kernels.flash-mla states FlashMLA's.
         also = (" Megatron's ValueError lists every missing package at once; flash_mla is missing too (see "
@@ -230,7 +230,7 @@ def _stack_note(static: StaticFacts) -> str:
         pypi(FE, "1.28.0", "nvidia-cudnn-frontend 1.28.0 wheel: cudnn/csa/compressor/compressor_sm100.py L98 "
              "MINIMUM_COMPUTE_CAPABILITY_MAJOR = 10"),
     ),
-    fixes=(fixes.frontend_stack(StaticFacts({})),),
+    fixes=(frontend_fixes.frontend_stack(StaticFacts({})),),
     skip_if=_csa_irrelevant,
     needs=("cudnn-fe.version",),
     static=STATIC,
@@ -282,9 +282,9 @@ def cudnn_fe_csa(ctx: Context) -> Result:
     if cc is not None and not admits.accepts(cc):
         return skipped(f"compute capability {profile.gpu_arch}: {gate_words} rejects it, so the eager compressor is "
                        "the normal path here" + _stack_note(static), evidence=evidence)
-    fe_min = fixes.frontend_minimum(cc)
-    stack = [fixes.frontend_stack(static, cc), *([fixes.torch(static)] if any(m.startswith("torch ") for m in missing)
-                                                 else [])]
+    fe_min = frontend_fixes.frontend_minimum(cc)
+    stack = [frontend_fixes.frontend_stack(static, cc),
+             *([fixes.torch(static)] if any(m.startswith("torch ") for m in missing) else [])]
     at_cp = " at CP 1" if src.get("contains", {}).get(NON_PRE_GROUPED) else ""
     jobs = f"a job with a fused DSA backend{at_cp} on {admits.gpus()}"
     # Whether Megatron uses the fused path here is not known: no CC, or a gate not read where the known ones differ
@@ -352,9 +352,9 @@ def cudnn_fe_csa(ctx: Context) -> Result:
             message = gate_message(static, FE_COMPRESSOR[0], c, constants) or fe_gate.describe()
             return warned(f"{unknown}: {loads}, but on compute capability {c[0]}.{c[1]}, which {gate_words} "
                           f"admits, Megatron's first fused compress call would raise RuntimeError: {message}",
-                          f"nvidia-cudnn-frontend {fixes.frontend_minimum(c)} is the first release whose CSA "
+                          f"nvidia-cudnn-frontend {frontend_fixes.frontend_minimum(c)} is the first release whose CSA "
                           f"compressor accepts {c[0]}.{c[1]}; state the GPU with --gpu-arch to check one kind.",
-                          fixes=[fixes.frontend_stack(static, c)], evidence=evidence)
+                          fixes=[frontend_fixes.frontend_stack(static, c)], evidence=evidence)
         return passed(f"{loads}; its check_support accepts every compute capability {gate_words} admits "
                       f"({fe_gate.describe()}), so {jobs} uses it", evidence=evidence)
     return passed(f"{loads} and accepts compute capability {profile.gpu_arch}: Megatron uses the fused CSA "
@@ -398,7 +398,7 @@ def _dense_loss(profile: Profile) -> bool | None:
                "the DSA wrappers it calls through _DSA, compactify_wrapper and sparse_indexer_score_recompute_wrapper "
                "among them"),
     ),
-    fixes=(fixes.frontend_stack(StaticFacts({})), fixes.BACKEND_NONE),
+    fixes=(frontend_fixes.frontend_stack(StaticFacts({})), fixes.BACKEND_NONE),
     skip_if=_not_needed,
     needs=("cudnn-fe.version",),
     static=STATIC,
@@ -458,7 +458,8 @@ def cudnn_fe_dsa(ctx: Context) -> Result:
                       "Megatron raises this ValueError at config time: with CP > 1 and a ratio-4 indexer it requires "
                       "the parameter by name on indexer_forward_wrapper, and on the three dense wrappers when the "
                       "dense indexer loss is on (frontend >= 1.26.0 has it).",
-                      fixes=[fixes.frontend_stack(static, ctx.profile.cc), fixes.BACKEND_NONE], evidence=evidence)
+                      fixes=[frontend_fixes.frontend_stack(static, ctx.profile.cc), fixes.BACKEND_NONE],
+                      evidence=evidence)
     dense_lacking = [w for w in OFFSETS_DENSE_LOSS if w in no_offsets]
     summary = f"the {len(wanted)} DSA wrappers Megatron uses load (nvidia-cudnn-frontend {evidence['frontend']})"
     if ctx.profile.cp > 1:
@@ -466,7 +467,7 @@ def cudnn_fe_dsa(ctx: Context) -> Result:
     if ctx.profile.cp > 1 and dense_loss is None and dense_lacking:
         return warned(summary + "; but " + ", ".join(dense_lacking) + " lack q_causal_offsets, which Megatron "
                       "requires if the job turns the dense indexer loss on (not stated: pass the job's arguments)",
-                      fixes=[fixes.frontend_stack(static, ctx.profile.cc)], evidence=evidence)
+                      fixes=[frontend_fixes.frontend_stack(static, ctx.profile.cc)], evidence=evidence)
     return passed(summary, evidence=evidence)
 
 CHECKS = [cudnn_fe_version, cudnn_fe_csa, cudnn_fe_dsa]

@@ -10,7 +10,7 @@ from dsv4_doctor.model import (Context, Fix, Profile, Result, Source, Status, er
                                needs_failed, passed, warned)
 from dsv4_doctor.probes import Probe
 
-from .. import fixes
+from .. import fixes, frontend_fixes
 from .._upstream import EAV, gh, mlm
 from ..mcore_checks import mcore_fix
 
@@ -41,10 +41,11 @@ TIER2_MODULES = {
 RULE_FIXES = {
     "mcore.cp-partition-mode": lambda s: [fixes.mcore()], "mcore.dsv4": lambda s: [fixes.mcore()],
     "te.version": lambda s: [fixes.TE], "te.import": lambda s: [fixes.TE],
-    "cutlass-dsl.import": lambda s: [fixes.cutlass(s)], "gpu.arch": lambda s: [fixes.SUPPORTED_GPU],
+    "cutlass-dsl.import": lambda s: [frontend_fixes.cutlass(s)], "gpu.arch": lambda s: [fixes.SUPPORTED_GPU],
     "kernels.flash-mla": lambda s: [fixes.FLASH_MLA], "kernels.fast-hadamard": lambda s: [fixes.fast_hadamard(s)],
-    "cudnn-fe.dsa": lambda s: [fixes.frontend_stack(s)], "cudnn-fe.version": lambda s: [fixes.frontend_stack(s)],
-    "tvm-ffi.version": lambda s: [fixes.tvm_ffi(s)], "torch.install": lambda s: [fixes.torch(s)],
+    "cudnn-fe.dsa": lambda s: [frontend_fixes.frontend_stack(s)],
+    "cudnn-fe.version": lambda s: [frontend_fixes.frontend_stack(s)],
+    "tvm-ffi.version": lambda s: [frontend_fixes.tvm_ffi(s)], "torch.install": lambda s: [fixes.torch(s)],
 }
 
 
