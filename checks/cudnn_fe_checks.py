@@ -3,25 +3,24 @@ Megatron calls resolves, with q_causal_offsets exactly where Megatron requires i
 
 from __future__ import annotations
 
-from dsv4_doctor.facts import StaticFacts, canonical, error_text, outcome, requirements, version
+from dsv4_doctor.facts import StaticFacts, error_text, outcome, version
 from dsv4_doctor.api import check
 from dsv4_doctor.model import Context, Profile, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes, frontend_fixes
-from ._gates import ANY_KNOWN_GATE, FUSED_COMPRESSOR, constant_values, gate_message, megatron_compressor, read_gate
+from ._cutedsl_stack import CUTEDSL_STACK, FE, stack_fixes, unmet_stack
+from ._dsa_wrappers import (DSA_OWNERS, DSA_PROBE, KNOWN_WRAPPERS, MEGATRON_DSA_CALLERS, OFFSETS_CP, OFFSETS_DENSE_LOSS,
+                            dense_indexer_loss, dsa_probe, megatron_wrappers)
+from ._gates import (ANY_KNOWN_GATE, FE_COMPRESSOR, FUSED_COMPRESSOR, constant_values, gate_message,
+                     megatron_compressor, read_gate)
 from ._upstream import EAV, MLM_VERL_TESTED, mlm, mlm_at, pypi
 
-FE = "nvidia-cudnn-frontend"
-# What the frontend's cutedsl extra (1.26-1.28) or its unconditional requirements (1.29+) name; read from metadata.
-CUTEDSL_STACK = ("nvidia-cutlass-dsl", "cuda-python", "torch", "apache-tvm-ffi", "torch-c-dlpack-ext")
-EAV_MOD = EAV.replace("/", ".").rstrip(".")
-# The Megatron modules that call the frontend's DSA wrappers (d48bd6be; csa_kernels is the name before 1c44a570).
-# Where Megatron calls the frontend's DSA wrappers: d48bd6be's files, and dsa_kernels.py of fd1121b8 (the commit verl's
-# DSv4 example was tested with; it calls compactify_wrapper and sparse_indexer_score_recompute_wrapper as well).
-MEGATRON_DSA_CALLERS = (f"{EAV_MOD}.dsa_cudnn_kernels", f"{EAV_MOD}.csa_utils.fused_sparse_attention",
-                        f"{EAV_MOD}.csa_kernels", f"{EAV_MOD}.dsa_kernels")
-DSA_OWNERS = ("DSA", "_DSA", "_cudnn_dsa")  # the names Megatron binds `cudnn.DSA` to
+FE_IMPORT = import_probe("cudnn")
+CSA_FWD = "cudnn.csa.compressor:csa_compressor_forward_wrapper"
+CSA_BWD = "cudnn.csa.compressor:csa_compressor_backward_wrapper"
+CSA_PROBE = import_probe(CSA_FWD, CSA_BWD)  # what Megatron's _get_frontend() resolves
+
 STATIC = StaticRequest(distributions=(FE, *CUTEDSL_STACK), modules=("cudnn", "cudnn.csa", "megatron.core", "flash_mla",
                                                                     *FUSED_COMPRESSOR),
                        # The frontend's own entry files too: their hashes are part of a fleet rank's fingerprint
@@ -29,35 +28,8 @@ STATIC = StaticRequest(distributions=(FE, *CUTEDSL_STACK), modules=("cudnn", "cu
                        # The compressor files on both sides hold the CC gates cudnn-fe.csa reads.
                        sources=(*MEGATRON_DSA_CALLERS, "cudnn", "cudnn.deepseek_sparse_attention",
                                 "cudnn.deepseek_sparse_attention.utils.tensor_conversion", *FUSED_COMPRESSOR,
-                                "cudnn.csa.compressor.api", "cudnn.csa.compressor.compressor_sm100"),
+                                *FE_COMPRESSOR),
                        contains=("non-pre-grouped",), attributes_of=DSA_OWNERS)
-
-# The wrappers Megatron d48bd6be calls (EAV/dsa_cudnn_kernels.py, csa_utils/fused_sparse_attention.py) plus the one
-# its config check resolves: used when the installed Megatron's files cannot be read.
-FALLBACK_WRAPPERS = ("indexer_top_k_wrapper", "indexer_forward_wrapper", "indexer_backward_wrapper",
-                     "dense_attn_score_recompute_wrapper", "dense_indexer_backward_wrapper",
-                     "sparse_attention_backward_wrapper", "sparse_attn_score_recompute_wrapper",
-                     "dense_indexer_score_recompute_wrapper")
-# Every DSA wrapper the frontend exports (1.27.0-1.32.0): resolved up front, so the probe starts with the run.
-KNOWN_WRAPPERS = tuple(sorted({*FALLBACK_WRAPPERS, "indexer_forward_top_k_wrapper", "compactify_wrapper",
-                               "local_to_global_wrapper", "sparse_indexer_score_recompute_wrapper"}))
-# Megatron's config check (TC L1795-1818): these must name q_causal_offsets (a **kwargs does not count).
-OFFSETS_CP = ("indexer_forward_wrapper",)
-OFFSETS_DENSE_LOSS = ("dense_indexer_score_recompute_wrapper", "dense_attn_score_recompute_wrapper",
-                      "dense_indexer_backward_wrapper")
-
-FE_IMPORT = import_probe("cudnn")
-CSA_FWD = "cudnn.csa.compressor:csa_compressor_forward_wrapper"
-CSA_BWD = "cudnn.csa.compressor:csa_compressor_backward_wrapper"
-CSA_PROBE = import_probe(CSA_FWD, CSA_BWD)  # what Megatron's _get_frontend() resolves
-
-
-def dsa_probe(wrappers) -> object:
-    targets = [f"cudnn:DSA.{w}" for w in wrappers]
-    return import_probe("cudnn:DSA", *targets, signatures=targets)
-
-
-DSA_PROBE = dsa_probe(KNOWN_WRAPPERS)
 
 # Megatron's dependency check (utils.py L509-548) raises one ValueError naming every fused-DSA package it lacks.
 M8_FLASH_MLA = "flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev)"
@@ -79,33 +51,6 @@ def _not_needed(profile: Profile) -> str | None:
     if profile.dsa_backend == "none":
         return "dsa_kernel_backend=none: Megatron uses its PyTorch fallback and never loads the cuDNN frontend"
     return None
-
-
-def unmet_stack(static: StaticFacts) -> list[str]:
-    """Every unmet requirement of the frontend's CuTe-DSL stack at once (an import error names only the first).
-
-    Requirements under the `cutedsl` extra (1.26-1.28) and unconditional ones (1.29+) both count; without a frontend
-    installed, the stack's known members stand in for its declared requirements."""
-    fe = static.readable_dist(FE)
-    if fe is None:
-        return [f"{name} (not installed)" for name in CUTEDSL_STACK if static.version(name) is None]
-    missing = []
-    for req in requirements(fe, ("cutedsl",)):
-        if canonical(req.name) not in CUTEDSL_STACK:
-            continue  # not asked of the static probe
-        installed = static.version(canonical(req.name))
-        if installed is None:
-            missing.append(f"{req.name} (not installed)")
-        elif req.specifier and not req.specifier.contains(installed, prereleases=True):
-            missing.append(f"{req.name} {installed} (needs {req.specifier})")
-    return missing
-
-
-def stack_fixes(static: StaticFacts, missing: list[str], cc: tuple[int, int] | None = None) -> list:
-    found = [frontend_fixes.frontend_stack(static, cc)]
-    if any(m.startswith("torch ") for m in missing):
-        found.append(fixes.torch(static))
-    return found
 
 
 @check(
@@ -183,7 +128,6 @@ def cudnn_fe_version(ctx: Context) -> Result:
     return passed(f"nvidia-cudnn-frontend {meta} (import cudnn reports {imported.get('version')})", evidence=evidence)
 
 
-FE_COMPRESSOR = ("cudnn.csa.compressor.api", "cudnn.csa.compressor.compressor_sm100")
 # d48bd6be's fused_compressor.py: the fused path is "for the THD packed, non-pre-grouped path" (L21), and the THD CP
 # path pre-groups its input; 88a285f0's lets "CP pre-grouped buffers reuse the same API".
 NON_PRE_GROUPED = "non-pre-grouped"
@@ -361,27 +305,6 @@ def cudnn_fe_csa(ctx: Context) -> Result:
                   "compressor on this job", evidence=evidence)
 
 
-def megatron_wrappers(static: StaticFacts) -> tuple[list[str], list[str]]:
-    """(the DSA wrappers the installed Megatron calls, the files they were read from); the fallback list when its
-    files cannot be read."""
-    names: set[str] = set()
-    files = []
-    for module in MEGATRON_DSA_CALLERS:
-        src = static.source(module)
-        if not src.get("found") or src.get("error"):
-            continue
-        files.append(str(src.get("path")))
-        for owner in DSA_OWNERS:
-            names.update(n for n in (src.get("attributes") or {}).get(owner, []) if n.endswith("_wrapper"))
-    return (sorted(names), files) if names else (list(FALLBACK_WRAPPERS), [])
-
-
-def _dense_loss(profile: Profile) -> bool | None:
-    """Whether the job's dense indexer loss is on (coeff > 0 without dsa_indexer_use_sparse_loss); None: not stated."""
-    decisions = profile.job.decisions if profile.job is not None else None
-    return decisions.dense_indexer_loss if decisions is not None else None
-
-
 @check(
     "cudnn-fe.dsa",
     "The DSA wrappers the installed Megatron calls load, with q_causal_offsets where Megatron requires it",
@@ -420,7 +343,7 @@ def cudnn_fe_dsa(ctx: Context) -> Result:
     fe = static.readable_dist(FE)
     missing = unmet_stack(static)
     called, files = megatron_wrappers(static)
-    dense_loss = _dense_loss(ctx.profile)
+    dense_loss = dense_indexer_loss(ctx.profile)
     # Megatron's config check resolves these whatever its kernels call.
     wanted = sorted({*called, *OFFSETS_CP, *(OFFSETS_DENSE_LOSS if dense_loss is not False else ())})
     evidence: dict = {"frontend": fe.get("version") if fe else None, "unmet_cutedsl_requirements": missing,
