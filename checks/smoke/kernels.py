@@ -17,7 +17,8 @@ from .. import fixes, frontend_fixes
 from .._upstream import EAV, mlm, pypi
 from ..cudnn_fe_checks import FUSED_COMPRESSOR, megatron_compressor
 from ..mcore_checks import mcore_fix
-from .thd_cp import RULE_FIXES, TIER2_MODULES, not_run, rule_fixes, torch_missing
+from ._causes import RULE_FIXES, TIER2_MODULES, rule_fixes
+from .thd_cp import not_run, torch_missing
 
 SUBRUN_TITLES = {"dsa": "cuDNN-FE DSA indexer forward", "layout": "Megatron CP layout kernels",
                  "csa": "fused CSA compressor", "flashmla": "FlashMLA sparse forward"}
