@@ -10,8 +10,8 @@ from dsv4_doctor.job.keys import ENGINE_MAX_SEQLEN, VERL_ROLES
 from dsv4_doctor.job.model import Job, Setting
 from dsv4_doctor.model import Context, Fix
 
-from ._job_settings import (add_setting, config_files, int_value, is_stated, is_unresolved, maybe_in_file, role_cp,
-                            role_label, value_of, world_size, written)
+from ._job_settings import (add_setting, config_files, data_parallel, int_value, is_stated, is_unresolved,
+                            maybe_in_file, not_known, role_cp, role_label, value_of, written)
 from ._job_verdict import Found
 from .verl_checks import ENGINE as VERL_ENGINE
 from .verl_checks import markers as verl_markers
@@ -68,30 +68,42 @@ def judge_role(job: Job, role: str, auto: bool, found: Found, rows: dict) -> Non
         notes.append(f"{lab}CP = 1: no CP settings needed")
         return
     mode, sched = value_of(st, "cp_partition_mode"), value_of(st, "sequence_packing_scheduler")
+    mode_known = not is_unresolved(st, "cp_partition_mode")
+    sched_known = not is_unresolved(st, "sequence_packing_scheduler")
     if value_of(st, "dynamic_context_parallel") and sched is None:
         sched = "default_dynamic_cp"  # Megatron's MPC sets it for dynamic CP
     if sched is None and value_of(st, "use_varlen_dataset"):
         sched = "dp_balanced"  # --use-varlen-dataset auto-selects it
     if auto:
-        if is_stated(st, "cp_partition_mode") and mode != "contiguous":
+        if not mode_known:  # verl's contiguous replaces it, but whether it said otherwise is not known
+            unknown.append(not_known(lab, "cp_partition_mode", st["cp_partition_mode"],
+                                     " (verl sets contiguous after the overrides either way)"))
+        elif is_stated(st, "cp_partition_mode") and mode != "contiguous":
             warns.append(f"{lab}cp_partition_mode={mode} is overridden by verl, which sets contiguous for "
                          "deepseek_v4 after copying the overrides")
-        if sched is not None and sched != "default_dynamic_cp":
+        if not sched_known:
+            unknown.append(not_known(lab, "sequence_packing_scheduler", st["sequence_packing_scheduler"],
+                                     " (verl sets default_dynamic_cp after the overrides either way)"))
+        elif sched is not None and sched != "default_dynamic_cp":
             warns.append(f"{lab}sequence_packing_scheduler={sched} is replaced by verl's default_dynamic_cp "
                          "(set after the overrides): max_seqlen_per_dp_cp_rank then counts DP x CP ranks")
         if not is_stated(st, "cp_partition_mode") or not is_stated(st, "sequence_packing_scheduler"):
             notes.append(f"{lab}verl will use cp_partition_mode=contiguous and "
                          "sequence_packing_scheduler=default_dynamic_cp")
-        sched = "default_dynamic_cp"
+        sched, sched_known = "default_dynamic_cp", True
     else:
-        if mode is None and in_file:
+        if not mode_known:
+            unknown.append(not_known(lab, "cp_partition_mode", st["cp_partition_mode"]))
+        elif mode is None and in_file:
             unknown.append(f"{lab}cp_partition_mode not stated{in_file}")
         elif mode != "contiguous":
             what = "not stated (Megatron's default is zigzag)" if mode is None else f"{mode}"
             fails.append(f"{lab}cp_partition_mode is {what}: Megatron stops with \"{M1}\"")
             fixes.append(add_setting(job, role, "cp_partition_mode", "contiguous", "DSv4 CP needs the contiguous "
                                      "layout", written(st, "cp_partition_mode")))
-        if sched is None and in_file:
+        if not sched_known:
+            unknown.append(not_known(lab, "sequence_packing_scheduler", st["sequence_packing_scheduler"]))
+        elif sched is None and in_file:
             unknown.append(f"{lab}sequence_packing_scheduler not stated{in_file}")
         elif sched is None:
             fails.append(f"{lab}no sequence_packing_scheduler: Megatron stops with \"{M4}\"")
@@ -105,7 +117,7 @@ def judge_role(job: Job, role: str, auto: bool, found: Found, rows: dict) -> Non
         if mode == "contiguous" and sched in SCHEDULERS:
             notes.append(f"{lab}CP {cp}: cp_partition_mode=contiguous, sequence_packing_scheduler={sched}")
     row.update(cp_partition_mode=mode, scheduler=sched)
-    _max_seqlen(CpRole(job, role, st, cp, sched, row), found)
+    _max_seqlen(CpRole(job, role, st, cp, sched if sched_known else None, row, sched_known), found)
 
 
 def _positive(value) -> bool:
@@ -131,6 +143,7 @@ class CpRole:
     cp: int
     scheduler: str | None  # the one Megatron will use
     row: dict
+    scheduler_known: bool = True  # False: the command writes it as a variable the doctor cannot resolve
 
 
 def _max_seqlen(r: CpRole, found: Found) -> None:
@@ -184,8 +197,7 @@ def _max_seqlen(r: CpRole, found: Found) -> None:
             notes.append(f"{lab}max_seqlen_per_dp_cp_rank: not stated")
         return
     if is_unresolved(st, name):
-        notes.append(f"{lab}max_seqlen_per_dp_cp_rank={written(st, name)!r}: not known (an interpolation the doctor "
-                     "cannot resolve here)")
+        unknown.append(not_known(lab, "max_seqlen_per_dp_cp_rank", st[name]))
         return
     if value is None or value < 1:
         fails.append(f"{lab}max_seqlen_per_dp_cp_rank={written(st, name)!r} is not a positive whole number")
@@ -195,17 +207,24 @@ def _max_seqlen(r: CpRole, found: Found) -> None:
         notes.append(f"{lab}max_seqlen_per_dp_cp_rank={value}; whether it covers the longest sample is unknown: "
                      f"{needed_from}")
         return
-    if sched == "default_dynamic_cp":
-        world = world_size(job)
-        tp, pp = int_value(st, "tp") or 1, int_value(st, "pp") or 1
-        dp = world // (tp * pp * cp) if world and world % (tp * pp * cp) == 0 else None
-        ranks = dp * cp if dp else None
-        if ranks is None and value * cp < needed:
-            notes.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x CP {cp} = {value * cp} < {needed} ({needed_from}); "
-                         "default_dynamic_cp counts DP x CP ranks, and DP is unknown (world size not stated)")
+    if not r.scheduler_known:
+        # dp_balanced counts CP ranks and default_dynamic_cp DP x CP: CP ranks are the fewest either counts.
+        if value * cp < needed:
+            unknown.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x CP {cp} = {value * cp} < {needed} "
+                           f"({needed_from}): whether that fits depends on the scheduler (dp_balanced counts CP "
+                           "ranks, default_dynamic_cp DP x CP), which is not known here")
             return
-        ranks = ranks or cp
-        how = f"DP x CP = {ranks} ranks (default_dynamic_cp)"
+        ranks, how = cp, f"CP = {cp} ranks (the fewest any scheduler counts)"
+    elif sched == "default_dynamic_cp":
+        dp, why = data_parallel(job, st, cp)
+        if dp is None and value * cp < needed:
+            unknown.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x CP {cp} = {value * cp} < {needed} "
+                           f"({needed_from}); default_dynamic_cp counts DP x CP ranks, and DP is not known ({why})")
+            return
+        if dp is None:
+            ranks, how = cp, f"CP = {cp} ranks (default_dynamic_cp counts DP x CP, DP not known: {why})"
+        else:
+            ranks, how = dp * cp, f"DP x CP = {dp * cp} ranks (default_dynamic_cp)"
     else:
         ranks, how = cp, f"CP = {cp} ranks ({sched or 'scheduler not stated'})"
     row.update(ranks=ranks)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dsv4_doctor.job.model import Job
 
 from ._job_cp import SCHEDULERS
-from ._job_settings import add_setting, config_files, maybe_in_file, role_cp, role_label, value_of, written
+from ._job_settings import (add_setting, as_written, config_files, is_unresolved, maybe_in_file, not_known, role_cp,
+                            role_label, value_of, written)
 from ._job_verdict import Found
 
 DISPATCH = "sequence_packing only supports moe_token_dispatcher_type in ('alltoall', 'flex'), got '{}'"
@@ -20,8 +21,13 @@ def judge_dispatch(job: Job, role: str, auto: bool, deep_ep: bool, found: Found,
     cp = role_cp(job, st)
     scheduler = value_of(st, "sequence_packing_scheduler") or (
         "default_dynamic_cp" if value_of(st, "dynamic_context_parallel") else None)
+    packing_known = True
     if auto and cp > 1:
         scheduler = "default_dynamic_cp"  # verl (#6555) sets it after the overrides, as job.cp-args says
+    elif is_unresolved(st, "sequence_packing_scheduler"):
+        # Which scheduler is not known; with CP > 1 one packs the batch, and every one allows alltoall and flex.
+        packing_known = cp > 1
+        scheduler = f"`{as_written(st['sequence_packing_scheduler'].raw)}` (not known here)"
     elif scheduler is not None and scheduler not in SCHEDULERS:
         scheduler = f"{scheduler} (which job.cp-args rejects)"
     if scheduler is None and value_of(st, "use_varlen_dataset"):
@@ -29,6 +35,14 @@ def judge_dispatch(job: Job, role: str, auto: bool, deep_ep: bool, found: Found,
     if scheduler is None and cp > 1:
         scheduler = "dp_balanced (the one job.cp-args asks for)"  # CP > 1 needs one: judge the job as it will be
     stated = value_of(st, "moe_token_dispatcher_type")
+    if is_unresolved(st, "moe_token_dispatcher_type"):
+        rows[role] = {"scheduler": scheduler, "dispatcher": None, "source": "not known"}
+        if scheduler is None:
+            notes.append(f"{lab}no packing scheduler: any dispatcher works")
+            return False
+        unknown.append(not_known(lab, "moe_token_dispatcher_type", st["moe_token_dispatcher_type"],
+                                 ", so whether Megatron accepts it with sequence packing is not known"))
+        return True
     if stated is not None:
         dispatcher, source = str(stated), "stated"
     elif config_files(job) and scheduler is not None:
@@ -42,6 +56,10 @@ def judge_dispatch(job: Job, role: str, auto: bool, deep_ep: bool, found: Found,
     rows[role] = {"scheduler": scheduler, "dispatcher": dispatcher, "source": source}
     if scheduler is None:
         notes.append(f"{lab}no packing scheduler: any dispatcher works")
+        return False
+    if not packing_known and dispatcher != "alltoall":
+        unknown.append(not_known(lab, "sequence_packing_scheduler", st["sequence_packing_scheduler"],
+                                 f", so whether the batch is packed, which {dispatcher} does not allow, is not known"))
         return False
     if dispatcher not in ("alltoall", "flex"):
         fails.append(f"{lab}moe_token_dispatcher_type={dispatcher} ({source}) with a packing scheduler: Megatron "

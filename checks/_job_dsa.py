@@ -7,8 +7,8 @@ from dsv4_doctor.job.keys import VERL_ROLES
 from dsv4_doctor.job.model import Job
 from dsv4_doctor.model import Fix, Phase
 
-from ._job_settings import (add_setting, config_files, is_stated, is_unresolved, maybe_in_file, role_label, value_of,
-                            written)
+from ._job_settings import (add_setting, config_files, is_stated, is_unresolved, maybe_in_file, not_known, role_label,
+                            value_of, written)
 from ._job_verdict import Found
 
 # Megatron's texts (d48bd6be), quoted in the findings.
@@ -42,7 +42,7 @@ def judge_backend(job: Job, role: str, found: Found, rows: dict) -> None:
                                                      if is_stated(st, "apply_dsa_kernel_fusion") else ""))
         return
     if is_unresolved(st, "dsa_kernel_backend"):
-        unknown.append(f"{lab}dsa_kernel_backend={written(st, 'dsa_kernel_backend')!r}: not known")
+        unknown.append(not_known(lab, "dsa_kernel_backend", st["dsa_kernel_backend"]))
         return
     if backend == "tilelang":
         fails.append(f"{lab}dsa_kernel_backend=tilelang: Megatron stops with \"{M13}\"")
@@ -91,6 +91,11 @@ def judge_indexer_loss(job: Job, role: str, found: Found, rows: dict) -> None:
     if sparse is True:
         notes.append(f"{lab}sparse indexer loss (coeff {coeff})")
         return
+    for name in ("dsa_indexer_use_sparse_loss", "csa_dense_mode"):  # either one keeps the dense loss off
+        if is_unresolved(st, name):
+            unknown.append(not_known(lab, name, st[name], f" (dsa_indexer_loss_coeff {coeff}), so whether the dense "
+                                     "indexer loss is on is not known"))
+            return
     fails.append(f"{lab}dense indexer loss (coeff {coeff}, dsa_indexer_use_sparse_loss "
                  f"{'not stated' if sparse is None else sparse}) with fused DSA on SM90: Megatron stops with "
                  f"\"{M10}\"")

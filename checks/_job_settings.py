@@ -91,3 +91,54 @@ def role_label(job: Job, role: str) -> str:
 def world_size(job: Job) -> int | None:
     nodes, per_node = int_value(job.common.get("nnodes")), int_value(job.common.get("gpus_per_node"))
     return nodes * per_node if nodes is not None and per_node is not None else None
+
+
+def as_written(raw: str) -> str:
+    """A value as the command writes it, for a sentence: itself when it is one printable line without backticks,
+    else its repr; at most 80 characters."""
+    text = raw if raw.isprintable() and "`" not in raw else repr(raw)
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+def not_known(label: str, name: str, setting: Setting, consequence: str = "") -> str:
+    """What a job check says of a setting the command writes as an unexpanded shell variable or an interpolation the
+    doctor cannot resolve: its value is not known here, so it is never judged, defaulted or given a fix."""
+    return (f"{label}{name} is `{as_written(setting.raw)}` in the command: not known here{consequence}; pass the "
+            "expanded command or state it")
+
+
+SIZE_NAMES = {"tp": ("TP", "tensor_model_parallel_size"), "pp": ("PP", "pipeline_model_parallel_size")}
+
+
+def parallel_size(job: Job, settings: dict[str, Setting], name: str) -> tuple[int | None, str]:
+    """A role's TP or PP (`name`) as the job checks know it, or None and why not. A PP the command does not state is
+    1, verl's and Megatron's default, unless a config file may set it; a TP it does not state is not known (a
+    recipe may set another, and DSv4 needs exactly 1); nor is one written as a variable or not as a positive whole
+    number."""
+    short, long = SIZE_NAMES[name]
+    s = settings.get(name)
+    if s is None:
+        if name == "pp" and not config_files(job):
+            return 1, ""
+        return None, f"{short} not stated{maybe_in_file(job)}"
+    value = int_value(s)
+    if value is not None and value >= 1:
+        return value, ""
+    if is_interpolation(s.value):
+        return None, f"{long} is `{as_written(s.raw)}` in the command"
+    return None, f"{long}={as_written(s.raw)} is not a positive whole number"
+
+
+def data_parallel(job: Job, settings: dict[str, Setting], cp: int) -> tuple[int | None, str]:
+    """A role's DP size, world / (TP x PP x CP), or None and why it is not known (TP and PP as parallel_size reads
+    them: never a guess)."""
+    world = world_size(job)
+    if world is None:
+        return None, "the command states no node and GPU counts"
+    tp, why_tp = parallel_size(job, settings, "tp")
+    pp, why_pp = parallel_size(job, settings, "pp")
+    if tp is None or pp is None:
+        return None, why_tp or why_pp
+    if world % (tp * pp * cp):
+        return None, f"TP x PP x CP = {tp * pp * cp} does not divide the {world} GPUs (job.parallelism)"
+    return world // (tp * pp * cp), ""

@@ -388,8 +388,10 @@ def cudnn_fe_dsa(ctx: Context) -> Result:
     if ctx.profile.cp > 1:
         summary += "; indexer_forward_wrapper takes q_causal_offsets"
     if ctx.profile.cp > 1 and dense_loss is None and dense_lacking:
+        why = ("not stated: pass the job's arguments" if ctx.profile.job is None else
+               "the job's command leaves it not known")
         return warned(summary + "; but " + ", ".join(dense_lacking) + " lack q_causal_offsets, which Megatron "
-                      "requires if the job turns the dense indexer loss on (not stated: pass the job's arguments)",
+                      f"requires if the job turns the dense indexer loss on ({why})",
                       fixes=[frontend_fixes.frontend_stack(static, ctx.profile.cc)], evidence=evidence)
     return passed(summary, evidence=evidence)
 

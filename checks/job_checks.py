@@ -3,7 +3,8 @@ config validation and verl's engine would reject after the cluster was allocated
 
 These checks run only when job arguments are given (Check.only_with = "job"). Each failure quotes the upstream error it
 prevents and gives the exact argument to add, in the syntax the command already uses; a value the command does not
-state is "not stated", never guessed.
+state is "not stated", never guessed, and one it writes as a variable the doctor cannot resolve (`$NAME`, `${NAME}`)
+is "not known": a skip that names it, with no line to add.
 
 Each check here loops over the job's roles and closes with one verdict (_job_verdict); its rule for one role lives in
 a module named for what it judges: _job_cp (job.cp-args), _job_dispatch (job.moe-dispatch), _job_dsa
@@ -23,8 +24,8 @@ from dsv4_doctor.job.shape import entry_shown
 from ._job_cp import judge_role, verl_sets_cp
 from ._job_dispatch import judge_dispatch
 from ._job_dsa import judge_backend, judge_indexer_loss
-from ._job_settings import (add_setting, config_files, int_value, is_stated, is_unresolved, job_of, maybe_in_file,
-                            no_job, not_read, role_cp, role_label, value_of, world_size, written)
+from ._job_settings import (add_setting, int_value, is_stated, is_unresolved, job_of, maybe_in_file, no_job, not_known,
+                            not_read, parallel_size, role_cp, role_label, value_of, world_size, written)
 from ._job_verdict import Found, verdict
 from ._upstream import EAV, gh, mlm, pypi
 from .verl_checks import STATIC as VERL_STATIC
@@ -73,7 +74,10 @@ def job_cp_args(ctx: Context) -> Result | list[Finding]:
     `override_transformer_config` value. With CP > 1 and no max_seqlen_per_dp_cp_rank it warns and gives the
     line verl's example adds, ceil((max_prompt_length + max_response_length) / CP): the example's shell
     division rounds down, which leaves the longest sample short when the sum is not a multiple of CP. The full
-    CP_ARGS block is in the report's job settings and at the end of `fix --job-args`.
+    CP_ARGS block is in the report's job settings and at the end of `fix --job-args`. A setting the command
+    writes as a variable the doctor cannot resolve (`$MODE`, `${SCHED}`) is not known: the row says so, gives it
+    no line and does not pass; default_dynamic_cp's DP is counted only from what the command states (its world
+    size, and TP and PP as job.parallelism reads them).
     """
     job = job_of(ctx)
     roles = job.checked_roles()
@@ -108,7 +112,8 @@ def job_parallelism(ctx: Context) -> Result | list[Finding]:
     form the model replicas. A TP the command does not state is not known (the row is a skip that says so: a
     config file or a recipe may set another), nor is anything a config file it names (Hydra --config-name/
     --config-path, Megatron-LM --yaml-cfg) may set; a world size it does not state leaves the divisibility
-    unknown, and the check says so.
+    unknown, and the check says so. A TP or PP written as a variable the doctor cannot resolve is not known
+    either.
     """
     job = job_of(ctx)
     roles = job.checked_roles()
@@ -120,9 +125,8 @@ def job_parallelism(ctx: Context) -> Result | list[Finding]:
     evidence: dict = {"world_size": world, "roles": {}}
     for role in roles:
         st, lab = job.effective(role), role_label(job, role)
-        tp = int_value(st, "tp")
-        cp, pp = role_cp(job, st), int_value(st, "pp") or (None if (config_files(job) and not is_stated(st, "pp")) or
-                                                   is_unresolved(st, "pp") else 1)
+        tp, cp = int_value(st, "tp"), role_cp(job, st)
+        pp, pp_not_known = parallel_size(job, st, "pp")  # as job.cp-args reads it for default_dynamic_cp's DP
         evidence["roles"][role] = {"tp": tp, "cp": cp, "pp": pp, "tp_stated": is_stated(st, "tp")}
         if not is_stated(st, "tp"):
             # Not stated is not known: verl's and Megatron's default is 1, but a config file or a recipe may differ.
@@ -131,8 +135,7 @@ def job_parallelism(ctx: Context) -> Result | list[Finding]:
                                                     "say)"))
             continue
         if tp is None and is_unresolved(st, "tp"):
-            unknown.append(f"{lab}tensor_model_parallel_size={st['tp'].raw!r}: not known (an interpolation "
-                           "the doctor cannot resolve here)")
+            unknown.append(not_known(lab, "tensor_model_parallel_size", st["tp"]))
             continue
         if tp is None:
             fails.append(f"{lab}tensor_model_parallel_size={st['tp'].raw!r} is not a number")
@@ -143,11 +146,10 @@ def job_parallelism(ctx: Context) -> Result | list[Finding]:
         else:
             notes.append(f"{lab}TP = 1")
         if is_unresolved(st, "pp"):
-            unknown.append(f"{lab}pipeline_model_parallel_size={st['pp'].raw!r}: not known, so whether TP x PP x CP "
-                           "divides the world size is unknown")
+            unknown.append(not_known(lab, "pipeline_model_parallel_size", st["pp"], ", so whether TP x PP x CP "
+                                     "divides the world size is not known"))
         elif pp is None:
-            unknown.append(f"{lab}PP not stated{maybe_in_file(job)}: whether TP x PP x CP divides the world size "
-                           "is unknown")
+            unknown.append(f"{lab}{pp_not_known}: whether TP x PP x CP divides the world size is unknown")
         elif world is None:
             notes.append(f"{lab}whether TP x PP x CP = {(tp or 1) * pp * cp} divides the world size is unknown "
                          "(the command states no node and GPU counts)")
@@ -177,7 +179,9 @@ def job_moe_dispatch(ctx: Context) -> Result | list[Finding]:
     ("sequence_packing only supports moe_token_dispatcher_type in ('alltoall', 'flex')"); its default is
     `allgather`. verl's DSv4 provider sets alltoall (before the user's overrides, so an override wins);
     Megatron-Bridge main defaults DSv4 to flex with HybridEP, which needs DeepEP (verl's image builds it for
-    9.0 and 10.0 only). A flex dispatcher without an importable deep_ep fails.
+    9.0 and 10.0 only). A flex dispatcher without an importable deep_ep fails. A dispatcher written as a
+    variable the doctor cannot resolve is not known under packing (no line); a scheduler written so still packs
+    at CP > 1, and every scheduler allows alltoall and flex.
     """
     job = job_of(ctx)
     roles = job.checked_roles()
@@ -207,7 +211,8 @@ def job_indexer_loss(ctx: Context) -> Result | list[Finding]:
     """On SM90 with dsa_kernel_backend=cudnn, a ratio-4 indexer and dsa_indexer_loss_coeff > 0, Megatron rejects
     the dense indexer loss ("DSv4 with fused DSA and dense indexer loss is not supported on SM90 ..."): the
     job must set dsa_indexer_use_sparse_loss=True (verl's DSv4 example sets it, with coeff 0.0). A coefficient
-    the command does not state is reported as such.
+    the command does not state is reported as such; a dsa_indexer_use_sparse_loss or csa_dense_mode written as a
+    variable the doctor cannot resolve is not known (no failure, no line).
     """
     job = job_of(ctx)
     roles = job.checked_roles()
@@ -332,7 +337,8 @@ def job_dsa_backend(ctx: Context) -> Result | list[Finding]:
     runs the same two imports in a probe). A wrapper command (bash, srun, a launcher), a config file, a bridge
     whose rule cannot be read, an unknown CC, or (on a machine without a GPU) an import that cannot load the
     driver's libcuda leave it not known: the environment is then checked for cudnn, the stricter. The job line
-    says which rule decided it, and the environment checks follow it.
+    says which rule decided it, and the environment checks follow it. A backend written as a variable the doctor
+    cannot resolve is not known, never one Megatron rejects, and the row is no pass.
     """
     job = job_of(ctx)
     roles = job.checked_roles()
@@ -347,6 +353,8 @@ def job_dsa_backend(ctx: Context) -> Result | list[Finding]:
     evidence.update(failures=fails, notes=notes, unknown=unknown)
     if fails:
         return verdict(found, evidence, [decided])
+    if any(is_unresolved(job.effective(r), "dsa_kernel_backend") for r in roles):
+        return verdict(found, evidence)  # a backend written as a variable is not known: no pass on it
     if unknown and not notes:
         why = decided[len("not stated: "):] if decided.startswith("not stated: ") else decided
         return skipped("; ".join(unknown) + f": {why}", evidence=evidence)
