@@ -67,10 +67,19 @@ def judge_role(job: Job, role: str, auto: bool, found: Found, rows: dict) -> Non
     if cp == 1 and not value_of(st, "dynamic_context_parallel"):
         notes.append(f"{lab}CP = 1: no CP settings needed")
         return
+    dynamic_known = not is_unresolved(st, "dynamic_context_parallel")
+    if not dynamic_known:
+        # Dynamic CP picks the scheduler and, through verl, the max_seqlen_per_dp_cp_rank that is read; at CP 1 it
+        # alone decides whether the CP settings apply.
+        unknown.append(not_known(lab, "dynamic_context_parallel", st["dynamic_context_parallel"],
+                                 ", so whether the job needs the CP settings is not known" if cp == 1 else
+                                 ", so the scheduler and the max_seqlen_per_dp_cp_rank that count are not known"))
+        if cp == 1:
+            return
     mode, sched = value_of(st, "cp_partition_mode"), value_of(st, "sequence_packing_scheduler")
     mode_known = not is_unresolved(st, "cp_partition_mode")
     sched_known = not is_unresolved(st, "sequence_packing_scheduler")
-    if value_of(st, "dynamic_context_parallel") and sched is None:
+    if dynamic_known and value_of(st, "dynamic_context_parallel") and sched is None:
         sched = "default_dynamic_cp"  # Megatron's MPC sets it for dynamic CP
     if sched is None and value_of(st, "use_varlen_dataset"):
         sched = "dp_balanced"  # --use-varlen-dataset auto-selects it
@@ -105,6 +114,8 @@ def judge_role(job: Job, role: str, auto: bool, found: Found, rows: dict) -> Non
             unknown.append(not_known(lab, "sequence_packing_scheduler", st["sequence_packing_scheduler"]))
         elif sched is None and in_file:
             unknown.append(f"{lab}sequence_packing_scheduler not stated{in_file}")
+        elif sched is None and not dynamic_known:
+            pass  # dynamic CP would pick default_dynamic_cp: said with dynamic_context_parallel above
         elif sched is None:
             fails.append(f"{lab}no sequence_packing_scheduler: Megatron stops with \"{M4}\"")
             fixes.append(add_setting(job, role, "sequence_packing_scheduler", "dp_balanced",
@@ -117,6 +128,8 @@ def judge_role(job: Job, role: str, auto: bool, found: Found, rows: dict) -> Non
         if mode == "contiguous" and sched in SCHEDULERS:
             notes.append(f"{lab}CP {cp}: cp_partition_mode=contiguous, sequence_packing_scheduler={sched}")
     row.update(cp_partition_mode=mode, scheduler=sched)
+    if not dynamic_known:
+        return  # which max_seqlen_per_dp_cp_rank verl reads, and against how many ranks, is not known
     _max_seqlen(CpRole(job, role, st, cp, sched if sched_known else None, row, sched_known), found)
 
 

@@ -19,19 +19,24 @@ def judge_dispatch(job: Job, role: str, auto: bool, deep_ep: bool, found: Found,
     fails, warns, notes, fixes, unknown = found.fails, found.warns, found.notes, found.fixes, found.unknown
     st, lab = job.effective(role), role_label(job, role)
     cp = role_cp(job, st)
+    dynamic_known = not is_unresolved(st, "dynamic_context_parallel")
     scheduler = value_of(st, "sequence_packing_scheduler") or (
-        "default_dynamic_cp" if value_of(st, "dynamic_context_parallel") else None)
-    packing_known = True
+        "default_dynamic_cp" if dynamic_known and value_of(st, "dynamic_context_parallel") else None)
+    # The setting written as a variable that leaves it not known whether the batch is packed (at CP 1 only: CP > 1
+    # packs with some scheduler, and every one allows alltoall and flex).
+    packing_not_known: str | None = None
     if auto and cp > 1:
         scheduler = "default_dynamic_cp"  # verl (#6555) sets it after the overrides, as job.cp-args says
     elif is_unresolved(st, "sequence_packing_scheduler"):
-        # Which scheduler is not known; with CP > 1 one packs the batch, and every one allows alltoall and flex.
-        packing_known = cp > 1
+        packing_not_known = "sequence_packing_scheduler" if cp == 1 else None
         scheduler = f"`{as_written(st['sequence_packing_scheduler'].raw)}` (not known here)"
     elif scheduler is not None and scheduler not in SCHEDULERS:
         scheduler = f"{scheduler} (which job.cp-args rejects)"
     if scheduler is None and value_of(st, "use_varlen_dataset"):
         scheduler = "dp_balanced"
+    if scheduler is None and not dynamic_known and cp == 1:
+        packing_not_known = "dynamic_context_parallel"
+        scheduler = f"default_dynamic_cp if dynamic_context_parallel `{as_written(st[packing_not_known].raw)}` is on"
     if scheduler is None and cp > 1:
         scheduler = "dp_balanced (the one job.cp-args asks for)"  # CP > 1 needs one: judge the job as it will be
     stated = value_of(st, "moe_token_dispatcher_type")
@@ -57,9 +62,9 @@ def judge_dispatch(job: Job, role: str, auto: bool, deep_ep: bool, found: Found,
     if scheduler is None:
         notes.append(f"{lab}no packing scheduler: any dispatcher works")
         return False
-    if not packing_known and dispatcher != "alltoall":
-        unknown.append(not_known(lab, "sequence_packing_scheduler", st["sequence_packing_scheduler"],
-                                 f", so whether the batch is packed, which {dispatcher} does not allow, is not known"))
+    if packing_not_known is not None and dispatcher != "alltoall":
+        unknown.append(not_known(lab, packing_not_known, st[packing_not_known], ", so whether the batch is packed "
+                                 f"(and the dispatcher rule applies to {dispatcher}) is not known"))
         return False
     if dispatcher not in ("alltoall", "flex"):
         fails.append(f"{lab}moe_token_dispatcher_type={dispatcher} ({source}) with a packing scheduler: Megatron "

@@ -36,19 +36,28 @@ def judge_backend(job: Job, role: str, found: Found, rows: dict) -> None:
     st, lab = job.effective(role), role_label(job, role)
     backend, fusion = value_of(st, "dsa_kernel_backend"), value_of(st, "apply_dsa_kernel_fusion")
     rows[role] = {"dsa_kernel_backend": backend, "apply_dsa_kernel_fusion": fusion}
+    if is_unresolved(st, "dsa_kernel_backend"):
+        unknown.append(not_known(lab, "dsa_kernel_backend", st["dsa_kernel_backend"]))
+        return
+    fusion_known = not is_unresolved(st, "apply_dsa_kernel_fusion")
+    if not is_stated(st, "dsa_kernel_backend") and not fusion_known:
+        unknown.append(not_known(lab, "apply_dsa_kernel_fusion", st["apply_dsa_kernel_fusion"],
+                                 ", so the DSA backend it selects is not known"))
+        return
     if not is_stated(st, "dsa_kernel_backend"):
         (notes if is_stated(st, "apply_dsa_kernel_fusion") else unknown).append(
             f"{lab}dsa_kernel_backend not stated" + (f" (apply_dsa_kernel_fusion={fusion})"
                                                      if is_stated(st, "apply_dsa_kernel_fusion") else ""))
-        return
-    if is_unresolved(st, "dsa_kernel_backend"):
-        unknown.append(not_known(lab, "dsa_kernel_backend", st["dsa_kernel_backend"]))
         return
     if backend == "tilelang":
         fails.append(f"{lab}dsa_kernel_backend=tilelang: Megatron stops with \"{M13}\"")
     elif backend not in BACKENDS:
         fails.append(f"{lab}dsa_kernel_backend={backend!r}: Megatron accepts only 'none' and 'cudnn' for DSv4 "
                      "(its CLI's choices are none, tilelang and cudnn, and tilelang is rejected for dsv4_hybrid)")
+    elif not fusion_known:
+        unknown.append(not_known(lab, "apply_dsa_kernel_fusion", st["apply_dsa_kernel_fusion"],
+                                 f", so whether it conflicts with dsa_kernel_backend={backend} is not known"))
+        return
     elif fusion in (True, False) and backend not in ("none", "cudnn" if fusion else "none"):
         legacy = "cudnn" if fusion else "none"
         fails.append(f"{lab}apply_dsa_kernel_fusion={fusion} maps to dsa_kernel_backend={legacy!r}, but "

@@ -337,8 +337,9 @@ def job_dsa_backend(ctx: Context) -> Result | list[Finding]:
     runs the same two imports in a probe). A wrapper command (bash, srun, a launcher), a config file, a bridge
     whose rule cannot be read, an unknown CC, or (on a machine without a GPU) an import that cannot load the
     driver's libcuda leave it not known: the environment is then checked for cudnn, the stricter. The job line
-    says which rule decided it, and the environment checks follow it. A backend written as a variable the doctor
-    cannot resolve is not known, never one Megatron rejects, and the row is no pass.
+    says which rule decided it, and the environment checks follow it. A backend or apply_dsa_kernel_fusion
+    written as a variable the doctor cannot resolve is not known, never one Megatron rejects, and the row is no
+    pass.
     """
     job = job_of(ctx)
     roles = job.checked_roles()
@@ -353,8 +354,9 @@ def job_dsa_backend(ctx: Context) -> Result | list[Finding]:
     evidence.update(failures=fails, notes=notes, unknown=unknown)
     if fails:
         return verdict(found, evidence, [decided])
-    if any(is_unresolved(job.effective(r), "dsa_kernel_backend") for r in roles):
-        return verdict(found, evidence)  # a backend written as a variable is not known: no pass on it
+    if any(is_unresolved(job.effective(r), name) for r in roles for name in ("dsa_kernel_backend",
+                                                                              "apply_dsa_kernel_fusion")):
+        return verdict(found, evidence)  # a backend or switch written as a variable is not known: no pass on it
     if unknown and not notes:
         why = decided[len("not stated: "):] if decided.startswith("not stated: ") else decided
         return skipped("; ".join(unknown) + f": {why}", evidence=evidence)

@@ -189,3 +189,33 @@ def test_cudnn_fe_dsa_does_not_take_a_sparse_switch_written_as_a_variable_for_th
     assert unknown.status is Status.WARN, (unknown.status, unknown.summary)
     assert "the job's command leaves it not known" in unknown.summary
     assert dsa("False").status is Status.FAIL and dsa("True").status is Status.PASS
+
+
+def test_a_fusion_switch_written_as_a_variable_leaves_the_backend_not_known():
+    """TransformerConfig folds apply_dsa_kernel_fusion into an unset or "none" backend, and raises on a conflict
+    with a stated one: written as a variable, neither is known."""
+    alone = VERL + [f"++{OTC}.apply_dsa_kernel_fusion=$FUSION"]
+    assert_not_known(judged("job.dsa-backend", alone),
+                     "apply_dsa_kernel_fusion is `$FUSION` in the command: not known here, so the DSA backend")
+    decided = job_profile(Profile(), alone, None, None).to_dict()["job"]["dsa_backend_decided"]
+    assert decided.startswith("not known: the command writes apply_dsa_kernel_fusion"), decided
+    beside = judged("job.dsa-backend", alone + [f"++{OTC}.dsa_kernel_backend=cudnn"])
+    assert_not_known(beside, "whether it conflicts with dsa_kernel_backend=cudnn is not known")
+    known = judged("job.dsa-backend", VERL + [f"++{OTC}.apply_dsa_kernel_fusion=False",
+                                              f"++{OTC}.dsa_kernel_backend=cudnn"])
+    assert known.status is Status.FAIL and "Conflicting DSA kernel controls" in known.summary
+
+
+def test_dynamic_cp_written_as_a_variable_is_not_known_and_fails_nothing_at_cp_1():
+    """At CP 1, dynamic CP alone decides whether the CP settings and a packing scheduler apply."""
+    cp1 = [a if not a.endswith("context_parallel_size=2") else a[:-1] + "1" for a in VERL]
+    argv = cp1 + [f"{ENGINE}.dynamic_context_parallel=$DYNAMIC", f"++{OTC}.moe_token_dispatcher_type=allgather"]
+    cp_args = judged("job.cp-args", argv)
+    assert_not_known(cp_args, "dynamic_context_parallel is `$DYNAMIC` in the command: not known here")
+    assert not cp_args.fixes and "Megatron stops" not in cp_args.summary
+    dispatch = judged("job.moe-dispatch", argv)
+    assert_not_known(dispatch, "whether the batch is packed (and the dispatcher rule applies to allgather)")
+    assert not dispatch.fixes
+    on = judged("job.moe-dispatch", cp1 + [f"{ENGINE}.dynamic_context_parallel=True",
+                                           f"++{OTC}.moe_token_dispatcher_type=allgather"])
+    assert on.status is Status.FAIL and "got 'allgather'" in on.summary

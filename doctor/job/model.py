@@ -126,6 +126,10 @@ class Job:
                 return "cudnn", (f"not known: the command writes dsa_kernel_backend as {backend.raw[:80]!r}, which the "
                                  "doctor cannot resolve; the environment is checked for cudnn, the stricter")
             value = None if backend is None else "null" if backend.value is None else str(backend.value)
+            if fusion is not None and is_interpolation(fusion.value) and value in (None, "none"):
+                # TransformerConfig folds the deprecated switch in over an unset or "none" backend: not known either.
+                return "cudnn", (f"not known: the command writes apply_dsa_kernel_fusion as {fusion.raw[:80]!r}, which "
+                                 "the doctor cannot resolve; the environment is checked for cudnn, the stricter")
             if fusion is not None and fusion.value in (True, False) and value in (None, "none"):
                 # TransformerConfig folds the deprecated switch in: it wins over an unset or "none" backend.
                 legacy = "cudnn" if fusion.value else "none"
