@@ -253,7 +253,8 @@ def job_env(ctx: Context) -> Result | list[Finding]:
     DDP enables NVLS unless it is set). CUDA_DEVICE_MAX_CONNECTIONS: verl's script sets 1, while Megatron's EP
     all-to-all overlap wants more than 1, a trade-off the warning states. NCCL_MNNVL_ENABLE on GB200/GB300
     NVL72 hosts. Warnings only; each names the `export` line to put in the job script, which the fix plan
-    and the text report list as job settings (never run).
+    and the text report list as job settings (never run). An overlap_moe_expert_parallel_comm written as a
+    variable the doctor cannot resolve leaves CUDA_DEVICE_MAX_CONNECTIONS=1 not known (a skip).
     """
     job = job_of(ctx)
     env = dict(os.environ)
@@ -261,7 +262,7 @@ def job_env(ctx: Context) -> Result | list[Finding]:
         env.pop(name, None)
     env.update(job.env)
     names = [str(g.get("name", "")) for g in ctx.gpus()]
-    warns, notes, exports = [], [], []
+    warns, notes, exports, unknown = [], [], [], []
     nvls = env.get("NCCL_NVLS_ENABLE")
     if nvls != "0":
         exports.append(("NCCL_NVLS_ENABLE", "0", "as verl's DSv4 script and the Megatron recipes set it"))
@@ -273,6 +274,8 @@ def job_env(ctx: Context) -> Result | list[Finding]:
     connections = env.get("CUDA_DEVICE_MAX_CONNECTIONS")
     overlap = any(value_of(job.effective(r), "overlap_moe_expert_parallel_comm") is True
                   for r in job.checked_roles())
+    overlap_written = next((job.effective(r)["overlap_moe_expert_parallel_comm"] for r in job.checked_roles()
+                            if is_unresolved(job.effective(r), "overlap_moe_expert_parallel_comm")), None)
     if connections is None:
         exports.append(("CUDA_DEVICE_MAX_CONNECTIONS", "1", "verl's DSv4 script's choice; more than 1 for Megatron's "
                         "EP all-to-all overlap"))
@@ -281,6 +284,9 @@ def job_env(ctx: Context) -> Result | list[Finding]:
     elif connections == "1" and overlap:
         warns.append("CUDA_DEVICE_MAX_CONNECTIONS=1 with overlap_moe_expert_parallel_comm: the EP all-to-all "
                      "overlap needs more than one connection to overlap anything")
+    elif connections == "1" and overlap_written is not None:
+        unknown.append(not_known("", "overlap_moe_expert_parallel_comm", overlap_written, ", so whether "
+                                 "CUDA_DEVICE_MAX_CONNECTIONS=1 holds the EP all-to-all overlap back is not known"))
     else:
         notes.append(f"CUDA_DEVICE_MAX_CONNECTIONS={connections}")
     if any("GB200" in n or "GB300" in n for n in names):
@@ -304,7 +310,9 @@ def job_env(ctx: Context) -> Result | list[Finding]:
             return warned("; ".join(warns) + f" ({script})", "\n".join(notes), fixes=fixes, evidence=evidence)
         return skipped(f"not known: {'; '.join(notes)} before the command starts, but {script}", evidence=evidence)
     if warns:
-        return warned("; ".join(warns), "\n".join(notes), fixes=fixes, evidence=evidence)
+        return warned("; ".join(warns), "\n".join(unknown + notes), fixes=fixes, evidence=evidence)
+    if unknown:
+        return skipped("; ".join(unknown + notes), evidence=evidence)
     return passed("; ".join(notes), evidence=evidence)
 
 

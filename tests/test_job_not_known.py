@@ -219,3 +219,12 @@ def test_dynamic_cp_written_as_a_variable_is_not_known_and_fails_nothing_at_cp_1
     on = judged("job.moe-dispatch", cp1 + [f"{ENGINE}.dynamic_context_parallel=True",
                                            f"++{OTC}.moe_token_dispatcher_type=allgather"])
     assert on.status is Status.FAIL and "got 'allgather'" in on.summary
+
+
+def test_job_env_does_not_pass_one_connection_beside_an_overlap_switch_it_cannot_read():
+    argv = ["env", "NCCL_NVLS_ENABLE=0", "CUDA_DEVICE_MAX_CONNECTIONS=1", *VERL]
+    unknown = judged("job.env", argv + [f"++{OTC}.overlap_moe_expert_parallel_comm=$OVERLAP"])
+    assert_not_known(unknown, "overlap_moe_expert_parallel_comm is `$OVERLAP` in the command: not known here")
+    assert judged("job.env", argv).status is Status.PASS
+    on = judged("job.env", argv + [f"++{OTC}.overlap_moe_expert_parallel_comm=True"])
+    assert on.status is Status.WARN and "needs more than one connection" in on.summary
