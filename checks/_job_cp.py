@@ -10,8 +10,8 @@ from dsv4_doctor.job.keys import ENGINE_MAX_SEQLEN, VERL_ROLES
 from dsv4_doctor.job.model import Job, Setting
 from dsv4_doctor.model import Context, Fix
 
-from ._job_settings import (add_setting, config_files, data_parallel, int_value, is_stated, is_unresolved,
-                            maybe_in_file, not_known, role_cp, role_label, value_of, written)
+from ._job_settings import (add_setting, config_files, data_parallel, first_unresolved, int_value, is_stated,
+                            is_unresolved, maybe_in_file, not_known, role_cp, role_label, value_of, written)
 from ._job_verdict import Found
 from .verl_checks import ENGINE as VERL_ENGINE
 from .verl_checks import markers as verl_markers
@@ -217,6 +217,11 @@ def _max_seqlen(r: CpRole, found: Found) -> None:
         fixes.append(_seqlen_fix(job, role, name, needed, needed_from, cp, written(st, name)))
         return
     if needed is None:
+        length = first_unresolved(job.common, "seq_length", "max_prompt_length", "max_response_length")
+        if length is not None:
+            unknown.append(not_known(lab, *length, f", so whether max_seqlen_per_dp_cp_rank={value} covers the "
+                                     "longest sample is not known"))
+            return
         notes.append(f"{lab}max_seqlen_per_dp_cp_rank={value}; whether it covers the longest sample is unknown: "
                      f"{needed_from}")
         return

@@ -84,6 +84,11 @@ def is_unresolved(settings: dict[str, Setting], name: str) -> bool:
     return is_interpolation(value_of(settings, name))
 
 
+def first_unresolved(settings: dict[str, Setting], *names: str) -> tuple[str, Setting] | None:
+    """The first of `names` the command writes as a variable the doctor cannot resolve, with its setting."""
+    return next(((name, settings[name]) for name in names if is_unresolved(settings, name)), None)
+
+
 def role_label(job: Job, role: str) -> str:
     return "" if job.kind != "verl" else f"{role}: "
 
@@ -134,6 +139,9 @@ def data_parallel(job: Job, settings: dict[str, Setting], cp: int) -> tuple[int 
     them: never a guess)."""
     world = world_size(job)
     if world is None:
+        written = first_unresolved(job.common, "nnodes", "gpus_per_node")
+        if written is not None:
+            return None, f"{written[0]} is `{as_written(written[1].raw)}` in the command"
         return None, "the command states no node and GPU counts"
     tp, why_tp = parallel_size(job, settings, "tp")
     pp, why_pp = parallel_size(job, settings, "pp")

@@ -24,8 +24,9 @@ from dsv4_doctor.job.shape import entry_shown
 from ._job_cp import judge_role, verl_sets_cp
 from ._job_dispatch import judge_dispatch
 from ._job_dsa import judge_backend, judge_indexer_loss
-from ._job_settings import (add_setting, int_value, is_stated, is_unresolved, job_of, maybe_in_file, no_job, not_known,
-                            not_read, parallel_size, role_cp, role_label, value_of, world_size, written)
+from ._job_settings import (add_setting, first_unresolved, int_value, is_stated, is_unresolved, job_of, maybe_in_file,
+                            no_job, not_known, not_read, parallel_size, role_cp, role_label, value_of, world_size,
+                            written)
 from ._job_verdict import Found, verdict
 from ._upstream import EAV, gh, mlm, pypi
 from .verl_checks import STATIC as VERL_STATIC
@@ -112,14 +113,15 @@ def job_parallelism(ctx: Context) -> Result | list[Finding]:
     form the model replicas. A TP the command does not state is not known (the row is a skip that says so: a
     config file or a recipe may set another), nor is anything a config file it names (Hydra --config-name/
     --config-path, Megatron-LM --yaml-cfg) may set; a world size it does not state leaves the divisibility
-    unknown, and the check says so. A TP or PP written as a variable the doctor cannot resolve is not known
-    either.
+    unknown, and the check says so. A TP, PP or node or GPU count written as a variable the doctor cannot
+    resolve is not known either (a skip).
     """
     job = job_of(ctx)
     roles = job.checked_roles()
     if not roles:
         return skipped(not_read(job))
     world = world_size(job)
+    world_written = first_unresolved(job.common, "nnodes", "gpus_per_node")
     found = Found()
     fails, notes, fixes, unknown = found.fails, found.notes, found.fixes, found.unknown
     evidence: dict = {"world_size": world, "roles": {}}
@@ -150,6 +152,9 @@ def job_parallelism(ctx: Context) -> Result | list[Finding]:
                                      "divides the world size is not known"))
         elif pp is None:
             unknown.append(f"{lab}{pp_not_known}: whether TP x PP x CP divides the world size is unknown")
+        elif world is None and world_written is not None:
+            unknown.append(not_known(lab, *world_written, f", so whether TP x PP x CP = {(tp or 1) * pp * cp} "
+                                     "divides the world size is not known"))
         elif world is None:
             notes.append(f"{lab}whether TP x PP x CP = {(tp or 1) * pp * cp} divides the world size is unknown "
                          "(the command states no node and GPU counts)")

@@ -228,3 +228,21 @@ def test_job_env_does_not_pass_one_connection_beside_an_overlap_switch_it_cannot
     assert judged("job.env", argv).status is Status.PASS
     on = judged("job.env", argv + [f"++{OTC}.overlap_moe_expert_parallel_comm=True"])
     assert on.status is Status.WARN and "needs more than one connection" in on.summary
+
+
+def test_a_world_size_or_a_length_written_as_a_variable_is_not_known():
+    world = MEGATRON[:1] + ["--nnodes", "$NNODES"] + MEGATRON[3:] + CP2
+    parallelism = judged("job.parallelism", world)
+    assert_not_known(parallelism, "nnodes is `$NNODES` in the command: not known here, so whether TP x PP x CP = 4")
+    unstated = judged("job.parallelism", MEGATRON[:1] + MEGATRON[3:] + CP2)  # not stated: said, and TP 1 passes
+    assert unstated.status is Status.PASS and "states no node and GPU counts" in unstated.summary
+    dynamic = judged("job.cp-args", [a if a != "2" or i != 2 else "$NNODES" for i, a in enumerate(DYNAMIC)])
+    assert dynamic.status is Status.SKIP and "DP is not known (nnodes is `$NNODES` in the command)" in \
+        dynamic.summary, dynamic.summary
+    lengths = VERL + [f"++{OTC}.cp_partition_mode=contiguous", f"++{OTC}.sequence_packing_scheduler=dp_balanced",
+                      f"++{OTC}.max_seqlen_per_dp_cp_rank=6144"]
+    prompt = judged("job.cp-args", [a if not a.startswith("data.max_prompt") else "data.max_prompt_length=$P"
+                                    for a in lengths])
+    assert_not_known(prompt, "max_prompt_length is `$P` in the command: not known here, so whether "
+                             "max_seqlen_per_dp_cp_rank=6144 covers the longest sample is not known")
+    assert judged("job.cp-args", lengths).status is Status.PASS
