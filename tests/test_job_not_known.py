@@ -246,3 +246,18 @@ def test_a_world_size_or_a_length_written_as_a_variable_is_not_known():
     assert_not_known(prompt, "max_prompt_length is `$P` in the command: not known here, so whether "
                              "max_seqlen_per_dp_cp_rank=6144 covers the longest sample is not known")
     assert judged("job.cp-args", lengths).status is Status.PASS
+
+
+def test_the_cp_args_block_does_not_count_a_setting_written_as_a_variable_as_lacking():
+    from dsv4_doctor.job.settings import comment_lines, section
+
+    profile = job_profile(Profile(), MEGATRON + CP2 + ["--cp-partition-mode", "$MODE"], None, None)
+    settings = section(profile.job, profile.cp, [])
+    assert settings is not None
+    block = settings["cp_args"]
+    assert block["not_known"] == ["--cp-partition-mode contiguous"]
+    assert block["missing"] == ["--sequence-packing-scheduler dp_balanced"]
+    assert ("the command lacks 1 of them; it writes 1 as a variable the doctor cannot resolve (not known: pass the "
+            "expanded command)") in comment_lines(settings)
+    plain = section(job_profile(Profile(), MEGATRON + CP2 + LAYOUT, None, None).job, 2, [])
+    assert plain is not None and "not_known" not in plain["cp_args"]  # absent unless a value is not known
