@@ -236,3 +236,23 @@ def test_help_says_what_verbose_does(command):
     assert run.returncode == 0
     words = " ".join(run.stdout.split())
     assert "-v, --verbose On a terminal: -v shows every row" in words and "-vv adds the sources" in words
+
+
+@pytest.mark.parametrize("args, source, hint, shown", [
+    ([], "default", True, "profile cp=1 "),
+    (["--cp", "1"], "option", False, "profile cp=1 "),
+    (["--job-args", "torchrun pretrain_gpt.py --context-parallel-size 2 --experimental-attention-variant dsv4_hybrid"],
+     "job", False, "profile cp=2 (from the job) "),
+])
+def test_the_first_line_says_where_the_cp_size_came_from(bare_python, args, source, hint, shown):
+    base = ["check", "--static-only", "--only", "python.version", *args]
+    run = run_doctor(*base, "-f", "json", python=bare_python)
+    assert run.returncode == 0, run.stderr
+    assert run.report["profile"]["cp_source"] == source
+    terminal = run_doctor(*base, python=bare_python, env={"FORCE_COLOR": "1", "NO_COLOR": "1", "COLUMNS": "200"})
+    first = terminal.stdout.splitlines()[0]
+    assert first.startswith("dsv4-doctor ") and shown in first
+    assert ("CP 1 assumed: pass --cp N" in first) is hint
+    plain = run_doctor(*base, python=bare_python, env={"COLUMNS": "300"}).stdout.splitlines()[0]
+    assert ("(CP 1 assumed: pass --cp N)" in plain) is hint
+    assert ("cp=2 (from the job)" in plain) is (source == "job")

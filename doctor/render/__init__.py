@@ -36,6 +36,30 @@ def verdict_line(report: dict) -> str:
             f"{extra})")
 
 
+def cp_assumed(profile: dict) -> bool:
+    """Whether the CP size came from neither --cp nor the job's command line (a report without `cp_source`, from
+    before the field: CP 1 and no job)."""
+    if "cp_source" in profile:
+        return profile.get("cp_source") == "default"
+    return profile.get("cp") == 1 and not isinstance(profile.get("job"), dict)
+
+
+def cp_shown(profile: dict) -> str:
+    """The CP size with where it came from, as the report's first line says it."""
+    cp = shown(profile.get("cp"))
+    job = profile.get("job") if isinstance(profile.get("job"), dict) else None
+    if job is not None and job.get("cp_known") is False:
+        return f"{cp} (not known: checked as CP > 1)"
+    if profile.get("cp_source") == "job":
+        return f"{cp} (from the job)"
+    return cp
+
+
+def cp_hint(profile: dict) -> str | None:
+    """What to do about a CP size the doctor assumed."""
+    return f"CP {shown(profile.get('cp'))} assumed: pass --cp N" if cp_assumed(profile) else None
+
+
 def output_width(is_tty: bool) -> int:
     """The terminal's width on a terminal; COLUMNS when piped; else 100."""
     import shutil

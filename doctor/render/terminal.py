@@ -17,7 +17,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from ..checks import AREAS as BUILTIN_AREAS
-from . import LABEL, shown, verdict_line
+from . import LABEL, cp_hint, cp_shown, shown, verdict_line
 from .output import line_text
 
 # Areas in the order of the built-in check modules, then plugin rows; any other area comes after, alphabetically.
@@ -91,15 +91,6 @@ def grouped(report: Any) -> list[tuple[str, list[dict]]]:
             for area, rows in sorted(areas.items(), key=lambda kv: _area_key(kv[0]))]
 
 
-def cp_assumed(report: Any) -> bool:
-    """Whether CP 1 came from the default rather than --cp or the job's command line."""
-    p = _profile(report)
-    if "cp_source" in p:
-        return p.get("cp_source") == "default" and p.get("cp") == 1
-    job = p.get("job") if isinstance(p.get("job"), dict) else None
-    return p.get("cp") == 1 and job is None
-
-
 def _gpu(report: Any) -> str:
     rows = {c.get("id"): c for c in _checks(report)}
     evidence = (rows.get("gpu.devices") or {}).get("evidence")
@@ -117,14 +108,12 @@ def top_line(report: Any) -> str:
     p = _profile(report)
     target = _target_python(report)
     parts = [f"dsv4-doctor {shown((report.get('doctor') or {}).get('version'))} checked",
-             f"profile cp={shown(p.get('cp'))} dsa-backend={shown(p.get('dsa_backend'))} "
+             f"profile cp={cp_shown(p)} dsa-backend={shown(p.get('dsa_backend'))} "
              f"gpu-arch={shown(p.get('gpu_arch'))}" + (" static-only" if p.get("static_only") else ""),
              f"python {shown(target.get('executable'))} ({shown(target.get('version'))})",
              f"GPU {_gpu(report)}"]
-    line = "; ".join(parts)
-    if cp_assumed(report):
-        line += "; CP 1 assumed: pass --cp N"
-    return line
+    hint = cp_hint(p)
+    return "; ".join(parts + ([hint] if hint else []))
 
 
 def next_step(report: Any) -> str:
