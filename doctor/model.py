@@ -93,7 +93,8 @@ class Profile:
         return int(major), int(minor or 0)
 
     def to_dict(self) -> dict:
-        out = {"cp": self.cp, "cp_source": self.cp_source, "dsa_backend": self.dsa_backend, "dsa_backend_source": self.dsa_backend_source,
+        out = {"cp": self.cp, "cp_source": self.cp_source, "dsa_backend": self.dsa_backend,
+               "dsa_backend_source": self.dsa_backend_source,
                "gpu_arch": self.gpu_arch, "gpu_arch_source": self.gpu_arch_source, "device": self.device,
                "smoke": self.smoke, "gpus": self.gpus, "static_only": self.static_only}
         if self.job is not None:
