@@ -170,7 +170,11 @@ class _Hang:
         from rich.segment import Segment
 
         width = max(20, options.max_width)
-        for p, para in enumerate(self.text.split("\n", allow_blank=True)):
+        # The text's own style as a span: the pieces below are rendered one by one, and a piece's render() applies
+        # its spans only, never the style it inherited.
+        styled = Text()
+        styled.append(self.text)
+        for p, para in enumerate(styled.split("\n", allow_blank=True)):
             lines = [] if p else list(para.wrap(console, width, overflow="fold"))[:1]
             if lines:
                 yield from lines[0].render(console)
@@ -189,11 +193,8 @@ class _Hang:
 
 def _row_head(c: dict, marks: dict[str, str]) -> Text:
     s = _status(c)
-    head = Text(f"{marks[s]} {LABEL[s]:<5} ", style=STYLE[s])
-    head.append(_clean(c.get("id")), style="bold")
-    head.append("  ")
-    head.append(_clean(c.get("summary")))
-    return head
+    return Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.get("id")), "bold"), "  ",
+                         _clean(c.get("summary")))
 
 
 def _fixes(out: _Out, c: dict) -> None:
@@ -202,7 +203,7 @@ def _fixes(out: _Out, c: dict) -> None:
             continue
         tag = " (manual)" if fix.get("manual") else ""
         first, *more = str(fix.get("description") or "").splitlines() or [""]
-        out.line(Text(f"Fix{tag}: ", style="bold") + _text(first), indent=6, hang=4)
+        out.line(Text.assemble((f"Fix{tag}: ", "bold"), _text(first)), indent=6, hang=4)
         for line in more:
             if line.startswith("  "):
                 out.raw(_text(line.strip()), indent=10)
@@ -243,7 +244,7 @@ def _sources(out: _Out, c: dict) -> None:
     for src in c.get("sources") or []:
         if isinstance(src, dict):
             title = _clean(src.get("title"))
-            out.line(Text("source: ", style="dim") + Text(title + (": " if title else "")) +
+            out.line(Text.assemble(("source: ", "dim"), title + (": " if title else "")) +
                      _text(src.get("url"), "blue"), indent=6, hang=4)
 
 
@@ -274,7 +275,7 @@ def _body(report: Any, out: _Out, verbosity: int, ascii_only: bool) -> None:
         statuses = [_status(c) for c in rows]
         state = worst(statuses)
         counts = ", ".join(f"{statuses.count(s)} {LABEL[s].lower()}" for s in WORST_FIRST if s in statuses)
-        head = Text(glyphs[state] + " ", style=STYLE[state]) + Text(_clean(area), style="bold") + Text(f"  {counts}")
+        head = Text.assemble((glyphs[state] + " ", STYLE[state]), (_clean(area), "bold"), f"  {counts}")
         out.line(head)
         for c in rows:
             s = _status(c)
@@ -294,7 +295,7 @@ def _body(report: Any, out: _Out, verbosity: int, ascii_only: bool) -> None:
     out.blank()
     if skipped:
         out.line(Text(f"{skipped} skipped: -v shows them", style="dim"))
-    out.line(verdict + Text(f"; {next_step(report)}"))
+    out.line(Text.assemble(verdict, f"; {next_step(report)}"))
 
 
 def _trailer(report: Any, out: _Out) -> None:
