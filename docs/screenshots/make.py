@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
     check = "--check" in argv
     stale = []
     for name in SCREENSHOTS:
-        for path, text in zip((HERE / f"{name}.svg", HERE / f"{name}.txt"), render(name)):
+        for path, text in zip((HERE / f"{name}.svg", HERE / f"{name}.txt"), render(name), strict=True):
             if check:
                 if not path.exists() or path.read_text(encoding="utf-8") != text:
                     stale.append(path.name)
