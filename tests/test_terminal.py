@@ -229,7 +229,7 @@ def test_check_on_a_terminal_prints_the_grouped_report(bare_python, colour):
     env = {"NO_COLOR": "1"} if colour == "NO_COLOR" else {}
     code, out = _on_a_terminal(["check", "--static-only", "--python", bare_python], env=env)
     assert code == 1, out[-3000:]
-    report = out[re.search(r"dsv4-doctor \S+ checked", out).start():]  # type: ignore[union-attr]  # after the progress line, which stderr shows on a terminal
+    report = out[re.search(r"dsv4-doctor \S+ checked", out).start():]  # type: ignore[union-attr]  # after the live display, which stderr shows on a terminal
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", report)
     assert "\r" not in plain
     assert bool(re.search(r"\x1b\[[0-9;]*m", report)) is (colour == "on")
