@@ -153,10 +153,15 @@ serve(answer)
 """
 
 
-def test_the_probe_s_children_do_not_inherit_its_stage_file(tmp_path, procs):
-    probe = _probe(tmp_path, "parent", CHILD)
-    result = ProbePool(sys.executable, 30.0, 2, procs).result(probe, 30)
+def test_the_probe_s_children_do_not_inherit_its_stage_file(tmp_path, procs, monkeypatch):
+    theirs = tmp_path / "theirs.txt"  # a stage file the caller's environment names: never the doctor's to use
+    monkeypatch.setenv("DSV4_DOCTOR_STAGE_FILE", str(theirs))
+    pool = ProbePool(sys.executable, 30.0, 2, procs)
+    result = pool.result(_probe(tmp_path, "parent", CHILD), 30)
     assert result.ok and result.data == {"child_sees": "None"}
+    command = pool.result(Probe.command("env", ["env"]), 30)
+    assert command.ok and "DSV4_DOCTOR_STAGE_FILE" not in command.data
+    assert not theirs.exists()
 
 
 def test_the_runner_sends_start_stage_and_done(tmp_path, procs):

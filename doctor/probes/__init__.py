@@ -166,7 +166,9 @@ LAUNCHER_PREFIXES = ("TORCHELASTIC_", "DSV4_DOCTOR_FLEET_")  # the fleet secret 
 
 
 def child_env(timeout: float, extra: dict | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES and not k.startswith(LAUNCHER_PREFIXES)}
+    # A stage file is the doctor's to name (run_probe, per probe): never one the caller's environment names.
+    env = {k: v for k, v in os.environ.items()
+           if k not in LAUNCHER_VARIABLES and k != STAGE_VARIABLE and not k.startswith(LAUNCHER_PREFIXES)}
     env["DSV4_DOCTOR_PROBE_TIMEOUT"] = str(timeout)
     env["DSV4_DOCTOR_PROBE_LIB"] = str(PROBE_DIR)
     # The probe's answer goes to a file; these keep library output plain and the probe's own encoding fixed.
