@@ -23,7 +23,7 @@ from dataclasses import replace
 from . import __version__
 from .model import ExitCode, Profile, UsageError
 from .render.output import (check_output_path, emit, finish_streams, isatty, line_text, preflight_report, say,
-                            write_stderr, write_stdout)
+                            wants_live_display, write_stderr, write_stdout)
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 no check failed (warnings allowed unless --strict); 1 a check failed or errored (or warned, with "
@@ -413,14 +413,14 @@ def parser() -> tuple[_CommandParser, dict[str, _CommandParser]]:
 
 def run_report(args, profile: Profile, only: list[str], skip: list[str], strict: bool, progress: bool,
                keep: dict | None = None) -> dict:
-    from .render import Progress
+    from .render import live_display
     from .session import run_check
 
-    bar = Progress(progress)
+    display = live_display(progress)
     try:
-        return run_check(args.python, args.timeout, profile, only, skip, strict, on_event=bar, keep=keep)
+        return run_check(args.python, args.timeout, profile, only, skip, strict, on_event=display, keep=keep)
     finally:
-        bar.stop()
+        display.stop()
 
 
 def cmd_check(args, smoke: bool = False) -> int:
@@ -441,7 +441,7 @@ def cmd_check(args, smoke: bool = False) -> int:
     env, profile = _fleet_env(args, profile)
     only, fleet_checks = _fleet_selection(env, only, skip)
     started = time.monotonic()
-    progress = args.format == "text" and isatty(sys.stderr) and (env is None or env.rank == 0)
+    progress = wants_live_display(sys.stderr, args.format) and (env is None or env.rank == 0)
     ran: dict = {}
     report = run_report(args, profile, only, skip, strict, progress=progress, keep=ran)
     if env is None:

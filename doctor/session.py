@@ -394,6 +394,7 @@ def profile_from_options(args, smoke: str, job_argv: Sequence[str] | None = None
                    static_only=bool(getattr(args, "static_only", False)))
     if job_argv is None:
         return replace(base, cp=getattr(args, "cp", None) or 1,
+                       cp_source="option" if getattr(args, "cp", None) else "default",
                        dsa_backend=getattr(args, "dsa_backend", None) or "cudnn",
                        dsa_backend_source="option" if getattr(args, "dsa_backend", None) else "default")
     from .job.profile import job_profile

@@ -161,12 +161,16 @@ def test_a_fused_build_that_drifts_or_gives_nan_gradients_fails(tmp_path, mode, 
 
 
 @pytest.mark.slow
-def test_a_hung_fused_backward_is_killed_at_its_timeout_and_is_a_finding(tmp_path):
+def test_a_hung_fused_backward_is_killed_at_its_timeout_and_is_a_finding(tmp_path, monkeypatch):
     from dsv4_doctor.checks.smoke._tier2 import fused_result
 
+    said: list[str] = []  # what the smoke probe says while it waits: the live display's row for smoke.thd-cp
+    monkeypatch.setattr(probe_modules.load("dsv4probe_smoke_fused"), "stage", said.append)
     result, took = run_builds(tmp_path, "fused-hang", timeout_s=15.0)
     assert result["builds"]["fused"]["hang"] and result["builds"]["unfused"]["ok"]
     assert took < 30
+    assert "tier 2: fused build at forward+backward, unfused build done" in said
+    assert said[-1] == "tier 2: fused build stopped at its limit, unfused build done"
     row = fused_result(None, result, {})
     assert row.status.value == "fail" and "hung" in row.summary and "#676" in row.details
     # The unfused build runs no cuDNN kernel: a hang there is no #676 finding.

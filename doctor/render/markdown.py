@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 
-from . import LABEL, shown, verdict_line
+from . import LABEL, cp_hint, cp_shown, shown, verdict_line
 
 MAX_CHARS = 60000  # GitHub rejects bodies over 65,536 characters
 # The characters that can start markup anywhere in a line (emphasis, code, links, images, HTML, entities, headings,
@@ -50,9 +50,10 @@ def render_markdown(report: dict) -> str:
         "",
         f"**{plain(verdict_line(report))}**",
         "",
-        f"dsv4-doctor {plain(report['doctor']['version'])} · cp={plain(p.get('cp'))} · "
+        f"dsv4-doctor {plain(report['doctor']['version'])} · cp={plain(cp_shown(p))} · "
         f"dsa-backend={plain(p.get('dsa_backend'))} · gpu-arch={plain(arch)} · "
-        f"python {plain(shown(target.get('version')))} ({code(target.get('executable'))})",
+        f"python {plain(shown(target.get('version')))} ({code(target.get('executable'))})"
+        + (f" · {plain(cp_hint(p))}" if cp_hint(p) else ""),
         "",
     ]
     from .text import job_line
