@@ -18,6 +18,8 @@ FE_MAJOR_10 = "1.28.0"
 # from 108cb6bc before it.
 _EAV_MOD = EAV.replace("/", ".").rstrip(".")
 FUSED_COMPRESSOR = (f"{_EAV_MOD}.csa_utils.fused_compressor", f"{_EAV_MOD}.csa_fused_compressor")
+# The frontend's CSA compressor files that hold its check_support gate.
+FE_COMPRESSOR = ("cudnn.csa.compressor.api", "cudnn.csa.compressor.compressor_sm100")
 
 
 @dataclass(frozen=True)

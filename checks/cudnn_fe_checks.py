@@ -3,25 +3,24 @@ Megatron calls resolves, with q_causal_offsets exactly where Megatron requires i
 
 from __future__ import annotations
 
-from dsv4_doctor.facts import StaticFacts, canonical, error_text, outcome, requirements, version
+from dsv4_doctor.facts import StaticFacts, error_text, outcome, version
 from dsv4_doctor.api import check
 from dsv4_doctor.model import Context, Profile, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
-from . import fixes
-from ._gates import ANY_KNOWN_GATE, FUSED_COMPRESSOR, constant_values, gate_message, megatron_compressor, read_gate
+from . import fixes, frontend_fixes
+from ._cutedsl_stack import CUTEDSL_STACK, FE, stack_fixes, unmet_stack
+from ._dsa_wrappers import (DSA_OWNERS, DSA_PROBE, KNOWN_WRAPPERS, MEGATRON_DSA_CALLERS, OFFSETS_CP, OFFSETS_DENSE_LOSS,
+                            dense_indexer_loss, dsa_probe, megatron_wrappers)
+from ._gates import (ANY_KNOWN_GATE, FE_COMPRESSOR, FUSED_COMPRESSOR, constant_values, gate_message,
+                     megatron_compressor, read_gate)
 from ._upstream import EAV, MLM_VERL_TESTED, mlm, mlm_at, pypi
 
-FE = "nvidia-cudnn-frontend"
-# What the frontend's cutedsl extra (1.26-1.28) or its unconditional requirements (1.29+) name; read from metadata.
-CUTEDSL_STACK = ("nvidia-cutlass-dsl", "cuda-python", "torch", "apache-tvm-ffi", "torch-c-dlpack-ext")
-EAV_MOD = EAV.replace("/", ".").rstrip(".")
-# The Megatron modules that call the frontend's DSA wrappers (d48bd6be; csa_kernels is the name before 1c44a570).
-# Where Megatron calls the frontend's DSA wrappers: d48bd6be's files, and dsa_kernels.py of fd1121b8 (the commit verl's
-# DSv4 example was tested with; it calls compactify_wrapper and sparse_indexer_score_recompute_wrapper as well).
-MEGATRON_DSA_CALLERS = (f"{EAV_MOD}.dsa_cudnn_kernels", f"{EAV_MOD}.csa_utils.fused_sparse_attention",
-                        f"{EAV_MOD}.csa_kernels", f"{EAV_MOD}.dsa_kernels")
-DSA_OWNERS = ("DSA", "_DSA", "_cudnn_dsa")  # the names Megatron binds `cudnn.DSA` to
+FE_IMPORT = import_probe("cudnn")
+CSA_FWD = "cudnn.csa.compressor:csa_compressor_forward_wrapper"
+CSA_BWD = "cudnn.csa.compressor:csa_compressor_backward_wrapper"
+CSA_PROBE = import_probe(CSA_FWD, CSA_BWD)  # what Megatron's _get_frontend() resolves
+
 STATIC = StaticRequest(distributions=(FE, *CUTEDSL_STACK), modules=("cudnn", "cudnn.csa", "megatron.core", "flash_mla",
                                                                     *FUSED_COMPRESSOR),
                        # The frontend's own entry files too: their hashes are part of a fleet rank's fingerprint
@@ -29,35 +28,8 @@ STATIC = StaticRequest(distributions=(FE, *CUTEDSL_STACK), modules=("cudnn", "cu
                        # The compressor files on both sides hold the CC gates cudnn-fe.csa reads.
                        sources=(*MEGATRON_DSA_CALLERS, "cudnn", "cudnn.deepseek_sparse_attention",
                                 "cudnn.deepseek_sparse_attention.utils.tensor_conversion", *FUSED_COMPRESSOR,
-                                "cudnn.csa.compressor.api", "cudnn.csa.compressor.compressor_sm100"),
+                                *FE_COMPRESSOR),
                        contains=("non-pre-grouped",), attributes_of=DSA_OWNERS)
-
-# The wrappers Megatron d48bd6be calls (EAV/dsa_cudnn_kernels.py, csa_utils/fused_sparse_attention.py) plus the one
-# its config check resolves: used when the installed Megatron's files cannot be read.
-FALLBACK_WRAPPERS = ("indexer_top_k_wrapper", "indexer_forward_wrapper", "indexer_backward_wrapper",
-                     "dense_attn_score_recompute_wrapper", "dense_indexer_backward_wrapper",
-                     "sparse_attention_backward_wrapper", "sparse_attn_score_recompute_wrapper",
-                     "dense_indexer_score_recompute_wrapper")
-# Every DSA wrapper the frontend exports (1.27.0-1.32.0): resolved up front, so the probe starts with the run.
-KNOWN_WRAPPERS = tuple(sorted({*FALLBACK_WRAPPERS, "indexer_forward_top_k_wrapper", "compactify_wrapper",
-                               "local_to_global_wrapper", "sparse_indexer_score_recompute_wrapper"}))
-# Megatron's config check (TC L1795-1818): these must name q_causal_offsets (a **kwargs does not count).
-OFFSETS_CP = ("indexer_forward_wrapper",)
-OFFSETS_DENSE_LOSS = ("dense_indexer_score_recompute_wrapper", "dense_attn_score_recompute_wrapper",
-                      "dense_indexer_backward_wrapper")
-
-FE_IMPORT = import_probe("cudnn")
-CSA_FWD = "cudnn.csa.compressor:csa_compressor_forward_wrapper"
-CSA_BWD = "cudnn.csa.compressor:csa_compressor_backward_wrapper"
-CSA_PROBE = import_probe(CSA_FWD, CSA_BWD)  # what Megatron's _get_frontend() resolves
-
-
-def dsa_probe(wrappers) -> object:
-    targets = [f"cudnn:DSA.{w}" for w in wrappers]
-    return import_probe("cudnn:DSA", *targets, signatures=targets)
-
-
-DSA_PROBE = dsa_probe(KNOWN_WRAPPERS)
 
 # Megatron's dependency check (utils.py L509-548) raises one ValueError naming every fused-DSA package it lacks.
 M8_FLASH_MLA = "flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev)"
@@ -81,33 +53,6 @@ def _not_needed(profile: Profile) -> str | None:
     return None
 
 
-def unmet_stack(static: StaticFacts) -> list[str]:
-    """Every unmet requirement of the frontend's CuTe-DSL stack at once (an import error names only the first).
-
-    Requirements under the `cutedsl` extra (1.26-1.28) and unconditional ones (1.29+) both count; without a frontend
-    installed, the stack's known members stand in for its declared requirements."""
-    fe = static.readable_dist(FE)
-    if fe is None:
-        return [f"{name} (not installed)" for name in CUTEDSL_STACK if static.version(name) is None]
-    missing = []
-    for req in requirements(fe, ("cutedsl",)):
-        if canonical(req.name) not in CUTEDSL_STACK:
-            continue  # not asked of the static probe
-        installed = static.version(canonical(req.name))
-        if installed is None:
-            missing.append(f"{req.name} (not installed)")
-        elif req.specifier and not req.specifier.contains(installed, prereleases=True):
-            missing.append(f"{req.name} {installed} (needs {req.specifier})")
-    return missing
-
-
-def stack_fixes(static: StaticFacts, missing: list[str], cc: tuple[int, int] | None = None) -> list:
-    found = [fixes.frontend_stack(static, cc)]
-    if any(m.startswith("torch ") for m in missing):
-        found.append(fixes.torch(static))
-    return found
-
-
 @check(
     "cudnn-fe.version",
     "cuDNN frontend installed, and the imported copy is the installed one",
@@ -119,7 +64,7 @@ def stack_fixes(static: StaticFacts, missing: list[str], cc: tuple[int, int] | N
                "https://github.com/NVIDIA/cudnn-frontend/blob/main/python/cudnn/collect_env.py"),
         pypi(FE, "1.27.0", "nvidia-cudnn-frontend 1.27.0 on PyPI"),
     ),
-    fixes=(fixes.frontend_stack(StaticFacts({})), fixes.BACKEND_NONE),
+    fixes=(frontend_fixes.frontend_stack(StaticFacts({})), fixes.BACKEND_NONE),
     skip_if=_not_needed,
     static=STATIC,
     probes=(FE_IMPORT,),
@@ -145,7 +90,7 @@ def cudnn_fe_version(ctx: Context) -> Result:
         "import_version": imported.get("version"),
         "import_origin": imported.get("origin"),
     }
-    fix = fixes.frontend_stack(static, ctx.profile.cc)
+    fix = frontend_fixes.frontend_stack(static, ctx.profile.cc)
     if not copies and not module.get("found"):
         # This check states the frontend's part of Megatron's one dependency error; kernels.flash-mla states FlashMLA's.
         also = (" Megatron's ValueError lists every missing package at once; flash_mla is missing too (see "
@@ -183,7 +128,6 @@ def cudnn_fe_version(ctx: Context) -> Result:
     return passed(f"nvidia-cudnn-frontend {meta} (import cudnn reports {imported.get('version')})", evidence=evidence)
 
 
-FE_COMPRESSOR = ("cudnn.csa.compressor.api", "cudnn.csa.compressor.compressor_sm100")
 # d48bd6be's fused_compressor.py: the fused path is "for the THD packed, non-pre-grouped path" (L21), and the THD CP
 # path pre-groups its input; 88a285f0's lets "CP pre-grouped buffers reuse the same API".
 NON_PRE_GROUPED = "non-pre-grouped"
@@ -230,7 +174,7 @@ def _stack_note(static: StaticFacts) -> str:
         pypi(FE, "1.28.0", "nvidia-cudnn-frontend 1.28.0 wheel: cudnn/csa/compressor/compressor_sm100.py L98 "
              "MINIMUM_COMPUTE_CAPABILITY_MAJOR = 10"),
     ),
-    fixes=(fixes.frontend_stack(StaticFacts({})),),
+    fixes=(frontend_fixes.frontend_stack(StaticFacts({})),),
     skip_if=_csa_irrelevant,
     needs=("cudnn-fe.version",),
     static=STATIC,
@@ -282,9 +226,9 @@ def cudnn_fe_csa(ctx: Context) -> Result:
     if cc is not None and not admits.accepts(cc):
         return skipped(f"compute capability {profile.gpu_arch}: {gate_words} rejects it, so the eager compressor is "
                        "the normal path here" + _stack_note(static), evidence=evidence)
-    fe_min = fixes.frontend_minimum(cc)
-    stack = [fixes.frontend_stack(static, cc), *([fixes.torch(static)] if any(m.startswith("torch ") for m in missing)
-                                                 else [])]
+    fe_min = frontend_fixes.frontend_minimum(cc)
+    stack = [frontend_fixes.frontend_stack(static, cc),
+             *([fixes.torch(static)] if any(m.startswith("torch ") for m in missing) else [])]
     at_cp = " at CP 1" if src.get("contains", {}).get(NON_PRE_GROUPED) else ""
     jobs = f"a job with a fused DSA backend{at_cp} on {admits.gpus()}"
     # Whether Megatron uses the fused path here is not known: no CC, or a gate not read where the known ones differ
@@ -352,34 +296,13 @@ def cudnn_fe_csa(ctx: Context) -> Result:
             message = gate_message(static, FE_COMPRESSOR[0], c, constants) or fe_gate.describe()
             return warned(f"{unknown}: {loads}, but on compute capability {c[0]}.{c[1]}, which {gate_words} "
                           f"admits, Megatron's first fused compress call would raise RuntimeError: {message}",
-                          f"nvidia-cudnn-frontend {fixes.frontend_minimum(c)} is the first release whose CSA "
+                          f"nvidia-cudnn-frontend {frontend_fixes.frontend_minimum(c)} is the first release whose CSA "
                           f"compressor accepts {c[0]}.{c[1]}; state the GPU with --gpu-arch to check one kind.",
-                          fixes=[fixes.frontend_stack(static, c)], evidence=evidence)
+                          fixes=[frontend_fixes.frontend_stack(static, c)], evidence=evidence)
         return passed(f"{loads}; its check_support accepts every compute capability {gate_words} admits "
                       f"({fe_gate.describe()}), so {jobs} uses it", evidence=evidence)
     return passed(f"{loads} and accepts compute capability {profile.gpu_arch}: Megatron uses the fused CSA "
                   "compressor on this job", evidence=evidence)
-
-
-def megatron_wrappers(static: StaticFacts) -> tuple[list[str], list[str]]:
-    """(the DSA wrappers the installed Megatron calls, the files they were read from); the fallback list when its
-    files cannot be read."""
-    names: set[str] = set()
-    files = []
-    for module in MEGATRON_DSA_CALLERS:
-        src = static.source(module)
-        if not src.get("found") or src.get("error"):
-            continue
-        files.append(str(src.get("path")))
-        for owner in DSA_OWNERS:
-            names.update(n for n in (src.get("attributes") or {}).get(owner, []) if n.endswith("_wrapper"))
-    return (sorted(names), files) if names else (list(FALLBACK_WRAPPERS), [])
-
-
-def _dense_loss(profile: Profile) -> bool | None:
-    """Whether the job's dense indexer loss is on (coeff > 0 without dsa_indexer_use_sparse_loss); None: not stated."""
-    decisions = profile.job.decisions if profile.job is not None else None
-    return decisions.dense_indexer_loss if decisions is not None else None
 
 
 @check(
@@ -398,7 +321,7 @@ def _dense_loss(profile: Profile) -> bool | None:
                "the DSA wrappers it calls through _DSA, compactify_wrapper and sparse_indexer_score_recompute_wrapper "
                "among them"),
     ),
-    fixes=(fixes.frontend_stack(StaticFacts({})), fixes.BACKEND_NONE),
+    fixes=(frontend_fixes.frontend_stack(StaticFacts({})), fixes.BACKEND_NONE),
     skip_if=_not_needed,
     needs=("cudnn-fe.version",),
     static=STATIC,
@@ -420,7 +343,7 @@ def cudnn_fe_dsa(ctx: Context) -> Result:
     fe = static.readable_dist(FE)
     missing = unmet_stack(static)
     called, files = megatron_wrappers(static)
-    dense_loss = _dense_loss(ctx.profile)
+    dense_loss = dense_indexer_loss(ctx.profile)
     # Megatron's config check resolves these whatever its kernels call.
     wanted = sorted({*called, *OFFSETS_CP, *(OFFSETS_DENSE_LOSS if dense_loss is not False else ())})
     evidence: dict = {"frontend": fe.get("version") if fe else None, "unmet_cutedsl_requirements": missing,
@@ -458,15 +381,18 @@ def cudnn_fe_dsa(ctx: Context) -> Result:
                       "Megatron raises this ValueError at config time: with CP > 1 and a ratio-4 indexer it requires "
                       "the parameter by name on indexer_forward_wrapper, and on the three dense wrappers when the "
                       "dense indexer loss is on (frontend >= 1.26.0 has it).",
-                      fixes=[fixes.frontend_stack(static, ctx.profile.cc), fixes.BACKEND_NONE], evidence=evidence)
+                      fixes=[frontend_fixes.frontend_stack(static, ctx.profile.cc), fixes.BACKEND_NONE],
+                      evidence=evidence)
     dense_lacking = [w for w in OFFSETS_DENSE_LOSS if w in no_offsets]
     summary = f"the {len(wanted)} DSA wrappers Megatron uses load (nvidia-cudnn-frontend {evidence['frontend']})"
     if ctx.profile.cp > 1:
         summary += "; indexer_forward_wrapper takes q_causal_offsets"
     if ctx.profile.cp > 1 and dense_loss is None and dense_lacking:
+        why = ("not stated: pass the job's arguments" if ctx.profile.job is None else
+               "the job's command leaves it not known")
         return warned(summary + "; but " + ", ".join(dense_lacking) + " lack q_causal_offsets, which Megatron "
-                      "requires if the job turns the dense indexer loss on (not stated: pass the job's arguments)",
-                      fixes=[fixes.frontend_stack(static, ctx.profile.cc)], evidence=evidence)
+                      f"requires if the job turns the dense indexer loss on ({why})",
+                      fixes=[frontend_fixes.frontend_stack(static, ctx.profile.cc)], evidence=evidence)
     return passed(summary, evidence=evidence)
 
 CHECKS = [cudnn_fe_version, cudnn_fe_csa, cudnn_fe_dsa]

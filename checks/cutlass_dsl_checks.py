@@ -9,7 +9,7 @@ from dsv4_doctor.api import check
 from dsv4_doctor.model import Context, Result, failed, passed
 from dsv4_doctor.probes import StaticRequest, import_probe
 
-from . import fixes
+from . import frontend_fixes
 from ._upstream import EAV, mlm, pypi
 
 TVM_FFI = "apache-tvm-ffi"
@@ -37,7 +37,7 @@ CUTE_PROBE = import_probe(*CUTE_TARGETS)
         pypi("nvidia-cutlass-dsl", "4.8.0", "nvidia-cutlass-dsl 4.8.x: the .pth file in the meta wheel, `cutlass` in "
              "nvidia-cutlass-dsl-libs-core, libs-base requiring cuda-bindings>=12.8"),
     ),
-    fixes=(fixes.cutlass(StaticFacts({})),),
+    fixes=(frontend_fixes.cutlass(StaticFacts({})),),
     skip_if=lambda p: None if p.cp > 1 else ("CP = 1: the CuTe-DSL CP layout kernels run only with CP > 1 (the "
                                              "frontend's own CuTe kernels are checked by cudnn-fe.dsa/csa)"),
     static=STATIC,
@@ -85,7 +85,7 @@ def cutlass_dsl_import(ctx: Context) -> Result:
                            "the package on sys.path with a .pth file, which `pip install --target` and `python -S` "
                            "skip.")
     return failed(f"the CuTe-DSL CP layout kernels cannot load ({first['target']}: {error_text(first)})",
-                  "\n".join(details), fixes=[fixes.cutlass(static)], evidence=evidence)
+                  "\n".join(details), fixes=[frontend_fixes.cutlass(static)], evidence=evidence)
 
 
 CHECKS = [cutlass_dsl_import]

@@ -10,7 +10,7 @@ from dsv4_doctor.api import check
 from dsv4_doctor.model import Context, Fix, Phase, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 
-from . import fixes
+from . import fixes, frontend_fixes
 
 
 @check(
@@ -169,7 +169,7 @@ def _install_missing(u: dict) -> Fix:
         Source("flashinfer #4360 / vLLM #45169 (apache-tvm-ffi pins on the rollout side)",
                "https://github.com/flashinfer-ai/flashinfer/issues/4360"),
     ),
-    fixes=(fixes.frontend_stack(StaticFacts({})), fixes.TE_REINSTALL),
+    fixes=(frontend_fixes.frontend_stack(StaticFacts({})), fixes.TE_REINSTALL),
     static=CONSISTENCY_STATIC,
 )
 def deps_consistency(ctx: Context) -> Result:
@@ -216,9 +216,9 @@ def deps_consistency(ctx: Context) -> Result:
     found = []
     if any(u["package"] == "nvidia-cudnn-frontend" for u in runtime):
         # it installs the CuTe DSL the frontend declares, libraries too
-        found.append(fixes.frontend_stack(static, ctx.profile.cc))
+        found.append(frontend_fixes.frontend_stack(static, ctx.profile.cc))
     elif any(u["package"] == "nvidia-cutlass-dsl" for u in runtime):
-        found.append(fixes.cutlass(static))  # pip installs the libraries a satisfied nvidia-cutlass-dsl lacks
+        found.append(frontend_fixes.cutlass(static))  # pip installs the libraries a satisfied nvidia-cutlass-dsl lacks
     if any(u["package"].startswith("transformer-engine") and u["installed"] for u in runtime):
         found.append(fixes.te_reinstall(static))
     if runtime:
@@ -229,7 +229,7 @@ def deps_consistency(ctx: Context) -> Result:
         missing = [_install_missing(u) for u in unmet if u.get("missing")]
         if any(u["package"] == "nvidia-cudnn-frontend" and u["installed"] is None for u in unmet):
             # what it declares and lacks (torch-c-dlpack-ext), pinned
-            missing.append(fixes.frontend_stack(static, ctx.profile.cc))
+            missing.append(frontend_fixes.frontend_stack(static, ctx.profile.cc))
         return warned("; ".join(lines), details, fixes=missing, evidence=evidence)
     if not installed:
         return skipped("none of the DSv4 and CUDA packages is installed, so there are no declared requirements to "

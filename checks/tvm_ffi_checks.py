@@ -9,7 +9,7 @@ from dsv4_doctor.api import check
 from dsv4_doctor.model import Context, Profile, Result, Source, failed, passed, warned
 from dsv4_doctor.probes import StaticRequest
 
-from . import fixes
+from . import frontend_fixes
 from ._upstream import EAV, mlm, pypi
 
 TVM_FFI = "apache-tvm-ffi"
@@ -39,7 +39,7 @@ def _tvm_irrelevant(profile: Profile) -> str | None:
         Source("verl PR #7297 (the DSv4 CP example; no confirmed record in its thread ties a NaN to tvm-ffi)",
                "https://github.com/verl-project/verl/pull/7297"),
     ),
-    fixes=(fixes.tvm_ffi(StaticFacts({})),),
+    fixes=(frontend_fixes.tvm_ffi(StaticFacts({})),),
     skip_if=_tvm_irrelevant,
     static=STATIC,
 )
@@ -60,11 +60,11 @@ def tvm_ffi_version(ctx: Context) -> Result:
     if ctx.profile.cp > 1:
         needed_by.append("the CP layout kernels (compiled with --enable-tvm-ffi)")
     installed = static.version(TVM_FFI)
-    declared = fixes.frontend_requirement(static, TVM_FFI)
+    declared = frontend_fixes.frontend_requirement(static, TVM_FFI)
     evidence = {"version": installed, "frontend": fe, "frontend_declares": str(declared) if declared else None,
                 "needed_by": needed_by, "module_found": static.module("tvm_ffi").get("found", False)}
     who = " and ".join(needed_by)
-    fix = fixes.tvm_ffi(static)
+    fix = frontend_fixes.tvm_ffi(static)
     if installed is None:
         return failed(f"apache-tvm-ffi is not installed; needed by {who}",
                       "Measured on an H200 (frontend 1.27.0): without it the first DSA call raises "

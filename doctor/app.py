@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from . import __version__
 from .model import ExitCode, Profile, UsageError
-from .render.output import check_output_path, isatty, say, write_stdout
+from .render.output import check_output_path, isatty, say, wants_live_display, write_stdout
 
 if TYPE_CHECKING:
     from .fixplan import Plan
@@ -76,7 +76,8 @@ def profile_from_options(opts: Options, smoke: str, job_argv: Sequence[str] | No
     base = Profile(gpu_arch=opts.gpu_arch, gpu_arch_source="option" if opts.gpu_arch else "unknown",
                    device=opts.device, smoke=smoke, static_only=opts.static_only)
     if job_argv is None:
-        return replace(base, cp=opts.cp or 1, dsa_backend=opts.dsa_backend or "cudnn",
+        return replace(base, cp=opts.cp or 1, cp_source="option" if opts.cp else "default",
+                       dsa_backend=opts.dsa_backend or "cudnn",
                        dsa_backend_source="option" if opts.dsa_backend else "default")
     from .job.profile import job_profile
 
@@ -100,14 +101,14 @@ def _resolved(opts: Options) -> Options:
 
 def run_report(opts: Options, profile: Profile, only: list[str], skip: list[str], strict: bool,
                progress: bool) -> Report:
-    from .render import Progress
+    from .render import live_display
     from .runreport import run_check
 
-    bar = Progress(progress)
+    display = live_display(progress)
     try:
-        return run_check(opts.python, opts.timeout, profile, only, skip, strict, on_event=bar)
+        return run_check(opts.python, opts.timeout, profile, only, skip, strict, on_event=display)
     finally:
-        bar.stop()
+        display.stop()
 
 
 # ----------------------------------------------------------------------------------------- check, smoke, preflight
@@ -125,7 +126,7 @@ def check(opts: Options, deliver: Deliver, smoke: bool = False) -> tuple[Report,
     env, profile = fleet_env(opts, profile)
     only, fleet_checks = fleet_selection(env, only, skip)
     started = time.monotonic()
-    progress = opts.format == "text" and isatty(sys.stderr) and (env is None or env.rank == 0)
+    progress = wants_live_display(sys.stderr, opts.format) and (env is None or env.rank == 0)
     opts = _resolved(opts)
     report = run_report(opts, profile, only, skip, strict, progress=progress)
     if env is None:

@@ -76,6 +76,9 @@ class Profile:
     gpus: int = 0  # GPUs nvidia-smi lists on this host
     static_only: bool = False  # --static-only: checks that start an import probe are skipped
     dsa_backend_source: str = "option"  # "option" | "default" | "job" (read from the job's command line)
+    # Where `cp` came from: --cp ("option"), the job's command line ("job"), or neither ("default": the report says
+    # the CP was assumed, so that a CP-1 check of a CP>1 job does not pass unremarked).
+    cp_source: str = "default"
     # Settings read from a training command (preflight, --job-args); a plugin host's profile carries the report's
     # dict instead (plugin APIs 1/2).
     job: Job | None = None
@@ -90,7 +93,8 @@ class Profile:
         return int(major), int(minor or 0)
 
     def to_dict(self) -> dict:
-        out = {"cp": self.cp, "dsa_backend": self.dsa_backend, "dsa_backend_source": self.dsa_backend_source,
+        out = {"cp": self.cp, "cp_source": self.cp_source, "dsa_backend": self.dsa_backend,
+               "dsa_backend_source": self.dsa_backend_source,
                "gpu_arch": self.gpu_arch, "gpu_arch_source": self.gpu_arch_source, "device": self.device,
                "smoke": self.smoke, "gpus": self.gpus, "static_only": self.static_only}
         if self.job is not None:

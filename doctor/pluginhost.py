@@ -84,10 +84,10 @@ def host_main(argv: list[str]) -> None:
     ctx = RunContext(profile=profile, python=request["python"], pool=pool, static_probe=static,
                      gpu_list=request.get("gpus") or [])
 
-    def on_event(kind: str, check_id: str) -> None:
+    def on_event(kind: str, check_id: str, detail: str | None = None) -> None:
         if kind == "start":
             events.write({"event": "start", "check": check_id})
-        else:
+        elif kind == "done":
             events.write({"event": "result", "report": ctx.outcomes[check_id].to_dict()})
 
     runner = Runner(selected, ctx, deadline, on_event)

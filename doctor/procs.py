@@ -146,11 +146,14 @@ def run_helper(procs: Processes, argv: Sequence[str], log_path: str, env: Mappin
     return start_helper(procs, argv, log_path, env, stdout_path).finish(time.monotonic() + timeout_s)
 
 
-def read_bounded(path: str, limit: int) -> bytes | None:
+def read_bounded(path: str, limit: int, follow_links: bool = True) -> bytes | None:
     """At most `limit` bytes of a regular file, or None: never a FIFO, a device or an unbounded read, never
-    blocking on open."""
+    blocking on open; with `follow_links` False, never through a symbolic link."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags)
     except OSError:
         return None
     try:

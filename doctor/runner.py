@@ -16,11 +16,18 @@ from collections.abc import Callable, Iterable, Sequence
 from .facts import StaticFacts
 from .fix import Fix
 from .model import Check, CheckReport, Profile, Result, Status, needs_failed, result_of
-from .probes import NVIDIA_SMI, Probe, ProbeResult, parse_nvidia_smi, run_probe
+from .probes import NVIDIA_SMI, Probe, ProbeResult, parse_nvidia_smi, read_stage, run_probe, stage_text
 from .procs import Processes
 
 CHECK_TIMEOUT_S = 10.0  # a check's own code, after its probes answered
 MIN_PROBE_S = 0.5  # a probe that would get less than this of the budget is not started
+STAGE_POLL_S = 0.25  # how often the waiting thread reads the running checks' probe stages (with an on_event only)
+
+# A run's progress, for a live display: on_event("start", check_id) and on_event("done", check_id) from the checks'
+# threads, and on_event("stage", check_id, text) from the waiting thread when what the check's probes say they do
+# changes (text None: nothing to say). It must not block.
+OnEvent = Callable[..., None]
+WAITING_FOR_SLOT = "waiting for a free probe slot"
 
 
 class ProbeFailed(Exception):
@@ -52,6 +59,8 @@ class ProbePool:
         self._lock = threading.Lock()
         self.slots = threading.BoundedSemaphore(workers)  # a probe or a plugin host holds one while it runs
         self.submitted: list[str] = []  # every probe key this pool was asked to run, in order
+        self._running: set[str] = set()  # keys of the probes that run now
+        self._stage_files: dict[str, str] = {}  # key -> the stage file of a Python probe that runs now
 
     def submit(self, probe: Probe) -> _Slot:
         with self._lock:
@@ -72,6 +81,7 @@ class ProbePool:
     def _work(self, probe: Probe, slot: _Slot) -> None:
         try:
             with self.slots:
+                self._running.add(probe.key)
                 timeout = self.timeout_for(probe)
                 if self.deadline is not None:
                     timeout = min(timeout, self.deadline - time.monotonic())
@@ -79,11 +89,23 @@ class ProbePool:
                     slot.result = ProbeResult(probe.key, ok=False, timed_out=True,
                                               error="not started: the run's time budget was spent")
                 else:
-                    slot.result = run_probe(probe, self.python, timeout, self.procs)
+                    slot.result = run_probe(probe, self.python, timeout, self.procs,
+                                            on_stage_file=lambda path: self._stage_files.__setitem__(probe.key, path))
         except BaseException as exc:  # run_probe never raises; the slot must resolve all the same
             slot.result = ProbeResult(probe.key, ok=False, error=f"{type(exc).__name__}: {exc}")
         finally:
+            self._running.discard(probe.key)
+            self._stage_files.pop(probe.key, None)
             slot.done.set()
+
+    def stage(self, key: str) -> str | None:
+        """What a probe says it does now (read_stage: bounded, cleaned, cut), "waiting for a free probe slot" while
+        it waits for one, its key while it has said nothing yet, None when it is not running."""
+        if key in self._running:
+            path = self._stage_files.get(key)
+            return (read_stage(path) if path else None) or stage_text(f"probe {key}")
+        slot = self._slots.get(key)
+        return WAITING_FOR_SLOT if slot is not None and not slot.done.is_set() else None
 
     def result(self, probe: Probe, wait_s: float | None = None) -> ProbeResult:
         slot = self.submit(probe)
@@ -209,8 +231,7 @@ def execute(check: Check, ctx) -> tuple[Result, bool]:
 class Runner:
     """One run of the selected built-in checks. `wait()` returns when all are done or the deadline passed."""
 
-    def __init__(self, checks: Sequence[Check], ctx: RunContext, deadline: float,
-                 on_event: Callable[[str, str], None] | None = None):
+    def __init__(self, checks: Sequence[Check], ctx: RunContext, deadline: float, on_event: OnEvent | None = None):
         self.checks = list(checks)
         self.ctx = ctx
         self.deadline = deadline
@@ -219,6 +240,9 @@ class Runner:
         self._lock = threading.Lock()
         self._stopped = False
         self.start = time.monotonic()
+        self._probes: dict[str, list[Probe]] = {}  # check id -> the probes it started
+        self._running: set[str] = set()  # checks started and not done
+        self._stages: dict[str, str | None] = {}  # check id -> the stage last said
 
     def stop(self) -> None:
         """No result recorded from now on: an interrupted run reports what had finished before the signal, not a
@@ -241,6 +265,7 @@ class Runner:
                 _, probes = plan(check, profile)
             except Exception:  # not BaseException: the main thread's Interrupted must pass
                 continue  # execute() reports it
+            self._probes[check.id] = probes
             planned.extend(probes)
         for probe in sorted(planned, key=lambda p: not p.long):
             self.ctx.pool.submit(probe)
@@ -251,10 +276,13 @@ class Runner:
             if event is not None:
                 event.wait(max(0.0, self.deadline - time.monotonic()))
         t0 = time.monotonic()
+        with self._lock:
+            self._running.add(check.id)
         if self.on_event:
             self.on_event("start", check.id)
         result, internal = execute(check, self.ctx)
         with self._lock:
+            self._running.discard(check.id)
             if self._stopped:
                 return
             self.ctx.outcomes[check.id] = _report(check, result, time.monotonic() - t0, internal)
@@ -265,8 +293,38 @@ class Runner:
         self._done[check.id].set()
 
     def wait(self) -> None:
+        """Until every check is done or the deadline passed; with an on_event, the probes' stages are read every
+        STAGE_POLL_S meanwhile."""
         for check in self.checks:
-            self._done[check.id].wait(max(0.0, self.deadline - time.monotonic()))
+            done = self._done[check.id]
+            while not done.wait(max(0.0, min(self.deadline - time.monotonic(),
+                                             STAGE_POLL_S if self.on_event else float("inf")))):
+                if time.monotonic() >= self.deadline:
+                    break
+                self.poll_stages()
+
+    def stage(self, check_id: str) -> str | None:
+        """What a running check waits for: the stage one of its probes says (ProbePool.stage), one that runs before
+        one still waiting for a slot; None when its probes are done (its own code runs, or it waits for another
+        check)."""
+        said = [self.ctx.pool.stage(p.key) for p in self._probes.get(check_id, ())]
+        said = [s for s in said if s]
+        return min(said, key=lambda s: s == WAITING_FOR_SLOT, default=None)
+
+    def poll_stages(self) -> None:
+        """A "stage" event for each running check whose stage changed; a display that breaks costs its rows only."""
+        if not self.on_event:
+            return
+        with self._lock:
+            running = sorted(self._running)
+        for check_id in running:
+            try:
+                now = self.stage(check_id)
+                if now != self._stages.get(check_id):
+                    self._stages[check_id] = now
+                    self.on_event("stage", check_id, now)
+            except Exception:  # not BaseException: the main thread's Interrupted must pass
+                continue
 
     def reports(self, unfinished: str | None = None) -> list[CheckReport]:
         """Every check's report, in selection order; an unfinished one is an error saying why."""

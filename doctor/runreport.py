@@ -13,7 +13,7 @@ from .session import Session, select
 
 
 def run_check(python: str | None, timeout: float | None, profile: Profile, only: Sequence[str], skip: Sequence[str],
-              strict: bool, on_event: Callable[[str, str], None] | None = None) -> Report:
+              strict: bool, on_event: Callable[..., None] | None = None) -> Report:
     """Everything `check` does up to the report.
 
     Order: the early probes start, the registry loads, the selection is validated (by id alone, so a usage error

@@ -269,7 +269,7 @@ class Session:
         return sum(limits[i] for i in range(0, len(limits), n)) + CHECK_TIMEOUT_S + MARGIN_S
 
     def run(self, profile: Profile, selected: Sequence[Check],
-            on_event: Callable[[str, str], None] | None = None) -> Outcome:
+            on_event: Callable[..., None] | None = None) -> Outcome:
         assert self.registry is not None and self.static_probe is not None
         start = time.monotonic()
         builtin = [c for c in selected if self.registry.get(c.id) is c]

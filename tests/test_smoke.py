@@ -527,7 +527,7 @@ def test_a_missing_module_named_cuda_is_not_read_as_a_cuda_refusal():
 def test_megatrons_dependency_message_maps_to_the_rule_of_the_package_it_names():
     """H200, 2026-12-01: tier 2 with the cudnn backend stopped at Megatron's dependency check naming flash_mla; the
     finding is kernels.flash-mla's, not cudnn-fe.dsa's (which passed there)."""
-    from dsv4_doctor.checks.smoke.thd_cp import tier2_rules
+    from dsv4_doctor.checks.smoke._causes import tier2_rules
 
     m8 = ("dsa_kernel_backend=cudnn requires fused DSA kernels, but the following packages are not available: "
           "flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev). Install them or set "

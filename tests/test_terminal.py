@@ -16,7 +16,7 @@ from dsv4_doctor.checks import AREAS as BUILTIN_AREAS
 from dsv4_doctor.render.terminal import render_terminal
 from dsv4_doctor.report import Report
 
-from conftest import run_doctor
+from conftest import has_torch, run_doctor
 
 H200_RUN = Path(__file__).resolve().parent.parent / "docs" / "gpu-runs" / "2026-12-02-h200-b"
 H200_REPORTS = sorted(H200_RUN.glob("complete/*.json")) + sorted(H200_RUN.glob("exit0/*.json"))
@@ -180,6 +180,14 @@ def test_json_check_imports_no_rich(bare_python):
 
 def _on_a_terminal(args: list[str], columns: int = 80, env: dict | None = None) -> tuple[int, str]:
     """The doctor with stdin, stdout and stderr on a pseudo-terminal `columns` wide; its exit code and output."""
+    code, data, _ = _on_a_pty(args, columns, env=env)
+    return code, data.decode("utf-8", "replace").replace("\r\n", "\n")
+
+
+def _on_a_pty(args: list[str], columns: int = 80, rows: int = 40, env: dict | None = None,
+              stdout_piped: bool = False) -> tuple[int, bytes, str]:
+    """The doctor on a pseudo-terminal `columns` x `rows` (stdout on a pipe when `stdout_piped`): its exit code, the
+    bytes the terminal received, and what went to the pipe."""
     import fcntl
     import os
     import pty
@@ -189,12 +197,13 @@ def _on_a_terminal(args: list[str], columns: int = 80, env: dict | None = None) 
     from conftest import doctor_command
 
     leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     full_env = {k: v for k, v in os.environ.items()
-                if k not in ("COLUMNS", "LINES", "FORCE_COLOR", "NO_COLOR", "GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")}
+                if k not in ("COLUMNS", "LINES", "FORCE_COLOR", "NO_COLOR", "GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY",
+                             "CI")}
     full_env.update({"PYTHONIOENCODING": "utf-8", "TERM": "xterm"}, **(env or {}))
-    proc = subprocess.Popen(doctor_command() + args, stdin=follower, stdout=follower, stderr=follower, env=full_env,
-                            close_fds=True)
+    proc = subprocess.Popen(doctor_command() + args, stdin=follower, stderr=follower, env=full_env, close_fds=True,
+                            stdout=subprocess.PIPE if stdout_piped else follower)
     os.close(follower)
     chunks = []
     while True:
@@ -206,8 +215,19 @@ def _on_a_terminal(args: list[str], columns: int = 80, env: dict | None = None) 
             break
         chunks.append(chunk)
     os.close(leader)
+    piped = proc.stdout.read().decode("utf-8", "replace") if proc.stdout else ""
     code = proc.wait(timeout=120)
-    return code, b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+    return code, b"".join(chunks), piped
+
+
+def _final_screen(data: bytes, columns: int, rows: int) -> list[str]:
+    """Every line a terminal of that size shows after `data`, the lines scrolled off the top included."""
+    import pyte
+
+    screen = pyte.HistoryScreen(columns, rows, history=100000)
+    pyte.ByteStream(screen).feed(data)
+    top = ["".join(line[x].data for x in range(columns)) for line in screen.history.top]
+    return [line.rstrip() for line in top + list(screen.display)]
 
 
 @pytest.mark.parametrize("colour", ["on", "NO_COLOR"])
@@ -215,7 +235,7 @@ def test_check_on_a_terminal_prints_the_grouped_report(bare_python, colour):
     env = {"NO_COLOR": "1"} if colour == "NO_COLOR" else {}
     code, out = _on_a_terminal(["check", "--static-only", "--python", bare_python], env=env)
     assert code == 1, out[-3000:]
-    report = out[re.search(r"dsv4-doctor \S+ checked", out).start():]  # type: ignore[union-attr]  # after the progress line, which stderr shows on a terminal
+    report = out[re.search(r"dsv4-doctor \S+ checked", out).start():]  # type: ignore[union-attr]  # after the live display, which stderr shows on a terminal
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", report)
     assert "\r" not in plain
     assert bool(re.search(r"\x1b\[[0-9;]*m", report)) is (colour == "on")
@@ -242,3 +262,94 @@ def test_help_says_what_verbose_does(command):
     assert run.returncode == 0
     words = " ".join(run.stdout.split())
     assert "-v, --verbose On a terminal: -v shows every row" in words and "-vv adds the sources" in words
+
+
+@pytest.mark.parametrize("args, source, hint, shown", [
+    ([], "default", True, "profile cp=1 "),
+    (["--cp", "1"], "option", False, "profile cp=1 "),
+    (["--job-args", "torchrun pretrain_gpt.py --context-parallel-size 2 --experimental-attention-variant dsv4_hybrid"],
+     "job", False, "profile cp=2 (from the job) "),
+])
+def test_the_first_line_says_where_the_cp_size_came_from(bare_python, args, source, hint, shown):
+    base = ["check", "--static-only", "--only", "python.version", *args]
+    run = run_doctor(*base, "-f", "json", python=bare_python)
+    assert run.returncode == 0, run.stderr
+    assert run.report["profile"]["cp_source"] == source
+    terminal = run_doctor(*base, python=bare_python, env={"FORCE_COLOR": "1", "NO_COLOR": "1", "CI": "1"})
+    first = " ".join(line.strip() for line in terminal.stdout.split("\nVerdict: ")[0].splitlines())
+    assert first.startswith("dsv4-doctor ") and shown in first
+    assert ("CP 1 assumed: pass --cp N" in first) is hint
+    plain = run_doctor(*base, python=bare_python).stdout.split("\n\n")[0]
+    plain = " ".join(line.strip() for line in plain.splitlines())
+    assert ("(CP 1 assumed: pass --cp N)" in plain) is hint
+    assert ("cp=2 (from the job)" in plain) is (source == "job")
+
+
+# What only the live display writes: its header and the stages its rows show.
+LIVE_HEADER = "dsv4-doctor checking: "
+STAGES = ("importing torch", "tier 1: CP 2 THD attention", "CP 2 in 2 gloo processes", "waiting for a free probe slot")
+
+
+@pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
+@pytest.mark.parametrize("columns, colour", [(60, "NO_COLOR"), (80, "FORCE_COLOR")])
+def test_the_live_display_shows_each_check_s_stage_and_leaves_nothing_on_screen(columns, colour):
+    """A real check of this test environment (its CPU torch: the torch probe imports it, the smoke runs CP 2 in two
+    gloo processes) on a 24-line terminal: the live display shows running checks with their probes' stages, and the
+    screen it leaves holds the report alone, from its first line, at 60 and 80 columns."""
+    rows = 24
+    piped = colour == "FORCE_COLOR"  # FORCE_COLOR: the report goes to a pipe, coloured; stderr is the terminal
+    code, data, stdout = _on_a_pty(["check", "--device", "cpu", "--cp", "2", "--python", sys.executable], columns,
+                                   rows, env={colour: "1"}, stdout_piped=piped)
+    assert code == 1, data[-3000:]
+    sgr = re.compile(r"\x1b\[[0-9;]*m")
+    shown = data.decode("utf-8", "replace")
+    live = sgr.sub("", shown)
+    assert LIVE_HEADER in live and "torch.install" in live
+    assert [stage for stage in STAGES if stage in live], "no probe stage was shown"
+    assert "running:" not in live  # the hand-written status line is gone
+    screen = [line for line in _final_screen(data, columns, rows)]
+    text = "\n".join(screen)
+    assert LIVE_HEADER not in text and not [stage for stage in STAGES if stage in text], text
+    assert not re.search(r"\d\.\d s", text)  # no row's elapsed time either
+    if piped:
+        assert screen == [""] * len(screen)  # the terminal got the live display only, and it is gone
+        assert sgr.search(stdout)  # FORCE_COLOR: the report in colour, grouped, though stdout is no terminal
+        report = sgr.sub("", stdout)
+    else:
+        assert not sgr.search(shown)  # NO_COLOR: neither the display nor the report has colour
+        first = next(i for i, line in enumerate(screen) if line)
+        assert first == 0 and re.match(r"dsv4-doctor \S+ checked; profile cp=2 ", screen[0]), screen[:3]
+        report = text
+    areas = _areas(report)
+    assert [a for _, a, _ in areas][:3] == ["python", "torch", "gpu"]
+    assert ("✗", "torch", "1 fail") in areas and ("✓", "python", "1 pass") in areas
+    assert "Verdict: FAIL" in report
+
+
+def test_a_json_check_on_a_terminal_shows_no_live_display_and_imports_no_rich(bare_python):
+    code, data, stdout = _on_a_pty(["check", "--static-only", "-f", "json", "--python", bare_python], 80,
+                                   env={"FORCE_COLOR": "1", "PYTHONPROFILEIMPORTTIME": "1"}, stdout_piped=True)
+    assert code == 1
+    json.loads(stdout)
+    log = data.decode("utf-8", "replace")
+    imported = [line.split("|")[-1].strip() for line in log.splitlines() if line.startswith("import time:")]
+    assert "dsv4_doctor.cli" in imported and not [m for m in imported if m == "rich" or m.startswith("rich.")]
+    assert LIVE_HEADER not in log and "\x1b[" not in log
+
+
+def test_colour_marks_only_what_it_is_for(local_report):
+    """The verdict in its status colour, the top line bold, a row's mark and label in their colour, the id bold; a
+    summary, a fix's text and an area's counts stay plain."""
+    text = _terminal(local_report, verbosity=0, width=400, color=True)
+    lines = text.splitlines()
+    assert lines[0].startswith("\x1b[1mdsv4-doctor ")
+    verdict = next(line for line in lines if "Verdict: " in line)
+    assert re.match(r"\x1b\[1;31mVerdict: FAIL \(.*\)\x1b\[0m$", verdict), verdict
+    row = next(line for line in lines if "FAIL  " in line and "te.version" in line)
+    assert re.match(r"    \x1b\[1;31m✗ FAIL  \x1b\[0m\x1b\[1mte\.version\x1b\[0m  [^\x1b]+$", row), row
+    area = next(line for line in lines if line.endswith("1 fail, 1 skip") and "te" in line)
+    assert re.match(r"\x1b\[1;31m\[✗\] \x1b\[0m\x1b\[1mte\x1b\[0m  1 fail, 1 skip$", area), area
+    fix = next(line for line in lines if "Fix: " in line)
+    assert re.match(r"      \x1b\[1mFix: \x1b\[0m[^\x1b]+$", fix), fix
+    last = lines[-1]
+    assert re.search(r"\x1b\[0m; next: dsv4-doctor fix --cp 1 > fix\.sh$", last), last

@@ -161,17 +161,21 @@ def test_a_fused_build_that_drifts_or_gives_nan_gradients_fails(tmp_path, mode, 
 
 
 @pytest.mark.slow
-def test_a_hung_fused_backward_is_killed_at_its_timeout_and_is_a_finding(tmp_path):
-    from dsv4_doctor.checks.smoke.thd_cp import _tier2_fused
+def test_a_hung_fused_backward_is_killed_at_its_timeout_and_is_a_finding(tmp_path, monkeypatch):
+    from dsv4_doctor.checks.smoke._tier2 import fused_result
 
+    said: list[str] = []  # what the smoke probe says while it waits: the live display's row for smoke.thd-cp
+    monkeypatch.setattr(probe_modules.load("dsv4probe_smoke_fused"), "stage", said.append)
     result, took = run_builds(tmp_path, "fused-hang", timeout_s=15.0)
     assert result["builds"]["fused"]["hang"] and result["builds"]["unfused"]["ok"]
     assert took < 30
-    row = _tier2_fused(None, result, {})
+    assert "tier 2: fused build at forward+backward, unfused build done" in said
+    assert said[-1] == "tier 2: fused build stopped at its limit, unfused build done"
+    row = fused_result(None, result, {})
     assert row.status.value == "fail" and "hung" in row.summary and "#676" in row.details
     # The unfused build runs no cuDNN kernel: a hang there is no #676 finding.
     swapped = dict(result, builds={"fused": result["builds"]["unfused"], "unfused": result["builds"]["fused"]})
-    row = _tier2_fused(None, swapped, {})
+    row = fused_result(None, swapped, {})
     assert row.status.value == "fail" and "unfused" in row.summary and "#676" not in row.details
 
 
@@ -181,7 +185,7 @@ def test_a_build_stopped_before_its_kernels_ran_or_by_the_probe_s_deadline_is_no
                                                                                         deadline_s):
     """A build still importing at its limit (a cold TE + megatron.core), or one cut short by the probe's own
     deadline, proves nothing about the kernels: no hang finding, and the row says the comparison was not made."""
-    from dsv4_doctor.checks.smoke.thd_cp import _tier2_fused
+    from dsv4_doctor.checks.smoke._tier2 import fused_result
 
     result, took = run_builds(tmp_path, mode, timeout_s=timeout_s, deadline_s=deadline_s)
     fused = result["builds"]["fused"]
@@ -189,7 +193,7 @@ def test_a_build_stopped_before_its_kernels_ran_or_by_the_probe_s_deadline_is_no
     if mode == "slow-start":
         assert fused["stage"] == "import" and not result["builds"]["unfused"]["hang"]
     assert took < 30
-    row = _tier2_fused(None, result, {})
+    row = fused_result(None, result, {})
     assert row.status.value == "error" and "no proven hang" in row.summary and "#676" not in row.details
 
 

@@ -135,3 +135,60 @@ def test_imports_are_read_from_the_ast_lazy_ones_included(tmp_path, source, expe
     fake = tmp_path / "cli.py"
     fake.write_text(source, encoding="utf-8")
     assert imports_of("cli", fake, {"model", "session", "cli"}) == expected
+
+
+CHECKS = DOCTOR.parent / "checks"
+
+
+def checks_modules() -> dict[str, Path]:
+    """The built-in checks' modules by dotted name under `checks` (`job_checks`, `smoke.thd_cp`); the package itself
+    is ``. Probe scripts and their references run in the target interpreter and import none of these."""
+    out = {}
+    for path in sorted(CHECKS.rglob("*.py")):
+        if path.name.startswith("dsv4probe_") or path.name == "dsv4ref.py":
+            continue
+        parts = list(path.relative_to(CHECKS).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def checks_imports(module: str, path: Path, known: set[str]) -> set[str]:
+    """The checks modules `module` imports with a relative import (lazy ones included). `from . import fixes` is an
+    import of `fixes`, not of the package whose `__init__` only lists the areas."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    package = [p for p in package if p]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom) or not node.level:
+            continue
+        base = package[:len(package) - (node.level - 1)]
+        target = ".".join([*base, *([node.module] if node.module else [])])
+        names = [".".join(filter(None, (target, a.name))) for a in node.names]
+        submodules = {n for n in names if n in known}
+        found.update(submodules or ({target} & known))
+    return found - {module}
+
+
+def test_no_import_loop_among_the_checks_modules():
+    modules = checks_modules()
+    graph = {m: checks_imports(m, p, set(modules)) for m, p in modules.items()}
+    assert graph["job_checks"] >= {"_job_cp", "_job_settings", "_job_verdict"}  # the reader sees real edges
+    assert "smoke._causes" in graph["smoke.thd_cp"] and "fixes" in graph["frontend_fixes"]
+    loops: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                loops.append(" -> ".join(trail[trail.index(dep):] + [dep]))
+            elif dep not in state:
+                visit(dep, trail + [dep])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not loops, "import loops among the checks modules:\n" + "\n".join(loops)

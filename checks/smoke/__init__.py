@@ -2,8 +2,9 @@
 
 One module per tier: `thd_cp` (contiguous-CP THD attention with torch's kernels, and the real DSv4 layer when
 Megatron is installed) and `kernels` (the DSv4 stack's own CP kernels: the cuDNN frontend's DSA indexer, Megatron's
-CuTe-DSL CP layout kernels, the fused CSA compressor, FlashMLA). The probe scripts that run in the target interpreter
-and their references (dsv4ref.py) live beside them.
+CuTe-DSL CP layout kernels, the fused CSA compressor, FlashMLA). Beside them: `_tier2` judges tier 2's answer,
+`_causes` maps a failure to the check that reports its cause, and the probe scripts that run in the target interpreter
+with their references (dsv4ref.py).
 """
 
 from .kernels import CHECKS as _KERNELS

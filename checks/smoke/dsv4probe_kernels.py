@@ -35,7 +35,7 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
         os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
     sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
-from dsv4probe_common import error_info, load_module, serve
+from dsv4probe_common import error_info, load_module, serve, stage
 
 import time
 
@@ -70,6 +70,7 @@ def answer(request):
     if name == "layout" and request.get("layout_part") in INDEX_MODES:
         fn = run_layout_part
     start = time.monotonic()
+    stage("importing torch")
     try:
         import torch
     except BaseException as exc:
@@ -86,6 +87,7 @@ def answer(request):
     cache_dir = os.environ.get("CUTE_DSL_CACHE_DIR")
     files_before = _cache_files(cache_dir) if cache_dir else None
     watch_cute_dsl_cache()
+    stage("%s: loading %s" % (name, package))
     try:
         status, summary, evidence = fn(torch, device, request)
         if isinstance(evidence, dict):

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from dsv4probe_common import LIB, load_module  # in sys.modules: it loads this part
+from dsv4probe_common import LIB, load_module, stage  # in sys.modules: it loads this part
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 for _part in ("dsv4ref", "dsv4probe_device", "dsv4probe_files", "dsv4probe_kernels_base", "dsv4probe_kernels_ran"):
@@ -134,6 +134,7 @@ def start_index_modes(request):
 
 
 def finish_index_modes(kids, deadline):
+    stage("build_attention_indices: waiting for the index modes' own processes")
     results = {}
     for mode, (proc, out, started) in kids.items():
         try:

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from dsv4probe_common import load_module  # in sys.modules: it loads this part
+from dsv4probe_common import load_module, stage  # in sys.modules: it loads this part
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 load_module("dsv4probe_device", HERE)
@@ -40,12 +40,16 @@ def _named(fn, name):
 
 
 def _timed(torch, device, fn, *args, **kwargs):
+    name = _kernel_name(fn)
+    if not any(call[0] == name for call in CALLS):
+        stage("%s: first call (compiles the kernel)" % name)
     seen = len(CACHE_EVENTS)
     t0 = time.monotonic()
     out = fn(*args, **kwargs)
     sync(torch, device)
     took = time.monotonic() - t0
-    CALLS.append((_kernel_name(fn), took, list(CACHE_EVENTS[seen:])))
+    CALLS.append((name, took, list(CACHE_EVENTS[seen:])))
+    stage("%s: against the reference" % name)
     return out, took
 
 

@@ -35,7 +35,7 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
         os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
     sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
-from dsv4probe_common import error_info, load_module, serve
+from dsv4probe_common import error_info, load_module, serve, stage
 
 import os
 import sys
@@ -73,6 +73,7 @@ def answer(request):
     start = time.monotonic()
     timeout = float(os.environ.get("DSV4_DOCTOR_PROBE_TIMEOUT", "60") or 60)
     deadline = start + timeout - 3.0
+    stage("importing torch")
     try:
         import torch
     except BaseException as exc:
@@ -102,8 +103,10 @@ def answer(request):
     # Each build's hard limit: the probe's remaining budget (--timeout), at least FUSED_BUILD_TIMEOUT_S.
     build_timeout = float(request.get("build_timeout_s") or max(FUSED_BUILD_TIMEOUT_S, deadline - time.monotonic()))
     if request.get("tier2") and fused_skip is None:
+        stage("tier 2: starting the fused and the unfused build")
         fused_builds = start_fused_builds(dict(request, build_device=str(device), build_timeout_s=build_timeout),
                                           os.path.dirname(os.path.abspath(sys.argv[1])))
+    stage("tier 1: CP %d THD attention on %s against the float32 reference" % (cp, device.type))
     try:
         tier1, _ = tier1_simulated(torch, device, cp)
     except BaseException as exc:
@@ -119,12 +122,14 @@ def answer(request):
     out["tier2_attempted"] = bool(request.get("tier2"))
     if request.get("tier2"):
         reference_path = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "tier2_cp1.pt")
+        stage("tier 2: the DSv4 layer at CP 1")
         out["tier2"] = {"cp1": tier2_run(torch, device, 1, 0, request, reference_path)}
     n_gpus = torch.cuda.device_count() if has_cuda else 0
     distributed = request.get("distributed", "auto")
     if cp > 1 and request.get("fleet_cp"):
         tier2_ref = reference_path if (out.get("tier2", {}).get("cp1", {}).get("ok")) else None
         t0 = time.monotonic()
+        stage("CP %d across fleet ranks" % cp)
         run = fleet_run(torch, request, device, deadline, tier2_ref, served)
         run["wall_s"] = round(time.monotonic() - t0, 3)
         out["distributed"] = run
@@ -149,6 +154,7 @@ def answer(request):
         elif backend is not None:
             t0 = time.monotonic()
             tier2_ref = reference_path if (out.get("tier2", {}).get("cp1", {}).get("ok")) else None
+            stage("CP %d in %d %s processes" % (cp, nprocs, backend))
             run = launch_workers(request, cp, nprocs, backend, deadline, tier2_ref)
             run["ran"] = True
             run["process_backend"] = backend

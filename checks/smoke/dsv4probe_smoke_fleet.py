@@ -9,7 +9,7 @@ import os
 import socket
 import time
 
-from dsv4probe_common import load_module  # in sys.modules: it loads this part
+from dsv4probe_common import load_module, stage  # in sys.modules: it loads this part
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 load_module("dsv4probe_smoke_ranks", HERE)
@@ -96,6 +96,7 @@ def fleet_run(torch, request, device, deadline, tier2_reference, served):
         group.set("joined/%d" % cp_rank, json.dumps({"cuda": device.type == "cuda", "host": socket.gethostname(),
                                                      "device": device.index}))
         keys = ["joined/%d" % i for i in range(cp)]
+        stage("CP rank %d of %d: waiting for fleet ranks %s to join" % (cp_rank, cp, _ranges(members)))
         while not group.check(keys) and time.monotonic() < join_by:
             time.sleep(FLEET_POLL_S)
         missing = [members[i] for i, k in enumerate(keys) if not group.check([k])]
@@ -119,6 +120,7 @@ def fleet_run(torch, request, device, deadline, tier2_reference, served):
                   # Megatron's CP groups on gloo CUDA tensors are not what a job runs: tier 2 CP=N only with NCCL
                   # or on the CPU.
                   "tier2_reference": tier2_reference if (backend == "nccl" or device.type == "cpu") else None}
+        stage("CP rank %d of %d on fleet ranks %s (%s)" % (cp_rank, cp, _ranges(members), backend))
         run = worker_main(dict(request, worker=worker), dist.PrefixStore("pg", group))
         out.update(run)
         out["fleet"]["cp_rank"] = cp_rank
@@ -128,6 +130,7 @@ def fleet_run(torch, request, device, deadline, tier2_reference, served):
         try:
             store.add("done", 1)
             if plan.get("rank") == 0:  # the others may still be joining: keep the store up until all are done
+                stage("keeping the smoke's rendezvous up until all %s fleet ranks are done" % plan["world"])
                 while store.add("done", 0) < int(plan["world"]) and time.monotonic() < deadline:
                     time.sleep(FLEET_POLL_S)
         except Exception:

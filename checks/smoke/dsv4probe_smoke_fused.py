@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from dsv4probe_common import LIB, error_info, load_module  # in sys.modules: it loads this part
+from dsv4probe_common import LIB, error_info, load_module, stage  # in sys.modules: it loads this part
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 for _part in ("dsv4probe_device", "dsv4probe_files", "dsv4probe_smoke_batch", "dsv4probe_smoke_tier2",
@@ -244,14 +244,28 @@ def _read_build(build):
     return data.get("result", data) if isinstance(data, dict) else {"ok": False, "error": {"type": "BadAnswer"}}
 
 
+def _wait_saying_stages(build, until, builds):
+    """The build's exit code, waiting until the monotonic time `until` (TimeoutExpired after it), while the probe's
+    stage says where each build is ("tier 2: fused build at forward+backward, unfused build done")."""
+    while True:
+        stage("tier 2: " + ", ".join(
+            "%s build %s" % (label, "stopped at its limit" if b.get("hung") else "done" if b["proc"].poll() is not None
+                             else "at " + (log_tail(b.get("stage_file") or "", 64).strip() or "import"))
+            for label, b in builds.items()))
+        try:
+            return build["proc"].wait(timeout=max(0.1, min(until - time.monotonic(), 1.0)))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= until:
+                raise
+
+
 def finish_fused_builds(torch, builds, deadline, timeout_s=FUSED_BUILD_TIMEOUT_S):
     """Wait for both builds (each at most timeout_s from its start, and never past the probe's deadline), then
     compare them. A build still running then is a hang: a finding, killed, never waited for again."""
     out = {"tolerances": fused_tolerances(), "builds": {}}
     for label, b in builds.items():
-        limit = min(b["started"] + timeout_s, deadline) - time.monotonic()
         try:
-            code = b["proc"].wait(timeout=max(0.1, limit))
+            code = _wait_saying_stages(b, min(b["started"] + timeout_s, deadline), builds)
         except subprocess.TimeoutExpired:
             b["proc"].kill()
             b["proc"].wait()

@@ -13,11 +13,12 @@ from dsv4_doctor.api import check
 from dsv4_doctor.model import Context, Fix, Profile, Result, Source, errored, failed, passed, warned
 from dsv4_doctor.probes import Probe, StaticRequest
 
-from .. import fixes
+from .. import fixes, frontend_fixes
 from .._upstream import EAV, mlm, pypi
 from ..cudnn_fe_checks import FUSED_COMPRESSOR, megatron_compressor
 from ..mcore_checks import mcore_fix
-from .thd_cp import RULE_FIXES, TIER2_MODULES, not_run, rule_fixes, torch_missing
+from ._causes import RULE_FIXES, TIER2_MODULES, rule_fixes
+from .thd_cp import not_run, torch_missing
 
 SUBRUN_TITLES = {"dsa": "cuDNN-FE DSA indexer forward", "layout": "Megatron CP layout kernels",
                  "csa": "fused CSA compressor", "flashmla": "FlashMLA sparse forward"}
@@ -84,9 +85,9 @@ def _fixes(ctx: Context, name: str, row: dict) -> list[Fix]:
     static = ctx.static
     if name in ("dsa", "csa"):
         # A NaN or a wrong mask from the indexer: the seed incident's cure (reinstall the frontend and tvm-ffi).
-        return [fixes.frontend_stack(static, ctx.profile.cc)]
+        return [frontend_fixes.frontend_stack(static, ctx.profile.cc)]
     if name == "layout":
-        return [fixes.cutlass(static), mcore_fix(ctx)]  # the latter names a PYTHONPATH copy that shadows pip's
+        return [frontend_fixes.cutlass(static), mcore_fix(ctx)]  # the latter names a PYTHONPATH copy that shadows pip's
     return [fixes.flash_mla(ctx.profile.cc)]
 
 
@@ -122,7 +123,7 @@ def _not_run(profile: Profile) -> str | None:
         Source("verl PR #7297 (the seed incident: NaN cured by reinstalling the frontend and tvm-ffi)",
                "https://github.com/verl-project/verl/pull/7297"),
     ),
-    fixes=(fixes.frontend_stack(StaticFacts({})), fixes.FLASH_MLA),
+    fixes=(frontend_fixes.frontend_stack(StaticFacts({})), fixes.FLASH_MLA),
     skip_if=_not_run,
     after=("torch.install",),
     static=StaticRequest(modules=FUSED_COMPRESSOR, sources=FUSED_COMPRESSOR),

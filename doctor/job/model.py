@@ -121,7 +121,15 @@ class Job:
         for role in self.checked_roles():
             eff = self.effective(role)
             backend, fusion = eff.get("dsa_kernel_backend"), eff.get("apply_dsa_kernel_fusion")
+            if backend is not None and is_interpolation(backend.value):
+                # Not known: the environment is judged for the fused kernels, the stricter of the two backends.
+                return "cudnn", (f"not known: the command writes dsa_kernel_backend as {backend.raw[:80]!r}, which the "
+                                 "doctor cannot resolve; the environment is checked for cudnn, the stricter")
             value = None if backend is None else "null" if backend.value is None else str(backend.value)
+            if fusion is not None and is_interpolation(fusion.value) and value in (None, "none"):
+                # TransformerConfig folds the deprecated switch in over an unset or "none" backend: not known either.
+                return "cudnn", (f"not known: the command writes apply_dsa_kernel_fusion as {fusion.raw[:80]!r}, which "
+                                 "the doctor cannot resolve; the environment is checked for cudnn, the stricter")
             if fusion is not None and fusion.value in (True, False) and value in (None, "none"):
                 # TransformerConfig folds the deprecated switch in: it wins over an unset or "none" backend.
                 legacy = "cudnn" if fusion.value else "none"
@@ -152,7 +160,10 @@ class Job:
             if coeff is None:  # Megatron's default is None (no loss); through verl the Bridge provider decides
                 answers.append(False if self.kind == "megatron" else None)
             elif isinstance(coeff.value, (int, float)) and not isinstance(coeff.value, bool):
-                answers.append(coeff.value > 0 and not (sparse is not None and sparse.value is True))
+                if coeff.value > 0 and sparse is not None and is_interpolation(sparse.value):
+                    answers.append(None)  # the sparse switch is written as a variable: not known
+                else:
+                    answers.append(coeff.value > 0 and not (sparse is not None and sparse.value is True))
             else:
                 answers.append(None)
         if any(a is True for a in answers):

@@ -60,7 +60,8 @@ def job_profile(base: Profile, argv: Sequence[str], given_cp: int | None, given_
         raise UsageError(f"--dsa-backend {given_backend} contradicts the job's ({backend}, {how})")
     job.decisions = Decisions(dsa_backend_decided=how, dense_indexer_loss=job.dense_indexer_loss(), cp_given=cp_given,
                               dsa_backend_stated=stated, dsa_backend_pending=pending)
-    return replace(base, cp=cp, dsa_backend=backend, dsa_backend_source="job", job=job)
+    return replace(base, cp=cp, cp_source="job" if cp_given is None else "option", dsa_backend=backend,
+                   dsa_backend_source="job", job=job)
 
 
 STRICT_CP = 2  # a CP the doctor cannot know is checked as CP > 1: the CP rules run
@@ -88,5 +89,7 @@ def _unknown_job_profile(base: Profile, job: Job, given_cp: int | None, given_ba
                          "command itself (`check --job-args \"python3 -m verl.trainer.main_ppo ...\"`)")
     job.decisions = Decisions(dsa_backend_decided=how, dense_indexer_loss=None, cp_given=cp_given,
                               cp_known=given_cp is not None, not_known=not_known)
-    return replace(base, cp=cp, dsa_backend=backend, dsa_backend_source="job", job=job)
+    # Without --cp the CP is the doctor's own choice (checked as CP > 1): a default, which the report says.
+    return replace(base, cp=cp, cp_source="option" if given_cp is not None else "default", dsa_backend=backend,
+                   dsa_backend_source="job", job=job)
 

@@ -19,7 +19,7 @@ from typing import Any
 from dataclasses import replace
 
 from .keys import line_to_add
-from .model import Job, Setting
+from .model import Job, Setting, is_interpolation
 
 CP_SETTINGS = (("cp_partition_mode", "contiguous"), ("sequence_packing_scheduler", "dp_balanced"))
 ROUNDING = ("verl's example script computes (max_prompt_length + max_response_length) / CP with shell division, "
@@ -67,13 +67,14 @@ def _covered(stated: Any, wanted: Any) -> bool:
 
 def cp_args(job: Job, cp: int) -> dict:
     """The full CP_ARGS for a job with CP > 1, per checked role (verl's ref inherits the actor's): lines, which of
-    them the command lacks, and how max_seqlen_per_dp_cp_rank was computed."""
+    them the command lacks, which it writes as a variable the doctor cannot resolve (`not_known`, only when there
+    are some: whether it lacks them is not known), and how max_seqlen_per_dp_cp_rank was computed."""
     needed, needed_from = needed_length(job)
     value = max_seqlen(needed, cp)
     syntax = job.syntax if job.syntax in ("hydra", "megatron") else "hydra"
     shown_job = replace(job, syntax=syntax)
     roles = [r for r in job.checked_roles() if r != "ref"] or ["actor"]
-    lines, missing = [], []
+    lines, missing, not_known = [], [], []
     for role in roles:
         settings = job.effective(role)
         for name, wanted in (*CP_SETTINGS, ("max_seqlen_per_dp_cp_rank", value if value is not None else "N")):
@@ -81,13 +82,17 @@ def cp_args(job: Job, cp: int) -> dict:
             lines.append(line)
             # The Megatron-LM CLI derives max_seqlen_per_dp_cp_rank from --seq-length: not missing there.
             derived = syntax == "megatron" and name == "max_seqlen_per_dp_cp_rank"
-            if not derived and not _covered(_stated(settings, name), wanted):
+            if is_interpolation(_stated(settings, name)):
+                not_known.append(line)
+            elif not derived and not _covered(_stated(settings, name), wanted):
                 missing.append(line)
     how = (f"max_seqlen_per_dp_cp_rank = ceil({needed} / {cp}) = {value}, from {needed_from}" if value is not None
            else f"max_seqlen_per_dp_cp_rank = N = ceil((max_prompt_length + max_response_length) / {cp}): "
                 f"{needed_from}")
     out = {"syntax": syntax, "cp": cp, "lines": lines, "missing": missing, "max_seqlen_per_dp_cp_rank": value,
            "computed": how}
+    if not_known:
+        out["not_known"] = not_known
     if syntax == "hydra":
         out["rounding"] = ROUNDING
     else:
@@ -138,7 +143,11 @@ def comment_lines(settings: Mapping[str, Any] | None) -> list[str]:
         if settings.get("command_read") is False:
             lines.append("whether the command states them is not known (it is not read)")
         else:
-            lines.append(f"the command lacks {len(missing)} of them" if missing else "the command states all of them")
+            unknown = block.get("not_known") or []
+            lines.append((f"the command lacks {len(missing)} of them" if missing else
+                          "the command states all of them" if not unknown else "the command states the others")
+                         + (f"; it writes {len(unknown)} as a variable the doctor cannot resolve (not known: pass "
+                            "the expanded command)" if unknown else ""))
         lines.append(str(block.get("computed")))
         if block.get("rounding"):
             lines.append(str(block["rounding"]))

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ..procs import Processes, read_bounded, run_helper
 from ..redact import decode, read_tail, sanitize
@@ -27,6 +27,12 @@ from ..redact import decode, read_tail, sanitize
 PROBE_DIR = Path(__file__).resolve().parent
 STDERR_TAIL_BYTES = 2000
 MAX_ANSWER_BYTES = 32 * 1024 * 1024  # a probe that answers more than this is broken
+# A Python probe announces its stage (dsv4probe_common.stage) in a file of its own temporary directory, named by this
+# variable; the doctor reads at most STAGE_BYTES of it while it waits (ProbePool.stage).
+STAGE_VARIABLE = "DSV4_DOCTOR_STAGE_FILE"
+STAGE_FILE = "stage.txt"
+STAGE_BYTES = 512
+STAGE_CHARS = 80
 DEFAULT_TIMEOUT_S = 60.0  # each probe's limit when --timeout is not given
 # ... and a long probe's (the GPU smoke and the kernel sub-runs): on an H200 tier 2's fused DSv4 layer build alone
 # takes 46-53 s after 16-20 s of imports, beside the unfused build, inside the smoke probe.
@@ -160,7 +166,9 @@ LAUNCHER_PREFIXES = ("TORCHELASTIC_", "DSV4_DOCTOR_FLEET_")  # the fleet secret 
 
 
 def child_env(timeout: float, extra: dict | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES and not k.startswith(LAUNCHER_PREFIXES)}
+    # A stage file is the doctor's to name (run_probe, per probe): never one the caller's environment names.
+    env = {k: v for k, v in os.environ.items()
+           if k not in LAUNCHER_VARIABLES and k != STAGE_VARIABLE and not k.startswith(LAUNCHER_PREFIXES)}
     env["DSV4_DOCTOR_PROBE_TIMEOUT"] = str(timeout)
     env["DSV4_DOCTOR_PROBE_LIB"] = str(PROBE_DIR)
     # The probe's answer goes to a file; these keep library output plain and the probe's own encoding fixed.
@@ -175,11 +183,13 @@ def child_env(timeout: float, extra: dict | None = None) -> dict:
     return env
 
 
-def run_probe(probe: Probe, python: str, timeout_s: float, procs: Processes) -> ProbeResult:
-    """Run one probe; never raises, never outlives `timeout_s` (the probe's own timeout, or less)."""
+def run_probe(probe: Probe, python: str, timeout_s: float, procs: Processes,
+              on_stage_file: Callable[[str], None] | None = None) -> ProbeResult:
+    """Run one probe; never raises, never outlives `timeout_s` (the probe's own timeout, or less). A Python probe's
+    stage file is handed to `on_stage_file` before it starts (it is gone once this returns)."""
     start = time.monotonic()
     try:
-        result = _run_probe(probe, python, timeout_s, procs)
+        result = _run_probe(probe, python, timeout_s, procs, on_stage_file)
     except Exception as exc:  # no temp dir (disk full), fork failure, shutting down: still an answer
         return ProbeResult(probe.key, ok=False, duration_s=time.monotonic() - start,
                            error=f"could not run: {type(exc).__name__}: {exc}")
@@ -195,7 +205,8 @@ def run_probe(probe: Probe, python: str, timeout_s: float, procs: Processes) -> 
     return result
 
 
-def _run_probe(probe: Probe, python: str, timeout: float, procs: Processes) -> ProbeResult:
+def _run_probe(probe: Probe, python: str, timeout: float, procs: Processes,
+               on_stage_file: Callable[[str], None] | None = None) -> ProbeResult:
     start = time.monotonic()
     tmp = procs.tempdir()
     try:
@@ -203,11 +214,16 @@ def _run_probe(probe: Probe, python: str, timeout: float, procs: Processes) -> P
         log_path = os.path.join(tmp, "output.log")
         script = probe.script_path
         argv = [python, script, out_path, probe.request] if script else list(probe.argv)
+        extra = None
+        if script:
+            extra = {STAGE_VARIABLE: os.path.join(tmp, STAGE_FILE)}
+            if on_stage_file is not None:
+                on_stage_file(extra[STAGE_VARIABLE])
         try:
             # A Python probe answers in out_path, so its stdout joins stderr in the log; a command's stdout is
             # its answer and goes to out_path. The caller's cwd, as the job would have it: relative PYTHONPATH
             # entries resolve the same way.
-            end = run_helper(procs, argv, log_path, child_env(timeout), timeout,
+            end = run_helper(procs, argv, log_path, child_env(timeout, extra), timeout,
                              stdout_path=None if probe.script else out_path)
         except FileNotFoundError:
             return ProbeResult(probe.key, ok=False, duration_s=time.monotonic() - start,
@@ -250,6 +266,23 @@ def _run_probe(probe: Probe, python: str, timeout: float, procs: Processes) -> P
         return result
     finally:
         procs.remove_dir(tmp)
+
+
+def read_stage(path: str) -> str | None:
+    """A probe's last stage line as the doctor may show it, or None: at most STAGE_BYTES of a regular file (never a
+    FIFO, a device or a link the probe put there), its last line, cleaned of escapes and control characters, cut to
+    STAGE_CHARS. Whatever the probe wrote cannot stall, flood or restyle the display."""
+    raw = read_bounded(path, STAGE_BYTES, follow_links=False)
+    lines = [line for line in (raw or b"").decode("utf-8", "replace").splitlines() if line.strip()]
+    return stage_text(lines[-1]) if lines else None
+
+
+def stage_text(text: str) -> str:
+    """A stage as the live display may take it: one line, no escapes or control characters, at most STAGE_CHARS."""
+    from ..redact import clean_text
+
+    text = " ".join(clean_text(text[:4 * STAGE_CHARS]).split())
+    return text if len(text) <= STAGE_CHARS else text[:STAGE_CHARS - 1] + "…"
 
 
 # The one GPU query that needs no torch; the profile's detected --gpu-arch comes from it.

@@ -83,6 +83,30 @@ def _probe_timeout():
 # Every probe script imports this module first thing: the watchdog runs before anything of the target's is imported.
 WATCHDOG = watch_parent(_probe_timeout())
 
+STAGE_VARIABLE = "DSV4_DOCTOR_STAGE_FILE"  # set by the doctor: a file in this probe's own temporary directory
+STAGE_CHARS = 120  # the doctor reads a few hundred bytes and shows less than this
+# Taken out of the environment, so that the probe's own children (rank workers, builds) never overwrite the line:
+# the probe that waits for them says what they do.
+_STAGE_FILE = os.environ.pop(STAGE_VARIABLE, None)
+
+
+def stage(text):
+    """Say what this probe does now ("importing torch"), for the doctor's live display: one short line that replaces
+    the last one whole (written beside the file, then renamed over it, so the doctor never reads half a line).
+    Cosmetic: never raises, and does nothing when the doctor named no file (a probe run by hand)."""
+    if not _STAGE_FILE:
+        return
+    tmp = "%s.%d.%d.tmp" % (_STAGE_FILE, os.getpid(), threading.get_ident())
+    try:
+        with open(tmp, "w", encoding="utf-8", errors="replace") as fh:
+            fh.write(" ".join(str(text).split())[:STAGE_CHARS] + "\n")
+        os.replace(tmp, _STAGE_FILE)
+    except Exception:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
 
 def load_module(name, folder=LIB):
     """The probe module `name` (a file name.py in `folder`), loaded by path, once: never whatever a same-named module

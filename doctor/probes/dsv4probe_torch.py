@@ -14,7 +14,7 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
         os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
     sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
-from dsv4probe_common import error_info, serve
+from dsv4probe_common import error_info, serve, stage
 
 import glob
 import time
@@ -65,6 +65,7 @@ def copies_on_disk():
 
 def answer(request):
     start = time.monotonic()
+    stage("importing torch")
     try:
         import torch
     except BaseException as exc:
@@ -95,6 +96,7 @@ def answer(request):
         out["nccl_version"] = None
         out["nccl_error"] = error_info(exc)["message"]
     devices = []
+    stage("asking torch for its CUDA devices")
     try:
         out["cuda_available"] = bool(torch.cuda.is_available())
         out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
@@ -112,6 +114,7 @@ def answer(request):
         out["cuda_error"] = error_info(exc)
     out["devices"] = devices
     if out.get("cuda_build"):
+        stage("reading the cuDNN and NCCL libraries torch loaded")
         try:
             out["loaded_libraries"] = loaded_libraries()
             out["libraries_on_disk"] = copies_on_disk()

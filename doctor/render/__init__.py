@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..redact import neutralize_workflow_commands
 
@@ -37,6 +38,30 @@ def verdict_line(report: Report) -> str:
     nothing = "nothing was checked: " if s.status.value == "skip" else ""
     return (f"Verdict: {LABEL[s.status.value]} ({nothing}{', '.join(parts) or 'no checks'}; exit {s.exit_code}"
             f"{extra})")
+
+
+def cp_assumed(profile: Mapping[str, Any]) -> bool:
+    """Whether the CP size came from neither --cp nor the job's command line (a report without `cp_source`, from
+    before the field: CP 1 and no job)."""
+    if "cp_source" in profile:
+        return profile.get("cp_source") == "default"
+    return profile.get("cp") == 1 and not isinstance(profile.get("job"), dict)
+
+
+def cp_shown(profile: Mapping[str, Any]) -> str:
+    """The CP size with where it came from, as the report's first line says it."""
+    cp = shown(profile.get("cp"))
+    job = profile.get("job") if isinstance(profile.get("job"), dict) else None
+    if job is not None and job.get("cp_known") is False:
+        return f"{cp} (not known: checked as CP > 1)"
+    if profile.get("cp_source") == "job":
+        return f"{cp} (from the job)"
+    return cp
+
+
+def cp_hint(profile: Mapping[str, Any]) -> str | None:
+    """What to do about a CP size the doctor assumed."""
+    return f"CP {shown(profile.get('cp'))} assumed: pass --cp N" if cp_assumed(profile) else None
 
 
 def output_width(is_tty: bool) -> int:
@@ -74,29 +99,31 @@ def render_json(report: Report) -> str:
     return json.dumps(report.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-class Progress:
-    """The live status line on stderr while checks run (the checks running now), only when `enabled` (the CLI
-    enables it when stderr is a terminal)."""
+class NoDisplay:
+    """The on_event of a run nobody watches live (a pipe, JSON, a fleet rank other than 0)."""
 
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.running: list[str] = []
-
-    def __call__(self, event: str, check_id: str) -> None:
-        if not self.enabled:
-            return
-        if event == "start":
-            self.running.append(check_id)
-        elif check_id in self.running:
-            self.running.remove(check_id)
-        from ..redact import clean_text
-        from .output import status_line
-
-        shown = clean_text(", ".join(self.running[:4]) + (" …" if len(self.running) > 4 else ""))
-        status_line("\r\x1b[K" + (f"running: {shown}" if shown else "finishing"))
+    def __call__(self, event: str, check_id: str, detail: str | None = None) -> None:
+        pass
 
     def stop(self) -> None:
-        if self.enabled:
-            from .output import status_line
+        pass
 
-            status_line("\r\x1b[K")
+
+def live_display(enabled: bool):
+    """The runner's on_event with `stop()`: the live display on stderr (render/live.py, which imports rich) when
+    `enabled`, else nothing. Colour unless NO_COLOR; the terminal's width, or COLUMNS (else 100) when stderr is no
+    terminal (FORCE_COLOR)."""
+    if not enabled:
+        return NoDisplay()
+    import sys
+
+    from .output import isatty
+
+    try:
+        from .live import LiveDisplay
+
+        return LiveDisplay(color=not os.environ.get("NO_COLOR"),
+                           width=None if isatty(sys.stderr) else output_width(False),
+                           encoding=str(getattr(sys.stderr, "encoding", None) or "ascii"))
+    except Exception:  # cosmetic: a display that cannot start never costs the run
+        return NoDisplay()

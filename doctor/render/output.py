@@ -1,5 +1,5 @@
 """Every byte the doctor writes goes through here: the report (stdout, --output, preflight's stderr and --report),
-the stderr lines the commands say, the live status line, the fix echo, the y/N prompt, annotations and the step
+the stderr lines the commands say, the live display's frames, the fix echo, the y/N prompt, annotations and the step
 summary. Rendering is the renderers' (render()).
 
 The discipline, for every write:
@@ -214,7 +214,7 @@ def _quiet_stdout() -> None:
 
 
 def status_line(text: str) -> None:
-    """The live status line: cosmetic, so it is dropped rather than waited for."""
+    """A frame of the live display: cosmetic, so it is dropped rather than waited for."""
     write_stderr(text, idle=0.2)
 
 
@@ -270,6 +270,15 @@ def wants_terminal_report(stream) -> bool:
     """Whether a text report to `stream` is the grouped terminal report: on a terminal, or when FORCE_COLOR asks
     for what a terminal gets. Anything else (a pipe, a file, a test) keeps the plain text report."""
     return isatty(stream) or bool(os.environ.get("FORCE_COLOR"))
+
+
+def wants_live_display(stream, fmt: str) -> bool:
+    """Whether a run shows the live display on `stream` (stderr): for the text format, on a terminal, or when
+    FORCE_COLOR asks for what a terminal gets. Never on a terminal that cannot move the cursor (TERM=dumb), nor
+    into a CI log (CI set, no terminal), where every frame would stay as lines of its own."""
+    if fmt != "text" or os.environ.get("TERM") == "dumb":
+        return False
+    return isatty(stream) or bool(os.environ.get("FORCE_COLOR")) and not os.environ.get("CI")
 
 
 def terminal_report(report: Report, stream, verbosity: int) -> str:

@@ -17,7 +17,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from ..checks import AREAS as BUILTIN_AREAS
-from . import LABEL, shown, verdict_line
+from . import LABEL, cp_hint, cp_shown, shown, verdict_line
 from .output import line_text
 
 if TYPE_CHECKING:
@@ -87,15 +87,6 @@ def grouped(report: Report) -> list[tuple[str, list[Row]]]:
             for area, rows in sorted(areas.items(), key=lambda kv: _area_key(kv[0]))]
 
 
-def cp_assumed(report: Report) -> bool:
-    """Whether CP 1 came from the default rather than --cp or the job's command line."""
-    p = _profile(report)
-    if "cp_source" in p:
-        return p.get("cp_source") == "default" and p.get("cp") == 1
-    job = p.get("job") if isinstance(p.get("job"), dict) else None
-    return p.get("cp") == 1 and job is None
-
-
 def _gpu(report: Report) -> str:
     row = report.row("gpu.devices")
     devices = row.evidence.get("devices") if row is not None else None
@@ -112,14 +103,12 @@ def top_line(report: Report) -> str:
     p = _profile(report)
     target = _target_python(report)
     parts = [f"dsv4-doctor {shown(report.doctor_version)} checked",
-             f"profile cp={shown(p.get('cp'))} dsa-backend={shown(p.get('dsa_backend'))} "
+             f"profile cp={cp_shown(p)} dsa-backend={shown(p.get('dsa_backend'))} "
              f"gpu-arch={shown(p.get('gpu_arch'))}" + (" static-only" if p.get("static_only") else ""),
              f"python {shown(target.get('executable'))} ({shown(target.get('version'))})",
              f"GPU {_gpu(report)}"]
-    line = "; ".join(parts)
-    if cp_assumed(report):
-        line += "; CP 1 assumed: pass --cp N"
-    return line
+    hint = cp_hint(p)
+    return "; ".join(parts + ([hint] if hint else []))
 
 
 def next_step(report: Report) -> str:
@@ -176,7 +165,11 @@ class _Hang:
         from rich.segment import Segment
 
         width = max(20, options.max_width)
-        for p, para in enumerate(self.text.split("\n", allow_blank=True)):
+        # The text's own style as a span: the pieces below are rendered one by one, and a piece's render() applies
+        # its spans only, never the style it inherited.
+        styled = Text()
+        styled.append(self.text)
+        for p, para in enumerate(styled.split("\n", allow_blank=True)):
             lines = [] if p else list(para.wrap(console, width, overflow="fold"))[:1]
             if lines:
                 yield from lines[0].render(console)
@@ -195,18 +188,14 @@ class _Hang:
 
 def _row_head(c: Row, marks: dict[str, str]) -> Text:
     s = _status(c)
-    head = Text(f"{marks[s]} {LABEL[s]:<5} ", style=STYLE[s])
-    head.append(_clean(c.id), style="bold")
-    head.append("  ")
-    head.append(_clean(c.summary))
-    return head
+    return Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.id), "bold"), "  ", _clean(c.summary))
 
 
 def _fixes(out: _Out, c: Row) -> None:
     for fix in c.fixes:
         tag = " (manual)" if fix.manual else ""
         first, *more = fix.description.splitlines() or [""]
-        out.line(Text(f"Fix{tag}: ", style="bold") + _text(first), indent=6, hang=4)
+        out.line(Text.assemble((f"Fix{tag}: ", "bold"), _text(first)), indent=6, hang=4)
         for line in more:
             if line.startswith("  "):
                 out.raw(_text(line.strip()), indent=10)
@@ -246,7 +235,7 @@ def _evidence(out: _Out, c: Row) -> None:
 def _sources(out: _Out, c: Row) -> None:
     for src in c.sources:
         title = _clean(src.title)
-        out.line(Text("source: ", style="dim") + Text(title + (": " if title else "")) +
+        out.line(Text.assemble(("source: ", "dim"), title + (": " if title else "")) +
                  _text(src.url, "blue"), indent=6, hang=4)
 
 
@@ -276,7 +265,7 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
         statuses = [_status(c) for c in rows]
         state = worst(statuses)
         counts = ", ".join(f"{statuses.count(s)} {LABEL[s].lower()}" for s in WORST_FIRST if s in statuses)
-        head = Text(glyphs[state] + " ", style=STYLE[state]) + Text(_clean(area), style="bold") + Text(f"  {counts}")
+        head = Text.assemble((glyphs[state] + " ", STYLE[state]), (_clean(area), "bold"), f"  {counts}")
         out.line(head)
         for c in rows:
             s = _status(c)
@@ -296,7 +285,7 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
     out.blank()
     if skipped:
         out.line(Text(f"{skipped} skipped: -v shows them", style="dim"))
-    out.line(verdict + Text(f"; {next_step(report)}"))
+    out.line(Text.assemble(verdict, f"; {next_step(report)}"))
 
 
 def _trailer(report: Report, out: _Out) -> None:

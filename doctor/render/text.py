@@ -10,7 +10,7 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING
 
-from . import LABEL, shown, verdict_line
+from . import LABEL, cp_hint, cp_shown, shown, verdict_line
 
 if TYPE_CHECKING:
     from ..report import Report, Row
@@ -46,11 +46,10 @@ def profile_line(report: Report) -> str:
     if job is not None:
         entry = shown(job.get("entry"), "overrides only, no program" if job.get("kind") == "verl" else "unknown")
         extra += f" (from the {shown(job.get('kind'))} command: {entry})"
-    cp = f"{p.get('cp')}" if job is None or job.get("cp_known") is not False else \
-        f"{p.get('cp')} (not known: checked as CP > 1)"
-    return (f"dsv4-doctor {report.doctor_version}  profile: cp={cp} "
+    hint = cp_hint(p)
+    return (f"dsv4-doctor {report.doctor_version}  profile: cp={cp_shown(p)} "
             f"dsa-backend={shown(p.get('dsa_backend'))} gpu-arch={arch}{extra}  python: "
-            f"{shown(target.get('executable'))} ({shown(target.get('version'))})")
+            f"{shown(target.get('executable'))} ({shown(target.get('version'))})" + (f"  ({hint})" if hint else ""))
 
 
 def job_line(report: Report) -> str | None:

@@ -1,0 +1,149 @@
+"""Tier 2's answer judged: the DSv4 hybrid attention layer at CP 1 and CP N (finite, CP N = CP 1, a packed sequence
+= the same sequence alone), and its fused build (the cuDNN indexer and FlashMLA) against the unfused one, forward and
+backward; and the words that say what tier 2 showed."""
+
+from __future__ import annotations
+
+from dsv4_doctor.model import Context, Result, Status, errored, failed
+
+from ._causes import tier2_fixes, tier2_rules
+
+def tier2_result(ctx: Context, data: dict, evidence: dict) -> Result | None:
+    """A Result for a failed tier 2, or None when it passed, did not run, or stopped at what a rule reports."""
+    for name, t2 in (data.get("tier2") or {}).items():
+        if name == "fused":
+            continue
+        label = "CP=1" if name == "cp1" else f"CP={t2.get('cp')}"
+        if t2.get("skipped"):
+            continue
+        if t2.get("error"):
+            err = t2["error"]
+            failing = [r for r in tier2_rules(err)
+                       if (ctx.outcome(r) is not None and ctx.outcome(r).status in (Status.FAIL, Status.ERROR))]
+            rule = failing[0] if failing else None
+            if rule is not None:
+                # The finding is that rule's, which already failed; tier 2 says where it stopped instead of
+                # repeating it. When the rule passed (or did not run), the layer's failure is this check's finding.
+                t2["deferred_to"] = rule
+                continue
+            return failed(
+                f"the DSv4 hybrid attention layer ({label}) failed at {t2.get('stage')}: {err.get('type')}: "
+                f"{err.get('message')}", "\n".join(map(str, err.get("where", []))),
+                fixes=tier2_fixes(err, ctx), evidence=evidence)
+        if not t2.get("finite", True):
+            settings = ", ".join(f"{k}={v}" for k, v in (t2.get("settings") or {}).items())
+            return failed(f"the DSv4 hybrid attention layer ({label}) produced non-finite output",
+                          f"Kernel settings in use: {settings}. Compare with --dsa-backend none (Megatron's PyTorch "
+                          "fallback) to see which kernel produces it.", evidence=evidence)
+        if "max_abs_diff_vs_cp1" in t2 and not t2.get("ok"):
+            return failed(f"the DSv4 hybrid attention layer at {label} differs from CP=1 by "
+                          f"{t2['max_abs_diff_vs_cp1']:.3g} (> {t2.get('parity_tolerance')})", evidence=evidence)
+        layouts = t2.get("layouts") or {}
+        if layouts and layouts.get("max_abs_diff_packed_vs_alone", 0) > layouts.get("tolerance", 0):
+            return failed(f"the DSv4 hybrid attention layer ({label}) gives a packed sequence another output than the "
+                          f"same sequence alone: max |diff| {layouts['max_abs_diff_packed_vs_alone']:.3g} (> "
+                          f"{layouts['tolerance']:.3g}): packing leaks across sequence boundaries", evidence=evidence)
+        if layouts and not layouts.get("control_separates"):
+            return errored(f"the DSv4 layer's negative control did not separate ({label}): merging two sequences "
+                           "left the output unchanged, so the packed-vs-alone comparison cannot tell right from wrong",
+                           evidence=evidence)
+    return fused_result(ctx, (data.get("tier2") or {}).get("fused") or {}, evidence)
+
+
+HANG_NOTE = ("cudnn-frontend #676 reports NaN gradients and a GPU deadlock on empty top-k rows in the DSA backward; "
+             "the first ratio-1 tokens of every sequence have no compressed block to select, so every packed batch "
+             "has such rows. Where it stopped is in the build's log tail (evidence tier2.fused.builds).")
+
+
+def fused_result(ctx: Context, fused: dict, evidence: dict) -> Result | None:
+    """The fused build (cuDNN indexer + FlashMLA) against the unfused one, forward and backward, at CP 1."""
+    if not fused or fused.get("skipped"):
+        return None
+    builds = fused.get("builds") or {}
+    for label in ("fused", "unfused"):
+        b = builds.get(label) or {}
+        if b.get("hang"):
+            return failed(f"the {label} DSv4 layer build (dsa_kernel_backend={'cudnn' if label == 'fused' else 'none'})"
+                          f" hung: its forward + backward did not finish within {b.get('timeout_s')} s and was killed",
+                          HANG_NOTE if label == "fused" else "Megatron's PyTorch DSA path, no fused kernel: where it "
+                          "stopped is in the build's log tail (evidence tier2.fused.builds).", evidence=evidence)
+        if b.get("timed_out"):
+            return errored(f"the {label} DSv4 layer build was stopped at its time limit ({b.get('timeout_s')} s) "
+                           f"while still at {b.get('stage')}, before its kernels ran to the end: that is no proven "
+                           "hang, and the fused-vs-unfused comparison was not made", "Where it stopped is in the "
+                           "build's log tail (evidence tier2.fused.builds); a longer --timeout gives it more time.",
+                           evidence=evidence)
+        if b and not b.get("ok"):
+            err = b.get("error") or {}
+            failing = [r for r in tier2_rules(err)
+                       if (ctx.outcome(r) is not None and ctx.outcome(r).status in (Status.FAIL, Status.ERROR))]
+            if failing:
+                fused["deferred_to"] = failing[0]
+                return None
+            return failed(f"the {label} DSv4 layer build failed at {b.get('stage')}: {err.get('type')}: "
+                          f"{err.get('message')}", "\n".join(map(str, err.get("where", []))) or b.get("log_tail", ""),
+                          fixes=tier2_fixes(err, ctx), evidence=evidence)
+    if fused.get("error"):
+        err = fused["error"]
+        return errored(f"the fused-vs-unfused comparison could not be made: {err.get('type')}: {err.get('message')}",
+                       evidence=evidence)
+    cmp_ = fused.get("comparison") or {}
+    if not cmp_:
+        return errored("the fused-vs-unfused comparison came back empty", evidence=evidence)
+    if cmp_.get("problems"):
+        return errored("the fused-vs-unfused comparison is not valid: " + "; ".join(cmp_["problems"]),
+                       evidence=evidence)
+    rows = cmp_.get("tensors") or {}
+    if cmp_.get("nonfinite"):
+        names = cmp_["nonfinite"]
+        which = ["fused" if not rows[n].get("finite") else "unfused" for n in names]
+        return failed(f"the DSv4 layer's {', '.join(sorted(set(which)))} build produced non-finite "
+                      f"{', '.join(names[:4])}{' ...' if len(names) > 4 else ''} (forward + backward, CP 1)",
+                      HANG_NOTE.split(";")[0] + ".", evidence=evidence)
+    if cmp_.get("over_tolerance"):
+        names = cmp_["over_tolerance"]
+        detail = ", ".join(f"{n} {rows[n]['rel_l2']:.3g} (> {rows[n]['tolerance']:.3g})" for n in names[:6])
+        return failed(f"the fused DSv4 layer (cuDNN indexer + FlashMLA) differs from the unfused one beyond the bf16 "
+                      f"tolerance: relative L2 {detail}", (cmp_.get("tolerances") or {}).get("derivation", ""),
+                      evidence=evidence)
+    control = cmp_.get("control") or {}
+    if not control.get("separates"):
+        return errored("the fused-vs-unfused negative control did not separate (a perturbed output projection "
+                       f"passed the comparison: {control}), so the comparison cannot tell right from wrong",
+                       evidence=evidence)
+    return None
+
+
+def describe_tier2(t2: dict) -> str:
+    if not t2:
+        return "; tier 2 (DSv4 layer) not run: Megatron-core dsv4_hybrid not installed"
+    parts = []
+    for key, v in t2.items():
+        if key == "fused":
+            parts.append(_fused_note(v))
+            continue
+        label = "CP=1" if key == "cp1" else f"CP={v.get('cp')}"
+        if v.get("skipped"):
+            parts.append(f"{label} skipped: {str(v['skipped']).split(':')[0]}")
+        elif v.get("deferred_to"):
+            parts.append(f"{label} stopped at {v.get('stage')}: see {v['deferred_to']}")
+        elif "layouts" in v:
+            parts.append(f"{label} packed output = each sequence alone (max |diff| "
+                         f"{v['layouts']['max_abs_diff_packed_vs_alone']:.1e})")
+        elif "max_abs_diff_vs_cp1" in v:
+            parts.append(f"{label} = CP=1 (max |diff| {v['max_abs_diff_vs_cp1']:.1e})")
+        else:
+            parts.append(f"{label} ok")
+    return "; DSv4 layer " + ", ".join(parts)
+
+
+def _fused_note(fused: dict) -> str:
+    if fused.get("skipped"):
+        return f"fused vs unfused not run: {str(fused['skipped']).split(':')[0]}"
+    if fused.get("deferred_to"):
+        return f"fused vs unfused stopped: see {fused['deferred_to']}"
+    cmp_ = fused.get("comparison") or {}
+    worst, control = cmp_.get("worst") or {}, cmp_.get("control") or {}
+    return (f"fused (cuDNN indexer + FlashMLA) = unfused, forward + backward, {len(cmp_.get('tensors') or {})} "
+            f"tensors (worst {worst.get('tensor')} rel. L2 {worst.get('rel_l2', 0.0):.1e} <= "
+            f"{worst.get('tolerance', 0.0):.1e}; perturbed-weight control {control.get('rel_l2', 0.0):.1e})")
