@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 Deliver = Callable[["Report"], int]  # writes a report where the options say; its exit code (4: not written)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared: comparison methods would only cost start-up time
 class Options:
     """A command line, parsed: every option any command has, with its value when the command has no such option."""
 

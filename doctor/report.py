@@ -23,6 +23,8 @@ from .fix import Fix
 from .model import CheckReport, Source, Status
 from .registry import PluginInfo
 
+# The report's types are read, never compared (eq=False): every `check` defines them, and the comparison methods
+# would only cost start-up time.
 SCHEMA = "dsv4-doctor.report/1"
 SCHEMA_FILE = Path(__file__).resolve().parent / "schema" / "report-1.schema.json"
 
@@ -44,7 +46,7 @@ def _texts(value: Any) -> tuple[str, ...]:
     return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ShownFix:
     """A fix as a report shows it, after redaction: each command as a printable line (WITHHELD in place of one that
     held a secret, whose argv is then masked too), never a command to run."""
@@ -99,7 +101,7 @@ def row_from_wire(data: Any) -> Row:
         internal_error=data.get("internal_error") is True)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Summary:
     """The verdict: the worst status, the exit code every format shares, and how the run went."""
 
@@ -152,7 +154,7 @@ def _plugin_from_wire(data: dict) -> PluginInfo:
                       checks=checks if isinstance(checks, int) else 0, error=error if isinstance(error, str) else None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Report:
     """One run's report (or a fleet's, merged). `profile`, `environment`, `job_settings` and `fleet` are JSON trees
     as the report shows them (the profile's job by shape); the rows are typed."""
