@@ -192,6 +192,7 @@ def test_the_kernel_smoke_names_every_kernel_that_ran_and_the_cache_directory_it
                      "build_attention_indices (all visible)", "build_attention_indices (top-k)"]
     assert all(k["first_call_s"] >= 0 and k["steady_s"] is not None and k["calls"] == 2 for k in layout["kernels"])
     assert layout["cute_dsl_cache_dir"] == str(tmp_path / "xdg" / "dsv4-doctor" / "cute-dsl")
+    assert row["evidence"]["subruns"]["layout"]["torch_start_s"] > 0  # `import torch` and the device's set-up
     off = run_doctor("check", "-f", "json", "--device", "cpu", "--cp", "2", "--only", "smoke.dsv4-kernels",
                      "--no-kernel-cache", sites=tuple(env.sites.values()), python=sys.executable, timeout=180,
                      env={"XDG_CACHE_HOME": str(tmp_path / "xdg2")})
@@ -225,6 +226,9 @@ def test_the_split_layout_sub_run_compiles_each_index_mode_in_its_own_process(tm
         ev = answer["evidence"]
         if status == "pass":
             assert ev["index_modes_in_own_processes"] and set(ev["index_mode_processes"]) == {"all visible", "top-k"}
+            # What each extra process pays before its kernel, beside this process's own.
+            assert answer["torch_start_s"] > 0
+            assert all(p["torch_start_s"] > 0 for p in ev["index_mode_processes"].values())
             assert all(set(r["call_s"]) == {"compact_forward", "compact_backward", "indices all visible",
                                             "indices top-k"} for r in ev["ranks"])
             own = [k for k in ev["kernels_ran"]["kernels"] if k.get("process")]
