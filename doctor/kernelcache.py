@@ -30,9 +30,10 @@ evidence says so per kernel ("compiled in-process, every run"). Read in the publ
 - The file cache's key is sound for what it serves: `get_module_hash` (`dsl.py` L1464-1481) hashes the traced IR
   before any pass (kernel code, Constexpr values, dtypes, layouts), every DSL setting's value, the compile options
   (the arch among them) and a hash of every `cutlass.*` file and the `_cutlass_ir` library (`cutlass_dsl/cutlass.py`
-  L449). It stores the module after the whole pipeline, device binary inside, with a CRC32, written atomically
-  (`cache_helpers.py` L104, L242-244). A hit skips the lowering passes, NVVM and ptxas (`dsl.py` L1681), not the
-  tracing that computes the key (L1835) nor the host JIT (L1697).
+  L449). It stores the module after the whole pipeline as MLIR bytecode with a CRC32, written atomically
+  (`cache_helpers.py` L104, L242-244): LLVM-dialect host code with the cubin as an ELF global (11 kB for a one-line
+  kernel compiled for sm_90a on a machine without a GPU). A hit skips the lowering passes, NVVM and ptxas (`dsl.py`
+  L1681), not the tracing that computes the key (L1835) nor the host JIT (L1697).
 - The one public way to keep a `cute.compile` result is ahead-of-time export: `export_to_c` (`jit_executor.py`
   L1109; TVM-FFI functions `tvm_ffi_provider.py` L504) and `cute.runtime.load_module` (`cute/runtime.py` L986),
   which skip the tracing too. Only the caller of `cute.compile` can use it, since only the caller knows the key,
