@@ -17,11 +17,35 @@ fixed directory for both, in the user's cache home, created and checked here:
 
 A cached kernel only skips the compile: every sub-run still calls it and compares its numbers with the reference.
 
-What it cannot do: a kernel compiled with `cute.compile` never touches this cache. In nvidia-cutlass-dsl 4.5.2
-`cute.compile` sets `no_cache=True` (`cutlass/base_dsl/compiler.py` L604-605) and `BaseDSL.compile_and_cache`
-reads and writes the file cache only without it (`dsl.py` L1642, L1729), so Megatron's CP layout kernels and the
-frontend's DSA indexer, both compiled that way, are compiled in-process at every run; the probes' evidence says so
-per kernel ("compiled in-process, every run"). The cache serves only modules compiled through `@cute.jit` calls.
+What it cannot do: serve a kernel compiled with `cute.compile`, which is how every CuTe DSL kernel of this stack is
+compiled (Megatron's CP layout kernels, the frontend's DSA indexer, the fused tier-2 layer's modules); the probes'
+evidence says so per kernel ("compiled in-process, every run"). Read in the published wheels (nvidia-cutlass-dsl
+4.5.2, `cutlass/...`; 4.8.1 is the same):
+
+- No switch. `cute.compile` passes `compile_only=True, no_cache=True` (`base_dsl/compiler.py` L604-605; 4.8.1
+  L1633-1634), `BaseDSL._func` turns `no_cache` on for any compile-only call as well (`dsl.py` L2178-2180; 4.8.1
+  L2688-2690), and `compile_and_cache` reads and writes the file cache only without it (`dsl.py` L1642, L1729).
+  `CUTE_DSL_NO_CACHE` and `CUTE_DSL_DISABLE_FILE_CACHING` (`env_manager.py` L423, L487) only turn caching off, and
+  none of its compile options (`compiler.py` L286-352) is about caching.
+- The file cache's key is sound for what it serves: `get_module_hash` (`dsl.py` L1464-1481) hashes the traced IR
+  before any pass (kernel code, Constexpr values, dtypes, layouts), every DSL setting's value, the compile options
+  (the arch among them) and a hash of every `cutlass.*` file and the `_cutlass_ir` library (`cutlass_dsl/cutlass.py`
+  L449). It stores the module after the whole pipeline as MLIR bytecode with a CRC32, written atomically
+  (`cache_helpers.py` L104, L242-244): LLVM-dialect host code with the cubin as an ELF global (11 kB for a one-line
+  kernel compiled for sm_90a on a machine without a GPU). A hit skips the lowering passes, NVVM and ptxas (`dsl.py`
+  L1681), not the tracing that computes the key (L1835) nor the host JIT (L1697).
+- The one public way to keep a `cute.compile` result is ahead-of-time export: `export_to_c` (`jit_executor.py`
+  L1109; TVM-FFI functions `tvm_ffi_provider.py` L504) and `cute.runtime.load_module` (`cute/runtime.py` L986),
+  which skip the tracing too. Only the caller of `cute.compile` can use it, since only the caller knows the key,
+  and the callers here are not the doctor: Megatron keeps its compiled launches in the private
+  `_COMPILED_LAUNCH_CACHE` (`cp_layout_kernels.py` L597-640 at d48bd6be) and cuDNN-FE 1.27.0 one private
+  `_compile_cache` per kernel module (120 `cute.compile` calls; e.g. `indexer_forward/_interface_sm90.py` L35,
+  L210-249). Serving them from disk would take filling those private tables under their private keys, or replacing
+  the DSL's private `compile_and_cache` so that it hands back a loaded object: a plain `tvm_ffi.Function` where
+  the caller got a `TVMFFIJitCompiledFunction` (which flattens its arguments first, `tvm_ffi_provider.py` L586),
+  under a key that misses the tvm-ffi build the wrapper was made for, and an object whose stored signature is
+  unpickled on load (`cute/export/export.py` L50). A minor release of any of the three could change that without
+  a sign, so the doctor does not do it.
 """
 
 from __future__ import annotations

@@ -192,6 +192,7 @@ def test_the_kernel_smoke_names_every_kernel_that_ran_and_the_cache_directory_it
                      "build_attention_indices (all visible)", "build_attention_indices (top-k)"]
     assert all(k["first_call_s"] >= 0 and k["steady_s"] is not None and k["calls"] == 2 for k in layout["kernels"])
     assert layout["cute_dsl_cache_dir"] == str(tmp_path / "xdg" / "dsv4-doctor" / "cute-dsl")
+    assert row["evidence"]["subruns"]["layout"]["torch_start_s"] > 0  # `import torch` and the device's set-up
     off = run_doctor("check", "-f", "json", "--device", "cpu", "--cp", "2", "--only", "smoke.dsv4-kernels",
                      "--no-kernel-cache", sites=tuple(env.sites.values()), python=sys.executable, timeout=180,
                      env={"XDG_CACHE_HOME": str(tmp_path / "xdg2")})
@@ -225,6 +226,9 @@ def test_the_split_layout_sub_run_compiles_each_index_mode_in_its_own_process(tm
         ev = answer["evidence"]
         if status == "pass":
             assert ev["index_modes_in_own_processes"] and set(ev["index_mode_processes"]) == {"all visible", "top-k"}
+            # What each extra process pays before its kernel, beside this process's own.
+            assert answer["torch_start_s"] > 0
+            assert all(p["torch_start_s"] > 0 for p in ev["index_mode_processes"].values())
             assert all(set(r["call_s"]) == {"compact_forward", "compact_backward", "indices all visible",
                                             "indices top-k"} for r in ev["ranks"])
             own = [k for k in ev["kernels_ran"]["kernels"] if k.get("process")]
@@ -253,3 +257,88 @@ def test_the_long_probes_are_started_first():
     Runner(checks, ctx, deadline=0.0).start_probes()
     assert submitted[:2] == [kernel_probe(profile, "layout").key, smoke_probe(profile).key]
     assert sorted(submitted[2:]) == sorted(p.key for p in short)
+
+
+# The real CuTe DSL on this CPU: a host-only function (no GPU kernel) is traced, compiled and run without a GPU, so
+# the probes' record of the DSL's file cache is checked against nvidia-cutlass-dsl 4.5.2 itself.
+DSL_DRIVER = r'''
+import importlib.util, json, os, sys
+lib, smoke = os.environ["DSV4_DOCTOR_PROBE_LIB"], sys.argv[1]
+spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(lib, "dsv4probe_common.py"))
+sys.modules["dsv4probe_common"] = common = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(common)
+ran = common.load_module("dsv4probe_kernels_ran", smoke)
+ran.watch_cute_dsl_cache()  # before the DSL is imported, as the kernel probe does
+import cutlass
+import cutlass.cute as cute
+
+
+@cute.jit
+def host_add(a: cutlass.Int32, b: cutlass.Int32, k: cutlass.Constexpr):
+    c = a + b + k
+
+
+class Cpu:
+    type = "cpu"
+
+
+cache = os.environ.get("CUTE_DSL_CACHE_DIR")
+before = ran._cache_files(cache)
+for _ in range(2):
+    ran._timed(None, Cpu(), ran._named(lambda: host_add(cutlass.Int32(1), cutlass.Int32(2), 3), "jit call"))
+    compiled = ran._timed(None, Cpu(), ran._named(
+        lambda: cute.compile(host_add, cutlass.Int32(1), cutlass.Int32(2), 4), "cute.compile"))[0]
+    compiled(cutlass.Int32(1), cutlass.Int32(2))
+print(json.dumps(ran.kernels_ran(cache, before)))
+'''
+
+
+def _dsl_sites() -> list[Path]:
+    from wheels import ensure
+
+    base = ensure("nvidia-cutlass-dsl-libs-base-4.5.2")
+    # The wheel's .pth file (which puts `cutlass` on sys.path) is not read from PYTHONPATH: its folder is named here.
+    return [base / "nvidia_cutlass_dsl" / "python_packages", base] + [
+        ensure(k) for k in ("cuda-bindings-13.4.4", "cuda-pathfinder-1.9.1", "numpy-2.4.6", "typing-extensions-4.16.0")]
+
+
+def _run_dsl(tmp_path: Path, cwd: Path, cache_env: dict) -> dict:
+    import subprocess
+
+    from dsv4_doctor.probes import PROBE_DIR
+
+    driver = tmp_path / "dsl_driver.py"
+    driver.write_text(DSL_DRIVER)
+    cwd.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUTE_DSL_")}
+    env.update(cache_env, PYTHONPATH=os.pathsep.join(map(str, _dsl_sites())), DSV4_DOCTOR_PROBE_LIB=str(PROBE_DIR))
+    smoke = probe_modules.script("dsv4probe_kernels_ran").parent
+    done = subprocess.run([sys.executable, str(driver), str(smoke)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ran = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"rows": {k["kernel"]: k for k in ran["kernels"]}, "files": ran["cache_files_after"]}
+
+
+@pytest.mark.slow
+def test_the_real_cute_dsl_serves_a_jit_call_from_the_doctors_cache_and_never_a_cute_compile(tmp_path):
+    """nvidia-cutlass-dsl 4.5.2 on this CPU, in the doctor's per-user 0700 cache directory: a `@cute.jit` call
+    writes its module and the next process (another working directory) reads it instead of compiling; the same
+    function through `cute.compile` neither reads nor writes the cache, in either process (compiler.py L604-605,
+    dsl.py L2178-2180), and the evidence says so. Without the fixed CUTE_DSL_DUMP_DIR the module hash changes with
+    the working directory, so that process compiles again."""
+    cache = kernelcache.prepare({"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert cache.source == "doctor", cache.note
+    first = _run_dsl(tmp_path, tmp_path / "a", cache.env)
+    second = _run_dsl(tmp_path, tmp_path / "b", cache.env)
+    for run in (first, second):
+        row = run["rows"]["cute.compile"]
+        assert row["cache_bypassed"] and not row["from_cache"], row
+        assert row["cache"].startswith("compiled in-process, every run: 1 module(s) by cute.compile"), row["cache"]
+        assert run["files"] == 1  # the jit call's module alone
+    assert first["rows"]["jit call"]["cache"].startswith("compiled (1 module(s) written to the cache")
+    assert not first["rows"]["jit call"]["from_cache"]
+    assert second["rows"]["jit call"]["from_cache"], second["rows"]["jit call"]
+    assert second["rows"]["jit call"]["cache"] == "from the CuTe DSL file cache (1 module(s) read, none compiled)"
+    moved = _run_dsl(tmp_path, tmp_path / "c", {"CUTE_DSL_CACHE_DIR": cache.env["CUTE_DSL_CACHE_DIR"]})
+    assert not moved["rows"]["jit call"]["from_cache"] and moved["files"] == 2, moved["rows"]["jit call"]

@@ -43,6 +43,12 @@ WHEELS = {
     # The cuDNN frontend's cutedsl extra, which the Dockerfile installs beside the --no-deps frontend (PINS).
     "cuda-python-13.4.4": ("cuda-python==13.4.4", []),  # the meta wheel, without cuda-bindings
     "torch-c-dlpack-ext-0.1.5": ("torch-c-dlpack-ext==0.1.5", []),
+    # The CuTe DSL itself (75 MB) and what `import cutlass` needs: it imports, traces and compiles host-only
+    # functions on a machine without a GPU, so its file cache and `cute.compile` can be tested for real.
+    "nvidia-cutlass-dsl-libs-base-4.5.2": ("nvidia-cutlass-dsl-libs-base==4.5.2", []),
+    "cuda-bindings-13.4.4": ("cuda-bindings==13.4.4", []),
+    "cuda-pathfinder-1.9.1": ("cuda-pathfinder==1.9.1", []),
+    "numpy-2.4.6": ("numpy==2.4.6", []),
 }
 
 

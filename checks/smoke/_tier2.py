@@ -134,7 +134,18 @@ def describe_tier2(t2: dict) -> str:
             parts.append(f"{label} = CP=1 (max |diff| {v['max_abs_diff_vs_cp1']:.1e})")
         else:
             parts.append(f"{label} ok")
-    return "; DSv4 layer " + ", ".join(parts)
+    return "; DSv4 layer " + ", ".join(parts) + _hadamard_note(t2)
+
+
+def _hadamard_note(t2: dict) -> str:
+    """Said when a build ran on verl's pure-torch fast_hadamard_transform: the layer ran as a verl job runs it, not
+    as a Megatron job without verl would (that one stops at Megatron's assertion; kernels.fast-hadamard says which)."""
+    runs = [t2.get(k) for k in t2 if k != "fused"] + list(((t2.get("fused") or {}).get("builds") or {}).values())
+    if any(isinstance(r, dict) and (r.get("hadamard") or {}).get("fast_hadamard_transform") == "verl shim"
+           for r in runs):
+        return " (fast_hadamard_transform: verl's pure-torch shim, as verl's apply_patch installs it; see " \
+               "kernels.fast-hadamard)"
+    return ""
 
 
 def _fused_note(fused: dict) -> str:

@@ -80,10 +80,13 @@ def answer(request):
     if want == "cuda" and not has_cuda:
         return {"status": "skip", "summary": "--device cuda but torch sees no GPU", "package": package}
     device = select(torch, request, has_cuda)
+    # What this process paid before any kernel: `import torch` and the device's set-up (a split sub-run's extra
+    # processes each pay it again, overlapped).
+    torch_start_s = round(time.monotonic() - start, 3)
     out = {"package": package, "device": {"type": device.type, "capability": "%d.%d" %
                                           torch.cuda.get_device_capability(device) if device.type == "cuda" else None,
                                           "name": torch.cuda.get_device_name(device) if device.type == "cuda"
-                                          else "cpu"}}
+                                          else "cpu"}, "torch_start_s": torch_start_s}
     cache_dir = os.environ.get("CUTE_DSL_CACHE_DIR")
     files_before = _cache_files(cache_dir) if cache_dir else None
     watch_cute_dsl_cache()

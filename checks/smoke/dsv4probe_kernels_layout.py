@@ -215,7 +215,8 @@ def run_layout(torch, device, request):
             body = part.get("evidence") or {}
             ran = (body.get("kernels_ran") or {}).get("kernels") or []
             ev["index_mode_processes"][mode] = {"status": part.get("status"), "wall_s": part.get("wall_s"),
-                                                "total_s": part.get("total_s"), "kernels_ran": ran,
+                                                "total_s": part.get("total_s"),
+                                                "torch_start_s": part.get("torch_start_s"), "kernels_ran": ran,
                                                 "error": part.get("error")}
             if part.get("status") != "part":
                 raise RuntimeError("build_attention_indices (%s) in its own process: %s %s" % (

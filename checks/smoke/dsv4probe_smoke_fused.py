@@ -20,7 +20,7 @@ for _part in ("dsv4probe_device", "dsv4probe_files", "dsv4probe_smoke_batch", "d
 from dsv4probe_device import free_port, sync
 from dsv4probe_files import log_tail
 from dsv4probe_smoke_batch import SEED
-from dsv4probe_smoke_tier2 import cums
+from dsv4probe_smoke_tier2 import cums, hadamard_stand_in
 from dsv4probe_smoke_tolerances import (FUSED_BUILD_TIMEOUT_S, FUSED_CONTROL_FACTOR, FUSED_HIDDEN, FUSED_INIT_STD,
                                         FUSED_LENS, FUSED_SETTINGS, compare_builds, fused_config, fused_tolerances)
 
@@ -89,6 +89,7 @@ def tier2_build(request):
             out.update(ok=False, skipped="needs Transformer Engine (see te.version and te.import): %s: %s"
                        % (type(exc).__name__, str(exc)[:300]))
             return out
+        out["hadamard"] = hadamard_stand_in()
         from megatron.core import parallel_state
         from megatron.core.extensions.transformer_engine_spec_provider import TESpecProvider
         from megatron.core.models.gpt.experimental_attention_variant_module_specs import (

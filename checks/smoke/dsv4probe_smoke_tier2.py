@@ -27,6 +27,48 @@ def _pad8(n):
     return ((n + 7) // 8) * 8
 
 
+def hadamard_stand_in():
+    """What stands in for fast_hadamard_transform in this build, as a verl job would have it.
+
+    Megatron's DSv4 indexer asserts fast_hadamard_transform is importable. verl's apply_patch() (called before every
+    mcore model is built) installs a pure-torch shim under that name when the CUDA package does not load, so a verl
+    job runs without it, slower; kernels.fast-hadamard warns about exactly that. The layer here does what the job
+    does: the real package when it imports, else verl's own shim function, loaded from verl's file by path (verl's
+    package __init__ is not run), else nothing (the layer then stops at Megatron's assertion, which kernels.fast-
+    hadamard reports). Returns the evidence: {"fast_hadamard_transform": "installed" | "verl shim" | "missing"}."""
+    import importlib
+    import importlib.util
+
+    try:
+        importlib.import_module("fast_hadamard_transform")
+        return {"fast_hadamard_transform": "installed"}
+    except Exception:
+        pass
+    try:
+        spec = importlib.util.find_spec("verl")
+        roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    except (ImportError, ValueError):
+        roots = []
+    for root in roots:
+        path = os.path.join(root, "models", "mcore", "patch.py")
+        if not os.path.isfile(path):
+            continue
+        try:
+            shim_spec = importlib.util.spec_from_file_location("dsv4doctor_verl_mcore_patch", path)
+            module = importlib.util.module_from_spec(shim_spec)
+            shim_spec.loader.exec_module(module)
+            apply = getattr(module, "apply_fast_hadamard_transform_shim", None)
+            if apply is None:
+                continue
+            apply()
+            importlib.import_module("fast_hadamard_transform")
+            return {"fast_hadamard_transform": "verl shim", "verl_patch": path}
+        except Exception as exc:
+            return {"fast_hadamard_transform": "missing", "verl_shim_error": "%s: %s" % (type(exc).__name__,
+                                                                                         str(exc)[:300])}
+    return {"fast_hadamard_transform": "missing"}
+
+
 def cums(torch, xs, device):
     acc = [0]
     for x in xs:
@@ -49,6 +91,7 @@ def tier2_run(torch, device, cp, rank, request, reference_path=None, dist=None):
                    % (type(exc).__name__, str(exc)[:300]))
         return out
     out["stage"] = "import"
+    out["hadamard"] = hadamard_stand_in()
     try:
         from megatron.core import parallel_state
         from megatron.core.extensions.transformer_engine_spec_provider import TESpecProvider

@@ -175,7 +175,7 @@ def smoke_dsv4_kernels(ctx: Context) -> Result:
             continue
         data = result.data if isinstance(result.data, dict) else {}
         rows[name] = {k: data.get(k) for k in ("status", "summary", "rule", "package", "evidence", "error", "device",
-                                              "gpu_memory_peak_mib", "total_s")}
+                                              "gpu_memory_peak_mib", "total_s", "torch_start_s")}
         if rows[name]["status"] not in ("pass", "fail", "error", "skip"):
             rows[name] = {"status": "error", "summary": f"the probe answered an unknown status {data.get('status')!r}"}
             continue
