@@ -12,7 +12,9 @@ H200_REPORT=docs/gpu-runs/2026-12-02-h200-b/exit0/check-cp2.json
 if [ "${1:-}" = readme ]; then
     python -c 'import json, sys
 from dsv4_doctor.render.terminal import render_terminal
-print(render_terminal(json.load(open(sys.argv[1])), 0, width=100, color=False, encoding="utf-8"), end="")' \
+from dsv4_doctor.report import Report
+print(render_terminal(Report.from_wire(json.load(open(sys.argv[1]))), 0, width=100, color=False, encoding="utf-8"),
+      end="")' \
         "$H200_REPORT"
     exit
 fi

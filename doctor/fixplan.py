@@ -28,6 +28,7 @@ from .model import CheckReport, Status
 from .procs import kill_group
 from .redact import Redactor, cap, clean_text
 from .render.output import line_text, write_stderr
+from .report import Report
 
 ORDER = (Phase.RUNTIME, Phase.BUILD, Phase.PIN, Phase.SETTING)
 
@@ -61,7 +62,16 @@ class Plan:
         return 1 if self.unfixable else 0
 
 
-def build_plan(reports: Sequence[CheckReport]) -> Plan:
+def plan_of(report: Report) -> Plan:
+    """The plan of a report: its rows' statuses, and each row's fixes as the check made them (Report.actions: the
+    commands `--apply` runs, which the printed report may withhold). The doctor's own rows (it crashed, or was
+    interrupted before any check ran) are no check's finding: `incomplete` speaks for them."""
+    return build_plan([CheckReport(id=row.id, title=row.title, status=row.status, summary=row.summary,
+                                   fixes=list(report.actions.get(row.id, ()))) for row in report.checks
+                       if not row.id.startswith("doctor.")])
+
+
+def build_plan(reports: Sequence[CheckReport[Fix]]) -> Plan:
     by_key: dict[str, Step] = {}
     unfixable = []
     for r in reports:
@@ -176,18 +186,17 @@ def apply_guarded(plan: Plan, python: str, redact: Redactor | None = None,
     return ran, failed, signals.signum
 
 
-def incomplete(report: dict) -> str | None:
+def incomplete(report: Report) -> str | None:
     """Why the run behind a fix plan did not finish, or None."""
-    s = report["summary"]
-    if s.get("interrupted"):
-        return f"the run was interrupted by {s['interrupted']}"
-    if any(c["id"] == "doctor.internal" for c in report["checks"]):
+    if report.summary.interrupted:
+        return f"the run was interrupted by {report.summary.interrupted}"
+    if report.row("doctor.internal") is not None:
         return "dsv4-doctor crashed before the checks ran (see `dsv4-doctor check`)"
     return None
 
 
 def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, before: str, yes: bool,
-                      say: Callable[[str], None], recheck: Callable[[], dict]) -> int:
+                      say: Callable[[str], None], recheck: Callable[[], Report]) -> int:
     """`fix --apply` once the plan is printed: name the held-back steps, ask (unless `yes`), run the automatic steps
     (apply_guarded), then re-check (`recheck()` gives the new report) and say both verdicts. `code` is the first
     run's exit code, `before` its verdict line, `say` writes a line to stderr. Returns the command's exit code."""
@@ -229,10 +238,10 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
         say(f"a pip command failed with exit code {failed}; stopped after {ran} command(s)")
         return int(ExitCode.FAILED)
     again = recheck()
-    for c in again["checks"]:
-        say(f"{c['id']}: {c['status']} - {c['summary']}")
+    for c in again.checks:
+        say(f"{c.id}: {c.status.value} - {c.summary}")
     for line in not_applied:
         say(line)
     say("before: " + before)
     say("after:  " + verdict_line(again))
-    return int(again["summary"]["exit_code"])
+    return again.exit_code

@@ -21,6 +21,7 @@ from collections.abc import Collection, Mapping, Sequence
 from .fleetadmit import MAX_REPORT_BYTES, BadReport, RankReport, _obj, admit  # noqa: F401
 from .fix import Fix
 from .model import SEVERITY, CheckReport, ExitCode, Source, Status, counts, exit_code_for, overall_status
+from .report import Report
 
 MAX_GROUPS = 20  # groups listed per check; the rest are counted
 MAX_DRIFT_ITEMS = 50
@@ -220,7 +221,19 @@ def drift_row(reports: Mapping[int, RankReport], host_of: Mapping[int, str]) -> 
 
 def ranks_row(world: int, reported: Sequence[int], problems: Mapping[int, str], host_of: Mapping[int, str],
               exchange: Mapping) -> CheckReport:
-    """Every rank that did not report, was rejected, or did not take the verdict, each with its reason and host."""
+    """Every rank that did not report, was rejected, or did not take the verdict, each with its reason and host.
+    The ranks that reported but did not acknowledge the verdict are named in its summary, whatever its status: they
+    exit 1 without starting."""
+    row = _ranks_row(world, reported, problems, host_of, exchange)
+    missed = [r for r in exchange.get("not_acknowledged") or [] if isinstance(r, int)]
+    if missed:
+        row.summary += (f"; rank{'s' if len(missed) > 1 else ''} {ranges(missed)} did not acknowledge the verdict "
+                        "(a rank that misses it exits 1 without starting)")
+    return row
+
+
+def _ranks_row(world: int, reported: Sequence[int], problems: Mapping[int, str], host_of: Mapping[int, str],
+               exchange: Mapping) -> CheckReport:
     evidence = {"world_size": world, "reported": ranges(reported), "missing": ranges(problems),
                 "ranks": [{"rank": r, "host": host_of.get(r), "why": problems[r]} for r in sorted(problems)[:200]]}
     for key in ("not_acknowledged", "exchange_error", "partial"):
@@ -249,7 +262,7 @@ def ranks_row(world: int, reported: Sequence[int], problems: Mapping[int, str], 
 
 def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problems: Mapping[int, str],
           strict: bool, exchange: Mapping | None = None, hosts_hint: Mapping[int, str] | None = None,
-          anonymize_salt: str | None = None) -> tuple[dict, int]:
+          anonymize_salt: str | None = None) -> tuple[Report, int]:
     """The fleet report from rank 0's own report, the others' validated reports, and the ranks with a problem
     (rank -> why: did not report, rejected, did not acknowledge). exchange: what the exchange said (timings,
     mode, not_acknowledged, exchange_error, partial, bound_s). hosts_hint: hosts of ranks that said hello but gave
@@ -315,7 +328,9 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
            "created": base.get("created") or "", "profile": base.get("profile") or {}, "environment": env,
            "plugins": base.get("plugins") or [], "summary": summary, "checks": [r.to_dict() for r in rows],
            "redactions": base.get("redactions") or {"count": 0}, "fleet": fleet}
-    return Redactor()(out), int(code)
+    # Every rank's text is redacted once more here, against rank 0's secrets, before the report is typed. A fleet
+    # report has no actions: its fixes crossed the store as text, and `fix` plans from a single host's run.
+    return Report.from_wire(Redactor()(out)), int(code)
 
 
 def odd_ranks(rows: Sequence[CheckReport]) -> set[int]:

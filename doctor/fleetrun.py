@@ -10,9 +10,13 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .fleetenv import FleetEnv, fleet_key, launcher_hosts
 from .fleettransport import Exchange, _now
+
+if TYPE_CHECKING:
+    from .report import Report
 
 SKEW_S = 15.0  # launcher skew: how much later than rank 0 another rank may start
 SETUP_S = 20.0  # a helper starting, importing torch and joining the store
@@ -36,37 +40,35 @@ def wait_seconds(budget_s: float, elapsed_s: float, override: float | None, reru
     return max(5.0, budget_s * (2 if reruns else 1) + SKEW_S - elapsed_s)
 
 
-def node_level_ids(report: dict) -> list[str]:
+def node_level_ids(report: Report) -> list[str]:
     """The checks this rank left to its host's local rank 0 (runner.left_to_leader marks them in evidence)."""
-    return [row["id"] for row in report.get("checks") or [] if isinstance(row, dict)
-            and row.get("status") == "skip" and isinstance(row.get("evidence"), dict)
-            and row["evidence"].get("node_level") is True]
+    return [row.id for row in report.checks if row.status.value == "skip" and row.evidence.get("node_level") is True]
 
 
-def _hello(env: FleetEnv, report: dict) -> dict:
-    environment = _obj(report.get("environment"))
+def _hello(env: FleetEnv, report: Report) -> dict:
+    environment = report.environment
     fr = _obj(environment.get("fleet_rank"))
     return {"rank": env.rank, "host": fr.get("host"), "node": env.node, "local_rank": env.local_rank,
             "fingerprint": environment.get("fingerprint")}
 
 
-def _fingerprint_node(env: FleetEnv, report: dict) -> str:
+def _fingerprint_node(env: FleetEnv, report: Report) -> str:
     """Where local rank 0's fingerprint is found: the launcher's node id, else the host name."""
     host = str(_hello(env, report).get("host") or "unknown")
     return hashlib.sha256(f"{env.node}" .encode() if env.node is not None else host.encode("utf-8", "replace")
                           ).hexdigest()[:16]
 
 
-def take_part(env: FleetEnv, report: dict, python: str, started: float, strict: bool,
-              deliver: Callable[[dict], int], fleet_wait: float | None = None, verbose: bool = False,
-              rerun: Callable[[list[str], float], dict | None] | None = None, anonymize: bool = False,
+def take_part(env: FleetEnv, report: Report, python: str, started: float, strict: bool,
+              deliver: Callable[[Report], int], fleet_wait: float | None = None, verbose: bool = False,
+              rerun: Callable[[list[str], float], Report | None] | None = None, anonymize: bool = False,
               fleet_checks: tuple[str, ...] = FLEET_CHECKS) -> int:
     """Take part in the fleet run with this rank's report; the exit code this rank returns. On rank 0,
     `deliver(merged)` writes the fleet report (and returns its exit code) while the other ranks wait, so that none
     of them exits (and makes torchrun stop rank 0) before the report is out; rank 0 writes it whatever happens
     (a signal, a failed exchange). A non-leader rank whose packages differ from its local rank 0's runs its
     host-level checks with `rerun(ids, seconds)` before it reports. A rank that misses the timeline exits 1."""
-    code = report["summary"]["exit_code"]
+    code = report.exit_code
     key = fleet_key(os.environ)
     if env.rank == 0 and code >= 128:  # interrupted during its own checks: its report now, no waiting for others
         return _rank0_interrupted(env, report, strict, deliver, fleet_checks, key, code)
@@ -84,7 +86,7 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
     from .model import ExitCode, Interrupted
     from .signals import GATE
 
-    budget = float(report["summary"].get("budget_s") or 60.0)
+    budget = float(report.summary.budget_s or 60.0)
     reruns = env.local_world_size != 1
     join_s = wait_seconds(budget, _now() - started, fleet_wait, reruns)
     verdict_s = VERDICT_S + VERDICT_PER_RANK_S * env.world_size
@@ -94,21 +96,23 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
                "fingerprint_node": _fingerprint_node(env, report), "leader": True}
     timeout = SETUP_S + join_s + verdict_s + ACK_S + 2 * RELEASE_S + 30.0
     own_problem = None
+    # Rank 0's own report is merged in the same form as the others' (their wire form, admitted).
+    wire = report.to_dict()
     try:
-        own = fleetadmit.admit(0, report)
+        own = fleetadmit.admit(0, wire)
     except fleetadmit.BadReport as exc:  # the doctor's own rows: cannot happen unless a plugin slipped through
         own_problem = f"rank 0's own report could not be merged: {exc}"
-        own = fleetadmit.admit(0, dict(report, checks=[]))
+        own = fleetadmit.admit(0, dict(wire, checks=[]))
     exchange = Exchange(env, python, request, key, timeout)
     state: dict = {"others": {}, "problems": {}, "hints": {},
                    "info": {"scope": env.scope, "authenticated": key is not None, "mode": "store",
                             "fleet_checks": fleet_checks}}
     if own_problem:
         state["info"]["exchange_error"] = own_problem
-    code = int(report["summary"]["exit_code"])
+    code = report.exit_code
     signal_code = None
 
-    def merged(extra: dict | None = None) -> tuple[dict, int]:
+    def merged(extra: dict | None = None) -> tuple[Report, int]:
         problems = dict(state["problems"])
         info = dict(state["info"], **(extra or {}))
         for r in range(1, env.world_size):
@@ -152,7 +156,6 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
                 if missed:
                     state["info"]["not_acknowledged"] = missed
                     out, _ = merged()
-                    _note_unacknowledged(out, missed)
                 else:
                     state["info"]["acknowledged_all"] = True
                     out, _ = merged()
@@ -169,7 +172,7 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
                                      "then are listed as missing, and no verdict was sent", interrupted=name,
                              missing_why=f"not heard from before {name}")
         out, verdict = merged()
-        out["summary"]["exit_code"] = signal_code  # as a single-host report cut short by a signal says
+        out = out.with_exit_code(signal_code)  # as a single-host report cut short by a signal says
     except Exception as exc:  # the doctor's own side broke: the report still goes out
         exchange.close()
         state["info"].update(exchange_error=f"{type(exc).__name__}: {exc}"[:600],
@@ -212,14 +215,14 @@ def _rank0_interrupted(env, report, strict, deliver, fleet_checks, key, code: in
     from . import fleetadmit, fleetmerge
     from .signals import GATE
 
-    name = str(report["summary"].get("interrupted") or "a signal")
+    name = str(report.summary.interrupted or "a signal")
     info = {"scope": env.scope, "authenticated": key is not None, "fleet_checks": fleet_checks, "interrupted": name,
             "partial": f"interrupted by {name} before the fleet exchange: only rank 0's own results are here"}
     problems = {r: f"not heard from: rank 0 was interrupted by {name} first" for r in range(1, env.world_size)}
-    own = fleetadmit.admit(0, report)
+    own = fleetadmit.admit(0, report.to_dict())
     hints = launcher_hosts(env, os.environ, {own.node: own.host} if own.node else {})
     merged, _ = fleetmerge.merge(own, {}, env.world_size, problems, strict, info, hints)
-    merged["summary"]["exit_code"] = code
+    merged = merged.with_exit_code(code)
     with GATE.critical():
         deliver(merged)
     return code
@@ -262,15 +265,6 @@ def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -
             state.setdefault("rejected_seen", set()).add(r)
 
 
-def _note_unacknowledged(out: dict, missed: list[int]) -> None:
-    from .fleetmerge import ranges
-
-    for row in out.get("checks") or []:
-        if row.get("id") == "fleet.ranks":
-            row["summary"] += (f"; rank{'s' if len(missed) > 1 else ''} {ranges(missed)} did not acknowledge the "
-                               "verdict (a rank that misses it exits 1 without starting)")
-
-
 def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int:
 
     from .model import ExitCode
@@ -278,7 +272,7 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
     from .render.output import write_stderr
     from .signals import GATE
 
-    budget = float(report["summary"].get("budget_s") or 60.0)
+    budget = float(report.summary.budget_s or 60.0)
     base_wait = fleet_wait if fleet_wait is not None else max(5.0, budget + SKEW_S - (_now() - started))
     connect_s = base_wait + SKEW_S + SETUP_S
     request = {"rank": env.rank, "world_size": env.world_size, "master_addr": env.master_addr, "port": env.port,
@@ -301,17 +295,15 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
             report_by = float(plan.get("report_by") or _now())
             ids = node_level_ids(report)
             leader_fp = plan.get("leader_fingerprint")
-            own_fp = (report.get("environment") or {}).get("fingerprint")
+            own_fp = report.environment.get("fingerprint")
             if ids and rerun is not None and (plan.get("leader") != "read" or leader_fp != own_fp):
                 seconds = report_by - _now() - 3.0
                 if seconds >= 5.0:
                     own = rerun(ids, seconds)
-                    if isinstance(own, dict) and isinstance(own.get("checks"), list):
-                        rows = {row.get("id"): row for row in own["checks"] if isinstance(row, dict)}
-                        report = dict(report, checks=[rows.get(row.get("id"), row) if isinstance(row, dict) else
-                                                      row for row in report["checks"]])
+                    if own is not None:
+                        report = report.with_rows(own.checks, own.actions)
                         ran_own = True
-            exchange.write("report.json", report)
+            exchange.write("report.json", report.to_dict())
             exchange.touch("report.json.ready")
             until = float(plan.get("ack_by") or _now()) + RELEASE_S + 15.0
             answer = exchange.finish(until)
@@ -337,9 +329,8 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
     return int(ExitCode.FAILED)
 
 
-def host_of(report: dict) -> str:
-    env = report.get("environment")
-    fr = env.get("fleet_rank") if isinstance(env, dict) else None
+def host_of(report: Report) -> str:
+    fr = report.environment.get("fleet_rank")
     return str((fr.get("host") if isinstance(fr, dict) else None) or "unknown host")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import textwrap
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 # What a fix is lives in fix.py; checks, plugins (APIs 1/2) and the renderers import it from here.
@@ -224,9 +224,20 @@ class Source:
         return {"title": self.title, "url": self.url}
 
 
+class Wire(Protocol):
+    """What crosses a boundary as JSON: a fix as a check made it (`Fix`) or as a report shows it (`ShownFix`)."""
+
+    def to_dict(self) -> dict: ...
+
+
+FixT = TypeVar("FixT", bound=Wire)
+
+
 @dataclass
-class CheckReport:
-    """A check's result, stamped with its identity, for renderers."""
+class CheckReport(Generic[FixT]):
+    """A check's result, stamped with its identity. Its fixes are what the check made (`CheckReport[Fix]`: the
+    runner's, with their real commands) or, in a finished report, their redacted form (`CheckReport[ShownFix]`,
+    report.py: what renderers see)."""
 
     id: str
     title: str
@@ -234,7 +245,7 @@ class CheckReport:
     summary: str
     details: str = ""
     evidence: dict = field(default_factory=dict)
-    fixes: list[Fix] = field(default_factory=list)
+    fixes: list[FixT] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
     duration_s: float = 0.0
     origin: str = "dsv4-doctor"

@@ -1,7 +1,10 @@
 """The doctor's side of the plugin hosts: a third-party plugin is imported, described and run in a host process of
 its own (pluginhost.py), so that a plugin that hangs, crashes or prints cannot take the run with it.
 
-The hosts start within the session's process tracking; ending one kills its group and whatever probes it started.
+The hosts start within the session's process tracking and within the probes' concurrency limit: a host holds one of
+the probe pool's slots from its start to its end, so probes and hosts together never run more than `workers()`
+children at once. Each host starts from a thread of its own as soon as a slot is free; ending one kills its group and
+whatever probes it started, and frees its slot.
 """
 
 from __future__ import annotations
@@ -10,38 +13,55 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 
 from .model import Check, CheckReport, Profile, Status
-from .procs import Processes, start_helper
+from .procs import Helper, Processes, start_helper
 from .redact import read_tail
 from .registry import PluginInfo, Registry
 
 DESCRIBE_BUDGET_S = 30.0  # third-party plugins: import and describe, all at once
 MARGIN_S = 5.0
+NO_SLOT = "never started: no probe slot came free in time"
 
 
 def log_tail(path: str) -> str:
     return read_tail(path, 3000).strip()  # a cut first line is dropped: it may end a secret
 
 
+class Host:
+    """One plugin host: its files, and its process once a slot let it start (`ready` is set when it started or
+    gave up)."""
+
+    def __init__(self, info: PluginInfo, events: str, log: str, checks: Sequence[Check] = ()) -> None:
+        self.info, self.events, self.log, self.checks = info, events, log, list(checks)
+        self.helper: Helper | None = None
+        self.not_started: str | None = None  # why it never started
+        self.ready = threading.Event()
+        self.lock = threading.Lock()
+        self.abandoned = False  # its end came before its start: it must not start any more
+        self.holds_slot = False
+
+
 class PluginHosts:
     """Every plugin host of one session: describe them all at load, run the selected plugin checks beside the
     built-ins, collect what they answered."""
 
-    def __init__(self, procs: Processes, python: str, timeout: float,
-                 critical: Callable[[], AbstractContextManager], gpus: Callable[[], list[dict]]) -> None:
-        self.procs, self.python, self.timeout = procs, python, timeout
-        self.critical, self.gpus = critical, gpus
+    def __init__(self, procs: Processes, python: str, timeout: float, gpus: Callable[[], list[dict]],
+                 slots: threading.BoundedSemaphore) -> None:
+        self.procs, self.python, self.timeout, self.gpus = procs, python, timeout, gpus
+        self.slots = slots  # the probe pool's: a host counts as one probe while it runs
         self.registry: Registry | None = None
         self.plugin_checks: dict[str, list[Check]] = {}  # entry point name -> its described checks
 
-    def _host(self, info: PluginInfo, mode: str, extra: dict, budget_s: float) -> dict:
-        """Start one plugin host."""
+    def _host(self, info: PluginInfo, mode: str, extra: dict, budget_s: float, deadline: float,
+              checks: Sequence[Check] = ()) -> Host:
+        """One plugin host, started from a thread of its own once a slot is free (or never, when none is before
+        `deadline`)."""
         tmp = self.procs.tempdir("dsv4-doctor-plugin-")
-        events, log_path = os.path.join(tmp, "events.jsonl"), os.path.join(tmp, "host.log")
+        host = Host(info, os.path.join(tmp, "events.jsonl"), os.path.join(tmp, "host.log"), checks)
         fields = {k: getattr(info, k) for k in ("name", "value", "distribution", "version")}
         request_path = os.path.join(tmp, "request.json")
         # The request goes in a file: hundreds of selected plugin check ids overflow one argv string (Linux caps it
@@ -50,17 +70,53 @@ class PluginHosts:
             json.dump(dict(extra, mode=mode, plugin=fields), fh)
         from .probes import child_env
 
-        with self.critical():
-            helper = start_helper(self.procs, [sys.executable, "-m", "dsv4_doctor.pluginhost", "@" + request_path,
-                                               events], log_path, child_env(budget_s))
-        return {"info": info, "helper": helper, "events": events, "log": log_path}
+        argv = [sys.executable, "-m", "dsv4_doctor.pluginhost", "@" + request_path, host.events]
+        threading.Thread(target=self._start, args=(host, argv, child_env(budget_s), deadline), daemon=True,
+                         name=f"plugin-host-{info.name[:40]}").start()
+        return host
 
-    def _end_host(self, host: dict, deadline: float):
-        """Wait for a host until the deadline, kill it and whatever it started; (its events, how it ended, its log)."""
-        from .pluginhost import read_events
+    def _start(self, host: Host, argv: list[str], env: dict, deadline: float) -> None:
+        try:
+            while not self.slots.acquire(timeout=max(0.0, min(0.25, deadline - time.monotonic()))):
+                if host.abandoned or time.monotonic() >= deadline:
+                    host.not_started = NO_SLOT
+                    return
+            with host.lock:
+                if host.abandoned:
+                    self.slots.release()
+                    return
+                host.holds_slot = True
+            try:
+                host.helper = start_helper(self.procs, argv, host.log, env)
+            except (OSError, RuntimeError) as exc:  # RuntimeError: the session is shutting down
+                host.not_started = f"could not start ({exc})"
+                self._release(host)
+        finally:
+            host.ready.set()
+
+    def _release(self, host: Host) -> None:
+        with host.lock:
+            if host.holds_slot:
+                host.holds_slot = False
+                self.slots.release()
+
+    def _end_host(self, host: Host, deadline: float):
+        """Wait for a host until the deadline, kill it and whatever it started, free its slot; (its events, how it
+        ended, its log)."""
+        from .pluginhost import HostAnswer, read_events
         from .procs import kill_orphan_group, remove_tempdir
 
-        end = host["helper"].finish(deadline)
+        host.ready.wait(max(0.0, deadline - time.monotonic()))
+        with host.lock:
+            if not host.ready.is_set():
+                host.abandoned = True
+                host.not_started = NO_SLOT
+        if host.helper is None:
+            return HostAnswer(), host.not_started or NO_SLOT, ""
+        try:
+            end = host.helper.finish(deadline)
+        finally:
+            self._release(host)
         if end.timed_out or end.returncode is None:
             how = "did not finish in time and was killed"
         elif end.returncode < 0:
@@ -74,12 +130,12 @@ class PluginHosts:
             how = "stopped at the run's deadline"
         else:
             how = "" if end.returncode == 0 else f"exited with code {end.returncode}"
-        answer = read_events(host["events"])
+        answer = read_events(host.events)
         for pid in answer.spawned:  # a killed host cannot clean up its probes: the doctor does
             kill_orphan_group(pid)
         for path in answer.tempdirs:
             remove_tempdir(path)
-        return answer, how, log_tail(host["log"])
+        return answer, how, log_tail(host.log)
 
     def describe(self, registry: Registry) -> None:
         """Every third-party plugin of `registry` imported and described, each in its host, all at once; a plugin
@@ -88,15 +144,16 @@ class PluginHosts:
 
         self.registry = registry
         deadline = time.monotonic() + min(DESCRIBE_BUDGET_S, self.timeout)
-        started = [self._host(info, "describe", {"deadline": deadline}, DESCRIBE_BUDGET_S)
+        started = [self._host(info, "describe", {"deadline": deadline}, DESCRIBE_BUDGET_S, deadline)
                    for info in self.registry.plugins]
         taken = {c.id: "dsv4-doctor" for c in self.registry.checks}
         for host in started:
-            info = host["info"]
+            info = host.info
             answer, how, log = self._end_host(host, deadline)
             problems = list(answer.problems)
             if answer.plugin is None:
-                info.error = "; ".join([f"the plugin host {how or 'exited'} before the plugin loaded", *problems])
+                ended = how if host.helper is None else f"{how or 'exited'} before the plugin loaded"
+                info.error = "; ".join([f"the plugin host {ended}", *problems])
                 info.traceback = log
                 continue
             info.loaded = bool(answer.plugin.get("loaded"))
@@ -123,33 +180,33 @@ class PluginHosts:
             for check in self.plugin_checks.get(info.name, []):
                 info.warnings += rule_problems(check, taken, None)
 
-    def start_runs(self, profile: Profile, ids: set[str], deadline: float) -> list:
+    def runs_for(self, ids: set[str]) -> list[str]:
+        """The plugins (entry point names) whose hosts a run of these check ids starts."""
+        return [name for name, checks in self.plugin_checks.items() if any(c.id in ids for c in checks)]
+
+    def start_runs(self, profile: Profile, ids: set[str], deadline: float) -> list[Host]:
         if not ids:
             return []
         hosts = []
         request = {"profile": profile.to_dict(), "python": self.python, "timeout_s": self.timeout,
                    "deadline": deadline - MARGIN_S, "gpus": self.gpus()}
-        for name, checks in self.plugin_checks.items():
-            mine = [c for c in checks if c.id in ids]
-            if not mine:
-                continue
+        for name in self.runs_for(ids):
+            mine = [c for c in self.plugin_checks[name] if c.id in ids]
             assert self.registry is not None
             info = next(p for p in self.registry.plugins if p.name == name)
-            host = self._host(info, "run", dict(request, selected=[c.id for c in mine]),
-                              max(1.0, deadline - time.monotonic()))
-            host["checks"] = mine
-            hosts.append(host)
+            hosts.append(self._host(info, "run", dict(request, selected=[c.id for c in mine]),
+                                    max(1.0, deadline - time.monotonic()), deadline, mine))
         return hosts
 
-    def collect(self, hosts: list, deadline: float, unfinished: str | None = None) -> list[CheckReport]:
+    def collect(self, hosts: list[Host], deadline: float, unfinished: str | None = None) -> list[CheckReport]:
         from .pluginhost import report_from
 
         out = []
         for host in hosts:
-            info = host["info"]
+            info = host.info
             answer, how, log = self._end_host(host, deadline)
             running = [i for i in answer.started if i not in answer.results]
-            for check in host["checks"]:
+            for check in host.checks:
                 if check.id in answer.results:
                     out.append(report_from(answer.results[check.id], check))
                     continue
@@ -157,6 +214,8 @@ class PluginHosts:
                     why = unfinished
                 elif check.id in running:
                     why = f"the plugin host {how or 'exited'} while this check ran"
+                elif host.helper is None:
+                    why = f"not run: the plugin host {how}"
                 elif answer.plugin is None:
                     why = f"the plugin host {how or 'exited'} before the plugin loaded"
                 else:

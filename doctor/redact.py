@@ -211,6 +211,11 @@ def _env_prefix(env: Any) -> str | None:
         return None
 
 
+def _env_words(env: Any) -> list[str]:
+    """A command's environment as `NAME=value` words, for the secret test of the line it is printed on."""
+    return [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else []
+
+
 class Redactor:
     def __init__(self, environ: Mapping[str, str] | None = None):
         environ = os.environ if environ is None else environ
@@ -287,9 +292,11 @@ class Redactor:
         never redacted as whole strings; a command that is withheld has its argv withheld too."""
         if isinstance(obj, dict):
             if isinstance(obj.get("argv"), list) and isinstance(obj.get("commands"), list):
-                lines = [self.command(a) for a in obj["argv"]]
                 raw_env = obj.get("env")
                 envs: list = raw_env if isinstance(raw_env, list) else []
+                # A command's environment is printed with it, so a secret there withholds the command too.
+                lines = [self.command([*_env_words(envs[i] if i < len(envs) else None), *a])
+                         and self.command(a) if isinstance(a, list) else None for i, a in enumerate(obj["argv"])]
                 prefixes = [_env_prefix(envs[i] if i < len(envs) else None) for i in range(len(lines))]
                 lines = [None if line is None or prefix is None else prefix + line
                          for line, prefix in zip(lines, prefixes, strict=True)]

@@ -1,186 +1,233 @@
-"""The versioned report every renderer reads: `dsv4-doctor.report/1`.
+"""The report of a run, typed: what the session produces and every renderer, the fix planner and the fleet read.
 
-Fields are only ever added within a schema version; a change that breaks consumers bumps the version
-(as pip inspect does). The JSON Schema ships in dsv4_doctor/schema/.
+Its wire form is the versioned JSON `dsv4-doctor.report/1` (`to_dict`, `from_wire`). Fields are only ever added
+within a schema version; a change that breaks consumers bumps the version (as pip inspect does). The JSON Schema
+ships in dsv4_doctor/schema/.
+
+A Report is made from the redacted and cleaned wire form (assemble.py), so every text a renderer reads has been
+through the Redactor. The one exception is `actions`: the fixes as the checks made them, with their real commands,
+which only the fix planner reads (`fix --apply` runs a command whose secret the script withholds); it is not part of
+the wire form and no renderer reads it.
 """
 
 from __future__ import annotations
 
-import datetime
-import os
-import platform
-import sys
-from dataclasses import dataclass, field
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
-from collections.abc import Sequence
+from typing import Any
 
 from . import __version__
-from .model import CheckReport, Profile, counts, exit_code_for, overall_status
-from .redact import Redactor, sanitize
+from .fix import Fix
+from .model import CheckReport, Source, Status
+from .registry import PluginInfo
 
-if TYPE_CHECKING:
-    from .registry import PluginInfo
-
-@dataclass
-class Outcome:
-    """What a run produced, for the report builder."""
-
-    profile: Profile
-    reports: list[CheckReport]
-    target: dict
-    static: dict | None
-    duration_s: float
-    budget_s: float
-    interrupted: str | None = None
-    plugins: list[PluginInfo] = field(default_factory=list)
-    gpus: list[dict] = field(default_factory=list)  # nvidia-smi's rows
-
-
+# The report's types are read, never compared (eq=False): every `check` defines them, and the comparison methods
+# would only cost start-up time.
 SCHEMA = "dsv4-doctor.report/1"
 SCHEMA_FILE = Path(__file__).resolve().parent / "schema" / "report-1.schema.json"
 
-# Variables that change what the DSv4 stack does; secret-named ones among them are masked whatever their length.
-RELEVANT_ENV_PREFIXES = ("CUDA_", "NVTE_", "NCCL_", "TORCH_", "PYTORCH_", "NVIDIA_", "CUDNN_", "TRITON_",
-                         "MEGATRON_", "VERL_", "TE_")
-RELEVANT_ENV_NAMES = ("LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CUDA_HOME")
+
+def _obj(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
-def detect_container() -> dict:
-    """Cheap, read-only hints; none is proof on its own, so all are listed."""
-    evidence = []
-    runtime = None
-    if os.path.exists("/.dockerenv"):
-        evidence.append("/.dockerenv")
-        runtime = "docker"
-    if os.path.exists("/run/.containerenv"):
-        evidence.append("/run/.containerenv")
-        runtime = runtime or "podman"
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        evidence.append("KUBERNETES_SERVICE_HOST")
-        runtime = runtime or "kubernetes"
-    for var, name in (("SINGULARITY_CONTAINER", "apptainer"), ("APPTAINER_CONTAINER", "apptainer"),
-                      ("ENROOT_ROOTFS", "enroot"), ("NVIDIA_PYTORCH_VERSION", "ngc-pytorch")):
-        if os.environ.get(var):
-            evidence.append(var)
-            runtime = runtime or name
+def _text(value: Any, default: str = "") -> str:
+    return value if isinstance(value, str) else default
+
+
+def _number(value: Any, default: float = 0.0) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return value if ok else default
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+
+@dataclass(frozen=True, eq=False)
+class ShownFix:
+    """A fix as a report shows it, after redaction: each command as a printable line (WITHHELD in place of one that
+    held a secret, whose argv is then masked too), never a command to run."""
+
+    description: str
+    commands: tuple[str, ...] = ()
+    argv: tuple[tuple[str, ...], ...] = ()
+    id: str = ""
+    phase: str = "pin"
+    manual: bool = False
+    notes: tuple[str, ...] = ()
+    env: tuple[Mapping[str, str], ...] | None = None  # one mapping per command, when any command has one
+
+    def to_dict(self) -> dict:
+        out: dict = {"description": self.description, "commands": list(self.commands),
+                     "argv": [list(a) for a in self.argv], "id": self.id, "phase": self.phase,
+                     "manual": self.manual, "notes": list(self.notes)}
+        if self.env is not None:
+            out["env"] = [dict(e) for e in self.env]
+        return out
+
+    @staticmethod
+    def from_wire(data: Any) -> ShownFix:
+        data = _obj(data)
+        argv = data.get("argv")
+        env = data.get("env")
+        return ShownFix(
+            description=_text(data.get("description")), commands=_texts(data.get("commands")),
+            argv=tuple(_texts(a) for a in argv if isinstance(a, list)) if isinstance(argv, list) else (),
+            id=_text(data.get("id")), phase=_text(data.get("phase"), "pin"), manual=data.get("manual") is True,
+            notes=_texts(data.get("notes")),
+            env=tuple({k: v for k, v in e.items() if isinstance(v, str)} for e in env if isinstance(e, dict))
+            if isinstance(env, list) else None)
+
+
+Row = CheckReport[ShownFix]
+
+
+def row_from_wire(data: Any) -> Row:
+    data = _obj(data)
     try:
-        with open("/proc/1/cgroup", encoding="utf-8", errors="replace") as fh:
-            cgroup = fh.read(4096)
-        for word in ("docker", "kubepods", "containerd", "libpod"):
-            if word in cgroup:
-                evidence.append(f"/proc/1/cgroup mentions {word}")
-                runtime = runtime or word
-                break
-    except OSError:
-        pass
-    return {"detected": bool(evidence), "runtime": runtime, "evidence": evidence}
+        status = Status(data.get("status"))
+    except ValueError:
+        status = Status.ERROR
+    return CheckReport(
+        id=_text(data.get("id")), title=_text(data.get("title")), status=status, summary=_text(data.get("summary")),
+        details=_text(data.get("details")), evidence=_obj(data.get("evidence")),
+        fixes=[ShownFix.from_wire(f) for f in data.get("fixes") or [] if isinstance(f, dict)],
+        sources=[Source(_text(s.get("title")), _text(s.get("url"))) for s in data.get("sources") or []
+                 if isinstance(s, dict)],
+        duration_s=_number(data.get("duration_s")), origin=_text(data.get("origin"), "dsv4-doctor"),
+        internal_error=data.get("internal_error") is True)
 
 
-def relevant_variables(environ=None) -> dict:
-    environ = os.environ if environ is None else environ
-    return sanitize({k: environ[k] for k in sorted(environ)
-                     if k.startswith(RELEVANT_ENV_PREFIXES) or k in RELEVANT_ENV_NAMES})
+@dataclass(frozen=True, eq=False)
+class Summary:
+    """The verdict: the worst status, the exit code every format shares, and how the run went."""
+
+    status: Status
+    exit_code: int
+    strict: bool = False
+    counts: Mapping[str, int] = field(default_factory=dict)
+    duration_s: float = 0.0
+    internal_errors: tuple[str, ...] = ()
+    budget_s: float | None = None
+    partial: str | None = None  # a fleet report that holds only part of the fleet, and why
+    interrupted: str | None = None  # the signal that cut the run short (SIGINT, ...)
+
+    def count(self, status: str) -> int:
+        value = self.counts.get(status)
+        return value if isinstance(value, int) else 0
+
+    def to_dict(self) -> dict:
+        out: dict = {"status": self.status.value, "exit_code": self.exit_code, "strict": self.strict,
+                     "counts": dict(self.counts), "duration_s": self.duration_s,
+                     "internal_errors": list(self.internal_errors)}
+        for key in ("budget_s", "partial", "interrupted"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+    @staticmethod
+    def from_wire(data: Any) -> Summary:
+        data = _obj(data)
+        try:
+            status = Status(data.get("status"))
+        except ValueError:
+            status = Status.ERROR
+        code = data.get("exit_code")
+        counts = _obj(data.get("counts"))
+        budget = data.get("budget_s")
+        return Summary(status=status, exit_code=code if isinstance(code, int) else 3, strict=data.get("strict") is True,
+                       counts={k: v for k, v in counts.items() if isinstance(v, int)},
+                       duration_s=_number(data.get("duration_s")), internal_errors=_texts(data.get("internal_errors")),
+                       budget_s=_number(budget) if budget is not None else None,
+                       partial=data["partial"] if isinstance(data.get("partial"), str) else None,
+                       interrupted=data["interrupted"] if isinstance(data.get("interrupted"), str) else None)
 
 
-def environment(target: dict, static: dict | None, python: str) -> dict:
-    py = static.get("python") if isinstance(static, dict) else None
-    source = py if isinstance(py, dict) else target
-    info = {k: source.get(k) if isinstance(source.get(k), (str, type(None))) else str(source.get(k))
-            for k in ("executable", "version", "implementation", "prefix")}
-    info["executable"] = info["executable"] or python
-    return {
-        "doctor_python": sys.executable,
-        "target_python": info,
-        "host": {"system": platform.system(), "release": platform.release(), "machine": platform.machine(),
-                 "cpu_count": os.cpu_count()},
-        "container": detect_container(),
-        "variables": relevant_variables(),
-    }
+def _plugin_from_wire(data: dict) -> PluginInfo:
+    version, error, checks = data.get("version"), data.get("error"), data.get("checks")
+    return PluginInfo(name=_text(data.get("name")), value=_text(data.get("value")),
+                      distribution=_text(data.get("distribution")),
+                      version=version if isinstance(version, str) else None, loaded=data.get("loaded") is True,
+                      checks=checks if isinstance(checks, int) else 0, error=error if isinstance(error, str) else None)
 
 
-def _profile_shown(profile: dict) -> dict:
-    """The profile as a report carries it: the job command's values by shape (job.shape.job_shown)."""
-    from .job.shape import job_shown
+@dataclass(frozen=True, eq=False)
+class Report:
+    """One run's report (or a fleet's, merged). `profile`, `environment`, `job_settings` and `fleet` are JSON trees
+    as the report shows them (the profile's job by shape); the rows are typed."""
 
-    if isinstance(profile.get("job"), dict):
-        profile = dict(profile, job=job_shown(profile["job"]))
-    return profile
+    profile: Mapping[str, Any]
+    environment: Mapping[str, Any]
+    summary: Summary
+    checks: tuple[Row, ...]
+    plugins: tuple[PluginInfo, ...] = ()
+    schema: str = SCHEMA
+    doctor_version: str = __version__
+    created: str = ""
+    job_settings: Mapping[str, Any] | None = None
+    redactions: int = 0  # how many secrets the Redactor masked
+    fleet: Mapping[str, Any] | None = None  # a fleet report's own section: ranks, hosts, timings
+    # The fix planner's only input besides the rows: each check's fixes as it made them (real argv and env).
+    actions: Mapping[str, tuple[Fix, ...]] = field(default_factory=dict, repr=False, compare=False)
 
+    @property
+    def exit_code(self) -> int:
+        return self.summary.exit_code
 
-def assemble(profile: Profile | dict, checks: Sequence[CheckReport], plugins: Sequence, env: dict, strict: bool,
-             duration_s: float, budget_s: float | None = None, interrupted: str | None = None) -> dict:
-    """The report dict, redacted and cleaned: the only thing renderers ever see."""
-    status = overall_status(c.status for c in checks)
-    code = exit_code_for(checks, strict)
-    summary = {
-        "status": status.value,
-        "exit_code": int(code),
-        "strict": strict,
-        "counts": dict(counts(checks)),
-        "duration_s": round(duration_s, 3),
-        "internal_errors": [c.id for c in checks if c.internal_error],
-    }
-    if budget_s is not None:
-        summary["budget_s"] = round(budget_s, 1)
-    if interrupted:
-        summary["interrupted"] = interrupted
-    report = {
-        "schema": SCHEMA,
-        "doctor": {"name": "dsv4-doctor", "version": __version__},
-        "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
-        "profile": _profile_shown(profile.to_dict() if isinstance(profile, Profile) else dict(profile)),
-        "environment": env,
-        "plugins": [p.to_dict() for p in plugins],
-        "summary": summary,
-        "checks": [c.to_dict() for c in checks],
-    }
-    from .job.settings import section
+    @property
+    def target_python(self) -> Mapping[str, Any]:
+        return _obj(self.environment.get("target_python"))
 
-    settings = section(profile.job, profile.cp, [c.to_dict() for c in checks]) if isinstance(profile, Profile) else None
-    if settings is not None:
-        report["job_settings"] = settings
-    redactor = Redactor()
-    report = redactor(report)
-    report["redactions"] = {"count": redactor.count}
-    return report
+    @property
+    def job(self) -> Mapping[str, Any] | None:
+        """The training command's settings as the report shows them, when the run had one."""
+        job = self.profile.get("job")
+        return job if isinstance(job, dict) else None
 
+    def row(self, check_id: str) -> Row | None:
+        return next((c for c in self.checks if c.id == check_id), None)
 
-def fingerprint(static: dict | None, gpus: list[dict]) -> dict:
-    """What fleet.drift compares between ranks: each inspected distribution's version and RECORD hash, each source
-    file the rules read (its sha256), the driver, Python and doctor versions."""
-    from .facts import StaticFacts
+    def with_exit_code(self, code: int) -> Report:
+        return replace(self, summary=replace(self.summary, exit_code=int(code)))
 
-    if not static:  # said, not left empty: an empty fingerprint would match any other
-        return {"packages": {}, "sources": {}, "platform": {"doctor": __version__},
-                "missing": "the static probe gave no answer within the run, so this rank's packages are not known"}
-    facts = StaticFacts(static)
-    packages = {}
-    for name in sorted(facts.data.get("distributions") or {}):
-        copy = facts.dist(name)
-        if copy is None:
-            packages[name] = "not installed"
-            continue
-        record = copy.get("record_sha256")
-        packages[name] = f"{copy.get('version') or '?'} (RECORD {record[:12] if record else 'absent'})"
-    sources = {}
-    for module in sorted(facts.data.get("sources") or {}):
-        src = facts.source(module)
-        if src.get("found") and src.get("sha256"):
-            sources[module] = src["sha256"][:16]
-    platform_facts = {"python": facts.python.get("version"), "doctor": __version__,
-                      "driver": (gpus[0].get("driver_version") if gpus else None) or "no nvidia-smi"}
-    return {"packages": packages, "sources": sources, "platform": platform_facts}
+    def with_rows(self, rows: Iterable[Row], actions: Mapping[str, tuple[Fix, ...]] | None = None) -> Report:
+        """The same report with these rows in place of the ones with their ids (the verdict is left as it was)."""
+        by_id = {r.id: r for r in rows}
+        merged_actions = dict(self.actions)
+        for check_id in by_id:
+            merged_actions.pop(check_id, None)
+        merged_actions.update({k: v for k, v in (actions or {}).items() if k in by_id})
+        return replace(self, checks=tuple(by_id.get(c.id, c) for c in self.checks), actions=merged_actions)
 
+    def to_dict(self) -> dict:
+        """The wire form, `dsv4-doctor.report/1`."""
+        out: dict = {"schema": self.schema, "doctor": {"name": "dsv4-doctor", "version": self.doctor_version},
+                     "created": self.created, "profile": dict(self.profile), "environment": dict(self.environment),
+                     "plugins": [p.to_dict() for p in self.plugins], "summary": self.summary.to_dict(),
+                     "checks": [c.to_dict() for c in self.checks]}
+        if self.job_settings is not None:
+            out["job_settings"] = dict(self.job_settings)
+        out["redactions"] = {"count": self.redactions}
+        if self.fleet is not None:
+            out["fleet"] = dict(self.fleet)
+        return out
 
-def build(outcome: Outcome, python: str, strict: bool = False, exit_override: int | None = None) -> dict:
-    env = environment(outcome.target, outcome.static, python)
-    fleet = outcome.profile.fleet
-    if fleet:
-        env["fleet_rank"] = {k: fleet.get(k) for k in ("rank", "local_rank", "host", "node")}
-        env["fingerprint"] = fingerprint(outcome.static, outcome.gpus)
-    report = assemble(outcome.profile, outcome.reports, outcome.plugins, env, strict, outcome.duration_s,
-                      outcome.budget_s, outcome.interrupted)
-    if exit_override is not None:
-        report["summary"]["exit_code"] = exit_override
-    return report
+    @staticmethod
+    def from_wire(data: Any, actions: Mapping[str, tuple[Fix, ...]] | None = None) -> Report:
+        """A report from its wire form: one the doctor redacted itself (assemble, the fleet merge) or one read back
+        from a file. Whatever does not fit is left out, never a crash."""
+        data = _obj(data)
+        count = _obj(data.get("redactions")).get("count")
+        settings, fleet = data.get("job_settings"), data.get("fleet")
+        return Report(
+            profile=_obj(data.get("profile")), environment=_obj(data.get("environment")),
+            summary=Summary.from_wire(data.get("summary")),
+            checks=tuple(row_from_wire(c) for c in data.get("checks") or [] if isinstance(c, dict)),
+            plugins=tuple(_plugin_from_wire(p) for p in data.get("plugins") or [] if isinstance(p, dict)),
+            schema=_text(data.get("schema"), SCHEMA), doctor_version=_text(_obj(data.get("doctor")).get("version")),
+            created=_text(data.get("created")), job_settings=settings if isinstance(settings, dict) else None,
+            redactions=count if isinstance(count, int) else 0, fleet=fleet if isinstance(fleet, dict) else None,
+            actions=dict(actions or {}))

@@ -45,7 +45,8 @@ class _Slot:
 
 
 class ProbePool:
-    """Runs each probe once (by key) in a daemon thread, at most `workers` at a time, within the deadline."""
+    """Runs each probe once (by key) in a daemon thread, at most `workers` at a time, within the deadline. The plugin
+    hosts take their turn from the same `slots`."""
 
     def __init__(self, python: str, default_timeout_s: float, workers: int, procs: Processes,
                  long_timeout_s: float | None = None):
@@ -56,7 +57,8 @@ class ProbePool:
         self.deadline: float | None = None  # set once the run's budget is known
         self._slots: dict[str, _Slot] = {}
         self._lock = threading.Lock()
-        self._workers = threading.BoundedSemaphore(workers)
+        self.slots = threading.BoundedSemaphore(workers)  # a probe or a plugin host holds one while it runs
+        self.submitted: list[str] = []  # every probe key this pool was asked to run, in order
         self._running: set[str] = set()  # keys of the probes that run now
         self._stage_files: dict[str, str] = {}  # key -> the stage file of a Python probe that runs now
 
@@ -64,6 +66,7 @@ class ProbePool:
         with self._lock:
             slot = self._slots.get(probe.key)
             if slot is None:
+                self.submitted.append(probe.key)
                 slot = self._slots[probe.key] = _Slot()
                 threading.Thread(target=self._work, args=(probe, slot), daemon=True,
                                  name=f"probe-{probe.key[:40]}").start()
@@ -77,7 +80,7 @@ class ProbePool:
 
     def _work(self, probe: Probe, slot: _Slot) -> None:
         try:
-            with self._workers:
+            with self.slots:
                 self._running.add(probe.key)
                 timeout = self.timeout_for(probe)
                 if self.deadline is not None:

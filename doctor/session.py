@@ -1,5 +1,6 @@
-"""One doctor run: the target interpreter and its handshake, the profile (resolved once, before selection), the
-selection, the plugin hosts, the checks under one time budget, and the report.
+"""One doctor run: the target interpreter and its handshake, the registry and the static probe, the profile
+(resolved once, before selection), the selection, the time budget, and the run of the built-in and plugin checks
+under it, whose outcome the report is made from (runreport.py drives these steps; assemble.py makes the report).
 
 The session owns every child process (`Processes`): `close()` kills whatever is still running and removes every
 temporary directory, which the CLI does on the way out of every command, usage errors and signals included.
@@ -23,9 +24,9 @@ from .probes import (DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, NVIDIA_SMI, PROBE_MIN_PY
 from .plugins import MARGIN_S, PluginHosts, plugin_error_rows
 from .procs import Processes
 from .registry import Registry
-from .report import Outcome
+from .assemble import Outcome
 from .runner import CHECK_TIMEOUT_S, ProbePool, RunContext, Runner, execute, plan
-from .signals import GATE, STOP_SIGNALS, SignalGate  # noqa: F401  (GATE: the one gate; the others for callers)
+from .signals import GATE
 
 HANDSHAKE_BUDGET_S = 15.0
 MAX_CP = 1024
@@ -97,7 +98,7 @@ class Session:
         self.handshake = handshake_probe(self.python)
         self.registry: Registry | None = None
         self.static_probe: Probe | None = None
-        self.hosts = PluginHosts(self.procs, self.python, self.timeout, self.critical, self.gpus)
+        self.hosts = PluginHosts(self.procs, self.python, self.timeout, self.gpus, self.pool.slots)
         self.target: dict = {"executable": self.python, "version": None}
         self.target_problem: str | None = None
         self._owns_gate = False
@@ -113,9 +114,6 @@ class Session:
         """SIGINT/SIGTERM/SIGHUP interrupt the run once (the process's SignalGate; a second one is recorded)."""
         self._owns_gate = GATE.install() or self._owns_gate
         GATE.arm()
-
-    def critical(self):
-        return GATE.critical()
 
     def shield(self) -> None:
         """From now on a signal no longer interrupts: the report being written is short work."""
@@ -249,26 +247,34 @@ class Session:
 
     # ---------------------------------------------------------------------------------------------------- run
 
-    def budget(self, checks: Sequence[Check], profile: Profile) -> float:
-        """The run's time budget: every probe's timeout, in waves of `workers()` (long probes first, as the runner
-        starts them; a wave lasts as long as its longest limit), plus the margins."""
-        probes = {NVIDIA_SMI.key: NVIDIA_SMI, "static": Probe(key="static", timeout_s=self.timeout)}
+    def declared_probes(self, checks: Sequence[Check], profile: Profile) -> dict[str, Probe]:
+        """Every probe a run of these built-in checks starts, by key: nvidia-smi and the static probe (started early;
+        many checks read them) and each applicable check's own (runner.plan, which the runner starts from)."""
+        static = self.static_probe or Probe(key="static", timeout_s=self.timeout)
+        probes = {NVIDIA_SMI.key: NVIDIA_SMI, static.key: static}
         for c in checks:
             try:
                 probes.update((p.key, p) for p in plan(c, profile)[1])
             except Exception:
                 continue
-        limits = sorted((self.pool.timeout_for(p) for p in probes.values()), reverse=True)
+        return probes
+
+    def budget(self, checks: Sequence[Check], profile: Profile, plugin_hosts: int = 0) -> float:
+        """The run's time budget: every declared probe's timeout, and one probe timeout for each plugin host (a host
+        holds a probe slot while it runs), in waves of `workers()` (long probes first, as the runner starts them; a
+        wave lasts as long as its longest limit), plus the margins."""
+        limits = [self.pool.timeout_for(p) for p in self.declared_probes(checks, profile).values()]
+        limits = sorted(limits + [self.timeout] * plugin_hosts, reverse=True)
         n = workers()
         return sum(limits[i] for i in range(0, len(limits), n)) + CHECK_TIMEOUT_S + MARGIN_S
 
     def run(self, profile: Profile, selected: Sequence[Check],
-            on_event: Callable[[str, str], None] | None = None) -> Outcome:
+            on_event: Callable[..., None] | None = None) -> Outcome:
         assert self.registry is not None and self.static_probe is not None
         start = time.monotonic()
         builtin = [c for c in selected if self.registry.get(c.id) is c]
         plugin_ids = {c.id for c in selected} - {c.id for c in builtin}
-        budget = self.budget(builtin, profile)
+        budget = self.budget(builtin, profile, len(self.hosts.runs_for(plugin_ids)))
         deadline = start + budget
         self.pool.deadline = deadline
         ctx = RunContext(profile=profile, python=self.python, pool=self.pool, static_probe=self.static_probe,
@@ -330,73 +336,3 @@ class Session:
                 result, internal = Result(Status.ERROR, f"not inspected: {self.target_problem}"), False
             out.append(_report(check, result, 0.0, internal))
         return out
-
-def run_check(python: str | None, timeout: float | None, profile: Profile, only: Sequence[str], skip: Sequence[str],
-              strict: bool, on_event: Callable[[str, str], None] | None = None, keep: dict | None = None) -> dict:
-    """Everything `check` does up to the report, which is always produced: signals and crashes included.
-
-    Order: the early probes start, the registry loads, the selection is validated (by id alone, so a usage error
-    comes before any waiting and nothing in it depends on the profile), the target is handshaken, the profile is
-    resolved once, the checks run. `keep` receives the live CheckReports (with their Fix objects) for the fix planner.
-    Raises UsageError for a bad command line or target; every child process is gone when it returns."""
-    from .report import assemble, build, environment
-
-    session = Session(python, timeout)
-    if keep is not None:  # the target, resolved once here, for whatever the caller does next (fix, fleet exchange)
-        keep.update(reports=[], python=session.python)
-    try:
-        session.install_signals()
-        session.start()
-        session.load()
-        selected = select(session.all_checks(), only, skip, job=profile.job is not None)
-        session.check_target()
-        profile = session.resolve(profile)
-        outcome = session.run(profile, selected, on_event=on_event)
-        session.shield()  # the run is over: a signal now does not cut the report short
-        if keep is not None:
-            keep.update(reports=outcome.reports, python=session.python)
-        return build(outcome, session.python, strict)
-    except Interrupted as exc:
-        session.shield()
-        code = 128 + exc.signum
-        partial = session.interrupted_outcome(exc)
-        if partial is None:  # before any check started: a report that says so
-            row = CheckReport(id="doctor.interrupted", title="dsv4-doctor ran", status=Status.ERROR,
-                              summary=f"interrupted by {exc} before any check ran")
-            report = assemble(profile, [row], [], environment(session.target, None, session.python), strict,
-                              time.monotonic() - session.started, interrupted=str(exc))
-            report["summary"]["exit_code"] = code
-            return report
-        if keep is not None:  # the fix plan of what finished, marked incomplete by the caller
-            keep.update(reports=partial.reports, python=session.python)
-        return build(partial, session.python, strict, exit_override=code)
-    except UsageError:
-        raise
-    except Exception as exc:  # the doctor itself broke: report it rather than die
-        import traceback
-
-        crash = CheckReport(id="doctor.internal", title="dsv4-doctor ran", status=Status.ERROR,
-                            summary=f"dsv4-doctor crashed: {type(exc).__name__}: {exc}",
-                            details="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:],
-                            internal_error=True)
-        return assemble(profile, [crash], [], environment(session.target, None, session.python), strict,
-                        time.monotonic() - session.started)
-    finally:
-        session.close()
-
-
-def profile_from_options(args, smoke: str, job_argv: Sequence[str] | None = None) -> Profile:
-    """The profile from the command line's options (an argparse namespace), or from a training command
-    (`job_argv`): its CP and DSA backend."""
-    gpu_arch = getattr(args, "gpu_arch", None)
-    base = Profile(gpu_arch=gpu_arch, gpu_arch_source="option" if gpu_arch else "unknown",
-                   device=getattr(args, "device", "auto"), smoke=smoke,
-                   static_only=bool(getattr(args, "static_only", False)))
-    if job_argv is None:
-        return replace(base, cp=getattr(args, "cp", None) or 1,
-                       cp_source="option" if getattr(args, "cp", None) else "default",
-                       dsa_backend=getattr(args, "dsa_backend", None) or "cudnn",
-                       dsa_backend_source="option" if getattr(args, "dsa_backend", None) else "default")
-    from .job.profile import job_profile
-
-    return job_profile(base, job_argv, getattr(args, "cp", None), getattr(args, "dsa_backend", None))

@@ -22,6 +22,10 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dsv4_doctor.report import Report
 
 SECRET_ENV = {"HF_TOKEN": "hf_SecretValueOfTheJob0123456789", "WANDB_API_KEY": "wandb-secret-0123456789abcdef"}
 TOKENS = ["hf_abcdefghijklmnopqrstuvwxyz0123", "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
@@ -57,11 +61,11 @@ def hostile_text() -> str:
     return " ".join(HOSTILE)
 
 
-def hostile_report(passing: bool = False) -> tuple[dict, list]:
+def hostile_report(passing: bool = False) -> tuple[Report, list]:
     """(report, the live CheckReports): one row per status, every text hostile; `passing`: no failing row."""
     from dsv4_doctor.model import CheckReport, Fix, Profile, Status
     from dsv4_doctor.redact import sanitize
-    from dsv4_doctor.report import assemble
+    from dsv4_doctor.assemble import assemble
 
     text = hostile_text()
     statuses = [Status.PASS, Status.WARN, Status.SKIP] + ([] if passing else [Status.FAIL, Status.ERROR])
@@ -74,9 +78,10 @@ def hostile_report(passing: bool = False) -> tuple[dict, list]:
     return report, rows
 
 
-def fleet_merge(reports: dict[int, dict]) -> dict:
-    """Rank reports merged as rank 0 does it, in the doctor process: each admitted (validated, bounded) from its
-    bytes as the store delivers them (rank 0's own as its dict), then doctor/fleetmerge.py's merge."""
+def fleet_merge(reports: dict[int, dict]) -> Report:
+    """Rank reports (their wire form) merged as rank 0 does it, in the doctor process: each admitted (validated,
+    bounded) from its bytes as the store delivers them (rank 0's own as its dict), then doctor/fleetmerge.py's
+    merge."""
     import json
 
     from dsv4_doctor import fleetmerge
@@ -191,28 +196,26 @@ def _hung(signum, frame):
 
 def run_in_process(command: str, fmt: str, tmp: Path, stdout: str | None = None, stderr: str | None = None,
                    file_fault: str | None = None, passing: bool = False, environ: dict | None = None,
-                   argv: list[str] | None = None, python: str | None = None) -> Outcome:
+                   argv: list[str] | None = None) -> Outcome:
     """The CLI in this process, with hostile_report as the run's result, the given stream faults and an -o /
-    --report with `file_fault`; `argv` replaces the command line argv_for builds; `python` is the target a fix
-    plan's pip steps would run with."""
+    --report with `file_fault`; `argv` replaces the command line argv_for builds (its --python is the target a fix
+    plan's pip steps run with)."""
     import pytest
 
-    from dsv4_doctor import cli
+    from dsv4_doctor import app, cli
     from dsv4_doctor.render import output
     from dsv4_doctor.signals import GATE
 
-    report, rows = hostile_report(passing)
+    report, _ = hostile_report(passing)
 
-    def fake_run(args, profile, only, skip, strict, progress, keep=None):
-        if keep is not None:
-            keep.update(reports=rows, python=python or sys.executable)
+    def fake_run(opts, profile, only, skip, strict, progress):
         return report
 
     cwd = os.getcwd()
     GATE.late = None
     try:
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(cli, "run_report", fake_run)
+            mp.setattr(app, "run_report", fake_run)
             mp.setattr(output, "IDLE_TIMEOUT", 0.3, raising=False)
             mp.setattr(output, "_given_up", {}, raising=False)
             for k in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_NTASKS",

@@ -71,6 +71,12 @@ def _report(rank: int, host: str, fe: str, status: str = "pass", local: int | No
 
 
 def _merge(reports: dict, world: int, problems: dict | None = None, strict: bool = False, **kw):
+    """The fleet report in its wire form (the JSON a fleet run writes), and its exit code."""
+    merged, code = _merged(reports, world, problems, strict, **kw)
+    return merged.to_dict(), code
+
+
+def _merged(reports: dict, world: int, problems: dict | None = None, strict: bool = False, **kw):
     own = fleetmerge.admit(0, reports[0])
     others = {r: fleetmerge.admit(r, json.dumps(rep).encode()) for r, rep in reports.items() if r != 0}
     return fleetmerge.merge(own, others, world, problems or {}, strict, **kw)
@@ -170,7 +176,7 @@ def test_a_bad_rank_report_becomes_a_finding_about_that_rank(damage, why):
         fleetmerge.admit(1, b"{" + b" " * fleetmerge.MAX_REPORT_BYTES + b"}")
     own = fleetmerge.admit(0, _report(0, "n0", "1.27.0"))
     merged, code = fleetmerge.merge(own, {}, 2, {1: "its report was rejected: " + why}, False)
-    ranks = next(c for c in merged["checks"] if c["id"] == "fleet.ranks")
+    ranks = next(c for c in merged.to_dict()["checks"] if c["id"] == "fleet.ranks")
     assert code == 1 and ranks["status"] == "fail" and why in ranks["summary"] and "rank 1" in ranks["summary"]
 
 
@@ -729,7 +735,7 @@ def test_the_text_report_leads_with_the_odd_ranks_and_what_to_do():
     reports = {r: _report(r, f"node{r // 8:02d}", "1.27.0") for r in range(16)}
     reports[11] = _report(11, "node01", "1.26.0")
     del reports[5]
-    merged, _ = _merge(reports, 16, {5: "did not report within the fleet's time"}, hosts_hint={5: "node00"})
+    merged, _ = _merged(reports, 16, {5: "did not report within the fleet's time"}, hosts_hint={5: "node00"})
     text = render(merged, "text", width=120)
     lead = text[:text.index("Status  Check")]
     assert "Fleet: look first at" in lead
@@ -750,7 +756,7 @@ def test_smoke_and_preflight_take_the_fleet_options_as_check_does():
 
 def test_only_and_skip_of_the_fleet_rows():
     """Without it, `--only ...,fleet.drift` was refused under torchrun and `--skip fleet.drift` was ignored."""
-    from dsv4_doctor.cli import _fleet_selection
+    from dsv4_doctor.app import fleet_selection as _fleet_selection
 
     env = FleetEnv(0, 2, 0, "h", 1, "torchrun")
     assert _fleet_selection(env, ["python.version", "fleet.drift"], []) == (["python.version"], ("fleet.drift",))

@@ -229,6 +229,7 @@ def test_hostile_environment_text_stays_inert_in_every_format(fmt, tmp_path, pwn
 
 def test_wrapping_never_starts_a_line_with_a_workflow_command():
     from dsv4_doctor.render import render
+    from dsv4_doctor.report import Report
 
     checks = [{"id": f"x.c{i}", "title": "t", "status": "fail", "summary": "w " * i + "::error::pwn ##[error]x",
                "details": "d " * i + "::warning::x", "evidence": {}, "fixes": [], "sources": [], "duration_s": 0,
@@ -238,7 +239,7 @@ def test_wrapping_never_starts_a_line_with_a_workflow_command():
                                                            "counts": {"fail": 60}, "duration_s": 0}}
     for width in range(40, 130, 7):
         for fmt in ("text", "markdown", "junit"):
-            no_workflow_command(render(report, fmt, width=width))
+            no_workflow_command(render(Report.from_wire(report), fmt, width=width))
 
 
 # --- 3. signals, orphan probes, temporary directories; 4. late exit -------------------------------------------------

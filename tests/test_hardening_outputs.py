@@ -113,8 +113,8 @@ def test_fix_apply_with_a_broken_stdout_applies_nothing(tmp_path):
     stub = tmp_path / "python"
     stub.write_text(f'#!/bin/sh\necho "$@" >> "{log}"\n')
     stub.chmod(0o755)
-    run = run_in_process("fix", "script", tmp_path, stdout="full", python=str(stub),
-                         argv=["fix", "--apply", "--yes", "--python", sys.executable])
+    run = run_in_process("fix", "script", tmp_path, stdout="full",
+                         argv=["fix", "--apply", "--yes", "--python", str(stub)])
     assert run.code == 4 and "could not write the plan" in run.stderr and "nothing applied" in run.stderr
     assert not log.exists()
 
@@ -300,8 +300,7 @@ def test_an_internal_error_is_one_line_and_exit_3(tmp_path, monkeypatch):
 def test_hostile_rank_reports_through_the_fleet_merge_stay_inert(fmt):
     from dsv4_doctor.render import render
 
-    a, _ = hostile_report()
-    b, _ = hostile_report(passing=True)
+    a, b = hostile_report()[0].to_dict(), hostile_report(passing=True)[0].to_dict()
     for rank, rep in ((0, a), (1, b)):
         rep["environment"]["fleet_rank"] = {"rank": rank, "host": "node\n::error::x " + TOKENS[0]}
     text = render(fleet_merge({0: a, 1: b}), fmt)
@@ -416,14 +415,14 @@ def test_the_report_carries_the_job_entry_and_env_values_by_shape():
     """profile.job.env listed `env K=V` values verbatim (report-wide redaction masks only secret-looking ones), and
     profile.job.entry the program word whatever it held."""
     from dsv4_doctor.job.command import parse
-    from dsv4_doctor.report import assemble
+    from dsv4_doctor.assemble import assemble
 
     job = parse(["env", "SIGNED_URL=https://h/x?sig=abc123def", "NCCL_NVLS_ENABLE=0",
                           "/opt/my dir/\x1b[31mtrain.py", "x=1"]).to_dict()
     report = assemble({"cp": 1, "job": job}, [], [], {}, False, 0.0)
-    shown = report["profile"]["job"]
+    shown = report.profile["job"]
     assert shown["env"] == {"SIGNED_URL": "…", "NCCL_NVLS_ENABLE": "0"} and shown["entry"] == "…"
-    assert "abc123def" not in json.dumps(report) and "train.py" not in json.dumps(report)
+    assert "abc123def" not in json.dumps(report.to_dict()) and "train.py" not in json.dumps(report.to_dict())
     assert job["env"]["SIGNED_URL"].endswith("abc123def")  # the checks still read the parsed job
 
 

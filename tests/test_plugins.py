@@ -205,3 +205,68 @@ CHECKS = [Check(id="lax.bare", title="t", explanation="", applies_when="always",
     assert run.returncode == 0 and "plugin.lax" not in {c["id"] for c in run.report["checks"]}
     explained = run_doctor("explain", "lax.bare", sites=(site.root,)).stdout.splitlines()
     assert "needs (skipped when one fails): torch.install" in explained and "runs after: lax.missing" in explained
+
+
+# --- plugin hosts and the probes' concurrency limit -------------------------------------------------------------
+
+SPANNING = """
+import os, time
+from dsv4_doctor.model import Check, passed
+with open(os.environ["DSV4_TEST_SPANS"], "a") as fh:
+    fh.write("start %f\\n" % time.time())
+time.sleep(0.6)
+with open(os.environ["DSV4_TEST_SPANS"], "a") as fh:
+    fh.write("end %f\\n" % time.time())
+def _run(ctx):
+    return passed("ok")
+CHECKS = [Check(id="{name}.check", title="t", explanation="x", applies_when="always", detects="x", run=_run)]
+"""
+
+
+def _describe(site, monkeypatch, tmp_path, slots, timeout: float = 30.0, taken: int = 0):
+    """Every plugin of `site` described by a session's PluginHosts in this process with `slots` probe slots, of
+    which `taken` are held by others; (the most hosts whose plugin was importing at one time, the PluginInfos)."""
+    import sys
+    import threading
+
+    from dsv4_doctor import registry
+    from dsv4_doctor.plugins import PluginHosts
+    from dsv4_doctor.procs import Processes
+
+    spans = tmp_path / f"spans-{slots}-{taken}"
+    monkeypatch.syspath_prepend(str(site.root))
+    monkeypatch.setenv("PYTHONPATH", str(site.root))
+    monkeypatch.setenv("DSV4_TEST_SPANS", str(spans))
+    semaphore = threading.BoundedSemaphore(slots)
+    for _ in range(taken):
+        semaphore.acquire()
+    procs = Processes()
+    try:
+        loaded = registry.load()
+        PluginHosts(procs, sys.executable, timeout, lambda: [], semaphore).describe(loaded)
+    finally:
+        procs.close()
+    events = sorted((float(t), kind) for kind, t in (line.split() for line in spans.read_text().splitlines())) \
+        if spans.exists() else []
+    busy = most = 0
+    for _, kind in events:
+        busy += 1 if kind == "start" else -1
+        most = max(most, busy)
+    return most, loaded.plugins
+
+
+def test_plugin_hosts_start_within_the_probe_concurrency_limit(site, monkeypatch, tmp_path):
+    """PluginHosts started every host at once whatever the probes' limit; now a host holds a probe slot."""
+    for name in ("slowa", "slowb", "slowc"):
+        plugin(site, name, f"{name}_checks", SPANNING.replace("{name}", name))
+    most, plugins = _describe(site, monkeypatch, tmp_path, slots=1)
+    assert most == 1 and [(p.loaded, p.checks, p.error) for p in plugins] == [(True, 1, None)] * 3
+    most, _ = _describe(site, monkeypatch, tmp_path, slots=3)
+    assert most == 3  # the same plugins overlap when the limit allows it: the limit is what kept them apart
+
+
+def test_a_plugin_host_that_gets_no_slot_in_time_says_so(site, monkeypatch, tmp_path):
+    plugin(site, "slowa", "slowa_checks", SPANNING.replace("{name}", "slowa"))
+    most, plugins = _describe(site, monkeypatch, tmp_path, slots=1, timeout=1.0, taken=1)
+    assert most == 0 and not plugins[0].loaded
+    assert plugins[0].error == "the plugin host never started: no probe slot came free in time"

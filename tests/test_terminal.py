@@ -14,6 +14,7 @@ import pytest
 
 from dsv4_doctor.checks import AREAS as BUILTIN_AREAS
 from dsv4_doctor.render.terminal import render_terminal
+from dsv4_doctor.report import Report
 
 from conftest import has_torch, run_doctor
 
@@ -31,6 +32,11 @@ def local_report(bare_python) -> dict:
     run = run_doctor("check", "--static-only", "-f", "json", python=bare_python)
     assert run.returncode == 1, run.stderr
     return run.report
+
+
+def _terminal(report: dict, **options) -> str:
+    """The terminal report of a report in its wire form (a file, or what a test made of one)."""
+    return render_terminal(Report.from_wire(report), **options)
 
 
 def _h200(name: str) -> dict:
@@ -57,7 +63,7 @@ def _worst(statuses: set[str]) -> str:
 @pytest.mark.parametrize("path", H200_REPORTS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_h200_reports_grouped_by_area_in_module_order_worst_first(path):
     report = json.loads(path.read_text())
-    text = render_terminal(report, verbosity=1, width=100)
+    text = _terminal(report, verbosity=1, width=100)
     areas = _areas(text)
     assert [a for _, a, _ in areas] == _expected_areas(report)
     by_area: dict[str, set[str]] = {}
@@ -76,16 +82,16 @@ def test_h200_reports_grouped_by_area_in_module_order_worst_first(path):
 
 def test_concise_shows_only_problems_and_counts_skips():
     report = _h200("check-cp2.json")
-    concise = render_terminal(report, verbosity=0, width=100)
+    concise = _terminal(report, verbosity=0, width=100)
     problems = sorted(c["id"] for c in report["checks"] if c["status"] in ("fail", "error", "warn"))
     assert sorted(r[2] for r in _rows(concise)) == problems
     assert "evidence:" not in concise
     skipped = sum(c["status"] == "skip" for c in report["checks"])
     assert f"{skipped} skipped: -v shows them" in concise
-    verbose = render_terminal(report, verbosity=1, width=100)
+    verbose = _terminal(report, verbosity=1, width=100)
     assert "evidence:" in verbose and "-v shows them" not in verbose
     assert "source: " not in verbose
-    very = render_terminal(report, verbosity=2, width=100)
+    very = _terminal(report, verbosity=2, width=100)
     sourced = [c for c in report["checks"] if c.get("sources")]
     if sourced:
         assert "source: " in very
@@ -93,7 +99,7 @@ def test_concise_shows_only_problems_and_counts_skips():
 
 
 def test_verdict_first_and_last_with_the_next_step(local_report):
-    text = render_terminal(local_report, verbosity=0, width=100)
+    text = _terminal(local_report, verbosity=0, width=100)
     lines = [line for line in text.splitlines() if line]
     first_area = next(i for i, line in enumerate(lines) if AREA_HEAD.match(line))
     verdicts = [i for i, line in enumerate(lines) if line.startswith("Verdict: ")]
@@ -105,7 +111,7 @@ def test_verdict_first_and_last_with_the_next_step(local_report):
     last = " ".join(line.strip() for line in lines[verdicts[1]:])
     assert last == verdict + "; next: dsv4-doctor fix --cp 1 > fix.sh"
     assert "CP 1 assumed: pass --cp N" in " ".join(line.strip() for line in lines[:verdicts[0]])
-    h200 = render_terminal(_h200("check-cp2.json"), width=100).rstrip().split("\n\n")[-1]
+    h200 = _terminal(_h200("check-cp2.json"), width=100).rstrip().split("\n\n")[-1]
     assert " ".join(line.strip() for line in h200.splitlines()).endswith(
         "; next: read the rows above (no fix the doctor can write)")
 
@@ -114,7 +120,7 @@ def test_fix_commands_are_never_wrapped(local_report):
     commands = [cmd for c in local_report["checks"] for f in c.get("fixes") or [] for cmd in f.get("commands") or []]
     long = [cmd for cmd in commands if len(cmd) > 60]
     assert long, "the bare interpreter's report has no long fix command"
-    text = render_terminal(local_report, verbosity=0, width=60)
+    text = _terminal(local_report, verbosity=0, width=60)
     lines = text.splitlines()
     for cmd in commands:
         assert any(line.strip() == cmd for line in lines), cmd
@@ -123,17 +129,17 @@ def test_fix_commands_are_never_wrapped(local_report):
 
 
 def test_ascii_fallback_when_the_terminal_is_not_utf8(local_report):
-    text = render_terminal(local_report, verbosity=1, width=100, encoding="ascii")
+    text = _terminal(local_report, verbosity=1, width=100, encoding="ascii")
     text.encode("ascii")
     glyphs = {g for g, _, _ in _areas(text)}
     assert glyphs <= {"+", "!", "x", "-"} and "x" in glyphs and "+" in glyphs
-    utf8 = render_terminal(local_report, verbosity=1, width=100, encoding="UTF-8")
+    utf8 = _terminal(local_report, verbosity=1, width=100, encoding="UTF-8")
     assert "[✗] " in utf8 and "[✓] " in utf8
 
 
 def test_colour_only_when_asked(local_report):
-    assert "\x1b[" not in render_terminal(local_report, width=100)
-    assert "\x1b[" in render_terminal(local_report, width=100, color=True)
+    assert "\x1b[" not in _terminal(local_report, width=100)
+    assert "\x1b[" in _terminal(local_report, width=100, color=True)
 
 
 HOSTILE = {"markup": "[bold red]x", "link": "[link=http://e]y", "csi": "\x1b[31mred\x1b[0m",
@@ -153,7 +159,7 @@ def test_hostile_values_come_out_literally_and_cleaned(local_report, where, colo
     else:
         row["fixes"][0]["description"] = value
         row["fixes"][0]["commands"] = [value]
-    text = render_terminal(report, verbosity=1, width=200, color=color)
+    text = _terminal(report, verbosity=1, width=200, color=color)
     plain = re.sub(r"\x1b\[[0-9;]*m", "", text)  # the renderer's own colour codes, when asked for
     assert "[bold red]x" in plain and "[link=http://e]y" in plain  # markup shown as text, not applied
     assert "\x1b" not in plain and "\x07" not in plain and "\u202e" not in text
@@ -334,7 +340,7 @@ def test_a_json_check_on_a_terminal_shows_no_live_display_and_imports_no_rich(ba
 def test_colour_marks_only_what_it_is_for(local_report):
     """The verdict in its status colour, the top line bold, a row's mark and label in their colour, the id bold; a
     summary, a fix's text and an area's counts stay plain."""
-    text = render_terminal(local_report, verbosity=0, width=400, color=True)
+    text = _terminal(local_report, verbosity=0, width=400, color=True)
     lines = text.splitlines()
     assert lines[0].startswith("\x1b[1mdsv4-doctor ")
     verdict = next(line for line in lines if "Verdict: " in line)

@@ -15,7 +15,7 @@ from dsv4_doctor.probes import parse_handshake, parse_nvidia_smi
 from dsv4_doctor.render import render, verdict_line
 from dsv4_doctor.render.markdown import code, fence, plain
 from dsv4_doctor.render.script import render_script
-from dsv4_doctor.report import assemble
+from dsv4_doctor.assemble import assemble
 from dsv4_doctor.session import UsageError, select
 
 
@@ -168,8 +168,8 @@ def test_headers_verdict_and_narrow_widths_keep_to_the_width_without_breaking_wo
 
 @pytest.mark.parametrize("fmt", ["text", "markdown", "junit"])
 def test_no_python_none_in_human_output(fmt):
-    report = _report([_row("a.b", Status.FAIL, [SETTING])], Profile(gpu_arch=None))
-    report["environment"]["target_python"] = {"executable": None, "version": None}
+    report = _report([_row("a.b", Status.FAIL, [SETTING])], Profile(gpu_arch=None))  # no executable, no version
+    assert report.target_python == {"executable": None, "version": None}
     out = render(report, fmt)
     assert "None" not in out.replace("NoneType", "")
 

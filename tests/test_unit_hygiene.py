@@ -134,6 +134,24 @@ def test_a_fix_command_with_a_secret_is_withheld_whole_in_a_report():
     assert "v4lue123" not in json.dumps(shown) and "x9z" not in json.dumps(shown)
 
 
+def test_a_fix_command_whose_environment_holds_a_secret_is_withheld_in_a_report():
+    """A command's `NAME=value` environment is printed with it: its secret reached the JSON, text and markdown
+    reports' `commands` in the clear while the script withheld the command."""
+    import json
+
+    from dsv4_doctor.model import Command, Fix
+    from dsv4_doctor.redact import WITHHELD
+
+    token = "hf_abcdefghijklmnopqrstuvwxyz0123"
+    fix = Fix("d", [Command(("pip", "install", "x==1"), env=(("HF_TOKEN", token),)),
+                    Command(("pip", "install", "y==2"), env=(("CPLUS_INCLUDE_PATH", "${CUDA_HOME}/include/cccl"),))])
+    shown = Redactor({})({"fixes": [fix.to_dict()]})["fixes"][0]
+    assert shown["commands"] == [WITHHELD, 'CPLUS_INCLUDE_PATH="${CUDA_HOME:-/usr/local/cuda}/include/cccl" pip '
+                                           "install y==2"]
+    assert shown["argv"] == [[MASK], ["pip", "install", "y==2"]]
+    assert token not in json.dumps(shown)
+
+
 def test_a_url_keeps_its_host_and_path_after_a_password_with_an_at_sign():
     assert Redactor({})("https://user:p@ss@host/a@b?c=d@e") == f"https://{MASK}@host/a@b?c=d@e"
 

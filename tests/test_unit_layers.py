@@ -15,11 +15,11 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("base", {"doctor", "fix", "model", "redact", "kernelcache", "facts", "procs", "signals"}),
     ("job", {"job"}),
     ("probes", {"probes"}),
-    ("engine", {"registry", "runner", "api", "testing"}),
+    ("engine", {"registry", "runner", "api", "testing", "report"}),
     ("render", {"render"}),
-    ("session", {"report", "pluginhost", "plugins", "session", "fixplan", "fleetadmit", "fleetmerge"}),
+    ("session", {"assemble", "pluginhost", "plugins", "session", "runreport", "fixplan", "fleetadmit", "fleetmerge"}),
     ("commands", {"fleet", "fleetenv", "fleettransport", "fleetrun", "app", "gendocs"}),
-    ("cli", {"cli", "launch", "__main__"}),
+    ("cli", {"cli", "commandline", "launch", "__main__"}),
 ]
 
 

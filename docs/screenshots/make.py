@@ -38,9 +38,10 @@ def render(name: str) -> tuple[str, str]:
     from rich.text import Text
 
     from dsv4_doctor.render.terminal import make_console, render_terminal
+    from dsv4_doctor.report import Report
 
     path, title = SCREENSHOTS[name]
-    report = json.loads(path.read_text(encoding="utf-8"))
+    report = Report.from_wire(json.loads(path.read_text(encoding="utf-8")))
     console = make_console(WIDTH, color=True, record=True)
     # The report as the terminal gets it, then each line folded at the width as a terminal folds it: a fix command
     # is never wrapped by the doctor, so in a 100-column picture it goes on in the next row, as on the screen

@@ -13,6 +13,7 @@ asserts `total_cp_ranks * max_seqlen_per_dp_cp_rank >= seq_length`. The value he
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from dataclasses import replace
@@ -127,7 +128,7 @@ def section(job: Job | None, given: Any, checks: list[dict]) -> dict | None:
     return out
 
 
-def comment_lines(settings: dict | None) -> list[str]:
+def comment_lines(settings: Mapping[str, Any] | None) -> list[str]:
     """The section as text lines (the fix script makes them comments; the text report indents them)."""
     if not settings:
         return []

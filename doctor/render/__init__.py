@@ -1,5 +1,5 @@
-"""Renderers turn a report (a dict, already redacted and cleaned) into text, and the fix plan into its shell script
-(script.py); the CLI decides where it goes.
+"""Renderers turn a Report (report.py: typed, made from the redacted and cleaned wire form) into text, and the fix
+plan into its shell script (script.py); the CLI decides where it goes. Only the JSON renderer sees the wire form.
 
 No renderer imports anything heavy, and every text format passes one last step: no line of output can start a
 GitHub Actions workflow command, whatever wrapping did to it.
@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..redact import neutralize_workflow_commands
+
+if TYPE_CHECKING:
+    from ..report import Report
 
 FORMATS = ("text", "json", "markdown", "junit")
 LABEL = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "SKIP", "error": "ERROR"}
@@ -24,19 +29,18 @@ def shown(value, unknown: str = "unknown") -> str:
     return str(value)
 
 
-def verdict_line(report: dict) -> str:
+def verdict_line(report: Report) -> str:
     """The one-line verdict every human format ends with."""
-    s = report["summary"]
-    c = s["counts"]
-    parts = [f"{c[k]} {name}" for k, name in (("fail", "failed"), ("error", "errored"), ("warn", "warned"),
-                                                ("pass", "passed"), ("skip", "skipped")) if c.get(k)]
-    extra = f"; interrupted by {s['interrupted']}" if s.get("interrupted") else ""
-    nothing = "nothing was checked: " if s["status"] == "skip" else ""
-    return (f"Verdict: {LABEL[s['status']]} ({nothing}{', '.join(parts) or 'no checks'}; exit {s['exit_code']}"
+    s = report.summary
+    parts = [f"{s.count(k)} {name}" for k, name in (("fail", "failed"), ("error", "errored"), ("warn", "warned"),
+                                                     ("pass", "passed"), ("skip", "skipped")) if s.count(k)]
+    extra = f"; interrupted by {s.interrupted}" if s.interrupted else ""
+    nothing = "nothing was checked: " if s.status.value == "skip" else ""
+    return (f"Verdict: {LABEL[s.status.value]} ({nothing}{', '.join(parts) or 'no checks'}; exit {s.exit_code}"
             f"{extra})")
 
 
-def cp_assumed(profile: dict) -> bool:
+def cp_assumed(profile: Mapping[str, Any]) -> bool:
     """Whether the CP size came from neither --cp nor the job's command line (a report without `cp_source`, from
     before the field: CP 1 and no job)."""
     if "cp_source" in profile:
@@ -44,7 +48,7 @@ def cp_assumed(profile: dict) -> bool:
     return profile.get("cp") == 1 and not isinstance(profile.get("job"), dict)
 
 
-def cp_shown(profile: dict) -> str:
+def cp_shown(profile: Mapping[str, Any]) -> str:
     """The CP size with where it came from, as the report's first line says it."""
     cp = shown(profile.get("cp"))
     job = profile.get("job") if isinstance(profile.get("job"), dict) else None
@@ -55,7 +59,7 @@ def cp_shown(profile: dict) -> str:
     return cp
 
 
-def cp_hint(profile: dict) -> str | None:
+def cp_hint(profile: Mapping[str, Any]) -> str | None:
     """What to do about a CP size the doctor assumed."""
     return f"CP {shown(profile.get('cp'))} assumed: pass --cp N" if cp_assumed(profile) else None
 
@@ -72,7 +76,7 @@ def output_width(is_tty: bool) -> int:
         return DEFAULT_WIDTH
 
 
-def render(report: dict, fmt: str, color: bool = False, width: int = DEFAULT_WIDTH) -> str:
+def render(report: Report, fmt: str, color: bool = False, width: int = DEFAULT_WIDTH) -> str:
     if fmt == "json":
         return render_json(report)
     if fmt == "markdown":
@@ -90,9 +94,9 @@ def render(report: dict, fmt: str, color: bool = False, width: int = DEFAULT_WID
     return neutralize_workflow_commands(out)
 
 
-def render_json(report: dict) -> str:
-    # json.dumps only: nothing that honours FORCE_COLOR touches the JSON.
-    return json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+def render_json(report: Report) -> str:
+    # The wire form, through json.dumps only: nothing that honours FORCE_COLOR touches the JSON.
+    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 class NoDisplay:

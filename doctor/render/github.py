@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..report import Report
 
 MAX_PER_LEVEL = 10  # GitHub shows at most 10 error and 10 warning annotations per step
 MAX_MESSAGE = 4000
@@ -18,25 +22,25 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def workflow_annotations(report: dict) -> list[str]:
+def workflow_annotations(report: Report) -> list[str]:
     order = {"error": 0, "fail": 1, "warn": 2}
-    rows = sorted((c for c in report["checks"] if c["status"] in order), key=lambda c: order[c["status"]])
+    rows = sorted((c for c in report.checks if c.status.value in order), key=lambda c: order[c.status.value])
     lines, per_level = [], {"error": 0, "warning": 0}
     for c in rows:
-        level = "warning" if c["status"] == "warn" else "error"
+        level = "warning" if c.status.value == "warn" else "error"
         if per_level[level] >= MAX_PER_LEVEL:
             continue
         per_level[level] += 1
-        message = c["summary"]
-        cmds = [cmd for fix in c.get("fixes", []) for cmd in fix["commands"]]
+        message = c.summary
+        cmds = [cmd for fix in c.fixes for cmd in fix.commands]
         if cmds:
             message += "\nFix: " + "\n".join(cmds)
         message = message[:MAX_MESSAGE]
-        lines.append(f"::{level} title={_escape_property('dsv4-doctor (' + c['id'] + ')')}::{_escape_data(message)}")
+        lines.append(f"::{level} title={_escape_property('dsv4-doctor (' + c.id + ')')}::{_escape_data(message)}")
     return lines
 
 
-def emit(report: dict, say_raw: Callable[[str], object], append: Callable[[str, str], str | None],
+def emit(report: Report, say_raw: Callable[[str], object], append: Callable[[str, str], str | None],
          environ=None) -> None:
     """Under GitHub Actions: the annotations through `say_raw` (stderr; each line is escaped data already) and the
     markdown report appended to $GITHUB_STEP_SUMMARY through `append` (the output layer's bounded file write,

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import json
 import re
+from typing import TYPE_CHECKING
 
 from . import LABEL, cp_hint, cp_shown, shown, verdict_line
+
+if TYPE_CHECKING:
+    from ..report import Report
 
 MAX_CHARS = 60000  # GitHub rejects bodies over 65,536 characters
 # The characters that can start markup anywhere in a line (emphasis, code, links, images, HTML, entities, headings,
@@ -39,10 +43,9 @@ def fence(text: str, info: str = "text") -> list[str]:
     return [ticks + info, *str(text).rstrip().splitlines(), ticks]
 
 
-def render_markdown(report: dict) -> str:
-    p = report.get("profile", {})
-    env = report.get("environment", {})
-    target = env.get("target_python", {})
+def render_markdown(report: Report) -> str:
+    p = report.profile
+    target = report.target_python
     arch = shown(p.get("gpu_arch")) + (f" ({p['gpu_arch_source']})" if p.get("gpu_arch") else "")
     out = [
         "### dsv4-doctor report",
@@ -50,7 +53,7 @@ def render_markdown(report: dict) -> str:
         "",
         f"**{plain(verdict_line(report))}**",
         "",
-        f"dsv4-doctor {plain(report['doctor']['version'])} · cp={plain(cp_shown(p))} · "
+        f"dsv4-doctor {plain(report.doctor_version)} · cp={plain(cp_shown(p))} · "
         f"dsa-backend={plain(p.get('dsa_backend'))} · gpu-arch={plain(arch)} · "
         f"python {plain(shown(target.get('version')))} ({code(target.get('executable'))})"
         + (f" · {plain(cp_hint(p))}" if cp_hint(p) else ""),
@@ -65,24 +68,25 @@ def render_markdown(report: dict) -> str:
         "| Status | Check | Summary |",
         "|---|---|---|",
     ]
-    for c in report["checks"]:
-        out.append(f"| {LABEL[c['status']]} | {code(c['id'])} | {plain(c['summary'])} |")
-    problems = [c for c in report["checks"] if c["status"] not in ("pass", "skip")]
+    for c in report.checks:
+        out.append(f"| {LABEL[c.status.value]} | {code(c.id)} | {plain(c.summary)} |")
+    problems = [c for c in report.checks if c.status.value not in ("pass", "skip")]
     if problems:
         out += ["", "<details><summary>Details and fixes</summary>", ""]
         for c in problems:
-            out += [f"#### {LABEL[c['status']]} {code(c['id'])}: {plain(c['title'])}", "", plain(c["summary"])]
-            if c.get("details"):
-                out += ["", *fence(c["details"])]
-            for fix in c.get("fixes", []):
-                out += ["", f"Fix{' (manual)' if fix.get('manual') else ''}: {plain(fix['description'])}"]
-                if fix["commands"]:
-                    out += ["", *fence("\n".join(fix["commands"]), "sh")]
-            if c.get("sources"):
-                out += ["", "Sources: " + "; ".join(code(s["url"] or s["title"]) for s in c["sources"])]
+            out += [f"#### {LABEL[c.status.value]} {code(c.id)}: {plain(c.title)}", "", plain(c.summary)]
+            if c.details:
+                out += ["", *fence(c.details)]
+            for fix in c.fixes:
+                out += ["", f"Fix{' (manual)' if fix.manual else ''}: {plain(fix.description)}"]
+                if fix.commands:
+                    out += ["", *fence("\n".join(fix.commands), "sh")]
+            if c.sources:
+                out += ["", "Sources: " + "; ".join(code(s.url or s.title) for s in c.sources)]
             out.append("")
         out.append("</details>")
-    env_json = json.dumps({"environment": env, "plugins": report.get("plugins", [])}, indent=2)
+    env_json = json.dumps({"environment": dict(report.environment),
+                           "plugins": [p.to_dict() for p in report.plugins]}, indent=2)
     out += ["", "<details><summary>Environment</summary>", "", *fence(env_json, "json"), "", "</details>"]
     text = "\n".join(out) + "\n"
     return text if len(text) <= MAX_CHARS else truncate(text, MAX_CHARS - 200)

@@ -22,8 +22,12 @@ import os
 import stat
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from ..model import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from ..report import Report
 
 IDLE_TIMEOUT = 5.0  # seconds a stream may take no byte at all (a pipe or FIFO nobody reads)
 STREAM_TIMEOUT = 30.0  # seconds one write may take in all
@@ -277,7 +281,7 @@ def wants_live_display(stream, fmt: str) -> bool:
     return isatty(stream) or bool(os.environ.get("FORCE_COLOR")) and not os.environ.get("CI")
 
 
-def terminal_report(report: dict, stream, verbosity: int) -> str:
+def terminal_report(report: Report, stream, verbosity: int) -> str:
     """The grouped terminal report for `stream`: its width, ASCII glyphs unless it takes UTF-8, colour unless
     NO_COLOR is set. Imported here so that only this report ever loads rich."""
     from . import output_width
@@ -289,12 +293,12 @@ def terminal_report(report: dict, stream, verbosity: int) -> str:
         encoding=str(getattr(stream, "encoding", None) or "ascii")))
 
 
-def emit(report: dict, fmt: str, output: str | None, verbosity: int = 0) -> int:
+def emit(report: Report, fmt: str, output: str | None, verbosity: int = 0) -> int:
     """Write the report; its exit code, or 4 when it could not be written (to --output: it then goes to stdout)."""
     from . import output_width, render, verdict_line
     from .github import emit as annotate
 
-    code = report["summary"]["exit_code"]
+    code = report.exit_code
     to_tty = output is None and isatty(sys.stdout)
     color = fmt == "text" and to_tty and not os.environ.get("NO_COLOR")
     if fmt == "text" and output is None and wants_terminal_report(sys.stdout):
@@ -316,7 +320,7 @@ def emit(report: dict, fmt: str, output: str | None, verbosity: int = 0) -> int:
     return code
 
 
-def preflight_report(report: dict, path: str | None, verbosity: int = 0) -> int:
+def preflight_report(report: Report, path: str | None, verbosity: int = 0) -> int:
     """The report to stderr (the job's stdout is the job's), and to `path` (--report) as JSON; its exit code.
     Neither write decides whether the job starts: a report that could not be written is said, when stderr works."""
     import json
@@ -328,7 +332,7 @@ def preflight_report(report: dict, path: str | None, verbosity: int = 0) -> int:
     else:
         write_stderr(render(report, "text", width=output_width(False)))
     if path:
-        why = write_file(path, json.dumps(report, indent=2) + "\n")
+        why = write_file(path, json.dumps(report.to_dict(), indent=2) + "\n")
         if why is not None:
             say(f"dsv4-doctor preflight: could not write the report to {path}: {why}")
-    return int(report["summary"]["exit_code"])
+    return report.exit_code

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shlex
 import textwrap
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..model import PIP, UNSAFE_CHARS, Command, Phase
@@ -32,8 +33,8 @@ def pip_line(cmd: Command) -> str:
     return cmd.env_prefix() + '"$PY" ' + " ".join(PIP) + " " + shlex.join(cmd.argv[1:])
 
 
-def render_script(plan: Plan, python: str, profile: dict, version: str, redact: Redactor | None = None,
-                  incomplete: str | None = None, job_settings: dict | None = None) -> str:
+def render_script(plan: Plan, python: str, profile: Mapping[str, Any], version: str, redact: Redactor | None = None,
+                  incomplete: str | None = None, job_settings: Mapping[str, Any] | None = None) -> str:
     """The plan as a POSIX shell script. `incomplete`: why the run behind it did not finish (the plan then holds
     only what finished, and says so).
 
@@ -43,7 +44,7 @@ def render_script(plan: Plan, python: str, profile: dict, version: str, redact: 
     return clean_text(_script(plan, python, profile, version, incomplete, redact or Redactor(), job_settings))
 
 
-def in_settings_section(step: Step, job_settings: dict | None) -> bool:
+def in_settings_section(step: Step, job_settings: Mapping[str, Any] | None) -> bool:
     """A job-setting step the job-settings section already holds (a CP_ARGS line, an export line)."""
     if not job_settings or step.fix.phase is not Phase.SETTING:
         return False
@@ -54,8 +55,8 @@ def in_settings_section(step: Step, job_settings: dict | None) -> bool:
     return step.fix.key in held
 
 
-def _script(plan: Plan, python: str, profile: dict, version: str, incomplete: str | None, redact: Redactor,
-            job_settings: dict | None = None) -> str:
+def _script(plan: Plan, python: str, profile: Mapping[str, Any], version: str, incomplete: str | None,
+            redact: Redactor, job_settings: Mapping[str, Any] | None = None) -> str:
     def comment(text, limit: int = 300) -> str:
         """`inert`, on redacted text."""
         return inert(redact.text(cap(redact.literal(str(text)), limit + 8192)), limit)  # capped, then redacted

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from io import StringIO
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.padding import Padding
@@ -19,6 +19,9 @@ from rich.text import Text
 from ..checks import AREAS as BUILTIN_AREAS
 from . import LABEL, cp_hint, cp_shown, shown, verdict_line
 from .output import line_text
+
+if TYPE_CHECKING:
+    from ..report import Report, Row
 
 # Areas in the order of the built-in check modules, then plugin rows; any other area comes after, alphabetically.
 AREAS = (*BUILTIN_AREAS, "plugin")
@@ -32,24 +35,17 @@ ASCII_MARKS = {"pass": "+", "warn": "!", "fail": "x", "error": "x", "skip": "-"}
 EVIDENCE_LINES = 40  # of one row's evidence at -v; the JSON report has all of it
 
 
-# Accessors: the only places that know the report's shape (a dict in the form of dsv4-doctor.report/1).
-def _checks(report: Any) -> list[dict]:
-    return [c for c in report.get("checks") or [] if isinstance(c, dict)]
+# Accessors: the only places that know the report's shape (report.Report).
+def _checks(report: Report) -> tuple[Row, ...]:
+    return report.checks
 
 
-def _profile(report: Any) -> dict:
-    p = report.get("profile")
-    return p if isinstance(p, dict) else {}
+def _profile(report: Report) -> Any:
+    return report.profile
 
 
-def _summary(report: Any) -> dict:
-    return report["summary"]
-
-
-def _target_python(report: Any) -> dict:
-    env = report.get("environment") if isinstance(report.get("environment"), dict) else {}
-    target = env.get("target_python")
-    return target if isinstance(target, dict) else {}
+def _target_python(report: Report) -> Any:
+    return report.target_python
 
 
 def _clean(value: Any) -> str:
@@ -69,8 +65,8 @@ def _area_key(area: str) -> tuple[int, str]:
     return (AREAS.index(area) if area in AREAS else len(AREAS), area)
 
 
-def _status(c: dict) -> str:
-    s = c.get("status")
+def _status(c: Row) -> str:
+    s = c.status.value
     return s if s in WORST_FIRST else "error"
 
 
@@ -82,19 +78,18 @@ def worst(statuses: list[str]) -> str:
     return "skip"
 
 
-def grouped(report: Any) -> list[tuple[str, list[dict]]]:
+def grouped(report: Report) -> list[tuple[str, list[Row]]]:
     """The rows by area (in AREAS order), worst first inside each, by id among equals."""
-    areas: dict[str, list[dict]] = {}
+    areas: dict[str, list[Row]] = {}
     for c in _checks(report):
-        areas.setdefault(area_of(c.get("id", "")), []).append(c)
-    return [(area, sorted(rows, key=lambda c: (WORST_FIRST.index(_status(c)), str(c.get("id")))))
+        areas.setdefault(area_of(c.id), []).append(c)
+    return [(area, sorted(rows, key=lambda c: (WORST_FIRST.index(_status(c)), c.id)))
             for area, rows in sorted(areas.items(), key=lambda kv: _area_key(kv[0]))]
 
 
-def _gpu(report: Any) -> str:
-    rows = {c.get("id"): c for c in _checks(report)}
-    evidence = (rows.get("gpu.devices") or {}).get("evidence")
-    devices = evidence.get("devices") if isinstance(evidence, dict) else None
+def _gpu(report: Report) -> str:
+    row = report.row("gpu.devices")
+    devices = row.evidence.get("devices") if row is not None else None
     if isinstance(devices, list) and devices and all(isinstance(d, dict) for d in devices):
         names: dict[str, int] = {}
         for d in devices:
@@ -104,10 +99,10 @@ def _gpu(report: Any) -> str:
     return f"none seen (checked for CC {arch})" if arch else "none seen"
 
 
-def top_line(report: Any) -> str:
+def top_line(report: Report) -> str:
     p = _profile(report)
     target = _target_python(report)
-    parts = [f"dsv4-doctor {shown((report.get('doctor') or {}).get('version'))} checked",
+    parts = [f"dsv4-doctor {shown(report.doctor_version)} checked",
              f"profile cp={cp_shown(p)} dsa-backend={shown(p.get('dsa_backend'))} "
              f"gpu-arch={shown(p.get('gpu_arch'))}" + (" static-only" if p.get("static_only") else ""),
              f"python {shown(target.get('executable'))} ({shown(target.get('version'))})",
@@ -116,23 +111,23 @@ def top_line(report: Any) -> str:
     return "; ".join(parts + ([hint] if hint else []))
 
 
-def next_step(report: Any) -> str:
-    s = _summary(report)
-    if s.get("status") in ("pass", "warn") and not s.get("interrupted"):
-        return "ready to train" + (" (read the warnings above)" if s.get("status") == "warn" else "")
-    if any(c.get("fixes") for c in _checks(report) if _status(c) in ("fail", "error", "warn")):
+def next_step(report: Report) -> str:
+    s = report.summary
+    if s.status.value in ("pass", "warn") and not s.interrupted:
+        return "ready to train" + (" (read the warnings above)" if s.status.value == "warn" else "")
+    if any(c.fixes for c in _checks(report) if _status(c) in ("fail", "error", "warn")):
         cp = _profile(report).get("cp")
         return f"next: dsv4-doctor fix --cp {cp if isinstance(cp, int) else 'N'} > fix.sh"
     return "next: read the rows above (no fix the doctor can write)"
 
 
-def kernel_subruns_not_run(report: Any) -> list[str]:
+def kernel_subruns_not_run(report: Report) -> list[str]:
     """The smoke.dsv4-kernels sub-runs that did not pass, even when the row itself passed."""
     lines = []
     for c in _checks(report):
-        if c.get("id") != "smoke.dsv4-kernels" or not isinstance(c.get("evidence"), dict):
+        if c.id != "smoke.dsv4-kernels":
             continue
-        subruns = c["evidence"].get("subruns")
+        subruns = c.evidence.get("subruns")
         for name, run in (subruns.items() if isinstance(subruns, dict) else []):
             if isinstance(run, dict) and run.get("status") != "pass":
                 lines.append(f"kernel sub-run {name}: {shown(run.get('status'))}: {shown(run.get('summary'))}")
@@ -191,32 +186,29 @@ class _Hang:
                 yield Segment.line()
 
 
-def _row_head(c: dict, marks: dict[str, str]) -> Text:
+def _row_head(c: Row, marks: dict[str, str]) -> Text:
     s = _status(c)
-    return Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.get("id")), "bold"), "  ",
-                         _clean(c.get("summary")))
+    return Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.id), "bold"), "  ", _clean(c.summary))
 
 
-def _fixes(out: _Out, c: dict) -> None:
-    for fix in c.get("fixes") or []:
-        if not isinstance(fix, dict):
-            continue
-        tag = " (manual)" if fix.get("manual") else ""
-        first, *more = str(fix.get("description") or "").splitlines() or [""]
+def _fixes(out: _Out, c: Row) -> None:
+    for fix in c.fixes:
+        tag = " (manual)" if fix.manual else ""
+        first, *more = fix.description.splitlines() or [""]
         out.line(Text.assemble((f"Fix{tag}: ", "bold"), _text(first)), indent=6, hang=4)
         for line in more:
             if line.startswith("  "):
                 out.raw(_text(line.strip()), indent=10)
             else:
                 out.line(_text(line), indent=10)
-        for cmd in fix.get("commands") or []:
+        for cmd in fix.commands:
             out.raw(_text(cmd, "cyan"), indent=10)
-        if fix.get("notes"):
-            out.line(_text(" ".join(str(n) for n in fix["notes"])), indent=10)
+        if fix.notes:
+            out.line(_text(" ".join(fix.notes)), indent=10)
 
 
-def _details(out: _Out, c: dict) -> None:
-    for line in str(c.get("details") or "").rstrip().splitlines():
+def _details(out: _Out, c: Row) -> None:
+    for line in c.details.rstrip().splitlines():
         # An indented line is preformatted (a command, a job setting, a quoted log line): never wrapped.
         if line.startswith("  "):
             out.raw(_text(line), indent=6)
@@ -224,8 +216,8 @@ def _details(out: _Out, c: dict) -> None:
             out.line(_text(line), indent=6)
 
 
-def _evidence(out: _Out, c: dict) -> None:
-    evidence = c.get("evidence")
+def _evidence(out: _Out, c: Row) -> None:
+    evidence = c.evidence
     if not evidence:
         return
     try:
@@ -240,20 +232,18 @@ def _evidence(out: _Out, c: dict) -> None:
         out.line(Text(f"... {more} more lines (-f json has all)", style="dim"), indent=8)
 
 
-def _sources(out: _Out, c: dict) -> None:
-    for src in c.get("sources") or []:
-        if isinstance(src, dict):
-            title = _clean(src.get("title"))
-            out.line(Text.assemble(("source: ", "dim"), title + (": " if title else "")) +
-                     _text(src.get("url"), "blue"), indent=6, hang=4)
+def _sources(out: _Out, c: Row) -> None:
+    for src in c.sources:
+        title = _clean(src.title)
+        out.line(Text.assemble(("source: ", "dim"), title + (": " if title else "")) +
+                 _text(src.url, "blue"), indent=6, hang=4)
 
 
-def _body(report: Any, out: _Out, verbosity: int, ascii_only: bool) -> None:
+def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
     from .text import fleet_lead, job_line
 
     glyphs, marks = (ASCII_GLYPHS, ASCII_MARKS) if ascii_only else (GLYPHS, MARKS)
-    summary = _summary(report)
-    verdict = Text(_clean(verdict_line(report)), style=STYLE.get(str(summary.get("status")), ""))
+    verdict = Text(_clean(verdict_line(report)), style=STYLE.get(report.summary.status.value, ""))
     out.line(_text(top_line(report), "bold"))
     out.line(verdict.copy())
     job = job_line(report)
@@ -298,17 +288,17 @@ def _body(report: Any, out: _Out, verbosity: int, ascii_only: bool) -> None:
     out.line(Text.assemble(verdict, f"; {next_step(report)}"))
 
 
-def _trailer(report: Any, out: _Out) -> None:
+def _trailer(report: Report, out: _Out) -> None:
     """What the text report says after the rows: plugins that failed to load, and the job settings to add."""
     from ..registry import plugin_row_id
 
-    row_ids = {c.get("id") for c in _checks(report)}
-    for p in report.get("plugins") or []:
-        if isinstance(p, dict) and p.get("error") and plugin_row_id(p.get("name") or "") not in row_ids:
-            out.line(_text(f"Plugin {p.get('name')} from {p.get('distribution')} failed to load: {p['error']}",
-                           "bold magenta"))
-    settings = report.get("job_settings") if isinstance(report.get("job_settings"), dict) else None
-    block = settings.get("cp_args") if settings and isinstance(settings.get("cp_args"), dict) else {}
+    row_ids = {c.id for c in _checks(report)}
+    for p in report.plugins:
+        if p.error and plugin_row_id(p.name or "") not in row_ids:
+            out.line(_text(f"Plugin {p.name} from {p.distribution} failed to load: {p.error}", "bold magenta"))
+    settings = report.job_settings
+    cp_args = settings.get("cp_args") if settings else None
+    block = cp_args if isinstance(cp_args, dict) else {}
     if settings and (block.get("missing") or settings.get("exports")):
         from ..job.settings import comment_lines
 
@@ -329,11 +319,11 @@ def make_console(width: int = 100, color: bool = False, record: bool = False) ->
                    force_interactive=False, _environ={})
 
 
-def render_to(console: Console, report: Any, verbosity: int = 0, ascii_only: bool = False) -> None:
+def render_to(console: Console, report: Report, verbosity: int = 0, ascii_only: bool = False) -> None:
     _body(report, _Out(console), max(0, min(2, verbosity)), ascii_only)
 
 
-def render_terminal(report: Any, verbosity: int = 0, width: int = 100, color: bool = False,
+def render_terminal(report: Report, verbosity: int = 0, width: int = 100, color: bool = False,
                     encoding: str = "utf-8") -> str:
     """The terminal report as text (ANSI styles only when `color`); ASCII glyphs when `encoding` is not UTF-8."""
     console = make_console(width, color)

@@ -1,0 +1,360 @@
+"""The commands as use cases: each takes the parsed `Options` and gives its result. `check`, `smoke` and `preflight`
+give the run's Report and the exit code; `fix` its report, plan and exit code; `listing` and `explanation` the text
+to print. The CLI (cli.py) parses the command line into Options and prints; a report is written by the `deliver`
+callable the CLI passes in, because a fleet's rank 0 must write the fleet's report while the other ranks still wait.
+
+Nothing heavy is imported at module level: the session, the fleet and the renderers load when a command needs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from . import __version__
+from .model import ExitCode, Profile, UsageError
+from .render.output import check_output_path, isatty, say, wants_live_display, write_stdout
+
+if TYPE_CHECKING:
+    from .fixplan import Plan
+    from .report import Report
+
+Deliver = Callable[["Report"], int]  # writes a report where the options say; its exit code (4: not written)
+
+
+@dataclass(frozen=True, eq=False)  # never compared: comparison methods would only cost start-up time
+class Options:
+    """A command line, parsed: every option any command has, with its value when the command has no such option."""
+
+    command: str = "check"
+    cp: int | None = None
+    dsa_backend: str | None = None
+    gpu_arch: str | None = None
+    python: str | None = None
+    timeout: float | None = None
+    only: list[str] | None = None  # as given: each may hold several ids, comma-separated (ids() splits them)
+    skip: list[str] | None = None
+    format: str = "text"
+    output: str | None = None
+    strict: bool = False
+    static_only: bool = False
+    no_smoke: bool = False
+    device: str = "auto"
+    distributed: str = "auto"  # auto | on | off
+    fleet_port: int | None = None
+    fleet_wait: float | None = None
+    anonymize_hosts: bool = False
+    verbose_ranks: bool = False
+    no_kernel_cache: bool = False
+    job_args: str | None = None
+    dry_run: bool = False
+    report: str | None = None
+    job_command: list[str] = field(default_factory=list)
+    apply: bool = False
+    yes: bool = False
+    check_id: str | None = None
+    verbose: int = 0
+
+
+def ids(values: Sequence[str] | None, option: str = "--only/--skip") -> list[str]:
+    out: list[str] = []
+    for v in values or []:
+        found = [x.strip() for x in v.split(",") if x.strip()]
+        if not found:  # `--only ''` would otherwise select everything, the opposite of what it says
+            raise UsageError(f"{option} {v!r}: no check id in it")
+        out += found
+    return out
+
+
+def profile_from_options(opts: Options, smoke: str, job_argv: Sequence[str] | None = None) -> Profile:
+    """The profile from the options, or from a training command (`job_argv`): its CP and DSA backend."""
+    base = Profile(gpu_arch=opts.gpu_arch, gpu_arch_source="option" if opts.gpu_arch else "unknown",
+                   device=opts.device, smoke=smoke, static_only=opts.static_only)
+    if job_argv is None:
+        return replace(base, cp=opts.cp or 1, cp_source="option" if opts.cp else "default",
+                       dsa_backend=opts.dsa_backend or "cudnn",
+                       dsa_backend_source="option" if opts.dsa_backend else "default")
+    from .job.profile import job_profile
+
+    return job_profile(base, job_argv, opts.cp, opts.dsa_backend)
+
+
+def _job_argv(opts: Options) -> list[str] | None:
+    if opts.job_args is None:
+        return None
+    from .job.command import split_job_args
+
+    return split_job_args(opts.job_args)
+
+
+def _resolved(opts: Options) -> Options:
+    """The options with --python resolved once, to the interpreter every step of the command uses."""
+    from .session import resolve_python
+
+    return replace(opts, python=resolve_python(opts.python))
+
+
+def run_report(opts: Options, profile: Profile, only: list[str], skip: list[str], strict: bool,
+               progress: bool) -> Report:
+    from .render import live_display
+    from .runreport import run_check
+
+    display = live_display(progress)
+    try:
+        return run_check(opts.python, opts.timeout, profile, only, skip, strict, on_event=display)
+    finally:
+        display.stop()
+
+
+# ----------------------------------------------------------------------------------------- check, smoke, preflight
+
+def check(opts: Options, deliver: Deliver, smoke: bool = False) -> tuple[Report, int]:
+    """`check` (or `smoke`): this rank's report and the exit code; the report (a fleet's rank 0: the fleet's) went
+    to `deliver`."""
+    check_output_path(opts.output)
+    if smoke:
+        profile, only, skip, strict = profile_from_options(opts, "on"), ["smoke.*"], [], False
+    else:
+        only, skip, strict = ids(opts.only, "--only"), ids(opts.skip, "--skip"), opts.strict
+        smoke_mode = "off" if opts.no_smoke else ("on" if opts.device == "cpu" else "auto")
+        profile = profile_from_options(opts, smoke_mode, _job_argv(opts))
+    env, profile = fleet_env(opts, profile)
+    only, fleet_checks = fleet_selection(env, only, skip)
+    started = time.monotonic()
+    progress = wants_live_display(sys.stderr, opts.format) and (env is None or env.rank == 0)
+    opts = _resolved(opts)
+    report = run_report(opts, profile, only, skip, strict, progress=progress)
+    if env is None:
+        return report, deliver(report)
+    from .fleet import take_part
+
+    assert opts.python is not None
+    return report, take_part(env, report, opts.python, started, strict, deliver, opts.fleet_wait, opts.verbose_ranks,
+                             rerun(opts, profile, skip, strict), opts.anonymize_hosts, fleet_checks)
+
+
+def preflight(opts: Options, deliver: Deliver) -> tuple[Report, int]:
+    """Check the environment for the job the command describes; exec the command when nothing blocks it (then this
+    does not return)."""
+    from .render import verdict_line
+
+    command = list(opts.job_command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    elif command:
+        from .job.shape import shape_program
+
+        raise UsageError(f"put the training command after `--` (got {shape_program(command[0])} first)")
+    if command and not command[0]:
+        raise UsageError("the training command's program is an empty word (an unset variable, such as \"$PY\"?)")
+    check_output_path(opts.report, "--report")
+    profile = profile_from_options(opts, "off" if opts.no_smoke else "auto", command)
+    env, profile = fleet_env(opts, profile)
+    started = time.monotonic()
+    only, skip = ids(opts.only, "--only"), ids(opts.skip, "--skip")
+    only, fleet_checks = fleet_selection(env, only, skip)
+    opts = _resolved(opts)
+    report = run_report(opts, profile, only, skip, opts.strict, progress=False)
+    if env is not None:
+        # Rank 0 writes the fleet's report; every rank execs only when the whole fleet passed.
+        from .fleet import take_part
+
+        assert opts.python is not None
+        code = take_part(env, report, opts.python, started, opts.strict, deliver, opts.fleet_wait, opts.verbose_ranks,
+                         rerun(opts, profile, skip, opts.strict), opts.anonymize_hosts, fleet_checks)
+    else:
+        code = deliver(report)
+    if code >= 128:
+        return report, code
+    if code != 0:
+        if env is None or env.rank == 0:
+            say("dsv4-doctor preflight: not starting the job"
+                + (f" ({verdict_line(report)})" if env is None else " (the fleet's verdict)"))
+        return report, int(ExitCode.FAILED)
+    if opts.dry_run:
+        if env is None or env.rank == 0:  # a fleet's other ranks print nothing, as for the report
+            from .job.shape import shape
+
+            say("dsv4-doctor preflight: dry run, not starting: " + shape(command))
+        return report, 0
+    from .signals import GATE
+
+    if GATE.late is not None:  # a signal came while the report was written: the job is not started
+        import signal
+
+        say(f"dsv4-doctor preflight: {signal.Signals(GATE.late).name} arrived; not starting the job")
+        return report, 128 + GATE.late
+    GATE.uninstall()  # the job gets the dispositions the doctor was started with
+    return report, exec_job(command)
+
+
+def exec_job(command: list[str]) -> int:
+    """Replace this process with the job (same pid and environment; the job's exit code is the caller's). The
+    session already reaped every probe, removed its temporary files and restored the signal dispositions, which
+    exec would skip (no finally, no atexit)."""
+    import signal
+
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+    # Python ignores SIGPIPE and SIGXFSZ at start-up, and an ignored signal stays ignored across exec: put them back
+    # to the default, as subprocess's restore_signals does (otherwise the job's `yes | head` printed "Broken pipe"
+    # instead of ending quietly).
+    for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
+        if hasattr(signal, name):
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(getattr(signal, name), signal.SIG_DFL)
+    try:
+        os.execvp(command[0], command)
+    except (OSError, ValueError) as exc:  # ValueError: an empty program name or a NUL in a word
+        from .job.shape import shape_program
+
+        say(f"dsv4-doctor preflight: could not start {shape_program(command[0])}: "
+            f"{getattr(exc, 'strerror', None) or exc}")
+        return 127 if isinstance(exc, (FileNotFoundError, ValueError)) else 126
+    return 126  # not reached: exec does not return
+
+
+# --------------------------------------------------------------------------------------------------------- fleet
+
+def fleet_selection(env, only: list[str], skip: list[str]) -> tuple[list[str], tuple[str, ...]]:
+    """--only / --skip of the fleet rows, which the merge writes: (the --only the ranks' own runs take, the fleet
+    rows the merge writes). `--only fleet.drift` alone still runs the cheapest check, python.version, since a rank's
+    run is what gives its fingerprint."""
+    import fnmatch
+
+    from .fleet import FLEET_CHECKS
+
+    if env is None:
+        return only, FLEET_CHECKS
+    named = [p for p in only if fnmatch.filter(FLEET_CHECKS, p)]
+    rest = [p for p in only if not p.startswith("fleet.")]
+    chosen = [c for c in FLEET_CHECKS if not named or any(fnmatch.fnmatchcase(c, p) for p in named)]
+    chosen = [c for c in chosen if not any(fnmatch.fnmatchcase(c, p) for p in skip)]
+    if only and not rest:
+        rest = ["python.version"]
+    return rest, tuple(chosen)
+
+
+def rerun(opts: Options, profile: Profile, skip: list[str], strict: bool) -> Callable[[list[str], float], Report]:
+    """For a rank whose packages differ from its host's local rank 0's: its host-level checks, run here, within the
+    seconds the fleet's timeline leaves (each probe gets at most half of them, less the checks' margins)."""
+
+    def again(check_ids: list[str], seconds: float) -> Report:
+        from .probes import DEFAULT_TIMEOUT_S
+
+        timeout = max(5.0, min(float(opts.timeout or DEFAULT_TIMEOUT_S), (seconds - 15.0) / 2))
+        own = replace(profile, fleet=dict(profile.fleet or {}, own_host_checks=True))
+        return run_report(replace(opts, timeout=timeout), own, check_ids,
+                          [p for p in skip if not p.startswith("fleet.")], strict, progress=False)
+
+    return again
+
+
+def fleet_env(opts: Options, profile: Profile):
+    """(this rank's launcher view or None, the profile with the rank in it)."""
+    from . import fleet
+
+    env = fleet.detect(os.environ, opts.distributed, opts.fleet_port)
+    if env is None:
+        return None, profile
+    fleet.fleet_key(os.environ)  # an unreadable secret file is a usage error now, not after the checks
+    return env, replace(profile, fleet=fleet.profile_fields(env, fleet.host_label(opts.anonymize_hosts, env)))
+
+
+# ------------------------------------------------------------------------------------------------------------ fix
+
+def fix(opts: Options) -> tuple[Report, Plan, int]:
+    """`fix`: the run's report, its fix plan (printed on stdout as a script) and the exit code; with --apply, the
+    plan's pip steps run and the exit code is the re-check's."""
+    from . import fixplan
+    from .redact import Redactor
+    from .render import verdict_line
+    from .render.script import render_script
+
+    if opts.apply and not opts.yes and not isatty(sys.stdin):
+        raise UsageError("--apply needs --yes when stdin is not a terminal")
+    profile = profile_from_options(opts, "off", _job_argv(opts))
+    only, skip = ids(opts.only, "--only"), ids(opts.skip, "--skip")
+    opts = _resolved(opts)
+    python = opts.python
+    assert python is not None
+    report = run_report(opts, profile, only, skip, False, progress=False)
+    code = report.exit_code
+    plan = fixplan.plan_of(report)
+    incomplete = fixplan.incomplete(report)
+    redact = Redactor()
+    printed = write_stdout(render_script(plan, python, report.profile, __version__, redact, incomplete,
+                                         report.job_settings))
+    before = verdict_line(report)
+    say("before: " + before)
+    if not printed:  # nobody could read the plan: nothing is applied from it
+        say("dsv4-doctor fix: could not write the plan: stdout is closed, broken or not read"
+            + ("; nothing applied" if opts.apply else ""))
+        return report, plan, max(int(code), int(ExitCode.OUTPUT))
+    if incomplete:  # an unfinished run: its plan is partial, and --apply does not act on it
+        if opts.apply:
+            say(f"nothing applied: {incomplete}")
+        return report, plan, code if code >= int(ExitCode.INTERNAL) else int(ExitCode.INTERNAL)
+    if not opts.apply:
+        # A crashed check (exit 3) is no clean bill, whatever the plan holds.
+        return report, plan, code if code >= int(ExitCode.INTERNAL) else plan.exit_code
+    return report, plan, fixplan.apply_and_recheck(
+        plan, python, redact, code, before, opts.yes, say,
+        lambda: run_report(opts, profile, only, skip, False, progress=False))
+
+
+# -------------------------------------------------------------------------------------------------- list, explain
+
+@contextlib.contextmanager
+def _registry(timeout: float | None):
+    """The checks, built-ins and plugins, for `list` and `explain`: no target is inspected, so no probe starts;
+    whatever the plugin hosts started is gone when the block ends, even if loading failed."""
+    from .session import Session
+
+    session = Session(None, timeout)
+    try:
+        session.install_signals()
+        session.load(static_probe=False)
+        assert session.registry is not None
+        yield session.all_checks(), session.registry.builtins + session.registry.plugins
+    finally:
+        session.close()
+
+
+def listing(opts: Options) -> str:
+    """`list`: every check, and every plugin that failed to load, as text, JSON or the README's table."""
+    from .render.rules import render_listing
+
+    with _registry(opts.timeout) as (checks, plugins):
+        pass
+    return render_listing(checks, plugins, opts.format)
+
+
+def explanation(opts: Options, width: int) -> str:
+    """`explain ID`: the check's documentation as text (at `width`) or JSON."""
+    from .redact import Redactor
+    from .render.explain import explain_text
+
+    with _registry(opts.timeout) as (checks, _):
+        pass
+    c = next((x for x in checks if x.id == opts.check_id), None)
+    if c is None:
+        wanted = str(opts.check_id)
+        near = [x.id for x in checks if wanted.split(".")[0] in x.id]
+        raise UsageError(f"unknown check {wanted!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
+    if opts.format == "json":
+        import json
+
+        entry = {"id": c.id, "title": c.title, "origin": c.origin, "applies_when": c.applies_when,
+                 "detects": c.detects, "explanation": c.doc(), "sources": [s.to_dict() for s in c.sources],
+                 "fixes": [{"description": f.description, "commands": [cmd.shell() for cmd in f.commands],
+                            "manual": f.manual} for f in c.fixes]}
+        return json.dumps(Redactor()(entry), indent=2) + "\n"
+    return explain_text(c, width, Redactor())

@@ -1,0 +1,291 @@
+"""The command line's grammar: each command's options and arguments, their value types and help texts, as a typer
+application built on demand (nothing of typer is imported before a command line is parsed). What a command line
+says becomes an `app.Options`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+
+from . import __version__
+from .app import Options
+from .render.output import write_stdout
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 no check failed (warnings allowed unless --strict); 1 a check failed or errored (or warned, with "
+    "--strict); 2 usage error; 3 the doctor itself or a plugin crashed (the report is still written); 4 the report "
+    "could not be written to --output (it went to stdout); 129/130/143 interrupted by SIGHUP/SIGINT/SIGTERM."
+)
+COMMANDS = ("check", "smoke", "list", "explain", "fix", "preflight")
+FORMATS = ("text", "json", "markdown", "junit")
+
+# ------------------------------------------------------------------------------------------------ argument types
+
+class _BadValue(ValueError):
+    """A value an option does not take; the parser names the option."""
+
+
+def _cp(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise _BadValue(f"expected a whole number, got {value!r}") from None
+    if not 1 <= n <= 1024:
+        raise _BadValue(f"--cp must be between 1 and 1024, got {n}")
+    return n
+
+
+def _gpu_arch(value: str) -> str:
+    if not re.fullmatch(r"\d{1,2}\.\d", value):
+        raise _BadValue("expected a compute capability such as 9.0 or 10.0")
+    return value
+
+
+def _timeout(value: str) -> float:
+    try:
+        t = float(value)
+    except ValueError:
+        raise _BadValue(f"expected seconds, got {value!r}") from None
+    if not 1.0 <= t <= 3600.0:  # also rejects inf and nan
+        raise _BadValue("must be between 1 and 3600 seconds")
+    return t
+
+
+def _port(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise _BadValue(f"expected a port number, got {value!r}") from None
+
+
+
+# ------------------------------------------------------------------------------------------------------ parser
+
+PROG = "dsv4-doctor"
+ROOT_OPTIONS = ("-h", "--help", "--version", "--install-completion", "--show-completion")
+DESCRIPTION = ("Preflight checks for DeepSeek-V4 context-parallel training (verl + Megatron-Core + TE + cuDNN "
+               "frontend). `check` is the default command.")
+PREFLIGHT_EPILOG = ("The report goes to stderr (text), the job's stdout stays clean. Exit: the command's own exit code "
+                    "when it ran (it replaces the doctor: same pid); 1 when a check failed (or warned, with --strict) "
+                    "and the command did not start; 2 usage error; 129/130/143 interrupted.")
+SMOKE_EPILOG = ("Exit codes: 0 the smoke forward passed or was skipped; 1 it failed or errored; 2 usage error; 3 the "
+                "doctor itself crashed (the report is still written); 4 the report could not be written to --output "
+                "(it went to stdout); 129/130/143 interrupted by SIGHUP/SIGINT/SIGTERM.")
+FIX_EPILOG = ("Exit codes: 0 a plan was printed (or nothing to fix); 1 some failure has no fix; 2 usage error. With "
+              "--apply: the re-check's exit code.")
+
+OPTION_NAMES = {f.name for f in fields(Options)} - {"command"}
+
+
+def options_from(command: str, values: dict) -> Options:
+    """A command's parsed values as Options: the same names whatever the command, its defaults where it has no such
+    option."""
+    given = {k: v for k, v in values.items() if k in OPTION_NAMES}
+    distributed = given.get("distributed")  # --distributed/--no-distributed, or neither
+    if not isinstance(distributed, str):
+        given["distributed"] = "auto" if distributed is None else ("on" if distributed else "off")
+    if given.get("job_command") is None:
+        given["job_command"] = []
+    for key in ("only", "skip"):  # a repeatable option given no time is None
+        if key in given and not given[key]:
+            given[key] = None
+    return Options(command=command, **given)
+
+
+def _checked(convert):
+    """An option's parser: a value it refuses is a usage error that names the option."""
+    def parse(value: str):
+        from typer import BadParameter
+
+        try:
+            return convert(value)
+        except _BadValue as exc:
+            raise BadParameter(str(exc)) from None
+    parse.__name__ = convert.__name__.lstrip("_")
+    return parse
+
+
+def _app():
+    """The typer application; built on demand so that nothing of typer is imported before it is needed."""
+    import functools
+
+    import typer
+
+    Option = functools.partial(typer.Option, show_default=False)  # each help text states its own default
+    from typer._types import TyperChoice as Choice
+
+    app = typer.Typer(name=PROG, help=DESCRIPTION, epilog=EXIT_CODES_HELP, rich_markup_mode=None,
+                      add_completion=True, no_args_is_help=False, pretty_exceptions_enable=False,
+                      context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
+    chosen: dict = {}
+
+    def take(command: str, values: dict) -> None:
+        chosen["args"] = options_from(command, values)
+
+    def version(value: bool) -> None:
+        if value:
+            write_stdout(f"{PROG} {__version__}\n")
+            raise typer.Exit(0)
+
+    @app.callback()
+    def root(_version: bool = Option(False, "--version", callback=version, is_eager=True,
+                                     help="Print the version and exit.")) -> None:
+        pass
+
+    cp_help = "Context-parallel size of the planned job (1-1024; default 1, or the job's with --job-args)."
+    dsa_help = "Megatron dsa_kernel_backend (default: cudnn, as the MLM CLI resolves it for dsv4_hybrid)."
+    arch_help = "Compute capability the job runs on, e.g. 10.0; default: detected with nvidia-smi."
+    python_help = "Interpreter to inspect (default: the one running the doctor)."
+    timeout_help = ("Seconds each isolated probe may take before it is killed (default 60, and 150 for the GPU "
+                    "smoke's probes).")
+    plugin_timeout_help = "Seconds a third-party plugin may take to load and describe itself (default 30)."
+    only_help = "Run only these check ids (repeatable; globs such as 'cudnn-fe.*' allowed)."
+    skip_help = "Skip these check ids (repeatable; globs)."
+    format_help = "Report format (default text)."
+    output_help = "Write the report to FILE instead of stdout."
+    cache_help = ("Do not give the probes the doctor's persistent CuTe DSL kernel cache "
+                  "(~/.cache/dsv4-doctor/cute-dsl; also DSV4_DOCTOR_KERNEL_CACHE=off).")
+    fleet = "Fleet mode (one report for every rank of a torchrun or srun job)"
+    dist_help = ("Run as one rank of a fleet (default: on when torchrun or an srun step with more than one task "
+                 "launched this process); --no-distributed runs single-host even under torchrun or srun.")
+    port_help = ("The port rank 0 serves the exchange on (default MASTER_PORT + 1, so the job's own port stays free; "
+                 "in an srun step without MASTER_PORT, a port derived from the job and step ids).")
+    wait_help = ("Seconds the other ranks have to report, counted once rank 0's exchange helper hosts the store "
+                 "(default: the rest of the run's time budget plus 15 s of launcher skew, plus one more budget when "
+                 "a rank may run its host-level checks itself).")
+    anon_help = "Name hosts in the fleet report by a salted hash (one salt per run) instead of their name."
+    ranks_help = "Every rank other than 0 also prints its own report to stderr (by default they print nothing)."
+    job_args_help = ("The training command, as one shell-quoted string: its DSv4 settings set the profile and the "
+                     "job.* checks run (what `preflight` does, without running it).")
+    cp_t, arch_t, timeout_t, port_t = _checked(_cp), _checked(_gpu_arch), _checked(_timeout), _checked(_port)
+    dsa_choice, device_choice = Choice(["cudnn", "none"]), Choice(["auto", "cuda", "cpu"])
+    report_formats = Choice(list(FORMATS))
+    verbose_help = ("On a terminal: -v shows every row with its details and evidence, -vv adds the sources "
+                    "(default: only the rows that need attention). Piped text, JSON, markdown and JUnit are unchanged.")
+
+    @app.command(help="Check this environment for the planned DSv4 job (the default).", epilog=EXIT_CODES_HELP)
+    def check(
+        cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
+        dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
+        gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
+        python: str | None = Option(None, "--python", metavar="PATH", help=python_help),
+        timeout: float | None = Option(None, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
+        only: list[str] | None = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
+        skip: list[str] | None = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
+        format: str = Option("text", "-f", "--format", click_type=report_formats, help=format_help),
+        output: str | None = Option(None, "-o", "--output", metavar="FILE", help=output_help),
+        strict: bool = Option(False, "--strict", help="Warnings fail too (exit 1)."),
+        static_only: bool = Option(False, "--static-only", help="Skip every check that imports packages "
+                                   "(metadata, file locations and ast only)."),
+        no_smoke: bool = Option(False, "--no-smoke", help="Skip the smoke forward."),
+        device: str = Option("auto", "--device", click_type=device_choice, help="Where the smoke forward runs: "
+                             "auto (a GPU when one is visible, else skipped), cuda, cpu."),
+        distributed: bool | None = Option(None, "--distributed/--no-distributed", help=dist_help,
+                                             rich_help_panel=fleet, show_default=False),
+        fleet_port: int | None = Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
+        fleet_wait: float | None = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
+        anonymize_hosts: bool = Option(False, "--anonymize-hosts", help=anon_help),
+        verbose_ranks: bool = Option(False, "--verbose-ranks", help=ranks_help),
+        verbose: int = Option(0, "-v", "--verbose", count=True, help=verbose_help),
+        no_kernel_cache: bool = Option(False, "--no-kernel-cache", help=cache_help),
+        job_args: str | None = Option(None, "--job-args", metavar="CMD", help=job_args_help),
+    ) -> None:
+        take("check", locals())
+
+    @app.command(help="Run only the smoke forward.", epilog=SMOKE_EPILOG)
+    def smoke(
+        cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N",
+                                   help="Context-parallel size of the planned job (1-1024; default 1)."),
+        dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
+        gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
+        python: str | None = Option(None, "--python", metavar="PATH", help=python_help),
+        timeout: float | None = Option(None, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
+        format: str = Option("text", "-f", "--format", click_type=report_formats, help=format_help),
+        output: str | None = Option(None, "-o", "--output", metavar="FILE", help=output_help),
+        distributed: bool | None = Option(None, "--distributed/--no-distributed", help=dist_help,
+                                             show_default=False),
+        fleet_port: int | None = Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
+        fleet_wait: float | None = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
+        anonymize_hosts: bool = Option(False, "--anonymize-hosts", help=anon_help),
+        verbose_ranks: bool = Option(False, "--verbose-ranks", help=ranks_help),
+        verbose: int = Option(0, "-v", "--verbose", count=True, help=verbose_help),
+        device: str = Option("auto", "--device", click_type=device_choice,
+                             help="auto: the GPU when torch sees one, else the CPU."),
+        no_kernel_cache: bool = Option(False, "--no-kernel-cache", help=cache_help),
+    ) -> None:
+        take("smoke", locals())
+
+    @app.command(name="list", help="List every check with its title, where it comes from and when it applies.")
+    def list_(
+        format: str = Option("text", "-f", "--format", click_type=Choice(["text", "json", "markdown"]),
+                             help="text, json, or markdown (the README rules table)."),
+        timeout: float = Option(30.0, "--timeout", parser=timeout_t, metavar="S", help=plugin_timeout_help),
+    ) -> None:
+        take("list", locals())
+
+    @app.command(help="Why a check exists, when it applies, its sources and its fixes.")
+    def explain(
+        check_id: str = typer.Argument(..., metavar="ID", help="A check id from `dsv4-doctor list`."),
+        format: str = Option("text", "-f", "--format", click_type=Choice(["text", "json"]),
+                             help="text, or json (the check's entry of `list -f json`)."),
+        timeout: float = Option(30.0, "--timeout", parser=timeout_t, metavar="S", help=plugin_timeout_help),
+    ) -> None:
+        take("explain", locals())
+
+    @app.command(help="Print the fix plan of the current failures as a shell script (or --apply it).",
+                 epilog=FIX_EPILOG)
+    def fix(
+        cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
+        dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
+        gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
+        python: str | None = Option(None, "--python", metavar="PATH", help=python_help),
+        timeout: float | None = Option(None, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
+        only: list[str] | None = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
+        skip: list[str] | None = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
+        apply: bool = Option(False, "--apply", help="Run the plan's pip steps with the target's pip, then re-check. "
+                             "Manual steps (torch) and job settings are never run."),
+        yes: bool = Option(False, "--yes", "-y", help="Do not ask before applying (needed without a terminal)."),
+        job_args: str | None = Option(None, "--job-args", metavar="CMD", help=(
+            "The training command, as one shell-quoted string: the job.* checks run, and the plan ends with the "
+            "job's settings (CP_ARGS, export lines), as comments.")),
+    ) -> None:
+        take("fix", locals())
+
+    @app.command(help="Check the environment and a training command's DSv4 settings, then exec the command.",
+                 epilog=PREFLIGHT_EPILOG,
+                 context_settings={"allow_interspersed_args": False, "ignore_unknown_options": False})
+    def preflight(
+        gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=(
+            "Compute capability the job runs on; default: detected with nvidia-smi.")),
+        cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=(
+            "The job's CP size, for a command whose settings the doctor cannot read (a wrapper script); a "
+            "command that states its own must agree.")),
+        dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=(
+            "The job's dsa_kernel_backend, for a command that does not state it (a wrapper script); a command "
+            "that states its own must agree.")),
+        python: str | None = Option(None, "--python", metavar="PATH", help=(
+            "Interpreter to inspect (default: the one running the doctor; in a job script, the job's python).")),
+        timeout: float | None = Option(None, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
+        only: list[str] | None = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
+        skip: list[str] | None = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
+        strict: bool = Option(False, "--strict", help="Warnings block the command too."),
+        no_smoke: bool = Option(False, "--no-smoke", help="Skip the smoke forward."),
+        dry_run: bool = Option(False, "--dry-run", help="Check, report, and stop before running the command."),
+        report: str | None = Option(None, "--report", metavar="FILE", help=(
+            "Also write the JSON report to FILE (for the job's logs).")),
+        distributed: bool | None = Option(None, "--distributed/--no-distributed", help=dist_help,
+                                             show_default=False),
+        fleet_port: int | None = Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
+        fleet_wait: float | None = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
+        anonymize_hosts: bool = Option(False, "--anonymize-hosts", help=anon_help),
+        verbose_ranks: bool = Option(False, "--verbose-ranks", help=ranks_help),
+        verbose: int = Option(0, "-v", "--verbose", count=True, help=verbose_help),
+        no_kernel_cache: bool = Option(False, "--no-kernel-cache", help=cache_help),
+        job_command: list[str] | None = typer.Argument(None, metavar="-- COMMAND [ARG ...]", show_default=False,
+                                                         help="The training command, after `--`."),
+    ) -> None:
+        take("preflight", locals())
+
+    return app, chosen
+
