@@ -30,7 +30,8 @@ SCANNED = [
     ["check", "--job-args", "--python /elsewhere", "--python", PY],  # a value is never an option
     ["check", "--output", "--python"],  # nor is an option's value, whatever it looks like
     ["check", "--python", "/first", "--python", PY],  # the last one counts
-    ["smoke", "--device", "cpu", "--python", PY], ["check", "--device=cpu", "--python", PY], ["fix", "--python", PY, "--only", "te.*"],
+    ["smoke", "--device", "cpu", "--python", PY], ["check", "--device=cpu", "--python", PY],
+    ["fix", "--python", PY, "--only", "te.*"],
     ["fix", "--apply", "--yes", "--python", PY], ["fix", "--apply", "-y"],
     ["preflight", "--python", PY, "--no-kernel-cache", "--", "torchrun", "--python", "/job/python", "--timeout", "2"],
     ["preflight", "--cp", "2", "--", "--help"],
