@@ -25,6 +25,7 @@ from .model import ExitCode, UsageError
 from .render.output import emit, finish_streams, isatty, line_text, preflight_report, say, write_stderr, write_stdout
 
 if TYPE_CHECKING:
+    from .fixplan import Answer
     from .report import Report
 
 # ------------------------------------------------------------------------------------------------------ parsing
@@ -225,6 +226,46 @@ def _preflight_report(opts: Options, report: Report) -> int:
     return preflight_report(report, opts.report, opts.verbose)
 
 
+class _PromptStream:
+    """stdout for typer's prompt: whatever it writes (the question, the space after it, "Error: invalid input")
+    goes to stderr through the output layer, cleaned line by line; never to stdout, which holds the plan."""
+
+    encoding, errors = "utf-8", "strict"
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError("a text stream")  # how click tells a text stream from a binary one
+        write_stderr("\n".join(line_text(part) for part in text.split("\n")))
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def ask(question: str) -> Answer:
+    """`fix --apply`'s y/N prompt: typer.confirm (the default is No), its output through the output layer on stderr,
+    the answer read from stdin. The end of input is a no; Ctrl-C (or another stop signal) ends the prompt with
+    that signal, so the command exits 128 + N."""
+    import contextlib
+
+    import typer
+
+    from .fixplan import Answer
+    from .signals import GATE
+
+    stream = _PromptStream()
+    # typer writes the question, and the space after it, to stdout: here that is the stream, so they go to stderr.
+    with GATE.answering() as signals, contextlib.redirect_stdout(stream):
+        try:
+            return Answer(yes=typer.confirm(question, default=False))
+        except (typer.Abort, KeyboardInterrupt):
+            pass
+    return Answer(yes=False, signum=signals[0] if signals else None)
+
+
 def run_command(opts: Options) -> int:
     """The command's use case (app.py), its result printed; the exit code."""
     from . import app
@@ -234,7 +275,7 @@ def run_command(opts: Options) -> int:
     if opts.command == "preflight":
         return app.preflight(opts, lambda report: _preflight_report(opts, report))[1]
     if opts.command == "fix":
-        return app.fix(opts)[2]
+        return app.fix(opts, ask)[2]
     if opts.command == "list":
         return _stdout_or_4(app.listing(opts), "the listing")
     from .render import output_width
