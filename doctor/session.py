@@ -21,7 +21,7 @@ from typing import Any
 from .model import Check, CheckReport, Interrupted, Profile, Result, Status, UsageError
 from .probes import (DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_TIMEOUT_S, Probe,
                      StaticRequest, handshake_probe, parse_handshake, parse_nvidia_smi, static_probe_for)
-from .plugins import MARGIN_S, PluginHosts, plugin_error_rows
+from .plugins import MARGIN_S, HostWatch, PluginHosts, plugin_error_rows
 from .procs import Processes
 from .registry import Registry
 from .assemble import Outcome
@@ -104,11 +104,13 @@ class Session:
         self.target_problem: str | None = None
         self._owns_gate = False
         self._running: tuple | None = None  # (runner, plugin hosts, profile, start, budget) while checks run
+        self._watch: HostWatch | None = None
 
     # ---------------------------------------------------------------------------------------- lifetime, signals
 
     def close(self) -> None:
         self.restore_signals()
+        self._stop_watch()
         self.procs.close()
 
     def serves(self, python: str | None, timeout: float | None) -> bool:
@@ -292,17 +294,26 @@ class Session:
             reports = self._unsupported_target(builtin, ctx)
             return self._outcome(profile, reports, start, budget)
         hosts = self.hosts.start_runs(profile, plugin_ids, deadline)
+        if on_event is not None and hosts:
+            self._watch = HostWatch(hosts, on_event)  # the plugin checks' rows of the live display
         runner = Runner(builtin, ctx, deadline, on_event)
         self._running = (runner, hosts, profile, start, budget)
         runner.begin()
         runner.wait()
         reports = runner.reports() + self.hosts.collect(hosts, deadline)
+        self._stop_watch()
         return self._outcome(profile, reports, start, budget)
+
+    def _stop_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()
 
     def interrupted_outcome(self, exc: Interrupted) -> Outcome | None:
         """What finished before the signal, with every unfinished check an `error` saying so; probes are killed."""
         if self._running is not None:
             self._running[0].stop()  # before the kill, so no check records its probe's death as its finding
+        self._stop_watch()
         self.procs.kill_all()  # the plugin hosts' event files stay until close(), so what they finished is kept
         if self._running is None:
             return None
