@@ -333,7 +333,7 @@ def _registry(timeout: float | None):
 
 
 def listing(opts: Options) -> str:
-    """`list`: every check, and every plugin that failed to load, as text, JSON or the README's table."""
+    """`list`: every check, and every plugin that failed to load, as text, JSON or docs/rules.md's table."""
     from .render.rules import render_listing
 
     with _registry(opts.timeout) as (checks, plugins):

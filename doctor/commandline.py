@@ -224,7 +224,7 @@ def _app():
     @app.command(name="list", help="List every check with its title, where it comes from and when it applies.")
     def list_(
         format: str = Option("text", "-f", "--format", click_type=Choice(["text", "json", "markdown"]),
-                             help="text, json, or markdown (the README rules table)."),
+                             help="text, json, or markdown (the rules table of docs/rules.md)."),
         timeout: float = Option(30.0, "--timeout", parser=timeout_t, metavar="S", help=plugin_timeout_help),
     ) -> None:
         take("list", locals())
