@@ -100,8 +100,10 @@ def early_target(argv: Sequence[str], environ: Mapping[str, str]) -> EarlyTarget
 
 
 def _start_early(argv: Sequence[str]) -> bool:
-    """Start the target's first probes while typer imports and parses (session.start_early); True when started.
-    The signal gate goes up first, so a signal in the meantime ends the run with its report, never an orphan."""
+    """For a command that inspects: put the signal gate up, then start the target's first probes so that they run
+    while typer imports and parses (session.start_early). True when the gate went up (the start itself may have
+    declined: a --python the session refuses). With the gate up first, a signal in the meantime ends the run with
+    its report, never with an orphan."""
     target = early_target(argv, os.environ)
     if target is None:
         return False
@@ -297,8 +299,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from .signals import GATE
 
     words = list(sys.argv[1:] if argv is None else argv)
-    early = _start_early(words)  # puts the signal gate up when it starts anything
-    gate_up = early
+    early = gate_up = _start_early(words)
     try:
         opts = parse_command_line(words)  # exits 2 on a usage error
         if opts.no_kernel_cache:
