@@ -1,5 +1,5 @@
 """The fleet rows: written by the fleet merge of a multi-rank run (`check --distributed` under torchrun or srun), never
-by one rank. They are declared here so that `list`, `explain` and the README's rules table show them with their
+by one rank. They are declared here so that `list`, `explain` and the rules table (docs/rules.md) show them with their
 sources, like every other rule; their run functions are never called (only_with = "fleet")."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from .model import ExitCode, Profile, UsageError
 from .render.output import check_output_path, isatty, say, wants_live_display, write_stdout
 
 if TYPE_CHECKING:
-    from .fixplan import Plan
+    from .fixplan import Answer, Plan
     from .report import Report
 
 Deliver = Callable[["Report"], int]  # writes a report where the options say; its exit code (4: not written)
@@ -199,6 +199,9 @@ def exec_job(command: list[str]) -> int:
     exec would skip (no finally, no atexit)."""
     import signal
 
+    from .session import close_early
+
+    close_early()  # exec skips every `finally`: nothing started before the command line was parsed may stay
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:
             with contextlib.suppress(OSError, ValueError):
@@ -270,9 +273,10 @@ def fleet_env(opts: Options, profile: Profile):
 
 # ------------------------------------------------------------------------------------------------------------ fix
 
-def fix(opts: Options) -> tuple[Report, Plan, int]:
+def fix(opts: Options, ask: Callable[[str], Answer]) -> tuple[Report, Plan, int]:
     """`fix`: the run's report, its fix plan (printed on stdout as a script) and the exit code; with --apply, the
-    plan's pip steps run and the exit code is the re-check's."""
+    plan's pip steps run once `ask` (the CLI's y/N prompt) says yes, or at once with --yes, and the exit code is
+    the re-check's."""
     from . import fixplan
     from .redact import Redactor
     from .render import verdict_line
@@ -306,7 +310,7 @@ def fix(opts: Options) -> tuple[Report, Plan, int]:
         # A crashed check (exit 3) is no clean bill, whatever the plan holds.
         return report, plan, code if code >= int(ExitCode.INTERNAL) else plan.exit_code
     return report, plan, fixplan.apply_and_recheck(
-        plan, python, redact, code, before, opts.yes, say,
+        plan, python, redact, code, before, opts.yes, ask, say,
         lambda: run_report(opts, profile, only, skip, False, progress=False))
 
 
@@ -329,7 +333,7 @@ def _registry(timeout: float | None):
 
 
 def listing(opts: Options) -> str:
-    """`list`: every check, and every plugin that failed to load, as text, JSON or the README's table."""
+    """`list`: every check, and every plugin that failed to load, as text, JSON or docs/rules.md's table."""
     from .render.rules import render_listing
 
     with _registry(opts.timeout) as (checks, plugins):

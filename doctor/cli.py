@@ -13,17 +13,19 @@ Exit codes (the same for every output format):
 from __future__ import annotations
 
 import os
+import re
 import sys
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .app import Options
-from .commandline import COMMANDS, PROG, ROOT_OPTIONS, _app
+from .commandline import COMMANDS, INSPECTING_COMMANDS, PROG, ROOT_OPTIONS, VALUE_OPTIONS, _app
 from .model import ExitCode, UsageError
 from .render.output import emit, finish_streams, isatty, line_text, preflight_report, say, write_stderr, write_stdout
 
 if TYPE_CHECKING:
+    from .fixplan import Answer
     from .report import Report
 
 # ------------------------------------------------------------------------------------------------------ parsing
@@ -34,6 +36,94 @@ def _with_default_command(argv: list[str]) -> list[str]:
     if not argv or (argv[0].startswith("-") and argv[0].split("=", 1)[0] not in ROOT_OPTIONS and argv[0] != "--"):
         return ["check", *argv]
     return argv
+
+
+@dataclass(frozen=True)
+class EarlyTarget:
+    """What a command that inspects will be given, read from the words before typer is imported."""
+
+    python: str | None
+    timeout: float | None
+    no_kernel_cache: bool
+
+
+_SHORT_FLAGS = re.compile(r"-(v+|y)")  # the short options that take no value (-h asks for help: no early start)
+COMPLETION_VARIABLE = "_DSV4_DOCTOR_COMPLETE"  # typer's completion protocol: set, the words are a shell's
+
+
+def early_target(argv: Sequence[str], environ: Mapping[str, str]) -> EarlyTarget | None:
+    """--python, --timeout and --no-kernel-cache of a command that inspects a target (check, also as the default
+    command, smoke, fix, preflight), read from the words as the parser will read them; None when the words ask for
+    nothing to be inspected (help, version, completion, list, explain, `fix --apply` that will be refused) or hold
+    anything this scan does not know for certain (a combined short option): then nothing starts early. The parser
+    stays the judge: a session is adopted only when it matches what the parser gave (session.session_for).
+    preflight's words after `--` (or its first argument) are the job's and never read."""
+    if environ.get(COMPLETION_VARIABLE):
+        return None
+    words = _with_default_command(list(argv))
+    if not words or words[0] not in INSPECTING_COMMANDS:
+        return None
+    values: dict[str, str] = {}
+    flags: set[str] = set()
+    i = 1
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if word == "--" or (not word.startswith("-") and words[0] == "preflight"):
+            break
+        name, has_value, value = word.partition("=") if word.startswith("--") else (word, "", "")
+        if name in VALUE_OPTIONS:
+            if not has_value:
+                if i >= len(words):
+                    return None  # the parser refuses it
+                value, i = words[i], i + 1
+            values[name] = value
+        elif word[:2] in ("-f", "-o") and len(word) > 2:
+            continue  # -fjson: the value in the same word
+        elif (word.startswith("--") and not has_value) or _SHORT_FLAGS.fullmatch(word):
+            flags.add(name)
+        elif word.startswith("-"):
+            return None  # -h, a combined short option, `--flag=value`: the parser's to judge
+    if flags & {"--help", "--version", "--install-completion", "--show-completion"}:
+        return None
+    if words[0] == "fix" and "--apply" in flags and not flags & {"--yes", "-y"} and not isatty(sys.stdin):
+        return None  # a usage error before any work
+    timeout = None
+    if "--timeout" in values:
+        from .commandline import BadValue, parse_timeout
+
+        try:
+            timeout = parse_timeout(values["--timeout"])
+        except BadValue:
+            return None
+    return EarlyTarget(values.get("--python"), timeout, "--no-kernel-cache" in flags)
+
+
+def _start_early(argv: Sequence[str]) -> bool:
+    """For a command that inspects: put the signal gate up, then start the target's first probes so that they run
+    while typer imports and parses (session.start_early). True when the gate went up (the start itself may have
+    declined: a --python the session refuses). With the gate up first, a signal in the meantime ends the run with
+    its report, never with an orphan."""
+    target = early_target(argv, os.environ)
+    if target is None:
+        return False
+    from .signals import GATE
+
+    GATE.install()
+    if target.no_kernel_cache:
+        _no_kernel_cache()
+    from .session import start_early
+
+    start_early(target.python, target.timeout)
+    return True
+
+
+def _no_kernel_cache() -> None:
+    from . import kernelcache
+
+    if os.environ.get(kernelcache.ENV) != "off":
+        os.environ[kernelcache.ENV] = "off"  # read once, where the probes' environment is made
+        kernelcache.reset()
 
 
 def _error_text(exc) -> str:
@@ -138,6 +228,46 @@ def _preflight_report(opts: Options, report: Report) -> int:
     return preflight_report(report, opts.report, opts.verbose)
 
 
+class _PromptStream:
+    """stdout for typer's prompt: whatever it writes (the question, the space after it, "Error: invalid input")
+    goes to stderr through the output layer, cleaned line by line; never to stdout, which holds the plan."""
+
+    encoding, errors = "utf-8", "strict"
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError("a text stream")  # how click tells a text stream from a binary one
+        write_stderr("\n".join(line_text(part) for part in text.split("\n")))
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def ask(question: str) -> Answer:
+    """`fix --apply`'s y/N prompt: typer.confirm (the default is No), its output through the output layer on stderr,
+    the answer read from stdin. The end of input is a no; Ctrl-C (or another stop signal) ends the prompt with
+    that signal, so the command exits 128 + N."""
+    import contextlib
+
+    import typer
+
+    from .fixplan import Answer
+    from .signals import GATE
+
+    stream = _PromptStream()
+    # typer writes the question, and the space after it, to stdout: here that is the stream, so they go to stderr.
+    with GATE.answering() as signals, contextlib.redirect_stdout(stream):
+        try:
+            return Answer(yes=typer.confirm(question, default=False))
+        except (typer.Abort, KeyboardInterrupt):
+            pass
+    return Answer(yes=False, signum=signals[0] if signals else None)
+
+
 def run_command(opts: Options) -> int:
     """The command's use case (app.py), its result printed; the exit code."""
     from . import app
@@ -147,7 +277,7 @@ def run_command(opts: Options) -> int:
     if opts.command == "preflight":
         return app.preflight(opts, lambda report: _preflight_report(opts, report))[1]
     if opts.command == "fix":
-        return app.fix(opts)[2]
+        return app.fix(opts, ask)[2]
     if opts.command == "list":
         return _stdout_or_4(app.listing(opts), "the listing")
     from .render import output_width
@@ -166,30 +296,44 @@ def _where(exc: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    opts = parse_command_line(list(sys.argv[1:] if argv is None else argv))  # exits 2 on a usage error
-    if opts.no_kernel_cache:
-        from .kernelcache import ENV
-
-        os.environ[ENV] = "off"  # read once, where the probes' environment is made
-    from .model import Interrupted
     from .signals import GATE
 
-    GATE.install()  # from here to the end no signal meets the default action (see SignalGate)
+    words = list(sys.argv[1:] if argv is None else argv)
+    early = gate_up = _start_early(words)
     try:
-        code = run_command(opts)
-    except UsageError as exc:
-        write_stderr(line_text(usage_line(opts.command)) + "\n")
-        say(f"dsv4-doctor {opts.command}: error: {exc}")
-        code = int(ExitCode.USAGE)
-    except Interrupted as exc:  # list and explain: nothing to report, only to stop cleanly
-        say(f"dsv4-doctor {opts.command}: interrupted by {exc}")
-        code = 128 + exc.signum
-    except Exception as exc:  # a defect of the doctor's own: one line that says where, never a traceback
-        say(f"dsv4-doctor {opts.command}: internal error: {_where(exc)}")
-        code = int(ExitCode.INTERNAL)
+        opts = parse_command_line(words)  # exits 2 on a usage error
+        if opts.no_kernel_cache:
+            _no_kernel_cache()
+        if not gate_up:
+            GATE.install()  # from here to the end no signal meets the default action (see SignalGate)
+            gate_up = True
+        code = _run(opts)
     finally:
-        GATE.uninstall()
+        if early:
+            from .session import close_early
+
+            close_early()  # after a usage error or an interrupted parse: nothing started early outlives the doctor
+        if gate_up:
+            GATE.uninstall()
     if GATE.late is not None and code < 128:  # asked to stop while the report was written: it was, and we stop
         code = 128 + GATE.late
     finish_streams()
     sys.exit(code)
+
+
+def _run(opts: Options) -> int:
+    """run_command, with every way it can end as an exit code."""
+    from .model import Interrupted
+
+    try:
+        return run_command(opts)
+    except UsageError as exc:
+        write_stderr(line_text(usage_line(opts.command)) + "\n")
+        say(f"dsv4-doctor {opts.command}: error: {exc}")
+        return int(ExitCode.USAGE)
+    except Interrupted as exc:  # list and explain: nothing to report, only to stop cleanly
+        say(f"dsv4-doctor {opts.command}: interrupted by {exc}")
+        return 128 + exc.signum
+    except Exception as exc:  # a defect of the doctor's own: one line that says where, never a traceback
+        say(f"dsv4-doctor {opts.command}: internal error: {_where(exc)}")
+        return int(ExitCode.INTERNAL)

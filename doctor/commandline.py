@@ -22,7 +22,7 @@ FORMATS = ("text", "json", "markdown", "junit")
 
 # ------------------------------------------------------------------------------------------------ argument types
 
-class _BadValue(ValueError):
+class BadValue(ValueError):
     """A value an option does not take; the parser names the option."""
 
 
@@ -30,25 +30,25 @@ def _cp(value: str) -> int:
     try:
         n = int(value)
     except ValueError:
-        raise _BadValue(f"expected a whole number, got {value!r}") from None
+        raise BadValue(f"expected a whole number, got {value!r}") from None
     if not 1 <= n <= 1024:
-        raise _BadValue(f"--cp must be between 1 and 1024, got {n}")
+        raise BadValue(f"--cp must be between 1 and 1024, got {n}")
     return n
 
 
 def _gpu_arch(value: str) -> str:
     if not re.fullmatch(r"\d{1,2}\.\d", value):
-        raise _BadValue("expected a compute capability such as 9.0 or 10.0")
+        raise BadValue("expected a compute capability such as 9.0 or 10.0")
     return value
 
 
-def _timeout(value: str) -> float:
+def parse_timeout(value: str) -> float:
     try:
         t = float(value)
     except ValueError:
-        raise _BadValue(f"expected seconds, got {value!r}") from None
+        raise BadValue(f"expected seconds, got {value!r}") from None
     if not 1.0 <= t <= 3600.0:  # also rejects inf and nan
-        raise _BadValue("must be between 1 and 3600 seconds")
+        raise BadValue("must be between 1 and 3600 seconds")
     return t
 
 
@@ -56,7 +56,7 @@ def _port(value: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise _BadValue(f"expected a port number, got {value!r}") from None
+        raise BadValue(f"expected a port number, got {value!r}") from None
 
 
 
@@ -64,6 +64,11 @@ def _port(value: str) -> int:
 
 PROG = "dsv4-doctor"
 ROOT_OPTIONS = ("-h", "--help", "--version", "--install-completion", "--show-completion")
+# The commands that inspect a target, and every option of theirs that takes a value: what the early start's pre-scan
+# (cli.early_target) needs of the grammar before typer is imported. A test holds these to the typer application.
+INSPECTING_COMMANDS = ("check", "smoke", "fix", "preflight")
+VALUE_OPTIONS = ("--cp", "--dsa-backend", "--gpu-arch", "--python", "--timeout", "--only", "--skip", "--device", "-f",
+                 "--format", "-o", "--output", "--fleet-port", "--fleet-wait", "--job-args", "--report")
 DESCRIPTION = ("Preflight checks for DeepSeek-V4 context-parallel training (verl + Megatron-Core + TE + cuDNN "
                "frontend). `check` is the default command.")
 PREFLIGHT_EPILOG = ("The report goes to stderr (text), the job's stdout stays clean. Exit: the command's own exit code "
@@ -100,9 +105,9 @@ def _checked(convert):
 
         try:
             return convert(value)
-        except _BadValue as exc:
+        except BadValue as exc:
             raise BadParameter(str(exc)) from None
-    parse.__name__ = convert.__name__.lstrip("_")
+    parse.__name__ = convert.__name__.lstrip("_").removeprefix("parse_")
     return parse
 
 
@@ -158,7 +163,7 @@ def _app():
     ranks_help = "Every rank other than 0 also prints its own report to stderr (by default they print nothing)."
     job_args_help = ("The training command, as one shell-quoted string: its DSv4 settings set the profile and the "
                      "job.* checks run (what `preflight` does, without running it).")
-    cp_t, arch_t, timeout_t, port_t = _checked(_cp), _checked(_gpu_arch), _checked(_timeout), _checked(_port)
+    cp_t, arch_t, timeout_t, port_t = _checked(_cp), _checked(_gpu_arch), _checked(parse_timeout), _checked(_port)
     dsa_choice, device_choice = Choice(["cudnn", "none"]), Choice(["auto", "cuda", "cpu"])
     report_formats = Choice(list(FORMATS))
     verbose_help = ("On a terminal: -v shows every row with its details and evidence, -vv adds the sources "
@@ -219,7 +224,7 @@ def _app():
     @app.command(name="list", help="List every check with its title, where it comes from and when it applies.")
     def list_(
         format: str = Option("text", "-f", "--format", click_type=Choice(["text", "json", "markdown"]),
-                             help="text, json, or markdown (the README rules table)."),
+                             help="text, json, or markdown (the rules table of docs/rules.md)."),
         timeout: float = Option(30.0, "--timeout", parser=timeout_t, metavar="S", help=plugin_timeout_help),
     ) -> None:
         take("list", locals())

@@ -195,11 +195,20 @@ def incomplete(report: Report) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Answer:
+    """What a y/N prompt got: yes, or not (no, the default, the end of input, or the stop signal that ended it)."""
+
+    yes: bool
+    signum: int | None = None
+
+
 def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, before: str, yes: bool,
-                      say: Callable[[str], None], recheck: Callable[[], Report]) -> int:
-    """`fix --apply` once the plan is printed: name the held-back steps, ask (unless `yes`), run the automatic steps
-    (apply_guarded), then re-check (`recheck()` gives the new report) and say both verdicts. `code` is the first
-    run's exit code, `before` its verdict line, `say` writes a line to stderr. Returns the command's exit code."""
+                      ask: Callable[[str], Answer], say: Callable[[str], None], recheck: Callable[[], Report]) -> int:
+    """`fix --apply` once the plan is printed: name the held-back steps, `ask` the question (unless `yes`), run the
+    automatic steps (apply_guarded), then re-check (`recheck()` gives the new report) and say both verdicts. `code`
+    is the first run's exit code, `before` its verdict line, `say` writes a line to stderr. Returns the command's
+    exit code."""
     from .model import ExitCode
     from .render import verdict_line
     from .signals import GATE
@@ -215,15 +224,12 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
         say("nothing applied: a signal arrived while the plan was written")
         return 128 + GATE.late
     if not yes:
-        write_stderr(f"Run the {sum(len(s.commands) for s in plan.steps if s.automatic)} pip command(s) of this "
-                     "plan now? [y/N] ")
-        try:
-            with GATE.suspended():  # Ctrl-C at the prompt must answer it
-                answer = sys.stdin.readline()
-        except KeyboardInterrupt:
+        answer = ask(f"Run the {sum(len(s.commands) for s in plan.steps if s.automatic)} pip command(s) of this "
+                     "plan now?")
+        if answer.signum is not None:
             say("\nnothing applied")
-            return 130
-        if answer.strip().lower() not in ("y", "yes"):
+            return 128 + answer.signum
+        if not answer.yes:  # no, the default, or the end of input
             say("nothing applied")
             return code
     not_applied: list[str] = []

@@ -180,7 +180,8 @@ ProbeSpec = Sequence[Any] | Callable[[Profile], Sequence[Any]]
 
 @dataclass(frozen=True)
 class Check:
-    """A rule. `explanation` is its documentation: `explain`, `list` and the README table come from these fields."""
+    """A rule. `explanation` is its documentation: `explain`, `list`, docs/rules.md's table and docs/checks.md come
+    from these fields."""
 
     id: str  # stable dotted id, e.g. "torch.install"; never reused
     title: str

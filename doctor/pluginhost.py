@@ -85,10 +85,15 @@ def host_main(argv: list[str]) -> None:
                      gpu_list=request.get("gpus") or [])
 
     def on_event(kind: str, check_id: str, detail: str | None = None) -> None:
+        # start, stage and done are short lines the doctor reads while the host runs (plugins.HostWatch: the live
+        # display); the result, which may be large, is read once the host has ended.
         if kind == "start":
             events.write({"event": "start", "check": check_id})
+        elif kind == "stage":
+            events.write({"event": "stage", "check": check_id, "stage": detail})
         elif kind == "done":
             events.write({"event": "result", "report": ctx.outcomes[check_id].to_dict()})
+            events.write({"event": "done", "check": check_id})
 
     runner = Runner(selected, ctx, deadline, on_event)
     runner.begin()

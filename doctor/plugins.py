@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from .model import Check, CheckReport, Profile, Status
-from .procs import Helper, Processes, start_helper
+from .procs import Helper, Processes, read_bounded_at, start_helper
 from .redact import read_tail
 from .registry import PluginInfo, Registry
 
@@ -226,6 +226,106 @@ class PluginHosts:
                                        sources=list(check.sources), origin=check.origin,
                                        internal_error=unfinished is None))
         return out
+
+
+WATCH_INTERVAL_S = 0.25  # how often a live display's plugin hosts' events are read (the runner's STAGE_POLL_S)
+EVENT_LINE_BYTES = 1024  # a start, stage or done event is shorter; a longer line (a result) is skipped unread
+WATCH_READ_BYTES = 64 * 1024  # what one read of a host's events takes at most
+
+
+class _EventTail:
+    """A running plugin host's events file, read as it grows: the start, stage and done events of the checks the
+    host was asked to run, each once and in order (a stage or done only after that check's start). Anything else,
+    and any line too long to be one of these, is skipped; every read is bounded."""
+
+    def __init__(self, path: str, ids: set[str]) -> None:
+        self.path, self.ids = path, ids
+        self.offset = 0
+        self.partial: bytes | None = b""  # None: inside a line too long to be one of these events
+        self.started: set[str] = set()
+        self.done: set[str] = set()
+
+    def _chunk(self) -> bytes:
+        chunk = read_bounded_at(self.path, self.offset, WATCH_READ_BYTES)
+        self.offset += len(chunk)
+        return chunk
+
+    def read(self) -> list[tuple[str, str, str | None]]:
+        lines = self._chunk().split(b"\n")
+        if self.partial is None:
+            if len(lines) == 1:
+                return []
+            lines[0], self.partial = b"", b""
+        lines[0] = self.partial + lines[0]
+        rest = lines.pop()
+        self.partial = rest if len(rest) <= EVENT_LINE_BYTES else None
+        out = []
+        for line in lines:
+            if line and len(line) <= EVENT_LINE_BYTES:
+                out += self._take(line)
+        return out
+
+    def _take(self, line: bytes) -> list[tuple[str, str, str | None]]:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return []
+        if not isinstance(event, dict) or event.get("check") not in self.ids:
+            return []
+        check_id, kind = str(event["check"]), event.get("event")
+        if kind == "start" and check_id not in self.started:
+            self.started.add(check_id)
+            return [("start", check_id, None)]
+        if check_id not in self.started or check_id in self.done:
+            return []
+        if kind == "stage":
+            from .probes import stage_text
+
+            stage = event.get("stage")
+            return [("stage", check_id, stage_text(stage) if isinstance(stage, str) and stage else None)]
+        if kind == "done":
+            self.done.add(check_id)
+            return [("done", check_id, None)]
+        return []
+
+
+class HostWatch:
+    """The plugin checks of a run, for a live display: every WATCH_INTERVAL_S each host's events are read as they
+    grow (_EventTail) and their start, stage and done are passed on as the runner passes on the built-ins'.
+    `stop()` reads what is left and ends every row still open, whether or not its host said done."""
+
+    def __init__(self, hosts: Sequence[Host], on_event: Callable[..., None]) -> None:
+        self.on_event = on_event
+        self.tails = [_EventTail(h.events, {c.id for c in h.checks}) for h in hosts]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="plugin-progress")
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(WATCH_INTERVAL_S):
+            self.poll()
+
+    def poll(self) -> None:
+        for tail in self.tails:
+            for event in tail.read():
+                try:
+                    self.on_event(*event)
+                except Exception:  # a display that breaks costs its rows only
+                    continue
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        if self._thread.is_alive():
+            return
+        self.poll()
+        for tail in self.tails:
+            for check_id in sorted(tail.started - tail.done):
+                tail.done.add(check_id)
+                try:
+                    self.on_event("done", check_id)
+                except Exception:
+                    continue
 
 
 def plugin_error_rows(plugins: Sequence[PluginInfo]) -> list[CheckReport]:

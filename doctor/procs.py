@@ -173,6 +173,24 @@ def read_bounded(path: str, limit: int, follow_links: bool = True) -> bytes | No
         os.close(fd)
 
 
+def read_bounded_at(path: str, offset: int, limit: int) -> bytes:
+    """At most `limit` bytes of a regular file from `offset` (b"" when there are none, or it is no regular file):
+    never a FIFO, a device or a blocking open."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return b""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        return os.pread(fd, limit, offset)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
 def kill_orphan_group(pid: int) -> None:
     """SIGKILL the process group a (killed) plugin host's probe led, if that process still leads its own session."""
     try:

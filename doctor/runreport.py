@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from .assemble import assemble, build, environment
 from .model import CheckReport, Interrupted, Profile, Status, UsageError
 from .report import Report
-from .session import Session, select
+from .session import select, session_for
 
 
 def run_check(python: str | None, timeout: float | None, profile: Profile, only: Sequence[str], skip: Sequence[str],
@@ -20,7 +20,7 @@ def run_check(python: str | None, timeout: float | None, profile: Profile, only:
     comes before any waiting and nothing in it depends on the profile), the target is handshaken, the profile is
     resolved once, the checks run. Raises UsageError for a bad command line or target; every child process is gone
     when it returns."""
-    session = Session(python, timeout)
+    session = session_for(python, timeout)  # the one started before the command line was parsed, if it fits
     try:
         session.install_signals()
         session.start()

@@ -21,7 +21,7 @@ from typing import Any
 from .model import Check, CheckReport, Interrupted, Profile, Result, Status, UsageError
 from .probes import (DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_TIMEOUT_S, Probe,
                      StaticRequest, handshake_probe, parse_handshake, parse_nvidia_smi, static_probe_for)
-from .plugins import MARGIN_S, PluginHosts, plugin_error_rows
+from .plugins import MARGIN_S, HostWatch, PluginHosts, plugin_error_rows
 from .procs import Processes
 from .registry import Registry
 from .assemble import Outcome
@@ -90,6 +90,7 @@ class Session:
     def __init__(self, python: str | None = None, timeout: float | None = None):
         """`timeout`: every probe's limit (--timeout); None: DEFAULT_TIMEOUT_S, and LONG_TIMEOUT_S for long probes."""
         self.python = resolve_python(python)
+        self.timeout_option = timeout
         self.timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
         self.started = time.monotonic()
         self.procs = Processes()
@@ -103,12 +104,21 @@ class Session:
         self.target_problem: str | None = None
         self._owns_gate = False
         self._running: tuple | None = None  # (runner, plugin hosts, profile, start, budget) while checks run
+        self._watch: HostWatch | None = None
 
     # ---------------------------------------------------------------------------------------- lifetime, signals
 
     def close(self) -> None:
         self.restore_signals()
+        self._stop_watch()
         self.procs.close()
+
+    def serves(self, python: str | None, timeout: float | None) -> bool:
+        """Whether this session is the one a run of `--python python --timeout timeout` would make."""
+        try:
+            return resolve_python(python) == self.python and timeout == self.timeout_option
+        except UsageError:
+            return False
 
     def install_signals(self) -> None:
         """SIGINT/SIGTERM/SIGHUP interrupt the run once (the process's SignalGate; a second one is recorded)."""
@@ -138,9 +148,10 @@ class Session:
         plugins describe themselves."""
         from . import registry
 
-        with contextlib.redirect_stdout(sys.stderr):
-            self.registry = registry.load()
-        if static_probe:
+        if self.registry is None:  # loaded already when the session started early
+            with contextlib.redirect_stdout(sys.stderr):
+                self.registry = registry.load()
+        if static_probe and self.static_probe is None:
             self.static_probe = static_probe_for(StaticRequest.merge(c.static for c in self.registry.checks),
                                                  self.timeout)
             self.pool.submit(self.static_probe)
@@ -283,17 +294,26 @@ class Session:
             reports = self._unsupported_target(builtin, ctx)
             return self._outcome(profile, reports, start, budget)
         hosts = self.hosts.start_runs(profile, plugin_ids, deadline)
+        if on_event is not None and hosts:
+            self._watch = HostWatch(hosts, on_event)  # the plugin checks' rows of the live display
         runner = Runner(builtin, ctx, deadline, on_event)
         self._running = (runner, hosts, profile, start, budget)
         runner.begin()
         runner.wait()
         reports = runner.reports() + self.hosts.collect(hosts, deadline)
+        self._stop_watch()
         return self._outcome(profile, reports, start, budget)
+
+    def _stop_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()
 
     def interrupted_outcome(self, exc: Interrupted) -> Outcome | None:
         """What finished before the signal, with every unfinished check an `error` saying so; probes are killed."""
         if self._running is not None:
             self._running[0].stop()  # before the kill, so no check records its probe's death as its finding
+        self._stop_watch()
         self.procs.kill_all()  # the plugin hosts' event files stay until close(), so what they finished is kept
         if self._running is None:
             return None
@@ -336,3 +356,50 @@ class Session:
                 result, internal = Result(Status.ERROR, f"not inspected: {self.target_problem}"), False
             out.append(_report(check, result, 0.0, internal))
         return out
+
+
+# ------------------------------------------------------------------------------------------------- the early start
+
+# The session started before the command line was parsed (start_early), until the run adopts it (session_for).
+_early: Session | None = None
+
+
+def start_early(python: str | None, timeout: float | None) -> bool:
+    """Start what a run of this target starts first (the handshake, nvidia-smi, the registry and the static probe),
+    so that it runs while the command line is still being parsed. Nothing starts for a --python a session refuses:
+    the run says why, as it would have. True when something started; close_early() ends it if no run adopts it."""
+    global _early
+    close_early()
+    try:
+        session = Session(python, timeout)
+    except UsageError:
+        return False
+    try:
+        session.start()
+        session.load(describe_plugins=False)
+    except Exception:  # whatever broke here breaks again in the run, which reports it
+        session.close()
+        return False
+    _early = session
+    return True
+
+
+def session_for(python: str | None, timeout: float | None) -> Session:
+    """The session of a run: the early one when it inspects the same interpreter under the same limits (adopted
+    once), else a new one (and the early one, which nothing will read, is closed)."""
+    global _early
+    early, _early = _early, None
+    if early is not None:
+        if early.serves(python, timeout):
+            return early
+        early.close()
+    return Session(python, timeout)
+
+
+def close_early() -> None:
+    """End an early start no run adopted (a usage error, --help, an interrupted parse): its children are killed and
+    reaped, its temporary files removed. Idempotent."""
+    global _early
+    early, _early = _early, None
+    if early is not None:
+        early.close()

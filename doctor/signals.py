@@ -80,14 +80,22 @@ class SignalGate:
                 raise Interrupted(signum)
 
     @contextlib.contextmanager
-    def suspended(self):
-        """The original dispositions for a moment (a y/N prompt must stay interruptible by Ctrl-C)."""
-        saved = {sig: signal.getsignal(sig) for sig in self.original}
-        for sig, handler in self.original.items():
-            with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(sig, handler)
+    def answering(self):
+        """While a y/N prompt waits: a stop signal ends the prompt (as KeyboardInterrupt, which the prompt turns into
+        its Abort) and is kept in the yielded list, so that the caller can tell it from the end of input."""
+        got: list[int] = []
+
+        def on_signal(signum, frame) -> None:
+            got.append(signum)
+            if len(got) == 1:
+                raise KeyboardInterrupt
+
+        saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+        for sig in STOP_SIGNALS:
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, on_signal)
         try:
-            yield
+            yield got
         finally:
             for sig, handler in saved.items():
                 with contextlib.suppress(ValueError, OSError, TypeError):

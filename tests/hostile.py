@@ -216,6 +216,7 @@ def run_in_process(command: str, fmt: str, tmp: Path, stdout: str | None = None,
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(app, "run_report", fake_run)
+            mp.setattr(cli, "_start_early", lambda words: False)  # the run's first probes: the run is replaced
             mp.setattr(output, "IDLE_TIMEOUT", 0.3, raising=False)
             mp.setattr(output, "_given_up", {}, raising=False)
             for k in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_NTASKS",

@@ -1,6 +1,7 @@
-"""Every promise in README's "Redaction and hygiene", exit-code, plugin and Security sections, tried as an attacker
-would: one test per class of breakage, feeding the values the doctor reads from the environment (versions, paths,
-error texts, stderr tails, environment variables, plugin results) through a set of hostile strings."""
+"""Every promise of docs/security.md (redaction and hygiene, commands, processes, hostile input), the exit codes
+(docs/usage.md) and docs/plugins.md ("What a plugin can and cannot do"), tried as an attacker would: one test per class
+of breakage, feeding the values the doctor reads from the environment (versions, paths, error texts, stderr tails,
+environment variables, plugin results) through a set of hostile strings."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""README "Security" (outputs, job commands) and the exit-code table, tried with the generator in tests/hostile.py:
-every command and format against every output fault, the same hostile inputs through every command and the fleet
-merge. Most run in-process (the run itself replaced by a hostile report); the end-to-end ones are `-m slow`."""
+"""docs/security.md (the output layer, job commands) and the exit codes (docs/usage.md), tried with the generator in
+tests/hostile.py: every command and format against every output fault, the same hostile inputs through every command and
+the fleet merge. Most run in-process (the run itself replaced by a hostile report); the end-to-end ones are
+`-m slow`."""
 
 from __future__ import annotations
 
@@ -427,7 +428,8 @@ def test_the_report_carries_the_job_entry_and_env_values_by_shape():
 
 
 def test_apply_echoes_a_withheld_command_with_the_secret_masked_and_runs_the_real_one(tmp_path, monkeypatch, capfd):
-    """README: a step whose command holds a secret is withheld in the script, echoed masked, run with its value."""
+    """docs/security.md: a step whose command holds a secret is withheld in the script, echoed masked, run with its
+    value."""
     from dsv4_doctor import fixplan
     from dsv4_doctor.render.script import render_script
     from dsv4_doctor.model import CheckReport, Fix, Status

@@ -306,7 +306,7 @@ def test_the_live_display_shows_each_check_s_stage_and_leaves_nothing_on_screen(
     live = sgr.sub("", shown)
     assert LIVE_HEADER in live and "torch.install" in live
     assert [stage for stage in STAGES if stage in live], "no probe stage was shown"
-    assert "running:" not in live  # the hand-written status line is gone
+    assert "running:" not in live  # rows of the live display, never a "running: ID" line
     screen = [line for line in _final_screen(data, columns, rows)]
     text = "\n".join(screen)
     assert LIVE_HEADER not in text and not [stage for stage in STAGES if stage in text], text

@@ -28,7 +28,7 @@ this run from an earlier one of the same job.
 
 With a shared secret (DSV4_DOCTOR_FLEET_KEY, hex, set by the doctor) every value is signed: HMAC-SHA256 over the
 scope, the key and the value. A value that fails the check is ignored and counted. Without one, values carry no
-MAC and anyone who can reach the port can write them (the README's threat model).
+MAC and anyone who can reach the port can write them (the threat model in docs/fleet.md).
 Answer: {"exit_code", "timings", "plan"} or a probe_error. Stdlib besides torch. `python dsv4probe_fleet.py OUT REQ`.
 """
 

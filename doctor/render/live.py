@@ -1,11 +1,12 @@
 """The live display on stderr while checks run: one row per running check with its elapsed time and what its probes
 say they do now ("importing torch", "tier 2: fused build, forward+backward"), gone when the run ends.
 
-Fed by the runner's events (runner.OnEvent). Every check id and stage passes the output layer's cleaning and
-redaction once, when it arrives, and is shown as a rich `Text`, never as markup. Every row is cut to the terminal's
-width and the rows to its height, so that rich can always move the cursor back over all of them: a wrapped or
-scrolled-off line is what would stay on screen. Everything rich writes goes through the output layer's bounded,
-non-blocking status writes. Only the CLI imports this module, and only when the display is on.
+Fed by the runner's events (runner.OnEvent), and the plugin checks' from their hosts (plugins.HostWatch). Every check id
+and stage passes the output layer's cleaning and redaction once, when it arrives, and is shown as a rich `Text`, never
+as markup. Every row is cut to the terminal's width and the rows to its height, so that rich can always move the cursor
+back over all of them: a wrapped or scrolled-off line is what would stay on screen. Everything rich writes goes through
+the output layer's bounded, non-blocking frame writes (output.live_frame). Only the CLI imports this module, and only
+when the display is on.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from .output import line_text, status_line
+from .output import line_text, live_frame
 
 REFRESH_PER_SECOND = 8
 MAX_ROWS = 8  # running checks shown; the rest are counted
@@ -27,7 +28,7 @@ SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 ASCII_SPINNER = "|/-\\"
 
 
-class _StatusSink:
+class _FrameSink:
     """The file rich writes to: each frame goes to stderr through the output layer as one bounded write, dropped
     rather than waited for when stderr does not take it."""
 
@@ -42,7 +43,7 @@ class _StatusSink:
     def flush(self) -> None:
         text, self._parts = "".join(self._parts), []
         if text:
-            status_line(text)
+            live_frame(text)
 
     def isatty(self) -> bool:
         return True
@@ -67,7 +68,7 @@ class LiveDisplay:
         self._started = time.monotonic()
         self._stopped = False
         # _environ={}: the size comes from the terminal itself, never from a COLUMNS left over in the environment.
-        self.console = Console(file=cast(IO[str], _StatusSink(encoding)), width=width, force_terminal=True,
+        self.console = Console(file=cast(IO[str], _FrameSink(encoding)), width=width, force_terminal=True,
                                force_interactive=True, color_system="standard" if color else None, no_color=not color,
                                highlight=False, markup=False, emoji=False, legacy_windows=False, soft_wrap=False,
                                _environ={})

@@ -213,7 +213,7 @@ def _quiet_stdout() -> None:
         os.close(null)
 
 
-def status_line(text: str) -> None:
+def live_frame(text: str) -> None:
     """A frame of the live display: cosmetic, so it is dropped rather than waited for."""
     write_stderr(text, idle=0.2)
 

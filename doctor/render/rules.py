@@ -1,4 +1,4 @@
-"""`dsv4-doctor list`, and the rules table in README generated from the check definitions (`list --format
+"""`dsv4-doctor list`, and the rules table of docs/rules.md generated from the check definitions (`list --format
 markdown`)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def rules_table(checks) -> str:
 
 
 def render_listing(checks, plugins, fmt: str) -> str:
-    """`dsv4-doctor list`: the checks (and plugins that failed to load) as text, JSON or the README's table."""
+    """`dsv4-doctor list`: the checks (and plugins that failed to load) as text, JSON or docs/rules.md's table."""
     import json
 
     from ..redact import Redactor
