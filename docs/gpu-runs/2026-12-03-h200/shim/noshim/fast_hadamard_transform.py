@@ -1,0 +1,1 @@
+raise ImportError("fast_hadamard_transform hidden for this run")
