@@ -60,6 +60,9 @@ class ProbedContext:
     target: dict = field(default_factory=dict)
     answers: dict[str, ProbeResult] = field(default_factory=dict)
     procs: Processes = field(default_factory=Processes)
+    # The static probe's answer by interpreter, shared by the calls on one unchanged environment (fakes.Env
+    # keeps it): it depends on what is installed, not on the profile.
+    static_answers: dict[str, ProbeResult] | None = None
 
     @contextmanager
     def _environment(self):
@@ -79,10 +82,15 @@ class ProbedContext:
                     os.environ[k] = v
 
     def probe(self, probe: Probe) -> ProbeResult:
+        shared = self.static_answers if probe.key == STATIC.key and not self.env else None
+        if shared is not None and self.python in shared:
+            self.answers[probe.key] = shared[self.python]
         if probe.key not in self.answers:
             timeout = probe.timeout_s or (LONG_TIMEOUT_S if probe.long else DEFAULT_TIMEOUT_S)
             with self._environment():
                 self.answers[probe.key] = run_probe(probe, self.python, timeout, self.procs)
+            if shared is not None and self.answers[probe.key].ok:
+                shared[self.python] = self.answers[probe.key]
         return self.answers[probe.key]
 
     def require(self, probe: Probe) -> Any:
@@ -119,10 +127,11 @@ def profile(cp: int | None = None, gpu_arch: str | None = None, dsa_backend: str
     return made
 
 
-def _run_order(ids: Iterable[str]) -> list[str]:
-    """The selected ids (or globs, as --only takes them) with each one's `needs` and `after` among them first, as
-    the runner waits for them."""
-    chosen = [c for pattern in ids for c in (fnmatch.filter(RUN_IDS, pattern) if "*" in pattern else [pattern])]
+def _run_order(ids: Iterable[str], job: bool = False) -> list[str]:
+    """The selected ids (or globs, as --only takes them; the job checks match only with a training command) with
+    each one's `needs` and `after` among them first, as the runner waits for them."""
+    active = RUN_IDS + ([c.id for c in CHECKS if c.only_with == "job"] if job else [])
+    chosen = [c for pattern in ids for c in (fnmatch.filter(active, pattern) if "*" in pattern else [pattern])]
     chosen = list(dict.fromkeys(chosen))
     assert chosen, f"no check matches {ids}"
     done: list[str] = []
@@ -140,28 +149,27 @@ def _run_order(ids: Iterable[str]) -> list[str]:
 
 
 def run_in_process(env: Any, python: str, ids: Iterable[str], *, prof: Profile | None = None,
-                   probe_env: Mapping[str, str] | None = None, ctx: ProbedContext | None = None,
-                   **options: Any) -> Report:
+                   probe_env: Mapping[str, str] | None = None, **options: Any) -> Report:
     """The typed report of `check --only ID,...` (its rows built, redacted and typed as the CLI's are: assemble),
     the checks judged in this process over real probes. `env` is a fakes.Env, a list of site directories, or None
-    (nothing on PYTHONPATH); `options` make the profile (see `profile`) unless `prof` is given. Pass `ctx` to share
-    its probe answers between calls."""
+    (nothing on PYTHONPATH); `options` make the profile (see `profile`) unless `prof` is given."""
     sites = list(env.sites.values()) if hasattr(env, "sites") else list(env or ())
-    if ctx is None:
-        ctx = ProbedContext(prof or profile(**options), python, sites, dict(probe_env or {}))
-        # As Session.resolve: the GPUs nvidia-smi lists, and their arch unless --gpu-arch gave one.
-        gpus = ctx.gpus()
-        ctx.profile = replace(ctx.profile, gpus=len(gpus))
-        if ctx.profile.gpu_arch is None and gpus and gpus[0].get("compute_capability"):
-            ctx.profile = replace(ctx.profile, gpu_arch=gpus[0]["compute_capability"], gpu_arch_source="detected")
-    for check_id in _run_order(ids):
+    ctx = ProbedContext(prof or profile(**options), python, sites, dict(probe_env or {}),
+                        static_answers=getattr(env, "static_answers", None))
+    # As Session.resolve: the GPUs nvidia-smi lists, and their arch unless --gpu-arch gave one.
+    gpus = ctx.gpus()
+    ctx.profile = replace(ctx.profile, gpus=len(gpus))
+    if ctx.profile.gpu_arch is None and gpus and gpus[0].get("compute_capability"):
+        ctx.profile = replace(ctx.profile, gpu_arch=gpus[0]["compute_capability"], gpu_arch_source="detected")
+    order = _run_order(ids, job=ctx.profile.job is not None)
+    for check_id in order:
         check = BY_ID[check_id]
         result = run_check(check, ctx)
         ctx.outcomes[check_id] = CheckReport(id=check.id, title=check.title, status=result.status,
                                              summary=result.summary, details=result.details,
                                              evidence=result.evidence, fixes=list(result.fixes),
                                              sources=list(check.sources), origin=check.origin)
-    return assemble(ctx.profile, [ctx.outcomes[i] for i in _run_order(ids)], [], {}, False, 0.0)
+    return assemble(ctx.profile, [ctx.outcomes[i] for i in order], [], {}, False, 0.0)
 
 
 def judge_all(env: Any, python: str, ids: Iterable[str], **kwargs: Any) -> dict[str, dict]:
