@@ -402,25 +402,25 @@ class Env:
     def __init__(self, root: Path):
         self.root = root
         self.sites: dict[str, Path] = {}
-        # The static probe's answers by interpreter, for in-process judging (tests/probed.py): what is installed,
-        # so they hold until a component changes.
-        self.static_answers: dict = {}
+        # Probe answers for in-process judging (tests/probed.py), by interpreter and probe: they read what is
+        # installed, so they hold until a component changes.
+        self.probe_answers: dict = {}
 
     def fake(self, component: str, build, *args, **kwargs) -> Env:
         path = self.root / component
         shutil.rmtree(path, ignore_errors=True)
         build(FakeSite(path), *args, **kwargs)
         self.sites[component] = path
-        self.static_answers.clear()
+        self.probe_answers.clear()
         return self
 
     def wheel(self, component: str, key: str) -> Env:
         self.sites[component] = ensure(key)
-        self.static_answers.clear()
+        self.probe_answers.clear()
         return self
 
     def drop(self, component: str) -> Env:
-        self.static_answers.clear()
+        self.probe_answers.clear()
         path = self.sites.pop(component, None)
         if path is not None and self.root in path.parents:
             shutil.rmtree(path, ignore_errors=True)

@@ -60,9 +60,10 @@ class ProbedContext:
     target: dict = field(default_factory=dict)
     answers: dict[str, ProbeResult] = field(default_factory=dict)
     procs: Processes = field(default_factory=Processes)
-    # The static probe's answer by interpreter, shared by the calls on one unchanged environment (fakes.Env
-    # keeps it): it depends on what is installed, not on the profile.
-    static_answers: dict[str, ProbeResult] | None = None
+    # Answers shared by the judgements of one unchanged environment (fakes.Env keeps them), by interpreter, path and
+    # probe (its script and request: a profile that asks differently asks another probe). A probe reads what is
+    # installed, so its answer holds until a component changes; only answers are kept, never a failure.
+    shared: dict[tuple, ProbeResult] | None = None
 
     @contextmanager
     def _environment(self):
@@ -82,15 +83,16 @@ class ProbedContext:
                     os.environ[k] = v
 
     def probe(self, probe: Probe) -> ProbeResult:
-        shared = self.static_answers if probe.key == STATIC.key and not self.env else None
-        if shared is not None and self.python in shared:
-            self.answers[probe.key] = shared[self.python]
+        shared = self.shared if not self.env else None  # variables of the test's own: asked afresh
+        identity = (self.python, tuple(map(str, self.sites)), probe.key, probe.script, probe.request, probe.argv)
+        if shared is not None and identity in shared:
+            self.answers[probe.key] = shared[identity]
         if probe.key not in self.answers:
             timeout = probe.timeout_s or (LONG_TIMEOUT_S if probe.long else DEFAULT_TIMEOUT_S)
             with self._environment():
                 self.answers[probe.key] = run_probe(probe, self.python, timeout, self.procs)
             if shared is not None and self.answers[probe.key].ok:
-                shared[self.python] = self.answers[probe.key]
+                shared[identity] = self.answers[probe.key]
         return self.answers[probe.key]
 
     def require(self, probe: Probe) -> Any:
@@ -155,7 +157,7 @@ def run_in_process(env: Any, python: str, ids: Iterable[str], *, prof: Profile |
     (nothing on PYTHONPATH); `options` make the profile (see `profile`) unless `prof` is given."""
     sites = list(env.sites.values()) if hasattr(env, "sites") else list(env or ())
     ctx = ProbedContext(prof or profile(**options), python, sites, dict(probe_env or {}),
-                        static_answers=getattr(env, "static_answers", None))
+                        shared=getattr(env, "probe_answers", None))
     # As Session.resolve: the GPUs nvidia-smi lists, and their arch unless --gpu-arch gave one.
     gpus = ctx.gpus()
     ctx.profile = replace(ctx.profile, gpus=len(gpus))
