@@ -31,8 +31,9 @@ from dsv4_doctor.checks import CHECKS
 from dsv4_doctor.facts import StaticFacts
 from dsv4_doctor.job.profile import job_profile
 from dsv4_doctor.model import CheckReport, Profile
-from dsv4_doctor.probes import (NVIDIA_SMI, DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, Probe, ProbeResult, StaticRequest,
-                                parse_nvidia_smi, run_probe, static_probe_for)
+from dsv4_doctor.probes import (NVIDIA_SMI, DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, STATIC_TIMEOUT_S, Probe, ProbeResult,
+                                StaticRequest, handshake_probe, parse_handshake, parse_nvidia_smi, run_probe,
+                                static_probe_for)
 from dsv4_doctor.procs import Processes
 from dsv4_doctor.redact import Redactor
 from dsv4_doctor.render.script import render_script
@@ -64,6 +65,18 @@ class ProbedContext:
     # probe (its script and request: a profile that asks differently asks another probe). A probe reads what is
     # installed, so its answer holds until a component changes; only answers are kept, never a failure.
     shared: dict[tuple, ProbeResult] | None = None
+    timeout: float | None = None  # --timeout: every probe's limit, as the session sets it
+
+    def timeout_for(self, probe: Probe) -> float:
+        """As Session's ProbePool: a probe's own limit, else the run's for its kind; the static probe's is at most
+        --timeout."""
+        if probe.key == STATIC.key and self.timeout is not None:
+            return min(STATIC_TIMEOUT_S, self.timeout)
+        if probe.timeout_s is not None:
+            return probe.timeout_s
+        if self.timeout is not None:
+            return self.timeout
+        return LONG_TIMEOUT_S if probe.long else DEFAULT_TIMEOUT_S
 
     @contextmanager
     def _environment(self):
@@ -88,9 +101,8 @@ class ProbedContext:
         if shared is not None and identity in shared:
             self.answers[probe.key] = shared[identity]
         if probe.key not in self.answers:
-            timeout = probe.timeout_s or (LONG_TIMEOUT_S if probe.long else DEFAULT_TIMEOUT_S)
             with self._environment():
-                self.answers[probe.key] = run_probe(probe, self.python, timeout, self.procs)
+                self.answers[probe.key] = run_probe(probe, self.python, self.timeout_for(probe), self.procs)
             if shared is not None and self.answers[probe.key].ok:
                 shared[identity] = self.answers[probe.key]
         return self.answers[probe.key]
@@ -151,13 +163,18 @@ def _run_order(ids: Iterable[str], job: bool = False) -> list[str]:
 
 
 def run_in_process(env: Any, python: str, ids: Iterable[str], *, prof: Profile | None = None,
-                   probe_env: Mapping[str, str] | None = None, **options: Any) -> Report:
+                   probe_env: Mapping[str, str] | None = None, timeout: float | None = None,
+                   **options: Any) -> Report:
     """The typed report of `check --only ID,...` (its rows built, redacted and typed as the CLI's are: assemble),
     the checks judged in this process over real probes. `env` is a fakes.Env, a list of site directories, or None
-    (nothing on PYTHONPATH); `options` make the profile (see `profile`) unless `prof` is given."""
+    (nothing on PYTHONPATH); `options` make the profile (see `profile`) unless `prof` is given; `timeout` is
+    --timeout."""
     sites = list(env.sites.values()) if hasattr(env, "sites") else list(env or ())
     ctx = ProbedContext(prof or profile(**options), python, sites, dict(probe_env or {}),
-                        shared=getattr(env, "probe_answers", None))
+                        shared=getattr(env, "probe_answers", None), timeout=timeout)
+    # As Session.check_target: the interpreter's handshake, which python.version reads.
+    handshake = ctx.probe(handshake_probe(python))
+    ctx.target = (parse_handshake(handshake.data) if handshake.ok else None) or {}
     # As Session.resolve: the GPUs nvidia-smi lists, and their arch unless --gpu-arch gave one.
     gpus = ctx.gpus()
     ctx.profile = replace(ctx.profile, gpus=len(gpus))

@@ -19,6 +19,7 @@ import pytest
 
 from conftest import FakeSite, doctor_command, run_doctor, validate
 from fakes import Env, fake_te, fake_torch
+from probed import RUN_IDS, judge, judge_all, run_in_process
 
 # Shell syntax, markup, workflow commands, terminal escapes, undecodable and XML-illegal text.
 INJECT = ["$(touch {pwn}/a)", "`touch {pwn}/b`", "; touch {pwn}/c #", "' ; touch {pwn}/d ; '",
@@ -487,11 +488,10 @@ def test_unreadable_metadata_is_its_own_finding(metadata, tmp_path, bare_python)
         fake_te(site, "2.8.0")
         site.dist("transformer-engine-torch", None, metadata=metadata,
                   dirname="transformer_engine_torch-2.8.0.dist-info")
-    run = Env(tmp_path).fake("te", te).doctor("check", "-f", "json", "--only", "te.version,deps.metadata", "--cp", "2",
-                                              python=bare_python)
-    assert run.check("te.version")["status"] == "fail" and "got 2.8.0" in run.check("te.version")["summary"]
-    assert run.check("deps.metadata")["status"] == "warn"
-    assert "transformer-engine-torch" in run.check("deps.metadata")["summary"]
+    rows = judge_all(Env(tmp_path).fake("te", te), bare_python, ["te.version", "deps.metadata"], cp=2)
+    assert rows["te.version"]["status"] == "fail" and "got 2.8.0" in rows["te.version"]["summary"]
+    assert rows["deps.metadata"]["status"] == "warn"
+    assert "transformer-engine-torch" in rows["deps.metadata"]["summary"]
 
 
 # --- 9. plugins are in tests/test_plugins.py; 10. --output ----------------------------------------------------------
@@ -516,13 +516,14 @@ def test_a_failing_write_still_prints_the_report(bare_python):
 
 def test_undecodable_stderr_bytes_become_hex_escapes(site, bare_python):
     site.file("torch/__init__.py", "import os, sys\nos.write(2, b'bad \\xff\\xfe byte\\n')\nos.abort()\n")
-    row = run_doctor("check", "-f", "json", "--only", "torch.install", sites=(site.root,),
-                     python=bare_python).check("torch.install")
+    row = judge([site.root], bare_python, "torch.install")
     assert "bad \\xff\\xfe byte" in row["evidence"]["stderr_tail"] and "\ufffd" not in row["evidence"]["stderr_tail"]
 
 
 def _pyenv(version: str) -> str | None:
-    path = Path(f"/root/.pyenv/versions/{version}/bin/python")
+    """An old or newer interpreter, where pyenv installed it (PYENV_ROOT, by default ~/.pyenv)."""
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    path = root / "versions" / version / "bin" / "python"
     return str(path) if path.exists() else None
 
 
@@ -741,30 +742,29 @@ def test_gpu_devices_is_not_green_on_nvidia_smi_alone(tmp_path, site, bare_pytho
     smi.write_text('#!/bin/sh\necho "0, NVIDIA H200, 9.0, 143771, 570.86.15"\n')
     smi.chmod(0o755)
     path = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    missing = run_doctor("check", "-f", "json", "--only", "gpu.devices", python=bare_python, env=path)
-    assert missing.check("gpu.devices")["status"] == "skip"
-    assert "torch does not import" in missing.check("gpu.devices")["summary"]
+    missing = judge(None, bare_python, "gpu.devices", probe_env=path)
+    assert missing["status"] == "skip"
+    assert "torch does not import" in missing["summary"]
     site.file("torch/__init__.py", "import time\ntime.sleep(600)\n")
-    hung = run_doctor("check", "-f", "json", "--only", "gpu.devices", "--timeout", "2", sites=(site.root,),
-                      python=bare_python, env=path)
-    assert hung.check("gpu.devices")["status"] == "error" and hung.returncode == 1
+    hung = run_in_process([site.root], bare_python, ["gpu.devices"], probe_env=path, timeout=2)
+    assert hung.to_dict()["checks"][0]["status"] == "error" and hung.exit_code == 1
 
 
 # --- 10. green needs the feature, not the file ----------------------------------------------------------------------
 
 def test_a_namespace_triton_or_an_empty_dsv4_module_is_not_green(site, bare_python):
     (site.root / "triton").mkdir(parents=True)
-    run = run_doctor("check", "-f", "json", "--only", "kernels.triton", sites=(site.root,), python=bare_python)
-    assert run.check("kernels.triton")["status"] == "warn" and "namespace" in run.check("kernels.triton")["summary"]
+    triton = judge([site.root], bare_python, "kernels.triton")
+    assert triton["status"] == "warn" and "namespace" in triton["summary"]
     site.dist("megatron-core", "0.19.0", direct_url='{"url": "file:///x", "vcs_info": {"vcs": "git", '
                                                     '"commit_id": 12345678901}}')
     site.file("megatron/core/__init__.py", "")
     eav = "megatron/core/transformer/experimental_attention_variant/"
     site.file(eav + "__init__.py", "")
     site.file(eav + "deepseek_v4_hybrid_attention.py", "")
-    row = run_doctor("check", "-f", "json", "--only", "mcore.dsv4", sites=(site.root,), python=bare_python)
-    assert row.returncode == 1, row.stdout  # a finding, not a doctor crash (an int commit id is malformed data)
-    dsv4 = row.check("mcore.dsv4")
+    report = run_in_process([site.root], bare_python, ["mcore.dsv4"])
+    dsv4 = report.to_dict()["checks"][0]
+    assert report.exit_code == 1, dsv4  # a finding, not a doctor crash (an int commit id is malformed data)
     assert dsv4["status"] == "fail" and "defines no DSv4HybridAttention" in dsv4["summary"]
 
 
@@ -782,8 +782,7 @@ def test_requirement_markers_and_requires_python_are_judged_for_the_target(site)
     target["marker_env"] = {"python_version": "3.11", "python_full_version": "3.11.9"}
     assert extra_requirements(target, "cutedsl") == []
     site.dist("megatron-core", "0.19.2", requires_python=">=3.13")
-    run = run_doctor("check", "-f", "json", "--only", "python.version", sites=(site.root,), python=python)
-    row = run.check("python.version")
+    row = judge([site.root], python, "python.version")
     assert row["status"] == "fail" and "megatron-core 0.19.2 declares Requires-Python >=3.13" in row["summary"]
 
 
@@ -802,10 +801,10 @@ def test_probe_answers_of_the_wrong_type_never_crash_a_check(tmp_path):
     wrapper.chmod(0o755)
     crashed = {}
     for seed in range(1, 13):
-        run = env.doctor("check", "-f", "json", "--cp", "2", "--no-smoke", python=str(wrapper),
-                         env={"FUZZ_REAL_PYTHON": sys.executable, "FUZZ_SEED": str(seed)})
-        bad = [(c["id"], c["summary"]) for c in run.report["checks"] if c["internal_error"]]
-        if bad or run.returncode == 3:
+        report = run_in_process(env, str(wrapper), RUN_IDS, cp=2, smoke="off",
+                                probe_env={"FUZZ_REAL_PYTHON": sys.executable, "FUZZ_SEED": str(seed)})
+        bad = [(c.id, c.summary) for c in report.checks if c.internal_error]
+        if bad or report.exit_code == 3:
             crashed[seed] = bad
     assert crashed == {}
 
