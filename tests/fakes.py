@@ -402,8 +402,7 @@ class Env:
     def __init__(self, root: Path):
         self.root = root
         self.sites: dict[str, Path] = {}
-        # Probe answers for in-process judging (tests/probed.py), by interpreter and probe: they read what is
-        # installed, so they hold until a component changes.
+        # Probe answers for in-process judging (tests/probed.py), by interpreter, the files installed and probe.
         self.probe_answers: dict = {}
 
     def fake(self, component: str, build, *args, **kwargs) -> Env:
@@ -411,16 +410,13 @@ class Env:
         shutil.rmtree(path, ignore_errors=True)
         build(FakeSite(path), *args, **kwargs)
         self.sites[component] = path
-        self.probe_answers.clear()
         return self
 
     def wheel(self, component: str, key: str) -> Env:
         self.sites[component] = ensure(key)
-        self.probe_answers.clear()
         return self
 
     def drop(self, component: str) -> Env:
-        self.probe_answers.clear()
         path = self.sites.pop(component, None)
         if path is not None and self.root in path.parents:
             shutil.rmtree(path, ignore_errors=True)

@@ -40,6 +40,7 @@ from dsv4_doctor.render.script import render_script
 from dsv4_doctor.report import Report
 from dsv4_doctor.runner import ProbeFailed
 from dsv4_doctor.testing import run_check
+from wheels import CACHE
 
 BY_ID = {c.id: c for c in CHECKS}
 RUN_IDS = [c.id for c in CHECKS if not c.only_with]  # what `check` runs with no --only and no training command
@@ -61,11 +62,13 @@ class ProbedContext:
     target: dict = field(default_factory=dict)
     answers: dict[str, ProbeResult] = field(default_factory=dict)
     procs: Processes = field(default_factory=Processes)
-    # Answers shared by the judgements of one unchanged environment (fakes.Env keeps them), by interpreter, path and
-    # probe (its script and request: a profile that asks differently asks another probe). A probe reads what is
-    # installed, so its answer holds until a component changes; only answers are kept, never a failure.
+    # Answers shared by the judgements of one unchanged environment (fakes.Env keeps them), by interpreter, path,
+    # the state of the files there and probe (its script and request: a profile that asks differently asks another
+    # probe). A probe reads what is installed, so its answer holds until a file changes; only answers are kept,
+    # never a failure.
     shared: dict[tuple, ProbeResult] | None = None
     timeout: float | None = None  # --timeout: every probe's limit, as the session sets it
+    _state: tuple | None = None
 
     def timeout_for(self, probe: Probe) -> float:
         """As Session's ProbePool: a probe's own limit, else the run's for its kind; the static probe's is at most
@@ -95,9 +98,24 @@ class ProbedContext:
                 else:
                     os.environ[k] = v
 
+    def _installed_state(self) -> tuple:
+        """The path and what is on it: every file of the sites a test builds (name, size, mtime), and the cached
+        wheels' directories by name (they never change once fetched)."""
+        if self._state is None:
+            state = []
+            for site in map(Path, self.sites):
+                if CACHE in site.parents:
+                    state.append((str(site),))
+                    continue
+                files = sorted((str(f.relative_to(site)), f.lstat().st_size, f.lstat().st_mtime_ns)
+                               for f in site.rglob("*"))
+                state.append((str(site), *files))
+            self._state = tuple(state)
+        return self._state
+
     def probe(self, probe: Probe) -> ProbeResult:
         shared = self.shared if not self.env else None  # variables of the test's own: asked afresh
-        identity = (self.python, tuple(map(str, self.sites)), probe.key, probe.script, probe.request, probe.argv)
+        identity = (self.python, self._installed_state(), probe.key, probe.script, probe.request, probe.argv)
         if shared is not None and identity in shared:
             self.answers[probe.key] = shared[identity]
         if probe.key not in self.answers:
@@ -126,12 +144,16 @@ class ProbedContext:
 
 
 def profile(cp: int | None = None, gpu_arch: str | None = None, dsa_backend: str | None = None,
-            static_only: bool = False, smoke: str = "auto", job_args: Sequence[str] | None = None) -> Profile:
-    """The profile `check --cp --gpu-arch --dsa-backend [--job-args]` makes (app.profile_from_options), on a host
-    without GPUs; `smoke="off"` is --no-smoke. A job whose DSA backend Megatron-Bridge decides is resolved by the
-    session from the installed bridge: test that through the CLI."""
+            static_only: bool = False, smoke: str = "auto", device: str = "auto",
+            job_args: Sequence[str] | None = None) -> Profile:
+    """The profile `check --cp --gpu-arch --dsa-backend --device [--job-args]` makes (app.profile_from_options):
+    `smoke="off"` is --no-smoke, `smoke="on"` the `smoke` command; --device cpu turns the smoke on, as in `check`.
+    A job whose DSA backend Megatron-Bridge decides is resolved by the session from the installed bridge: test that
+    through the CLI."""
+    if smoke == "auto" and device == "cpu":
+        smoke = "on"
     base = Profile(gpu_arch=gpu_arch, gpu_arch_source="option" if gpu_arch else "unknown", static_only=static_only,
-                   smoke=smoke)
+                   smoke=smoke, device=device)
     if job_args is None:
         return replace(base, cp=cp or 1, cp_source="option" if cp else "default", dsa_backend=dsa_backend or "cudnn",
                        dsa_backend_source="option" if dsa_backend else "default")
