@@ -387,9 +387,8 @@ def test_a_signal_while_probes_are_being_started_still_interrupts(tmp_path, bare
 @pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_while_the_report_is_written_lets_it_finish(tmp_path, bare_python, sig, code):
-    """The session had restored the default handlers before the report was rendered, so SIGINT
-    gave a KeyboardInterrupt traceback and no report, SIGTERM killed the doctor. Now the report is completed, then
-    the doctor exits 128 + the signal."""
+    """A signal while the report is rendered must not leave a KeyboardInterrupt traceback and no report (SIGINT) or
+    kill the doctor (SIGTERM): the report is completed, then the doctor exits 128 + the signal."""
     proc, out, err, _ = _slowed_run(tmp_path, "dsv4_doctor.render", "render_json", sig, "check", "-f", "json",
                                     "--only", "python.version", python=bare_python)
     assert "Traceback" not in err
@@ -410,8 +409,7 @@ def test_preflight_does_not_start_the_job_after_a_signal_during_its_report(tmp_p
 @pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 def test_a_usage_error_after_the_early_probes_leaves_none_running(tmp_path, bare_python):
     """The nvidia-smi stub writes its marker first thing, and the selection (which raises the usage error) is slowed
-    down until the stub has started (otherwise: the stub was killed before its marker in 5 of 5 runs, so the
-    assertion never ran)."""
+    down until the stub has started: else the stub can be killed before its marker, and the test asserts nothing."""
     marker = tmp_path / "pid"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -811,9 +809,9 @@ def test_probe_answers_of_the_wrong_type_never_crash_a_check(tmp_path):
 
 @pytest.mark.parametrize("module", ["packaging/__init__.py", "textwrap.py", "json/__init__.py"])
 def test_a_module_on_pythonpath_cannot_run_inside_the_doctor(tmp_path, bare_python, module):
-    """PYTHONPATH comes before the standard library, so a `packaging` or `textwrap` there ran inside
-    the doctor; one that called os._exit(0) made `check -f json` exit 0 with nothing on stdout (a CI gate passed).
-    The doctor now starts again ignoring PYTHONPATH for its own imports; the probes still see it."""
+    """PYTHONPATH comes before the standard library, so a `packaging` or `textwrap` there would run inside the
+    doctor; one that calls os._exit(0) would make `check -f json` exit 0 with nothing on stdout (a CI gate passes).
+    The doctor restarts ignoring PYTHONPATH for its own imports; the probes still see it."""
     shadow = tmp_path / "shadow"
     (shadow / module).parent.mkdir(parents=True, exist_ok=True)
     (shadow / module).write_text("import os\nos._exit(0)\n")

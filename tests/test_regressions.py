@@ -135,7 +135,8 @@ def test_non_utf8_environment_values_and_output_files(tmp_path, bare_python):
 
 
 def test_static_only_skips_every_import_probe_even_on_a_gpu_host(bare_python, fake_gpu_host):
-    """The bug: --static-only selected checks before the profile knew of the GPU, so the smoke ran anyway."""
+    """Checks are selected after the profile knows of the GPU: selected before, the smoke would run under
+    --static-only."""
     run = run_doctor("check", "-f", "json", "--static-only", python=bare_python, env=fake_gpu_host)
     rows = {c["id"]: c for c in run.report["checks"]}
     assert run.report["profile"]["static_only"] is True and run.report["profile"]["gpus"] == 1

@@ -702,8 +702,8 @@ def test_te_missing_its_own_dependency_is_named_with_the_requirement_to_install(
 
 @pytest.mark.parametrize("requirement", ["dsv4fake-pydantic===a&touch${IFS}PWNED8&#", "dsv4fake-pydantic===2.0"])
 def test_te_missing_dependency_with_an_arbitrary_equality_specifier_is_withheld(tmp_path, requirement):
-    """te.import judged specifiers with its own regex, which accepted `===` (any text): now facts.safe_specifier, as
-    everywhere, so the command is withheld."""
+    """te.import judges a specifier with facts.safe_specifier, as everywhere: `===` takes any text, so the command
+    is withheld."""
     env = Env(tmp_path).fake("torch", fake_torch).fake(
         "te", fake_te, "2.12.0", imports="dsv4fake_pydantic",
         requires={"transformer-engine-torch": ("torch>=2.1", requirement)})
