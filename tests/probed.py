@@ -38,8 +38,8 @@ from dsv4_doctor.procs import Processes
 from dsv4_doctor.redact import Redactor
 from dsv4_doctor.render.script import render_script
 from dsv4_doctor.report import Report
-from dsv4_doctor.runner import ProbeFailed
-from dsv4_doctor.testing import run_check
+from dsv4_doctor.runner import ProbeFailed, execute
+from dsv4_doctor.testing import CheckCrashed
 from wheels import CACHE
 
 BY_ID = {c.id: c for c in CHECKS}
@@ -186,11 +186,12 @@ def _run_order(ids: Iterable[str], job: bool = False) -> list[str]:
 
 def run_in_process(env: Any, python: str, ids: Iterable[str], *, prof: Profile | None = None,
                    probe_env: Mapping[str, str] | None = None, timeout: float | None = None,
-                   **options: Any) -> Report:
+                   crash_ok: bool = False, **options: Any) -> Report:
     """The typed report of `check --only ID,...` (its rows built, redacted and typed as the CLI's are: assemble),
     the checks judged in this process over real probes. `env` is a fakes.Env, a list of site directories, or None
     (nothing on PYTHONPATH); `options` make the profile (see `profile`) unless `prof` is given; `timeout` is
-    --timeout."""
+    --timeout. A check whose own code breaks raises testing.CheckCrashed with its traceback, unless `crash_ok`: then
+    it is the run's internal-error row."""
     sites = list(env.sites.values()) if hasattr(env, "sites") else list(env or ())
     ctx = ProbedContext(prof or profile(**options), python, sites, dict(probe_env or {}),
                         shared=getattr(env, "probe_answers", None), timeout=timeout)
@@ -205,11 +206,14 @@ def run_in_process(env: Any, python: str, ids: Iterable[str], *, prof: Profile |
     order = _run_order(ids, job=ctx.profile.job is not None)
     for check_id in order:
         check = BY_ID[check_id]
-        result = run_check(check, ctx)
+        result, crashed = execute(check, ctx)
+        if crashed and not crash_ok:
+            raise CheckCrashed(f"{check.id}: {result.summary}\n{result.details}")
         ctx.outcomes[check_id] = CheckReport(id=check.id, title=check.title, status=result.status,
                                              summary=result.summary, details=result.details,
                                              evidence=result.evidence, fixes=list(result.fixes),
-                                             sources=list(check.sources), origin=check.origin)
+                                             sources=list(check.sources), origin=check.origin,
+                                             internal_error=crashed)
     return assemble(ctx.profile, [ctx.outcomes[i] for i in order], [], {}, False, 0.0)
 
 
