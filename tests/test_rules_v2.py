@@ -235,7 +235,7 @@ def _cublas(version_: str):
     return lambda site: site.dist("nvidia-cublas", version_)
 
 
-@pytest.mark.parametrize("cublas, torch, te", [("13.1.0.3", False, "2.12.0"), ("13.1.2.11", False, "2.12.0"),
+@pytest.mark.parametrize("cublas, torch, te", [("13.1.2.11", False, "2.12.0"),  # the newest below 13.2
                                                ("13.2.0.9", False, "2.16.1"), (None, False, "2.12.0"),
                                                (None, True, "2.16.1")])
 def test_te_fixes_pick_the_release_the_installed_cublas_loads(tmp_path, bare_python, cublas, torch, te):
