@@ -402,6 +402,8 @@ class Env:
     def __init__(self, root: Path):
         self.root = root
         self.sites: dict[str, Path] = {}
+        # Probe answers for in-process judging (tests/probed.py), by interpreter, the files installed and probe.
+        self.probe_answers: dict = {}
 
     def fake(self, component: str, build, *args, **kwargs) -> Env:
         path = self.root / component

@@ -22,7 +22,12 @@ def mutate(rnd, o):
 
 def main():
     args = sys.argv[1:]
-    code = subprocess.call([REAL] + args)
+    env = dict(os.environ)
+    # A probe's watchdog kills it when its parent is not the process that started it: this stand-in is that
+    # process now, so it names itself (otherwise every fuzzed probe dies before it answers, and nothing is fuzzed).
+    if "DSV4_DOCTOR_PARENT_PID" in env:
+        env["DSV4_DOCTOR_PARENT_PID"] = str(os.getpid())
+    code = subprocess.call([REAL] + args, env=env)
     # A probe script is run as `python script.py answer.json request`; anything else passes through unchanged.
     if args and args[0].endswith(".py") and len(args) >= 2 and os.path.isfile(args[1]):
         rnd = random.Random("%d:%s" % (SEED, os.path.basename(args[0])))

@@ -1,11 +1,13 @@
 """Fault injection: whatever the inspected environment does, the doctor answers with a finding, valid JSON and the
-documented exit code, within its time budget."""
+documented exit code, within its time budget. Each fault runs the CLI end to end; an import that raises is a
+verdict, judged in this process over the real probes (probed)."""
 
 from __future__ import annotations
 
 import pytest
 
 from conftest import run_doctor
+from probed import RUN_IDS, run_in_process
 
 FAULTY_TORCH = {
     "segfault": ("import ctypes\nctypes.string_at(0)\n", "SIGSEGV"),
@@ -59,11 +61,17 @@ def test_hang_that_forks_a_pipe_holding_grandchild_does_not_hang_the_doctor(site
     assert run.seconds < 20
 
 
+def _run(sites, python):
+    """The report of a run of every check, judged in this process; its rows by id."""
+    report = run_in_process(sites, python, RUN_IDS)
+    return report, {c["id"]: c for c in report.to_dict()["checks"]}
+
+
 def test_raising_import_is_a_failure_with_the_message(site, bare_python):
     site.file("torch/__init__.py", "raise RuntimeError('libcudnn.so.9: cannot open shared object file')\n")
-    run = run_doctor("check", "-f", "json", sites=(site.root,), python=bare_python)
-    assert run.returncode == 1
-    torch = run.check("torch.install")
+    report, rows = _run([site.root], bare_python)
+    assert report.exit_code == 1
+    torch = rows["torch.install"]
     assert torch["status"] == "fail"
     assert "RuntimeError: libcudnn.so.9: cannot open shared object file" in torch["summary"]
     assert torch["fixes"] and torch["fixes"][0]["commands"]
@@ -71,21 +79,21 @@ def test_raising_import_is_a_failure_with_the_message(site, bare_python):
 
 def test_system_exit_during_import_is_a_finding(site, bare_python):
     site.file("torch/__init__.py", "raise SystemExit(3)\n")
-    run = run_doctor("check", "-f", "json", sites=(site.root,), python=bare_python)
-    assert run.check("torch.install")["status"] == "fail"
-    assert "SystemExit" in run.check("torch.install")["summary"]
+    _, rows = _run([site.root], bare_python)
+    assert rows["torch.install"]["status"] == "fail"
+    assert "SystemExit" in rows["torch.install"]["summary"]
 
 
 def test_missing_torch_is_a_failure_with_a_fix(bare_python):
-    run = run_doctor("check", "-f", "json", python=bare_python)
-    assert run.returncode == 1
-    torch = run.check("torch.install")
+    report, rows = _run([], bare_python)
+    assert report.exit_code == 1
+    torch = rows["torch.install"]
     assert torch["status"] == "fail"
     assert torch["summary"] == "torch is not installed"
     assert torch["fixes"][0]["commands"] == [
         "pip install torch==2.11.0 --index-url https://download.pytorch.org/whl/cu130"]
-    assert run.check("gpu.devices")["status"] == "skip"
-    assert run.check("gpu.devices")["summary"].startswith("no GPU visible")
+    assert rows["gpu.devices"]["status"] == "skip"
+    assert rows["gpu.devices"]["summary"].startswith("no GPU visible")
 
 
 def test_broken_plugin_is_an_error_naming_its_distribution(site, bare_python):

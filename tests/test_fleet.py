@@ -134,7 +134,8 @@ def test_hosts_are_keyed_by_the_launcher_s_node_id_not_the_host_name():
 
 
 def test_an_even_split_names_both_sides_and_assumes_neither_healthy():
-    """Found with 1:1 ranks: the tie went to rank 0's value, so the healthy side could be the one named odd."""
+    """1:1 ranks: a tie has no majority, so neither side is named odd by default (rank 0's could be the broken
+    one)."""
     reports = {0: _report(0, "a", "1.27.0", local=0), 1: _report(1, "b", "1.26.0", local=0)}
     merged, code = _merge(reports, 2)
     drift = next(c for c in merged["checks"] if c["id"] == "fleet.drift")
@@ -258,7 +259,8 @@ def test_merged_report_size_grows_with_distinct_results_not_ranks():
 # --- launch shapes, secrets, stderr -------------------------------------------------------------------------------
 
 def test_torchrun_inside_a_one_task_srun_step_is_one_fleet():
-    """Found with `srun -n1 torchrun ...`: the one-task step made every torchrun worker a fleet of one."""
+    """`srun -n1 torchrun ...`: a one-task step is torchrun's launcher, not the fleet; every worker must not be a
+    fleet of one."""
     env = {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1", "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0",
            "RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "node01", "MASTER_PORT": "29400",
            "GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "none"}
@@ -421,7 +423,7 @@ def test_drift_under_torchrun_names_the_rank_with_another_frontend(tmp_path):
     odd = drift["evidence"]["differences"][0]
     assert odd["odd"][0]["ranks"] == "2" and odd["odd"][0]["hosts"] == [host]
     # Rank 2's frontend differs from its local rank 0's, so it ran the frontend's import check itself: its row
-    # says what its frontend is, and no row is an `error` "not checked on this rank" (found on the H200).
+    # says what its frontend is, and no row is an `error` "not checked on this rank".
     fe = next(c for c in report["checks"] if c["id"] == "cudnn-fe.version")
     groups = {g["ranks"]: g for g in fe["evidence"]["groups"]}
     assert "1.26.0" in groups["2"]["summary"] and "1.27.0" in groups["0"]["summary"], groups  # rank 1: as rank 0
@@ -433,8 +435,8 @@ def test_drift_under_torchrun_names_the_rank_with_another_frontend(tmp_path):
 @needs_torch
 @pytest.mark.slow
 def test_a_rank_that_cannot_join_under_torchrun_does_not_cost_the_report(tmp_path):
-    """Under torchrun the broken rank exited 1 at once, torchrun stopped rank 0, and there was no
-    report. The broken rank now stays until rank 0 has named it."""
+    """Under torchrun a rank that exits stops every other rank, rank 0 too: the broken rank stays until rank 0 has
+    named it, so the fleet still gets its report."""
     broken = tmp_path / "broken"
     (broken / "torch").mkdir(parents=True)
     (broken / "torch" / "__init__.py").write_text("raise ImportError('this rank has a broken torch')\n")
@@ -513,9 +515,9 @@ def test_preflight_in_a_fleet_execs_every_rank_only_when_the_fleet_passed(tmp_pa
 @needs_torch
 @pytest.mark.slow
 def test_a_fleet_rank_s_smoke_is_its_own_world_under_torchrun(tmp_path):
-    """Found on the H200 (2026-12-01): under torchrun every probe inherited TORCHELASTIC_USE_AGENT_STORE, RANK and
-    friends, so tier 2's one-process init_process_group joined torchrun's store as a client and hung until the probe
-    timeout. Probes now start without the launcher's variables."""
+    """Under torchrun a probe that inherited TORCHELASTIC_USE_AGENT_STORE, RANK and friends would join torchrun's
+    store as a client from tier 2's one-process init_process_group and hang until the probe timeout (seen on the
+    H200): probes start without the launcher's variables."""
     from fakes import Env, fake_megatron_importable, fake_te
 
     env = Env(tmp_path / "env").fake("megatron", fake_megatron_importable).fake("te", fake_te)
@@ -563,9 +565,9 @@ def _wait_for_port(port: int, seconds: float = 60.0) -> None:
 @needs_torch
 @pytest.mark.slow
 def test_a_late_rank_is_waited_for_by_every_rank_and_all_exit_alike(tmp_path):
-    """Found with a slow node: rank 0 waited for the late rank but the others, on their own shorter wait, gave
-    up, and the job started on some ranks. Every rank now waits by rank 0's published deadlines. Also: `--only`
-    may name a fleet row (it was refused under torchrun)."""
+    """A slow node: if each rank waited by its own clock, the others could give up while rank 0 still waits for the
+    late one, and the job would start on some ranks: every rank waits by rank 0's published deadlines. Also: `--only`
+    may name a fleet row under torchrun."""
     port = free_port()
     args = ("check", "--no-smoke", "--only", "python.version,fleet.ranks", "-f", "json", "--fleet-wait", "25")
     procs = [_spawn(r, 3, port, *args) for r in (0, 1)]
@@ -768,9 +770,9 @@ def test_only_and_skip_of_the_fleet_rows():
 @needs_torch
 @pytest.mark.slow
 def test_the_fingerprint_waits_for_the_static_facts_with_only_an_import_check(tmp_path):
-    """Found with `--only cudnn-fe.version`: rank 1 left that check to its local rank 0, so nothing of its own waited
-    for the static probe, its fingerprint was taken empty ("python: None on rank 1") and the frontend's 1.26.0 vs
-    1.27.0 vanished."""
+    """`--only cudnn-fe.version`: rank 1 leaves that check to its local rank 0, so none of its own checks waits for
+    the static probe; its fingerprint must wait for it, or it is empty ("python: None on rank 1") and the frontend's
+    1.26.0 vs 1.27.0 is not seen."""
     new, old = ensure("nvidia-cudnn-frontend-1.27.0"), ensure("nvidia-cudnn-frontend-1.26.0")
     done = _ranks_by_hand(2, tmp_path, "check", "--no-smoke", "--only", "cudnn-fe.version", "-f", "json",
                           "--fleet-wait", "40", per_rank_env={0: {"PYTHONPATH": str(new), "LOCAL_WORLD_SIZE": "2"},
@@ -786,7 +788,7 @@ def test_the_fingerprint_waits_for_the_static_facts_with_only_an_import_check(tm
 @needs_torch
 @pytest.mark.slow
 def test_another_job_on_the_same_port_does_not_take_part(tmp_path):
-    """Found with two srun jobs on one port: store keys carried no job identity, so the jobs read each other's. A
+    """Two srun jobs on one port: the store keys carry the job's identity, so the jobs never read each other's. A
     rank of job B that reaches job A's store finds no plan of its own job and exits 1; job A's report is its own."""
     port, start = free_port(), time.monotonic()
     args = ("check", "--no-smoke", "--only", "python.version", "-f", "json")

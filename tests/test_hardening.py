@@ -20,6 +20,7 @@ import pytest
 
 from conftest import FakeSite, doctor_command, run_doctor, validate
 from fakes import Env, fake_te, fake_torch
+from probed import RUN_IDS, judge, judge_all, run_in_process
 
 # Shell syntax, markup, workflow commands, terminal escapes, undecodable and XML-illegal text.
 INJECT = ["$(touch {pwn}/a)", "`touch {pwn}/b`", "; touch {pwn}/c #", "' ; touch {pwn}/d ; '",
@@ -387,9 +388,8 @@ def test_a_signal_while_probes_are_being_started_still_interrupts(tmp_path, bare
 @pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_while_the_report_is_written_lets_it_finish(tmp_path, bare_python, sig, code):
-    """The session had restored the default handlers before the report was rendered, so SIGINT
-    gave a KeyboardInterrupt traceback and no report, SIGTERM killed the doctor. Now the report is completed, then
-    the doctor exits 128 + the signal."""
+    """A signal while the report is rendered must not leave a KeyboardInterrupt traceback and no report (SIGINT) or
+    kill the doctor (SIGTERM): the report is completed, then the doctor exits 128 + the signal."""
     proc, out, err, _ = _slowed_run(tmp_path, "dsv4_doctor.render", "render_json", sig, "check", "-f", "json",
                                     "--only", "python.version", python=bare_python)
     assert "Traceback" not in err
@@ -410,8 +410,7 @@ def test_preflight_does_not_start_the_job_after_a_signal_during_its_report(tmp_p
 @pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 def test_a_usage_error_after_the_early_probes_leaves_none_running(tmp_path, bare_python):
     """The nvidia-smi stub writes its marker first thing, and the selection (which raises the usage error) is slowed
-    down until the stub has started (otherwise: the stub was killed before its marker in 5 of 5 runs, so the
-    assertion never ran)."""
+    down until the stub has started: else the stub can be killed before its marker, and the test asserts nothing."""
     marker = tmp_path / "pid"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -488,11 +487,10 @@ def test_unreadable_metadata_is_its_own_finding(metadata, tmp_path, bare_python)
         fake_te(site, "2.8.0")
         site.dist("transformer-engine-torch", None, metadata=metadata,
                   dirname="transformer_engine_torch-2.8.0.dist-info")
-    run = Env(tmp_path).fake("te", te).doctor("check", "-f", "json", "--only", "te.version,deps.metadata", "--cp", "2",
-                                              python=bare_python)
-    assert run.check("te.version")["status"] == "fail" and "got 2.8.0" in run.check("te.version")["summary"]
-    assert run.check("deps.metadata")["status"] == "warn"
-    assert "transformer-engine-torch" in run.check("deps.metadata")["summary"]
+    rows = judge_all(Env(tmp_path).fake("te", te), bare_python, ["te.version", "deps.metadata"], cp=2)
+    assert rows["te.version"]["status"] == "fail" and "got 2.8.0" in rows["te.version"]["summary"]
+    assert rows["deps.metadata"]["status"] == "warn"
+    assert "transformer-engine-torch" in rows["deps.metadata"]["summary"]
 
 
 # --- 9. plugins are in tests/test_plugins.py; 10. --output ----------------------------------------------------------
@@ -517,18 +515,19 @@ def test_a_failing_write_still_prints_the_report(bare_python):
 
 def test_undecodable_stderr_bytes_become_hex_escapes(site, bare_python):
     site.file("torch/__init__.py", "import os, sys\nos.write(2, b'bad \\xff\\xfe byte\\n')\nos.abort()\n")
-    row = run_doctor("check", "-f", "json", "--only", "torch.install", sites=(site.root,),
-                     python=bare_python).check("torch.install")
+    row = judge([site.root], bare_python, "torch.install")
     assert "bad \\xff\\xfe byte" in row["evidence"]["stderr_tail"] and "\ufffd" not in row["evidence"]["stderr_tail"]
 
 
 def _pyenv(version: str) -> str | None:
-    path = Path(f"/root/.pyenv/versions/{version}/bin/python")
+    """An old or newer interpreter, where pyenv installed it (PYENV_ROOT, by default ~/.pyenv)."""
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    path = root / "versions" / version / "bin" / "python"
     return str(path) if path.exists() else None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["2.7.18", "3.6.15", "3.7.16"])
+@pytest.mark.parametrize("version", ["2.7.18", "3.7.16"])  # Python 2's handshake; the newest below the probes' 3.8
 def test_an_interpreter_too_old_for_the_probes_fails_python_version(version, tmp_path):
     python = _pyenv(version)
     if python is None:
@@ -742,30 +741,29 @@ def test_gpu_devices_is_not_green_on_nvidia_smi_alone(tmp_path, site, bare_pytho
     smi.write_text('#!/bin/sh\necho "0, NVIDIA H200, 9.0, 143771, 570.86.15"\n')
     smi.chmod(0o755)
     path = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    missing = run_doctor("check", "-f", "json", "--only", "gpu.devices", python=bare_python, env=path)
-    assert missing.check("gpu.devices")["status"] == "skip"
-    assert "torch does not import" in missing.check("gpu.devices")["summary"]
+    missing = judge(None, bare_python, "gpu.devices", probe_env=path)
+    assert missing["status"] == "skip"
+    assert "torch does not import" in missing["summary"]
     site.file("torch/__init__.py", "import time\ntime.sleep(600)\n")
-    hung = run_doctor("check", "-f", "json", "--only", "gpu.devices", "--timeout", "2", sites=(site.root,),
-                      python=bare_python, env=path)
-    assert hung.check("gpu.devices")["status"] == "error" and hung.returncode == 1
+    hung = run_in_process([site.root], bare_python, ["gpu.devices"], probe_env=path, timeout=2)
+    assert hung.to_dict()["checks"][0]["status"] == "error" and hung.exit_code == 1
 
 
 # --- 10. green needs the feature, not the file ----------------------------------------------------------------------
 
 def test_a_namespace_triton_or_an_empty_dsv4_module_is_not_green(site, bare_python):
     (site.root / "triton").mkdir(parents=True)
-    run = run_doctor("check", "-f", "json", "--only", "kernels.triton", sites=(site.root,), python=bare_python)
-    assert run.check("kernels.triton")["status"] == "warn" and "namespace" in run.check("kernels.triton")["summary"]
+    triton = judge([site.root], bare_python, "kernels.triton")
+    assert triton["status"] == "warn" and "namespace" in triton["summary"]
     site.dist("megatron-core", "0.19.0", direct_url='{"url": "file:///x", "vcs_info": {"vcs": "git", '
                                                     '"commit_id": 12345678901}}')
     site.file("megatron/core/__init__.py", "")
     eav = "megatron/core/transformer/experimental_attention_variant/"
     site.file(eav + "__init__.py", "")
     site.file(eav + "deepseek_v4_hybrid_attention.py", "")
-    row = run_doctor("check", "-f", "json", "--only", "mcore.dsv4", sites=(site.root,), python=bare_python)
-    assert row.returncode == 1, row.stdout  # a finding, not a doctor crash (an int commit id is malformed data)
-    dsv4 = row.check("mcore.dsv4")
+    report = run_in_process([site.root], bare_python, ["mcore.dsv4"])
+    dsv4 = report.to_dict()["checks"][0]
+    assert report.exit_code == 1, dsv4  # a finding, not a doctor crash (an int commit id is malformed data)
     assert dsv4["status"] == "fail" and "defines no DSv4HybridAttention" in dsv4["summary"]
 
 
@@ -783,8 +781,7 @@ def test_requirement_markers_and_requires_python_are_judged_for_the_target(site)
     target["marker_env"] = {"python_version": "3.11", "python_full_version": "3.11.9"}
     assert extra_requirements(target, "cutedsl") == []
     site.dist("megatron-core", "0.19.2", requires_python=">=3.13")
-    run = run_doctor("check", "-f", "json", "--only", "python.version", sites=(site.root,), python=python)
-    row = run.check("python.version")
+    row = judge([site.root], python, "python.version")
     assert row["status"] == "fail" and "megatron-core 0.19.2 declares Requires-Python >=3.13" in row["summary"]
 
 
@@ -801,21 +798,24 @@ def test_probe_answers_of_the_wrong_type_never_crash_a_check(tmp_path):
     wrapper = tmp_path / "python"
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).parent / "fuzz_answers.py"}" "$@"\n')
     wrapper.chmod(0o755)
-    crashed = {}
+    crashed, unanswered = {}, {}
     for seed in range(1, 13):
-        run = env.doctor("check", "-f", "json", "--cp", "2", "--no-smoke", python=str(wrapper),
-                         env={"FUZZ_REAL_PYTHON": sys.executable, "FUZZ_SEED": str(seed)})
-        bad = [(c["id"], c["summary"]) for c in run.report["checks"] if c["internal_error"]]
-        if bad or run.returncode == 3:
+        report = run_in_process(env, str(wrapper), RUN_IDS, cp=2, smoke="off", crash_ok=True,
+                                probe_env={"FUZZ_REAL_PYTHON": sys.executable, "FUZZ_SEED": str(seed)})
+        bad = [(c.id, c.summary) for c in report.checks if c.internal_error]
+        if bad or report.exit_code == 3:
             crashed[seed] = bad
+        # The fuzzer rewrites answers, it never stops a probe: a probe without an answer fuzzed nothing.
+        unanswered[seed] = [c.id for c in report.checks if "without an answer" in c.summary]
     assert crashed == {}
+    assert not any(unanswered.values()), unanswered
 
 
 @pytest.mark.parametrize("module", ["packaging/__init__.py", "textwrap.py", "json/__init__.py"])
 def test_a_module_on_pythonpath_cannot_run_inside_the_doctor(tmp_path, bare_python, module):
-    """PYTHONPATH comes before the standard library, so a `packaging` or `textwrap` there ran inside
-    the doctor; one that called os._exit(0) made `check -f json` exit 0 with nothing on stdout (a CI gate passed).
-    The doctor now starts again ignoring PYTHONPATH for its own imports; the probes still see it."""
+    """PYTHONPATH comes before the standard library, so a `packaging` or `textwrap` there would run inside the
+    doctor; one that calls os._exit(0) would make `check -f json` exit 0 with nothing on stdout (a CI gate passes).
+    The doctor restarts ignoring PYTHONPATH for its own imports; the probes still see it."""
     shadow = tmp_path / "shadow"
     (shadow / module).parent.mkdir(parents=True, exist_ok=True)
     (shadow / module).write_text("import os\nos._exit(0)\n")

@@ -23,6 +23,7 @@ from dsv4_doctor.job.profile import job_profile
 from dsv4_doctor.model import Profile, UsageError
 from dsv4_doctor.registry import collect
 from dsv4_doctor.testing import StubContext, run_check
+from probed import profile, run_in_process
 
 OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"
 
@@ -62,8 +63,8 @@ MEGATRON = ["torchrun", "--nnodes", "2", "--nproc-per-node=8", "pretrain_gpt.py"
 
 # --- parsing --------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("cp", [1, 2, 4])
-@pytest.mark.parametrize("cp_args", [True, False])
+# CP 1 takes no CP_ARGS either way (the script adds them only `-gt 1`): one case; CP 4 checks the division.
+@pytest.mark.parametrize("cp, cp_args", [(1, True), (2, True), (2, False), (4, True)])
 def test_the_verl_dsv4_example_is_read_as_written(cp, cp_args):
     job = parse(verl_example(cp, cp_args))
     assert job.kind == "verl" and job.entry == "verl.trainer.main_ppo" and job.launcher == ["python3"]
@@ -192,7 +193,6 @@ def test_a_dict_override_and_env_options_are_read():
     assert f"{OTC}.recompute_method" in job.unknown
 
 
-@pytest.mark.slow  # real wheels, end to end: the default suite stays within 120 s on 2 cores
 def test_the_dsa_backend_as_stated():
     none_h = parse(["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=none"]).dsa_backend()
     none_m = parse(["pretrain_gpt.py", "--dsa-kernel-backend", "none"]).dsa_backend()
@@ -200,33 +200,35 @@ def test_the_dsa_backend_as_stated():
     folded = parse(["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=none",
                     f"++{OTC}.apply_dsa_kernel_fusion=True"]).dsa_backend()
     assert folded[0] == "cudnn" and "over dsa_kernel_backend=none" in folded[1]  # TransformerConfig folds it in
-    rows = job_rows(None, ["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=none",
-                           "actor_rollout_ref.actor.megatron.context_parallel_size=2"], "--gpu-arch", "9.0")
+    rows = job_rows_in_process(["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=none",
+                                "actor_rollout_ref.actor.megatron.context_parallel_size=2"], gpu_arch="9.0")
     assert rows["_profile"]["dsa_backend"] == "none" and rows["job.dsa-backend"]["status"] == "pass"
     assert rows["job.indexer-loss"]["status"] == "skip"
-    tile = job_rows(None, MEGATRON + ["--dsa-kernel-backend", "tilelang"])
+    tile = job_rows_in_process(MEGATRON + ["--dsa-kernel-backend", "tilelang"])
     assert tile["job.dsa-backend"]["status"] == "fail" and "does not support dsa_kernel_backend='tilelang'" in \
         tile["job.dsa-backend"]["summary"]
     assert any("from 'tilelang' to:\n  --dsa-kernel-backend cudnn" in f for f in _commands(tile["job.dsa-backend"]))
     assert tile["_profile"]["dsa_backend"] == "cudnn" and "Megatron rejects" in \
         tile["_profile"]["job"]["dsa_backend_decided"]
-    upper = job_rows(None, MEGATRON + ["--dsa-kernel-backend", "CUDNN"])["job.dsa-backend"]
+    upper = job_rows_in_process(MEGATRON + ["--dsa-kernel-backend", "CUDNN"])["job.dsa-backend"]
     assert upper["status"] == "fail" and "accepts only 'none' and 'cudnn'" in upper["summary"]
-    clash = job_rows(None, ["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=cudnn",
-                            f"++{OTC}.apply_dsa_kernel_fusion=False"])["job.dsa-backend"]
+    clash = job_rows_in_process(["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=cudnn",
+                                 f"++{OTC}.apply_dsa_kernel_fusion=False"])["job.dsa-backend"]
     assert clash["status"] == "fail" and "Conflicting DSA kernel controls" in clash["summary"]
     # The fix drops the deprecated switch (otherwise: it said to change cudnn to cudnn).
     drop = f"~{OTC}.apply_dsa_kernel_fusion"
     assert _lines(clash) == [drop] and "Drop the deprecated switch" in _commands(clash)[0]
     assert not any("dsa_kernel_backend=cudnn" in line for line in _lines(clash))
-    fixed = job_rows(None, ["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=cudnn",
-                            f"++{OTC}.apply_dsa_kernel_fusion=False", drop])["job.dsa-backend"]
+    fixed = job_rows_in_process(["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=cudnn",
+                                 f"++{OTC}.apply_dsa_kernel_fusion=False", drop])["job.dsa-backend"]
     assert fixed["status"] == "pass", fixed["summary"]  # Hydra applies `~key` after the key it deletes
-    flags = job_rows(None, MEGATRON + ["--no-dsa-kernel-fusion", "--dsa-kernel-backend", "cudnn"])["job.dsa-backend"]
+    flags = job_rows_in_process(MEGATRON + ["--no-dsa-kernel-fusion", "--dsa-kernel-backend",
+                                            "cudnn"])["job.dsa-backend"]
     assert flags["status"] == "fail" and "Conflicting DSA kernel controls" in flags["summary"]
     assert [f["description"].split(" (")[0] for f in flags["fixes"]] == [
         "Remove --no-dsa-kernel-fusion from the training command"]
-    assert job_rows(None, MEGATRON + ["--dsa-kernel-backend", "cudnn"])["job.dsa-backend"]["status"] == "pass"
+    assert job_rows_in_process(MEGATRON + ["--dsa-kernel-backend", "cudnn"])["job.dsa-backend"]["status"] == "pass"
+    # No DSA setting in a verl command: the session asks the installed Megatron-Bridge, so through the CLI.
     quiet = job_rows(None, ["python3", "-m", "verl.trainer.main_ppo", "x.y=1"])["job.dsa-backend"]
     assert quiet["status"] == "skip" and "not stated" in quiet["summary"]
 
@@ -249,16 +251,25 @@ def job_rows(env: Env | None, argv: list[str], *extra: str, python: str = sys.ex
     return {c["id"]: c for c in run.report["checks"]} | {"_profile": run.report["profile"]}
 
 
-def job_rows_in_process(argv: list[str], cp: int | None = None) -> dict:
-    """job_rows' rows without a subprocess: the profile as `--job-args` (and `--cp`) make it, and every job check
-    run on it by the runner, with nothing installed."""
-    profile = job_profile(Profile(), argv, cp, None)
+def job_rows_in_process(argv: list[str], cp: int | None = None, gpu_arch: str | None = None) -> dict:
+    """job_rows' rows without a subprocess: the profile as `--job-args` (and `--cp`, `--gpu-arch`) make it, and every
+    job check run on it by the runner, with nothing installed."""
+    base = Profile(gpu_arch=gpu_arch, gpu_arch_source="option" if gpu_arch else "unknown")
+    profile = job_profile(base, argv, cp, None)
     rows: dict = {"_profile": profile.to_dict()}
     for job_check in collect(job_checks):
         result = run_check(job_check, StubContext(profile=profile))
         rows[job_check.id] = {"status": result.status.value, "summary": result.summary, "details": result.details,
                               "fixes": [fix.to_dict() for fix in result.fixes]}
     return rows
+
+
+def job_rows_probed(env: Env, argv: list[str], python: str = sys.executable, **options) -> dict:
+    """job_rows' rows judged in this process over real probes of `env` (what verl release is installed, DeepEP):
+    the job checks of `check --no-smoke --only 'job.*' --job-args ARGV`."""
+    report = run_in_process(env, python, ["job.*"], prof=profile(job_args=argv, smoke="off", **options))
+    wire = report.to_dict()
+    return {c["id"]: c for c in wire["checks"]} | {"_profile": wire["profile"]}
 
 
 def _commands(row: dict) -> list[str]:
@@ -272,7 +283,7 @@ def _lines(row: dict) -> list[str]:
 
 def test_verl_with_6555_sets_the_cp_settings_itself(tmp_path):
     env = Env(tmp_path).wheel("verl", "verl-0.9.0")  # the published release: it has #6555
-    rows = job_rows(env, verl_example(2, cp_args=False))
+    rows = job_rows_probed(env, verl_example(2, cp_args=False))
     row = rows["job.cp-args"]
     # verl sets the layout and the scheduler, not max_seqlen_per_dp_cp_rank: the example's line, rounded up.
     assert row["status"] == "warn", row["summary"]
@@ -282,20 +293,20 @@ def test_verl_with_6555_sets_the_cp_settings_itself(tmp_path):
         row["details"] and "PR #6555" in row["details"]
     assert rows["_profile"]["job"]["kind"] == "verl" and rows["_profile"]["cp"] == 2
     # The example's explicit dp_balanced is replaced by verl: a warning that says so.
-    row = job_rows(env, verl_example(2))["job.cp-args"]
+    row = job_rows_probed(env, verl_example(2))["job.cp-args"]
     assert row["status"] == "warn" and "replaced by verl's default_dynamic_cp" in row["summary"]
 
 
-@pytest.mark.parametrize("cp", [2, 4])
-def test_verl_without_6555_needs_the_lines_and_gets_them(tmp_path, cp):
+def test_verl_without_6555_needs_the_lines_and_gets_them(tmp_path):
+    cp = 2
     env = Env(tmp_path).fake("verl", fake_old_verl)
-    row = job_rows(env, verl_example(cp, cp_args=False))["job.cp-args"]
+    row = job_rows_probed(env, verl_example(cp, cp_args=False))["job.cp-args"]
     assert row["status"] == "fail"
     assert "DSv4 Hybrid with context parallelism requires cp_partition_mode='contiguous'." in row["summary"]
     fixes = _commands(row)
     assert any(f"++{OTC}.cp_partition_mode=contiguous" in f for f in fixes)
     assert any(f"++{OTC}.sequence_packing_scheduler=dp_balanced" in f for f in fixes)
-    ok = job_rows(env, verl_example(cp))["job.cp-args"]
+    ok = job_rows_probed(env, verl_example(cp))["job.cp-args"]
     assert ok["status"] == "pass" and f"= {12288 // cp * cp} >= 12288" in ok["summary"]
 
 
@@ -326,7 +337,6 @@ def _verl_engine_validation(env_root: Path):
     return accepts
 
 
-@pytest.mark.slow  # real wheels, end to end: the default suite stays near 120 s on 2 cores
 def test_verl_dynamic_cp_needs_the_engine_key_as_verl_does(tmp_path):
     env = Env(tmp_path).wheel("verl", "verl-0.9.0")
     accepts = _verl_engine_validation(env.sites["verl"])
@@ -341,7 +351,7 @@ def test_verl_dynamic_cp_needs_the_engine_key_as_verl_does(tmp_path):
         ([otc, f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144"], 6144),
     ]
     for extra, engine_value in cases:
-        row = job_rows(env, base + extra)["job.cp-args"]
+        row = job_rows_probed(env, base + extra)["job.cp-args"]
         verl_ok = accepts(True, engine_value)
         assert (row["status"] != "fail") == verl_ok, (extra, row["summary"])
         if not verl_ok:
@@ -349,17 +359,18 @@ def test_verl_dynamic_cp_needs_the_engine_key_as_verl_does(tmp_path):
             assert any(f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144" in f for f in _commands(row)), row["fixes"]
             assert not any("override_transformer_config.max_seqlen" in f for f in _commands(row))
     # The line the doctor gives, added as written, is what verl accepts.
-    first = job_rows(env, base)["job.cp-args"]
+    first = job_rows_probed(env, base)["job.cp-args"]
     line = _lines(first)[0]
     assert line == f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144" and accepts(True, 6144)
-    assert job_rows(env, base + [line])["job.cp-args"]["status"] == "pass"
+    assert job_rows_probed(env, base + [line])["job.cp-args"]["status"] == "pass"
     # The transformer config's value with dynamic CP: replaced by verl, and said so.
-    both = job_rows(env, base + [otc, f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144"])["job.cp-args"]
+    both = job_rows_probed(env, base + [otc, f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144"])["job.cp-args"]
     assert "replaced by verl with" in both["summary"] + both["details"]
     # Without dynamic CP verl never reads the engine key (accepts anything) and Megatron gets the transformer
     # config's: the engine key alone is a warning, not a requirement.
     assert accepts(False, None)
-    alone = job_rows(env, verl_example(2, cp_args=False) + [f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144"])["job.cp-args"]
+    alone = job_rows_probed(env, verl_example(2, cp_args=False)
+                            + [f"{ENGINE}.max_seqlen_per_dp_cp_rank=6144"])["job.cp-args"]
     assert alone["status"] == "warn" and "read by verl only with dynamic_context_parallel" in alone["summary"]
 
 
@@ -401,12 +412,12 @@ def test_a_max_seqlen_that_is_no_positive_integer_gets_its_line(tmp_path):
     assert _lines(row) == ["--max-seqlen-per-dp-cp-rank 4096"]  # 8192 / CP 2
     verl = verl_example(2, cp_args=False) + [f"++{OTC}.max_seqlen_per_dp_cp_rank=-1"]
     env = Env(tmp_path).wheel("verl", "verl-0.9.0")  # sets the layout itself: only max_seqlen is wrong
-    row = job_rows(env, verl)["job.cp-args"]
+    row = job_rows_probed(env, verl)["job.cp-args"]
     assert row["status"] == "fail" and f"++{OTC}.max_seqlen_per_dp_cp_rank=6144" in _lines(row), row["fixes"]
     assert all("max_seqlen_per_dp_cp_rank" in line for line in _lines(row))
     # Not computable (no lengths stated): the line says what N is.
     short = [a for a in verl if not a.startswith("data.max_")]
-    row = job_rows(env, short)["job.cp-args"]
+    row = job_rows_probed(env, short)["job.cp-args"]
     assert f"++{OTC}.max_seqlen_per_dp_cp_rank=N" in _lines(row) and "N = the longest sample / CP" in \
         _commands(row)[0]
 
@@ -429,7 +440,7 @@ def test_dispatcher_with_packing(tmp_path):
     flex = job_rows_in_process(base + ["--moe-token-dispatcher-type", "flex"])["job.moe-dispatch"]
     assert flex["status"] == "fail" and "DeepEP (deep_ep) is not installed" in flex["summary"]
     env = Env(tmp_path).fake("deepep", lambda s: s.file("deep_ep/__init__.py", ""))
-    assert job_rows(env, base + ["--moe-token-dispatcher-type", "flex"])["job.moe-dispatch"]["status"] == "warn"
+    assert job_rows_probed(env, base + ["--moe-token-dispatcher-type", "flex"])["job.moe-dispatch"]["status"] == "warn"
 
 
 def test_the_text_report_says_how_the_backend_was_decided_and_what_was_not_read():
@@ -441,18 +452,17 @@ def test_the_text_report_says_how_the_backend_was_decided_and_what_was_not_read(
     assert "not read by any check: trainer.total_epochs" in " ".join(head.split())
 
 
-@pytest.mark.slow  # real wheels, end to end: the default suite stays within 120 s on 2 cores
 def test_dense_indexer_loss_on_sm90():
     dense = [a for a in verl_example(2) if "dsa_indexer_use_sparse_loss" not in a and "loss_coeff" not in a]
     dense += [f"++{OTC}.dsa_indexer_loss_coeff=0.1"]
-    row = job_rows(None, dense, "--gpu-arch", "9.0")["job.indexer-loss"]
+    row = job_rows_in_process(dense, gpu_arch="9.0")["job.indexer-loss"]
     assert row["status"] == "fail" and "not supported on SM90" in row["summary"]
     assert any(f"++{OTC}.dsa_indexer_use_sparse_loss=True" in f for f in _commands(row))
-    assert job_rows(None, verl_example(2), "--gpu-arch", "9.0")["job.indexer-loss"]["status"] == "pass"
-    assert job_rows(None, dense, "--gpu-arch", "10.0")["job.indexer-loss"]["status"] == "skip"
+    assert job_rows_in_process(verl_example(2), gpu_arch="9.0")["job.indexer-loss"]["status"] == "pass"
+    assert job_rows_in_process(dense, gpu_arch="10.0")["job.indexer-loss"]["status"] == "skip"
     # verl without a coefficient: Megatron-Bridge's provider decides, which the command does not say.
     unstated = [a for a in verl_example(2) if "loss_coeff" not in a]
-    row = job_rows(None, unstated, "--gpu-arch", "9.0")["job.indexer-loss"]
+    row = job_rows_in_process(unstated, gpu_arch="9.0")["job.indexer-loss"]
     assert row["status"] == "skip" and "not stated" in row["summary"]
 
 

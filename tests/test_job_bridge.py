@@ -14,6 +14,7 @@ import pytest
 
 from conftest import run_doctor
 from fakes import Env, fake_flash_mla
+from probed import profile, run_in_process
 from wheels import ensure
 
 from dsv4_doctor.job import bridge_rule as bridgerule
@@ -149,21 +150,20 @@ def test_a_wrapper_is_read_as_not_known(argv):
 
 @pytest.mark.parametrize("argv", [WRAPPERS[0], WRAPPERS[3]])
 def test_a_wrapper_command_leaves_the_settings_not_known(argv):
-    run = run_doctor("check", "-f", "json", "--no-smoke", "--only", "job.*", "--job-args", shlex.join(argv))
-    report = run.report
+    report = run_in_process(None, sys.executable, ["job.*"], prof=profile(job_args=argv, smoke="off")).to_dict()
     job = report["profile"]["job"]
     assert report["profile"]["cp"] > 1 and job["cp_known"] is False and report["profile"]["dsa_backend"] == "cudnn"
     assert "--cp N" in job["not_known"]
     rows = {c["id"]: c for c in report["checks"]}
     assert rows["job.cp-args"]["status"] == "skip" and "not known" in rows["job.cp-args"]["summary"]
+    # The text report's first lines say so: through the CLI.
     text = run_doctor("check", "--no-smoke", "--only", "job.*", "--job-args", shlex.join(argv)).stdout
     assert "not known:" in text.split("Status")[0] and "--cp N" in " ".join(text.split("Status")[0].split())
-    given = run_doctor("check", "-f", "json", "--no-smoke", "--only", "job.*", "--cp", "1", "--dsa-backend", "none",
-                       "--job-args", shlex.join(argv)).report["profile"]
+    given = profile(job_args=argv, cp=1, dsa_backend="none").to_dict()
     assert (given["cp"], given["dsa_backend"], given["job"]["cp_given"]) == (1, "none", 1)
 
 
-def test_preflight_of_a_wrapper_script_does_not_start_a_job_check_would_fail(tmp_path):
+def test_preflight_of_a_wrapper_script_does_not_start_a_job_check_would_fail(tmp_path, bare_python):
     """`preflight --only 'cudnn-fe.*' -- bash run.sh` on frontend 1.26.0 without its stack: the cudnn rules run, as
     for the stricter job, so it stops, as `check` does."""
     script = tmp_path / "run.sh"
@@ -171,12 +171,13 @@ def test_preflight_of_a_wrapper_script_does_not_start_a_job_check_would_fail(tmp
     script.write_text(f"touch {shlex.quote(str(marker))}\n")
     sites = (ensure("nvidia-cudnn-frontend-1.26.0"),)
     pre = run_doctor("preflight", "--no-smoke", "--gpu-arch", "10.0", "--only", "cudnn-fe.*", "--", "bash",
-                     str(script), sites=sites)
+                     str(script), sites=sites, python=bare_python)
     assert pre.returncode == 1 and not marker.exists(), pre.stderr
     assert "nothing was checked" not in pre.stderr and "FAIL" in pre.stderr
-    check = run_doctor("check", "--no-smoke", "--gpu-arch", "10.0", "--only", "cudnn-fe.*", "--job-args",
-                       f"bash {shlex.quote(str(script))}", sites=sites)
-    assert check.returncode == 1
+    # `check --job-args` of the same command judges the same rules: it fails too.
+    check = run_in_process(list(sites), bare_python, ["cudnn-fe.*"],
+                           prof=profile(gpu_arch="10.0", smoke="off", job_args=["bash", str(script)]))
+    assert check.exit_code == 1
 
 
 def test_overrides_only_are_verl_overrides_or_refused():

@@ -1,5 +1,5 @@
-"""Regressions from reviews of failure paths and of the engine: misleading verdicts and reports that break their
-contract."""
+"""Regressions in failure paths and in the engine: misleading verdicts and reports that break their contract. The
+verdicts are judged in this process over real probe answers (probed); the report's contract through the CLI."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from conftest import FakeSite, has_torch, run_doctor, validate
 from fakes import Env, fake_megatron_dev, fake_te, fake_torch
+from probed import judge, run_in_process
 
 torch_only = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch")
 
@@ -57,34 +58,31 @@ def test_gpu_host_whose_torch_cannot_use_cuda_fails_the_smoke(fake_gpu_host):
 
 
 def test_gpu_arch_mismatch_never_hides_a_failure(tmp_path, bare_python, fake_gpu_host):
-    run = run_doctor("check", "-f", "json", "--only", "gpu.arch", "--gpu-arch", "8.0", "--cp", "2",
-                     python=bare_python, env=fake_gpu_host)
-    assert run.check("gpu.arch")["status"] == "fail"
-    run = run_doctor("check", "-f", "json", "--only", "gpu.arch", "--gpu-arch", "10.0", python=bare_python,
-                     env=fake_gpu_host)
-    assert run.check("gpu.arch")["status"] == "warn" and "GPU 0 is CC 9.0" in run.check("gpu.arch")["summary"]
+    assert judge(None, bare_python, "gpu.arch", gpu_arch="8.0", cp=2, probe_env=fake_gpu_host)["status"] == "fail"
+    row = judge(None, bare_python, "gpu.arch", gpu_arch="10.0", probe_env=fake_gpu_host)
+    assert row["status"] == "warn" and "GPU 0 is CC 9.0" in row["summary"]
 
 
 def test_te_duplicates_never_hide_the_packing_gate(tmp_path, bare_python):
     env = Env(tmp_path).fake("te", fake_te, "2.8.0").fake("te2", lambda s: s.dist("transformer-engine", "2.8.0"))
-    row = env.doctor("check", "-f", "json", "--only", "te.version", "--cp", "2", python=bare_python).check("te.version")
+    row = judge(env, bare_python, "te.version", cp=2)
     assert row["status"] == "fail" and "got 2.8.0" in row["summary"]
 
 
 def test_leftover_torch_directory_is_a_clear_failure(site, bare_python):
     (site.root / "torch" / "lib").mkdir(parents=True)  # what a bad uninstall leaves: no __init__.py
-    row = run_doctor("check", "-f", "json", "--only", "torch.install", sites=(site.root,),
-                     python=bare_python).check("torch.install")
+    row = judge([site.root], bare_python, "torch.install")
     assert row["status"] == "fail" and "directory without __init__.py" in row["summary"]
 
 
 def test_ngc_prerelease_torch_is_not_called_too_old(tmp_path, bare_python):
     env = Env(tmp_path).fake("torch", fake_torch, "2.6.0a0+ecf3bae40a.nv25.01", "12.8")
-    row = env.doctor("check", "-f", "json", "--only", "torch.install", python=bare_python).check("torch.install")
+    row = judge(env, bare_python, "torch.install")
     assert row["status"] == "pass", row["summary"]
 
 
 def test_probes_work_under_pythonsafepath(bare_python):
+    """End to end for python: the CLI and its probes with PYTHONSAFEPATH set."""
     run = run_doctor("check", "-f", "json", "--only", "python.version,torch.install", python=bare_python,
                      env={"PYTHONSAFEPATH": "1"})
     assert run.check("python.version")["status"] == "pass"
@@ -97,8 +95,7 @@ def test_editable_megatron_is_not_reported_as_shadowed(tmp_path, bare_python):
         # An editable install: the dist-info lives in site-packages, the source tree elsewhere.
         for d in site.root.glob("megatron_core-*.dist-info"):
             (d / "direct_url.json").write_text('{"url": "file:///src/Megatron-LM", "dir_info": {"editable": true}}')
-    row = Env(tmp_path).fake("megatron", editable).doctor(
-        "check", "-f", "json", "--only", "mcore.dsv4", python=bare_python).check("mcore.dsv4")
+    row = judge(Env(tmp_path).fake("megatron", editable), bare_python, "mcore.dsv4")
     assert row["status"] == "pass" and "shadows" not in row["details"]
 
 
@@ -107,9 +104,8 @@ def test_malformed_direct_url_is_not_a_doctor_crash(tmp_path, bare_python):
         fake_megatron_dev(site)
         for d in site.root.glob("megatron_core-*.dist-info"):
             (d / "direct_url.json").write_text('["not", "an", "object"]')
-    run = Env(tmp_path).fake("megatron", odd).doctor("check", "-f", "json", "--only", "mcore.*", "--cp", "2",
-                                                     python=bare_python)
-    assert run.returncode == 0 and run.report["summary"]["internal_errors"] == []
+    report = run_in_process(Env(tmp_path).fake("megatron", odd), bare_python, ["mcore.*"], cp=2)
+    assert report.exit_code == 0 and report.to_dict()["summary"]["internal_errors"] == []
 
 
 def test_symlinked_site_entry_is_one_copy(tmp_path, bare_python):
@@ -117,7 +113,7 @@ def test_symlinked_site_entry_is_one_copy(tmp_path, bare_python):
     link = tmp_path / "fe-link"
     link.symlink_to(env.sites["fe"])
     env.sites["fe-again"] = link
-    row = env.doctor("check", "-f", "json", "--only", "cudnn-fe.version", python=bare_python).check("cudnn-fe.version")
+    row = judge(env, bare_python, "cudnn-fe.version")
     assert row["status"] == "pass", row["summary"]
 
 
@@ -139,7 +135,8 @@ def test_non_utf8_environment_values_and_output_files(tmp_path, bare_python):
 
 
 def test_static_only_skips_every_import_probe_even_on_a_gpu_host(bare_python, fake_gpu_host):
-    """The bug: --static-only selected checks before the profile knew of the GPU, so the smoke ran anyway."""
+    """Checks are selected after the profile knows of the GPU: selected before, the smoke would run under
+    --static-only."""
     run = run_doctor("check", "-f", "json", "--static-only", python=bare_python, env=fake_gpu_host)
     rows = {c["id"]: c for c in run.report["checks"]}
     assert run.report["profile"]["static_only"] is True and run.report["profile"]["gpus"] == 1

@@ -1,6 +1,9 @@
 """The DSv4 rulebook against real published wheels (pip install --no-deps --target) and fakes for states no release
 shows. Every verdict here is one the knowledge base predicts; every failing scenario's printed fix, applied to the
-environment, turns its check green."""
+environment, turns its check green.
+
+Most rules are judged in this process over real probe answers (probed.judge: the probes run, the CLI does not); the
+tests that start the real console script are each area's end-to-end case: the probe and CLI contract."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from dsv4_doctor.model import Profile, Result
 from dsv4_doctor.probes import TORCH
 from dsv4_doctor.testing import StubContext, dist, module, run_check, static_answer
 from fakes import (Env, fake_cutedsl, fake_kernel, fake_megatron_dev, fake_old_verl, fake_te, fake_torch, healthy)
+from probed import RUN_IDS, assert_same_rows, builds_on, judge, judge_all, judge_in_run
 
 FE_FIX = "pip install --force-reinstall --no-deps nvidia-cudnn-frontend==1.27.0"
 TVM_FIX = "pip install --no-deps apache-tvm-ffi==0.1.11"
@@ -44,6 +48,7 @@ def apply(env: Env, command: str) -> None:
 
 
 def assert_fix_turns_green(env: Env, python: str, check_id: str, *args: str) -> None:
+    """End to end: `check --only ID` prints a fix; carried out, the same command line passes."""
     before = run(env, python, "--only", check_id, *args).check(check_id)
     assert before["status"] in NOT_GREEN, before
     assert commands(before), f"{check_id} printed no fix command"
@@ -53,53 +58,79 @@ def assert_fix_turns_green(env: Env, python: str, check_id: str, *args: str) -> 
     assert after["status"] not in NOT_GREEN, after
 
 
+def fix_turns_green(env: Env, python: str, check_id: str, **options) -> None:
+    """assert_fix_turns_green in this process: the check judged alone over real probes, its fix carried out, judged
+    again."""
+    before = judge(env, python, check_id, **options)
+    assert before["status"] in NOT_GREEN, before
+    assert commands(before), f"{check_id} printed no fix command"
+    for cmd in commands(before):
+        apply(env, cmd)
+    after = judge(env, python, check_id, **options)
+    assert after["status"] not in NOT_GREEN, after
+
+
 # --- the healthy stack: no false alarms ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("profile", [("--cp", "2", "--gpu-arch", "9.0"), ("--gpu-arch", "10.0"),
-                                     ("--cp", "4", "--gpu-arch", "10.0"), ("--gpu-arch", "10.3", "--cp", "2")])
-def test_healthy_stack_has_no_fail_and_no_warn(tmp_path, bare_python, profile):
-    result = run(healthy(tmp_path), bare_python, *profile)
+def test_healthy_stack_has_no_fail_and_no_warn_end_to_end(tmp_path, bare_python):
+    """Every area's probes and the CLI on the healthy stack: a report with no false alarm, exit 0. The rows judged in
+    this process (probed.judge_all, which the other rule tests use) are the CLI's, on the healthy stack and on an
+    empty one."""
+    env = healthy(tmp_path)
+    result = run(env, bare_python, "--cp", "2", "--gpu-arch", "9.0")
     bad = {c["id"]: c["summary"] for c in result.report["checks"] if c["status"] in NOT_GREEN}
     assert bad == {}
     assert result.returncode == 0
     statuses = {c["id"]: c["status"] for c in result.report["checks"]}
-    if "10.0" in profile and "--cp" not in profile:
+    assert statuses["mcore.cp-partition-mode"] == statuses["verl.cp-layout"] == "pass"
+    assert statuses["cutlass-dsl.import"] == "pass"
+    assert_same_rows(result.report, judge_all(env, bare_python, RUN_IDS, cp=2, gpu_arch="9.0"))
+    empty = Env(tmp_path / "empty")
+    assert_same_rows(run(empty, bare_python, "--gpu-arch", "10.0").report,
+                     judge_all(empty, bare_python, RUN_IDS, gpu_arch="10.0"))
+
+
+@pytest.mark.parametrize("cp, arch", [(None, "10.0"), (4, "10.0"), (2, "10.3")])
+def test_healthy_stack_has_no_fail_and_no_warn(tmp_path, bare_python, cp, arch):
+    rows = judge_all(healthy(tmp_path), bare_python, RUN_IDS, cp=cp, gpu_arch=arch)
+    bad = {i: r["summary"] for i, r in rows.items() if r["status"] in NOT_GREEN}
+    assert bad == {}
+    statuses = {i: r["status"] for i, r in rows.items()}
+    if arch == "10.0" and cp is None:
         assert statuses["cudnn-fe.csa"] == "pass"  # the real 1.27.0 compressor resolves against the CuTe DSL
-    if "--cp" in profile:
+    if cp:
         assert statuses["mcore.cp-partition-mode"] == statuses["verl.cp-layout"] == "pass"
         assert statuses["cutlass-dsl.import"] == "pass"
 
 
 # --- cuDNN frontend ------------------------------------------------------------------------------------------------
 
-@pytest.mark.slow  # real wheels, end to end: the default suite stays within 120 s on 2 cores
 def test_frontend_1_26_on_sm100_fails_csa_with_the_1_27_fix(tmp_path, bare_python):
     env = healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0")
-    csa = run(env, bare_python, "--gpu-arch", "10.0").check("cudnn-fe.csa")
+    csa = judge_in_run(env, bare_python, "cudnn-fe.csa", gpu_arch="10.0")
     assert csa["status"] == "fail"
     assert "has no cudnn.csa (added in 1.27.0)" in csa["summary"]
     assert "No module named 'cudnn.csa'" in csa["summary"]
     assert "keeping the eager compressor" in csa["details"]
     assert commands(csa)[:2] == [TVM_FIX, FE_FIX]
-    assert_fix_turns_green(env, bare_python, "cudnn-fe.csa", "--gpu-arch", "10.0")
+    fix_turns_green(env, bare_python, "cudnn-fe.csa", gpu_arch="10.0")
 
 
-@pytest.mark.slow  # real wheels, end to end: the default suite stays within 120 s on 2 cores
 def test_frontend_1_27_without_cutlass_has_the_module_but_not_the_symbols(tmp_path, bare_python):
     env = healthy(tmp_path).drop("cutedsl")
-    csa = run(env, bare_python, "--gpu-arch", "10.0").check("cudnn-fe.csa")
+    csa = judge_in_run(env, bare_python, "cudnn-fe.csa", gpu_arch="10.0")
     assert csa["status"] == "fail"
     assert csa["evidence"]["cudnn.csa_found"] is True
     assert "No module named 'cuda'" in csa["summary"]  # torch is there, so cuda.bindings is the first to fail
     unmet = " ".join(csa["evidence"]["unmet_cutedsl_requirements"])
     assert "nvidia-cutlass-dsl" in unmet and "cuda-python" in unmet
     assert CUTLASS_FIX in commands(csa)
-    assert_fix_turns_green(env, bare_python, "cudnn-fe.csa", "--gpu-arch", "10.0")
+    fix_turns_green(env, bare_python, "cudnn-fe.csa", gpu_arch="10.0")
 
 
 def test_frontend_1_27_without_torch_names_every_missing_requirement(tmp_path, bare_python):
     env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0").wheel("tvm", "apache-tvm-ffi-0.1.9")
-    csa = run(env, bare_python, "--gpu-arch", "10.0").check("cudnn-fe.csa")
+    csa = judge_in_run(env, bare_python, "cudnn-fe.csa", gpu_arch="10.0")
     assert csa["status"] == "fail"
     assert "No module named 'torch'" in csa["summary"]
     unmet = csa["evidence"]["unmet_cutedsl_requirements"]
@@ -107,26 +138,26 @@ def test_frontend_1_27_without_torch_names_every_missing_requirement(tmp_path, b
     assert {u.split()[0] for u in unmet} >= {"nvidia-cutlass-dsl", "cuda-python", "torch", "apache-tvm-ffi"}
 
 
-@pytest.mark.parametrize("args, status, reason", [
-    (("--gpu-arch", "9.0"), "skip", "compute capability 9.0"),
-    (("--gpu-arch", "10.0", "--dsa-backend", "none"), "skip", "dsa_kernel_backend=none"),
+@pytest.mark.parametrize("options, status, reason", [
+    ({"gpu_arch": "9.0"}, "skip", "compute capability 9.0"),
+    ({"gpu_arch": "10.0", "dsa_backend": "none"}, "skip", "dsa_kernel_backend=none"),
     # No Megatron to read the gate from: the known gates differ on 10.3 and under CP > 1, so it is not known.
-    (("--gpu-arch", "10.3"), "warn", "at compute capability 10.3 is not known"),
-    (("--gpu-arch", "10.0", "--cp", "2"), "warn", "with CP > 1 is not known"),
-    ((), "warn", "GPU arch not known"),
+    ({"gpu_arch": "10.3"}, "warn", "at compute capability 10.3 is not known"),
+    ({"gpu_arch": "10.0", "cp": 2}, "warn", "with CP > 1 is not known"),
+    ({}, "warn", "GPU arch not known"),
 ])
-def test_csa_says_why_it_does_not_matter_or_is_not_known(tmp_path, bare_python, args, status, reason):
+def test_csa_says_why_it_does_not_matter_or_is_not_known(tmp_path, bare_python, options, status, reason):
     env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0")
-    csa = run(env, bare_python, *args).check("cudnn-fe.csa")
+    csa = judge_in_run(env, bare_python, "cudnn-fe.csa", **options)
     assert csa["status"] == status and reason in csa["summary"], csa
 
 
 def test_dsa_wrapper_needs_its_dependencies_and_q_causal_offsets_under_cp(tmp_path, bare_python):
     env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0")
-    dsa = run(env, bare_python, "--cp", "2", "--gpu-arch", "9.0").check("cudnn-fe.dsa")
+    dsa = judge_in_run(env, bare_python, "cudnn-fe.dsa", cp=2, gpu_arch="9.0")
     assert dsa["status"] == "fail" and "No module named 'torch'" in dsa["summary"]
     env.fake("torch", fake_torch).fake("cutedsl", fake_cutedsl)
-    dsa = run(env, bare_python, "--cp", "2", "--gpu-arch", "9.0").check("cudnn-fe.dsa")
+    dsa = judge_in_run(env, bare_python, "cudnn-fe.dsa", cp=2, gpu_arch="9.0")
     assert dsa["status"] == "pass", dsa["summary"]
     # The real 1.27.0 wheel: every fallback wrapper resolves, and exactly the four Megatron may need take the offsets.
     wrappers = dsa["evidence"]["wrappers"]
@@ -155,22 +186,23 @@ def test_frontend_without_q_causal_offsets_fails_under_cp(tmp_path, bare_python)
         site.dist("nvidia-cudnn-frontend", "1.25.0")
         site.file("cudnn/__init__.py", OLD_FRONTEND.format(extra=extra))
     env = Env(tmp_path).fake("fe", old_frontend)
-    dsa = run(env, bare_python, "--cp", "2", "--gpu-arch", "9.0").check("cudnn-fe.dsa")
+    dsa = judge_in_run(env, bare_python, "cudnn-fe.dsa", cp=2, gpu_arch="9.0")
     assert dsa["status"] == "fail"
     assert dsa["summary"] == ("DSv4 CP with ratio-4 fused DSA requires cuDNN Frontend wrappers with q_causal_offsets "
                               "support; missing from: indexer_forward_wrapper. Install a compatible cuDNN Frontend "
                               "build or set dsa_kernel_backend='none'.")
-    assert run(env, bare_python, "--gpu-arch", "9.0").check("cudnn-fe.dsa")["status"] == "pass"  # CP 1: not needed
+    assert judge_in_run(env, bare_python, "cudnn-fe.dsa", gpu_arch="9.0")["status"] == "pass"  # CP 1: not needed
     # A **kwargs is not the parameter (Megatron tests inspect.signature(...).parameters): the dense wrappers here
     # take **kwargs only, which matters when the dense indexer loss is on; the job's settings are not known.
     named = Env(tmp_path / "n").fake("fe", old_frontend, ", q_causal_offsets=None")
-    dense = run(named, bare_python, "--cp", "2", "--gpu-arch", "9.0").check("cudnn-fe.dsa")
+    dense = judge_in_run(named, bare_python, "cudnn-fe.dsa", cp=2, gpu_arch="9.0")
     assert dense["status"] == "warn" and "dense indexer loss" in dense["summary"], dense["summary"]
     env.fake("torch", fake_torch).fake("cutedsl", fake_cutedsl)
-    assert_fix_turns_green(env, bare_python, "cudnn-fe.dsa", "--cp", "2", "--gpu-arch", "9.0")
+    fix_turns_green(env, bare_python, "cudnn-fe.dsa", cp=2, gpu_arch="9.0")
 
 
 def test_frontend_version_real_wheel_and_a_shadowing_copy(tmp_path, bare_python):
+    """End to end for cudnn-fe: the real wheel through the CLI; the other states in this process."""
     env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0")
     row = run(env, bare_python).check("cudnn-fe.version")
     assert row["status"] == "pass" and row["evidence"]["import_version"] == "1.27.0"
@@ -178,49 +210,47 @@ def test_frontend_version_real_wheel_and_a_shadowing_copy(tmp_path, bare_python)
     def git_build(site: FakeSite):  # Megatron dev's pinned frontend git build reports 1.25.0
         site.file("cudnn/__init__.py", "__version__ = '1.25.0'\n")
     shadowed = Env(tmp_path / "s").fake("shadow", git_build).wheel("fe", "nvidia-cudnn-frontend-1.27.0")
-    row = run(shadowed, bare_python).check("cudnn-fe.version")
+    row = judge_in_run(shadowed, bare_python, "cudnn-fe.version")
     assert row["status"] == "warn" and "metadata says 1.27.0 but import cudnn reports 1.25.0" in row["summary"]
-    assert run(Env(tmp_path / "n"), bare_python).check("cudnn-fe.version")["status"] == "fail"
-    assert run(Env(tmp_path / "n"), bare_python, "--dsa-backend", "none").check("cudnn-fe.version")["status"] == "skip"
+    assert judge_in_run(Env(tmp_path / "n"), bare_python, "cudnn-fe.version")["status"] == "fail"
+    assert judge_in_run(Env(tmp_path / "n"), bare_python, "cudnn-fe.version", dsa_backend="none")["status"] == "skip"
 
 
 def test_two_dist_infos_for_one_distribution_are_a_warning(tmp_path, bare_python):
     def second(site: FakeSite):
         site.dist("nvidia-cudnn-frontend", "1.27.0")
     env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0").fake("extra", second)
-    row = run(env, bare_python).check("cudnn-fe.version")
+    row = judge_in_run(env, bare_python, "cudnn-fe.version")
     assert row["status"] == "warn" and "installed 2 times" in row["summary"]
 
 
 # --- tvm-ffi and the CuTe DSL --------------------------------------------------------------------------------------
 
-@pytest.mark.slow  # real wheels, end to end: the default suite stays near 120 s on 2 cores
 def test_tvm_ffi_versions(tmp_path, bare_python):
     # Below what the installed frontend declares: a warning (a declared requirement unmet; no NaN is claimed).
     env = Env(tmp_path).wheel("tvm", "apache-tvm-ffi-0.1.9").wheel("fe", "nvidia-cudnn-frontend-1.27.0")
-    old = run(env, bare_python, "--cp", "2").check("tvm-ffi.version")
+    old = judge_in_run(env, bare_python, "tvm-ffi.version", cp=2)
     assert old["status"] == "warn" and "does not meet what nvidia-cudnn-frontend 1.27.0 declares" in old["summary"]
     assert "apache-tvm-ffi>=0.1.11" in old["summary"] and "NaN" not in old["summary"] + old["details"]
     assert commands(old) == [TVM_FIX]
-    assert_fix_turns_green(env, bare_python, "tvm-ffi.version", "--cp", "2")
+    fix_turns_green(env, bare_python, "tvm-ffi.version", cp=2)
     # Frontend 1.26.0 declares no bound: 0.1.9 meets it.
     env = Env(tmp_path / "26").wheel("tvm", "apache-tvm-ffi-0.1.9").wheel("fe", "nvidia-cudnn-frontend-1.26.0")
-    assert run(env, bare_python).check("tvm-ffi.version")["status"] == "pass"
+    assert judge_in_run(env, bare_python, "tvm-ffi.version")["status"] == "pass"
     # Missing: a failure with the cudnn backend at any CP (the DSA kernels import tvm_ffi), and with CP > 1.
-    for args in ((), ("--cp", "2"), ("--cp", "2", "--dsa-backend", "none")):
-        missing = run(Env(tmp_path / "m"), bare_python, *args).check("tvm-ffi.version")
-        assert missing["status"] == "fail" and "No module named 'tvm_ffi'" in missing["details"], args
-    skipped = run(Env(tmp_path / "m"), bare_python, "--dsa-backend", "none").check("tvm-ffi.version")
+    for options in ({}, {"cp": 2}, {"cp": 2, "dsa_backend": "none"}):
+        missing = judge_in_run(Env(tmp_path / "m"), bare_python, "tvm-ffi.version", **options)
+        assert missing["status"] == "fail" and "No module named 'tvm_ffi'" in missing["details"], options
+    skipped = judge_in_run(Env(tmp_path / "m"), bare_python, "tvm-ffi.version", dsa_backend="none")
     assert skipped["status"] == "skip"
 
 
-@pytest.mark.slow  # real wheels, end to end: the default suite stays within 120 s on 2 cores
 def test_cutlass_stack_for_cp(tmp_path, bare_python):
     env = Env(tmp_path)
-    row = run(env, bare_python, "--cp", "2").check("cutlass-dsl.import")
+    row = judge_in_run(env, bare_python, "cutlass-dsl.import", cp=2)
     assert row["status"] == "fail" and "No module named 'cuda'" in row["summary"]
     assert "DSv4 CP compressor compaction requires CUDA tensors and CuTeDSL." in row["details"]
-    assert run(env, bare_python, "--cp", "1").check("cutlass-dsl.import")["status"] == "skip"
+    assert judge_in_run(env, bare_python, "cutlass-dsl.import", cp=1)["status"] == "skip"
 
     def dist_only(site: FakeSite):  # installed with --target: the .pth that exposes `cutlass` was never processed
         site.dist("nvidia-cutlass-dsl", "4.5.2")
@@ -228,9 +258,9 @@ def test_cutlass_stack_for_cp(tmp_path, bare_python):
         site.file("cuda/bindings/__init__.py", "")
         site.file("cuda/bindings/driver.py", "")
     env.fake("cutedsl", dist_only)
-    row = run(env, bare_python, "--cp", "2").check("cutlass-dsl.import")
+    row = judge_in_run(env, bare_python, "cutlass-dsl.import", cp=2)
     assert row["status"] == "fail" and ".pth file" in row["details"]
-    assert_fix_turns_green(env, bare_python, "cutlass-dsl.import", "--cp", "2")
+    fix_turns_green(env, bare_python, "cutlass-dsl.import", cp=2)
 
 
 # --- GPU arch ------------------------------------------------------------------------------------------------------
@@ -251,10 +281,11 @@ def test_gpu_arch_rules(profile, status, text):
 
 
 def test_gpu_arch_end_to_end_reads_the_cli_s_profile(tmp_path, bare_python):
-    row = run(Env(tmp_path), bare_python, "--cp", "2", "--gpu-arch", "8.0", "--dsa-backend", "none").check("gpu.arch")
+    row = run(Env(tmp_path), bare_python, "--only", "gpu.arch", "--cp", "2", "--gpu-arch", "8.0", "--dsa-backend",
+              "none").check("gpu.arch")
     assert row["status"] == "fail" and "Unsupported GPU compute capability 8.0 for CSA CP CuTe kernels" in \
         row["summary"]
-    assert run(Env(tmp_path), bare_python).check("gpu.arch")["status"] == "skip"
+    assert run(Env(tmp_path), bare_python, "--only", "gpu.arch").check("gpu.arch")["status"] == "skip"
 
 
 # --- Transformer Engine --------------------------------------------------------------------------------------------
@@ -275,7 +306,7 @@ def test_te_packing_gate_compares_like_megatron(version, cp, status):
     assert result.status.value == status, result.summary
     if status == "fail":
         assert result.summary == PACKING_FAIL.format(version)
-        # The fix test_te_packing_gate_fix_turns_green applies end to end.
+        # The fix test_te_packing_gate_fix_turns_green carries out.
         assert commands_of(result) == [PACKING_FIX]
 
 
@@ -284,35 +315,35 @@ PACKING_FIX = "pip install --no-build-isolation 'transformer-engine[pytorch,core
 
 def test_te_packing_gate_fix_turns_green(tmp_path, bare_python):
     env = Env(tmp_path).fake("te", fake_te, "2.8.0", dists={"transformer_engine": "2.8.0"})
-    row = run(env, bare_python, "--cp", "2").check("te.version")
+    row = judge_in_run(env, bare_python, "te.version", cp=2)
     assert row["status"] == "fail" and row["summary"] == PACKING_FAIL.format("2.8.0")
     assert commands(row) == [PACKING_FIX]
-    assert_fix_turns_green(env, bare_python, "te.version", "--cp", "2")
+    fix_turns_green(env, bare_python, "te.version", cp=2)
 
 
 def test_te_mismatched_subpackages(tmp_path, bare_python):
     env = Env(tmp_path).fake("te", fake_te, "2.16.1", dists={"transformer-engine": "2.16.1",
                                                                "transformer-engine-cu13": "2.14.0"})
-    row = run(env, bare_python).check("te.version")
+    row = judge_in_run(env, bare_python, "te.version")
     assert row["status"] == "fail"
     assert row["summary"] == ("Transformer Engine package version mismatch. Found transformer-engine v2.16.1 and "
                               "transformer-engine-cu13 v2.14.0.")
     assert commands(row)[0].startswith("pip uninstall -y transformer-engine")
-    assert_fix_turns_green(env, bare_python, "te.version")
+    fix_turns_green(env, bare_python, "te.version")
 
 
 def test_te_missing_and_corrupt_metadata(tmp_path, bare_python):
-    row = run(Env(tmp_path), bare_python).check("te.version")
-    assert row["status"] == "fail" and row["summary"] == "Transformer Engine is not installed"
-    assert run(Env(tmp_path), bare_python).check("te.import")["status"] == "skip"
+    rows = judge_all(Env(tmp_path), bare_python, ["te.version", "te.import"])
+    assert rows["te.version"]["status"] == "fail" and rows["te.version"]["summary"] == \
+        "Transformer Engine is not installed"
+    assert rows["te.import"]["status"] == "skip"
 
     def corrupt(site: FakeSite):
         site.dist("transformer-engine", None, metadata=b"\x00\xff garbage")
         site.file("transformer_engine/__init__.py", "")
-    row = run(Env(tmp_path / "c").fake("te", corrupt), bare_python).check("te.version")
-    assert row["status"] == "warn" and "METADATA is unreadable" in row["summary"]
-    metadata = run(Env(tmp_path / "c").fake("te", corrupt), bare_python, "--only", "deps.metadata").check(
-        "deps.metadata")
+    rows = judge_all(Env(tmp_path / "c").fake("te", corrupt), bare_python, ["te.version", "deps.metadata"])
+    assert rows["te.version"]["status"] == "warn" and "METADATA is unreadable" in rows["te.version"]["summary"]
+    metadata = rows["deps.metadata"]
     assert metadata["status"] == "warn" and "transformer-engine" in metadata["summary"]
 
 
@@ -340,7 +371,8 @@ def test_te_import_errors_are_classified_and_fixed(error, hint, fix):
 
 
 def test_te_import_error_end_to_end_and_its_fix_turns_green(tmp_path, bare_python):
-    # A library TE cannot load, whose install (the fix) makes the import succeed, as on a real machine.
+    """End to end for te: a library TE cannot load, whose install (the fix) makes the import succeed, as on a real
+    machine."""
     error = "libcudnn_adv.so.9: cannot open shared object file: No such file or directory"
     env = Env(tmp_path).fake("torch", fake_torch).fake("te", fake_te, "2.16.1", import_error=error,
                                                        needs="nvidia_cudnn_fake")
@@ -353,37 +385,36 @@ def test_te_import_error_end_to_end_and_its_fix_turns_green(tmp_path, bare_pytho
 
 # --- Megatron-core -------------------------------------------------------------------------------------------------
 
-@pytest.mark.slow  # real wheels, end to end: the default suite stays near 120 s on 2 cores
 def test_megatron_core_release_with_cp(tmp_path, bare_python):
     env = Env(tmp_path).wheel("megatron", "megatron-core-0.19.2")
-    result = run(env, bare_python, "--cp", "2", "--gpu-arch", "9.0")
     # In a full run the release is stated once, by mcore.dsv4; the dependent checks point at it.
     for dependent in ("mcore.cp-partition-mode", "mcore.config"):
-        row = result.check(dependent)
+        row = judge_in_run(env, bare_python, dependent, cp=2, gpu_arch="9.0")
         assert row["status"] == "skip" and row["summary"].startswith("needs mcore.dsv4 (Megatron-core 0.19.2 has no")
     # Alone, each judges for itself: the exact upstream texts a crash log would show.
-    result = run(env, bare_python, "--cp", "2", "--gpu-arch", "9.0", "--only", "mcore.cp-partition-mode,mcore.config")
-    cpm = result.check("mcore.cp-partition-mode")
+    result = judge_all(env, bare_python, ["mcore.cp-partition-mode", "mcore.config"], cp=2, gpu_arch="9.0")
+    cpm = result["mcore.cp-partition-mode"]
     assert cpm["status"] == "fail"
     assert ("ValueError: cp_layout='contiguous' requires PackedSeqParams.cp_partition_mode, which this Megatron-core "
             "version does not provide.") in cpm["summary"]
     assert "DSv4 THD CP requires a contiguous CP partition." in cpm["details"]
     assert "pad_between_seqs" in cpm["evidence"]["fields"]  # read from the real 0.19.2 dataclass
-    dsv4 = run(env, bare_python, "--cp", "2", "--only", "mcore.dsv4").check("mcore.dsv4")
+    dsv4 = judge(env, bare_python, "mcore.dsv4", cp=2)
     assert dsv4["status"] == "fail" and "Megatron-core 0.19.2 has no dsv4_hybrid" in dsv4["summary"]
-    config = result.check("mcore.config")
+    config = result["mcore.config"]
     assert config["status"] == "fail"
     assert "cp_partition_mode, sequence_packing_scheduler" in config["summary"]
     assert config["evidence"]["fields"]["max_seqlen_per_dp_cp_rank"].startswith("ModelParallelConfig.")
     assert "cp_partition_mode=contiguous" in config["details"]
-    at_cp1 = run(env, bare_python, "--cp", "1", "--only", "mcore.cp-partition-mode").check("mcore.cp-partition-mode")
+    at_cp1 = judge(env, bare_python, "mcore.cp-partition-mode", cp=1)
     assert at_cp1["status"] == "skip" and "CP = 1" in at_cp1["summary"]
     for check_id in ("mcore.cp-partition-mode", "mcore.dsv4", "mcore.config"):
         fresh = Env(tmp_path / check_id).wheel("megatron", "megatron-core-0.19.2")
-        assert_fix_turns_green(fresh, bare_python, check_id, "--cp", "2")
+        fix_turns_green(fresh, bare_python, check_id, cp=2)
 
 
 def test_megatron_dev_fake_passes_and_reports_its_branch_evidence(tmp_path, bare_python):
+    """End to end for mcore: the static probe's ast summaries of a Megatron tree, through the CLI."""
     env = Env(tmp_path).fake("megatron", fake_megatron_dev)
     result = run(env, bare_python, "--cp", "2")
     dsv4 = result.check("mcore.dsv4")
@@ -395,73 +426,74 @@ def test_megatron_dev_fake_passes_and_reports_its_branch_evidence(tmp_path, bare
     assert result.check("mcore.config")["status"] == "pass"
 
 
-@pytest.mark.slow  # real wheels, end to end: the default suite stays within 120 s on 2 cores
 def test_megatron_variants(tmp_path, bare_python):
     kwargs = Env(tmp_path).fake("megatron", fake_megatron_dev, cp_partition_mode=False, kwargs_init=True)
-    assert run(kwargs, bare_python, "--cp", "2").check("mcore.cp-partition-mode")["status"] == "pass"
+    assert judge_in_run(kwargs, bare_python, "mcore.cp-partition-mode", cp=2)["status"] == "pass"
     older = Env(tmp_path / "o").fake("megatron", fake_megatron_dev, backend_knob="apply_dsa_kernel_fusion")
-    row = run(older, bare_python, "--cp", "2").check("mcore.config")
+    row = judge_in_run(older, bare_python, "mcore.config", cp=2)
     assert row["status"] == "warn" and "apply_dsa_kernel_fusion=True" in row["summary"]
-    assert run(older, bare_python, "--cp", "2", "--dsa-backend", "none").check("mcore.config")["status"] == "pass"
+    assert judge_in_run(older, bare_python, "mcore.config", cp=2, dsa_backend="none")["status"] == "pass"
 
 
 def test_undecodable_megatron_source_is_an_error_finding(tmp_path, bare_python):
     def broken(site: FakeSite):
         fake_megatron_dev(site)
         site.file("megatron/core/packed_seq_params.py", b"class PackedSeqParams:\n    x = '\xff\xfe'\n")
-    row = run(Env(tmp_path).fake("megatron", broken), bare_python, "--cp", "2").check("mcore.cp-partition-mode")
+    row = judge_in_run(Env(tmp_path).fake("megatron", broken), bare_python, "mcore.cp-partition-mode", cp=2)
     assert row["status"] == "error" and "cannot read" in row["summary"] and not row["internal_error"]
 
 
 # --- verl ----------------------------------------------------------------------------------------------------------
 
 def test_verl_0_9_0_has_the_layout_plumbing(tmp_path, bare_python):
+    """End to end for verl: the real release through the CLI; CP 1 and no verl in this process."""
     env = Env(tmp_path).wheel("verl", "verl-0.9.0")
     row = run(env, bare_python, "--cp", "2").check("verl.cp-layout")
     assert row["status"] == "pass" and row["summary"].startswith("verl 0.9.0: contiguous CP layout (#7221)")
     assert row["evidence"]["markers"]["#7407 int16 routed experts"] is False
-    assert run(env, bare_python, "--cp", "1").check("verl.cp-layout")["status"] == "skip"
-    assert run(Env(tmp_path / "n"), bare_python, "--cp", "2").check("verl.cp-layout")["summary"] == \
+    assert judge_in_run(env, bare_python, "verl.cp-layout", cp=1)["status"] == "skip"
+    assert judge_in_run(Env(tmp_path / "n"), bare_python, "verl.cp-layout", cp=2)["summary"] == \
         "verl is not installed"
 
 
 def test_old_verl_fails_under_cp_and_its_fix_turns_green(tmp_path, bare_python):
     env = Env(tmp_path).fake("verl", fake_old_verl)
-    row = run(env, bare_python, "--cp", "2").check("verl.cp-layout")
+    row = judge_in_run(env, bare_python, "verl.cp-layout", cp=2)
     assert row["status"] == "fail" and "lacks the contiguous CP layout (PR #7221)" in row["summary"]
-    assert_fix_turns_green(env, bare_python, "verl.cp-layout", "--cp", "2")
+    fix_turns_green(env, bare_python, "verl.cp-layout", cp=2)
 
 
 # --- kernels -------------------------------------------------------------------------------------------------------
 
-@pytest.mark.slow  # real wheels, end to end: the default suite stays near 120 s on 2 cores
 def test_kernels(tmp_path, bare_python):
     env = Env(tmp_path)
-    result = run(env, bare_python)
-    assert result.check("kernels.flash-mla")["status"] == "fail"
+    kernel_ids = ["kernels.flash-mla", "kernels.fast-hadamard", "kernels.triton"]
+    result = judge_all(env, bare_python, [i for k in ["cudnn-fe.version", *kernel_ids] for i in builds_on(k)])
+    assert result["kernels.flash-mla"]["status"] == "fail"
     # Megatron's one dependency error, each part stated by the check it belongs to
-    assert "flash_mla" not in result.check("cudnn-fe.version")["summary"]
-    assert "not available: flash_mla (" in result.check("kernels.flash-mla")["summary"]
-    assert result.check("kernels.fast-hadamard")["status"] == "fail"
-    assert result.check("kernels.triton")["status"] == "warn"
-    assert run(env, bare_python, "--dsa-backend", "none").check("kernels.flash-mla")["status"] == "skip"
+    assert "flash_mla" not in result["cudnn-fe.version"]["summary"]
+    assert "not available: flash_mla (" in result["kernels.flash-mla"]["summary"]
+    assert result["kernels.fast-hadamard"]["status"] == "fail"
+    assert result["kernels.triton"]["status"] == "warn"
+    assert judge_in_run(env, bare_python, "kernels.flash-mla", dsa_backend="none")["status"] == "skip"
     for check_id in ("kernels.flash-mla", "kernels.fast-hadamard"):
-        assert_fix_turns_green(env, bare_python, check_id)
+        fix_turns_green(env, bare_python, check_id)
     # The triton fix pins what torch declares; without torch it says why it has no command.
-    triton = run(env, bare_python, "--only", "kernels.triton").check("kernels.triton")
+    triton = judge(env, bare_python, "kernels.triton")
     assert "torch is not installed" in triton["fixes"][0]["description"] and not triton["fixes"][0]["commands"]
     env.fake("torch", lambda site: fake_torch(site, requires=('triton==3.6.0; platform_system == "Linux"',)))
-    triton = run(env, bare_python, "--only", "kernels.triton").check("kernels.triton")
+    triton = judge(env, bare_python, "kernels.triton")
     assert commands(triton) == ["pip install triton==3.6.0"]
 
 
 def test_fast_hadamard_missing_with_verl_shim_is_a_warning(tmp_path, bare_python):
     env = Env(tmp_path).wheel("verl", "verl-0.9.0")
-    row = run(env, bare_python).check("kernels.fast-hadamard")
+    row = judge_in_run(env, bare_python, "kernels.fast-hadamard")
     assert row["status"] == "warn" and "pure-torch shim" in row["summary"]
 
 
 def test_broken_flash_mla_import(tmp_path, bare_python):
+    """End to end for kernels: an import probe of a kernel package through the CLI."""
     env = Env(tmp_path).fake("flash_mla", lambda s: fake_kernel(s, "flash_mla", "flash-mla", "something_else"))
     row = run(env, bare_python).check("kernels.flash-mla")
     assert row["status"] == "fail" and "flash_mla_sparse_fwd does not load" in row["summary"]
@@ -469,20 +501,20 @@ def test_broken_flash_mla_import(tmp_path, bare_python):
 
 # --- every fix a bare environment gets, applied, turns its check green ----------------------------------------------
 
-BARE_PROFILES = [("--cp", "2", "--gpu-arch", "9.0"), ("--gpu-arch", "10.0"), ("--cp", "2", "--gpu-arch", "10.0")]
+BARE_PROFILES = [{"cp": 2, "gpu_arch": "9.0"}, {"gpu_arch": "10.0"}, {"cp": 2, "gpu_arch": "10.0"}]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a dozen environments built and judged per profile
 @pytest.mark.parametrize("profile", BARE_PROFILES)
 def test_every_printed_fix_turns_its_check_green_from_an_empty_environment(tmp_path, bare_python, profile):
-    report = run(Env(tmp_path / "probe"), bare_python, *profile).report
+    report = judge_all(Env(tmp_path / "probe"), bare_python, RUN_IDS, **profile)
     # The frontend's feature checks defer to cudnn-fe.version in a full run; alone, they judge for themselves.
-    alone = run(Env(tmp_path / "probe"), bare_python, "--only", "cudnn-fe.csa,cudnn-fe.dsa", *profile).report
-    failing = [c for c in report["checks"] + alone["checks"] if c["status"] in NOT_GREEN and commands(c)]
+    alone = judge_all(Env(tmp_path / "probe"), bare_python, ["cudnn-fe.csa", "cudnn-fe.dsa"], **profile)
+    failing = [c for c in [*report.values(), *alone.values()] if c["status"] in NOT_GREEN and commands(c)]
     assert len(failing) >= 8, [c["id"] for c in failing]
     for c in failing:
         env = Env(tmp_path / c["id"])
         for cmd in commands(c):
             apply(env, cmd)
-        after = run(env, bare_python, "--only", c["id"], *profile).check(c["id"])
+        after = judge(env, bare_python, c["id"], **profile)
         assert after["status"] not in NOT_GREEN, (c["id"], commands(c), after["summary"])

@@ -1,7 +1,7 @@
 """Rulebook v3, fixes that work as printed and honest summaries: FlashMLA pinned to a commit and built for the target
 arch with CUDA 13's include path, fast-hadamard at what the installed Megatron-Bridge declares (real 0.6.2 and 0.5.1
 wheels), triton from any specifier torch declares, the torch step from its CUDA wheel index, wrapped step comments,
-and no pass over zero packages."""
+and no pass over zero packages. Judged and planned in this process over real probe answers (probed)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,19 @@ import shlex
 import pytest
 
 from fakes import Env, fake_flash_mla, fake_torch
-from test_rules import commands, run
+from probed import RUN_IDS, fix_script, judge
+from test_rules import commands
 
 FLASH_MLA_URL = ("flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@"
                  "b7643bd54521f563b839b98289b5cd048c062ba2")
 
 
 @pytest.mark.parametrize("arch, flag", [("9.0", "FLASH_MLA_DISABLE_SM100=1"), ("10.0", "FLASH_MLA_DISABLE_SM90=1"),
-                                        ("10.3", "FLASH_MLA_DISABLE_SM90=1"), (None, None)])
+                                        (None, None)])
 def test_the_flash_mla_fix_pins_the_commit_with_the_cuda_13_include_path_and_the_arch(tmp_path, bare_python, arch,
                                                                                       flag):
     env = Env(tmp_path).fake("flash_mla", fake_flash_mla, "main")
-    row = run(env, bare_python, "--only", "kernels.flash-mla", *(["--gpu-arch", arch] if arch else []))
-    fix = row.check("kernels.flash-mla")["fixes"][0]
+    fix = judge(env, bare_python, "kernels.flash-mla", gpu_arch=arch)["fixes"][0]
     assert fix["argv"] == [["pip", "install", "--no-build-isolation", "--no-deps", FLASH_MLA_URL]]
     env_vars = fix["env"][0]
     assert env_vars["CPLUS_INCLUDE_PATH"] == "${CUDA_HOME}/include/cccl"
@@ -32,8 +32,7 @@ def test_the_flash_mla_fix_pins_the_commit_with_the_cuda_13_include_path_and_the
         assert flag in words and len(env_vars) == 2
     else:
         assert len(env_vars) == 1 and "not known" in fix["description"]
-    plan = env.doctor("fix", "--only", "kernels.flash-mla", *(["--gpu-arch", arch] if arch else []),
-                      python=bare_python).stdout
+    plan = fix_script(env, bare_python, ["kernels.flash-mla"], gpu_arch=arch)
     line = next(x for x in plan.splitlines() if "FlashMLA.git" in x)
     assert line.startswith('CPLUS_INCLUDE_PATH="${CUDA_HOME:-/usr/local/cuda}/include/cccl" ')
     assert '"$PY" -I -m pip install --no-build-isolation --no-deps' in line
@@ -48,7 +47,7 @@ def test_fast_hadamard_follows_the_installed_bridge(tmp_path, bare_python, bridg
     """0.6.2's METADATA folds blank lines into its License field: read as the email parser does, its
     fast-hadamard-transform>=1.1.0 follows them."""
     env = Env(tmp_path).wheel("mbridge", bridge)
-    fix = run(env, bare_python, "--only", "kernels.fast-hadamard").check("kernels.fast-hadamard")["fixes"][0]
+    fix = judge(env, bare_python, "kernels.fast-hadamard")["fixes"][0]
     assert fix["argv"][0][-1].endswith("@" + commit)
     if commit == V110:
         assert "declares fast-hadamard-transform>=1.1.0" in fix["description"]
@@ -62,23 +61,23 @@ def test_fast_hadamard_follows_the_installed_bridge(tmp_path, bare_python, bridg
 def test_triton_reads_any_specifier_torch_declares(tmp_path, bare_python, declared, installed, status, command):
     env = Env(tmp_path).fake("torch", lambda s: fake_torch(s, "2.15.0", requires=(declared,)))
     env.fake("triton", lambda s: s.dist("triton", installed) and s.file("triton/__init__.py", ""))
-    row = run(env, bare_python, "--only", "kernels.triton").check("kernels.triton")
+    row = judge(env, bare_python, "kernels.triton")
     assert row["status"] == status, row
     if status == "warn":
         assert commands(row) == [command]
 
 
-@pytest.mark.parametrize("installed, downgrades", [("2.15.0", True), ("2.11.1", True), ("2.11.0", False)])
+@pytest.mark.parametrize("installed, downgrades", [("2.11.1", True), ("2.11.0", False)])  # either side of 2.11.0
 def test_the_torch_fix_uses_the_cuda_index_and_says_when_it_downgrades(tmp_path, bare_python, installed, downgrades):
     env = Env(tmp_path).fake("torch", fake_torch, installed, None)  # a CPU build: torch.install fails
-    fix = run(env, bare_python, "--only", "torch.install").check("torch.install")["fixes"][0]
+    fix = judge(env, bare_python, "torch.install")["fixes"][0]
     assert fix["argv"][0] == ["pip", "install", "torch==2.11.0", "--index-url", "https://download.pytorch.org/whl/cu130"]
     assert any(f"DOWNGRADES the installed torch {installed}" in n for n in fix["notes"]) == downgrades
 
 
 def test_megatron_bridge_offers_its_pypi_release_with_no_deps(tmp_path, bare_python):
     env = Env(tmp_path).wheel("mbridge", "megatron-bridge-0.3.1").wheel("verl", "verl-0.9.0")
-    row = run(env, bare_python, "--only", "mbridge.dsv4").check("mbridge.dsv4")
+    row = judge(env, bare_python, "mbridge.dsv4")
     fix = row["fixes"][0]
     assert "No PyPI release" not in row["details"] and "0.5.0 and later ship it" in row["details"]
     assert "no PyPI release" not in fix["description"]
@@ -87,7 +86,7 @@ def test_megatron_bridge_offers_its_pypi_release_with_no_deps(tmp_path, bare_pyt
 
 
 def test_step_comments_wrap_at_word_boundaries(tmp_path, bare_python):
-    plan = Env(tmp_path).doctor("fix", "--gpu-arch", "9.0", python=bare_python).stdout
+    plan = fix_script(Env(tmp_path), bare_python, RUN_IDS, gpu_arch="9.0")
     comments = [line for line in plan.splitlines() if line.startswith("#")]
     assert not any(line.endswith("…") for line in comments), plan
     assert all(len(line) <= 120 or "pip" in line for line in comments), plan
@@ -97,9 +96,9 @@ def test_step_comments_wrap_at_word_boundaries(tmp_path, bare_python):
 
 
 def test_deps_consistency_does_not_pass_over_nothing(tmp_path, bare_python):
-    row = run(Env(tmp_path), bare_python, "--only", "deps.consistency").check("deps.consistency")
+    row = judge(Env(tmp_path), bare_python, "deps.consistency")
     assert row["status"] == "skip" and "none of the DSv4 and CUDA packages is installed" in row["summary"]
-    row = run(Env(tmp_path), bare_python, "--only", "deps.metadata").check("deps.metadata")
+    row = judge(Env(tmp_path), bare_python, "deps.metadata")
     assert row["status"] == "skip" and "no inspected distribution is installed" in row["summary"], row
 
 
@@ -110,8 +109,7 @@ def test_the_cute_dsl_hint_follows_its_packaging(tmp_path, bare_python, cutlass,
     env.fake("cuda", lambda s: s.file("cuda/__init__.py", "") and s.file("cuda/bindings/__init__.py", "")
              and s.file("cuda/bindings/driver.py", ""))
     env.fake("cutedsl", lambda s: s.dist("nvidia-cutlass-dsl", cutlass))
-    row = run(env, bare_python, "--only", "cutlass-dsl.import", "--cp", "2", "--gpu-arch", "9.0").check(
-        "cutlass-dsl.import")
+    row = judge(env, bare_python, "cutlass-dsl.import", cp=2, gpu_arch="9.0")
     assert row["status"] == "fail" and hint in row["details"], row
 
 

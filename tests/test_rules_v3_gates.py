@@ -1,13 +1,15 @@
 """Rulebook v3, the installed gates: the fused CSA compressor's CC gate read from the installed Megatron file (both
 styles upstream has shipped), the cuDNN frontend's accepted CCs read from its installed cudnn/csa/compressor files
-(real 1.27.0 and 1.28.0 wheels), and cudnn.csa judged on every profile."""
+(real 1.27.0 and 1.28.0 wheels), and cudnn.csa judged on every profile. Judged in this process over real probe
+answers (probed); the gates read end to end and the hostile gate through the CLI."""
 
 from __future__ import annotations
 
 import pytest
 
 from fakes import Env, fake_megatron_dev, healthy
-from test_rules import assert_fix_turns_green, commands, run
+from probed import judge, judge_in_run
+from test_rules import commands, fix_turns_green, run
 
 FE_128_FIX = "pip install --force-reinstall --no-deps nvidia-cudnn-frontend==1.28.0"
 RAISES_103 = ("RuntimeError: CSA compressor requires compute capability (10, 0) (the only validated architecture so "
@@ -18,19 +20,20 @@ def newer_gate(site):  # Megatron-LM 88a285f0: major >= 10, CP pre-grouped buffe
     fake_megatron_dev(site, compressor_gate="88a285f0")
 
 
-def csa(env: Env, python: str, *args: str) -> dict:
-    return run(env, python, "--only", "cudnn-fe.csa", *args).check("cudnn-fe.csa")
+def csa(env: Env, python: str, **options) -> dict:
+    return judge(env, python, "cudnn-fe.csa", **options)
 
 
 def test_the_gates_are_read_from_the_installed_files(tmp_path, bare_python):
-    row = csa(healthy(tmp_path), bare_python, "--gpu-arch", "10.0")
+    """End to end: both gates read from the installed files, through the CLI."""
+    row = run(healthy(tmp_path), bare_python, "--only", "cudnn-fe.csa", "--gpu-arch", "10.0").check("cudnn-fe.csa")
     assert row["status"] == "pass", row
     gate = row["evidence"]["megatron_gate"]
     assert gate["rule"] == "compute capability == 10.0" and gate["where"].endswith("fused_compressor.py:12")
     fe = row["evidence"]["frontend_gate"]
     assert fe["rule"] == "compute capability == 10.0" and fe["where"].endswith("cudnn/csa/compressor/api.py:324")
     env = healthy(tmp_path).fake("megatron", newer_gate).wheel("fe", "nvidia-cudnn-frontend-1.28.0")
-    row = csa(env, bare_python, "--gpu-arch", "10.3")
+    row = csa(env, bare_python, gpu_arch="10.3")
     assert row["status"] == "pass", row
     assert row["evidence"]["megatron_gate"]["rule"] == "compute capability major >= 10"
     assert row["evidence"]["frontend_gate"]["rule"] == "compute capability major >= 10"
@@ -38,7 +41,7 @@ def test_the_gates_are_read_from_the_installed_files(tmp_path, bare_python):
 
 def test_cc_10_3_with_the_newer_gate_fails_on_frontend_1_27_with_its_exception_and_pins_1_28(tmp_path, bare_python):
     env = healthy(tmp_path).fake("megatron", newer_gate)
-    row = csa(env, bare_python, "--gpu-arch", "10.3")
+    row = csa(env, bare_python, gpu_arch="10.3")
     assert row["status"] == "fail", row
     assert RAISES_103 in row["summary"]
     assert FE_128_FIX in commands(row)
@@ -46,7 +49,7 @@ def test_cc_10_3_with_the_newer_gate_fails_on_frontend_1_27_with_its_exception_a
 
 
 def test_cc_10_3_with_d48bd6bes_gate_is_a_note_not_a_pass(tmp_path, bare_python):
-    row = csa(healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0"), bare_python, "--gpu-arch", "10.3")
+    row = csa(healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0"), bare_python, gpu_arch="10.3")
     assert row["status"] == "skip"
     assert "compute capability == 10.0" in row["summary"] and "rejects it" in row["summary"]
     assert "nvidia-cudnn-frontend 1.26.0 has no cudnn.csa" in row["summary"]
@@ -58,7 +61,7 @@ def test_frontend_1_26_with_the_cc_not_known_warns_naming_the_gpus(tmp_path, bar
     assert row["status"] == "warn", row
     assert row["summary"].startswith("GPU arch not known")
     assert "at CP 1 on B200/GB200 (10.0)" in row["summary"] and "has no cudnn.csa" in row["summary"]
-    row = csa(env.fake("megatron", newer_gate), bare_python, "--cp", "2")
+    row = csa(env.fake("megatron", newer_gate), bare_python, cp=2)
     assert row["status"] == "warn" and "B200/GB200 (10.0) and B300/GB300 (10.3)" in row["summary"]
     assert "at CP 1" not in row["summary"]
 
@@ -75,7 +78,7 @@ def test_frontend_1_27_with_the_cc_not_known_warns_where_its_gate_is_narrower(tm
 def test_cp_2_on_b200_follows_the_installed_dispatch(tmp_path, bare_python, gate, status):
     env = healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0")
     env.fake("megatron", lambda s: fake_megatron_dev(s, compressor_gate=gate))
-    row = csa(env, bare_python, "--gpu-arch", "10.0", "--cp", "2")
+    row = csa(env, bare_python, gpu_arch="10.0", cp=2)
     assert row["status"] == status, row
     if status == "fail":
         assert "has no cudnn.csa" in row["summary"]
@@ -88,14 +91,14 @@ def test_with_the_cc_not_known_the_fix_pins_a_frontend_every_gpu_the_installed_g
     row = csa(env, bare_python)
     assert row["status"] == "warn", row
     assert FE_128_FIX in commands(row) and FE_128_FIX.replace("1.28.0", "1.27.0") not in commands(row)
-    assert_fix_turns_green(env, bare_python, "cudnn-fe.csa")
-    assert FE_128_FIX in commands(run(healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0").drop("tvm")
-                                      .fake("megatron", newer_gate), bare_python).check("deps.consistency"))
+    fix_turns_green(env, bare_python, "cudnn-fe.csa")
+    assert FE_128_FIX in commands(judge_in_run(healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0")
+                                               .drop("tvm").fake("megatron", newer_gate), bare_python,
+                                               "deps.consistency"))
 
 
 def test_gpu_arch_does_not_state_d48bd6bes_cp_rule_as_every_megatrons(tmp_path, bare_python):
-    row = run(healthy(tmp_path).fake("megatron", newer_gate), bare_python, "--only", "gpu.arch", "--gpu-arch", "10.0",
-              "--cp", "2").check("gpu.arch")
+    row = judge(healthy(tmp_path).fake("megatron", newer_gate), bare_python, "gpu.arch", gpu_arch="10.0", cp=2)
     assert "at any CP with a Megatron whose gate admits CC major >= 10" in row["summary"], row
 
 
@@ -120,7 +123,7 @@ def test_a_gate_that_is_no_capability_is_not_known_and_never_reaches_the_output_
     env = healthy(tmp_path).fake("megatron", hostile_gate)
     out = env.doctor("check", "-f", fmt, "--only", "cudnn-fe.csa", "--gpu-arch", "10.3", python=bare_python).stdout
     assert "\x1b" not in out and not any(line.startswith("::error::") for line in out.splitlines())
-    row = csa(env, bare_python, "--gpu-arch", "10.3")
+    row = csa(env, bare_python, gpu_arch="10.3")
     assert row["evidence"]["megatron_gate"] == "not known (its comparison could not be read)"
     # Where the known gates differ (10.3: d48bd6be rejects, 88a285f0 admits), a gate not read is no pass.
     assert row["status"] == "warn" and "is not known (its gate could not be read)" in row["summary"], row

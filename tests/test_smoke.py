@@ -1,6 +1,10 @@
 """The smoke forward on the CPU with the real torch wheel: tier 1 (simulated and 2-process gloo), the negative
 control, injected kernel faults, tier 2 against a fake Megatron that mimics the upstream DSv4 layer API, and the
-kernel smoke (smoke.dsv4-kernels) against CPU stand-ins of the stack's own CP kernels and the real frontend wheel."""
+kernel smoke (smoke.dsv4-kernels) against CPU stand-ins of the stack's own CP kernels and the real frontend wheel.
+
+The smoke probes run for real in every test; most judge their answers in this process (probed), and the smoke's
+end-to-end cases start the CLI: the two-process gloo run, CP 1 in the default suite, a hang killed at --timeout,
+the `check` command's smoke options."""
 
 from __future__ import annotations
 
@@ -13,12 +17,19 @@ import pytest
 from conftest import has_torch, run_doctor
 from fakes import (Env, fake_cudnn_dsa, fake_cutedsl, fake_flash_mla, fake_layout_kernels, fake_megatron_dev,
                    fake_megatron_importable, fake_te)
+from probed import judge, judge_all, run_in_process
 
 pytestmark = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
 
 
 def smoke(*args: str, sites=(), env=None):
+    """`dsv4-doctor smoke` through the CLI."""
     return run_doctor("smoke", "-f", "json", *args, sites=sites, env=env, python=sys.executable, timeout=180)
+
+
+def thd_cp(sites=(), **options) -> dict:
+    """smoke.thd-cp's row as `dsv4-doctor smoke --device cpu` gives it, judged in this process."""
+    return judge(list(sites), sys.executable, "smoke.thd-cp", smoke="on", device="cpu", **options)
 
 
 @pytest.mark.slow
@@ -48,11 +59,18 @@ def test_cpu_smoke_two_gloo_processes():
     assert "tier 2 (DSv4 layer) not run" in row["summary"]
 
 
-@pytest.mark.parametrize("cp", [1, pytest.param(4, marks=pytest.mark.slow)])
-def test_cpu_smoke_other_cp_sizes(cp):
-    row = smoke("--cp", str(cp), "--device", "cpu").check("smoke.thd-cp")
+def test_cpu_smoke_at_cp_1_end_to_end():
+    """The default suite's smoke case: the CLI, its probe and the real torch at CP 1."""
+    row = smoke("--cp", "1", "--device", "cpu").check("smoke.thd-cp")
     assert row["status"] == "pass", row["summary"]
-    assert row["evidence"]["shape"]["total_rows"] % cp == 0
+    assert row["evidence"]["shape"]["total_rows"] % 1 == 0
+
+
+@pytest.mark.slow
+def test_cpu_smoke_at_cp_4():
+    row = thd_cp(cp=4)
+    assert row["status"] == "pass", row["summary"]
+    assert row["evidence"]["shape"]["total_rows"] % 4 == 0
 
 
 @pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
@@ -113,10 +131,10 @@ def test_a_broken_kernel_fails_the_smoke(tmp_path, op, expected):
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text("import torch\n" + PATCH_SDPA.format(op=op))
-    result = smoke("--cp", "2", "--device", "cpu", sites=(site,))
-    row = result.check("smoke.thd-cp")
+    report = run_in_process([site], sys.executable, ["smoke.thd-cp"], smoke="on", device="cpu", cp=2)
+    row = report.to_dict()["checks"][0]
     assert row["status"] == "fail" and expected in row["summary"]
-    assert result.returncode == 1
+    assert report.exit_code == 1
 
 
 @pytest.mark.slow
@@ -141,7 +159,7 @@ def tier2_env(tmp_path, mode="ok"):
 @pytest.mark.slow
 def test_tier2_layer_runs_at_cp1_and_cp2_with_parity(tmp_path):
     env = tier2_env(tmp_path)
-    row = smoke("--device", "cpu", sites=tuple(env.sites.values())).check("smoke.thd-cp")
+    row = thd_cp(env.sites.values())
     assert row["status"] == "pass", row["summary"]
     assert "DSv4 layer CP=1 packed output = each sequence alone" in row["summary"]
     t2 = row["evidence"]["tier2"]["cp1"]
@@ -150,7 +168,7 @@ def test_tier2_layer_runs_at_cp1_and_cp2_with_parity(tmp_path):
     assert t2["settings"]["v_head_dim"] == 512 and t2["settings"]["dsa_kernel_backend"] == "cudnn"
     layouts = t2["layouts"]  # the control: two sequences merged into one change the second one's output
     assert layouts["control_separates"] and layouts["control_merged_diff"] > 10 * layouts["tolerance"]
-    row = smoke("--cp", "2", "--device", "cpu", sites=tuple(env.sites.values())).check("smoke.thd-cp")
+    row = thd_cp(env.sites.values(), cp=2)
     assert row["status"] == "pass", row["summary"]
     cpn = row["evidence"]["tier2"]["cpN"]
     assert cpn["cp"] == 2 and cpn["max_abs_diff_vs_cp1"] == 0.0
@@ -165,7 +183,7 @@ def test_tier2_layer_runs_at_cp1_and_cp2_with_parity(tmp_path):
 @pytest.mark.slow
 def test_tier2_failures_become_findings_with_fixes(tmp_path, mode, text, fix):
     env = tier2_env(tmp_path, mode)
-    row = smoke("--cp", "2", "--device", "cpu", sites=tuple(env.sites.values())).check("smoke.thd-cp")
+    row = thd_cp(env.sites.values(), cp=2)
     assert row["status"] == "fail" and text in row["summary"], row["summary"]
     if mode == "nan":
         assert "dsa_kernel_backend=cudnn" in row["details"]
@@ -178,15 +196,12 @@ def test_a_tier2_failure_a_static_rule_already_reports_is_left_to_it(tmp_path):
     """A release's PackedSeqParams has no cp_partition_mode: mcore.cp-partition-mode fails with its fix, and the smoke
     says where the layer stopped instead of repeating the finding."""
     env = tier2_env(tmp_path, "no-field")
-    report = run_doctor("check", "-f", "json", "--cp", "2", "--device", "cpu", "--only",
-                        "smoke.thd-cp,mcore.cp-partition-mode", sites=tuple(env.sites.values()),
-                        python=sys.executable, timeout=180)
-    assert report.check("mcore.cp-partition-mode")["status"] == "fail"
-    row = report.check("smoke.thd-cp")
+    rows = judge_all(env, sys.executable, ["smoke.thd-cp", "mcore.cp-partition-mode"], cp=2, device="cpu")
+    assert rows["mcore.cp-partition-mode"]["status"] == "fail"
+    row = rows["smoke.thd-cp"]
     assert row["status"] == "pass" and "stopped at" in row["summary"]
     assert "see mcore.cp-partition-mode" in row["summary"]
-    alone = run_doctor("check", "-f", "json", "--cp", "2", "--device", "cpu", "--only", "smoke.thd-cp",
-                       sites=tuple(env.sites.values()), python=sys.executable, timeout=180).check("smoke.thd-cp")
+    alone = judge(env, sys.executable, "smoke.thd-cp", cp=2, device="cpu")
     assert alone["status"] == "fail" and "cp_partition_mode" in alone["summary"]  # nobody else reports it
 
 
@@ -195,11 +210,10 @@ def test_tier2_without_te_is_skipped_and_left_to_the_te_rules(tmp_path):
     """Without TE, Megatron swaps its TE classes for Mock stand-ins and the layer fails far from the cause: tier 2
     says it did not run, and te.version carries the finding and its fix."""
     env = Env(tmp_path).fake("megatron", fake_megatron_importable)  # imports transformer_engine, not installed
-    report = run_doctor("check", "-f", "json", "--device", "cpu", "--only", "smoke.thd-cp", "--only", "te.version",
-                        sites=tuple(env.sites.values()), python=sys.executable, timeout=180)
-    row = report.check("smoke.thd-cp")
+    rows = judge_all(env, sys.executable, ["smoke.thd-cp", "te.version"], device="cpu")
+    row = rows["smoke.thd-cp"]
     assert row["status"] == "pass" and "CP=1 skipped: needs Transformer Engine" in row["summary"], row["summary"]
-    te = report.check("te.version")
+    te = rows["te.version"]
     assert te["status"] == "fail"
     assert any("transformer-engine[pytorch,core_cu13]" in cmd for f in te["fixes"] for cmd in f["commands"])
 
@@ -209,7 +223,7 @@ def test_a_large_cp_runs_in_as_many_processes_as_the_machine_holds():
     """CP 16 is a legitimate profile; on a small machine its ranks share a few processes (here at most the CPUs)."""
     import os
 
-    row = smoke("--cp", "16", "--device", "cpu").check("smoke.thd-cp")
+    row = thd_cp(cp=16)
     assert row["status"] == "pass", row["summary"]
     dist = row["evidence"]["distributed"]
     assert dist["ran"] and 2 <= dist["processes"] <= max(2, min(os.cpu_count() or 2, 8))
@@ -220,11 +234,9 @@ def test_a_large_cp_runs_in_as_many_processes_as_the_machine_holds():
 
 # --- smoke.dsv4-kernels: the stack's own CP kernels, against CPU stand-ins with the upstream signatures ---------------
 
-def kernels(env: Env, *args: str) -> dict:
-    run = run_doctor("check", "-f", "json", "--device", "cpu", "--only", "smoke.dsv4-kernels", *args,
-                     sites=tuple(env.sites.values()), python=sys.executable, timeout=180)
-    row = run.check("smoke.dsv4-kernels")
-    return row
+def kernels(env: Env, **options) -> dict:
+    """smoke.dsv4-kernels' row as `check --device cpu --only smoke.dsv4-kernels` gives it, judged in this process."""
+    return judge(env, sys.executable, "smoke.dsv4-kernels", device="cpu", **options)
 
 
 def stack(tmp_path, dsa="ok", layout="ok", **kw) -> Env:
@@ -238,13 +250,13 @@ def stack(tmp_path, dsa="ok", layout="ok", **kw) -> Env:
 
 @pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
 def test_the_right_kernels_pass_with_their_controls(tmp_path):
-    row = kernels(stack(tmp_path), "--cp", "2")
+    row = kernels(stack(tmp_path), cp=2)
     assert row["status"] == "pass", row["summary"]
     runs = row["evidence"]["subruns"]
     dsa, layout = runs["dsa"], runs["layout"]
     assert dsa["status"] == "pass" and layout["status"] == "pass"
     ev = dsa["evidence"]
-    assert ev["ranks_simulated"] == 2 and ev["masks_identical"] if "masks_identical" in ev else True
+    assert ev["ranks_simulated"] == 2
     assert all(r["masks_identical"] and not r["nan"] for r in ev["ranks"])
     crossing = [r for r in ev["ranks"] if any(o > 0 for o in r["q_causal_offsets"])]
     assert crossing and ev["control"]["masks_differ"]  # zero offsets on a crossing sequence change the mask
@@ -258,7 +270,7 @@ def test_the_right_kernels_pass_with_their_controls(tmp_path):
 @pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays near 120 s on 2 cores
 def test_the_evidence_names_the_seed_incidents_packages_the_megatron_commit_and_each_first_call(tmp_path):
     env = stack(tmp_path).wheel("tvm", "apache-tvm-ffi-0.1.11").fake("cutedsl", fake_cutedsl, "4.5.2")
-    runs = kernels(env, "--cp", "2")["evidence"]["subruns"]
+    runs = kernels(env, cp=2)["evidence"]["subruns"]
     for name in ("dsa", "layout"):
         assert runs[name]["status"] == "pass", runs[name]
         assert runs[name]["evidence"]["packages"] == {"apache-tvm-ffi": "0.1.11", "nvidia-cutlass-dsl": "4.5.2"}
@@ -285,18 +297,18 @@ def test_the_megatron_commit_comes_from_the_trees_git_head_without_running_git(t
     gitdir.mkdir(parents=True)
     (gitdir / "HEAD").write_text("ref: refs/heads/dev\n")
     (gitdir / "packed-refs").write_text(f"# pack-refs with: peeled\n{'0' * 40} refs/heads/main\n{sha} refs/heads/dev\n")
-    layout = kernels(env, "--cp", "2")["evidence"]["subruns"]["layout"]["evidence"]
+    layout = kernels(env, cp=2)["evidence"]["subruns"]["layout"]["evidence"]
     assert layout["megatron_commit"] == sha and layout["megatron_commit_from"] == str(tree / ".git")
     (tree / ".git").unlink()
     for d in tree.glob("megatron_core-*.dist-info"):
         (d / "direct_url.json").unlink()
-    layout = kernels(env, "--cp", "2")["evidence"]["subruns"]["layout"]["evidence"]
+    layout = kernels(env, cp=2)["evidence"]["subruns"]["layout"]["evidence"]
     assert layout["megatron_commit"] == "unknown" and layout["megatron_commit_from"] is None
 
 
 @pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
 def test_at_cp1_the_indexer_still_sees_two_ranks_and_the_layout_kernels_skip(tmp_path):
-    row = kernels(stack(tmp_path), "--cp", "1")
+    row = kernels(stack(tmp_path), cp=1)
     assert row["status"] == "pass", row["summary"]
     runs = row["evidence"]["subruns"]
     assert runs["dsa"]["evidence"]["ranks_simulated"] == 2
@@ -309,7 +321,7 @@ def test_at_cp1_the_indexer_still_sees_two_ranks_and_the_layout_kernels_skip(tmp
 @pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
 @pytest.mark.parametrize("mode, text", [("no-offsets", "a different -inf mask"), ("nan", "NaN scores")])
 def test_a_wrong_indexer_fails_and_points_at_the_frontend_reinstall(tmp_path, mode, text):
-    row = kernels(stack(tmp_path, dsa=mode, layout=None), "--cp", "2")
+    row = kernels(stack(tmp_path, dsa=mode, layout=None), cp=2)
     assert row["status"] == "fail" and text in row["summary"] and "cudnn-fe.dsa" in row["summary"], row["summary"]
     assert "seed incident" in row["details"]
     commands = [c for f in row["fixes"] for c in f["commands"]]
@@ -322,7 +334,7 @@ def test_the_indexer_call_fits_every_frontend_and_never_passes_none_offsets(tmp_
     """sm90-1.26: frontend 1.26.0's SM90 indexer takes 32 or 64 query heads, not 16 (H200, 2026-12-01); the smoke uses
     DSv4's 64. none-recompiles: the control passes zeros, never None (None compiles a second kernel on the real
     frontend): a regression to None raises here."""
-    row = kernels(stack(tmp_path, dsa=mode, layout=None), "--cp", "2")
+    row = kernels(stack(tmp_path, dsa=mode, layout=None), cp=2)
     dsa = row["evidence"]["subruns"]["dsa"]
     assert dsa["status"] == "pass", dsa["summary"]
     assert dsa["evidence"]["shapes"]["q"][1] == 64 and dsa["evidence"]["control"]["masks_differ"]
@@ -335,7 +347,7 @@ def test_flashmla_is_called_as_megatron_calls_it(tmp_path, branch):
     FlashMLA passes; one built from main has no indexer_topk, a skip pointing at kernels.flash-mla (which fails on
     it), not a second finding."""
     env = stack(tmp_path, dsa="ok", layout=None).fake("flash_mla", fake_flash_mla, branch)
-    row = kernels(env, "--cp", "1")
+    row = kernels(env, cp=1)
     fm = row["evidence"]["subruns"]["flashmla"]
     if branch == "nv_dev":
         assert fm["status"] == "pass", fm["summary"]
@@ -351,20 +363,20 @@ def test_flashmla_is_called_as_megatron_calls_it(tmp_path, branch):
 
 @pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
 def test_a_layout_kernel_off_by_one_at_a_rank_boundary_fails(tmp_path):
-    row = kernels(stack(tmp_path, dsa=None, layout="off-by-one"), "--cp", "2")
+    row = kernels(stack(tmp_path, dsa=None, layout="off-by-one"), cp=2)
     assert row["status"] == "fail", row["summary"]
     assert "CP layout kernels differ from the reference on CP rank 1 of 2" in row["summary"]
 
 
 @pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
 def test_an_indexer_whose_output_equals_the_control_is_an_error(tmp_path):
-    row = kernels(stack(tmp_path, dsa="sticky-offsets", layout=None), "--cp", "2")
+    row = kernels(stack(tmp_path, dsa="sticky-offsets", layout=None), cp=2)
     assert row["status"] == "error" and "negative control did not separate" in row["summary"], row["summary"]
 
 
 @pytest.mark.slow  # a torch smoke in a subprocess: the default suite stays within 120 s on 2 cores
 def test_missing_packages_skip_to_their_rules_and_a_raising_call_fails(tmp_path):
-    row = kernels(Env(tmp_path), "--cp", "2")
+    row = kernels(Env(tmp_path), cp=2)
     # no DSv4 kernel ran: not a pass of the smoke, and the summary says why each did not run
     assert row["status"] == "warn" and row["summary"].startswith("no DSv4 kernel ran"), row["summary"]
     assert "DSA indexer forward did not run:" in row["summary"], row["summary"]
@@ -375,7 +387,7 @@ def test_missing_packages_skip_to_their_rules_and_a_raising_call_fails(tmp_path)
     assert row["details"] == ("Sub-runs: cuDNN-FE DSA indexer forward: skip (see cudnn-fe.version); Megatron CP layout "
                               "kernels: skip (see mcore.dsv4); fused CSA compressor: skip; FlashMLA sparse forward: "
                               "skip (see kernels.flash-mla)"), row["details"]
-    raising = kernels(stack(tmp_path / "t", dsa="tvm", layout=None), "--cp", "2")
+    raising = kernels(stack(tmp_path / "t", dsa="tvm", layout=None), cp=2)
     assert raising["status"] == "fail" and "ModuleNotFoundError" in raising["summary"]
     assert "tvm_ffi" in raising["summary"]
     assert any("apache-tvm-ffi" in c for f in raising["fixes"] for c in f["commands"])
@@ -385,7 +397,7 @@ def test_missing_packages_skip_to_their_rules_and_a_raising_call_fails(tmp_path)
 def test_layout_kernels_without_tvm_ffi_fail_with_the_tvm_ffi_fix_not_cutlass_or_megatron(tmp_path):
     """H200, 2026-12-01: the layout kernels (compiled with --enable-tvm-ffi) raised ModuleNotFoundError for tvm_ffi at
     the first call. The rule and fix follow the missing module (tier 2's mapping), not the sub-run's default."""
-    row = kernels(stack(tmp_path, dsa=None, layout="tvm"), "--cp", "2")
+    row = kernels(stack(tmp_path, dsa=None, layout="tvm"), cp=2)
     assert row["status"] == "fail", row["summary"]
     assert row["summary"].startswith("Megatron CP layout kernels (tvm-ffi.version): "), row["summary"]
     assert "No module named 'tvm_ffi'" in row["summary"]
@@ -406,7 +418,7 @@ def test_the_csa_compressor_runs_for_a_b200_profile_at_cp1(tmp_path, mode, statu
     """--gpu-arch 10.0 --cp 1 (backend cudnn) is the profile Megatron uses the fused compressor for; on the CPU the
     stand-in of frontend 1.27.0's cudnn.csa.compressor.csa_compressor_forward_wrapper runs in its place."""
     env = Env(tmp_path).fake("fe", fake_cudnn_dsa, "ok", csa=mode)
-    row = kernels(env, "--cp", "1", "--gpu-arch", "10.0")
+    row = kernels(env, cp=1, gpu_arch="10.0")
     csa = row["evidence"]["subruns"]["csa"]
     assert csa["status"] == status and text in csa["summary"], csa
     assert row["status"] == status and text in row["summary"], row["summary"]
@@ -428,7 +440,7 @@ def test_the_csa_compressor_sub_run_follows_the_installed_megatron_gate_on_b300(
     uses the fused one, so it runs."""
     env = Env(tmp_path).fake("fe", fake_cudnn_dsa, "ok", csa="ok")
     env.fake("megatron", lambda s: fake_megatron_dev(s, compressor_gate=gate))
-    csa = kernels(env, "--cp", "1", "--gpu-arch", "10.3")["evidence"]["subruns"]["csa"]
+    csa = kernels(env, cp=1, gpu_arch="10.3")["evidence"]["subruns"]["csa"]
     assert csa["status"] == status, csa
     if status == "skip":
         assert "(compute capability == 10.0) rejects compute capability 10.3" in csa["summary"], csa
@@ -468,7 +480,7 @@ def shadowed(env: Env, component: str = "megatron") -> Path:
 def test_a_layout_fix_names_the_pythonpath_copy_that_shadows_the_installed_megatron(tmp_path):
     env = stack(tmp_path, dsa=None, layout="off-by-one")
     tree = shadowed(env)
-    row = kernels(env, "--cp", "2")
+    row = kernels(env, cp=2)
     assert row["status"] == "fail", row["summary"]
     ids = [f["id"] for f in row["fixes"]]
     assert "mcore-shadowed" in ids and "mcore" not in ids, ids
@@ -482,7 +494,7 @@ def test_a_layout_fix_names_the_pythonpath_copy_that_shadows_the_installed_megat
 def test_a_tier2_megatron_fix_names_the_shadowing_copy(tmp_path):
     env = tier2_env(tmp_path, "zigzag-only")
     tree = shadowed(env)
-    row = smoke("--cp", "2", "--device", "cpu", sites=tuple(env.sites.values())).check("smoke.thd-cp")
+    row = thd_cp(env.sites.values(), cp=2)
     assert row["status"] == "fail" and "requires cp_partition_mode='contiguous'" in row["summary"], row["summary"]
     fix = next(f for f in row["fixes"] if f["id"] == "mcore-shadowed")
     assert str(tree) in fix["description"]
@@ -490,7 +502,7 @@ def test_a_tier2_megatron_fix_names_the_shadowing_copy(tmp_path):
 
 @pytest.mark.slow
 def test_the_older_layout_kernel_path_is_found(tmp_path):
-    row = kernels(stack(tmp_path, dsa=None, old_path=True), "--cp", "2")
+    row = kernels(stack(tmp_path, dsa=None, old_path=True), cp=2)
     layout = row["evidence"]["subruns"]["layout"]
     assert layout["status"] == "pass" and layout["evidence"]["megatron_file"].endswith("csa_cp_layout_kernels.py")
 
@@ -504,7 +516,7 @@ def test_the_real_frontend_wheel_on_the_cpu_is_a_skip_never_a_pass(tmp_path):
     refusal ("needs CUDA") and not cudnn-fe.dsa's."""
     env = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0").wheel("tvm", "apache-tvm-ffi-0.1.11")
     env.wheel("cutedsl", "nvidia-cutlass-dsl-4.5.2")
-    row = kernels(env, "--cp", "2")
+    row = kernels(env, cp=2)
     dsa = row["evidence"]["subruns"]["dsa"]
     assert dsa["status"] == "skip", dsa
     assert dsa["summary"] == ("cudnn.DSA.indexer_forward_wrapper does not resolve (ModuleNotFoundError: No module "

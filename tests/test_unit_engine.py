@@ -85,7 +85,7 @@ def test_plan_orders_by_dependency_and_deduplicates():
                        _row("x.te", Status.FAIL, [TE]), _row("w.torch", Status.FAIL, [TORCH]),
                        _row("v.fe2", Status.FAIL, [FE])])
     assert [s.fix.key for s in plan.steps] == ["torch", "te", "fe", "setting"]  # tvm's command came with fe
-    # ... and the fe step now answers for y.tvm too: every failing check is named by the step that fixes it.
+    # ... and the fe step answers for y.tvm too: every failing check is named by the step that fixes it.
     assert plan.steps[2].checks == ["z.fe", "v.fe2", "y.tvm"] and plan.exit_code == 0
     # TE builds against torch: while the manual torch step is pending it is held back, the pure-Python fe is not.
     assert [s.automatic for s in plan.steps] == [False, False, True, False]
@@ -118,8 +118,8 @@ def test_the_script_is_safe_to_paste_whatever_the_text(tmp_path):
 
 
 def test_redaction_cannot_unbalance_the_quotes_of_a_command(tmp_path):
-    """Redacting the finished script rewrote `TOKEN='...` inside a quoted word, and the word's
-    quotes no longer closed: the rest ran as shell. Redaction now works on the words, before quoting."""
+    """Redacting a finished script would rewrite `TOKEN='...` inside a quoted word, whose quotes would then not
+    close and the rest run as shell: redaction works on the words, before quoting."""
     word = "apache-tvm-ffi===a&/TOKEN='&touch${IFS}PWNED5&#"
     secret = ["pip", "install", "--index-url=https://user:s3cretpass@host/simple", "x==1"]
     plan = build_plan([_row("a.b", Status.FAIL, [Fix("d TOKEN='x' & touch PWNED6", [["pip", "install", word]]),
