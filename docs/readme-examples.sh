@@ -8,7 +8,7 @@
 # Paths of the machine that ran it are shown relative to the repository root, the target environment as ENV.
 set -euo pipefail
 
-H200_REPORT=docs/gpu-runs/2026-12-02-h200-b/exit0/check-cp2.json
+H200_REPORT=docs/gpu-runs/2026-12-03-h200/complete/check-cp2.json
 if [ "${1:-}" = readme ]; then
     python -c 'import json, sys
 from dsv4_doctor.render.terminal import render_terminal

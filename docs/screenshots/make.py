@@ -22,7 +22,7 @@ RUNS = HERE.parent / "gpu-runs"
 WIDTH = 100
 # name: (the committed report, the title over the picture)
 SCREENSHOTS = {
-    "healthy": (RUNS / "2026-12-02-h200-b" / "exit0" / "check-cp2.json",
+    "healthy": (RUNS / "2026-12-03-h200" / "complete" / "check-cp2.json",
                 "dsv4-doctor check --cp 2: the complete DSv4 stack on an H200 (exit 0)"),
     "broken": (RUNS / "2026-12-02-h200" / "k19" / "check-cp2.json",
                "dsv4-doctor check --cp 2: the same stack without Transformer Engine (exit 1)"),
