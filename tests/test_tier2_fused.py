@@ -204,48 +204,48 @@ def test_without_te_the_builds_are_skipped_and_left_to_the_te_rules(tmp_path):
     assert "comparison" not in result and "ok" not in result
 
 
-def _stand_in_in_a_process(tmp_path, *sites):
-    """hadamard_stand_in() in a fresh interpreter with `sites` on its path, and what `fast_hadamard_transform` then
-    computes on a 4-element vector."""
-    import json
-    import subprocess
+def _stand_in(monkeypatch, *sites):
+    """hadamard_stand_in() with only `sites` besides the test environment on sys.path, and what
+    `fast_hadamard_transform` then computes on a 4-element vector; whatever it registered is gone afterwards."""
+    import importlib
     import sys
 
-    code = (
-        "import importlib.util, json, sys\n"
-        "spec = importlib.util.spec_from_file_location('dsv4probe_common', sys.argv[1])\n"
-        "m = importlib.util.module_from_spec(spec); sys.modules['dsv4probe_common'] = m; spec.loader.exec_module(m)\n"
-        "t2 = m.load_module('dsv4probe_smoke_tier2', sys.argv[2])\n"
-        "out = t2.hadamard_stand_in()\n"
-        "try:\n"
-        "    import torch, fast_hadamard_transform as f\n"
-        "    out['h'] = f.hadamard_transform(torch.tensor([[1.0, 2.0, 3.0, 4.0]])).tolist()\n"
-        "except Exception as exc:\n"
-        "    out['h'] = type(exc).__name__\n"
-        "print(json.dumps(out))\n")
-    common = probe_modules.script("dsv4probe_common")
-    here = probe_modules.script("dsv4probe_smoke_tier2").parent
-    import os
+    for site in sites:
+        monkeypatch.syspath_prepend(str(site))
+    for name in ("fast_hadamard_transform", "dsv4doctor_verl_mcore_patch"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    importlib.invalidate_caches()
+    out = probe_module_tier2().hadamard_stand_in()
+    try:
+        import torch
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, sites)))
-    done = subprocess.run([sys.executable, "-c", code, str(common), str(here)], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        module = importlib.import_module("fast_hadamard_transform")
+        out["h"] = module.hadamard_transform(torch.tensor([[1.0, 2.0, 3.0, 4.0]])).tolist()
+    except ImportError as exc:
+        out["h"] = type(exc).__name__
+    finally:
+        for name in ("fast_hadamard_transform", "dsv4doctor_verl_mcore_patch"):
+            sys.modules.pop(name, None)
+    return out
+
+
+def probe_module_tier2():
+    probe_modules.common()
+    return probe_modules.load("dsv4probe_smoke_tier2")
 
 
 @pytest.mark.skipif(not has_torch(), reason="needs torch")
-def test_without_fast_hadamard_tier2_runs_on_verls_own_shim_as_a_verl_job_does(tmp_path):
+def test_without_fast_hadamard_tier2_runs_on_verls_own_shim_as_a_verl_job_does(monkeypatch):
     """verl's apply_patch installs a pure-torch fast_hadamard_transform before it builds the model: the tier-2 layer
     gets the same (from the real verl 0.9.0 file, loaded by path), and says so; without verl, nothing stands in."""
     from wheels import ensure
 
-    with_verl = _stand_in_in_a_process(tmp_path, ensure("verl-0.9.0"))
+    alone = _stand_in(monkeypatch)
+    assert alone == {"fast_hadamard_transform": "missing", "h": "ModuleNotFoundError"}
+    with_verl = _stand_in(monkeypatch, ensure("verl-0.9.0"))
     assert with_verl["fast_hadamard_transform"] == "verl shim", with_verl
     assert with_verl["verl_patch"].endswith("verl/models/mcore/patch.py")
     assert with_verl["h"] == [[10.0, -2.0, -4.0, 0.0]]  # H4 @ [1, 2, 3, 4], unscaled
-    alone = _stand_in_in_a_process(tmp_path)
-    assert alone == {"fast_hadamard_transform": "missing", "h": "ModuleNotFoundError"}
 
 
 def test_the_smoke_summary_says_when_a_build_ran_on_verls_shim():
