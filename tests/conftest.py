@@ -96,13 +96,17 @@ def run_doctor(*args: str, sites: tuple[Path, ...] = (), env: dict | None = None
     return Run(done.returncode, done.stdout, done.stderr, time.monotonic() - start)
 
 
-# Each test's doctor runs its probes concurrently, so more workers than cores only queue; past 8 the shared wheel
-# cache and process start-up, not the cores, are the limit.
+# Each test's doctor runs its probes concurrently; past 8 workers the shared wheel cache and process start-up, not the
+# cores, are the limit. The fast suite's tests mostly wait on their probes' subprocesses, so one worker more than the
+# cores keeps the cores busy (2 cores: 77 s against 84 s); the slow suite's multi-process torch tests and timeouts get
+# one worker per core, so that contention does not stretch what they time.
 MAX_WORKERS = 8
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
-    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+    cores = os.cpu_count() or 1
+    slow = "slow" in (config.getoption("markexpr", "") or "").replace("not slow", "")
+    return max(1, min(cores if slow else cores + 1, MAX_WORKERS))
 
 
 @pytest.fixture
