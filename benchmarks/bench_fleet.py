@@ -103,11 +103,12 @@ def one_run(n: int, base: dict, python: str) -> dict:
         open(os.path.join(dirs[0], "released"), "wb").close()
         for p in procs:
             p.wait(timeout=180)
-        assert merged["fleet"]["reported"] == n and not gathered["missing"], (merged["fleet"], gathered)
+        assert merged.fleet is not None and merged.fleet["reported"] == n and not gathered["missing"], \
+            (merged.fleet, gathered)
         return {"wall_s": wall, "gather_s": gathered["timings"].get("gather_s", 0.0),
                 "read_s": gathered["timings"].get("read_s", 0.0), "admit_s": admit_s,
                 "merge_s": merge_s,
-                "received_bytes": received, "report_bytes": len(json.dumps(merged)),
+                "received_bytes": received, "report_bytes": len(json.dumps(merged.to_dict())),
                 "input_bytes": len(json.dumps(base))}
 
 

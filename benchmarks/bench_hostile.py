@@ -2,6 +2,12 @@
 in-process, and whether each shape stays linear.
 
     python benchmarks/bench_hostile.py [--repeat 5] [--sizes 1000000,8000000]
+    python benchmarks/bench_hostile.py --sources [--repeat 3]
+
+--sources times, instead, a whole `dsv4-doctor check --static-only --only mcore.cp-partition-mode` whose
+`megatron/core/packed_seq_params.py` is a large source: 10 MB of small functions (cut at the 8 MiB read limit and
+parsed up to a whole statement), 7.9 MB of them (read whole), and 9 MB ending in one unterminated string (every cut
+inside it fails to parse).
 
 Each input is a worst case for one of the patterns (long runs that a backtracking pattern would rescan from every
 position). Hygiene is linear: for each shape the ratio of the times (largest size over smallest, median of the
@@ -17,7 +23,7 @@ import time
 from dsv4_doctor.model import CheckReport, Profile, Status
 from dsv4_doctor.redact import Redactor, sanitize
 from dsv4_doctor.render import render
-from dsv4_doctor.report import assemble
+from dsv4_doctor.assemble import assemble
 
 
 def inputs(size: int) -> dict[str, str]:
@@ -68,12 +74,53 @@ def other_paths(size: int) -> dict[str, object]:
             "METADATA headers, cut description": lambda: parse_metadata(metadata, truncated=True)}
 
 
+def large_sources() -> dict[str, bytes]:
+    functions = b"".join(b"def f%d(x):\n    return x + %d\n\n" % (i, i) for i in range(400000))
+    open_string = b"def real():\n    pass\n\nTEXT = '''" + b"x" * 9_000_000
+    return {"10 MB of functions (cut at 8 MiB)": functions[:10_000_000].rsplit(b"\n\n", 1)[0] + b"\n",
+            "7.9 MB of functions (read whole)": functions[:7_900_000].rsplit(b"\n\n", 1)[0] + b"\n",
+            "9 MB ending in an open string": open_string}
+
+
+def time_sources(repeat: int) -> None:
+    """The doctor's whole static check of a Megatron whose packed_seq_params.py is one of large_sources()."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    print(f"{'megatron/core/packed_seq_params.py':<40} {'median s':>9}  row")
+    for name, data in large_sources().items():
+        with tempfile.TemporaryDirectory() as tmp:
+            core = os.path.join(tmp, "megatron", "core")
+            os.makedirs(core)
+            for init in (os.path.join(tmp, "megatron", "__init__.py"), os.path.join(core, "__init__.py")):
+                open(init, "w").close()
+            with open(os.path.join(core, "packed_seq_params.py"), "wb") as fh:
+                fh.write(data)
+            env = dict(os.environ, PYTHONPATH=tmp)
+            argv = [sys.executable, "-m", "dsv4_doctor", "check", "--static-only", "--only", "mcore.cp-partition-mode",
+                    "-f", "json", "--python", sys.executable]
+            runs, row = [], {}
+            for _ in range(repeat):
+                start = time.perf_counter()
+                done = subprocess.run(argv, capture_output=True, env=env, timeout=600)
+                runs.append(time.perf_counter() - start)
+                row = json.loads(done.stdout)["checks"][0]
+        print(f"{name:<40} {statistics.median(runs):>9.2f}  {row['status']}: {row['summary'][:90]}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--sizes", default="1000000,8000000", help="comma-separated input sizes in characters")
     ap.add_argument("--size", type=int, help="one size only (no ratio)")
+    ap.add_argument("--sources", action="store_true", help="time the static check of large source files instead")
     args = ap.parse_args()
+    if args.sources:
+        time_sources(args.repeat)
+        return
     sizes = [args.size] if args.size else [int(s) for s in args.sizes.split(",")]
     head = "".join(f" {'redact s @' + format(n, ','):>18} {'report s @' + format(n, ','):>18}" for n in sizes)
     ratio = f"  {'size x':>6} {'redact x':>8} {'report x':>8}" if len(sizes) > 1 else ""
