@@ -199,7 +199,7 @@ def exec_job(command: list[str]) -> int:
     exec would skip (no finally, no atexit)."""
     import signal
 
-    from .session import close_early
+    from .earlystart import close_early
 
     close_early()  # exec skips every `finally`: nothing started before the command line was parsed may stay
     for stream in (sys.stdout, sys.stderr):

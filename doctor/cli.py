@@ -56,7 +56,7 @@ def early_target(argv: Sequence[str], environ: Mapping[str, str]) -> EarlyTarget
     command, smoke, fix, preflight), read from the words as the parser will read them; None when the words ask for
     nothing to be inspected (help, version, completion, list, explain, `fix --apply` that will be refused) or hold
     anything this scan does not know for certain (a combined short option): then nothing starts early. The parser
-    stays the judge: a session is adopted only when it matches what the parser gave (session.session_for).
+    stays the judge: a session is adopted only when it matches what the parser gave (earlystart.session_for).
     preflight's words after `--` (or its first argument) are the job's and never read."""
     if environ.get(COMPLETION_VARIABLE):
         return None
@@ -101,7 +101,7 @@ def early_target(argv: Sequence[str], environ: Mapping[str, str]) -> EarlyTarget
 
 def _start_early(argv: Sequence[str]) -> bool:
     """For a command that inspects: put the signal gate up, then start the target's first probes so that they run
-    while typer imports and parses (session.start_early). True when the gate went up (the start itself may have
+    while typer imports and parses (earlystart.start_early). True when the gate went up (the start itself may have
     declined: a --python the session refuses). With the gate up first, a signal in the meantime ends the run with
     its report, never with an orphan."""
     target = early_target(argv, os.environ)
@@ -112,7 +112,7 @@ def _start_early(argv: Sequence[str]) -> bool:
     GATE.install()
     if target.no_kernel_cache:
         _no_kernel_cache()
-    from .session import start_early
+    from .earlystart import start_early
 
     start_early(target.python, target.timeout)
     return True
@@ -310,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = _run(opts)
     finally:
         if early:
-            from .session import close_early
+            from .earlystart import close_early
 
             close_early()  # after a usage error or an interrupted parse: nothing started early outlives the doctor
         if gate_up:

@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from .assemble import assemble, build, environment
 from .model import CheckReport, Interrupted, Profile, Status, UsageError
 from .report import Report
-from .session import select, session_for
+from .earlystart import session_for
+from .session import select
 
 
 def run_check(python: str | None, timeout: float | None, profile: Profile, only: Sequence[str], skip: Sequence[str],

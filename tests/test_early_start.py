@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv4_doctor import cli, runreport, session as session_module
+from dsv4_doctor import cli, earlystart as session_module, runreport
 from dsv4_doctor.cli import early_target, parse_command_line
 from dsv4_doctor.commandline import INSPECTING_COMMANDS, VALUE_OPTIONS
 

@@ -17,7 +17,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("probes", {"probes"}),
     ("engine", {"registry", "runner", "api", "testing", "report"}),
     ("render", {"render"}),
-    ("session", {"assemble", "pluginhost", "plugins", "session", "runreport", "fixplan", "fleetadmit", "fleetmerge"}),
+    ("session", {"assemble", "pluginhost", "plugins", "session", "earlystart", "runreport", "fixplan", "fleetadmit",
+                 "fleetmerge"}),
     ("commands", {"fleet", "fleetenv", "fleettransport", "fleetrun", "app", "gendocs"}),
     ("cli", {"cli", "commandline", "launch", "__main__"}),
 ]
