@@ -193,3 +193,10 @@ def test_no_import_loop_among_the_checks_modules():
         if node not in state:
             visit(node, [node])
     assert not loops, "import loops among the checks modules:\n" + "\n".join(loops)
+
+
+def test_no_module_under_doctor_is_over_400_lines():
+    """A module that grows past this does several things; split it by purpose before it does."""
+    long = {str(p.relative_to(DOCTOR)): n for p in sorted(DOCTOR.rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400}
+    assert not long, long
