@@ -114,6 +114,7 @@ def _checked(convert):
 def _app():
     """The typer application; built on demand so that nothing of typer is imported before it is needed."""
     import functools
+    from types import SimpleNamespace
 
     import typer
 
@@ -168,32 +169,52 @@ def _app():
     report_formats = Choice(list(FORMATS))
     verbose_help = ("On a terminal: -v shows every row with its details and evidence, -vv adds the sources "
                     "(default: only the rows that need attention). Piped text, JSON, markdown and JUnit are unchanged.")
+    # The options several commands share, declared once (typer reads an option's declaration; it never changes it).
+    shared = SimpleNamespace(
+        dsa_backend=Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
+        gpu_arch=Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
+        python=Option(None, "--python", metavar="PATH", help=python_help),
+        timeout=Option(None, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
+        only=Option(None, "--only", metavar="ID[,ID...]", help=only_help),
+        skip=Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
+        format=Option("text", "-f", "--format", click_type=report_formats, help=format_help),
+        output=Option(None, "-o", "--output", metavar="FILE", help=output_help),
+        no_smoke=Option(False, "--no-smoke", help="Skip the smoke forward."),
+        distributed=Option(None, "--distributed/--no-distributed", help=dist_help, rich_help_panel=fleet,
+                           show_default=False),
+        fleet_port=Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
+        fleet_wait=Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
+        anonymize_hosts=Option(False, "--anonymize-hosts", help=anon_help),
+        verbose_ranks=Option(False, "--verbose-ranks", help=ranks_help),
+        verbose=Option(0, "-v", "--verbose", count=True, help=verbose_help),
+        no_kernel_cache=Option(False, "--no-kernel-cache", help=cache_help),
+        plugin_timeout=Option(30.0, "--timeout", parser=timeout_t, metavar="S", help=plugin_timeout_help),
+    )
 
     @app.command(help="Check this environment for the planned DSv4 job (the default).", epilog=EXIT_CODES_HELP)
     def check(
         cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
-        dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
-        gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
-        python: str | None = Option(None, "--python", metavar="PATH", help=python_help),
-        timeout: float | None = Option(None, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
-        only: list[str] | None = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
-        skip: list[str] | None = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
-        format: str = Option("text", "-f", "--format", click_type=report_formats, help=format_help),
-        output: str | None = Option(None, "-o", "--output", metavar="FILE", help=output_help),
+        dsa_backend: str | None = shared.dsa_backend,
+        gpu_arch: str | None = shared.gpu_arch,
+        python: str | None = shared.python,
+        timeout: float | None = shared.timeout,
+        only: list[str] | None = shared.only,
+        skip: list[str] | None = shared.skip,
+        format: str = shared.format,
+        output: str | None = shared.output,
         strict: bool = Option(False, "--strict", help="Warnings fail too (exit 1)."),
         static_only: bool = Option(False, "--static-only", help="Skip every check that imports packages "
                                    "(metadata, file locations and ast only)."),
-        no_smoke: bool = Option(False, "--no-smoke", help="Skip the smoke forward."),
+        no_smoke: bool = shared.no_smoke,
         device: str = Option("auto", "--device", click_type=device_choice, help="Where the smoke forward runs: "
                              "auto (a GPU when one is visible, else skipped), cuda, cpu."),
-        distributed: bool | None = Option(None, "--distributed/--no-distributed", help=dist_help,
-                                             rich_help_panel=fleet, show_default=False),
-        fleet_port: int | None = Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
-        fleet_wait: float | None = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
-        anonymize_hosts: bool = Option(False, "--anonymize-hosts", help=anon_help),
-        verbose_ranks: bool = Option(False, "--verbose-ranks", help=ranks_help),
-        verbose: int = Option(0, "-v", "--verbose", count=True, help=verbose_help),
-        no_kernel_cache: bool = Option(False, "--no-kernel-cache", help=cache_help),
+        distributed: bool | None = shared.distributed,
+        fleet_port: int | None = shared.fleet_port,
+        fleet_wait: float | None = shared.fleet_wait,
+        anonymize_hosts: bool = shared.anonymize_hosts,
+        verbose_ranks: bool = shared.verbose_ranks,
+        verbose: int = shared.verbose,
+        no_kernel_cache: bool = shared.no_kernel_cache,
         job_args: str | None = Option(None, "--job-args", metavar="CMD", help=job_args_help),
     ) -> None:
         take("check", locals())
@@ -202,22 +223,21 @@ def _app():
     def smoke(
         cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N",
                                    help="Context-parallel size of the planned job (1-1024; default 1)."),
-        dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
-        gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
-        python: str | None = Option(None, "--python", metavar="PATH", help=python_help),
-        timeout: float | None = Option(None, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
-        format: str = Option("text", "-f", "--format", click_type=report_formats, help=format_help),
-        output: str | None = Option(None, "-o", "--output", metavar="FILE", help=output_help),
-        distributed: bool | None = Option(None, "--distributed/--no-distributed", help=dist_help,
-                                             show_default=False),
-        fleet_port: int | None = Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
-        fleet_wait: float | None = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
-        anonymize_hosts: bool = Option(False, "--anonymize-hosts", help=anon_help),
-        verbose_ranks: bool = Option(False, "--verbose-ranks", help=ranks_help),
-        verbose: int = Option(0, "-v", "--verbose", count=True, help=verbose_help),
+        dsa_backend: str | None = shared.dsa_backend,
+        gpu_arch: str | None = shared.gpu_arch,
+        python: str | None = shared.python,
+        timeout: float | None = shared.timeout,
+        format: str = shared.format,
+        output: str | None = shared.output,
+        distributed: bool | None = shared.distributed,
+        fleet_port: int | None = shared.fleet_port,
+        fleet_wait: float | None = shared.fleet_wait,
+        anonymize_hosts: bool = shared.anonymize_hosts,
+        verbose_ranks: bool = shared.verbose_ranks,
+        verbose: int = shared.verbose,
         device: str = Option("auto", "--device", click_type=device_choice,
                              help="auto: the GPU when torch sees one, else the CPU."),
-        no_kernel_cache: bool = Option(False, "--no-kernel-cache", help=cache_help),
+        no_kernel_cache: bool = shared.no_kernel_cache,
     ) -> None:
         take("smoke", locals())
 
@@ -225,7 +245,7 @@ def _app():
     def list_(
         format: str = Option("text", "-f", "--format", click_type=Choice(["text", "json", "markdown"]),
                              help="text, json, or markdown (the rules table of docs/rules.md)."),
-        timeout: float = Option(30.0, "--timeout", parser=timeout_t, metavar="S", help=plugin_timeout_help),
+        timeout: float = shared.plugin_timeout,
     ) -> None:
         take("list", locals())
 
@@ -234,7 +254,7 @@ def _app():
         check_id: str = typer.Argument(..., metavar="ID", help="A check id from `dsv4-doctor list`."),
         format: str = Option("text", "-f", "--format", click_type=Choice(["text", "json"]),
                              help="text, or json (the check's entry of `list -f json`)."),
-        timeout: float = Option(30.0, "--timeout", parser=timeout_t, metavar="S", help=plugin_timeout_help),
+        timeout: float = shared.plugin_timeout,
     ) -> None:
         take("explain", locals())
 
@@ -242,12 +262,12 @@ def _app():
                  epilog=FIX_EPILOG)
     def fix(
         cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
-        dsa_backend: str | None = Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
-        gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
-        python: str | None = Option(None, "--python", metavar="PATH", help=python_help),
-        timeout: float | None = Option(None, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
-        only: list[str] | None = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
-        skip: list[str] | None = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
+        dsa_backend: str | None = shared.dsa_backend,
+        gpu_arch: str | None = shared.gpu_arch,
+        python: str | None = shared.python,
+        timeout: float | None = shared.timeout,
+        only: list[str] | None = shared.only,
+        skip: list[str] | None = shared.skip,
         apply: bool = Option(False, "--apply", help="Run the plan's pip steps with the target's pip, then re-check. "
                              "Manual steps (torch) and job settings are never run."),
         yes: bool = Option(False, "--yes", "-y", help="Do not ask before applying (needed without a terminal)."),
@@ -271,22 +291,21 @@ def _app():
             "that states its own must agree.")),
         python: str | None = Option(None, "--python", metavar="PATH", help=(
             "Interpreter to inspect (default: the one running the doctor; in a job script, the job's python).")),
-        timeout: float | None = Option(None, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
-        only: list[str] | None = Option(None, "--only", metavar="ID[,ID...]", help=only_help),
-        skip: list[str] | None = Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
+        timeout: float | None = shared.timeout,
+        only: list[str] | None = shared.only,
+        skip: list[str] | None = shared.skip,
         strict: bool = Option(False, "--strict", help="Warnings block the command too."),
-        no_smoke: bool = Option(False, "--no-smoke", help="Skip the smoke forward."),
+        no_smoke: bool = shared.no_smoke,
         dry_run: bool = Option(False, "--dry-run", help="Check, report, and stop before running the command."),
         report: str | None = Option(None, "--report", metavar="FILE", help=(
             "Also write the JSON report to FILE (for the job's logs).")),
-        distributed: bool | None = Option(None, "--distributed/--no-distributed", help=dist_help,
-                                             show_default=False),
-        fleet_port: int | None = Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
-        fleet_wait: float | None = Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
-        anonymize_hosts: bool = Option(False, "--anonymize-hosts", help=anon_help),
-        verbose_ranks: bool = Option(False, "--verbose-ranks", help=ranks_help),
-        verbose: int = Option(0, "-v", "--verbose", count=True, help=verbose_help),
-        no_kernel_cache: bool = Option(False, "--no-kernel-cache", help=cache_help),
+        distributed: bool | None = shared.distributed,
+        fleet_port: int | None = shared.fleet_port,
+        fleet_wait: float | None = shared.fleet_wait,
+        anonymize_hosts: bool = shared.anonymize_hosts,
+        verbose_ranks: bool = shared.verbose_ranks,
+        verbose: int = shared.verbose,
+        no_kernel_cache: bool = shared.no_kernel_cache,
         job_command: list[str] | None = typer.Argument(None, metavar="-- COMMAND [ARG ...]", show_default=False,
                                                          help="The training command, after `--`."),
     ) -> None:
