@@ -56,6 +56,26 @@ def doctor_modules() -> dict[str, Path]:
     return out
 
 
+
+def import_loops(graph: dict[str, set[str]]) -> list[str]:
+    """Every cycle a depth-first walk of the import graph meets, as "a -> b -> a"."""
+    loops: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                loops.append(" -> ".join(trail[trail.index(dep):] + [dep]))
+            elif dep not in state:
+                visit(dep, trail + [dep])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return loops
+
 def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
     """The doctor modules `module` imports (relative imports, lazy ones inside functions included)."""
     package = module.split(".") if path.name == "__init__.py" and module != "doctor" else module.split(".")[:-1]
@@ -109,21 +129,7 @@ def test_no_import_loop_between_units():
         graph.setdefault(mine, set()).update(d for d in map(group_of, imports_of(module, path, set(modules)))
                                              if d != mine)
     graph.get("doctor", set()).clear()  # the package itself: its __init__ holds only the version
-    loops = []
-    state: dict[str, int] = {}
-
-    def visit(node: str, trail: list[str]) -> None:
-        state[node] = 1
-        for dep in sorted(graph.get(node, ())):
-            if state.get(dep) == 1:
-                loops.append(" -> ".join(trail[trail.index(dep):] + [dep]))
-            elif dep not in state:
-                visit(dep, trail + [dep])
-        state[node] = 2
-
-    for node in sorted(graph):
-        if node not in state:
-            visit(node, [node])
+    loops = import_loops(graph)
     assert not loops, "import loops:\n" + "\n".join(loops)
 
 
@@ -177,21 +183,7 @@ def test_no_import_loop_among_the_checks_modules():
     graph = {m: checks_imports(m, p, set(modules)) for m, p in modules.items()}
     assert graph["job_checks"] >= {"_job_cp", "_job_settings", "_job_verdict"}  # the reader sees real edges
     assert "smoke._causes" in graph["smoke.thd_cp"] and "fixes" in graph["frontend_fixes"]
-    loops: list[str] = []
-    state: dict[str, int] = {}
-
-    def visit(node: str, trail: list[str]) -> None:
-        state[node] = 1
-        for dep in sorted(graph.get(node, ())):
-            if state.get(dep) == 1:
-                loops.append(" -> ".join(trail[trail.index(dep):] + [dep]))
-            elif dep not in state:
-                visit(dep, trail + [dep])
-        state[node] = 2
-
-    for node in sorted(graph):
-        if node not in state:
-            visit(node, [node])
+    loops = import_loops(graph)
     assert not loops, "import loops among the checks modules:\n" + "\n".join(loops)
 
 
