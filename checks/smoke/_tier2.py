@@ -6,7 +6,18 @@ from __future__ import annotations
 
 from dsv4_doctor.model import Context, Result, Status, errored, failed
 
-from ._causes import tier2_fixes, tier2_rules
+from ._causes import crash_cause, crash_text, tier2_fixes, tier2_rules
+
+
+def _known_crash(ctx: Context, err: dict, what: str, evidence: dict, log_tail: str = "") -> Result | None:
+    """A tier-2 error of a known GPU cause (no kernel image, out of memory, ...): that cause's sentence and fix."""
+    text = crash_text(f"{err.get('type')}: {err.get('message')}", "\n".join(map(str, err.get("where", []))), log_tail)
+    cause = crash_cause(ctx, text, what=what)
+    if cause is None:
+        return None
+    from .thd_cp import cause_result
+
+    return cause_result(cause, text, dict(evidence, crash_text=text))
 
 def tier2_result(ctx: Context, data: dict, evidence: dict) -> Result | None:
     """A Result for a failed tier 2, or None when it passed, did not run, or stopped at what a rule reports."""
@@ -26,6 +37,9 @@ def tier2_result(ctx: Context, data: dict, evidence: dict) -> Result | None:
                 # repeating it. When the rule passed (or did not run), the layer's failure is this check's finding.
                 t2["deferred_to"] = rule
                 continue
+            known = _known_crash(ctx, err, f"the DSv4 hybrid attention layer ({label})", evidence)
+            if known is not None:
+                return known
             return failed(
                 f"the DSv4 hybrid attention layer ({label}) failed at {t2.get('stage')}: {err.get('type')}: "
                 f"{err.get('message')}", "\n".join(map(str, err.get("where", []))),
@@ -80,6 +94,9 @@ def fused_result(ctx: Context, fused: dict, evidence: dict) -> Result | None:
             if failing:
                 fused["deferred_to"] = failing[0]
                 return None
+            known = _known_crash(ctx, err, f"the {label} DSv4 layer build", evidence, str(b.get("log_tail") or ""))
+            if known is not None:
+                return known
             return failed(f"the {label} DSv4 layer build failed at {b.get('stage')}: {err.get('type')}: "
                           f"{err.get('message')}", "\n".join(map(str, err.get("where", []))) or b.get("log_tail", ""),
                           fixes=tier2_fixes(err, ctx), evidence=evidence)
