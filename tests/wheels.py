@@ -49,6 +49,10 @@ WHEELS = {
     "cuda-bindings-13.4.4": ("cuda-bindings==13.4.4", []),
     "cuda-pathfinder-1.9.1": ("cuda-pathfinder==1.9.1", []),
     "numpy-2.4.6": ("numpy==2.4.6", []),
+    # NVIDIA's own device-code tools (47 MB and 0.3 MB): ptxas and fatbinary build cubins, PTX and fatbins of known
+    # archs for the fatbin reader's tests, and cuobjdump lists them as the oracle.
+    "nvidia-cuda-nvcc-13.5.37": ("nvidia-cuda-nvcc==13.5.37", []),
+    "nvidia-cuda-cuobjdump-13.5.37": ("nvidia-cuda-cuobjdump==13.5.37", []),
 }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 
-from dsv4_doctor.model import Context, Fix, Phase
+from dsv4_doctor.model import Context, Fix, Phase, Result, errored, failed
 from dsv4_doctor.redact import Redactor
 
 from .. import fixes, frontend_fixes
@@ -172,3 +172,11 @@ def crash_cause(ctx: Context, text: str, *, what: str = "the probe", hint: str |
     why, found = hidden_cause(ctx, driver_gets(ctx)[0])
     return {"cause": cause, "rule": "gpu.devices", "fixes": found,
             "summary": f"{what} found no GPU, so the GPU was not tested: {why}"}
+
+
+def cause_result(cause: dict, details: str, evidence: dict) -> Result:
+    """A crash of known cause: out of memory is an `error` (nothing was tested; gpu.memory says who holds it), every
+    other cause a `fail` with its fix."""
+    if cause["cause"] == "oom":
+        return errored(cause["summary"], details, evidence=evidence)
+    return failed(cause["summary"], details, fixes=cause["fixes"], evidence=evidence)

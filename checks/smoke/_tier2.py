@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dsv4_doctor.model import Context, Result, Status, errored, failed
 
-from ._causes import crash_cause, crash_text, tier2_fixes, tier2_rules
+from ._causes import cause_result, crash_cause, crash_text, tier2_fixes, tier2_rules
 
 
 def _known_crash(ctx: Context, err: dict, what: str, evidence: dict, log_tail: str = "") -> Result | None:
@@ -15,8 +15,6 @@ def _known_crash(ctx: Context, err: dict, what: str, evidence: dict, log_tail: s
     cause = crash_cause(ctx, text, what=what)
     if cause is None:
         return None
-    from .thd_cp import cause_result
-
     return cause_result(cause, text, dict(evidence, crash_text=text))
 
 def tier2_result(ctx: Context, data: dict, evidence: dict) -> Result | None:

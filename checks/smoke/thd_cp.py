@@ -11,7 +11,7 @@ from dsv4_doctor.probes import Probe
 
 from .. import fixes
 from .._upstream import EAV, gh, mlm
-from ._causes import RULE_FIXES, crash_cause, crash_text
+from ._causes import RULE_FIXES, cause_result, crash_cause, crash_text
 from ._tier2 import describe_tier2, tier2_result
 
 MEMORY_LIMIT_MIB = 1024
@@ -114,14 +114,6 @@ def crashed(ctx: Context, result) -> Result:
         return errored(f"the smoke probe {result.error}", text, evidence=evidence)
     evidence["cause"] = cause["cause"]
     return cause_result(cause, text, evidence)
-
-
-def cause_result(cause: dict, details: str, evidence: dict) -> Result:
-    """A crash of known cause: out of memory is an `error` (nothing was tested; gpu.memory says who holds it), every
-    other cause a `fail` with its fix."""
-    if cause["cause"] == "oom":
-        return errored(cause["summary"], details, evidence=evidence)
-    return failed(cause["summary"], details, fixes=cause["fixes"], evidence=evidence)
 
 
 def torch_missing(ctx: Context) -> Result | None:
