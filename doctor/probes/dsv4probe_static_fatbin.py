@@ -175,8 +175,9 @@ def _shared_objects(directory):
 def objects_of(located, top):
     """The shared objects of a located module: an extension module itself; for a package, those in its folders (and
     their lib/ folders), and lib<top>.so beside the package (where TE's core may sit)."""
-    if located.get("kind") == "extension" and located.get("origin"):
-        return [located["origin"]]
+    origin = located.get("origin") or ""
+    if located.get("kind") == "extension" or origin.endswith(".so") or ".so." in os.path.basename(origin):
+        return [origin] if origin else []
     found = []
     for folder in located.get("locations") or []:
         found += _shared_objects(folder)
