@@ -331,3 +331,86 @@ def test_gpu_memory_fails_full_warns_busy_and_names_holders(tmp_path, bare_pytho
     assert unseen["status"] == "warn" and "held outside this container" in unseen["summary"]
     ok = judge(None, bare_python, "gpu.memory", probe_env=stub_smi(tmp_path))
     assert ok["status"] == "pass" and "143271 of 143771 MiB free" in ok["summary"]
+
+
+@needs_tools
+def test_te_built_for_another_gpu_fails_te_import(tmp_path, bare_python, built):
+    from fakes import fake_te
+
+    def build(site):
+        fake_te(site, "2.12.0")
+        shutil.copy(built["flashmla_sm90"], site.root / "transformer_engine" / "libtransformer_engine.so")
+    env = Env(tmp_path).fake("te", build)
+    row = judge(env, bare_python, "te.import", gpu_arch="10.0")
+    assert row["status"] == "fail" and "libtransformer_engine.so holds sm_90a" in row["summary"], row["summary"]
+    assert row["fixes"][0]["id"] == "te-arch:100" and "NVTE_CUDA_ARCHS=100" in row["fixes"][0]["description"]
+    ok = judge(env, bare_python, "te.import", gpu_arch="9.0")
+    assert ok["status"] == "pass" and "sm_90a" in ok["summary"]
+
+
+def crashing_flash_mla(site):
+    """A FlashMLA built for SM100 on an H200, as recorded there: the CUDA error on stderr, then a segfault."""
+    fake_flash_mla(site, "nv_dev")
+    site.file("flash_mla/flash_mla_interface.py", "import os, signal, sys\n\n\n"
+              "def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None,\n"
+              "                         indexer_topk=0):\n"
+              f"    sys.stderr.write({H200_NO_KERNEL!r} + '\\n')\n    sys.stderr.flush()\n"
+              "    os.kill(os.getpid(), signal.SIGSEGV)\n")
+
+
+@torch_only
+def test_a_kernel_sub_run_that_segfaults_names_the_wrong_arch_and_its_fix(tmp_path):
+    env = Env(tmp_path).fake("flash_mla", crashing_flash_mla)
+    row = judge(env, sys.executable, "smoke.dsv4-kernels", device="cpu", cp=1, gpu_arch="9.0")
+    fm = row["evidence"]["subruns"]["flashmla"]
+    assert fm["status"] == "fail" and fm["cause"] == "wrong-arch", fm
+    assert row["status"] == "fail" and "no kernel image is available" in row["summary"], row["summary"]
+    assert "phase1.cuh:687" in row["summary"] and "SIGSEGV" in fm["crash_text"]
+    assert "probe" not in row["summary"].split("(")[0]  # the cause, not "the probe killed by SIGSEGV"
+    assert any("FLASH_MLA_DISABLE_SM100=1" in c for f in row["fixes"] for c in f["commands"])
+
+
+@torch_only
+def test_with_a_listed_gpu_the_kernel_sub_runs_never_fall_back_to_the_cpu(tmp_path):
+    env = Env(tmp_path).fake("flash_mla", fake_flash_mla, "nv_dev")
+    smi = stub_smi(tmp_path)
+    smi["CUDA_VISIBLE_DEVICES"] = ""
+    row = judge(env, sys.executable, "smoke.dsv4-kernels", cp=1, probe_env=smi)
+    fm = row["evidence"]["subruns"]["flashmla"]
+    assert fm["status"] == "fail" and fm["cause"] == "no-device", fm
+    assert "the GPU was not tested" in row["summary"] and "CUDA_VISIBLE_DEVICES is set empty" in row["summary"]
+    assert [f["id"] for f in row["fixes"]] == ["cuda-visible-devices"]
+    assert "refuses CPU tensors" not in str(row)
+
+
+@pytest.mark.slow  # the smoke probe imports torch
+@torch_only
+def test_the_smoke_names_the_hidden_gpu_cause_and_no_torch_reinstall(tmp_path):
+    smi = stub_smi(tmp_path)
+    smi["CUDA_VISIBLE_DEVICES"] = ""
+    row = judge(None, sys.executable, "smoke.thd-cp", probe_env=smi)
+    assert row["status"] == "fail" and "CUDA_VISIBLE_DEVICES is set empty" in row["summary"], row["summary"]
+    assert [f["id"] for f in row["fixes"]] == ["cuda-visible-devices"]
+
+
+def test_a_driver_older_than_torchs_cuda_is_named(tmp_path, bare_python, monkeypatch):
+    from fakes import fake_torch
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    env = Env(tmp_path).fake("torch", fake_torch)
+    row = judge(env, bare_python, "gpu.devices", probe_env=stub_smi(tmp_path, driver="550.54.15"))
+    assert row["status"] == "fail" and "older than the CUDA 13.0" in row["summary"], row["summary"]
+    assert [f["id"] for f in row["fixes"]] == ["setting:driver"]
+
+
+def test_an_oom_crash_of_the_smoke_probe_is_one_sentence_with_the_holder():
+    from dsv4_doctor.checks.smoke.thd_cp import crashed
+    from dsv4_doctor.probes import ProbeResult
+
+    result = ProbeResult("smoke", ok=False, error="stopped with AcceleratorError: CUDA error: out of memory",
+                         stderr_tail=H200_OOM)
+    row = crashed(_ctx(**{"nvidia-smi:memory": SMI_MEMORY, "nvidia-smi:compute-apps": SMI_APPS}), result)
+    assert row.status.value == "error" and "\n" not in row.summary
+    assert "held by pid 4242 (python3, 143700 MiB)" in row.summary and "CUDA_LAUNCH_BLOCKING" in row.details
+    unknown = crashed(_ctx(), ProbeResult("smoke", ok=False, error="killed by SIGSEGV", signal="SIGSEGV"))
+    assert unknown.summary == "the smoke probe killed by SIGSEGV"
