@@ -347,6 +347,15 @@ def te_import(ctx: Context) -> Result:
     err = result.get("error") if isinstance(result.get("error"), dict) else {}
     evidence["error"] = err
     missing = err.get("missing_module") if err.get("type") == "ModuleNotFoundError" else ""
+    from .smoke._causes import cause_of, crash_cause, crash_text
+
+    if cause_of(message) in ("oom", "driver", "no-device", "illegal-access"):
+        # A GPU state, not a broken install: no rebuild fixes it (TE touched CUDA while importing).
+        cause = crash_cause(ctx, crash_text(message), what="import transformer_engine.pytorch", hint="te.import")
+        if cause is not None:
+            evidence["crash_text"] = crash_text(message)
+            return errored(cause["summary"], evidence=evidence) if cause["cause"] == "oom" else failed(
+                cause["summary"], fixes=cause["fixes"], evidence=evidence)
     hint, found, more = _classify(ctx, message, cuda_major, str(missing or ""))
     evidence.update(more)
     return failed(

@@ -87,7 +87,9 @@ def fused_result(ctx: Context, fused: dict, evidence: dict) -> Result | None:
                            evidence=evidence)
         if b and not b.get("ok"):
             err = b.get("error") or {}
-            failing = [r for r in tier2_rules(err)
+            # A build that died (a segfault after a CUDA error) left its words in its log tail, not in an exception.
+            said = dict(err, message=f"{err.get('message') or ''}\n{b.get('log_tail') or ''}")
+            failing = [r for r in tier2_rules(said)
                        if (ctx.outcome(r) is not None and ctx.outcome(r).status in (Status.FAIL, Status.ERROR))]
             if failing:
                 fused["deferred_to"] = failing[0]

@@ -223,7 +223,9 @@ def smoke_dsv4_kernels(ctx: Context) -> Result:
     failed_runs = [n for n, r in rows.items() if r["status"] == "fail"]
     if failed_runs:
         n = failed_runs[0]
-        summary = f"{SUBRUN_TITLES[n]} ({rows[n]['rule']}): {rows[n]['summary']}"
+        # A crash of known cause is its own sentence (it names the sub-run); any other finding gets the title.
+        summary = rows[n]["summary"] if rows[n].get("cause") else \
+            f"{SUBRUN_TITLES[n]} ({rows[n]['rule']}): {rows[n]['summary']}"
         hint = ""
         if n == "dsa" and not rows[n].get("error"):  # wrong numbers, not a call that raised
             hint = ("A NaN or a wrong mask from the DSA indexer is the seed incident's signature (an H100 job went NaN "
@@ -235,7 +237,8 @@ def smoke_dsv4_kernels(ctx: Context) -> Result:
     errors = [n for n, r in rows.items() if r["status"] == "error"]
     if errors:
         n = errors[0]
-        return errored(f"{SUBRUN_TITLES[n]}: {rows[n]['summary']}", "Sub-runs: " + line, evidence=evidence)
+        return errored(rows[n]["summary"] if rows[n].get("cause") else f"{SUBRUN_TITLES[n]}: {rows[n]['summary']}",
+                       "Sub-runs: " + line, evidence=evidence)
     ran = [n for n, r in rows.items() if r["status"] == "pass"]
     # The summary is what the text report shows: which sub-runs ran, and why each other one did not.
     not_ran = "; ".join(f"{SUBRUN_TITLES[n]} did not run: {r['summary']}" for n, r in rows.items()
