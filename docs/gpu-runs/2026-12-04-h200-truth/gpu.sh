@@ -17,7 +17,7 @@ PY=${PY:-python3}
 S=~/stack; A=$S/all; W=$S/wh; B=~/built
 nvcc_path=$(command -v nvcc || true)
 export CUDA_HOME=${CUDA_HOME:-$( [ -n "$nvcc_path" ] && dirname "$(dirname "$(readlink -f "$nvcc_path")")" || echo /usr/local/cuda)}
-HERE=$(cd "$(dirname "$0")" && pwd)
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
 C=${PAYLOAD:-$ROOT/.gpu}
 OUTD=${OUT:-/tmp/out}

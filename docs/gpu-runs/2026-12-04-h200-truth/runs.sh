@@ -145,13 +145,23 @@ run_cases() {  # CASE...: the doctor from this tree, then each case in turn: it 
   cd "$WORK" || true
 }
 
+find_cuobjdump() {  # the toolkit's cuobjdump, else the one of the payload's nvidia-cuda-cuobjdump wheel
+  CUOBJDUMP=$(command -v cuobjdump || true)
+  [ -n "$CUOBJDUMP" ] || { [ -x "$CUDA_HOME/bin/cuobjdump" ] && CUOBJDUMP=$CUDA_HOME/bin/cuobjdump; }
+  if [ -z "$CUOBJDUMP" ]; then
+    mkdir -p ~/cuobjdump && $PY -m zipfile -e "$(ls $A/extra/nvidia_cuda_cuobjdump-*.whl | head -1)" ~/cuobjdump \
+      && CUOBJDUMP=$(find ~/cuobjdump -name cuobjdump -type f | head -1) && chmod +x "$CUOBJDUMP"
+  fi
+  ts "cuobjdump: ${CUOBJDUMP:-none} ($("${CUOBJDUMP:-false}" --version 2>&1 | tail -1))"
+}
+
 cubins() {  # LABEL FILE: cuobjdump's lists of cubins and PTX, and a count per arch
   local f=$R/cuobjdump-$1.txt
   [ -f "$2" ] || { echo "$1: no file $2" > "$f"; return; }
-  { echo "== $2 ($(stat -c %s "$2") bytes)"; echo "== cuobjdump --list-elf"; cuobjdump --list-elf "$2" 2>&1
-    echo "== cuobjdump --list-ptx"; cuobjdump --list-ptx "$2" 2>&1
-    echo "== cubins per arch"; cuobjdump --list-elf "$2" 2>/dev/null | grep -o -E 'sm_[0-9]+[a-z]?' | sort | uniq -c
-    echo "== PTX per arch"; cuobjdump --list-ptx "$2" 2>/dev/null | grep -o -E 'sm_[0-9]+[a-z]?' | sort | uniq -c; } > "$f"
+  { echo "== $2 ($(stat -c %s "$2") bytes), $CUOBJDUMP"; echo "== cuobjdump --list-elf"; "$CUOBJDUMP" --list-elf "$2" 2>&1
+    echo "== cuobjdump --list-ptx"; "$CUOBJDUMP" --list-ptx "$2" 2>&1
+    echo "== cubins per arch"; "$CUOBJDUMP" --list-elf "$2" 2>/dev/null | grep -o -E 'sm_[0-9]+[a-z]?' | sort | uniq -c
+    echo "== PTX per arch"; "$CUOBJDUMP" --list-ptx "$2" 2>/dev/null | grep -o -E 'sm_[0-9]+[a-z]?' | sort | uniq -c; } > "$f"
   ts "cuobjdump $1: $(sed -n '/cubins per arch/,/PTX per arch/p' "$f" | grep -v '==' | tr -s ' \n' ' ')"
 }
 
@@ -160,6 +170,7 @@ record() {  # what the stack was: packages, the GPU, the compiled extensions' ar
   site=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   $PY -m pip list > $R/pip-list.txt 2>&1; $PY -m pip check > $R/pip-check.txt 2>&1; echo "pip check: exit $?" >> $R/pip-check.txt
   { info; echo; nvidia-smi; nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv; } > $R/nvidia-smi.txt 2>&1
+  find_cuobjdump
   cubins flashmla-sm90a "$(find "$site/flash_mla" -maxdepth 1 -name '*.so' 2>/dev/null | head -1)"
   cubins flashmla-sm100 "$(find ~/flashmla-sm100/flash_mla -maxdepth 1 -name '*.so' 2>/dev/null | head -1)"
   cubins fast-hadamard "$(find "$site" -maxdepth 1 -name 'fast_hadamard_transform_cuda*.so' 2>/dev/null | head -1)"
