@@ -156,9 +156,10 @@ info() {
 install_doctor() {  # the doctor from this call's copy of the tree (the code as it is at the run)
   local log=$R/doctor-install.txt
   { echo "tree: $ROOT"; (cd "$ROOT" && find doctor checks pyproject.toml -type f -name '*' ! -path '*/__pycache__/*' \
-      -print0 | sort -z | xargs -0 sha256sum | sha256sum | sed 's/^/tree sha256 (doctor, checks, pyproject): /'); } > "$log"
+      -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | sed 's/^/tree sha256 (doctor, checks, pyproject): /'); } > "$log"
   # its one requirement the image does not meet (typer 0.27.2 there; the doctor declares >=0.28,<0.29)
   pipi $A/extra/doctordeps/*.whl >> "$log" 2>&1 && echo "installed: $(ls $A/extra/doctordeps)" >> "$log"
+  rm -rf "$ROOT/build" "$ROOT"/*.egg-info  # an earlier call's build output is kept in the tree: never reuse it
   (cd /tmp && $PY -m pip install --no-index --no-deps --no-build-isolation --force-reinstall --no-compile \
     --disable-pip-version-check -q "$ROOT") >> "$log" 2>&1 && ts "doctor $($PY -m dsv4_doctor --version 2>&1) installed from the tree" \
     || { ts "doctor install FAILED"; tail -20 "$log"; return 1; }
