@@ -12,7 +12,6 @@ asserts `total_cp_ranks * max_seqlen_per_dp_cp_rank >= seq_length`. The value he
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,7 +45,7 @@ def needed_length(job: Job) -> tuple[int | None, str]:
 
 def max_seqlen(needed: int | None, cp: int) -> int | None:
     """max_seqlen_per_dp_cp_rank: the longest sample over CP ranks, rounded up."""
-    return math.ceil(needed / cp) if needed is not None and cp > 0 else None
+    return -(-needed // cp) if needed is not None and cp > 0 else None  # exact: integers of any size
 
 
 def _stated(settings: dict[str, Setting], name: str) -> Any:
