@@ -416,6 +416,11 @@ def job_config(ctx: Context) -> Result | list[Finding]:
     if job.composed:
         return passed(f"the job's config composes (settings {job.read_by}); its numbers have the types and "
                       "ranges they need", evidence=evidence)
+    if job.checked_against:
+        evidence["checked_against"] = job.checked_against
+        return passed(f"the overrides fit {job.checked_against} (settings {job.read_by}): no `+` on a key it has, "
+                      "no plain override of a key it lacks; its numbers have the types and ranges they need",
+                      evidence=evidence)
     if job.kind == "megatron":
         return skipped("a Megatron-LM command (no Hydra config): its numeric settings are in range and typed",
                        evidence=evidence)

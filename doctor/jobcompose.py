@@ -93,8 +93,36 @@ def compose(session: Any, profile: Profile, preflight: bool) -> Profile:
     if why_not is not None:
         if pending:
             raise UsageError(pending)
-        return replace(profile, job=with_reason(job, f"read by the doctor ({why_not})"))
+        read_by = f"read by the doctor ({why_not})"
+        errors: list[str] = []
+        against = None
+        if answer.get("verl_dir") and why_not.startswith("Hydra"):
+            errors, against = _judged_without_hydra(job, answer)
+        return replace(profile, job=replace(job, read_by=read_by, config_errors=job.config_errors + errors,
+                                            checked_against=against))
     return _apply(profile, job, answer)
+
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+
+def _judged_without_hydra(job: Job, found: dict) -> tuple[list[str], str | None]:
+    """verl's files are readable, Hydra is not importable: the overrides against verl's generated config (None:
+    there is none for the command's config)."""
+    from .job.generated import generated_file, judge
+
+    options = _hydra_options(job)
+    if options["config_path"] not in (None, "config") or job.trainer == "sft":
+        return [], None
+    name = generated_file(options["config_name"], _overrides(job))
+    path = os.path.join(str(found["verl_dir"]), "trainer", "config", name) if name else None
+    try:
+        with open(path or "", "rb") as f:  # hostile input: bounded, decoded leniently
+            text = f.read(MAX_CONFIG_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return [], None
+    where = f"verl {found.get('verl')}'s {name}"
+    return judge(text, _overrides(job), f"read by the doctor in {where}"), where
 
 
 def _run(session: Any, job: Job, preflight: bool) -> tuple[dict, str | None]:
@@ -104,10 +132,11 @@ def _run(session: Any, job: Job, preflight: bool) -> tuple[dict, str | None]:
     locations = verl.get("locations") or []
     if not verl.get("found") or not locations:
         return {}, "verl is not in the target"
+    located = {"verl_dir": locations[0], "verl": facts.version("verl") or "(no metadata)"}
     parts = (job.entry or "").split(".")[1:]
     entry_file = os.path.join(locations[0], *parts) + ".py"
     if not os.path.isfile(entry_file):
-        return {}, f"the entry module {job.entry} is not in the target's verl"
+        return located, f"the entry module {job.entry} is not in the target's verl"
     tmp = session.procs.tempdir()
     words_file = os.path.join(tmp, "words.json")
     descriptor = os.open(words_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -128,15 +157,15 @@ def _run(session: Any, job: Job, preflight: bool) -> tuple[dict, str | None]:
     if isinstance(failure, dict):
         missing = failure.get("missing_module")
         if missing in ("hydra", "omegaconf"):
-            return {}, "Hydra not in the target"
-        return {}, (f"Hydra does not import in the target: {str(failure.get('type'))[:60]}: "
+            return located, "Hydra not in the target"
+        return located, (f"Hydra does not import in the target: {str(failure.get('type'))[:60]}: "
                     f"{str(failure.get('message'))[:200]}")
     if data.get("hydra") is None and data.get("error") is None:
-        return {}, "Hydra not in the target"
+        return located, "Hydra not in the target"
     error = data.get("error")
     if isinstance(error, dict) and error.get("kind") == "entry":
-        return {}, str(error.get("message"))[:300]
-    return dict(data, verl=facts.version("verl") or "(no metadata)"), None
+        return located, str(error.get("message"))[:300]
+    return dict(data, **located), None
 
 
 def _not_known(job: Job, why: str) -> Job:
@@ -180,7 +209,8 @@ def _apply(profile: Profile, job: Job, answer: dict) -> Profile:
     roles: dict[str, dict[str, Setting]] = {}
     common: dict[str, Setting] = {}
     errors: list[str] = []
-    settings = answer.get("settings") if isinstance(answer.get("settings"), dict) else {}
+    given = answer.get("settings")
+    settings: dict = given if isinstance(given, dict) else {}
     for path, (role, name) in selected_paths(job).items():
         got = settings.get(path)
         if not isinstance(got, dict):

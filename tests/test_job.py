@@ -31,7 +31,7 @@ OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"
 def verl_example(actor_cp: int, cp_args: bool = True, prompt: int = 2048, response: int = 10240) -> list[str]:
     """verl's examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh (@1dda039b), as bash hands it to python:
     the ACTOR block, and CP_ARGS only `if [ "${ACTOR_CP}" -gt 1 ]` (and here only when asked)."""
-    argv = ["python3", "-m", "verl.trainer.main_ppo", "algorithm.adv_estimator=grpo",
+    argv = ["python3", "-m", "verl.trainer.main_ppo", "algorithm.adv_estimator=grpo", "model_engine=megatron",
             f"data.max_prompt_length={prompt}", f"data.max_response_length={response}",
             "actor_rollout_ref.model.use_fused_kernels=True", "actor_rollout_ref.model.use_remove_padding=True",
             "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1",

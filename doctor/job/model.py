@@ -11,6 +11,11 @@ from ..model import UsageError
 from .keys import BRIDGE_DECIDES
 
 
+class Unexpanded(str):
+    """The value of a setting a whole unexpanded shell word (or a structure the reader does not take apart) may
+    hold: the word itself, not known."""
+
+
 @dataclass
 class Setting:
     value: Any  # int, float, bool, None or str, parsed as Hydra/argparse would
@@ -25,22 +30,20 @@ class Setting:
     def type(self) -> str:
         """The value's type as the job gets it (OmegaConf's `oc.env` gives text: "str")."""
         value = self.value
-        return "null" if value is None else "bool" if isinstance(value, bool) else type(value).__name__ \
-            if isinstance(value, (int, float, str)) else "str"
+        if isinstance(value, Unexpanded):
+            return "not known"
+        return "null" if value is None else "bool" if isinstance(value, bool) else "int" if isinstance(value, int) \
+            else "float" if isinstance(value, float) else "str"
 
     def to_dict(self) -> dict:
-        out = {"value": self.value, "raw": self.raw, "type": self.type, "source": self.source}
+        value = str(self.value) if isinstance(self.value, Unexpanded) else self.value
+        out = {"value": value, "raw": self.raw, "type": self.type, "source": self.source}
         if self.resolved:
             out["resolved"] = self.resolved
         return out
 
 
 _VARIABLE = re.compile(r"\$(\{|[A-Za-z_(@*])")
-
-
-class Unexpanded(str):
-    """The value of a setting a whole unexpanded shell word (or a structure the reader does not take apart) may
-    hold: the word itself, not known."""
 
 
 def is_interpolation(value: Any) -> bool:
@@ -116,6 +119,7 @@ class Job:
     hidden: list[str] = field(default_factory=list)
     hidden_launcher: list[str] = field(default_factory=list)  # such words among the launcher's options
     overrides: list[str] = field(default_factory=list)  # verl: the words after the entry, as given (never reported)
+    checked_against: str | None = None  # no Hydra: the verl generated config the overrides were judged against
     unknown_why: str | None = None  # why every setting is not known (the composition failed, Hydra refused it)
     at_preflight: bool = False  # preflight execs the job in this environment: a missing oc.env variable fails it
     trainer: str = "ppo"  # verl's entry: "ppo" (the actor/ref/critic roles) or "sft" (its engine.* keys)
@@ -221,6 +225,7 @@ class Job:
             "read_by": self.read_by, **({"composed": self.composed} if self.composed else {}),
             **({"config_errors": self.config_errors[:8]} if self.config_errors else {}),
             **({"hidden": self.hidden[:8]} if self.hidden else {}),
+            **({"checked_against": self.checked_against} if self.checked_against else {}),
             **({"trainer": self.trainer} if self.kind == "verl" else {}),
             **(self.decisions.to_dict() if self.decisions is not None else {}),
         }

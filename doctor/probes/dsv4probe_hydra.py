@@ -51,10 +51,13 @@ def decorator_config(entry_file):
 
 
 def override_key(word):
-    """The key an override word sets (`++a.b=1` -> a.b), or None for a word that is no override."""
+    """The key an override word sets (`++a.b=1` -> a.b), or None for a word that is no override or a config group
+    choice (`engine=megatron` picks a file; a dict value, `engine={...}`, sets keys)."""
     text = word.lstrip("+~")
-    key = text.split("=", 1)[0]
-    return key if key and not word.startswith("-") else None
+    key, _, value = text.partition("=")
+    if not key or word.startswith("-") or ("." not in key and not value.strip().startswith("{")):
+        return None
+    return key
 
 
 def typed(value):
