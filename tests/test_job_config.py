@@ -236,3 +236,16 @@ def test_job_numbers_are_exact_and_bounded():
     # Text longer than any integer Python parses stays text, and is out of range, not a crash.
     rows = job_rows_in_process([*PPO, f"{CP}=2", "data.max_prompt_length=" + "7" * 5000])
     assert rows["job.config"]["status"] == "fail" and "out of range" in rows["job.config"]["summary"]
+
+
+def test_a_composition_that_crashes_leaves_the_settings_not_known(bare_python, hydra_sites, tmp_path):
+    """A Hydra that kills its interpreter at import (no release does: a fake in front of the real one) is no answer:
+    the settings are not known, with the reason, and the CP rules run as for CP > 1."""
+    fake = tmp_path / "site" / "hydra"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    rows = composed(bare_python, (tmp_path / "site", *hydra_sites), [*PPO, f"{CP}=1"])
+    job = rows["_profile"]["job"]
+    assert job["read_by"].startswith("not known: the composition in the target failed") and "SIGSEGV" in \
+        job["read_by"], job["read_by"]
+    assert rows["_profile"]["cp"] == 2 and job["cp_known"] is False and "composition" in job["not_known"]
