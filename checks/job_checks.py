@@ -397,7 +397,7 @@ def job_config(ctx: Context) -> Result | list[Finding]:
     overrides. Where the target has Hydra and verl, the doctor composes it there, as the job will (nothing is
     instantiated; only the settings the job checks read are resolved), and Hydra's or OmegaConf's errors fail
     this row with their message: `+key=...` on a key verl's config has ("Could not append to config. An item is
-    already at ..."), `key=...` on one it lacks ("Could not override ..."), bad override grammar. A whole-number
+    already at ..."), a plain override of one it lacks ("Could not override ..."), bad override grammar. A whole-number
     setting given as text fails too: OmegaConf's `${oc.env:NAME}` returns a string, with or without a default,
     so `context_parallel_size=${oc.env:CP}` gives verl `'2'` and it stops with "TypeError: unsupported operand
     type(s) for %: 'int' and 'str'"; write `'${oc.decode:${oc.env:NAME}}'`. A numeric setting outside its range
