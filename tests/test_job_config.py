@@ -173,8 +173,10 @@ def test_the_reader_takes_the_sft_engine_keys_and_dict_overrides():
     assert any("engine.override_transformer_config." in f["description"] for f in rows["job.cp-args"]["fixes"])
     job = parse([*PPO, f"{ACTOR}={{context_parallel_size:2,tensor_model_parallel_size:1}}"])
     assert job.cp() == 2 and job.roles["actor"]["tp"].value == 1
-    nested = parse([*PPO, f"{ACTOR}={{context_parallel_size:2,override_transformer_config:{{a:1}}}}"])
-    assert nested.cp() is None  # a nested dict the reader does not take apart: not known, never the default
+    nested = [*PPO, f"{ACTOR}={{context_parallel_size:2,override_transformer_config:{{a:1}}}}"]
+    assert parse(nested).cp() is None  # a nested dict the reader does not take apart: not known, never the default
+    decisions = job_profile(Profile(), nested, None, None).job.decisions
+    assert decisions.cp_known is False and "is nested" in decisions.not_known
 
 
 def test_the_reader_types_oc_env_as_omegaconf_does(monkeypatch):
@@ -186,6 +188,9 @@ def test_the_reader_types_oc_env_as_omegaconf_does(monkeypatch):
     rows = job_rows_in_process([*PPO, f"{CP}='${{oc.decode:${{oc.env:DOCTOR_CP_SIZE}}}}'"])
     assert rows["_profile"]["job"]["roles"]["actor"]["cp"]["type"] == "int" and rows["_profile"]["cp"] == 2
     assert rows["job.config"]["status"] == "skip"  # no Hydra here: whether Hydra accepts it is not judged
+    # Unquoted, Hydra's grammar refuses the nested interpolation (as the composed path shows): the reader says so.
+    rows = job_rows_in_process([*PPO, f"{CP}=${{oc.decode:${{oc.env:DOCTOR_CP_SIZE}}}}"])
+    assert rows["job.config"]["status"] == "fail" and "must be quoted" in rows["job.config"]["summary"]
     with pytest.raises(UsageError, match="cannot resolve"):  # unresolvable: not known, never guessed
         job_profile(Profile(), [*PPO, f"{CP}=${{oc.env:DOCTOR_UNSET_CP}}"], None, None)
 

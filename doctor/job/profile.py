@@ -112,6 +112,9 @@ def _hidden_cp_profile(base: Profile, job: Job, given_cp: int | None, backend: s
         why = f"the job's context_parallel_size is not known ({cp_setting.resolved[:300]})" \
             if cp_setting is not None and cp_setting.resolved and "out of range" not in cp_setting.resolved else \
             "the job's context_parallel_size is out of range (see job.config), so it is not known"
+    elif words[-1].endswith("={...}"):
+        why = (f"the command's dict override {words[-1]!r} is nested, which the doctor's reader does not take "
+               "apart, so the settings it may hold are not known")
     else:
         why = (f"the command's word {words[-1]!r} is not expanded (a shell variable, array or command "
                "substitution), so the settings it may hold are not known")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 from ..model import UsageError
 from .keys import (CONFIG_FIELDS, CONFIG_FILE_FLAGS, HYDRA_OVERRIDE, MEGATRON_FLAGS, ROLE_HEADS, VERL_COMMON,
@@ -47,6 +48,10 @@ def parse_hydra(args: list[str], job: Job) -> None:
             _delete(job, key)
             continue
         assert raw is not None
+        if not raw.strip().startswith(("'", '"')) and re.search(r"\$\{[^{}]*\$\{", raw):
+            # Hydra's override grammar cannot parse a nested interpolation unquoted (OverrideParseException).
+            job.config_errors.append(f"Error parsing override '{key[:120]}=...': a nested interpolation must be "
+                                     f"quoted in Hydra's override grammar: {key[:120]}='{raw[:80]}'")
         if key in VERL_COMMON:
             put(job.common, VERL_COMMON[key], raw)
             continue
