@@ -145,15 +145,18 @@ def test_the_readers_judgement_of_plus_and_missing_keys_matches_hydra(
              f"{ACTOR}.override_transformer_config.cp_partition_mode=x", "+data.max_prompt_length=2",
              "data.max_prompt_length=2", f"{ACTOR}.override_transformer_config.recompute_method=uniform"]
     probe = REPO / "doctor" / "probes" / "dsv4probe_hydra.py"
-    for word in words:
-        words_file = tmp_path / "words.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, hydra_sites)))
+    running = []
+    for i, word in enumerate(words):  # one real composition per word, all at once
+        words_file = tmp_path / f"words{i}.json"
         words_file.write_text(json.dumps({"overrides": ["model_engine=megatron", word]}))
         request = {"entry_file": str(hydra_sites[1] / "verl" / "trainer" / "main_ppo.py"),
                    "words_file": str(words_file), "select": [CP]}
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, hydra_sites)))
-        subprocess.run([bare_python, str(probe), str(tmp_path / "a.json"), json.dumps(request)], env=env, check=True,
-                       timeout=60)
-        hydra_refuses = json.loads((tmp_path / "a.json").read_text())["error"] is not None
+        running.append(subprocess.Popen([bare_python, str(probe), str(tmp_path / f"a{i}.json"), json.dumps(request)],
+                                        env=env))
+    for i, (word, proc) in enumerate(zip(words, running)):
+        assert proc.wait(timeout=60) == 0
+        hydra_refuses = json.loads((tmp_path / f"a{i}.json").read_text())["error"] is not None
         assert bool(judge(text, ["model_engine=megatron", word], "here")) == hydra_refuses, word
     rows = composed(bare_python, (hydra_sites[1],), [*PPO, f"+{CP}=2"])
     assert rows["job.config"]["status"] == "fail" and "An item is already at" in rows["job.config"]["summary"]

@@ -37,6 +37,8 @@ def needed_length(job: Job) -> tuple[int | None, str]:
         return length, "--seq-length" if length is not None else "--seq-length not stated"
     if job.kind not in ("verl", "megatron"):
         return None, "the lengths are not known (the command is not read)"
+    if job.trainer == "sft":
+        return None, "the SFT trainer's longest packed sample is not read from its config"
     prompt, response = _int(job.common.get("max_prompt_length")), _int(job.common.get("max_response_length"))
     if prompt is not None and response is not None:
         return prompt + response, f"{prompt} + {response} (data.max_prompt_length + data.max_response_length)"
