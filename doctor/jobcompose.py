@@ -180,6 +180,18 @@ def _not_known(job: Job, why: str) -> Job:
     return replace(job, roles={r: s for r, s in roles.items() if s}, common=common, config_file=[], unknown_why=why)
 
 
+def scrubbed(job: Job, message: str) -> str:
+    """Hydra's message without the values of the overrides no check reads: it quotes the override it refuses
+    (`+trainer.logger.key=VALUE`), and such a value may be a secret."""
+    from .job.shape import HIDDEN, harmless_keys
+
+    for word in _overrides(job):
+        key, eq, value = word.lstrip("+~").partition("=")
+        if eq and value and key not in harmless_keys():  # Hydra quotes it as `key=value`
+            message = message.replace(f"{key}={value}", f"{key}={HIDDEN}")
+    return message
+
+
 def _raw_of(job: Job, path: str, value: Any) -> str:
     for word in reversed(_overrides(job)):
         key, eq, text = word.lstrip("+~").partition("=")
@@ -204,7 +216,7 @@ def _apply(profile: Profile, job: Job, answer: dict) -> Profile:
     if isinstance(error, dict):
         refused = _not_known(job, "Hydra refuses the command (see job.config)")
         refused.read_by, refused.composed = read_by, versions
-        refused.config_errors = [f"Hydra: {error.get('type')}: {error.get('message')}"]
+        refused.config_errors = [scrubbed(job, f"Hydra: {error.get('type')}: {error.get('message')}")]
         return profile_for(base, refused, *options)
     roles: dict[str, dict[str, Setting]] = {}
     common: dict[str, Setting] = {}
@@ -219,7 +231,7 @@ def _apply(profile: Profile, job: Job, answer: dict) -> Profile:
         if "value" in got:
             target[name] = Setting(got["value"], _raw_of(job, path, got["value"]), source=str(got.get("source")))
         else:
-            message = str(got.get("error") or got.get("not_known"))[:500]
+            message = scrubbed(job, str(got.get("error") or got.get("not_known"))[:500])
             if "error" in got:
                 errors.append(f"{path}: {message}")
             target[name] = Setting(Unexpanded("(not known)"), _raw_of(job, path, None), message, source="hidden")
