@@ -260,3 +260,16 @@ def test_a_composition_that_crashes_leaves_the_settings_not_known(bare_python, h
     assert job["read_by"].startswith("not known: the composition in the target failed") and "SIGSEGV" in \
         job["read_by"], job["read_by"]
     assert rows["_profile"]["cp"] == 2 and job["cp_known"] is False and "composition" in job["not_known"]
+
+
+def test_a_composition_that_hangs_is_cut_at_the_probe_timeout(bare_python, hydra_sites, tmp_path):
+    """A Hydra that hangs at import (a fake in front of the real one) is killed at the probe timeout: the settings
+    are not known, with the reason, and the report comes within the run's budget."""
+    fake = tmp_path / "site" / "hydra"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("import time\ntime.sleep(600)\n")
+    run = run_doctor("check", "-f", "json", "--no-smoke", "--only", "job.config", "--timeout", "3", "--job-args",
+                     shlex.join([*PPO, f"{CP}=1"]), sites=(tmp_path / "site", *hydra_sites), python=bare_python)
+    job = run.report["profile"]["job"]
+    assert run.returncode == 0 and run.seconds < 30 and "timed out" in job["read_by"], job["read_by"]
+    assert run.report["profile"]["cp"] == 2 and job["cp_known"] is False
