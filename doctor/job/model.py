@@ -166,6 +166,9 @@ class Job:
         for role in self.checked_roles():
             eff = self.effective(role)
             backend, fusion = eff.get("dsa_kernel_backend"), eff.get("apply_dsa_kernel_fusion")
+            if backend is not None and isinstance(backend.value, Unexpanded):
+                return "cudnn", (f"not known: {backend.resolved or 'an unexpanded word may hold it'} (the word "
+                                 f"{backend.raw[:80]!r}); the environment is checked for cudnn, the stricter")
             if backend is not None and is_interpolation(backend.value):
                 # Not known: the environment is judged for the fused kernels, the stricter of the two backends.
                 return "cudnn", (f"not known: the command writes dsa_kernel_backend as {backend.raw[:80]!r}, which the "
