@@ -11,6 +11,7 @@ from dsv4_doctor.model import Context, Fix, Phase, Result, Source, failed, passe
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes, frontend_fixes
+from ._reach import STACK_MODULES
 
 
 @check(
@@ -81,7 +82,7 @@ RUNTIME = {("nvidia-cudnn-frontend", "nvidia-cutlass-dsl"), ("nvidia-cudnn-front
            ("nvidia-cudnn-frontend", "cuda-python"), ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base"),
            ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-cu13"), ("transformer-engine", "transformer-engine-cu12"),
            ("transformer-engine", "transformer-engine-cu13"), ("transformer-engine", "transformer-engine-torch")}
-CONSISTENCY_STATIC = StaticRequest(distributions=DSV4_PACKAGES,
+CONSISTENCY_STATIC = StaticRequest(distributions=DSV4_PACKAGES, modules=STACK_MODULES,
                                    distribution_prefixes=("nvidia-", "cuda-", "transformer-engine"),
                                    dependents_of=DSV4_PACKAGES, requirements_of=DSV4_PACKAGES)
 

@@ -98,6 +98,41 @@ class StaticFacts:
         m = self._section("modules").get(name)
         return _clean_module(m) if isinstance(m, dict) else {"found": False}
 
+    def copy(self, module: str) -> dict:
+        """The copy of `module` the job imports, typed: found, why (in words: "from the script's folder", "PYTHONPATH
+        entry 1", "editable megatron-core 0.19.0 -> CHECKOUT"), place (job, pythonpath, user-site, site, pth,
+        editable, finder, other), root (the sys.path entry or checkout it lies in), entry, pythonpath_index, owner
+        (the distribution that installed it: name, version, path, editable, checkout; None for a checkout on the
+        path), version (the owner's, else what the files state), version_from ("metadata", "files" or None), git
+        (root, commit, ref), others (every shadowed copy: path, why, place, version, distribution)."""
+        m = self.module(module)
+        owner = m.get("owner") if isinstance(m.get("owner"), dict) else None
+        owner = {"name": _text_or_none(owner.get("name")), "version": _text_or_none(owner.get("version")),
+                 "path": _text_or_none(owner.get("path")), "editable": owner.get("editable") is True,
+                 "checkout": _text_or_none(owner.get("checkout"))} if owner else None
+        raw_stated, raw_others = m.get("files_version"), m.get("others")
+        stated: dict = raw_stated if isinstance(raw_stated, dict) else {}
+        listed: list = raw_others if isinstance(raw_others, list) else []
+        git = m.get("git") if isinstance(m.get("git"), dict) else None
+        git = {k: _text_or_none(git.get(k)) for k in ("root", "commit", "ref")} if git else None
+        index = m.get("pythonpath_index")
+        others = [{k: _text_or_none(o.get(k)) for k in ("path", "why", "place", "version", "distribution")}
+                  for o in listed if isinstance(o, dict)]
+        version = (owner or {}).get("version") or _text_or_none(stated.get("version"))
+        return {"found": m["found"], "why": _text_or_none(m.get("why")), "place": _text_or_none(m.get("place")),
+                "root": _text_or_none(m.get("root")), "entry": _text_or_none(m.get("entry")),
+                "pythonpath_index": index if isinstance(index, int) and not isinstance(index, bool) else None,
+                "owner": owner, "version": version,
+                "version_from": "metadata" if (owner or {}).get("version") else ("files" if version else None),
+                "git": git, "others": others}
+
+    def installer(self) -> dict:
+        """What can install into the target: pip (its origin, or None), uv_venv, uv (its path on PATH), ensurepip."""
+        raw = self.python.get("installer")
+        raw = raw if isinstance(raw, dict) else {}
+        return {"known": bool(raw), "pip": _text_or_none(raw.get("pip")), "uv_venv": raw.get("uv_venv") is True,
+                "uv": _text_or_none(raw.get("uv")), "ensurepip": raw.get("ensurepip") is True}
+
     def source(self, module: str) -> dict:
         """A module's ast summary: found, path, error, truncated, classes, functions, names, contains, attributes;
         typed."""

@@ -204,6 +204,16 @@ def left_to_leader(check: Check, profile: Profile, probes: Sequence[Probe]) -> b
         not check.per_gpu and any(p.script for p in probes)
 
 
+def routed(check: Check, ctx, fixes: list) -> list:
+    """A check's fixes made to reach the copy the job imports and to use the installer the target has
+    (`Check.route_fixes`); when routing itself breaks, the check's own fixes stand."""
+    try:
+        out = list(check.route_fixes(ctx, list(fixes)))  # type: ignore[misc]
+    except Exception:
+        return list(fixes)
+    return out if all(isinstance(f, Fix) for f in out) else list(fixes)
+
+
 def execute(check: Check, ctx) -> tuple[Result, bool]:
     """Run one check; (result, whether the check's own code broke). Never raises."""
     try:
@@ -217,7 +227,10 @@ def execute(check: Check, ctx) -> tuple[Result, bool]:
             blocked = needs_failed(ctx, need)
             if blocked is not None:
                 return blocked, False
-        return validated(check.run(ctx)), False
+        result = validated(check.run(ctx))
+        if check.route_fixes is not None and result.fixes:
+            result.fixes = routed(check, ctx, result.fixes)
+        return result, False
     except ProbeFailed as exc:
         pr = exc.result
         return Result(Status.ERROR, f"probe {pr.key!r} {pr.error}", details=pr.stderr_tail,

@@ -13,7 +13,7 @@ DOCTOR = Path(__file__).resolve().parent.parent / "doctor"
 # fails the test, so a new one is placed on purpose.
 LAYERS: list[tuple[str, set[str]]] = [
     ("base", {"doctor", "fix", "model", "redact", "kernelcache", "facts", "procs", "signals"}),
-    ("job", {"job"}),
+    ("job", {"job", "jobpath"}),
     ("probes", {"probes"}),
     ("engine", {"registry", "runner", "api", "testing", "report"}),
     ("render", {"render"}),
