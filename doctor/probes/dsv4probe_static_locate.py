@@ -10,10 +10,8 @@ git commit read from .git).
 A part of the static probe (dsv4probe_static.py), loaded by path (dsv4probe_common.load_module).
 """
 
-import ast
 import importlib.machinery
 import os
-import re
 import sys
 import types
 
@@ -316,90 +314,6 @@ def other_copies(top, chosen_entry):
     return out
 
 
-_VERSION_NAMES = ("__version__", "MAJOR", "MINOR", "PATCH", "PRE_RELEASE", "version")
-
-
-def files_version(folder):
-    """A package's version as its own files state it (package_info.py's MAJOR.MINOR.PATCH, or a literal
-    __version__), read with ast; None when they state none."""
-    for name in ("package_info.py", "version.py", "_version.py", "__init__.py"):
-        text = _small(os.path.join(folder, name), 1 << 20)
-        if not text:
-            continue
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError):
-            continue
-        values = {}
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                    and node.targets[0].id in _VERSION_NAMES and isinstance(node.value, ast.Constant):
-                values[node.targets[0].id] = node.value.value
-        if isinstance(values.get("__version__"), str):
-            return {"version": values["__version__"][:100], "file": os.path.join(folder, name)}
-        if all(isinstance(values.get(k), int) for k in ("MAJOR", "MINOR", "PATCH")):
-            v = "%d.%d.%d" % (values["MAJOR"], values["MINOR"], values["PATCH"])
-            if isinstance(values.get("PRE_RELEASE"), str):
-                v += values["PRE_RELEASE"][:20]
-            return {"version": v, "file": os.path.join(folder, name)}
-    return None
-
-
-_SHA = re.compile(r"[0-9a-f]{40}")
-
-
-def git_commit(folder, levels=6):
-    """The checkout around `folder`: {root, commit, ref}, read from .git's own files (HEAD, refs, packed-refs);
-    git itself is not run. None when no .git is found or it cannot be read."""
-    here = _real(folder)
-    for _ in range(levels):
-        dot = os.path.join(here, ".git")
-        gitdir = None
-        if os.path.isdir(dot):
-            gitdir = dot
-        elif os.path.isfile(dot):
-            line = _small(dot, 4096).strip()
-            if line.startswith("gitdir:"):
-                gitdir = os.path.join(here, line[len("gitdir:"):].strip())
-        if gitdir:
-            return _read_head(here, gitdir)
-        parent = os.path.dirname(here)
-        if parent == here:
-            break
-        here = parent
-    return None
-
-
-def _read_head(root, gitdir):
-    head = _small(os.path.join(gitdir, "HEAD"), 4096).strip()
-    out = {"root": root, "commit": None, "ref": None}
-    if _SHA.fullmatch(head):
-        out["commit"] = head
-        return out
-    if not head.startswith("ref:"):
-        out["error"] = ".git/HEAD unreadable"
-        return out
-    ref = head[4:].strip()
-    out["ref"] = ref[:200]
-    common = gitdir
-    commondir = _small(os.path.join(gitdir, "commondir"), 4096).strip()
-    if commondir:  # a worktree: its refs live in the main repository's .git
-        common = os.path.join(gitdir, commondir)
-    for base in (gitdir, common):
-        if ".." in ref.split("/"):
-            break
-        value = _small(os.path.join(base, ref), 4096).strip()
-        if _SHA.fullmatch(value):
-            out["commit"] = value
-            return out
-        for line in _small(os.path.join(base, "packed-refs"), 1 << 22).splitlines():
-            sha, _, name = line.partition(" ")
-            if name.strip() == ref and _SHA.fullmatch(sha):
-                out["commit"] = sha
-                return out
-    return out
-
-
 def locate_module(name):
     """Where `name` imports from, as the job's import system finds it, level by level (no package code runs)."""
     parts = name.split(".")
@@ -442,6 +356,11 @@ def locate_module(name):
     here.update(_where(_copy_facts(anchor_spec, anchor_finder, parts[0]), parts[0], anchor_finder))
     if chain[0][0].origin not in (None, "namespace") or len(parts) == 1:
         here["others"] = other_copies(parts[0], here.get("entry"))
+    from dsv4probe_common import load_module
+
+    checkout = load_module("dsv4probe_static_checkout", os.path.dirname(os.path.realpath(__file__)))
+    files_version, git_commit = checkout.files_version, checkout.git_commit
+
     if not here.get("owner") and here["kind"] in ("package", "namespace") and here["locations"]:
         stated = files_version(here["locations"][0])
         if stated:
