@@ -16,18 +16,10 @@ from __future__ import annotations
 import os
 import re
 
-from dsv4_doctor.facts import StaticFacts, canonical
+from dsv4_doctor.facts import STACK_MODULE_OF, StaticFacts, canonical
 from dsv4_doctor.model import Command, Fix, Phase
 
-# Each stack distribution and the module the job imports it as (canonical names, as pip normalises them).
-STACK = {
-    "nvidia-cudnn-frontend": "cudnn", "apache-tvm-ffi": "tvm_ffi", "nvidia-cutlass-dsl": "cutlass",
-    "torch-c-dlpack-ext": "torch_c_dlpack_ext", "transformer-engine": "transformer_engine",
-    "transformer-engine-torch": "transformer_engine", "transformer-engine-cu12": "transformer_engine",
-    "transformer-engine-cu13": "transformer_engine", "flash-mla": "flash_mla",
-    "fast-hadamard-transform": "fast_hadamard_transform", "megatron-core": "megatron.core", "verl": "verl",
-    "megatron-bridge": "megatron.bridge", "cuda-python": "cuda",
-}
+STACK = STACK_MODULE_OF
 STACK_MODULES = tuple(dict.fromkeys(STACK.values()))
 NO_INSTALLER = "installer:none"  # doctor/fixplan.py's NO_INSTALLER
 _VALUE_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "-c", "--constraint", "-r",

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import functools
 from typing import Any
+import os
 import re
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
+
+from .located import STACK_MODULE_OF, copy_of
 
 
 class StaticFacts:
@@ -50,8 +53,22 @@ class StaticFacts:
         return next((c for c in self.dist_copies(name) if not c.get("error") and c.get("version")), None)
 
     def version(self, name: str) -> str | None:
+        """The version of the copy the job imports: the first readable metadata on its path, unless the module the
+        job imports (STACK_MODULE_OF) comes from another copy: an editable finder's distribution, or a checkout no
+        metadata describes (then the version its files state, or None)."""
         d = self.readable_dist(name)
         v = d.get("version") if d else None
+        module = STACK_MODULE_OF.get(canonical(name))
+        if module and isinstance(self._section("modules").get(module), dict):
+            c = self.copy(module)
+            owner = c["owner"] or {}
+            if c["found"] and owner.get("version") and d is not None and owner.get("path") != d.get("path") \
+                    and canonical(str(owner.get("name") or "")) == canonical(name):
+                return owner["version"]
+            if c["found"] and not owner and c["entry"] and c["place"] != "site" and not (
+                    d and d.get("path") and os.path.realpath(os.path.dirname(str(d["path"])))
+                    == os.path.realpath(c["entry"])):
+                return c["version"]  # a checkout on the path: what its files state, or not known
         return v if isinstance(v, str) else None
 
     def unreadable(self) -> dict[str, str]:
@@ -99,32 +116,8 @@ class StaticFacts:
         return _clean_module(m) if isinstance(m, dict) else {"found": False}
 
     def copy(self, module: str) -> dict:
-        """The copy of `module` the job imports, typed: found, why (in words: "from the script's folder", "PYTHONPATH
-        entry 1", "editable megatron-core 0.19.0 -> CHECKOUT"), place (job, pythonpath, user-site, site, pth,
-        editable, finder, other), root (the sys.path entry or checkout it lies in), entry, pythonpath_index, owner
-        (the distribution that installed it: name, version, path, editable, checkout; None for a checkout on the
-        path), version (the owner's, else what the files state), version_from ("metadata", "files" or None), git
-        (root, commit, ref), others (every shadowed copy: path, why, place, version, distribution)."""
-        m = self.module(module)
-        owner = m.get("owner") if isinstance(m.get("owner"), dict) else None
-        owner = {"name": _text_or_none(owner.get("name")), "version": _text_or_none(owner.get("version")),
-                 "path": _text_or_none(owner.get("path")), "editable": owner.get("editable") is True,
-                 "checkout": _text_or_none(owner.get("checkout"))} if owner else None
-        raw_stated, raw_others = m.get("files_version"), m.get("others")
-        stated: dict = raw_stated if isinstance(raw_stated, dict) else {}
-        listed: list = raw_others if isinstance(raw_others, list) else []
-        git = m.get("git") if isinstance(m.get("git"), dict) else None
-        git = {k: _text_or_none(git.get(k)) for k in ("root", "commit", "ref")} if git else None
-        index = m.get("pythonpath_index")
-        others = [{k: _text_or_none(o.get(k)) for k in ("path", "why", "place", "version", "distribution")}
-                  for o in listed if isinstance(o, dict)]
-        version = (owner or {}).get("version") or _text_or_none(stated.get("version"))
-        return {"found": m["found"], "why": _text_or_none(m.get("why")), "place": _text_or_none(m.get("place")),
-                "root": _text_or_none(m.get("root")), "entry": _text_or_none(m.get("entry")),
-                "pythonpath_index": index if isinstance(index, int) and not isinstance(index, bool) else None,
-                "owner": owner, "version": version,
-                "version_from": "metadata" if (owner or {}).get("version") else ("files" if version else None),
-                "git": git, "others": others}
+        """The copy of `module` the job imports, typed (located.copy_of says what each field holds)."""
+        return copy_of(self.module(module))
 
     def installer(self) -> dict:
         """What can install into the target: pip (its origin, or None), uv_venv, uv (its path on PATH), ensurepip."""

@@ -176,6 +176,7 @@ class Session:
         if job is None or job == self.job_path:
             return
         self.job_path = job
+        self.pool.job = job
         self.static_probe = None
 
     def check_target(self) -> dict:
