@@ -144,3 +144,13 @@ def route(ctx, fixes: list[Fix]) -> list[Fix]:
                     out.append(step)
         out.append(fix.with_installer(installer) if installer != fix.installer else fix)
     return out
+
+
+def copies_note(dist: str, copies: list[dict], imported: dict | None = None) -> str:
+    """"NAME is installed N times: VERSION at PATH, ...; the job imports the one from WHY": each copy by its own
+    version and place, never one version for all."""
+    shown = "; ".join(f"{c.get('version') or '(unreadable)'} at {os.path.dirname(str(c.get('path') or '?'))}"
+                      for c in copies[:8]) + ("; ..." if len(copies) > 8 else "")
+    job = f"; the job imports the copy from {imported['why']} ({imported['root']})" \
+        if imported and imported.get("found") and imported.get("why") else "; the first on sys.path wins"
+    return f"{dist} is installed {len(copies)} times ({shown}){job}"
