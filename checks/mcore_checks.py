@@ -182,7 +182,9 @@ def mcore_dsv4(ctx: Context) -> Result:
                       fixes=[mcore_fix_of(static, evidence)], evidence=evidence)
     have = [MARKERS[n] for n, ok in found.items() if ok]
     vcs = evidence["vcs"] or {}
-    commit_id = vcs.get("commit_id") or evidence.get("git_commit")
+    # A checkout the job imports in front of the distribution: its own commit, not the distribution's.
+    commit_id = evidence.get("git_commit") if evidence["checkout"] else (vcs.get("commit_id")
+                                                                         or evidence.get("git_commit"))
     commit = f" at {commit_id[:8]}" if isinstance(commit_id, str) and commit_id else ""
     return passed(f"Megatron-core dev{commit} (reports {version}): " + "; ".join(have),
                   shadow.strip(), evidence=evidence)
