@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 
 from dsv4_doctor.facts import STACK_MODULE_OF, StaticFacts, canonical
 from dsv4_doctor.model import Command, Fix, Phase
@@ -100,8 +101,9 @@ def clearing(static: StaticFacts, module: str, dist: str | None = None) -> Fix |
     head = f"{module}{version} imports from {why} ({root}), in front of the copy pip installs"
     if place == "pythonpath":
         left = _pythonpath_without(root)
-        return Fix(f"{head}: drop that entry where the job sets PYTHONPATH (PYTHONPATH={left or '(empty)'}), so that "
-                   "the install steps reach what the job imports", key=f"path:pythonpath:{root}", phase=Phase.PATH,
+        change = f"export PYTHONPATH={shlex.quote(left)}" if left else "unset PYTHONPATH"
+        return Fix(f"{head}: drop that entry where the job sets PYTHONPATH ({change}), so that the install steps "
+                   "reach what the job imports", key=f"path:pythonpath:{root}", phase=Phase.PATH,
                    manual=True, action={"kind": "drop-pythonpath-entry", "module": module, "entry": root,
                                         "index": str(copy["pythonpath_index"] or ""), "variable": "PYTHONPATH",
                                         "value": left})
