@@ -98,7 +98,7 @@ def clearing(static: StaticFacts, module: str, dist: str | None = None) -> Fix |
     if not root or not hides(static, copy, dist):
         return None
     version = f" {copy['version']}" if copy["version"] else ""
-    head = f"{module}{version} imports from {why} ({root}), in front of the copy pip installs"
+    head = f"{module}{version} is imported from {root} ({why}), in front of the copy pip installs"
     if place == "pythonpath":
         left = _pythonpath_without(root)
         change = f"export PYTHONPATH={shlex.quote(left)}" if left else "unset PYTHONPATH"
@@ -119,10 +119,15 @@ def clearing(static: StaticFacts, module: str, dist: str | None = None) -> Fix |
         if not os.path.isdir(path):
             path = next((os.path.join(root, top + s) for s in (".py",) if os.path.exists(os.path.join(root, top + s))),
                         path)
+        meta = (copy["owner"] or {}).get("path")
+        meta = meta if meta and os.path.dirname(meta) == root else None  # its own dist-info, beside it
+        moved = f"mv {path} {path}.aside" + (f" and mv {meta} {meta}.aside" if meta else "")
+        action = {"kind": "move-aside", "module": module, "path": path, "to": path + ".aside"}
+        if meta:
+            action.update(dist_info=meta, dist_info_to=meta + ".aside")
         return Fix(f"{head}: the job's own folder holds a {top} of its own; run the job from another folder, or move "
-                   f"that copy aside (mv {path} {path}.aside), so that the install steps reach what the job imports",
-                   key=f"path:job:{path}", phase=Phase.PATH, manual=True,
-                   action={"kind": "move-aside", "module": module, "path": path, "to": path + ".aside"})
+                   f"that copy aside ({moved}), so that the install steps reach what the job imports",
+                   key=f"path:job:{path}", phase=Phase.PATH, manual=True, action=action)
     return None
 
 
@@ -153,6 +158,6 @@ def copies_note(dist: str, copies: list[dict], imported: dict | None = None) -> 
     version and place, never one version for all."""
     shown = "; ".join(f"{c.get('version') or '(unreadable)'} at {os.path.dirname(str(c.get('path') or '?'))}"
                       for c in copies[:8]) + ("; ..." if len(copies) > 8 else "")
-    job = f"; the job imports the copy from {imported['why']} ({imported['root']})" \
+    job = f"; the job imports the copy at {imported['root']} ({imported['why']})" \
         if imported and imported.get("found") and imported.get("why") else "; the first on sys.path wins"
     return f"{dist} is installed {len(copies)} times ({shown}){job}"

@@ -278,7 +278,7 @@ def deps_copies(ctx: Context) -> Result:
             hidden = "; ".join(f"{o.get('version') or '(no metadata)'} at {o['path']} ({o.get('why')})"
                                for o in shadowed[:8])
             notes.append(f"{module} has {len(shadowed) + 1} copies: the job imports "
-                         f"{imported['version'] or '(no version)'} from {imported['why']} ({imported['root']}), in "
+                         f"{imported['version'] or '(no version)'} at {imported['root']} ({imported['why']}), in "
                          f"front of {hidden}")
         if len(copies) > 1 or shadowed:
             evidence[dist] = {"imported": imported["why"], "root": imported["root"],
