@@ -83,10 +83,13 @@ def owned(static: StaticFacts, copy: dict, dist: str | None) -> bool:
 def hides(static: StaticFacts, copy: dict, dist: str | None = None) -> bool:
     """Whether the copy the job imports lies where a pip step does not reach it: a folder in front of
     site-packages (PYTHONPATH, the user site, the job's own folder, a .pth entry) that holds a copy no distribution
-    owns (a checkout), or one that hides another copy further down the path. site-packages, an editable install
-    (pip replaces it) and a folder whose own metadata is the one pip reports are reached."""
+    owns (a checkout), or one that hides another copy further down the path; any user-site copy (pip under -I never
+    writes there). site-packages, an editable install (pip replaces it) and a PYTHONPATH folder whose own metadata
+    is the only copy (a `pip install --target` folder, what pip reports) are taken as reached."""
     if not copy["found"] or copy["place"] not in ("pythonpath", "user-site", "job", "pth", "other"):
         return False
+    if copy["place"] == "user-site":
+        return True  # `"$PY" -I -m pip` never writes the user site: whatever it installs stays behind this copy
     return not owned(static, copy, dist) or bool(copy["others"])
 
 

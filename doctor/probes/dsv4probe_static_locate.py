@@ -157,11 +157,12 @@ def _record_lists(dist_info, relative):
 
 
 def _dist_of_folder(dist_info):
-    from dsv4probe_static_installed import parse_metadata, read_regular
+    from dsv4probe_static_installed import parse_metadata, read_bounded
 
     meta = "METADATA" if dist_info.endswith(".dist-info") else "PKG-INFO"
     try:
-        fields = parse_metadata(read_regular(os.path.join(dist_info, meta), 1 << 20), truncated=True)
+        raw, size = read_bounded(os.path.join(dist_info, meta), 1 << 20)
+        fields = parse_metadata(raw, truncated=size > len(raw))
     except (OSError, ValueError, UnicodeDecodeError):
         fields = {}
     from dsv4probe_static_installed import _direct_url
