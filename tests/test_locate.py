@@ -231,11 +231,18 @@ include = ["megatron.core", "megatron.core.*"]
 def builder_python(tmp_path_factory) -> str:
     """A venv with pip and the two build backends (setuptools as Megatron-LM requires it, hatchling), from PyPI:
     the editable installs below build without isolation, once each."""
-    python = make_venv(tmp_path_factory.mktemp("builders") / "venv", pip=True)
-    backends = ["setuptools>=77.0.3", "wheel", "hatchling", "editables"]
-    uv = uv_binary()  # uv installs them in about a second, pip in about twenty
-    subprocess.run([uv, "pip", "install", "-q", "--python", python, *backends] if uv else
-                   [python, "-m", "pip", "install", "-q", *backends], check=True, capture_output=True, timeout=300)
+    root = tmp_path_factory.mktemp("builders") / "venv"
+    backends = ["pip", "setuptools>=77.0.3", "wheel", "hatchling", "editables"]
+    uv = uv_binary()  # uv makes the venv and installs them in seconds, the standard library and pip in about twenty
+    if uv:
+        subprocess.run([uv, "venv", "-q", str(root), "--python", sys.executable], check=True, timeout=60)
+        python = str(root / "bin" / "python")
+        subprocess.run([uv, "pip", "install", "-q", "--python", python, *backends], check=True, capture_output=True,
+                       timeout=300)
+    else:
+        python = make_venv(root, pip=True)
+        subprocess.run([python, "-m", "pip", "install", "-q", *backends], check=True, capture_output=True,
+                       timeout=300)
     return python
 
 
