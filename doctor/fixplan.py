@@ -226,6 +226,10 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
     if plan.no_installer is not None:
         say("nothing applied: no installer: " + plan.no_installer.fix.description)
         return int(ExitCode.FAILED)
+    path = [n for n, s in enumerate(plan.steps, 1) if s.fix.phase is Phase.PATH and s.fix.manual]
+    if path:  # a shadowing copy stays in front of what pip installs until they are done
+        say(f"by hand first: step(s) {', '.join(map(str, path))} change where the job imports from (its PYTHONPATH, "
+            "user site or folder); the re-check below runs in this environment, as it is")
     held = [n for n, s in enumerate(plan.steps, 1) if s.held_by is not None]
     if held:
         say(f"held back: step(s) {', '.join(map(str, held))} build against torch and wait for the manual torch "

@@ -350,6 +350,11 @@ def test_a_uv_venv_gets_uv_pip_and_the_printed_plan_turns_it_green(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert row(report("check", *args, python=python, env={"PATH": path}), "tvm-ffi.version")["status"] == "pass"
+    # fix --apply makes the same choice: uv aimed at the target.
+    subprocess.run([uv, "pip", "uninstall", "-q", "--python", python, "apache-tvm-ffi"], check=True, timeout=60)
+    applied = run_doctor("fix", *args, "--apply", "--yes", python=python, env={"PATH": path})
+    assert applied.returncode == 0 and f"+ {uv} pip install --python {python} --no-deps" in applied.stderr, \
+        applied.stderr
 
 
 def test_no_pip_means_ensurepip_first_and_no_ensurepip_means_no_installer(tmp_path):
@@ -365,3 +370,17 @@ def test_no_pip_means_ensurepip_first_and_no_ensurepip_means_no_installer(tmp_pa
     assert fix.returncode == 1 and "NO INSTALLER" in fix.stdout and "exit 1" in fix.stdout
     done = subprocess.run(["sh", "-c", fix.stdout], capture_output=True, text=True, timeout=30)
     assert done.returncode == 1 and "no installer" in done.stderr
+
+
+def test_how_each_installer_runs_a_pip_command():
+    from dsv4_doctor.fix import Command, installer_argv
+    from dsv4_doctor.render.script import pip_line
+
+    cmd = Command(("pip", "install", "--no-cache-dir", "--no-deps", "x==1"))
+    assert installer_argv("/py", cmd) == ["/py", "-I", "-m", "pip", "install", "--no-cache-dir", "--no-deps", "x==1"]
+    assert installer_argv("/py", cmd, "uv", "/bin/uv") == ["/bin/uv", "pip", "install", "--python", "/py",
+                                                          "--no-cache", "--no-deps", "x==1"]
+    assert installer_argv("/py", Command(("pip", "uninstall", "-y", "x")), "uv") == \
+        ["uv", "pip", "uninstall", "--python", "/py", "x"]  # uv never asks
+    assert pip_line(cmd, "uv") == 'uv pip install --python "$PY" --no-cache --no-deps x==1'
+    assert pip_line(Command(("ensurepip", "--upgrade"))) == '"$PY" -I -m ensurepip --upgrade'
