@@ -119,6 +119,10 @@ def mcore_fix_of(static, evidence: dict):
                    "Megatron-LM 108cb6bc (#5984): the fused CSA compressor"),
         mlm_change("6888385f", "Megatron-LM 6888385f (#6020): dsa_kernel_backend (fd1121b8 has only "
                    "apply_dsa_kernel_fusion)"),
+        Source("Python docs: the initialization of sys.path (sys.path[0] is the script's folder, or the working "
+               "directory for -m and -c)", "https://docs.python.org/3/library/sys_path_init.html"),
+        Source("PEP 660: editable installs (the meta-path finders setuptools' pip install -e registers)",
+               "https://peps.python.org/pep-0660/"),
     ),
     fixes=(FIX_MCORE,),
     static=STATIC,
@@ -135,7 +139,10 @@ def mcore_dsv4(ctx: Context) -> Result:
     still mark the indexer grads ready under overlapped DDP), #5960/#6349 (indexer-loss fixes), 108cb6bc (the
     fused CSA compressor) and 6888385f (dsa_kernel_backend). When megatron.core imports from a checkout on
     PYTHONPATH (verl's image puts Megatron-Bridge's 3rdparty/Megatron-LM there), `pip install` would not take
-    effect: the fix then names that folder instead.
+    effect: the fix then names that folder instead. The copy judged is the one the job imports: a Megatron-LM
+    checkout in the job's own folder (`torchrun pretrain_gpt.py` run there), on PYTHONPATH, or installed editable
+    (`pip install -e .`, found through its meta-path finder); a git checkout's fix moves the checkout itself to the
+    dev commit (git fetch, git checkout).
     """
     static = ctx.static
     evidence = _where(static)
