@@ -384,3 +384,41 @@ def test_how_each_installer_runs_a_pip_command():
         ["uv", "pip", "uninstall", "--python", "/py", "x"]  # uv never asks
     assert pip_line(cmd, "uv") == 'uv pip install --python "$PY" --no-cache --no-deps x==1'
     assert pip_line(Command(("ensurepip", "--upgrade"))) == '"$PY" -I -m ensurepip --upgrade'
+
+
+# --- "installed N times": every stack package, each copy with its own version and folder ------------------------
+
+def test_every_copy_of_a_compiled_package_is_listed_with_its_version_and_folder(tmp_path, bare_python):
+    from fakes import Env, fake_kernel
+    from probed import judge
+
+    env = Env(tmp_path)
+    env.fake("old", lambda s: fake_kernel(s, "fast_hadamard_transform", "fast-hadamard-transform", "f", "1.0.4"))
+    env.fake("new", lambda s: fake_kernel(s, "fast_hadamard_transform", "fast-hadamard-transform", "f", "1.1.0"))
+    env.fake("flash", lambda s: fake_kernel(s, "flash_mla", "flash-mla", None, "1.0.0"))
+    got = judge(env, bare_python, "deps.copies")
+    assert got["status"] == "warn", got
+    old, new = tmp_path / "old", tmp_path / "new"
+    assert f"fast-hadamard-transform is installed 2 times (1.0.4 at {old}; 1.1.0 at {new})" in got["summary"]
+    assert f"the job imports the copy at {old} (PYTHONPATH entry 1)" in got["summary"]
+    assert "flash-mla" not in got["details"]  # one copy: no note
+    assert got["evidence"]["fast-hadamard-transform"]["copies"] == [
+        {"version": "1.0.4", "path": str(old / "fast_hadamard_transform-1.0.4.dist-info")},
+        {"version": "1.1.0", "path": str(new / "fast_hadamard_transform-1.1.0.dist-info")}]
+
+
+def test_a_dev_checkout_in_the_jobs_folder_with_nothing_installed_is_judged_by_its_files(tmp_path):
+    """`torchrun pretrain_gpt.py` in a Megatron-LM checkout: the checkout's own files are what the job imports."""
+    python = make_venv(tmp_path / "venv")
+    checkout = tmp_path / "Megatron-LM"
+    fake_megatron_dev(FakeSite(checkout))
+    for meta in checkout.glob("*.dist-info"):
+        shutil.rmtree(meta)  # a checkout: no metadata
+    (checkout / "pretrain_gpt.py").write_text("print('train')\n")
+    job = ("--only", "mcore.dsv4", "--job-args", "torchrun --nproc-per-node 8 pretrain_gpt.py")
+    mcore = row(report("check", *job, python=python, cwd=checkout), "mcore.dsv4")
+    assert mcore["status"] == "pass", mcore
+    assert mcore["evidence"]["imported_copy"] == "from the script's folder"
+    assert mcore["evidence"]["checkout"] == str(checkout) and mcore["evidence"]["files_version"] == "0.19.0"
+    # Without the job's command the checkout is not on the path: not installed, as the doctor's own folder says.
+    assert row(report("check", "--only", "mcore.dsv4", python=python, cwd=tmp_path), "mcore.dsv4")["status"] == "fail"
