@@ -178,21 +178,35 @@ def _dist_of_folder(dist_info):
     return out
 
 
+_TOPS = {}
+
+
+def _tops(dist_info):
+    """The top-level names a distribution installed: top_level.txt, else the first parts of its RECORD's paths."""
+    if dist_info in _TOPS:
+        return _TOPS[dist_info]
+    tops = set(_small(os.path.join(dist_info, "top_level.txt"), 1 << 16).split())
+    if not tops:
+        suffixes = tuple(importlib.machinery.all_suffixes())
+        for line in _small(os.path.join(dist_info, "RECORD")).splitlines():
+            first = line.rsplit(",", 2)[0].replace("\\", "/").split("/", 1)
+            name = first[0]
+            if len(first) == 1:  # a module file at the top: strip its suffix (.py, .cpython-311-x86_64-linux-gnu.so)
+                name = next((name[: -len(s)] for s in suffixes if name.endswith(s)), "")
+            if name and not name.endswith((".dist-info", ".egg-info", ".data")) and name != "..":
+                tops.add(name)
+    _TOPS[dist_info] = tops
+    return tops
+
+
 def owner_in(entry, top):
-    """The distribution in sys.path entry `entry` that installed top-level name `top` (its RECORD or top_level.txt
-    lists it), or None."""
+    """The distribution in sys.path entry `entry` that installed top-level name `top` (its top_level.txt or RECORD
+    lists it), or None. Each dist-info is read once."""
     key = (entry, top)
-    if key in _OWNERS:
-        return _OWNERS[key]
-    found = None
-    for dist_info in _dist_infos(entry):
-        tops = _small(os.path.join(dist_info, "top_level.txt"), 1 << 16).split()
-        if top in tops or _record_lists(dist_info, top) or any(
-                _record_lists(dist_info, top + s) for s in importlib.machinery.all_suffixes()):
-            found = _dist_of_folder(dist_info)
-            break
-    _OWNERS[key] = found
-    return found
+    if key not in _OWNERS:
+        found = next((d for d in _dist_infos(entry) if top in _tops(d)), None)
+        _OWNERS[key] = _dist_of_folder(found) if found else None
+    return _OWNERS[key]
 
 
 def owner_of_file(path):
