@@ -68,7 +68,7 @@ ROOT_OPTIONS = ("-h", "--help", "--version", "--install-completion", "--show-com
 # (cli.early_target) needs of the grammar before typer is imported. A test holds these to the typer application.
 INSPECTING_COMMANDS = ("check", "smoke", "fix", "preflight")
 VALUE_OPTIONS = ("--cp", "--dsa-backend", "--gpu-arch", "--python", "--timeout", "--only", "--skip", "--device", "-f",
-                 "--format", "-o", "--output", "--fleet-port", "--fleet-wait", "--job-args", "--report")
+                 "--format", "-o", "--output", "--fleet-port", "--fleet-wait", "--job-args", "--job-cwd", "--report")
 DESCRIPTION = ("Preflight checks for DeepSeek-V4 context-parallel training (verl + Megatron-Core + TE + cuDNN "
                "frontend). `check` is the default command.")
 PREFLIGHT_EPILOG = ("The report goes to stderr (text), the job's stdout stays clean. Exit: the command's own exit code "
@@ -170,7 +170,10 @@ def _app():
     verbose_help = ("On a terminal: -v shows every row with its details and evidence, -vv adds the sources "
                     "(default: only the rows that need attention). Piped text, JSON, markdown and JUnit are unchanged.")
     # The options several commands share, declared once (typer reads an option's declaration; it never changes it).
+    job_cwd_help = ("The folder the training command runs in (default: the current one): with `python -m`/`-c` it is "
+                    "the job's sys.path[0], where the job imports packages from first.")
     shared = SimpleNamespace(
+        job_cwd=Option(None, "--job-cwd", metavar="DIR", help=job_cwd_help),
         dsa_backend=Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
         gpu_arch=Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
         python=Option(None, "--python", metavar="PATH", help=python_help),
@@ -216,6 +219,7 @@ def _app():
         verbose: int = shared.verbose,
         no_kernel_cache: bool = shared.no_kernel_cache,
         job_args: str | None = Option(None, "--job-args", metavar="CMD", help=job_args_help),
+        job_cwd: str | None = shared.job_cwd,
     ) -> None:
         take("check", locals())
 
@@ -274,6 +278,7 @@ def _app():
         job_args: str | None = Option(None, "--job-args", metavar="CMD", help=(
             "The training command, as one shell-quoted string: the job.* checks run, and the plan ends with the "
             "job's settings (CP_ARGS, export lines), as comments.")),
+        job_cwd: str | None = shared.job_cwd,
     ) -> None:
         take("fix", locals())
 

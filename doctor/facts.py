@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import functools
 from typing import Any
+import os
 import re
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
+
+from .located import STACK_MODULE_OF, copy_of
 
 
 class StaticFacts:
@@ -50,8 +53,22 @@ class StaticFacts:
         return next((c for c in self.dist_copies(name) if not c.get("error") and c.get("version")), None)
 
     def version(self, name: str) -> str | None:
+        """The version of the copy the job imports: the first readable metadata on its path, unless the module the
+        job imports (STACK_MODULE_OF) comes from another copy: an editable finder's distribution, or a checkout no
+        metadata describes (then the version its files state, or None)."""
         d = self.readable_dist(name)
         v = d.get("version") if d else None
+        module = STACK_MODULE_OF.get(canonical(name))
+        if module and isinstance(self._section("modules").get(module), dict):
+            c = self.copy(module)
+            owner = c["owner"] or {}
+            if c["found"] and owner.get("version") and d is not None and owner.get("path") != d.get("path") \
+                    and canonical(str(owner.get("name") or "")) == canonical(name):
+                return owner["version"]
+            if c["found"] and not owner and c["entry"] and c["place"] != "site" and not (
+                    d and d.get("path") and os.path.realpath(os.path.dirname(str(d["path"])))
+                    == os.path.realpath(c["entry"])):
+                return c["version"]  # a checkout on the path: what its files state, or not known
         return v if isinstance(v, str) else None
 
     def unreadable(self) -> dict[str, str]:
@@ -103,6 +120,17 @@ class StaticFacts:
         has_fatbin, cubins and ptx as [{arch, count}], fatbins, entries, compressed, capped, error); typed."""
         m = self._section("device_code").get(module)
         return _clean_device_code(m) if isinstance(m, dict) else {"found": False, "objects": []}
+
+    def copy(self, module: str) -> dict:
+        """The copy of `module` the job imports, typed (located.copy_of says what each field holds)."""
+        return copy_of(self.module(module))
+
+    def installer(self) -> dict:
+        """What can install into the target: pip (its origin, or None), uv_venv, uv (its path on PATH), ensurepip."""
+        raw = self.python.get("installer")
+        raw = raw if isinstance(raw, dict) else {}
+        return {"known": bool(raw), "pip": _text_or_none(raw.get("pip")), "uv_venv": raw.get("uv_venv") is True,
+                "uv": _text_or_none(raw.get("uv")), "ensurepip": raw.get("ensurepip") is True}
 
     def source(self, module: str) -> dict:
         """A module's ast summary: found, path, error, truncated, classes, functions, names, contains, attributes;

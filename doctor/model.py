@@ -206,6 +206,9 @@ class Check:
     # run once per node, on local rank 0.
     per_gpu: bool = False
     origin: str = "dsv4-doctor"  # the distribution that registered it; set by the registry
+    # Called with (ctx, the result's fixes) after the check ran: the fixes as the plan should carry them (the
+    # built-ins' reach the copy the job imports and use the target's installer: checks/_reach.py).
+    route_fixes: Callable[[Any, list], list] | None = None
 
     def probes_for(self, profile: Profile) -> list:
         return list(self.probes(profile) if callable(self.probes) else self.probes)

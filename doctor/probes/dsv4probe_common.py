@@ -29,6 +29,12 @@ import threading
 import time
 import traceback
 
+# The job's sys.path[0] (its script's folder, or its working directory for -m/-c), where the doctor knows the job:
+# a probe imports what the job will import (doctor/jobpath.py).
+JOB_PATH_VARIABLE = "DSV4_DOCTOR_JOB_PATH"
+if os.environ.get(JOB_PATH_VARIABLE):
+    sys.path[:] = [os.environ[JOB_PATH_VARIABLE]] + [p for p in sys.path if p != os.environ[JOB_PATH_VARIABLE]]
+
 PROBE_COMMON = True  # this module, loaded by a probe's bootstrap (never a same-named stand-in imported by name)
 LIB = os.path.dirname(os.path.realpath(__file__))  # the engine's probe modules: dsv4probe_static, dsv4probe_fleet
 PARENT_VARIABLE = "DSV4_DOCTOR_PARENT_PID"  # set by the doctor's Processes.spawn: the pid that started this process
