@@ -165,11 +165,15 @@ def prune(path: Path, limit_bytes: int) -> tuple[int, int, int]:
     return total, len(files) - removed, removed
 
 
+MAX_LIMIT_MIB = 1 << 20  # 1 TiB
+
+
 def _limit_mib(environ) -> int:
-    try:
-        return max(1, int(environ.get(SIZE_ENV) or DEFAULT_LIMIT_MIB))
-    except ValueError:
+    """DSV4_DOCTOR_KERNEL_CACHE_MIB, clamped to 1-MAX_LIMIT_MIB; the default when it is no whole number."""
+    raw = str(environ.get(SIZE_ENV) or "").strip()
+    if not raw.isascii() or not raw.isdigit():
         return DEFAULT_LIMIT_MIB
+    return max(1, min(MAX_LIMIT_MIB, int(raw) if len(raw) <= 12 else MAX_LIMIT_MIB))
 
 
 def prepare(environ=None) -> KernelCache:

@@ -6,6 +6,8 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..redact import shorten
+
 if TYPE_CHECKING:
     from ..report import Report
 
@@ -35,7 +37,7 @@ def workflow_annotations(report: Report) -> list[str]:
         cmds = [cmd for fix in c.fixes for cmd in fix.commands]
         if cmds:
             message += "\nFix: " + "\n".join(cmds)
-        message = message[:MAX_MESSAGE]
+        message = shorten(message, MAX_MESSAGE)
         lines.append(f"::{level} title={_escape_property('dsv4-doctor (' + c.id + ')')}::{_escape_data(message)}")
     return lines
 
