@@ -94,6 +94,7 @@ def looks_secret(name: str) -> bool:
 
 
 _TRAILING_WORD = re.compile(r"\S*")
+WORD_MAX = 8192
 
 
 def cut(value: str, limit: int) -> str:
@@ -106,8 +107,10 @@ def cut(value: str, limit: int) -> str:
         return value
     head = value[:limit]
     if limit and not value[limit].isspace():
-        m = _TRAILING_WORD.match(head[::-1])  # anchored on the reversed text: linear
-        head = head[:limit - (m.end() if m else 0)]
+        # Anchored on the reversed text: linear. A word longer than WORD_MAX loses its last WORD_MAX characters:
+        # every pattern of redaction sees at most 4096 characters of a value, so what is before them was judged whole.
+        m = _TRAILING_WORD.match(head[::-1][:WORD_MAX + 1])
+        head = head[:limit - min(m.end() if m else 0, WORD_MAX)]
     for secret in _spaced_secrets():
         start = value.rfind(secret, max(0, limit - len(secret) + 1), limit + len(secret) - 1)
         if 0 <= start < len(head) < start + len(secret):

@@ -103,6 +103,29 @@ def _timedelta(seconds):
     return timedelta(seconds=max(1.0, seconds))
 
 
+def wait_for_acks(ch, present, ack_by, verdict_by, publish):
+    """The ranks of `present` whose own acknowledgement (`ack/<r>`, signed when there is a secret) was read by
+    `ack_by`. The store's counter (`acks`, unsigned: anyone who reaches the port can add to it) is only a hint of
+    when to look: the ranks' own acknowledgements decide, read again until all are in or the deadline passed, so a
+    forged count can neither end the wait early nor name a rank that did acknowledge."""
+    acked = set()
+    last = looked = time.monotonic()
+    hinted = -1
+    while time.monotonic() < ack_by:
+        count = ch.store.add(ch.scope + "/acks", 0)
+        if count >= len(present) and count != hinted or time.monotonic() - looked >= HEARTBEAT_S:
+            hinted, looked = count, time.monotonic()
+            acked |= {r for r in present if r not in acked and ch.get("ack/%d" % r) is not None}
+            if len(acked) >= len(present):
+                return acked
+        if time.monotonic() - last >= HEARTBEAT_S:
+            if time.monotonic() < verdict_by:
+                publish()  # again: a value someone overwrote is back within a heartbeat
+            last = time.monotonic()
+        time.sleep(POLL_S)
+    return acked | {r for r in present if r not in acked and ch.get("ack/%d" % r) is not None}
+
+
 def _write(path, data):
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -248,18 +271,7 @@ def _rank0(request, root, store, key, hello, started, timings):
     if published:
         publish()
     timings["verdict_s"] = round(time.monotonic() - t0, 4)
-    acked = set()
-    last = time.monotonic()
-    while published and time.monotonic() < ack_by:
-        # A counter says when all acknowledged; who did is read once, at the end.
-        if ch.store.add(ch.scope + "/acks", 0) >= len(present):
-            break
-        if time.monotonic() - last >= HEARTBEAT_S and time.monotonic() < verdict_by:
-            publish()  # again: a value someone overwrote is back within a heartbeat
-            last = time.monotonic()
-        time.sleep(POLL_S)
-    if published:
-        acked = {r for r in present if ch.get("ack/%d" % r) is not None}
+    acked = wait_for_acks(ch, present, ack_by, verdict_by, publish) if published else set()
     _write(os.path.join(folder, "acks.json"), {"published": published, "acknowledged": sorted(acked),
                                                "not_acknowledged": [r for r in range(1, world) if r not in acked],
                                                "rejected_values": root.rejected + ch.rejected})
