@@ -148,6 +148,13 @@ def cut_text(text, limit):
         while i > 0 and not head[i - 1].isspace():
             i -= 1
         head = head[:i]
+    # A value of this process's environment that holds spaces (a pass phrase) and that the cut goes through goes
+    # too: the doctor replaces such values wherever they appear, but only whole.
+    for value in os.environ.values():
+        if len(value) >= 4 and " " in value and len(value) <= 4096:
+            start = text.rfind(value, max(0, limit - len(value) + 1), limit + len(value) - 1)
+            if 0 <= start < len(head) < start + len(value) or 0 <= start < limit < start + len(value):
+                head = head[:start]
     return head.rstrip() + " …"
 
 
