@@ -20,7 +20,8 @@ import probe_modules
 
 from dsv4_doctor import fleetenv
 from dsv4_doctor.model import UsageError
-from dsv4_doctor.redact import MASK, Redactor, cap, cut, shorten
+from dsv4_doctor import redact as redaction
+from dsv4_doctor.redact import MASK, Redactor
 from dsv4_doctor.safeio import ReadRefused, read_bounded, read_file, read_tail
 
 # --- reads that block ---------------------------------------------------------------------------------------------
@@ -129,17 +130,19 @@ def test_a_fifo_named_as_the_kernel_cache_is_refused_at_once(tmp_path):
 # --- numbers with no bound ------------------------------------------------------------------------------------------
 
 TORCHRUN = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+MAX_WORLD = 131072  # MAX_WORLD
 
 
 @pytest.mark.parametrize("name, at_limit, past, far_past", [
-    ("WORLD_SIZE", str(fleetenv.MAX_WORLD_SIZE), str(fleetenv.MAX_WORLD_SIZE + 1), "100000000"),
-    ("RANK", str(fleetenv.MAX_WORLD_SIZE - 1), str(fleetenv.MAX_WORLD_SIZE), "9" * 400),
+    ("WORLD_SIZE", str(MAX_WORLD), str(MAX_WORLD + 1), "100000000"),
+    ("RANK", str(MAX_WORLD - 1), str(MAX_WORLD), "9" * 400),
     ("LOCAL_RANK", "0", "-1", "9" * 5000),
-    ("LOCAL_WORLD_SIZE", str(fleetenv.MAX_WORLD_SIZE), str(fleetenv.MAX_WORLD_SIZE + 1), "1" * 400),
+    ("LOCAL_WORLD_SIZE", str(MAX_WORLD), str(MAX_WORLD + 1), "1" * 400),
     ("MASTER_PORT", "65534", "65535", "9" * 400),
 ])
 def test_each_launcher_number_at_its_limit_and_past_it(name, at_limit, past, far_past):
-    base = dict(TORCHRUN, RANK="1", WORLD_SIZE=str(fleetenv.MAX_WORLD_SIZE))
+    assert fleetenv.MAX_WORLD_SIZE == MAX_WORLD
+    base = dict(TORCHRUN, RANK="1", WORLD_SIZE=str(MAX_WORLD))
     env = fleetenv.detect(dict(base, **{name: at_limit}))
     assert env is not None and env.world_size == int(dict(base, **{name: at_limit})["WORLD_SIZE"])
     for value in (past, far_past):
@@ -236,16 +239,16 @@ def test_a_secret_at_every_cut_offset_leaves_no_fragment(shape, secret, monkeypa
     start = len(prefix)
     for limit in range(start - 1, start + len(shape) + 2):
         shown = {
-            "cap then redact": redact.text(cap(text, limit)),
-            "cut then redact": redact.text(cut(text, limit)),
-            "shorten then redact": redact.text(shorten(text, limit)),
+            "cap then redact": redact.text(redaction.cap(text, limit)),
+            "cut then redact": redact.text(redaction.cut(text, limit)),
+            "shorten then redact": redact.text(redaction.shorten(text, limit)),
             "redact_then_cap": redact.redact_then_cap(text, limit),
             "probe cut_text then redact": redact.text(common.cut_text(text, limit)),
             "probe error_info then redact": redact.text(common.error_info(RuntimeError(text))["message"]),
         }
         for where, out in shown.items():
             assert not _leaks(out, secret), (where, limit, out[-120:])
-        assert len(cut(text, limit)) <= limit
+        assert len(redaction.cut(text, limit)) <= limit
     for offset in range(0, 80):  # a stage line: the probe cuts at 120, the doctor at 80 after redaction
         line = "x" * offset + " " + shape
         for out in (stage_text(common.cut_text(line, common.STAGE_CHARS)), line_text(line)):
