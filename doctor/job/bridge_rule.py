@@ -40,8 +40,8 @@ def read_rule(source: Any) -> dict:
     if not isinstance(source, dict) or source.get("found") is not True:
         return {"readable": False, "why": "the DeepSeek-V4 bridge's source was not found"}
     if source.get("error") is not None or source.get("truncated") or source.get("capped"):
-        why = source.get("error") if isinstance(source.get("error"), str) and source.get("error") else \
-            "its summary is incomplete (no reason given)"
+        error = source.get("error")
+        why = error if isinstance(error, str) and error else "its summary is incomplete (no reason given)"
         return {"readable": False, "why": f"its source could not be read whole ({shorten(why, 200)})"}
     found = source.get("assignments")
     if not isinstance(found, list) or not isinstance(source.get("functions"), dict):
