@@ -89,7 +89,7 @@ def test_a_fifo_as_the_fleet_secret_file_that_nobody_writes_ends_at_sigterm(tmp_
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
     assert proc.returncode == 128 + signal.SIGTERM, err[-600:]
-    assert time.monotonic() - sent < 5 and "SIGTERM" in err or "interrupted" in err
+    assert time.monotonic() - sent < 5 and "interrupted" in err, err[-600:]
 
 
 SWAP_LOG_FOR_FIFO = """
@@ -183,7 +183,8 @@ def test_columns_is_clamped_not_refused(monkeypatch):
 
 def test_a_huge_columns_still_gives_the_text_report_at_a_sane_width():
     """COLUMNS=1000000000 ended the run with a MemoryError and no report."""
-    run = run_doctor("check", "--no-smoke", "--only", "python.version", env={"COLUMNS": "1000000000"}, timeout=90)
+    run = run_doctor("check", "--no-smoke", "--only", "python.version", env={"COLUMNS": "1000000000",
+                                                                              "FORCE_COLOR": "1"}, timeout=90)
     assert run.returncode in (0, 1) and "python.version" in run.stdout, run.stderr[-600:]
     assert max(len(line) for line in run.stdout.splitlines()) <= 400
 
