@@ -260,7 +260,8 @@ def rank1():
 threading.Thread(target=rank1).start()
 start = time.monotonic()
 acked = ex.wait_for_acks(ch, [1, 2], start + 3.0, start + 0.5, lambda: None)
-print(json.dumps({"acked": sorted(acked), "seconds": time.monotonic() - start}))
+print(json.dumps({"acked": sorted(acked), "seconds": time.monotonic() - start,
+                  "plan_seconds": [ex._seconds(v) for v in ("inf", "nan", "x", None, "1e400", -3, 12.5)]}))
 """
 
 
@@ -276,6 +277,8 @@ def test_a_forged_acknowledgement_count_decides_nothing():
     assert done.returncode == 0, done.stderr[-2000:]
     answer = json.loads(done.stdout.splitlines()[-1])
     assert answer["acked"] == [1] and 0.9 < answer["seconds"] < 3.5, answer
+    # A forged plan's seconds (no secret): never a wait without end.
+    assert answer["plan_seconds"] == [86400.0, 0.0, 0.0, 0.0, 86400.0, 0.0, 12.5]
 
 
 # --- preflight leaves the job's environment alone ----------------------------------------------------------------

@@ -103,6 +103,19 @@ def _timedelta(seconds):
     return timedelta(seconds=max(1.0, seconds))
 
 
+MAX_PLAN_S = 86400.0
+
+
+def _seconds(value):
+    """A plan's seconds left, within 0-MAX_PLAN_S: a value that is no finite number (inf, nan, text, from a writer
+    without the secret) is 0, so a rank waits by it no longer than by any valid plan."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    return min(seconds, MAX_PLAN_S) if seconds > 0 else 0.0
+
+
 def wait_for_acks(ch, present, ack_by, verdict_by, publish):
     """The ranks of `present` whose own acknowledgement (`ack/<r>`, signed when there is a secret) was read by
     `ack_by`. The store's counter (`acks`, unsigned: anyone who reaches the port can add to it) is only a hint of
@@ -305,9 +318,9 @@ def _other(request, root, store, key, hello, started, timings):
             return {"missed": why, "timings": timings}
         time.sleep(OTHERS_POLL_S)
     # Early by at most one heartbeat, never late: the plan was written at most HEARTBEAT_S before it was read.
-    report_by = t_read + float(plan["report_left"]) - HEARTBEAT_S
-    verdict_by = t_read + float(plan["verdict_left"]) - HEARTBEAT_S
-    ack_by = t_read + float(plan["ack_left"]) - HEARTBEAT_S
+    report_by = t_read + _seconds(plan.get("report_left")) - HEARTBEAT_S
+    verdict_by = t_read + _seconds(plan.get("verdict_left")) - HEARTBEAT_S
+    ack_by = t_read + _seconds(plan.get("ack_left")) - HEARTBEAT_S
     nonce = plan["nonce"]
     ch = Channel(store, root.scope + "/" + nonce, key)
     info = _json(hello) or {}
