@@ -185,7 +185,7 @@ def test_a_huge_columns_still_gives_the_text_report_at_a_sane_width():
     """COLUMNS=1000000000 ended the run with a MemoryError and no report."""
     run = run_doctor("check", "--no-smoke", "--only", "python.version", env={"COLUMNS": "1000000000",
                                                                               "FORCE_COLOR": "1"}, timeout=90)
-    assert run.returncode in (0, 1) and "python.version" in run.stdout, run.stderr[-600:]
+    assert run.returncode in (0, 1) and "Verdict: PASS" in run.stdout, run.stderr[-600:]
     assert max(len(line) for line in run.stdout.splitlines()) <= 400
 
 

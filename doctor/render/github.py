@@ -59,7 +59,9 @@ def emit(report: Report, say_raw: Callable[[str], object], append: Callable[[str
 
         text = render_markdown(report)
         if len(text.encode("utf-8")) > SUMMARY_CAP:
-            text = text.encode("utf-8")[:SUMMARY_CAP].decode("utf-8", errors="ignore") + "\n…(truncated)\n"
+            # At a line's end: never through a word (redact.cut's rule), and no markup left open mid-line.
+            head = text.encode("utf-8")[:SUMMARY_CAP].decode("utf-8", errors="ignore")
+            text = head.rpartition("\n")[0] + "\n…(truncated)\n"
         why = append(summary_path, text + "\n")
         if why is not None:
             from ..redact import clean_text
