@@ -28,7 +28,7 @@ class BadValue(ValueError):
 
 def _cp(value: str) -> int:
     try:
-        n = int(value)
+        n = int(value) if len(value) <= 12 else 1 << 40  # a 5,000-digit word is out of range, not a crash
     except ValueError:
         raise BadValue(f"expected a whole number, got {value!r}") from None
     if not 1 <= n <= 1024:
@@ -53,10 +53,13 @@ def parse_timeout(value: str) -> float:
 
 
 def _port(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise BadValue(f"expected a port number, got {value!r}") from None
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()):
+        raise BadValue(f"expected a port number, got {value!r}")
+    n = int(text) if len(text) <= 12 else 1 << 40
+    if not 1 <= n <= 65534:  # P and P + 1 (the smoke's CP groups)
+        raise BadValue("must be a port between 1 and 65534 (the exchange takes P and P + 1)")
+    return n
 
 
 

@@ -280,7 +280,9 @@ def needs_failed(ctx: Context, check_id: str) -> Result | None:
     if other is None or other.status not in (Status.FAIL, Status.ERROR):
         return None
     reason = other.summary.split(". ")[0]  # its first sentence: the finding itself is stated once, there
-    reason = reason if len(reason) <= 120 else reason[:117] + "..."
+    if len(reason) > 120:  # cut where a word ends (as redact.cut does): a cut secret would pass redaction
+        head = reason[:117]
+        reason = (head if reason[117].isspace() else head.rpartition(" ")[0]).rstrip() + "..."
     return skipped(f"needs {check_id} ({reason})", evidence={"needs": check_id, "needs_status": other.status.value})
 
 

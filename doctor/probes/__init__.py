@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ..procs import Processes, read_bounded, run_helper
-from ..redact import decode, read_tail, sanitize
+from ..redact import decode, read_tail, sanitize, shorten
 
 if TYPE_CHECKING:
     from ..jobpath import JobPath
@@ -274,7 +274,7 @@ def _run_probe(probe: Probe, python: str, timeout: float, procs: Processes,
         try:
             result.data = sanitize(json.loads(raw.decode("utf-8", "surrogateescape")))
         except (ValueError, RecursionError) as exc:
-            result.error = f"answered invalid JSON ({str(exc)[:200]})"
+            result.error = f"answered invalid JSON ({shorten(str(exc), 200)})"
             return result
         result.ok = True
         return result
@@ -293,10 +293,12 @@ def read_stage(path: str) -> str | None:
 
 def stage_text(text: str) -> str:
     """A stage as the live display may take it: one line, no escapes or control characters, at most STAGE_CHARS."""
-    from ..redact import clean_text
+    from ..redact import Redactor, clean_text, cut, shorten
 
-    text = " ".join(clean_text(text[:4 * STAGE_CHARS]).split())
-    return text if len(text) <= STAGE_CHARS else text[:STAGE_CHARS - 1] + "…"
+    # Redacted before it is cut (a cut through a secret leaves a part redaction does not recognise), and cut only
+    # where a word ends; the display shows it whole.
+    text = " ".join(clean_text(Redactor().text(cut(text, 4 * STAGE_CHARS))).split())
+    return shorten(text, STAGE_CHARS)
 
 
 # The one GPU query that needs no torch; the profile's detected --gpu-arch comes from it.

@@ -67,7 +67,10 @@ def answer(request):
         try:
             out["sources"][name] = source_facts(name, needles, owners, request.get("assignments_of", []))
         except Exception as exc:
-            out["sources"][name] = {"found": False, "error": error_info(exc)["message"]}
+            # Not read is never "read": the error is never empty (a MemoryError has no message).
+            info = error_info(exc)
+            out["sources"][name] = {"found": False,
+                                    "error": "%s: %s" % (info["type"], info["message"] or "(no message)")}
     if request.get("requirements_of"):
         try:
             out["requirement_targets"] = requirement_targets(request["requirements_of"])

@@ -26,7 +26,9 @@ _COMMENT_UNSAFE = re.compile(f"[{UNSAFE_CHARS}]+")
 def inert(text: str, limit: int = 300) -> str:
     """Text that stays one inert comment line however hostile it is."""
     text = _COMMENT_UNSAFE.sub(" ", str(text)).strip()
-    return text if len(text) <= limit else text[:limit] + "…"
+    from ..redact import shorten
+
+    return shorten(text, limit + 1)  # never through a word: a cut secret would pass redaction
 
 
 def pip_line(cmd: Command, installer: str = "pip") -> str:
