@@ -18,7 +18,8 @@ import pytest
 from conftest import free_port, has_torch, run_ranks, validate
 from fakes import ensure
 
-from dsv4_doctor import fleet, fleetmerge, fleetrun
+from dsv4_doctor import fleet
+from dsv4_doctor.fleet import merge as fleetmerge, plan as fleetrun
 from dsv4_doctor.fleet import FleetEnv, detect, first_host
 from dsv4_doctor.model import UsageError
 

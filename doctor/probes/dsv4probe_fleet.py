@@ -1,7 +1,7 @@
 """The fleet exchange: moves each rank's report bytes to rank 0 and rank 0's verdict back, on one timeline.
 
 Runs in the target interpreter (the doctor's CLI never imports torch) and only moves bytes: the merge, the verdict
-and the report are the doctor's (doctor/fleetmerge.py). It talks to its doctor through files in `dir` (both run on
+and the report are the doctor's (doctor/fleet/merge.py). It talks to its doctor through files in `dir` (both run on
 the same host, so deadlines are CLOCK_MONOTONIC values both can read) and to the other ranks through
 torch.distributed's TCPStore on the fleet port, hosted by rank 0.
 

@@ -1,6 +1,6 @@
 """Merging the per-rank reports of a fleet run into one report, in the doctor process, on the doctor's model types.
 
-Every other rank's report is admitted first (fleetadmit.py: validated and bounded, since it crossed the store); one
+Every other rank's report is admitted first (admit.py: validated and bounded, since it crossed the store); one
 that fails becomes a finding about that rank in `fleet.ranks`, never a crash.
 
 Identical results are grouped, so the report grows with the number of distinct results, not with the number of
@@ -18,10 +18,10 @@ import hashlib
 from collections.abc import Collection, Mapping, Sequence
 
 # admit, BadReport and MAX_REPORT_BYTES stay importable from here: the tests reach them through the merge.
-from .fleetadmit import MAX_REPORT_BYTES, BadReport, RankReport, _obj, admit  # noqa: F401
-from .fix import Fix
-from .model import SEVERITY, CheckReport, ExitCode, Source, Status, counts, exit_code_for, overall_status
-from .report import Report
+from .admit import MAX_REPORT_BYTES, BadReport, RankReport, _obj, admit  # noqa: F401
+from ..fix import Fix
+from ..model import SEVERITY, CheckReport, ExitCode, Source, Status, counts, exit_code_for, overall_status
+from ..report import Report
 
 MAX_GROUPS = 20  # groups listed per check; the rest are counted
 MAX_DRIFT_ITEMS = 50
@@ -267,7 +267,7 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
     (rank -> why: did not report, rejected, did not acknowledge). exchange: what the exchange said (timings,
     mode, not_acknowledged, exchange_error, partial, bound_s). hosts_hint: hosts of ranks that said hello but gave
     no valid report, or that the launcher names. anonymize_salt: hide host names behind a salted hash."""
-    from .redact import Redactor
+    from ..redact import Redactor
 
     exchange = dict(exchange or {})
     reports = {0: own, **{r: rep for r, rep in others.items() if r != 0}}

@@ -14,7 +14,7 @@ import socket
 from dataclasses import dataclass
 from collections.abc import Mapping
 
-from .model import UsageError
+from ..model import UsageError
 
 DEFAULT_MASTER_PORT = 29500
 SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 10000  # an srun step without MASTER_PORT: a port from its job and step id
@@ -212,7 +212,7 @@ def host_label(anonymize: bool = False, env: FleetEnv | None = None,
     name = socket.gethostname() or "unknown"
     if not anonymize:
         return name
-    from .fleetmerge import host_label as hashed
+    from .merge import host_label as hashed
 
     key = fleet_key(os.environ if environ is None else environ) or b""
     return hashed(name, (env.scope if env else "") + key.hex())

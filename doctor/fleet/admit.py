@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from .fix import Fix
-from .model import CheckReport, Source, Status
-from .registry import CHECK_ID  # the ids a check can have; anything else from a rank is not a check row
+from ..fix import Fix
+from ..model import CheckReport, Source, Status
+from ..registry import CHECK_ID  # the ids a check can have; anything else from a rank is not a check row
 
 MAX_REPORT_BYTES = 4 * 1024 * 1024
 MAX_ROWS = 1000
@@ -44,7 +44,7 @@ def _depth_ok(obj, limit: int = MAX_DEPTH) -> bool:
 
 
 def _text(value, limit: int = MAX_TEXT) -> str:
-    from .redact import clean_text
+    from ..redact import clean_text
 
     text = value if isinstance(value, str) else ""
     return clean_text(text[:limit])
@@ -127,7 +127,7 @@ def admit(rank: int, payload: bytes | Mapping) -> RankReport:
         raise BadReport("its report is not a JSON object")
     if not _depth_ok(data):
         raise BadReport(f"its report is nested deeper than {MAX_DEPTH} levels or too large")
-    from .redact import sanitize
+    from ..redact import sanitize
 
     # Bounded and made valid here; redacted once, in the merged report (each rank redacted its own already, and
     # redacting every rank's whole report cost rank 0 25 ms a rank).

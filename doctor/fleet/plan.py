@@ -12,11 +12,11 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .fleetenv import FleetEnv, fleet_key, launcher_hosts
-from .fleettransport import Exchange, _now
+from .env import FleetEnv, fleet_key, launcher_hosts
+from .torchstore import Exchange, _now
 
 if TYPE_CHECKING:
-    from .report import Report
+    from ..report import Report
 
 SKEW_S = 15.0  # launcher skew: how much later than rank 0 another rank may start
 SETUP_S = 20.0  # a helper starting, importing torch and joining the store
@@ -82,9 +82,9 @@ def take_part(env: FleetEnv, report: Report, python: str, started: float, strict
 def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize, fleet_checks, key) -> int:
     import contextlib
 
-    from . import fleetadmit, fleetmerge
-    from .model import ExitCode, Interrupted
-    from .signals import GATE
+    from . import admit as fleetadmit, merge as fleetmerge
+    from ..model import ExitCode, Interrupted
+    from ..signals import GATE
 
     budget = float(report.summary.budget_s or 60.0)
     reruns = env.local_world_size != 1
@@ -212,8 +212,8 @@ def _admit_while_gathering(exchange: Exchange, state: dict, world: int, until: f
 
 
 def _rank0_interrupted(env, report, strict, deliver, fleet_checks, key, code: int) -> int:
-    from . import fleetadmit, fleetmerge
-    from .signals import GATE
+    from . import admit as fleetadmit, merge as fleetmerge
+    from ..signals import GATE
 
     name = str(report.summary.interrupted or "a signal")
     info = {"scope": env.scope, "authenticated": key is not None, "fleet_checks": fleet_checks, "interrupted": name,
@@ -229,7 +229,7 @@ def _rank0_interrupted(env, report, strict, deliver, fleet_checks, key, code: in
 
 
 def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -> None:
-    from . import fleetadmit
+    from . import admit as fleetadmit
 
     hellos = _obj(gathered.get("hellos"))
     for raw_rank, hello in hellos.items():
@@ -267,10 +267,10 @@ def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -
 
 def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int:
 
-    from .model import ExitCode
-    from .render import output_width, render
-    from .render.output import write_stderr
-    from .signals import GATE
+    from ..model import ExitCode
+    from ..render import output_width, render
+    from ..render.output import write_stderr
+    from ..signals import GATE
 
     budget = float(report.summary.budget_s or 60.0)
     base_wait = fleet_wait if fleet_wait is not None else max(5.0, budget + SKEW_S - (_now() - started))
@@ -337,7 +337,7 @@ def host_of(report: Report) -> str:
 def _say(message: str) -> None:
     """A fleet-mode line on stderr, cleaned, redacted and bounded as every other output is (a rank's import error
     can carry terminal escapes, a workflow command, a token): the output layer's say, line by line."""
-    from .render.output import say
+    from ..render.output import say
 
     for line in message.split("\n"):
         say(line)
