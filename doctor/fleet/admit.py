@@ -112,8 +112,31 @@ class RankReport:
         return ("node " + self.node) if self.node else self.host
 
 
-def admit(rank: int, payload: bytes | Mapping) -> RankReport:
-    """A rank's report from its bytes (or, for rank 0, its own dict), validated; BadReport says why not."""
+def oversize_report(size: int, fleet_rank: Mapping) -> dict:
+    """What a rank sends instead of a report over MAX_REPORT_BYTES: short, typed, and saying so (rank 0 names the
+    rank and the reason; the store never carries the big one)."""
+    return {"schema": "dsv4-doctor.report/1", "oversize": {"bytes": int(size), "limit": MAX_REPORT_BYTES},
+            "environment": {"fleet_rank": dict(fleet_rank)}, "checks": []}
+
+
+def _refused(data: Mapping, job: str | None) -> str | None:
+    """Why a well-formed report is still not this fleet's: an oversize stand-in, or another job's report."""
+    over = data.get("oversize")
+    if isinstance(over, dict):
+        size = over.get("bytes")
+        size = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else 0
+        return (f"its report was {size:,} bytes, over the {MAX_REPORT_BYTES:,}-byte limit, so it sent a short one "
+                "saying so (a check or plugin on that rank writes too much evidence)")
+    theirs = _obj(_obj(data.get("environment")).get("fleet_rank")).get("job")
+    if job and theirs != job:
+        return (f"its report is from another job (job identity {_text(theirs, 16) or 'none'}, not {job}): "
+                "refused")
+    return None
+
+
+def admit(rank: int, payload: bytes | Mapping, job: str | None = None) -> RankReport:
+    """A rank's report from its bytes (or, for rank 0, its own dict), validated; BadReport says why not. With
+    `job` (the fleet's job identity), a report of another job is refused, whatever its world size."""
     if isinstance(payload, (bytes, bytearray)):
         if len(payload) > MAX_REPORT_BYTES:
             raise BadReport(f"its report is {len(payload)} bytes (at most {MAX_REPORT_BYTES})")
@@ -127,6 +150,9 @@ def admit(rank: int, payload: bytes | Mapping) -> RankReport:
         raise BadReport("its report is not a JSON object")
     if not _depth_ok(data):
         raise BadReport(f"its report is nested deeper than {MAX_DEPTH} levels or too large")
+    why = _refused(data, job)
+    if why:
+        raise BadReport(why)
     from ..redact import sanitize
 
     # Bounded and made valid here; redacted once, in the merged report (each rank redacted its own already, and

@@ -243,6 +243,8 @@ def _ranks_row(world: int, reported: Sequence[int], problems: Mapping[int, str],
     if not problems and not error:
         hosts = len(set(host_of.values()))
         acks = "; every rank acknowledged the verdict" if exchange.get("acknowledged_all") else ""
+        if exchange.get("port_note"):
+            acks += f" ({exchange['port_note']})"
         return CheckReport("fleet.ranks", RANKS_TITLE, Status.PASS,
                            f"all {world} ranks reported ({hosts} host{'' if hosts == 1 else 's'}){acks}",
                            evidence=evidence, sources=list(FLEET_SOURCES))
@@ -321,6 +323,8 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
              "odd_ranks": ranges(odd), "scope": exchange.get("scope"),
              "authenticated": bool(exchange.get("authenticated")),
              "not_acknowledged": ranges(exchange.get("not_acknowledged") or [])}
+    if exchange.get("port_note"):
+        fleet["port_note"] = str(exchange["port_note"])
     env = dict(base.get("environment") or {}) if isinstance(base.get("environment"), dict) else {}
     if anonymize_salt is not None and isinstance(env.get("fleet_rank"), dict):
         env["fleet_rank"] = dict(env["fleet_rank"], host=own.host)

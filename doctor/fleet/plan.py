@@ -49,7 +49,7 @@ def _hello(env: FleetEnv, report: Report) -> dict:
     environment = report.environment
     fr = _obj(environment.get("fleet_rank"))
     return {"rank": env.rank, "host": fr.get("host"), "node": env.node, "local_rank": env.local_rank,
-            "fingerprint": environment.get("fingerprint")}
+            "job": env.job, "fingerprint": environment.get("fingerprint")}
 
 
 def _fingerprint_node(env: FleetEnv, report: Report) -> str:
@@ -91,7 +91,8 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
     join_s = wait_seconds(budget, _now() - started, fleet_wait, reruns)
     verdict_s = VERDICT_S + VERDICT_PER_RANK_S * env.world_size
     request = {"rank": 0, "world_size": env.world_size, "master_addr": env.master_addr, "port": env.port,
-               "scope": env.scope, "join_s": join_s, "verdict_s": verdict_s, "ack_s": ACK_S,
+               "scope": env.scope, "job": env.job, "agent_port": env.agent_port,
+               "join_s": join_s, "verdict_s": verdict_s, "ack_s": ACK_S,
                "connect_s": SETUP_S + join_s + verdict_s + ACK_S + RELEASE_S,
                "fingerprint_node": _fingerprint_node(env, report), "leader": True}
     timeout = SETUP_S + join_s + verdict_s + ACK_S + 2 * RELEASE_S + 30.0
@@ -104,7 +105,7 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
         own_problem = f"rank 0's own report could not be merged: {exc}"
         own = fleetadmit.admit(0, dict(wire, checks=[]))
     exchange = Exchange(env, python, request, key, timeout)
-    state: dict = {"others": {}, "problems": {}, "hints": {},
+    state: dict = {"others": {}, "problems": {}, "hints": {}, "job": env.job,
                    "info": {"scope": env.scope, "authenticated": key is not None, "mode": "store",
                             "fleet_checks": fleet_checks}}
     if own_problem:
@@ -131,6 +132,8 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
         exchange.start(_hello(env, report))
         plan = exchange.wait_for("plan.json", _now() + SETUP_S + 60.0) or {}
         state["info"]["bound_s"] = round(_now() - started + join_s + verdict_s + ACK_S, 1)
+        if plan.get("port_note"):
+            state["info"]["port_note"] = str(plan["port_note"])[:300]
         gathered = _admit_while_gathering(exchange, state, env.world_size,
                                           float(plan.get("report_by") or _now()) + 30.0)
         if gathered is None:
@@ -237,7 +240,8 @@ def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -
             r = int(raw_rank)
         except ValueError:
             continue
-        if 0 < r < world and isinstance(hello, dict) and isinstance(hello.get("host"), str):
+        if 0 < r < world and isinstance(hello, dict) and isinstance(hello.get("host"), str) and \
+                hello.get("job") in (None, state.get("job")):
             state["hints"][r] = fleetadmit._text(hello["host"], 255)
     rejected = _obj(gathered.get("rejected"))
     for raw_rank, why in rejected.items():
@@ -255,7 +259,7 @@ def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -
         try:
             with open(path, "rb") as fh:
                 payload = fh.read(fleetadmit.MAX_REPORT_BYTES + 1)
-            state["others"][r] = fleetadmit.admit(r, payload)
+            state["others"][r] = fleetadmit.admit(r, payload, state.get("job"))
             state["problems"].pop(r, None)
         except fleetadmit.BadReport as exc:
             state["problems"][r] = f"its report was rejected: {exc}"
@@ -276,12 +280,13 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
     base_wait = fleet_wait if fleet_wait is not None else max(5.0, budget + SKEW_S - (_now() - started))
     connect_s = base_wait + SKEW_S + SETUP_S
     request = {"rank": env.rank, "world_size": env.world_size, "master_addr": env.master_addr, "port": env.port,
-               "scope": env.scope, "connect_s": connect_s, "fingerprint_node": _fingerprint_node(env, report),
+               "scope": env.scope, "job": env.job, "agent_port": env.agent_port,
+               "connect_s": connect_s, "fingerprint_node": _fingerprint_node(env, report),
                "leader": env.node_leader}
     timeout = connect_s + SETUP_S + 4 * budget + VERDICT_S + VERDICT_PER_RANK_S * env.world_size + ACK_S + \
         2 * RELEASE_S + 60.0
     exchange = Exchange(env, python, request, key, timeout)
-    ran_own = False
+    ran_own = late = False
     GATE.arm()
     try:
         exchange.start(_hello(env, report))
@@ -303,15 +308,20 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
                     if own is not None:
                         report = report.with_rows(own.checks, own.actions)
                         ran_own = True
-            exchange.write("report.json", report.to_dict())
+            exchange.write_bytes("report.json", bounded_report(report))
             exchange.touch("report.json.ready")
-            until = float(plan.get("ack_by") or _now()) + RELEASE_S + 15.0
-            answer = exchange.finish(until)
+            ack_by = float(plan.get("ack_by") or _now())
+            taken = _take_verdict(exchange, ack_by)
+            answer = exchange.finish(ack_by + RELEASE_S + 15.0)
+            # The verdict came, and this process did not take it in time: it was stopped or starved.
+            late = not taken and (bool(answer.get("late")) or exchange.read("verdict.json") is not None)
     finally:
         GATE.shield()
         exchange_tail = exchange.tail()
         exchange.close()
-    if "exit_code" in answer and isinstance(answer.get("exit_code"), int):
+    if late:
+        return _late(env, report)
+    if "exit_code" in answer and isinstance(answer.get("exit_code"), int) and answer.get("acknowledged") is True:
         if verbose:
             _say(f"== rank {env.rank} of {env.world_size} ({host_of(report)}): its own report"
                  + (" (it ran its host-level checks itself: its packages differ from its local rank 0's)"
@@ -327,6 +337,58 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
     write_stderr(render(report, "text", width=output_width(False)))
     _say(f"dsv4-doctor (rank {env.rank}): exit 1, because this rank could not take the fleet's verdict")
     return int(ExitCode.FAILED)
+
+
+def bounded_report(report: Report) -> bytes:
+    """This rank's report as it crosses the store, within the limit rank 0 applies (admit.MAX_REPORT_BYTES): one
+    over it is replaced by a short typed report that says so, so the store never carries it and rank 0 names this
+    rank and the reason."""
+    import json
+
+    from .admit import MAX_REPORT_BYTES, oversize_report
+
+    payload = json.dumps(report.to_dict(), separators=(",", ":")).encode("utf-8", "surrogateescape")
+    if len(payload) <= MAX_REPORT_BYTES:
+        return payload
+    fleet_rank = _obj(report.environment.get("fleet_rank"))
+    _say(f"dsv4-doctor: this rank's report is {len(payload):,} bytes, over the fleet's {MAX_REPORT_BYTES:,}-byte "
+         "limit: it sends a short report saying so instead")
+    return json.dumps(oversize_report(len(payload), fleet_rank)).encode()
+
+
+def _take_verdict(exchange: Exchange, ack_by: float) -> bool:
+    """This process's own acknowledgement: the helper passes the verdict on (verdict.json) and acknowledges it on
+    the store only when this process took it (the `taken` file) before the acknowledgement deadline. A process
+    stopped (SIGSTOP, a swapped-out node) until after the deadline finds it passed and takes nothing."""
+    import time
+
+    while _now() < ack_by:
+        data = exchange.read("verdict.json")
+        if data is not None and isinstance(data.get("exit_code"), int):
+            if _now() >= ack_by:
+                return False
+            exchange.touch("taken")
+            return True
+        if exchange.exited():
+            return False
+        time.sleep(0.02)
+    return False
+
+
+def _late(env: FleetEnv, report: Report) -> int:
+    """A rank that came back after the acknowledgement deadline (it was stopped or starved): the fleet did not
+    count it, so it does not start, whatever the verdict was."""
+    from ..model import ExitCode
+    from ..render import output_width, render
+    from ..render.output import write_stderr
+
+    _say(f"dsv4-doctor (rank {env.rank} of {env.world_size}): not starting: this rank's process took the fleet's "
+         "verdict only after the acknowledgement deadline (it was stopped or starved), so rank 0 did not count it; "
+         "its own report follows")
+    write_stderr(render(report, "text", width=output_width(False)))
+    _say(f"dsv4-doctor (rank {env.rank}): exit {int(ExitCode.LATE)}, because this rank missed the fleet's "
+         "acknowledgement deadline")
+    return int(ExitCode.LATE)
 
 
 def host_of(report: Report) -> str:

@@ -48,6 +48,12 @@ class Exchange:
             json.dump(data, fh)
         os.replace(tmp, self.path(name))
 
+    def write_bytes(self, name: str, data: bytes) -> None:
+        tmp = self.path(name + ".tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, self.path(name))
+
     def touch(self, name: str) -> None:
         open(self.path(name), "wb").close()
 

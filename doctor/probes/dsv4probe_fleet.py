@@ -135,14 +135,69 @@ def answer(request):
     import torch.distributed as dist
 
     timings = {"import_s": round(time.monotonic() - started, 3)}
-    store = dist.TCPStore(request["master_addr"], int(request["port"]), world, rank == 0,
-                          _timedelta(float(request["connect_s"])), wait_for_workers=False)
-    timings["store_s"] = round(time.monotonic() - started, 3)
     scope = request["scope"]
+    store, port_note = _store(dist, request, rank, world, scope, key, started)
+    if store is None:
+        _write(os.path.join(folder, "plan.json"), {"error": port_note})
+        return {"error": port_note, "port_in_use": int(request["port"]), "timings": timings}
+    timings["store_s"] = round(time.monotonic() - started, 3)
+    if port_note:
+        timings["port_note"] = port_note
     root = Channel(store, scope, key)
     if rank == 0:
         return _rank0(request, root, store, key, hello, started, timings)
     return _other(request, root, store, key, hello, started, timings)
+
+
+def _in_use(exc):
+    text = str(exc).lower()
+    return "eaddrinuse" in text or "address already in use" in text
+
+
+def _store(dist, request, rank, world, scope, key, started):
+    """(the fleet's store, a note on its port), or (None, why). The port is --fleet-port or MASTER_PORT + 1. Where
+    torchrun's own store is reachable (its agent's, on MASTER_PORT), rank 0 publishes the port it could bind there:
+    the preferred one, or, when another job holds it (EADDRINUSE), a free one; the others read it there. Without
+    it (srun), a port in use fails every rank before any job starts."""
+    addr, port, timeout = request["master_addr"], int(request["port"]), _timedelta(float(request["connect_s"]))
+    agent_port = request.get("agent_port")
+    agent = None
+    if agent_port:
+        agent = Channel(dist.TCPStore(addr, int(agent_port), world, False, timeout, wait_for_workers=False),
+                        scope, key)
+    if rank != 0:
+        note = None
+        if agent is not None:
+            give_up = started + float(request["connect_s"])
+            raw = None
+            while raw is None and time.monotonic() < give_up:
+                raw = agent.get("fleet-port")
+                if raw is None:
+                    time.sleep(OTHERS_POLL_S)
+            if raw is None or not raw.isdigit() or not 0 < int(raw) < 65536:
+                return None, ("rank 0 published no fleet port in torchrun's store within %.0f s"
+                              % float(request["connect_s"]))
+            if int(raw) != port:
+                note = "the fleet port %d was in use on rank 0's host: port %s, agreed through torchrun's store" % (
+                    port, raw.decode())
+            port = int(raw)
+        return dist.TCPStore(addr, port, world, False, timeout, wait_for_workers=False), note
+    note = None
+    try:
+        store = dist.TCPStore(addr, port, world, True, timeout, wait_for_workers=False)
+    except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError or DistNetworkError, by version
+        if not _in_use(exc):
+            raise
+        if agent is None:
+            return None, ("the fleet port %d is already in use on rank 0's host (another job's port?), and this "
+                          "launch has no torchrun store to agree another one through: no rank starts; give the job "
+                          "a port of its own with --fleet-port (docs/fleet.md, \"Ports\")" % port)
+        store = dist.TCPStore(addr, 0, world, True, timeout, wait_for_workers=False)
+        note = "the fleet port %d was in use on rank 0's host: port %d, agreed through torchrun's store" % (
+            port, store.port)
+    if agent is not None:
+        agent.set("fleet-port", str(store.port).encode())
+    return store, note
 
 
 def _rank0(request, root, store, key, hello, started, timings):
@@ -158,6 +213,7 @@ def _rank0(request, root, store, key, hello, started, timings):
         now = time.monotonic()
         seq[0] += 1
         root.set("plan", json.dumps({"v": 1, "nonce": nonce, "world_size": world, "seq": seq[0],
+                                     "job": request.get("job"),
                                      "report_left": report_by - now, "verdict_left": verdict_by - now,
                                      "ack_left": ack_by - now}).encode())
         return now
@@ -169,7 +225,7 @@ def _rank0(request, root, store, key, hello, started, timings):
         ch.set("fp/" + request["fingerprint_node"], json.dumps(info.get("fingerprint")).encode())
     last = beat()
     _write(os.path.join(folder, "plan.json"), {"nonce": nonce, "report_by": report_by, "verdict_by": verdict_by,
-                                               "ack_by": ack_by})
+                                               "ack_by": ack_by, "port_note": timings.get("port_note")})
     os.makedirs(os.path.join(folder, "reports"), exist_ok=True)
     pending, hellos, rejected = set(range(1, world)), {}, {}
 
@@ -283,11 +339,14 @@ def _other(request, root, store, key, hello, started, timings):
         raw = root.get("plan")
         t = time.monotonic()
         data = _json(raw) if raw else None
-        if data and data.get("v") == 1 and data.get("world_size") == world and isinstance(data.get("nonce"), str):
+        # Another job's plan is never this rank's, whatever its world size.
+        if data and data.get("v") == 1 and data.get("world_size") == world and isinstance(data.get("nonce"), str) \
+                and data.get("job") == request.get("job"):
             plan, t_read = data, t
             break
         if t >= give_up:
-            why = ("no valid plan from rank 0 within %.0f s" % float(request["connect_s"])
+            why = ("no valid plan from rank 0 within %.0f s (when rank 0's report says the fleet port was in use, "
+                   "give the job a port of its own with --fleet-port)" % float(request["connect_s"])
                    + (" (%d value(s) failed the authentication check)" % root.rejected if root.rejected else ""))
             _write(os.path.join(folder, "plan.json"), {"error": why})
             return {"missed": why, "timings": timings}
@@ -346,12 +405,25 @@ def _other(request, root, store, key, hello, started, timings):
                + (" (%d value(s) failed the authentication check)" % ch.rejected if ch.rejected else ""))
         _linger(ch, rank, ack_by + RELEASE_S)
         return {"missed": why, "timings": timings}
+    # The rank's own process acknowledges, not this helper's read: it takes the verdict from verdict.json and
+    # says so (`taken`) before the acknowledgement deadline, or it is not acknowledged (and does not start).
+    _write(os.path.join(folder, "verdict.json"), {"exit_code": verdict, "ack_by": ack_by})
+    taken = False
+    while time.monotonic() < ack_by:
+        if os.path.exists(os.path.join(folder, "taken")):
+            taken = True
+            break
+        time.sleep(POLL_S)
+    timings["verdict_s"] = round(time.monotonic() - started, 3)
+    if not taken:
+        _linger(ch, rank, ack_by + RELEASE_S)
+        return {"late": "this rank's process did not take the verdict before the acknowledgement deadline",
+                "timings": timings}
     ch.set("ack/%d" % rank, b"1")
     ch.store.add(ch.scope + "/acks", 1)
-    timings["verdict_s"] = round(time.monotonic() - started, 3)
     _linger(ch, rank, ack_by + RELEASE_S)
     timings["total_s"] = round(time.monotonic() - started, 3)
-    return {"exit_code": verdict, "timings": timings}
+    return {"exit_code": verdict, "acknowledged": True, "timings": timings}
 
 
 def _linger(ch, rank, until):
