@@ -286,13 +286,14 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
     timeout = connect_s + SETUP_S + 4 * budget + VERDICT_S + VERDICT_PER_RANK_S * env.world_size + ACK_S + \
         2 * RELEASE_S + 60.0
     exchange = Exchange(env, python, request, key, timeout)
-    ran_own = late = False
+    ran_own = late = no_plan = False
     GATE.arm()
     try:
         exchange.start(_hello(env, report))
         plan = exchange.wait_for("plan.json", _now() + SETUP_S + connect_s + 10.0)
         answer: dict
         if plan is None or "error" in plan:
+            no_plan = True
             answer = exchange.finish(_now() + 10.0)
             if "error" not in answer and "missed" not in answer:
                 answer = {"missed": (plan or {}).get("error") or "no plan from rank 0"}
@@ -335,6 +336,10 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
     if stderr:
         _say("  " + str(stderr).strip()[-2000:].replace("\n", "\n  "))
     write_stderr(render(report, "text", width=output_width(False)))
+    if no_plan:  # the one cause a rank cannot see from here: rank 0 could not open the fleet port
+        _say(f"dsv4-doctor (rank {env.rank}): no plan came from rank 0 on port {env.port}; when rank 0's report says "
+             "that port was in use (another job's?), give this job a port of its own with --fleet-port "
+             "(docs/fleet.md, \"Ports\")")
     _say(f"dsv4-doctor (rank {env.rank}): exit 1, because this rank could not take the fleet's verdict")
     return int(ExitCode.FAILED)
 
