@@ -740,7 +740,8 @@ def test_a_foreign_writer_on_the_store_cannot_forge_rank_0_s_result_or_the_verdi
     site = _odd_rank_plugin(tmp_path)
     port = free_port()
     secret = {"DSV4_DOCTOR_FLEET_SECRET": "correct-horse-battery-staple", "PYTHONPATH": str(site)}
-    forger = subprocess.Popen([sys.executable, "-c", FORGER, str(port + 1), "dsv4doctor/job"],
+    scope = detect(_rank_env(0, 2, port)).scope  # the job's own scope: the forger writes where the ranks read
+    forger = subprocess.Popen([sys.executable, "-c", FORGER, str(port + 1), scope],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     args = ("check", "--no-smoke", "--only", "python.version,bad.rank", "-f", "json", "--fleet-wait", "20")
     procs = [_spawn(0, 2, port, *args, ODD="1", **secret), _spawn(1, 2, port, *args, **secret)]
@@ -760,7 +761,7 @@ def test_a_foreign_writer_on_the_store_cannot_forge_rank_0_s_result_or_the_verdi
 def test_a_replayed_go_verdict_from_an_earlier_run_does_not_start_a_rank(tmp_path):
     """With the secret, an earlier run's signed plan and go verdict, read off the store by anyone
     who reaches its port and written back in a later run of the same job, made a rank start while rank 0 failed."""
-    probes = Path(fleet.__file__).parent / "probes"
+    probes = Path(fleet.__file__).parent.parent / "probes"
     done = subprocess.run([sys.executable, "-c", REPLAY, str(tmp_path), str(probes)], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
