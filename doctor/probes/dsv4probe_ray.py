@@ -81,13 +81,20 @@ def _why(exc):
 def answer(request):
     started = time.monotonic()
     folder = request["dir"]
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
+    try:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    except ImportError as exc:
+        return {"error": "the job's Python (%s) cannot import ray (%s): run it with the job's --python"
+                % (sys.executable, exc)}
     address = os.environ.get("RAY_ADDRESS") or "auto"
     timings = {}
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False,
-             runtime_env=request.get("runtime_env") or None)
+    try:
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False,
+                 runtime_env=request.get("runtime_env") or None)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        return {"error": "could not join the Ray cluster at %s (%s: %s)" % (
+            address, type(exc).__name__, str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "")}
     timings["join_s"] = round(time.monotonic() - started, 3)
     driver_node = ray.get_runtime_context().get_node_id()
     nodes = [n for n in ray.nodes() if n.get("Alive") and float((n.get("Resources") or {}).get("GPU") or 0) > 0]
