@@ -19,7 +19,8 @@ With --cp N, the smoke forward runs across the real ranks: consecutive groups of
 
 Where it lives: env.py (the launcher's environment: detection, node lists, the job's scope and secret,
 cp_plan), torchstore.py (the exchange helper's file conversation), plan.py (rank 0's gather, merge and
-verdict; the other ranks' side), admit.py and merge.py (validating and merging the ranks' reports). This
+verdict; the other ranks' side), deadlines.py (a rank's own acknowledgement, its late exit, its bounded report),
+admit.py and merge.py (validating and merging the ranks' reports), raycluster.py (the Ray transport: `--ray`). This
 package is fleet mode's one import for the CLI and the checks.
 """
 

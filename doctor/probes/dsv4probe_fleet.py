@@ -38,14 +38,16 @@ import sys
 # Before any other import: nothing beside a probe script is the job's (dsv4probe_common's docstring says why).
 HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE]
-if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not True:
-    import importlib.util
+for _name, _flag in (("dsv4probe_common", "PROBE_COMMON"), ("dsv4probe_fleet_port", "PROBE_FLEET_PORT")):
+    if getattr(sys.modules.get(_name), _flag, None) is not True:
+        import importlib.util
 
-    _spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(
-        os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
-    sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules["dsv4probe_common"])
+        _spec = importlib.util.spec_from_file_location(_name, os.path.join(
+            os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, _name + ".py"))
+        sys.modules[_name] = importlib.util.module_from_spec(_spec)
+        _spec.loader.exec_module(sys.modules[_name])
 from dsv4probe_common import serve
+from dsv4probe_fleet_port import fleet_store
 
 import hashlib
 import hmac
@@ -136,7 +138,8 @@ def answer(request):
 
     timings = {"import_s": round(time.monotonic() - started, 3)}
     scope = request["scope"]
-    store, port_note = _store(dist, request, rank, world, scope, key, started)
+    store, port_note = fleet_store(dist, Channel, _timedelta(float(request["connect_s"])), request, rank, world, scope,
+                                   key, started)
     if store is None:
         _write(os.path.join(folder, "plan.json"), {"error": port_note})
         return {"error": port_note, "port_in_use": int(request["port"]), "timings": timings}
@@ -147,57 +150,6 @@ def answer(request):
     if rank == 0:
         return _rank0(request, root, store, key, hello, started, timings)
     return _other(request, root, store, key, hello, started, timings)
-
-
-def _in_use(exc):
-    text = str(exc).lower()
-    return "eaddrinuse" in text or "address already in use" in text
-
-
-def _store(dist, request, rank, world, scope, key, started):
-    """(the fleet's store, a note on its port), or (None, why). The port is --fleet-port or MASTER_PORT + 1. Where
-    torchrun's own store is reachable (its agent's, on MASTER_PORT), rank 0 publishes the port it could bind there:
-    the preferred one, or, when another job holds it (EADDRINUSE), a free one; the others read it there. Without
-    it (srun), a port in use fails every rank before any job starts."""
-    addr, port, timeout = request["master_addr"], int(request["port"]), _timedelta(float(request["connect_s"]))
-    agent_port = request.get("agent_port")
-    agent = None
-    if agent_port:
-        agent = Channel(dist.TCPStore(addr, int(agent_port), world, False, timeout, wait_for_workers=False),
-                        scope, key)
-    if rank != 0:
-        note = None
-        if agent is not None:
-            give_up = started + float(request["connect_s"])
-            raw = None
-            while raw is None and time.monotonic() < give_up:
-                raw = agent.get("fleet-port")
-                if raw is None:
-                    time.sleep(OTHERS_POLL_S)
-            if raw is None or not raw.isdigit() or not 0 < int(raw) < 65536:
-                return None, ("rank 0 published no fleet port in torchrun's store within %.0f s"
-                              % float(request["connect_s"]))
-            if int(raw) != port:
-                note = "the fleet port %d was in use on rank 0's host: port %s, agreed through torchrun's store" % (
-                    port, raw.decode())
-            port = int(raw)
-        return dist.TCPStore(addr, port, world, False, timeout, wait_for_workers=False), note
-    note = None
-    try:
-        store = dist.TCPStore(addr, port, world, True, timeout, wait_for_workers=False)
-    except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError or DistNetworkError, by version
-        if not _in_use(exc):
-            raise
-        if agent is None:
-            return None, ("the fleet port %d is already in use on rank 0's host (another job's port?), and this "
-                          "launch has no torchrun store to agree another one through: no rank starts; give the job "
-                          "a port of its own with --fleet-port (docs/fleet.md, \"Ports\")" % port)
-        store = dist.TCPStore(addr, 0, world, True, timeout, wait_for_workers=False)
-        note = "the fleet port %d was in use on rank 0's host: port %d, agreed through torchrun's store" % (
-            port, store.port)
-    if agent is not None:
-        agent.set("fleet-port", str(store.port).encode())
-    return store, note
 
 
 def _rank0(request, root, store, key, hello, started, timings):
