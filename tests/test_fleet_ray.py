@@ -117,13 +117,20 @@ class RayCluster:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
+def ray_cluster():
+    import shutil
+    import tempfile
+
     pytest.importorskip("ray", reason="the Ray fleet test needs ray (the test extra installs it)")
-    cluster = RayCluster(tmp_path_factory.mktemp("ray"))
+    # A short folder: Ray's Unix sockets live under it, and AF_UNIX paths end at 107 bytes (pytest-xdist's tmp_path
+    # is longer than that allows).
+    ray_dir = Path(tempfile.mkdtemp(prefix="dsv4ray-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    cluster = RayCluster(ray_dir)
     try:
         yield cluster
     finally:
         cluster.shutdown()
+        shutil.rmtree(ray_dir, ignore_errors=True)
 
 
 def _env(cluster: RayCluster, **extra: str) -> dict:
