@@ -1,7 +1,7 @@
 """How the fleet exchange scales: N lightweight ranks on this machine's CPU exchange canned reports through the real
 exchange helper (probes/dsv4probe_fleet.py, over torch.distributed's TCPStore) without running any check, so that 2
 cores suffice; rank 0's doctor side (validating each report, the merge, the verdict) runs here, in this process, as
-the doctor runs it (doctor/fleetmerge.py).
+the doctor runs it (doctor/fleet/merge.py).
 
     python benchmarks/bench_fleet.py [--ranks 2 8 16] [--repeat 3] [--python PATH]
 
@@ -43,7 +43,7 @@ def free_port() -> int:
 
 def one_run(n: int, base: dict, python: str) -> dict:
     sys.path.insert(0, str(REPO))
-    from dsv4_doctor import fleetmerge
+    from dsv4_doctor.fleet import merge as fleetmerge
 
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:

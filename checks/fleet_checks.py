@@ -4,7 +4,7 @@ sources, like every other rule; their run functions are never called (only_with 
 
 from __future__ import annotations
 
-from dsv4_doctor import fleetmerge
+from dsv4_doctor.fleet import merge as fleetmerge
 from dsv4_doctor.api import check
 from dsv4_doctor.model import Context, Result, errored
 

@@ -49,6 +49,8 @@ class Options:
     fleet_port: int | None = None
     fleet_wait: float | None = None
     anonymize_hosts: bool = False
+    ray: bool = False  # fleet mode over the job's Ray cluster (fleet --ray, check --ray)
+    ray_hook: bool = False  # also give the job Ray's worker_process_setup_hook that refuses unchecked nodes
     verbose_ranks: bool = False
     no_kernel_cache: bool = False
     job_args: str | None = None
@@ -141,11 +143,15 @@ def check(opts: Options, deliver: Deliver, smoke: bool = False) -> tuple[Report,
         smoke_mode = "off" if opts.no_smoke else ("on" if opts.device == "cpu" else "auto")
         profile = profile_from_options(opts, smoke_mode, _job_argv(opts))
     env, profile = fleet_env(opts, profile)
-    only, fleet_checks = fleet_selection(env, only, skip)
+    only, fleet_checks = fleet_selection(env or opts.ray, only, skip)
     started = time.monotonic()
     progress = wants_live_display(sys.stderr, opts.format) and (env is None or env.rank == 0)
     opts = _resolved(opts)
     report = run_report(opts, profile, only, skip, strict, progress=progress)
+    if opts.ray:
+        from .fleet import raycluster
+
+        return report, raycluster.take_part(opts, report, _job_argv(opts), deliver, fleet_checks)[0]
     if env is None:
         return report, deliver(report)
     from .fleet import take_part
@@ -176,10 +182,15 @@ def preflight(opts: Options, deliver: Deliver) -> tuple[Report, int]:
     env, profile = fleet_env(opts, profile)
     started = time.monotonic()
     only, skip = ids(opts.only, "--only"), ids(opts.skip, "--skip")
-    only, fleet_checks = fleet_selection(env, only, skip)
+    only, fleet_checks = fleet_selection(env or opts.ray, only, skip)
     opts = _resolved(opts)
     report = run_report(opts, profile, only, skip, opts.strict, progress=False)
-    if env is not None:
+    if opts.ray:
+        from .fleet import raycluster
+
+        code, checked = raycluster.take_part(opts, report, command, deliver, fleet_checks)
+        command = command + raycluster.hook_overrides(checked) if opts.ray_hook and code == 0 else command
+    elif env is not None:
         # Rank 0 writes the fleet's report; every rank execs only when the whole fleet passed.
         from .fleet import take_part
 
@@ -193,7 +204,7 @@ def preflight(opts: Options, deliver: Deliver) -> tuple[Report, int]:
     if code != 0:
         if env is None or env.rank == 0:
             say("dsv4-doctor preflight: not starting the job"
-                + (f" ({verdict_line(report)})" if env is None else " (the fleet's verdict)"))
+                + (f" ({verdict_line(report)})" if env is None and not opts.ray else " (the fleet's verdict)"))
         return report, int(ExitCode.FAILED)
     if opts.dry_run:
         if env is None or env.rank == 0:  # a fleet's other ranks print nothing, as for the report
@@ -283,9 +294,17 @@ def fleet_env(opts: Options, profile: Profile):
     """(this rank's launcher view or None, the profile with the rank in it)."""
     from . import fleet
 
+    if opts.ray:  # the driver of a Ray fleet: its nodes are checked by Ray tasks, not by a launcher's ranks
+        if opts.distributed == "on":
+            raise UsageError("--ray checks the nodes of the job's Ray cluster: it does not take --distributed")
+        from .fleet import raycluster
+
+        return None, raycluster.driver_profile(profile)
     env = fleet.detect(os.environ, opts.distributed, opts.fleet_port)
     if env is None:
-        return None, profile
+        from .fleet import raycluster
+
+        return None, raycluster.node_profile(profile, os.environ)  # a Ray fleet's node task, or a single host
     fleet.fleet_key(os.environ)  # an unreadable secret file is a usage error now, not after the checks
     return env, replace(profile, fleet=fleet.profile_fields(env, fleet.host_label(opts.anonymize_hosts, env)))
 

@@ -181,7 +181,7 @@ def build(outcome: Outcome, python: str, strict: bool = False, exit_override: in
     env = environment(outcome.target, outcome.static, python)
     fleet = outcome.profile.fleet
     if fleet:
-        env["fleet_rank"] = {k: fleet.get(k) for k in ("rank", "local_rank", "host", "node")}
+        env["fleet_rank"] = {k: fleet.get(k) for k in ("rank", "local_rank", "host", "node", "job")}
         env["fingerprint"] = fingerprint(outcome.static, outcome.gpus)
     return assemble(outcome.profile, outcome.reports, outcome.plugins, env, strict, outcome.duration_s,
                     outcome.budget_s, outcome.interrupted, exit_override)

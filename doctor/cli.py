@@ -69,7 +69,7 @@ def early_target(argv: Sequence[str], environ: Mapping[str, str]) -> EarlyTarget
     while i < len(words):
         word = words[i]
         i += 1
-        if word == "--" or (not word.startswith("-") and words[0] == "preflight"):
+        if word == "--" or (not word.startswith("-") and words[0] in ("preflight", "fleet")):
             break
         name, has_value, value = word.partition("=") if word.startswith("--") else (word, "", "")
         if name in VALUE_OPTIONS:
@@ -157,7 +157,7 @@ def parse_command_line(argv: list[str]) -> Options:
 
     argv = _with_default_command(list(argv))
     job_tail: list[str] | None = None
-    if argv[:1] == ["preflight"] and "--" in argv:
+    if argv[:1] in (["preflight"], ["fleet"]) and "--" in argv:
         cut = argv.index("--")
         argv, job_tail = argv[:cut], argv[cut:]
     try:
@@ -272,7 +272,12 @@ def run_command(opts: Options) -> int:
 
     if opts.command in ("check", "smoke"):
         return app.check(opts, lambda report: _check_report(opts, report), smoke=opts.command == "smoke")[1]
-    if opts.command == "preflight":
+    if opts.command in ("preflight", "fleet"):
+        if opts.command == "fleet" and not opts.ray:
+            from .model import UsageError
+
+            raise UsageError("fleet: say which fleet: --ray (the job's Ray cluster); a torchrun or srun job runs "
+                             "`preflight` in front of every rank instead")
         return app.preflight(opts, lambda report: _preflight_report(opts, report))[1]
     if opts.command == "fix":
         return app.fix(opts, ask)[2]

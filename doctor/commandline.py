@@ -17,7 +17,7 @@ EXIT_CODES_HELP = (
     "--strict); 2 usage error; 3 the doctor itself or a plugin crashed (the report is still written); 4 the report "
     "could not be written to --output (it went to stdout); 129/130/143 interrupted by SIGHUP/SIGINT/SIGTERM."
 )
-COMMANDS = ("check", "smoke", "list", "explain", "fix", "preflight")
+COMMANDS = ("check", "smoke", "list", "explain", "fix", "preflight", "fleet")
 FORMATS = ("text", "json", "markdown", "junit")
 
 # ------------------------------------------------------------------------------------------------ argument types
@@ -69,7 +69,7 @@ PROG = "dsv4-doctor"
 ROOT_OPTIONS = ("-h", "--help", "--version", "--install-completion", "--show-completion")
 # The commands that inspect a target, and every option of theirs that takes a value: what the early start's pre-scan
 # (cli.early_target) needs of the grammar before typer is imported. A test holds these to the typer application.
-INSPECTING_COMMANDS = ("check", "smoke", "fix", "preflight")
+INSPECTING_COMMANDS = ("check", "smoke", "fix", "preflight", "fleet")
 VALUE_OPTIONS = ("--cp", "--dsa-backend", "--gpu-arch", "--python", "--timeout", "--only", "--skip", "--device", "-f",
                  "--format", "-o", "--output", "--fleet-port", "--fleet-wait", "--job-args", "--job-cwd", "--report")
 DESCRIPTION = ("Preflight checks for DeepSeek-V4 context-parallel training (verl + Megatron-Core + TE + cuDNN "
@@ -77,6 +77,8 @@ DESCRIPTION = ("Preflight checks for DeepSeek-V4 context-parallel training (verl
 PREFLIGHT_EPILOG = ("The report goes to stderr (text), the job's stdout stays clean. Exit: the command's own exit code "
                     "when it ran (it replaces the doctor: same pid); 1 when a check failed (or warned, with --strict) "
                     "and the command did not start; 2 usage error; 129/130/143 interrupted.")
+FLEET_EPILOG = ("`fleet --ray -- CMD` is `preflight --ray -- CMD`: the report of the driver and every GPU node goes to "
+                "stderr; exit as preflight's (1 when any node failed, and the command did not start).")
 SMOKE_EPILOG = ("Exit codes: 0 the smoke forward passed or was skipped; 1 it failed or errored; 2 usage error; 3 the "
                 "doctor itself crashed (the report is still written); 4 the report could not be written to --output "
                 "(it went to stdout); 129/130/143 interrupted by SIGHUP/SIGINT/SIGTERM.")
@@ -164,6 +166,10 @@ def _app():
                  "(default: the rest of the run's time budget plus 15 s of launcher skew, plus one more budget when "
                  "a rank may run its host-level checks itself).")
     anon_help = "Name hosts in the fleet report by a salted hash (one salt per run) instead of their name."
+    ray_help = ("Check every alive GPU node of the job's Ray cluster (RAY_ADDRESS, else the local one) from here, "
+                "where verl's driver starts: one report for the driver and every node (docs/fleet.md).")
+    hook_help = ("With --ray, on a go verdict: give the command Ray's worker_process_setup_hook (through verl's "
+                 "ray_kwargs.ray_init.runtime_env), so that a node joining after the check refuses its workers.")
     ranks_help = "Every rank other than 0 also prints its own report to stderr (by default they print nothing)."
     job_args_help = ("The training command, as one shell-quoted string: its DSv4 settings set the profile and the "
                      "job.* checks run (what `preflight` does, without running it).")
@@ -191,6 +197,8 @@ def _app():
         fleet_port=Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
         fleet_wait=Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
         anonymize_hosts=Option(False, "--anonymize-hosts", help=anon_help),
+        ray=Option(False, "--ray", help=ray_help, rich_help_panel=fleet),
+        ray_hook=Option(False, "--ray-hook", help=hook_help, rich_help_panel=fleet),
         verbose_ranks=Option(False, "--verbose-ranks", help=ranks_help),
         verbose=Option(0, "-v", "--verbose", count=True, help=verbose_help),
         no_kernel_cache=Option(False, "--no-kernel-cache", help=cache_help),
@@ -223,6 +231,7 @@ def _app():
         no_kernel_cache: bool = shared.no_kernel_cache,
         job_args: str | None = Option(None, "--job-args", metavar="CMD", help=job_args_help),
         job_cwd: str | None = shared.job_cwd,
+        ray: bool = shared.ray,
     ) -> None:
         take("check", locals())
 
@@ -285,9 +294,6 @@ def _app():
     ) -> None:
         take("fix", locals())
 
-    @app.command(help="Check the environment and a training command's DSv4 settings, then exec the command.",
-                 epilog=PREFLIGHT_EPILOG,
-                 context_settings={"allow_interspersed_args": False, "ignore_unknown_options": False})
     def preflight(
         gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=(
             "Compute capability the job runs on; default: detected with nvidia-smi.")),
@@ -316,8 +322,22 @@ def _app():
         no_kernel_cache: bool = shared.no_kernel_cache,
         job_command: list[str] | None = typer.Argument(None, metavar="-- COMMAND [ARG ...]", show_default=False,
                                                          help="The training command, after `--`."),
+        ray: bool = shared.ray,
+        ray_hook: bool = shared.ray_hook,
     ) -> None:
-        take("preflight", locals())
+        take(chosen.get("name", "preflight"), locals())
 
+    exec_settings = {"allow_interspersed_args": False, "ignore_unknown_options": False}
+    app.command(name="preflight", help="Check the environment and a training command's DSv4 settings, then exec the "
+                "command.", epilog=PREFLIGHT_EPILOG, context_settings=exec_settings)(preflight)
+
+    @functools.wraps(preflight)  # the same parameters, help and all
+    def fleet_(*args, **values) -> None:
+        chosen["name"] = "fleet"
+        preflight(*args, **values)
+
+    app.command(name="fleet", help="Check every node of the job's Ray cluster (--ray) and the training command, "
+                "then exec the command where the whole fleet passed.", epilog=FLEET_EPILOG,
+                context_settings=exec_settings)(fleet_)
     return app, chosen
 

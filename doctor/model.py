@@ -52,6 +52,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # bad command line
     INTERNAL = 3  # the doctor itself or a plugin crashed; the report is still written
     OUTPUT = 4  # the report could not be written to --output; it went to stdout instead
+    LATE = 5  # fleet mode: this rank took the verdict after the acknowledgement deadline (stopped): not started
     HANGUP = 129  # SIGHUP: probes killed, a report of what finished was written
     INTERRUPTED = 130  # SIGINT (Ctrl-C): likewise
     TERMINATED = 143  # SIGTERM: likewise

@@ -80,11 +80,11 @@ def hostile_report(passing: bool = False) -> tuple[Report, list]:
 
 def fleet_merge(reports: dict[int, dict]) -> Report:
     """Rank reports (their wire form) merged as rank 0 does it, in the doctor process: each admitted (validated,
-    bounded) from its bytes as the store delivers them (rank 0's own as its dict), then doctor/fleetmerge.py's
+    bounded) from its bytes as the store delivers them (rank 0's own as its dict), then doctor/fleet/merge.py's
     merge."""
     import json
 
-    from dsv4_doctor import fleetmerge
+    from dsv4_doctor.fleet import merge as fleetmerge
 
     own = fleetmerge.admit(0, reports[0])
     others = {r: fleetmerge.admit(r, json.dumps(rep).encode()) for r, rep in reports.items() if r != 0}

@@ -18,7 +18,8 @@ import pytest
 from conftest import free_port, has_torch, run_ranks, validate
 from fakes import ensure
 
-from dsv4_doctor import fleet, fleetmerge, fleetrun
+from dsv4_doctor import fleet
+from dsv4_doctor.fleet import merge as fleetmerge, plan as fleetrun
 from dsv4_doctor.fleet import FleetEnv, detect, first_host
 from dsv4_doctor.model import UsageError
 
@@ -30,13 +31,16 @@ needs_torch = pytest.mark.skipif(not has_torch(), reason="needs the test environ
 
 def test_torchrun_and_srun_steps_turn_it_on_a_batch_script_does_not():
     torchrun = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "node01", "MASTER_PORT": "29400"}
-    assert detect(torchrun) == FleetEnv(3, 8, 1, "node01", 29401, "torchrun")
+    got = detect(torchrun)
+    assert got == FleetEnv(3, 8, 1, "node01", 29401, "torchrun", scope=got.scope, job=got.job)
+    assert got.scope == "dsv4doctor/job-" + got.job and len(got.job) == 16
     assert detect(dict(torchrun, WORLD_SIZE="1")) is None  # one process: nothing to merge
     assert detect(torchrun, "off") is None
-    assert detect(torchrun, port=31000).port == 31000
+    assert detect(torchrun, port=31000).port == 31000 and detect(torchrun, port=31000).port_given
     srun = {"SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "16", "SLURM_LOCALID": "1", "SLURM_NTASKS": "16",
             "SLURM_STEP_NODELIST": "gpu[03-10]"}
-    assert detect(srun) == FleetEnv(5, 16, 1, "gpu03", 29501, "srun")
+    got = detect(srun)
+    assert got == FleetEnv(5, 16, 1, "gpu03", 29501, "srun", scope=got.scope, job=got.job)
     batch = {"SLURM_PROCID": "0", "SLURM_NTASKS": "16", "SLURM_JOB_NODELIST": "gpu[03-10]"}  # sbatch, no step
     assert detect(batch) is None
     with pytest.raises(UsageError, match="no multi-process launch"):
@@ -266,8 +270,51 @@ def test_torchrun_inside_a_one_task_srun_step_is_one_fleet():
            "GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "none"}
     got = detect(env)
     assert got is not None and got.world_size == 4 and got.launcher == "torchrun" and got.node == "0"
-    assert got.scope == "dsv4doctor/slurm-77.0"  # torchrun's run id is its default "none": Slurm's ids scope it
-    assert detect(dict(env, TORCHELASTIC_RUN_ID="abc")).scope == "dsv4doctor/run-abc"
+    assert got.scope.startswith("dsv4doctor/slurm-77.0-")  # torchrun's run id is "none", its default: Slurm's ids
+    assert detect(dict(env, TORCHELASTIC_RUN_ID="abc")).scope.startswith("dsv4doctor/run-abc-")
+
+
+def test_two_concurrent_jobs_never_share_a_store_scope():
+    """Two jobs given the same --fleet-port shared the scope `dsv4doctor/job` (torchrun's default run id "none"),
+    and job A merged job B's rank. The scope now carries the job's rendezvous and the launcher's ids."""
+    a = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400",
+         "TORCHELASTIC_RUN_ID": "none"}
+    scopes = {detect(a, port=31000).scope, detect(dict(a, MASTER_PORT="29401"), port=31000).scope,
+              detect(dict(a, MASTER_ADDR="node2"), port=31000).scope,
+              detect(dict(a, TORCHELASTIC_RESTART_COUNT="1"), port=31000).scope,
+              detect(dict(a, SLURM_JOB_ID="5", SLURM_STEP_ID="0"), port=31000).scope,
+              detect(dict(a, SLURM_JOB_ID="5", SLURM_STEP_ID="1"), port=31000).scope}
+    assert len(scopes) == 6
+    assert detect(a).scope == detect(dict(a, RANK="0")).scope  # every rank of one job agrees
+    assert detect(a).agent_port is None  # by hand: no torchrun store
+    assert detect(dict(a, TORCHELASTIC_USE_AGENT_STORE="True")).agent_port == 29400
+
+
+def test_a_report_from_another_job_is_refused_whatever_its_world_size():
+    mine = detect({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "29400"})
+    theirs = detect({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "29401"})
+    report = _report(1, "n1", "1.27.0")
+    report["environment"]["fleet_rank"]["job"] = theirs.job
+    with pytest.raises(fleetmerge.BadReport, match="from another job"):
+        fleetmerge.admit(1, json.dumps(report).encode(), mine.job)
+    report["environment"]["fleet_rank"]["job"] = mine.job
+    assert fleetmerge.admit(1, json.dumps(report).encode(), mine.job).rank == 1
+
+
+def test_an_over_limit_report_is_replaced_by_a_short_typed_one_on_its_own_rank():
+    """A rank sent its report unbounded (~11 MB reset the store connection): it now bounds it before it sends."""
+    from dsv4_doctor.fleet import admit as fleetadmit
+    from dsv4_doctor.fleet.plan import bounded_report
+    from dsv4_doctor.report import Report
+
+    big = _report(1, "n1", "1.27.0")
+    big["checks"][0]["evidence"] = {"blob": "x" * (11 * 1024 * 1024)}
+    payload = bounded_report(Report.from_wire(big))
+    assert len(payload) < 4096
+    with pytest.raises(fleetadmit.BadReport, match=r"its report was 11,5\d\d,\d\d\d bytes, over the 4,194,304-byte"):
+        fleetadmit.admit(1, payload)
+    small = bounded_report(Report.from_wire(_report(1, "n1", "1.27.0")))
+    assert fleetadmit.admit(1, small).rank == 1
 
 
 def test_srun_steps_without_master_port_get_a_port_of_their_own():
@@ -693,7 +740,8 @@ def test_a_foreign_writer_on_the_store_cannot_forge_rank_0_s_result_or_the_verdi
     site = _odd_rank_plugin(tmp_path)
     port = free_port()
     secret = {"DSV4_DOCTOR_FLEET_SECRET": "correct-horse-battery-staple", "PYTHONPATH": str(site)}
-    forger = subprocess.Popen([sys.executable, "-c", FORGER, str(port + 1), "dsv4doctor/job"],
+    scope = detect(_rank_env(0, 2, port)).scope  # the job's own scope: the forger writes where the ranks read
+    forger = subprocess.Popen([sys.executable, "-c", FORGER, str(port + 1), scope],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     args = ("check", "--no-smoke", "--only", "python.version,bad.rank", "-f", "json", "--fleet-wait", "20")
     procs = [_spawn(0, 2, port, *args, ODD="1", **secret), _spawn(1, 2, port, *args, **secret)]
@@ -713,7 +761,7 @@ def test_a_foreign_writer_on_the_store_cannot_forge_rank_0_s_result_or_the_verdi
 def test_a_replayed_go_verdict_from_an_earlier_run_does_not_start_a_rank(tmp_path):
     """With the secret, an earlier run's signed plan and go verdict, read off the store by anyone
     who reaches its port and written back in a later run of the same job, made a rank start while rank 0 failed."""
-    probes = Path(fleet.__file__).parent / "probes"
+    probes = Path(fleet.__file__).parent.parent / "probes"
     done = subprocess.run([sys.executable, "-c", REPLAY, str(tmp_path), str(probes)], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -798,7 +846,7 @@ def test_another_job_on_the_same_port_does_not_take_part(tmp_path):
     done_a = [p.communicate(timeout=150) for p in job_a]
     assert [p.returncode for p in job_a] == [0, 0], [e[-800:] for _, e in done_a]
     report = validate(json.loads(done_a[0][0]))
-    assert report["fleet"]["scope"] == "dsv4doctor/run-job-a" and report["fleet"]["reported"] == 2
+    assert report["fleet"]["scope"].startswith("dsv4doctor/run-job-a-") and report["fleet"]["reported"] == 2
     assert "every rank acknowledged" in next(c for c in report["checks"] if c["id"] == "fleet.ranks")["summary"]
     # Job B's rank waits for a plan of its own job (bounded by its own wait), never takes job A's verdict.
     assert job_b.poll() in (None, 1)

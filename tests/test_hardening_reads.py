@@ -18,7 +18,7 @@ import pytest
 from conftest import doctor_command, free_port, run_doctor, validate
 import probe_modules
 
-from dsv4_doctor import fleetenv
+from dsv4_doctor.fleet import env as fleetenv
 from dsv4_doctor.model import UsageError
 from dsv4_doctor import redact as redaction
 from dsv4_doctor.redact import MASK, Redactor

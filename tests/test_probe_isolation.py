@@ -29,7 +29,7 @@ from dsv4_doctor.probes import PROBE_DIR, child_env
 EXIT = 86
 HOSTILE = "import os\nos._exit(%d)\n" % EXIT
 # What the probe scripts import from the environment under test: a folder beside them is never the job's.
-IMPORTED = ("torch", "cudnn", "flash_mla", "megatron", "transformer_engine", "cutlass")
+IMPORTED = ("torch", "cudnn", "flash_mla", "megatron", "transformer_engine", "cutlass", "ray")
 TIMEOUT_S = 120
 
 needs_torch = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
@@ -147,6 +147,12 @@ def fleet_ok(answer):
     assert answer["exit_code"] == 0, answer
 
 
+def ray_ok(answer):
+    # No cluster to join here (RAY_ADDRESS unset: "auto" finds none): the helper says so; the hostile ray beside
+    # it would have ended the process instead.
+    assert "nodes" not in answer and "Ray" in answer["error"] or "cannot import ray" in answer["error"], answer
+
+
 def smoke_ok(answer):
     assert answer["imported"] is True and answer["tier1"]["ok"] is True, answer
 
@@ -164,6 +170,7 @@ CASES = {
     "dsv4probe_driver": ({}, driver_ok, False),
     "dsv4probe_torch": ({}, torch_ok, True),
     "dsv4probe_fleet": (None, fleet_ok, True),
+    "dsv4probe_ray": ({"dir": ".", "argv": [], "limit": 1, "task_s": 1}, ray_ok, True),
     "dsv4probe_smoke": ({"cp": 1, "device": "cpu", "tier2": False, "distributed": "off"}, smoke_ok, True),
     "dsv4probe_kernels": ({"subrun": "dsa", "device": "cpu"}, kernels_ok, True),
     # An entry module without @hydra.main (the probe script itself): read with ast, an answer that says so.
@@ -193,7 +200,8 @@ def _cases():
 
 
 @pytest.mark.parametrize("name", list(_cases()))
-def test_a_probe_answers_right_beside_hostile_same_named_packages(hostile, tmp_path, name):
+def test_a_probe_answers_right_beside_hostile_same_named_packages(hostile, tmp_path, name, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     request, check, _ = CASES[name]
     answer = hostile_run(hostile, name, request if request is not None else fleet_request(tmp_path), tmp_path)
     if check is driver_ok:

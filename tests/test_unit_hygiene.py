@@ -159,7 +159,7 @@ def test_a_url_keeps_its_host_and_path_after_a_password_with_an_at_sign():
 def test_a_cut_log_tail_drops_the_partial_line_it_starts_in(tmp_path):
     """A stderr tail that began in the middle of a secret showed the rest of it (its start, which
     redaction recognises, was cut off). Every place that cuts a log's tail drops the partial first line."""
-    from dsv4_doctor import fleettransport
+    from dsv4_doctor.fleet import torchstore as fleettransport
     from dsv4_doctor.plugins import log_tail
     from dsv4_doctor.probes import STDERR_TAIL_BYTES, _tail
     from dsv4_doctor.redact import read_tail

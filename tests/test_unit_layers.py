@@ -18,9 +18,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("probes", {"probes"}),
     ("engine", {"registry", "runner", "api", "testing", "report"}),
     ("render", {"render"}),
-    ("session", {"assemble", "pluginhost", "plugins", "session", "earlystart", "runreport", "fixplan", "fleetadmit",
-                 "fleetmerge", "jobcompose"}),
-    ("commands", {"fleet", "fleetenv", "fleettransport", "fleetrun", "app", "gendocs"}),
+    ("session", {"assemble", "pluginhost", "plugins", "session", "earlystart", "runreport", "fixplan", "jobcompose"}),
+    ("commands", {"fleet", "app", "gendocs"}),
     ("cli", {"cli", "commandline", "launch", "__main__"}),
 ]
 

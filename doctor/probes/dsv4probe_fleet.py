@@ -1,7 +1,7 @@
 """The fleet exchange: moves each rank's report bytes to rank 0 and rank 0's verdict back, on one timeline.
 
 Runs in the target interpreter (the doctor's CLI never imports torch) and only moves bytes: the merge, the verdict
-and the report are the doctor's (doctor/fleetmerge.py). It talks to its doctor through files in `dir` (both run on
+and the report are the doctor's (doctor/fleet/merge.py). It talks to its doctor through files in `dir` (both run on
 the same host, so deadlines are CLOCK_MONOTONIC values both can read) and to the other ranks through
 torch.distributed's TCPStore on the fleet port, hosted by rank 0.
 
@@ -38,14 +38,16 @@ import sys
 # Before any other import: nothing beside a probe script is the job's (dsv4probe_common's docstring says why).
 HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE]
-if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not True:
-    import importlib.util
+for _name, _flag in (("dsv4probe_common", "PROBE_COMMON"), ("dsv4probe_fleet_port", "PROBE_FLEET_PORT")):
+    if getattr(sys.modules.get(_name), _flag, None) is not True:
+        import importlib.util
 
-    _spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(
-        os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
-    sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules["dsv4probe_common"])
+        _spec = importlib.util.spec_from_file_location(_name, os.path.join(
+            os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, _name + ".py"))
+        sys.modules[_name] = importlib.util.module_from_spec(_spec)
+        _spec.loader.exec_module(sys.modules[_name])
 from dsv4probe_common import serve
+from dsv4probe_fleet_port import fleet_store
 
 import hashlib
 import hmac
@@ -171,10 +173,15 @@ def answer(request):
     import torch.distributed as dist
 
     timings = {"import_s": round(time.monotonic() - started, 3)}
-    store = dist.TCPStore(request["master_addr"], int(request["port"]), world, rank == 0,
-                          _timedelta(float(request["connect_s"])), wait_for_workers=False)
-    timings["store_s"] = round(time.monotonic() - started, 3)
     scope = request["scope"]
+    store, port_note = fleet_store(dist, Channel, _timedelta(float(request["connect_s"])), request, rank, world, scope,
+                                   key, started)
+    if store is None:
+        _write(os.path.join(folder, "plan.json"), {"error": port_note})
+        return {"error": port_note, "port_in_use": int(request["port"]), "timings": timings}
+    timings["store_s"] = round(time.monotonic() - started, 3)
+    if port_note:
+        timings["port_note"] = port_note
     root = Channel(store, scope, key)
     if rank == 0:
         return _rank0(request, root, store, key, hello, started, timings)
@@ -194,6 +201,7 @@ def _rank0(request, root, store, key, hello, started, timings):
         now = time.monotonic()
         seq[0] += 1
         root.set("plan", json.dumps({"v": 1, "nonce": nonce, "world_size": world, "seq": seq[0],
+                                     "job": request.get("job"),
                                      "report_left": report_by - now, "verdict_left": verdict_by - now,
                                      "ack_left": ack_by - now}).encode())
         return now
@@ -205,7 +213,7 @@ def _rank0(request, root, store, key, hello, started, timings):
         ch.set("fp/" + request["fingerprint_node"], json.dumps(info.get("fingerprint")).encode())
     last = beat()
     _write(os.path.join(folder, "plan.json"), {"nonce": nonce, "report_by": report_by, "verdict_by": verdict_by,
-                                               "ack_by": ack_by})
+                                               "ack_by": ack_by, "port_note": timings.get("port_note")})
     os.makedirs(os.path.join(folder, "reports"), exist_ok=True)
     pending, hellos, rejected = set(range(1, world)), {}, {}
 
@@ -308,11 +316,14 @@ def _other(request, root, store, key, hello, started, timings):
         raw = root.get("plan")
         t = time.monotonic()
         data = _json(raw) if raw else None
-        if data and data.get("v") == 1 and data.get("world_size") == world and isinstance(data.get("nonce"), str):
+        # Another job's plan is never this rank's, whatever its world size.
+        if data and data.get("v") == 1 and data.get("world_size") == world and isinstance(data.get("nonce"), str) \
+                and data.get("job") == request.get("job"):
             plan, t_read = data, t
             break
         if t >= give_up:
-            why = ("no valid plan from rank 0 within %.0f s" % float(request["connect_s"])
+            why = ("no valid plan from rank 0 within %.0f s (when rank 0's report says the fleet port was in use, "
+                   "give the job a port of its own with --fleet-port)" % float(request["connect_s"])
                    + (" (%d value(s) failed the authentication check)" % root.rejected if root.rejected else ""))
             _write(os.path.join(folder, "plan.json"), {"error": why})
             return {"missed": why, "timings": timings}
@@ -371,12 +382,25 @@ def _other(request, root, store, key, hello, started, timings):
                + (" (%d value(s) failed the authentication check)" % ch.rejected if ch.rejected else ""))
         _linger(ch, rank, ack_by + RELEASE_S)
         return {"missed": why, "timings": timings}
+    # The rank's own process acknowledges, not this helper's read: it takes the verdict from verdict.json and
+    # says so (`taken`) before the acknowledgement deadline, or it is not acknowledged (and does not start).
+    _write(os.path.join(folder, "verdict.json"), {"exit_code": verdict, "ack_by": ack_by})
+    taken = False
+    while time.monotonic() < ack_by:
+        if os.path.exists(os.path.join(folder, "taken")):
+            taken = True
+            break
+        time.sleep(POLL_S)
+    timings["verdict_s"] = round(time.monotonic() - started, 3)
+    if not taken:
+        _linger(ch, rank, ack_by + RELEASE_S)
+        return {"late": "this rank's process did not take the verdict before the acknowledgement deadline",
+                "timings": timings}
     ch.set("ack/%d" % rank, b"1")
     ch.store.add(ch.scope + "/acks", 1)
-    timings["verdict_s"] = round(time.monotonic() - started, 3)
     _linger(ch, rank, ack_by + RELEASE_S)
     timings["total_s"] = round(time.monotonic() - started, 3)
-    return {"exit_code": verdict, "timings": timings}
+    return {"exit_code": verdict, "acknowledged": True, "timings": timings}
 
 
 def _linger(ch, rank, until):

@@ -12,13 +12,14 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .fleetenv import FleetEnv, fleet_key, launcher_hosts
-from .redact import shorten
-from .safeio import ReadRefused, read_file
-from .fleettransport import Exchange, _now
+from .env import FleetEnv, fleet_key, launcher_hosts
+from ..redact import shorten
+from ..safeio import ReadRefused, read_file
+from .deadlines import _late, _take_verdict, bounded_report
+from .torchstore import Exchange, _now
 
 if TYPE_CHECKING:
-    from .report import Report
+    from ..report import Report
 
 SKEW_S = 15.0  # launcher skew: how much later than rank 0 another rank may start
 SETUP_S = 20.0  # a helper starting, importing torch and joining the store
@@ -51,7 +52,7 @@ def _hello(env: FleetEnv, report: Report) -> dict:
     environment = report.environment
     fr = _obj(environment.get("fleet_rank"))
     return {"rank": env.rank, "host": fr.get("host"), "node": env.node, "local_rank": env.local_rank,
-            "fingerprint": environment.get("fingerprint")}
+            "job": env.job, "fingerprint": environment.get("fingerprint")}
 
 
 def _fingerprint_node(env: FleetEnv, report: Report) -> str:
@@ -84,16 +85,17 @@ def take_part(env: FleetEnv, report: Report, python: str, started: float, strict
 def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize, fleet_checks, key) -> int:
     import contextlib
 
-    from . import fleetadmit, fleetmerge
-    from .model import ExitCode, Interrupted
-    from .signals import GATE
+    from . import admit as fleetadmit, merge as fleetmerge
+    from ..model import ExitCode, Interrupted
+    from ..signals import GATE
 
     budget = float(report.summary.budget_s or 60.0)
     reruns = env.local_world_size != 1
     join_s = wait_seconds(budget, _now() - started, fleet_wait, reruns)
     verdict_s = VERDICT_S + VERDICT_PER_RANK_S * env.world_size
     request = {"rank": 0, "world_size": env.world_size, "master_addr": env.master_addr, "port": env.port,
-               "scope": env.scope, "join_s": join_s, "verdict_s": verdict_s, "ack_s": ACK_S,
+               "scope": env.scope, "job": env.job, "agent_port": env.agent_port,
+               "join_s": join_s, "verdict_s": verdict_s, "ack_s": ACK_S,
                "connect_s": SETUP_S + join_s + verdict_s + ACK_S + RELEASE_S,
                "fingerprint_node": _fingerprint_node(env, report), "leader": True}
     timeout = SETUP_S + join_s + verdict_s + ACK_S + 2 * RELEASE_S + 30.0
@@ -106,7 +108,7 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
         own_problem = f"rank 0's own report could not be merged: {exc}"
         own = fleetadmit.admit(0, dict(wire, checks=[]))
     exchange = Exchange(env, python, request, key, timeout)
-    state: dict = {"others": {}, "problems": {}, "hints": {},
+    state: dict = {"others": {}, "problems": {}, "hints": {}, "job": env.job,
                    "info": {"scope": env.scope, "authenticated": key is not None, "mode": "store",
                             "fleet_checks": fleet_checks}}
     if own_problem:
@@ -133,6 +135,8 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
         exchange.start(_hello(env, report))
         plan = exchange.wait_for("plan.json", _now() + SETUP_S + 60.0) or {}
         state["info"]["bound_s"] = round(_now() - started + join_s + verdict_s + ACK_S, 1)
+        if plan.get("port_note"):
+            state["info"]["port_note"] = str(plan["port_note"])[:300]
         gathered = _admit_while_gathering(exchange, state, env.world_size,
                                           float(plan.get("report_by") or _now()) + 30.0)
         if gathered is None:
@@ -215,8 +219,8 @@ def _admit_while_gathering(exchange: Exchange, state: dict, world: int, until: f
 
 
 def _rank0_interrupted(env, report, strict, deliver, fleet_checks, key, code: int) -> int:
-    from . import fleetadmit, fleetmerge
-    from .signals import GATE
+    from . import admit as fleetadmit, merge as fleetmerge
+    from ..signals import GATE
 
     name = str(report.summary.interrupted or "a signal")
     info = {"scope": env.scope, "authenticated": key is not None, "fleet_checks": fleet_checks, "interrupted": name,
@@ -232,7 +236,7 @@ def _rank0_interrupted(env, report, strict, deliver, fleet_checks, key, code: in
 
 
 def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -> None:
-    from . import fleetadmit
+    from . import admit as fleetadmit
 
     hellos = _obj(gathered.get("hellos"))
     for raw_rank, hello in hellos.items():
@@ -240,7 +244,8 @@ def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -
             r = int(raw_rank)
         except ValueError:
             continue
-        if 0 < r < world and isinstance(hello, dict) and isinstance(hello.get("host"), str):
+        if 0 < r < world and isinstance(hello, dict) and isinstance(hello.get("host"), str) and \
+                hello.get("job") in (None, state.get("job")):
             state["hints"][r] = fleetadmit._text(hello["host"], 255)
     rejected = _obj(gathered.get("rejected"))
     for raw_rank, why in rejected.items():
@@ -257,7 +262,7 @@ def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -
             continue
         try:
             payload = read_file(path, fleetadmit.MAX_REPORT_BYTES + 1)  # the helper's file: regular, bounded
-            state["others"][r] = fleetadmit.admit(r, payload)
+            state["others"][r] = fleetadmit.admit(r, payload, state.get("job"))
             state["problems"].pop(r, None)
         except fleetadmit.BadReport as exc:
             state["problems"][r] = f"its report was rejected: {exc}"
@@ -272,27 +277,29 @@ def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -
 
 def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int:
 
-    from .model import ExitCode
-    from .render import output_width, render
-    from .render.output import write_stderr
-    from .signals import GATE
+    from ..model import ExitCode
+    from ..render import output_width, render
+    from ..render.output import write_stderr
+    from ..signals import GATE
 
     budget = float(report.summary.budget_s or 60.0)
     base_wait = fleet_wait if fleet_wait is not None else max(5.0, budget + SKEW_S - (_now() - started))
     connect_s = base_wait + SKEW_S + SETUP_S
     request = {"rank": env.rank, "world_size": env.world_size, "master_addr": env.master_addr, "port": env.port,
-               "scope": env.scope, "connect_s": connect_s, "fingerprint_node": _fingerprint_node(env, report),
+               "scope": env.scope, "job": env.job, "agent_port": env.agent_port,
+               "connect_s": connect_s, "fingerprint_node": _fingerprint_node(env, report),
                "leader": env.node_leader}
     timeout = connect_s + SETUP_S + 4 * budget + VERDICT_S + VERDICT_PER_RANK_S * env.world_size + ACK_S + \
         2 * RELEASE_S + 60.0
     exchange = Exchange(env, python, request, key, timeout)
-    ran_own = False
+    ran_own = late = no_plan = False
     GATE.arm()
     try:
         exchange.start(_hello(env, report))
         plan = exchange.wait_for("plan.json", _now() + SETUP_S + connect_s + 10.0)
         answer: dict
         if plan is None or "error" in plan:
+            no_plan = True
             answer = exchange.finish(_now() + 10.0)
             if "error" not in answer and "missed" not in answer:
                 answer = {"missed": (plan or {}).get("error") or "no plan from rank 0"}
@@ -308,15 +315,20 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
                     if own is not None:
                         report = report.with_rows(own.checks, own.actions)
                         ran_own = True
-            exchange.write("report.json", report.to_dict())
+            exchange.write_bytes("report.json", bounded_report(report))
             exchange.touch("report.json.ready")
-            until = float(plan.get("ack_by") or _now()) + RELEASE_S + 15.0
-            answer = exchange.finish(until)
+            ack_by = float(plan.get("ack_by") or _now())
+            taken = _take_verdict(exchange, ack_by)
+            answer = exchange.finish(ack_by + RELEASE_S + 15.0)
+            # The verdict came, and this process did not take it in time: it was stopped or starved.
+            late = not taken and (bool(answer.get("late")) or exchange.read("verdict.json") is not None)
     finally:
         GATE.shield()
         exchange_tail = exchange.tail()
         exchange.close()
-    if "exit_code" in answer and isinstance(answer.get("exit_code"), int):
+    if late:
+        return _late(env, report)
+    if "exit_code" in answer and isinstance(answer.get("exit_code"), int) and answer.get("acknowledged") is True:
         if verbose:
             _say(f"== rank {env.rank} of {env.world_size} ({host_of(report)}): its own report"
                  + (" (it ran its host-level checks itself: its packages differ from its local rank 0's)"
@@ -330,6 +342,10 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
     if stderr:
         _say("  " + str(stderr).strip()[-2000:].replace("\n", "\n  "))
     write_stderr(render(report, "text", width=output_width(False)))
+    if no_plan:  # the one cause a rank cannot see from here: rank 0 could not open the fleet port
+        _say(f"dsv4-doctor (rank {env.rank}): no plan came from rank 0 on port {env.port}; when rank 0's report says "
+             "that port was in use (another job's?), give this job a port of its own with --fleet-port "
+             "(docs/fleet.md, \"Ports\")")
     _say(f"dsv4-doctor (rank {env.rank}): exit 1, because this rank could not take the fleet's verdict")
     return int(ExitCode.FAILED)
 
@@ -342,7 +358,7 @@ def host_of(report: Report) -> str:
 def _say(message: str) -> None:
     """A fleet-mode line on stderr, cleaned, redacted and bounded as every other output is (a rank's import error
     can carry terminal escapes, a workflow command, a token): the output layer's say, line by line."""
-    from .render.output import say
+    from ..render.output import say
 
     for line in message.split("\n"):
         say(line)

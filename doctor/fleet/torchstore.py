@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import os
 
-from .fleetenv import FleetEnv
-from .procs import Helper
+from .env import FleetEnv
+from ..procs import Helper
 
 FLEET_SCRIPT = "dsv4probe_fleet.py"
 
@@ -19,8 +19,8 @@ class Exchange:
     """One run of the exchange helper; the doctor's side of the file conversation (see dsv4probe_fleet.py)."""
 
     def __init__(self, env: FleetEnv, python: str, request: dict, key: bytes | None, timeout_s: float):
-        from .probes import PROBE_DIR, child_env
-        from .procs import Processes
+        from ..probes import PROBE_DIR, child_env
+        from ..procs import Processes
 
         self.env, self.procs = env, Processes()
         self.dir = self.procs.tempdir("dsv4-doctor-fleet-")
@@ -34,7 +34,7 @@ class Exchange:
         self.helper: Helper | None = None
 
     def start(self, hello: dict) -> None:
-        from .procs import start_helper
+        from ..procs import start_helper
 
         self.write("hello.json", hello)
         self.helper = start_helper(self.procs, self._argv, self.log, self._env)
@@ -48,12 +48,18 @@ class Exchange:
             json.dump(data, fh)
         os.replace(tmp, self.path(name))
 
+    def write_bytes(self, name: str, data: bytes) -> None:
+        tmp = self.path(name + ".tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, self.path(name))
+
     def touch(self, name: str) -> None:
         open(self.path(name), "wb").close()
 
     def read(self, name: str, limit: int = 1 << 22) -> dict | None:
-        from .procs import read_bounded
-        from .redact import sanitize
+        from ..procs import read_bounded
+        from ..redact import sanitize
 
         raw = read_bounded(self.path(name), limit)
         try:
@@ -91,7 +97,7 @@ class Exchange:
         return data
 
     def read_answer(self) -> dict:
-        from .procs import read_bounded
+        from ..procs import read_bounded
 
         raw = read_bounded(self.answer_path, 1 << 20)
         try:
@@ -102,7 +108,7 @@ class Exchange:
             err = data.get("probe_error") if isinstance(data, dict) else None
             why = (f"{err.get('type')}: {err.get('message')}" if isinstance(err, dict) else
                    f"exited with code {self.helper.proc.returncode if self.helper else '?'} without an answer")
-            from .redact import shorten
+            from ..redact import shorten
 
             return {"error": f"the fleet exchange failed ({shorten(str(why), 500)})", "stderr": self.tail()}
         return data
@@ -117,7 +123,7 @@ class Exchange:
 
 
 def _tail(path: str, limit: int = 3000) -> str:
-    from .redact import read_tail
+    from ..redact import read_tail
 
     return read_tail(path, limit)  # a cut first line is dropped: it may end a secret
 

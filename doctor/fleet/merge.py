@@ -1,6 +1,6 @@
 """Merging the per-rank reports of a fleet run into one report, in the doctor process, on the doctor's model types.
 
-Every other rank's report is admitted first (fleetadmit.py: validated and bounded, since it crossed the store); one
+Every other rank's report is admitted first (admit.py: validated and bounded, since it crossed the store); one
 that fails becomes a finding about that rank in `fleet.ranks`, never a crash.
 
 Identical results are grouped, so the report grows with the number of distinct results, not with the number of
@@ -18,11 +18,11 @@ import hashlib
 from collections.abc import Collection, Mapping, Sequence
 
 # admit, BadReport and MAX_REPORT_BYTES stay importable from here: the tests reach them through the merge.
-from .fleetadmit import MAX_REPORT_BYTES, BadReport, RankReport, _obj, admit  # noqa: F401
-from .fix import Fix
-from .redact import shorten
-from .model import SEVERITY, CheckReport, ExitCode, Source, Status, counts, exit_code_for, overall_status
-from .report import Report
+from .admit import MAX_REPORT_BYTES, BadReport, RankReport, _obj, admit  # noqa: F401
+from ..fix import Fix
+from ..redact import shorten
+from ..model import SEVERITY, CheckReport, ExitCode, Source, Status, counts, exit_code_for, overall_status
+from ..report import Report
 
 MAX_GROUPS = 20  # groups listed per check; the rest are counted
 MAX_DRIFT_ITEMS = 50
@@ -244,6 +244,8 @@ def _ranks_row(world: int, reported: Sequence[int], problems: Mapping[int, str],
     if not problems and not error:
         hosts = len(set(host_of.values()))
         acks = "; every rank acknowledged the verdict" if exchange.get("acknowledged_all") else ""
+        if exchange.get("port_note"):
+            acks += f" ({exchange['port_note']})"
         return CheckReport("fleet.ranks", RANKS_TITLE, Status.PASS,
                            f"all {world} ranks reported ({hosts} host{'' if hosts == 1 else 's'}){acks}",
                            evidence=evidence, sources=list(FLEET_SOURCES))
@@ -268,7 +270,7 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
     (rank -> why: did not report, rejected, did not acknowledge). exchange: what the exchange said (timings,
     mode, not_acknowledged, exchange_error, partial, bound_s). hosts_hint: hosts of ranks that said hello but gave
     no valid report, or that the launcher names. anonymize_salt: hide host names behind a salted hash."""
-    from .redact import Redactor
+    from ..redact import Redactor
 
     exchange = dict(exchange or {})
     reports = {0: own, **{r: rep for r, rep in others.items() if r != 0}}
@@ -322,6 +324,8 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
              "odd_ranks": ranges(odd), "scope": exchange.get("scope"),
              "authenticated": bool(exchange.get("authenticated")),
              "not_acknowledged": ranges(exchange.get("not_acknowledged") or [])}
+    if exchange.get("port_note"):
+        fleet["port_note"] = str(exchange["port_note"])
     env = dict(base.get("environment") or {}) if isinstance(base.get("environment"), dict) else {}
     if anonymize_salt is not None and isinstance(env.get("fleet_rank"), dict):
         env["fleet_rank"] = dict(env["fleet_rank"], host=own.host)

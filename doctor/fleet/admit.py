@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from .fix import Fix
-from .model import CheckReport, Source, Status
-from .registry import CHECK_ID  # the ids a check can have; anything else from a rank is not a check row
+from ..fix import Fix
+from ..model import CheckReport, Source, Status
+from ..registry import CHECK_ID  # the ids a check can have; anything else from a rank is not a check row
 
 MAX_REPORT_BYTES = 4 * 1024 * 1024
 MAX_ROWS = 1000
@@ -44,7 +44,7 @@ def _depth_ok(obj, limit: int = MAX_DEPTH) -> bool:
 
 
 def _text(value, limit: int = MAX_TEXT) -> str:
-    from .redact import clean_text, cut
+    from ..redact import clean_text, cut
 
     text = value if isinstance(value, str) else ""
     return clean_text(cut(text, limit))
@@ -112,8 +112,31 @@ class RankReport:
         return ("node " + self.node) if self.node else self.host
 
 
-def admit(rank: int, payload: bytes | Mapping) -> RankReport:
-    """A rank's report from its bytes (or, for rank 0, its own dict), validated; BadReport says why not."""
+def oversize_report(size: int, fleet_rank: Mapping) -> dict:
+    """What a rank sends instead of a report over MAX_REPORT_BYTES: short, typed, and saying so (rank 0 names the
+    rank and the reason; the store never carries the big one)."""
+    return {"schema": "dsv4-doctor.report/1", "oversize": {"bytes": int(size), "limit": MAX_REPORT_BYTES},
+            "environment": {"fleet_rank": dict(fleet_rank)}, "checks": []}
+
+
+def _refused(data: Mapping, job: str | None) -> str | None:
+    """Why a well-formed report is still not this fleet's: an oversize stand-in, or another job's report."""
+    over = data.get("oversize")
+    if isinstance(over, dict):
+        size = over.get("bytes")
+        size = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else 0
+        return (f"its report was {size:,} bytes, over the {MAX_REPORT_BYTES:,}-byte limit, so it sent a short one "
+                "saying so (a check or plugin on that rank writes too much evidence)")
+    theirs = _obj(_obj(data.get("environment")).get("fleet_rank")).get("job")
+    if job and theirs != job:
+        return (f"its report is from another job (job identity {_text(theirs, 16) or 'none'}, not {job}): "
+                "refused")
+    return None
+
+
+def admit(rank: int, payload: bytes | Mapping, job: str | None = None) -> RankReport:
+    """A rank's report from its bytes (or, for rank 0, its own dict), validated; BadReport says why not. With
+    `job` (the fleet's job identity), a report of another job is refused, whatever its world size."""
     if isinstance(payload, (bytes, bytearray)):
         if len(payload) > MAX_REPORT_BYTES:
             raise BadReport(f"its report is {len(payload)} bytes (at most {MAX_REPORT_BYTES})")
@@ -127,7 +150,10 @@ def admit(rank: int, payload: bytes | Mapping) -> RankReport:
         raise BadReport("its report is not a JSON object")
     if not _depth_ok(data):
         raise BadReport(f"its report is nested deeper than {MAX_DEPTH} levels or too large")
-    from .redact import sanitize
+    why = _refused(data, job)
+    if why:
+        raise BadReport(why)
+    from ..redact import sanitize
 
     # Bounded and made valid here; redacted once, in the merged report (each rank redacted its own already, and
     # redacting every rank's whole report cost rank 0 25 ms a rank).

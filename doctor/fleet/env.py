@@ -14,7 +14,7 @@ import socket
 from dataclasses import dataclass
 from collections.abc import Mapping
 
-from .model import UsageError
+from ..model import UsageError
 
 DEFAULT_MASTER_PORT = 29500
 SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 10000  # an srun step without MASTER_PORT: a port from its job and step id
@@ -36,6 +36,9 @@ class FleetEnv:
     nodes: int | None = None  # hosts in the launch (GROUP_WORLD_SIZE, SLURM_STEP_NUM_NODES); None: unknown
     node: str | None = None  # the launcher's node identity (GROUP_RANK, SLURM_NODEID); None: host names key hosts
     scope: str = "dsv4doctor/job"  # the job's identity in the store's keys (torchrun's run id, Slurm's ids)
+    job: str = ""  # the digest of the job's identity (job_identity): a report or plan of another job is refused
+    agent_port: int | None = None  # torchrun's own store (its agent's, on MASTER_PORT): agrees the fleet port
+    port_given: bool = False  # --fleet-port: the user chose the port
 
     @property
     def node_leader(self) -> bool:
@@ -190,13 +193,15 @@ def detect(environ: Mapping[str, str], mode: str = "auto", port: int | None = No
         raise UsageError(f"fleet mode: rank {rank} is outside a world of {world}")
     if not _HOST.fullmatch(addr or ""):
         raise UsageError(f"fleet mode: the rendezvous address {addr!r} is not a host name (set MASTER_ADDR)")
+    given = port is not None
     if port is None:
         port = default_port(environ)
     if not 1 <= port <= 65535:
         raise UsageError(f"fleet mode: port {port} is out of range")
     return FleetEnv(rank, world, max(0, local), addr, port, launcher,
                     local_world if local_world and local_world > 0 else None, nodes if nodes and nodes > 0 else None,
-                    node, job_scope(environ))
+                    node, job_scope(environ, addr), job_identity(environ, addr), agent_store_port(environ, launcher),
+                    given)
 
 
 def default_port(environ: Mapping[str, str]) -> int:
@@ -212,9 +217,10 @@ def default_port(environ: Mapping[str, str]) -> int:
     return DEFAULT_MASTER_PORT + 1
 
 
-def job_scope(environ: Mapping[str, str]) -> str:
-    """The job's identity for the store's keys: torchrun's run id (unless "none", its default), else Slurm's job
-    and step ids, else "job" (then only the port and rank 0's nonce tell two jobs apart)."""
+def job_scope(environ: Mapping[str, str], master_addr: str | None = None) -> str:
+    """The job's identity for the store's keys: a readable label (torchrun's run id unless "none", its default;
+    else Slurm's job and step ids; else "job") and the digest of everything that tells two concurrent jobs apart
+    (job_identity), so that two jobs on one port never read each other's keys."""
     run_id = environ.get("TORCHELASTIC_RUN_ID") or ""
     if run_id and run_id != "none":
         raw = "run-" + run_id
@@ -222,7 +228,27 @@ def job_scope(environ: Mapping[str, str]) -> str:
         raw = f"slurm-{environ['SLURM_JOB_ID']}.{environ.get('SLURM_STEP_ID', '')}"
     else:
         raw = "job"
-    return "dsv4doctor/" + _SCOPE.sub("_", raw)[:96]
+    return "dsv4doctor/" + _SCOPE.sub("_", raw)[:80] + "-" + job_identity(environ, master_addr)
+
+
+def job_identity(environ: Mapping[str, str], master_addr: str | None = None) -> str:
+    """A digest two concurrent jobs cannot share: the rendezvous (MASTER_ADDR:MASTER_PORT: two jobs on one host
+    have two master ports) and the launcher's ids (torchrun's run id and restart count, Slurm's job and step ids).
+    Every rank of one job computes the same one."""
+    addr = master_addr if master_addr is not None else environ.get("MASTER_ADDR", "")
+    parts = [addr, environ.get("MASTER_PORT", ""), environ.get("TORCHELASTIC_RUN_ID", ""),
+             environ.get("TORCHELASTIC_RESTART_COUNT", ""), environ.get("SLURM_JOB_ID", ""),
+             environ.get("SLURM_STEP_ID", "")]
+    return hashlib.sha256("\n".join(parts).encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def agent_store_port(environ: Mapping[str, str], launcher: str) -> int | None:
+    """torchrun's own store, where the workers reach it (its agent hosts it on MASTER_PORT and says so with
+    TORCHELASTIC_USE_AGENT_STORE=True): the ranks agree the fleet port through it. None elsewhere (srun)."""
+    if launcher != "torchrun" or environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    raw = environ.get("MASTER_PORT", "")
+    return int(raw) if raw.isdigit() and 1 <= int(raw) <= 65535 else None
 
 
 def host_label(anonymize: bool = False, env: FleetEnv | None = None,
@@ -233,7 +259,7 @@ def host_label(anonymize: bool = False, env: FleetEnv | None = None,
     name = socket.gethostname() or "unknown"
     if not anonymize:
         return name
-    from .fleetmerge import host_label as hashed
+    from .merge import host_label as hashed
 
     key = fleet_key(os.environ if environ is None else environ) or b""
     return hashed(name, (env.scope if env else "") + key.hex())
@@ -244,7 +270,7 @@ def profile_fields(env: FleetEnv, host: str) -> dict:
     # the smoke finds it again with cp_plan.
     return {"rank": env.rank, "world_size": env.world_size, "local_rank": env.local_rank,
             "node_leader": env.node_leader, "launcher": env.launcher, "host": host, "port": env.port,
-            "local_world_size": env.local_world_size, "nodes": env.nodes, "node": env.node}
+            "local_world_size": env.local_world_size, "nodes": env.nodes, "node": env.node, "job": env.job}
 
 
 def cp_plan(fleet: Mapping, cp: int, environ: Mapping[str, str]) -> dict:
@@ -290,7 +316,7 @@ def fleet_key(environ: Mapping[str, str]) -> bytes | None:
     the HMAC key of every fleet message; None without one. UsageError when the file cannot be read or is empty.
     The file is read once per process (a regular file or a FIFO, bounded, never blocking past SECRET_FIFO_S; a
     stop signal meanwhile raises Interrupted) and kept."""
-    from .safeio import ReadRefused, read_file
+    from ..safeio import ReadRefused, read_file
 
     secret = environ.get(SECRET_VARIABLE)
     path = environ.get(SECRET_FILE_VARIABLE)
