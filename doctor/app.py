@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from . import __version__
 from .model import ExitCode, Profile, UsageError
+from .execjob import exec_job
 from .render.output import check_output_path, isatty, say, wants_live_display, write_stdout
 
 if TYPE_CHECKING:
@@ -221,37 +222,6 @@ def preflight(opts: Options, deliver: Deliver) -> tuple[Report, int]:
         return report, 128 + GATE.late
     GATE.uninstall()  # the job gets the dispositions the doctor was started with
     return report, exec_job(command)
-
-
-def exec_job(command: list[str]) -> int:
-    """Replace this process with the job (same pid and environment; the job's exit code is the caller's). The
-    session already reaped every probe, removed its temporary files and restored the signal dispositions, which
-    exec would skip (no finally, no atexit)."""
-    import signal
-
-    from .earlystart import close_early
-
-    close_early()  # exec skips every `finally`: nothing started before the command line was parsed may stay
-    for stream in (sys.stdout, sys.stderr):
-        if stream is not None:
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
-    # Python ignores SIGPIPE and SIGXFSZ at start-up, and an ignored signal stays ignored across exec: put them back
-    # to the default, as subprocess's restore_signals does (otherwise the job's `yes | head` printed "Broken pipe"
-    # instead of ending quietly).
-    for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
-        if hasattr(signal, name):
-            with contextlib.suppress(OSError, ValueError):
-                signal.signal(getattr(signal, name), signal.SIG_DFL)
-    try:
-        os.execvp(command[0], command)
-    except (OSError, ValueError) as exc:  # ValueError: an empty program name or a NUL in a word
-        from .job.shape import shape_program
-
-        say(f"dsv4-doctor preflight: could not start {shape_program(command[0])}: "
-            f"{getattr(exc, 'strerror', None) or exc}")
-        return 127 if isinstance(exc, (FileNotFoundError, ValueError)) else 126
-    return 126  # not reached: exec does not return
 
 
 # --------------------------------------------------------------------------------------------------------- fleet

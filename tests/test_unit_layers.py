@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("engine", {"registry", "runner", "api", "testing", "report"}),
     ("render", {"render"}),
     ("session", {"assemble", "pluginhost", "plugins", "session", "earlystart", "runreport", "fixplan", "jobcompose"}),
-    ("commands", {"fleet", "app", "gendocs"}),
+    ("commands", {"fleet", "app", "execjob", "gendocs"}),
     ("cli", {"cli", "commandline", "launch", "__main__"}),
 ]
 

@@ -38,7 +38,8 @@ import sys
 # Before any other import: nothing beside a probe script is the job's (dsv4probe_common's docstring says why).
 HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE]
-for _name, _flag in (("dsv4probe_common", "PROBE_COMMON"), ("dsv4probe_fleet_port", "PROBE_FLEET_PORT")):
+for _name, _flag in (("dsv4probe_common", "PROBE_COMMON"), ("dsv4probe_fleet_port", "PROBE_FLEET_PORT"),
+                     ("dsv4probe_fleet_channel", "PROBE_FLEET_CHANNEL")):
     if getattr(sys.modules.get(_name), _flag, None) is not True:
         import importlib.util
 
@@ -48,9 +49,8 @@ for _name, _flag in (("dsv4probe_common", "PROBE_COMMON"), ("dsv4probe_fleet_por
         _spec.loader.exec_module(sys.modules[_name])
 from dsv4probe_common import serve
 from dsv4probe_fleet_port import fleet_store
+from dsv4probe_fleet_channel import MAX_PLAN_S, MAX_VALUE, Channel, _seconds, _timedelta  # noqa: F401
 
-import hashlib
-import hmac
 import json
 import secrets
 import time
@@ -62,60 +62,6 @@ SWEEP_S = 2.0
 HEARTBEAT_S = 0.5
 GRACE_S = 5.0
 RELEASE_S = 60.0  # how long rank 0's doctor may take to write the report after the acknowledgements
-MAX_VALUE = 8 * 1024 * 1024  # a rank's report beyond this is not read (its doctor bounds it well below)
-
-
-class Channel:
-    """Signed values under one scope on the store."""
-
-    def __init__(self, store, scope, key):
-        self.store, self.scope, self.key = store, scope, key
-        self.rejected = 0
-
-    def _mac(self, name, value):
-        if not self.key:
-            return b""
-        return hmac.new(self.key, b"%s\n%s\n" % (self.scope.encode(), name.encode()) + value,
-                        hashlib.sha256).hexdigest().encode()
-
-    def set(self, name, value):
-        self.store.set(self.scope + "/" + name, self._mac(name, value) + b"." + value)
-
-    def has(self, name):
-        return self.store.check([self.scope + "/" + name])
-
-    def get(self, name):
-        """The value, or None when it is absent, too large or its MAC is wrong."""
-        if not self.has(name):
-            return None
-        raw = self.store.get(self.scope + "/" + name)
-        if len(raw) > MAX_VALUE + 80:
-            self.rejected += 1
-            return None
-        mac, sep, value = bytes(raw).partition(b".")
-        if not sep or not hmac.compare_digest(mac, self._mac(name, value)):
-            self.rejected += 1
-            return None
-        return value
-
-
-def _timedelta(seconds):
-    from datetime import timedelta
-
-    return timedelta(seconds=max(1.0, seconds))
-
-
-MAX_PLAN_S = 86400.0
-
-
-def _seconds(value):
-    """A plan's seconds left, within 0-MAX_PLAN_S: a value that is no finite number (inf, nan, text, from a writer
-    without the secret) is 0, so a rank waits by it no longer than by any valid plan."""
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return 0.0
-    return min(seconds, MAX_PLAN_S) if seconds > 0 else 0.0
 
 
 def wait_for_acks(ch, present, ack_by, verdict_by, publish):
