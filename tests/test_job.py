@@ -687,7 +687,7 @@ def readme_job_script_commands() -> list[list[str]]:
     its Kubernetes initContainer (a flow sequence of double-quoted strings: JSON)."""
     section = _job_scripts_section()
     found = []
-    for block in re.findall(r"```sh\n(.*?)```", section, re.S):
+    for block in re.findall(r"```(?:sh|bash)\n(.*?)```", section, re.S):
         for line in re.sub(r"\\\n#?\s*", " ", block).splitlines():
             line = line.strip().lstrip("#").strip()
             if "dsv4-doctor" in line and (words := _doctor_words(line)) is not None:

@@ -82,15 +82,18 @@ def _fences_by_heading(text: str) -> dict[str, list[tuple[str, str]]]:
     return blocks
 
 
-def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
-    """From a clone, one command installs and runs the doctor; one command runs the tests, and CI runs exactly it."""
+def test_readme_has_one_setup_command_and_ci_runs_the_test_one():
+    """From a clone, one command installs and runs the doctor; one command runs the tests, and CI runs exactly it (the
+    second form, PyPI alone for an environment that already has a CPU torch, is the same command without the index)."""
     blocks = _fences_by_heading(README.read_text())
     setup = blocks["From a clone"]
     tests = blocks["Run the tests"]
-    assert [info for info, _ in setup] == ["sh"] and [info for info, _ in tests] == ["sh"]
-    first, second = setup[0][1].strip(), tests[0][1].strip()
-    assert "\n" not in first and "\n" not in second
+    assert [info for info, _ in setup] == ["sh"] and [info for info, _ in tests] == ["sh", "sh"]
+    first, second, plain = setup[0][1].strip(), tests[0][1].strip(), tests[1][1].strip()
+    assert "\n" not in first and "\n" not in second and "\n" not in plain
     assert "dsv4-doctor check" in first and first.startswith("pip install .")
+    assert second.startswith("PIP_RETRIES=0 ") and "--extra-index-url https://download.pytorch.org/whl/cpu" in second
+    assert plain == "pip install '.[test]' && " + second.split(" && ", 1)[1]
     ci = (REPO / ".ci" / "run").read_text()
     assert second in ci.splitlines()
 
