@@ -63,6 +63,7 @@ def _port(value: str) -> int:
 # ------------------------------------------------------------------------------------------------------ parser
 
 PROG = "dsv4-doctor"
+COMPLETION_VARIABLE = "_DSV4_DOCTOR_COMPLETE"  # typer's completion protocol: set, the words are a shell's
 ROOT_OPTIONS = ("-h", "--help", "--version", "--install-completion", "--show-completion")
 # The commands that inspect a target, and every option of theirs that takes a value: what the early start's pre-scan
 # (cli.early_target) needs of the grammar before typer is imported. A test holds these to the typer application.
@@ -116,15 +117,25 @@ def _app():
     import functools
     from types import SimpleNamespace
 
+    import os
+
     import typer
 
+    if os.environ.get(COMPLETION_VARIABLE):  # a shell asks for completions: typer's per-shell answers
+        from typer._completion_classes import completion_init
+
+        completion_init()
     Option = functools.partial(typer.Option, show_default=False)  # each help text states its own default
     from typer._types import TyperChoice as Choice
 
     app = typer.Typer(name=PROG, help=DESCRIPTION, epilog=EXIT_CODES_HELP, rich_markup_mode=None,
-                      add_completion=True, no_args_is_help=False, pretty_exceptions_enable=False,
+                      add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                       context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
     chosen: dict = {}
+
+    def said(summary: str) -> dict:
+        """A command's help, and the same text in full in the root's list (click cuts a summary at 45 characters)."""
+        return {"short_help": summary, "help": summary}
 
     def take(command: str, values: dict) -> None:
         chosen["args"] = options_from(command, values)
@@ -134,9 +145,40 @@ def _app():
             write_stdout(f"{PROG} {__version__}\n")
             raise typer.Exit(0)
 
+    def completion(install: bool):
+        def callback(ctx, _param, value: str | None) -> None:
+            if value is None or ctx.resilient_parsing:
+                return
+            from . import completion as shell_completion
+
+            try:
+                shell = shell_completion.shell_for(value or None)
+            except shell_completion.NoShell as exc:
+                raise typer.BadParameter(str(exc)) from None
+            if install:
+                path = shell_completion.install(PROG, COMPLETION_VARIABLE, shell)
+                write_stdout(f"{shell} completion installed in {path}; it takes effect in a new shell\n")
+            else:
+                write_stdout(shell_completion.script(PROG, COMPLETION_VARIABLE, shell) + "\n")
+            raise typer.Exit(0)
+        return callback
+
+    def complete_check(incomplete: str) -> list[str]:
+        from .completion import complete_check as names
+
+        return names(incomplete)
+
     @app.callback()
     def root(_version: bool = Option(False, "--version", callback=version, is_eager=True,
-                                     help="Print the version and exit.")) -> None:
+                                     help="Print the version and exit."),
+             _install: str | None = Option(None, "--install-completion",
+                                           metavar="[SHELL]", callback=completion(True), expose_value=False,
+                                           is_eager=True, help=(
+                 "Install completion for SHELL (bash, zsh, fish, powershell; default: the running shell, else "
+                 "$SHELL).")),
+             _show: str | None = Option(None, "--show-completion", metavar="[SHELL]",
+                                        callback=completion(False), expose_value=False, is_eager=True, help=(
+                 "Print the completion script for SHELL (default: the running shell, else $SHELL)."))) -> None:
         pass
 
     cp_help = "Context-parallel size of the planned job (1-1024; default 1, or the job's with --job-args)."
@@ -175,8 +217,8 @@ def _app():
         gpu_arch=Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
         python=Option(None, "--python", metavar="PATH", help=python_help),
         timeout=Option(None, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
-        only=Option(None, "--only", metavar="ID[,ID...]", help=only_help),
-        skip=Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
+        only=Option(None, "--only", metavar="ID[,ID...]", help=only_help, autocompletion=complete_check),
+        skip=Option(None, "--skip", metavar="ID[,ID...]", help=skip_help, autocompletion=complete_check),
         format=Option("text", "-f", "--format", click_type=report_formats, help=format_help),
         output=Option(None, "-o", "--output", metavar="FILE", help=output_help),
         no_smoke=Option(False, "--no-smoke", help="Skip the smoke forward."),
@@ -191,7 +233,7 @@ def _app():
         plugin_timeout=Option(30.0, "--timeout", parser=timeout_t, metavar="S", help=plugin_timeout_help),
     )
 
-    @app.command(help="Check this environment for the planned DSv4 job (the default).", epilog=EXIT_CODES_HELP)
+    @app.command(**said("Check this environment for the planned DSv4 job (the default)."), epilog=EXIT_CODES_HELP)
     def check(
         cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
         dsa_backend: str | None = shared.dsa_backend,
@@ -219,7 +261,7 @@ def _app():
     ) -> None:
         take("check", locals())
 
-    @app.command(help="Run only the smoke forward.", epilog=SMOKE_EPILOG)
+    @app.command(**said("Run only the smoke forward."), epilog=SMOKE_EPILOG)
     def smoke(
         cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N",
                                    help="Context-parallel size of the planned job (1-1024; default 1)."),
@@ -241,7 +283,7 @@ def _app():
     ) -> None:
         take("smoke", locals())
 
-    @app.command(name="list", help="List every check with its title, where it comes from and when it applies.")
+    @app.command(name="list", **said("List every check with its title, where it comes from and when it applies."))
     def list_(
         format: str = Option("text", "-f", "--format", click_type=Choice(["text", "json", "markdown"]),
                              help="text, json, or markdown (the rules table of docs/rules.md)."),
@@ -249,16 +291,17 @@ def _app():
     ) -> None:
         take("list", locals())
 
-    @app.command(help="Why a check exists, when it applies, its sources and its fixes.")
+    @app.command(**said("Why a check exists, when it applies, its sources and its fixes."))
     def explain(
-        check_id: str = typer.Argument(..., metavar="ID", help="A check id from `dsv4-doctor list`."),
+        check_id: str = typer.Argument(..., metavar="ID", autocompletion=complete_check, help=(
+            "A check id from `dsv4-doctor list`, or a group (`cudnn-fe`: each of its checks).")),
         format: str = Option("text", "-f", "--format", click_type=Choice(["text", "json"]),
                              help="text, or json (the check's entry of `list -f json`)."),
         timeout: float = shared.plugin_timeout,
     ) -> None:
         take("explain", locals())
 
-    @app.command(help="Print the fix plan of the current failures as a shell script (or --apply it).",
+    @app.command(**said("Print the fix plan of the current failures as a shell script (or --apply it)."),
                  epilog=FIX_EPILOG)
     def fix(
         cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
@@ -277,7 +320,7 @@ def _app():
     ) -> None:
         take("fix", locals())
 
-    @app.command(help="Check the environment and a training command's DSv4 settings, then exec the command.",
+    @app.command(**said("Check the environment and a training command's DSv4 settings, then exec the command."),
                  epilog=PREFLIGHT_EPILOG,
                  context_settings={"allow_interspersed_args": False, "ignore_unknown_options": False})
     def preflight(

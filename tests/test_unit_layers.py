@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("session", {"assemble", "pluginhost", "plugins", "session", "earlystart", "runreport", "fixplan", "fleetadmit",
                  "fleetmerge"}),
     ("commands", {"fleet", "fleetenv", "fleettransport", "fleetrun", "app", "gendocs"}),
-    ("cli", {"cli", "commandline", "launch", "__main__"}),
+    ("cli", {"cli", "commandline", "completion", "launch", "__main__"}),
 ]
 
 
