@@ -14,8 +14,9 @@ from .render.output import write_stdout
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 no check failed (warnings allowed unless --strict); 1 a check failed or errored (or warned, with "
-    "--strict); 2 usage error; 3 the doctor itself or a plugin crashed (the report is still written); 4 the report "
-    "could not be written to --output (it went to stdout); 129/130/143 interrupted by SIGHUP/SIGINT/SIGTERM."
+    "--strict); 2 usage error (an --output that cannot be written included); 3 the doctor itself or a plugin crashed "
+    "(the report is still written); 4 the report could not be written (stdout closed or full, or --output failing at "
+    "the end: it went to stdout); 129/130/143 interrupted by SIGHUP/SIGINT/SIGTERM."
 )
 COMMANDS = ("check", "smoke", "list", "explain", "fix", "preflight")
 FORMATS = ("text", "json", "markdown", "junit")
@@ -76,8 +77,9 @@ PREFLIGHT_EPILOG = ("The report goes to stderr (text), the job's stdout stays cl
                     "when it ran (it replaces the doctor: same pid); 1 when a check failed (or warned, with --strict) "
                     "and the command did not start; 2 usage error; 129/130/143 interrupted.")
 SMOKE_EPILOG = ("Exit codes: 0 the smoke forward passed or was skipped; 1 it failed or errored; 2 usage error; 3 the "
-                "doctor itself crashed (the report is still written); 4 the report could not be written to --output "
-                "(it went to stdout); 129/130/143 interrupted by SIGHUP/SIGINT/SIGTERM.")
+                "doctor itself crashed (the report is still written); 4 the report could not be written (stdout closed or "
+                "full, or --output failing at the end: it went to stdout); 129/130/143 interrupted by "
+                "SIGHUP/SIGINT/SIGTERM.")
 FIX_EPILOG = ("Exit codes: 0 a plan was printed (or nothing to fix); 1 some failure has no fix; 2 usage error. With "
               "--apply: the re-check's exit code.")
 
@@ -209,8 +211,9 @@ def _app():
     cp_t, arch_t, timeout_t, port_t = _checked(_cp), _checked(_gpu_arch), _checked(parse_timeout), _checked(_port)
     dsa_choice, device_choice = Choice(["cudnn", "none"]), Choice(["auto", "cuda", "cpu"])
     report_formats = Choice(list(FORMATS))
-    verbose_help = ("On a terminal: -v shows every row with its details and evidence, -vv adds the sources "
-                    "(default: only the rows that need attention). Piped text, JSON, markdown and JUnit are unchanged.")
+    verbose_help = ("Text report (a terminal or a log alike): -v shows every row with its details and evidence, -vv "
+                    "adds the sources (default: the rows that need attention, one line each, with their fix "
+                    "commands). JSON, markdown and JUnit are unchanged.")
     # The options several commands share, declared once (typer reads an option's declaration; it never changes it).
     shared = SimpleNamespace(
         dsa_backend=Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),

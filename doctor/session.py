@@ -47,6 +47,11 @@ def resolve_python(value: str | None) -> str:
         # The path is printed in reports and in the fix script: it must stay one plain line.
         raise UsageError(f"--python {value!r}: the path has control or line-break characters")
 
+    if os.path.isdir(value):  # a virtual environment's folder: name its interpreter
+        inside = [os.path.join(value, *p) for p in (("bin", "python"), ("bin", "python3"), ("Scripts", "python.exe"))]
+        hint = next((p for p in inside if os.access(p, os.X_OK)), None)
+        raise UsageError(f"--python {value!r} is a folder, not an interpreter" + (
+            f": pass --python {hint}" if hint else ": pass the interpreter's path (a venv's bin/python)"))
     found = value if os.sep in value else shutil.which(value)
     if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
         raise UsageError(f"--python: no executable interpreter at {value!r}")

@@ -164,3 +164,14 @@ def test_explain_json_and_list_titles():
 
     titles = {c.id: c.title for c in load().checks}
     assert all(titles[line.split()[0]].split()[0] in line for line in listing.splitlines() if line.split()[0] in titles)
+
+
+def test_python_given_a_venv_folder_names_its_interpreter(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    run = run_doctor("check", "--static-only", "--python", str(venv))
+    assert run.returncode == 2 and run.stdout == ""
+    assert f"is a folder, not an interpreter: pass --python {venv}/bin/python" in run.stderr
+    bare = run_doctor("check", "--static-only", "--python", str(tmp_path / "venv" / "bin"))
+    assert bare.returncode == 2 and "a venv's bin/python" in bare.stderr

@@ -191,6 +191,36 @@ def _row_head(c: Row, marks: dict[str, str]) -> Text:
     return Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.id), "bold"), "  ", _clean(c.summary))
 
 
+def first_sentence(text: str) -> str:
+    """A summary's or a fix's first sentence, on one line (the rest is for -v)."""
+    line = " ".join(str(text).split())
+    cut = line.find(". ")
+    return line[:cut + 1] if cut > 0 else line
+
+
+def _one_line(out: _Out, text: Text, indent: int, ascii_only: bool) -> None:
+    """`text` on one line at `indent`: cut with an ellipsis where it would wrap (-v shows it in full)."""
+    room = max(20, out.console.width - indent)
+    if len(text.plain) > room:
+        text.truncate(room - 1 if not ascii_only else room - 3)
+        text.append("..." if ascii_only else "…")
+    out.raw(text, indent=indent)
+
+
+def _short(out: _Out, c: Row, marks: dict[str, str], ascii_only: bool) -> None:
+    """A row that needs attention, as the default report gives it: its summary's first sentence on one line, then each
+    fix's commands (never cut: copy-pastable), or a fix without commands as its first sentence."""
+    s = _status(c)
+    head = Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.id), "bold"), "  ",
+                         _clean(first_sentence(c.summary)))
+    _one_line(out, head, 4, ascii_only)
+    for fix in c.fixes:
+        for cmd in fix.commands:  # a manual step says so in a shell comment: the line stays copy-pastable
+            out.raw(_text(cmd, "cyan") + Text("  # manual step" if fix.manual else "", "dim"), indent=6)
+        if not fix.commands:
+            _one_line(out, Text.assemble(("Fix: ", "bold"), _text(first_sentence(fix.description))), 6, ascii_only)
+
+
 def _fixes(out: _Out, c: Row) -> None:
     for fix in c.fixes:
         tag = " (manual)" if fix.manual else ""
@@ -261,16 +291,24 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
             out.line(_text(line, "yellow"), hang=4)
     out.blank()
     skipped = 0
+    fine: list[Text] = []  # default: the areas with nothing to attend to, on shared lines after the rest
     for area, rows in grouped(report):
         statuses = [_status(c) for c in rows]
         state = worst(statuses)
         counts = ", ".join(f"{statuses.count(s)} {LABEL[s].lower()}" for s in WORST_FIRST if s in statuses)
         head = Text.assemble((glyphs[state] + " ", STYLE[state]), (_clean(area), "bold"), f"  {counts}")
+        if verbosity == 0 and state in ("pass", "skip"):
+            skipped += statuses.count("skip")
+            fine.append(head)
+            continue
         out.line(head)
         for c in rows:
             s = _status(c)
             if verbosity == 0 and s in ("pass", "skip"):
                 skipped += s == "skip"
+                continue
+            if verbosity == 0:
+                _short(out, c, marks, ascii_only)
                 continue
             out.line(_row_head(c, marks), indent=4, hang=8)
             if s in ("fail", "error", "warn") or verbosity:
@@ -281,10 +319,20 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
                 _evidence(out, c)
             if verbosity >= 2:
                 _sources(out, c)
+    line = Text()
+    for head in fine:  # packed, never an area's head split across lines
+        if line.plain and len(line.plain) + 3 + len(head.plain) > out.console.width:
+            out.raw(line)
+            line = Text()
+        line.append_text(Text("   ") if line.plain else Text())
+        line.append_text(head)
+    if line.plain:
+        out.raw(line)
     _trailer(report, out)
     out.blank()
-    if skipped:
-        out.line(Text(f"{skipped} skipped: -v shows them", style="dim"))
+    if verbosity == 0 and (skipped or any(_status(c) != "pass" for c in _checks(report))):
+        more = f"{skipped} skipped; " if skipped else ""
+        out.line(Text(f"{more}-v shows every row in full (details, fix descriptions, evidence)", style="dim"))
     out.line(Text.assemble(verdict, f"; {next_step(report)}"))
 
 
