@@ -77,8 +77,8 @@ PREFLIGHT_EPILOG = ("The report goes to stderr (text), the job's stdout stays cl
                     "when it ran (it replaces the doctor: same pid); 1 when a check failed (or warned, with --strict) "
                     "and the command did not start; 2 usage error; 129/130/143 interrupted.")
 SMOKE_EPILOG = ("Exit codes: 0 the smoke forward passed or was skipped; 1 it failed or errored; 2 usage error; 3 the "
-                "doctor itself crashed (the report is still written); 4 the report could not be written (stdout closed or "
-                "full, or --output failing at the end: it went to stdout); 129/130/143 interrupted by "
+                "doctor itself crashed (the report is still written); 4 the report could not be written (stdout "
+                "closed or full, or --output failing at the end: it went to stdout); 129/130/143 interrupted by "
                 "SIGHUP/SIGINT/SIGTERM.")
 FIX_EPILOG = ("Exit codes: 0 a plan was printed (or nothing to fix); 1 some failure has no fix; 2 usage error. With "
               "--apply: the re-check's exit code.")
