@@ -319,15 +319,15 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
                 _evidence(out, c)
             if verbosity >= 2:
                 _sources(out, c)
-    line = Text()
+    packed = Text()
     for head in fine:  # packed, never an area's head split across lines
-        if line.plain and len(line.plain) + 3 + len(head.plain) > out.console.width:
-            out.raw(line)
-            line = Text()
-        line.append_text(Text("   ") if line.plain else Text())
-        line.append_text(head)
-    if line.plain:
-        out.raw(line)
+        if packed.plain and len(packed.plain) + 3 + len(head.plain) > out.console.width:
+            out.raw(packed)
+            packed = Text()
+        packed.append_text(Text("   ") if packed.plain else Text())
+        packed.append_text(head)
+    if packed.plain:
+        out.raw(packed)
     _trailer(report, out)
     out.blank()
     if verbosity == 0 and (skipped or any(_status(c) != "pass" for c in _checks(report))):
