@@ -332,13 +332,13 @@ def _registry(timeout: float | None):
         session.close()
 
 
-def listing(opts: Options) -> str:
+def listing(opts: Options, width: int = 100) -> str:
     """`list`: every check, and every plugin that failed to load, as text, JSON or docs/rules.md's table."""
     from .render.rules import render_listing
 
     with _registry(opts.timeout) as (checks, plugins):
         pass
-    return render_listing(checks, plugins, opts.format)
+    return render_listing(checks, plugins, opts.format, width)
 
 
 def explanation(opts: Options, width: int) -> str:

@@ -311,3 +311,15 @@ def test_a_plugin_host_that_gets_no_slot_in_time_says_so(site, monkeypatch, tmp_
     most, plugins = _describe(site, monkeypatch, tmp_path, slots=1, timeout=1.0, taken=1)  # its slot never frees
     assert most == 0 and not plugins[0].loaded
     assert plugins[0].error == "the plugin host never started: no probe slot came free in time"
+
+
+def test_list_names_a_plugin_check_s_origin(site):
+    plugin(site, "lax", "lax_checks", """
+from dsv4_doctor.model import Check, Source, passed
+CHECKS = [Check(id="lax.good", title="t", explanation="why", applies_when="always", detects="x",
+                run=lambda ctx: passed("ran"), sources=(Source("s", "https://example.invalid"),))]
+""")
+    listed = run_doctor("list", sites=(site.root,), env={"COLUMNS": "80"}).stdout
+    row = next(line for line in listed.splitlines() if line.startswith("lax.good"))
+    assert "(from lax" in row and "python.version" in listed
+    assert not [line for line in listed.splitlines() if line.startswith("python.version") and "(from" in line]

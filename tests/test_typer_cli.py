@@ -175,3 +175,17 @@ def test_python_given_a_venv_folder_names_its_interpreter(tmp_path):
     assert f"is a folder, not an interpreter: pass --python {venv}/bin/python" in run.stderr
     bare = run_doctor("check", "--static-only", "--python", str(tmp_path / "venv" / "bin"))
     assert bare.returncode == 2 and "a venv's bin/python" in bare.stderr
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+def test_list_fits_the_width_with_a_header_and_names_only_foreign_origins(columns):
+    listing = run_doctor("list", env={"COLUMNS": str(columns)}).stdout
+    lines = listing.splitlines()
+    assert lines[0].split()[0] == "Check" and "when it applies" in lines[0]
+    assert all(len(line) <= columns for line in lines), max(lines, key=len)
+    assert "dsv4-doctor" not in listing  # every row is the doctor's own: no origin column
+    from dsv4_doctor.registry import load
+
+    ids = [line.split()[0] for line in lines[1:] if not line.startswith(" ")]
+    assert ids == [c.id for c in load().checks]
+    assert sum(line.strip().startswith("when: ") for line in lines) == len(ids)
