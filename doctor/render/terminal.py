@@ -191,6 +191,12 @@ def _row_head(c: Row, marks: dict[str, str]) -> Text:
     return Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.id), "bold"), "  ", _clean(c.summary))
 
 
+def _notice(c: Row) -> str | None:
+    """A skipped row's one-line notice (evidence `notice`): shown by default, a skip all the same."""
+    notice = c.evidence.get("notice") if _status(c) == "skip" and isinstance(c.evidence, dict) else None
+    return notice if isinstance(notice, str) and notice else None
+
+
 def first_sentence(text: str) -> str:
     """A summary's or a fix's first sentence, on one line (the rest is for -v)."""
     line = " ".join(str(text).split())
@@ -297,7 +303,7 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
         state = worst(statuses)
         counts = ", ".join(f"{statuses.count(s)} {LABEL[s].lower()}" for s in WORST_FIRST if s in statuses)
         head = Text.assemble((glyphs[state] + " ", STYLE[state]), (_clean(area), "bold"), f"  {counts}")
-        if verbosity == 0 and state in ("pass", "skip"):
+        if verbosity == 0 and state in ("pass", "skip") and not any(map(_notice, rows)):
             skipped += statuses.count("skip")
             fine.append(head)
             continue
@@ -306,6 +312,9 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
             s = _status(c)
             if verbosity == 0 and s in ("pass", "skip"):
                 skipped += s == "skip"
+                if _notice(c):  # a skip that still has something to say, in one line
+                    _one_line(out, Text.assemble((f"{marks[s]} NOTE  ", STYLE[s]), (_clean(c.id), "bold"), "  ",
+                                                 _clean(_notice(c))), 4, ascii_only)
                 continue
             if verbosity == 0:
                 _short(out, c, marks, ascii_only)
