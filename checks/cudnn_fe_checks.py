@@ -216,7 +216,9 @@ def cudnn_fe_csa(ctx: Context) -> Result:
     admits a CC the frontend rejects, the first fused call raises, and the fix pins the first frontend that
     accepts it. With the CC not known (an image built for several GPU kinds) problems are warnings naming the
     GPUs that would use the fused path; on a known CC the gates reject, and under CP > 1 with d48bd6be's
-    non-pre-grouped-only dispatch, it is a skip saying so (and whether this frontend has cudnn.csa at all).
+    non-pre-grouped-only dispatch, it is a skip saying so (and whether this frontend has cudnn.csa at all); such a
+    skip, and one for a Megatron without the fused compressor, carries a one-line notice when cudnn.csa would not
+    load, which the text report shows by default (a skip all the same: --strict gates are unchanged).
     Context: the seed incident, a 40-GPU GB200 verl job that produced NaN with a frontend predating cudnn.csa,
     was cured on H100 by reinstalling the frontend 1.27.0 and apache-tvm-ffi 0.1.11; the eager compressor is
     not proven to be its cause.
