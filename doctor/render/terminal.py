@@ -214,12 +214,15 @@ def _one_line(out: _Out, text: Text, indent: int, ascii_only: bool) -> None:
 
 
 def _short(out: _Out, c: Row, marks: dict[str, str], ascii_only: bool) -> None:
-    """A row that needs attention, as the default report gives it: its summary's first sentence on one line, then each
-    fix's commands (never cut: copy-pastable), or a fix without commands as its first sentence."""
+    """A row that needs attention, as the default report gives it: a failure's summary as its first sentence on one
+    line (a warning's in full), then each fix's commands (never cut: copy-pastable), or a fix without commands as its
+    first sentence."""
     s = _status(c)
-    head = Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.id), "bold"), "  ",
-                         _clean(first_sentence(c.summary)))
-    _one_line(out, head, 4, ascii_only)
+    if s == "warn":  # a warning's summary is all it has to say (it seldom has a command): in full
+        out.line(_row_head(c, marks), indent=4, hang=8)
+    else:
+        _one_line(out, Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.id), "bold"), "  ",
+                                     _clean(first_sentence(c.summary))), 4, ascii_only)
     for fix in c.fixes:
         for cmd in fix.commands:  # a manual step says so in a shell comment: the line stays copy-pastable
             out.raw(_text(cmd, "cyan") + Text("  # manual step" if fix.manual else "", "dim"), indent=6)
