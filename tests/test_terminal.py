@@ -374,3 +374,22 @@ def test_colour_marks_only_what_it_is_for(local_report):
     assert re.match(r"      \x1b\[1mFix: \x1b\[0m[^\x1b]+$", fix), fix
     last = lines[-1]
     assert re.search(r"\x1b\[0m; next: dsv4-doctor fix --cp 1 > fix\.sh$", last), last
+
+
+def test_the_empty_venv_report_at_80_columns_leads_with_the_verdict_and_every_failure_s_fix(bare_python):
+    """The first run of a newcomer (an interpreter with nothing installed): within 40 lines at 80 columns, the verdict
+    first, then every failure's one-line summary with its fix commands, before the rest."""
+    run = run_doctor("check", "--python", bare_python, env={"COLUMNS": "80"})
+    lines = run.stdout.rstrip("\n").splitlines()
+    assert run.returncode == 1 and len(lines) <= 40, run.stdout
+    first_verdict = next(i for i, line in enumerate(lines) if line.startswith("Verdict: FAIL"))
+    assert first_verdict <= 4
+    report = run_doctor("check", "-f", "json", "--python", bare_python).report
+    failures = [c for c in report["checks"] if c["status"] == "fail"]
+    assert failures
+    for c in failures:
+        at = next(i for i, line in enumerate(lines) if re.match(rf"    \S FAIL  {re.escape(c['id'])}  ", line))
+        assert len(lines[at]) <= 80
+        for command in [cmd for f in c.get("fixes") or [] for cmd in f.get("commands") or []]:
+            assert any(line.strip().startswith(command) for line in lines[at + 1:at + 8]), (c["id"], command)
+    assert all(len(line) <= 80 or line.startswith("      ") for line in lines)  # only commands pass the width
