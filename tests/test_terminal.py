@@ -393,3 +393,17 @@ def test_the_empty_venv_report_at_80_columns_leads_with_the_verdict_and_every_fa
         for command in [cmd for f in c.get("fixes") or [] for cmd in f.get("commands") or []]:
             assert any(line.strip().startswith(command) for line in lines[at + 1:at + 8]), (c["id"], command)
     assert all(len(line) <= 80 or line.startswith("      ") for line in lines)  # only commands pass the width
+
+
+@pytest.mark.parametrize("args, said, never", [
+    (["check", "--gpu-arch", "10.0"], "gpu-arch=10.0 (from --gpu-arch)", "(from the"),
+    (["check", "--job-args", "python3 -m verl.trainer.main_ppo actor_rollout_ref.actor.megatron."
+      "context_parallel_size=2"], "cp=2 (from the job) dsa-backend=cudnn gpu-arch=unknown;", "(from the verl"),
+    (["preflight", "--dry-run", "--", "python3", "-c", "pass"], "gpu-arch=unknown;", "unknown command"),
+])
+def test_the_profile_line_says_where_each_fact_came_from_without_misreadings(bare_python, args, said, never):
+    command, rest = args[0], args[1:]
+    run = run_doctor(command, "--only", "python.version", "--python", bare_python, *rest)
+    out = run.stdout + run.stderr
+    head = " ".join(out.split("\nVerdict: ")[0].split())
+    assert said in head and never not in out, head

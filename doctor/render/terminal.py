@@ -32,6 +32,7 @@ GLYPHS = {"pass": "[✓]", "warn": "[!]", "fail": "[✗]", "error": "[✗]", "sk
 ASCII_GLYPHS = {"pass": "[+]", "warn": "[!]", "fail": "[x]", "error": "[x]", "skip": "[-]"}
 MARKS = {"pass": "✓", "warn": "!", "fail": "✗", "error": "✗", "skip": "-"}
 ASCII_MARKS = {"pass": "+", "warn": "!", "fail": "x", "error": "x", "skip": "-"}
+ARCH_FROM = {"option": " (from --gpu-arch)", "detected": " (from nvidia-smi)"}  # where a known arch came from
 EVIDENCE_LINES = 40  # of one row's evidence at -v; the JSON report has all of it
 
 
@@ -104,7 +105,8 @@ def top_line(report: Report) -> str:
     target = _target_python(report)
     parts = [f"dsv4-doctor {shown(report.doctor_version)} checked",
              f"profile cp={cp_shown(p)} dsa-backend={shown(p.get('dsa_backend'))} "
-             f"gpu-arch={shown(p.get('gpu_arch'))}" + (" static-only" if p.get("static_only") else ""),
+             f"gpu-arch={shown(p.get('gpu_arch'))}{ARCH_FROM.get(str(p.get('gpu_arch_source')), '')}"
+             + (" static-only" if p.get("static_only") else ""),
              f"python {shown(target.get('executable'))} ({shown(target.get('version'))})",
              f"GPU {_gpu(report)}"]
     hint = cp_hint(p)
