@@ -3,10 +3,9 @@ max_seqlen_per_dp_cp_rank that holds the longest sample; and whether verl (#6555
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from dsv4_doctor.job.keys import ENGINE_MAX_SEQLEN, VERL_ROLES
+from dsv4_doctor.job.keys import ENGINE_MAX_SEQLEN, role_head
 from dsv4_doctor.job.model import Job, Setting
 from dsv4_doctor.model import Context, Fix
 
@@ -142,7 +141,7 @@ def _seqlen_fix(job, role, name, needed, needed_from, cp, now) -> Fix:
     """The line that states max_seqlen_per_dp_cp_rank (`name`: the engine's or the transformer config's), rounded
     up (verl's example rounds down)."""
     if needed:
-        return add_setting(job, role, name, math.ceil(needed / cp), _per_rank(needed_from) + ", rounded up", now)
+        return add_setting(job, role, name, -(-needed // cp), _per_rank(needed_from) + ", rounded up", now)
     return add_setting(job, role, name, "N", f"N = {_per_rank('the longest sample')}, rounded up; {needed_from}", now)
 
 
@@ -166,7 +165,7 @@ def _max_seqlen(r: CpRole, found: Found) -> None:
     needed, needed_from = _needed_length(job)
     name = "max_seqlen_per_dp_cp_rank"  # override_transformer_config's / --max-seqlen-per-dp-cp-rank
     if job.kind == "verl":
-        engine_key = f"{VERL_ROLES.get(role, VERL_ROLES['actor'])}.megatron.max_seqlen_per_dp_cp_rank"
+        engine_key = f"{role_head(role)}max_seqlen_per_dp_cp_rank"
         engine = st.get(ENGINE_MAX_SEQLEN)
         if value_of(st, "dynamic_context_parallel") is True:
             # verl validates the engine's value (engine.py L229-236) and writes it over the transformer config's
@@ -250,6 +249,6 @@ def _max_seqlen(r: CpRole, found: Found) -> None:
         fails.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x {how} = {value * ranks} < {needed} ({needed_from}): "
                      "the longest sample does not fit, and Megatron asserts total_cp_ranks * "
                      "max_seqlen_per_dp_cp_rank >= seq_length")
-        fixes.append(add_setting(job, role, name, math.ceil(needed / cp), _per_rank(needed_from), written(st, name)))
+        fixes.append(add_setting(job, role, name, -(-needed // cp), _per_rank(needed_from), written(st, name)))
     else:
         notes.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x {how} = {value * ranks} >= {needed}")

@@ -3,7 +3,7 @@ the dense indexer loss (job.indexer-loss)."""
 
 from __future__ import annotations
 
-from dsv4_doctor.job.keys import VERL_ROLES
+from dsv4_doctor.job.keys import role_head
 from dsv4_doctor.job.model import Job
 from dsv4_doctor.model import Fix, Phase
 
@@ -25,7 +25,7 @@ def _drop_fusion_switch(job: Job, role: str, backend: str) -> Fix:
     if job.syntax == "megatron":
         return Fix(f"Remove --no-dsa-kernel-fusion from the training command ({why})",
                    key="job:remove --no-dsa-kernel-fusion", phase=Phase.SETTING)
-    key = f"{VERL_ROLES.get(role, VERL_ROLES['actor'])}.megatron.override_transformer_config.apply_dsa_kernel_fusion"
+    key = f"{role_head(role)}override_transformer_config.apply_dsa_kernel_fusion"
     return Fix(f"Drop the deprecated switch ({why}): remove the argument that sets it from the training command, or "
                f"add after it:\n  ~{key}", key=f"job:~{key}", phase=Phase.SETTING)
 

@@ -9,6 +9,9 @@ from dsv4_doctor.model import Context, Result, Source, errored, failed, passed, 
 from dsv4_doctor.probes import NVIDIA_SMI, TORCH, Probe, StaticRequest
 
 from . import fixes
+from ._upstream import measured
+from ._gpu_facts import (BUSY_FRACTION, CONTEXT_MIB, MEMORY_PROBES, PROCESS_MIB, SMOKE_TENSORS_MIB, hidden_cause,
+                         holders, memory, others)
 
 
 @check(
@@ -21,7 +24,8 @@ from . import fixes
         Source("NVIDIA gpu-operator #2685 (validator said Ready while CUDA failed)",
                "https://github.com/NVIDIA/gpu-operator/issues/2685"),
     ),
-    probes=(NVIDIA_SMI, TORCH),
+    fixes=(fixes.DRIVER,),
+    probes=(NVIDIA_SMI, TORCH, *MEMORY_PROBES),
     per_gpu=True,
 )
 def gpu_devices(ctx: Context) -> Result:
@@ -29,7 +33,9 @@ def gpu_devices(ctx: Context) -> Result:
     torch's view (CUDA enumeration order, CUDA_VISIBLE_DEVICES applied) is what the job sees; nvidia-smi's is
     what the driver sees, and the two can disagree. A host with no GPU is a skip, not a failure: the image can
     still be checked for the GPU it will run on with --gpu-arch. A driver that lists GPUs torch cannot use is a
-    failure: a passing driver check does not prove CUDA works.
+    failure: a passing driver check does not prove CUDA works. Its cause is named from the facts, each with its own
+    fix, in this order: CUDA_VISIBLE_DEVICES set empty or to ids no GPU has (unset or correct it), a driver older
+    than torch's CUDA (the driver fix), a CPU build of torch (the only cause a torch reinstall fixes).
     """
     gpus = ctx.gpus()
     smi = ctx.probe(NVIDIA_SMI)
@@ -61,13 +67,12 @@ def gpu_devices(ctx: Context) -> Result:
         return skipped(f"{listed}: torch does not import (see torch.install), so whether CUDA works is not known",
                        evidence=evidence)
     if gpus and not torch_devices:
+        why, cause_fixes = hidden_cause(ctx, driver_gets(ctx)[0])
         raw_error = torch_data.get("cuda_error")
-        cuda_error: dict = raw_error if isinstance(raw_error, dict) else {}
-        why = ("torch is a CPU-only build" if not torch_data.get("cuda_build") else
-               str(cuda_error.get("message", "")) or
-               "torch.cuda.is_available() is False: CUDA_VISIBLE_DEVICES, a driver older than torch's CUDA build, or "
-               "a container started without GPU access.")
-        return failed(f"the driver lists {len(gpus)} GPU(s) but torch sees none", why, evidence=evidence)
+        said = str(raw_error.get("message", "")) if isinstance(raw_error, dict) else ""
+        evidence["cuda_visible_devices"] = torch_data.get("cuda_visible_devices")
+        return failed(f"the driver lists {len(gpus)} GPU(s) but torch sees none: {why}",
+                      f"torch says: {said}" if said else "", fixes=cause_fixes, evidence=evidence)
     archs = sorted({str(d.get("compute_capability")) for d in devices if d.get("compute_capability")})
     names = sorted({str(d.get("name")) for d in devices})
     summary = f"{len(devices)} GPU(s): {', '.join(names)} (CC {', '.join(archs)})"
@@ -189,6 +194,18 @@ def built_for(ctx: Context) -> tuple[int | None, str]:
     return None, "no CUDA build of torch and no -cu12/-cu13 wheels installed"
 
 
+def driver_gets(ctx: Context) -> tuple[int | None, str]:
+    """The CUDA driver API version the job gets (cuDriverGetVersion, else the nvidia-smi driver's branch), and where
+    it was read."""
+    gpus = ctx.gpus()
+    driver = gpus[0].get("driver_version") if gpus else None
+    probe = ctx.probe(DRIVER)
+    api = probe.data.get("version") if probe.ok and isinstance(probe.data, dict) else None
+    if isinstance(api, int) and api > 0:
+        return api, "cuDriverGetVersion"
+    return _smi_api(driver), f"driver {driver}'s branch"
+
+
 @check(
     "gpu.driver",
     "The driver supports the CUDA the stack was built for",
@@ -226,8 +243,7 @@ def gpu_driver(ctx: Context) -> Result:
                 "libcuda": (probe.data or {}).get("path") if probe.ok else None,
                 "libcuda_error": (probe.data or {}).get("error") if probe.ok else probe.error,
                 "stack_cuda_major": major, "stack_from": where}
-    gets = api if isinstance(api, int) and api > 0 else _smi_api(driver)
-    source = "cuDriverGetVersion" if gets == api else f"driver {driver}'s branch"
+    gets, source = driver_gets(ctx)
     if major is None:
         return skipped(f"the CUDA version the stack was built for is unknown ({where}); driver {driver} supports "
                        f"CUDA {_api(gets)}", evidence=evidence)
@@ -247,4 +263,63 @@ def gpu_driver(ctx: Context) -> Result:
     return passed(f"driver {driver} gives CUDA {_api(gets)} ({source}){compat}; the stack needs CUDA {major} "
                   f"({where})", evidence=evidence)
 
-CHECKS = [gpu_devices, gpu_arch, gpu_driver]
+@check(
+    "gpu.memory",
+    "GPU memory free for the smoke and the job",
+    applies_when="nvidia-smi lists a GPU",
+    detects="nvidia-smi --query-gpu=memory.used,memory.free,memory.total and --query-compute-apps (pid, name, used)",
+    sources=(
+        Source("nvidia-smi --query-gpu, --query-compute-apps", "https://docs.nvidia.com/deploy/nvidia-smi/index.html"),
+        measured("docs/gpu-runs", "H200, 2026-12-04: with the GPU filled by another process the first CUDA context "
+                 "failed at torch.cuda.set_device with 'CUDA error: out of memory'; each smoke process needs about "
+                 "0.1 GiB plus a CUDA context of about 0.5 GiB"),
+    ),
+    probes=MEMORY_PROBES,
+    per_gpu=True,
+)
+def gpu_memory(ctx: Context) -> Result:
+    """Before the smoke: the free and total memory of every GPU nvidia-smi lists, and the processes holding it
+    (pid, name, MiB; the doctor's own probes are told apart by their parent chain). It fails when the GPU the
+    smoke runs on has less free memory than one smoke process needs (a CUDA context of about 0.5 GiB and about
+    0.1 GiB of tensors: the first CUDA call then fails with "out of memory"); it warns when other processes hold
+    more than half (0.5) of a GPU's total memory, since the job will need most of it. Used memory no listed
+    process accounts for (1 GiB or more) is held outside this container: nvidia-smi in a container lists only
+    its own processes.
+    """
+    facts = memory(ctx)
+    gpus = facts["gpus"]
+    evidence = {"gpus": gpus, "error": facts.get("error"), "apps_error": facts.get("apps_error"),
+                "busy_fraction": BUSY_FRACTION, "smoke_process_mib": PROCESS_MIB}
+    if not gpus:
+        return skipped("no GPU memory to read: " + (facts.get("error") or "nvidia-smi lists no GPU"),
+                       evidence=evidence)
+    smoke_gpu = ctx.profile.device_index % len(gpus)
+    lines, busy = [], []
+    for g in gpus:
+        free, total = g["free_mib"], g["total_mib"]
+        held, _procs, _unseen = others(g)
+        lines.append(f"GPU {g['index']}: {free} of {total} MiB free" + (f", {held} MiB held by {holders(g)}"
+                                                                          if held else ""))
+        if total and held > BUSY_FRACTION * total:
+            busy.append(g)
+    target = gpus[smoke_gpu]
+    if target["free_mib"] is not None and target["free_mib"] < PROCESS_MIB and ctx.profile.smoke != "off":
+        return failed(f"GPU {target['index']} has {target['free_mib']} MiB free of {target['total_mib']}: the smoke "
+                      f"cannot start (each of its processes needs about {PROCESS_MIB} MiB: a {CONTEXT_MIB} MiB CUDA "
+                      f"context and {SMOKE_TENSORS_MIB} MiB of tensors), nor can the job; held by {holders(target)}",
+                      "\n".join(lines), evidence=evidence)
+    if target["free_mib"] is not None and target["free_mib"] < PROCESS_MIB:
+        return failed(f"GPU {target['index']} has {target['free_mib']} MiB free of {target['total_mib']}: the job "
+                      f"cannot create a CUDA context there; held by {holders(target)}", "\n".join(lines),
+                      evidence=evidence)
+    if busy:
+        g = busy[0]
+        held, _procs, _unseen = others(g)
+        return warned(f"GPU {g['index']}: other processes hold {held} of {g['total_mib']} MiB "
+                      f"({held / g['total_mib']:.0%}, more than {BUSY_FRACTION:.0%}): the smoke fits in "
+                      f"{g['free_mib']} MiB, the job will not; held by {holders(g)}", "\n".join(lines),
+                      evidence=evidence)
+    return passed("; ".join(lines), evidence=evidence)
+
+
+CHECKS = [gpu_devices, gpu_arch, gpu_driver, gpu_memory]

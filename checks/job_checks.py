@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from dsv4_doctor.api import check
-from dsv4_doctor.model import Context, Finding, Fix, Phase, Result, Source, passed, skipped, warned
+from dsv4_doctor.model import Context, Finding, Fix, Phase, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 from dsv4_doctor.job.settings import ROUNDING
 from dsv4_doctor.job.shape import entry_shown
@@ -376,4 +376,55 @@ def job_dsa_backend(ctx: Context) -> Result | list[Finding]:
     return passed("; ".join(notes + unknown), decided, evidence=evidence)
 
 
-CHECKS = [job_cp_args, job_parallelism, job_moe_dispatch, job_indexer_loss, job_dsa_backend, job_env]
+# ----------------------------------------------------------------------------------------------------- job.config
+
+
+@check("job.config", "The job's config composes and its settings have the types and ranges they need", skip_if=no_job,
+    only_with="job", applies_when="job arguments given",
+    detects="Hydra's compose in the target with verl's installed config tree; else the doctor's reader",
+    sources=(
+        gh("facebookresearch/hydra", "blob/v1.3.2/hydra/_internal/config_loader_impl.py",
+           "Hydra 1.3.2 config_loader_impl.py (\"Could not append to config. An item is already at ...\", "
+           "\"Could not override ...\")"),
+        gh("omry/omegaconf", "blob/v2.3.0/omegaconf/resolvers/oc/__init__.py",
+           "OmegaConf 2.3.0 resolvers/oc: oc.env returns a string; oc.decode parses one"),
+        gh("verl-project/verl", "blob/v0.9.1/verl/trainer/main_ppo.py",
+           "verl 0.9.1 main_ppo.py / sft_trainer.py: @hydra.main(config_path=\"config\", config_name=...)"),
+    ))
+def job_config(ctx: Context) -> Result | list[Finding]:
+    """A verl job's config is what Hydra composes from the entry module's `@hydra.main` config (read from the
+    installed module with ast), verl's config tree, the command's `--config-path`/`--config-name` and its
+    overrides. Where the target has Hydra and verl, the doctor composes it there, as the job will (nothing is
+    instantiated; only the settings the job checks read are resolved), and Hydra's or OmegaConf's errors fail
+    this row with their message: `+key=...` on a key verl's config has ("Could not append to config. An item is
+    already at ..."), a plain override of one it lacks ("Could not override ..."), bad override grammar. A whole-number
+    setting given as text fails too: OmegaConf's `${oc.env:NAME}` returns a string, with or without a default,
+    so `context_parallel_size=${oc.env:CP}` gives verl `'2'` and it stops with "TypeError: unsupported operand
+    type(s) for %: 'int' and 'str'"; write `'${oc.decode:${oc.env:NAME}}'`. A numeric setting outside its range
+    (a CP above 1024, a length above 2^31 - 1) fails and states the range. Where the target cannot compose (no
+    Hydra), the doctor's own reader judges what it can and says so.
+    """
+    job = job_of(ctx)
+    if job.kind == "unknown":
+        return skipped(not_read(job))
+    evidence: dict = {"read_by": job.read_by, "errors": list(job.config_errors)}
+    if job.composed:
+        evidence["composed"] = dict(job.composed)
+    if job.config_errors:
+        return failed("; ".join(e.splitlines()[0] for e in job.config_errors)[:600],
+                      "\n".join(job.config_errors) + f"\n(settings {job.read_by})", evidence=evidence)
+    if job.composed:
+        return passed(f"the job's config composes (settings {job.read_by}); its numbers have the types and "
+                      "ranges they need", evidence=evidence)
+    if job.checked_against:
+        evidence["checked_against"] = job.checked_against
+        return passed(f"the overrides fit {job.checked_against} (settings {job.read_by}): no `+` on a key it has, "
+                      "no plain override of a key it lacks; its numbers have the types and ranges they need",
+                      evidence=evidence)
+    if job.kind == "megatron":
+        return skipped("a Megatron-LM command (no Hydra config): its numeric settings are in range and typed",
+                       evidence=evidence)
+    return skipped(f"not judged whether Hydra accepts the overrides: settings {job.read_by}", evidence=evidence)
+
+
+CHECKS = [job_cp_args, job_parallelism, job_moe_dispatch, job_indexer_loss, job_dsa_backend, job_env, job_config]

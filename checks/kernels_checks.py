@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dsv4_doctor.facts import error_text, outcome, version
 from dsv4_doctor.api import check
-from dsv4_doctor.model import Context, Result, Source, failed, passed, warned
+from dsv4_doctor.model import Context, Fix, Phase, Result, Source, failed, passed, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
+from ._archs import NO_KERNEL_IMAGE, RULES_SOURCE, judge
 from .cudnn_fe_checks import FE, M8_FLASH_MLA, m8
 from ._upstream import EAV, measured, mlm, pypi
 
@@ -18,6 +19,7 @@ STATIC = StaticRequest(
     distributions=("flash-mla", "flash_mla", "fast-hadamard-transform", "triton", "torch", FE, "megatron-bridge"),
     modules=("flash_mla", "fast_hadamard_transform", "triton", "verl.models.mcore.patch", "cudnn"),
     sources=("verl.models.mcore.patch", FLASH_MLA_API),
+    device_code=("flash_mla", "fast_hadamard_transform_cuda"),
 )
 SPARSE_FWD = "flash_mla:flash_mla_sparse_fwd"
 FLASH_MLA = import_probe(SPARSE_FWD, signatures=[SPARSE_FWD])
@@ -27,11 +29,53 @@ FIX_FLASH_MLA = fixes.FLASH_MLA
 FIX_HADAMARD = fixes.FAST_HADAMARD
 
 
+def arch_failure(ctx: Context, module: str, label: str, fix_list: list[Fix], evidence: dict) -> Result | None:
+    """A failure when the module's compiled extension holds no device code that runs on the target GPU; else None,
+    with what was read in the evidence (`device_code`)."""
+    verdict = judge(ctx.static.device_code(module), ctx.profile)
+    evidence["device_code"] = verdict
+    if verdict["state"] != "none-runs":
+        return None
+    return failed(f"{label} is built for the wrong GPU: {verdict['text']}",
+                  f"It imports, but its first kernel launch fails with \"{NO_KERNEL_IMAGE}\" (on an H200, FlashMLA's "
+                  "SM100-only build printed that CUDA error and then segfaulted).", fixes=fix_list, evidence=evidence)
+
+
+def arch_note(evidence: dict) -> str:
+    """The device code's part of a passing summary: what runs on the target, or that it could not be judged."""
+    verdict = evidence.get("device_code") or {}
+    if verdict.get("state") == "runs":
+        return f"; device code {verdict['text']}, for {verdict.get('target_cc')}"
+    if verdict.get("state") == "not-known":
+        return f"; whether its device code runs on the target is not known: {verdict['text']}"
+    return ""
+
+
+HADAMARD_DEFAULT_ARCHS = ("sm_70", "sm_80", "sm_90")  # its setup.py's -gencode list
+
+
+def hadamard_arch_fix(ctx: Context, build: Fix) -> Fix:
+    """The fast-hadamard build for the target: the plain build where its default gencodes cover the CC, else the
+    gencode to add to its setup.py (it passes its own -gencode flags, so TORCH_CUDA_ARCH_LIST is not used)."""
+    from ._archs import runs_on
+
+    cc = ctx.profile.cc
+    if cc is None or any(runs_on(a, cc) for a in HADAMARD_DEFAULT_ARCHS):
+        return build
+    arch = f"{cc[0]}{cc[1]}"
+    return Fix(f"{build.description}, for CC {cc[0]}.{cc[1]}: its setup.py passes -gencode for "
+               f"{', '.join(HADAMARD_DEFAULT_ARCHS)} only, so add `-gencode arch=compute_{arch},code=sm_{arch}` to its "
+               "cc_flag list before building (torch's TORCH_CUDA_ARCH_LIST is ignored once an extension passes its own "
+               "-gencode)", [], key=f"fast-hadamard-arch:{arch}", phase=Phase.BUILD, manual=True,
+               notes=[f"then: {' '.join(build.commands[0].argv)}" if build.commands else ""])
+
+
 @check(
     "kernels.flash-mla",
     "FlashMLA sparse forward loads (cudnn backend)",
     applies_when="dsa_backend=cudnn",
-    detects="from flash_mla import flash_mla_sparse_fwd (subprocess) and its indexer_topk parameter (signature, ast)",
+    detects="from flash_mla import flash_mla_sparse_fwd (subprocess), its indexer_topk parameter (signature, ast) and "
+            "the cubin archs of flash_mla's extension (its .nv_fatbin, read without loading it)",
     sources=(
         mlm(EAV + "csa_utils/fused_sparse_attention.py", "99-106",
             "Megatron-LM dev fused_sparse_attention.py L99-106 (FlashMLA is required)"),
@@ -45,6 +89,10 @@ FIX_HADAMARD = fixes.FAST_HADAMARD
                "https://github.com/deepseek-ai/FlashMLA/blob/b7643bd54521f563b839b98289b5cd048c062ba2/setup.py#L36-L44"),
         measured("docs/gpu-runs", "FlashMLA b7643bd5 built on an H200 with CUDA 13: fails without "
                  "CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl, builds with it and FLASH_MLA_DISABLE_SM100=1 (119 s)"),
+        measured("docs/gpu-runs", "H200, 2026-12-04: the FLASH_MLA_DISABLE_SM100=1 build holds 24 sm_90a cubins, the "
+                 "FLASH_MLA_DISABLE_SM90=1 build 24 sm_100f cubins (cuobjdump --list-elf); the latter on the H200: "
+                 "'no kernel image is available for execution on the device', then SIGSEGV"),
+        RULES_SOURCE,
     ),
     fixes=(FIX_FLASH_MLA, FIX_BACKEND_NONE),
     skip_if=lambda p: "dsa_kernel_backend=none: FlashMLA is not used" if p.dsa_backend == "none" else None,
@@ -61,7 +109,11 @@ def kernels_flash_mla(ctx: Context) -> Result:
     flash_mla/flash_mla_interface.py. The fix builds nv_dev at commit b7643bd5 (not the moving branch) for the
     target arch: FLASH_MLA_DISABLE_SM100=1 for 9.0, FLASH_MLA_DISABLE_SM90=1 for 10.x (as the Megatron recipes
     set for Blackwell), with CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl, without which the host compiler stops
-    at `cuda/std/utility: No such file or directory` on CUDA 13 (measured on an H200).
+    at `cuda/std/utility: No such file or directory` on CUDA 13 (measured on an H200). A build with no device
+    code for the target GPU imports fine and fails at its first kernel launch ("no kernel image is available for
+    execution on the device", then a segfault, measured on an H200 with the SM100-only build), so the archs of
+    the extension's cubins and PTX are read from its `.nv_fatbin` section and compared with the target CC (the
+    visible GPU's, or --gpu-arch) by CUDA's rules; nothing that runs is a failure.
     """
     static = ctx.static
     fix_flash_mla = fixes.flash_mla(ctx.profile.cc)
@@ -84,6 +136,9 @@ def kernels_flash_mla(ctx: Context) -> Result:
         fn = (static.source(FLASH_MLA_API).get("functions") or {}).get("flash_mla_sparse_fwd") or {}
         params, source = fn.get("params"), "ast of flash_mla/flash_mla_interface.py"
     evidence.update(params=params, params_from=source)
+    wrong_arch = arch_failure(ctx, "flash_mla", "FlashMLA", [fix_flash_mla, FIX_BACKEND_NONE], evidence)
+    if wrong_arch is not None:
+        return wrong_arch
     if not isinstance(params, list):
         return warned("flash_mla_sparse_fwd loads, but its parameters could not be read (no signature, no source): "
                       "whether it takes the indexer_topk Megatron passes is unknown", evidence=evidence)
@@ -92,21 +147,25 @@ def kernels_flash_mla(ctx: Context) -> Result:
                       "Megatron passes indexer_topk= at every sparse attention call, so the first DSA step raises "
                       "TypeError: flash_mla_sparse_fwd() got an unexpected keyword argument 'indexer_topk'",
                       fixes=[fix_flash_mla, FIX_BACKEND_NONE], evidence=evidence)
-    return passed(f"flash_mla_sparse_fwd loads and takes indexer_topk ({evidence['version'] or 'no metadata'})",
-                  evidence=evidence)
+    return passed(f"flash_mla_sparse_fwd loads and takes indexer_topk ({evidence['version'] or 'no metadata'})"
+                  + arch_note(evidence), evidence=evidence)
 
 
 @check(
     "kernels.fast-hadamard",
     "fast-hadamard-transform for the ratio-4 CSA indexer",
     applies_when="always (DSv4 has ratio-4 layers)",
-    detects="fast_hadamard_transform location and import; verl's shim (ast)",
+    detects="fast_hadamard_transform location and import; verl's shim (ast); the cubin archs of its extension "
+            "(fast_hadamard_transform_cuda's .nv_fatbin, read without loading it)",
     sources=(
         mlm(EAV + "dsa.py", "267", "Megatron-LM dev dsa.py L267 (fast_hadamard_transform is not installed)"),
         Source("verl verl/models/mcore/patch.py (pure-torch shim, PR #7241)", "https://github.com/verl-project/verl/pull/7241"),
         mlm("pyproject.toml", "", "Megatron-LM dev pyproject.toml (fast-hadamard-transform git pin f134af63)"),
         pypi("megatron-bridge", "0.6.2", "megatron-bridge 0.6.2 METADATA: Requires-Dist fast-hadamard-transform>=1.1.0 "
              "(the fix then builds git tag v1.1.0, 1cc807ef)"),
+        Source("fast-hadamard-transform setup.py (-gencode for sm_70, sm_80 and sm_90 cubins only)",
+               "https://github.com/Dao-AILab/fast-hadamard-transform/blob/master/setup.py"),
+        RULES_SOURCE,
     ),
     fixes=(FIX_HADAMARD,),
     static=STATIC,
@@ -116,7 +175,11 @@ def kernels_fast_hadamard(ctx: Context) -> Result:
     """DSv4's ratio-4 CSA layers run the indexer's Hadamard rotation through `fast_hadamard_transform` (bf16);
     without it Megatron asserts "fast_hadamard_transform is not installed." verl (PR #7241) installs a pure-torch
     stand-in when the package is missing: correct but slower ("DSA forward will be slower"), hence a warning.
-    The package is not on PyPI as a wheel; Megatron-LM dev pins a git commit.
+    The package is not on PyPI as a wheel; Megatron-LM dev pins a git commit. Its extension
+    (fast_hadamard_transform_cuda) must hold device code for the target GPU: the archs in its `.nv_fatbin` are
+    compared with the target CC by CUDA's rules, and a build with nothing that runs there fails. Its setup.py
+    passes `-gencode` for sm_70, sm_80 and sm_90 cubins only (no PTX), so a default build cannot run on CC 10.x:
+    the fix then says which gencode to add.
     """
     static = ctx.static
     fix_hadamard = fixes.fast_hadamard(static)
@@ -125,8 +188,12 @@ def kernels_fast_hadamard(ctx: Context) -> Result:
     if static.module("fast_hadamard_transform").get("found"):
         result = outcome(ctx.require(HADAMARD), "fast_hadamard_transform:hadamard_transform")
         if result.get("ok"):
-            return passed(f"fast_hadamard_transform.hadamard_transform loads ({evidence['version'] or 'no metadata'})",
-                          evidence=evidence)
+            wrong_arch = arch_failure(ctx, "fast_hadamard_transform_cuda", "fast-hadamard-transform",
+                                      [hadamard_arch_fix(ctx, fix_hadamard)], evidence)
+            if wrong_arch is not None:
+                return wrong_arch
+            return passed(f"fast_hadamard_transform.hadamard_transform loads ({evidence['version'] or 'no metadata'})"
+                          + arch_note(evidence), evidence=evidence)
         evidence["error"] = result.get("error")
         return failed(f"fast_hadamard_transform is installed but does not load ({error_text(result)})",
                       fixes=[fix_hadamard], evidence=evidence)

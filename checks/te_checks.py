@@ -6,17 +6,19 @@ import re
 
 from dsv4_doctor.facts import at_least, canonical, error_text, outcome, requirements, safe_specifier, version
 from dsv4_doctor.api import check
-from dsv4_doctor.model import Context, Fix, Result, Source, errored, failed, passed, skipped, warned
+from dsv4_doctor.model import Context, Fix, Phase, Result, Source, errored, failed, passed, skipped, warned
 from dsv4_doctor.probes import TORCH, Probe, StaticRequest, import_probe
 
 from . import fixes
+from ._archs import NO_KERNEL_IMAGE, RULES_SOURCE, judge
 from ._upstream import measured, mlm, pypi
 
 # PyPI splits TE into a metapackage, a CUDA-specific core and an sdist-only torch extension; an NGC or source build is
 # one distribution, `transformer_engine` (importlib.metadata normalises it to the same name as transformer-engine).
 TE_DISTS = ("transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13", "transformer-engine-torch")
 # nvidia-cublas: which TE release a fix installs (TE >= 2.13 needs cuBLAS >= 13.2, fixes.te_choice).
-STATIC = StaticRequest(distributions=(*TE_DISTS, "nvidia-cublas", "torch"), modules=("transformer_engine",))
+STATIC = StaticRequest(distributions=(*TE_DISTS, "nvidia-cublas", "torch"), modules=("transformer_engine",),
+                       device_code=("transformer_engine", "transformer_engine_torch"))
 TE_IMPORT = import_probe("transformer_engine.pytorch")
 PACKING_MIN = fixes.TE_MIN_VERSION
 PACKING_EXCEPTION = "2.9.0.dev0+5b3092a"  # the one pre-release Megatron's gate accepts by name
@@ -152,6 +154,24 @@ UNDEFINED = re.compile(r"(?P<lib>[^\s:'\"]+\.so[^\s:'\"]*): undefined symbol: (?
 TORCH_SYMBOL = re.compile(r"^_ZN\d*(?:c10|at|torch|pybind11)|^_ZNK?\d*(?:c10|at|torch)|c10|torch|THP")
 
 
+def _te_archs(ctx: Context, evidence: dict) -> Result | None:
+    """A failure when TE's core or torch extension holds device code of which nothing runs on the target GPU."""
+    verdicts = {m: judge(ctx.static.device_code(m), ctx.profile) for m in ("transformer_engine",
+                                                                             "transformer_engine_torch")}
+    evidence["device_code"] = verdicts
+    dead = [v for v in verdicts.values() if v["state"] == "none-runs"]
+    if not dead:
+        return None
+    cc = ctx.profile.cc or (0, 0)
+    arch = f"{cc[0]}{cc[1]}"
+    fix = Fix(f"Build Transformer Engine {_installed_release(ctx.static) or ''} from source for CC {cc[0]}.{cc[1]} "
+              f"(NVTE_CUDA_ARCHS={arch} in the build's environment; the default is 70;80;89;90;100;120), against the "
+              "installed torch", [], key=f"te-arch:{arch}", phase=Phase.BUILD, manual=True)
+    return failed(f"Transformer Engine is built for the wrong GPU: {dead[0]['text']}",
+                  f"It imports, but its first kernel launch fails with \"{NO_KERNEL_IMAGE}\".", fixes=[fix],
+                  evidence=evidence)
+
+
 def library_probe(soname: str, symbol: str, version: str | None) -> Probe:
     return Probe.beside(__file__, f"libs:{soname}:{symbol}", "dsv4probe_libs.py",
                         {"soname": soname, "symbol": symbol, "version": version})
@@ -281,6 +301,9 @@ def _classify(ctx: Context, message: str, cuda_major: str, missing: str = "") ->
              "nvidia-cublas 13.1.0.3)"),
         pypi("torch", "2.15.0", "torch 2.15.0 METADATA: Requires-Dist cuda-toolkit==13.2.2 (nvidia-cublas 13.4.1.3 "
              "exports cublasLtGroupedMatrixLayoutInit_internal: a fourth way out)"),
+        Source("TransformerEngine build_tools/utils.py cuda_archs() (NVTE_CUDA_ARCHS, default 70;80;89;90;100;120)",
+               "https://github.com/NVIDIA/TransformerEngine/blob/main/build_tools/utils.py"),
+        RULES_SOURCE,
     ),
     fixes=(INSTALL, REINSTALL_CONSISTENT),
     static=STATIC,
@@ -302,7 +325,9 @@ def te_import(ctx: Context) -> Result:
     missing libcudnn/libcublas is a library or CUDA major-version mismatch; a missing torch lib means the
     [pytorch] extra was not installed. A Python module TE's own code imports that is not installed (`No module
     named 'pydantic'` after a --no-deps install, seen on an H200 with TE 2.12.0) is the TE requirement that
-    declares it, and the fix installs that requirement; a rebuild would not help.
+    declares it, and the fix installs that requirement; a rebuild would not help. Most of TE's device code is
+    in libtransformer_engine.so, beside its torch extension: the archs of both `.nv_fatbin` sections are compared
+    with the target CC by CUDA's rules, and a build with nothing that runs there fails (its kernels cannot launch).
     """
     static = ctx.static
     if not _installed(static) and not static.module("transformer_engine").get("found"):
@@ -314,12 +339,23 @@ def te_import(ctx: Context) -> Result:
     cuda_major = str(cuda).split(".")[0] if cuda else "13"
     evidence = {"origin": result.get("origin"), "torch_cuda": cuda, "import_s": result.get("duration_s")}
     if result.get("ok"):
-        return passed(f"transformer_engine.pytorch imports ({float(result.get('duration_s') or 0):.1f} s)",
-                      evidence=evidence)
+        return _te_archs(ctx, evidence) or passed(
+            f"transformer_engine.pytorch imports ({float(result.get('duration_s') or 0):.1f} s)"
+            + "".join(f"; {v['text']}, for {v['target_cc']}" for v in evidence["device_code"].values()
+                      if v["state"] == "runs"), evidence=evidence)
     message = error_text(result)
     err = result.get("error") if isinstance(result.get("error"), dict) else {}
     evidence["error"] = err
     missing = err.get("missing_module") if err.get("type") == "ModuleNotFoundError" else ""
+    from .smoke._causes import cause_of, crash_cause, crash_text
+
+    if cause_of(message) in ("oom", "driver", "no-device", "illegal-access"):
+        # A GPU state, not a broken install: no rebuild fixes it (TE touched CUDA while importing).
+        cause = crash_cause(ctx, crash_text(message), what="import transformer_engine.pytorch", hint="te.import")
+        if cause is not None:
+            evidence["crash_text"] = crash_text(message)
+            return errored(cause["summary"], evidence=evidence) if cause["cause"] == "oom" else failed(
+                cause["summary"], fixes=cause["fixes"], evidence=evidence)
     hint, found, more = _classify(ctx, message, cuda_major, str(missing or ""))
     evidence.update(more)
     return failed(

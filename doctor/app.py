@@ -81,7 +81,7 @@ def profile_from_options(opts: Options, smoke: str, job_argv: Sequence[str] | No
                        dsa_backend_source="option" if opts.dsa_backend else "default")
     from .job.profile import job_profile
 
-    return job_profile(base, job_argv, opts.cp, opts.dsa_backend)
+    return job_profile(base, job_argv, opts.cp, opts.dsa_backend, defer=True)
 
 
 def _job_argv(opts: Options) -> list[str] | None:
@@ -154,6 +154,8 @@ def preflight(opts: Options, deliver: Deliver) -> tuple[Report, int]:
         raise UsageError("the training command's program is an empty word (an unset variable, such as \"$PY\"?)")
     check_output_path(opts.report, "--report")
     profile = profile_from_options(opts, "off" if opts.no_smoke else "auto", command)
+    if profile.job is not None:
+        profile.job.at_preflight = True  # the composition resolves oc.env as the job will: a missing one fails
     env, profile = fleet_env(opts, profile)
     started = time.monotonic()
     only, skip = ids(opts.only, "--only"), ids(opts.skip, "--skip")

@@ -98,6 +98,12 @@ class StaticFacts:
         m = self._section("modules").get(name)
         return _clean_module(m) if isinstance(m, dict) else {"found": False}
 
+    def device_code(self, module: str) -> dict:
+        """The device code in a module's shared objects (the static probe's fatbin read): found, objects (each: path,
+        has_fatbin, cubins and ptx as [{arch, count}], fatbins, entries, compressed, capped, error); typed."""
+        m = self._section("device_code").get(module)
+        return _clean_device_code(m) if isinstance(m, dict) else {"found": False, "objects": []}
+
     def source(self, module: str) -> dict:
         """A module's ast summary: found, path, error, truncated, classes, functions, names, contains, attributes;
         typed."""
@@ -118,6 +124,32 @@ def _clean_module(m: dict) -> dict:
     for key in ("kind", "origin", "missing", "error"):
         out[key] = _text_or_none(m.get(key))
     return out
+
+
+_ARCH = re.compile(r"(sm|compute)_[0-9]{2,4}[af]?")
+
+
+def _clean_archs(value) -> list[dict]:
+    items = value if isinstance(value, list) else []
+    return [{"arch": a["arch"], "count": a["count"] if isinstance(a.get("count"), int) else 0} for a in items[:64]
+            if isinstance(a, dict) and isinstance(a.get("arch"), str) and _ARCH.fullmatch(a["arch"])]
+
+
+def _clean_device_code(m: dict) -> dict:
+    objects = []
+    raw = m.get("objects")
+    for o in (raw if isinstance(raw, list) else [])[:32]:
+        if not isinstance(o, dict) or not isinstance(o.get("path"), str):
+            continue
+        clean = {"path": o["path"], "has_fatbin": o.get("has_fatbin") is True, "cubins": _clean_archs(o.get("cubins")),
+                 "ptx": _clean_archs(o.get("ptx"))}
+        for key in ("fatbins", "entries", "compressed", "size", "cubins_left_out", "ptx_left_out"):
+            clean[key] = o[key] if isinstance(o.get(key), int) and not isinstance(o.get(key), bool) else None
+        for key in ("capped", "error"):
+            clean[key] = _text_or_none(o.get(key))
+        objects.append(clean)
+    return {"found": m.get("found") is True, "objects": objects, "error": _text_or_none(m.get("error")),
+            "objects_left_out": m.get("objects_left_out") if isinstance(m.get("objects_left_out"), int) else None}
 
 
 def _clean_params(p) -> dict:

@@ -202,6 +202,8 @@ class Session:
         profile = replace(profile, gpus=len(gpus))
         if profile.gpu_arch is None and gpus and gpus[0].get("compute_capability"):
             profile = replace(profile, gpu_arch=gpus[0]["compute_capability"], gpu_arch_source="detected")
+        if profile.job is not None and profile.job.kind == "verl":
+            profile = self._composed(profile)
         job = profile.job
         if job is not None and job.decisions is not None and job.decisions.dsa_backend_pending:
             try:
@@ -215,6 +217,22 @@ class Session:
                                                          "cudnn, the stricter"))
                 profile = replace(profile, dsa_backend="cudnn", job=replace(job, decisions=decisions))
         return profile
+
+    def _composed(self, profile: Profile) -> Profile:
+        """A verl job's settings composed in the target as Hydra gives them to the job (jobcompose)."""
+        from .jobcompose import compose
+
+        job = profile.job
+        assert job is not None
+        try:
+            return compose(self, profile, preflight=job.at_preflight)
+        except (Interrupted, UsageError):
+            raise
+        except Exception as exc:  # whatever the probe answered: the reader's settings, and why
+            if job.decisions is not None and job.decisions.cp_pending:
+                raise UsageError(job.decisions.cp_pending) from None
+            return replace(profile, job=replace(job, read_by=f"read by the doctor (the composition broke: "
+                                                             f"{type(exc).__name__})"))
 
     def _bridge_backend(self, profile: Profile) -> Profile:
         """A verl job that states no DSA setting: the backend Megatron-Bridge's installed DSv4 provider picks, from

@@ -90,6 +90,7 @@ EXPECTED = {
                              "is not known; in the image d48bd6be's non-pre-grouped dispatch makes it a skip"),
     "gpu.devices": ("skip", "no GPU at build time (same in the image)"),
     "gpu.driver": ("skip", "no nvidia-smi at build time (same in the image)"),
+    "gpu.memory": ("skip", "no nvidia-smi at build time (same in the image)"),
     "libs.loaded": ("skip", "needs a CUDA torch"),
     "mcore.config": ("skip", "needs mcore.dsv4"),
     "mcore.cp-partition-mode": ("skip", "needs mcore.dsv4"),

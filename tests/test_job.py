@@ -31,7 +31,7 @@ OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"
 def verl_example(actor_cp: int, cp_args: bool = True, prompt: int = 2048, response: int = 10240) -> list[str]:
     """verl's examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh (@1dda039b), as bash hands it to python:
     the ACTOR block, and CP_ARGS only `if [ "${ACTOR_CP}" -gt 1 ]` (and here only when asked)."""
-    argv = ["python3", "-m", "verl.trainer.main_ppo", "algorithm.adv_estimator=grpo",
+    argv = ["python3", "-m", "verl.trainer.main_ppo", "algorithm.adv_estimator=grpo", "model_engine=megatron",
             f"data.max_prompt_length={prompt}", f"data.max_response_length={response}",
             "actor_rollout_ref.model.use_fused_kernels=True", "actor_rollout_ref.model.use_remove_padding=True",
             "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1",
@@ -172,9 +172,10 @@ def test_interpolations_resolve_as_verl_resolves_them(monkeypatch):
                  "actor_rollout_ref.ref.megatron.context_parallel_size="
                  "${actor_rollout_ref.actor.megatron.context_parallel_size}"])
     actor, ref = job.roles["actor"], job.roles["ref"]
-    assert (actor["cp"].value, actor["tp"].value, actor["pp"].value, ref["cp"].value) == (4, 1, 2, 4)
+    # OmegaConf's oc.env gives text, with or without a default (job.config fails a CP given so: test_job_config).
+    assert (actor["cp"].value, actor["tp"].value, actor["pp"].value, ref["cp"].value) == ("4", "1", "2", "4")
     assert actor["cp"].raw == "${oc.env:DOCTOR_TEST_CP}" and "environment" in (actor["cp"].resolved or "")
-    assert job.cp() == 4
+    assert job.cp() == 4  # the environment is judged for the number the text spells
     row = job_rows(None, ["python3", "-m", "verl.trainer.main_ppo",
                           "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=${oc.env:DOCTOR_TEST_UNSET}"]
                    )["job.parallelism"]
@@ -606,8 +607,10 @@ def test_preflight_usage_errors(tmp_path):
     # Each names what the user gave, not an option of another command.
     run = run_doctor("preflight", "--report", str(tmp_path / "no" / "r.json"), "--", "true")
     assert run.returncode == 2 and "--report" in run.stderr and "--output" not in run.stderr
+    # A CP no job runs with is job.config's failure, stating the range (the job is not started).
     run = run_doctor("preflight", "--", "pretrain_gpt.py", "--context-parallel-size", "99999")
-    assert run.returncode == 2 and "the job's context_parallel_size 99999" in run.stderr and "--cp" not in run.stderr
+    assert run.returncode == 1 and "cp = 99999 is out of range: it must be a whole number from 1 to 1024" in \
+        run.stderr and "not starting the job" in run.stderr
     missing = run_doctor("preflight", "--only", "python.version", "--", "/no/such/program")
     assert missing.returncode == 127 and "could not start" in missing.stderr
 

@@ -22,7 +22,8 @@ from dsv4_doctor.job.command import parse
 from dsv4_doctor.model import UsageError
 
 OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"
-VERL = ["python3", "-m", "verl.trainer.main_ppo", "data.max_prompt_length=2048", "data.max_response_length=10241",
+VERL = ["python3", "-m", "verl.trainer.main_ppo", "model_engine=megatron", "data.max_prompt_length=2048",
+        "data.max_response_length=10241",
         "actor_rollout_ref.actor.megatron.context_parallel_size=2"]
 BRIDGE = "megatron/bridge/models/deepseek/deepseek_v4_bridge.py"
 

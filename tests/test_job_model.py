@@ -43,7 +43,8 @@ def test_the_profile_carries_the_typed_job_and_its_decisions():
     assert isinstance(job, Job) and isinstance(job.decisions, Decisions)
     assert profile.cp == 4 and profile.dsa_backend == "cudnn" and job.decisions.dense_indexer_loss is False
     wire = profile.to_dict()["job"]  # a dict only at the JSON boundary, with the keys the report always had
-    assert wire["kind"] == "megatron" and wire["roles"]["model"]["cp"] == {"value": 4, "raw": "4"}
+    assert wire["kind"] == "megatron" and wire["roles"]["model"]["cp"] == {"value": 4, "raw": "4", "type": "int",
+                                                                                   "source": "flag"}
     assert wire["dsa_backend_decided"].startswith("not stated: the Megatron-LM CLI")
     assert "cp_known" not in wire and "cp_given" not in wire and wire["dense_indexer_loss"] is False
     unknown = job_profile(Profile(), ["bash", "train.sh"], None, None)

@@ -112,6 +112,11 @@ def test_every_probe_script_is_covered_here():
     assert scripts == set(CASES)
 
 
+def hydra_ok(answer):
+    assert answer["error"]["kind"] == "entry" and "@hydra.main" in answer["error"]["message"], answer
+    assert answer["hydra"] is None  # nothing imported before the entry module's config is known
+
+
 def static_ok(answer):
     copies = answer["distributions"]["packaging"]["copies"]
     assert copies[0]["version"] == importlib.metadata.version("packaging")
@@ -161,6 +166,8 @@ CASES = {
     "dsv4probe_fleet": (None, fleet_ok, True),
     "dsv4probe_smoke": ({"cp": 1, "device": "cpu", "tier2": False, "distributed": "off"}, smoke_ok, True),
     "dsv4probe_kernels": ({"subrun": "dsa", "device": "cpu"}, kernels_ok, True),
+    # An entry module without @hydra.main (the probe script itself): read with ast, an answer that says so.
+    "dsv4probe_hydra": ({"entry_file": str(PROBE_DIR / "dsv4probe_hydra.py")}, hydra_ok, False),
 }
 
 

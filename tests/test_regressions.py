@@ -52,7 +52,8 @@ def test_gpu_host_whose_torch_cannot_use_cuda_fails_the_smoke(fake_gpu_host):
     run = run_doctor("check", "-f", "json", "--only", "smoke.thd-cp,gpu.*", python=sys.executable,
                      env=fake_gpu_host)
     row = run.check("smoke.thd-cp")
-    assert row["status"] == "fail" and "nvidia-smi lists 1 GPU(s) but torch" in row["summary"]
+    assert row["status"] == "fail" and "so the GPU was not tested" in row["summary"], row["summary"]
+    assert "nvidia-smi lists 1 GPU(s) but torch" in row["details"]
     assert run.check("gpu.devices")["status"] == "fail"
     assert run.report["profile"]["gpus"] == 1 and run.report["profile"]["gpu_arch"] == "9.0"
 

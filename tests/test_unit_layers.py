@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("engine", {"registry", "runner", "api", "testing", "report"}),
     ("render", {"render"}),
     ("session", {"assemble", "pluginhost", "plugins", "session", "earlystart", "runreport", "fixplan", "fleetadmit",
-                 "fleetmerge"}),
+                 "fleetmerge", "jobcompose"}),
     ("commands", {"fleet", "fleetenv", "fleettransport", "fleetrun", "app", "gendocs"}),
     ("cli", {"cli", "commandline", "completion", "launch", "__main__"}),
 ]

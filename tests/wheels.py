@@ -39,6 +39,13 @@ WHEELS = {
     # megatron-core >= 0.17 ships cp312 wheels only; the doctor reads it with ast, never imports it.
     "megatron-core-0.19.2": ("megatron-core==0.19.2", PY312),
     "verl-0.9.0": ("verl==0.9.0", []),
+    # verl's config tree (verl/trainer/config) and entry modules, read and composed, never imported beyond them.
+    "verl-0.9.1": ("verl==0.9.1", []),
+    # What composing a verl config needs in the target: Hydra 1.3, OmegaConf 2.3 and the ANTLR runtime their grammar
+    # was generated with (4.9.3 is published as an sdist only; pure Python, built once). PyYAML is OmegaConf's,
+    # packaging Hydra's.
+    "hydra-core-1.3.2": ("hydra-core==1.3.2 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 PyYAML==6.0.2 "
+                         "packaging==24.2", []),
     "typing-extensions-4.16.0": ("typing-extensions==4.16.0", []),  # apache-tvm-ffi requires it
     # The cuDNN frontend's cutedsl extra, which the Dockerfile installs beside the --no-deps frontend (PINS).
     "cuda-python-13.4.4": ("cuda-python==13.4.4", []),  # the meta wheel, without cuda-bindings
@@ -49,6 +56,10 @@ WHEELS = {
     "cuda-bindings-13.4.4": ("cuda-bindings==13.4.4", []),
     "cuda-pathfinder-1.9.1": ("cuda-pathfinder==1.9.1", []),
     "numpy-2.4.6": ("numpy==2.4.6", []),
+    # NVIDIA's own device-code tools (47 MB and 0.3 MB): ptxas and fatbinary build cubins, PTX and fatbins of known
+    # archs for the fatbin reader's tests, and cuobjdump lists them as the oracle.
+    "nvidia-cuda-nvcc-13.5.37": ("nvidia-cuda-nvcc==13.5.37", []),
+    "nvidia-cuda-cuobjdump-13.5.37": ("nvidia-cuda-cuobjdump==13.5.37", []),
 }
 
 
@@ -71,14 +82,20 @@ def ensure(key: str) -> Path:
     return target
 
 
+# Published as an sdist only (pure Python): built, not downloaded as a wheel.
+SDIST_ONLY = ("antlr4-python3-runtime",)
+
+
 def _fetch(key: str, target: Path) -> None:
     requirement, extra = WHEELS[key]
+    requirements = requirement.split()
+    binary = ["--only-binary=:all:"] + [f"--no-binary={name}" for name in SDIST_ONLY if name in requirement]
     DOWNLOADS.mkdir(parents=True, exist_ok=True)
-    _pip("download", "--no-deps", "--only-binary=:all:", "-d", str(DOWNLOADS), *extra, requirement)
+    _pip("download", "--no-deps", *binary, "-d", str(DOWNLOADS), *extra, *requirements)
     tmp = target.with_name(key + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    _pip("install", "--no-deps", "--only-binary=:all:", "--no-index", "--find-links", str(DOWNLOADS),
-         "--target", str(tmp), *extra, requirement)
+    _pip("install", "--no-deps", *binary, "--find-links", str(DOWNLOADS), *(["--no-index"] if binary == [
+        "--only-binary=:all:"] else []), "--target", str(tmp), *extra, *requirements)
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
     (target / ".complete").write_text(requirement + "\n")

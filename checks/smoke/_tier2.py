@@ -6,7 +6,16 @@ from __future__ import annotations
 
 from dsv4_doctor.model import Context, Result, Status, errored, failed
 
-from ._causes import tier2_fixes, tier2_rules
+from ._causes import cause_result, crash_cause, crash_text, tier2_fixes, tier2_rules
+
+
+def _known_crash(ctx: Context, err: dict, what: str, evidence: dict, log_tail: str = "") -> Result | None:
+    """A tier-2 error of a known GPU cause (no kernel image, out of memory, ...): that cause's sentence and fix."""
+    text = crash_text(f"{err.get('type')}: {err.get('message')}", "\n".join(map(str, err.get("where", []))), log_tail)
+    cause = crash_cause(ctx, text, what=what)
+    if cause is None:
+        return None
+    return cause_result(cause, text, dict(evidence, crash_text=text))
 
 def tier2_result(ctx: Context, data: dict, evidence: dict) -> Result | None:
     """A Result for a failed tier 2, or None when it passed, did not run, or stopped at what a rule reports."""
@@ -26,6 +35,9 @@ def tier2_result(ctx: Context, data: dict, evidence: dict) -> Result | None:
                 # repeating it. When the rule passed (or did not run), the layer's failure is this check's finding.
                 t2["deferred_to"] = rule
                 continue
+            known = _known_crash(ctx, err, f"the DSv4 hybrid attention layer ({label})", evidence)
+            if known is not None:
+                return known
             return failed(
                 f"the DSv4 hybrid attention layer ({label}) failed at {t2.get('stage')}: {err.get('type')}: "
                 f"{err.get('message')}", "\n".join(map(str, err.get("where", []))),
@@ -75,11 +87,16 @@ def fused_result(ctx: Context, fused: dict, evidence: dict) -> Result | None:
                            evidence=evidence)
         if b and not b.get("ok"):
             err = b.get("error") or {}
-            failing = [r for r in tier2_rules(err)
+            # A build that died (a segfault after a CUDA error) left its words in its log tail, not in an exception.
+            said = dict(err, message=f"{err.get('message') or ''}\n{b.get('log_tail') or ''}")
+            failing = [r for r in tier2_rules(said)
                        if (ctx.outcome(r) is not None and ctx.outcome(r).status in (Status.FAIL, Status.ERROR))]
             if failing:
                 fused["deferred_to"] = failing[0]
                 return None
+            known = _known_crash(ctx, err, f"the {label} DSv4 layer build", evidence, str(b.get("log_tail") or ""))
+            if known is not None:
+                return known
             return failed(f"the {label} DSv4 layer build failed at {b.get('stage')}: {err.get('type')}: "
                           f"{err.get('message')}", "\n".join(map(str, err.get("where", []))) or b.get("log_tail", ""),
                           fixes=tier2_fixes(err, ctx), evidence=evidence)

@@ -78,7 +78,9 @@ def answer(request):
     want = request.get("device", "auto")
     has_cuda = cuda_available(torch)
     if want == "cuda" and not has_cuda:
-        return {"status": "skip", "summary": "--device cuda but torch sees no GPU", "package": package}
+        # Asked for the GPU (nvidia-smi lists one, or --device cuda): no CPU fallback, the doctor names the cause.
+        return {"status": "fail", "summary": "torch sees no GPU, so the kernel was not run", "no_gpu": True,
+                "package": package}
     device = select(torch, request, has_cuda)
     # What this process paid before any kernel: `import torch` and the device's set-up (a split sub-run's extra
     # processes each pay it again, overlapped).

@@ -17,7 +17,7 @@ from .. import fixes, frontend_fixes
 from .._upstream import EAV, mlm, pypi
 from ..cudnn_fe_checks import FUSED_COMPRESSOR, megatron_compressor
 from ..mcore_checks import mcore_fix
-from ._causes import RULE_FIXES, TIER2_MODULES, rule_fixes
+from ._causes import RULE_FIXES, TIER2_MODULES, crash_cause, crash_text, rule_fixes
 from .thd_cp import not_run, torch_missing
 
 SUBRUN_TITLES = {"dsa": "cuDNN-FE DSA indexer forward", "layout": "Megatron CP layout kernels",
@@ -46,7 +46,10 @@ def subruns(profile: Profile) -> dict[str, str | None]:
 
 
 def kernel_probe(profile: Profile, name: str) -> Probe:
-    request = {"subrun": name, "cp": profile.cp, "device": profile.device, "device_index": profile.device_index}
+    # Where nvidia-smi lists a GPU, a sub-run runs on it or fails: it never falls back to the CPU, which would test
+    # nothing of what the job runs.
+    device = "cuda" if profile.device == "auto" and profile.gpus > 0 else profile.device
+    request = {"subrun": name, "cp": profile.cp, "device": device, "device_index": profile.device_index}
     return replace(Probe.beside(__file__, f"smoke-kernels:{name}:cp={profile.cp}:device={profile.device}"
                                 f":gpu={profile.device_index}", "dsv4probe_kernels.py", request), long=True)
 
@@ -125,7 +128,7 @@ def _not_run(profile: Profile) -> str | None:
     ),
     fixes=(frontend_fixes.frontend_stack(StaticFacts({})), fixes.FLASH_MLA),
     skip_if=_not_run,
-    after=("torch.install",),
+    after=("torch.install", "gpu.devices", "gpu.memory", "kernels.flash-mla", "kernels.fast-hadamard", "te.import"),
     static=StaticRequest(modules=FUSED_COMPRESSOR, sources=FUSED_COMPRESSOR),
     probes=_probes,
     per_gpu=True,
@@ -159,6 +162,7 @@ def smoke_dsv4_kernels(ctx: Context) -> Result:
         return blocked
     profile = ctx.profile
     rows: dict[str, dict] = {}
+    cause_fixes: dict[str, list[Fix]] = {}  # a crash's known cause and its fixes, by sub-run
     for name, why in subruns(profile).items():
         if why is None and name == "csa" and profile.cc is not None:
             _, gate = megatron_compressor(ctx.static)
@@ -169,15 +173,37 @@ def smoke_dsv4_kernels(ctx: Context) -> Result:
             rows[name] = {"status": "skip", "summary": why, "rule": None}
             continue
         result = ctx.probe(kernel_probe(profile, name))
+        what = f"the {SUBRUN_TITLES[name]} sub-run"
         if not result.ok:
-            rows[name] = {"status": "error", "summary": f"the probe {result.error}",
-                          "stderr_tail": result.stderr_tail, "signal": result.signal, "timed_out": result.timed_out}
+            text = crash_text(result.error, result.stderr_tail)
+            rows[name] = {"status": "error", "summary": f"its probe {result.error}", "crash_text": text,
+                          "signal": result.signal, "timed_out": result.timed_out}
+            cause = None if result.timed_out else crash_cause(ctx, text, what=what, hint=SUBRUN_RULE[name])
+            if cause is not None:
+                rows[name].update(status="error" if cause["cause"] == "oom" else "fail", summary=cause["summary"],
+                                  rule=cause["rule"], cause=cause["cause"])
+                cause_fixes[name] = cause["fixes"]
             continue
         data = result.data if isinstance(result.data, dict) else {}
         rows[name] = {k: data.get(k) for k in ("status", "summary", "rule", "package", "evidence", "error", "device",
                                               "gpu_memory_peak_mib", "total_s", "torch_start_s")}
         if rows[name]["status"] not in ("pass", "fail", "error", "skip"):
             rows[name] = {"status": "error", "summary": f"the probe answered an unknown status {data.get('status')!r}"}
+            continue
+        if data.get("no_gpu"):  # asked for the GPU nvidia-smi lists, and torch sees none: nothing was tested
+            cause = crash_cause(ctx, "No CUDA GPUs are available", what=what)
+            rows[name].update(status="fail", summary=cause["summary"] if cause else rows[name]["summary"],
+                              rule="gpu.devices", cause="no-device")
+            cause_fixes[name] = cause["fixes"] if cause else []
+            continue
+        err = rows[name].get("error")
+        said = f"{err.get('type')}: {err.get('message')}" if isinstance(err, dict) else ""
+        cause = crash_cause(ctx, crash_text(said), what=what, hint=SUBRUN_RULE[name]) \
+            if rows[name]["status"] in ("fail", "error") and said else None
+        if cause is not None:
+            rows[name].update(status="error" if cause["cause"] == "oom" else "fail", summary=cause["summary"],
+                              rule=cause["rule"], cause=cause["cause"], crash_text=crash_text(said))
+            cause_fixes[name] = cause["fixes"]
             continue
         rows[name]["rule"] = rule = subrun_rule(name, rows[name])
         if rule and rows[name]["status"] == "skip":
@@ -197,17 +223,22 @@ def smoke_dsv4_kernels(ctx: Context) -> Result:
     failed_runs = [n for n, r in rows.items() if r["status"] == "fail"]
     if failed_runs:
         n = failed_runs[0]
-        summary = f"{SUBRUN_TITLES[n]} ({rows[n]['rule']}): {rows[n]['summary']}"
+        # A crash of known cause is its own sentence (it names the sub-run); any other finding gets the title.
+        summary = rows[n]["summary"] if rows[n].get("cause") else \
+            f"{SUBRUN_TITLES[n]} ({rows[n]['rule']}): {rows[n]['summary']}"
         hint = ""
         if n == "dsa" and not rows[n].get("error"):  # wrong numbers, not a call that raised
             hint = ("A NaN or a wrong mask from the DSA indexer is the seed incident's signature (an H100 job went NaN "
                     "until the cuDNN frontend and apache-tvm-ffi were reinstalled).")
+        if rows[n].get("cause") == "no-device":
+            hint = "The GPU was not tested: with a GPU listed by nvidia-smi, no sub-run falls back to the CPU."
         return failed(summary, "\n".join(x for x in (hint, "Sub-runs: " + line) if x),
-                      fixes=_fixes(ctx, n, rows[n]), evidence=evidence)
+                      fixes=cause_fixes[n] if n in cause_fixes else _fixes(ctx, n, rows[n]), evidence=evidence)
     errors = [n for n, r in rows.items() if r["status"] == "error"]
     if errors:
         n = errors[0]
-        return errored(f"{SUBRUN_TITLES[n]}: {rows[n]['summary']}", "Sub-runs: " + line, evidence=evidence)
+        return errored(rows[n]["summary"] if rows[n].get("cause") else f"{SUBRUN_TITLES[n]}: {rows[n]['summary']}",
+                       "Sub-runs: " + line, evidence=evidence)
     ran = [n for n, r in rows.items() if r["status"] == "pass"]
     # The summary is what the text report shows: which sub-runs ran, and why each other one did not.
     not_ran = "; ".join(f"{SUBRUN_TITLES[n]} did not run: {r['summary']}" for n, r in rows.items()

@@ -11,7 +11,7 @@ from dsv4_doctor.probes import Probe
 
 from .. import fixes
 from .._upstream import EAV, gh, mlm
-from ._causes import RULE_FIXES
+from ._causes import RULE_FIXES, cause_result, crash_cause, crash_text
 from ._tier2 import describe_tier2, tier2_result
 
 MEMORY_LIMIT_MIB = 1024
@@ -103,6 +103,19 @@ def _fleet_note(dist: dict) -> str:
     return f"; the rows of fleet rank(s) {','.join(map(str, off))} in this CP group differ (see theirs)" if off else ""
 
 
+def crashed(ctx: Context, result) -> Result:
+    """The smoke probe gave no answer: its known cause in one sentence, with its fix, else what ended it; the crash
+    text (redacted, then cut) in the details and the evidence."""
+    text = crash_text(result.error, result.stderr_tail)
+    evidence = dict(result.evidence(), crash_text=text)
+    evidence.pop("stderr_tail", None)
+    cause = None if result.timed_out else crash_cause(ctx, text, what="the smoke probe")
+    if cause is None:
+        return errored(f"the smoke probe {result.error}", text, evidence=evidence)
+    evidence["cause"] = cause["cause"]
+    return cause_result(cause, text, evidence)
+
+
 def torch_missing(ctx: Context) -> Result | None:
     """A skip pointing at torch.install when torch does not import at all (a CPU-only torch still runs the smoke on
     the CPU, so that is no reason to skip)."""
@@ -139,7 +152,7 @@ def torch_missing(ctx: Context) -> Result | None:
     ),
     fixes=(fixes.TORCH,),
     skip_if=not_run,
-    after=("torch.install", *sorted(set(RULE_FIXES) - {"torch.install"})),
+    after=("torch.install", "gpu.devices", "gpu.memory", *sorted(set(RULE_FIXES) - {"torch.install"})),
     probes=lambda profile: [] if not_run(profile) else [smoke_probe(profile)],
     per_gpu=True,
 )
@@ -165,13 +178,21 @@ def smoke_thd_cp(ctx: Context) -> Result:
     blocked = torch_missing(ctx)
     if blocked:
         return blocked
-    data = ctx.require(smoke_probe(ctx.profile))
+    result = ctx.probe(smoke_probe(ctx.profile))
+    if not result.ok:
+        return crashed(ctx, result)
+    data = result.data
     if not data.get("imported"):
         err = data.get("error", {})
         return failed(f"torch does not import, so nothing can run: {err.get('type')}: {err.get('message')}",
                       fixes=[fixes.torch(ctx.static)], evidence={"error": err})
     if data.get("device_error"):
-        return failed(data["device_error"], fixes=[fixes.torch(ctx.static)], evidence={"torch": data.get("torch")})
+        from .._gpu_facts import hidden_cause
+        from ..gpu_checks import driver_gets
+
+        hidden, found = hidden_cause(ctx, driver_gets(ctx)[0])
+        return failed(f"torch sees no GPU, so the GPU was not tested: {hidden}", data["device_error"], fixes=found,
+                      evidence={"torch": data.get("torch"), "device_error": data["device_error"]})
     t1 = data.get("tier1", {})
     evidence = {
         "device": data.get("device"), "torch": data.get("torch"), "cp": data.get("cp"),
@@ -181,6 +202,11 @@ def smoke_thd_cp(ctx: Context) -> Result:
     }
     if t1.get("error"):
         err = t1["error"]
+        text = crash_text(f"{err.get('type')}: {err.get('message')}", "\n".join(map(str, err.get("where", []))))
+        cause = crash_cause(ctx, text, what="the THD attention forward")
+        if cause is not None:
+            evidence["crash_text"] = text
+            return cause_result(cause, text, evidence)
         return failed(f"the THD attention forward raised {err.get('type')}: {err.get('message')}",
                       "\n".join(err.get("where", [])), evidence=evidence)
     device = data["device"]
@@ -206,6 +232,10 @@ def smoke_thd_cp(ctx: Context) -> Result:
         why = _run_failure(dist, "rank 0 returned no comparison")
         if why:
             crash = dist.get("probe_error") or {}
+            text = crash_text(why, dist.get("log_tail", ""))
+            cause = crash_cause(ctx, text, what=f"the {data['cp']}-process {dist.get('process_backend')} run")
+            if cause is not None:
+                return cause_result(cause, text, dict(evidence, crash_text=text))
             return failed(f"the {data['cp']}-process {dist.get('process_backend')} run failed: {why}",
                           dist.get("log_tail", "") or "\n".join(crash.get("where", [])), evidence=evidence)
         for kind, cmp_ in dist.get("comparisons", {}).items():

@@ -25,11 +25,12 @@ import shlex
 from collections.abc import Sequence
 
 from ..model import UsageError
-from .keys import (BARE_SETTINGS, MAX_ARG_CHARS, MAX_ARGS, MEGATRON_FLAGS, PYTHON_VALUE_OPTIONS, SHELLS_AND_LAUNCHERS,
-                   TORCHRUN_VALUE_OPTIONS, VERL_ROOTS, ENV_ASSIGNMENT, HYDRA_OVERRIDE, flag_name)
-from .model import Job, Setting
+from .keys import (BARE_SETTINGS, CONFIG_FIELDS, VERL_COMMON, VERL_ENGINE, MAX_ARG_CHARS, MAX_ARGS, MEGATRON_FLAGS,
+                   PYTHON_VALUE_OPTIONS, SHELLS_AND_LAUNCHERS, TORCHRUN_VALUE_OPTIONS, VERL_ROOTS, ENV_ASSIGNMENT,
+                   HYDRA_OVERRIDE, flag_name)
+from .model import Job, Setting, Unexpanded
 from .syntax import parse_hydra, parse_megatron
-from .values import names_only, parse_value
+from .values import hidden_shown, is_hidden_word, names_only, parse_value
 
 
 def split_job_args(text: str) -> list[str]:
@@ -63,15 +64,59 @@ def parse(argv: Sequence[str]) -> Job:
     if any(a.startswith(("actor_rollout_ref.", "+actor_rollout_ref.", "++actor_rollout_ref.", "critic.",
                          "+critic.", "++critic.")) for a in rest) or (job.entry or "").startswith("verl."):
         job.kind, job.syntax = "verl", "hydra"
+        if (job.entry or "").rsplit(".", 1)[-1] in SFT_ENTRIES:
+            job.trainer = "sft"
+        job.overrides = list(rest)
         parse_hydra(rest, job)
+        _hide(job, rest, parse_hydra)
     elif any(flag_name(a) in MEGATRON_FLAGS for a in rest if a.startswith("--")) or \
             (job.entry or "").endswith(("pretrain_gpt.py", "pretrain_mamba.py", "train_rl.py")):
         job.kind, job.syntax = "megatron", "megatron"
         parse_megatron(rest, job)
+        _hide(job, rest, parse_megatron)
     else:
         job.unknown = names_only(rest)
     return job
 
+
+# verl's SFT trainers: their Megatron engine is `engine.*` (engine=megatron), not a PPO role's.
+SFT_ENTRIES = ("sft_trainer", "sft_trainer_ray")
+
+
+def _hide(job: Job, rest: list[str], reader) -> None:
+    """Whole words the shell did not expand (`$MEGATRON_ARGS`, `"${ACTOR[@]}"`) may hold any setting: every setting
+    the checks read that the command does not state after the last of them is not known (a later word wins, in
+    Hydra and in argparse). A word in front of the program (torchrun's options) may hold the world size."""
+    if not job.hidden and not job.hidden_launcher:
+        return
+    last = max((i for i, a in enumerate(rest) if is_hidden_word(a)), default=-1)
+    after = Job(kind=job.kind, syntax=job.syntax, trainer=job.trainer, env=job.env, unset=job.unset)
+    reader(rest[last + 1:], after)
+    word = (job.hidden or job.hidden_launcher)[-1]
+    marker = Setting(Unexpanded(word), word, "an unexpanded shell word: what it holds is not known", source="hidden")
+    for role in job.checked_roles():
+        if job.hidden:
+            for name in readable_settings(job):
+                if name not in after.roles.get(role, {}):
+                    job.roles.setdefault(role, {})[name] = marker
+    for name in readable_common(job):
+        if name in after.common:
+            continue
+        if job.hidden or name in ("nnodes", "gpus_per_node"):
+            job.common[name] = marker
+
+
+
+def readable_settings(job: Job) -> list[str]:
+    """The per-role settings the checks read, by the doctor's names."""
+    if job.kind == "megatron":
+        return sorted({setting for setting, _ in MEGATRON_FLAGS.values()} - {"seq_length"})
+    named = {"context_parallel_size": "cp", "tensor_model_parallel_size": "tp"}
+    return sorted(set(VERL_ENGINE.values()) | {named.get(f, f) for f in CONFIG_FIELDS})
+
+
+def readable_common(job: Job) -> list[str]:
+    return ["seq_length", "nnodes", "gpus_per_node"] if job.kind == "megatron" else sorted(VERL_COMMON.values())
 
 
 def _is_override(arg: str) -> bool:
@@ -153,6 +198,10 @@ def _strip_wrappers(argv: list[str], job: Job) -> list[str]:
             job.env[name] = value
             i += 1
     while i < len(argv):
+        if is_hidden_word(argv[i]):  # `torchrun $DISTRIBUTED_ARGS ...`: launcher options, not the program
+            job.hidden_launcher.append(hidden_shown(argv[i]))
+            i += 1
+            continue
         prog = os.path.basename(argv[i])
         if prog in ("torchrun", "torch.distributed.run", "torch.distributed.launch"):
             job.launcher.append(prog)
@@ -191,8 +240,12 @@ def _strip_wrappers(argv: list[str], job: Job) -> list[str]:
 
 def _skip_torchrun(argv: list[str], i: int, job: Job) -> int:
     """Past torchrun's own options; `--nnodes`/`--nproc-per-node` are recorded (the world size)."""
-    while i < len(argv) and argv[i].startswith("-"):
+    while i < len(argv) and (argv[i].startswith("-") or is_hidden_word(argv[i])):
         arg = argv[i]
+        if is_hidden_word(arg):  # `torchrun $DISTRIBUTED_ARGS`: it may hold --nnodes and --nproc-per-node
+            job.hidden_launcher.append(hidden_shown(arg))
+            i += 1
+            continue
         name, has_eq, value = arg.lstrip("-").partition("=")
         if arg in ("-m", "--module", "--no-python", "--no_python", "--standalone", "--run-path", "--run_path"):
             i += 1
@@ -204,9 +257,9 @@ def _skip_torchrun(argv: list[str], i: int, job: Job) -> int:
                 value = argv[i + 1]
             key = name.replace("_", "-")
             if key == "nnodes":
-                job.common["nnodes"] = Setting(parse_value(value.split(":")[-1]), value)
+                job.common["nnodes"] = Setting(parse_value(value.split(":")[-1]), value, source="flag")
             elif key == "nproc-per-node":
-                job.common["gpus_per_node"] = Setting(parse_value(value), value)
+                job.common["gpus_per_node"] = Setting(parse_value(value), value, source="flag")
             i += 1 if has_eq else 2
             continue
         i += 1  # an option torchrun has that the doctor does not know: assume a flag

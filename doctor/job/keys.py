@@ -8,6 +8,15 @@ from collections.abc import Mapping
 from typing import Any
 
 VERL_ROLES = {"actor": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.ref", "critic": "critic"}
+# Where each role's Megatron engine keys are: the PPO roles' `<role>.megatron.`, the SFT trainer's `engine.`
+# (verl.trainer.sft_trainer with engine=megatron: verl/trainer/config/engine/megatron.yaml, the same
+# McoreEngineConfig).
+ROLE_HEADS = {**{role: base + ".megatron." for role, base in VERL_ROLES.items()}, "engine": "engine."}
+
+
+def role_head(role: str) -> str:
+    return ROLE_HEADS.get(role, ROLE_HEADS["actor"])
+
 # verl's Megatron engine fields (`<role>.megatron.<name>`), by the doctor's setting names. The engine's
 # max_seqlen_per_dp_cp_rank is its own setting, apart from override_transformer_config's: verl 0.9.0 validates the
 # engine's (McoreEngineConfig, engine.py L229-236) and, with dynamic CP, writes it over the transformer config's
@@ -97,7 +106,7 @@ def line_to_add(job: Any, role: str, setting: str, value: Any) -> str:
         if isinstance(value, bool):
             return f"--{flag}" if value else ""
         return f"--{flag} {shown}"
-    base = VERL_ROLES.get(role, VERL_ROLES["actor"]) + ".megatron."
+    base = role_head(role)
     engine = {v: k for k, v in VERL_ENGINE.items()}
     if setting in ("cp", "tp", "pp", "ep", "dynamic_context_parallel", ENGINE_MAX_SEQLEN):
         return f"{base}{engine[setting]}={shown}"

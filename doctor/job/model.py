@@ -11,26 +11,46 @@ from ..model import UsageError
 from .keys import BRIDGE_DECIDES
 
 
+class Unexpanded(str):
+    """The value of a setting a whole unexpanded shell word (or a structure the reader does not take apart) may
+    hold: the word itself, not known."""
+
+
 @dataclass
 class Setting:
     value: Any  # int, float, bool, None or str, parsed as Hydra/argparse would
     raw: str  # as written in the command
     resolved: str | None = None  # how an interpolation was resolved ("from the environment", ...)
+    # Where the value came from: "override" (the command's Hydra override), "flag" (a Megatron-LM flag), "config
+    # file" (a config file the command names), "default" (verl's own config tree), "hidden" (an unexpanded shell
+    # word may hold it: not known).
+    source: str = "override"
+
+    @property
+    def type(self) -> str:
+        """The value's type as the job gets it (OmegaConf's `oc.env` gives text: "str")."""
+        value = self.value
+        if isinstance(value, Unexpanded):
+            return "not known"
+        return "null" if value is None else "bool" if isinstance(value, bool) else "int" if isinstance(value, int) \
+            else "float" if isinstance(value, float) else "str"
 
     def to_dict(self) -> dict:
-        out = {"value": self.value, "raw": self.raw}
+        value = str(self.value) if isinstance(self.value, Unexpanded) else self.value
+        out = {"value": value, "raw": self.raw, "type": self.type, "source": self.source}
         if self.resolved:
             out["resolved"] = self.resolved
         return out
 
 
-_VARIABLE = re.compile(r"\$(\{|[A-Za-z_])")
+_VARIABLE = re.compile(r"\$(\{|[A-Za-z_(@*])")
 
 
 def is_interpolation(value: Any) -> bool:
     """A value the command leaves to be filled in: an OmegaConf interpolation (`${...}`) or a shell variable
-    (`$NAME`) not expanded before the doctor read it. Its value is not known, never a default."""
-    return isinstance(value, str) and _VARIABLE.search(value) is not None
+    (`$NAME`) not expanded before the doctor read it, or a setting such a whole word may hold. Its value is not
+    known, never a default."""
+    return isinstance(value, Unexpanded) or (isinstance(value, str) and _VARIABLE.search(value) is not None)
 
 
 @dataclass(frozen=True)
@@ -47,6 +67,10 @@ class Decisions:
     not_known: str | None = None  # why the command's settings are not known
     dsa_backend_known: bool | None = None  # after Session.resolve: whether the bridge's rule decided it
     dsa_backend_rule: dict | None = None  # the bridge's rule as read, with the imports tried
+    # What the options said (--cp, --dsa-backend), for the profile made again from the composed settings; and the
+    # usage error the doctor's own reader gives for the CP, held until the composition in the target has answered.
+    options: tuple[int | None, str | None] = (None, None)
+    cp_pending: str | None = None
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {}
@@ -85,6 +109,20 @@ class Job:
     unknown: list[str] = field(default_factory=list)  # keys and flags not used by any check (names only)
     config_file: list[str] = field(default_factory=list)  # the config-file flags it gives (names only)
     decisions: Decisions | None = None  # set by job_profile: what the profile made of the settings
+    # How the settings were read: composed in the target with Hydra and verl's config tree (jobcompose), or by the
+    # doctor's own reader; `composed`: the versions and config the composition used.
+    read_by: str = "read by the doctor"
+    composed: dict | None = None
+    # Errors Hydra/OmegaConf (or the doctor's reader where it can judge them) give for the command: job.config fails.
+    config_errors: list[str] = field(default_factory=list)
+    # Whole words the shell did not expand ($X, ${X}, "${X[@]}", $(...)): the settings they may hold are not known.
+    hidden: list[str] = field(default_factory=list)
+    hidden_launcher: list[str] = field(default_factory=list)  # such words among the launcher's options
+    overrides: list[str] = field(default_factory=list)  # verl: the words after the entry, as given (never reported)
+    checked_against: str | None = None  # no Hydra: the verl generated config the overrides were judged against
+    unknown_why: str | None = None  # why every setting is not known (the composition failed, Hydra refused it)
+    at_preflight: bool = False  # preflight execs the job in this environment: a missing oc.env variable fails it
+    trainer: str = "ppo"  # verl's entry: "ppo" (the actor/ref/critic roles) or "sft" (its engine.* keys)
 
     def effective(self, role: str) -> dict[str, Setting]:
         """A role's settings as its config sees them: verl's ref inherits the actor's megatron settings
@@ -96,6 +134,8 @@ class Job:
     def checked_roles(self) -> list[str]:
         if self.kind == "megatron":
             return ["model"]
+        if self.kind == "verl" and self.trainer == "sft":
+            return ["engine"]
         if self.kind == "verl":
             return ["actor"] + [r for r in ("ref", "critic") if self.roles.get(r)]
         return []
@@ -113,6 +153,11 @@ class Job:
                 continue
             if is_interpolation(s.value):
                 return None
+            if isinstance(s.value, str) and s.value.strip().isdigit():
+                # Text, as OmegaConf's oc.env gives it: the job fails (job.config); its environment is judged for
+                # the number it spells.
+                sizes.append(positive_int(Setting(int(s.value.strip()), s.raw), "context_parallel_size"))
+                continue
             sizes.append(positive_int(s, "context_parallel_size"))
         return max(sizes)
 
@@ -121,6 +166,9 @@ class Job:
         for role in self.checked_roles():
             eff = self.effective(role)
             backend, fusion = eff.get("dsa_kernel_backend"), eff.get("apply_dsa_kernel_fusion")
+            if backend is not None and isinstance(backend.value, Unexpanded):
+                return "cudnn", (f"not known: {backend.resolved or 'an unexpanded word may hold it'} (the word "
+                                 f"{backend.raw[:80]!r}); the environment is checked for cudnn, the stricter")
             if backend is not None and is_interpolation(backend.value):
                 # Not known: the environment is judged for the fused kernels, the stricter of the two backends.
                 return "cudnn", (f"not known: the command writes dsa_kernel_backend as {backend.raw[:80]!r}, which the "
@@ -177,6 +225,11 @@ class Job:
             "common": {k: s.to_dict() for k, s in self.common.items()},
             "env": dict(self.env), "unset": self.unset[:50], "unknown": self.unknown[:200],
             "unknown_count": len(self.unknown), "config_file": self.config_file[:8],
+            "read_by": self.read_by, **({"composed": self.composed} if self.composed else {}),
+            **({"config_errors": self.config_errors[:8]} if self.config_errors else {}),
+            **({"hidden": self.hidden[:8]} if self.hidden else {}),
+            **({"checked_against": self.checked_against} if self.checked_against else {}),
+            **({"trainer": self.trainer} if self.kind == "verl" else {}),
             **(self.decisions.to_dict() if self.decisions is not None else {}),
         }
 

@@ -9,17 +9,49 @@ from dataclasses import replace
 from ..model import Profile, UsageError
 from .command import parse
 from .keys import BRIDGE_DECIDES, line_to_add
-from .model import Decisions, Job, is_interpolation
+from .bounds import out_of_range, text_numbers
+from .model import Decisions, Job, Unexpanded, is_interpolation
 
 
-def job_profile(base: Profile, argv: Sequence[str], given_cp: int | None, given_backend: str | None) -> Profile:
+def job_profile(base: Profile, argv: Sequence[str], given_cp: int | None, given_backend: str | None,
+                defer: bool = False) -> Profile:
     """The profile for the job a command describes: its CP and DSA backend (the options may only agree, or fill in
-    a CP the command states in a way the doctor cannot resolve), and what it states, as profile.job."""
+    a CP the command states in a way the doctor cannot resolve), and what it states, as profile.job. `defer`: a
+    verl command the target may compose (Session.resolve) holds the reader's usage error about its CP until then."""
     job = parse(argv)
+    if not defer or not composable(job):
+        return profile_for(base, job, given_cp, given_backend)
+    try:
+        return profile_for(base, job, given_cp, given_backend)
+    except UsageError as exc:
+        if "context_parallel_size" not in str(exc) or given_cp is not None:
+            raise
+        profile = profile_for(base, job, STRICT_CP, given_backend)
+        assert profile.job is not None and profile.job.decisions is not None
+        decisions = replace(profile.job.decisions, cp_pending=str(exc), options=(given_cp, given_backend),
+                            cp_given=None)
+        return replace(profile, cp_source="default", job=replace(profile.job, decisions=decisions))
+
+
+def composable(job: Job) -> bool:
+    """Whether the target may compose the command's config (jobcompose): a verl entry module, every word expanded."""
+    return job.kind == "verl" and (job.entry or "").startswith("verl.") and not job.hidden and \
+        not job.hidden_launcher
+
+
+def profile_for(base: Profile, job: Job, given_cp: int | None, given_backend: str | None) -> Profile:
+    """job_profile's work over a parsed (or composed) Job."""
     if job.kind == "unknown":
         return _unknown_job_profile(base, job, given_cp, given_backend)
+    job.config_errors += out_of_range(job) + text_numbers(job)
     cp = job.cp()
     backend, how = job.dsa_backend()
+    if how.startswith("not known") and given_backend is not None:
+        backend, how = given_backend, f"from --dsa-backend (the command's is {how})"
+    hidden_cp = cp is None and any(isinstance(getattr(job.effective(r).get("cp"), "value", None), Unexpanded)
+                                   for r in job.checked_roles())
+    if hidden_cp:
+        return _hidden_cp_profile(base, job, given_cp, backend, how, given_backend)
     pending = cp_given = stated = None
     if backend == BRIDGE_DECIDES:
         if given_backend is not None:
@@ -59,12 +91,53 @@ def job_profile(base: Profile, argv: Sequence[str], given_cp: int | None, given_
     if given_backend not in (None, backend):
         raise UsageError(f"--dsa-backend {given_backend} contradicts the job's ({backend}, {how})")
     job.decisions = Decisions(dsa_backend_decided=how, dense_indexer_loss=job.dense_indexer_loss(), cp_given=cp_given,
-                              dsa_backend_stated=stated, dsa_backend_pending=pending)
+                              dsa_backend_stated=stated, dsa_backend_pending=pending,
+                              options=(given_cp, given_backend))
     return replace(base, cp=cp, cp_source="job" if cp_given is None else "option", dsa_backend=backend,
                    dsa_backend_source="job", job=job)
 
 
 STRICT_CP = 2  # a CP the doctor cannot know is checked as CP > 1: the CP rules run
+
+
+def _hidden_cp_profile(base: Profile, job: Job, given_cp: int | None, backend: str, how: str,
+                       given_backend: str | None) -> Profile:
+    """The CP is not known: an unexpanded shell word may hold it, or it is out of range (job.config fails). The CP
+    rules run as for CP > 1 unless --cp states it; the DSA backend as the command gives it (or cudnn, not known)."""
+    words = job.hidden or job.hidden_launcher
+    if job.unknown_why:
+        why = f"the job's settings are not known ({job.unknown_why})"
+    elif not words:
+        cp_setting = next((job.effective(r)["cp"] for r in job.checked_roles() if "cp" in job.effective(r)), None)
+        why = f"the job's context_parallel_size is not known ({cp_setting.resolved[:300]})" \
+            if cp_setting is not None and cp_setting.resolved and "out of range" not in cp_setting.resolved else \
+            "the job's context_parallel_size is out of range (see job.config), so it is not known"
+    elif words[-1].endswith("={...}"):
+        why = (f"the command's dict override {words[-1]!r} is nested, which the doctor's reader does not take "
+               "apart, so the settings it may hold are not known")
+    else:
+        why = (f"the command's word {words[-1]!r} is not expanded (a shell variable, array or command "
+               "substitution), so the settings it may hold are not known")
+    role = "engine" if job.trainer == "sft" else "actor" if job.kind == "verl" else "model"
+    how_to = f"{line_to_add(job, role, 'cp', 'N')} after it, --cp N, or the command as the shell expands it" \
+        if words else "a command job.config accepts, or --cp N"
+    if given_cp is None:
+        cp, cp_given = STRICT_CP, None
+        not_known = f"{why}: the CP is checked as CP > 1 (state it with {how_to})"
+    else:
+        cp = cp_given = given_cp
+        not_known = f"{why}: the CP is --cp {given_cp}'s"
+    stated = None
+    if backend not in ("cudnn", "none", BRIDGE_DECIDES):
+        stated, backend = backend, "cudnn"
+    pending = BRIDGE_DECIDES if backend == BRIDGE_DECIDES else None
+    if pending:
+        backend = "cudnn"
+    job.decisions = Decisions(dsa_backend_decided=how, dense_indexer_loss=job.dense_indexer_loss(), cp_given=cp_given,
+                              cp_known=given_cp is not None, not_known=not_known, dsa_backend_stated=stated,
+                              dsa_backend_pending=pending, options=(given_cp, given_backend))
+    return replace(base, cp=cp, cp_source="option" if given_cp is not None else "default", dsa_backend=backend,
+                   dsa_backend_source="job", job=job)
 
 
 def _unknown_job_profile(base: Profile, job: Job, given_cp: int | None, given_backend: str | None) -> Profile:

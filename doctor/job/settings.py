@@ -12,7 +12,6 @@ asserts `total_cp_ranks * max_seqlen_per_dp_cp_rank >= seq_length`. The value he
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +37,8 @@ def needed_length(job: Job) -> tuple[int | None, str]:
         return length, "--seq-length" if length is not None else "--seq-length not stated"
     if job.kind not in ("verl", "megatron"):
         return None, "the lengths are not known (the command is not read)"
+    if job.trainer == "sft":
+        return None, "the SFT trainer's longest packed sample is not read from its config"
     prompt, response = _int(job.common.get("max_prompt_length")), _int(job.common.get("max_response_length"))
     if prompt is not None and response is not None:
         return prompt + response, f"{prompt} + {response} (data.max_prompt_length + data.max_response_length)"
@@ -46,7 +47,7 @@ def needed_length(job: Job) -> tuple[int | None, str]:
 
 def max_seqlen(needed: int | None, cp: int) -> int | None:
     """max_seqlen_per_dp_cp_rank: the longest sample over CP ranks, rounded up."""
-    return math.ceil(needed / cp) if needed is not None and cp > 0 else None
+    return -(-needed // cp) if needed is not None and cp > 0 else None  # exact: integers of any size
 
 
 def _stated(settings: dict[str, Setting], name: str) -> Any:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from functools import lru_cache
 
-from .keys import CONFIG_FIELDS, MEGATRON_FLAGS, VERL_COMMON, VERL_ENGINE, VERL_ROLES
+from .keys import CONFIG_FIELDS, MEGATRON_FLAGS, ROLE_HEADS, VERL_COMMON, VERL_ENGINE
 
 HIDDEN = "…"
 MAX_WORDS = 24
@@ -34,9 +34,9 @@ HARMLESS_LAUNCH_FLAGS = {"--nnodes", "--nproc-per-node", "--nproc_per_node", "--
 def harmless_keys() -> frozenset[str]:
     """The Hydra keys the doctor reads (verl's parallel sizes, the transformer-config fields the job checks read)."""
     keys = set(VERL_COMMON)
-    for base in VERL_ROLES.values():
-        keys.update(f"{base}.megatron.{name}" for name in VERL_ENGINE)
-        keys.update(f"{base}.megatron.override_transformer_config.{name}" for name in CONFIG_FIELDS)
+    for head in ROLE_HEADS.values():
+        keys.update(f"{head}{name}" for name in VERL_ENGINE)
+        keys.update(f"{head}override_transformer_config.{name}" for name in CONFIG_FIELDS)
     return frozenset(keys)
 
 

@@ -52,11 +52,13 @@ class StaticRequest:
     dependents_of: tuple[str, ...] = ()  # list the installed distributions that require one of these
     requirements_of: tuple[str, ...] = ()  # resolve these distributions' requirement targets: installed, version
     assignments_of: tuple[str, ...] = ()  # attribute names whose assignments (`x.attr = ...`) those sources list
+    device_code: tuple[str, ...] = ()  # modules whose shared objects' fatbins are read (cubin archs, PTX versions)
 
     def __init__(self, distributions: Iterable[str] = (), modules: Iterable[str] = (),
                  sources: Iterable[str] = (), contains: Iterable[str] = (), attributes_of: Iterable[str] = (),
                  distribution_prefixes: Iterable[str] = (), dependents_of: Iterable[str] = (),
-                 requirements_of: Iterable[str] = (), assignments_of: Iterable[str] = ()):
+                 requirements_of: Iterable[str] = (), assignments_of: Iterable[str] = (),
+                 device_code: Iterable[str] = ()):
         object.__setattr__(self, "distributions", tuple(distributions))
         object.__setattr__(self, "modules", tuple(modules))
         object.__setattr__(self, "sources", tuple(sources))
@@ -66,13 +68,14 @@ class StaticRequest:
         object.__setattr__(self, "dependents_of", tuple(dependents_of))
         object.__setattr__(self, "requirements_of", tuple(requirements_of))
         object.__setattr__(self, "assignments_of", tuple(assignments_of))
+        object.__setattr__(self, "device_code", tuple(device_code))
 
     @staticmethod
     def merge(requests: Iterable[StaticRequest | None]) -> StaticRequest:
         parts: dict[str, dict[str, None]] = {k: {} for k in ("distributions", "modules", "sources", "contains",
                                                               "attributes_of", "distribution_prefixes",
                                                               "dependents_of", "requirements_of",
-                                                              "assignments_of")}
+                                                              "assignments_of", "device_code")}
         for r in requests:
             if r is None:
                 continue
@@ -85,7 +88,8 @@ class StaticRequest:
                 "sources": list(self.sources), "contains": list(self.contains),
                 "attributes_of": list(self.attributes_of),
                 "distribution_prefixes": list(self.distribution_prefixes), "dependents_of": list(self.dependents_of),
-                "requirements_of": list(self.requirements_of), "assignments_of": list(self.assignments_of)}
+                "requirements_of": list(self.requirements_of), "assignments_of": list(self.assignments_of),
+                "device_code": list(self.device_code)}
 
 
 @dataclass(frozen=True)
@@ -198,10 +202,14 @@ def run_probe(probe: Probe, python: str, timeout_s: float, procs: Processes,
         raw = result.data.get("probe_error") if isinstance(result.data, dict) else None
         err: dict = raw if isinstance(raw, dict) else {}
         result.ok = False
-        result.error = (f"broke inside the probe: {err.get('type')}: {err.get('message')}" if err
+        message = str(err.get("message") or "")
+        # One line for the summary (torch's CUDA errors add lines of advice); the whole text joins the stderr tail.
+        first = next((line.strip() for line in message.splitlines() if line.strip()), "")
+        result.error = (f"stopped with {err.get('type')}: {first[:300]}" if err
                         else f"answered {type(result.data).__name__}, not an object")
         where: list = err["where"] if isinstance(err.get("where"), list) else []
-        result.stderr_tail = "\n".join(x for x in (result.stderr_tail, "\n".join(map(str, where))) if x)
+        full = f"{err.get('type')}: {message}" if err and first != message.strip() else ""
+        result.stderr_tail = "\n".join(x for x in (result.stderr_tail, full, "\n".join(map(str, where))) if x)
     return result
 
 

@@ -7,7 +7,8 @@ their fields and methods, functions and their parameters). Stdlib only, Python 3
 becomes an error value.
 
 This script is the dispatch; its parts, loaded by path: dsv4probe_static_installed (the interpreter, distributions,
-module locations, requirements) and dsv4probe_static_sources (the `ast` summaries).
+module locations, requirements), dsv4probe_static_sources (the `ast` summaries) and dsv4probe_static_fatbin (the cubin
+archs and PTX versions in compiled extensions' `.nv_fatbin` sections, read without loading them).
 """
 
 import os
@@ -25,12 +26,13 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
 from dsv4probe_common import error_info, load_module, serve
 
-for _part in ("dsv4probe_static_installed", "dsv4probe_static_sources"):
+for _part in ("dsv4probe_static_installed", "dsv4probe_static_sources", "dsv4probe_static_fatbin"):
     load_module(_part, HERE)
 # The parts just loaded by path, read from sys.modules (never looked up on sys.path):
 from dsv4probe_static_installed import (dependents, distribution_facts, distribution_index, locate_module, normalize,
                                         python_facts, requirement_targets)
 from dsv4probe_static_sources import source_facts
+from dsv4probe_static_fatbin import device_code
 
 
 def answer(request):
@@ -50,6 +52,11 @@ def answer(request):
             out["modules"][name] = locate_module(name)
         except Exception as exc:
             out["modules"][name] = {"found": False, "error": error_info(exc)["message"]}
+    for name in request.get("device_code", []):
+        try:
+            out.setdefault("device_code", {})[name] = device_code(name, locate_module)
+        except Exception as exc:
+            out.setdefault("device_code", {})[name] = {"found": False, "error": error_info(exc)["message"]}
     needles = request.get("contains", [])
     owners = request.get("attributes_of", [])
     for name in request.get("sources", []):

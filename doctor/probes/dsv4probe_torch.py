@@ -96,6 +96,8 @@ def answer(request):
         out["nccl_version"] = None
         out["nccl_error"] = error_info(exc)["message"]
     devices = []
+    # What CUDA was told to show (the doctor's own environment is not always the probe's: preflight, fleets).
+    out["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     stage("asking torch for its CUDA devices")
     try:
         out["cuda_available"] = bool(torch.cuda.is_available())

@@ -18,6 +18,10 @@ def job_line(report: Report) -> str | None:
     if job is None:
         return None
     line = f"job: dsa-backend {shown(p.get('dsa_backend'))} ({shown(job.get('dsa_backend_decided'))})"
+    if isinstance(job.get("read_by"), str):
+        line += f"; settings {shown(job['read_by'])}"
+        if isinstance(job.get("checked_against"), str):
+            line += f", overrides checked against {shown(job['checked_against'])}"
     if isinstance(job.get("cp_given"), int):
         line += f"; cp {job['cp_given']} from --cp (the command's own is not known)"
     if job.get("not_known"):

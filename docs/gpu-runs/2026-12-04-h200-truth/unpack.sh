@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# CPU side: one call's returned files (the run tool's files_at) into this folder, as plain files; the call's log as
+# log-LABEL.txt.   unpack.sh FILES_AT LABEL   (LABEL e.g. 07-call7)
+set -eu
+src=${1:?files_at}; label=${2:?label, e.g. 07-call7}
+dest=$(cd "$(dirname "$0")" && pwd)
+[ -d "$src/2026-12-04-h200-truth" ] && cp -r "$src/2026-12-04-h200-truth/." "$dest/"
+for f in "$src"/call-log-*.txt; do [ -f "$f" ] && cp "$f" "$dest/log-$label.txt"; done
+ls "$dest"

@@ -1,0 +1,243 @@
+"""A verl command's settings as Hydra and OmegaConf give them to the job: composed in the target interpreter
+(probes/dsv4probe_hydra.py) with the installed verl's own config tree, where the target has Hydra and verl.
+
+verl is located by the static probe (the copy the job will import); its entry module's `@hydra.main` names the
+config. Hydra's and OmegaConf's own errors become job.config's failure; a probe that times out or crashes leaves
+the settings not known (the CP rules run as for CP > 1). Where the target cannot compose (no Hydra, no verl, an
+overrides-only command, `--static-only`), the doctor's own reader's settings stay, and the job says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from typing import Any
+
+from .facts import StaticFacts
+from .job.keys import CONFIG_FIELDS, ROLE_HEADS, VERL_COMMON, VERL_ENGINE, VERL_ROLES
+from .job.model import Job, Setting, Unexpanded
+from .job.profile import composable, profile_for
+from .model import Profile, UsageError
+from .probes import Probe
+
+PROBE_SCRIPT = "dsv4probe_hydra.py"
+NAMED = {"context_parallel_size": "cp", "tensor_model_parallel_size": "tp"}
+
+
+def selected_paths(job: Job) -> dict[str, tuple[str, str]]:
+    """Every config path the job checks read -> (role or "" for common, the doctor's setting name)."""
+    out: dict[str, tuple[str, str]] = {}
+    roles = ["engine"] if job.trainer == "sft" else list(VERL_ROLES)
+    for role in roles:
+        head = ROLE_HEADS[role]
+        out.update({head + key: (role, name) for key, name in VERL_ENGINE.items()})
+        out.update({f"{head}override_transformer_config.{field}": (role, NAMED.get(field, field))
+                    for field in CONFIG_FIELDS})
+    if job.trainer != "sft":
+        out.update({key: ("", name) for key, name in VERL_COMMON.items()})
+    else:
+        out.update({"trainer.nnodes": ("", "nnodes"), "trainer.n_gpus_per_node": ("", "gpus_per_node")})
+    return out
+
+
+def _hydra_options(job: Job) -> dict[str, str | None]:
+    """--config-path / --config-name (and -cp / -cn) as the command gives them."""
+    found: dict[str, str | None] = {"config_path": None, "config_name": None}
+    words = job.overrides
+    for i, word in enumerate(words):
+        flag, eq, value = word.partition("=")
+        name = {"--config-path": "config_path", "-cp": "config_path", "--config-name": "config_name",
+                "-cn": "config_name"}.get(flag)
+        if name is None:
+            continue
+        if not eq:
+            value = words[i + 1] if i + 1 < len(words) else ""
+        found[name] = value.strip("'\"") or None
+    return found
+
+
+def _overrides(job: Job) -> list[str]:
+    """The Hydra overrides among the words after the entry, exactly as given (Hydra's own flags left out)."""
+    out, skip = [], False
+    for word in job.overrides:
+        if skip:
+            skip = False
+            continue
+        if word.startswith("-"):
+            skip = "=" not in word and word in ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
+            continue
+        out.append(word)
+    return out
+
+
+def with_reason(job: Job, read_by: str) -> Job:
+    return replace(job, read_by=read_by)
+
+
+def compose(session: Any, profile: Profile, preflight: bool) -> Profile:
+    """The profile with the job's settings composed in the target, or the reader's with why not."""
+    job = profile.job
+    if job is None or job.kind != "verl":
+        return profile
+    pending = job.decisions.cp_pending if job.decisions is not None else None
+    why_not = None
+    if not composable(job):
+        why_not = ("the command holds unexpanded shell words" if job.hidden or job.hidden_launcher
+                   else "no verl entry module to compose with (overrides only)")
+    elif profile.static_only:
+        why_not = "--static-only: not composed"
+    answer: dict = {}
+    if why_not is None:
+        answer, why_not = _run(session, job, preflight)
+    if why_not is not None:
+        if pending:
+            raise UsageError(pending)
+        read_by = f"read by the doctor ({why_not})"
+        errors: list[str] = []
+        against = None
+        if answer.get("verl_dir") and why_not.startswith("Hydra"):
+            errors, against = _judged_without_hydra(job, answer)
+        return replace(profile, job=replace(job, read_by=read_by, config_errors=job.config_errors + errors,
+                                            checked_against=against))
+    return _apply(profile, job, answer)
+
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+
+def _judged_without_hydra(job: Job, found: dict) -> tuple[list[str], str | None]:
+    """verl's files are readable, Hydra is not importable: the overrides against verl's generated config (None:
+    there is none for the command's config)."""
+    from .job.generated import generated_file, judge
+
+    options = _hydra_options(job)
+    if options["config_path"] not in (None, "config") or job.trainer == "sft":
+        return [], None
+    name = generated_file(options["config_name"], _overrides(job))
+    path = os.path.join(str(found["verl_dir"]), "trainer", "config", name) if name else None
+    try:
+        with open(path or "", "rb") as f:  # hostile input: bounded, decoded leniently
+            text = f.read(MAX_CONFIG_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return [], None
+    where = f"verl {found.get('verl')}'s {name}"
+    return judge(text, _overrides(job), f"read by the doctor in {where}"), where
+
+
+def _run(session: Any, job: Job, preflight: bool) -> tuple[dict, str | None]:
+    static = session.pool.result(session.static_probe, session.timeout + 1) if session.static_probe else None
+    facts = StaticFacts(static.data if static is not None and static.ok else {})
+    verl = facts.module("verl")
+    locations = verl.get("locations") or []
+    if not verl.get("found") or not locations:
+        return {}, "verl is not in the target"
+    located = {"verl_dir": locations[0], "verl": facts.version("verl") or "(no metadata)"}
+    parts = (job.entry or "").split(".")[1:]
+    entry_file = os.path.join(locations[0], *parts) + ".py"
+    if not os.path.isfile(entry_file):
+        return located, f"the entry module {job.entry} is not in the target's verl"
+    tmp = session.procs.tempdir()
+    words_file = os.path.join(tmp, "words.json")
+    descriptor = os.open(words_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as f:
+        json.dump({"overrides": _overrides(job), "env_set": job.env, "env_unset": job.unset}, f)
+    options = _hydra_options(job)
+    request = {"entry_file": entry_file, **options, "words_file": words_file,
+               "select": sorted(selected_paths(job)), "missing_env": "error" if preflight else "not known",
+               "default_groups": ["engine=megatron" if job.trainer == "sft" else "model_engine=megatron"]}
+    probe = Probe.python("hydra-compose", PROBE_SCRIPT, request)
+    session.pool.submit(probe)
+    result = session.pool.result(probe, session.pool.timeout_for(probe) + 1)
+    if not result.ok or not isinstance(result.data, dict):
+        why = result.error or ("timed out" if result.timed_out else "no answer")
+        return {"failed": f"the composition in the target failed ({why})"}, None
+    data = result.data
+    failure = data.get("import_error")
+    if isinstance(failure, dict):
+        missing = failure.get("missing_module")
+        if missing in ("hydra", "omegaconf"):
+            return located, "Hydra not in the target"
+        return located, (f"Hydra does not import in the target: {str(failure.get('type'))[:60]}: "
+                    f"{str(failure.get('message'))[:200]}")
+    if data.get("hydra") is None and data.get("error") is None:
+        return located, "Hydra not in the target"
+    error = data.get("error")
+    if isinstance(error, dict) and error.get("kind") == "entry":
+        return located, str(error.get("message"))[:300]
+    return dict(data, **located), None
+
+
+def _not_known(job: Job, why: str) -> Job:
+    """Every setting the checks read is not known (the composition failed or Hydra refuses the command)."""
+    marker = Setting(Unexpanded("(not known)"), "(not known)", why, source="hidden")
+    roles: dict[str, dict[str, Setting]] = {}
+    for role, name in selected_paths(job).values():
+        target = roles.setdefault(role, {})
+        if role != "critic":
+            target[name] = marker
+    common = roles.pop("", {})
+    return replace(job, roles={r: s for r, s in roles.items() if s}, common=common, config_file=[], unknown_why=why)
+
+
+def scrubbed(job: Job, message: str) -> str:
+    """Hydra's message without the values of the overrides no check reads: it quotes the override it refuses
+    (`+trainer.logger.key=VALUE`), and such a value may be a secret."""
+    from .job.shape import HIDDEN, harmless_keys
+
+    for word in _overrides(job):
+        key, eq, value = word.lstrip("+~").partition("=")
+        if eq and value and key not in harmless_keys():  # Hydra quotes it as `key=value`
+            message = message.replace(f"{key}={value}", f"{key}={HIDDEN}")
+    return message
+
+
+def _raw_of(job: Job, path: str, value: Any) -> str:
+    for word in reversed(_overrides(job)):
+        key, eq, text = word.lstrip("+~").partition("=")
+        if eq and key == path:
+            return text
+    return "null" if value is None else str(value)
+
+
+def _apply(profile: Profile, job: Job, answer: dict) -> Profile:
+    options = job.decisions.options if job.decisions is not None else (None, None)
+    base = replace(profile, job=None)
+    if answer.get("failed"):
+        failed = _not_known(job, str(answer["failed"]))
+        failed.read_by = f"not known: {answer['failed']}"
+        return profile_for(base, failed, *options)
+    versions = {"hydra": str(answer.get("hydra")), "omegaconf": str(answer.get("omegaconf")),
+                "verl": str(answer.get("verl")), "config_dir": str(answer.get("config_dir")),
+                "config_name": str(answer.get("config_name"))}
+    read_by = (f"composed with Hydra {versions['hydra']} and verl {versions['verl']}'s config "
+               f"({versions['config_name']})")
+    error = answer.get("error")
+    if isinstance(error, dict):
+        refused = _not_known(job, "Hydra refuses the command (see job.config)")
+        refused.read_by, refused.composed = read_by, versions
+        refused.config_errors = [scrubbed(job, f"Hydra: {error.get('type')}: {error.get('message')}")]
+        return profile_for(base, refused, *options)
+    roles: dict[str, dict[str, Setting]] = {}
+    common: dict[str, Setting] = {}
+    errors: list[str] = []
+    given = answer.get("settings")
+    settings: dict = given if isinstance(given, dict) else {}
+    for path, (role, name) in selected_paths(job).items():
+        got = settings.get(path)
+        if not isinstance(got, dict):
+            continue
+        target = roles.setdefault(role, {}) if role else common
+        if "value" in got:
+            target[name] = Setting(got["value"], _raw_of(job, path, got["value"]), source=str(got.get("source")))
+        else:
+            message = scrubbed(job, str(got.get("error") or got.get("not_known"))[:500])
+            if "error" in got:
+                errors.append(f"{path}: {message}")
+            target[name] = Setting(Unexpanded("(not known)"), _raw_of(job, path, None), message, source="hidden")
+    critic = roles.get("critic", {})
+    if not any(s.source == "override" for s in critic.values()):
+        roles.pop("critic", None)  # verl's critic runs only when the job enables it: judged when the command sets it
+    composed = replace(job, roles=roles, common=common, config_file=[], read_by=read_by, composed=versions,
+                       config_errors=errors)
+    return profile_for(base, composed, *options)

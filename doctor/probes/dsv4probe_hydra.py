@@ -1,0 +1,176 @@
+"""The composition probe: compose a verl job's config as its entry module's `@hydra.main` would, in the target.
+
+Stdlib only at import; it imports hydra and omegaconf (and nothing of verl) only inside `answer`. The entry module's
+`config_path`/`config_name` are read from its source with ast (never imported); the command's `--config-path`/
+`--config-name` win, as in Hydra. `initialize_config_dir` on that folder (verl's installed `verl/trainer/config`
+by default), then `compose(config_name, overrides)` with the overrides exactly as given. Nothing is instantiated and
+nothing is resolved but the settings asked for (`OmegaConf.select` resolves one node), so an interpolation or a
+resolver elsewhere in the tree cannot fail the job here. Each setting: its value and type as the job gets it, and
+where it came from (an override, a config file the command names, verl's default).
+"""
+
+import os
+import sys
+
+# Before any other import: nothing beside a probe script is the job's (dsv4probe_common's docstring says why).
+HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE]
+if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not True:
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(
+        os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
+    sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["dsv4probe_common"])
+from dsv4probe_common import error_info, serve, stage
+
+import ast
+import json
+
+MAX_TEXT = 200
+MAX_MESSAGE = 1500
+
+
+def decorator_config(entry_file):
+    """(config_path, config_name) of the entry module's `@hydra.main(...)`, read with ast; (None, None) if none."""
+    with open(entry_file, "rb") as f:
+        tree = ast.parse(f.read(2_000_000), entry_file)
+    for node in ast.walk(tree):
+        for deco in getattr(node, "decorator_list", ()):
+            func = deco.func if isinstance(deco, ast.Call) else None
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if name != "main":
+                continue
+            found = {}
+            for kw in deco.keywords:
+                if kw.arg in ("config_path", "config_name") and isinstance(kw.value, ast.Constant):
+                    found[kw.arg] = kw.value.value
+            if "config_name" in found:
+                return found.get("config_path"), found.get("config_name")
+    return None, None
+
+
+def override_key(word):
+    """The key an override word sets (`++a.b=1` -> a.b), or None for a word that is no override or a config group
+    choice (`engine=megatron` picks a file; a dict value, `engine={...}`, sets keys)."""
+    text = word.lstrip("+~")
+    key, _, value = text.partition("=")
+    if not key or word.startswith("-") or ("." not in key and not value.strip().startswith("{")):
+        return None
+    return key
+
+
+def typed(value):
+    if value is None:
+        return None, "null"
+    if isinstance(value, bool):
+        return value, "bool"
+    if isinstance(value, (int, float)):
+        return value, type(value).__name__
+    if isinstance(value, str):
+        return value[:MAX_TEXT], "str"
+    return None, type(value).__name__  # a container: its type only
+
+
+def _message(exc):
+    return ("%s: %s" % (type(exc).__name__, exc))[:MAX_MESSAGE]
+
+
+def answer(request):
+    out = {"hydra": None, "omegaconf": None, "settings": {}, "error": None}
+    entry_file = request.get("entry_file")
+    try:
+        deco_path, deco_name = decorator_config(entry_file)
+    except (OSError, SyntaxError, ValueError) as exc:
+        out["error"] = {"kind": "entry", "message": "cannot read the entry module: " + _message(exc)}
+        return out
+    out["entry_config"] = {"config_path": deco_path, "config_name": deco_name}
+    config_path = request.get("config_path") or deco_path
+    config_name = request.get("config_name") or deco_name
+    if config_name is None or config_path is None:
+        out["error"] = {"kind": "entry", "message": "the entry module has no @hydra.main(config_path=..., "
+                                                    "config_name=...) the doctor can read"}
+        return out
+    if str(config_name).endswith(".yaml"):
+        config_name = str(config_name)[:-5]
+    base = os.path.dirname(os.path.realpath(entry_file))
+    config_dir = config_path if os.path.isabs(config_path) else os.path.normpath(os.path.join(base, config_path))
+    default_dir = os.path.normpath(os.path.join(base, deco_path)) if deco_path else None
+    out["config_dir"], out["config_name"] = config_dir, config_name
+    stage("import hydra")
+    try:
+        import hydra
+        import omegaconf
+        from hydra import compose, initialize_config_dir
+        from omegaconf import OmegaConf
+    except BaseException as exc:  # a broken install is an answer too
+        out["import_error"] = error_info(exc)
+        return out
+    out["hydra"] = getattr(hydra, "__version__", "?")
+    out["omegaconf"] = getattr(omegaconf, "__version__", "?")
+    # The overrides and the command's `env K=V` values may hold secrets: they come in a file only the doctor's user
+    # reads, never on this process's command line.
+    words = {}
+    if request.get("words_file"):
+        with open(request["words_file"], encoding="utf-8") as f:
+            words = json.load(f)
+    for name in words.get("env_unset") or ():
+        os.environ.pop(name, None)
+    os.environ.update({str(k): str(v) for k, v in (words.get("env_set") or {}).items()})
+    overrides = [str(w) for w in words.get("overrides") or ()]
+
+    def composed(folder, name, words):
+        with initialize_config_dir(config_dir=folder, version_base=None):
+            return compose(config_name=name, overrides=words)
+
+    stage("compose")
+    try:
+        cfg = composed(config_dir, config_name, overrides)
+    except BaseException as exc:  # Hydra's and OmegaConf's own errors: the job's failure, with their message
+        out["error"] = {"kind": "compose", "type": type(exc).__name__, "message": str(exc)[:MAX_MESSAGE]}
+        return out
+    keys = [k for k in (override_key(w) for w in overrides) if k]
+    named_file = bool(request.get("config_path") or request.get("config_name"))
+    default = None
+    if named_file and default_dir:
+        # verl's own composition (its entry's config with its Megatron engine, the command's group choices): what
+        # is not verl's default came from the config file the command names.
+        groups = list(request.get("default_groups") or ()) + [
+            w for w in overrides if "=" in w and "." not in w.split("=", 1)[0] and not w.startswith(("+", "~"))]
+        try:
+            default = composed(default_dir, deco_name, groups)
+        except BaseException:
+            default = None
+    missing_env_fails = request.get("missing_env") == "error"
+    marker = object()
+    stage("select")
+    for path in request.get("select") or ():
+        try:
+            value = OmegaConf.select(cfg, path, default=marker, throw_on_resolution_failure=True)
+        except BaseException as exc:
+            message = _message(exc)
+            if missing_env_fails or "Environment variable" not in message:
+                out["settings"][path] = {"error": message}
+            else:
+                out["settings"][path] = {"not_known": message}
+            continue
+        if value is marker:
+            continue
+        shown, kind = typed(value)
+        if any(path == k or path.startswith(k + ".") or k.startswith(path + ".") for k in keys):
+            source = "override"
+        elif named_file:
+            try:
+                before = OmegaConf.select(default, path, default=marker) if default is not None else marker
+            except BaseException:
+                before = marker
+            source = "default" if before is not marker and before == value and \
+                type(before) is type(value) else "config file"
+        else:
+            source = "default"
+        out["settings"][path] = {"value": shown, "type": kind, "source": source}
+    return out
+
+
+if __name__ == "__main__":
+    serve(answer)
