@@ -9,6 +9,7 @@ from dsv4_doctor.model import Context, Profile, Result, Source, failed, passed, 
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes, frontend_fixes
+from ._reach import copies_note
 from ._cutedsl_stack import CUTEDSL_STACK, FE, stack_fixes, unmet_stack
 from ._dsa_wrappers import (DSA_OWNERS, DSA_PROBE, KNOWN_WRAPPERS, MEGATRON_DSA_CALLERS, OFFSETS_CP, OFFSETS_DENSE_LOSS,
                             dense_indexer_loss, dsa_probe, megatron_wrappers)
@@ -89,6 +90,7 @@ def cudnn_fe_version(ctx: Context) -> Result:
         "paths": [c.get("path") for c in copies],
         "import_version": imported.get("version"),
         "import_origin": imported.get("origin"),
+        "imported_copy": static.copy("cudnn")["why"],  # which copy the job imports, and why
     }
     fix = frontend_fixes.frontend_stack(static, ctx.profile.cc)
     if not copies and not module.get("found"):
@@ -102,7 +104,8 @@ def cudnn_fe_version(ctx: Context) -> Result:
         err = imported.get("error") if isinstance(imported.get("error"), dict) else {}
         return failed(f"import cudnn failed: {error_text(imported)}", "\n".join(map(str, err.get("where") or [])),
                       fixes=[fix], evidence=evidence)
-    meta = static.version(FE)
+    first = static.readable_dist(FE)  # the metadata, to hold against what imports (static.version is the latter's)
+    meta = first.get("version") if first else None
     if not copies or meta is None:
         why = "without distribution metadata (a source or git build)" if not copies else \
             "with unreadable METADATA (see deps.metadata)"
@@ -122,9 +125,7 @@ def cudnn_fe_version(ctx: Context) -> Result:
             "checks cudnn-fe.csa and cudnn-fe.dsa test what actually loads.",
             fixes=[fix], evidence=evidence)
     if len(copies) > 1:
-        where = ", ".join(map(str, evidence["paths"]))
-        return warned(f"nvidia-cudnn-frontend {meta} is installed {len(copies)} times ({where}); the first on "
-                      "sys.path wins", fixes=[fix], evidence=evidence)
+        return warned(copies_note(FE, copies, static.copy("cudnn")), fixes=[fix], evidence=evidence)
     no_csa = "" if static.module("cudnn.csa").get("found") else \
         "; it has no cudnn.csa, the fused CSA compressor (added in 1.27.0): see cudnn-fe.csa"
     return passed(f"nvidia-cudnn-frontend {meta} (import cudnn reports {imported.get('version')}){no_csa}",

@@ -11,6 +11,7 @@ from dsv4_doctor.model import Context, Fix, Phase, Result, Source, failed, passe
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes, frontend_fixes
+from ._reach import STACK, STACK_MODULES, copies_note
 
 
 @check(
@@ -81,7 +82,7 @@ RUNTIME = {("nvidia-cudnn-frontend", "nvidia-cutlass-dsl"), ("nvidia-cudnn-front
            ("nvidia-cudnn-frontend", "cuda-python"), ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base"),
            ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-cu13"), ("transformer-engine", "transformer-engine-cu12"),
            ("transformer-engine", "transformer-engine-cu13"), ("transformer-engine", "transformer-engine-torch")}
-CONSISTENCY_STATIC = StaticRequest(distributions=DSV4_PACKAGES,
+CONSISTENCY_STATIC = StaticRequest(distributions=DSV4_PACKAGES, modules=STACK_MODULES,
                                    distribution_prefixes=("nvidia-", "cuda-", "transformer-engine"),
                                    dependents_of=DSV4_PACKAGES, requirements_of=DSV4_PACKAGES)
 
@@ -238,4 +239,55 @@ def deps_consistency(ctx: Context) -> Result:
     return passed(summary + (f"; {len(others)} other package(s) require some of them" if others else ""), details,
                   evidence=evidence)
 
-CHECKS = [deps_metadata, deps_consistency]
+COPIES_STATIC = StaticRequest(distributions=tuple(STACK), modules=STACK_MODULES)
+
+
+@check(
+    "deps.copies",
+    "Each DSv4 package has one copy on the job's path",
+    applies_when="always",
+    detects="every dist-info of each stack package on the job's sys.path, and every folder that holds its module",
+    sources=(
+        Source("Python docs: the module search path (sys.path[0], PYTHONPATH, site-packages, .pth files)",
+               "https://docs.python.org/3/library/sys_path_init.html"),
+        Source("PEP 660: editable installs (meta-path finders and .pth files)", "https://peps.python.org/pep-0660/"),
+        Source("cudnn-frontend python/cudnn/collect_env.py (loaded vs installed)",
+               "https://github.com/NVIDIA/cudnn-frontend/blob/main/python/cudnn/collect_env.py"),
+    ),
+    static=COPIES_STATIC,
+)
+def deps_copies(ctx: Context) -> Result:
+    """Two copies of one package (two dist-infos, or a folder on PYTHONPATH, in the user site or in the job's own
+    folder in front of site-packages) mean that the version pip reports and the code the job runs can differ, and
+    that an install step may change the copy the job does not import. Each copy is listed with its own version and
+    place, and the one the job imports is named, with why (the job's folder, PYTHONPATH entry N, the user site, an
+    editable install). This covers every stack package, compiled ones (TE, FlashMLA, fast-hadamard-transform)
+    included.
+    """
+    static = ctx.static
+    notes, evidence, seen = [], {}, set()
+    for dist in STACK:
+        copies = static.dist_copies(dist)
+        module = STACK[dist]
+        imported = static.copy(module)
+        shadowed = [o for o in imported["others"] if o.get("path")] if imported["found"] else []
+        if len(copies) > 1:
+            notes.append(copies_note(dist, copies, imported))
+        elif shadowed and module not in seen:  # one note per module (TE's distributions share one)
+            seen.add(module)
+            hidden = "; ".join(f"{o.get('version') or '(no metadata)'} at {o['path']} ({o.get('why')})"
+                               for o in shadowed[:8])
+            notes.append(f"{module} has {len(shadowed) + 1} copies: the job imports "
+                         f"{imported['version'] or '(no version)'} at {imported['root']} ({imported['why']}), in "
+                         f"front of {hidden}")
+        if len(copies) > 1 or shadowed:
+            evidence[dist] = {"imported": imported["why"], "root": imported["root"],
+                              "copies": [{"version": c.get("version"), "path": c.get("path")} for c in copies],
+                              "shadowed": shadowed}
+    if not notes:
+        return passed("each stack package found has one copy on the job's path", evidence=evidence)
+    return warned(f"{len(notes)} package(s) with more than one copy: " + notes[0] + ("" if len(notes) == 1 else " …"),
+                  "\n".join(notes), evidence=evidence)
+
+
+CHECKS = [deps_metadata, deps_consistency, deps_copies]

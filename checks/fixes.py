@@ -233,14 +233,27 @@ MCORE = Fix(f"Install Megatron-core from the dev branch at {MLM_DEV[:8]} or late
             key="mcore")
 
 
-def mcore(shadowed_by: str | None = None) -> Fix:
-    """The Megatron fix; when a PYTHONPATH copy shadows the installed one, pip cannot help: say where it comes from."""
+def mcore(shadowed_by: str | None = None, git_root: str | None = None, why: str | None = None) -> Fix:
+    """The Megatron fix. When megatron.core imports from a checkout (PYTHONPATH, the job's folder, an editable
+    install), pip cannot help: a git checkout is moved to the dev commit in place (a typed update-checkout action),
+    any other copy is named, with what to do."""
     if not shadowed_by:
         return MCORE
-    return Fix(f"megatron.core imports from {shadowed_by} (a copy on PYTHONPATH, e.g. Megatron-Bridge's 3rdparty/"
-               f"Megatron-LM in verl's image), so `pip install` would not take effect: check that copy out at "
-               f"Megatron-LM dev {MLM_DEV[:8]} or later, or take it off PYTHONPATH and install the dev commit",
-               key="mcore-shadowed", phase=Phase.SETTING)
+    where = f"{shadowed_by} ({why})" if why else shadowed_by
+    if git_root:
+        return Fix(f"megatron.core imports from {where}, a git checkout that `pip install` would not change: check it "
+                   f"out at Megatron-LM dev {MLM_DEV[:8]} (or later) in place"
+                   + (", then reinstall the editable checkout (pip install --no-deps -e) so that its metadata "
+                      "follows" if why and why.startswith("editable") else ""),
+                   [["git", "-C", git_root, "fetch", "origin"], ["git", "-C", git_root, "checkout", MLM_DEV]],
+                   key=f"mcore-checkout:{git_root}", phase=Phase.PATH,
+                   action={"kind": "update-checkout", "module": "megatron.core", "checkout": git_root,
+                           "commit": MLM_DEV})
+    return Fix(f"megatron.core imports from {where}, which `pip install` would not change (e.g. Megatron-Bridge's "
+               f"3rdparty/Megatron-LM on PYTHONPATH in verl's image): replace that copy with Megatron-LM dev "
+               f"{MLM_DEV[:8]} or later, or take it off the job's path and install the dev commit",
+               key=f"mcore-shadowed:{shadowed_by}", phase=Phase.PATH, manual=True,
+               action={"kind": "replace-copy", "module": "megatron.core", "path": shadowed_by, "commit": MLM_DEV})
 
 
 VERL = Fix(f"Install verl {VERL_VERSION} or newer (it has PRs #7221, #7297 and #6555)",

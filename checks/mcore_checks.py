@@ -13,6 +13,7 @@ from dsv4_doctor.model import Context, Result, Source, errored, failed, passed, 
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
+from ._reach import hides
 from ._upstream import EAV, VERL, gh, mlm, mlm_change
 
 MCORE = "megatron-core"
@@ -60,36 +61,45 @@ def _direct_url(dist: dict | None) -> dict:
 def _where(static) -> dict:
     mod = static.module("megatron.core")
     dist = static.dist(MCORE)
+    copy = static.copy("megatron.core")
     url = _direct_url(dist)
     vcs = url.get("vcs_info")
     dir_info = url.get("dir_info")
+    owner = copy["owner"] or {}
     evidence = {
         "megatron.core": mod.get("origin") or mod.get("locations"),
+        "imported_copy": copy["why"],  # which copy the job imports, and why (its folder, PYTHONPATH, an editable)
         "distribution": dist.get("version") if dist else None,
         "distribution_path": dist.get("path") if dist else None,
         "vcs": vcs if isinstance(vcs, dict) else None,
-        "editable": bool(dir_info.get("editable")) if isinstance(dir_info, dict) else False,
+        "editable": bool(dir_info.get("editable")) if isinstance(dir_info, dict) else owner.get("editable", False),
     }
+    if copy["version_from"] == "files":
+        evidence["files_version"] = copy["version"]  # package_info.py of a checkout no distribution owns
+    if copy["git"] and copy["git"].get("commit"):
+        evidence["git_commit"] = copy["git"]["commit"]
     return evidence
 
 
 def checkout(static, evidence: dict) -> str | None:
-    """The folder megatron.core imports from when it is not the installed distribution (a PYTHONPATH checkout, such
-    as Megatron-Bridge's 3rdparty/Megatron-LM in verl's image): pip cannot change what that folder holds."""
-    origin = static.module("megatron.core").get("origin") or ""
-    if not origin or evidence["editable"]:
-        return None
-    root = os.path.dirname(os.path.dirname(os.path.dirname(origin)))  # .../megatron/core/__init__.py -> repo root
-    dist_path = evidence["distribution_path"]
-    if dist_path:
-        site = os.path.realpath(os.path.dirname(dist_path))
-        return None if os.path.realpath(origin).startswith(site + os.sep) else root
-    return None if any(part in SITE_DIRS for part in origin.split(os.sep)) else root
+    """The folder megatron.core imports from when pip does not write it: a checkout on PYTHONPATH (Megatron-Bridge's
+    3rdparty/Megatron-LM in verl's image), the job's own folder (a Megatron-LM checkout that runs pretrain_gpt.py),
+    or an editable install's checkout. pip cannot change what that folder holds."""
+    copy = static.copy("megatron.core")
+    if copy["place"] == "editable":
+        return (copy["owner"] or {}).get("checkout") or copy["root"]
+    return copy["root"] if hides(static, copy, MCORE) else None
 
 
 def mcore_fix(ctx: Context):
     static = ctx.static
-    return fixes.mcore(checkout(static, _where(static)))
+    return mcore_fix_of(static, _where(static))
+
+
+def mcore_fix_of(static, evidence: dict):
+    root = checkout(static, evidence)
+    git = static.copy("megatron.core")["git"] or {}
+    return fixes.mcore(root, git.get("root") if root else None, static.copy("megatron.core")["why"])
 
 
 @check(
@@ -109,6 +119,10 @@ def mcore_fix(ctx: Context):
                    "Megatron-LM 108cb6bc (#5984): the fused CSA compressor"),
         mlm_change("6888385f", "Megatron-LM 6888385f (#6020): dsa_kernel_backend (fd1121b8 has only "
                    "apply_dsa_kernel_fusion)"),
+        Source("Python docs: the initialization of sys.path (sys.path[0] is the script's folder, or the working "
+               "directory for -m and -c)", "https://docs.python.org/3/library/sys_path_init.html"),
+        Source("PEP 660: editable installs (the meta-path finders setuptools' pip install -e registers)",
+               "https://peps.python.org/pep-0660/"),
     ),
     fixes=(FIX_MCORE,),
     static=STATIC,
@@ -125,7 +139,10 @@ def mcore_dsv4(ctx: Context) -> Result:
     still mark the indexer grads ready under overlapped DDP), #5960/#6349 (indexer-loss fixes), 108cb6bc (the
     fused CSA compressor) and 6888385f (dsa_kernel_backend). When megatron.core imports from a checkout on
     PYTHONPATH (verl's image puts Megatron-Bridge's 3rdparty/Megatron-LM there), `pip install` would not take
-    effect: the fix then names that folder instead.
+    effect: the fix then names that folder instead. The copy judged is the one the job imports: a Megatron-LM
+    checkout in the job's own folder (`torchrun pretrain_gpt.py` run there), on PYTHONPATH, or installed editable
+    (`pip install -e .`, found through its meta-path finder); a git checkout's fix moves the checkout itself to the
+    dev commit (git fetch, git checkout).
     """
     static = ctx.static
     evidence = _where(static)
@@ -134,27 +151,30 @@ def mcore_dsv4(ctx: Context) -> Result:
     evidence["checkout"] = checkout(static, evidence)
     found = {name: static.module(name).get("found", False) for name in MARKERS}
     evidence["markers"] = {MARKERS[n]: ok for n, ok in found.items()}
-    origin = static.module("megatron.core").get("origin") or ""
+    copy = static.copy("megatron.core")
     shadow = ""
+    owner = copy["owner"] or {}
     dist_path = evidence["distribution_path"]
-    site = os.path.realpath(os.path.dirname(dist_path)) if dist_path else ""
-    # An editable install's dist-info sits apart from its source tree by design; only a regular one can be shadowed.
-    if dist_path and origin and not evidence["editable"] and \
-            not os.path.realpath(origin).startswith(site + os.sep):
-        shadow = (f" megatron.core imports from {origin}, not from the installed megatron-core "
-                  f"{evidence['distribution']} distribution ({os.path.dirname(dist_path)}): a PYTHONPATH tree (e.g. "
-                  "Megatron-Bridge's 3rdparty/Megatron-LM in the verl image) shadows it.")
-    version = evidence["distribution"] or "(no metadata)"
+    if evidence["checkout"] and copy["place"] != "editable":
+        installed = (f"the installed megatron-core {evidence['distribution']} distribution "
+                     f"({os.path.dirname(dist_path)})") if dist_path and owner.get("path") != dist_path else None
+        shadow = (f" megatron.core imports from {evidence['checkout']} ({copy['why']})"
+                  + (f", not from {installed}, which it shadows." if installed else "."))
+    elif copy["place"] == "editable":
+        shadow = f" megatron.core imports from an editable install ({copy['why']})."
+    stated = copy["version"] if copy["version_from"] == "files" else None
+    version = owner.get("version") or evidence["distribution"] or (
+        f"{stated} (package_info.py)" if stated else "(no metadata)")
     # The code that runs is what is named: a shadowing tree is not the distribution whose version pip reports.
-    tree = evidence["checkout"] or os.path.dirname(os.path.dirname(os.path.dirname(origin)))
-    what = f"the Megatron-core tree at {tree}" if shadow else f"Megatron-core {version}"
+    what = (f"the Megatron-core tree at {evidence['checkout']}" if evidence["checkout"] and copy["place"] != "editable"
+            else f"Megatron-core {version}")
     if not found[f"{EAV_MOD}.deepseek_v4_hybrid_attention"]:
         return failed(
             f"{what} has no dsv4_hybrid attention: the model build fails with \"Invalid "
             "experimental attention variant: dsv4_hybrid\"",
             "Every megatron-core release lacks DSv4 (it exists only on the dev branch), and dev reports the same "
             "version string, so the files decide." + shadow,
-            fixes=[fixes.mcore(evidence["checkout"])], evidence=evidence)
+            fixes=[mcore_fix_of(static, evidence)], evidence=evidence)
     source = static.source(DSV4_MOD)
     classes = source.get("classes")
     if (not isinstance(classes, dict) or DSV4_CLASS not in classes) and source.get("truncated"):
@@ -166,10 +186,12 @@ def mcore_dsv4(ctx: Context) -> Result:
         why = f"it could not be read ({source.get('error')})" if source.get("error") else f"it defines no {DSV4_CLASS}"
         return failed(f"{what} has a deepseek_v4_hybrid_attention module, but {why}",
                       f"{source.get('path') or DSV4_MOD}: the dsv4_hybrid spec builds {DSV4_CLASS} from it." + shadow,
-                      fixes=[fixes.mcore(evidence["checkout"])], evidence=evidence)
+                      fixes=[mcore_fix_of(static, evidence)], evidence=evidence)
     have = [MARKERS[n] for n, ok in found.items() if ok]
     vcs = evidence["vcs"] or {}
-    commit_id = vcs.get("commit_id")
+    # A checkout the job imports in front of the distribution: its own commit, not the distribution's.
+    commit_id = evidence.get("git_commit") if evidence["checkout"] else (vcs.get("commit_id")
+                                                                         or evidence.get("git_commit"))
     commit = f" at {commit_id[:8]}" if isinstance(commit_id, str) and commit_id else ""
     return passed(f"Megatron-core dev{commit} (reports {version}): " + "; ".join(have),
                   shadow.strip(), evidence=evidence)

@@ -52,6 +52,7 @@ class Options:
     verbose_ranks: bool = False
     no_kernel_cache: bool = False
     job_args: str | None = None
+    job_cwd: str | None = None  # --job-cwd: where the --job-args command runs (default: the current folder)
     dry_run: bool = False
     report: str | None = None
     job_command: list[str] = field(default_factory=list)
@@ -92,6 +93,21 @@ def _job_argv(opts: Options) -> list[str] | None:
     return split_job_args(opts.job_args)
 
 
+def job_start(opts: Options, profile: Profile):
+    """How the job's interpreter starts (its sys.path[0], path flags and variables), for the static probe: from
+    preflight's command in the current folder, or --job-args in --job-cwd (default: the current folder)."""
+    if profile.job is None:
+        return None
+    from .jobpath import job_path
+
+    argv = list(opts.job_command)
+    argv = argv[1:] if argv[:1] == ["--"] else argv
+    if not argv:
+        argv = _job_argv(opts) or []
+    cwd = os.path.abspath(opts.job_cwd) if opts.job_cwd else os.getcwd()
+    return job_path(argv, cwd)
+
+
 def _resolved(opts: Options) -> Options:
     """The options with --python resolved once, to the interpreter every step of the command uses."""
     from .session import resolve_python
@@ -106,7 +122,8 @@ def run_report(opts: Options, profile: Profile, only: list[str], skip: list[str]
 
     display = live_display(progress)
     try:
-        return run_check(opts.python, opts.timeout, profile, only, skip, strict, on_event=display)
+        return run_check(opts.python, opts.timeout, profile, only, skip, strict, on_event=display,
+                         job_path=job_start(opts, profile))
     finally:
         display.stop()
 

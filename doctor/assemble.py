@@ -85,6 +85,12 @@ def environment(target: dict, static: dict | None, python: str) -> dict:
     info = {k: source.get(k) if isinstance(source.get(k), (str, type(None))) else str(source.get(k))
             for k in ("executable", "version", "implementation", "prefix")}
     info["executable"] = info["executable"] or python
+    if isinstance(py, dict) and isinstance(py.get("installer"), dict):  # what the fix plan installs with
+        inst = py["installer"]
+        info["installer"] = {"pip": inst.get("pip") if isinstance(inst.get("pip"), str) else None,
+                             "uv_venv": inst.get("uv_venv") is True,
+                             "uv": inst.get("uv") if isinstance(inst.get("uv"), str) else None,
+                             "ensurepip": inst.get("ensurepip") is True}
     return {
         "doctor_python": sys.executable,
         "target_python": info,

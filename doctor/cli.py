@@ -120,9 +120,7 @@ def _start_early(argv: Sequence[str]) -> bool:
 def _no_kernel_cache() -> None:
     from . import kernelcache
 
-    if os.environ.get(kernelcache.ENV) != "off":
-        os.environ[kernelcache.ENV] = "off"  # read once, where the probes' environment is made
-        kernelcache.reset()
+    kernelcache.switch_off("--no-kernel-cache")  # the doctor's own probes only: the job's environment stays as it is
 
 
 def _error_text(exc) -> str:

@@ -29,7 +29,7 @@ class BadValue(ValueError):
 
 def _cp(value: str) -> int:
     try:
-        n = int(value)
+        n = int(value) if len(value) <= 12 else 1 << 40  # a 5,000-digit word is out of range, not a crash
     except ValueError:
         raise BadValue(f"expected a whole number, got {value!r}") from None
     if not 1 <= n <= 1024:
@@ -54,10 +54,13 @@ def parse_timeout(value: str) -> float:
 
 
 def _port(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise BadValue(f"expected a port number, got {value!r}") from None
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()):
+        raise BadValue(f"expected a port number, got {value!r}")
+    n = int(text) if len(text) <= 12 else 1 << 40
+    if not 1 <= n <= 65534:  # P and P + 1 (the smoke's CP groups)
+        raise BadValue("must be a port between 1 and 65534 (the exchange takes P and P + 1)")
+    return n
 
 
 
@@ -70,7 +73,7 @@ ROOT_OPTIONS = ("-h", "--help", "--version", "--install-completion", "--show-com
 # (cli.early_target) needs of the grammar before typer is imported. A test holds these to the typer application.
 INSPECTING_COMMANDS = ("check", "smoke", "fix", "preflight")
 VALUE_OPTIONS = ("--cp", "--dsa-backend", "--gpu-arch", "--python", "--timeout", "--only", "--skip", "--device", "-f",
-                 "--format", "-o", "--output", "--fleet-port", "--fleet-wait", "--job-args", "--report")
+                 "--format", "-o", "--output", "--fleet-port", "--fleet-wait", "--job-args", "--job-cwd", "--report")
 DESCRIPTION = ("Preflight checks for DeepSeek-V4 context-parallel training (verl + Megatron-Core + TE + cuDNN "
                "frontend). `check` is the default command.")
 PREFLIGHT_EPILOG = ("The report goes to stderr (text), the job's stdout stays clean. Exit: the command's own exit code "
@@ -215,7 +218,10 @@ def _app():
                     "adds the sources (default: the rows that need attention, one line each, with their fix "
                     "commands). JSON, markdown and JUnit are unchanged.")
     # The options several commands share, declared once (typer reads an option's declaration; it never changes it).
+    job_cwd_help = ("The folder the training command runs in (default: the current one): with `python -m`/`-c` it is "
+                    "the job's sys.path[0], where the job imports packages from first.")
     shared = SimpleNamespace(
+        job_cwd=Option(None, "--job-cwd", metavar="DIR", help=job_cwd_help),
         dsa_backend=Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
         gpu_arch=Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
         python=Option(None, "--python", metavar="PATH", help=python_help),
@@ -261,6 +267,7 @@ def _app():
         verbose: int = shared.verbose,
         no_kernel_cache: bool = shared.no_kernel_cache,
         job_args: str | None = Option(None, "--job-args", metavar="CMD", help=job_args_help),
+        job_cwd: str | None = shared.job_cwd,
     ) -> None:
         take("check", locals())
 
@@ -320,6 +327,7 @@ def _app():
         job_args: str | None = Option(None, "--job-args", metavar="CMD", help=(
             "The training command, as one shell-quoted string: the job.* checks run, and the plan ends with the "
             "job's settings (CP_ARGS, export lines), as comments.")),
+        job_cwd: str | None = shared.job_cwd,
     ) -> None:
         take("fix", locals())
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import functools
-from typing import Any
+import os
 import re
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+
+from .located import STACK_MODULE_OF, copy_of
+from .versions import (  # noqa: F401  (re-exported: the checks read them from facts)
+    MARKER_KEYS, MAX_REQUIREMENTS, at_least, extra_requirements, parse_requirement, requirement_text, requirements,
+    safe_specifier, safe_version, version)
 
 
 class StaticFacts:
@@ -50,8 +53,22 @@ class StaticFacts:
         return next((c for c in self.dist_copies(name) if not c.get("error") and c.get("version")), None)
 
     def version(self, name: str) -> str | None:
+        """The version of the copy the job imports: the first readable metadata on its path, unless the module the
+        job imports (STACK_MODULE_OF) comes from another copy: an editable finder's distribution, or a checkout no
+        metadata describes (then the version its files state, or None)."""
         d = self.readable_dist(name)
         v = d.get("version") if d else None
+        module = STACK_MODULE_OF.get(canonical(name))
+        if module and isinstance(self._section("modules").get(module), dict):
+            c = self.copy(module)
+            owner = c["owner"] or {}
+            if c["found"] and owner.get("version") and d is not None and owner.get("path") != d.get("path") \
+                    and canonical(str(owner.get("name") or "")) == canonical(name):
+                return owner["version"]
+            if c["found"] and not owner and c["entry"] and c["place"] != "site" and not (
+                    d and d.get("path") and os.path.realpath(os.path.dirname(str(d["path"])))
+                    == os.path.realpath(c["entry"])):
+                return c["version"]  # a checkout on the path: what its files state, or not known
         return v if isinstance(v, str) else None
 
     def unreadable(self) -> dict[str, str]:
@@ -103,6 +120,17 @@ class StaticFacts:
         has_fatbin, cubins and ptx as [{arch, count}], fatbins, entries, compressed, capped, error); typed."""
         m = self._section("device_code").get(module)
         return _clean_device_code(m) if isinstance(m, dict) else {"found": False, "objects": []}
+
+    def copy(self, module: str) -> dict:
+        """The copy of `module` the job imports, typed (located.copy_of says what each field holds)."""
+        return copy_of(self.module(module))
+
+    def installer(self) -> dict:
+        """What can install into the target: pip (its origin, or None), uv_venv, uv (its path on PATH), ensurepip."""
+        raw = self.python.get("installer")
+        raw = raw if isinstance(raw, dict) else {}
+        return {"known": bool(raw), "pip": _text_or_none(raw.get("pip")), "uv_venv": raw.get("uv_venv") is True,
+                "uv": _text_or_none(raw.get("uv")), "ensurepip": raw.get("ensurepip") is True}
 
     def source(self, module: str) -> dict:
         """A module's ast summary: found, path, error, truncated, classes, functions, names, contains, attributes;
@@ -252,107 +280,6 @@ def _clean_copy(copy: dict, env: dict) -> dict:
             out[key] = None
     out["marker_env"] = env
     return out
-
-
-def version(text: str | None) -> Version | None:
-    """A PEP 440 version, or None. NVIDIA builds such as 2.5.0a0+nv24.10 and 2.9.0+abc parse fine."""
-    if not text or not isinstance(text, str) or len(text) > 200:
-        return None
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return None
-
-
-def at_least(text: str | None, minimum: str) -> bool | None:
-    """Plain Version ordering, as Megatron's is_te_min_version uses: 2.9.0+abc >= 2.9.0, 2.9.0.dev0 < 2.9.0."""
-    v = version(text)
-    return None if v is None else v >= Version(minimum)
-
-
-# A version that may become part of a command: digits, dots and the usual PEP 440 suffixes, nothing else.
-_SAFE_VERSION = re.compile(r"[0-9]{1,6}(\.[0-9]{1,6}){0,4}((a|b|rc)[0-9]{1,4})?(\.post[0-9]{1,4})?(\.dev[0-9]{1,6})?")
-
-
-_SAFE_SPECIFIER = re.compile(r"(?:==|!=|<=|>=|~=|<|>)[0-9][0-9A-Za-z.*+!_-]{0,40}"
-                             r"(?:,(?:==|!=|<=|>=|~=|<|>)[0-9][0-9A-Za-z.*+!_-]{0,40}){0,5}")
-
-
-def safe_specifier(text: str | None) -> str | None:
-    """`text` if it is a plain version specifier (`>=4.8.0`, `~=13.4.4,<14`) that may go into a fix command: no
-    `===` (which takes any text), no shell characters. Else None."""
-    if isinstance(text, str) and _SAFE_SPECIFIER.fullmatch(text.replace(" ", "")):
-        return text.replace(" ", "")
-    return None
-
-
-def safe_version(text: str | None) -> str | None:
-    """`text` if it is a plain public version that may be put into a fix command, else None."""
-    if isinstance(text, str) and _SAFE_VERSION.fullmatch(text):
-        return text
-    return None
-
-
-MAX_REQUIREMENTS = 2000  # Requires-Dist lines read per distribution (a real one has well under 200)
-MARKER_KEYS = ("implementation_name", "implementation_version", "os_name", "platform_machine", "platform_release",
-               "platform_system", "platform_version", "python_full_version", "platform_python_implementation",
-               "python_version", "sys_platform")
-
-
-def requirement_text(req) -> str:
-    """A requirement as people read it, without its environment marker: `nvidia-cutlass-dsl[cu13]>=4.5.0`."""
-    extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
-    return f"{req.name}{extras}{req.specifier}"
-
-
-def parse_requirement(line) -> Any:
-    """A Requires-Dist line as a packaging Requirement, or None (not text, too long, or invalid); cached, since
-    every check that reads a distribution's requirements parses the same lines."""
-    return _requirement(line) if isinstance(line, str) and len(line) <= 4096 else None
-
-
-@functools.lru_cache(maxsize=4096)
-def _requirement(line: str):
-    from packaging.requirements import InvalidRequirement, Requirement  # 15 ms: only when a check needs it
-
-    try:
-        return Requirement(line)
-    except InvalidRequirement:
-        return None
-
-
-def requirements(dist: dict | None, extras: tuple[str, ...] = ()) -> list:
-    """What a distribution declares (METADATA Requires-Dist) when installed with `extras`.
-
-    Requirements under `extra == "X"` count only for the extras asked for; unconditional ones always count (frontend
-    1.32.0 requires nvidia-cutlass-dsl unconditionally, 1.26/1.27 only in its `cutedsl` extra). Markers are evaluated
-    for the target interpreter (`marker_env`, which StaticFacts puts on every copy it hands out), not for the
-    doctor's own: `python_version >= "3.12"` must hold on the target."""
-    out = []
-    dist = dist if isinstance(dist, dict) else {}
-    lines = dist.get("requires")
-    target = dist.get("marker_env")
-    env = {k: v for k, v in target.items() if k in MARKER_KEYS and isinstance(v, str)} \
-        if isinstance(target, dict) else {}
-    for line in lines[:MAX_REQUIREMENTS] if isinstance(lines, list) else []:
-        req = parse_requirement(line)
-        if req is None:
-            continue
-        if req.marker is None:
-            out.append(req)
-            continue
-        try:
-            if any(req.marker.evaluate(dict(env, extra=e)) for e in ("", *extras)):
-                out.append(req)
-        except Exception:  # a marker this environment cannot evaluate: not ours to judge
-            continue
-    return out
-
-
-def extra_requirements(dist: dict | None, extra: str) -> list:
-    """Requirements a distribution declares only for `extra`."""
-    base = {str(r) for r in requirements(dist)}
-    return [r for r in requirements(dist, (extra,)) if str(r) not in base]
 
 
 def canonical(name: str) -> str:

@@ -76,15 +76,36 @@ class Command:
     def is_pip(self) -> bool:
         return self.argv[0] in ("pip", "pip3")
 
+    @property
+    def is_ensurepip(self) -> bool:
+        """`ensurepip ...`: the target's own ensurepip (`"$PY" -I -m ensurepip`), which installs its pip."""
+        return self.argv[0] == "ensurepip"
+
 
 # How a pip command runs, in the fix script and under `fix --apply`: `<target python> -I -m pip ...`, the target's own
 # pip (`-I`: a pip.py in the current directory is not pip), never whichever pip is first on PATH.
 PIP = ("-I", "-m", "pip")
+# ... or, in a venv uv made (no pip in it), with uv: `uv pip <sub-command> --python <target python> ...`.
+INSTALLERS = ("pip", "uv")
+# pip's options uv pip spells otherwise, or does not take (it never asks before uninstalling).
+UV_SPELLING = {"--no-cache-dir": "--no-cache", "-y": None, "--yes": None, "--pre": "--prerelease=allow"}
+
+
+def installer_argv(python: str, cmd: Command, installer: str = "pip", uv: str = "uv") -> list[str]:
+    """How a pip command runs under an installer: the target's own pip, or uv aimed at the target."""
+    if cmd.is_ensurepip:
+        return [python, "-I", "-m", *cmd.argv]
+    if installer == "uv":
+        rest = [UV_SPELLING.get(a, a) for a in cmd.argv[2:]]
+        return [uv, "pip", cmd.argv[1], "--python", python, *[a for a in rest if a is not None]] \
+            if len(cmd.argv) > 1 else [uv, "pip", "--python", python]
+    return [python, *PIP, *cmd.argv[1:]]
 
 
 class Phase(str, enum.Enum):
     """Where a fix goes in a plan: the order in which installing things does not undo what came before."""
 
+    PATH = "path"  # where the job imports from (a shadowing copy, the installer itself): before anything installs
     RUNTIME = "runtime"  # torch and the CUDA runtime wheels: a manual step, everything compiled must follow it
     BUILD = "build"  # packages compiled against torch (--no-build-isolation)
     PIN = "pin"  # pure-Python pins
@@ -101,9 +122,14 @@ class Fix:
     phase: Phase = Phase.PIN
     manual: bool = False  # printed, never run by `fix --apply` (a torch reinstall, a source build choice)
     notes: tuple[str, ...] = ()  # e.g. the compiled extensions to rebuild after a torch change
+    # What the fix changes where the job imports from, as data a program can carry out ("kind" and its fields:
+    # drop-pythonpath-entry, disable-user-site, update-checkout, move-aside, install-pip, no-installer).
+    action: tuple[tuple[str, str], ...] = ()
+    installer: str = "pip"  # how its pip commands run: "pip" ("$PY" -I -m pip) or "uv" (uv pip --python "$PY")
 
     def __init__(self, description: str, commands: Iterable[Command | str | Sequence[str]] = (), *, key: str = "",
-                 phase: Phase | str = Phase.PIN, manual: bool = False, notes: Iterable[str] = ()):
+                 phase: Phase | str = Phase.PIN, manual: bool = False, notes: Iterable[str] = (),
+                 action: Mapping[str, str] | None = None, installer: str = "pip"):
         cmds = []
         for c in commands:
             if isinstance(c, Command):
@@ -119,11 +145,24 @@ class Fix:
         object.__setattr__(self, "phase", phase)
         object.__setattr__(self, "manual", bool(manual) or phase is Phase.RUNTIME)
         object.__setattr__(self, "notes", tuple(str(n) for n in notes))
+        object.__setattr__(self, "action", tuple((str(k), str(v)) for k, v in (action or {}).items()))
+        if installer not in INSTALLERS:
+            raise ValueError(f"not an installer: {installer!r}")
+        object.__setattr__(self, "installer", installer)
+
+    def with_installer(self, installer: str) -> Fix:
+        """The same fix, its pip commands run by `installer`."""
+        return Fix(self.description, self.commands, key=self.key, phase=self.phase, manual=self.manual,
+                   notes=self.notes, action=dict(self.action), installer=installer)
 
     def to_dict(self) -> dict:
         out = {"description": self.description, "commands": [c.shell() for c in self.commands],
                "argv": [list(c.argv) for c in self.commands], "id": self.key, "phase": self.phase.value,
                "manual": self.manual, "notes": list(self.notes)}
+        if any(c.is_pip for c in self.commands):
+            out["installer"] = self.installer
+        if self.action:
+            out["action"] = dict(self.action)
         if any(c.env for c in self.commands):  # one mapping per command, as `--apply` sets it (CUDA_HOME unexpanded)
             out["env"] = [dict(c.env) for c in self.commands]
         return out
@@ -134,4 +173,6 @@ class Fix:
         argv = data.get("argv")
         commands = [tuple(a) for a in argv] if isinstance(argv, list) else list(data.get("commands") or [])
         return Fix(str(data.get("description", "")), commands, key=str(data.get("id", "")),
-                   phase=data.get("phase", "pin"), manual=bool(data.get("manual")), notes=data.get("notes") or ())
+                   phase=data.get("phase", "pin"), manual=bool(data.get("manual")), notes=data.get("notes") or (),
+                   action=data["action"] if isinstance(data.get("action"), Mapping) else None,
+                   installer=str(data.get("installer") or "pip"))

@@ -23,14 +23,15 @@ import sys
 from dataclasses import dataclass, field
 from collections.abc import Callable, Mapping, Sequence
 
-from .fix import PIP, Command, Fix, Phase, env_value
+from .fix import Command, Fix, Phase, env_value, installer_argv
 from .model import CheckReport, Status
 from .procs import kill_group
 from .redact import Redactor, cap, clean_text
 from .render.output import line_text, write_stderr
 from .report import Report
 
-ORDER = (Phase.RUNTIME, Phase.BUILD, Phase.PIN, Phase.SETTING)
+ORDER = (Phase.PATH, Phase.RUNTIME, Phase.BUILD, Phase.PIN, Phase.SETTING)
+NO_INSTALLER = "installer:none"  # the key of the fix that says the target has no installer at all
 
 
 @dataclass
@@ -42,9 +43,10 @@ class Step:
 
     @property
     def runnable(self) -> bool:
-        """Not manual, not a setting, and every command is pip (run with the target's interpreter)."""
+        """Not manual, not a setting, and every command is pip or ensurepip (run with the target's interpreter, or
+        uv aimed at it)."""
         return not self.fix.manual and self.fix.phase is not Phase.SETTING and bool(self.commands) and \
-            all(c.is_pip for c in self.commands)
+            all(c.is_pip or c.is_ensurepip for c in self.commands)
 
     @property
     def automatic(self) -> bool:
@@ -58,8 +60,13 @@ class Plan:
     unfixable: list[str]  # failing or erroring checks that offer no fix at all
 
     @property
+    def no_installer(self) -> Step | None:
+        """The step that says the target has no installer (no pip, no ensurepip, no uv): nothing can be installed."""
+        return next((s for s in self.steps if s.fix.key == NO_INSTALLER), None)
+
+    @property
     def exit_code(self) -> int:
-        return 1 if self.unfixable else 0
+        return 1 if self.unfixable or self.no_installer else 0
 
 
 def plan_of(report: Report) -> Plan:
@@ -108,9 +115,12 @@ def build_plan(reports: Sequence[CheckReport[Fix]]) -> Plan:
     return Plan(steps, unfixable)
 
 
-def pip_argv(python: str, cmd: Command) -> list[str]:
-    """How `--apply` runs a pip command: with the target's own pip, the arguments the script shows."""
-    return [python, *PIP, *cmd.argv[1:]]
+def pip_argv(python: str, cmd: Command, installer: str = "pip") -> list[str]:
+    """How `--apply` runs a pip command: with the target's own pip (or uv aimed at it, in a uv venv), the arguments
+    the script shows."""
+    import shutil
+
+    return installer_argv(python, cmd, installer, shutil.which("uv") or "uv")
 
 
 def offline_reason(cmd: Command, environ: Mapping[str, str]) -> str | None:
@@ -143,7 +153,7 @@ def apply(plan: Plan, python: str, procs, redact: Redactor | None = None,
         for cmd in step.commands:
             if interrupted():
                 return ran, 0
-            argv = pip_argv(python, cmd)
+            argv = pip_argv(python, cmd, step.fix.installer)
             shown = shlex.join(redact.text(w) for w in argv)  # redact, then quote
             write_stderr("+ " + clean_text(cap(redact.text(cmd.env_prefix()) + shown)) + "\n")
             env = dict(os.environ, **{n: env_value(v, os.environ) for n, v in cmd.env}) if cmd.env else None
@@ -213,6 +223,13 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
     from .render import verdict_line
     from .signals import GATE
 
+    if plan.no_installer is not None:
+        say("nothing applied: no installer: " + plan.no_installer.fix.description)
+        return int(ExitCode.FAILED)
+    path = [n for n, s in enumerate(plan.steps, 1) if s.fix.phase is Phase.PATH and s.fix.manual]
+    if path:  # a shadowing copy stays in front of what pip installs until they are done
+        say(f"by hand first: step(s) {', '.join(map(str, path))} change where the job imports from (its PYTHONPATH, "
+            "user site or folder); the re-check below runs in this environment, as it is")
     held = [n for n, s in enumerate(plan.steps, 1) if s.held_by is not None]
     if held:
         say(f"held back: step(s) {', '.join(map(str, held))} build against torch and wait for the manual torch "

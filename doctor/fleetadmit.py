@@ -44,10 +44,10 @@ def _depth_ok(obj, limit: int = MAX_DEPTH) -> bool:
 
 
 def _text(value, limit: int = MAX_TEXT) -> str:
-    from .redact import clean_text
+    from .redact import clean_text, cut
 
     text = value if isinstance(value, str) else ""
-    return clean_text(text[:limit])
+    return clean_text(cut(text, limit))
 
 
 def _row_from(data, rank: int) -> CheckReport:

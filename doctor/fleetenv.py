@@ -42,14 +42,35 @@ class FleetEnv:
         return self.local_rank == 0
 
 
+MAX_WORLD_SIZE = 1 << 17  # 131072 ranks: more than any job runs; a larger world is refused before any per-rank work
+MAX_PORT = 65535
+# The range of each launcher variable the doctor reads; a value outside it is a usage error that states the range.
+RANGES: dict[str, tuple[int, int]] = {
+    "WORLD_SIZE": (0, MAX_WORLD_SIZE), "RANK": (0, MAX_WORLD_SIZE - 1), "LOCAL_RANK": (0, MAX_WORLD_SIZE - 1),
+    "LOCAL_WORLD_SIZE": (1, MAX_WORLD_SIZE), "GROUP_WORLD_SIZE": (1, MAX_WORLD_SIZE),
+    "GROUP_RANK": (0, MAX_WORLD_SIZE - 1), "SLURM_STEP_NUM_TASKS": (0, MAX_WORLD_SIZE),
+    "SLURM_PROCID": (0, MAX_WORLD_SIZE - 1), "SLURM_LOCALID": (0, MAX_WORLD_SIZE - 1),
+    "SLURM_STEP_NUM_NODES": (1, MAX_WORLD_SIZE), "SLURM_NODEID": (0, MAX_WORLD_SIZE - 1),
+    "MASTER_PORT": (1, MAX_PORT - 1),
+}
+
+
 def _int(environ: Mapping[str, str], name: str, default: int | None = None) -> int | None:
     raw = environ.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise UsageError(f"fleet mode: {name}={raw!r} is not a whole number") from None
+    lo, hi = RANGES.get(name, (0, MAX_WORLD_SIZE))
+    text = raw.strip()
+    digits = text[1:] if text[:1] in ("-", "+") else text
+    if not (digits.isascii() and digits.isdigit()):
+        raise UsageError(f"fleet mode: {name}={raw[:40]!r} is not a whole number")
+    if len(digits) > 12:  # never parsed: int() of a 5,000-digit value raises, and it is out of range anyway
+        raise UsageError(f"fleet mode: {name} is out of range (a whole number in {lo}-{hi}; got a "
+                         f"{len(digits)}-digit number)")
+    value = int(text)
+    if not lo <= value <= hi:
+        raise UsageError(f"fleet mode: {name}={value} is out of range (a whole number in {lo}-{hi})")
+    return value
 
 
 def first_host(nodelist: str) -> str | None:
@@ -67,8 +88,8 @@ def first_host(nodelist: str) -> str | None:
 def tasks_per_node(spec: str) -> int | None:
     """The one task count of every node in SLURM_STEP_TASKS_PER_NODE ("8(x4)", "8,8"), or None (uneven, unreadable)."""
     counts = set()
-    for part in (spec or "").split(","):
-        m = re.fullmatch(r"\s*(\d+)(?:\(x\d+\))?\s*", part)
+    for part in (spec or "")[:4096].split(","):
+        m = re.fullmatch(r"\s*(\d{1,7})(?:\(x\d{1,7}\))?\s*", part)
         if not m:
             return None
         counts.add(int(m.group(1)))
@@ -86,7 +107,7 @@ def expand_nodelist(nodelist: str, limit: int = 100_000) -> list[str]:
             continue
         for part in inner.split(","):
             first, _, last = part.partition("-")
-            if not first.isdigit() or last and not last.isdigit():
+            if not first.isdigit() or last and not last.isdigit() or len(first) > 9 or len(last) > 9:
                 return []
             lo, hi = int(first), int(last or first)
             if hi < lo or len(hosts) + hi - lo >= limit:
@@ -99,7 +120,7 @@ def task_counts(spec: str, limit: int = 100_000) -> list[int]:
     """The task count of each node from SLURM_STEP_TASKS_PER_NODE ("2(x3),1" -> 2, 2, 2, 1; [] when unreadable)."""
     counts: list[int] = []
     for part in (spec or "").split(","):
-        m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        m = re.fullmatch(r"\s*(\d{1,7})(?:\(x(\d{1,7})\))?\s*", part)
         if not m or len(counts) + int(m.group(2) or 1) > limit:
             return []
         counts.extend([int(m.group(1))] * int(m.group(2) or 1))
@@ -183,7 +204,7 @@ def default_port(environ: Mapping[str, str]) -> int:
     MASTER_PORT, a port derived from the Slurm job and step ids, so that two jobs on one node do not meet."""
     master = _int(environ, "MASTER_PORT")
     if master:
-        return master + 1
+        return master + 1  # MASTER_PORT is at most 65534 (RANGES)
     job, step = environ.get("SLURM_JOB_ID"), environ.get("SLURM_STEP_ID")
     if job:
         digest = hashlib.sha256(f"{job}.{step or ''}".encode("utf-8", "replace")).digest()
@@ -259,19 +280,32 @@ def cp_plan(fleet: Mapping, cp: int, environ: Mapping[str, str]) -> dict:
             "first_rank": group * cp, "store_host": env.master_addr, "store_port": port}
 
 
+SECRET_MAX_BYTES = 1 << 16
+SECRET_FIFO_S = 10.0  # a secret given as a pipe (`<(...)`, a FIFO): its writer has this long to write it
+_SECRETS: dict[str, bytes] = {}  # the secret file's contents, read once: a pipe gives its text only once
+
+
 def fleet_key(environ: Mapping[str, str]) -> bytes | None:
     """The job's shared secret (DSV4_DOCTOR_FLEET_SECRET, or the file DSV4_DOCTOR_FLEET_SECRET_FILE names), as
-    the HMAC key of every fleet message; None without one. UsageError when the file cannot be read or is empty."""
+    the HMAC key of every fleet message; None without one. UsageError when the file cannot be read or is empty.
+    The file is read once per process (a regular file or a FIFO, bounded, never blocking past SECRET_FIFO_S; a
+    stop signal meanwhile raises Interrupted) and kept."""
+    from .safeio import ReadRefused, read_file
+
     secret = environ.get(SECRET_VARIABLE)
     path = environ.get(SECRET_FILE_VARIABLE)
     if path:
-        try:
-            with open(path, "rb") as fh:
-                raw = fh.read(1 << 16).strip()
-        except OSError as exc:
-            raise UsageError(f"{SECRET_FILE_VARIABLE}: cannot read the fleet secret ({exc.strerror})") from None
-        if not raw:
-            raise UsageError(f"{SECRET_FILE_VARIABLE}: the file is empty")
+        raw = _SECRETS.get(path)
+        if raw is None:
+            try:
+                raw = read_file(path, SECRET_MAX_BYTES + 1, fifo_s=SECRET_FIFO_S).strip()
+            except ReadRefused as exc:
+                raise UsageError(f"{SECRET_FILE_VARIABLE}: cannot read the fleet secret ({exc})") from None
+            if len(raw) > SECRET_MAX_BYTES:
+                raise UsageError(f"{SECRET_FILE_VARIABLE}: the fleet secret is longer than {SECRET_MAX_BYTES} bytes")
+            if not raw:
+                raise UsageError(f"{SECRET_FILE_VARIABLE}: the file is empty")
+            _SECRETS[path] = raw
         return hashlib.sha256(b"dsv4-doctor fleet\n" + raw).digest()
     if secret:
         return hashlib.sha256(b"dsv4-doctor fleet\n" + secret.encode("utf-8", "surrogateescape")).digest()

@@ -20,6 +20,7 @@ from collections.abc import Collection, Mapping, Sequence
 # admit, BadReport and MAX_REPORT_BYTES stay importable from here: the tests reach them through the merge.
 from .fleetadmit import MAX_REPORT_BYTES, BadReport, RankReport, _obj, admit  # noqa: F401
 from .fix import Fix
+from .redact import shorten
 from .model import SEVERITY, CheckReport, ExitCode, Source, Status, counts, exit_code_for, overall_status
 from .report import Report
 
@@ -131,7 +132,7 @@ def merge_check(check_id: str, rows: Mapping[int, CheckReport], host_of: Mapping
     else:
         # The other groups with their own words when they are few: two passes that say different versions are
         # the point of a fleet report.
-        others = "; ".join(f"{s.value} on {_who(rs, host_of)}: {text[:160]}" if len(ordered) <= 3 else
+        others = "; ".join(f"{s.value} on {_who(rs, host_of)}: {shorten(text, 160)}" if len(ordered) <= 3 else
                            f"{s.value} on {len(rs)} rank(s)" for (s, text), rs in ordered[1:4])
         summary = f"{w_summary} [{w_status.value} on {_who(w_ranks, host_of)}; {others}{scope}]"
     lines, listed = [], []

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .fleetenv import FleetEnv, fleet_key, launcher_hosts
+from .redact import shorten
+from .safeio import ReadRefused, read_file
 from .fleettransport import Exchange, _now
 
 if TYPE_CHECKING:
@@ -136,7 +138,8 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
         if gathered is None:
             answer = exchange.finish(_now() + 5.0)
             why = answer.get("error") or "the fleet exchange gave no reports"
-            state["info"].update(exchange_error=str(why)[:600], missing_why="not heard from: the exchange failed")
+            state["info"].update(exchange_error=shorten(str(why), 600),
+                                 missing_why="not heard from: the exchange failed")
             out, verdict = merged()
         else:
             _take_reports(exchange, gathered, state, env.world_size)
@@ -175,7 +178,7 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
         out = out.with_exit_code(signal_code)  # as a single-host report cut short by a signal says
     except Exception as exc:  # the doctor's own side broke: the report still goes out
         exchange.close()
-        state["info"].update(exchange_error=f"{type(exc).__name__}: {exc}"[:600],
+        state["info"].update(exchange_error=shorten(f"{type(exc).__name__}: {exc}", 600),
                              missing_why="not heard from: the exchange failed")
         out, verdict = merged()
     finally:
@@ -253,12 +256,14 @@ def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -
         if r in state["others"] or not 0 < r < world or r in state.get("rejected_seen", ()):
             continue
         try:
-            with open(path, "rb") as fh:
-                payload = fh.read(fleetadmit.MAX_REPORT_BYTES + 1)
+            payload = read_file(path, fleetadmit.MAX_REPORT_BYTES + 1)  # the helper's file: regular, bounded
             state["others"][r] = fleetadmit.admit(r, payload)
             state["problems"].pop(r, None)
         except fleetadmit.BadReport as exc:
             state["problems"][r] = f"its report was rejected: {exc}"
+            state.setdefault("rejected_seen", set()).add(r)
+        except ReadRefused as exc:
+            state["problems"][r] = f"its report could not be read: {exc}"
             state.setdefault("rejected_seen", set()).add(r)
         except (OSError, ValueError, TypeError, KeyError, RecursionError, AttributeError) as exc:
             state["problems"][r] = f"its report was rejected: {type(exc).__name__}"

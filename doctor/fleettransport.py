@@ -102,7 +102,9 @@ class Exchange:
             err = data.get("probe_error") if isinstance(data, dict) else None
             why = (f"{err.get('type')}: {err.get('message')}" if isinstance(err, dict) else
                    f"exited with code {self.helper.proc.returncode if self.helper else '?'} without an answer")
-            return {"error": f"the fleet exchange failed ({str(why)[:500]})", "stderr": self.tail()}
+            from .redact import shorten
+
+            return {"error": f"the fleet exchange failed ({shorten(str(why), 500)})", "stderr": self.tail()}
         return data
 
     def tail(self, limit: int = 3000) -> str:

@@ -7,9 +7,13 @@ container's fresh /tmp loses, and its module hash includes every `CUTE_DSL_*` se
 (default: the current directory), so a run from another directory misses. The doctor therefore gives its probes one
 fixed directory for both, in the user's cache home, created and checked here:
 
-- created with mode 0700; refused (no cache, a note) when it is a symlink, not a directory, not owned by this user,
-  or writable by group or others (another user could plant a kernel); the folder holding it may be root's, and
-  shared when sticky (a chosen directory in /tmp);
+- opened, not looked up (`open_verified`): from "/", one component at a time with openat and O_NOFOLLOW, each
+  opened descriptor checked, missing folders made with mode 0700. Refused (no cache, a note) when the directory is a
+  symlink, not a directory, not owned by this user, or writable by group or others (another user could plant a
+  kernel), or when any folder above it is owned by someone other than this user or root (as root: root only) or is
+  writable by others without the sticky bit (a chosen directory in /tmp is fine): nobody else can then rename or
+  replace any part of the chain after the check. A symlink above it is followed only from a checked folder, and
+  its target is checked the same way. The AOT kernel cache uses the same rules (`open_verified`, `VerifiedDir`);
 - bounded: when its files exceed the size limit, the oldest are removed first (another rank may prune at the same
   time; a file already gone is fine);
 - off with `DSV4_DOCTOR_KERNEL_CACHE=off` (or `--no-kernel-cache`); a path there chooses the directory; a
@@ -50,6 +54,7 @@ evidence says so per kernel ("compiled in-process, every run"). Read in the publ
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from dataclasses import dataclass, field
@@ -84,41 +89,150 @@ def default_directory(environ) -> Path:
     return root / "dsv4-doctor" / "cute-dsl"
 
 
-def _safe_dir(path: Path, parent: bool = False) -> str | None:
-    """Why `path` is no safe cache directory for this user (None when it is). A `parent` (the folder that holds
-    it) may also be root's, and writable by others when sticky (/tmp): nobody else can then rename or replace
-    the cache directory inside it."""
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        return f"cannot stat {path}: {exc.strerror or exc}"
-    if stat.S_ISLNK(st.st_mode):
-        return f"{path} is a symlink"
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{path} is not a directory"
-    if hasattr(os, "getuid") and st.st_uid not in ((os.getuid(), 0) if parent else (os.getuid(),)):
-        return f"{path} is owned by uid {st.st_uid}, not this user ({os.getuid()})"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (parent and st.st_mode & stat.S_ISVTX):
-        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+class Refused(Exception):
+    """A directory that is no safe cache: why, in words."""
+
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+MAX_LINKS = 40  # symbolic links followed on one walk (the kernel's own bound)
+
+
+@dataclass
+class VerifiedDir:
+    """A directory opened from "/" one component at a time (openat, O_NOFOLLOW), each opened descriptor checked:
+    every folder on the way is this user's or root's (as root: root's only) and writable by nobody else unless
+    sticky (then nobody else can rename what is in it), and the directory itself is this user's, 0700-like
+    (writable by nobody else). So nobody but this user and root can swap any part of the chain later, and the path
+    keeps naming what was checked. `fd` stays open until `close`; `child` opens a file in it the same way."""
+
+    path: str  # as given (absolute, no symlink at its end)
+    fd: int
+
+    @property
+    def fd_path(self) -> str:
+        """A path that names the opened directory itself, whatever is renamed later (for this process); the path as
+        given where there is no /proc."""
+        return f"/proc/self/fd/{self.fd}" if os.path.isdir("/proc/self/fd") else self.path
+
+    def child(self, name: str, limit: int = 1 << 30) -> bytes:
+        """The bytes of the regular file `name` in the directory, opened through its descriptor (O_NOFOLLOW) and
+        checked on the opened file: this user's or root's, writable by nobody else. Raises Refused."""
+        if not name or "/" in name or name in (".", ".."):
+            raise Refused(f"{name!r} is not a file name")
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+        try:
+            fd = os.open(name, flags, dir_fd=self.fd)
+        except OSError as exc:
+            raise Refused(f"cannot open {name}: {exc.strerror or exc}") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise Refused(f"{name} is not a regular file")
+            why = _owner_rule(st, f"{self.path}/{name}", own=False, shared_ok=False)
+            if why:
+                raise Refused(why)
+            return os.read(fd, limit) if st.st_size <= limit else b""
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+
+def _owners() -> tuple[int, ...]:
+    uid = os.geteuid()
+    return (0,) if uid == 0 else (uid, 0)
+
+
+def _owner_rule(st: os.stat_result, shown: str, own: bool, shared_ok: bool) -> str | None:
+    """Why a checked descriptor's directory or file is not safe (None when it is)."""
+    uid = os.geteuid()
+    owners = (uid,) if own else _owners()
+    if st.st_uid not in owners:
+        who = "this user" if own else ("root (a cache root uses must be root's)" if uid == 0 else
+                                        "this user or root")
+        return f"{shown} is owned by uid {st.st_uid}, not {who} ({uid})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (shared_ok and st.st_mode & stat.S_ISVTX):
+        return f"{shown} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
+
+
+def open_verified(path: str | Path, create: bool = False) -> VerifiedDir:
+    """The directory `path` (absolute), opened and checked as VerifiedDir says; with `create`, missing components
+    are made (mode 0700) on the way. Raises Refused (why), never another error."""
+    text = os.fspath(path)
+    if not os.path.isabs(text):
+        raise Refused(f"{text} is not an absolute path")
+    chain: list[tuple[int, str]] = []
+    try:
+        root = os.open("/", _DIR_FLAGS)
+        chain.append((root, "/"))
+        why = _owner_rule(os.fstat(root), "/", own=False, shared_ok=True)
+        if why:
+            raise Refused(why)
+        pending = [c for c in reversed(text.split("/")) if c and c != "."]
+        links = 0
+        while pending:
+            name = pending.pop()
+            last = not pending
+            if name == "..":
+                if len(chain) > 1:
+                    os.close(chain.pop()[0])
+                continue
+            here, shown = chain[-1]
+            shown = os.path.join(shown, name)
+            try:
+                fd = os.open(name, _DIR_FLAGS, dir_fd=here)
+            except FileNotFoundError:
+                if not create:
+                    raise Refused(f"{shown} does not exist") from None
+                with contextlib.suppress(FileExistsError):  # another rank made it first: checked below
+                    os.mkdir(name, 0o700, dir_fd=here)
+                try:
+                    fd = os.open(name, _DIR_FLAGS, dir_fd=here)
+                except OSError as exc:
+                    raise Refused(f"cannot open {shown}: {exc.strerror or exc}") from None
+            except OSError as exc:  # ELOOP / ENOTDIR: a symbolic link, or no directory
+                try:
+                    lst = os.stat(name, dir_fd=here, follow_symlinks=False)
+                except OSError:
+                    raise Refused(f"cannot open {shown}: {exc.strerror or exc}") from None
+                if not stat.S_ISLNK(lst.st_mode):
+                    raise Refused(f"{shown} is not a directory") from None
+                links += 1
+                if last or links > MAX_LINKS:
+                    raise Refused(f"{shown} is a symlink") from None
+                # The link is in a folder already checked (nobody else can replace it): its target is walked and
+                # checked as the rest.
+                target = os.readlink(name, dir_fd=here)
+                if target.startswith("/"):
+                    while len(chain) > 1:
+                        os.close(chain.pop()[0])
+                pending.extend(c for c in reversed(target.split("/")) if c and c != ".")
+                continue
+            chain.append((fd, shown))
+            why = _owner_rule(os.fstat(fd), shown, own=last, shared_ok=not last)
+            if why:
+                raise Refused(why)
+        fd, _ = chain.pop()
+        return VerifiedDir(text, fd)
+    except OSError as exc:
+        raise Refused(f"cannot open {text}: {exc.strerror or exc}") from None
+    finally:
+        for fd, _ in chain:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def ensure_directory(path: Path) -> str | None:
     """Create `path` (and its missing parents) with mode 0700; None when it is safe to use, else why not."""
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
-        return f"cannot create {path.parent}: {exc.strerror or exc}"
-    for p in (path.parent, path):
-        try:
-            os.mkdir(p, 0o700)
-        except FileExistsError:
-            pass  # another rank made it first, or an earlier run: checked below
-        except OSError as exc:
-            return f"cannot create {p}: {exc.strerror or exc}"
-        why = _safe_dir(p, parent=p != path)
-        if why:
-            return why
+        open_verified(path, create=True).close()
+    except Refused as exc:
+        return str(exc)
     return None
 
 
@@ -165,11 +279,15 @@ def prune(path: Path, limit_bytes: int) -> tuple[int, int, int]:
     return total, len(files) - removed, removed
 
 
+MAX_LIMIT_MIB = 1 << 20  # 1 TiB
+
+
 def _limit_mib(environ) -> int:
-    try:
-        return max(1, int(environ.get(SIZE_ENV) or DEFAULT_LIMIT_MIB))
-    except ValueError:
+    """DSV4_DOCTOR_KERNEL_CACHE_MIB, clamped to 1-MAX_LIMIT_MIB; the default when it is no whole number."""
+    raw = str(environ.get(SIZE_ENV) or "").strip()
+    if not raw.isascii() or not raw.isdigit():
         return DEFAULT_LIMIT_MIB
+    return max(1, min(MAX_LIMIT_MIB, int(raw) if len(raw) <= 12 else MAX_LIMIT_MIB))
 
 
 def prepare(environ=None) -> KernelCache:
@@ -188,10 +306,18 @@ def _prepare(environ) -> KernelCache:
     if setting.lower() in OFF:
         return KernelCache(None, "off", f"{ENV}={setting}: the probes get the CuTe DSL's own default")
     path = Path(setting) if setting and os.path.isabs(setting) else default_directory(environ)
-    why = ensure_directory(path)
-    if why:
-        return KernelCache(None, "refused", f"kernel cache refused: {why}")
-    size, count, removed = prune(path, _limit_mib(environ) << 20)
+    try:
+        verified = open_verified(path, create=True)
+    except Refused as exc:
+        return KernelCache(None, "refused", f"kernel cache refused: {exc}")
+    try:
+        # Pruned through the opened descriptor (/proc/self/fd/N names the directory that was checked).
+        size, count, removed = prune(Path(verified.fd_path), _limit_mib(environ) << 20)
+    finally:
+        verified.close()
+    # The probes get the path itself: the DSL hashes its cache and dump folders into every module's key, so a
+    # per-run /proc path would miss every time. It names what was checked: every folder on it is writable only
+    # by this user or root (open_verified).
     env = {"CUTE_DSL_CACHE_DIR": str(path)}
     if not environ.get("CUTE_DSL_DUMP_DIR"):
         env["CUTE_DSL_DUMP_DIR"] = str(path)  # part of the DSL's module hash: fixed, so the cwd does not matter
@@ -199,16 +325,26 @@ def _prepare(environ) -> KernelCache:
 
 
 _RUN: KernelCache | None = None
+_OFF_BY: str | None = None  # the option that switched the cache off for this process's probes (--no-kernel-cache)
 
 
 def for_run() -> KernelCache:
     """This process's decision, made once (the probes of one run share it)."""
     global _RUN
     if _RUN is None:
-        _RUN = prepare()
+        _RUN = KernelCache(None, "off", f"{_OFF_BY}: the probes get the CuTe DSL's own default") if _OFF_BY \
+            else prepare()
     return _RUN
 
 
+def switch_off(by: str) -> None:
+    """No cache for this process's probes (`--no-kernel-cache`), without touching os.environ: `preflight` execs
+    the job with the environment it was given."""
+    global _OFF_BY, _RUN
+    if _OFF_BY is None:
+        _OFF_BY, _RUN = by, None
+
+
 def reset() -> None:
-    global _RUN
-    _RUN = None
+    global _RUN, _OFF_BY
+    _RUN, _OFF_BY = None, None

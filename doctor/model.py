@@ -206,6 +206,9 @@ class Check:
     # run once per node, on local rank 0.
     per_gpu: bool = False
     origin: str = "dsv4-doctor"  # the distribution that registered it; set by the registry
+    # Called with (ctx, the result's fixes) after the check ran: the fixes as the plan should carry them (the
+    # built-ins' reach the copy the job imports and use the target's installer: checks/_reach.py).
+    route_fixes: Callable[[Any, list], list] | None = None
 
     def probes_for(self, profile: Profile) -> list:
         return list(self.probes(profile) if callable(self.probes) else self.probes)
@@ -277,7 +280,9 @@ def needs_failed(ctx: Context, check_id: str) -> Result | None:
     if other is None or other.status not in (Status.FAIL, Status.ERROR):
         return None
     reason = other.summary.split(". ")[0]  # its first sentence: the finding itself is stated once, there
-    reason = reason if len(reason) <= 120 else reason[:117] + "..."
+    if len(reason) > 120:  # cut where a word ends (as redact.cut does): a cut secret would pass redaction
+        head = reason[:117]
+        reason = (head if reason[117].isspace() else head.rpartition(" ")[0]).rstrip() + "..."
     return skipped(f"needs {check_id} ({reason})", evidence={"needs": check_id, "needs_status": other.status.value})
 
 

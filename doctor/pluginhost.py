@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from .fix import Fix
 from .model import Check, CheckReport, Profile, Source, Status
-from .redact import sanitize
+from .redact import sanitize, shorten
 
 HOST_WORKERS = 2  # probes one plugin host runs at once
 
@@ -121,10 +121,10 @@ class HostAnswer:
 def read_events(path: str) -> HostAnswer:
     """The host's events; a line that is not a well-formed event is recorded as a problem, never raised."""
     answer = HostAnswer()
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(64 * 1024 * 1024)
-    except OSError:
+    from .safeio import read_bounded
+
+    raw = read_bounded(path, 64 * 1024 * 1024)  # a regular file only, never blocking
+    if raw is None:
         return answer
     for line in raw.decode("utf-8", "replace").splitlines():
         try:
@@ -134,7 +134,7 @@ def read_events(path: str) -> HostAnswer:
             _take(answer, event)
         except Exception as exc:  # includes RecursionError from a deeply nested line
             if len(answer.problems) < 5:
-                answer.problems.append(f"an unreadable event ({type(exc).__name__}: {str(exc)[:200]})")
+                answer.problems.append(f"an unreadable event ({type(exc).__name__}: {shorten(str(exc), 200)})")
     return answer
 
 
@@ -191,7 +191,7 @@ def describe_check(meta: dict, distribution: str) -> Check:
                     if isinstance(s, dict))
     def ids(key: str) -> tuple[str, ...]:
         value = meta.get(key)
-        return tuple(str(v)[:300] for v in value[:100]) if isinstance(value, list) else ()
+        return tuple(shorten(str(v), 300) for v in value[:100]) if isinstance(value, list) else ()
 
     return Check(id=check_id, title=title, explanation=str(meta.get("explanation") or ""),
                  applies_when=str(meta.get("applies_when") or ""), detects=str(meta.get("detects") or ""),

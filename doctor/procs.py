@@ -10,13 +10,16 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import stat
 import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+from .safeio import read_at, read_bounded
+
+__all__ = ["HelperEnd", "Helper", "Processes", "read_bounded", "read_bounded_at", "run_helper", "start_helper"]
 
 
 class Processes:
@@ -146,49 +149,9 @@ def run_helper(procs: Processes, argv: Sequence[str], log_path: str, env: Mappin
     return start_helper(procs, argv, log_path, env, stdout_path).finish(time.monotonic() + timeout_s)
 
 
-def read_bounded(path: str, limit: int, follow_links: bool = True) -> bytes | None:
-    """At most `limit` bytes of a regular file, or None: never a FIFO, a device or an unbounded read, never
-    blocking on open; with `follow_links` False, never through a symbolic link."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    if not follow_links:
-        flags |= getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks, left = [], limit
-        while left > 0:
-            chunk = os.read(fd, left)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def read_bounded_at(path: str, offset: int, limit: int) -> bytes:
-    """At most `limit` bytes of a regular file from `offset` (b"" when there are none, or it is no regular file):
-    never a FIFO, a device or a blocking open."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return b""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return b""
-        return os.pread(fd, limit, offset)
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
+    """At most `limit` bytes of a regular file from `offset` (safeio.read_at)."""
+    return read_at(path, offset, limit)
 
 
 def kill_orphan_group(pid: int) -> None:

@@ -93,11 +93,58 @@ def looks_secret(name: str) -> bool:
     return bool(SECRET_NAME.search(name)) and not NOT_SECRET.search(name)
 
 
-def cap(value: str, limit: int = MAX_TEXT) -> str:
-    """At most `limit` characters, with a visible marker saying how much was cut."""
+_TRAILING_WORD = re.compile(r"\S*")
+WORD_MAX = 8192
+
+
+def cut(value: str, limit: int) -> str:
+    """At most `limit` characters of `value`, never part of a word or of a secret: when the cut goes through a word
+    (a run of non-space characters: `TOKEN=abc...`, `hf_...`, a URL with userinfo) the whole word goes, and so does
+    any of this process's secret values (which may hold spaces) that the cut goes through. Redaction recognises a
+    secret by its start (`TOKEN=`, `hf_`, `Bearer`) and its length, so a prefix left by a cut would pass it."""
+    limit = max(0, limit)
     if len(value) <= limit:
         return value
-    return value[:limit] + TRUNCATED.format(n=len(value) - limit)
+    head = value[:limit]
+    if limit and not value[limit].isspace():
+        # Anchored on the reversed text: linear. A word longer than WORD_MAX loses its last WORD_MAX characters:
+        # every pattern of redaction sees at most 4096 characters of a value, so what is before them was judged whole.
+        m = _TRAILING_WORD.match(head[::-1][:WORD_MAX + 1])
+        head = head[:limit - min(m.end() if m else 0, WORD_MAX)]
+    for secret in _spaced_secrets():
+        start = value.rfind(secret, max(0, limit - len(secret) + 1), limit + len(secret) - 1)
+        if 0 <= start < len(head) < start + len(secret):
+            head = head[:start]
+    return head
+
+
+_SPACED: list = [-1.0, []]  # (when read, the values): read again after a second at most, not at every cut
+
+
+def _spaced_secrets() -> list[str]:
+    """This process's secret values that hold a space (the word rule of `cut` covers the others), longest first."""
+    import time
+
+    now = time.monotonic()
+    if now - _SPACED[0] > 1.0:
+        _SPACED[:] = [now, [v for v in Redactor().secret_values if any(c.isspace() for c in v)][:64]]
+    return _SPACED[1]
+
+
+def cap(value: str, limit: int = MAX_TEXT) -> str:
+    """At most `limit` characters (cut as `cut` does, never through a word), with a visible marker saying how much
+    was cut."""
+    if len(value) <= limit:
+        return value
+    head = cut(value, limit)
+    return head + TRUNCATED.format(n=len(value) - len(head))
+
+
+def shorten(value: str, limit: int, marker: str = "…") -> str:
+    """`value` in at most `limit` characters and `marker` when it had to be cut (as `cut` does)."""
+    if len(value) <= limit:
+        return value
+    return cut(value, max(0, limit - len(marker))).rstrip() + marker
 
 
 def _surrogate_escape(code: int) -> str:
@@ -122,14 +169,9 @@ def decode(raw: bytes, limit: int = MAX_TEXT) -> str:
 def read_tail(path: str, limit: int) -> str:
     """The last `limit` bytes of a log, as text. When that cuts into a line, the rest of the line is dropped too: it
     could be the end of a secret whose start, the part redaction recognises (`TOKEN=`, `Bearer`), was cut off."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - limit))
-            raw = fh.read(limit)
-    except OSError:
-        return ""
+    from .safeio import read_tail as tail
+
+    raw, size = tail(path, limit)  # a regular file only, never blocking (a FIFO put there reads as nothing)
     if size <= limit:
         return decode(raw)
     return TAIL_CUT + decode(raw[raw.find(b"\n") + 1:] if b"\n" in raw else b"")
@@ -216,6 +258,14 @@ def _env_words(env: Any) -> list[str]:
     return [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else []
 
 
+def _prose(m: re.Match) -> bool:
+    """`NAME: word more words`: a message about a variable ("…SECRET_FILE: the file is empty"), not its value: a
+    colon (no `=`), then an unquoted short lower-case word followed by more words on the line."""
+    value, after = m.group("value"), m.string[m.end():m.end() + 2]
+    return "=" not in m.group("sep") and len(value) <= 16 and value.isalpha() and value.islower() and \
+        len(after) == 2 and after[0] == " " and after[1].isalpha()
+
+
 class Redactor:
     def __init__(self, environ: Mapping[str, str] | None = None):
         environ = os.environ if environ is None else environ
@@ -247,7 +297,7 @@ class Redactor:
             value = _mask_pem(value)
 
         def assignment(m: re.Match) -> str:
-            if looks_secret(m.group("name")) and m.group("value").strip("\"'") != MASK:
+            if looks_secret(m.group("name")) and m.group("value").strip("\"'") != MASK and not _prose(m):
                 return m.group("name") + m.group("sep") + MASK
             return m.group(0)
 
@@ -325,5 +375,18 @@ class Redactor:
         if key is not None and looks_secret(key) and obj and obj != MASK:
             self.count += 1
             return MASK
-        # Secret values go before the cap, so that a cut through one cannot leave its prefix behind.
-        return clean_text(self.text(cap(self.literal(valid_text(obj)), limit)))
+        return clean_text(self.redact_then_cap(obj, limit))
+
+    def redact_then_cap(self, value: str, limit: int = MAX_TEXT) -> str:
+        """`value` redacted, then capped at `limit` (a cut never goes through a word, `cut`), so that no cut can
+        leave part of a secret that redaction, seeing only that part, would not recognise. Text over 4x the limit is
+        cut (the same way) before it is redacted, so that redaction stays bounded."""
+        value = self.literal(valid_text(value))
+        total = len(value)
+        if total > 4 * limit:
+            value = cut(value, 4 * limit)
+        value = self.text(value)
+        if len(value) <= limit and total <= 4 * limit:
+            return value
+        head = cut(value, limit)
+        return head + TRUNCATED.format(n=max(1, total - len(head)))

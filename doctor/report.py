@@ -59,6 +59,8 @@ class ShownFix:
     manual: bool = False
     notes: tuple[str, ...] = ()
     env: tuple[Mapping[str, str], ...] | None = None  # one mapping per command, when any command has one
+    installer: str | None = None  # how its pip commands run ("pip" or "uv"), when it has any
+    action: Mapping[str, str] | None = None  # what it changes where the job imports from (Fix.action)
 
     def to_dict(self) -> dict:
         out: dict = {"description": self.description, "commands": list(self.commands),
@@ -66,6 +68,10 @@ class ShownFix:
                      "manual": self.manual, "notes": list(self.notes)}
         if self.env is not None:
             out["env"] = [dict(e) for e in self.env]
+        if self.installer is not None:
+            out["installer"] = self.installer
+        if self.action is not None:
+            out["action"] = dict(self.action)
         return out
 
     @staticmethod
@@ -79,7 +85,10 @@ class ShownFix:
             id=_text(data.get("id")), phase=_text(data.get("phase"), "pin"), manual=data.get("manual") is True,
             notes=_texts(data.get("notes")),
             env=tuple({k: v for k, v in e.items() if isinstance(v, str)} for e in env if isinstance(e, dict))
-            if isinstance(env, list) else None)
+            if isinstance(env, list) else None,
+            installer=data["installer"] if data.get("installer") in ("pip", "uv") else None,
+            action={k: v for k, v in data["action"].items() if isinstance(k, str) and isinstance(v, str)}
+            if isinstance(data.get("action"), dict) and isinstance(data["action"].get("kind"), str) else None)
 
 
 Row = CheckReport[ShownFix]

@@ -10,10 +10,11 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections.abc import Callable, Iterable, Sequence
 
 from .facts import StaticFacts
+from .jobpath import JobPath
 from .fix import Fix
 from .model import Check, CheckReport, Profile, Result, Status, needs_failed, result_of
 from .probes import NVIDIA_SMI, Probe, ProbeResult, parse_nvidia_smi, read_stage, run_probe, stage_text
@@ -61,6 +62,7 @@ class ProbePool:
         self.submitted: list[str] = []  # every probe key this pool was asked to run, in order
         self._running: set[str] = set()  # keys of the probes that run now
         self._stage_files: dict[str, str] = {}  # key -> the stage file of a Python probe that runs now
+        self.job: JobPath | None = None  # how the job's interpreter starts, once known: every Python probe does too
 
     def submit(self, probe: Probe) -> _Slot:
         with self._lock:
@@ -71,6 +73,18 @@ class ProbePool:
                 threading.Thread(target=self._work, args=(probe, slot), daemon=True,
                                  name=f"probe-{probe.key[:40]}").start()
             return slot
+
+    def as_job(self, probe: Probe) -> Probe:
+        """A Python probe started as the job's interpreter starts (its sys.path[0], path flags and variables), once
+        the job is known (Session.use_job_path)."""
+        job = self.job
+        if job is None or not probe.script or probe.flags or probe.env:
+            return probe
+        env = dict(job.env)
+        if job.path:
+            env["DSV4_DOCTOR_JOB_PATH"] = job.path
+        return replace(probe, flags=tuple(f for f in job.flags if f in ("-I", "-E", "-s", "-S")),
+                       env=tuple(env.items()))
 
     def timeout_for(self, probe: Probe) -> float:
         """A probe's own limit, else the run's for its kind (long: the GPU smoke's probes)."""
@@ -89,6 +103,7 @@ class ProbePool:
                     slot.result = ProbeResult(probe.key, ok=False, timed_out=True,
                                               error="not started: the run's time budget was spent")
                 else:
+                    probe = self.as_job(probe)
                     slot.result = run_probe(probe, self.python, timeout, self.procs,
                                             on_stage_file=lambda path: self._stage_files.__setitem__(probe.key, path))
         except BaseException as exc:  # run_probe never raises; the slot must resolve all the same
@@ -204,6 +219,16 @@ def left_to_leader(check: Check, profile: Profile, probes: Sequence[Probe]) -> b
         not check.per_gpu and any(p.script for p in probes)
 
 
+def routed(check: Check, ctx, fixes: list) -> list:
+    """A check's fixes made to reach the copy the job imports and to use the installer the target has
+    (`Check.route_fixes`); when routing itself breaks, the check's own fixes stand."""
+    try:
+        out = list(check.route_fixes(ctx, list(fixes)))  # type: ignore[misc]
+    except Exception:
+        return list(fixes)
+    return out if all(isinstance(f, Fix) for f in out) else list(fixes)
+
+
 def execute(check: Check, ctx) -> tuple[Result, bool]:
     """Run one check; (result, whether the check's own code broke). Never raises."""
     try:
@@ -217,7 +242,10 @@ def execute(check: Check, ctx) -> tuple[Result, bool]:
             blocked = needs_failed(ctx, need)
             if blocked is not None:
                 return blocked, False
-        return validated(check.run(ctx)), False
+        result = validated(check.run(ctx))
+        if check.route_fixes is not None and result.fixes:
+            result.fixes = routed(check, ctx, result.fixes)
+        return result, False
     except ProbeFailed as exc:
         pr = exc.result
         return Result(Status.ERROR, f"probe {pr.key!r} {pr.error}", details=pr.stderr_tail,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .assemble import assemble, build, environment
 from .model import CheckReport, Interrupted, Profile, Status, UsageError
@@ -12,9 +13,12 @@ from .report import Report
 from .earlystart import session_for
 from .session import select
 
+if TYPE_CHECKING:
+    from .jobpath import JobPath
+
 
 def run_check(python: str | None, timeout: float | None, profile: Profile, only: Sequence[str], skip: Sequence[str],
-              strict: bool, on_event: Callable[..., None] | None = None) -> Report:
+              strict: bool, on_event: Callable[..., None] | None = None, job_path: JobPath | None = None) -> Report:
     """Everything `check` does up to the report.
 
     Order: the early probes start, the registry loads, the selection is validated (by id alone, so a usage error
@@ -25,6 +29,7 @@ def run_check(python: str | None, timeout: float | None, profile: Profile, only:
     try:
         session.install_signals()
         session.start()
+        session.use_job_path(job_path)  # modules are located as the job's interpreter will find them
         session.load()
         selected = select(session.all_checks(), only, skip, job=profile.job is not None)
         session.check_target()

@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import replace
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .model import Check, CheckReport, Interrupted, Profile, Result, Status, UsageError
 from .probes import (DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_TIMEOUT_S, Probe,
@@ -27,6 +27,9 @@ from .registry import Registry, near_misses
 from .assemble import Outcome
 from .runner import CHECK_TIMEOUT_S, ProbePool, RunContext, Runner, execute, plan
 from .signals import GATE
+
+if TYPE_CHECKING:
+    from .jobpath import JobPath
 
 HANDSHAKE_BUDGET_S = 15.0
 MAX_CP = 1024
@@ -106,6 +109,7 @@ class Session:
         self.handshake = handshake_probe(self.python)
         self.registry: Registry | None = None
         self.static_probe: Probe | None = None
+        self.job_path: JobPath | None = None  # the job's start (preflight, --job-args): the static probe's too
         self.hosts = PluginHosts(self.procs, self.python, self.timeout, self.gpus, self.pool.slots)
         self.target: dict = {"executable": self.python, "version": None}
         self.target_problem: str | None = None
@@ -160,7 +164,7 @@ class Session:
                 self.registry = registry.load()
         if static_probe and self.static_probe is None:
             self.static_probe = static_probe_for(StaticRequest.merge(c.static for c in self.registry.checks),
-                                                 self.timeout)
+                                                 self.timeout, self.job_path)
             self.pool.submit(self.static_probe)
         if describe_plugins and self.registry.plugins:
             self.hosts.describe(self.registry)
@@ -172,6 +176,15 @@ class Session:
         for checks in self.hosts.plugin_checks.values():
             out += checks
         return sorted(out, key=lambda c: c.id)
+
+    def use_job_path(self, job: JobPath | None) -> None:
+        """Locate modules as the job's interpreter will (its sys.path[0], flags, variables): a static probe started
+        before the job was known (the early start) is replaced by one that starts as the job does."""
+        if job is None or job == self.job_path:
+            return
+        self.job_path = job
+        self.pool.job = job
+        self.static_probe = None
 
     def check_target(self) -> dict:
         """The handshake: is --python a Python at all, and one the probes can inspect? Raises UsageError if not."""

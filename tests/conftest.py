@@ -116,9 +116,10 @@ def site(tmp_path) -> FakeSite:
 
 @pytest.fixture(scope="session")
 def bare_python(tmp_path_factory) -> str:
-    """An interpreter with an empty site-packages: no torch, nothing but what PYTHONPATH adds."""
+    """An interpreter with a bare site-packages (pip, as a venv has it: the fix plans install with it): no torch,
+    nothing else but what PYTHONPATH adds."""
     root = tmp_path_factory.mktemp("bare") / "venv"
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    venv.EnvBuilder(with_pip=True, symlinks=True).create(root)
     return str(root / "bin" / "python")
 
 

@@ -66,6 +66,7 @@ def test_the_gate_is_the_issue_s_command():
 EXPECTED = {
     "python.version": ("pass", ""),
     "deps.metadata": ("pass", ""),
+    "deps.copies": ("pass", ""),
     "gpu.arch": ("pass", ""),
     "cudnn-fe.version": ("pass", ""),
     "tvm-ffi.version": ("pass", ""),

@@ -806,3 +806,30 @@ def test_another_job_on_the_same_port_does_not_take_part(tmp_path):
     job_b.kill()
     job_b.communicate(timeout=30)
     assert time.monotonic() - start < 60
+
+
+@needs_torch
+@pytest.mark.slow
+def test_a_fleet_secret_given_as_a_pipe_is_read_once_and_authenticates_the_run(tmp_path):
+    """`DSV4_DOCTOR_FLEET_SECRET_FILE=<(...)`: a pipe gives its text once. The secret was read three times, so the
+    second read found the pipe empty and the run failed with "the file is empty" after the checks."""
+    import threading
+
+    port = free_port()
+    procs, writers = [], []
+    for r in range(2):
+        fifo = tmp_path / f"secret{r}"
+        os.mkfifo(fifo)
+
+        def write(path=fifo):
+            with open(path, "w") as fh:  # once, as a shell's process substitution does
+                fh.write("correct-horse-battery-staple\n")
+
+        writers.append(threading.Thread(target=write, daemon=True))
+        writers[-1].start()
+        procs.append(_spawn(r, 2, port, "check", "--no-smoke", "--only", "python.version", "-f", "json",
+                            "--fleet-wait", "30", DSV4_DOCTOR_FLEET_SECRET_FILE=str(fifo)))
+    done = [p.communicate(timeout=150) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-800:] for _, err in done]
+    report = validate(json.loads(done[0][0]))
+    assert report["fleet"]["authenticated"] is True

@@ -130,8 +130,8 @@ def test_a_hostile_stage_file_cannot_stall_flood_or_restyle_the_display(tmp_path
     assert time.monotonic() - start < 1.0  # a FIFO without a writer, /dev/zero: never a blocking or endless read
     assert shown is not None and len(shown) <= STAGE_CHARS and "\n" not in shown
     assert not re.search(r"[\x00-\x1f\x7f\u202e]", shown)
-    if what == "huge":
-        assert shown == "A" * (STAGE_CHARS - 1) + "…"
+    if what == "huge":  # one word longer than the line: never shown in part (it could be a secret cut in two)
+        assert shown == "probe hostile"
     elif what == "escapes":
         assert shown == "click [bold red]x\\u202e::error::y"  # the last line, escapes gone, the rest literal
     else:  # not a regular file, or a link: not read at all

@@ -287,8 +287,11 @@ def test_a_megatron_checkout_on_pythonpath_is_named_in_the_fix(tmp_path, bare_py
     env.sites["checkout"] = env.sites["checkout"] / "3rdparty" / "Megatron-LM"
     row = judge(env, bare_python, "mcore.dsv4")
     assert row["status"] == "fail" and not commands(row)
-    assert "pip install` would not take effect" in row["fixes"][0]["description"]
+    assert "`pip install` would not change" in row["fixes"][0]["description"]
     assert "3rdparty/Megatron-LM" in row["fixes"][0]["description"]
+    assert "PYTHONPATH entry 1" in row["fixes"][0]["description"]  # which copy, and why the job imports it
+    assert row["fixes"][0]["action"]["kind"] == "replace-copy"
+    assert row["fixes"][0]["action"]["path"].endswith("3rdparty/Megatron-LM")
 
 
 def test_mcore_config_says_which_scheduler_verl_uses(tmp_path, bare_python):

@@ -212,7 +212,8 @@ def test_workflow_commands_and_escapes_are_neutralised():
 
 
 def test_cap_marks_what_it_cut():
-    assert cap("x" * 10, 4) == "xxxx…[6 more characters truncated by dsv4-doctor]"
+    assert cap("x" * 10, 4) == "…[10 more characters truncated by dsv4-doctor]"  # never part of a word
+    assert cap("abc defghij", 6) == "abc …[7 more characters truncated by dsv4-doctor]"
     assert cap("short", 10) == "short"
 
 

@@ -20,6 +20,8 @@ import ast
 import re
 from typing import Any
 
+from ..redact import shorten
+
 BRIDGE_MODULE = "megatron.bridge.models.deepseek.deepseek_v4_bridge"
 FIELD = "apply_dsa_kernel_fusion"
 FUSED_DSA_IMPORTS = ("cudnn:DSA", "flash_mla:flash_mla_sparse_fwd")  # deepseek_v4_supports_fused_dsa_kernels (0.6.x)
@@ -37,9 +39,13 @@ def read_rule(source: Any) -> dict:
     "imports": [...], "function"} or {"kind": "const", "value": bool}."""
     if not isinstance(source, dict) or source.get("found") is not True:
         return {"readable": False, "why": "the DeepSeek-V4 bridge's source was not found"}
-    if source.get("error"):
-        return {"readable": False, "why": f"its source could not be read ({str(source['error'])[:200]})"}
+    if source.get("error") is not None or source.get("truncated") or source.get("capped"):
+        error = source.get("error")
+        why = error if isinstance(error, str) and error else "its summary is incomplete (no reason given)"
+        return {"readable": False, "why": f"its source could not be read whole ({shorten(why, 200)})"}
     found = source.get("assignments")
+    if not isinstance(found, list) or not isinstance(source.get("functions"), dict):
+        return {"readable": False, "why": "its summary lacks the assignments or functions the rule is read from"}
     assignments = [a for a in (found if isinstance(found, list) else [])
                    if isinstance(a, dict) and a.get("attribute") == FIELD]
     if not assignments:

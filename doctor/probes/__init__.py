@@ -20,9 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from ..procs import Processes, read_bounded, run_helper
-from ..redact import decode, read_tail, sanitize
+from ..redact import decode, read_tail, sanitize, shorten
+
+if TYPE_CHECKING:
+    from ..jobpath import JobPath
 
 PROBE_DIR = Path(__file__).resolve().parent
 STDERR_TAIL_BYTES = 2000
@@ -102,6 +106,8 @@ class Probe:
     argv: tuple[str, ...] = ()  # for a command probe (e.g. nvidia-smi), run as is
     timeout_s: float | None = None  # None: the run's default probe timeout
     long: bool = False  # seconds of work (a smoke, a kernel JIT): started before the short probes
+    flags: tuple[str, ...] = ()  # interpreter flags before the script (the job's -I, -E, -s, -S, -P)
+    env: tuple[tuple[str, str], ...] = ()  # variables set for it (the job's PYTHONPATH, PYTHONNOUSERSITE, ...)
 
     @staticmethod
     def python(key: str, script: str | os.PathLike, request: Any = None, timeout_s: float | None = None) -> Probe:
@@ -221,10 +227,10 @@ def _run_probe(probe: Probe, python: str, timeout: float, procs: Processes,
         out_path = os.path.join(tmp, "answer.json")
         log_path = os.path.join(tmp, "output.log")
         script = probe.script_path
-        argv = [python, script, out_path, probe.request] if script else list(probe.argv)
+        argv = [python, *probe.flags, script, out_path, probe.request] if script else list(probe.argv)
         extra = None
         if script:
-            extra = {STAGE_VARIABLE: os.path.join(tmp, STAGE_FILE)}
+            extra = dict(probe.env, **{STAGE_VARIABLE: os.path.join(tmp, STAGE_FILE)})
             if on_stage_file is not None:
                 on_stage_file(extra[STAGE_VARIABLE])
         try:
@@ -268,7 +274,7 @@ def _run_probe(probe: Probe, python: str, timeout: float, procs: Processes,
         try:
             result.data = sanitize(json.loads(raw.decode("utf-8", "surrogateescape")))
         except (ValueError, RecursionError) as exc:
-            result.error = f"answered invalid JSON ({str(exc)[:200]})"
+            result.error = f"answered invalid JSON ({shorten(str(exc), 200)})"
             return result
         result.ok = True
         return result
@@ -287,10 +293,12 @@ def read_stage(path: str) -> str | None:
 
 def stage_text(text: str) -> str:
     """A stage as the live display may take it: one line, no escapes or control characters, at most STAGE_CHARS."""
-    from ..redact import clean_text
+    from ..redact import Redactor, clean_text, cut, shorten
 
-    text = " ".join(clean_text(text[:4 * STAGE_CHARS]).split())
-    return text if len(text) <= STAGE_CHARS else text[:STAGE_CHARS - 1] + "…"
+    # Redacted before it is cut (a cut through a secret leaves a part redaction does not recognise), and cut only
+    # where a word ends; the display shows it whole.
+    text = " ".join(clean_text(Redactor().text(cut(text, 4 * STAGE_CHARS))).split())
+    return shorten(text, STAGE_CHARS)
 
 
 # The one GPU query that needs no torch; the profile's detected --gpu-arch comes from it.
@@ -305,8 +313,17 @@ STATIC_SCRIPT = "dsv4probe_static.py"
 STATIC_TIMEOUT_S = 30.0
 
 
-def static_probe_for(request: StaticRequest, probe_timeout_s: float) -> Probe:
-    return Probe.python("static", STATIC_SCRIPT, request.to_json(), timeout_s=min(STATIC_TIMEOUT_S, probe_timeout_s))
+def static_probe_for(request: StaticRequest, probe_timeout_s: float, job: JobPath | None = None) -> Probe:
+    """The static probe; with the job's start (`job`), it starts as the job's interpreter would: its sys.path[0] in
+    front, its path flags and variables (doctor/jobpath.py), so that it finds the copies the job will import."""
+    body = request.to_json()
+    timeout = min(STATIC_TIMEOUT_S, probe_timeout_s)
+    if job is None:
+        return Probe.python("static", STATIC_SCRIPT, body, timeout_s=timeout)
+    body["job_path"] = job.request()
+    probe = Probe.python("static:job", STATIC_SCRIPT, body, timeout_s=timeout)
+    return Probe(key=probe.key, script=probe.script, request=probe.request, timeout_s=timeout,
+                 flags=tuple(f for f in job.flags if f in ("-I", "-E", "-s", "-S")), env=job.env)
 
 
 TORCH = Probe.python("torch", "dsv4probe_torch.py")

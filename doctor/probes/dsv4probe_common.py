@@ -29,6 +29,12 @@ import threading
 import time
 import traceback
 
+# The job's sys.path[0] (its script's folder, or its working directory for -m/-c), where the doctor knows the job:
+# a probe imports what the job will import (doctor/jobpath.py).
+JOB_PATH_VARIABLE = "DSV4_DOCTOR_JOB_PATH"
+if os.environ.get(JOB_PATH_VARIABLE):
+    sys.path[:] = [os.environ[JOB_PATH_VARIABLE]] + [p for p in sys.path if p != os.environ[JOB_PATH_VARIABLE]]
+
 PROBE_COMMON = True  # this module, loaded by a probe's bootstrap (never a same-named stand-in imported by name)
 LIB = os.path.dirname(os.path.realpath(__file__))  # the engine's probe modules: dsv4probe_static, dsv4probe_fleet
 PARENT_VARIABLE = "DSV4_DOCTOR_PARENT_PID"  # set by the doctor's Processes.spawn: the pid that started this process
@@ -73,11 +79,16 @@ def watch_parent(timeout=0.0, interval=WATCH_INTERVAL_S, grace=TIMEOUT_GRACE_S):
     return thread
 
 
+MAX_TIMEOUT_S = 86400.0
+
+
 def _probe_timeout():
+    """DSV4_DOCTOR_PROBE_TIMEOUT, within 0-MAX_TIMEOUT_S (0: not known); never inf or nan."""
     try:
-        return float(os.environ.get("DSV4_DOCTOR_PROBE_TIMEOUT", "0") or 0)
-    except ValueError:
+        value = float(os.environ.get("DSV4_DOCTOR_PROBE_TIMEOUT", "0") or 0)
+    except (ValueError, OverflowError):
         return 0.0
+    return min(value, MAX_TIMEOUT_S) if value > 0 else 0.0  # nan > 0 is False
 
 
 # Every probe script imports this module first thing: the watchdog runs before anything of the target's is imported.
@@ -99,7 +110,7 @@ def stage(text):
     tmp = "%s.%d.%d.tmp" % (_STAGE_FILE, os.getpid(), threading.get_ident())
     try:
         with open(tmp, "w", encoding="utf-8", errors="replace") as fh:
-            fh.write(" ".join(str(text).split())[:STAGE_CHARS] + "\n")
+            fh.write(cut_text(" ".join(str(text)[:4 * STAGE_CHARS].split()), STAGE_CHARS) + "\n")
         os.replace(tmp, _STAGE_FILE)
     except Exception:
         try:
@@ -128,10 +139,35 @@ def load_module(name, folder=LIB):
     return module
 
 
+MESSAGE_CHARS = 16384  # of an error message: the doctor's own limit for a string from a probe
+
+
+def cut_text(text, limit):
+    """At most `limit` characters of `text`, never part of a word: when the cut goes through a run of non-space
+    characters, the whole run goes. A secret is recognised by its start (`TOKEN=`, `hf_`, `Bearer`) and its
+    length, so a part left by a cut would pass the doctor's redaction (the same rule as the doctor's redact.cut)."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    if limit and not text[limit].isspace():
+        i = limit
+        while i > 0 and not head[i - 1].isspace():
+            i -= 1
+        head = head[:i]
+    # A value of this process's environment that holds spaces (a pass phrase) and that the cut goes through goes
+    # too: the doctor replaces such values wherever they appear, but only whole.
+    for value in os.environ.values():
+        if len(value) >= 4 and " " in value and len(value) <= 4096:
+            start = text.rfind(value, max(0, limit - len(value) + 1), limit + len(value) - 1)
+            if 0 <= start < len(head) < start + len(value) or 0 <= start < limit < start + len(value):
+                head = head[:start]
+    return head.rstrip() + " …"
+
+
 def error_info(exc, frames=3):
     """An exception as data: type, message, the missing module's name, and the last frames."""
     try:
-        message = str(exc)[:2000]
+        message = cut_text(str(exc), MESSAGE_CHARS)  # the doctor redacts it, then cuts what it shows
     except BaseException:  # an exception whose __str__ raises
         message = "<unprintable %s>" % type(exc).__name__
     info: dict = {"type": type(exc).__name__, "message": message}
@@ -150,7 +186,7 @@ def serve(answer_fn):
     """
     out_path, request = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
     faulthandler.enable()  # a segfault prints the Python stack to stderr, which the doctor keeps
-    timeout = float(os.environ.get("DSV4_DOCTOR_PROBE_TIMEOUT", "0") or 0)
+    timeout = _probe_timeout()
     if timeout > 2:
         # Just before the doctor kills a hung probe, dump where it hangs.
         faulthandler.dump_traceback_later(timeout - 1.0, exit=False)

@@ -103,6 +103,42 @@ def _timedelta(seconds):
     return timedelta(seconds=max(1.0, seconds))
 
 
+MAX_PLAN_S = 86400.0
+
+
+def _seconds(value):
+    """A plan's seconds left, within 0-MAX_PLAN_S: a value that is no finite number (inf, nan, text, from a writer
+    without the secret) is 0, so a rank waits by it no longer than by any valid plan."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    return min(seconds, MAX_PLAN_S) if seconds > 0 else 0.0
+
+
+def wait_for_acks(ch, present, ack_by, verdict_by, publish):
+    """The ranks of `present` whose own acknowledgement (`ack/<r>`, signed when there is a secret) was read by
+    `ack_by`. The store's counter (`acks`, unsigned: anyone who reaches the port can add to it) is only a hint of
+    when to look: the ranks' own acknowledgements decide, read again until all are in or the deadline passed, so a
+    forged count can neither end the wait early nor name a rank that did acknowledge."""
+    acked = set()
+    last = looked = time.monotonic()
+    hinted = -1
+    while time.monotonic() < ack_by:
+        count = ch.store.add(ch.scope + "/acks", 0)
+        if count >= len(present) and count != hinted or time.monotonic() - looked >= HEARTBEAT_S:
+            hinted, looked = count, time.monotonic()
+            acked |= {r for r in present if r not in acked and ch.get("ack/%d" % r) is not None}
+            if len(acked) >= len(present):
+                return acked
+        if time.monotonic() - last >= HEARTBEAT_S:
+            if time.monotonic() < verdict_by:
+                publish()  # again: a value someone overwrote is back within a heartbeat
+            last = time.monotonic()
+        time.sleep(POLL_S)
+    return acked | {r for r in present if r not in acked and ch.get("ack/%d" % r) is not None}
+
+
 def _write(path, data):
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -248,18 +284,7 @@ def _rank0(request, root, store, key, hello, started, timings):
     if published:
         publish()
     timings["verdict_s"] = round(time.monotonic() - t0, 4)
-    acked = set()
-    last = time.monotonic()
-    while published and time.monotonic() < ack_by:
-        # A counter says when all acknowledged; who did is read once, at the end.
-        if ch.store.add(ch.scope + "/acks", 0) >= len(present):
-            break
-        if time.monotonic() - last >= HEARTBEAT_S and time.monotonic() < verdict_by:
-            publish()  # again: a value someone overwrote is back within a heartbeat
-            last = time.monotonic()
-        time.sleep(POLL_S)
-    if published:
-        acked = {r for r in present if ch.get("ack/%d" % r) is not None}
+    acked = wait_for_acks(ch, present, ack_by, verdict_by, publish) if published else set()
     _write(os.path.join(folder, "acks.json"), {"published": published, "acknowledged": sorted(acked),
                                                "not_acknowledged": [r for r in range(1, world) if r not in acked],
                                                "rejected_values": root.rejected + ch.rejected})
@@ -293,9 +318,9 @@ def _other(request, root, store, key, hello, started, timings):
             return {"missed": why, "timings": timings}
         time.sleep(OTHERS_POLL_S)
     # Early by at most one heartbeat, never late: the plan was written at most HEARTBEAT_S before it was read.
-    report_by = t_read + float(plan["report_left"]) - HEARTBEAT_S
-    verdict_by = t_read + float(plan["verdict_left"]) - HEARTBEAT_S
-    ack_by = t_read + float(plan["ack_left"]) - HEARTBEAT_S
+    report_by = t_read + _seconds(plan.get("report_left")) - HEARTBEAT_S
+    verdict_by = t_read + _seconds(plan.get("verdict_left")) - HEARTBEAT_S
+    ack_by = t_read + _seconds(plan.get("ack_left")) - HEARTBEAT_S
     nonce = plan["nonce"]
     ch = Channel(store, root.scope + "/" + nonce, key)
     info = _json(hello) or {}

@@ -7,8 +7,9 @@ their fields and methods, functions and their parameters). Stdlib only, Python 3
 becomes an error value.
 
 This script is the dispatch; its parts, loaded by path: dsv4probe_static_installed (the interpreter, distributions,
-module locations, requirements), dsv4probe_static_sources (the `ast` summaries) and dsv4probe_static_fatbin (the cubin
-archs and PTX versions in compiled extensions' `.nv_fatbin` sections, read without loading them).
+module locations, requirements), dsv4probe_static_locate (where the job imports a module from),
+dsv4probe_static_sources (the `ast` summaries) and dsv4probe_static_fatbin (the cubin archs and PTX versions in compiled
+extensions' `.nv_fatbin` sections, read without loading them).
 """
 
 import os
@@ -26,16 +27,19 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
 from dsv4probe_common import error_info, load_module, serve
 
-for _part in ("dsv4probe_static_installed", "dsv4probe_static_sources", "dsv4probe_static_fatbin"):
+for _part in ("dsv4probe_static_installed", "dsv4probe_static_checkout", "dsv4probe_static_locate",
+              "dsv4probe_static_sources", "dsv4probe_static_fatbin"):
     load_module(_part, HERE)
 # The parts just loaded by path, read from sys.modules (never looked up on sys.path):
 from dsv4probe_static_installed import (dependents, distribution_facts, distribution_index, locate_module, normalize,
                                         python_facts, requirement_targets)
+from dsv4probe_static_locate import set_job_path
 from dsv4probe_static_sources import source_facts
 from dsv4probe_static_fatbin import device_code
 
 
 def answer(request):
+    set_job_path(request)  # before anything reads sys.path: the job's sys.path[0] comes first
     out = {"python": python_facts(), "distributions": {}, "modules": {}, "sources": {}}
     names = list(request.get("distributions", []))
     prefixes = tuple(normalize(p) for p in request.get("distribution_prefixes", []))
@@ -63,7 +67,10 @@ def answer(request):
         try:
             out["sources"][name] = source_facts(name, needles, owners, request.get("assignments_of", []))
         except Exception as exc:
-            out["sources"][name] = {"found": False, "error": error_info(exc)["message"]}
+            # Not read is never "read": the error is never empty (a MemoryError has no message).
+            info = error_info(exc)
+            out["sources"][name] = {"found": False,
+                                    "error": "%s: %s" % (info["type"], info["message"] or "(no message)")}
     if request.get("requirements_of"):
         try:
             out["requirement_targets"] = requirement_targets(request["requirements_of"])

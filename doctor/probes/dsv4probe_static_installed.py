@@ -30,7 +30,53 @@ def python_facts():
         "release": platform.release(),
         "path": [p for p in sys.path if p],
         "markers": marker_environment(),
+        "installer": installer_facts(),
     }
+
+
+def _pyvenv_uv():
+    """Whether sys.prefix is a venv made by uv (its pyvenv.cfg has a `uv = VERSION` line)."""
+    try:
+        text = read_regular(os.path.join(sys.prefix, "pyvenv.cfg"), 1 << 16).decode("utf-8", "replace")
+    except OSError:
+        return False
+    return any(line.split("=", 1)[0].strip() == "uv" for line in text.splitlines() if "=" in line)
+
+
+def installer_facts():
+    """What can install into this interpreter: pip importable as `-I -m pip` finds it (site-packages only, no
+    PYTHONPATH, user site or current folder), a uv venv and uv on PATH, ensurepip with its bundled wheels."""
+    isolated = [p for p in sys.path if p and p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    try:
+        import site
+
+        user = site.getusersitepackages() if getattr(site, "ENABLE_USER_SITE", False) else None
+    except Exception:
+        user = None
+    locate = sys.modules.get("dsv4probe_static_locate")
+    job = getattr(locate, "JOB", {}).get("path")
+    isolated = [p for p in isolated if p not in (user, job) and os.path.realpath(p) != os.path.realpath(os.getcwd())]
+    pip = None
+    try:
+        spec = importlib.machinery.PathFinder.find_spec("pip", isolated)
+        pip = spec.origin if spec is not None else None
+    except Exception:
+        pip = None
+    ensurepip = False
+    try:
+        spec = importlib.machinery.PathFinder.find_spec("ensurepip", isolated)
+        if spec is not None and spec.submodule_search_locations:
+            bundled = os.path.join(list(spec.submodule_search_locations)[0], "_bundled")
+            ensurepip = os.path.isdir(bundled) and any(n.startswith("pip-") for n in os.listdir(bundled))
+    except Exception:
+        ensurepip = False
+    uv = None
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = os.path.join(folder or ".", "uv")
+        if folder and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            uv = candidate
+            break
+    return {"pip": pip, "uv_venv": _pyvenv_uv(), "uv": uv, "ensurepip": ensurepip}
 
 
 def marker_environment():
@@ -229,39 +275,10 @@ def _module_file(directory, part):
 
 
 def locate_module(name):
-    """find_spec of the top-level name only (it executes nothing), then a walk of the package directories."""
-    parts = name.split(".")
-    try:
-        spec = importlib.util.find_spec(parts[0])
-    except Exception as exc:
-        return {"found": False, "error": "%s: %s" % (type(exc).__name__, exc)}
-    if spec is None:
-        return {"found": False, "missing": parts[0]}
-    here = {
-        "kind": "namespace" if spec.origin in (None, "namespace") else (
-            "package" if spec.submodule_search_locations is not None else "module"),
-        "origin": spec.origin if spec.origin not in (None, "namespace") else None,
-        "locations": list(spec.submodule_search_locations or []),
-    }
-    for i, part in enumerate(parts[1:], start=1):
-        found = None
-        namespace_dirs = []
-        for directory in here["locations"]:
-            hit = _module_file(directory, part)
-            if hit is None:
-                continue
-            if hit["kind"] == "namespace":
-                namespace_dirs.extend(hit["locations"])
-                continue
-            found = hit
-            break
-        if found is None and namespace_dirs:
-            found = {"kind": "namespace", "origin": None, "locations": namespace_dirs}
-        if found is None:
-            return {"found": False, "missing": ".".join(parts[: i + 1])}
-        here = found
-    here["found"] = True
-    return here
+    """Where the job imports `name` from (dsv4probe_static_locate: its finders, in order; no package code runs)."""
+    from dsv4probe_common import load_module
+
+    return load_module("dsv4probe_static_locate", os.path.dirname(os.path.realpath(__file__))).locate_module(name)
 
 
 def _requirement_name(line):

@@ -180,7 +180,7 @@ def _assignments(tree, attributes):
                                  "value": _unparse(node.value)[:500], "lineno": node.lineno})
         for hit in hits:
             out.append(dict(hit, function=fn.name, locals=local))
-    return out[:20]
+    return out  # capped (and the cap said) by _capped
 
 
 # A top-level statement starts a line with neither indentation nor a closing bracket; a cut just before one ends
@@ -202,7 +202,7 @@ def parse_prefix(raw, path):
         tried += 1
         try:
             return raw[:cut], ast.parse(raw[:cut], filename=path)
-        except (SyntaxError, ValueError, UnicodeDecodeError):
+        except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError, MemoryError):
             # The first cut stays, and is the last try: the first top-level statements at least.
             del cuts[1 if tried == _PREFIX_TRIES - 1 else len(cuts) - min(len(cuts) - 1, (1 << (2 * tried - 2)) - 1):]
     return b"", None
@@ -236,8 +236,9 @@ def source_facts(module, needles, owners=(), attributes=()):
     else:
         try:
             tree = ast.parse(raw, filename=path)
-        except (SyntaxError, ValueError, UnicodeDecodeError) as exc:  # includes non-UTF-8 without a coding cookie
-            result["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+        except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError, MemoryError) as exc:
+            # Non-UTF-8 without a coding cookie, nesting too deep to compile: not read, and said so (never empty).
+            result["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300] or "(no message)")
             return result
         result["sha256"] = hashlib.sha256(raw).hexdigest()
     text = raw.decode("utf-8", errors="replace")
@@ -261,4 +262,44 @@ def source_facts(module, needles, owners=(), attributes=()):
         result["capability"] = capability_gates(tree)
     if attributes:
         result["assignments"] = _assignments(tree, attributes)
+    return _capped(result)
+
+
+# Every list and mapping of a summary is capped, and the cap said (`capped`: what each held before it): a huge
+# module's names otherwise filled the probe's answer past its limit, and the whole answer was lost.
+CAPS = {"names": 4000, "classes": 1000, "functions": 2000, "assignments": 20}
+CLASS_CAPS = {"fields": 500, "assigns": 500, "methods": 500, "bases": 50, "decorators": 50}
+ATTRIBUTES_CAP = 1000
+
+
+def _cap(value, limit):
+    if isinstance(value, dict):
+        return dict(list(value.items())[:limit])
+    return value[:limit]
+
+
+def _capped(result):
+    capped = {}
+    for field, limit in CAPS.items():
+        value = result.get(field)
+        if isinstance(value, (list, dict)) and len(value) > limit:
+            capped[field] = len(value)
+            result[field] = _cap(value, limit)
+    for name, summary in (result.get("classes") or {}).items():
+        for field, limit in CLASS_CAPS.items():
+            value = summary.get(field)
+            if isinstance(value, (list, dict)) and len(value) > limit:
+                capped["classes.%s.%s" % (name, field)] = len(value)
+                summary[field] = _cap(value, limit)
+    for owner, names in (result.get("attributes") or {}).items():
+        if len(names) > ATTRIBUTES_CAP:
+            capped["attributes.%s" % owner] = len(names)
+            result["attributes"][owner] = names[:ATTRIBUTES_CAP]
+    if capped:
+        # What was left out is not known: a name not in a capped list is not known to be absent.
+        result["capped"] = capped
+        result["truncated"] = True
+        shown = ", ".join("%s: %d" % item for item in list(capped.items())[:5])
+        result["error"] = ((result["error"] + "; ") if result.get("error") else "") + (
+            "summary capped (%s%s; the rest not sent, not judged)" % (shown, ", ..." if len(capped) > 5 else ""))
     return result

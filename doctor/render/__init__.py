@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 FORMATS = ("text", "json", "markdown", "junit")
 LABEL = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "SKIP", "error": "ERROR"}
 DEFAULT_WIDTH = 100
+MIN_WIDTH, MAX_WIDTH = 40, 400  # COLUMNS and a terminal's size are clamped to this, never refused
 
 
 def shown(value, unknown: str = "unknown") -> str:
@@ -65,15 +66,23 @@ def cp_hint(profile: Mapping[str, Any]) -> str | None:
 
 
 def output_width(is_tty: bool) -> int:
-    """The terminal's width on a terminal; COLUMNS when piped; else 100."""
+    """The terminal's width on a terminal; COLUMNS when piped; else 100; clamped to MIN_WIDTH-MAX_WIDTH (a
+    COLUMNS of 1000000000 made every line a gigabyte)."""
     import shutil
 
     if is_tty:
-        return max(40, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
-    try:
-        return max(40, int(os.environ.get("COLUMNS", "")))
-    except ValueError:
+        try:
+            return clamp_width(shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)  # COLUMNS first, too
+        except (ValueError, OverflowError, OSError):
+            return DEFAULT_WIDTH
+    raw = os.environ.get("COLUMNS", "").strip()
+    if not raw.isascii() or not raw.isdigit():
         return DEFAULT_WIDTH
+    return clamp_width(int(raw[:12]) if len(raw) <= 12 else MAX_WIDTH)
+
+
+def clamp_width(width: int) -> int:
+    return max(MIN_WIDTH, min(MAX_WIDTH, int(width)))
 
 
 def render(report: Report, fmt: str, color: bool = False, width: int = DEFAULT_WIDTH, verbosity: int = 0,

@@ -6,6 +6,8 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..redact import shorten
+
 if TYPE_CHECKING:
     from ..report import Report
 
@@ -35,7 +37,7 @@ def workflow_annotations(report: Report) -> list[str]:
         cmds = [cmd for fix in c.fixes for cmd in fix.commands]
         if cmds:
             message += "\nFix: " + "\n".join(cmds)
-        message = message[:MAX_MESSAGE]
+        message = shorten(message, MAX_MESSAGE)
         lines.append(f"::{level} title={_escape_property('dsv4-doctor (' + c.id + ')')}::{_escape_data(message)}")
     return lines
 
@@ -57,7 +59,9 @@ def emit(report: Report, say_raw: Callable[[str], object], append: Callable[[str
 
         text = render_markdown(report)
         if len(text.encode("utf-8")) > SUMMARY_CAP:
-            text = text.encode("utf-8")[:SUMMARY_CAP].decode("utf-8", errors="ignore") + "\n…(truncated)\n"
+            # At a line's end: never through a word (redact.cut's rule), and no markup left open mid-line.
+            head = text.encode("utf-8")[:SUMMARY_CAP].decode("utf-8", errors="ignore")
+            text = head.rpartition("\n")[0] + "\n…(truncated)\n"
         why = append(summary_path, text + "\n")
         if why is not None:
             from ..redact import clean_text

@@ -23,6 +23,7 @@ from .output import line_text, live_frame
 
 REFRESH_PER_SECOND = 8
 MAX_ROWS = 8  # running checks shown; the rest are counted
+MAX_WIDTH, MAX_HEIGHT = 400, 200  # of the terminal, as the display takes it
 STAGE_STYLE = "cyan"
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 ASCII_SPINNER = "|/-\\"
@@ -138,6 +139,8 @@ class _Frame:
         self.display = display
 
     def __rich_console__(self, console: Console, options: Any):
-        text = Text("\n").join(self.display.frame(options.max_width, console.size.height))
+        # A terminal's size is clamped (rich takes COLUMNS/LINES or the terminal's word for it).
+        width, height = min(max(1, options.max_width), MAX_WIDTH), min(max(1, console.size.height), MAX_HEIGHT)
+        text = Text("\n").join(self.display.frame(width, height))
         text.no_wrap, text.end = True, ""
         yield text

@@ -176,11 +176,9 @@ def write_file(path: str, text: str, append: bool = False) -> str | None:
 
 def line_text(message: str) -> str:
     """A line as the doctor may say it: capped, redacted, cleaned (no escapes, no workflow command)."""
-    from ..redact import Redactor, cap, clean_text, valid_text
+    from ..redact import Redactor, clean_text
 
-    redact = Redactor()
-    # Secret values go before the cap, so that a cut through one cannot leave its prefix behind.
-    return clean_text(redact.text(cap(redact.literal(valid_text(message)), MAX_LINE)))
+    return clean_text(Redactor().redact_then_cap(message, MAX_LINE))  # redacted first: no cut leaves a secret's part
 
 
 def say(message: str) -> None:

@@ -13,6 +13,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..fix import installer_argv
 from ..model import PIP, UNSAFE_CHARS, Command, Phase
 from ..redact import WITHHELD, Redactor, cap, clean_text
 
@@ -25,11 +26,19 @@ _COMMENT_UNSAFE = re.compile(f"[{UNSAFE_CHARS}]+")
 def inert(text: str, limit: int = 300) -> str:
     """Text that stays one inert comment line however hostile it is."""
     text = _COMMENT_UNSAFE.sub(" ", str(text)).strip()
-    return text if len(text) <= limit else text[:limit] + "…"
+    from ..redact import shorten
+
+    return shorten(text, limit + 1)  # never through a word: a cut secret would pass redaction
 
 
-def pip_line(cmd: Command) -> str:
-    """How the script runs a pip command: with the inspected interpreter's pip, not whichever is first on PATH."""
+def pip_line(cmd: Command, installer: str = "pip") -> str:
+    """How the script runs a pip command: with the inspected interpreter's pip, not whichever is first on PATH; in a
+    uv venv, uv aimed at it (`uv pip install --python "$PY" ...`); ensurepip as the interpreter's own module."""
+    if cmd.is_ensurepip:
+        return cmd.env_prefix() + '"$PY" -I -m ' + shlex.join(cmd.argv)
+    if installer == "uv":
+        words = installer_argv("PYTHON_PLACEHOLDER", cmd, "uv")
+        return cmd.env_prefix() + " ".join('"$PY"' if w == "PYTHON_PLACEHOLDER" else shlex.quote(w) for w in words)
     return cmd.env_prefix() + '"$PY" ' + " ".join(PIP) + " " + shlex.join(cmd.argv[1:])
 
 
@@ -67,10 +76,10 @@ def _script(plan: Plan, python: str, profile: Mapping[str, Any], version: str, i
             textwrap.wrap(comment(text, 4000), width=118 - len(cont), break_long_words=False,
                           break_on_hyphens=False) or [""])]
 
-    def command_line(cmd: Command) -> str:
+    def command_line(cmd: Command, installer: str) -> str:
         """The command, or a comment when redaction had to change it (it holds a secret): Redactor.command."""
         words = [f"{name}={value}" for name, value in cmd.env] + list(cmd.argv)  # its environment is printed too
-        return WITHHELD if redact.command(words) is None else pip_line(cmd)
+        return WITHHELD if redact.command(words) is None else pip_line(cmd, installer)
 
     shown = " ".join(f"{k}={v}" for k, v in profile.items() if k in ("cp", "dsa_backend", "gpu_arch")
                      and v is not None)
@@ -82,6 +91,9 @@ def _script(plan: Plan, python: str, profile: Mapping[str, Any], version: str, i
                      "finished. Run `dsv4-doctor check` again before trusting it.")
     elif not plan.steps and not plan.unfixable:
         lines.append("# nothing to fix")
+    if plan.no_installer is not None:  # nothing below could run: stop before the first step, saying why
+        lines += wrapped("NO INSTALLER: " + plan.no_installer.fix.description)
+        lines += ["echo 'dsv4-doctor: no installer in the target interpreter (see the plan)' >&2", "exit 1"]
     held: list[str] = []
     n = 0
     for step in plan.steps:  # the settings are the last phase: numbering the rest alone keeps held_by's numbers
@@ -92,22 +104,25 @@ def _script(plan: Plan, python: str, profile: Mapping[str, Any], version: str, i
         n += 1
         lines.append("")
         if step.fix.phase is Phase.SETTING or not step.fix.commands:
-            what = "a job setting or choice" if step.fix.phase is Phase.SETTING else "its command was withheld"
+            what = "a job setting or choice" if step.fix.phase is Phase.SETTING else (
+                "the job's path: not run by this script or by --apply"
+                if step.fix.phase is Phase.PATH and step.fix.action else "its command was withheld")
             lines.append(f"# Step {n} ({what}; nothing to run) [{comment(checks)}]:")
             lines += wrapped(step.fix.description, "#   ")
         elif step.automatic:
             lines += wrapped(f"Step {n} [{comment(checks)}]: {step.fix.description}")
-            lines += [command_line(c) for c in step.commands]
+            lines += [command_line(c, step.fix.installer) for c in step.commands]
         elif step.held_by is not None:
             lines += wrapped(f"Step {n} (held back: run it after Step {step.held_by}, because it builds against "
                              f"torch; not run by this script or by --apply) [{comment(checks)}]: "
                              f"{step.fix.description}")
-            lines += ["#   " + comment(pip_line(c), 2000) for c in step.commands]
+            lines += ["#   " + comment(pip_line(c, step.fix.installer), 2000) for c in step.commands]
         else:
             why = "manual: not run by this script or by --apply" if step.fix.manual else \
                 "not run by this script or by --apply: only pip commands are"
             lines += wrapped(f"Step {n} ({why}) [{comment(checks)}]: {step.fix.description}")
-            lines += ["#   " + comment(pip_line(c) if c.is_pip else c.shell(), 2000) for c in step.commands]
+            lines += ["#   " + comment(pip_line(c, step.fix.installer) if c.is_pip or c.is_ensurepip else c.shell(),
+                                2000) for c in step.commands]
         for note in step.fix.notes:
             lines += wrapped(note, "#   ", "#   ")
     from ..job.settings import comment_lines

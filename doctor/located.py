@@ -1,0 +1,47 @@
+"""Where the job imports a module from, as the static probe's locator found it (probes/dsv4probe_static_locate.py),
+typed: the probe's answer is untrusted."""
+
+from __future__ import annotations
+
+# Each stack distribution and the module the job imports it as (canonical names, as pip normalises them).
+STACK_MODULE_OF = {
+    "nvidia-cudnn-frontend": "cudnn", "apache-tvm-ffi": "tvm_ffi", "nvidia-cutlass-dsl": "cutlass",
+    "torch-c-dlpack-ext": "torch_c_dlpack_ext", "transformer-engine": "transformer_engine",
+    "transformer-engine-torch": "transformer_engine", "transformer-engine-cu12": "transformer_engine",
+    "transformer-engine-cu13": "transformer_engine", "flash-mla": "flash_mla",
+    "fast-hadamard-transform": "fast_hadamard_transform", "megatron-core": "megatron.core", "verl": "verl",
+    "megatron-bridge": "megatron.bridge", "cuda-python": "cuda",
+}
+
+
+def _text_or_none(value):
+    return value if isinstance(value, str) else None
+
+
+def copy_of(m: dict) -> dict:
+    """The copy a module entry of the static answer describes, typed: found, why (in words: "from the script's
+    folder", "PYTHONPATH entry 1", "editable megatron-core 0.19.0 -> CHECKOUT"), place (job, pythonpath,
+    user-site, site, pth,
+    editable, finder, other), root (the sys.path entry or checkout it lies in), entry, pythonpath_index, owner
+    (the distribution that installed it: name, version, path, editable, checkout; None for a checkout on the
+    path), version (the owner's, else what the files state), version_from ("metadata", "files" or None), git
+    (root, commit, ref), others (every shadowed copy: path, why, place, version, distribution)."""
+    owner = m.get("owner") if isinstance(m.get("owner"), dict) else None
+    owner = {"name": _text_or_none(owner.get("name")), "version": _text_or_none(owner.get("version")),
+             "path": _text_or_none(owner.get("path")), "editable": owner.get("editable") is True,
+             "checkout": _text_or_none(owner.get("checkout"))} if owner else None
+    raw_stated, raw_others = m.get("files_version"), m.get("others")
+    stated: dict = raw_stated if isinstance(raw_stated, dict) else {}
+    listed: list = raw_others if isinstance(raw_others, list) else []
+    git = m.get("git") if isinstance(m.get("git"), dict) else None
+    git = {k: _text_or_none(git.get(k)) for k in ("root", "commit", "ref")} if git else None
+    index = m.get("pythonpath_index")
+    others = [{k: _text_or_none(o.get(k)) for k in ("path", "why", "place", "version", "distribution")}
+              for o in listed if isinstance(o, dict)]
+    version = (owner or {}).get("version") or _text_or_none(stated.get("version"))
+    return {"found": m.get("found") is True, "why": _text_or_none(m.get("why")), "place": _text_or_none(m.get("place")),
+            "root": _text_or_none(m.get("root")), "entry": _text_or_none(m.get("entry")),
+            "pythonpath_index": index if isinstance(index, int) and not isinstance(index, bool) else None,
+            "owner": owner, "version": version,
+            "version_from": "metadata" if (owner or {}).get("version") else ("files" if version else None),
+            "git": git, "others": others}
