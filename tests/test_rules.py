@@ -551,3 +551,31 @@ def test_every_printed_fix_turns_its_check_green_from_an_empty_environment(tmp_p
             apply(env, cmd)
         after = judge(env, bare_python, c["id"], **profile)
         assert after["status"] not in NOT_GREEN, (c["id"], commands(c), after["summary"])
+
+
+def test_a_plan_converges_it_never_repeats_an_install_the_check_found_done(tmp_path, bare_python):
+    """Once the frontend stack is right and only torch is missing, `fix` reinstalled frontend 1.27.0 again: a pip
+    step whose pins the copy the job imports already has is dropped; a pin that differs stays."""
+    from probed import fix_script
+
+    ids = builds_on("cudnn-fe.csa") + ["cudnn-fe.dsa", "tvm-ffi.version"]
+    right = Env(tmp_path / "right").wheel("fe", "nvidia-cudnn-frontend-1.27.0").wheel("tvm", "apache-tvm-ffi-0.1.11")
+    script = fix_script(right, bare_python, ids, gpu_arch="10.0")
+    assert "torch==2.11.0" in script  # what is still missing stays: the manual torch step
+    assert "nvidia-cudnn-frontend==1.27.0" not in script and "apache-tvm-ffi==0.1.11" not in script, script
+    old = Env(tmp_path / "old").wheel("fe", "nvidia-cudnn-frontend-1.26.0").wheel("tvm", "apache-tvm-ffi-0.1.11")
+    script = fix_script(old, bare_python, ids, gpu_arch="10.0")
+    assert "nvidia-cudnn-frontend==1.27.0" in script and "apache-tvm-ffi==0.1.11" not in script, script
+
+
+def test_already_met_reads_only_plain_pins():
+    from dsv4_doctor.fix import Command
+    from dsv4_doctor.fixplan import already_met
+
+    have = {"nvidia-cudnn-frontend": "1.27.0", "nvidia-cutlass-dsl": "4.5.2"}
+    assert already_met(Command(("pip", "install", "--force-reinstall", "--no-deps", "nvidia-cudnn-frontend==1.27.0")),
+                       have)
+    assert not already_met(Command(("pip", "install", "nvidia-cudnn-frontend==1.28.0")), have)
+    assert not already_met(Command(("pip", "install", "nvidia-cutlass-dsl[cu13]==4.5.2")), have)  # its extra's deps
+    assert not already_met(Command(("pip", "install", "nvidia-cudnn-frontend>=1.27")), have)
+    assert not already_met(Command(("pip", "install", "x @ git+https://example.invalid/x@abc")), have)
