@@ -93,8 +93,13 @@ def role_label(job: Job, role: str) -> str:
     return "" if job.kind != "verl" else f"{role}: "
 
 
+TORCH_LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+
+
 def world_size(job: Job) -> int | None:
     nodes, per_node = int_value(job.common.get("nnodes")), int_value(job.common.get("gpus_per_node"))
+    if nodes is None and "nnodes" not in job.common and any(w in TORCH_LAUNCHERS for w in job.launcher):
+        nodes = 1  # torchrun's --nnodes defaults to 1: `torchrun --nproc-per-node 8` is one node of 8
     return nodes * per_node if nodes is not None and per_node is not None else None
 
 

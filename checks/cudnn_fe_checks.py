@@ -126,7 +126,10 @@ def cudnn_fe_version(ctx: Context) -> Result:
             fixes=[fix], evidence=evidence)
     if len(copies) > 1:
         return warned(copies_note(FE, copies, static.copy("cudnn")), fixes=[fix], evidence=evidence)
-    return passed(f"nvidia-cudnn-frontend {meta} (import cudnn reports {imported.get('version')})", evidence=evidence)
+    no_csa = "" if static.module("cudnn.csa").get("found") else \
+        "; it has no cudnn.csa, the fused CSA compressor (added in 1.27.0): see cudnn-fe.csa"
+    return passed(f"nvidia-cudnn-frontend {meta} (import cudnn reports {imported.get('version')}){no_csa}",
+                  evidence=evidence)
 
 
 # d48bd6be's fused_compressor.py: the fused path is "for the THD packed, non-pre-grouped path" (L21), and the THD CP
@@ -143,6 +146,25 @@ def _csa_irrelevant(profile: Profile) -> str | None:
 def _csa_probe_needed(profile: Profile) -> bool:
     cc = profile.cc
     return _csa_irrelevant(profile) is None and not (cc is not None and not ANY_KNOWN_GATE.accepts(cc))
+
+
+def _csa_missing(static: StaticFacts) -> str | None:
+    """Why this frontend's cudnn.csa cannot load, read without a probe; None when nothing static says so."""
+    fe = static.version(FE)
+    if not static.module("cudnn.csa").get("found"):
+        return f"nvidia-cudnn-frontend {fe or '(not installed)'} has no cudnn.csa (added in 1.27.0)"
+    missing = unmet_stack(static)
+    return f"cudnn.csa of nvidia-cudnn-frontend {fe} cannot load ({', '.join(missing)})" if missing else None
+
+
+def _noted(result: Result, static: StaticFacts, where: str) -> Result:
+    """A skip that still says, in one line, that cudnn.csa would not load (evidence `notice`: the text report shows
+    it by default; a skip, so --strict gates are unchanged)."""
+    missing = _csa_missing(static)
+    if missing and isinstance(result.evidence, dict):
+        result.evidence["notice"] = f"{missing}: unused {where}; at CP 1 on CC >= 10 Megatron silently runs the " \
+            "eager compressor"
+    return result
 
 
 def _stack_note(static: StaticFacts) -> str:
@@ -195,7 +217,9 @@ def cudnn_fe_csa(ctx: Context) -> Result:
     admits a CC the frontend rejects, the first fused call raises, and the fix pins the first frontend that
     accepts it. With the CC not known (an image built for several GPU kinds) problems are warnings naming the
     GPUs that would use the fused path; on a known CC the gates reject, and under CP > 1 with d48bd6be's
-    non-pre-grouped-only dispatch, it is a skip saying so (and whether this frontend has cudnn.csa at all).
+    non-pre-grouped-only dispatch, it is a skip saying so (and whether this frontend has cudnn.csa at all); such a
+    skip, and one for a Megatron without the fused compressor, carries a one-line notice when cudnn.csa would not
+    load, which the text report shows by default (a skip all the same: --strict gates are unchanged).
     Context: the seed incident, a 40-GPU GB200 verl job that produced NaN with a frontend predating cudnn.csa,
     was cured on H100 by reinstalling the frontend 1.27.0 and apache-tvm-ffi 0.1.11; the eager compressor is
     not proven to be its cause.
@@ -204,8 +228,9 @@ def cudnn_fe_csa(ctx: Context) -> Result:
     cc = profile.cc
     module, gate = megatron_compressor(static)
     if static.module("megatron.core").get("found") and module is None:
-        return skipped("the installed Megatron has no fused CSA compressor (csa_utils/fused_compressor.py, dev "
-                       ">= 108cb6bc): it always uses the eager compressor, so cudnn.csa is never loaded")
+        return _noted(skipped("the installed Megatron has no fused CSA compressor (csa_utils/fused_compressor.py, "
+                              "dev >= 108cb6bc): it always uses the eager compressor, so cudnn.csa is never loaded",
+                              evidence={}), static, "by this Megatron (no fused compressor; dev has one)")
     fe = static.readable_dist(FE)
     missing = unmet_stack(static)
     fe_gate = read_gate(static, *FE_COMPRESSOR)
@@ -221,12 +246,13 @@ def cudnn_fe_csa(ctx: Context) -> Result:
     src = static.source(module) if module else {}
     pre_grouped = profile.cp > 1 and bool(src.get("contains", {}).get(NON_PRE_GROUPED))
     if pre_grouped:
-        return skipped("CP > 1: the installed Megatron's THD CP path pre-groups its input, and its fused compressor "
-                       "takes only the non-pre-grouped path (fused_compressor.py), so cudnn.csa is never used"
-                       + _stack_note(static), evidence=evidence)
+        return _noted(skipped("CP > 1: the installed Megatron's THD CP path pre-groups its input, and its fused "
+                              "compressor takes only the non-pre-grouped path (fused_compressor.py), so cudnn.csa is "
+                              "never used" + _stack_note(static), evidence=evidence), static, "at CP > 1")
     if cc is not None and not admits.accepts(cc):
-        return skipped(f"compute capability {profile.gpu_arch}: {gate_words} rejects it, so the eager compressor is "
-                       "the normal path here" + _stack_note(static), evidence=evidence)
+        return _noted(skipped(f"compute capability {profile.gpu_arch}: {gate_words} rejects it, so the eager "
+                              "compressor is the normal path here" + _stack_note(static), evidence=evidence), static,
+                      f"on compute capability {profile.gpu_arch}")
     fe_min = frontend_fixes.frontend_minimum(cc)
     stack = [frontend_fixes.frontend_stack(static, cc),
              *([fixes.torch(static)] if any(m.startswith("torch ") for m in missing) else [])]

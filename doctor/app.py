@@ -340,13 +340,13 @@ def _registry(timeout: float | None):
         session.close()
 
 
-def listing(opts: Options) -> str:
+def listing(opts: Options, width: int = 100) -> str:
     """`list`: every check, and every plugin that failed to load, as text, JSON or docs/rules.md's table."""
     from .render.rules import render_listing
 
     with _registry(opts.timeout) as (checks, plugins):
         pass
-    return render_listing(checks, plugins, opts.format)
+    return render_listing(checks, plugins, opts.format, width)
 
 
 def explanation(opts: Options, width: int) -> str:
@@ -356,17 +356,24 @@ def explanation(opts: Options, width: int) -> str:
 
     with _registry(opts.timeout) as (checks, _):
         pass
-    c = next((x for x in checks if x.id == opts.check_id), None)
-    if c is None:
-        wanted = str(opts.check_id)
-        near = [x.id for x in checks if wanted.split(".")[0] in x.id]
-        raise UsageError(f"unknown check {wanted!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
+    import fnmatch
+
+    from .registry import near_misses
+
+    wanted = str(opts.check_id)
+    pattern = wanted if any(ch in wanted for ch in "*?[") or "." in wanted else wanted + ".*"  # a group: its checks
+    chosen = [x for x in checks if x.id == wanted] or [x for x in checks if fnmatch.fnmatchcase(x.id, pattern)]
+    if not chosen:
+        near = near_misses(wanted, [x.id for x in checks])
+        raise UsageError(f"unknown check {wanted!r}" + (f"; did you mean {', '.join(near)}?" if near else "")
+                         + "; `dsv4-doctor list` shows every check")
     if opts.format == "json":
         import json
 
-        entry = {"id": c.id, "title": c.title, "origin": c.origin, "applies_when": c.applies_when,
-                 "detects": c.detects, "explanation": c.doc(), "sources": [s.to_dict() for s in c.sources],
-                 "fixes": [{"description": f.description, "commands": [cmd.shell() for cmd in f.commands],
-                            "manual": f.manual} for f in c.fixes]}
-        return json.dumps(Redactor()(entry), indent=2) + "\n"
-    return explain_text(c, width, Redactor())
+        entries = [{"id": c.id, "title": c.title, "origin": c.origin, "applies_when": c.applies_when,
+                    "detects": c.detects, "explanation": c.doc(), "sources": [s.to_dict() for s in c.sources],
+                    "fixes": [{"description": f.description, "commands": [cmd.shell() for cmd in f.commands],
+                               "manual": f.manual} for f in c.fixes]} for c in chosen]
+        return json.dumps(Redactor()(entries[0] if len(entries) == 1 and chosen[0].id == wanted else entries),
+                          indent=2) + "\n"
+    return "\n".join(explain_text(c, width, Redactor()) for c in chosen)

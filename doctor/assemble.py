@@ -9,7 +9,7 @@ import datetime
 import os
 import platform
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 from collections.abc import Sequence
 
@@ -183,5 +183,17 @@ def build(outcome: Outcome, python: str, strict: bool = False, exit_override: in
     if fleet:
         env["fleet_rank"] = {k: fleet.get(k) for k in ("rank", "local_rank", "host", "node", "job")}
         env["fingerprint"] = fingerprint(outcome.static, outcome.gpus)
-    return assemble(outcome.profile, outcome.reports, outcome.plugins, env, strict, outcome.duration_s,
-                    outcome.budget_s, outcome.interrupted, exit_override)
+    report = assemble(outcome.profile, outcome.reports, outcome.plugins, env, strict, outcome.duration_s,
+                      outcome.budget_s, outcome.interrupted, exit_override)
+    return replace(report, installed=installed_versions(outcome.static))
+
+
+def installed_versions(static: dict | None) -> dict[str, str]:
+    """Each distribution the static probe read, at the version of the copy the job imports (StaticFacts.version)."""
+    from packaging.utils import canonicalize_name
+
+    from .facts import StaticFacts
+
+    facts = StaticFacts(static or {})
+    found = {str(canonicalize_name(name)): facts.version(name) for name in facts.data.get("distributions") or {}}
+    return {name: v for name, v in found.items() if isinstance(v, str) and v}

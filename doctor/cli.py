@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .app import Options
-from .commandline import COMMANDS, INSPECTING_COMMANDS, PROG, ROOT_OPTIONS, VALUE_OPTIONS, _app
+from .commandline import COMMANDS, COMPLETION_VARIABLE, INSPECTING_COMMANDS, PROG, ROOT_OPTIONS, VALUE_OPTIONS, _app
 from .model import ExitCode, UsageError
 from .render.output import emit, finish_streams, isatty, line_text, preflight_report, say, write_stderr, write_stdout
 
@@ -48,7 +48,6 @@ class EarlyTarget:
 
 
 _SHORT_FLAGS = re.compile(r"-(v+|y)")  # the short options that take no value (-h asks for help: no early start)
-COMPLETION_VARIABLE = "_DSV4_DOCTOR_COMPLETE"  # typer's completion protocol: set, the words are a shell's
 
 
 def early_target(argv: Sequence[str], environ: Mapping[str, str]) -> EarlyTarget | None:
@@ -156,6 +155,9 @@ def parse_command_line(argv: list[str]) -> Options:
     from typer.exceptions import Abort, Exit
 
     argv = _with_default_command(list(argv))
+    for i, word in enumerate(argv):  # `--show-completion` alone: for the running shell (typer takes no optional value)
+        if word in ("--show-completion", "--install-completion") and (i + 1 == len(argv) or argv[i + 1][:1] == "-"):
+            argv[i] = word + "="
     job_tail: list[str] | None = None
     if argv[:1] in (["preflight"], ["fleet"]) and "--" in argv:
         cut = argv.index("--")
@@ -281,10 +283,10 @@ def run_command(opts: Options) -> int:
         return app.preflight(opts, lambda report: _preflight_report(opts, report))[1]
     if opts.command == "fix":
         return app.fix(opts, ask)[2]
-    if opts.command == "list":
-        return _stdout_or_4(app.listing(opts), "the listing")
     from .render import output_width
 
+    if opts.command == "list":
+        return _stdout_or_4(app.listing(opts, output_width(isatty(sys.stdout))), "the listing")
     return _stdout_or_4(app.explanation(opts, output_width(isatty(sys.stdout))), "the explanation")
 
 

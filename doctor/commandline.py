@@ -14,8 +14,9 @@ from .render.output import write_stdout
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 no check failed (warnings allowed unless --strict); 1 a check failed or errored (or warned, with "
-    "--strict); 2 usage error; 3 the doctor itself or a plugin crashed (the report is still written); 4 the report "
-    "could not be written to --output (it went to stdout); 129/130/143 interrupted by SIGHUP/SIGINT/SIGTERM."
+    "--strict); 2 usage error (an --output that cannot be written included); 3 the doctor itself or a plugin crashed "
+    "(the report is still written); 4 the report could not be written (stdout closed or full, or --output failing at "
+    "the end: it went to stdout); 129/130/143 interrupted by SIGHUP/SIGINT/SIGTERM."
 )
 COMMANDS = ("check", "smoke", "list", "explain", "fix", "preflight", "fleet")
 FORMATS = ("text", "json", "markdown", "junit")
@@ -66,6 +67,7 @@ def _port(value: str) -> int:
 # ------------------------------------------------------------------------------------------------------ parser
 
 PROG = "dsv4-doctor"
+COMPLETION_VARIABLE = "_DSV4_DOCTOR_COMPLETE"  # typer's completion protocol: set, the words are a shell's
 ROOT_OPTIONS = ("-h", "--help", "--version", "--install-completion", "--show-completion")
 # The commands that inspect a target, and every option of theirs that takes a value: what the early start's pre-scan
 # (cli.early_target) needs of the grammar before typer is imported. A test holds these to the typer application.
@@ -80,8 +82,9 @@ PREFLIGHT_EPILOG = ("The report goes to stderr (text), the job's stdout stays cl
 FLEET_EPILOG = ("`fleet --ray -- CMD` is `preflight --ray -- CMD`: the report of the driver and every GPU node goes to "
                 "stderr; exit as preflight's (1 when any node failed, and the command did not start).")
 SMOKE_EPILOG = ("Exit codes: 0 the smoke forward passed or was skipped; 1 it failed or errored; 2 usage error; 3 the "
-                "doctor itself crashed (the report is still written); 4 the report could not be written to --output "
-                "(it went to stdout); 129/130/143 interrupted by SIGHUP/SIGINT/SIGTERM.")
+                "doctor itself crashed (the report is still written); 4 the report could not be written (stdout "
+                "closed or full, or --output failing at the end: it went to stdout); 129/130/143 interrupted by "
+                "SIGHUP/SIGINT/SIGTERM.")
 FIX_EPILOG = ("Exit codes: 0 a plan was printed (or nothing to fix); 1 some failure has no fix; 2 usage error. With "
               "--apply: the re-check's exit code.")
 
@@ -121,15 +124,25 @@ def _app():
     import functools
     from types import SimpleNamespace
 
+    import os
+
     import typer
 
+    if os.environ.get(COMPLETION_VARIABLE):  # a shell asks for completions: typer's per-shell answers
+        from typer._completion_classes import completion_init
+
+        completion_init()
     Option = functools.partial(typer.Option, show_default=False)  # each help text states its own default
     from typer._types import TyperChoice as Choice
 
     app = typer.Typer(name=PROG, help=DESCRIPTION, epilog=EXIT_CODES_HELP, rich_markup_mode=None,
-                      add_completion=True, no_args_is_help=False, pretty_exceptions_enable=False,
+                      add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                       context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
     chosen: dict = {}
+
+    def said(summary: str) -> dict:
+        """A command's help, and the same text in full in the root's list (click cuts a summary at 45 characters)."""
+        return {"short_help": summary, "help": summary}
 
     def take(command: str, values: dict) -> None:
         chosen["args"] = options_from(command, values)
@@ -139,9 +152,40 @@ def _app():
             write_stdout(f"{PROG} {__version__}\n")
             raise typer.Exit(0)
 
+    def completion(install: bool):
+        def callback(ctx, _param, value: str | None) -> None:
+            if value is None or ctx.resilient_parsing:
+                return
+            from . import completion as shell_completion
+
+            try:
+                shell = shell_completion.shell_for(value or None)
+            except shell_completion.NoShell as exc:
+                raise typer.BadParameter(str(exc)) from None
+            if install:
+                path = shell_completion.install(PROG, COMPLETION_VARIABLE, shell)
+                write_stdout(f"{shell} completion installed in {path}; it takes effect in a new shell\n")
+            else:
+                write_stdout(shell_completion.script(PROG, COMPLETION_VARIABLE, shell) + "\n")
+            raise typer.Exit(0)
+        return callback
+
+    def complete_check(incomplete: str) -> list[str]:
+        from .completion import complete_check as names
+
+        return names(incomplete)
+
     @app.callback()
     def root(_version: bool = Option(False, "--version", callback=version, is_eager=True,
-                                     help="Print the version and exit.")) -> None:
+                                     help="Print the version and exit."),
+             _install: str | None = Option(None, "--install-completion",
+                                           metavar="[SHELL]", callback=completion(True), expose_value=False,
+                                           is_eager=True, help=(
+                 "Install completion for SHELL (bash, zsh, fish, powershell; default: the running shell, else "
+                 "$SHELL).")),
+             _show: str | None = Option(None, "--show-completion", metavar="[SHELL]",
+                                        callback=completion(False), expose_value=False, is_eager=True, help=(
+                 "Print the completion script for SHELL (default: the running shell, else $SHELL)."))) -> None:
         pass
 
     cp_help = "Context-parallel size of the planned job (1-1024; default 1, or the job's with --job-args)."
@@ -176,8 +220,9 @@ def _app():
     cp_t, arch_t, timeout_t, port_t = _checked(_cp), _checked(_gpu_arch), _checked(parse_timeout), _checked(_port)
     dsa_choice, device_choice = Choice(["cudnn", "none"]), Choice(["auto", "cuda", "cpu"])
     report_formats = Choice(list(FORMATS))
-    verbose_help = ("On a terminal: -v shows every row with its details and evidence, -vv adds the sources "
-                    "(default: only the rows that need attention). Piped text, JSON, markdown and JUnit are unchanged.")
+    verbose_help = ("Text report (a terminal or a log alike): -v shows every row with its details and evidence, -vv "
+                    "adds the sources (default: the rows that need attention, one line each, with their fix "
+                    "commands). JSON, markdown and JUnit are unchanged.")
     # The options several commands share, declared once (typer reads an option's declaration; it never changes it).
     job_cwd_help = ("The folder the training command runs in (default: the current one): with `python -m`/`-c` it is "
                     "the job's sys.path[0], where the job imports packages from first.")
@@ -187,8 +232,8 @@ def _app():
         gpu_arch=Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
         python=Option(None, "--python", metavar="PATH", help=python_help),
         timeout=Option(None, "--timeout", parser=timeout_t, metavar="S", help=timeout_help),
-        only=Option(None, "--only", metavar="ID[,ID...]", help=only_help),
-        skip=Option(None, "--skip", metavar="ID[,ID...]", help=skip_help),
+        only=Option(None, "--only", metavar="ID[,ID...]", help=only_help, autocompletion=complete_check),
+        skip=Option(None, "--skip", metavar="ID[,ID...]", help=skip_help, autocompletion=complete_check),
         format=Option("text", "-f", "--format", click_type=report_formats, help=format_help),
         output=Option(None, "-o", "--output", metavar="FILE", help=output_help),
         no_smoke=Option(False, "--no-smoke", help="Skip the smoke forward."),
@@ -205,7 +250,7 @@ def _app():
         plugin_timeout=Option(30.0, "--timeout", parser=timeout_t, metavar="S", help=plugin_timeout_help),
     )
 
-    @app.command(help="Check this environment for the planned DSv4 job (the default).", epilog=EXIT_CODES_HELP)
+    @app.command(**said("Check this environment for the planned DSv4 job (the default)."), epilog=EXIT_CODES_HELP)
     def check(
         cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
         dsa_backend: str | None = shared.dsa_backend,
@@ -235,7 +280,7 @@ def _app():
     ) -> None:
         take("check", locals())
 
-    @app.command(help="Run only the smoke forward.", epilog=SMOKE_EPILOG)
+    @app.command(**said("Run only the smoke forward."), epilog=SMOKE_EPILOG)
     def smoke(
         cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N",
                                    help="Context-parallel size of the planned job (1-1024; default 1)."),
@@ -257,7 +302,7 @@ def _app():
     ) -> None:
         take("smoke", locals())
 
-    @app.command(name="list", help="List every check with its title, where it comes from and when it applies.")
+    @app.command(name="list", **said("List every check with its title, where it comes from and when it applies."))
     def list_(
         format: str = Option("text", "-f", "--format", click_type=Choice(["text", "json", "markdown"]),
                              help="text, json, or markdown (the rules table of docs/rules.md)."),
@@ -265,16 +310,17 @@ def _app():
     ) -> None:
         take("list", locals())
 
-    @app.command(help="Why a check exists, when it applies, its sources and its fixes.")
+    @app.command(**said("Why a check exists, when it applies, its sources and its fixes."))
     def explain(
-        check_id: str = typer.Argument(..., metavar="ID", help="A check id from `dsv4-doctor list`."),
+        check_id: str = typer.Argument(..., metavar="ID", autocompletion=complete_check, help=(
+            "A check id from `dsv4-doctor list`, or a group (`cudnn-fe`: each of its checks).")),
         format: str = Option("text", "-f", "--format", click_type=Choice(["text", "json"]),
                              help="text, or json (the check's entry of `list -f json`)."),
         timeout: float = shared.plugin_timeout,
     ) -> None:
         take("explain", locals())
 
-    @app.command(help="Print the fix plan of the current failures as a shell script (or --apply it).",
+    @app.command(**said("Print the fix plan of the current failures as a shell script (or --apply it)."),
                  epilog=FIX_EPILOG)
     def fix(
         cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
@@ -328,16 +374,16 @@ def _app():
         take(chosen.get("name", "preflight"), locals())
 
     exec_settings = {"allow_interspersed_args": False, "ignore_unknown_options": False}
-    app.command(name="preflight", help="Check the environment and a training command's DSv4 settings, then exec the "
-                "command.", epilog=PREFLIGHT_EPILOG, context_settings=exec_settings)(preflight)
+    app.command(name="preflight", **said("Check the environment and a training command's DSv4 settings, then exec the "
+                "command."), epilog=PREFLIGHT_EPILOG, context_settings=exec_settings)(preflight)
 
     @functools.wraps(preflight)  # the same parameters, help and all
     def fleet_(*args, **values) -> None:
         chosen["name"] = "fleet"
         preflight(*args, **values)
 
-    app.command(name="fleet", help="Check every node of the job's Ray cluster (--ray) and the training command, "
-                "then exec the command where the whole fleet passed.", epilog=FLEET_EPILOG,
+    app.command(name="fleet", **said("Check every node of the job's Ray cluster (--ray) and the training command, "
+                "then exec the command where the whole fleet passed."), epilog=FLEET_EPILOG,
                 context_settings=exec_settings)(fleet_)
     return app, chosen
 

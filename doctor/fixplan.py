@@ -75,10 +75,33 @@ def plan_of(report: Report) -> Plan:
     interrupted before any check ran) are no check's finding: `incomplete` speaks for them."""
     return build_plan([CheckReport(id=row.id, title=row.title, status=row.status, summary=row.summary,
                                    fixes=list(report.actions.get(row.id, ()))) for row in report.checks
-                       if not row.id.startswith("doctor.")])
+                       if not row.id.startswith("doctor.")], report.installed)
 
 
-def build_plan(reports: Sequence[CheckReport[Fix]]) -> Plan:
+def already_met(cmd: Command, installed: Mapping[str, str]) -> bool:
+    """A `pip install` whose every requirement is a plain `NAME==VERSION` (no extras, no URL) that the copy the job
+    imports already is: running it again would change nothing the re-check judges, so a plan that converges drops it."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    if not cmd.is_pip or "install" not in cmd.argv[1:3]:
+        return False
+    words = [w for w in cmd.argv[cmd.argv.index("install") + 1:] if not w.startswith("-")]
+    if not words or any(w.startswith("-") for w in cmd.argv if w in ("-r", "--requirement", "-e", "--editable")):
+        return False
+    for word in words:
+        try:
+            req = Requirement(word)
+        except InvalidRequirement:
+            return False
+        pins = [s.version for s in req.specifier if s.operator == "=="]
+        if req.extras or req.url or req.marker or len(pins) != 1 or len(req.specifier) != 1 or \
+                installed.get(str(canonicalize_name(req.name))) != pins[0]:
+            return False
+    return True
+
+
+def build_plan(reports: Sequence[CheckReport[Fix]], installed: Mapping[str, str] | None = None) -> Plan:
     by_key: dict[str, Step] = {}
     unfixable = []
     for r in reports:
@@ -97,6 +120,8 @@ def build_plan(reports: Sequence[CheckReport[Fix]]) -> Plan:
     for step in steps:
         kept = []
         for c in step.commands:
+            if installed and already_met(c, installed):
+                continue  # the re-check found it done: the plan converges
             earlier = seen.get(c.argv)
             if earlier is None:
                 seen[c.argv] = step
@@ -220,7 +245,6 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
     is the first run's exit code, `before` its verdict line, `say` writes a line to stderr. Returns the command's
     exit code."""
     from .model import ExitCode
-    from .render import verdict_line
     from .signals import GATE
 
     if plan.no_installer is not None:
@@ -261,10 +285,33 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
         say(f"a pip command failed with exit code {failed}; stopped after {ran} command(s)")
         return int(ExitCode.FAILED)
     again = recheck()
-    for c in again.checks:
-        say(f"{c.id}: {c.status.value} - {c.summary}")
     for line in not_applied:
         say(line)
     say("before: " + before)
-    say("after:  " + verdict_line(again))
+    for line in after_apply(again):
+        say(line)
     return again.exit_code
+
+
+def after_apply(again: Report) -> list[str]:
+    """What `fix --apply` ends with, in this order: the verdict after, the rows that still fail (each on one line),
+    and the steps that remain for a person (manual, held back, or job settings) in the re-check's own plan, named."""
+    from .render import verdict_line
+
+    lines = ["after:  " + verdict_line(again)]
+    failing = [c for c in again.checks if c.status in (Status.FAIL, Status.ERROR)]
+    if failing:
+        lines.append(f"still failing ({len(failing)}):")
+        lines += [f"  {c.id}: {c.summary.split('. ')[0][:160]}" for c in failing]
+    plan = plan_of(again)
+    left = [(n, s) for n, s in enumerate(plan.steps, 1) if not s.automatic]
+    pip_left = [(n, s) for n, s in enumerate(plan.steps, 1) if s.automatic]
+    if pip_left:
+        lines.append(f"pip steps the re-check still plans ({len(pip_left)}): `dsv4-doctor fix` shows them")
+    if left:
+        lines.append(f"left for you ({len(left)}; `dsv4-doctor fix` prints them in full):")
+        for n, step in left:
+            kind = "manual" if step.fix.manual else ("held back" if step.held_by is not None else "a job setting")
+            first = step.fix.description.splitlines()[0] if step.fix.description else ""
+            lines.append(f"  step {n} ({kind}) [{', '.join(step.checks)}]: {first[:160]}")
+    return lines

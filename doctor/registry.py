@@ -21,7 +21,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from types import ModuleType
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Sequence
 
 from .model import Check, Interrupted
 
@@ -279,3 +279,24 @@ def load() -> Registry:
         checks += admitted
     # Reports list checks by id: stable across runs, plugins and installs.
     return Registry(checks=sorted(checks, key=lambda c: c.id), builtins=builtins, plugins=plugins)
+
+
+def near_misses(wanted: str, ids: Sequence[str]) -> list[str]:
+    """The check ids (or groups) a mistyped one most likely meant: compared without punctuation and case, so that
+    `cudnnfe` finds `cudnn-fe.*` and `cudnn-fe.version` finds `cudnn-fe.version`'s neighbours."""
+    import difflib
+
+    def bare(text: str) -> str:
+        return "".join(ch for ch in text.lower() if ch.isalnum())
+
+    groups = sorted({i.split(".", 1)[0] for i in ids})
+    names = list(ids) + [g + ".*" for g in groups]
+    key = bare(wanted.rstrip("*"))
+    if not key:
+        return []
+    by_bare: dict[str, list[str]] = {}
+    for name in names:
+        by_bare.setdefault(bare(name.rstrip("*")), []).append(name)
+    hits = [n for b in difflib.get_close_matches(key, list(by_bare), n=4, cutoff=0.75) for n in by_bare[b]]
+    hits += [n for n in names if key and bare(n).startswith(key) and n not in hits]
+    return hits[:6]

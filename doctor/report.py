@@ -181,6 +181,9 @@ class Report:
     fleet: Mapping[str, Any] | None = None  # a fleet report's own section: ranks, hosts, timings
     # The fix planner's only input besides the rows: each check's fixes as it made them (real argv and env).
     actions: Mapping[str, tuple[Fix, ...]] = field(default_factory=dict, repr=False, compare=False)
+    # For the planner too: each distribution's version in the copy the job imports (canonical name -> version), so
+    # that a plan never repeats an install the re-check found done. Not part of the wire form.
+    installed: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def exit_code(self) -> int:

@@ -23,7 +23,7 @@ from .probes import (DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, NVIDIA_SMI, PROBE_MIN_PY
                      StaticRequest, handshake_probe, parse_handshake, parse_nvidia_smi, static_probe_for)
 from .plugins import MARGIN_S, HostWatch, PluginHosts, plugin_error_rows
 from .procs import Processes
-from .registry import Registry
+from .registry import Registry, near_misses
 from .assemble import Outcome
 from .runner import CHECK_TIMEOUT_S, ProbePool, RunContext, Runner, execute, plan
 from .signals import GATE
@@ -50,6 +50,11 @@ def resolve_python(value: str | None) -> str:
         # The path is printed in reports and in the fix script: it must stay one plain line.
         raise UsageError(f"--python {value!r}: the path has control or line-break characters")
 
+    if os.path.isdir(value):  # a virtual environment's folder: name its interpreter
+        inside = [os.path.join(value, *p) for p in (("bin", "python"), ("bin", "python3"), ("Scripts", "python.exe"))]
+        hint = next((p for p in inside if os.access(p, os.X_OK)), None)
+        raise UsageError(f"--python {value!r} is a folder, not an interpreter" + (
+            f": pass --python {hint}" if hint else ": pass the interpreter's path (a venv's bin/python)"))
     found = value if os.sep in value else shutil.which(value)
     if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
         raise UsageError(f"--python: no executable interpreter at {value!r}")
@@ -80,7 +85,9 @@ def select(checks: Sequence[Check], only: Sequence[str], skip: Sequence[str], jo
     ids = [c.id for c in checks]
     for pattern in list(only) + list(skip):
         if not fnmatch.filter(ids if pattern in only else known, pattern):
-            raise UsageError(f"no check matches {pattern!r}; see `dsv4-doctor list`")
+            near = near_misses(pattern, ids if pattern in only else known)
+            raise UsageError(f"no check matches {pattern!r}" + (f"; did you mean {', '.join(near)}?" if near else "")
+                             + "; see `dsv4-doctor list`")
     chosen = [c for c in checks if not only or any(fnmatch.fnmatchcase(c.id, p) for p in only)]
     chosen = [c for c in chosen if not any(fnmatch.fnmatchcase(c.id, p) for p in skip)]
     if not chosen:

@@ -214,7 +214,10 @@ def run_in_process(env: Any, python: str, ids: Iterable[str], *, prof: Profile |
                                              evidence=result.evidence, fixes=list(result.fixes),
                                              sources=list(check.sources), origin=check.origin,
                                              internal_error=crashed)
-    return assemble(ctx.profile, [ctx.outcomes[i] for i in order], [], {}, False, 0.0)
+    report = assemble(ctx.profile, [ctx.outcomes[i] for i in order], [], {}, False, 0.0)
+    from dsv4_doctor.assemble import installed_versions
+
+    return replace(report, installed=installed_versions(ctx.static.data))  # as assemble.build gives the planner
 
 
 def judge_all(env: Any, python: str, ids: Iterable[str], **kwargs: Any) -> dict[str, dict]:

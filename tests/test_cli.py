@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import xml.etree.ElementTree as ET
 
@@ -82,8 +83,8 @@ def test_text_report_has_a_verdict_and_no_colour_when_piped(demo, bare_python):
     run = run_doctor("check", sites=(site.root,), python=bare_python, env={"NO_COLOR": "1"})
     assert run.returncode == 1
     assert "\x1b[" not in run.stdout
-    assert run.stdout.rstrip().splitlines()[-1].startswith("Verdict: FAIL")
-    assert "FAIL demo.marker: Marker exists" in run.stdout
+    assert "\nVerdict: FAIL" in "\n" + run.stdout.rstrip().split("\n\n")[-1]  # the verdict last
+    assert re.search(r"FAIL\s+demo\.marker  ", run.stdout)
 
 
 def test_junit_has_one_testcase_per_check_with_one_status_child(demo, bare_python):
@@ -241,7 +242,7 @@ def test_fix_prints_a_runnable_plan_and_apply_turns_the_check_green(demo, bare_p
     _build_wheel(wheel)
     applied = run_doctor("fix", "--only", "demo.pkg", "--apply", "--yes", sites=(site.root,), python=sys.executable)
     assert applied.returncode == 0, applied.stderr
-    assert "demo.pkg: pass" in applied.stderr and "after:  Verdict: PASS" in applied.stderr
+    assert "after:  Verdict: PASS" in applied.stderr and "still failing" not in applied.stderr
     assert "Successfully installed" not in applied.stdout  # pip's output went to stderr
 
 

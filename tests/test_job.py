@@ -447,7 +447,7 @@ def test_dispatcher_with_packing(tmp_path):
 def test_the_text_report_says_how_the_backend_was_decided_and_what_was_not_read():
     run = run_doctor("check", "--no-smoke", "--only", "job.dsa-backend", "--job-args",
                      shlex.join(["python3", "-m", "verl.trainer.main_ppo", "trainer.total_epochs=3"]))
-    head = run.stdout.split("Status")[0]
+    head = run.stdout.split("\n[")[0]  # before the first area
     # No Megatron-Bridge installed: its rule cannot be read, so the backend is not known, and checked as cudnn.
     assert "job: dsa-backend cudnn (not known: the Megatron-Bridge rule could not be read" in " ".join(head.split())
     assert "not read by any check: trainer.total_epochs" in " ".join(head.split())
@@ -583,7 +583,7 @@ def test_preflight_execs_the_command_in_place(tmp_path):
     assert int(pid) == proc.pid  # the same process: exec, not a child
     assert args == "a b --c=d"
     assert out == ""  # the report went to stderr; stdout is the job's
-    assert "PASS    python.version" in err
+    assert re.search(r"\[.\] python  1 pass", err)
     assert json.loads(report.read_text())["summary"]["exit_code"] == 0
 
 
@@ -608,7 +608,7 @@ def test_preflight_usage_errors(tmp_path):
     run = run_doctor("preflight", "--report", str(tmp_path / "no" / "r.json"), "--", "true")
     assert run.returncode == 2 and "--report" in run.stderr and "--output" not in run.stderr
     # A CP no job runs with is job.config's failure, stating the range (the job is not started).
-    run = run_doctor("preflight", "--", "pretrain_gpt.py", "--context-parallel-size", "99999")
+    run = run_doctor("preflight", "-v", "--", "pretrain_gpt.py", "--context-parallel-size", "99999")  # rows in full
     assert run.returncode == 1 and "cp = 99999 is out of range: it must be a whole number from 1 to 1024" in \
         run.stderr and "not starting the job" in run.stderr
     missing = run_doctor("preflight", "--only", "python.version", "--", "/no/such/program")
@@ -690,7 +690,7 @@ def readme_job_script_commands() -> list[list[str]]:
     its Kubernetes initContainer (a flow sequence of double-quoted strings: JSON)."""
     section = _job_scripts_section()
     found = []
-    for block in re.findall(r"```sh\n(.*?)```", section, re.S):
+    for block in re.findall(r"```(?:sh|bash)\n(.*?)```", section, re.S):
         for line in re.sub(r"\\\n#?\s*", " ", block).splitlines():
             line = line.strip().lstrip("#").strip()
             if "dsv4-doctor" in line and (words := _doctor_words(line)) is not None:

@@ -159,7 +159,8 @@ def test_a_wrapper_command_leaves_the_settings_not_known(argv):
     assert rows["job.cp-args"]["status"] == "skip" and "not known" in rows["job.cp-args"]["summary"]
     # The text report's first lines say so: through the CLI.
     text = run_doctor("check", "--no-smoke", "--only", "job.*", "--job-args", shlex.join(argv)).stdout
-    assert "not known:" in text.split("Status")[0] and "--cp N" in " ".join(text.split("Status")[0].split())
+    head = text.split("\n[")[0]  # before the first area
+    assert "not known:" in head and "--cp N" in " ".join(head.split())
     given = profile(job_args=argv, cp=1, dsa_backend="none").to_dict()
     assert (given["cp"], given["dsa_backend"], given["job"]["cp_given"]) == (1, "none", 1)
 

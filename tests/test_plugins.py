@@ -128,8 +128,9 @@ CHECKS = [Check(id="python.version", title="t", explanation="x", applies_when="a
     run = check_run(site, bare_python, "--only", "python.version")
     assert run.check("python.version")["summary"] != "hijacked"
     assert "duplicate check id 'python.version'" in run.check("plugin.dup")["summary"]
-    text = run_doctor("check", "--only", "python.version", sites=(site.root,), python=bare_python).stdout
-    assert text.count("duplicate check id") == 2  # its row and its detail block; not a third trailing line
+    text = run_doctor("check", "-v", "--only", "python.version", sites=(site.root,), python=bare_python).stdout
+    assert "plugin.dup" in text and "duplicate check id" in text
+    assert "Plugin dup from" not in text  # its row says it: not a second, trailing line
 
 
 def test_list_and_explain_redact_plugin_errors(site):
@@ -212,24 +213,51 @@ CHECKS = [Check(id="lax.bare", title="t", explanation="", applies_when="always",
 SPANNING = """
 import os, time
 from dsv4_doctor.model import Check, passed
-with open(os.environ["DSV4_TEST_SPANS"], "a") as fh:
-    fh.write("start %f\\n" % time.time())
-time.sleep(0.6)
-with open(os.environ["DSV4_TEST_SPANS"], "a") as fh:
-    fh.write("end %f\\n" % time.time())
+spans = os.environ["DSV4_TEST_SPANS"]
+with open(spans, "a") as fh:
+    fh.write("start {name}\\n")
+# Held until the test releases it (an event, not a sleep): the test decides when this host's slot comes free.
+release, waited = spans + ".release-{name}", 0.0
+while not os.path.exists(release) and waited < 120:
+    time.sleep(0.01)
+    waited += 0.01
+with open(spans, "a") as fh:
+    fh.write("end {name}\\n")
 def _run(ctx):
     return passed("ok")
 CHECKS = [Check(id="{name}.check", title="t", explanation="x", applies_when="always", detects="x", run=_run)]
 """
 
 
-def _describe(site, monkeypatch, tmp_path, slots, timeout: float = 30.0, taken: int = 0):
-    """Every plugin of `site` described by a session's PluginHosts in this process with `slots` probe slots, of
-    which `taken` are held by others; (the most hosts whose plugin was importing at one time, the PluginInfos)."""
+def _spans(path) -> list[tuple[str, str]]:
+    return [tuple(line.split()) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _most_at_once(events) -> int:
+    busy = most = 0
+    for kind, _ in events:
+        busy += 1 if kind == "start" else -1
+        most = max(most, busy)
+    return most
+
+
+def _wait_for(predicate, what: str, limit_s: float = 120.0) -> None:
+    """Poll until `predicate()` holds: the generous limit only ends a broken run, it never decides a passing one."""
+    end = time.monotonic() + limit_s
+    while not predicate():
+        assert time.monotonic() < end, f"gave up waiting for {what}"
+        time.sleep(0.01)
+
+
+def _describe(site, monkeypatch, tmp_path, slots, timeout: float = 300.0, taken: int = 0, hold_together: int = 0):
+    """Every plugin of `site` described by a session's PluginHosts (in a thread of this process) with `slots` probe
+    slots, of which `taken` are held by others; (the most hosts whose plugin was importing at one time, the
+    PluginInfos). A host stays in its import until the test releases it: one at a time, each once it has started
+    and no other started beside it (`hold_together` > 0: not before that many are importing at once)."""
     import sys
     import threading
 
-    from dsv4_doctor import registry
+    from dsv4_doctor import plugins as plugin_hosts, registry
     from dsv4_doctor.plugins import PluginHosts
     from dsv4_doctor.procs import Processes
 
@@ -237,22 +265,36 @@ def _describe(site, monkeypatch, tmp_path, slots, timeout: float = 30.0, taken: 
     monkeypatch.syspath_prepend(str(site.root))
     monkeypatch.setenv("PYTHONPATH", str(site.root))
     monkeypatch.setenv("DSV4_TEST_SPANS", str(spans))
+    monkeypatch.setattr(plugin_hosts, "DESCRIBE_BUDGET_S", timeout)  # the test's events pace it, not a budget
     semaphore = threading.BoundedSemaphore(slots)
     for _ in range(taken):
         semaphore.acquire()
     procs = Processes()
+    loaded = registry.load()
+    worker = threading.Thread(target=lambda: PluginHosts(procs, sys.executable, timeout, lambda: [],
+                                                         semaphore).describe(loaded), daemon=True)
     try:
-        loaded = registry.load()
-        PluginHosts(procs, sys.executable, timeout, lambda: [], semaphore).describe(loaded)
+        worker.start()
+        if taken < slots:
+            names = [p.name for p in loaded.plugins]
+            if hold_together:
+                _wait_for(lambda: sum(k == "start" for k, _ in _spans(spans)) >= hold_together,
+                          f"{hold_together} hosts importing at once")
+            for _ in names:
+                _wait_for(lambda: len([k for k, _ in _spans(spans) if k == "start"]) >
+                          len([k for k, _ in _spans(spans) if k == "end"]) or not worker.is_alive(), "a host start")
+                if not worker.is_alive():
+                    break
+                time.sleep(0.5)  # room for a host that ignores the limit to show itself (it cannot make a pass fail)
+                for kind, name in _spans(spans):
+                    if kind == "start" and ("end", name) not in _spans(spans):
+                        (spans.parent / f"{spans.name}.release-{name}").touch()
+                        _wait_for(lambda n=name: ("end", n) in _spans(spans), f"{name} to end")
+        worker.join(timeout + 120)  # describe ends at its own deadline; this only ends a broken run
+        assert not worker.is_alive(), "describe did not return"
     finally:
         procs.close()
-    events = sorted((float(t), kind) for kind, t in (line.split() for line in spans.read_text().splitlines())) \
-        if spans.exists() else []
-    busy = most = 0
-    for _, kind in events:
-        busy += 1 if kind == "start" else -1
-        most = max(most, busy)
-    return most, loaded.plugins
+    return _most_at_once(_spans(spans)), loaded.plugins
 
 
 def test_plugin_hosts_start_within_the_probe_concurrency_limit(site, monkeypatch, tmp_path):
@@ -261,12 +303,24 @@ def test_plugin_hosts_start_within_the_probe_concurrency_limit(site, monkeypatch
         plugin(site, name, f"{name}_checks", SPANNING.replace("{name}", name))
     most, plugins = _describe(site, monkeypatch, tmp_path, slots=1)
     assert most == 1 and [(p.loaded, p.checks, p.error) for p in plugins] == [(True, 1, None)] * 3
-    most, _ = _describe(site, monkeypatch, tmp_path, slots=3)
+    most, _ = _describe(site, monkeypatch, tmp_path, slots=3, hold_together=3)
     assert most == 3  # the same plugins overlap when the limit allows it: the limit is what kept them apart
 
 
 def test_a_plugin_host_that_gets_no_slot_in_time_says_so(site, monkeypatch, tmp_path):
     plugin(site, "slowa", "slowa_checks", SPANNING.replace("{name}", "slowa"))
-    most, plugins = _describe(site, monkeypatch, tmp_path, slots=1, timeout=1.0, taken=1)
+    most, plugins = _describe(site, monkeypatch, tmp_path, slots=1, timeout=1.0, taken=1)  # its slot never frees
     assert most == 0 and not plugins[0].loaded
     assert plugins[0].error == "the plugin host never started: no probe slot came free in time"
+
+
+def test_list_names_a_plugin_check_s_origin(site):
+    plugin(site, "lax", "lax_checks", """
+from dsv4_doctor.model import Check, Source, passed
+CHECKS = [Check(id="lax.good", title="t", explanation="why", applies_when="always", detects="x",
+                run=lambda ctx: passed("ran"), sources=(Source("s", "https://example.invalid"),))]
+""")
+    listed = run_doctor("list", sites=(site.root,), env={"COLUMNS": "80"}).stdout
+    row = next(line for line in listed.splitlines() if line.startswith("lax.good"))
+    assert "(from lax" in row and "python.version" in listed
+    assert not [line for line in listed.splitlines() if line.startswith("python.version") and "(from" in line]

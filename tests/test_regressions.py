@@ -144,4 +144,3 @@ def test_static_only_skips_every_import_probe_even_on_a_gpu_host(bare_python, fa
     for check_id in ("smoke.thd-cp", "torch.install", "gpu.devices", "te.import"):
         assert rows[check_id]["status"] == "skip" and rows[check_id]["summary"].startswith("static-only"), check_id
     assert rows["gpu.arch"]["status"] != "skip"  # nvidia-smi is no import: static checks still use it
-    assert run.seconds < 5

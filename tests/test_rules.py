@@ -116,6 +116,39 @@ def test_frontend_1_26_on_sm100_fails_csa_with_the_1_27_fix(tmp_path, bare_pytho
     fix_turns_green(env, bare_python, "cudnn-fe.csa", gpu_arch="10.0")
 
 
+@pytest.mark.parametrize("megatron, options, status", [
+    ("release", {"cp": 2}, "skip"), ("release", {}, "skip"), ("release", {"gpu_arch": "10.0"}, "skip"),
+    ("dev", {"cp": 2, "gpu_arch": "10.0"}, "skip"), ("dev", {"gpu_arch": "9.0"}, "skip"),
+    ("dev", {}, "warn"), ("dev", {"gpu_arch": "10.0"}, "fail"),
+])
+def test_frontend_1_26_without_cudnn_csa_is_said_on_every_profile(tmp_path, bare_python, megatron, options, status):
+    """The real 1.26.0 wheel has no cudnn.csa: fail where the job would use it, warn where the CC is not known at CP
+    1, and where it is not used (CP > 1, a CC the gate rejects, a release Megatron) a skip that says so in one line
+    (evidence `notice`, shown by the default text report; a skip, so --strict gates are unchanged)."""
+    env = healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0")
+    if megatron == "release":
+        env = env.wheel("megatron", "megatron-core-0.19.2")
+    csa = judge_in_run(env, bare_python, "cudnn-fe.csa", **options)
+    assert csa["status"] == status, csa
+    said = csa["evidence"].get("notice", "") if status == "skip" else csa["summary"]
+    assert "1.26.0 has no cudnn.csa" in said, csa
+    version = judge(env, bare_python, "cudnn-fe.version", **options)
+    assert version["status"] == "pass" and "it has no cudnn.csa" in version["summary"], version
+
+
+def test_a_skip_with_a_notice_is_one_line_of_the_default_report(tmp_path, bare_python):
+    from dsv4_doctor.render.terminal import render_terminal
+    from probed import run_in_process
+
+    env = healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0")
+    report = run_in_process(env, bare_python, builds_on("cudnn-fe.csa"), cp=2, gpu_arch="10.0")
+    text = render_terminal(report, 0, width=80)
+    noted = [line for line in text.splitlines() if "NOTE  cudnn-fe.csa" in line]
+    assert len(noted) == 1 and "1.26.0 has no cudnn.csa" in noted[0] and len(noted[0]) <= 80, text
+    assert report.exit_code == 0 or "cudnn-fe.csa" not in " ".join(
+        c.id for c in report.checks if c.status.value in ("fail", "warn"))
+
+
 def test_frontend_1_27_without_cutlass_has_the_module_but_not_the_symbols(tmp_path, bare_python):
     env = healthy(tmp_path).drop("cutedsl")
     csa = judge_in_run(env, bare_python, "cudnn-fe.csa", gpu_arch="10.0")
@@ -518,3 +551,31 @@ def test_every_printed_fix_turns_its_check_green_from_an_empty_environment(tmp_p
             apply(env, cmd)
         after = judge(env, bare_python, c["id"], **profile)
         assert after["status"] not in NOT_GREEN, (c["id"], commands(c), after["summary"])
+
+
+def test_a_plan_converges_it_never_repeats_an_install_the_check_found_done(tmp_path, bare_python):
+    """Once the frontend stack is right and only torch is missing, `fix` reinstalled frontend 1.27.0 again: a pip
+    step whose pins the copy the job imports already has is dropped; a pin that differs stays."""
+    from probed import fix_script
+
+    ids = builds_on("cudnn-fe.csa") + ["cudnn-fe.dsa", "tvm-ffi.version"]
+    right = Env(tmp_path / "right").wheel("fe", "nvidia-cudnn-frontend-1.27.0").wheel("tvm", "apache-tvm-ffi-0.1.11")
+    script = fix_script(right, bare_python, ids, gpu_arch="10.0")
+    assert "torch==2.11.0" in script  # what is still missing stays: the manual torch step
+    assert "nvidia-cudnn-frontend==1.27.0" not in script and "apache-tvm-ffi==0.1.11" not in script, script
+    old = Env(tmp_path / "old").wheel("fe", "nvidia-cudnn-frontend-1.26.0").wheel("tvm", "apache-tvm-ffi-0.1.11")
+    script = fix_script(old, bare_python, ids, gpu_arch="10.0")
+    assert "nvidia-cudnn-frontend==1.27.0" in script and "apache-tvm-ffi==0.1.11" not in script, script
+
+
+def test_already_met_reads_only_plain_pins():
+    from dsv4_doctor.fix import Command
+    from dsv4_doctor.fixplan import already_met
+
+    have = {"nvidia-cudnn-frontend": "1.27.0", "nvidia-cutlass-dsl": "4.5.2"}
+    assert already_met(Command(("pip", "install", "--force-reinstall", "--no-deps", "nvidia-cudnn-frontend==1.27.0")),
+                       have)
+    assert not already_met(Command(("pip", "install", "nvidia-cudnn-frontend==1.28.0")), have)
+    assert not already_met(Command(("pip", "install", "nvidia-cutlass-dsl[cu13]==4.5.2")), have)  # its extra's deps
+    assert not already_met(Command(("pip", "install", "nvidia-cudnn-frontend>=1.27")), have)
+    assert not already_met(Command(("pip", "install", "x @ git+https://example.invalid/x@abc")), have)

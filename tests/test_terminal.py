@@ -21,6 +21,9 @@ from conftest import has_torch, run_doctor
 H200_RUN = Path(__file__).resolve().parent.parent / "docs" / "gpu-runs" / "2026-12-02-h200-b"
 H200_REPORTS = sorted(H200_RUN.glob("complete/*.json")) + sorted(H200_RUN.glob("exit0/*.json"))
 AREA_HEAD = re.compile(r"^\[(.)\] (\S+)  (.*)$")
+# An area's head: on a line of its own, or (an area with nothing to attend to, by default) packed with others.
+_COUNT = r"\d+ (?:pass|warn|fail|error|skip)"
+AREA_ANYWHERE = re.compile(rf"\[(.)\] (\S+)  ({_COUNT}(?:, {_COUNT})*)")
 ROW_HEAD = re.compile(r"^    (\S) (PASS|WARN|FAIL|ERROR|SKIP)\s+(\S+)  ")
 RANK = {"fail": 0, "error": 1, "warn": 2, "pass": 3, "skip": 4}
 STATUS_OF_LABEL = {"PASS": "pass", "WARN": "warn", "FAIL": "fail", "ERROR": "error", "SKIP": "skip"}
@@ -44,7 +47,8 @@ def _h200(name: str) -> dict:
 
 
 def _areas(text: str) -> list[tuple[str, str, str]]:
-    return [m.groups() for m in map(AREA_HEAD.match, text.splitlines()) if m]  # type: ignore[misc]
+    return [m.groups() for line in text.splitlines() if line.startswith("[")  # type: ignore[misc]
+            for m in AREA_ANYWHERE.finditer(line)]
 
 
 def _rows(text: str) -> list[tuple[str, str, str]]:
@@ -87,9 +91,9 @@ def test_concise_shows_only_problems_and_counts_skips():
     assert sorted(r[2] for r in _rows(concise)) == problems
     assert "evidence:" not in concise
     skipped = sum(c["status"] == "skip" for c in report["checks"])
-    assert f"{skipped} skipped: -v shows them" in concise
+    assert f"{skipped} skipped; -v shows every row in full" in concise
     verbose = _terminal(report, verbosity=1, width=100)
-    assert "evidence:" in verbose and "-v shows them" not in verbose
+    assert "evidence:" in verbose and "-v shows every row" not in verbose
     assert "source: " not in verbose
     very = _terminal(report, verbosity=2, width=100)
     sourced = [c for c in report["checks"] if c.get("sources")]
@@ -240,20 +244,36 @@ def test_check_on_a_terminal_prints_the_grouped_report(bare_python, colour):
     assert "\r" not in plain
     assert bool(re.search(r"\x1b\[[0-9;]*m", report)) is (colour == "on")
     areas = _areas(plain)
-    assert [a for _, a, _ in areas][:3] == ["python", "torch", "gpu"]
+    assert {"python", "torch", "gpu"} <= {a for _, a, _ in areas}
     assert ("✗", "te", "1 fail, 1 skip") in areas
-    assert "skipped: -v shows them" in plain
+    assert "skipped; -v shows every row in full" in plain
     fixes = [line for line in plain.splitlines() if line.strip().startswith("pip install ")]
     assert fixes and any(len(line) > 80 for line in fixes)  # a command stays whole on one line
     assert all(len(line) <= 80 for line in plain.splitlines() if line not in fixes)
     verbose_code, verbose = _on_a_terminal(["check", "--static-only", "-v", "--python", bare_python], env=env)
-    assert verbose_code == 1 and "evidence:" in verbose and "-v shows them" not in verbose
+    assert verbose_code == 1 and "evidence:" in verbose and "-v shows every row" not in verbose
 
 
-def test_piped_text_keeps_the_plain_report(bare_python):
-    run = run_doctor("check", "--static-only", "-v", python=bare_python)
-    assert run.returncode == 1
-    assert not _areas(run.stdout) and "FAIL te.version" in run.stdout
+@pytest.mark.parametrize("verbose", [[], ["-v"]])
+def test_piped_text_is_the_terminal_s_grouped_report(bare_python, verbose):
+    """A CI log gets what a terminal shows: verdict first, the rows that need attention with their fixes, passes and
+    skips counted (with -v every row), the next step last; no colour, no live display."""
+    words = ["check", "--static-only", *verbose, "--python", bare_python]
+    run = run_doctor(*words, env={"COLUMNS": "80"})
+    assert run.returncode == 1 and "\x1b" not in run.stdout
+    json_run = run_doctor(*words[:-2], "-f", "json", python=bare_python)
+    expected = render_terminal(Report.from_wire(json_run.report), len(verbose), width=80)
+    strip = re.compile(r"/tmp/\S+|\d+\.\d+ ?s\b")  # paths of the run's own temporary files, timings
+    assert strip.sub("", run.stdout) == strip.sub("", expected) or _areas(run.stdout) == _areas(expected)
+    lines = run.stdout.splitlines()
+    first_verdict = next(i for i, line in enumerate(lines) if line.startswith("Verdict: FAIL"))
+    assert first_verdict < next(i for i, line in enumerate(lines) if line.startswith("["))  # the verdict first
+    assert "next: dsv4-doctor fix --cp 1 > fix.sh" in " ".join(run.stdout.split())
+    rows = {r[2] for r in _rows(run.stdout)}
+    if verbose:
+        assert rows == {c["id"] for c in json_run.report["checks"]}
+    else:
+        assert rows == {c["id"] for c in json_run.report["checks"] if c["status"] in ("fail", "warn", "error")}
 
 
 @pytest.mark.parametrize("command", ["check", "smoke", "preflight"])
@@ -261,7 +281,8 @@ def test_help_says_what_verbose_does(command):
     run = run_doctor(command, "--help", env={"COLUMNS": "200"})
     assert run.returncode == 0
     words = " ".join(run.stdout.split())
-    assert "-v, --verbose On a terminal: -v shows every row" in words and "-vv adds the sources" in words
+    assert "-v, --verbose Text report (a terminal or a log alike): -v shows every row" in words
+    assert "-vv adds the sources" in words
 
 
 @pytest.mark.parametrize("args, source, hint, shown", [
@@ -279,9 +300,9 @@ def test_the_first_line_says_where_the_cp_size_came_from(bare_python, args, sour
     first = " ".join(line.strip() for line in terminal.stdout.split("\nVerdict: ")[0].splitlines())
     assert first.startswith("dsv4-doctor ") and shown in first
     assert ("CP 1 assumed: pass --cp N" in first) is hint
-    plain = run_doctor(*base, python=bare_python).stdout.split("\n\n")[0]
+    plain = run_doctor(*base, python=bare_python).stdout.split("\nVerdict: ")[0]
     plain = " ".join(line.strip() for line in plain.splitlines())
-    assert ("(CP 1 assumed: pass --cp N)" in plain) is hint
+    assert ("CP 1 assumed: pass --cp N" in plain) is hint
     assert ("cp=2 (from the job)" in plain) is (source == "job")
 
 
@@ -321,7 +342,7 @@ def test_the_live_display_shows_each_check_s_stage_and_leaves_nothing_on_screen(
         assert first == 0 and re.match(r"dsv4-doctor \S+ checked; profile cp=2 ", screen[0]), screen[:3]
         report = text
     areas = _areas(report)
-    assert [a for _, a, _ in areas][:3] == ["python", "torch", "gpu"]
+    assert {"python", "torch", "gpu"} <= {a for _, a, _ in areas}
     assert ("✗", "torch", "1 fail") in areas and ("✓", "python", "1 pass") in areas
     assert "Verdict: FAIL" in report
 
@@ -353,3 +374,36 @@ def test_colour_marks_only_what_it_is_for(local_report):
     assert re.match(r"      \x1b\[1mFix: \x1b\[0m[^\x1b]+$", fix), fix
     last = lines[-1]
     assert re.search(r"\x1b\[0m; next: dsv4-doctor fix --cp 1 > fix\.sh$", last), last
+
+
+def test_the_empty_venv_report_at_80_columns_leads_with_the_verdict_and_every_failure_s_fix(bare_python):
+    """The first run of a newcomer (an interpreter with nothing installed): within 40 lines at 80 columns, the verdict
+    first, then every failure's one-line summary with its fix commands, before the rest."""
+    run = run_doctor("check", "--python", bare_python, env={"COLUMNS": "80"})
+    lines = run.stdout.rstrip("\n").splitlines()
+    assert run.returncode == 1 and len(lines) <= 40, run.stdout
+    first_verdict = next(i for i, line in enumerate(lines) if line.startswith("Verdict: FAIL"))
+    assert first_verdict <= 4
+    report = run_doctor("check", "-f", "json", "--python", bare_python).report
+    failures = [c for c in report["checks"] if c["status"] == "fail"]
+    assert failures
+    for c in failures:
+        at = next(i for i, line in enumerate(lines) if re.match(rf"    \S FAIL  {re.escape(c['id'])}  ", line))
+        assert len(lines[at]) <= 80
+        for command in [cmd for f in c.get("fixes") or [] for cmd in f.get("commands") or []]:
+            assert any(line.strip().startswith(command) for line in lines[at + 1:at + 8]), (c["id"], command)
+    assert all(len(line) <= 80 or line.startswith("      ") for line in lines)  # only commands pass the width
+
+
+@pytest.mark.parametrize("args, said, never", [
+    (["check", "--gpu-arch", "10.0"], "gpu-arch=10.0 (from --gpu-arch)", "(from the"),
+    (["check", "--job-args", "python3 -m verl.trainer.main_ppo actor_rollout_ref.actor.megatron."
+      "context_parallel_size=2"], "cp=2 (from the job) dsa-backend=cudnn gpu-arch=unknown;", "(from the verl"),
+    (["preflight", "--dry-run", "--", "python3", "-c", "pass"], "gpu-arch=unknown;", "unknown command"),
+])
+def test_the_profile_line_says_where_each_fact_came_from_without_misreadings(bare_python, args, said, never):
+    command, rest = args[0], args[1:]
+    run = run_doctor(command, "--only", "python.version", "--python", bare_python, *rest)
+    out = run.stdout + run.stderr
+    head = " ".join(out.split("\nVerdict: ")[0].split())
+    assert said in head and never not in out, head

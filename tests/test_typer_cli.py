@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -83,11 +85,74 @@ def test_every_option_a_help_names_is_taken(command):
 def test_root_help_version_and_completion():
     help_run = run_doctor("--help")
     assert help_run.returncode == 0 and "--install-completion" in help_run.stdout and "Exit codes" in help_run.stdout
+    assert "..." not in help_run.stdout.split("Commands:", 1)[1], "a command's summary is cut"
     version = run_doctor("--version")
     assert version.returncode == 0 and version.stdout.startswith("dsv4-doctor ")
     shown = subprocess.run([sys.executable, "-m", "dsv4_doctor", "--show-completion", "bash"], capture_output=True,
                            text=True, timeout=60)
     assert shown.returncode == 0 and "complete" in shown.stdout
+
+
+def _doctor_cmd() -> str:
+    return " ".join(shlex.quote(w) for w in (sys.executable, "-m", "dsv4_doctor"))
+
+
+@pytest.mark.parametrize("shell, marker", [("bash", "complete -o default -F"), ("zsh", "#compdef dsv4-doctor"),
+                                           ("fish", "complete --command dsv4-doctor")])
+def test_completion_for_a_named_shell_works_under_sh(shell, marker):
+    """From `sh` (a Dockerfile RUN, `sh -c`), the shell named wins over the running one."""
+    run = subprocess.run(["sh", "-c", f"{_doctor_cmd()} --show-completion {shell}"], capture_output=True, text=True,
+                         timeout=60, env=dict(os.environ, SHELL="/bin/sh"))
+    assert run.returncode == 0 and marker in run.stdout, run.stderr
+
+
+def test_completion_without_a_shell_under_sh_takes_the_login_shell_or_says_what_to_pass():
+    login = subprocess.run(["sh", "-c", f"{_doctor_cmd()} --show-completion"], capture_output=True, text=True,
+                           timeout=60, env=dict(os.environ, SHELL="/usr/bin/zsh"))
+    assert login.returncode == 0 and "#compdef dsv4-doctor" in login.stdout, login.stderr
+    none = subprocess.run(["sh", "-c", f"{_doctor_cmd()} --show-completion"], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, SHELL="/bin/sh"))
+    assert none.returncode == 2 and none.stdout == "" and "--show-completion bash" in none.stderr
+    unknown = run_doctor("--show-completion", "tcsh")
+    assert unknown.returncode == 2 and "bash, zsh, fish" in unknown.stderr
+
+
+def _complete(shell: str, words: str) -> list[str]:
+    env = dict(os.environ, _DSV4_DOCTOR_COMPLETE=f"complete_{shell}")
+    if shell == "bash":
+        env.update(COMP_WORDS=words, COMP_CWORD=str(len(words.split()) - (0 if words.endswith(" ") else 1)))
+    else:
+        env.update(_TYPER_COMPLETE_ARGS=words, _TYPER_COMPLETE_FISH_ACTION="get-args")
+    run = subprocess.run([sys.executable, "-m", "dsv4_doctor"], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    if shell == "zsh":
+        return re.findall(r'(?:^|\n|\()"([^"]+)"', run.stdout)  # ("value":"help") or ("value"), one a line
+    return run.stdout.split()
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+@pytest.mark.parametrize("words, expected", [
+    ("dsv4-doctor explain cudnn-fe.v", ["cudnn-fe.version"]),
+    ("dsv4-doctor check --only te", ["te.import", "te.version", "te"]),
+    ("dsv4-doctor fix --skip cudnn-fe.c", ["cudnn-fe.csa"]),
+])
+def test_check_ids_and_groups_complete(shell, words, expected):
+    assert _complete(shell, words) == expected
+
+
+@pytest.mark.parametrize("words, near", [
+    (["explain", "cudnnfe"], "cudnn-fe.version"), (["explain", "te.versoin"], "te.version"),
+    (["check", "--static-only", "--only", "cudnnfe.version"], "cudnn-fe.version"),
+    (["check", "--static-only", "--skip", "mcore.dvs4"], "mcore.dsv4"),
+])
+def test_a_near_miss_check_id_gets_a_suggestion(words, near):
+    run = run_doctor(*words)
+    assert run.returncode == 2 and "did you mean" in run.stderr and near in run.stderr, run.stderr
+
+
+def test_explain_a_group_explains_each_of_its_checks():
+    run = run_doctor("explain", "te")
+    assert run.returncode == 0 and "te.import" in run.stdout and "te.version" in run.stdout
 
 
 def test_explain_json_and_list_titles():
@@ -99,3 +164,28 @@ def test_explain_json_and_list_titles():
 
     titles = {c.id: c.title for c in load().checks}
     assert all(titles[line.split()[0]].split()[0] in line for line in listing.splitlines() if line.split()[0] in titles)
+
+
+def test_python_given_a_venv_folder_names_its_interpreter(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    run = run_doctor("check", "--static-only", "--python", str(venv))
+    assert run.returncode == 2 and run.stdout == ""
+    assert f"is a folder, not an interpreter: pass --python {venv}/bin/python" in run.stderr
+    bare = run_doctor("check", "--static-only", "--python", str(tmp_path / "venv" / "bin"))
+    assert bare.returncode == 2 and "a venv's bin/python" in bare.stderr
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+def test_list_fits_the_width_with_a_header_and_names_only_foreign_origins(columns):
+    listing = run_doctor("list", env={"COLUMNS": str(columns)}).stdout
+    lines = listing.splitlines()
+    assert lines[0].split()[0] == "Check" and "when it applies" in lines[0]
+    assert all(len(line) <= columns for line in lines), max(lines, key=len)
+    assert "dsv4-doctor" not in listing  # every row is the doctor's own: no origin column
+    from dsv4_doctor.registry import load
+
+    ids = [line.split()[0] for line in lines[1:] if not line.startswith(" ")]
+    assert ids == [c.id for c in load().checks]
+    assert sum(line.strip().startswith("when: ") for line in lines) == len(ids)

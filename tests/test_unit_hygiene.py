@@ -85,11 +85,11 @@ ADVERSARIAL = {
 @pytest.mark.parametrize("kind", sorted(ADVERSARIAL))
 def test_one_megabyte_of_hostile_text_is_processed_within_a_second(kind):
     text = ADVERSARIAL[kind]
-    start = time.monotonic()
+    start = time.process_time()  # CPU seconds of this process: what linearity is about, whatever else runs
     tree = Redactor({"DB_PASS": "hunterpw"})(sanitize({"summary": text, "details": text}))
     for value in tree.values():
         clean_text(value)
-    assert time.monotonic() - start < 1.0
+    assert time.process_time() - start < 1.0
     assert len(tree["summary"]) < 20_000  # capped where it entered, with a marker (unless masked or removed whole)
     assert "truncated by dsv4-doctor" in tree["summary"] or kind in ("ansi", "pem")
 
@@ -98,9 +98,9 @@ def test_one_megabyte_of_hostile_text_is_processed_within_a_second(kind):
 def test_redaction_itself_is_linear_without_the_cap():
     """Caps keep inputs small; the patterns must not need them (16 KiB at a quadratic rate would still stall)."""
     for text in ADVERSARIAL.values():
-        start = time.monotonic()
+        start = time.process_time()
         Redactor({})(text, limit=10 ** 7)
-        assert time.monotonic() - start < 2.0
+        assert time.process_time() - start < 2.0
 
 
 def test_the_fix_script_caps_descriptions_before_redacting_them():
@@ -113,9 +113,9 @@ def test_the_fix_script_caps_descriptions_before_redacting_them():
     desc = "missing: " + ", ".join(f"req-{i:04d}-" + "x" * 200 for i in range(2000))
     reports = [CheckReport(id=f"c.{i}", title="t", status=Status.FAIL, summary="s",
                            fixes=[Fix(desc + " DB_PASS=hunterpw", [["pip", "install", f"x{i}"]])]) for i in range(20)]
-    start = time.monotonic()
+    start = time.process_time()
     script = render_script(fixplan.build_plan(reports), "/usr/bin/python3", {}, "1", Redactor({}))
-    assert time.monotonic() - start < 1.0
+    assert time.process_time() - start < 1.0
     assert script.count("req-0000-") == 20 and "pip install x19" in script  # wrapped: on the line after "missing:"
 
 

@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("render", {"render"}),
     ("session", {"assemble", "pluginhost", "plugins", "session", "earlystart", "runreport", "fixplan", "jobcompose"}),
     ("commands", {"fleet", "app", "execjob", "gendocs"}),
-    ("cli", {"cli", "commandline", "launch", "__main__"}),
+    ("cli", {"cli", "commandline", "completion", "launch", "__main__"}),
 ]
 
 

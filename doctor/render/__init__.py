@@ -85,7 +85,10 @@ def clamp_width(width: int) -> int:
     return max(MIN_WIDTH, min(MAX_WIDTH, int(width)))
 
 
-def render(report: Report, fmt: str, color: bool = False, width: int = DEFAULT_WIDTH) -> str:
+def render(report: Report, fmt: str, color: bool = False, width: int = DEFAULT_WIDTH, verbosity: int = 0,
+           encoding: str = "utf-8") -> str:
+    """The report in `fmt`. Text is the grouped report a terminal shows, for a pipe, a file or a log too (verdict
+    first, failures and warnings in full, passes and skips counted; `verbosity` 1 every row, 2 with its sources)."""
     if fmt == "json":
         return render_json(report)
     if fmt == "markdown":
@@ -97,9 +100,9 @@ def render(report: Report, fmt: str, color: bool = False, width: int = DEFAULT_W
 
         out = render_junit(report)
     else:
-        from .text import render_text
+        from .terminal import render_terminal
 
-        out = render_text(report, color=color, width=width)
+        out = render_terminal(report, verbosity, width=width, color=color, encoding=encoding)
     return neutralize_workflow_commands(out)
 
 

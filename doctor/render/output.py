@@ -302,14 +302,16 @@ def emit(report: Report, fmt: str, output: str | None, verbosity: int = 0) -> in
     if fmt == "text" and output is None and wants_terminal_report(sys.stdout):
         text = terminal_report(report, sys.stdout, verbosity)
     else:
-        text = render(report, fmt, color=color, width=output_width(to_tty))
+        encoding = str(getattr(sys.stdout, "encoding", None) or "ascii") if output is None else "utf-8"
+        text = render(report, fmt, color=color, width=output_width(to_tty), verbosity=verbosity, encoding=encoding)
     if output:
         why = write_file(output, text)
         if why is None:
             say(verdict_line(report) + f" (report written to {output})")
         else:
             say(f"dsv4-doctor: could not write the report to {output}: {why}; it follows on stdout")
-            write_stdout(render(report, fmt, width=output_width(False)))
+            write_stdout(render(report, fmt, width=output_width(False), verbosity=verbosity,
+                                encoding=str(getattr(sys.stdout, "encoding", None) or "ascii")))
             code = max(code, int(ExitCode.OUTPUT))
     elif not write_stdout(text):
         say("dsv4-doctor: could not write the report: stdout is closed, broken or not read; use --output FILE")
@@ -328,7 +330,8 @@ def preflight_report(report: Report, path: str | None, verbosity: int = 0) -> in
     if wants_terminal_report(sys.stderr):
         write_stderr(terminal_report(report, sys.stderr, verbosity))
     else:
-        write_stderr(render(report, "text", width=output_width(False)))
+        write_stderr(render(report, "text", width=output_width(False), verbosity=verbosity,
+                            encoding=str(getattr(sys.stderr, "encoding", None) or "ascii")))
     if path:
         why = write_file(path, json.dumps(report.to_dict(), indent=2) + "\n")
         if why is not None:

@@ -32,6 +32,7 @@ GLYPHS = {"pass": "[✓]", "warn": "[!]", "fail": "[✗]", "error": "[✗]", "sk
 ASCII_GLYPHS = {"pass": "[+]", "warn": "[!]", "fail": "[x]", "error": "[x]", "skip": "[-]"}
 MARKS = {"pass": "✓", "warn": "!", "fail": "✗", "error": "✗", "skip": "-"}
 ASCII_MARKS = {"pass": "+", "warn": "!", "fail": "x", "error": "x", "skip": "-"}
+ARCH_FROM = {"option": " (from --gpu-arch)", "detected": " (from nvidia-smi)"}  # where a known arch came from
 EVIDENCE_LINES = 40  # of one row's evidence at -v; the JSON report has all of it
 
 
@@ -104,7 +105,8 @@ def top_line(report: Report) -> str:
     target = _target_python(report)
     parts = [f"dsv4-doctor {shown(report.doctor_version)} checked",
              f"profile cp={cp_shown(p)} dsa-backend={shown(p.get('dsa_backend'))} "
-             f"gpu-arch={shown(p.get('gpu_arch'))}" + (" static-only" if p.get("static_only") else ""),
+             f"gpu-arch={shown(p.get('gpu_arch'))}{ARCH_FROM.get(str(p.get('gpu_arch_source')), '')}"
+             + (" static-only" if p.get("static_only") else ""),
              f"python {shown(target.get('executable'))} ({shown(target.get('version'))})",
              f"GPU {_gpu(report)}"]
     hint = cp_hint(p)
@@ -191,6 +193,45 @@ def _row_head(c: Row, marks: dict[str, str]) -> Text:
     return Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.id), "bold"), "  ", _clean(c.summary))
 
 
+def _notice(c: Row) -> str | None:
+    """A skipped row's one-line notice (evidence `notice`): shown by default, a skip all the same."""
+    notice = c.evidence.get("notice") if _status(c) == "skip" and isinstance(c.evidence, dict) else None
+    return notice if isinstance(notice, str) and notice else None
+
+
+def first_sentence(text: str) -> str:
+    """A summary's or a fix's first sentence, on one line (the rest is for -v)."""
+    line = " ".join(str(text).split())
+    cut = line.find(". ")
+    return line[:cut + 1] if cut > 0 else line
+
+
+def _one_line(out: _Out, text: Text, indent: int, ascii_only: bool) -> None:
+    """`text` on one line at `indent`: cut with an ellipsis where it would wrap (-v shows it in full)."""
+    room = max(20, out.console.width - indent)
+    if len(text.plain) > room:
+        text.truncate(room - 1 if not ascii_only else room - 3)
+        text.append("..." if ascii_only else "…")
+    out.raw(text, indent=indent)
+
+
+def _short(out: _Out, c: Row, marks: dict[str, str], ascii_only: bool) -> None:
+    """A row that needs attention, as the default report gives it: a failure's summary as its first sentence on one
+    line (a warning's in full), then each fix's commands (never cut: copy-pastable), or a fix without commands as its
+    first sentence."""
+    s = _status(c)
+    if s == "warn":  # a warning's summary is all it has to say (it seldom has a command): in full
+        out.line(_row_head(c, marks), indent=4, hang=8)
+    else:
+        _one_line(out, Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.id), "bold"), "  ",
+                                     _clean(first_sentence(c.summary))), 4, ascii_only)
+    for fix in c.fixes:
+        for cmd in fix.commands:  # a manual step says so in a shell comment: the line stays copy-pastable
+            out.raw(_text(cmd, "cyan") + Text("  # manual step" if fix.manual else "", "dim"), indent=6)
+        if not fix.commands:
+            _one_line(out, Text.assemble(("Fix: ", "bold"), _text(first_sentence(fix.description))), 6, ascii_only)
+
+
 def _fixes(out: _Out, c: Row) -> None:
     for fix in c.fixes:
         tag = " (manual)" if fix.manual else ""
@@ -261,16 +302,27 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
             out.line(_text(line, "yellow"), hang=4)
     out.blank()
     skipped = 0
+    fine: list[Text] = []  # default: the areas with nothing to attend to, on shared lines after the rest
     for area, rows in grouped(report):
         statuses = [_status(c) for c in rows]
         state = worst(statuses)
         counts = ", ".join(f"{statuses.count(s)} {LABEL[s].lower()}" for s in WORST_FIRST if s in statuses)
         head = Text.assemble((glyphs[state] + " ", STYLE[state]), (_clean(area), "bold"), f"  {counts}")
+        if verbosity == 0 and state in ("pass", "skip") and not any(map(_notice, rows)):
+            skipped += statuses.count("skip")
+            fine.append(head)
+            continue
         out.line(head)
         for c in rows:
             s = _status(c)
             if verbosity == 0 and s in ("pass", "skip"):
                 skipped += s == "skip"
+                if _notice(c):  # a skip that still has something to say, in one line
+                    _one_line(out, Text.assemble((f"{marks[s]} NOTE  ", STYLE[s]), (_clean(c.id), "bold"), "  ",
+                                                 _clean(_notice(c))), 4, ascii_only)
+                continue
+            if verbosity == 0:
+                _short(out, c, marks, ascii_only)
                 continue
             out.line(_row_head(c, marks), indent=4, hang=8)
             if s in ("fail", "error", "warn") or verbosity:
@@ -281,10 +333,20 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
                 _evidence(out, c)
             if verbosity >= 2:
                 _sources(out, c)
+    packed = Text()
+    for head in fine:  # packed, never an area's head split across lines
+        if packed.plain and len(packed.plain) + 3 + len(head.plain) > out.console.width:
+            out.raw(packed)
+            packed = Text()
+        packed.append_text(Text("   ") if packed.plain else Text())
+        packed.append_text(head)
+    if packed.plain:
+        out.raw(packed)
     _trailer(report, out)
     out.blank()
-    if skipped:
-        out.line(Text(f"{skipped} skipped: -v shows them", style="dim"))
+    if verbosity == 0 and (skipped or any(_status(c) != "pass" for c in _checks(report))):
+        more = f"{skipped} skipped; " if skipped else ""
+        out.line(Text(f"{more}-v shows every row in full (details, fix descriptions, evidence)", style="dim"))
     out.line(Text.assemble(verdict, f"; {next_step(report)}"))
 
 
