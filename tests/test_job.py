@@ -609,8 +609,9 @@ def test_preflight_usage_errors(tmp_path):
     assert run.returncode == 2 and "--report" in run.stderr and "--output" not in run.stderr
     # A CP no job runs with is job.config's failure, stating the range (the job is not started).
     run = run_doctor("preflight", "-v", "--", "pretrain_gpt.py", "--context-parallel-size", "99999")  # rows in full
-    assert run.returncode == 1 and "cp = 99999 is out of range: it must be a whole number from 1 to 1024" in \
-        run.stderr and "not starting the job" in run.stderr
+    text = " ".join(run.stderr.split())  # the grouped report wraps at the terminal's width
+    assert run.returncode == 1 and "cp = 99999 is out of range: it must be a whole number from 1 to 1024" in text \
+        and "not starting the job" in text
     missing = run_doctor("preflight", "--only", "python.version", "--", "/no/such/program")
     assert missing.returncode == 127 and "could not start" in missing.stderr
 
