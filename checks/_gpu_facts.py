@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 
+from dsv4_doctor.redact import cut
 from dsv4_doctor.model import Context, Fix, Phase
 from dsv4_doctor.probes import NVIDIA_SMI, TORCH, Probe
 
@@ -154,7 +155,7 @@ def hidden_cause(ctx: Context, driver_api: int | None = None) -> tuple[str, list
         return f"torch {data.get('version')} is a CPU-only build", [fixes.torch(ctx.static)]
     raw = data.get("cuda_error")
     err: dict = raw if isinstance(raw, dict) else {}
-    said = str(err.get("message") or "torch.cuda.is_available() is False")[:300]
+    said = cut(str(err.get("message") or "torch.cuda.is_available() is False"), 300)
     return (f"torch {data.get('version')} (CUDA {cuda}) sees no GPU and no cause was found here ({said}): "
             "CUDA_VISIBLE_DEVICES is unset and the driver is new enough; a container started without GPU access "
             "(docker --gpus, the NVIDIA container runtime) shows this"), []

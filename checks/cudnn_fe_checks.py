@@ -3,6 +3,7 @@ Megatron calls resolves, with q_causal_offsets exactly where Megatron requires i
 
 from __future__ import annotations
 
+from dsv4_doctor.redact import cut
 from dsv4_doctor.facts import StaticFacts, error_text, outcome, version
 from dsv4_doctor.api import check
 from dsv4_doctor.model import Context, Profile, Result, Source, failed, passed, skipped, warned
@@ -268,7 +269,7 @@ def cudnn_fe_csa(ctx: Context) -> Result:
                    f"{' with CP > 1' if profile.cp > 1 else ''} is not known (its gate could not be read)")
     elif profile.cp > 1 and src.get("error"):  # the pre-grouping test above found nothing, in a file not read whole
         unknown = (f"whether Megatron's THD CP path takes the fused compressor is not known ({module} could not be "
-                   f"read whole: {str(src['error'])[:200]})")
+                   f"read whole: {cut(str(src['error']), 200)})")
     if fe is None and not static.module("cudnn").get("found"):
         text = "nvidia-cudnn-frontend is not installed: Megatron silently keeps the eager CSA compressor"
         if unknown:

@@ -17,7 +17,7 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
         os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
     sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
-from dsv4probe_common import serve
+from dsv4probe_common import cut_text, serve
 
 import ctypes
 
@@ -26,7 +26,7 @@ def answer(request):
     try:
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError as exc:
-        return {"loaded": False, "error": str(exc)[:500]}
+        return {"loaded": False, "error": cut_text(str(exc), 500)}
     path = None
     try:
         with open("/proc/self/maps") as fh:

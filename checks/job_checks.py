@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+from dsv4_doctor.redact import cut
 from dsv4_doctor.api import check
 from dsv4_doctor.model import Context, Finding, Fix, Phase, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
@@ -411,7 +412,7 @@ def job_config(ctx: Context) -> Result | list[Finding]:
     if job.composed:
         evidence["composed"] = dict(job.composed)
     if job.config_errors:
-        return failed("; ".join(e.splitlines()[0] for e in job.config_errors)[:600],
+        return failed(cut("; ".join(e.splitlines()[0] for e in job.config_errors), 600),
                       "\n".join(job.config_errors) + f"\n(settings {job.read_by})", evidence=evidence)
     if job.composed:
         return passed(f"the job's config composes (settings {job.read_by}); its numbers have the types and "

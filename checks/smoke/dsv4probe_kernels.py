@@ -35,7 +35,7 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
         os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
     sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
-from dsv4probe_common import error_info, load_module, serve, stage
+from dsv4probe_common import cut_text, error_info, load_module, serve, stage
 
 import time
 
@@ -108,7 +108,7 @@ def answer(request):
         err = error_info(exc, frames=6)
         if device.type != "cuda" and _needs_cuda(exc):
             out.update(status="skip", summary="needs CUDA: the real kernel refuses CPU tensors (%s: %s)"
-                       % (err["type"], err["message"][:200]), error=err)
+                       % (err["type"], cut_text(str(err["message"]), 200)), error=err)
         else:
             out.update(status="fail", summary="%s raised %s: %s" % (name, err["type"], err["message"]), error=err)
     if device.type == "cuda":

@@ -7,7 +7,7 @@ A part of the smoke probe (dsv4probe_smoke.py), loaded by path (dsv4probe_common
 import os
 import time
 
-from dsv4probe_common import load_module  # in sys.modules: it loads this part
+from dsv4probe_common import cut_text, load_module  # in sys.modules: it loads this part
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 load_module("dsv4probe_device", HERE)
@@ -102,7 +102,7 @@ class Attention:
                 return out
             except (NotImplementedError, RuntimeError) as exc:  # NotImplementedError: no kernel for this device
                 self.varlen = None
-                self.fallback_reason = "varlen_attn failed: %s: %s" % (type(exc).__name__, str(exc)[:200])
+                self.fallback_reason = "varlen_attn failed: %s: %s" % (type(exc).__name__, cut_text(str(exc), 200))
         self.backend[kind] = "sdpa per segment, explicit bottom-right mask (%s)" % self.fallback_reason
         return self._sdpa(kind, q, k, v, cu_q.tolist(), cu_k.tolist())
 

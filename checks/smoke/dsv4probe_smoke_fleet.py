@@ -9,7 +9,7 @@ import os
 import socket
 import time
 
-from dsv4probe_common import load_module, stage  # in sys.modules: it loads this part
+from dsv4probe_common import cut_text, load_module, stage  # in sys.modules: it loads this part
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 load_module("dsv4probe_smoke_ranks", HERE)
@@ -51,7 +51,7 @@ def fleet_store(torch, plan, deadline):
                              _timedelta(deadline - time.monotonic()), wait_for_workers=False), None
     except Exception as exc:
         return None, "fleet rank 0 could not serve the smoke's rendezvous on port %s: %s: %s" % (
-            plan["store_port"], type(exc).__name__, str(exc)[:300])
+            plan["store_port"], type(exc).__name__, cut_text(str(exc), 300))
 
 
 def _choose_backend(device, peers):
@@ -89,7 +89,7 @@ def fleet_run(torch, request, device, deadline, tier2_reference, served):
                                   _timedelta(join_by - time.monotonic()), wait_for_workers=False)
     except Exception as exc:
         out["join_error"] = ("the smoke's rendezvous on fleet rank 0 (port %s) did not answer: %s: %s"
-                             % (plan["store_port"], type(exc).__name__, str(exc)[:300]))
+                             % (plan["store_port"], type(exc).__name__, cut_text(str(exc), 300)))
         return out
     try:
         group = dist.PrefixStore("dsv4doctor-smoke/%d" % int(plan["group"]), store)
@@ -125,7 +125,7 @@ def fleet_run(torch, request, device, deadline, tier2_reference, served):
         out.update(run)
         out["fleet"]["cp_rank"] = cp_rank
     except Exception as exc:
-        out["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:500])
+        out["error"] = "%s: %s" % (type(exc).__name__, cut_text(str(exc), 500))
     finally:
         try:
             store.add("done", 1)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from dsv4probe_common import LIB, error_info, load_module, stage  # in sys.modules: it loads this part
+from dsv4probe_common import LIB, cut_text, error_info, load_module, stage  # in sys.modules: it loads this part
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 for _part in ("dsv4probe_device", "dsv4probe_files", "dsv4probe_smoke_batch", "dsv4probe_smoke_tier2",
@@ -87,7 +87,7 @@ def tier2_build(request):
             import transformer_engine.pytorch  # noqa: F401
         except BaseException as exc:  # as tier 2 at CP 1: the TE rules report it
             out.update(ok=False, skipped="needs Transformer Engine (see te.version and te.import): %s: %s"
-                       % (type(exc).__name__, str(exc)[:300]))
+                       % (type(exc).__name__, cut_text(str(exc), 300)))
             return out
         out["hadamard"] = hadamard_stand_in()
         from megatron.core import parallel_state

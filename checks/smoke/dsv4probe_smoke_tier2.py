@@ -7,7 +7,7 @@ A part of the smoke probe (dsv4probe_smoke.py), loaded by path (dsv4probe_common
 import os
 import time
 
-from dsv4probe_common import error_info, load_module  # in sys.modules: it loads this part
+from dsv4probe_common import cut_text, error_info, load_module  # in sys.modules: it loads this part
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 for _part in ("dsv4probe_device", "dsv4probe_smoke_batch", "dsv4probe_smoke_tolerances"):
@@ -65,7 +65,7 @@ def hadamard_stand_in():
             return {"fast_hadamard_transform": "verl shim", "verl_patch": path}
         except Exception as exc:
             return {"fast_hadamard_transform": "missing", "verl_shim_error": "%s: %s" % (type(exc).__name__,
-                                                                                         str(exc)[:300])}
+                                                                                         cut_text(str(exc), 300))}
     return {"fast_hadamard_transform": "missing"}
 
 
@@ -88,7 +88,7 @@ def tier2_run(torch, device, cp, rank, request, reference_path=None, dist=None):
         import transformer_engine.pytorch  # noqa: F401
     except BaseException as exc:
         out.update(ok=False, skipped="needs Transformer Engine (see te.version and te.import): %s: %s"
-                   % (type(exc).__name__, str(exc)[:300]))
+                   % (type(exc).__name__, cut_text(str(exc), 300)))
         return out
     out["stage"] = "import"
     out["hadamard"] = hadamard_stand_in()
