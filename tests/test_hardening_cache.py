@@ -293,3 +293,30 @@ def test_preflight_no_kernel_cache_applies_to_the_doctor_s_probes_only(tmp_path)
     seen = json.loads(out.read_text())
     assert "DSV4_DOCTOR_KERNEL_CACHE" not in seen and "CUTE_DSL_CACHE_DIR" not in seen
     assert not (tmp_path / "xdg").exists()  # and the doctor's own probes got no cache either
+
+
+def test_the_static_probes_installed_lists_are_capped_and_the_cap_said(tmp_path):
+    """Every list in a probe answer is capped, with the cap reported: sys.path, Requires-Dist lines, copies of a
+    distribution (a hostile environment can make each of them as long as it likes)."""
+    import json
+    import subprocess
+    import sys
+
+    from dsv4_doctor.probes import PROBE_DIR
+
+    site = tmp_path / "site"
+    for i in range(40):  # 40 copies of one distribution, each with 2,500 requirements
+        d = site / f"p{i}" / "hostile-1.0.dist-info"
+        d.mkdir(parents=True)
+        d.joinpath("METADATA").write_text("Metadata-Version: 2.1\nName: hostile\nVersion: 1.0\n"
+                                          + "".join(f"Requires-Dist: r{j}\n" for j in range(2500)))
+    paths = [str(site / f"p{i}") for i in range(40)] + [str(tmp_path / f"empty{i}") for i in range(600)]
+    code = (f"import sys; sys.path[:0] = {paths!r}; sys.argv = ['x']; sys.path.insert(0, {str(PROBE_DIR)!r});"
+            "import dsv4probe_static_installed as s, json;"
+            "print(json.dumps({'python': s.python_facts(), 'dist': s.distribution_facts('hostile')}))")
+    out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                    timeout=120).stdout)
+    assert len(out["python"]["path"]) == 512 and out["python"]["path_entries"] > 512
+    dist = out["dist"]
+    assert len(dist["copies"]) == 32 and dist["copies_capped"] == 32
+    assert len(dist["copies"][0]["requires"]) == 2000 and dist["copies"][0]["requires_capped"] == 2500

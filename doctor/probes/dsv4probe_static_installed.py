@@ -15,6 +15,11 @@ import stat
 import sys
 
 
+# Every list in the answer is capped, and a cap that was reached is said beside it (`*_capped`).
+MAX_PATH_ENTRIES = 512
+MAX_REQUIRES = 2000
+MAX_COPIES = 32
+
 def python_facts():
     vi = sys.version_info
     return {
@@ -28,7 +33,8 @@ def python_facts():
         "machine": platform.machine(),
         "system": platform.system(),
         "release": platform.release(),
-        "path": [p for p in sys.path if p],
+        "path": [p for p in sys.path if p][:MAX_PATH_ENTRIES],
+        "path_entries": len([p for p in sys.path if p]),  # beside the capped list: how many there were
         "markers": marker_environment(),
         "installer": installer_facts(),
     }
@@ -236,7 +242,10 @@ def distribution_facts(name):
                     len(raw), size)
             entry["version"] = (fields.get("Version") or [None])[0]
             entry["name"] = (fields.get("Name") or [name])[0]
-            entry["requires"] = fields.get("Requires-Dist", [])
+            requires = fields.get("Requires-Dist", [])
+            entry["requires"] = requires[:MAX_REQUIRES]
+            if len(requires) > MAX_REQUIRES:
+                entry["requires_capped"] = len(requires)  # the cap said: how many there were
             entry["requires_python"] = (fields.get("Requires-Python") or [None])[0]
         except (OSError, UnicodeDecodeError, ValueError) as exc:  # missing, unreadable or non-UTF-8 METADATA
             entry["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
@@ -252,6 +261,8 @@ def distribution_facts(name):
         except OSError:
             entry["record_sha256"] = None
         copies.append(entry)
+        if len(copies) >= MAX_COPIES:
+            return {"copies": copies, "copies_capped": MAX_COPIES}  # more copies not read: the cap said
     return {"copies": copies}
 
 
