@@ -195,5 +195,5 @@ def installed_versions(static: dict | None) -> dict[str, str]:
     from .facts import StaticFacts
 
     facts = StaticFacts(static or {})
-    found = {str(canonicalize_name(name)): facts.version(name) for name in facts.data.get("distributions") or {}}
+    found = {str(canonicalize_name(name)): facts.version(name) for name in facts.distribution_names()}
     return {name: v for name, v in found.items() if isinstance(v, str) and v}

@@ -71,6 +71,10 @@ class StaticFacts:
                 return c["version"]  # a checkout on the path: what its files state, or not known
         return v if isinstance(v, str) else None
 
+    def distribution_names(self) -> list[str]:
+        """The names the probe reported distributions under (a malformed section reads as none)."""
+        return [name for name in self._section("distributions") if isinstance(name, str)]
+
     def unreadable(self) -> dict[str, str]:
         """Distributions whose METADATA could not be read: name -> why."""
         out = {}

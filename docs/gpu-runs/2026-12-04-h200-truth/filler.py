@@ -1,6 +1,7 @@
 """Another process that holds GPU memory, for the doctor's GPU-memory cases: `filler.py READY_FILE full|GIB`.
 full: allocates in chunks from 16 GiB down to 1 MiB, each size until it fails, so the GPU is held to its last MiB;
-GIB: holds that many GiB (1 GiB chunks). Then writes READY_FILE (what it holds, what is left free) and sleeps until
+GIB: holds that many GiB (1 GiB chunks); PCT%: holds that share of the GPU's total memory (so a case means the
+same on an 80 GiB H100 and a 140 GiB H200). Then writes READY_FILE (what it holds, what is left free) and sleeps until
 killed. The caching allocator is off (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so every chunk is one cudaMalloc."""
 
 import json
@@ -27,7 +28,8 @@ if mode == "full":
         except (torch.cuda.OutOfMemoryError, RuntimeError):  # torch raises either, by where the failure comes
             size //= 2
 else:
-    want = int(float(mode) * (1 << 30))
+    want = int(float(mode[:-1]) / 100 * torch.cuda.mem_get_info()[1]) if mode.endswith("%") \
+        else int(float(mode) * (1 << 30))
     while held < want:
         n = min(1 << 30, want - held)
         chunks.append(torch.empty(n, dtype=torch.uint8, device="cuda"))

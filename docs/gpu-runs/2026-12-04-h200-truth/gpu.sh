@@ -11,7 +11,8 @@
 #               fits in the call's time left (CALL_BUDGET, default 570 s); a case that does not fit is listed as
 #               "NOT RUN (no time)" for the next call
 #   record      pip list, pip check, nvidia-smi, cuobjdump of the compiled extensions, the builds' times and logs
-# Outputs: plain files under $OUT/2026-12-04-h200-truth/, and $OUT/call-log-<steps>.txt.
+# Outputs: plain files under ~/results/2026-12-04-h200-truth/, sent back after each call as $OUT/results.tar.gz, and
+# $OUT/call-log-<steps>.txt.
 set -u
 PY=${PY:-python3}
 S=~/stack; A=$S/all; W=$S/wh; B=~/built
@@ -22,7 +23,9 @@ ROOT=$(cd "$HERE/../../.." && pwd)
 C=${PAYLOAD:-$ROOT/.gpu}
 OUTD=${OUT:-/tmp/out}
 RUN=2026-12-04-h200-truth
-R=$OUTD/$RUN
+# The results gather in the home folder across calls; each call sends them all back as one transport archive
+# ($OUT/results.tar.gz: the run tool returns at most 8 files a call), which unpack.sh lays out as plain files.
+R=~/results/$RUN
 BUDGET=${CALL_BUDGET:-570}
 mkdir -p "$S" "$A" "$W" "$B" "$R"
 t0=$(date +%s)
@@ -181,6 +184,7 @@ main() {
     esac
   done
   ts "call done"
+  mkdir -p "$OUTD" && tar -C ~/results -czf "$OUTD/results.tar.gz" "$RUN" && ts "results: $(tar -tzf "$OUTD/results.tar.gz" | wc -l) entries sent back"
 }
 [ "${GPU_SH_SOURCE_ONLY:-0}" = 1 ] && return 0  # the functions only (tests)
 log=$OUTD/call-log-$(echo "$*" | tr -c 'A-Za-z0-9.\n-' _ | cut -c 1-80).txt

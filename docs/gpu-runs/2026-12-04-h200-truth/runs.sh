@@ -111,8 +111,9 @@ case_gpu-full() {  # another process holds the GPU to its last MiB
   gpu_state gpu-full "after the check"
   stop_filler
 }
-case_gpu-busy() {  # another process holds 130 GiB (93 % of the H200's 140 GiB): the smoke fits, the job would not
-  start_filler gpu-busy 130 || return
+case_gpu-busy() {  # another process holds 93 % of the GPU (130 GiB of an H200's 140, 73 of an H100's 79): the smoke
+  # fits, the job would not
+  start_filler gpu-busy 93% || return
   gpu_state gpu-busy "filler ready"
   doctor gpu-busy -- --cp 2
   gpu_state gpu-busy "after the check"
