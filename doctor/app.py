@@ -45,6 +45,7 @@ class Options:
     strict: bool = False
     static_only: bool = False
     no_smoke: bool = False
+    deep: bool = False  # --deep: the smoke's tier 2 (the DSv4 layer, fused vs unfused) too
     device: str = "auto"
     distributed: str = "auto"  # auto | on | off
     fleet_port: int | None = None
@@ -78,7 +79,7 @@ def ids(values: Sequence[str] | None, option: str = "--only/--skip") -> list[str
 def profile_from_options(opts: Options, smoke: str, job_argv: Sequence[str] | None = None) -> Profile:
     """The profile from the options, or from a training command (`job_argv`): its CP and DSA backend."""
     base = Profile(gpu_arch=opts.gpu_arch, gpu_arch_source="option" if opts.gpu_arch else "unknown",
-                   device=opts.device, smoke=smoke, static_only=opts.static_only)
+                   device=opts.device, smoke=smoke, static_only=opts.static_only, deep=opts.deep)
     if job_argv is None:
         return replace(base, cp=opts.cp or 1, cp_source="option" if opts.cp else "default",
                        dsa_backend=opts.dsa_backend or "cudnn",

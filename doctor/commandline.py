@@ -201,6 +201,10 @@ def _app():
     output_help = "Write the report to FILE instead of stdout."
     cache_help = ("Do not give the probes the doctor's persistent CuTe DSL kernel cache "
                   "(~/.cache/dsv4-doctor/cute-dsl; also DSV4_DOCTOR_KERNEL_CACHE=off).")
+    deep_help = ("The deep level: the smoke's tier 2 too, the DSv4 hybrid attention layer (CP=1, CP=N against CP=1, "
+                 "packed against alone) and its fused build (cuDNN indexer + FlashMLA) against the unfused one, "
+                 "forward and backward (about a minute more on a GPU). For a GPU CI job and a new node's first "
+                 "check; the default (tier 1 and the kernel sub-runs) is for a preflight in front of every rank.")
     fleet = "Fleet mode (one report for every rank of a torchrun or srun job)"
     dist_help = ("Run as one rank of a fleet (default: on when torchrun or an srun step with more than one task "
                  "launched this process); --no-distributed runs single-host even under torchrun or srun.")
@@ -237,6 +241,7 @@ def _app():
         format=Option("text", "-f", "--format", click_type=report_formats, help=format_help),
         output=Option(None, "-o", "--output", metavar="FILE", help=output_help),
         no_smoke=Option(False, "--no-smoke", help="Skip the smoke forward."),
+        deep=Option(False, "--deep", help=deep_help),
         distributed=Option(None, "--distributed/--no-distributed", help=dist_help, rich_help_panel=fleet,
                            show_default=False),
         fleet_port=Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
@@ -265,6 +270,7 @@ def _app():
         static_only: bool = Option(False, "--static-only", help="Skip every check that imports packages "
                                    "(metadata, file locations and ast only)."),
         no_smoke: bool = shared.no_smoke,
+        deep: bool = shared.deep,
         device: str = Option("auto", "--device", click_type=device_choice, help="Where the smoke forward runs: "
                              "auto (a GPU when one is visible, else skipped), cuda, cpu."),
         distributed: bool | None = shared.distributed,
@@ -298,6 +304,7 @@ def _app():
         verbose: int = shared.verbose,
         device: str = Option("auto", "--device", click_type=device_choice,
                              help="auto: the GPU when torch sees one, else the CPU."),
+        deep: bool = shared.deep,
         no_kernel_cache: bool = shared.no_kernel_cache,
     ) -> None:
         take("smoke", locals())
@@ -356,6 +363,7 @@ def _app():
         skip: list[str] | None = shared.skip,
         strict: bool = Option(False, "--strict", help="Warnings block the command too."),
         no_smoke: bool = shared.no_smoke,
+        deep: bool = shared.deep,
         dry_run: bool = Option(False, "--dry-run", help="Check, report, and stop before running the command."),
         report: str | None = Option(None, "--report", metavar="FILE", help=(
             "Also write the JSON report to FILE (for the job's logs).")),

@@ -76,6 +76,9 @@ class Profile:
     smoke: str = "auto"  # auto: when a GPU is visible; on: always (`dsv4-doctor smoke`); off: --no-smoke
     gpus: int = 0  # GPUs nvidia-smi lists on this host
     static_only: bool = False  # --static-only: checks that start an import probe are skipped
+    # --deep: the smoke's tier 2 too (the DSv4 layer at CP 1 and CP N, fused vs unfused); default: tier 1 and the
+    # kernel sub-runs only
+    deep: bool = False
     dsa_backend_source: str = "option"  # "option" | "default" | "job" (read from the job's command line)
     # Where `cp` came from: --cp ("option"), the job's command line ("job"), or neither ("default": the report says
     # the CP was assumed, so that a CP-1 check of a CP>1 job does not pass unremarked).
@@ -97,7 +100,8 @@ class Profile:
         out = {"cp": self.cp, "cp_source": self.cp_source, "dsa_backend": self.dsa_backend,
                "dsa_backend_source": self.dsa_backend_source,
                "gpu_arch": self.gpu_arch, "gpu_arch_source": self.gpu_arch_source, "device": self.device,
-               "smoke": self.smoke, "gpus": self.gpus, "static_only": self.static_only}
+               "smoke": self.smoke, "gpus": self.gpus, "static_only": self.static_only,
+               "deep": self.deep}
         if self.job is not None:
             out["job"] = dict(self.job) if isinstance(self.job, Mapping) else self.job.to_dict()
         if self.fleet is not None:

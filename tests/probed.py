@@ -145,15 +145,16 @@ class ProbedContext:
 
 def profile(cp: int | None = None, gpu_arch: str | None = None, dsa_backend: str | None = None,
             static_only: bool = False, smoke: str = "auto", device: str = "auto",
-            job_args: Sequence[str] | None = None) -> Profile:
-    """The profile `check --cp --gpu-arch --dsa-backend --device [--job-args]` makes (app.profile_from_options):
-    `smoke="off"` is --no-smoke, `smoke="on"` the `smoke` command; --device cpu turns the smoke on, as in `check`.
+            job_args: Sequence[str] | None = None, deep: bool = False) -> Profile:
+    """The profile `check --cp --gpu-arch --dsa-backend --device [--deep] [--job-args]` makes
+    (app.profile_from_options): `smoke="off"` is --no-smoke, `smoke="on"` the `smoke` command; --device cpu turns the
+    smoke on, as in `check`; `deep` is --deep (the smoke's tier 2).
     A job whose DSA backend Megatron-Bridge decides is resolved by the session from the installed bridge: test that
     through the CLI."""
     if smoke == "auto" and device == "cpu":
         smoke = "on"
     base = Profile(gpu_arch=gpu_arch, gpu_arch_source="option" if gpu_arch else "unknown", static_only=static_only,
-                   smoke=smoke, device=device)
+                   smoke=smoke, device=device, deep=deep)
     if job_args is None:
         return replace(base, cp=cp or 1, cp_source="option" if cp else "default", dsa_backend=dsa_backend or "cudnn",
                        dsa_backend_source="option" if dsa_backend else "default")

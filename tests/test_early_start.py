@@ -35,6 +35,8 @@ SCANNED = [
     ["fix", "--apply", "--yes", "--python", PY], ["fix", "--apply", "-y"],
     ["preflight", "--python", PY, "--no-kernel-cache", "--", "torchrun", "--python", "/job/python", "--timeout", "2"],
     ["preflight", "--cp", "2", "--", "--help"],
+    ["check", "--deep", "--python", PY, "--cp", "2"], ["smoke", "--python", PY, "--deep", "--timeout", "9"],
+    ["preflight", "--deep", "--python", PY, "--", "torchrun", "--deep"], ["fleet", "--deep", "--", "x"],
 ]
 
 

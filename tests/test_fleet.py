@@ -572,7 +572,7 @@ def test_a_fleet_rank_s_smoke_is_its_own_world_under_torchrun(tmp_path):
     env = Env(tmp_path / "env").fake("megatron", fake_megatron_importable).fake("te", fake_te)
     path = os.pathsep.join(str(p) for p in env.sites.values())
     done, seconds = _torchrun(tmp_path, 2, {"FE_0": path, "FE_1": path, "SILENT": "-"},
-                              "smoke", "--device", "cpu", "--timeout", "40", "-f", "json", timeout=300)
+                              "smoke", "--deep", "--device", "cpu", "--timeout", "40", "-f", "json", timeout=300)
     report = validate(json.loads(done.stdout))
     rows = {c["id"]: c for c in report["checks"]}
     row = rows["smoke.thd-cp"]

@@ -182,7 +182,7 @@ def test_tier2_crosses_the_fleet_ranks_too(tmp_path):
 
     env = Env(tmp_path / "env").fake("megatron", fake_megatron_importable).fake("te", fake_te)
     path = os.pathsep.join(str(p) for p in env.sites.values())
-    done = ranks_by_hand(2, *SMOKE, per_rank_env={r: {"PYTHONPATH": path} for r in range(2)})
+    done = ranks_by_hand(2, *SMOKE, "--deep", per_rank_env={r: {"PYTHONPATH": path} for r in range(2)})
     row = _row(done)
     assert row["status"] == "pass", (row["summary"], row["details"])
     assert "CP=2 = CP=1 (max |diff|" in row["summary"] and row["summary"].endswith("[pass on all 2 reporting ranks]")

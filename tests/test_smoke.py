@@ -32,6 +32,11 @@ def thd_cp(sites=(), **options) -> dict:
     return judge(list(sites), sys.executable, "smoke.thd-cp", smoke="on", device="cpu", **options)
 
 
+def deep_thd_cp(sites=(), **options) -> dict:
+    """smoke.thd-cp's row as `dsv4-doctor smoke --device cpu --deep` gives it (tier 2 included)."""
+    return thd_cp(sites, deep=True, **options)
+
+
 @pytest.mark.slow
 def test_cpu_smoke_two_gloo_processes():
     result = smoke("--cp", "2", "--device", "cpu")
@@ -56,14 +61,20 @@ def test_cpu_smoke_two_gloo_processes():
         assert dist["comparisons"][kind]["ok"]
         assert dist["comparisons"][kind]["max_abs_diff_vs_single_device"] <= 2e-2
     assert set(ev["timing"]) >= {"library_load_s", "first_kernel_call_s", "compute_s", "total_s"}
-    assert "tier 2 (DSv4 layer) not run" in row["summary"]
+    assert "tier 2 not run (default level)" in row["summary"] and "--deep compares them" in row["summary"]
 
 
 def test_cpu_smoke_at_cp_1_end_to_end():
-    """The default suite's smoke case: the CLI, its probe and the real torch at CP 1."""
-    row = smoke("--cp", "1", "--device", "cpu").check("smoke.thd-cp")
+    """The default suite's smoke case: the CLI, its probe and the real torch at CP 1, at the default level: no tier 2,
+    and the row says what it did not compare and how to ask for it."""
+    run = smoke("--cp", "1", "--device", "cpu")
+    row = run.check("smoke.thd-cp")
     assert row["status"] == "pass", row["summary"]
     assert row["evidence"]["shape"]["total_rows"] % 1 == 0
+    assert run.report["profile"]["deep"] is False and row["evidence"]["level"] == "default"
+    assert row["evidence"]["tier2"] is None and "tier2" in row["evidence"]["not_compared"]
+    assert ("tier 2 not run (default level): the DSv4 layer and its fused build (cuDNN indexer + FlashMLA) against "
+            "the unfused one (forward and backward) were not compared: --deep compares them") in row["summary"]
 
 
 @pytest.mark.slow
@@ -159,7 +170,7 @@ def tier2_env(tmp_path, mode="ok"):
 @pytest.mark.slow
 def test_tier2_layer_runs_at_cp1_and_cp2_with_parity(tmp_path):
     env = tier2_env(tmp_path)
-    row = thd_cp(env.sites.values())
+    row = deep_thd_cp(env.sites.values())
     assert row["status"] == "pass", row["summary"]
     assert "DSv4 layer CP=1 packed output = each sequence alone" in row["summary"]
     t2 = row["evidence"]["tier2"]["cp1"]
@@ -168,10 +179,42 @@ def test_tier2_layer_runs_at_cp1_and_cp2_with_parity(tmp_path):
     assert t2["settings"]["v_head_dim"] == 512 and t2["settings"]["dsa_kernel_backend"] == "cudnn"
     layouts = t2["layouts"]  # the control: two sequences merged into one change the second one's output
     assert layouts["control_separates"] and layouts["control_merged_diff"] > 10 * layouts["tolerance"]
-    row = thd_cp(env.sites.values(), cp=2)
+    row = deep_thd_cp(env.sites.values(), cp=2)
     assert row["status"] == "pass", row["summary"]
     cpn = row["evidence"]["tier2"]["cpN"]
     assert cpn["cp"] == 2 and cpn["max_abs_diff_vs_cp1"] == 0.0
+
+
+@pytest.mark.slow
+def test_the_default_level_builds_no_dsv4_layer_even_where_megatron_has_one(tmp_path):
+    """Tier 2 is the deep level's: the default smoke finds Megatron's DSv4 layer, builds nothing, and says that
+    --deep compares it (no 'not installed' remark, since it is)."""
+    env = tier2_env(tmp_path)
+    row = thd_cp(env.sites.values(), cp=2)
+    assert row["status"] == "pass", row["summary"]
+    assert row["evidence"]["tier2"] is None and row["evidence"]["level"] == "default"
+    assert row["summary"].endswith("were not compared: --deep compares them"), row["summary"]
+    assert "DSv4 layer CP=" not in row["summary"]
+
+
+@pytest.mark.slow
+def test_deep_on_a_stack_without_the_fused_path_says_what_it_could_not_compare(tmp_path):
+    """--deep on the CPU (no fused kernels run there) and --deep without Megatron's DSv4 layer: each names the
+    comparison it could not make, and why, in the summary and in evidence.not_compared."""
+    env = tier2_env(tmp_path)
+    row = deep_thd_cp(env.sites.values())
+    assert row["status"] == "pass", row["summary"]
+    assert row["evidence"]["level"] == "deep" and row["evidence"]["tier2"]["cp1"]["ok"]
+    assert ("fused (cuDNN indexer + FlashMLA) vs unfused not compared: the fused DSA kernels (cuDNN indexer, "
+            "FlashMLA) run on a CUDA GPU only") in row["summary"], row["summary"]
+    assert row["evidence"]["not_compared"] == {"fused_vs_unfused": "the fused DSA kernels (cuDNN indexer, FlashMLA) "
+                                                                   "run on a CUDA GPU only"}
+    bare = deep_thd_cp()
+    assert bare["status"] == "pass", bare["summary"]
+    assert ("--deep: no DSv4 layer built, so neither its CP parity nor its fused build (cuDNN indexer + FlashMLA) "
+            "against the unfused one (forward and backward) was compared: Megatron-core's DSv4 hybrid attention "
+            "(dsv4_hybrid) is not installed") in bare["summary"], bare["summary"]
+    assert set(bare["evidence"]["not_compared"]) == {"dsv4_layer", "fused_vs_unfused"}
 
 
 @pytest.mark.parametrize("mode, text, fix", [
@@ -183,7 +226,7 @@ def test_tier2_layer_runs_at_cp1_and_cp2_with_parity(tmp_path):
 @pytest.mark.slow
 def test_tier2_failures_become_findings_with_fixes(tmp_path, mode, text, fix):
     env = tier2_env(tmp_path, mode)
-    row = thd_cp(env.sites.values(), cp=2)
+    row = deep_thd_cp(env.sites.values(), cp=2)
     assert row["status"] == "fail" and text in row["summary"], row["summary"]
     if mode == "nan":
         assert "dsa_kernel_backend=cudnn" in row["details"]
@@ -196,12 +239,12 @@ def test_a_tier2_failure_a_static_rule_already_reports_is_left_to_it(tmp_path):
     """A release's PackedSeqParams has no cp_partition_mode: mcore.cp-partition-mode fails with its fix, and the smoke
     says where the layer stopped instead of repeating the finding."""
     env = tier2_env(tmp_path, "no-field")
-    rows = judge_all(env, sys.executable, ["smoke.thd-cp", "mcore.cp-partition-mode"], cp=2, device="cpu")
+    rows = judge_all(env, sys.executable, ["smoke.thd-cp", "mcore.cp-partition-mode"], cp=2, device="cpu", deep=True)
     assert rows["mcore.cp-partition-mode"]["status"] == "fail"
     row = rows["smoke.thd-cp"]
     assert row["status"] == "pass" and "stopped at" in row["summary"]
     assert "see mcore.cp-partition-mode" in row["summary"]
-    alone = judge(env, sys.executable, "smoke.thd-cp", cp=2, device="cpu")
+    alone = judge(env, sys.executable, "smoke.thd-cp", cp=2, device="cpu", deep=True)
     assert alone["status"] == "fail" and "cp_partition_mode" in alone["summary"]  # nobody else reports it
 
 
@@ -210,7 +253,7 @@ def test_tier2_without_te_is_skipped_and_left_to_the_te_rules(tmp_path):
     """Without TE, Megatron swaps its TE classes for Mock stand-ins and the layer fails far from the cause: tier 2
     says it did not run, and te.version carries the finding and its fix."""
     env = Env(tmp_path).fake("megatron", fake_megatron_importable)  # imports transformer_engine, not installed
-    rows = judge_all(env, sys.executable, ["smoke.thd-cp", "te.version"], device="cpu")
+    rows = judge_all(env, sys.executable, ["smoke.thd-cp", "te.version"], device="cpu", deep=True)
     row = rows["smoke.thd-cp"]
     assert row["status"] == "pass" and "CP=1 skipped: needs Transformer Engine" in row["summary"], row["summary"]
     te = rows["te.version"]
@@ -496,7 +539,7 @@ def test_a_layout_fix_names_the_pythonpath_copy_that_shadows_the_installed_megat
 def test_a_tier2_megatron_fix_names_the_shadowing_copy(tmp_path):
     env = tier2_env(tmp_path, "zigzag-only")
     tree = shadowed(env)
-    row = thd_cp(env.sites.values(), cp=2)
+    row = deep_thd_cp(env.sites.values(), cp=2)
     assert row["status"] == "fail" and "requires cp_partition_mode='contiguous'" in row["summary"], row["summary"]
     fix = next(f for f in row["fixes"] if f["id"].startswith("mcore-shadowed:"))
     assert str(tree) in fix["description"] and fix["action"]["kind"] == "replace-copy", fix

@@ -256,3 +256,23 @@ def test_the_smoke_summary_says_when_a_build_ran_on_verls_shim():
     assert "shim" not in describe_tier2(t2)
     t2["fused"] = {"skipped": "x", "builds": {"fused": {"hadamard": {"fast_hadamard_transform": "verl shim"}}}}
     assert "verl's pure-torch shim, as verl's apply_patch installs it" in describe_tier2(t2)
+
+
+def test_the_smoke_summary_says_which_level_ran_and_what_it_did_not_compare():
+    """The default level says that the fused layer was not compared and that --deep compares it; --deep on a stack
+    without the DSv4 layer or the fused path says what it could not compare, and why."""
+    from dsv4_doctor.checks.smoke._tier2 import deep_not_compared, describe_tier2
+
+    default = describe_tier2({}, deep=False, found=True)
+    assert "tier 2 not run (default level)" in default and "fused build (cuDNN indexer + FlashMLA)" in default
+    assert default.endswith("were not compared: --deep compares them")
+    assert describe_tier2({}, deep=False, found=False).endswith(
+        "--deep compares them where Megatron-core's dsv4_hybrid is installed (it is not here)")
+    assert deep_not_compared(False, {}) == {"tier2": "the default level runs no tier 2: --deep runs it"}
+    assert "no DSv4 layer built" in describe_tier2({}) and "not installed" in describe_tier2({})
+    t2 = {"cp1": {"layouts": {"max_abs_diff_packed_vs_alone": 0.0}},
+          "fused": {"skipped": "dsa_kernel_backend=none: the job does not run the fused DSA kernels"}}
+    assert ("fused (cuDNN indexer + FlashMLA) vs unfused not compared: dsa_kernel_backend=none: the job does not run "
+            "the fused DSA kernels") in describe_tier2(t2)
+    assert deep_not_compared(True, {"tier2": t2}) == {"fused_vs_unfused": t2["fused"]["skipped"]}
+    assert deep_not_compared(True, {"tier2": {"cp1": {"ok": True}, "fused": {"comparison": {}}}}) == {}

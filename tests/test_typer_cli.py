@@ -47,6 +47,22 @@ def test_abbreviations_are_off():
         assert exc.value.code == 2
 
 
+def test_deep_is_one_option_of_the_commands_that_run_the_smoke_and_reaches_the_profile():
+    """--deep (the smoke's tier 2) on check, smoke, preflight and fleet; the default is the default level; `fix`
+    runs no smoke and takes no --deep."""
+    from dsv4_doctor.app import profile_from_options
+
+    for words in (["check"], ["smoke"], ["preflight", "--", "x"], ["fleet", "--", "x"]):
+        assert _parse(words).deep is False
+        deep = _parse([words[0], "--deep", *words[1:]])
+        assert deep.deep is True and profile_from_options(deep, "auto").deep is True
+        assert profile_from_options(deep, "auto").to_dict()["deep"] is True
+    assert profile_from_options(_parse([]), "auto").to_dict()["deep"] is False
+    with pytest.raises(SystemExit) as exc:
+        _parse(["fix", "--deep"])
+    assert exc.value.code == 2
+
+
 def test_preflight_keeps_the_job_s_words_verbatim():
     args = _parse(["preflight", "--strict", "--", "torchrun", "--cp", "3", "--", "--help", "-f", "yaml"])
     assert args.job_command == ["--", "torchrun", "--cp", "3", "--", "--help", "-f", "yaml"]

@@ -131,9 +131,39 @@ def fused_result(ctx: Context, fused: dict, evidence: dict) -> Result | None:
     return None
 
 
-def describe_tier2(t2: dict) -> str:
+NOT_INSTALLED = "Megatron-core's DSv4 hybrid attention (dsv4_hybrid) is not installed"
+FUSED = "its fused build (cuDNN indexer + FlashMLA) against the unfused one (forward and backward)"
+
+
+def default_note(found: bool | None) -> str:
+    """What a default-level smoke left out, and how to ask for it."""
+    where = " where Megatron-core's dsv4_hybrid is installed (it is not here)" if found is False else ""
+    return (f"; tier 2 not run (default level): the DSv4 layer and {FUSED} were not compared: --deep compares "
+            f"them{where}")
+
+
+def deep_not_compared(deep: bool, data: dict) -> dict:
+    """What the smoke did not compare, each with why: at the default level, tier 2 as a whole; with --deep, the
+    parts this stack or device could not run (no Megatron DSv4 layer, no fused path, no CP=N run)."""
+    t2 = data.get("tier2") or {}
+    if not deep:
+        return {"tier2": "the default level runs no tier 2: --deep runs it"}
     if not t2:
-        return "; tier 2 (DSv4 layer) not run: Megatron-core dsv4_hybrid not installed"
+        return {"dsv4_layer": NOT_INSTALLED, "fused_vs_unfused": NOT_INSTALLED}
+    out = {}
+    for key, label in (("cp1", "dsv4_layer"), ("cpN", "dsv4_layer_cp_n"), ("fused", "fused_vs_unfused")):
+        if isinstance(t2.get(key), dict) and t2[key].get("skipped"):
+            out[label] = str(t2[key]["skipped"])
+    return out
+
+
+def describe_tier2(t2: dict, deep: bool = True, found: bool | None = None) -> str:
+    """Tier 2's part of the smoke's summary: what it showed, or what it did not compare and why (the default level
+    runs none of it; --deep on a stack without the DSv4 layer or the fused path says what it could not compare)."""
+    if not deep:
+        return default_note(found)
+    if not t2:
+        return f"; --deep: no DSv4 layer built, so neither its CP parity nor {FUSED} was compared: {NOT_INSTALLED}"
     parts = []
     for key, v in t2.items():
         if key == "fused":
@@ -167,7 +197,7 @@ def _hadamard_note(t2: dict) -> str:
 
 def _fused_note(fused: dict) -> str:
     if fused.get("skipped"):
-        return f"fused vs unfused not run: {str(fused['skipped']).split(':')[0]}"
+        return f"fused (cuDNN indexer + FlashMLA) vs unfused not compared: {fused['skipped']}"
     if fused.get("deferred_to"):
         return f"fused vs unfused stopped: see {fused['deferred_to']}"
     cmp_ = fused.get("comparison") or {}

@@ -10,9 +10,11 @@ as if the layout were zigzag they must not (the negative control proves the comp
 On one device the N ranks are simulated; with N processes (NCCL on N GPUs, gloo on the CPU) they are real, and in
 fleet mode each of N consecutive fleet ranks' probes is one of them (fleet_run).
 
-Tier 2 (when Megatron-core with dsv4_hybrid imports). The smallest DSv4 hybrid attention layer on THD input with
-PackedSeqParams(qkv_format="thd", cp_partition_mode="contiguous"): CP=1 in this process; CP=N in the N processes,
-compared with the CP=1 output of the same weights and inputs.
+Tier 2 (--deep: the request's "tier2"; when Megatron-core with dsv4_hybrid imports). The smallest DSv4 hybrid
+attention layer on THD input with PackedSeqParams(qkv_format="thd", cp_partition_mode="contiguous"): CP=1 in this
+process; CP=N in the N processes, compared with the CP=1 output of the same weights and inputs; and the fused build
+against the unfused one. At the default level (the request's "level") no tier 2 runs: the answer only says whether
+the DSv4 attention file is there (dsv4_layer_found).
 
 This script is the dispatch: the request says whether it is the smoke, one rank of its multi-process run
 (`worker`: dsv4probe_smoke_ranks) or one of tier 2's builds (`tier2_build`: dsv4probe_smoke_fused). Its parts,
@@ -99,6 +101,10 @@ def answer(request):
     out["timing"] = {"library_load_s": round(load_s, 4)}
     if request.get("tier2") == "auto":
         request = dict(request, tier2=dsv4_installed())
+        out["dsv4_layer_found"] = request["tier2"]
+    elif request.get("level") == "default":
+        # The default level builds no DSv4 layer; whether --deep would find one (a file lookup, no import) is said.
+        out["dsv4_layer_found"] = dsv4_installed()
     fused_builds, fused_skip = None, fused_not_run(request, device)
     # Each build's hard limit: the probe's remaining budget (--timeout), at least FUSED_BUILD_TIMEOUT_S.
     build_timeout = float(request.get("build_timeout_s") or max(FUSED_BUILD_TIMEOUT_S, deadline - time.monotonic()))

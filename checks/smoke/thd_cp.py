@@ -12,7 +12,7 @@ from dsv4_doctor.probes import Probe
 from .. import fixes
 from .._upstream import EAV, gh, mlm
 from ._causes import RULE_FIXES, cause_result, crash_cause, crash_text
-from ._tier2 import describe_tier2, tier2_result
+from ._tier2 import deep_not_compared, describe_tier2, tier2_result
 
 MEMORY_LIMIT_MIB = 1024
 
@@ -25,10 +25,17 @@ def not_run(profile: Profile) -> str | None:
     return None
 
 
+def level(profile: Profile) -> str:
+    """The smoke's level: "deep" (--deep: tier 1, the kernel sub-runs and tier 2) or "default" (no tier 2)."""
+    return "deep" if profile.deep else "default"
+
+
 def smoke_probe(profile: Profile) -> Probe:
-    """Tier 2 runs when the probe finds Megatron's DSv4 attention file (it looks without importing Megatron)."""
-    request = {"cp": profile.cp, "device": profile.device, "tier2": "auto", "dsa_backend": profile.dsa_backend,
-               "gpus": profile.gpus, "device_index": profile.device_index}
+    """Tier 2 runs at the deep level (--deep) when the probe finds Megatron's DSv4 attention file (it looks without
+    importing Megatron); at the default level the probe only says whether it found it."""
+    request = {"cp": profile.cp, "device": profile.device, "tier2": "auto" if profile.deep else False,
+               "level": level(profile), "dsa_backend": profile.dsa_backend, "gpus": profile.gpus,
+               "device_index": profile.device_index}
     if profile.fleet:
         # A fleet rank never starts processes of its own (they would take the other ranks' GPUs): with --cp N its
         # probe joins a CP group of N consecutive fleet ranks and plays one CP rank, or simulates the N ranks on its
@@ -41,7 +48,8 @@ def smoke_probe(profile: Profile) -> Probe:
             request["fleet_cp"] = plan
         elif profile.cp > 1:
             request["simulated_because"] = plan["reason"]
-    probe = Probe.beside(__file__, f"smoke:cp={profile.cp}:device={profile.device}:gpu={profile.device_index}",
+    probe = Probe.beside(__file__, f"smoke:cp={profile.cp}:device={profile.device}:gpu={profile.device_index}"
+                         f":level={level(profile)}",
                          "dsv4probe_smoke.py", request)
     return replace(probe, long=True)
 
@@ -130,7 +138,8 @@ def torch_missing(ctx: Context) -> Result | None:
     "smoke.thd-cp",
     "Smoke forward: contiguous-CP THD attention computes the right numbers",
     applies_when="a GPU is visible (or --device cpu); not with --no-smoke",
-    detects="a THD attention forward in a subprocess: finiteness, error vs float32 reference, zigzag control",
+    detects="a THD attention forward in a subprocess: finiteness, error vs float32 reference, zigzag control; "
+            "with --deep, the DSv4 layer's CP parity and its fused build against the unfused one",
     sources=(
         mlm(EAV + "deepseek_v4_hybrid_attention.py", "271",
             "Megatron-LM dev deepseek_v4_hybrid_attention.py (contiguous CP partition required)"),
@@ -167,13 +176,17 @@ def smoke_thd_cp(ctx: Context) -> Result:
     concatenated outputs must match an unsharded float32 reference within the bf16 tolerance (2e-2), and the
     same outputs re-assembled as if the layout were zigzag must not (the negative control). With --cp N and N
     GPUs the ranks are real NCCL processes; with --device cpu, gloo processes; in fleet mode, groups of N
-    consecutive fleet ranks, each rank judging its own rows. When Megatron-core with
-    dsv4_hybrid is installed, tier 2 also builds the smallest DSv4 hybrid attention layer and runs it on THD
-    input with PackedSeqParams(cp_partition_mode="contiguous"), CP=1 and, with N GPUs, CP=N against CP=1.
-    With dsa_kernel_backend=cudnn on a GPU it builds the layer twice more, each in its own process with a hard
-    timeout, fused (the cuDNN indexer and FlashMLA) and unfused, on the same weights and packed batch, and
-    compares the forward output and every gradient of a backward pass within bf16-derived tolerances, with a
-    perturbed-weight control; a build that hangs is a finding (cudnn-frontend #676).
+    consecutive fleet ranks, each rank judging its own rows. That is the default level (with the kernel sub-runs
+    of smoke.dsv4-kernels), and the row says that the DSv4 layer and its fused build were not compared and that
+    --deep compares them. With --deep (the deep level: a GPU CI job, a new node's first check), when
+    Megatron-core with dsv4_hybrid is installed, tier 2 also builds the smallest DSv4 hybrid attention layer and
+    runs it on THD input with PackedSeqParams(cp_partition_mode="contiguous"), CP=1 and, with N GPUs, CP=N
+    against CP=1. With dsa_kernel_backend=cudnn on a GPU it builds the layer twice more, each in its own process
+    with a hard timeout, fused (the cuDNN indexer and FlashMLA) and unfused, on the same weights and packed batch,
+    and compares the forward output and every gradient of a backward pass within bf16-derived tolerances, with a
+    perturbed-weight control; a build that hangs is a finding (cudnn-frontend #676). A --deep run that could not
+    compare a part (no DSv4 layer installed, no fused path: another backend, the CPU, no Transformer Engine) says
+    which and why (evidence not_compared).
     """
     blocked = torch_missing(ctx)
     if blocked:
@@ -199,7 +212,11 @@ def smoke_thd_cp(ctx: Context) -> Result:
         "backend": t1.get("backend"), "shape": t1.get("shape"), "comparisons": t1.get("comparisons"),
         "ranks": t1.get("ranks"), "distributed": data.get("distributed"), "tier2": data.get("tier2"),
         "timing": data.get("timing"), "gpu_memory_peak_mib": data.get("gpu_memory_peak_mib"),
+        "level": level(ctx.profile),
     }
+    not_compared = deep_not_compared(ctx.profile.deep, data)
+    if not_compared:
+        evidence["not_compared"] = not_compared
     if t1.get("error"):
         err = t1["error"]
         text = crash_text(f"{err.get('type')}: {err.get('message')}", "\n".join(map(str, err.get("where", []))))
@@ -258,7 +275,8 @@ def smoke_thd_cp(ctx: Context) -> Result:
     else:
         ranks = f"{data['cp']} simulated rank(s)"
     worst = max(c["max_abs_error"] for c in t1["comparisons"].values())
-    tier2_note = describe_tier2(data.get("tier2") or {}) + (_fleet_note(dist) if dist.get("fleet") else "")
+    tier2_note = (describe_tier2(data.get("tier2") or {}, ctx.profile.deep, data.get("dsv4_layer_found"))
+                  + (_fleet_note(dist) if dist.get("fleet") else ""))
     summary = (f"contiguous-CP THD attention matches the float32 reference on {where}, {ranks}: max |err| "
                f"{worst:.1e} <= {t1['comparisons']['causal']['tolerance']:g}, zigzag control "
                f"{min(c['negative_control_zigzag_error'] for c in t1['comparisons'].values()):.1f}{tier2_note}")

@@ -19,6 +19,8 @@ doctor() { python3 -m dsv4_doctor "$@"; }
   doctor smoke --cp 2 --format json > "$out/smoke-cp2-2gpu-nccl.json"; echo "exit $?"
   echo "## dsv4-doctor check --cp 2 --format json   (the whole doctor on this host)"
   doctor check --cp 2 --format json > "$out/check-cp2.json"; echo "exit $?"
+  echo "## dsv4-doctor check --cp 2 --deep --format json   (the deep level: tier 2 too, where the stack has it)"
+  doctor check --cp 2 --deep --format json > "$out/check-cp2-deep.json"; echo "exit $?"
   echo "## dsv4-doctor check --cp 2"
   doctor check --cp 2 > "$out/check-cp2.txt"; echo "exit $?"
   echo "## CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_smoke.py --repeat 5 --cp 1"

@@ -87,7 +87,7 @@ def node_argv(opts: Any, command: Sequence[str] | None) -> list[str]:
         if value is not None:
             argv += [flag, str(value)]
     argv += [flag for flag, on in (("--strict", opts.strict), ("--no-smoke", opts.no_smoke),
-                                   ("--static-only", opts.static_only)) if on]
+                                   ("--static-only", opts.static_only), ("--deep", opts.deep)) if on]
     if command:
         argv += ["--job-args", shlex.join(command)]
     return argv

@@ -60,6 +60,14 @@ def cp_shown(profile: Mapping[str, Any]) -> str:
     return cp
 
 
+def level_shown(profile: Mapping[str, Any]) -> str:
+    """The smoke's level as the profile line says it (" level=default" or " level=deep"); nothing for a report from
+    before the field, or one whose smoke did not run (--no-smoke, --static-only)."""
+    if not isinstance(profile.get("deep"), bool) or profile.get("smoke") == "off" or profile.get("static_only"):
+        return ""
+    return " level=deep" if profile["deep"] else " level=default"
+
+
 def cp_hint(profile: Mapping[str, Any]) -> str | None:
     """What to do about a CP size the doctor assumed."""
     return f"CP {shown(profile.get('cp'))} assumed: pass --cp N" if cp_assumed(profile) else None

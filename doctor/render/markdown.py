@@ -11,7 +11,7 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from . import LABEL, cp_hint, cp_shown, shown, verdict_line
+from . import LABEL, cp_hint, cp_shown, level_shown, shown, verdict_line
 
 if TYPE_CHECKING:
     from ..report import Report
@@ -55,7 +55,8 @@ def render_markdown(report: Report) -> str:
         "",
         f"dsv4-doctor {plain(report.doctor_version)} · cp={plain(cp_shown(p))} · "
         f"dsa-backend={plain(p.get('dsa_backend'))} · gpu-arch={plain(arch)} · "
-        f"python {plain(shown(target.get('version')))} ({code(target.get('executable'))})"
+        + (f"{level_shown(p).strip()} · " if level_shown(p) else "")  # from a bool: nothing to escape
+        + f"python {plain(shown(target.get('version')))} ({code(target.get('executable'))})"
         + (f" · {plain(cp_hint(p))}" if cp_hint(p) else ""),
         "",
     ]
