@@ -4,7 +4,7 @@
 #   docker build -t dsv4-train .                                             # a B200/GB200 image for CP 2
 #   docker build --build-arg GATE_GPU_ARCH=9.0 --build-arg GATE_CP=1 -t dsv4-train-h200 .
 #   docker run --gpus all dsv4-train python3 -m verl.trainer.main_ppo ...   # preflight runs first, then the job
-#   docker run --gpus all dsv4-train dsv4-doctor check --cp 2 --deep        # a new node's first check, GPU CI
+#   docker run --gpus all dsv4-train dsv4-doctor --cp 2 --deep              # the deep check: GPU CI, a new node
 #   docker run -it dsv4-train                                                # a shell (nothing to gate)
 #
 # Every version below is the rulebook's fix version: the build arguments' defaults equal checks/fixes.py PINS, and
@@ -84,7 +84,8 @@ RUN pip install --no-cache-dir /opt/dsv4-doctor \
 # `dsv4-doctor preflight --`, which checks the node and that command line, then becomes the job (same pid, same exit
 # code); anything else, such as the default shell, runs as given. DSV4_PREFLIGHT=1 gates any command, DSV4_PREFLIGHT=0
 # none. The preflight in front of every rank runs the default level (the smoke's tier 1, the kernel sub-runs, the
-# imports); the deep level (`dsv4-doctor check --deep`: also Megatron's DSv4 layer, its fused build against the unfused
-# one, forward and backward, about a minute more) is for a GPU CI job on the image and a new node's first check.
+# imports); the deep level (`dsv4-doctor --deep`, the check's `--deep`: also Megatron's DSv4 layer, its fused build
+# against the unfused one, forward and backward, about a minute more) is for a GPU CI job on the image and a new
+# node's first check.
 ENTRYPOINT ["/usr/local/bin/dsv4-entrypoint"]
 CMD ["bash"]

@@ -285,6 +285,24 @@ def test_help_says_what_verbose_does(command):
     assert "-vv adds the sources" in words
 
 
+def test_the_profile_line_says_which_smoke_level_runs():
+    """level=default or level=deep where the smoke runs (a GPU seen, --device, `smoke`); nothing where no smoke runs
+    or in a report from before the field. The markdown report's line says the same."""
+    from dsv4_doctor.render import level_shown
+
+    gpu = {"smoke": "auto", "device": "auto", "gpus": 1}
+    assert level_shown(dict(gpu, deep=False)) == " level=default" and level_shown(dict(gpu, deep=True)) == " level=deep"
+    assert level_shown({"smoke": "on", "device": "cpu", "gpus": 0, "deep": True}) == " level=deep"
+    for quiet in (gpu, dict(gpu, deep="yes"), dict(gpu, deep=True, smoke="off"), dict(gpu, deep=True, static_only=True),
+                  {"smoke": "auto", "device": "auto", "gpus": 0, "deep": True}):
+        assert level_shown(quiet) == ""
+    run = run_doctor("check", "--device", "cpu", "--deep", "--only", "python.version", "-f", "markdown")
+    assert " · level=deep · python " in run.stdout, run.stdout[:600]
+    terminal = run_doctor("check", "--device", "cpu", "--only", "python.version", env={"COLUMNS": "200"})
+    assert re.match(r"dsv4-doctor \S+ checked; profile cp=1 dsa-backend=cudnn gpu-arch=\S+ level=default;",
+                    terminal.stdout), terminal.stdout[:300]
+
+
 @pytest.mark.parametrize("args, source, hint, shown", [
     ([], "default", True, "profile cp=1 "),
     (["--cp", "1"], "option", False, "profile cp=1 "),

@@ -62,8 +62,11 @@ def cp_shown(profile: Mapping[str, Any]) -> str:
 
 def level_shown(profile: Mapping[str, Any]) -> str:
     """The smoke's level as the profile line says it (" level=default" or " level=deep"); nothing for a report from
-    before the field, or one whose smoke did not run (--no-smoke, --static-only)."""
+    before the field, or where no smoke runs (--no-smoke, --static-only, no GPU seen and no --device: the smoke's
+    own skip, smoke.thd-cp's not_run)."""
     if not isinstance(profile.get("deep"), bool) or profile.get("smoke") == "off" or profile.get("static_only"):
+        return ""
+    if profile.get("smoke") == "auto" and profile.get("device") == "auto" and not profile.get("gpus"):
         return ""
     return " level=deep" if profile["deep"] else " level=default"
 
