@@ -125,11 +125,23 @@ def ray_cluster():
     # A short folder: Ray's Unix sockets live under it, and AF_UNIX paths end at 107 bytes (pytest-xdist's tmp_path
     # is longer than that allows).
     ray_dir = Path(tempfile.mkdtemp(prefix="dsv4ray-", dir="/tmp" if os.path.isdir("/tmp") else None))
-    cluster = RayCluster(ray_dir)
+    # ray.cluster_utils.Cluster writes the address file `ray_current_cluster` into Ray's default folder
+    # ($RAY_TMPDIR/ray, else /tmp/ray) whatever temp_dir the head node got, and does not create that folder: on a
+    # machine where no Ray ran before, the head node fails with FileNotFoundError. Point it into ray_dir.
+    saved_tmpdir = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = str(ray_dir)
+    (ray_dir / "ray").mkdir()
+    cluster = None
     try:
+        cluster = RayCluster(ray_dir)
         yield cluster
     finally:
-        cluster.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+        if saved_tmpdir is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = saved_tmpdir
         shutil.rmtree(ray_dir, ignore_errors=True)
 
 

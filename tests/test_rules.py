@@ -579,3 +579,20 @@ def test_already_met_reads_only_plain_pins():
     assert not already_met(Command(("pip", "install", "nvidia-cutlass-dsl[cu13]==4.5.2")), have)  # its extra's deps
     assert not already_met(Command(("pip", "install", "nvidia-cudnn-frontend>=1.27")), have)
     assert not already_met(Command(("pip", "install", "x @ git+https://example.invalid/x@abc")), have)
+
+
+def test_apply_ends_with_the_verdict_after_what_still_fails_and_what_is_left_for_a_person(tmp_path, bare_python):
+    """`fix --apply`'s end, once pip has done what it can and only torch is missing: the verdict after, then each row
+    that still fails, then the steps left for a person (the manual torch step named), in that order."""
+    from dsv4_doctor.fixplan import after_apply
+    from probed import run_in_process
+
+    ids = builds_on("cudnn-fe.csa") + ["cudnn-fe.dsa", "tvm-ffi.version", "torch.install"]
+    right = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0").wheel("tvm", "apache-tvm-ffi-0.1.11")
+    lines = after_apply(run_in_process(right, bare_python, ids, gpu_arch="10.0", smoke="off"))
+    assert lines[0].startswith("after:  Verdict: FAIL"), lines
+    failing = lines.index(next(x for x in lines if x.startswith("still failing (")))
+    left = lines.index(next(x for x in lines if x.startswith("left for you (")))
+    assert 0 < failing < left, lines
+    assert "torch.install" in " ".join(lines[failing:left])
+    assert any("(manual)" in x and "torch.install" in x for x in lines[left + 1:]), lines

@@ -140,15 +140,15 @@ def _run_helper(python: str, request: dict, timeout_s: float):
     except (ValueError, RecursionError):
         answer = None
     if not isinstance(answer, dict) or "probe_error" in answer:
-        from ..redact import read_tail
+        from ..redact import read_tail, shorten
 
         err = answer.get("probe_error") if isinstance(answer, dict) else None
         why = (f"{err.get('type')}: {err.get('message')}" if isinstance(err, dict) else
                "it did not finish in time" if end.timed_out else
                f"it exited with code {end.returncode} without an answer")
         tail = read_tail(log, 600).strip().splitlines()
-        answer = {"error": f"the Ray helper could not check the cluster ({str(why)[:400]})"
-                  + (f"; its last line: {tail[-1][:300]}" if tail and not isinstance(err, dict) else "")}
+        answer = {"error": f"the Ray helper could not check the cluster ({shorten(str(why), 400)})"
+                  + (f"; its last line: {shorten(tail[-1], 300)}" if tail and not isinstance(err, dict) else "")}
     return answer, folder, procs
 
 

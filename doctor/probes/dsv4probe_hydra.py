@@ -22,7 +22,7 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
         os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
     sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
-from dsv4probe_common import error_info, serve, stage
+from dsv4probe_common import cut_text, error_info, serve, stage
 
 import ast
 import json
@@ -73,7 +73,7 @@ def typed(value):
 
 
 def _message(exc):
-    return ("%s: %s" % (type(exc).__name__, exc))[:MAX_MESSAGE]
+    return cut_text("%s: %s" % (type(exc).__name__, exc), MAX_MESSAGE)
 
 
 def answer(request):
@@ -127,7 +127,7 @@ def answer(request):
     try:
         cfg = composed(config_dir, config_name, overrides)
     except BaseException as exc:  # Hydra's and OmegaConf's own errors: the job's failure, with their message
-        out["error"] = {"kind": "compose", "type": type(exc).__name__, "message": str(exc)[:MAX_MESSAGE]}
+        out["error"] = {"kind": "compose", "type": type(exc).__name__, "message": cut_text(str(exc), MAX_MESSAGE)}
         return out
     keys = [k for k in (override_key(w) for w in overrides) if k]
     named_file = bool(request.get("config_path") or request.get("config_name"))

@@ -27,7 +27,7 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
         os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
     sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
-from dsv4probe_common import serve
+from dsv4probe_common import cut_text, serve
 
 import time
 
@@ -68,7 +68,7 @@ def _why(exc):
     import ray.exceptions as rex
 
     name = type(exc).__name__
-    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    text = cut_text(str(exc).strip().splitlines()[0], 300) if str(exc).strip() else ""
     if isinstance(exc, getattr(rex, "NodeDiedError", ())):
         return "the node died during the check (%s: %s)" % (name, text)
     if isinstance(exc, getattr(rex, "TaskUnschedulableError", ())):
@@ -94,7 +94,7 @@ def answer(request):
                  runtime_env=request.get("runtime_env") or None)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         return {"error": "could not join the Ray cluster at %s (%s: %s)" % (
-            address, type(exc).__name__, str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "")}
+            address, type(exc).__name__, cut_text(str(exc).strip().splitlines()[0], 300) if str(exc).strip() else "")}
     timings["join_s"] = round(time.monotonic() - started, 3)
     driver_node = ray.get_runtime_context().get_node_id()
     nodes = [n for n in ray.nodes() if n.get("Alive") and float((n.get("Resources") or {}).get("GPU") or 0) > 0]
