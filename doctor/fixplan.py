@@ -28,7 +28,7 @@ from .model import CheckReport, Status
 from .procs import kill_group
 from .redact import Redactor, cap, clean_text
 from .render.output import line_text, write_stderr
-from .report import Report
+from .report import Report, ShownFix
 
 ORDER = (Phase.PATH, Phase.RUNTIME, Phase.BUILD, Phase.PIN, Phase.SETTING)
 NO_INSTALLER = "installer:none"  # the key of the fix that says the target has no installer at all
@@ -86,7 +86,10 @@ def already_met(cmd: Command, installed: Mapping[str, str]) -> bool:
 
     if not cmd.is_pip or "install" not in cmd.argv[1:3]:
         return False
-    words = [w for w in cmd.argv[cmd.argv.index("install") + 1:] if not w.startswith("-")]
+    rest = cmd.argv[cmd.argv.index("install") + 1:]
+    # the requirements: not the options, nor the folder a `--target` step names (checks/_reach.py aims one there)
+    words = [w for i, w in enumerate(rest)
+             if not w.startswith("-") and (i == 0 or rest[i - 1] not in ("--target", "-t"))]
     if not words or any(w.startswith("-") for w in cmd.argv if w in ("-r", "--requirement", "-e", "--editable")):
         return False
     for word in words:
@@ -100,6 +103,37 @@ def already_met(cmd: Command, installed: Mapping[str, str]) -> bool:
             return False
     return True
 
+
+
+def fixes_to_run(fixes: Sequence[ShownFix], installed: Mapping[str, str]) -> list[ShownFix]:
+    """A report row's fixes as the text and markdown reports show them, the plan's way: a command whose requirement
+    the copy the job imports already meets (already_met) is left out, and so is a fix whose every command is (the plan
+    drops that step). A fix without commands (prose, a job setting) stays. The JSON keeps every fix as the check
+    made it: a consumer of it applies already_met with the versions it sees."""
+    from dataclasses import replace
+
+    if not installed:
+        return list(fixes)
+
+    def met(argv: Sequence[str]) -> bool:
+        try:
+            return already_met(Command(tuple(argv)), installed)
+        except (ValueError, TypeError):  # a masked or odd argv is never judged met: it stays shown
+            return False
+
+    out = []
+    for fix in fixes:
+        if len(fix.argv) != len(fix.commands) or (fix.env is not None and len(fix.env) != len(fix.commands)):
+            out.append(fix)
+            continue
+        keep = [i for i, argv in enumerate(fix.argv) if not met(argv)]
+        if len(keep) == len(fix.argv):
+            out.append(fix)
+        elif keep:
+            out.append(replace(fix, commands=tuple(fix.commands[i] for i in keep),
+                               argv=tuple(fix.argv[i] for i in keep),
+                               env=tuple(fix.env[i] for i in keep) if fix.env is not None else None))
+    return out
 
 def build_plan(reports: Sequence[CheckReport[Fix]], installed: Mapping[str, str] | None = None) -> Plan:
     by_key: dict[str, Step] = {}
@@ -248,7 +282,7 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
     from .signals import GATE
 
     if plan.no_installer is not None:
-        say("nothing applied: no installer: " + plan.no_installer.fix.description)
+        say("nothing applied: " + plan.no_installer.fix.description)  # it starts with "no installer: "
         return int(ExitCode.FAILED)
     path = [n for n, s in enumerate(plan.steps, 1) if s.fix.phase is Phase.PATH and s.fix.manual]
     if path:  # a shadowing copy stays in front of what pip installs until they are done
@@ -293,25 +327,45 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
     return again.exit_code
 
 
-def after_apply(again: Report) -> list[str]:
-    """What `fix --apply` ends with, in this order: the verdict after, the rows that still fail (each on one line),
-    and the steps that remain for a person (manual, held back, or job settings) in the re-check's own plan, named."""
-    from .render import verdict_line
+SAID_MAX = 160  # characters of a row's summary or a step's description that `fix --apply`'s end says
 
-    lines = ["after:  " + verdict_line(again)]
+
+def after_apply(again: Report, width: int | None = None) -> list[str]:
+    """What `fix --apply` ends with, in this order: the verdict after, the rows that still fail (each its summary's
+    first sentence), and the steps that remain for a person (manual, held back, or job settings) in the re-check's own
+    plan, named. Each text is redacted, then shortened at a word (redact.shorten, at most SAID_MAX characters), then
+    wrapped at `width` (default: the output width of stderr) with its continuation lines indented: one line each."""
+    import textwrap
+
+    from .redact import shorten
+    from .render import output_width, verdict_line
+    from .render.output import isatty
+
+    width = output_width(isatty(sys.stderr)) if width is None else max(20, int(width))
+    redactor = Redactor()
+
+    def wrapped(text: str, first: str = "", rest: str = "    ") -> list[str]:
+        return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+                             break_on_hyphens=False) or [first + text]
+
+    def item(head: str, text: str) -> list[str]:
+        return wrapped(head + shorten(" ".join(redactor.text(text).split()), SAID_MAX), "  ", "    ")
+
+    lines = wrapped("after:  " + verdict_line(again), rest="        ")
     failing = [c for c in again.checks if c.status in (Status.FAIL, Status.ERROR)]
     if failing:
         lines.append(f"still failing ({len(failing)}):")
-        lines += [f"  {c.id}: {c.summary.split('. ')[0][:160]}" for c in failing]
+        for c in failing:
+            lines += item(f"{c.id}: ", c.summary.split(". ")[0])
     plan = plan_of(again)
     left = [(n, s) for n, s in enumerate(plan.steps, 1) if not s.automatic]
     pip_left = [(n, s) for n, s in enumerate(plan.steps, 1) if s.automatic]
     if pip_left:
-        lines.append(f"pip steps the re-check still plans ({len(pip_left)}): `dsv4-doctor fix` shows them")
+        lines += wrapped(f"pip steps the re-check still plans ({len(pip_left)}): `dsv4-doctor fix` shows them")
     if left:
-        lines.append(f"left for you ({len(left)}; `dsv4-doctor fix` prints them in full):")
+        lines += wrapped(f"left for you ({len(left)}; `dsv4-doctor fix` prints them in full):")
         for n, step in left:
             kind = "manual" if step.fix.manual else ("held back" if step.held_by is not None else "a job setting")
             first = step.fix.description.splitlines()[0] if step.fix.description else ""
-            lines.append(f"  step {n} ({kind}) [{', '.join(step.checks)}]: {first[:160]}")
+            lines += item(f"step {n} ({kind}) [{', '.join(step.checks)}]: ", first)
     return lines

@@ -119,9 +119,32 @@ def answer(request):
     os.environ.update({str(k): str(v) for k, v in (words.get("env_set") or {}).items()})
     overrides = [str(w) for w in words.get("overrides") or ()]
 
+    extra_dir = request.get("extra_config_dir")  # --config-dir / -cd: a search path in front of the main one
+
     def composed(folder, name, words):
-        with initialize_config_dir(config_dir=folder, version_base=None):
+        if not extra_dir:
+            with initialize_config_dir(config_dir=folder, version_base=None):
+                return compose(config_name=name, overrides=words)
+        # As Hydra's own main does for --config-dir (hydra/_internal/utils.py, _run_hydra's add_conf_dir).
+        from hydra import version as hydra_version
+        from hydra._internal.hydra import Hydra
+        from hydra._internal.utils import create_config_search_path
+        from hydra.core.config_search_path import SearchPathQuery
+        from hydra.errors import SearchPathException
+        from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+        backup = get_gh_backup()
+        try:
+            hydra_version.setbase(None)
+            search_path = create_config_search_path(search_path_dir=folder)
+            if not os.path.isdir(extra_dir):
+                raise SearchPathException("Additional config directory '%s' not found" % extra_dir)
+            search_path.prepend(provider="command-line", path="file://" + extra_dir,
+                                anchor=SearchPathQuery(provider="schema"))
+            Hydra.create_main_hydra2(task_name="app", config_search_path=search_path)
             return compose(config_name=name, overrides=words)
+        finally:
+            restore_gh_from_backup(backup)
 
     stage("compose")
     try:

@@ -9,6 +9,8 @@ text report imports this module: JSON, JUnit and markdown never load it.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from io import StringIO
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +19,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from ..checks import AREAS as BUILTIN_AREAS
-from . import LABEL, cp_hint, cp_shown, shown, verdict_line
+from . import LABEL, cp_hint, cp_shown, fixes_shown, shown, verdict_line
 from .output import line_text
 
 if TYPE_CHECKING:
@@ -34,6 +36,12 @@ MARKS = {"pass": "✓", "warn": "!", "fail": "✗", "error": "✗", "skip": "-"}
 ASCII_MARKS = {"pass": "+", "warn": "!", "fail": "x", "error": "x", "skip": "-"}
 ARCH_FROM = {"option": " (from --gpu-arch)", "detected": " (from nvidia-smi)"}  # where a known arch came from
 EVIDENCE_LINES = 40  # of one row's evidence at -v; the JSON report has all of it
+# What the `next:` hint prints of an option's value: a GPU arch, a DSA backend's name, an interpreter's path (at most
+# OPTION_MAX characters, printable, never a redaction mark); any other value is "the same" option, unprinted.
+_ARCH = re.compile(r"\d{1,3}\.\d{1,3}[a-z]?")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
+_PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?(\.exe)?")
+OPTION_MAX = 160
 
 
 # Accessors: the only places that know the report's shape (report.Report).
@@ -117,10 +125,60 @@ def next_step(report: Report) -> str:
     s = report.summary
     if s.status.value in ("pass", "warn") and not s.interrupted:
         return "ready to train" + (" (read the warnings above)" if s.status.value == "warn" else "")
-    if any(c.fixes for c in _checks(report) if _status(c) in ("fail", "error", "warn")):
-        cp = _profile(report).get("cp")
-        return f"next: dsv4-doctor fix --cp {cp if isinstance(cp, int) else 'N'} > fix.sh"
+    if any(fixes_shown(report, c) for c in _checks(report) if _status(c) in ("fail", "error", "warn")):
+        return f"next: {fix_command(report)} > fix.sh"
     return "next: read the rows above (no fix the doctor can write)"
+
+
+def _printable(value: Any, pattern: re.Pattern[str] | None = None) -> str | None:
+    """`value` as the hint may print it (quoted for a shell), or None: not a string, too long, not printable, not
+    what `pattern` allows, changed by the output's cleaning, or masked by redaction."""
+    if not isinstance(value, str) or not value or len(value) > OPTION_MAX or not value.isprintable():
+        return None
+    if (pattern is not None and not pattern.fullmatch(value)) or _clean(value) != value or "REDACTED" in value:
+        return None
+    return shlex.quote(value)
+
+
+def _same_python(target: Any, doctor: Any) -> bool:
+    """Whether the target interpreter is the doctor's own (`--python` was not needed): the same path, or the same
+    folder's python / python3 / python3.X (one virtual environment)."""
+    if not isinstance(target, str) or not isinstance(doctor, str):
+        return not isinstance(target, str)
+    if target == doctor:
+        return True
+    (t_dir, _, t_name), (d_dir, _, d_name) = target.rpartition("/"), doctor.rpartition("/")
+    return t_dir == d_dir and bool(_PYTHON_NAME.fullmatch(t_name)) and bool(_PYTHON_NAME.fullmatch(d_name))
+
+
+def fix_command(report: Report) -> str:
+    """The `fix` command that plans for this run's profile: its --cp (unless the job's command gave it), and
+    --gpu-arch, --dsa-backend and --python where this run had them from options. A value the hint cannot print
+    safely, and a training command (a report holds it only by shape), are named as "(the same ...)" instead."""
+    p = _profile(report)
+    words = ["dsv4-doctor", "fix"]
+    same: list[str] = []
+    job = report.job
+    if job is None or p.get("cp_source") == "option":
+        cp = p.get("cp")
+        words += ["--cp", str(cp) if isinstance(cp, int) and not isinstance(cp, bool) and cp > 0 else "N"]
+    for option, key, pattern in (("--gpu-arch", "gpu_arch", _ARCH), ("--dsa-backend", "dsa_backend", _NAME)):
+        if p.get(f"{key}_source") == "option":
+            value = _printable(p.get(key), pattern)
+            if value is None:
+                same.append(option)
+            else:
+                words += [option, value]
+    target = _target_python(report).get("executable")
+    if not _same_python(target, report.environment.get("doctor_python")):
+        value = _printable(target)
+        if value is None or not value.lstrip("'").startswith("/"):
+            same.append("--python")
+        else:
+            words += ["--python", value]
+    if job is not None:
+        same.append("--job-args/--job-cwd")
+    return " ".join(words) + (f" (the same {', '.join(same)})" if same else "")
 
 
 def kernel_subruns_not_run(report: Report) -> list[str]:
@@ -215,7 +273,7 @@ def _one_line(out: _Out, text: Text, indent: int, ascii_only: bool) -> None:
     out.raw(text, indent=indent)
 
 
-def _short(out: _Out, c: Row, marks: dict[str, str], ascii_only: bool) -> None:
+def _short(out: _Out, c: Row, fixes: list, marks: dict[str, str], ascii_only: bool) -> None:
     """A row that needs attention, as the default report gives it: a failure's summary as its first sentence on one
     line (a warning's in full), then each fix's commands (never cut: copy-pastable), or a fix without commands as its
     first sentence."""
@@ -225,15 +283,15 @@ def _short(out: _Out, c: Row, marks: dict[str, str], ascii_only: bool) -> None:
     else:
         _one_line(out, Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.id), "bold"), "  ",
                                      _clean(first_sentence(c.summary))), 4, ascii_only)
-    for fix in c.fixes:
+    for fix in fixes:
         for cmd in fix.commands:  # a manual step says so in a shell comment: the line stays copy-pastable
             out.raw(_text(cmd, "cyan") + Text("  # manual step" if fix.manual else "", "dim"), indent=6)
         if not fix.commands:
             _one_line(out, Text.assemble(("Fix: ", "bold"), _text(first_sentence(fix.description))), 6, ascii_only)
 
 
-def _fixes(out: _Out, c: Row) -> None:
-    for fix in c.fixes:
+def _fixes(out: _Out, fixes: list) -> None:
+    for fix in fixes:
         tag = " (manual)" if fix.manual else ""
         first, *more = fix.description.splitlines() or [""]
         out.line(Text.assemble((f"Fix{tag}: ", "bold"), _text(first)), indent=6, hang=4)
@@ -322,13 +380,13 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
                                                  _clean(_notice(c))), 4, ascii_only)
                 continue
             if verbosity == 0:
-                _short(out, c, marks, ascii_only)
+                _short(out, c, fixes_shown(report, c), marks, ascii_only)
                 continue
             out.line(_row_head(c, marks), indent=4, hang=8)
             if s in ("fail", "error", "warn") or verbosity:
                 if verbosity:
                     _details(out, c)
-                _fixes(out, c)
+                _fixes(out, fixes_shown(report, c))
             if verbosity:
                 _evidence(out, c)
             if verbosity >= 2:
@@ -347,7 +405,13 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
     if verbosity == 0 and (skipped or any(_status(c) != "pass" for c in _checks(report))):
         more = f"{skipped} skipped; " if skipped else ""
         out.line(Text(f"{more}-v shows every row in full (details, fix descriptions, evidence)", style="dim"))
-    out.line(Text.assemble(verdict, f"; {next_step(report)}"))
+    step = next_step(report)
+    if step.startswith("next: ") and len(verdict.plain) + 2 + len(step) > out.console.width:
+        # The command on a line of its own, never wrapped (as a fix command): it stays copy-pastable.
+        out.line(Text.assemble(verdict, "; next:"))
+        out.raw(_text(step[len("next: "):], "cyan"), indent=6)
+    else:
+        out.line(Text.assemble(verdict, f"; {step}"))
 
 
 def _trailer(report: Report, out: _Out) -> None:
