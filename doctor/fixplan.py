@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from collections.abc import Callable, Mapping, Sequence
 
 from .fix import Command, Fix, Phase, env_value, installer_argv
+from .fixmet import already_met, fixes_to_run as fixes_to_run  # the rule lives in fixmet.py (render uses it too)
 from .model import CheckReport, Status
 from .procs import kill_group
 from .redact import Redactor, cap, clean_text
 from .render.output import line_text, write_stderr
-from .report import Report, ShownFix
+from .report import Report
 
 ORDER = (Phase.PATH, Phase.RUNTIME, Phase.BUILD, Phase.PIN, Phase.SETTING)
 NO_INSTALLER = "installer:none"  # the key of the fix that says the target has no installer at all
@@ -77,63 +78,6 @@ def plan_of(report: Report) -> Plan:
                                    fixes=list(report.actions.get(row.id, ()))) for row in report.checks
                        if not row.id.startswith("doctor.")], report.installed)
 
-
-def already_met(cmd: Command, installed: Mapping[str, str]) -> bool:
-    """A `pip install` whose every requirement is a plain `NAME==VERSION` (no extras, no URL) that the copy the job
-    imports already is: running it again would change nothing the re-check judges, so a plan that converges drops it."""
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
-
-    if not cmd.is_pip or "install" not in cmd.argv[1:3]:
-        return False
-    rest = cmd.argv[cmd.argv.index("install") + 1:]
-    # the requirements: not the options, nor the folder a `--target` step names (checks/_reach.py aims one there)
-    words = [w for i, w in enumerate(rest)
-             if not w.startswith("-") and (i == 0 or rest[i - 1] not in ("--target", "-t"))]
-    if not words or any(w.startswith("-") for w in cmd.argv if w in ("-r", "--requirement", "-e", "--editable")):
-        return False
-    for word in words:
-        try:
-            req = Requirement(word)
-        except InvalidRequirement:
-            return False
-        pins = [s.version for s in req.specifier if s.operator == "=="]
-        if req.extras or req.url or req.marker or len(pins) != 1 or len(req.specifier) != 1 or \
-                installed.get(str(canonicalize_name(req.name))) != pins[0]:
-            return False
-    return True
-
-
-
-def fixes_to_run(fixes: Sequence[ShownFix], installed: Mapping[str, str]) -> list[ShownFix]:
-    """A report row's fixes as the text and markdown reports show them, the plan's way: a command whose requirement
-    the copy the job imports already meets (already_met) is left out, and so is a fix whose every command is (the plan
-    drops that step). A fix without commands (prose, a job setting) stays. The JSON keeps every fix as the check
-    made it: a consumer of it applies already_met with the versions it sees."""
-    from dataclasses import replace
-
-    if not installed:
-        return list(fixes)
-
-    def met(argv: Sequence[str]) -> bool:
-        try:
-            return already_met(Command(tuple(argv)), installed)
-        except (ValueError, TypeError):  # a masked or odd argv is never judged met: it stays shown
-            return False
-
-    out = []
-    for fix in fixes:
-        if len(fix.argv) != len(fix.commands) or (fix.env is not None and len(fix.env) != len(fix.commands)):
-            out.append(fix)
-            continue
-        keep = [i for i, argv in enumerate(fix.argv) if not met(argv)]
-        if len(keep) == len(fix.argv):
-            out.append(fix)
-        elif keep:
-            out.append(replace(fix, commands=tuple(fix.commands[i] for i in keep),
-                               argv=tuple(fix.argv[i] for i in keep),
-                               env=tuple(fix.env[i] for i in keep) if fix.env is not None else None))
-    return out
 
 def build_plan(reports: Sequence[CheckReport[Fix]], installed: Mapping[str, str] | None = None) -> Plan:
     by_key: dict[str, Step] = {}
