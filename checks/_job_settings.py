@@ -6,6 +6,7 @@ from __future__ import annotations
 from dsv4_doctor.job.keys import line_to_add
 from dsv4_doctor.job.model import Job, Setting, is_interpolation
 from dsv4_doctor.model import Context, Fix, Phase, Profile
+from dsv4_doctor.redact import shorten
 
 
 def no_job(profile: Profile) -> str | None:
@@ -107,7 +108,7 @@ def as_written(raw: str) -> str:
     """A value as the command writes it, for a sentence: itself when it is one printable line without backticks,
     else its repr; at most 80 characters."""
     text = raw if raw.isprintable() and "`" not in raw else repr(raw)
-    return text if len(text) <= 80 else text[:79] + "…"
+    return shorten(text, 80)  # never through a word (a secret's part would pass redaction)
 
 
 def not_known(label: str, name: str, setting: Setting, consequence: str = "") -> str:

@@ -18,6 +18,7 @@ import re
 import shlex
 
 from dsv4_doctor.facts import STACK_MODULE_OF, StaticFacts, canonical
+from dsv4_doctor.fix import plain_value
 from dsv4_doctor.model import Command, Fix, Phase
 
 STACK = STACK_MODULE_OF
@@ -81,16 +82,100 @@ def owned(static: StaticFacts, copy: dict, dist: str | None) -> bool:
 
 
 def hides(static: StaticFacts, copy: dict, dist: str | None = None) -> bool:
-    """Whether the copy the job imports lies where a pip step does not reach it: a folder in front of
-    site-packages (PYTHONPATH, the user site, the job's own folder, a .pth entry) that holds a copy no distribution
-    owns (a checkout), or one that hides another copy further down the path; any user-site copy (pip under -I never
-    writes there). site-packages, an editable install (pip replaces it) and a PYTHONPATH folder whose own metadata
-    is the only copy (a `pip install --target` folder, what pip reports) are taken as reached."""
+    """Whether the copy the job imports lies where a pip step does not reach it. `"$PY" -I -m pip install` ignores
+    PYTHONPATH, the user site and the job's folder and writes site-packages, behind whatever they hold: any copy
+    there hides what pip installs, even one with its own dist-info (a `pip install --target` folder: `target_entry`
+    says how to reach it). A .pth entry or another folder hides when no distribution owns the copy (a checkout) or
+    when it shadows another copy further down the path. site-packages and an editable install (pip replaces it) are
+    reached."""
     if not copy["found"] or copy["place"] not in ("pythonpath", "user-site", "job", "pth", "other"):
         return False
-    if copy["place"] == "user-site":
-        return True  # `"$PY" -I -m pip` never writes the user site: whatever it installs stays behind this copy
+    if copy["place"] in ("pythonpath", "user-site", "job"):
+        return True  # `"$PY" -I -m pip` never writes there: whatever it installs stays behind this copy
     return not owned(static, copy, dist) or bool(copy["others"])
+
+
+def own_metadata(static: StaticFacts, copy: dict, dist: str | None) -> str | None:
+    """The dist-info that installed the copy, when it lies directly in the copy's sys.path entry (beside it)."""
+    entry = copy["entry"]
+    if not entry:
+        return None
+    for found in ((copy["owner"] or {}).get("path"), (static.dist(dist) or {}).get("path") if dist else None):
+        if isinstance(found, str) and os.path.realpath(os.path.dirname(found)) == os.path.realpath(entry):
+            return found
+    return None
+
+
+def target_entry(static: StaticFacts, copy: dict, dist: str | None) -> str | None:
+    """The PYTHONPATH entry the job imports the copy from, when that entry is a `pip install --target` folder: the
+    copy's own .dist-info beside it, no git checkout, no other copy of it further down the path. A pip step reaches
+    that copy only when aimed at that folder (`pip install --no-deps --upgrade --target ENTRY`); None otherwise."""
+    if not copy["found"] or copy["place"] != "pythonpath" or copy["others"] or copy["git"]:
+        return None
+    meta = own_metadata(static, copy, dist)
+    entry = copy["entry"]
+    if not meta or not meta.endswith(".dist-info") or not entry or not os.path.isabs(entry) \
+            or not plain_value(entry) or not plain_value(meta + ".aside"):
+        return None
+    return entry
+
+
+def into_entry(cmd: Command, entry: str) -> Command | None:
+    """`pip install ... SPEC` aimed at a `--target` folder: `pip install --no-deps --upgrade --target ENTRY ...`
+    (--upgrade: pip replaces what the folder holds only then; --no-deps: its dependencies stay where they are). None
+    when the command already names where it installs, or is not an install."""
+    argv = list(cmd.argv)
+    if len(argv) < 3 or argv[1] != "install" or any(a in ("--target", "-t", "--prefix", "--root", "--user", "-e",
+                                                          "--editable") or a.startswith(("--target=", "--prefix=",
+                                                                                          "--root="))
+                                                    for a in argv[2:]):
+        return None
+    extra = [a for a in ("--no-deps", "--upgrade") if a not in argv and not (a == "--upgrade" and "-U" in argv)]
+    try:
+        return Command((argv[0], "install", *extra, "--target", entry, *argv[2:]), cmd.env)
+    except ValueError:
+        return None
+
+
+def _met(cmd: Command, have: str | None) -> bool:
+    """A single plain `NAME==VERSION` install that the copy's version already is."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    words = [w for w in cmd.argv[2:] if not w.startswith("-")]
+    try:
+        req = Requirement(words[0]) if len(words) == 1 and have else None
+    except InvalidRequirement:
+        return False
+    pins = [s.version for s in req.specifier if s.operator == "=="] if req is not None else []
+    return bool(req is not None and not req.url and len(pins) == 1 and len(req.specifier) == 1 and pins[0] == have)
+
+
+def _moving_metadata(static: StaticFacts, module: str, dist: str, entry: str) -> Fix | None:
+    """The step before a `--target` install: the copy's old dist-info moved aside (pip replaces the package folder
+    but leaves the old version's dist-info beside the new one, and importlib.metadata may read either)."""
+    copy = static.copy(module)
+    meta = own_metadata(static, copy, dist)
+    if not meta:
+        return None
+    version = f" {copy['version']}" if copy["version"] else ""
+    return Fix(f"{module}{version} is imported from {entry} ({copy['why']}), a `pip install --target` folder in front "
+               "of site-packages, where `\"$PY\" -I -m pip` would install: the install step below is aimed at that "
+               f"folder (--target). pip replaces the package there but leaves the old version's metadata beside the "
+               f"new one, so move it aside first (mv {meta} {meta}.aside)", key=f"path:target-metadata:{meta}",
+               phase=Phase.PATH, manual=True,
+               action={"kind": "move-aside", "module": module, "path": meta, "to": meta + ".aside"})
+
+
+def _aimed(fix: Fix, commands: list[Command], reached: list[tuple[str, str, str]], static: StaticFacts) -> Fix:
+    """The fix with its install commands aimed at the `--target` folders the job imports from, said and typed."""
+    module, dist, entry = reached[0]
+    copy = static.copy(module)
+    where = "; ".join(f"{d} into {e} ({static.copy(m)['why']})" for m, d, e in reached)
+    action = dict(fix.action) or {"kind": "install-into-entry", "module": module, "distribution": dist, "entry": entry,
+                                  "index": str(copy["pythonpath_index"] or ""), "variable": "PYTHONPATH"}
+    return Fix(f"{fix.description} (aimed at the `pip install --target` folder the job imports it from: {where})",
+               commands, key=f"{fix.key}:into:{'+'.join(e for _, _, e in reached)}", phase=fix.phase,
+               manual=fix.manual, notes=fix.notes, action=action, installer=fix.installer)
 
 
 def clearing(static: StaticFacts, module: str, dist: str | None = None) -> Fix | None:
@@ -135,23 +220,46 @@ def clearing(static: StaticFacts, module: str, dist: str | None = None) -> Fix |
 
 
 def route(ctx, fixes: list[Fix]) -> list[Fix]:
-    """A check's fixes as a plan should carry them: each pip step after the step that clears the copy hiding it,
-    every pip step run by the target's installer (and after the step that installs pip, where it has none)."""
+    """A check's fixes as a plan should carry them: each pip step after the step that clears the copy hiding it, or
+    aimed at the `--target` folder that copy lies in; every pip step run by the target's installer (and after the
+    step that installs pip, where it has none)."""
     if not any(c.is_pip for f in fixes for c in f.commands):
         return fixes
     static: StaticFacts = ctx.static
     installer, first = installer_choice(static)
     out: list[Fix] = list(first)
+
+    def before(step: Fix | None) -> None:
+        if step is not None and all(step.key != f.key for f in out):
+            out.append(step)
+
     for fix in fixes:
         if not any(c.is_pip for c in fix.commands):
             out.append(fix)
             continue
+        commands: list[Command] = []
+        reached: list[tuple[str, str, str]] = []
         for cmd in fix.commands:
-            for dist in targets(cmd) if cmd.is_pip else []:
+            names = targets(cmd) if cmd.is_pip else []
+            aimed = None
+            for dist in names:
                 module = STACK.get(dist)
-                step = clearing(static, module, dist) if module else None
-                if step is not None and all(step.key != f.key for f in out):
-                    out.append(step)
+                if not module:
+                    continue
+                entry = target_entry(static, static.copy(module), dist)
+                if entry and len(names) == 1 and cmd.argv[1] == "install":
+                    if _met(cmd, static.copy(module)["version"]):
+                        continue  # the plan leaves it out (fixplan.already_met): nothing to aim, nothing to move
+                    aimed = into_entry(cmd, entry)
+                if entry and (aimed is not None or cmd.argv[1] == "uninstall"):
+                    before(_moving_metadata(static, module, dist, entry))
+                    if aimed is not None:
+                        reached.append((module, dist, entry))
+                    continue
+                before(clearing(static, module, dist))
+            commands.append(aimed or cmd)
+        if reached:
+            fix = _aimed(fix, commands, reached, static)
         out.append(fix.with_installer(installer) if installer != fix.installer else fix)
     return out
 

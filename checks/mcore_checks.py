@@ -13,7 +13,7 @@ from dsv4_doctor.model import Context, Result, Source, errored, failed, passed, 
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
-from ._reach import hides
+from ._reach import hides, target_entry
 from ._upstream import EAV, VERL, gh, mlm, mlm_change
 
 MCORE = "megatron-core"
@@ -88,6 +88,8 @@ def checkout(static, evidence: dict) -> str | None:
     copy = static.copy("megatron.core")
     if copy["place"] == "editable":
         return (copy["owner"] or {}).get("checkout") or copy["root"]
+    if target_entry(static, copy, MCORE):
+        return None  # a `pip install --target` folder on PYTHONPATH: the pip step is aimed at it (checks/_reach.py)
     return copy["root"] if hides(static, copy, MCORE) else None
 
 

@@ -153,7 +153,8 @@ def check(opts: Options, deliver: Deliver, smoke: bool = False) -> tuple[Report,
     if opts.ray:
         from .fleet import raycluster
 
-        return report, raycluster.take_part(opts, report, _job_argv(opts), deliver, fleet_checks)[0]
+        return report, raycluster.take_part(opts, report, _job_argv(opts), deliver, fleet_checks,
+                                            _probes_profile(opts, _job_argv(opts)))[0]
     if env is None:
         return report, deliver(report)
     from .fleet import take_part
@@ -190,7 +191,8 @@ def preflight(opts: Options, deliver: Deliver) -> tuple[Report, int]:
     if opts.ray:
         from .fleet import raycluster
 
-        code, checked = raycluster.take_part(opts, report, command, deliver, fleet_checks)
+        code, checked = raycluster.take_part(opts, report, command, deliver, fleet_checks,
+                                             _probes_profile(opts, command))
         command = command + raycluster.hook_overrides(checked) if opts.ray_hook and code == 0 else command
     elif env is not None:
         # Rank 0 writes the fleet's report; every rank execs only when the whole fleet passed.
@@ -259,6 +261,15 @@ def rerun(opts: Options, profile: Profile, skip: list[str], strict: bool) -> Cal
                           [p for p in skip if not p.startswith("fleet.")], strict, progress=False)
 
     return again
+
+
+def _probes_profile(opts: Options, command: list[str] | None) -> Profile:
+    """The profile a Ray node that ran only the doctor's shipped probes is judged under: the driver's options and
+    job command, no device."""
+    try:
+        return profile_from_options(opts, "off", list(command) if command else None)
+    except Exception:  # noqa: BLE001 - a command the driver already read; never a crash here
+        return Profile()
 
 
 def fleet_env(opts: Options, profile: Profile):

@@ -4,9 +4,11 @@ and prints the result through the output layer. It never imports torch or any in
 Exit codes (the same for every output format):
   0    no check failed (warnings allowed, unless --strict); `fix`: a plan was printed
   1    at least one check failed or errored (or warned, with --strict); `fix`: some failure has no fix at all
-  2    usage error
+  2    usage error, said before any work (an --output that cannot be written included)
   3    the doctor itself or a plugin crashed (the report is still written)
-  4    the report could not be written to --output (it went to stdout instead)
+  4    the output could not be written: stdout closed, full or not read, or --output failing at the end (the report
+       then went to stdout)
+  5    fleet mode: this rank took the fleet's verdict after the acknowledgement deadline, so it did not start
   129, 130, 143  interrupted by SIGHUP, SIGINT or SIGTERM (probes killed; a report of what finished is written)
 """
 

@@ -85,8 +85,9 @@ SMOKE_EPILOG = ("Exit codes: 0 the smoke forward passed or was skipped; 1 it fai
                 "doctor itself crashed (the report is still written); 4 the report could not be written (stdout "
                 "closed or full, or --output failing at the end: it went to stdout); 129/130/143 interrupted by "
                 "SIGHUP/SIGINT/SIGTERM.")
-FIX_EPILOG = ("Exit codes: 0 a plan was printed (or nothing to fix); 1 some failure has no fix; 2 usage error. With "
-              "--apply: the re-check's exit code.")
+FIX_EPILOG = ("Exit codes: 0 a plan was printed (or nothing to fix); 1 some failure has no fix; 2 usage error; 3 the "
+              "run behind the plan crashed; 4 the plan could not be written (stdout closed or full: nothing is "
+              "applied); 129/130/143 interrupted. With --apply: the re-check's exit code.")
 
 OPTION_NAMES = {f.name for f in fields(Options)} - {"command"}
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from collections.abc import Callable, Mapping, Sequence
 
 from .fix import Command, Fix, Phase, env_value, installer_argv
+from .fixmet import already_met, fixes_to_run as fixes_to_run  # the rule lives in fixmet.py (render uses it too)
 from .model import CheckReport, Status
 from .procs import kill_group
 from .redact import Redactor, cap, clean_text
@@ -76,29 +77,6 @@ def plan_of(report: Report) -> Plan:
     return build_plan([CheckReport(id=row.id, title=row.title, status=row.status, summary=row.summary,
                                    fixes=list(report.actions.get(row.id, ()))) for row in report.checks
                        if not row.id.startswith("doctor.")], report.installed)
-
-
-def already_met(cmd: Command, installed: Mapping[str, str]) -> bool:
-    """A `pip install` whose every requirement is a plain `NAME==VERSION` (no extras, no URL) that the copy the job
-    imports already is: running it again would change nothing the re-check judges, so a plan that converges drops it."""
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
-
-    if not cmd.is_pip or "install" not in cmd.argv[1:3]:
-        return False
-    words = [w for w in cmd.argv[cmd.argv.index("install") + 1:] if not w.startswith("-")]
-    if not words or any(w.startswith("-") for w in cmd.argv if w in ("-r", "--requirement", "-e", "--editable")):
-        return False
-    for word in words:
-        try:
-            req = Requirement(word)
-        except InvalidRequirement:
-            return False
-        pins = [s.version for s in req.specifier if s.operator == "=="]
-        if req.extras or req.url or req.marker or len(pins) != 1 or len(req.specifier) != 1 or \
-                installed.get(str(canonicalize_name(req.name))) != pins[0]:
-            return False
-    return True
 
 
 def build_plan(reports: Sequence[CheckReport[Fix]], installed: Mapping[str, str] | None = None) -> Plan:
@@ -248,7 +226,7 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
     from .signals import GATE
 
     if plan.no_installer is not None:
-        say("nothing applied: no installer: " + plan.no_installer.fix.description)
+        say("nothing applied: " + plan.no_installer.fix.description)  # it starts with "no installer: "
         return int(ExitCode.FAILED)
     path = [n for n, s in enumerate(plan.steps, 1) if s.fix.phase is Phase.PATH and s.fix.manual]
     if path:  # a shadowing copy stays in front of what pip installs until they are done
@@ -293,25 +271,45 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
     return again.exit_code
 
 
-def after_apply(again: Report) -> list[str]:
-    """What `fix --apply` ends with, in this order: the verdict after, the rows that still fail (each on one line),
-    and the steps that remain for a person (manual, held back, or job settings) in the re-check's own plan, named."""
-    from .render import verdict_line
+SAID_MAX = 160  # characters of a row's summary or a step's description that `fix --apply`'s end says
 
-    lines = ["after:  " + verdict_line(again)]
+
+def after_apply(again: Report, width: int | None = None) -> list[str]:
+    """What `fix --apply` ends with, in this order: the verdict after, the rows that still fail (each its summary's
+    first sentence), and the steps that remain for a person (manual, held back, or job settings) in the re-check's own
+    plan, named. Each text is redacted, then shortened at a word (redact.shorten, at most SAID_MAX characters), then
+    wrapped at `width` (default: the output width of stderr) with its continuation lines indented: one line each."""
+    import textwrap
+
+    from .redact import shorten
+    from .render import output_width, verdict_line
+    from .render.output import isatty
+
+    width = output_width(isatty(sys.stderr)) if width is None else max(20, int(width))
+    redactor = Redactor()
+
+    def wrapped(text: str, first: str = "", rest: str = "    ") -> list[str]:
+        return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+                             break_on_hyphens=False) or [first + text]
+
+    def item(head: str, text: str) -> list[str]:
+        return wrapped(head + shorten(" ".join(redactor.text(text).split()), SAID_MAX), "  ", "    ")
+
+    lines = wrapped("after:  " + verdict_line(again), rest="        ")
     failing = [c for c in again.checks if c.status in (Status.FAIL, Status.ERROR)]
     if failing:
         lines.append(f"still failing ({len(failing)}):")
-        lines += [f"  {c.id}: {c.summary.split('. ')[0][:160]}" for c in failing]
+        for c in failing:
+            lines += item(f"{c.id}: ", c.summary.split(". ")[0])
     plan = plan_of(again)
     left = [(n, s) for n, s in enumerate(plan.steps, 1) if not s.automatic]
     pip_left = [(n, s) for n, s in enumerate(plan.steps, 1) if s.automatic]
     if pip_left:
-        lines.append(f"pip steps the re-check still plans ({len(pip_left)}): `dsv4-doctor fix` shows them")
+        lines += wrapped(f"pip steps the re-check still plans ({len(pip_left)}): `dsv4-doctor fix` shows them")
     if left:
-        lines.append(f"left for you ({len(left)}; `dsv4-doctor fix` prints them in full):")
+        lines += wrapped(f"left for you ({len(left)}; `dsv4-doctor fix` prints them in full):")
         for n, step in left:
             kind = "manual" if step.fix.manual else ("held back" if step.held_by is not None else "a job setting")
             first = step.fix.description.splitlines()[0] if step.fix.description else ""
-            lines.append(f"  step {n} ({kind}) [{', '.join(step.checks)}]: {first[:160]}")
+            lines += item(f"step {n} ({kind}) [{', '.join(step.checks)}]: ", first)
     return lines

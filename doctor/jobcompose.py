@@ -20,6 +20,7 @@ from .job.model import Job, Setting, Unexpanded
 from .job.profile import composable, profile_for
 from .model import Profile, UsageError
 from .probes import Probe
+from .safeio import ReadRefused, read_file
 
 PROBE_SCRIPT = "dsv4probe_hydra.py"
 NAMED = {"context_parallel_size": "cp", "tensor_model_parallel_size": "tp"}
@@ -54,6 +55,17 @@ def _hydra_options(job: Job) -> dict[str, str | None]:
         if not eq:
             value = words[i + 1] if i + 1 < len(words) else ""
         found[name] = value.strip("'\"") or None
+    return found
+
+
+def _config_dir(job: Job) -> str | None:
+    """--config-dir / -cd as the command gives it (the last one wins, as argparse takes it), or None."""
+    found = None
+    words = job.overrides
+    for i, word in enumerate(words):
+        flag, eq, value = word.partition("=")
+        if flag in ("--config-dir", "-cd"):
+            found = (value if eq else (words[i + 1] if i + 1 < len(words) else "")).strip("'\"") or None
     return found
 
 
@@ -116,10 +128,9 @@ def _judged_without_hydra(job: Job, found: dict) -> tuple[list[str], str | None]
         return [], None
     name = generated_file(options["config_name"], _overrides(job))
     path = os.path.join(str(found["verl_dir"]), "trainer", "config", name) if name else None
-    try:
-        with open(path or "", "rb") as f:  # hostile input: bounded, decoded leniently
-            text = f.read(MAX_CONFIG_BYTES).decode("utf-8", "replace")
-    except OSError:
+    try:  # hostile input: bounded, never blocking (a FIFO is refused), decoded leniently
+        text = read_file(path or "", MAX_CONFIG_BYTES).decode("utf-8", "replace")
+    except ReadRefused:
         return [], None
     where = f"verl {found.get('verl')}'s {name}"
     return judge(text, _overrides(job), f"read by the doctor in {where}"), where
@@ -143,6 +154,9 @@ def _run(session: Any, job: Job, preflight: bool) -> tuple[dict, str | None]:
     with os.fdopen(descriptor, "w", encoding="utf-8") as f:
         json.dump({"overrides": _overrides(job), "env_set": job.env, "env_unset": job.unset}, f)
     options = _hydra_options(job)
+    extra = _config_dir(job)
+    if extra:  # Hydra's --config-dir: an absolute path, relative ones from the working directory
+        options = dict(options, extra_config_dir=os.path.abspath(extra))
     request = {"entry_file": entry_file, **options, "words_file": words_file,
                "select": sorted(selected_paths(job)), "missing_env": "error" if preflight else "not known",
                "default_groups": ["engine=megatron" if job.trainer == "sft" else "model_engine=megatron"]}

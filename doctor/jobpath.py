@@ -118,7 +118,8 @@ def job_path(argv: list[str], cwd: str, environ: dict[str, str] | None = None) -
                 return made(None, "not known: torchrun --no-python runs a program, not a Python script")
             if module:
                 return made(cwd, "the working directory (torchrun -m)")
-            return made(os.path.dirname(os.path.join(cwd, argv[i])), "the script's folder")
+            # Its workers run `python -u SCRIPT`: the script's folder with its symbolic links resolved, as below.
+            return made(os.path.dirname(os.path.realpath(os.path.join(cwd, argv[i]))), "the script's folder")
         if re.fullmatch(r"python(\d(\.\d+)?)?", prog):
             i = _python_flags(argv, i + 1, flags)
             if i >= len(argv):

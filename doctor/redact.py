@@ -24,6 +24,7 @@ from typing import Any
 from collections.abc import Mapping
 
 from .fix import Command
+from .validtext import valid_text
 
 MASK = "***REDACTED***"
 MAX_TEXT = 16 * 1024  # any one string taken from the environment
@@ -86,7 +87,6 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2
 # which the runner trims, and the legacy `##[cmd]` anywhere in a line.
 _WORKFLOW_COMMAND = re.compile(r"^([^\S\n]*)::", re.M)
 _LEGACY_COMMAND = "##["
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def looks_secret(name: str) -> bool:
@@ -147,18 +147,20 @@ def shorten(value: str, limit: int, marker: str = "…") -> str:
     return cut(value, max(0, limit - len(marker))).rstrip() + marker
 
 
-def _surrogate_escape(code: int) -> str:
-    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte carried by surrogateescape (os.environ, file names)
-        return "\\x%02x" % (code - 0xDC00)
-    return "\\u%04x" % code
-
-
-_SURROGATES = {code: _surrogate_escape(code) for code in range(0xD800, 0xE000)}  # str.translate: one C-level pass
-
-
-def valid_text(value: str) -> str:
-    """A str that encodes as UTF-8: undecodable bytes as \\xNN, other lone surrogates as \\uXXXX."""
-    return value.translate(_SURROGATES) if _SURROGATE.search(value) else value
+def cut_tail(value: str, limit: int) -> str:
+    """The last `limit` characters of `value` at most (a traceback's end), never starting inside a word: a cut
+    through a secret's start leaves its rest, which redaction (recognising a secret by its start) would not see."""
+    if len(value) <= limit:
+        return value
+    tail = value[len(value) - max(0, limit):]
+    if tail and not value[len(value) - len(tail) - 1].isspace():
+        m = re.match(r"\S*", tail)
+        tail = tail[m.end() if m else 0:]
+    for secret in _spaced_secrets():  # a secret value with spaces that the cut goes through goes too
+        start = value.find(secret, max(0, len(value) - len(tail) - len(secret) + 1))
+        if 0 <= start < len(value) - len(tail) < start + len(secret):
+            tail = tail[start + len(secret) - (len(value) - len(tail)):]
+    return tail.lstrip()
 
 
 def decode(raw: bytes, limit: int = MAX_TEXT) -> str:

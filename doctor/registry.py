@@ -24,6 +24,7 @@ from types import ModuleType
 from collections.abc import Container, Iterable, Sequence
 
 from .model import Check, Interrupted
+from .redact import cut_tail
 
 GROUP = "dsv4_doctor.checks"
 # Ids are a public contract (CI gates on them) and must fit the report schema.
@@ -239,7 +240,7 @@ def load_entry_point(info: PluginInfo) -> list[Check]:
         raise  # the run's own stop signal, not the entry point's failure (otherwise: it was swallowed)
     except BaseException as exc:  # a plugin must never take the doctor down, not even with SystemExit
         info.error = f"{type(exc).__name__}: {exc}"
-        info.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
+        info.traceback = cut_tail("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), 4000)
         return []
     info.loaded = True
     checks, seen = [], set()

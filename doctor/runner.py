@@ -19,6 +19,7 @@ from .fix import Fix
 from .model import Check, CheckReport, Profile, Result, Status, needs_failed, result_of
 from .probes import NVIDIA_SMI, Probe, ProbeResult, parse_nvidia_smi, read_stage, run_probe, stage_text
 from .procs import Processes
+from .redact import cut_tail
 
 CHECK_TIMEOUT_S = 10.0  # a check's own code, after its probes answered
 MIN_PROBE_S = 0.5  # a probe that would get less than this of the budget is not started
@@ -251,7 +252,7 @@ def execute(check: Check, ctx) -> tuple[Result, bool]:
         return Result(Status.ERROR, f"probe {pr.key!r} {pr.error}", details=pr.stderr_tail,
                       evidence=pr.evidence()), False
     except BaseException as exc:  # the check's own code broke: a doctor or plugin bug
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-3000:]
+        tb = cut_tail("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), 3000)
         return Result(Status.ERROR, f"the check crashed: {type(exc).__name__}: {exc}", details=tb,
                       evidence={"origin": check.origin}), True
 

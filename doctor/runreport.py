@@ -53,10 +53,12 @@ def run_check(python: str | None, timeout: float | None, profile: Profile, only:
     except Exception as exc:  # the doctor itself broke: report it rather than die
         import traceback
 
+        from .redact import cut_tail
+
         crash: CheckReport = CheckReport(
             id="doctor.internal", title="dsv4-doctor ran", status=Status.ERROR,
             summary=f"dsv4-doctor crashed: {type(exc).__name__}: {exc}",
-            details="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:],
+            details=cut_tail("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), 4000),
             internal_error=True)
         return assemble(profile, [crash], [], environment(session.target, None, session.python), strict,
                         time.monotonic() - session.started)

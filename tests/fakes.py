@@ -435,7 +435,8 @@ class Env:
         while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
             words.pop(0)  # the environment a build step runs with (FlashMLA's CPLUS_INCLUDE_PATH, SM flags)
         assert words[0] == "pip", command
-        takes_value = {"--index-url", "--extra-index-url", "-c", "--constraint"}
+        # --target: each component is its own site folder on PYTHONPATH, the folder a `--target` step names.
+        takes_value = {"--index-url", "--extra-index-url", "-c", "--constraint", "--target", "-t"}
         names = [w for i, w in enumerate(words[2:], 2) if not w.startswith("-") and words[i - 1] not in takes_value]
         if words[1] == "uninstall":
             for name in names:

@@ -21,7 +21,6 @@ import pytest
 from conftest import doctor_command, validate
 from fakes import ensure
 
-pytestmark = pytest.mark.slow
 
 # The job: verl's driver merges `ray_kwargs.ray_init.runtime_env` overrides (Hydra) into ray.init; this one does
 # the same for the `++` overrides the doctor appends, then runs one task on every alive GPU node.
@@ -65,6 +64,17 @@ if sys.argv and sys.argv[0].endswith("dsv4probe_static.py") and os.environ.get("
     with open(os.environ["SLOW_MARK"], "w") as fh:
         fh.write(str(os.getpid()))
     time.sleep(40)
+"""
+
+
+# A node whose job environment has no dsv4-doctor: its workers cannot import dsv4_doctor (whatever finds it).
+HIDE_DOCTOR = """import sys
+class _NoDoctor:
+    def find_spec(self, name, path=None, target=None):
+        if name == "dsv4_doctor" or name.startswith("dsv4_doctor."):
+            raise ModuleNotFoundError("hidden by the test", name=name)
+        return None
+sys.meta_path.insert(0, _NoDoctor())
 """
 
 
@@ -125,11 +135,23 @@ def ray_cluster():
     # A short folder: Ray's Unix sockets live under it, and AF_UNIX paths end at 107 bytes (pytest-xdist's tmp_path
     # is longer than that allows).
     ray_dir = Path(tempfile.mkdtemp(prefix="dsv4ray-", dir="/tmp" if os.path.isdir("/tmp") else None))
-    cluster = RayCluster(ray_dir)
+    # ray.cluster_utils.Cluster writes the address file `ray_current_cluster` into Ray's default folder
+    # ($RAY_TMPDIR/ray, else /tmp/ray) whatever temp_dir the head node got, and does not create that folder: on a
+    # machine where no Ray ran before, the head node fails with FileNotFoundError. Point it into ray_dir.
+    saved_tmpdir = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = str(ray_dir)
+    (ray_dir / "ray").mkdir()
+    cluster = None
     try:
+        cluster = RayCluster(ray_dir)
         yield cluster
     finally:
-        cluster.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+        if saved_tmpdir is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = saved_tmpdir
         shutil.rmtree(ray_dir, ignore_errors=True)
 
 
@@ -155,6 +177,7 @@ def _entries(report: dict) -> dict:
     return {e["host"]: e["why"] for e in _rows(report)["fleet.ranks"]["evidence"]["ranks"]}
 
 
+@pytest.mark.slow
 def test_the_ray_fleet_from_a_healthy_cluster_to_a_late_node(ray_cluster, tmp_path):
     started = time.monotonic()
     cluster = ray_cluster
@@ -172,6 +195,38 @@ def test_the_ray_fleet_from_a_healthy_cluster_to_a_late_node(ray_cluster, tmp_pa
     hosts = set(report["fleet"]["hosts"])
     assert any(f"(node {head[:8]})" in h for h in hosts) and any(f"(node {second[:8]})" in h for h in hosts)
     assert any(h.endswith("(driver)") for h in hosts)
+
+    # 1b. The job's runtime_env, a node without the doctor and the reward model's own pool, in one run: the
+    # command's env var reaches every task; the node whose job environment cannot import dsv4_doctor reports through
+    # the doctor's probes shipped with the task (its static facts compared like any node's); trainer.nnodes=2 plus
+    # reward.reward_model.nnodes=1 (its own pool) is the 3 nodes the cluster has.
+    hide_dir = tmp_path / "hide"
+    hide_dir.mkdir()
+    (hide_dir / "sitecustomize.py").write_text(HIDE_DOCTOR)
+    hidden = cluster.add("hidden", f"{cluster.new}{os.pathsep}{hide_dir}")
+    job = shlex.join(["python3", "-m", "verl.trainer.main_ppo", "trainer.nnodes=2", "trainer.n_gpus_per_node=1",
+                      "reward.reward_model.enable_resource_pool=True", "reward.reward_model.nnodes=1",
+                      "reward.reward_model.n_gpus_per_node=1", "+ray_kwargs.ray_init.runtime_env.env_vars.FOO=bar"])
+    done = subprocess.run(doctor_command() + ["check", "--ray", "--no-smoke", "--only", "cudnn-fe.version", "-f",
+                                              "json", "--python", sys.executable, "--job-args", job],
+                          env=_env(cluster), capture_output=True, text=True, timeout=240)
+    report = validate(json.loads(done.stdout))
+    rows = _rows(report)
+    evidence = rows["fleet.ranks"]["evidence"]
+    assert "FOO" in evidence["runtime_env"]["env_vars"], evidence
+    assert all("FOO" in r["runtime_env_seen"] for r in evidence["ran"]), evidence["ran"]
+    ran = {r["host"]: r["ran"] for r in evidence["ran"]}
+    assert [h for h, how in ran.items() if how == "the doctor's probes shipped with the task"] == [
+        next(h for h in ran if f"(node {hidden[:8]})" in h)], ran
+    assert evidence["wanted"]["nodes"] == 3 and evidence["wanted"]["reward.reward_model.nnodes"] == 1
+    assert report["fleet"]["world_size"] == 4 == report["fleet"]["reported"], done.stderr[-3000:]
+    # What the static facts alone cannot settle on that node is not known there (an error), never a pass; the nodes
+    # with the doctor pass.
+    groups = rows["cudnn-fe.version"]["evidence"]["groups"]
+    assert any(f"(node {hidden[:8]})" in json.dumps(g) and g["status"] != "pass" for g in groups), groups
+    assert any(f"(node {second[:8]})" in json.dumps(g) and g["status"] == "pass" for g in groups), groups
+    assert done.returncode == 1 and rows["fleet.ranks"]["status"] == "pass", done.stderr[-3000:]
+    cluster.remove("hidden")
 
     # 2. One run, three faults: a node with a stale frontend on its PYTHONPATH, a node removed while its check
     # runs, and trainer.nnodes asking one node more than the cluster has.
@@ -233,3 +288,39 @@ def _suppress():
     import contextlib
 
     return contextlib.suppress(OSError, ValueError)
+
+
+# ------------------------------------------------------------------- the command's reading, without a cluster
+
+def test_wanted_counts_the_reward_models_own_pool_and_says_what_is_out_of_range():
+    from doctor.fleet.raycluster import wanted
+
+    base = ["python3", "-m", "verl.trainer.main_ppo", "trainer.nnodes=2", "trainer.n_gpus_per_node=8"]
+    want = wanted(base + ["reward.reward_model.enable_resource_pool=True", "reward.reward_model.nnodes=3",
+                          "reward.reward_model.n_gpus_per_node=1"])
+    assert (want.nodes, want.least_gpus, want.notes) == (5, 1, [])
+    assert "reward.reward_model.nnodes=3 (the reward model's own pool) = 5" in want.asks
+    assert wanted(base + ["reward.reward_model.nnodes=3"]).nodes == 2  # no pool of its own: it shares the trainer's
+    assert wanted(base + ["reward.reward_model={enable_resource_pool:true,nnodes:1}"]).nodes == 3
+    zero = wanted(base + ["reward.reward_model.enable_resource_pool=True"])
+    assert zero.nodes == 2 and "verl" in zero.notes[0] and "greater than 0" in zero.notes[0]
+    big = wanted(["python3", "-m", "verl.trainer.main_ppo", "trainer.nnodes=50000"])
+    assert big.nnodes == 50000  # bounds.py's range, up to 100000
+    over = wanted(["python3", "-m", "verl.trainer.main_ppo", "trainer.nnodes=100001"])
+    assert over.nnodes is None and over.notes
+
+
+def test_job_runtime_env_takes_env_vars_working_dir_and_py_executable_and_nothing_hostile(tmp_path):
+    from doctor.fleet.raycluster import job_runtime_env
+
+    head = "+ray_kwargs.ray_init.runtime_env."
+    env, notes = job_runtime_env(["python3", "-m", "verl.trainer.main_ppo", f"{head}env_vars.FOO=bar",
+                                  f"++{head[1:]}env_vars={{A:1,B:x}}", f"{head}working_dir={tmp_path}",
+                                  f"{head}py_executable={sys.executable}", f"{head}env_vars.BAD-NAME=1",
+                                  f"{head}py_executable=python -c 'import os; os.system(\"x\")'",
+                                  f"{head}working_dir=/no/such/dir", f"{head}pip=[evil]",
+                                  f"{head}env_vars.LONG={'x' * 5000}", f"~{head[1:]}env_vars.A"])
+    assert env == {"env_vars": {"FOO": "bar", "B": "x"}, "working_dir": str(tmp_path),
+                   "py_executable": sys.executable}
+    assert len(notes) == 5 and all("not applied" in n for n in notes) and not any("evil" in n for n in notes)
+    assert job_runtime_env(["bash", "run.sh", f"{head}env_vars.FOO=bar"]) == ({}, [])

@@ -263,3 +263,21 @@ def test_redaction_does_not_eat_ordinary_words():
     assert redact.text("password: hunter2") == f"password: {MASK}"
     assert redact.text("PASSWORD=the rest") == f"PASSWORD={MASK} rest"  # `=` always takes the value
     assert redact.text('TOKEN: "two words"') == f"TOKEN: {MASK}"
+
+
+@pytest.mark.parametrize("shape, secret", SECRETS)
+def test_a_probe_error_s_first_line_is_cut_never_through_a_secret(shape, secret, monkeypatch):
+    """The doctor's one-line summary of a probe that stopped (`stopped with T: <first line>`) cut that line at 300
+    characters before redaction: a token straddling the cut left up to 17 of its characters in the report."""
+    from dsv4_doctor import probes
+
+    monkeypatch.setenv("SOME_PASSWORD", SPACED_SECRET)
+    monkeypatch.setattr("dsv4_doctor.redact._SPACED", [-1.0, []])
+    redact = Redactor()
+    for offset in range(300 - len(shape) - 2, 302):
+        message = "x" * offset + " " + shape + " and more"
+        monkeypatch.setattr(probes, "_run_probe", lambda *a, message=message, **k: probes.ProbeResult(
+            "k", ok=True, data={"probe_error": {"type": "RuntimeError", "message": message}}))
+        result = probes.run_probe(probes.Probe.python("k", "x.py"), "python", 5, None)
+        assert result.ok is False and result.error.startswith("stopped with RuntimeError: ")
+        assert not _leaks(redact.text(result.error), secret), (offset, result.error[-80:])

@@ -117,11 +117,18 @@ def test_the_jobs_own_folder_shadows_site_packages_and_the_plan_moves_it_aside(t
     # Without --job-cwd the doctor's own folder is the working directory: the job's copy is not seen for -m.
     if how == "module":
         assert row(report("check", *args, python=python, cwd=tmp_path), "tvm-ffi.version")["status"] == "pass"
-    # The plan, followed: the typed action carried out, then the printed script run; the re-check is green.
+    # The plan, followed: the typed action carried out (and, once, the printed script run); the re-check is green.
     fix = run_doctor("fix", *args, "--job-cwd", str(job), python=python, cwd=tmp_path)
     assert "move that copy aside" in fix.stdout and '"$PY" -I -m ensurepip --upgrade' in fix.stdout
     os.rename(step["action"]["path"], step["action"]["to"])
     os.rename(step["action"]["dist_info"], step["action"]["dist_info_to"])
+    if how == "script":  # the printed script itself, run offline from the test wheels (ensurepip, then pip)
+        from wheels import DOWNLOADS
+
+        ensure(CACHED["tvm"])
+        done = subprocess.run(["sh", "-c", fix.stdout], capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(DOWNLOADS), PYTHONPATH=""))
+        assert done.returncode == 0, done.stderr
     assert row(report("check", *args, "--job-cwd", str(job), python=python, cwd=tmp_path),
                "tvm-ffi.version")["status"] == "pass"
 
@@ -370,6 +377,28 @@ def test_no_pip_means_ensurepip_first_and_no_ensurepip_means_no_installer(tmp_pa
     assert fix.returncode == 1 and "NO INSTALLER" in fix.stdout and "exit 1" in fix.stdout
     done = subprocess.run(["sh", "-c", fix.stdout], capture_output=True, text=True, timeout=30)
     assert done.returncode == 1 and "no installer" in done.stderr
+    # fix --apply makes the same choice: nothing is run.
+    applied = run_doctor("fix", *args, "--apply", "--yes", python=str(debian / "bin" / "python"))
+    assert applied.returncode == 1 and "nothing applied: no installer" in applied.stderr, applied.stderr
+    assert "-m pip" not in applied.stderr
+
+
+@pytest.mark.slow
+def test_fix_apply_on_a_venv_without_pip_runs_its_ensurepip_first_and_the_recheck_is_green(tmp_path):
+    """`fix --apply` follows the plan's installer choice: the target's own ensurepip, then its pip (offline, from the
+    test wheels), and the re-check passes."""
+    from wheels import DOWNLOADS
+
+    python = make_venv(tmp_path / "venv")  # the standard library's venv, without pip: ensurepip is there
+    put(site_of(python), "fe-1.32", "__none__")  # the frontend's metadata: it requires apache-tvm-ffi >= 0.1.11
+    ensure(CACHED["tvm"])  # its wheel in the offline index
+    args = ("--only", "tvm-ffi.version", "--cp", "2")
+    env = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(DOWNLOADS)}
+    applied = run_doctor("fix", *args, "--apply", "--yes", python=python, env=env, timeout=300)
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stderr.index(f"+ {python} -I -m ensurepip --upgrade") < \
+        applied.stderr.index(f"+ {python} -I -m pip install --no-deps apache-tvm-ffi==0.1.11")
+    assert "after:  Verdict: PASS" in applied.stderr
 
 
 def test_how_each_installer_runs_a_pip_command():

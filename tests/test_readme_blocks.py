@@ -79,6 +79,16 @@ def test_readme_block_lints_clean(line, info, content, tmp_path):
         assert not findings, findings
 
 
+def test_every_yaml_block_parses():
+    """The Kubernetes initContainer snippet is YAML a manifest can take as written."""
+    import yaml
+
+    found = [(line, content) for line, info, content, _ in _blocks() if info in ("yaml", "yml")]
+    assert found
+    for line, content in found:
+        assert yaml.safe_load(content), f"README.md:{line}"
+
+
 def test_the_dockerfile_snippet_has_no_inline_comment():
     """Dockerfiles have no inline comments: `COPY a b   # why` is a COPY of three arguments (DL3021)."""
     for line, info, content, _ in _blocks():

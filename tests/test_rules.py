@@ -579,3 +579,36 @@ def test_already_met_reads_only_plain_pins():
     assert not already_met(Command(("pip", "install", "nvidia-cutlass-dsl[cu13]==4.5.2")), have)  # its extra's deps
     assert not already_met(Command(("pip", "install", "nvidia-cudnn-frontend>=1.27")), have)
     assert not already_met(Command(("pip", "install", "x @ git+https://example.invalid/x@abc")), have)
+
+
+def test_apply_ends_with_the_verdict_after_what_still_fails_and_what_is_left_for_a_person(tmp_path, bare_python):
+    """`fix --apply`'s end, once pip has done what it can and only torch is missing: the verdict after, then each row
+    that still fails, then the steps left for a person (the manual torch step named), in that order."""
+    from dsv4_doctor.fixplan import after_apply
+    from probed import run_in_process
+
+    ids = builds_on("cudnn-fe.csa") + ["cudnn-fe.dsa", "tvm-ffi.version", "torch.install"]
+    right = Env(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.27.0").wheel("tvm", "apache-tvm-ffi-0.1.11")
+    again = run_in_process(right, bare_python, ids, gpu_arch="10.0", smoke="off")
+    lines = after_apply(again, width=400)
+    assert lines[0].startswith("after:  Verdict: FAIL"), lines
+    failing = lines.index(next(x for x in lines if x.startswith("still failing (")))
+    left = lines.index(next(x for x in lines if x.startswith("left for you (")))
+    assert 0 < failing < left, lines
+    assert "torch.install" in " ".join(lines[failing:left])
+    assert any("(manual)" in x and "torch.install" in x for x in lines[left + 1:]), lines
+    # Each item wrapped at the output width, continuation lines indented, every word whole (redact.shorten: a cut
+    # at a word, marked with an ellipsis).
+    narrow = after_apply(again, width=60)
+    assert all(len(x) <= 60 or " " not in x.strip() for x in narrow[1:]), [x for x in narrow if len(x) > 60]
+    items = [x for x in narrow if x.startswith("  ") and not x.startswith("    ")]
+    assert all(x.startswith("  step ") or x.split(":")[0].strip() in ids for x in items), (items, ids)
+    words = " ".join(lines).split()
+    for item in items:  # the words of each item are the unwrapped line's words (none cut in two)
+        assert all(w in words or w.endswith("…") for w in item.split()), item
+    long = next(c for c in again.checks if c.id == "cudnn-fe.dsa").summary.split(". ")[0]
+    assert len(long) > 160  # the summary the raw [:160] cut mid-word ("do not load e")
+    said = " ".join(x.strip() for x in narrow[narrow.index(next(x for x in narrow if "cudnn-fe.dsa:" in x)):])
+    shown = said.split("…")[0].split("cudnn-fe.dsa: ", 1)[1]
+    assert shown.endswith(tuple("abcdefghijklmnopqrstuvwxyz)")) and long.startswith(shown), said
+    assert long[len(shown)] in " ", (shown, long)  # the cut falls between words

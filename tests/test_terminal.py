@@ -113,7 +113,9 @@ def test_verdict_first_and_last_with_the_next_step(local_report):
     verdict = lines[verdicts[0]]
     assert verdict.startswith("Verdict: FAIL (3 failed")
     last = " ".join(line.strip() for line in lines[verdicts[1]:])
-    assert last == verdict + "; next: dsv4-doctor fix --cp 1 > fix.sh"
+    # The hint carries what `fix` needs to plan the same profile: here the target interpreter (--python).
+    python = local_report["environment"]["target_python"]["executable"]
+    assert last == verdict + f"; next: dsv4-doctor fix --cp 1 --python {python} > fix.sh"
     assert "CP 1 assumed: pass --cp N" in " ".join(line.strip() for line in lines[:verdicts[0]])
     h200 = _terminal(_h200("check-cp2.json"), width=100).rstrip().split("\n\n")[-1]
     assert " ".join(line.strip() for line in h200.splitlines()).endswith(
@@ -128,8 +130,9 @@ def test_fix_commands_are_never_wrapped(local_report):
     lines = text.splitlines()
     for cmd in commands:
         assert any(line.strip() == cmd for line in lines), cmd
-    # Prose wraps at 60; only unbreakable commands go past it.
-    assert all(len(line) <= 60 or line.strip() in commands for line in lines)
+    # Prose wraps at 60; only unbreakable commands (a fix's, the `next:` hint's) go past it.
+    assert all(len(line) <= 60 or line.strip() in commands or line.startswith("      dsv4-doctor fix ")
+               for line in lines)
 
 
 def test_ascii_fallback_when_the_terminal_is_not_utf8(local_report):
@@ -247,7 +250,7 @@ def test_check_on_a_terminal_prints_the_grouped_report(bare_python, colour):
     assert {"python", "torch", "gpu"} <= {a for _, a, _ in areas}
     assert ("✗", "te", "1 fail, 1 skip") in areas
     assert "skipped; -v shows every row in full" in plain
-    fixes = [line for line in plain.splitlines() if line.strip().startswith("pip install ")]
+    fixes = [line for line in plain.splitlines() if line.strip().startswith(("pip install ", "dsv4-doctor fix "))]
     assert fixes and any(len(line) > 80 for line in fixes)  # a command stays whole on one line
     assert all(len(line) <= 80 for line in plain.splitlines() if line not in fixes)
     verbose_code, verbose = _on_a_terminal(["check", "--static-only", "-v", "--python", bare_python], env=env)
@@ -268,7 +271,7 @@ def test_piped_text_is_the_terminal_s_grouped_report(bare_python, verbose):
     lines = run.stdout.splitlines()
     first_verdict = next(i for i, line in enumerate(lines) if line.startswith("Verdict: FAIL"))
     assert first_verdict < next(i for i, line in enumerate(lines) if line.startswith("["))  # the verdict first
-    assert "next: dsv4-doctor fix --cp 1 > fix.sh" in " ".join(run.stdout.split())
+    assert f"next: dsv4-doctor fix --cp 1 --python {bare_python} > fix.sh" in " ".join(run.stdout.split())
     rows = {r[2] for r in _rows(run.stdout)}
     if verbose:
         assert rows == {c["id"] for c in json_run.report["checks"]}
@@ -391,7 +394,7 @@ def test_colour_marks_only_what_it_is_for(local_report):
     fix = next(line for line in lines if "Fix: " in line)
     assert re.match(r"      \x1b\[1mFix: \x1b\[0m[^\x1b]+$", fix), fix
     last = lines[-1]
-    assert re.search(r"\x1b\[0m; next: dsv4-doctor fix --cp 1 > fix\.sh$", last), last
+    assert re.search(r"\x1b\[0m; next: dsv4-doctor fix --cp 1 --python \S+ > fix\.sh$", last), last
 
 
 def test_the_empty_venv_report_at_80_columns_leads_with_the_verdict_and_every_failure_s_fix(bare_python):
@@ -425,3 +428,101 @@ def test_the_profile_line_says_where_each_fact_came_from_without_misreadings(bar
     out = run.stdout + run.stderr
     head = " ".join(out.split("\nVerdict: ")[0].split())
     assert said in head and never not in out, head
+
+
+def _fix_hint(text: str) -> str:
+    """The `next:` hint's command, from the report's last paragraph."""
+    last = " ".join(text.rstrip().split("\n\n")[-1].split())
+    return last[last.index("next: ") + len("next: "):]
+
+
+def _with(report: dict, profile: dict | None = None, python: str | None = None, doctor: str | None = None) -> dict:
+    report = copy.deepcopy(report)
+    report["profile"].update(profile or {})
+    if python is not None:
+        report["environment"]["target_python"]["executable"] = python
+    if doctor is not None:
+        report["environment"]["doctor_python"] = doctor
+    return report
+
+
+def test_the_next_hint_carries_the_options_that_shaped_the_run(local_report):
+    """`fix` plans the same profile only with the options the run had: --gpu-arch and --dsa-backend when they came
+    from options, --python when the target is not the doctor's own interpreter; a detected arch, a default backend
+    and the doctor's own interpreter add nothing."""
+    plain = _with(local_report, python="/venv/bin/python3", doctor="/venv/bin/python")
+    assert _fix_hint(_terminal(plain)) == "dsv4-doctor fix --cp 1 > fix.sh"
+    detected = _with(plain, {"gpu_arch": "9.0", "gpu_arch_source": "detected", "cp": 2, "cp_source": "option"})
+    assert _fix_hint(_terminal(detected)) == "dsv4-doctor fix --cp 2 > fix.sh"
+    given = _with(local_report, {"gpu_arch": "10.0", "gpu_arch_source": "option", "dsa_backend": "none",
+                                 "dsa_backend_source": "option"}, python="/images/job env/bin/python",
+                  doctor="/usr/bin/python3")
+    hint = _fix_hint(_terminal(given, width=80))
+    assert hint == "dsv4-doctor fix --cp 1 --gpu-arch 10.0 --dsa-backend none --python '/images/job env/bin/python'" \
+        " > fix.sh", hint
+    import shlex
+
+    assert shlex.split(hint.removesuffix(" > fix.sh"))[-1] == "/images/job env/bin/python"
+
+
+@pytest.mark.parametrize("python", ["/tmp/x; rm -rf ~ #/python", "/tmp/$(reboot)/`id`/python", "/tmp/a'b/python"])
+def test_the_next_hint_quotes_a_hostile_interpreter_path_as_one_word(local_report, python):
+    import shlex
+
+    hint = _fix_hint(_terminal(_with(local_report, python=python, doctor="/usr/bin/python3"), width=200))
+    command = hint.removesuffix(" > fix.sh")
+    assert shlex.split(command) == ["dsv4-doctor", "fix", "--cp", "1", "--python", python], hint
+
+
+@pytest.mark.parametrize("profile, python, same", [
+    ({"gpu_arch": "10.0; reboot", "gpu_arch_source": "option"}, None, "--gpu-arch"),
+    ({"dsa_backend": "$(reboot)", "dsa_backend_source": "option"}, None, "--dsa-backend"),
+    ({}, "/tmp/" + "p" * 300 + "/python", "--python"),
+    ({}, "/tmp/bell\x07/python", "--python"),
+    ({}, "/tmp/***REDACTED***/python", "--python"),
+])
+def test_a_value_the_hint_cannot_print_safely_is_named_as_the_same_option(local_report, profile, python, same):
+    hint = _fix_hint(_terminal(_with(local_report, profile, python=python, doctor="/usr/bin/python3"), width=400))
+    assert f"(the same {same})" in hint, hint
+    assert "reboot" not in hint and "ppppp" not in hint and "REDACTED" not in hint and "\x07" not in hint
+
+
+def test_the_next_hint_of_a_training_command_asks_for_the_same_job_args(local_report):
+    """A report holds the training command by shape only: the hint names --job-args instead of printing it, and
+    leaves --cp to the job when the job gave it."""
+    job = _with(local_report, {"cp": 2, "cp_source": "job", "job": {"kind": "megatron"}},
+                python="/venv/bin/python", doctor="/venv/bin/python")
+    assert _fix_hint(_terminal(job)) == "dsv4-doctor fix (the same --job-args/--job-cwd) > fix.sh"
+    given = _with(job, {"cp_source": "option"})
+    assert _fix_hint(_terminal(given)) == "dsv4-doctor fix --cp 2 (the same --job-args/--job-cwd) > fix.sh"
+
+
+def test_a_fix_step_already_met_is_not_shown_as_a_command_to_run(local_report):
+    """The plan drops a pip step whose pins the copy the job imports already has (fixplan.already_met); the text and
+    markdown reports do too, and a fix whose every command is met goes whole. The JSON keeps every fix."""
+    from dataclasses import replace
+
+    from dsv4_doctor.render import render
+
+    frontend = ["pip", "install", "--force-reinstall", "--no-deps", "nvidia-cudnn-frontend==1.27.0"]
+    tvm = ["pip", "install", "--no-deps", "apache-tvm-ffi==0.1.11"]
+    report = _with(local_report)
+    row = next(c for c in report["checks"] if c["status"] == "fail" and c.get("fixes"))
+    others = [cmd for f in row["fixes"] for cmd in f["commands"]]
+    row["fixes"] += [
+        {"description": "Install the tested set", "commands": [" ".join(frontend), " ".join(tvm)],
+         "argv": [frontend, tvm], "id": "fe-set", "phase": "pin", "manual": False, "notes": []},
+        {"description": "Install the frontend alone", "commands": [" ".join(frontend)], "argv": [frontend],
+         "id": "fe-only", "phase": "pin", "manual": False, "notes": []}]
+    met = replace(Report.from_wire(report), installed={"nvidia-cudnn-frontend": "1.27.0"})
+    for fmt, verbosity in (("text", 0), ("text", 1), ("markdown", 0)):
+        text = render(met, fmt, width=400, verbosity=verbosity)
+        assert "nvidia-cudnn-frontend==1.27.0" not in text and "Install the frontend alone" not in text, fmt
+        assert all(cmd in text for cmd in [*others, " ".join(tvm)]), fmt
+    json_text = render(met, "json")
+    assert " ".join(frontend) in json_text and "Install the frontend alone" in json_text
+    older = replace(met, installed={"nvidia-cudnn-frontend": "1.26.0"})  # a pin that differs stays
+    for fmt in ("text", "markdown"):
+        text = render(older, fmt, width=400, verbosity=1)
+        assert " ".join(frontend) in text and "Install the frontend alone" in text, fmt
+    assert "Install the frontend alone" in render(Report.from_wire(report), "text", width=400, verbosity=1)

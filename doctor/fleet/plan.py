@@ -340,8 +340,11 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
     _say(f"dsv4-doctor (rank {env.rank} of {env.world_size}): not starting: this rank did not take the fleet's "
          f"verdict ({why}); its own report follows")
     stderr = answer.get("stderr") or (exchange_tail if answer.get("error") else "")
+    stderr = str(stderr or "").strip()
+    if len(stderr) > 2000:  # its last 2,000 characters from a whole line: a cut first line may end a secret
+        stderr = stderr[-2000:].partition("\n")[2]
     if stderr:
-        _say("  " + str(stderr).strip()[-2000:].replace("\n", "\n  "))
+        _say("  " + stderr.replace("\n", "\n  "))
     write_stderr(render(report, "text", width=output_width(False)))
     if no_plan:  # the one cause a rank cannot see from here: rank 0 could not open the fleet port
         _say(f"dsv4-doctor (rank {env.rank}): no plan came from rank 0 on port {env.port}; when rank 0's report says "

@@ -7,8 +7,17 @@ Python, whose ray can join the job's cluster: the CLI never imports ray) runs th
 environment once per alive GPU node (`--no-distributed`: verl's workers set RANK/WORLD_SIZE themselves), each task
 pinned to its node and bounded. Rank 0 is the driver's own report; ranks 1..N are the nodes, in the helper's order.
 A node that died, could not be scheduled, lacks the doctor, hung, or is missing against the command's
-`trainer.nnodes` is an entry of `fleet.ranks` naming the node; a node with fewer GPUs than
-`trainer.n_gpus_per_node` too. The reports are admitted and merged with the torchrun fleet's typed merge.
+`trainer.nnodes` (plus `reward.reward_model.nnodes` where the reward model has its own pool) is an entry of
+`fleet.ranks` naming the node; a node with fewer GPUs than the command's GPUs per node too. The reports are admitted
+and merged with the torchrun fleet's typed merge.
+
+The tasks run in the job's runtime environment: verl's defaults (PPO_RAY_RUNTIME_ENV of the job's verl, read with
+ast where the helper finds it) merged with the command's `ray_kwargs.ray_init.runtime_env.*` overrides (env_vars,
+working_dir, py_executable; validated, bounded, never through a shell: job_runtime_env). A node whose job
+environment lacks the doctor runs the doctor's stdlib-only static probe, shipped with the task (py_modules); the
+driver's doctor then runs the selected checks on that node's static facts, and every check that needs more than them
+is an error that says it was not checked there (never a pass it did not earn). fleet.ranks' evidence says which ran
+on each node and what runtime_env the tasks got.
 
 With `--ray-hook` the command also gets Ray's `worker_process_setup_hook` through verl's
 `ray_kwargs.ray_init.runtime_env` (Hydra `++` overrides): a worker process on a node the check did not cover (one
@@ -26,6 +35,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from .rayjob import (  # noqa: F401  (wanted and job_runtime_env: read from here by the tests)
+    MAX_ENV_VARS, MAX_NODES, REWARD_KEY, RUNTIME_ENV_KEY, Wanted, job_runtime_env, wanted)
+from .raynode import as_node, probe_report
+
 if TYPE_CHECKING:
     from ..model import Profile
     from ..report import Report
@@ -36,8 +49,6 @@ HOOK = HOOK_MODULE + ".refuse_unchecked_node"
 CHECKED_NODES_VARIABLE = "DSV4_DOCTOR_RAY_CHECKED_NODES"
 NODE_VARIABLE = "DSV4_DOCTOR_RAY_NODE"  # set in a node task's doctor: its report carries its node and fingerprint
 JOIN_S = 60.0  # the helper importing ray and joining the cluster
-MAX_NODES = 10_000
-RUNTIME_ENV_KEY = "ray_kwargs.ray_init.runtime_env"
 
 
 def node_fields(node: str, host: str | None = None) -> dict:
@@ -54,26 +65,6 @@ def node_profile(profile: Profile, environ) -> Profile:
     """The profile of a node task's doctor (NODE_VARIABLE set by the Ray helper's task), else `profile`."""
     node = str(environ.get(NODE_VARIABLE) or "")
     return replace(profile, fleet=node_fields(node)) if node.isalnum() else profile
-
-
-def wanted(command: Sequence[str] | None) -> tuple[int | None, int | None]:
-    """(trainer.nnodes, trainer.n_gpus_per_node) as the command states them, read by the job-command reader;
-    None where it does not state one (or cannot be read)."""
-    if not command:
-        return None, None
-    from ..job.command import parse
-    from ..model import UsageError
-
-    try:
-        job = parse(list(command))
-    except UsageError:
-        return None, None
-
-    def number(name: str) -> int | None:
-        value = getattr(job.common.get(name), "value", None)
-        return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_NODES else None
-
-    return number("nnodes"), number("gpus_per_node")
 
 
 def node_argv(opts: Any, command: Sequence[str] | None) -> list[str]:
@@ -93,20 +84,31 @@ def node_argv(opts: Any, command: Sequence[str] | None) -> list[str]:
     return argv
 
 
+SHIP_PACKAGE = "dsv4_doctor_shipped_probes"  # the py_modules folder a node without the doctor runs the probe from
+SHIPPED = ("dsv4probe_common.py", "dsv4probe_static.py")  # and the static probe's own dsv4probe_static_*.py
+RAN_DOCTOR = "doctor from the job's environment"
+RAN_PROBES = "the doctor's probes shipped with the task"
+
+
 def take_part(opts: Any, own: Report, command: Sequence[str] | None, deliver: Callable[[Report], int],
-              fleet_checks: tuple[str, ...]) -> tuple[int, list[str]]:
+              fleet_checks: tuple[str, ...], probes_profile: Profile) -> tuple[int, list[str]]:
     """Check every GPU node of the job's Ray cluster, merge with the driver's own report (`own`), deliver the one
-    report; (the exit code, the checked nodes' ids)."""
+    report; (the exit code, the checked nodes' ids). `probes_profile`: the profile a node that ran only the shipped
+    probes is judged under (the driver's options, no device)."""
     from ..signals import GATE
 
-    nnodes, per_node = wanted(command)
+    want = wanted(command)
+    runtime_env, env_notes = job_runtime_env(command)
     budget = float(own.summary.budget_s or 60.0)
     task_s = budget + 30.0
     request = {"argv": node_argv(opts, command), "task_s": task_s, "limit": _limit(),
-               "gpu_checks": not (opts.no_smoke or opts.static_only)}
+               "gpu_checks": not (opts.no_smoke or opts.static_only), "runtime_env": runtime_env,
+               "verl_defaults": _is_verl(command), "static_request": _static_request(),
+               "ship_package": SHIP_PACKAGE}
     answer, folder, procs = _run_helper(str(opts.python), request, JOIN_S + task_s + 30.0)
     try:
-        out, verdict, checked = _merged(own, answer, folder, nnodes, per_node, opts.strict, fleet_checks)
+        out, verdict, checked = _merged(own, answer, folder, want, opts.strict, fleet_checks,
+                                        lambda payload: probe_report(payload, opts, probes_profile), env_notes)
     finally:
         procs.close()
     with GATE.critical():
@@ -115,10 +117,48 @@ def take_part(opts: Any, own: Report, command: Sequence[str] | None, deliver: Ca
     return (max(final, written) if written else final), checked
 
 
+def _is_verl(command: Sequence[str] | None) -> bool:
+    from ..job.command import parse
+    from ..model import UsageError
+
+    try:
+        return bool(command) and parse(list(command or [])).kind == "verl"
+    except UsageError:
+        return False
+
+
+def _static_request() -> dict:
+    """The static probe's request of every built-in check: what a node without the doctor answers."""
+    from .. import registry
+    from ..probes import StaticRequest
+
+    try:
+        return StaticRequest.merge(c.static for c in registry.load().checks).to_json()
+    except Exception:  # noqa: BLE001 - no request: a node without the doctor then reports nothing checked
+        return {}
+
+
 def _limit() -> int:
     from .admit import MAX_REPORT_BYTES
 
     return MAX_REPORT_BYTES
+
+
+def ship_probes(folder: str) -> str:
+    """The py_modules folder a task ships to its node: the doctor's stdlib-only static probe (dsv4probe_common and
+    dsv4probe_static*.py), as a package of its own name. Its path."""
+    import shutil
+
+    from ..probes import PROBE_DIR
+
+    target = os.path.join(folder, SHIP_PACKAGE)
+    os.makedirs(target, exist_ok=True)
+    with open(os.path.join(target, "__init__.py"), "w", encoding="utf-8") as fh:
+        fh.write('"""dsv4-doctor\'s stdlib-only probes, shipped with a Ray fleet check\'s task."""\n')
+    for path in sorted(PROBE_DIR.glob("dsv4probe_*.py")):
+        if path.name in SHIPPED or path.name.startswith("dsv4probe_static_"):
+            shutil.copyfile(path, os.path.join(target, path.name))
+    return target
 
 
 def _run_helper(python: str, request: dict, timeout_s: float):
@@ -128,7 +168,11 @@ def _run_helper(python: str, request: dict, timeout_s: float):
     procs = Processes()
     folder = procs.tempdir("dsv4-doctor-ray-")
     answer_path, log = os.path.join(folder, "answer.json"), os.path.join(folder, "helper.log")
-    argv = [python, str(PROBE_DIR / RAY_SCRIPT), answer_path, json.dumps(dict(request, dir=folder))]
+    try:
+        shipped = ship_probes(folder)
+    except OSError:
+        shipped = ""
+    argv = [python, str(PROBE_DIR / RAY_SCRIPT), answer_path, json.dumps(dict(request, dir=folder, ship=shipped))]
     try:
         helper = start_helper(procs, argv, log, child_env(timeout_s))
     except OSError as exc:
@@ -140,20 +184,21 @@ def _run_helper(python: str, request: dict, timeout_s: float):
     except (ValueError, RecursionError):
         answer = None
     if not isinstance(answer, dict) or "probe_error" in answer:
-        from ..redact import read_tail
+        from ..redact import read_tail, shorten
 
         err = answer.get("probe_error") if isinstance(answer, dict) else None
         why = (f"{err.get('type')}: {err.get('message')}" if isinstance(err, dict) else
                "it did not finish in time" if end.timed_out else
                f"it exited with code {end.returncode} without an answer")
         tail = read_tail(log, 600).strip().splitlines()
-        answer = {"error": f"the Ray helper could not check the cluster ({str(why)[:400]})"
-                  + (f"; its last line: {tail[-1][:300]}" if tail and not isinstance(err, dict) else "")}
+        answer = {"error": f"the Ray helper could not check the cluster ({shorten(str(why), 400)})"
+                  + (f"; its last line: {shorten(tail[-1], 300)}" if tail and not isinstance(err, dict) else "")}
     return answer, folder, procs
 
 
-def _merged(own_report: Report, answer: dict, folder: str, nnodes: int | None, per_node: int | None, strict: bool,
-            fleet_checks: tuple[str, ...]) -> tuple[Report, int, list[str]]:
+def _merged(own_report: Report, answer: dict, folder: str, want: Wanted, strict: bool,
+            fleet_checks: tuple[str, ...], from_probes: Callable[[bytes | None], dict | None] | None = None,
+            env_notes: Sequence[str] = ()) -> tuple[Report, int, list[str]]:
     from ..procs import read_bounded
     from . import admit as fleetadmit, merge as fleetmerge
     from .admit import _text
@@ -168,52 +213,84 @@ def _merged(own_report: Report, answer: dict, folder: str, nnodes: int | None, p
     if answer.get("error"):
         info["exchange_error"] = _text(answer["error"], 600)
     checked = []
+    ran: list[dict] = []
+    least = want.least_gpus
     for i, node in enumerate(nodes):
         rank, node_id = i + 1, _text(node.get("node_id"), 64)
         label = f"{_text(node.get('host'), 255) or 'unknown'} (node {node_id[:8] or '?'})"
         hints[rank] = label
+        how = RAN_PROBES if node.get("ran") == "probes" else RAN_DOCTOR if node.get("ran") == "doctor" else None
+        seen = node.get("runtime_env_seen")
+        ran.append({"rank": rank, "host": label, "ran": how or "nothing (the task did not run)",
+                    "runtime_env_seen": [_text(n, 128) for n in seen[:MAX_ENV_VARS] if isinstance(n, str)]
+                    if isinstance(seen, list) else None})
         why = node.get("why")
+        payload_path = os.path.join(folder, "reports", f"{i}.json")
         if why:
             problems[rank] = _text(why, 400)
         else:
-            payload = read_bounded(os.path.join(folder, "reports", f"{i}.json"), fleetadmit.MAX_REPORT_BYTES + 1)
+            payload = read_bounded(payload_path, fleetadmit.MAX_REPORT_BYTES + 1)
             try:
-                others[rank] = fleetadmit.admit(rank, _as_node(payload, rank, label, node_id))
+                if how == RAN_PROBES:
+                    data = from_probes(payload) if from_probes else None
+                    if data is None:
+                        raise fleetadmit.BadReport("its static facts could not be read into a report")
+                    payload = json.dumps(data).encode("utf-8")
+                others[rank] = fleetadmit.admit(rank, as_node(payload, rank, label, node_id))
                 checked.append(node_id)
             except fleetadmit.BadReport as exc:
                 problems[rank] = f"its report was rejected: {exc}"
         gpus = node.get("gpus")
-        if per_node and isinstance(gpus, (int, float)) and gpus < per_node:
-            problems[rank] = (f"it has {gpus:g} GPU(s), and the command asks trainer.n_gpus_per_node={per_node}"
+        if least and isinstance(gpus, (int, float)) and gpus < least:
+            asks = f"trainer.n_gpus_per_node={want.per_node}" + (
+                f" (the reward pool's {REWARD_KEY}.n_gpus_per_node={want.reward_per_node})"
+                if want.reward_nnodes and want.reward_per_node else "")
+            problems[rank] = (f"it has {gpus:g} GPU(s), and the command asks {asks}"
                               + (f"; {problems[rank]}" if rank in problems else ""))
-    if nnodes and len(nodes) < nnodes and not answer.get("error"):
-        for rank in range(len(nodes) + 1, nnodes + 1):
+    needed = want.nodes
+    if needed and len(nodes) < needed and not answer.get("error"):
+        for rank in range(len(nodes) + 1, needed + 1):
             problems[rank] = (f"no such node: the Ray cluster has {len(nodes)} alive GPU node(s), and the command "
-                              f"asks trainer.nnodes={nnodes}")
+                              f"asks {want.asks}")
             hints[rank] = "no node"
-    world = 1 + max(len(nodes), nnodes or 0, 1 if answer.get("error") else 0)
+    world = 1 + max(len(nodes), needed or 0, 1 if answer.get("error") else 0)
     if answer.get("error") and not nodes:
         problems.setdefault(1, "not checked: " + info["exchange_error"])
     out, verdict = fleetmerge.merge(own, others, world, problems, strict, info, hints)
-    return out, int(verdict), checked
+    return _with_evidence(out, answer, ran, want, env_notes), int(verdict), checked
 
 
-def _as_node(payload: bytes | None, rank: int, label: str, node_id: str) -> dict:
-    """A node's report as a fleet rank's: its place (rank, host label, node) set by the driver, not by the node."""
-    from .admit import MAX_REPORT_BYTES, BadReport
+def _with_evidence(out: Report, answer: dict, ran: list[dict], want: Wanted, env_notes: Sequence[str]) -> Report:
+    """fleet.ranks' evidence: what ran on each node, the runtime_env the tasks got (env var names only: values may
+    hold secrets) and what of the command could not be compared or applied."""
+    from .admit import _text
 
-    if payload is None:
-        raise BadReport("its report could not be read")
-    if len(payload) > MAX_REPORT_BYTES:
-        raise BadReport(f"its report is {len(payload)} bytes (at most {MAX_REPORT_BYTES})")
-    try:
-        data = json.loads(payload.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise BadReport("its report is not JSON") from None
-    if not isinstance(data, dict) or not isinstance(data.get("environment"), dict):
-        raise BadReport("its report is not a report")
-    data["environment"]["fleet_rank"] = {"rank": rank, "local_rank": 0, "host": label, "node": node_id[:16]}
-    return data
+    got: dict = answer.get("runtime_env") if isinstance(answer.get("runtime_env"), dict) else {}  # type: ignore
+    shown = {
+        "env_vars": sorted(_text(n, 128) for n in (got.get("env_vars") or [])[:MAX_ENV_VARS] if isinstance(n, str)),
+        "working_dir": _text(got.get("working_dir"), 600) or None,
+        "py_executable": _text(got.get("py_executable"), 600) or None,
+        "py_modules": [_text(p, 600) for p in (got.get("py_modules") or [])[:8] if isinstance(p, str)],
+        "verl_defaults": _text(got.get("verl_defaults"), 300) or None,
+        "not_applied": [_text(n, 300) for n in list(env_notes)[:32]],
+    }
+    nodes = {"nodes": want.nodes, "trainer.nnodes": want.nnodes, "trainer.n_gpus_per_node": want.per_node,
+             f"{REWARD_KEY}.nnodes": want.reward_nnodes, f"{REWARD_KEY}.n_gpus_per_node": want.reward_per_node,
+             "not_compared": [_text(n, 300) for n in want.notes[:16]]}
+    rows = []
+    for row in out.checks:
+        if row.id == "fleet.ranks":
+            evidence = dict(row.evidence or {}, runtime_env=shown, ran=ran[:200], wanted=nodes)
+            summary = row.summary
+            probes = [r["host"] for r in ran if r["ran"] == RAN_PROBES]
+            if probes:
+                summary += (f"; {len(probes)} node(s) without the doctor in the job's environment were checked by the "
+                            "doctor's probes shipped with the task (static facts only)")
+            if want.notes:
+                summary += "; not compared: " + "; ".join(_text(n, 200) for n in want.notes[:3])
+            row = replace(row, evidence=evidence, summary=summary)
+        rows.append(row)
+    return replace(out, checks=tuple(rows))
 
 
 def hook_overrides(checked: Sequence[str]) -> list[str]:

@@ -54,6 +54,8 @@ def read_rule(source: Any) -> dict:
     if len(values) != 1:
         return {"readable": False, "why": f"it assigns {FIELD} in {len(values)} different ways"}
     hit = assignments[0]
+    if hit.get("capped"):  # a local past the cap, or a value cut: not what the function says
+        return {"readable": False, "why": f"the function's assignments were capped ({hit['capped']})"}
     local: Any = hit.get("locals")
     functions: Any = source.get("functions")
     local, functions = (local if isinstance(local, dict) else {}), (functions if isinstance(functions, dict) else {})
@@ -67,11 +69,11 @@ def read_rule(source: Any) -> dict:
 
 def _terms(text: str, local: dict, functions: dict, depth: int) -> tuple[list[dict], str]:
     if depth > 6 or len(text) > _MAX_EXPRESSION:
-        raise ValueError(f"`{text[:80]}` is too deep or too long to follow")
+        raise ValueError(f"`{shorten(text, 80)}` is too deep or too long to follow")
     try:
         node = ast.parse(text.strip(), mode="eval").body
     except (SyntaxError, ValueError):
-        raise ValueError(f"`{text[:80]}` is no expression") from None
+        raise ValueError(f"`{shorten(text, 80)}` is no expression") from None
     return _node_terms(node, local, functions, depth)
 
 
@@ -94,6 +96,8 @@ def _node_terms(node: ast.AST, local: dict, functions: dict, depth: int) -> tupl
         facts = functions.get(name)
         if not isinstance(facts, dict):
             raise ValueError(f"`{name}()` is not a function of the module")
+        if facts.get("capped"):  # a call or import past the cap is not known to be absent
+            raise ValueError(f"`{name}()`'s summary was capped ({facts['capped']}): not read whole")
         calls, compares = _texts(facts.get("calls")), _texts(facts.get("compares"))
         imports, catches = _texts(facts.get("imports")), _texts(facts.get("catches"))
         line = facts.get("lineno") if isinstance(facts.get("lineno"), int) else None
@@ -109,7 +113,7 @@ def _node_terms(node: ast.AST, local: dict, functions: dict, depth: int) -> tupl
             return ([{"kind": "imports", "imports": imports, "function": name, "line": line}],
                     f"{shown} succeed ({name}, L{line})")
         raise ValueError(f"`{name}()` is neither a compute-capability test nor an import test")
-    raise ValueError(f"`{ast.unparse(node)[:80]}` is not a form the doctor reads")
+    raise ValueError(f"`{shorten(ast.unparse(node), 80)}` is not a form the doctor reads")
 
 
 def import_targets(rule: dict) -> list[str]:
@@ -168,8 +172,8 @@ def decide(rule: dict, cc: tuple[int, int] | None, imports: dict[str, dict] | No
             message = str(error.get("message") or "")
             if not gpu_visible and kind != "ModuleNotFoundError" and _HOST_LIBRARY.search(message):
                 return "cudnn", False, (f"not known: {rule_text}, and {target} failed to load a shared library "
-                                        f"({message[:160]}) on this machine, which has no GPU: on the GPU node it "
-                                        f"may load{strict}")
+                                        f"({shorten(message, 160)}) on this machine, which has no GPU: on the GPU "
+                                        f"node it may load{strict}")
             failed.append(f"{target} ({kind})")
         if failed:
             return "none", True, f"{rule_text}: {', '.join(failed)} failed to import, so off"

@@ -211,7 +211,7 @@ def run_probe(probe: Probe, python: str, timeout_s: float, procs: Processes,
         message = str(err.get("message") or "")
         # One line for the summary (torch's CUDA errors add lines of advice); the whole text joins the stderr tail.
         first = next((line.strip() for line in message.splitlines() if line.strip()), "")
-        result.error = (f"stopped with {err.get('type')}: {first[:300]}" if err
+        result.error = (f"stopped with {err.get('type')}: {shorten(first, 300)}" if err
                         else f"answered {type(result.data).__name__}, not an object")
         where: list = err["where"] if isinstance(err.get("where"), list) else []
         full = f"{err.get('type')}: {message}" if err and first != message.strip() else ""

@@ -22,7 +22,7 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
         os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
     sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
-from dsv4probe_common import error_info, serve, stage
+from dsv4probe_common import cut_text, error_info, serve, stage
 
 import ast
 import json
@@ -73,7 +73,7 @@ def typed(value):
 
 
 def _message(exc):
-    return ("%s: %s" % (type(exc).__name__, exc))[:MAX_MESSAGE]
+    return cut_text("%s: %s" % (type(exc).__name__, exc), MAX_MESSAGE)
 
 
 def answer(request):
@@ -119,15 +119,38 @@ def answer(request):
     os.environ.update({str(k): str(v) for k, v in (words.get("env_set") or {}).items()})
     overrides = [str(w) for w in words.get("overrides") or ()]
 
+    extra_dir = request.get("extra_config_dir")  # --config-dir / -cd: a search path in front of the main one
+
     def composed(folder, name, words):
-        with initialize_config_dir(config_dir=folder, version_base=None):
+        if not extra_dir:
+            with initialize_config_dir(config_dir=folder, version_base=None):
+                return compose(config_name=name, overrides=words)
+        # As Hydra's own main does for --config-dir (hydra/_internal/utils.py, _run_hydra's add_conf_dir).
+        from hydra import version as hydra_version
+        from hydra._internal.hydra import Hydra
+        from hydra._internal.utils import create_config_search_path
+        from hydra.core.config_search_path import SearchPathQuery
+        from hydra.errors import SearchPathException
+        from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+        backup = get_gh_backup()
+        try:
+            hydra_version.setbase(None)
+            search_path = create_config_search_path(search_path_dir=folder)
+            if not os.path.isdir(extra_dir):
+                raise SearchPathException("Additional config directory '%s' not found" % extra_dir)
+            search_path.prepend(provider="command-line", path="file://" + extra_dir,
+                                anchor=SearchPathQuery(provider="schema"))
+            Hydra.create_main_hydra2(task_name="app", config_search_path=search_path)
             return compose(config_name=name, overrides=words)
+        finally:
+            restore_gh_from_backup(backup)
 
     stage("compose")
     try:
         cfg = composed(config_dir, config_name, overrides)
     except BaseException as exc:  # Hydra's and OmegaConf's own errors: the job's failure, with their message
-        out["error"] = {"kind": "compose", "type": type(exc).__name__, "message": str(exc)[:MAX_MESSAGE]}
+        out["error"] = {"kind": "compose", "type": type(exc).__name__, "message": cut_text(str(exc), MAX_MESSAGE)}
         return out
     keys = [k for k in (override_key(w) for w in overrides) if k]
     named_file = bool(request.get("config_path") or request.get("config_name"))

@@ -7,6 +7,12 @@ missing, and reserves the GPUs the job needs). A task runs the doctor of the job
 vars, working_dir, py_executable: Ray's worker Python) with `--no-distributed`, since verl's workers set
 RANK/WORLD_SIZE themselves. The static checks ask for no GPU; with GPU checks a task asks for the node's GPUs.
 
+The runtime_env (ray.init's, as verl's driver gives it: verl's defaults, PPO_RAY_RUNTIME_ENV of the job's verl read
+with ast where found, under the command's validated overrides the doctor sends) also ships the doctor's stdlib-only
+static probe (py_modules): a node whose job environment lacks the doctor runs that probe and answers its static facts
+("ran": "probes"), which the doctor turns into that node's report. Each task says which of the runtime_env's
+variables it saw with their values ("runtime_env_seen").
+
 Every task is bounded with ray.wait; a straggler is cancelled (ray.cancel) before the doctor decides. A node that
 dies (NodeDiedError), cannot be scheduled (TaskUnschedulableError), lacks the doctor or hangs is an entry with its
 reason, never a missing one. The reports go to `dir`/reports/<i>.json (bounded, hostile: the doctor admits them).
@@ -27,48 +33,142 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
         os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
     sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
-from dsv4probe_common import serve
+from dsv4probe_common import cut_text, serve
 
 import time
 
 CANCEL_S = 5.0  # after the deadline: how long the cancelled stragglers get to go
 
 
-def node_check(argv, limit, timeout_s):
-    """On one node, in the job's runtime environment: the doctor's check of this node, as JSON bytes (bounded)."""
+def _has_doctor():
     import importlib.util
+
+    try:
+        return importlib.util.find_spec("dsv4_doctor") is not None
+    except (ImportError, ValueError):  # a finder that refuses it: the same as not installed
+        return False
+
+
+def node_check(argv, limit, timeout_s, expected=None, static_request=None, ship_package=None):
+    """On one node, in the job's runtime environment: the doctor's check of this node, as JSON bytes (bounded); on a
+    node without the doctor, the shipped static probe's facts."""
+    import importlib.util
+    import json
     import socket
     import subprocess
+    import tempfile
 
     import ray
 
     node = ray.get_runtime_context().get_node_id()
-    out = {"node_id": node, "host": socket.gethostname()[:255], "python": sys.executable}
-    if importlib.util.find_spec("dsv4_doctor") is None:
-        out["why"] = ("this node's job environment has no dsv4-doctor (%s cannot import dsv4_doctor): install it in "
-                      "the job's image" % sys.executable)
-        return out
+    out = {"node_id": node, "host": socket.gethostname()[:255], "python": sys.executable,
+           "runtime_env_seen": sorted(k for k, v in (expected or {}).items() if os.environ.get(k) == v)}
     env = dict(os.environ, DSV4_DOCTOR_RAY_NODE=node[:16])
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID"):
         env.pop(name, None)
+    if _has_doctor():
+        out["ran"] = "doctor"
+        command = [sys.executable, "-m", "dsv4_doctor"] + list(argv)
+        answer_file = None
+    else:
+        shipped = None
+        try:
+            spec = importlib.util.find_spec(ship_package) if ship_package else None
+            shipped = list(spec.submodule_search_locations or [])[0] if spec is not None else None
+        except (ImportError, ValueError, IndexError, TypeError):
+            shipped = None
+        if not shipped or not os.path.isfile(os.path.join(shipped, "dsv4probe_static.py")):
+            out["why"] = ("this node's job environment has no dsv4-doctor (%s cannot import dsv4_doctor), and the "
+                          "doctor's probes shipped with the task are not there: install it in the job's image"
+                          % sys.executable)
+            return out
+        out["ran"] = "probes"
+        answer_file = os.path.join(tempfile.mkdtemp(prefix="dsv4-doctor-node-"), "static.json")
+        env["DSV4_DOCTOR_PROBE_LIB"] = shipped
+        env["DSV4_DOCTOR_PROBE_TIMEOUT"] = str(timeout_s)
+        command = [sys.executable, os.path.join(shipped, "dsv4probe_static.py"), answer_file,
+                   json.dumps(static_request or {})]
     try:
-        done = subprocess.run([sys.executable, "-m", "dsv4_doctor", *argv], stdin=subprocess.DEVNULL,
-                              capture_output=True, env=env, timeout=timeout_s)
+        done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        out["why"] = "the doctor on this node did not finish within %.0f s" % timeout_s
+        out["why"] = "the %s on this node did not finish within %.0f s" % (
+            "doctor" if answer_file is None else "doctor's shipped static probe", timeout_s)
         return out
+    report = done.stdout
+    if answer_file is not None:
+        try:
+            with open(answer_file, "rb") as fh:
+                report = fh.read(limit + 1)
+        except OSError:
+            report = b""
+        finally:
+            import shutil
+
+            shutil.rmtree(os.path.dirname(answer_file), ignore_errors=True)
     out["exit_code"] = done.returncode
-    out["size"] = len(done.stdout)
-    out["report"] = done.stdout if len(done.stdout) <= limit else b""
+    out["size"] = len(report)
+    out["report"] = report if len(report) <= limit else b""
     out["stderr"] = done.stderr[-2000:].decode("utf-8", "replace")
     return out
+
+
+def verl_defaults():
+    """verl's PPO_RAY_RUNTIME_ENV env_vars (verl/trainer/constants_ppo.py) of the job's verl, read with ast (verl is
+    never imported: it imports torch): its constant entries, and (text, where). ({}, why) when not readable."""
+    import ast
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("verl")
+    except (ImportError, ValueError):
+        spec = None
+    places = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not places:
+        return {}, "verl's defaults not applied: the job's Python has no verl"
+    path = os.path.join(places[0], "trainer", "constants_ppo.py")
+    try:
+        with open(path, "rb") as fh:
+            tree = ast.parse(fh.read(1 << 20))
+    except (OSError, SyntaxError, ValueError):
+        return {}, "verl's defaults not applied: %s could not be read" % path
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and any(getattr(t, "id", None) == "PPO_RAY_RUNTIME_ENV" for t in stmt.targets) \
+                and isinstance(stmt.value, ast.Dict):
+            for key, value in zip(stmt.value.keys, stmt.value.values):
+                if isinstance(key, ast.Constant) and key.value == "env_vars" and isinstance(value, ast.Dict):
+                    found = {k.value: v.value for k, v in zip(value.keys, value.values)
+                             if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                             and isinstance(v, ast.Constant) and isinstance(v.value, str)}
+                    return found, "verl's PPO_RAY_RUNTIME_ENV env_vars from %s" % path
+    return {}, "verl's defaults not applied: %s has no PPO_RAY_RUNTIME_ENV" % path
+
+
+def compose_runtime_env(request):
+    """ray.init's runtime_env as verl's run_ppo composes it (OmegaConf.merge(get_ppo_ray_runtime_env(), the
+    command's ray_kwargs.ray_init.runtime_env)): verl's default variables not already set in this environment and its
+    always-forwarded ones, under the command's; plus the doctor's shipped probes in py_modules."""
+    given = request.get("runtime_env") if isinstance(request.get("runtime_env"), dict) else {}
+    env_vars, where = {}, None
+    if request.get("verl_defaults"):
+        defaults, where = verl_defaults()
+        env_vars = {k: v for k, v in defaults.items() if os.environ.get(k) is None}
+        if defaults:
+            for key in ("VERL_FULL_DETERMINISM", "VLLM_BATCH_INVARIANT", "VERL_RL_INSIGHT_ENABLE"):
+                env_vars[key] = os.environ.get(key, "0")
+    env_vars.update({str(k): str(v) for k, v in (given.get("env_vars") or {}).items()})
+    runtime_env = {k: given[k] for k in ("working_dir", "py_executable") if isinstance(given.get(k), str)}
+    if env_vars:
+        runtime_env["env_vars"] = env_vars
+    if request.get("ship") and os.path.isdir(request["ship"]):
+        runtime_env["py_modules"] = [request["ship"]]
+    return runtime_env, where
 
 
 def _why(exc):
     import ray.exceptions as rex
 
     name = type(exc).__name__
-    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    text = cut_text(str(exc).strip().splitlines()[0], 300) if str(exc).strip() else ""
     if isinstance(exc, getattr(rex, "NodeDiedError", ())):
         return "the node died during the check (%s: %s)" % (name, text)
     if isinstance(exc, getattr(rex, "TaskUnschedulableError", ())):
@@ -89,12 +189,16 @@ def answer(request):
                 % (sys.executable, exc)}
     address = os.environ.get("RAY_ADDRESS") or "auto"
     timings = {}
+    runtime_env, defaults_from = compose_runtime_env(request)
+    shown = {"env_vars": sorted(runtime_env.get("env_vars") or {}), "working_dir": runtime_env.get("working_dir"),
+             "py_executable": runtime_env.get("py_executable"), "py_modules": runtime_env.get("py_modules") or [],
+             "verl_defaults": defaults_from}
     try:
         ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False,
-                 runtime_env=request.get("runtime_env") or None)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+                 runtime_env=runtime_env or None)
+    except (ConnectionError, RuntimeError, ValueError, TypeError, OSError) as exc:
         return {"error": "could not join the Ray cluster at %s (%s: %s)" % (
-            address, type(exc).__name__, str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "")}
+            address, type(exc).__name__, cut_text(str(exc).strip().splitlines()[0], 300) if str(exc).strip() else "")}
     timings["join_s"] = round(time.monotonic() - started, 3)
     driver_node = ray.get_runtime_context().get_node_id()
     nodes = [n for n in ray.nodes() if n.get("Alive") and float((n.get("Resources") or {}).get("GPU") or 0) > 0]
@@ -113,7 +217,9 @@ def answer(request):
                    "scheduling_strategy": NodeAffinitySchedulingStrategy(n.get("NodeID"), soft=False)}
         if not gpu_checks:  # a task without GPUs gets CUDA_VISIBLE_DEVICES='': the static checks need none
             options["runtime_env"] = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
-        refs[remote.options(**options).remote(request["argv"], limit, max(5.0, task_s - 5.0))] = entry
+        refs[remote.options(**options).remote(request["argv"], limit, max(5.0, task_s - 5.0),
+                                              runtime_env.get("env_vars") or {}, request.get("static_request"),
+                                              request.get("ship_package"))] = entry
     pending = list(refs)
     deadline = started + task_s
     os.makedirs(os.path.join(folder, "reports"), exist_ok=True)
@@ -128,7 +234,8 @@ def answer(request):
                 continue
             report = got.pop("report", b"") if isinstance(got, dict) else b""
             if isinstance(got, dict):
-                entry.update({k: got[k] for k in ("host", "python", "why", "exit_code", "size", "stderr") if k in got})
+                entry.update({k: got[k] for k in ("host", "python", "why", "exit_code", "size", "stderr", "ran",
+                                                  "runtime_env_seen") if k in got})
             if report:
                 path = os.path.join(folder, "reports", "%d.json" % entry["index"])
                 with open(path + ".tmp", "wb") as fh:
@@ -145,7 +252,7 @@ def answer(request):
         except Exception:  # noqa: BLE001 - a node already gone: nothing to cancel
             pass
     timings["total_s"] = round(time.monotonic() - started, 3)
-    return {"nodes": entries, "driver_node": driver_node, "timings": timings}
+    return {"nodes": entries, "driver_node": driver_node, "timings": timings, "runtime_env": shown}
 
 
 if __name__ == "__main__":

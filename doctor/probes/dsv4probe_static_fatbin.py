@@ -17,6 +17,7 @@ Stdlib only, Python 3.8+.
 
 import os
 import struct
+import sys
 
 FATBIN_MAGIC = 0xBA55ED50
 KIND_PTX, KIND_CUBIN = 1, 2
@@ -30,6 +31,18 @@ MAX_PADDING = 4096  # zero bytes skipped between two fatbins before the rest is 
 MAX_SECTIONS = 4096
 MAX_OBJECTS = 16  # shared objects read per module
 SECTION = b".nv_fatbin"
+
+
+def _cut_text(text, limit):
+    """dsv4probe_common.cut_text (redact-aware: never part of a word, so never part of a secret): the probe loaded it
+    first, so it is in sys.modules; imported on its own (in-process tests), the copy beside it."""
+    common = sys.modules.get("dsv4probe_common")
+    if getattr(common, "PROBE_COMMON", None) is not True:
+        import importlib
+
+        common = importlib.import_module(".dsv4probe_common", __package__) if __package__ else \
+            importlib.import_module("dsv4probe_common")
+    return common.cut_text(text, limit)
 
 
 def _arch_name(prefix, arch, flags):
@@ -160,7 +173,7 @@ def read_object(path):
                 entry["section_bytes"] = section[1]
                 entry.update(read_fatbins(fh, section[0], section[1]))
     except (OSError, ValueError, struct.error, IndexError, OverflowError) as exc:
-        entry["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+        entry["error"] = "%s: %s" % (type(exc).__name__, _cut_text(str(exc), 300))
     return entry
 
 

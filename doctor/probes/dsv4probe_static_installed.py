@@ -20,6 +20,19 @@ MAX_PATH_ENTRIES = 512
 MAX_REQUIRES = 2000
 MAX_COPIES = 32
 
+
+def _cut_text(text, limit):
+    """dsv4probe_common.cut_text (redact-aware: never part of a word, so never part of a secret): the probe loaded it
+    first, so it is in sys.modules; imported on its own (in-process tests), the copy beside it."""
+    common = sys.modules.get("dsv4probe_common")
+    if getattr(common, "PROBE_COMMON", None) is not True:
+        import importlib
+
+        common = importlib.import_module(".dsv4probe_common", __package__) if __package__ else \
+            importlib.import_module("dsv4probe_common")
+    return common.cut_text(text, limit)
+
+
 def python_facts():
     vi = sys.version_info
     return {
@@ -248,7 +261,7 @@ def distribution_facts(name):
                 entry["requires_capped"] = len(requires)  # the cap said: how many there were
             entry["requires_python"] = (fields.get("Requires-Python") or [None])[0]
         except (OSError, UnicodeDecodeError, ValueError) as exc:  # missing, unreadable or non-UTF-8 METADATA
-            entry["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+            entry["error"] = "%s: %s" % (type(exc).__name__, _cut_text(str(exc), 300))
         if not entry["version"] and not entry["error"]:
             entry["error"] = "%s has no Version (empty or corrupt)" % meta_file
         try:

@@ -10,7 +10,7 @@ import os
 import re
 import time
 
-from dsv4probe_common import load_module  # in sys.modules: it loads this part
+from dsv4probe_common import cut_text, load_module  # in sys.modules: it loads this part
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 load_module("dsv4probe_static_installed", HERE)
@@ -139,22 +139,51 @@ def capability_gates(tree):
     return {"constants": constants, "imported": sorted(imported), "compares": compares, "messages": messages}
 
 
+FACT_CAPS = {"imports": 50, "calls": 100, "compares": 50, "catches": 20}
+TEXT_CAP = 200  # characters of one call, comparison, exception or assignment target
+VALUE_CAP = 500  # characters of one assigned value
+LOCALS_CAP = 200  # local names of one function
+
+
+def _text(node, limit, cut):
+    """`node` as source text, at most `limit` characters; a text that was cut is counted in `cut` (a list of one
+    int): a cut call or value is not what the source says (`x.get_device_capability` may end past the cut)."""
+    text = _unparse(node)
+    if len(text) > limit:
+        cut[0] += 1
+        return text[:limit]
+    return text
+
+
 def _function_facts(fn):
     """What a module-level function does, for rules read from code: the names it imports inside its body
-    (`from cudnn import DSA` -> "cudnn:DSA"), the calls it makes, its comparisons and the exceptions it catches."""
+    (`from cudnn import DSA` -> "cudnn:DSA"), the calls it makes, its comparisons and the exceptions it catches.
+    Each list is capped (FACT_CAPS) and the cap said in `capped` (what each held, and `texts_cut`: how many texts
+    were cut at TEXT_CAP): a name not in a capped list is not known to be absent."""
     imports, calls, compares, catches = [], [], [], []
+    cut = [0]
     for node in ast.walk(fn):
         if isinstance(node, ast.ImportFrom) and node.module:
             imports += ["%s:%s" % (node.module, a.name) for a in node.names]
         elif isinstance(node, ast.Import):
             imports += [a.name for a in node.names]
         elif isinstance(node, ast.Call):
-            calls.append(_unparse(node.func)[:200])
+            calls.append(_text(node.func, TEXT_CAP, cut))
         elif isinstance(node, ast.Compare):
-            compares.append(_unparse(node)[:200])
+            compares.append(_text(node, TEXT_CAP, cut))
         elif isinstance(node, ast.ExceptHandler):
-            catches.append(_unparse(node.type)[:200] if node.type is not None else "")
-    return {"imports": imports[:50], "calls": calls[:100], "compares": compares[:50], "catches": catches[:20]}
+            catches.append(_text(node.type, TEXT_CAP, cut) if node.type is not None else "")
+    facts = {"imports": imports, "calls": calls, "compares": compares, "catches": catches}
+    capped = {}
+    for field, limit in FACT_CAPS.items():
+        if len(facts[field]) > limit:
+            capped[field] = len(facts[field])
+            facts[field] = facts[field][:limit]
+    if cut[0]:
+        capped["texts_cut"] = cut[0]
+    if capped:
+        facts["capped"] = capped
+    return facts
 
 
 def _assignments(tree, attributes):
@@ -168,18 +197,26 @@ def _assignments(tree, attributes):
     for fn in ast.walk(tree):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        local, hits = {}, []
+        local, hits, names, cut = {}, [], set(), [0]
         for node in ast.walk(fn):
             if not isinstance(node, ast.Assign):
                 continue
             for target in node.targets:
-                if isinstance(target, ast.Name) and len(local) < 200:
-                    local.setdefault(target.id, _unparse(node.value)[:500])
+                if isinstance(target, ast.Name):
+                    names.add(target.id)
+                    if len(local) < LOCALS_CAP and target.id not in local:
+                        local[target.id] = _text(node.value, VALUE_CAP, cut)
                 elif isinstance(target, ast.Attribute) and target.attr in wanted:
-                    hits.append({"attribute": target.attr, "target": _unparse(target)[:200],
-                                 "value": _unparse(node.value)[:500], "lineno": node.lineno})
+                    hits.append({"attribute": target.attr, "target": _text(target, TEXT_CAP, cut),
+                                 "value": _text(node.value, VALUE_CAP, cut), "lineno": node.lineno})
+        # The caps said (a local past LOCALS_CAP, or a value cut at VALUE_CAP, is not what the function says).
+        capped = {}
+        if len(names) > len(local):
+            capped["locals"] = len(names)
+        if cut[0]:
+            capped["texts_cut"] = cut[0]
         for hit in hits:
-            out.append(dict(hit, function=fn.name, locals=local))
+            out.append(dict(hit, function=fn.name, locals=local, **({"capped": capped} if capped else {})))
     return out  # capped (and the cap said) by _capped
 
 
@@ -238,7 +275,7 @@ def source_facts(module, needles, owners=(), attributes=()):
             tree = ast.parse(raw, filename=path)
         except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError, MemoryError) as exc:
             # Non-UTF-8 without a coding cookie, nesting too deep to compile: not read, and said so (never empty).
-            result["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300] or "(no message)")
+            result["error"] = "%s: %s" % (type(exc).__name__, cut_text(str(exc), 300) or "(no message)")
             return result
         result["sha256"] = hashlib.sha256(raw).hexdigest()
     text = raw.decode("utf-8", errors="replace")
@@ -291,6 +328,14 @@ def _capped(result):
             if isinstance(value, (list, dict)) and len(value) > limit:
                 capped["classes.%s.%s" % (name, field)] = len(value)
                 summary[field] = _cap(value, limit)
+    # A function's own lists (calls, imports ...) and an assignment's locals and values: capped where they are
+    # made (_function_facts, _assignments), the cap said here too, so that the whole summary reads as incomplete.
+    for name, facts in (result.get("functions") or {}).items():
+        for field, count in (facts.get("capped") or {}).items():
+            capped["functions.%s.%s" % (name, field)] = count
+    for i, hit in enumerate(result.get("assignments") or []):
+        for field, count in (hit.get("capped") or {}).items():
+            capped["assignments.%d.%s" % (i, field)] = count
     for owner, names in (result.get("attributes") or {}).items():
         if len(names) > ATTRIBUTES_CAP:
             capped["attributes.%s" % owner] = len(names)

@@ -41,6 +41,18 @@ def verdict_line(report: Report) -> str:
             f"{extra})")
 
 
+def fixes_shown(report: Report, row: Any) -> list:
+    """A row's fixes as the text and markdown reports show them: without a command whose requirement the copy the job
+    imports already meets, as the fix plan drops it (fixmet.fixes_to_run). A report read back from a file has no
+    installed versions: all its fixes are shown."""
+    fixes = list(row.fixes)
+    if not report.installed or not any(f.argv for f in fixes):
+        return fixes
+    from ..fixmet import fixes_to_run
+
+    return fixes_to_run(fixes, report.installed)
+
+
 def cp_assumed(profile: Mapping[str, Any]) -> bool:
     """Whether the CP size came from neither --cp nor the job's command line (a report without `cp_source`, from
     before the field: CP 1 and no job)."""

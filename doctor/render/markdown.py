@@ -11,7 +11,7 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from . import LABEL, cp_hint, cp_shown, level_shown, shown, verdict_line
+from . import LABEL, cp_hint, cp_shown, fixes_shown, level_shown, shown, verdict_line
 
 if TYPE_CHECKING:
     from ..report import Report
@@ -78,7 +78,7 @@ def render_markdown(report: Report) -> str:
             out += [f"#### {LABEL[c.status.value]} {code(c.id)}: {plain(c.title)}", "", plain(c.summary)]
             if c.details:
                 out += ["", *fence(c.details)]
-            for fix in c.fixes:
+            for fix in fixes_shown(report, c):  # without a step the fix plan drops as already met
                 out += ["", f"Fix{' (manual)' if fix.manual else ''}: {plain(fix.description)}"]
                 if fix.commands:
                     out += ["", *fence("\n".join(fix.commands), "sh")]

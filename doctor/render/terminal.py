@@ -17,7 +17,8 @@ from rich.padding import Padding
 from rich.text import Text
 
 from ..checks import AREAS as BUILTIN_AREAS
-from . import LABEL, cp_hint, cp_shown, level_shown, shown, verdict_line
+from . import LABEL, cp_hint, cp_shown, fixes_shown, level_shown, shown, verdict_line
+from .hint import fix_command as fix_command, next_step
 from .output import line_text
 
 if TYPE_CHECKING:
@@ -113,16 +114,6 @@ def top_line(report: Report) -> str:
     return "; ".join(parts + ([hint] if hint else []))
 
 
-def next_step(report: Report) -> str:
-    s = report.summary
-    if s.status.value in ("pass", "warn") and not s.interrupted:
-        return "ready to train" + (" (read the warnings above)" if s.status.value == "warn" else "")
-    if any(c.fixes for c in _checks(report) if _status(c) in ("fail", "error", "warn")):
-        cp = _profile(report).get("cp")
-        return f"next: dsv4-doctor fix --cp {cp if isinstance(cp, int) else 'N'} > fix.sh"
-    return "next: read the rows above (no fix the doctor can write)"
-
-
 def kernel_subruns_not_run(report: Report) -> list[str]:
     """The smoke.dsv4-kernels sub-runs that did not pass, even when the row itself passed."""
     lines = []
@@ -215,7 +206,7 @@ def _one_line(out: _Out, text: Text, indent: int, ascii_only: bool) -> None:
     out.raw(text, indent=indent)
 
 
-def _short(out: _Out, c: Row, marks: dict[str, str], ascii_only: bool) -> None:
+def _short(out: _Out, c: Row, fixes: list, marks: dict[str, str], ascii_only: bool) -> None:
     """A row that needs attention, as the default report gives it: a failure's summary as its first sentence on one
     line (a warning's in full), then each fix's commands (never cut: copy-pastable), or a fix without commands as its
     first sentence."""
@@ -225,15 +216,15 @@ def _short(out: _Out, c: Row, marks: dict[str, str], ascii_only: bool) -> None:
     else:
         _one_line(out, Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.id), "bold"), "  ",
                                      _clean(first_sentence(c.summary))), 4, ascii_only)
-    for fix in c.fixes:
+    for fix in fixes:
         for cmd in fix.commands:  # a manual step says so in a shell comment: the line stays copy-pastable
             out.raw(_text(cmd, "cyan") + Text("  # manual step" if fix.manual else "", "dim"), indent=6)
         if not fix.commands:
             _one_line(out, Text.assemble(("Fix: ", "bold"), _text(first_sentence(fix.description))), 6, ascii_only)
 
 
-def _fixes(out: _Out, c: Row) -> None:
-    for fix in c.fixes:
+def _fixes(out: _Out, fixes: list) -> None:
+    for fix in fixes:
         tag = " (manual)" if fix.manual else ""
         first, *more = fix.description.splitlines() or [""]
         out.line(Text.assemble((f"Fix{tag}: ", "bold"), _text(first)), indent=6, hang=4)
@@ -322,13 +313,13 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
                                                  _clean(_notice(c))), 4, ascii_only)
                 continue
             if verbosity == 0:
-                _short(out, c, marks, ascii_only)
+                _short(out, c, fixes_shown(report, c), marks, ascii_only)
                 continue
             out.line(_row_head(c, marks), indent=4, hang=8)
             if s in ("fail", "error", "warn") or verbosity:
                 if verbosity:
                     _details(out, c)
-                _fixes(out, c)
+                _fixes(out, fixes_shown(report, c))
             if verbosity:
                 _evidence(out, c)
             if verbosity >= 2:
@@ -347,7 +338,13 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
     if verbosity == 0 and (skipped or any(_status(c) != "pass" for c in _checks(report))):
         more = f"{skipped} skipped; " if skipped else ""
         out.line(Text(f"{more}-v shows every row in full (details, fix descriptions, evidence)", style="dim"))
-    out.line(Text.assemble(verdict, f"; {next_step(report)}"))
+    step = next_step(report)
+    if step.startswith("next: ") and len(verdict.plain) + 2 + len(step) > out.console.width:
+        # The command on a line of its own, never wrapped (as a fix command): it stays copy-pastable.
+        out.line(Text.assemble(verdict, "; next:"))
+        out.raw(_text(step[len("next: "):], "cyan"), indent=6)
+    else:
+        out.line(Text.assemble(verdict, f"; {step}"))
 
 
 def _trailer(report: Report, out: _Out) -> None:
