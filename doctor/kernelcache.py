@@ -14,6 +14,9 @@ fixed directory for both, in the user's cache home, created and checked here:
   writable by others without the sticky bit (a chosen directory in /tmp is fine): nobody else can then rename or
   replace any part of the chain after the check. A symlink above it is followed only from a checked folder, and
   its target is checked the same way. The AOT kernel cache uses the same rules (`open_verified`, `VerifiedDir`);
+- loaded through the opened descriptor: held as descriptor PROBE_FD (211) and handed to each probe (pass_fds),
+  whose CuTe DSL folder is then `/proc/self/fd/211`: the checked directory whatever is renamed later, and the same
+  string on every run (the DSL hashes it into its keys). Details and limits: docs/security.md, "The kernel cache";
 - bounded: when its files exceed the size limit, the oldest are removed first (another rank may prune at the same
   time; a file already gone is fine);
 - off with `DSV4_DOCTOR_KERNEL_CACHE=off` (or `--no-kernel-cache`); a path there chooses the directory; a
@@ -21,42 +24,18 @@ fixed directory for both, in the user's cache home, created and checked here:
 
 A cached kernel only skips the compile: every sub-run still calls it and compares its numbers with the reference.
 
-What it cannot do: serve a kernel compiled with `cute.compile`, which is how every CuTe DSL kernel of this stack is
-compiled (Megatron's CP layout kernels, the frontend's DSA indexer, the fused tier-2 layer's modules); the probes'
-evidence says so per kernel ("compiled in-process, every run"). Read in the published wheels (nvidia-cutlass-dsl
-4.5.2, `cutlass/...`; 4.8.1 is the same):
-
-- No switch. `cute.compile` passes `compile_only=True, no_cache=True` (`base_dsl/compiler.py` L604-605; 4.8.1
-  L1633-1634), `BaseDSL._func` turns `no_cache` on for any compile-only call as well (`dsl.py` L2178-2180; 4.8.1
-  L2688-2690), and `compile_and_cache` reads and writes the file cache only without it (`dsl.py` L1642, L1729).
-  `CUTE_DSL_NO_CACHE` and `CUTE_DSL_DISABLE_FILE_CACHING` (`env_manager.py` L423, L487) only turn caching off, and
-  none of its compile options (`compiler.py` L286-352) is about caching.
-- The file cache's key is sound for what it serves: `get_module_hash` (`dsl.py` L1464-1481) hashes the traced IR
-  before any pass (kernel code, Constexpr values, dtypes, layouts), every DSL setting's value, the compile options
-  (the arch among them) and a hash of every `cutlass.*` file and the `_cutlass_ir` library (`cutlass_dsl/cutlass.py`
-  L449). It stores the module after the whole pipeline as MLIR bytecode with a CRC32, written atomically
-  (`cache_helpers.py` L104, L242-244): LLVM-dialect host code with the cubin as an ELF global (11 kB for a one-line
-  kernel compiled for sm_90a on a machine without a GPU). A hit skips the lowering passes, NVVM and ptxas (`dsl.py`
-  L1681), not the tracing that computes the key (L1835) nor the host JIT (L1697).
-- The one public way to keep a `cute.compile` result is ahead-of-time export: `export_to_c` (`jit_executor.py`
-  L1109; TVM-FFI functions `tvm_ffi_provider.py` L504) and `cute.runtime.load_module` (`cute/runtime.py` L986),
-  which skip the tracing too. Only the caller of `cute.compile` can use it, since only the caller knows the key,
-  and the callers here are not the doctor: Megatron keeps its compiled launches in the private
-  `_COMPILED_LAUNCH_CACHE` (`cp_layout_kernels.py` L597-640 at d48bd6be) and cuDNN-FE 1.27.0 one private
-  `_compile_cache` per kernel module (120 `cute.compile` calls; e.g. `indexer_forward/_interface_sm90.py` L35,
-  L210-249). Serving them from disk would take filling those private tables under their private keys, or replacing
-  the DSL's private `compile_and_cache` so that it hands back a loaded object: a plain `tvm_ffi.Function` where
-  the caller got a `TVMFFIJitCompiledFunction` (which flattens its arguments first, `tvm_ffi_provider.py` L586),
-  under a key that misses the tvm-ffi build the wrapper was made for, and an object whose stored signature is
-  unpickled on load (`cute/export/export.py` L50). A minor release of any of the three could change that without
-  a sign, so the doctor does not do it.
+What it cannot do: serve a kernel compiled with `cute.compile` (every CuTe DSL kernel of this stack); the
+probes' evidence says so per kernel. Why, read in the published wheels: docs/smoke.md ("Why `cute.compile`
+kernels are never cached").
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import stat
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +45,8 @@ DEFAULT_LIMIT_MIB = 1024
 PRUNE_TO = 0.8  # of the limit, so that a run near the limit does not prune at every start
 MAX_FILES_SCANNED = 20000
 OFF = frozenset({"0", "off", "no", "false", "none", "disable", "disabled"})
+PROBE_FD = 211  # the checked directory's descriptor in the doctor and in every probe (a fixed number: a stable path)
+PROBE_PATH = f"/proc/self/fd/{PROBE_FD}"
 
 
 @dataclass
@@ -77,10 +58,22 @@ class KernelCache:
     files: int = 0
     pruned_files: int = 0
     env: dict[str, str] = field(default_factory=dict)  # what the probes' environment gets
+    fd: int | None = None  # PROBE_FD while the doctor holds the checked directory open for its probes
+    path_env: dict[str, str] | None = None  # `env` by path: for a child that does not get the descriptor
+
+    def env_for(self, with_fd: bool) -> dict[str, str]:
+        """What a child's environment gets: `env` for one started with `pass_fds`, else the path itself."""
+        return dict(self.env if with_fd or self.path_env is None else self.path_env)
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        """The descriptor a probe must get (Popen pass_fds) for `env` to name the checked directory."""
+        return (self.fd,) if self.fd is not None else ()
 
     def evidence(self) -> dict:
         return {"directory": self.directory, "source": self.source, "note": self.note, "size_bytes": self.size_bytes,
-                "files": self.files, "pruned_files": self.pruned_files}
+                "files": self.files, "pruned_files": self.pruned_files,
+                "probes_open_it_as": self.env.get("CUTE_DSL_CACHE_DIR") if self.source == "doctor" else None}
 
 
 def default_directory(environ) -> Path:
@@ -313,38 +306,89 @@ def _prepare(environ) -> KernelCache:
     try:
         # Pruned through the opened descriptor (/proc/self/fd/N names the directory that was checked).
         size, count, removed = prune(Path(verified.fd_path), _limit_mib(environ) << 20)
+        held, why = _hold(verified)
     finally:
         verified.close()
-    # The probes get the path itself: the DSL hashes its cache and dump folders into every module's key, so a
-    # per-run /proc path would miss every time. It names what was checked: every folder on it is writable only
-    # by this user or root (open_verified).
-    env = {"CUTE_DSL_CACHE_DIR": str(path)}
+    # The probes get the opened directory as descriptor PROBE_FD and /proc/self/fd/PROBE_FD as its path: the same
+    # string on every run (the DSL hashes its cache and dump folders into every module's key), naming what was
+    # checked whatever is renamed later. Without it, the path itself: every folder on it is writable only by this
+    # user or root (open_verified), but it is looked up again by each probe.
+    where = PROBE_PATH if held is not None else str(path)
+    note = "" if held is not None else f"the probes get the path, not the checked descriptor: {why}"
+    env, by_path = {"CUTE_DSL_CACHE_DIR": where}, {"CUTE_DSL_CACHE_DIR": str(path)}
     if not environ.get("CUTE_DSL_DUMP_DIR"):
-        env["CUTE_DSL_DUMP_DIR"] = str(path)  # part of the DSL's module hash: fixed, so the cwd does not matter
-    return KernelCache(str(path), "doctor", "", size, count, removed, env)
+        env["CUTE_DSL_DUMP_DIR"] = where  # part of the DSL's module hash: fixed, so the cwd does not matter
+        by_path["CUTE_DSL_DUMP_DIR"] = str(path)
+    return KernelCache(str(path), "doctor", note, size, count, removed, env, held, by_path)
+
+
+_HELD: int | None = None  # PROBE_FD, while this process holds a checked cache directory there
+
+
+def _hold(verified: VerifiedDir) -> tuple[int | None, str]:
+    """The checked directory as descriptor PROBE_FD of this process (close-on-exec: only pass_fds hands it on),
+    or None and why not. Never takes a descriptor this process uses for something else."""
+    global _HELD
+    if not os.path.isdir("/proc/self/fd"):
+        return None, "this system has no /proc/self/fd"
+    try:
+        if _HELD == PROBE_FD:  # an earlier decision's (tests, a second prepare): ours to replace
+            os.dup2(verified.fd, PROBE_FD, inheritable=False)
+            fd = PROBE_FD
+        else:
+            fd = fcntl.fcntl(verified.fd, fcntl.F_DUPFD_CLOEXEC, PROBE_FD)  # the lowest free number >= PROBE_FD
+            if fd != PROBE_FD:
+                os.close(fd)
+                return None, f"descriptor {PROBE_FD} is in use"
+        _HELD = fd
+        opened, named = os.fstat(fd), os.stat(PROBE_PATH)
+        if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):
+            release()
+            return None, f"{PROBE_PATH} does not name the opened directory"
+    except OSError as exc:
+        release()
+        return None, f"cannot hold the directory open: {exc.strerror or exc}"
+    return fd, ""
+
+
+def release() -> None:
+    """Close the descriptor held for the probes (a later `prepare` opens and checks the directory again)."""
+    global _HELD
+    if _HELD is not None:
+        with contextlib.suppress(OSError):
+            os.close(_HELD)
+        _HELD = None
 
 
 _RUN: KernelCache | None = None
 _OFF_BY: str | None = None  # the option that switched the cache off for this process's probes (--no-kernel-cache)
 
 
+_LOCK = threading.Lock()  # probes start from several threads: one decision, one held descriptor
+
+
 def for_run() -> KernelCache:
     """This process's decision, made once (the probes of one run share it)."""
     global _RUN
-    if _RUN is None:
-        _RUN = KernelCache(None, "off", f"{_OFF_BY}: the probes get the CuTe DSL's own default") if _OFF_BY \
-            else prepare()
-    return _RUN
+    with _LOCK:
+        if _RUN is None:
+            _RUN = KernelCache(None, "off", f"{_OFF_BY}: the probes get the CuTe DSL's own default") if _OFF_BY \
+                else prepare()
+        return _RUN
 
 
 def switch_off(by: str) -> None:
     """No cache for this process's probes (`--no-kernel-cache`), without touching os.environ: `preflight` execs
     the job with the environment it was given."""
     global _OFF_BY, _RUN
-    if _OFF_BY is None:
-        _OFF_BY, _RUN = by, None
+    with _LOCK:
+        if _OFF_BY is None:
+            _OFF_BY, _RUN = by, None
+            release()
 
 
 def reset() -> None:
     global _RUN, _OFF_BY
-    _RUN, _OFF_BY = None, None
+    with _LOCK:
+        _RUN, _OFF_BY = None, None
+        release()

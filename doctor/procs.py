@@ -134,19 +134,22 @@ class Helper:
 
 
 def start_helper(procs: Processes, argv: Sequence[str], log_path: str, env: Mapping[str, str],
-                 stdout_path: str | None = None) -> Helper:
+                 stdout_path: str | None = None, pass_fds: Sequence[int] = ()) -> Helper:
     """Start a helper with no stdin; stdout and stderr go to `log_path`, or stdout to `stdout_path` (a command whose
-    output is its answer). Raises OSError when it cannot start."""
+    output is its answer). `pass_fds`: the only descriptors it inherits, at the same numbers (the kernel cache's).
+    Raises OSError when it cannot start."""
     with open(log_path, "wb") as log, open(os.devnull, "rb") as devnull, \
             open(stdout_path or os.devnull, "wb") as out:
-        proc = procs.spawn(argv, stdin=devnull, stdout=out if stdout_path else log, stderr=log, env=dict(env))
+        extra = {"pass_fds": tuple(pass_fds)} if pass_fds else {}
+        proc = procs.spawn(argv, stdin=devnull, stdout=out if stdout_path else log, stderr=log, env=dict(env),
+                           **extra)
     return Helper(procs, proc)
 
 
 def run_helper(procs: Processes, argv: Sequence[str], log_path: str, env: Mapping[str, str], timeout_s: float,
-               stdout_path: str | None = None) -> HelperEnd:
+               stdout_path: str | None = None, pass_fds: Sequence[int] = ()) -> HelperEnd:
     """Start a helper and wait for it at most `timeout_s`; its group is gone when this returns."""
-    return start_helper(procs, argv, log_path, env, stdout_path).finish(time.monotonic() + timeout_s)
+    return start_helper(procs, argv, log_path, env, stdout_path, pass_fds).finish(time.monotonic() + timeout_s)
 
 
 def read_bounded_at(path: str, offset: int, limit: int) -> bytes:

@@ -320,3 +320,199 @@ def test_the_static_probes_installed_lists_are_capped_and_the_cap_said(tmp_path)
     dist = out["dist"]
     assert len(dist["copies"]) == 32 and dist["copies_capped"] == 32
     assert len(dist["copies"][0]["requires"]) == 2000 and dist["copies"][0]["requires_capped"] == 2500
+
+
+# ------------------------------------------------------------------ the swap between the doctor's check and the load
+
+STAND_IN = r'''
+import json, os, subprocess, sys, time
+from pathlib import Path
+
+sys.path.insert(0, os.environ["DSV4_DOCTOR_PROBE_LIB"])
+from dsv4probe_common import cache_fds
+
+
+def use(tag):
+    """What the CuTe DSL does with its cache folder: read a module by name; store one by resolving the folder, then
+    a temporary folder and os.replace (nvidia-cutlass-dsl 4.5.2 cache_helpers.save_ir)."""
+    folder = os.environ["CUTE_DSL_CACHE_DIR"]
+    try:
+        loaded = Path(folder, "cute_dsl_k.mlir").read_text()
+    except OSError as exc:
+        loaded = "error: %s" % exc
+    save = Path(folder).resolve()
+    tmp = save / ("tmp.%s" % tag)
+    tmp.mkdir()
+    (tmp / "m").write_text(tag)
+    os.replace(tmp / "m", save / ("cute_dsl_%s.mlir" % tag))
+    tmp.rmdir()
+    return {"loaded": loaded, "saved_in": str(save), "folder": folder}
+
+
+if sys.argv[1] == "--grandchild":
+    print(json.dumps(use("grandchild")))
+    sys.exit(0)
+out, request = sys.argv[1], json.loads(sys.argv[2])
+Path(request["ready"]).write_text("checked by the doctor, not loaded yet")
+deadline = time.monotonic() + 60
+while not os.path.exists(request["go"]) and time.monotonic() < deadline:
+    time.sleep(0.02)
+answer = {"probe": use("probe"), "fds": list(cache_fds())}
+# As the smoke starts its ranks: close_fds (Popen's default), the cache's descriptor handed on.
+done = subprocess.run([sys.executable, __file__, "--grandchild"], pass_fds=cache_fds(), capture_output=True,
+                      text=True, timeout=60)
+answer["grandchild"] = json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr[-800:]}
+Path(out).write_text(json.dumps(answer))
+'''
+
+
+@pytest.fixture
+def swapped_run(tmp_path, monkeypatch):
+    """A probe stand-in run by the doctor (run_probe), whose cache folder the doctor checked before it started; once
+    it runs, and before it loads anything, the checked folders are renamed away and a 0777 folder holding a planted
+    module is put at the old path (what the owner of the folder above could do). Returns (result, checked, planted)."""
+    import threading
+
+    from dsv4_doctor.probes import Probe, run_probe
+    from dsv4_doctor.procs import Processes
+
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700)
+    for name in ("CUTE_DSL_CACHE_DIR", "CUTE_DSL_DUMP_DIR", kernelcache.ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(xdg))
+    cache = xdg / "dsv4-doctor" / "cute-dsl"
+    cache.mkdir(parents=True, mode=0o700)
+    cache.parent.chmod(0o700)
+    (cache / "cute_dsl_k.mlir").write_text("checked")
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    probe = Probe.python("cache-stand-in", str(script), {"ready": str(ready), "go": str(go)}, timeout_s=120)
+    kernelcache.reset()
+    procs = Processes()
+    got: dict = {}
+    runner = threading.Thread(target=lambda: got.update(result=run_probe(probe, sys.executable, 120, procs)))
+    runner.start()
+    try:
+        for _ in range(3000):
+            if ready.exists() or not runner.is_alive():
+                break
+            import time
+
+            time.sleep(0.02)
+        assert ready.exists(), got
+        os.rename(xdg / "dsv4-doctor", xdg / "taken")
+        planted = xdg / "dsv4-doctor" / "cute-dsl"
+        planted.mkdir(parents=True)
+        planted.chmod(0o777)
+        (planted / "cute_dsl_k.mlir").write_text("planted")
+        go.write_text("go")
+        runner.join(150)
+    finally:
+        go.touch()
+        runner.join(10)
+        procs.close()
+        kernelcache.reset()
+    return got["result"], xdg / "taken" / "cute-dsl", planted
+
+
+def test_a_probe_loads_and_stores_through_the_checked_folder_when_it_is_swapped_after_the_check(swapped_run):
+    result, checked, planted = swapped_run
+    assert result.ok, (result.error, result.stderr_tail)
+    seen = result.data["probe"]
+    # Before: the probe got the path, looked it up after the swap, and read the planted module.
+    assert seen["loaded"] == "checked", seen
+    assert seen["folder"] == kernelcache.PROBE_PATH and seen["saved_in"] == str(checked), seen
+    assert (checked / "cute_dsl_probe.mlir").read_text() == "probe"
+    assert sorted(p.name for p in planted.iterdir()) == ["cute_dsl_k.mlir"]  # nothing read or written there
+    assert result.data["fds"] == [kernelcache.PROBE_FD]
+
+
+def test_the_checked_folder_reaches_a_process_the_probe_starts(swapped_run):
+    result, checked, planted = swapped_run
+    assert result.ok, (result.error, result.stderr_tail)
+    grandchild = result.data["grandchild"]
+    assert grandchild.get("loaded") == "checked" and grandchild.get("saved_in") == str(checked), grandchild
+    assert (checked / "cute_dsl_grandchild.mlir").read_text() == "grandchild"
+    assert not (planted / "cute_dsl_grandchild.mlir").exists()
+
+
+def test_a_descriptor_number_in_use_is_never_taken_and_the_evidence_says_the_path_is_used(tmp_path):
+    kernelcache.reset()
+    busy = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(busy, kernelcache.PROBE_FD, inheritable=False)  # something else of this process holds 211
+        cache = kernelcache.prepare({"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+        assert os.path.samestat(os.fstat(kernelcache.PROBE_FD), os.fstat(busy))  # untouched
+        path = str(tmp_path / "xdg" / "dsv4-doctor" / "cute-dsl")
+        assert cache.source == "doctor" and cache.fd is None and cache.pass_fds == ()
+        assert cache.env["CUTE_DSL_CACHE_DIR"] == path
+        assert f"descriptor {kernelcache.PROBE_FD} is in use" in cache.note
+        assert cache.evidence()["probes_open_it_as"] == path
+    finally:
+        os.close(kernelcache.PROBE_FD)
+        os.close(busy)
+        kernelcache.reset()
+
+
+def test_the_cache_path_is_the_same_string_on_every_run(tmp_path):
+    """The DSL hashes its cache and dump folder into each module's key: the probes' must not change between runs."""
+    kernelcache.reset()
+    try:
+        first = kernelcache.prepare({"XDG_CACHE_HOME": str(tmp_path / "a")}).env
+        second = kernelcache.prepare({"XDG_CACHE_HOME": str(tmp_path / "a")}).env
+        assert first == second == {"CUTE_DSL_CACHE_DIR": kernelcache.PROBE_PATH,
+                                   "CUTE_DSL_DUMP_DIR": kernelcache.PROBE_PATH}
+        assert os.path.realpath(kernelcache.PROBE_PATH) == str(tmp_path / "a" / "dsv4-doctor" / "cute-dsl")
+    finally:
+        kernelcache.reset()
+
+
+SH_STAND_IN = r'''
+while [ ! -e "$GO" ]; do sleep 0.02; done
+cat "$CUTE_DSL_CACHE_DIR/cute_dsl_k.mlir" > "$OUT" 2>&1
+saved=$(realpath "$CUTE_DSL_CACHE_DIR")
+echo probe > "$saved/cute_dsl_probe.mlir"
+echo "$saved" >> "$OUT"
+'''
+
+
+def _probe_through_a_swap_as_this_user(xdg: str, scratch: str) -> dict:
+    """As a user who is not root (no interpreter of the tests' is theirs to run: a shell stands in for the probe):
+    the doctor's check, the probe started with the cache's descriptor (close_fds, pass_fds), the swap by the owner
+    of the folder above, then the probe's load and store."""
+    import time
+
+    kernelcache.reset()
+    cache = kernelcache.prepare({"XDG_CACHE_HOME": xdg})
+    out, go = os.path.join(scratch, "out"), os.path.join(scratch, "go")
+    env = dict(cache.env, GO=go, OUT=out, PATH=os.environ.get("PATH", "/usr/bin:/bin"))
+    proc = subprocess.Popen(["/bin/sh", "-c", SH_STAND_IN], env=env, pass_fds=cache.pass_fds, close_fds=True)
+    time.sleep(0.2)  # started: it waits for GO before it looks at the cache
+    swap(xdg)
+    Path(go).touch()
+    proc.wait(30)
+    return {"uid": os.geteuid(), "env": cache.env, "out": Path(out).read_text().splitlines(),
+            "planted": sorted(os.listdir(os.path.join(xdg, "dsv4-doctor", "cute-dsl")))}
+
+
+@as_root
+def test_as_a_user_who_is_not_root_the_probe_loads_through_the_checked_folder_after_a_swap(tmp_path, cleanup):
+    xdg = _shared_dir(tmp_path, "xdg", USER, 0o700)
+    scratch = _shared_dir(tmp_path, "scratch", USER, 0o700)
+    checked = xdg / "dsv4-doctor" / "cute-dsl"
+    def seed() -> None:  # the user's cache, with one module in it
+        checked.mkdir(parents=True, mode=0o700)
+        checked.parent.chmod(0o700)
+        (checked / "cute_dsl_k.mlir").write_text("checked\n")
+
+    assert "error" not in as_uid(USER, seed)
+    side = as_uid(USER, _probe_through_a_swap_as_this_user, str(xdg), str(scratch))
+    assert "result" in side, side
+    got = side["result"]
+    assert got["uid"] == USER and got["env"]["CUTE_DSL_CACHE_DIR"] == kernelcache.PROBE_PATH, got
+    # Before: the probe looked the path up after the swap and read the planted module.
+    assert got["out"] == ["checked", str(xdg / "taken" / "cute-dsl")], got
+    assert got["planted"] == ["cute_dsl_planted.mlir"]
+    assert (xdg / "taken" / "cute-dsl" / "cute_dsl_probe.mlir").read_text() == "probe\n"

@@ -25,7 +25,9 @@ def test_a_per_user_0700_directory_is_made_and_fixes_the_dsls_dump_dir(tmp_path)
     cache = prepare(tmp_path)
     path = tmp_path / "xdg" / "dsv4-doctor" / "cute-dsl"
     assert cache.source == "doctor" and cache.directory == str(path)
-    assert cache.env == {"CUTE_DSL_CACHE_DIR": str(path), "CUTE_DSL_DUMP_DIR": str(path)}
+    # The probes get the checked folder as the doctor's descriptor (a stable path: the DSL hashes it into its keys).
+    assert cache.env == {"CUTE_DSL_CACHE_DIR": kernelcache.PROBE_PATH, "CUTE_DSL_DUMP_DIR": kernelcache.PROBE_PATH}
+    assert os.path.samefile(kernelcache.PROBE_PATH, path)
     for p in (path, path.parent):
         assert (p.stat().st_mode & 0o777) == 0o700
     assert prepare(tmp_path).directory == str(path)  # a second run (or another rank) reuses it
@@ -81,7 +83,8 @@ def test_a_chosen_directory_in_a_sticky_shared_folder_is_used_and_a_plain_shared
         cache = prepare(tmp_path, DSV4_DOCTOR_KERNEL_CACHE=str(shared / "cache"))
         assert (cache.source == "doctor") is used, cache
         if used:
-            assert cache.env["CUTE_DSL_CACHE_DIR"] == str(shared / "cache")
+            assert cache.directory == str(shared / "cache") and cache.env["CUTE_DSL_CACHE_DIR"] == \
+                kernelcache.PROBE_PATH and os.path.samefile(kernelcache.PROBE_PATH, shared / "cache")
             assert ((shared / "cache").stat().st_mode & 0o777) == 0o700
         else:
             assert "writable by group or others" in cache.note
@@ -302,7 +305,7 @@ def _dsl_sites() -> list[Path]:
         ensure(k) for k in ("cuda-bindings-13.4.4", "cuda-pathfinder-1.9.1", "numpy-2.4.6", "typing-extensions-4.16.0")]
 
 
-def _run_dsl(tmp_path: Path, cwd: Path, cache_env: dict) -> dict:
+def _run_dsl(tmp_path: Path, cwd: Path, cache_env: dict, pass_fds: tuple[int, ...] = ()) -> dict:
     import subprocess
 
     from dsv4_doctor.probes import PROBE_DIR
@@ -314,7 +317,7 @@ def _run_dsl(tmp_path: Path, cwd: Path, cache_env: dict) -> dict:
     env.update(cache_env, PYTHONPATH=os.pathsep.join(map(str, _dsl_sites())), DSV4_DOCTOR_PROBE_LIB=str(PROBE_DIR))
     smoke = probe_modules.script("dsv4probe_kernels_ran").parent
     done = subprocess.run([sys.executable, str(driver), str(smoke)], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=180)
+                          text=True, timeout=180, pass_fds=pass_fds)  # the doctor's probes get the cache's fd
     assert done.returncode == 0, done.stderr[-3000:]
     ran = json.loads(done.stdout.strip().splitlines()[-1])
     return {"rows": {k["kernel"]: k for k in ran["kernels"]}, "files": ran["cache_files_after"]}
@@ -329,8 +332,10 @@ def test_the_real_cute_dsl_serves_a_jit_call_from_the_doctors_cache_and_never_a_
     the working directory, so that process compiles again."""
     cache = kernelcache.prepare({"XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert cache.source == "doctor", cache.note
-    first = _run_dsl(tmp_path, tmp_path / "a", cache.env)
-    second = _run_dsl(tmp_path, tmp_path / "b", cache.env)
+    # As the probes get it: /proc/self/fd/211, the checked folder held by the doctor (the same string in both runs).
+    assert cache.env["CUTE_DSL_CACHE_DIR"] == kernelcache.PROBE_PATH and cache.pass_fds == (kernelcache.PROBE_FD,)
+    first = _run_dsl(tmp_path, tmp_path / "a", cache.env, cache.pass_fds)
+    second = _run_dsl(tmp_path, tmp_path / "b", cache.env, cache.pass_fds)
     for run in (first, second):
         row = run["rows"]["cute.compile"]
         assert row["cache_bypassed"] and not row["from_cache"], row
@@ -340,5 +345,16 @@ def test_the_real_cute_dsl_serves_a_jit_call_from_the_doctors_cache_and_never_a_
     assert not first["rows"]["jit call"]["from_cache"]
     assert second["rows"]["jit call"]["from_cache"], second["rows"]["jit call"]
     assert second["rows"]["jit call"]["cache"] == "from the CuTe DSL file cache (1 module(s) read, none compiled)"
-    moved = _run_dsl(tmp_path, tmp_path / "c", {"CUTE_DSL_CACHE_DIR": cache.env["CUTE_DSL_CACHE_DIR"]})
+    moved = _run_dsl(tmp_path, tmp_path / "c", {"CUTE_DSL_CACHE_DIR": cache.env["CUTE_DSL_CACHE_DIR"]},
+                     cache.pass_fds)
     assert not moved["rows"]["jit call"]["from_cache"] and moved["files"] == 2, moved["rows"]["jit call"]
+    # The checked folders renamed away after the check, an empty 0777 folder put at the old path: the DSL still
+    # reads (and would write) the checked folder through the descriptor, never the one at the path.
+    checked = Path(cache.directory)
+    os.rename(checked.parent, checked.parent.with_name("taken"))
+    checked.mkdir(parents=True)
+    checked.chmod(0o777)
+    swapped = _run_dsl(tmp_path, tmp_path / "d", cache.env, cache.pass_fds)
+    assert swapped["rows"]["jit call"]["from_cache"] and swapped["files"] == 2, swapped["rows"]["jit call"]
+    assert not any(checked.iterdir())
+    kernelcache.release()

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from dsv4probe_common import LIB, load_module, stage  # in sys.modules: it loads this part
+from dsv4probe_common import LIB, cache_fds, load_module, stage  # in sys.modules: it loads this part
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 for _part in ("dsv4ref", "dsv4probe_device", "dsv4probe_files", "dsv4probe_kernels_base", "dsv4probe_kernels_ran"):
@@ -129,7 +129,8 @@ def start_index_modes(request):
         kids[mode] = (subprocess.Popen([sys.executable, os.path.join(HERE, "dsv4probe_kernels.py"), out,
                                         json.dumps(req)],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                       env=dict(os.environ, DSV4_DOCTOR_PROBE_LIB=LIB)), out, time.monotonic())
+                                       env=dict(os.environ, DSV4_DOCTOR_PROBE_LIB=LIB), pass_fds=cache_fds()),
+                      out, time.monotonic())
     return kids
 
 

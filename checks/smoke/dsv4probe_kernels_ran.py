@@ -172,5 +172,8 @@ def kernels_ran(cache_dir, files_before):
             row = rows[name]
             row["calls"] += 1
             row["steady_s"] = round(took, 5) if row["steady_s"] is None else min(row["steady_s"], round(took, 5))
-    return {"kernels": [rows[n] for n in order], "cute_dsl_cache_dir": cache_dir,
+    # /proc/self/fd/N: the directory the doctor opened and checked, held as descriptor N; shown by its path now.
+    shown = os.path.realpath(cache_dir) if cache_dir and cache_dir.startswith("/proc/self/fd/") else cache_dir
+    return {"kernels": [rows[n] for n in order], "cute_dsl_cache_dir": shown,
+            "cute_dsl_cache_opened_as": cache_dir if shown != cache_dir else None,
             "cache_files_before": files_before, "cache_files_after": _cache_files(cache_dir) if cache_dir else None}

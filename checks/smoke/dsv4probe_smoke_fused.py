@@ -10,7 +10,8 @@ import subprocess
 import sys
 import time
 
-from dsv4probe_common import LIB, cut_text, error_info, load_module, stage  # in sys.modules: it loads this part
+from dsv4probe_common import (  # in sys.modules: it loads this part
+    LIB, cache_fds, cut_text, error_info, load_module, stage)
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 for _part in ("dsv4probe_device", "dsv4probe_files", "dsv4probe_smoke_batch", "dsv4probe_smoke_tier2",
@@ -228,7 +229,7 @@ def start_fused_builds(request, outdir):
                "stage_file": out + ".stage"}
         log = open(os.path.join(outdir, "tier2_%s.log" % label), "wb")
         proc = subprocess.Popen([sys.executable, here, out, json.dumps({"tier2_build": job})], stdout=log,
-                                stderr=subprocess.STDOUT, env=env)
+                                stderr=subprocess.STDOUT, env=env, pass_fds=cache_fds())
         log.close()
         builds[label] = {"proc": proc, "out": out, "save": save, "log": log.name, "started": time.monotonic(),
                          "stage_file": job["stage_file"]}

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from dsv4probe_common import LIB, load_module  # in sys.modules: it loads this part
+from dsv4probe_common import LIB, cache_fds, load_module, tail_text  # in sys.modules: it loads this part
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 for _part in ("dsv4probe_smoke_batch", "dsv4probe_smoke_tier2", "dsv4probe_device"):
@@ -47,7 +47,7 @@ def launch_workers(request, cp, procs, backend, deadline, tier2_reference):
                                        "init": "tcp://127.0.0.1:%d" % port, "tier2_reference": tier2_reference})
         log = open(os.path.join(outdir, "rank%d.log" % rank), "wb")
         children.append(subprocess.Popen([sys.executable, here, out, json.dumps(worker)], stdout=log,
-                                         stderr=subprocess.STDOUT, env=env))
+                                         stderr=subprocess.STDOUT, env=env, pass_fds=cache_fds()))
         outs.append(out)
     codes = []
     for p in children:
@@ -64,8 +64,13 @@ def launch_workers(request, cp, procs, backend, deadline, tier2_reference):
     except (OSError, ValueError):
         tail = ""
         try:
-            with open(os.path.join(outdir, "rank0.log"), "rb") as fh:
-                tail = fh.read()[-1500:].decode("utf-8", "backslashreplace")
+            with open(os.path.join(outdir, "rank0.log"), "rb") as fh:  # the probe's own log: a regular file
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                fh.seek(max(0, size - 16384))
+                text = fh.read(16384).decode("utf-8", "backslashreplace")
+            # Cut where a word ends: a secret's part would pass the doctor's redaction.
+            tail = tail_text(text, 1500) if size <= 16384 else tail_text(text, min(1500, len(text) - 1))
         except OSError:
             pass
         return {"ok": False, "error": "rank 0 gave no answer (exit codes %s)" % codes, "log_tail": tail}

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..procs import Processes, read_bounded, run_helper
@@ -175,7 +175,9 @@ LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "G
 LAUNCHER_PREFIXES = ("TORCHELASTIC_", "DSV4_DOCTOR_FLEET_")  # the fleet secret reaches only the exchange
 
 
-def child_env(timeout: float, extra: dict | None = None) -> dict:
+def child_env(timeout: float, extra: dict | None = None, cache_fd: bool = False) -> dict:
+    """A child's environment. `cache_fd`: the child is started with the kernel cache's descriptor (`cache_fds`), so
+    its CuTe DSL folder is /proc/self/fd/N; any other child (a plugin host, a helper) gets the checked path."""
     # A stage file is the doctor's to name (run_probe, per probe): never one the caller's environment names.
     env = {k: v for k, v in os.environ.items()
            if k not in LAUNCHER_VARIABLES and k != STAGE_VARIABLE and not k.startswith(LAUNCHER_PREFIXES)}
@@ -187,10 +189,19 @@ def child_env(timeout: float, extra: dict | None = None) -> dict:
     env.pop("FORCE_COLOR", None)
     from ..kernelcache import for_run
 
-    for key, value in for_run().env.items():
+    for key, value in for_run().env_for(cache_fd).items():
         env.setdefault(key, value)
     env.update(extra or {})
     return env
+
+
+def cache_fds(env: Mapping[str, str]) -> tuple[int, ...]:
+    """The kernel cache's descriptor, for a probe whose environment names it (/proc/self/fd/N): the probe loads
+    and stores its kernels through the directory the doctor opened and checked (kernelcache), never by a path."""
+    from ..kernelcache import PROBE_PATH, for_run
+
+    names = (env.get("CUTE_DSL_CACHE_DIR"), env.get("CUTE_DSL_DUMP_DIR"))
+    return for_run().pass_fds if PROBE_PATH in names else ()
 
 
 def run_probe(probe: Probe, python: str, timeout_s: float, procs: Processes,
@@ -237,8 +248,9 @@ def _run_probe(probe: Probe, python: str, timeout: float, procs: Processes,
             # A Python probe answers in out_path, so its stdout joins stderr in the log; a command's stdout is
             # its answer and goes to out_path. The caller's cwd, as the job would have it: relative PYTHONPATH
             # entries resolve the same way.
-            end = run_helper(procs, argv, log_path, child_env(timeout, extra), timeout,
-                             stdout_path=None if probe.script else out_path)
+            env = child_env(timeout, extra, cache_fd=bool(script))  # a Python probe: a command needs no cache
+            end = run_helper(procs, argv, log_path, env, timeout, stdout_path=None if probe.script else out_path,
+                             pass_fds=cache_fds(env))
         except FileNotFoundError:
             return ProbeResult(probe.key, ok=False, duration_s=time.monotonic() - start,
                                error=f"{argv[0]} not found")

@@ -164,6 +164,44 @@ def cut_text(text, limit):
     return head.rstrip() + " …"
 
 
+def tail_text(text, limit):
+    """At most the last `limit` characters of `text` (a log's end), never part of a word: the run of non-space
+    characters the cut goes through goes whole, and so does a value of this process's environment that holds
+    spaces (cut_text's rule, from the other end). Call it with more than `limit` characters whenever the text
+    itself starts in the middle of a log, so that its first, possibly partial, word goes too."""
+    if len(text) <= limit:
+        return text
+    start = len(text) - limit
+    if limit and not text[start - 1].isspace():
+        while start < len(text) and not text[start].isspace():
+            start += 1
+    for value in os.environ.values():
+        if len(value) >= 4 and " " in value and len(value) <= 4096:
+            found = text.find(value, max(0, start - len(value) + 1))
+            if 0 <= found < start < found + len(value):
+                start = found + len(value)
+    return "… " + text[start:].lstrip()
+
+
+CACHE_FD = 211  # the kernel cache directory the doctor opened and checked (doctor/kernelcache.py PROBE_FD)
+
+
+def cache_fds():
+    """pass_fds for a child this probe starts: the kernel cache's descriptor, when this probe's CuTe DSL cache or
+    dump folder is /proc/self/fd/CACHE_FD and that descriptor is open here as a directory; otherwise ()."""
+    path = "/proc/self/fd/%d" % CACHE_FD
+    if path not in (os.environ.get("CUTE_DSL_CACHE_DIR"), os.environ.get("CUTE_DSL_DUMP_DIR")):
+        return ()
+    try:
+        import stat
+
+        if not stat.S_ISDIR(os.fstat(CACHE_FD).st_mode):
+            return ()
+    except OSError:
+        return ()
+    return (CACHE_FD,)
+
+
 def error_info(exc, frames=3):
     """An exception as data: type, message, the missing module's name, and the last frames."""
     try:
