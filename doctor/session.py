@@ -113,7 +113,7 @@ class Session:
         self.hosts = PluginHosts(self.procs, self.python, self.timeout, self.gpus, self.pool.slots)
         self.target: dict = {"executable": self.python, "version": None}
         self.target_problem: str | None = None
-        self._owns_gate = False
+        self._gate_installs = 0  # GATE.install() calls this session made: each one is undone by restore_signals
         self._running: tuple | None = None  # (runner, plugin hosts, profile, start, budget) while checks run
         self._watch: HostWatch | None = None
 
@@ -132,8 +132,10 @@ class Session:
             return False
 
     def install_signals(self) -> None:
-        """SIGINT/SIGTERM/SIGHUP interrupt the run once (the process's SignalGate; a second one is recorded)."""
-        self._owns_gate = GATE.install() or self._owns_gate
+        """SIGINT/SIGTERM/SIGHUP interrupt the run once (the process's SignalGate; a second one is recorded). The
+        gate counts nested installs, so each one is undone, even when arm() raises for a signal that came earlier."""
+        GATE.install()
+        self._gate_installs += 1
         GATE.arm()
 
     def shield(self) -> None:
@@ -142,8 +144,8 @@ class Session:
 
     def restore_signals(self) -> None:
         GATE.shield()
-        if self._owns_gate:  # outside the CLI (a test calling run_check): leave the process as it was
-            self._owns_gate = False
+        while self._gate_installs:  # the CLI's own install stays until it undoes it; a test's run_check leaves none
+            self._gate_installs -= 1
             GATE.uninstall()
 
     # ------------------------------------------------------------------------------------------------ start-up
