@@ -19,7 +19,7 @@ case_needs() {
 case_est() {
   case $1 in
     complete) echo 100 ;; flashmla-sm100) echo 100 ;; arch-10.0) echo 45 ;; hidden-gpu) echo 60 ;;
-    gpu-full) echo 110 ;; gpu-busy) echo 120 ;; *) echo 0 ;;
+    gpu-full) echo 110 ;; gpu-busy) echo 120 ;; speed-default) echo 300 ;; *) echo 0 ;;
   esac
 }
 
@@ -118,6 +118,14 @@ case_gpu-busy() {  # another process holds 93 % of the GPU (130 GiB of an H200's
   doctor gpu-busy -- --cp 2
   gpu_state gpu-busy "after the check"
   stop_filler
+}
+
+case_speed-default() {  # not one of the six: the default level's check against the floors (bench_check --full, one
+  # alternating run), for speed v2's record; its console and JSON go to speed-default.txt, the reports it kept beside
+  local lim; lim=$(( $(left) - 10 )); [ "$lim" -gt 560 ] && lim=560
+  (cd "$ROOT" && timeout -k 10 "$lim" "$PY" benchmarks/bench_check.py --full --cp 2 --repeat 3 \
+    --report-dir "$R/speed-default-reports") > "$R/speed-default.txt" 2>&1
+  ts "speed-default: exit $? ($(grep -c . "$R/speed-default.txt") lines)"
 }
 
 run_cases() {  # CASE...: the doctor from this tree, then each case in turn: it waits for the builds it needs (as long
