@@ -54,7 +54,10 @@ def cutlass_dsl_import(ctx: Context) -> Result:
     answer = ctx.require(CUTE_PROBE)
     results = [outcome(answer, t) for t in CUTE_TARGETS]
     dists = {d: static.version(d) for d in CUTLASS_DISTS}
-    evidence = {"distributions": dists, "imports": {r["target"]: r.get("ok") for r in results}}
+    module = static.module("cutlass")
+    evidence = {"distributions": dists, "imports": {r["target"]: r.get("ok") for r in results},
+                "module": module.get("origin") or module.get("locations"),
+                "imported_copy": static.copy("cutlass")["why"]}  # which copy the job imports, and why
     bad = [r for r in results if not r.get("ok")]
     if not bad:
         return passed(f"cutlass, cutlass.cute and cuda.bindings.driver import (nvidia-cutlass-dsl "

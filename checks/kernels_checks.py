@@ -118,7 +118,8 @@ def kernels_flash_mla(ctx: Context) -> Result:
     static = ctx.static
     fix_flash_mla = fixes.flash_mla(ctx.profile.cc)
     evidence = {"module": static.module("flash_mla").get("origin"),
-                "version": static.version("flash-mla") or static.version("flash_mla")}
+                "version": static.version("flash-mla") or static.version("flash_mla"),
+                "imported_copy": static.copy("flash_mla")["why"]}  # which copy the job imports, and why
     if not static.module("flash_mla").get("found"):
         # FlashMLA's part of Megatron's one dependency error; cudnn-fe.version states the frontend's.
         return failed(f"flash_mla is not installed. {m8(M8_FLASH_MLA)}", fixes=[fix_flash_mla, FIX_BACKEND_NONE],
@@ -184,7 +185,8 @@ def kernels_fast_hadamard(ctx: Context) -> Result:
     static = ctx.static
     fix_hadamard = fixes.fast_hadamard(static)
     evidence = {"module": static.module("fast_hadamard_transform").get("origin"),
-                "version": static.version("fast-hadamard-transform")}
+                "version": static.version("fast-hadamard-transform"),
+                "imported_copy": static.copy("fast_hadamard_transform")["why"]}  # which copy the job imports, and why
     if static.module("fast_hadamard_transform").get("found"):
         result = outcome(ctx.require(HADAMARD), "fast_hadamard_transform:hadamard_transform")
         if result.get("ok"):

@@ -52,7 +52,8 @@ def mbridge_dsv4(ctx: Context) -> Result:
         return skipped("verl is not installed: Megatron-Bridge is what verl's Megatron backend imports")
     package = static.module("megatron.bridge")
     evidence: dict = {"version": static.version("megatron-bridge"), "module": package.get("origin") or
-                      package.get("locations"), "verl": static.version("verl")}
+                      package.get("locations"), "verl": static.version("verl"),
+                      "imported_copy": static.copy("megatron.bridge")["why"]}  # which copy the job imports, and why
     if not package.get("found"):
         return failed("Megatron-Bridge is not installed: verl's Megatron engine imports megatron.bridge when it builds "
                       f"the model. {NOT_FOUND}", fixes=[fixes.MBRIDGE], evidence=evidence)

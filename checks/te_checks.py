@@ -73,6 +73,7 @@ def te_version(ctx: Context) -> Result:
         "distributions": {name: [c.get("version") for c in cs] for name, cs in copies.items()},
         "unreadable_metadata": unreadable,
         "module": module.get("origin") or module.get("locations"),
+        "imported_copy": static.copy("transformer_engine")["why"],  # which copy the job imports, and why
         "cp": ctx.profile.cp,
     }
     note = f" (unreadable METADATA of {', '.join(unreadable)}: see deps.metadata)" if unreadable else ""
@@ -337,7 +338,8 @@ def te_import(ctx: Context) -> Result:
     torch = ctx.probe(TORCH)
     cuda = (torch.data or {}).get("cuda_build") if torch.ok and isinstance(torch.data, dict) else None
     cuda_major = str(cuda).split(".")[0] if cuda else "13"
-    evidence = {"origin": result.get("origin"), "torch_cuda": cuda, "import_s": result.get("duration_s")}
+    evidence = {"origin": result.get("origin"), "torch_cuda": cuda, "import_s": result.get("duration_s"),
+                "imported_copy": static.copy("transformer_engine")["why"]}  # the copy whose device code is read
     if result.get("ok"):
         return _te_archs(ctx, evidence) or passed(
             f"transformer_engine.pytorch imports ({float(result.get('duration_s') or 0):.1f} s)"

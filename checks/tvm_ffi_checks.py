@@ -62,7 +62,9 @@ def tvm_ffi_version(ctx: Context) -> Result:
     installed = static.version(TVM_FFI)
     declared = frontend_fixes.frontend_requirement(static, TVM_FFI)
     evidence = {"version": installed, "frontend": fe, "frontend_declares": str(declared) if declared else None,
-                "needed_by": needed_by, "module_found": static.module("tvm_ffi").get("found", False)}
+                "needed_by": needed_by, "module_found": static.module("tvm_ffi").get("found", False),
+                "module": static.module("tvm_ffi").get("origin") or static.module("tvm_ffi").get("locations"),
+                "imported_copy": static.copy("tvm_ffi")["why"]}  # which copy the job imports, and why
     who = " and ".join(needed_by)
     fix = frontend_fixes.tvm_ffi(static)
     if installed is None:

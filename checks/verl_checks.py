@@ -65,7 +65,10 @@ def verl_cp_layout(ctx: Context) -> Result:
     found = markers(static)
     version = static.version("verl") or "(no metadata)"
     unreadable = {m: static.source(m).get("error") for m in (UTIL, ENGINE, REPLAY) if static.source(m).get("error")}
-    evidence = {"version": version, "markers": found, "unreadable": unreadable}
+    module = static.module("verl")
+    evidence = {"version": version, "markers": found, "unreadable": unreadable,
+                "module": module.get("origin") or module.get("locations"),
+                "imported_copy": static.copy("verl")["why"]}  # the copy whose source markers are read, and why
     missing_7221 = [k for k in found if k.startswith("#7221") and not found[k]]
     missing_7297 = [k for k in found if k.startswith("#7297") and not found[k]]
     if ctx.profile.cp == 1:
