@@ -123,18 +123,40 @@ def target_entry(static: StaticFacts, copy: dict, dist: str | None) -> str | Non
 def into_entry(cmd: Command, entry: str) -> Command | None:
     """`pip install ... SPEC` aimed at a `--target` folder: `pip install --no-deps --upgrade --target ENTRY ...`
     (--upgrade: pip replaces what the folder holds only then; --no-deps: its dependencies stay where they are). None
-    when the command already names where it installs, or is not an install."""
+    when the command already names where it installs, is not an install, or installs extras without --no-deps (pip's
+    --no-deps drops them: `transformer-engine[pytorch,core_cu13]` would install the meta package alone; `route` then
+    clears the folder's copy instead)."""
     argv = list(cmd.argv)
     if len(argv) < 3 or argv[1] != "install" or any(a in ("--target", "-t", "--prefix", "--root", "--user", "-e",
                                                           "--editable") or a.startswith(("--target=", "--prefix=",
                                                                                           "--root="))
                                                     for a in argv[2:]):
         return None
+    if "--no-deps" not in argv and _has_extras(argv[2:]):
+        return None  # --no-deps would drop what the extras bring (TE's [pytorch,core_cu13]: its core and extension)
     extra = [a for a in ("--no-deps", "--upgrade") if a not in argv and not (a == "--upgrade" and "-U" in argv)]
     try:
         return Command((argv[0], "install", *extra, "--target", entry, *argv[2:]), cmd.env)
     except ValueError:
         return None
+
+
+def _has_extras(words: list[str]) -> bool:
+    """Whether a requirement among an install's words names extras (`NAME[EXTRA]...`); an unreadable one counts."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    skip = False
+    for word in words:
+        if skip or word.startswith("-"):
+            skip = not skip and word in _VALUE_OPTIONS
+            continue
+        try:
+            if Requirement(word).extras:
+                return True
+        except InvalidRequirement:
+            if "[" in word:
+                return True
+    return False
 
 
 def _met(cmd: Command, have: str | None) -> bool:
@@ -239,6 +261,12 @@ def route(ctx, fixes: list[Fix]) -> list[Fix]:
             continue
         commands: list[Command] = []
         reached: list[tuple[str, str, str]] = []
+        # the modules this fix installs with a step not aimed at their `--target` folder (an install with extras, see
+        # into_entry, or of several distributions): their uninstall steps clear the folder's copy too, never with a
+        # move-aside that says an install is aimed there
+        unaimed = {STACK[n] for c in fix.commands if c.is_pip and len(c.argv) > 1 and c.argv[1] == "install"
+                   for n in targets(c) if STACK.get(n) and (e := target_entry(static, static.copy(STACK[n]), n))
+                   and (len(targets(c)) != 1 or into_entry(c, e) is None)}
         for cmd in fix.commands:
             names = targets(cmd) if cmd.is_pip else []
             aimed = None
@@ -251,7 +279,7 @@ def route(ctx, fixes: list[Fix]) -> list[Fix]:
                     if _met(cmd, static.copy(module)["version"]):
                         continue  # the plan leaves it out (fixplan.already_met): nothing to aim, nothing to move
                     aimed = into_entry(cmd, entry)
-                if entry and (aimed is not None or cmd.argv[1] == "uninstall"):
+                if entry and (aimed is not None or (cmd.argv[1] == "uninstall" and module not in unaimed)):
                     before(_moving_metadata(static, module, dist, entry))
                     if aimed is not None:
                         reached.append((module, dist, entry))

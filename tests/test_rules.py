@@ -29,6 +29,38 @@ def commands(check: dict) -> list[str]:
     return [cmd for fix in check["fixes"] for cmd in fix["commands"]]
 
 
+def reaching(command: str, entry) -> str:
+    """A `--no-deps` pip step aimed at the `pip install --target` folder on PYTHONPATH the job imports the package
+    from (checks/_reach.py, install-into-entry): each Env component is such a folder, with the package's own
+    dist-info, where `"$PY" -I -m pip install` (which ignores PYTHONPATH) would install behind it."""
+    assert command.startswith("pip install ") and "--no-deps" in command.split(), command
+    return command.replace("pip install ", f"pip install --upgrade --target {entry} ", 1)
+
+
+def assert_moved_aside(check: dict, module: str, dist_info) -> None:
+    """The by-hand step before an install-into-entry: the old version's dist-info in that folder moved aside (pip's
+    --target --upgrade replaces the package but leaves it beside the new one), before the step aimed there."""
+    kinds = [(f.get("action") or {}).get("kind") for f in check["fixes"]]
+    moved = [f for f in check["fixes"] if (f.get("action") or {}).get("kind") == "move-aside"]
+    assert [f["action"] for f in moved] == [{"kind": "move-aside", "module": module, "path": str(dist_info),
+                                             "to": f"{dist_info}.aside"}], check["fixes"]
+    assert moved[0]["phase"] == "path" and moved[0]["manual"] and moved[0]["commands"] == []
+    aimed = [f for f in check["fixes"] if (f.get("action") or {}).get("kind") == "install-into-entry"]
+    assert [f["action"]["entry"] for f in aimed] == [str(dist_info.parent)], check["fixes"]
+    assert kinds.index("move-aside") < kinds.index("install-into-entry")
+
+
+def assert_entry_dropped(check: dict, module: str, entry) -> None:
+    """An install whose extras `--no-deps` would drop (TE's [pytorch,core_cu13]) is never aimed at the `--target`
+    folder the job imports from: the by-hand step before it drops that PYTHONPATH entry, and the pip step stays the
+    plain one site-packages takes."""
+    kinds = [(f.get("action") or {}).get("kind") for f in check["fixes"]]
+    dropped = [f["action"] for f in check["fixes"] if (f.get("action") or {}).get("kind") == "drop-pythonpath-entry"]
+    assert [(a["module"], a["entry"], a["variable"]) for a in dropped] == [(module, str(entry), "PYTHONPATH")], kinds
+    assert "install-into-entry" not in kinds and "move-aside" not in kinds, kinds
+    assert not any("--target" in argv for f in check["fixes"] for argv in f["argv"]), check["fixes"]
+
+
 def commands_of(result: Result) -> list[str]:
     return [c.shell() for fix in result.fixes for c in fix.commands]
 
@@ -112,7 +144,10 @@ def test_frontend_1_26_on_sm100_fails_csa_with_the_1_27_fix(tmp_path, bare_pytho
     assert "has no cudnn.csa (added in 1.27.0)" in csa["summary"]
     assert "No module named 'cudnn.csa'" in csa["summary"]
     assert "keeping the eager compressor" in csa["details"]
-    assert commands(csa)[:2] == [TVM_FIX, FE_FIX]
+    # The job imports frontend 1.26.0 from its `pip install --target` folder on PYTHONPATH: the pin goes there.
+    fe = env.sites["fe"]
+    assert commands(csa)[:2] == [TVM_FIX, reaching(FE_FIX, fe)]
+    assert_moved_aside(csa, "cudnn", fe / "nvidia_cudnn_frontend-1.26.0.dist-info")
     fix_turns_green(env, bare_python, "cudnn-fe.csa", gpu_arch="10.0")
 
 
@@ -265,7 +300,10 @@ def test_tvm_ffi_versions(tmp_path, bare_python):
     old = judge_in_run(env, bare_python, "tvm-ffi.version", cp=2)
     assert old["status"] == "warn" and "does not meet what nvidia-cudnn-frontend 1.27.0 declares" in old["summary"]
     assert "apache-tvm-ffi>=0.1.11" in old["summary"] and "NaN" not in old["summary"] + old["details"]
-    assert commands(old) == [TVM_FIX]
+    # 0.1.9 is imported from its `pip install --target` folder on PYTHONPATH: the pin is installed into it.
+    tvm = env.sites["tvm"]
+    assert commands(old) == [reaching(TVM_FIX, tvm)]
+    assert_moved_aside(old, "tvm_ffi", tvm / "apache_tvm_ffi-0.1.9.dist-info")
     fix_turns_green(env, bare_python, "tvm-ffi.version", cp=2)
     # Frontend 1.26.0 declares no bound: 0.1.9 meets it.
     env = Env(tmp_path / "26").wheel("tvm", "apache-tvm-ffi-0.1.9").wheel("fe", "nvidia-cudnn-frontend-1.26.0")
@@ -351,6 +389,7 @@ def test_te_packing_gate_fix_turns_green(tmp_path, bare_python):
     row = judge_in_run(env, bare_python, "te.version", cp=2)
     assert row["status"] == "fail" and row["summary"] == PACKING_FAIL.format("2.8.0")
     assert commands(row) == [PACKING_FIX]
+    assert_entry_dropped(row, "transformer_engine", env.sites["te"])
     fix_turns_green(env, bare_python, "te.version", cp=2)
 
 

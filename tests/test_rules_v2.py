@@ -26,7 +26,7 @@ from dsv4_doctor.render.explain import explain_text
 from dsv4_doctor.testing import StubContext, run_check, static_answer
 from fakes import Env, fake_flash_mla, fake_mbridge, fake_megatron_dev, fake_te, fake_torch, healthy
 from probed import BY_ID, RUN_IDS, fix_script, judge, judge_all, profile
-from test_rules import commands, fix_turns_green, run
+from test_rules import assert_entry_dropped, commands, fix_turns_green, run
 
 EAV = "megatron/core/transformer/experimental_attention_variant/"
 LIBZ = next((p for p in ("/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1",
@@ -210,6 +210,7 @@ def test_te_import_reads_the_library_that_lacks_the_symbol(tmp_path, bare_python
     assert "4. torch 2.15.0 from PyPI: it pins cuda-toolkit==13.2.2, which brings nvidia-cublas 13.4.1.3" in row[
         "details"]
     assert commands(row) == ["pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]==2.12.0'"]
+    assert_entry_dropped(row, "transformer_engine", env.sites["te"])  # --target --no-deps would drop the extras
     provider = row["evidence"]["providers"][0]
     assert provider["exports"] is False and provider["owner"]["distribution"] == "nvidia-cublas"
 
@@ -257,6 +258,7 @@ def test_te_fixes_pick_the_release_the_installed_cublas_loads(tmp_path, bare_pyt
     env.fake("te", fake_te, "2.16.1", dists={"transformer-engine": "2.16.1", "transformer-engine-cu13": "2.14.0"})
     mixed = judge(env, bare_python, "te.version")
     assert commands(mixed)[1] == f"pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]=={te}'"
+    assert_entry_dropped(mixed, "transformer_engine", env.sites["te"])  # --target --no-deps would drop the extras
     # A torch ABI mismatch in TE 2.16.1: rebuilding its extension cannot help where its core cannot load.
     env.fake("te", fake_te, "2.16.1", import_error=TORCH_SYMBOL_ERROR)
     abi = judge(env, bare_python, "te.import")
@@ -363,7 +365,7 @@ def assert_plan_resolves(script: str, env: Env, tmp_path: Path, python: str) -> 
     (pip_only / "pip").symlink_to(Path(pip.__file__).parent)
     path = os.pathsep.join(map(str, [overlay, *env.sites.values(), pip_only]))
     pip_env = dict(os.environ, PYTHONPATH=path, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
-    commands_run = plan_pip_commands(script)
+    commands_run = plan_pip_commands(script, env.sites.values())
     assert commands_run, script
     for n, (options, specs) in enumerate(commands_run):
         report = tmp_path / f"dry-run-{n}.json"
@@ -396,17 +398,27 @@ STACK_EXTRAS = {"nvidia-cudnn-frontend": ("cutedsl",), "nvidia-cutlass-dsl": ("c
                 "cuda-bindings": (), "cuda-core": ()}
 
 
-def plan_pip_commands(script: str) -> list[tuple[list[str], list[str]]]:
-    """Each `pip install` of a fix script as (its options, its requirements), parsed as the shell would."""
+def plan_pip_commands(script: str, entries=()) -> list[tuple[list[str], list[str]]]:
+    """Each `pip install` of a fix script as (its options, its requirements), parsed as the shell would. A step aimed
+    at a `pip install --target` folder (checks/_reach.py: `--upgrade --target ENTRY --no-deps`) must name one of
+    `entries` (the environment's folders on PYTHONPATH); its options are given without `--target ENTRY`: what it
+    installs is laid over the environment, in front of that folder, as the folder's new content would be."""
     out = []
     for line in script.splitlines():
         if not line.startswith('"$PY" '):
             continue
         words = shlex.split(line)
         assert words[:5] == ["$PY", "-I", "-m", "pip", "install"], line
-        options = [w for w in words[5:] if w.startswith("-")]
-        specs = [w for w in words[5:] if not w.startswith("-")]
-        assert set(options) <= {"--no-deps", "--force-reinstall", "--no-build-isolation"}, line  # no option values
+        words = words[5:]
+        if "--target" in words:
+            at = words.index("--target")
+            entry = words[at + 1]
+            assert entry in {str(e) for e in entries}, (line, entries)
+            assert "--upgrade" in words and "--no-deps" in words, line
+            words = words[:at] + words[at + 2:]
+        options = [w for w in words if w.startswith("-")]
+        specs = [w for w in words if not w.startswith("-")]
+        assert set(options) <= {"--no-deps", "--force-reinstall", "--no-build-isolation", "--upgrade"}, line
         assert specs and all(" @ " not in s for s in specs), line  # no VCS builds in the plans this oracle runs
         out.append((options, specs))
     return out
@@ -477,7 +489,9 @@ def test_the_tested_set_plan_is_one_pip_accepts(tmp_path, bare_python):
     env.fake("torch", fake_torch).wheel("tvm", "apache-tvm-ffi-0.1.11")
     env.wheel("typing_extensions", "typing-extensions-4.16.0")
     script = fix_script(env, bare_python, STACK_CHECKS, cp=2, gpu_arch="9.0")
-    assert any("nvidia-cudnn-frontend==1.27.0" in p for p in _pins(script)), script
+    # The job imports 1.26.0 from its `pip install --target` folder on PYTHONPATH: the pin is aimed there.
+    assert f'"$PY" -I -m pip install --upgrade --target {env.sites["fe"]} --force-reinstall --no-deps ' \
+        "nvidia-cudnn-frontend==1.27.0" in _pins(script), script
     assert any("torch-c-dlpack-ext==0.1.5" in p for p in _pins(script)), script
     assert_plan_resolves(script, env, tmp_path, bare_python)
 

@@ -11,7 +11,7 @@ import pytest
 
 from fakes import Env, fake_flash_mla, fake_torch
 from probed import RUN_IDS, fix_script, judge
-from test_rules import commands
+from test_rules import assert_moved_aside, commands
 
 FLASH_MLA_URL = ("flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@"
                  "b7643bd54521f563b839b98289b5cd048c062ba2")
@@ -22,8 +22,14 @@ FLASH_MLA_URL = ("flash_mla @ git+https://github.com/deepseek-ai/FlashMLA.git@"
 def test_the_flash_mla_fix_pins_the_commit_with_the_cuda_13_include_path_and_the_arch(tmp_path, bare_python, arch,
                                                                                       flag):
     env = Env(tmp_path).fake("flash_mla", fake_flash_mla, "main")
-    fix = judge(env, bare_python, "kernels.flash-mla", gpu_arch=arch)["fixes"][0]
-    assert fix["argv"] == [["pip", "install", "--no-build-isolation", "--no-deps", FLASH_MLA_URL]]
+    row = judge(env, bare_python, "kernels.flash-mla", gpu_arch=arch)
+    # The job imports flash_mla from its `pip install --target` folder on PYTHONPATH: the build is installed into it
+    # (pip builds the git URL's wheel, then lays it into the folder), its old dist-info moved aside first.
+    entry = env.sites["flash_mla"]
+    assert_moved_aside(row, "flash_mla", entry / "flash_mla-1.0.0.dist-info")
+    fix = next(f for f in row["fixes"] if (f.get("action") or {}).get("kind") == "install-into-entry")
+    assert fix["argv"] == [["pip", "install", "--upgrade", "--target", str(entry), "--no-build-isolation", "--no-deps",
+                            FLASH_MLA_URL]]
     env_vars = fix["env"][0]
     assert env_vars["CPLUS_INCLUDE_PATH"] == "${CUDA_HOME}/include/cccl"
     words = shlex.split(fix["commands"][0])
@@ -35,7 +41,7 @@ def test_the_flash_mla_fix_pins_the_commit_with_the_cuda_13_include_path_and_the
     plan = fix_script(env, bare_python, ["kernels.flash-mla"], gpu_arch=arch)
     line = next(x for x in plan.splitlines() if "FlashMLA.git" in x)
     assert line.startswith('CPLUS_INCLUDE_PATH="${CUDA_HOME:-/usr/local/cuda}/include/cccl" ')
-    assert '"$PY" -I -m pip install --no-build-isolation --no-deps' in line
+    assert f'"$PY" -I -m pip install --upgrade --target {entry} --no-build-isolation --no-deps' in line
 
 
 V110 = "1cc807efbd6cc001df359822d60bf6052dd66859"  # fast-hadamard-transform tag v1.1.0
@@ -78,7 +84,11 @@ def test_the_torch_fix_uses_the_cuda_index_and_says_when_it_downgrades(tmp_path,
 def test_megatron_bridge_offers_its_pypi_release_with_no_deps(tmp_path, bare_python):
     env = Env(tmp_path).wheel("mbridge", "megatron-bridge-0.3.1").wheel("verl", "verl-0.9.0")
     row = judge(env, bare_python, "mbridge.dsv4")
-    fix = row["fixes"][0]
+    # 0.3.1 is imported from its `pip install --target` folder on PYTHONPATH: the install is aimed there.
+    entry = env.sites["mbridge"]
+    assert_moved_aside(row, "megatron.bridge", entry / "megatron_bridge-0.3.1.dist-info")
+    fix = next(f for f in row["fixes"] if (f.get("action") or {}).get("kind") == "install-into-entry")
+    assert fix["argv"][0][:5] == ["pip", "install", "--upgrade", "--target", str(entry)], fix["argv"]
     assert "No PyPI release" not in row["details"] and "0.5.0 and later ship it" in row["details"]
     assert "no PyPI release" not in fix["description"]
     note = " ".join(fix["notes"])

@@ -9,7 +9,7 @@ import pytest
 
 from fakes import Env, fake_megatron_dev, healthy
 from probed import judge, judge_in_run
-from test_rules import commands, fix_turns_green, run
+from test_rules import assert_moved_aside, commands, fix_turns_green, reaching, run
 
 FE_128_FIX = "pip install --force-reinstall --no-deps nvidia-cudnn-frontend==1.28.0"
 RAISES_103 = ("RuntimeError: CSA compressor requires compute capability (10, 0) (the only validated architecture so "
@@ -44,7 +44,10 @@ def test_cc_10_3_with_the_newer_gate_fails_on_frontend_1_27_with_its_exception_a
     row = csa(env, bare_python, gpu_arch="10.3")
     assert row["status"] == "fail", row
     assert RAISES_103 in row["summary"]
-    assert FE_128_FIX in commands(row)
+    # The job imports 1.27.0 from its `pip install --target` folder on PYTHONPATH: the pin is installed into it.
+    fe = env.sites["fe"]
+    assert reaching(FE_128_FIX, fe) in commands(row)
+    assert_moved_aside(row, "cudnn", fe / "nvidia_cudnn_frontend-1.27.0.dist-info")
     assert "1.28.0 is the first release" in row["details"]
 
 
@@ -67,10 +70,13 @@ def test_frontend_1_26_with_the_cc_not_known_warns_naming_the_gpus(tmp_path, bar
 
 
 def test_frontend_1_27_with_the_cc_not_known_warns_where_its_gate_is_narrower(tmp_path, bare_python):
-    row = csa(healthy(tmp_path).fake("megatron", newer_gate), bare_python)
+    env = healthy(tmp_path).fake("megatron", newer_gate)
+    row = csa(env, bare_python)
     assert row["status"] == "warn", row
     assert "on compute capability 10.3" in row["summary"] and RAISES_103 in row["summary"]
-    assert FE_128_FIX in commands(row)
+    fe = env.sites["fe"]  # 1.27.0 in its `pip install --target` folder on PYTHONPATH: the pin goes there
+    assert reaching(FE_128_FIX, fe) in commands(row)
+    assert_moved_aside(row, "cudnn", fe / "nvidia_cudnn_frontend-1.27.0.dist-info")
     assert csa(healthy(tmp_path), bare_python)["status"] == "pass"  # d48bd6be: 10.0 only, which 1.27.0 accepts
 
 
@@ -90,11 +96,13 @@ def test_with_the_cc_not_known_the_fix_pins_a_frontend_every_gpu_the_installed_g
     env = healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0").drop("tvm").fake("megatron", newer_gate)
     row = csa(env, bare_python)
     assert row["status"] == "warn", row
-    assert FE_128_FIX in commands(row) and FE_128_FIX.replace("1.28.0", "1.27.0") not in commands(row)
+    fe = env.sites["fe"]  # 1.26.0 in its `pip install --target` folder on PYTHONPATH: the pin goes there
+    assert reaching(FE_128_FIX, fe) in commands(row)
+    assert not any("nvidia-cudnn-frontend==1.27.0" in c for c in commands(row)), commands(row)
+    assert_moved_aside(row, "cudnn", fe / "nvidia_cudnn_frontend-1.26.0.dist-info")
     fix_turns_green(env, bare_python, "cudnn-fe.csa")
-    assert FE_128_FIX in commands(judge_in_run(healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0")
-                                               .drop("tvm").fake("megatron", newer_gate), bare_python,
-                                               "deps.consistency"))
+    env = healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0").drop("tvm").fake("megatron", newer_gate)
+    assert reaching(FE_128_FIX, env.sites["fe"]) in commands(judge_in_run(env, bare_python, "deps.consistency"))
 
 
 def test_gpu_arch_does_not_state_d48bd6bes_cp_rule_as_every_megatrons(tmp_path, bare_python):
