@@ -195,9 +195,12 @@ def _aimed(fix: Fix, commands: list[Command], reached: list[tuple[str, str, str]
     where = "; ".join(f"{d} into {e} ({static.copy(m)['why']})" for m, d, e in reached)
     action = dict(fix.action) or {"kind": "install-into-entry", "module": module, "distribution": dist, "entry": entry,
                                   "index": str(copy["pythonpath_index"] or ""), "variable": "PYTHONPATH"}
+    # A note's other pip route (Megatron-Bridge's PyPI release) would land behind that folder just the same.
+    notes = [n + f" (to reach the copy the job imports, aim it at the same folder: --upgrade --target {entry})"
+             if "pip install" in n else n for n in fix.notes]
     return Fix(f"{fix.description} (aimed at the `pip install --target` folder the job imports it from: {where})",
                commands, key=f"{fix.key}:into:{'+'.join(e for _, _, e in reached)}", phase=fix.phase,
-               manual=fix.manual, notes=fix.notes, action=action, installer=fix.installer)
+               manual=fix.manual, notes=notes, action=action, installer=fix.installer)
 
 
 def clearing(static: StaticFacts, module: str, dist: str | None = None) -> Fix | None:

@@ -93,6 +93,8 @@ def test_megatron_bridge_offers_its_pypi_release_with_no_deps(tmp_path, bare_pyt
     assert "no PyPI release" not in fix["description"]
     note = " ".join(fix["notes"])
     assert "pip install --no-deps megatron-bridge==0.6.2" in note and "megatron-core[dev,mlm]" in note
+    # The note's PyPI route would land behind the folder as well: it says how to aim it there.
+    assert f"aim it at the same folder: --upgrade --target {entry}" in note
 
 
 def test_step_comments_wrap_at_word_boundaries(tmp_path, bare_python):
