@@ -9,6 +9,7 @@ whatever probes it started, and frees its slot.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -93,6 +94,13 @@ class PluginHosts:
                 self._release(host)
         finally:
             host.ready.set()
+        if host.helper is not None:
+            # The slot is free as soon as the host has exited, not when the caller gets round to this host: the
+            # caller waits for the hosts in their order, and a host that got its slot first would otherwise keep it
+            # while an earlier one waits for a slot (with one slot: every other host until the deadline).
+            with contextlib.suppress(Exception):
+                host.helper.proc.wait()
+            self._release(host)
 
     def _release(self, host: Host) -> None:
         with host.lock:

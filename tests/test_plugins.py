@@ -249,7 +249,33 @@ def _wait_for(predicate, what: str, limit_s: float = 120.0) -> None:
         time.sleep(0.01)
 
 
-def _describe(site, monkeypatch, tmp_path, slots, timeout: float = 300.0, taken: int = 0, hold_together: int = 0):
+class _FirstToThe:
+    """A probe-slot semaphore whose first slot goes to the named plugin's host: the others' acquire attempts fail
+    until that host has taken one (the order the hosts' threads happen to reach the pool, made fixed)."""
+
+    def __init__(self, slots: int, first: str):
+        import threading
+
+        self.inner, self.first, self.went = threading.BoundedSemaphore(slots), first, threading.Event()
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        import threading
+
+        mine = threading.current_thread().name.endswith(self.first)
+        if not mine and not self.went.is_set():
+            time.sleep(min(timeout or 0.05, 0.05))
+            return False
+        got = self.inner.acquire(blocking, timeout)
+        if got and mine:
+            self.went.set()
+        return got
+
+    def release(self) -> None:
+        self.inner.release()
+
+
+def _describe(site, monkeypatch, tmp_path, slots, timeout: float = 300.0, taken: int = 0, hold_together: int = 0,
+              first: str | None = None):
     """Every plugin of `site` described by a session's PluginHosts (in a thread of this process) with `slots` probe
     slots, of which `taken` are held by others; (the most hosts whose plugin was importing at one time, the
     PluginInfos). A host stays in its import until the test releases it: one at a time, each once it has started
@@ -266,7 +292,7 @@ def _describe(site, monkeypatch, tmp_path, slots, timeout: float = 300.0, taken:
     monkeypatch.setenv("PYTHONPATH", str(site.root))
     monkeypatch.setenv("DSV4_TEST_SPANS", str(spans))
     monkeypatch.setattr(plugin_hosts, "DESCRIBE_BUDGET_S", timeout)  # the test's events pace it, not a budget
-    semaphore = threading.BoundedSemaphore(slots)
+    semaphore = _FirstToThe(slots, first) if first else threading.BoundedSemaphore(slots)
     for _ in range(taken):
         semaphore.acquire()
     procs = Processes()
@@ -305,6 +331,15 @@ def test_plugin_hosts_start_within_the_probe_concurrency_limit(site, monkeypatch
     assert most == 1 and [(p.loaded, p.checks, p.error) for p in plugins] == [(True, 1, None)] * 3
     most, _ = _describe(site, monkeypatch, tmp_path, slots=3, hold_together=3)
     assert most == 3  # the same plugins overlap when the limit allows it: the limit is what kept them apart
+
+
+def test_a_host_that_took_its_slot_out_of_order_frees_it_when_it_exits(site, monkeypatch, tmp_path):
+    """The last host gets the only slot first: once it has exited, the first (whose end the doctor waits for
+    first) must get that slot, not wait for it until the describe deadline."""
+    for name in ("slowa", "slowb", "slowc"):
+        plugin(site, name, f"{name}_checks", SPANNING.replace("{name}", name))
+    most, plugins = _describe(site, monkeypatch, tmp_path, slots=1, timeout=60.0, first="slowc")
+    assert most == 1 and [(p.loaded, p.checks, p.error) for p in plugins] == [(True, 1, None)] * 3
 
 
 def test_a_plugin_host_that_gets_no_slot_in_time_says_so(site, monkeypatch, tmp_path):
