@@ -8,25 +8,20 @@ container's fresh /tmp loses, and its module hash includes every `CUTE_DSL_*` se
 fixed directory for both, in the user's cache home, created and checked here:
 
 - opened, not looked up (`open_verified`): from "/", one component at a time with openat and O_NOFOLLOW, each
-  opened descriptor checked, missing folders made with mode 0700. Refused (no cache, a note) when the directory is a
-  symlink, not a directory, not owned by this user, or writable by group or others (another user could plant a
-  kernel), or when any folder above it is owned by someone other than this user or root (as root: root only) or is
-  writable by others without the sticky bit (a chosen directory in /tmp is fine): nobody else can then rename or
-  replace any part of the chain after the check. A symlink above it is followed only from a checked folder, and
-  its target is checked the same way. The AOT kernel cache uses the same rules (`open_verified`, `VerifiedDir`);
+  opened descriptor checked, missing folders made 0700. Refused (no cache, a note) when the directory is a symlink,
+  not a directory, not this user's, or writable by group or others, or when a folder above it is owned by anyone
+  but this user or root (as root: root only) or writable by others without the sticky bit: nobody else can rename
+  or replace the chain after the check. A symlink above it is followed only from a checked folder, its target
+  checked the same way. The AOT kernel cache uses the same rules (`open_verified`, `VerifiedDir`);
 - loaded through the opened descriptor: held as descriptor PROBE_FD (211) and handed to each probe (pass_fds),
-  whose CuTe DSL folder is then `/proc/self/fd/211`: the checked directory whatever is renamed later, and the same
-  string on every run (the DSL hashes it into its keys). Details and limits: docs/security.md, "The kernel cache";
-- bounded: when its files exceed the size limit, the oldest are removed first (another rank may prune at the same
-  time; a file already gone is fine);
+  whose CuTe DSL folder is then `/proc/self/fd/211`: the checked directory whatever is renamed later, the same
+  string on every run (the DSL hashes it into its keys). docs/security.md, "The kernel cache";
+- bounded (the oldest files removed first past the size limit; another rank may prune at the same time);
 - off with `DSV4_DOCTOR_KERNEL_CACHE=off` (or `--no-kernel-cache`); a path there chooses the directory; a
   `CUTE_DSL_CACHE_DIR` the user set is used as it is and never pruned.
 
 A cached kernel only skips the compile: every sub-run still calls it and compares its numbers with the reference.
-
-What it cannot do: serve a kernel compiled with `cute.compile` (every CuTe DSL kernel of this stack); the
-probes' evidence says so per kernel. Why, read in the published wheels: docs/smoke.md ("Why `cute.compile`
-kernels are never cached").
+It cannot serve a kernel compiled with `cute.compile` (every CuTe DSL kernel of this stack): docs/smoke.md.
 """
 
 from __future__ import annotations
@@ -60,15 +55,25 @@ class KernelCache:
     env: dict[str, str] = field(default_factory=dict)  # what the probes' environment gets
     fd: int | None = None  # PROBE_FD while the doctor holds the checked directory open for its probes
     path_env: dict[str, str] | None = None  # `env` by path: for a child that does not get the descriptor
+    held_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the directory held at `fd`
+
+    def holds(self) -> bool:
+        """Whether `fd` still is this decision's directory in this process (a later prepare or a test may have
+        closed or replaced it): only then does a probe get the descriptor, else the path."""
+        try:
+            st = os.fstat(self.fd) if self.fd is not None and _HELD == self.fd else None
+        except OSError:
+            return False
+        return st is not None and (st.st_dev, st.st_ino) == self.held_id
 
     def env_for(self, with_fd: bool) -> dict[str, str]:
         """What a child's environment gets: `env` for one started with `pass_fds`, else the path itself."""
-        return dict(self.env if with_fd or self.path_env is None else self.path_env)
+        return dict(self.env if (with_fd and self.holds()) or self.path_env is None else self.path_env)
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
         """The descriptor a probe must get (Popen pass_fds) for `env` to name the checked directory."""
-        return (self.fd,) if self.fd is not None else ()
+        return (self.fd,) if self.fd is not None and self.holds() else ()
 
     def evidence(self) -> dict:
         return {"directory": self.directory, "source": self.source, "note": self.note, "size_bytes": self.size_bytes,
@@ -319,7 +324,8 @@ def _prepare(environ) -> KernelCache:
     if not environ.get("CUTE_DSL_DUMP_DIR"):
         env["CUTE_DSL_DUMP_DIR"] = where  # part of the DSL's module hash: fixed, so the cwd does not matter
         by_path["CUTE_DSL_DUMP_DIR"] = str(path)
-    return KernelCache(str(path), "doctor", note, size, count, removed, env, held, by_path)
+    ident = (lambda st: (st.st_dev, st.st_ino))(os.fstat(held)) if held is not None else None
+    return KernelCache(str(path), "doctor", note, size, count, removed, env, held, by_path, ident)
 
 
 _HELD: int | None = None  # PROBE_FD, while this process holds a checked cache directory there
@@ -368,10 +374,10 @@ _LOCK = threading.Lock()  # probes start from several threads: one decision, one
 
 
 def for_run() -> KernelCache:
-    """This process's decision, made once (the probes of one run share it)."""
+    """This process's decision, made once (the probes of one run share it); again if its descriptor was let go."""
     global _RUN
     with _LOCK:
-        if _RUN is None:
+        if _RUN is None or (_RUN.fd is not None and not _RUN.holds()):
             _RUN = KernelCache(None, "off", f"{_OFF_BY}: the probes get the CuTe DSL's own default") if _OFF_BY \
                 else prepare()
         return _RUN

@@ -516,3 +516,34 @@ def test_as_a_user_who_is_not_root_the_probe_loads_through_the_checked_folder_af
     assert got["out"] == ["checked", str(xdg / "taken" / "cute-dsl")], got
     assert got["planted"] == ["cute_dsl_planted.mlir"]
     assert (xdg / "taken" / "cute-dsl" / "cute_dsl_probe.mlir").read_text() == "probe\n"
+
+
+def test_a_decision_whose_descriptor_was_let_go_still_starts_every_probe(tmp_path, monkeypatch):
+    """release() (or anything else closing descriptor 211) after the run's decision: the next probe must not be
+    started with a descriptor this process no longer holds (Popen's pass_fds: EBADF, every probe "could not start");
+    the decision is made again, and a decision that cannot hold it gives the path."""
+    from dsv4_doctor.probes import Probe, run_probe
+    from dsv4_doctor.procs import Processes
+
+    for name in ("CUTE_DSL_CACHE_DIR", "CUTE_DSL_DUMP_DIR", kernelcache.ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    script = tmp_path / "echo_cache.py"
+    script.write_text("import json, os, sys\nfolder = os.environ.get('CUTE_DSL_CACHE_DIR') or '/nonexistent'\n"
+                      "open(sys.argv[1], 'w').write(json.dumps({'cache': folder, 'seen': os.path.isdir(folder)}))\n")
+    probe = Probe.python("cache-echo", str(script), {}, timeout_s=60)
+    kernelcache.reset()
+    procs = Processes()
+    try:
+        first = kernelcache.for_run()
+        assert first.pass_fds == (kernelcache.PROBE_FD,)
+        kernelcache.release()  # the descriptor is let go; the decision object lives on
+        assert not first.holds() and first.pass_fds == ()
+        assert "/proc/self" not in first.env_for(True)["CUTE_DSL_CACHE_DIR"]
+        result = run_probe(probe, sys.executable, 60, procs)
+        assert result.ok, (result.error, result.stderr_tail)
+        assert result.data["seen"] is True, result.data  # a directory the probe could open, by fd or by path
+        assert kernelcache.for_run().holds()  # made again: the descriptor is held once more
+    finally:
+        procs.close()
+        kernelcache.reset()
