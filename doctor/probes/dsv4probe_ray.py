@@ -108,7 +108,12 @@ def node_check(argv, limit, timeout_s, expected=None, static_request=None, ship_
     out["exit_code"] = done.returncode
     out["size"] = len(report)
     out["report"] = report if len(report) <= limit else b""
-    out["stderr"] = done.stderr[-2000:].decode("utf-8", "replace")
+    # The tail from a line's start (a line cut in half could be the end of a secret whose start redaction needs);
+    # inline, since this function runs on the node, where the probes' own modules may not be importable.
+    tail = done.stderr[-2000:]
+    if len(done.stderr) > 2000:
+        tail = tail[tail.find(b"\n") + 1:] if b"\n" in tail else b""
+    out["stderr"] = tail.decode("utf-8", "replace")
     return out
 
 
