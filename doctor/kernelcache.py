@@ -34,6 +34,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cachedir import Refused, VerifiedDir, open_verified  # the directory rules (cachedir owns them)
+
 ENV = "DSV4_DOCTOR_KERNEL_CACHE"
 SIZE_ENV = "DSV4_DOCTOR_KERNEL_CACHE_MIB"
 DEFAULT_LIMIT_MIB = 1024
@@ -42,6 +44,14 @@ MAX_FILES_SCANNED = 20000
 OFF = frozenset({"0", "off", "no", "false", "none", "disable", "disabled"})
 PROBE_FD = 211  # the checked directory's descriptor in the doctor and in every probe (a fixed number: a stable path)
 PROBE_PATH = f"/proc/self/fd/{PROBE_FD}"
+# The image-wide AOT kernel cache (`dsv4-doctor warm` at image build time): root's, read-only for everyone else.
+IMAGE_ENV = "DSV4_DOCTOR_KERNEL_IMAGE_CACHE"
+DEFAULT_IMAGE_DIR = "/usr/local/share/dsv4-doctor/kernels"
+IMAGE_FD = 212
+IMAGE_PATH = f"/proc/self/fd/{IMAGE_FD}"
+# What a probe's AOT kernel store (checks/smoke/dsv4probe_kernelstore.py) reads: the per-user store (read and
+# written) and the image-wide one (read only), each as /proc/self/fd/N or a path.
+AOT_ENV, AOT_IMAGE_ENV = "DSV4_DOCTOR_AOT_CACHE", "DSV4_DOCTOR_AOT_IMAGE"
 
 
 @dataclass
@@ -56,173 +66,45 @@ class KernelCache:
     fd: int | None = None  # PROBE_FD while the doctor holds the checked directory open for its probes
     path_env: dict[str, str] | None = None  # `env` by path: for a child that does not get the descriptor
     held_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the directory held at `fd`
+    image: str | None = None  # the image-wide AOT cache, when there is a safe one
+    image_note: str = ""
+    image_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the image cache held at IMAGE_FD
 
-    def holds(self) -> bool:
-        """Whether `fd` still is this decision's directory in this process (a later prepare or a test may have
-        closed or replaced it): only then does a probe get the descriptor, else the path."""
+    def holds(self, fd: int | None = None) -> bool:
+        """Whether `fd` (default: the per-user cache's) still is this decision's directory in this process (a later
+        prepare or a test may have closed or replaced it): only then does a probe get the descriptor."""
+        fd, ident = (self.fd, self.held_id) if fd is None else (IMAGE_FD, self.image_id)
         try:
-            st = os.fstat(self.fd) if self.fd is not None and _HELD == self.fd else None
+            st = os.fstat(fd) if fd is not None and _HELD.get(fd) == fd else None
         except OSError:
             return False
-        return st is not None and (st.st_dev, st.st_ino) == self.held_id
+        return st is not None and (st.st_dev, st.st_ino) == ident
 
     def env_for(self, with_fd: bool) -> dict[str, str]:
-        """What a child's environment gets: `env` for one started with `pass_fds`, else the path itself."""
-        return dict(self.env if (with_fd and self.holds()) or self.path_env is None else self.path_env)
+        """What a child's environment gets: `env` for one started with `pass_fds`, else the path itself (and no
+        image cache, which is only ever read through its checked descriptor)."""
+        env = dict(self.env if (with_fd and self.holds()) or self.path_env is None else self.path_env)
+        if with_fd and self.image_id is not None and self.holds(IMAGE_FD):
+            env[AOT_IMAGE_ENV] = IMAGE_PATH
+        return env
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
-        """The descriptor a probe must get (Popen pass_fds) for `env` to name the checked directory."""
-        return (self.fd,) if self.fd is not None and self.holds() else ()
+        """The descriptors a probe must get (Popen pass_fds) for `env` to name the checked directories."""
+        return tuple(fd for fd, held in ((self.fd, self.fd is not None and self.holds()),
+                                         (IMAGE_FD, self.image_id is not None and self.holds(IMAGE_FD))) if held)
 
     def evidence(self) -> dict:
         return {"directory": self.directory, "source": self.source, "note": self.note, "size_bytes": self.size_bytes,
                 "files": self.files, "pruned_files": self.pruned_files,
-                "probes_open_it_as": self.env.get("CUTE_DSL_CACHE_DIR") if self.source == "doctor" else None}
+                "probes_open_it_as": self.env.get("CUTE_DSL_CACHE_DIR") if self.source == "doctor" else None,
+                "image_cache": self.image, "image_cache_note": self.image_note}
 
 
 def default_directory(environ) -> Path:
     base = environ.get("XDG_CACHE_HOME") or ""
     root = Path(base) if base and os.path.isabs(base) else Path.home() / ".cache"
     return root / "dsv4-doctor" / "cute-dsl"
-
-
-class Refused(Exception):
-    """A directory that is no safe cache: why, in words."""
-
-
-_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-MAX_LINKS = 40  # symbolic links followed on one walk (the kernel's own bound)
-
-
-@dataclass
-class VerifiedDir:
-    """A directory opened from "/" one component at a time (openat, O_NOFOLLOW), each opened descriptor checked:
-    every folder on the way is this user's or root's (as root: root's only) and writable by nobody else unless
-    sticky (then nobody else can rename what is in it), and the directory itself is this user's, 0700-like
-    (writable by nobody else). So nobody but this user and root can swap any part of the chain later, and the path
-    keeps naming what was checked. `fd` stays open until `close`; `child` opens a file in it the same way."""
-
-    path: str  # as given (absolute, no symlink at its end)
-    fd: int
-
-    @property
-    def fd_path(self) -> str:
-        """A path that names the opened directory itself, whatever is renamed later (for this process); the path as
-        given where there is no /proc."""
-        return f"/proc/self/fd/{self.fd}" if os.path.isdir("/proc/self/fd") else self.path
-
-    def child(self, name: str, limit: int = 1 << 30) -> bytes:
-        """The bytes of the regular file `name` in the directory, opened through its descriptor (O_NOFOLLOW) and
-        checked on the opened file: this user's or root's, writable by nobody else. Raises Refused."""
-        if not name or "/" in name or name in (".", ".."):
-            raise Refused(f"{name!r} is not a file name")
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-        try:
-            fd = os.open(name, flags, dir_fd=self.fd)
-        except OSError as exc:
-            raise Refused(f"cannot open {name}: {exc.strerror or exc}") from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise Refused(f"{name} is not a regular file")
-            why = _owner_rule(st, f"{self.path}/{name}", own=False, shared_ok=False)
-            if why:
-                raise Refused(why)
-            return os.read(fd, limit) if st.st_size <= limit else b""
-        finally:
-            os.close(fd)
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-            self.fd = -1
-
-
-def _owners() -> tuple[int, ...]:
-    uid = os.geteuid()
-    return (0,) if uid == 0 else (uid, 0)
-
-
-def _owner_rule(st: os.stat_result, shown: str, own: bool, shared_ok: bool) -> str | None:
-    """Why a checked descriptor's directory or file is not safe (None when it is)."""
-    uid = os.geteuid()
-    owners = (uid,) if own else _owners()
-    if st.st_uid not in owners:
-        who = "this user" if own else ("root (a cache root uses must be root's)" if uid == 0 else
-                                        "this user or root")
-        return f"{shown} is owned by uid {st.st_uid}, not {who} ({uid})"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (shared_ok and st.st_mode & stat.S_ISVTX):
-        return f"{shown} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
-
-
-def open_verified(path: str | Path, create: bool = False) -> VerifiedDir:
-    """The directory `path` (absolute), opened and checked as VerifiedDir says; with `create`, missing components
-    are made (mode 0700) on the way. Raises Refused (why), never another error."""
-    text = os.fspath(path)
-    if not os.path.isabs(text):
-        raise Refused(f"{text} is not an absolute path")
-    chain: list[tuple[int, str]] = []
-    try:
-        root = os.open("/", _DIR_FLAGS)
-        chain.append((root, "/"))
-        why = _owner_rule(os.fstat(root), "/", own=False, shared_ok=True)
-        if why:
-            raise Refused(why)
-        pending = [c for c in reversed(text.split("/")) if c and c != "."]
-        links = 0
-        while pending:
-            name = pending.pop()
-            last = not pending
-            if name == "..":
-                if len(chain) > 1:
-                    os.close(chain.pop()[0])
-                continue
-            here, shown = chain[-1]
-            shown = os.path.join(shown, name)
-            try:
-                fd = os.open(name, _DIR_FLAGS, dir_fd=here)
-            except FileNotFoundError:
-                if not create:
-                    raise Refused(f"{shown} does not exist") from None
-                with contextlib.suppress(FileExistsError):  # another rank made it first: checked below
-                    os.mkdir(name, 0o700, dir_fd=here)
-                try:
-                    fd = os.open(name, _DIR_FLAGS, dir_fd=here)
-                except OSError as exc:
-                    raise Refused(f"cannot open {shown}: {exc.strerror or exc}") from None
-            except OSError as exc:  # ELOOP / ENOTDIR: a symbolic link, or no directory
-                try:
-                    lst = os.stat(name, dir_fd=here, follow_symlinks=False)
-                except OSError:
-                    raise Refused(f"cannot open {shown}: {exc.strerror or exc}") from None
-                if not stat.S_ISLNK(lst.st_mode):
-                    raise Refused(f"{shown} is not a directory") from None
-                links += 1
-                if last or links > MAX_LINKS:
-                    raise Refused(f"{shown} is a symlink") from None
-                # The link is in a folder already checked (nobody else can replace it): its target is walked and
-                # checked as the rest.
-                target = os.readlink(name, dir_fd=here)
-                if target.startswith("/"):
-                    while len(chain) > 1:
-                        os.close(chain.pop()[0])
-                pending.extend(c for c in reversed(target.split("/")) if c and c != ".")
-                continue
-            chain.append((fd, shown))
-            why = _owner_rule(os.fstat(fd), shown, own=last, shared_ok=not last)
-            if why:
-                raise Refused(why)
-        fd, _ = chain.pop()
-        return VerifiedDir(text, fd)
-    except OSError as exc:
-        raise Refused(f"cannot open {text}: {exc.strerror or exc}") from None
-    finally:
-        for fd, _ in chain:
-            with contextlib.suppress(OSError):
-                os.close(fd)
 
 
 def ensure_directory(path: Path) -> str | None:
@@ -298,11 +180,39 @@ def prepare(environ=None) -> KernelCache:
 
 
 def _prepare(environ) -> KernelCache:
-    if environ.get("CUTE_DSL_CACHE_DIR"):
-        return KernelCache(environ["CUTE_DSL_CACHE_DIR"], "user", "CUTE_DSL_CACHE_DIR is set: used as it is")
     setting = (environ.get(ENV) or "").strip()
     if setting.lower() in OFF:
         return KernelCache(None, "off", f"{ENV}={setting}: the probes get the CuTe DSL's own default")
+    cache = _user_cache(environ, setting)
+    cache.image, cache.image_note, cache.image_id = _image_cache(environ)
+    return cache
+
+
+def _image_cache(environ) -> tuple[str | None, str, tuple[int, int] | None]:
+    """The image-wide AOT cache (`dsv4-doctor warm`), held as IMAGE_FD: (path, note, identity), or no cache."""
+    setting = (environ.get(IMAGE_ENV) or "").strip()
+    if setting.lower() in OFF:
+        return None, f"{IMAGE_ENV}={setting}: no image-wide kernel cache", None
+    path = setting if os.path.isabs(setting) else DEFAULT_IMAGE_DIR
+    if not os.path.lexists(path):
+        return None, f"no image-wide kernel cache ({path} does not exist; `dsv4-doctor warm` makes it)", None
+    try:
+        verified = open_verified(path, root_only=True)
+    except Refused as exc:
+        return None, f"image-wide kernel cache refused: {exc}", None
+    try:
+        held, why = _hold(verified, IMAGE_FD)
+    finally:
+        verified.close()
+    if held is None:
+        return None, f"image-wide kernel cache not used: {why}", None
+    st = os.fstat(held)
+    return path, "", (st.st_dev, st.st_ino)
+
+
+def _user_cache(environ, setting: str) -> KernelCache:
+    if environ.get("CUTE_DSL_CACHE_DIR"):
+        return KernelCache(environ["CUTE_DSL_CACHE_DIR"], "user", "CUTE_DSL_CACHE_DIR is set: used as it is")
     path = Path(setting) if setting and os.path.isabs(setting) else default_directory(environ)
     try:
         verified = open_verified(path, create=True)
@@ -311,7 +221,7 @@ def _prepare(environ) -> KernelCache:
     try:
         # Pruned through the opened descriptor (/proc/self/fd/N names the directory that was checked).
         size, count, removed = prune(Path(verified.fd_path), _limit_mib(environ) << 20)
-        held, why = _hold(verified)
+        held, why = _hold(verified, PROBE_FD)
     finally:
         verified.close()
     # The probes get the opened directory as descriptor PROBE_FD and /proc/self/fd/PROBE_FD as its path: the same
@@ -320,7 +230,7 @@ def _prepare(environ) -> KernelCache:
     # user or root (open_verified), but it is looked up again by each probe.
     where = PROBE_PATH if held is not None else str(path)
     note = "" if held is not None else f"the probes get the path, not the checked descriptor: {why}"
-    env, by_path = {"CUTE_DSL_CACHE_DIR": where}, {"CUTE_DSL_CACHE_DIR": str(path)}
+    env, by_path = {"CUTE_DSL_CACHE_DIR": where, AOT_ENV: where}, {"CUTE_DSL_CACHE_DIR": str(path), AOT_ENV: str(path)}
     if not environ.get("CUTE_DSL_DUMP_DIR"):
         env["CUTE_DSL_DUMP_DIR"] = where  # part of the DSL's module hash: fixed, so the cwd does not matter
         by_path["CUTE_DSL_DUMP_DIR"] = str(path)
@@ -328,42 +238,41 @@ def _prepare(environ) -> KernelCache:
     return KernelCache(str(path), "doctor", note, size, count, removed, env, held, by_path, ident)
 
 
-_HELD: int | None = None  # PROBE_FD, while this process holds a checked cache directory there
+_HELD: dict[int, int] = {}  # PROBE_FD / IMAGE_FD -> itself, while this process holds a checked directory there
 
 
-def _hold(verified: VerifiedDir) -> tuple[int | None, str]:
-    """The checked directory as descriptor PROBE_FD of this process (close-on-exec: only pass_fds hands it on),
+def _hold(verified: VerifiedDir, number: int) -> tuple[int | None, str]:
+    """The checked directory as descriptor `number` of this process (close-on-exec: only pass_fds hands it on),
     or None and why not. Never takes a descriptor this process uses for something else."""
-    global _HELD
     if not os.path.isdir("/proc/self/fd"):
         return None, "this system has no /proc/self/fd"
     try:
-        if _HELD == PROBE_FD:  # an earlier decision's (tests, a second prepare): ours to replace
-            os.dup2(verified.fd, PROBE_FD, inheritable=False)
-            fd = PROBE_FD
+        if _HELD.get(number) == number:  # an earlier decision's (tests, a second prepare): ours to replace
+            os.dup2(verified.fd, number, inheritable=False)
+            fd = number
         else:
-            fd = fcntl.fcntl(verified.fd, fcntl.F_DUPFD_CLOEXEC, PROBE_FD)  # the lowest free number >= PROBE_FD
-            if fd != PROBE_FD:
+            fd = fcntl.fcntl(verified.fd, fcntl.F_DUPFD_CLOEXEC, number)  # the lowest free number >= number
+            if fd != number:
                 os.close(fd)
-                return None, f"descriptor {PROBE_FD} is in use"
-        _HELD = fd
-        opened, named = os.fstat(fd), os.stat(PROBE_PATH)
+                return None, f"descriptor {number} is in use"
+        _HELD[number] = fd
+        opened, named = os.fstat(fd), os.stat(f"/proc/self/fd/{number}")
         if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):
-            release()
-            return None, f"{PROBE_PATH} does not name the opened directory"
+            release(number)
+            return None, f"/proc/self/fd/{number} does not name the opened directory"
     except OSError as exc:
-        release()
+        release(number)
         return None, f"cannot hold the directory open: {exc.strerror or exc}"
     return fd, ""
 
 
-def release() -> None:
-    """Close the descriptor held for the probes (a later `prepare` opens and checks the directory again)."""
-    global _HELD
-    if _HELD is not None:
-        with contextlib.suppress(OSError):
-            os.close(_HELD)
-        _HELD = None
+def release(number: int | None = None) -> None:
+    """Close the descriptors held for the probes (a later `prepare` opens and checks the directory again)."""
+    for held in [number] if number is not None else list(_HELD):
+        fd = _HELD.pop(held, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 _RUN: KernelCache | None = None

@@ -26,7 +26,8 @@ def test_a_per_user_0700_directory_is_made_and_fixes_the_dsls_dump_dir(tmp_path)
     path = tmp_path / "xdg" / "dsv4-doctor" / "cute-dsl"
     assert cache.source == "doctor" and cache.directory == str(path)
     # The probes get the checked folder as the doctor's descriptor (a stable path: the DSL hashes it into its keys).
-    assert cache.env == {"CUTE_DSL_CACHE_DIR": kernelcache.PROBE_PATH, "CUTE_DSL_DUMP_DIR": kernelcache.PROBE_PATH}
+    assert cache.env == {"CUTE_DSL_CACHE_DIR": kernelcache.PROBE_PATH, "CUTE_DSL_DUMP_DIR": kernelcache.PROBE_PATH,
+                         kernelcache.AOT_ENV: kernelcache.PROBE_PATH}
     assert os.path.samefile(kernelcache.PROBE_PATH, path)
     for p in (path, path.parent):
         assert (p.stat().st_mode & 0o777) == 0o700

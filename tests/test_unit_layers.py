@@ -13,7 +13,7 @@ DOCTOR = Path(__file__).resolve().parent.parent / "doctor"
 # fails the test, so a new one is placed on purpose.
 LAYERS: list[tuple[str, set[str]]] = [
     ("base", {"doctor", "fix", "fixmet", "model", "redact", "validtext", "kernelcache", "facts", "versions",
-              "located", "procs", "signals", "safeio"}),
+              "located", "procs", "signals", "safeio", "cachedir"}),
     ("job", {"job", "jobpath"}),
     ("probes", {"probes"}),
     ("engine", {"registry", "runner", "api", "testing", "report"}),

@@ -40,7 +40,7 @@ from dsv4probe_common import cut_text, error_info, load_module, serve, stage
 import time
 
 for _part in ("dsv4probe_device", "dsv4probe_kernels_base", "dsv4probe_kernels_ran", "dsv4probe_kernels_cudnn",
-              "dsv4probe_kernels_layout", "dsv4probe_kernels_flashmla"):
+              "dsv4probe_kernels_layout", "dsv4probe_kernels_flashmla", "dsv4probe_kernelstore"):
     load_module(_part, HERE)
 # The parts just loaded by path, read from sys.modules (never looked up on sys.path):
 from dsv4probe_device import cuda_available, peak_memory_mib, select
@@ -48,7 +48,8 @@ from dsv4probe_kernels_base import Skip
 from dsv4probe_kernels_cudnn import run_csa, run_dsa
 from dsv4probe_kernels_flashmla import run_flashmla
 from dsv4probe_kernels_layout import INDEX_MODES, run_layout, run_layout_part
-from dsv4probe_kernels_ran import _cache_files, kernels_ran, watch_cute_dsl_cache
+from dsv4probe_kernels_ran import CACHE_EVENTS, _cache_files, kernels_ran, watch_cute_dsl_cache
+import dsv4probe_kernelstore as kernelstore
 
 
 def _needs_cuda(exc):
@@ -92,11 +93,13 @@ def answer(request):
     cache_dir = os.environ.get("CUTE_DSL_CACHE_DIR")
     files_before = _cache_files(cache_dir) if cache_dir else None
     watch_cute_dsl_cache()
+    store_note = kernelstore.install(kernelstore.arch_of(torch, device), events=CACHE_EVENTS)
     stage("%s: loading %s" % (name, package))
     try:
         status, summary, evidence = fn(torch, device, request)
         if isinstance(evidence, dict):
             evidence["kernels_ran"] = ran = kernels_ran(cache_dir, files_before)
+            evidence["aot_kernel_store"] = dict(kernelstore.summary(), note=store_note)
             for mode, part in (evidence.get("index_mode_processes") or {}).items():
                 ran["kernels"].extend(dict(k, process="its own (%s)" % mode) for k in part.get("kernels_ran") or [])
         out.update(status=status, summary=summary, evidence=evidence)

@@ -19,7 +19,9 @@ from dsv4probe_device import sync
 
 
 CALLS = []  # (kernel name, seconds, CuTe DSL file-cache events during the call)
-CACHE_EVENTS = []  # ("load-hit" | "load-miss" | "write" | "compile" | "compile-no-cache", module hash prefix)
+# ("load-hit" | "load-miss" | "write" | "compile" | "compile-no-cache", module hash prefix), and the doctor's AOT
+# kernel store's ("aot-served" | "aot-stored" | "aot-compiled" | "aot-uncached", entry prefix)
+CACHE_EVENTS = []
 
 
 def _kernel_name(fn):
@@ -157,7 +159,14 @@ def kernels_ran(cache_dir, files_before):
             writes = sum(1 for e in events if e[0] == "write")
             bypassed = sum(1 for e in events if e[0] == "compile-no-cache")
             lookups = sum(1 for e in events if e[0] in ("load-hit", "load-miss"))
-            cache = ("not a CuTe DSL compile (no DSL compile or cache lookup)" if not events else
+            served = sum(1 for e in events if e[0] == "aot-served")
+            stored = sum(1 for e in events if e[0] == "aot-stored")
+            aot = [e[0] for e in events if e[0].startswith("aot-")]
+            cache = ("from the doctor's AOT kernel store (%d kernel(s) loaded, none compiled)" % served
+                     if served and not bypassed and not writes else
+                     "compiled: %d by cute.compile, %d of them stored in the doctor's AOT kernel store for the next "
+                     "run%s" % (bypassed, stored, ", %d loaded from it" % served if served else "") if aot else
+                     "not a CuTe DSL compile (no DSL compile or cache lookup)" if not events else
                      "from the CuTe DSL file cache (%d module(s) read, none compiled)" % hits if hits and not writes
                      and not bypassed else "compiled (%d module(s) written to the cache%s)" % (
                          writes, ", %d read" % hits if hits else "") if writes and not bypassed else
@@ -166,8 +175,8 @@ def kernels_ran(cache_dir, files_before):
                          bypassed, writes, hits) if bypassed else
                      "looked up, neither read nor written (%d miss(es); file caching off?)" % lookups)
             rows[name] = {"kernel": name, "first_call_s": round(took, 4), "steady_s": None, "calls": 1,
-                          "cache": cache, "from_cache": hits > 0 and writes == 0 and bypassed == 0,
-                          "cache_bypassed": bypassed > 0}
+                          "cache": cache, "from_cache": (hits > 0 or served > 0) and writes == 0 and bypassed == 0,
+                          "cache_bypassed": bypassed > 0, "served_by_store": served}
         else:
             row = rows[name]
             row["calls"] += 1

@@ -84,6 +84,7 @@ def tier2_build(request):
         device = torch.device(job.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
         if device.type == "cuda":
             torch.cuda.set_device(device)
+        store = _install_store(torch, device, events)
         try:
             import transformer_engine.pytorch  # noqa: F401
         except BaseException as exc:  # as tier 2 at CP 1: the TE rules report it
@@ -163,6 +164,8 @@ def tier2_build(request):
             control, _, _ = step()
             saved["control"] = {"output": control["output"], "perturbed": "%s x %.4f" % (name, factor)}
         torch.save(saved, save)
+        if store is not None:
+            out["aot_kernel_store"] = store.summary()
         out["finite"] = all(bool(torch.isfinite(t.float()).all().item()) for t in tensors.values())
         out["tensors"] = sorted(tensors)
         _stage(out, job, "done")
@@ -205,13 +208,25 @@ def _watch_dsl_cache():
         return []
 
 
+def _install_store(torch, device, events):
+    """The doctor's AOT kernel store in this build's process (dsv4probe_kernelstore), or None where it cannot load."""
+    try:
+        store = load_module("dsv4probe_kernelstore", HERE)
+        store.install(store.arch_of(torch, device), events=events)
+        return store
+    except Exception:
+        return None
+
+
 def _count_events(events):
     """How the step's CuTe DSL kernels were obtained: modules read from the file cache, compiled and written, and
     compiled by cute.compile, which bypasses the file cache (no kernel cache can serve those)."""
     return {"read_from_cache": sum(1 for e in events if e[0] == "load-hit"),
             "compiled_and_written": sum(1 for e in events if e[0] == "write"),
             "lookups": sum(1 for e in events if e[0] in ("load-hit", "load-miss")),
-            "compiled_cache_bypassed": sum(1 for e in events if e[0] == "compile-no-cache")}
+            "compiled_cache_bypassed": sum(1 for e in events if e[0] == "compile-no-cache"),
+            "served_by_store": sum(1 for e in events if e[0] == "aot-served"),
+            "stored": sum(1 for e in events if e[0] == "aot-stored")}
 
 
 def start_fused_builds(request, outdir):

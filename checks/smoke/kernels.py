@@ -210,7 +210,8 @@ def smoke_dsv4_kernels(ctx: Context) -> Result:
             rows[name]["summary"] = f"{rows[name]['summary']}: see {rule}"
     from dsv4_doctor.kernelcache import for_run
 
-    evidence: dict = {"subruns": rows, "kernel_cache": for_run().evidence()}  # the probes' CuTe DSL cache
+    evidence: dict = {"subruns": rows, "kernel_cache": for_run().evidence(),  # the probes' CuTe DSL cache
+                      "kernel_store": store_served(rows)}
     if profile.fleet and profile.cp > 1:  # each sub-run is one process by design: per-rank arguments, no collectives
         evidence["ranks"] = f"the {profile.cp} CP ranks simulated on this fleet rank's own GPU (single-process kernels)"
     devices = {str((r.get("device") or {}).get("capability")) for r in rows.values() if r.get("device")}
@@ -220,6 +221,7 @@ def smoke_dsv4_kernels(ctx: Context) -> Result:
                             f"{visible}: what this GPU supports ran, under its own arch")
     line = "; ".join(f"{SUBRUN_TITLES[n]}: {r['status']}" + (f" (see {r['rule']})" if r["status"] == "skip" and
                                                               r.get("rule") else "") for n, r in rows.items())
+    line += store_line(evidence["kernel_store"])
     failed_runs = [n for n, r in rows.items() if r["status"] == "fail"]
     if failed_runs:
         n = failed_runs[0]
@@ -251,5 +253,29 @@ def smoke_dsv4_kernels(ctx: Context) -> Result:
     # Sub-runs applied but none ran: the DSv4 kernels are untested, which is not a pass of the smoke.
     return warned(f"no DSv4 kernel ran, so the stack's own kernels are untested here: {not_ran}",
                   "Sub-runs: " + line, evidence=evidence)
+
+def store_served(rows: dict) -> dict:
+    """Which CuTe DSL kernels the doctor's AOT kernel store served, and which were compiled (and stored), from each
+    sub-run's answer (names cut, counts bounded: a probe's answer is read as untrusted data)."""
+    out: dict = {"served": [], "compiled": [], "uncached": []}
+    for name, row in rows.items():
+        evidence = row.get("evidence") if isinstance(row.get("evidence"), dict) else {}
+        store = evidence.get("aot_kernel_store") if isinstance(evidence.get("aot_kernel_store"), dict) else {}
+        calls = store.get("calls") if isinstance(store.get("calls"), list) else []
+        for call in calls[:64]:
+            if isinstance(call, dict):
+                result = call.get("result")
+                where = "served" if result == "served" else "uncached" if result == "uncached" else "compiled"
+                out[where].append(f"{name}: {str(call.get('kernel'))[:80]}")
+    return out
+
+
+def store_line(store: dict) -> str:
+    served, compiled, uncached = (len(store.get(k) or []) for k in ("served", "compiled", "uncached"))
+    if not (served or compiled or uncached):
+        return ""
+    return (f". Kernel store: {served} kernel(s) loaded, {compiled} compiled"
+            + (f", {uncached} not storable" if uncached else "") + " (evidence kernel_store)")
+
 
 CHECKS = [smoke_dsv4_kernels]

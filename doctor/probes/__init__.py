@@ -198,10 +198,10 @@ def child_env(timeout: float, extra: dict | None = None, cache_fd: bool = False)
 def cache_fds(env: Mapping[str, str]) -> tuple[int, ...]:
     """The kernel cache's descriptor, for a probe whose environment names it (/proc/self/fd/N): the probe loads
     and stores its kernels through the directory the doctor opened and checked (kernelcache), never by a path."""
-    from ..kernelcache import PROBE_PATH, for_run
+    from ..kernelcache import AOT_ENV, AOT_IMAGE_ENV, IMAGE_PATH, PROBE_PATH, for_run
 
-    names = (env.get("CUTE_DSL_CACHE_DIR"), env.get("CUTE_DSL_DUMP_DIR"))
-    return for_run().pass_fds if PROBE_PATH in names else ()
+    names = (env.get("CUTE_DSL_CACHE_DIR"), env.get("CUTE_DSL_DUMP_DIR"), env.get(AOT_ENV), env.get(AOT_IMAGE_ENV))
+    return for_run().pass_fds if PROBE_PATH in names or IMAGE_PATH in names else ()
 
 
 def run_probe(probe: Probe, python: str, timeout_s: float, procs: Processes,

@@ -1,0 +1,503 @@
+"""The doctor's AOT kernel store: `cutlass.cute.compile`, wrapped inside the doctor's own probe processes (never in
+the user's job), so that a kernel compiled once is loaded, not compiled, by every later check.
+
+`cute.compile` never uses the CuTe DSL's file cache (it forces no_cache=True: nvidia-cutlass-dsl 4.5.2
+base_dsl/compiler.py L604-605, 4.8.1 L1633-1634; NVIDIA/cutlass#3398). A compiled TVM-FFI function round-trips
+through `export_to_c(path, name)` and `cute.runtime.load_module(path, enable_tvm_ffi=True)` (4.5.2
+cutlass_dsl/tvm_ffi_provider.py L504, cute/runtime.py L986): that object file is what this store keeps.
+
+- Only at the call sites in SITES: the doctor has read that each calls its compiled function positionally, with no
+  dataclass argument and no attribute of the compiled object (a loaded function is a plain `tvm_ffi.Function`).
+  Any other caller gets the real compile, untouched.
+- The key (`call_key`): the DSL's version and its compiler library's identity (size and mtime, never a hash of the
+  144 MB file), tvm-ffi's version; the compiled function's module source hash and qualified name; the options and
+  the arch; every argument's type, dtype, shape, stride, dynamic marking and static value. An argument this store
+  cannot describe exactly makes the call uncached (a miss is safe, a wrong hit is not).
+- Where: the per-user cache (the directory the doctor opened and checked, handed over as descriptor 211) is read and
+  written; the image-wide one (`dsv4-doctor warm`, descriptor 212, root's) is only read. Every entry is opened
+  through its directory's descriptor and checked by the doctor's own rules (doctor/cachedir.py, loaded by path);
+  `load_module` then reads /proc/self/fd/N of that opened file, so what was checked is what is loaded.
+- Any load or call error falls back to a real compile, and is recorded; EVENTS says which kernels were served.
+
+Standard library only (the DSL, torch and tvm_ffi are the stack's, imported by the kernels themselves).
+"""
+
+import hashlib
+import importlib.util
+import inspect
+import os
+import sys
+import time
+
+AOT_ENV, AOT_IMAGE_ENV, AOT_WRITE_IMAGE_ENV = "DSV4_DOCTOR_AOT_CACHE", "DSV4_DOCTOR_AOT_IMAGE", "DSV4_DOCTOR_AOT_WARM"
+KEY_VERSION = 1  # bumped when call_key changes what it reads
+MAX_EVENTS = 200
+MAX_OBJECT_BYTES = 64 << 20
+
+# (the calling module's path, from its package root; the calling function's qualified name): what the doctor read
+# at that site. Listed in docs/smoke.md ("The AOT kernel store").
+_FE = "cudnn/deepseek_sparse_attention/"
+SITES = {
+    ("megatron/core/transformer/experimental_attention_variant/csa_utils/cp_layout_kernels.py", "_run_compiled_launch"):
+        "Megatron d48bd6be L630-644: called with the torch tensors, Int32 values and a CUstream, positionally",
+    (_FE + "indexer_forward/_interface_sm90.py", "indexer_fwd"):
+        "cuDNN frontend 1.27.0 L249-288: IndexerForwardSm90, called positionally (tensors, None, Int32/Float32, stream)",
+    (_FE + "indexer_forward/_interface.py", "indexer_fwd"):
+        "cuDNN frontend 1.27.0 L598-635: IndexerForwardSm100, called positionally",
+    (_FE + "indexer_top_k/compactify.py", "_compile_or_fetch"):
+        "cuDNN frontend 1.27.0 L131-171: CompactifyKernel, called positionally",
+    (_FE + "score_recompute/_interface_sm90.py", "_sparse_score_recompute"):
+        "cuDNN frontend 1.27.0 L203-225: called positionally (tensors, stream, None)",
+    (_FE + "indexer_backward/indexer_backward_sm90.py", "_score_grad_inplace_cute"):
+        "cuDNN frontend 1.27.0 L1503-1520: ScoreGradSm90, called positionally",
+    (_FE + "indexer_backward/indexer_backward_sm90.py", "_ensure_compiled"):
+        "cuDNN frontend 1.27.0 L1630-1672: called positionally",
+    (_FE + "sparse_attention_backward/_interface_sm90.py", "flash_attn_bwd_sm90"):
+        "cuDNN frontend 1.27.0 L198-345: pre, main and post kernels, each called positionally",
+}
+# Only a plain compiled function is stored: 4.5.2 returns TVMFFIJitCompiledFunctionWithKwargs for a signature with
+# defaults or keyword-only parameters (cutlass_dsl/cutlass.py L666-671), whose defaults a loaded function lacks.
+STORED_TYPES = ("TVMFFIJitCompiledFunction",)
+
+EVENTS = []  # one per wrapped compile: kernel, site, result ("served" / "compiled" / "uncached"), where, seconds
+SINK = []  # (kind, entry) pairs for a listener (the kernel probe's CACHE_EVENTS): "aot-served", "aot-stored", ...
+
+
+class Uncacheable(Exception):
+    """An argument (or option) the key cannot describe exactly: this call is compiled, not stored."""
+
+
+def _cachedir():
+    """doctor/cachedir.py, the one module with the cache directories' rules, loaded by path (the probe directory's
+    parent), under a name nothing else uses."""
+    name = "dsv4_doctor_cachedir"
+    if name in sys.modules:
+        return sys.modules[name]
+    from dsv4probe_common import LIB  # the doctor's probe folder (in sys.modules: the probe loaded it)
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(LIB), "cachedir.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def _fd_of(value):
+    """N for "/proc/self/fd/N" (a directory the doctor opened and checked), else None."""
+    prefix = "/proc/self/fd/"
+    if value and value.startswith(prefix) and value[len(prefix):].isdigit():
+        return int(value[len(prefix):])
+    return None
+
+
+class Store:
+    """The directories this probe reads kernels from (image first) and the one it writes to."""
+
+    def __init__(self, environ=None):
+        environ = os.environ if environ is None else environ
+        self.read = []  # (label, dir fd, root_only)
+        self.write = None  # (label, dir fd, root_only)
+        self.note = ""
+        warm = environ.get(AOT_WRITE_IMAGE_ENV) == "1"
+        image = _fd_of(environ.get(AOT_IMAGE_ENV))
+        if image is not None and _is_dir(image):
+            self.read.append(("image", image, True))
+            if warm:
+                self.write = ("image", image, True)
+        user = environ.get(AOT_ENV)
+        fd = _fd_of(user)
+        if fd is None and user and os.path.isabs(user):
+            try:  # a path (no descriptor was handed over): opened and checked here, by the same rules
+                fd = _cachedir().open_verified(user).fd
+            except Exception as exc:
+                self.note = "per-user kernel store not used: %s" % exc
+                fd = None
+        if fd is not None and _is_dir(fd) and not warm:
+            self.read.append(("user", fd, False))
+            self.write = ("user", fd, False)
+
+    def load(self, name, function_name):
+        """(the loaded function, where) from the first store holding `name`, or (None, why not)."""
+        rules = _cachedir()
+        why = "not stored yet"
+        for label, dir_fd, root_only in self.read:
+            try:
+                fd = rules.open_entry(dir_fd, name, label, root_only)
+            except rules.Refused as exc:
+                if "No such file" not in str(exc):
+                    why = "%s store: %s" % (label, exc)
+                continue
+            try:
+                if os.fstat(fd).st_size > MAX_OBJECT_BYTES:
+                    why = "%s store: %s is too large" % (label, name)
+                    continue
+                from cutlass.cute.runtime import load_module
+
+                module = load_module("/proc/self/fd/%d" % fd, enable_tvm_ffi=True)
+                return getattr(module, function_name), label
+            except Exception as exc:
+                why = "%s store: loading %s failed: %s: %s" % (label, name, type(exc).__name__, str(exc)[:200])
+            finally:
+                os.close(fd)
+        return None, why
+
+    def save(self, compiled, name, function_name):
+        """Export `compiled` into the writable store (a temporary name, then renamed: atomic for concurrent
+        writers); None when stored, else why not."""
+        if self.write is None:
+            return "no writable kernel store"
+        label, dir_fd, root_only = self.write
+        tmp = ".tmp-%d-%s-%s" % (os.getpid(), os.urandom(4).hex(), name)
+        try:
+            compiled.export_to_c("/proc/self/fd/%d/%s" % (dir_fd, tmp), function_name)
+            os.chmod(tmp, 0o644 if root_only else 0o600, dir_fd=dir_fd)
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            return None
+        except Exception as exc:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
+            return "%s store: %s: %s" % (label, type(exc).__name__, str(exc)[:200])
+
+
+def _is_dir(fd):
+    try:
+        import stat
+
+        return stat.S_ISDIR(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
+_SOURCE_HASHES = {}
+
+
+def _source_hash(path):
+    if path not in _SOURCE_HASHES:
+        try:
+            with open(path, "rb") as fh:
+                _SOURCE_HASHES[path] = hashlib.sha256(fh.read()).hexdigest()
+        except OSError as exc:
+            raise Uncacheable("its source %s cannot be read (%s)" % (path, exc.strerror))
+    return _SOURCE_HASHES[path]
+
+
+def _function_identity(fn):
+    """(module source hash, qualified name) of the compiled function; a bound method's instance is an argument."""
+    target = inspect.unwrap(getattr(fn, "__func__", fn))
+    code = getattr(target, "__code__", None)
+    if code is None:
+        call = getattr(type(target), "__call__", None)
+        code = getattr(inspect.unwrap(getattr(call, "__func__", call)), "__code__", None)
+        qualname = type(target).__module__ + "." + type(target).__qualname__
+    else:
+        qualname = getattr(target, "__module__", "?") + "." + getattr(target, "__qualname__", code.co_name)
+    if code is None or not os.path.isabs(code.co_filename):
+        raise Uncacheable("the compiled function has no source file")
+    return [_source_hash(code.co_filename), qualname]
+
+
+_SIMPLE = (bool, int, float, str, type(None))
+
+
+def describe(value, depth=0, static=True):
+    """What of `value` decides the compiled code, as JSON-able data; Uncacheable for what it cannot describe.
+    `static` False: the value is passed to a runtime (non-Constexpr) parameter, so a DSL number's value is not
+    compiled in (its type is)."""
+    if depth > 6:
+        raise Uncacheable("an argument nested too deep")
+    kind = type(value)
+    if isinstance(value, _SIMPLE):
+        return [kind.__name__, value if not isinstance(value, float) else repr(value)]
+    if kind in (tuple, list):
+        return [kind.__name__, [describe(v, depth + 1) for v in value]]
+    module = getattr(kind, "__module__", "") or ""
+    name = module + "." + kind.__qualname__
+    if isinstance(value, type):
+        return ["type", value.__module__ + "." + value.__qualname__]
+    if module.startswith("torch") and hasattr(value, "data_ptr") and hasattr(value, "stride"):
+        return ["torch.Tensor", str(value.dtype), list(value.shape), list(value.stride()), value.device.type,
+                value.data_ptr() % 256]
+    if module.startswith("torch") and "Stream" in kind.__qualname__:
+        return ["stream", name]
+    if module.startswith("cuda") and "CUstream" in kind.__qualname__:
+        return ["stream", name]
+    if module.startswith("cutlass") and kind.__qualname__ == "_FakeStream":
+        return ["fake-stream", bool(getattr(value, "use_tvm_ffi_env_stream", False))]
+    key = getattr(value, "__cache_key__", None) if module.startswith("cutlass") else None
+    if key is not None:  # the DSL's own JIT-cache key of a runtime or fake tensor: dtype, align, shape, stride, marks
+        text = repr(key)
+        if " at 0x" in text:
+            raise Uncacheable("argument %s has no stable description" % name)
+        return ["cute", name, text, _masks(value)]
+    if module.startswith("cutlass") and hasattr(value, "value") and isinstance(value.value, _SIMPLE):
+        return ["numeric", name, repr(value.value) if static else "runtime"]
+    raise Uncacheable("argument of type %s" % name)
+
+
+def _masks(tensor):
+    out = []
+    for attr in ("dynamic_shapes_mask", "dynamic_strides_mask", "leading_dim", "memspace"):
+        try:
+            out.append(str(getattr(tensor, attr)))
+        except Exception:
+            out.append(None)
+    return out
+
+
+_STACK = None
+
+
+def _stack_identity():
+    global _STACK
+    if _STACK is None:
+        import cutlass
+
+        ident = {"dsl": getattr(cutlass, "__version__", None), "python": list(sys.version_info[:2])}
+        libs = os.path.join(os.path.dirname(cutlass.__file__), "_mlir", "_mlir_libs")
+        try:
+            for entry in sorted(os.scandir(libs), key=lambda e: e.name):
+                if entry.name.startswith("_cutlass_ir") and entry.name.endswith(".so"):
+                    st = entry.stat()
+                    ident["compiler_library"] = [entry.name, st.st_size, st.st_mtime_ns]
+        except OSError:
+            pass
+        if "compiler_library" not in ident:
+            raise Uncacheable("the DSL's compiler library was not found")
+        try:
+            import tvm_ffi
+
+            ident["tvm_ffi"] = getattr(tvm_ffi, "__version__", None)
+        except Exception as exc:
+            raise Uncacheable("tvm_ffi does not import (%s)" % type(exc).__name__)
+        _STACK = ident
+    return _STACK
+
+
+def call_key(fn, args, kwargs, options, arch):
+    """The key of one compile: the same text only for calls that compile to the same code."""
+    import json
+
+    settings = sorted((k, v) for k, v in os.environ.items() if k.startswith("CUTE_DSL_")
+                      and k not in ("CUTE_DSL_CACHE_DIR", "CUTE_DSL_DUMP_DIR"))
+    extra = {k: describe(v) for k, v in sorted(kwargs.items())}
+    runtime = _runtime_positions(fn, len(args))
+    key = {"v": KEY_VERSION, "stack": _stack_identity(), "function": _function_identity(fn),
+           "options": options, "arch": arch, "settings": settings, "kwargs": extra,
+           "args": [describe(a, static=i not in runtime) for i, a in enumerate(args)]}
+    if inspect.ismethod(fn):
+        key["self"] = _instance(fn.__self__)
+    elif not inspect.isfunction(inspect.unwrap(fn)):  # a kernel object (its class's __call__ is the jit function)
+        key["self"] = _instance(fn)
+    return json.dumps(key, sort_keys=True)
+
+
+def _runtime_positions(fn, count):
+    """The positions of the arguments that go to a parameter annotated as anything but `Constexpr` (a runtime value:
+    the DSL passes it at each call). Every other one, and all of them where the signature cannot be read, counts as
+    compiled in."""
+    target = inspect.unwrap(getattr(fn, "__func__", fn))
+    if not inspect.isfunction(target):
+        call = getattr(type(target), "__call__", None)
+        target = inspect.unwrap(getattr(call, "__func__", call))
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return set()
+    if inspect.ismethod(fn) or not inspect.isfunction(inspect.unwrap(getattr(fn, "__func__", fn))):
+        params = params[1:]  # self
+    out = set()
+    for i, param in enumerate(params[:count]):
+        if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            break
+        note = param.annotation
+        text = note if isinstance(note, str) else getattr(note, "__qualname__", None) or repr(note)
+        if note is not param.empty and "Constexpr" not in str(text):
+            out.add(i)
+    return out
+
+
+def _instance(obj):
+    """A kernel object's configuration: its type and its simple attributes (anything else: uncached)."""
+    state = getattr(obj, "__dict__", None)
+    if state is None:
+        raise Uncacheable("a compiled method of %s without attributes" % type(obj).__qualname__)
+    return [type(obj).__module__ + "." + type(obj).__qualname__,
+            {k: describe(v) for k, v in sorted(state.items()) if not callable(v) or isinstance(v, type)}]
+
+
+def _site(frame):
+    code = frame.f_code
+    path = code.co_filename.replace(os.sep, "/")
+    qualname = getattr(code, "co_qualname", code.co_name)
+    for (tail, where), _ in SITES.items():
+        if path.endswith("/" + tail) and where in (qualname, code.co_name):
+            return tail + ":" + where
+    return None
+
+
+def _record(event):
+    if len(EVENTS) < MAX_EVENTS:
+        EVENTS.append(event)
+    kind = "aot-served" if event["result"] == "served" else "aot-stored" if event.get("stored") else \
+        "aot-" + event["result"]
+    for sink in SINK:
+        sink.append((kind, str(event.get("entry", ""))[:16]))
+
+
+class Served:
+    """A kernel loaded from the store. A call that raises falls back to a real compile (then recorded)."""
+
+    def __init__(self, loaded, compile_again, event):
+        self._loaded, self._compile_again, self._event, self._fallback = loaded, compile_again, event, None
+
+    def __call__(self, *args, **kwargs):
+        if self._fallback is not None:
+            return self._fallback(*args, **kwargs)
+        if not kwargs:
+            try:
+                return self._loaded(*args)
+            except Exception as exc:
+                self._event["call_error"] = "%s: %s" % (type(exc).__name__, str(exc)[:200])
+        else:
+            self._event["call_error"] = "called with keyword arguments"
+        self._event["result"] = "compiled after a call error"
+        self._fallback = self._compile_again()
+        return self._fallback(*args, **kwargs)
+
+
+class StoreCompile:
+    """In place of `cutlass.cute.compile`: the real one for every call, except at SITES, where a stored kernel is
+    loaded instead (and a compiled one stored)."""
+
+    def __init__(self, real, store, arch, options=None):
+        self._real, self._store, self._arch, self._options = real, store, arch, options
+
+    def __getitem__(self, options):
+        return StoreCompile(self._real[options], self._store, self._arch,
+                            options if isinstance(options, str) else Uncacheable)
+
+    def __call__(self, fn, *args, **kwargs):
+        site = _site(sys._getframe(1))
+        if site is None:
+            return self._real(fn, *args, **kwargs)
+        name = str(getattr(fn, "__qualname__", None) or type(fn).__qualname__)[:120]
+        event = {"kernel": name, "site": site}
+        try:
+            if self._options is Uncacheable:
+                raise Uncacheable("options that are not a string")
+            options = kwargs.get("options", self._options)
+            if options is not None and not isinstance(options, str):
+                raise Uncacheable("options that are not a string")
+            rest = {k: v for k, v in kwargs.items() if k != "options"}
+            key = call_key(fn, args, rest, options, self._arch)
+        except Uncacheable as exc:
+            event.update(result="uncached", why=str(exc))
+            _record(event)
+            return self._real(fn, *args, **kwargs)
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        file_name, function_name = "aot-%s.o" % digest[:40], "dsv4_doctor_%s" % digest[:24]
+        event["entry"] = file_name
+        t0 = time.monotonic()
+        loaded, where = self._store.load(file_name, function_name)
+        if loaded is not None:
+            event.update(result="served", where=where, seconds=round(time.monotonic() - t0, 4))
+            _record(event)
+
+            def compile_again():
+                return self._real(fn, *args, **kwargs)
+
+            return Served(loaded, compile_again, event)
+        event["miss"] = where
+        t0 = time.monotonic()
+        compiled = self._real(fn, *args, **kwargs)
+        event.update(result="compiled", seconds=round(time.monotonic() - t0, 4))
+        t0 = time.monotonic()
+        kind = type(compiled).__name__
+        why = self._store.save(compiled, file_name, function_name) if kind in STORED_TYPES else \
+            "a compiled %s is not stored (its call may need keyword arguments or defaults)" % kind
+        event.update(stored=why is None, store_s=round(time.monotonic() - t0, 4))
+        if why:
+            event["not_stored"] = why
+        _record(event)
+        return compiled
+
+
+NOTE = []  # the store's note, once installed
+
+
+def install(arch, environ=None, events=None):
+    """Wrap `cutlass.cute.compile` in this process (now, or when `cutlass.cute` is first imported). `arch`: the GPU
+    the kernels are compiled for ("sm_90"), part of every key; `events`: a list that also gets (kind, entry) for
+    each wrapped compile. Returns the store's note ("" when it is usable)."""
+    if events is not None and not any(s is events for s in SINK):
+        SINK.append(events)
+    if NOTE:
+        return NOTE[0]
+    store = Store(environ)
+    NOTE.append(store.note if store.read else
+                store.note or "no kernel store (--no-kernel-cache, or no directory from the doctor)")
+    if not store.read:
+        return NOTE[0]
+    cute = sys.modules.get("cutlass.cute")
+    if cute is not None:
+        _wrap(cute, store, arch)
+    else:
+        sys.meta_path.insert(0, _Watch(store, arch))
+    return NOTE[0]
+
+
+def arch_of(torch, device):
+    """The key's arch: the GPU's compute capability ("sm_90"), or CUTE_DSL_ARCH where the kernels are not for this
+    process's GPU (`dsv4-doctor warm --gpu-arch`)."""
+    if device is not None and getattr(device, "type", None) == "cuda":
+        return "sm_%d%d" % tuple(torch.cuda.get_device_capability(device))
+    return os.environ.get("CUTE_DSL_ARCH") or "none"
+
+
+def _wrap(cute, store, arch):
+    current = getattr(cute, "compile", None)
+    if current is not None and not isinstance(current, StoreCompile):
+        cute.compile = StoreCompile(current, store, arch)
+
+
+class _Watch:
+    """Wraps `cutlass.cute.compile` as soon as `cutlass.cute` is imported (by whichever kernel needs it)."""
+
+    TARGET = "cutlass.cute"
+
+    def __init__(self, store, arch):
+        self.store, self.arch = store, arch
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.TARGET:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        real_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            real_exec(module)
+            try:
+                _wrap(module, self.store, self.arch)
+            except Exception:
+                pass
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def summary():
+    """The evidence: each wrapped compile, and the counts."""
+    counts = {}
+    for e in EVENTS:
+        counts[e["result"]] = counts.get(e["result"], 0) + 1
+    return {"calls": list(EVENTS), "counts": counts, "note": NOTE[0] if NOTE else "not installed",
+            "sites": len(SITES)}
