@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,8 +90,8 @@ class KernelCache:
     @property
     def pass_fds(self) -> tuple[int, ...]:
         """The descriptors a probe must get (Popen pass_fds) for `env` to name the checked directories."""
-        return tuple(fd for fd, held in ((self.fd, self.fd is not None and self.holds()),
-                                         (IMAGE_FD, self.image_id is not None and self.holds(IMAGE_FD))) if held)
+        user = (self.fd,) if self.fd is not None and self.holds() else ()
+        return user + ((IMAGE_FD,) if self.image_id is not None and self.holds(IMAGE_FD) else ())
 
     def evidence(self) -> dict:
         return {"directory": self.directory, "source": self.source, "note": self.note, "size_bytes": self.size_bytes,

@@ -463,7 +463,8 @@ def test_the_cache_path_is_the_same_string_on_every_run(tmp_path):
         first = kernelcache.prepare({"XDG_CACHE_HOME": str(tmp_path / "a")}).env
         second = kernelcache.prepare({"XDG_CACHE_HOME": str(tmp_path / "a")}).env
         assert first == second == {"CUTE_DSL_CACHE_DIR": kernelcache.PROBE_PATH,
-                                   "CUTE_DSL_DUMP_DIR": kernelcache.PROBE_PATH, kernelcache.AOT_ENV: kernelcache.PROBE_PATH}
+                                   "CUTE_DSL_DUMP_DIR": kernelcache.PROBE_PATH,
+                                   kernelcache.AOT_ENV: kernelcache.PROBE_PATH}
         assert os.path.realpath(kernelcache.PROBE_PATH) == str(tmp_path / "a" / "dsv4-doctor" / "cute-dsl")
     finally:
         kernelcache.reset()

@@ -169,8 +169,8 @@ def test_a_kernel_compiled_once_is_loaded_by_the_next_process_and_gives_the_same
     site = _site(tmp_path / "site")
     first, out1 = _run(tmp_path, site, ADD, cache)
     assert [c["result"] for c in first["summary"]["calls"]] == ["compiled"] and first["summary"]["calls"][0]["stored"]
-    assert first["types"] == ["TVMFFIJitCompiledFunction"] and ("aot-stored", first["summary"]["calls"][0]["entry"][:16]) \
-        in [tuple(e) for e in first["events"]]
+    stored = ("aot-stored", first["summary"]["calls"][0]["entry"][:16])
+    assert first["types"] == ["TVMFFIJitCompiledFunction"] and stored in [tuple(e) for e in first["events"]]
     entries = _entries(cache)
     assert len(entries) == 1 and entries[0].endswith(".o")
     assert (os.stat(os.path.join(cache.directory, entries[0])).st_mode & 0o777) == 0o600

@@ -41,7 +41,7 @@ SITES = {
     ("megatron/core/transformer/experimental_attention_variant/csa_utils/cp_layout_kernels.py", "_run_compiled_launch"):
         "Megatron d48bd6be L630-644: called with the torch tensors, Int32 values and a CUstream, positionally",
     (_FE + "indexer_forward/_interface_sm90.py", "indexer_fwd"):
-        "cuDNN frontend 1.27.0 L249-288: IndexerForwardSm90, called positionally (tensors, None, Int32/Float32, stream)",
+        "cuDNN frontend 1.27.0 L249-288: IndexerForwardSm90, called positionally (tensors, None, Int32, stream)",
     (_FE + "indexer_forward/_interface.py", "indexer_fwd"):
         "cuDNN frontend 1.27.0 L598-635: IndexerForwardSm100, called positionally",
     (_FE + "indexer_top_k/compactify.py", "_compile_or_fetch"):
@@ -192,7 +192,7 @@ def _function_identity(fn):
     target = inspect.unwrap(getattr(fn, "__func__", fn))
     code = getattr(target, "__code__", None)
     if code is None:
-        call = getattr(type(target), "__call__", None)
+        call = type(target).__dict__.get("__call__") or getattr(type(target), "__call__", None)  # noqa: B004
         code = getattr(inspect.unwrap(getattr(call, "__func__", call)), "__code__", None)
         qualname = type(target).__module__ + "." + type(target).__qualname__
     else:
@@ -303,7 +303,7 @@ def _runtime_positions(fn, count):
     compiled in."""
     target = inspect.unwrap(getattr(fn, "__func__", fn))
     if not inspect.isfunction(target):
-        call = getattr(type(target), "__call__", None)
+        call = type(target).__dict__.get("__call__") or getattr(type(target), "__call__", None)  # noqa: B004
         target = inspect.unwrap(getattr(call, "__func__", call))
     try:
         params = list(inspect.signature(target).parameters.values())

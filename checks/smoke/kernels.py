@@ -259,9 +259,11 @@ def store_served(rows: dict) -> dict:
     sub-run's answer (names cut, counts bounded: a probe's answer is read as untrusted data)."""
     out: dict = {"served": [], "compiled": [], "uncached": []}
     for name, row in rows.items():
-        evidence = row.get("evidence") if isinstance(row.get("evidence"), dict) else {}
-        store = evidence.get("aot_kernel_store") if isinstance(evidence.get("aot_kernel_store"), dict) else {}
-        calls = store.get("calls") if isinstance(store.get("calls"), list) else []
+        evidence = row.get("evidence")
+        store = evidence.get("aot_kernel_store") if isinstance(evidence, dict) else None
+        calls = store.get("calls") if isinstance(store, dict) else None
+        if not isinstance(calls, list):
+            continue
         for call in calls[:64]:
             if isinstance(call, dict):
                 result = call.get("result")
