@@ -1,21 +1,24 @@
 """Median wall time of `dsv4-doctor check --format json` beside the floor `python -c pass`, as ratios from one run.
 
     python benchmarks/bench_check.py [--repeat 9] [--torch-python PATH] [--bare-python PATH]
-    python benchmarks/bench_check.py --full [--cp 2] [--check-args "..."] [--repeat 5] [--report-dir DIR]
+    python benchmarks/bench_check.py --full [--cp 2] [--repeat 3] [--warm-arch 9.0] [--report-dir DIR] [--json-out F]
 
---full (on a GPU machine, the stack installed in --torch-python) times a full `check --cp N` against two floors, all
-alternating in one run: the torch floor `import torch; torch.zeros(1).cuda()` and the import floor a full check cannot
-avoid, `import torch, transformer_engine.pytorch, megatron.core; torch.zeros(1).cuda()`. Its first row, "cold", is
-the very first command it runs: no warm-up, on a fresh empty kernel cache (DSV4_DOCTOR_KERNEL_CACHE=<new dir>); run
-the bench first in a fresh container for it to mean "first run in the container". The warm rows then share one
-persistent kernel cache. It prints the ratios against the goals of the stack it finds (complete when the import
-floor runs: cold within 1.5x and warm within 1.25x the import floor; partial, no TE: warm within 2x the torch floor)
-and where the cold and the last warm check spent their time: every check, tier 2's builds, each kernel sub-run's
-`import torch` (its own processes' too) and each kernel's first and steady call and whether a cache served it.
+--full (on a GPU machine as root, the stack installed in --torch-python) times, in one alternating run, the torch
+floor `import torch; torch.zeros(1).cuda()`, the import floor a full check cannot avoid (`import torch,
+transformer_engine.pytorch, megatron.core; torch.zeros(1).cuda()`), and `check --cp N` at the default level and with
+--deep, each three ways: cold (a fresh empty per-user kernel cache every round, no image-wide store), cold after
+`warm` (a fresh empty per-user cache and a fresh copy of a `dsv4-doctor warm`ed image-wide store every round), and
+warm (one per-user cache filled before the rounds). Before the rounds: the very first command, the container's
+first check (the default level, nothing cached: reported apart as first_check_s); one deep check that fills the
+warm cache and records the kernel recipes; `warm` from them. Run it first in a fresh container for first_check_s to
+mean that. It prints every row's median, the ratios against the goals of the stack it finds (complete when the
+import floor runs: the default level within 1.3x the import floor cold and warm, --deep within 2.3x warm and cold
+after warm, 2.5x cold; partial, no TE: the default level warm within 2x the torch floor) and where the last check of
+each kind spent its time. Its JSON (--json-out) has each row as `<row>_s` (medians, seconds) and `repeat`.
 
-Each command gets one untimed warm-up; then every round runs the floor and each command once, alternating, so a
-machine that warms up (page cache) or drifts favours none of them. Targets: a Python without torch (a fresh venv is
-made when --bare-python is not given) and, when --torch-python has torch, that interpreter, where
+Without --full: each command gets one untimed warm-up; then every round runs the floor and each command once,
+alternating, so a machine that warms up (page cache) or drifts favours none of them. Targets: a Python without torch
+(a fresh venv is made when --bare-python is not given) and, when --torch-python has torch, that interpreter, where
 `python -m torch.utils.collect_env` is timed too. Prints a table and JSON.
 """
 
@@ -49,8 +52,10 @@ TORCH_FLOOR = "import torch; torch.zeros(1).cuda()"
 IMPORT_FLOOR = "import torch, transformer_engine.pytorch, megatron.core; torch.zeros(1).cuda()"
 # The goals, per stack: on the partial stack (no TE, so no tier 2) a second run within 2x the torch floor; on the
 # complete stack within 1.5x the import floor cold and 1.25x warm. The stack is complete when the import floor runs.
-GOALS = {"partial": {"warm_vs_torch_floor": 2.0},
-         "complete": {"cold_vs_import_floor": 1.5, "warm_vs_import_floor": 1.25}}
+GOALS = {"partial": {"default_warm_vs_torch_floor": 2.0},
+         "complete": {"default_cold_vs_import_floor": 1.3, "default_warm_vs_import_floor": 1.3,
+                      "deep_warm_vs_import_floor": 2.3, "deep_cold_warmed_vs_import_floor": 2.3,
+                      "deep_cold_vs_import_floor": 2.5}}
 
 
 def stack_of(floor_failed: dict) -> str:
@@ -143,77 +148,114 @@ def where_lines(where: dict) -> list[str]:
     return lines
 
 
+ROWS = ("torch_floor", "import_floor", "default_cold", "default_cold_warmed", "default_warm", "deep_cold",
+        "deep_cold_warmed", "deep_warm")
+
+
+def _fresh(parent: str, name: str) -> str:
+    path = tempfile.mkdtemp(prefix=name + "-", dir=parent)
+    os.chmod(path, 0o700)
+    return path
+
+
+def _copy_store(src: str, parent: str) -> str:
+    """A fresh copy of the warmed image-wide store, root's and 0755 as `warm` leaves it (a check refuses others)."""
+    dst = tempfile.mkdtemp(prefix="image-", dir=parent)
+    for name in os.listdir(src):
+        shutil.copy2(os.path.join(src, name), os.path.join(dst, name))
+    os.chmod(dst, 0o755)
+    return dst
+
+
 def full(args, doctor: str) -> None:
+    """One alternating run of every row in ROWS (see the module's docstring); JSON with each row's median."""
     python = args.torch_python
     report_dir = args.report_dir or tempfile.mkdtemp(prefix="bench-check-")
     os.makedirs(report_dir, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix="bench-caches-")
+    os.chmod(scratch, 0o755)
     check = [doctor, "check", "-f", "json", "--cp", str(args.cp), "--python", python] + shlex.split(args.check_args)
-    cold_cache = tempfile.mkdtemp(prefix="cold-kernel-cache-")
-    warm_cache = tempfile.mkdtemp(prefix="warm-kernel-cache-")
-    cold_s, cold_code = run_report(check, dict(os.environ, DSV4_DOCTOR_KERNEL_CACHE=cold_cache),
-                                   os.path.join(report_dir, "cold.json"))
-    warm_env = dict(os.environ, DSV4_DOCTOR_KERNEL_CACHE=warm_cache)
+    deep = check + ["--deep"]
+    no_image = {"DSV4_DOCTOR_KERNEL_IMAGE_CACHE": "off"}
+
+    def env(user_cache: str, image: str | None = None) -> dict:
+        return dict(os.environ, DSV4_DOCTOR_KERNEL_CACHE=user_cache,
+                    **({"DSV4_DOCTOR_KERNEL_IMAGE_CACHE": image} if image else no_image))
+
+    # The container's very first check (the default level, nothing cached): reported apart.
+    first_s, first_code = run_report(check, env(_fresh(scratch, "first")), os.path.join(report_dir, "first.json"))
+    # A deep check fills the warm per-user cache and records the recipes `warm` compiles from.
+    warm_user = _fresh(scratch, "warm-user")
+    run_report(deep, env(warm_user), os.path.join(report_dir, "warm-up.json"))
+    image = os.path.join(scratch, "image")
+    warmed = subprocess.run([doctor, "warm", "--gpu-arch", args.warm_arch, "--into", image, "--recipes", warm_user,
+                             "--python", python, "-f", "json"], capture_output=True, text=True)
+    try:
+        warm_result = json.loads(warmed.stdout)
+    except ValueError:
+        warm_result = {"exit_code": warmed.returncode, "stderr": warmed.stderr[-2000:]}
     commands = {
-        "torch floor": ([python, "-c", TORCH_FLOOR], None),
-        "import floor": ([python, "-c", IMPORT_FLOOR], None),
-        f"check --cp {args.cp} (warm)": (check, warm_env),
+        "torch_floor": lambda i: ([python, "-c", TORCH_FLOOR], None),
+        "import_floor": lambda i: ([python, "-c", IMPORT_FLOOR], None),
+        "default_cold": lambda i: (check, env(_fresh(scratch, "cold"))),
+        "default_cold_warmed": lambda i: (check, env(_fresh(scratch, "cold"), _copy_store(image, scratch))),
+        "default_warm": lambda i: (check, env(warm_user)),
+        "deep_cold": lambda i: (deep, env(_fresh(scratch, "cold"))),
+        "deep_cold_warmed": lambda i: (deep, env(_fresh(scratch, "cold"), _copy_store(image, scratch))),
+        "deep_warm": lambda i: (deep, env(warm_user)),
     }
-    run_report(check, warm_env, os.path.join(report_dir, "warm-up.json"))  # fills the warm kernel cache
     floor_failed = {}
-    for name, (argv, env) in commands.items():
-        if argv is not check:  # the warm-up, which also shows whether the floor runs at all here
-            done = subprocess.run(argv, capture_output=True, text=True, env=env)
-            if done.returncode:
-                floor_failed[name] = f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"
+    for name in ("torch_floor", "import_floor"):
+        done = subprocess.run(commands[name](0)[0], capture_output=True, text=True)
+        if done.returncode:
+            floor_failed[name] = f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"
     times: dict[str, list[float]] = {name: [] for name in commands}
-    codes = []
+    codes: dict[str, list[int]] = {name: [] for name in commands}
     for i in range(args.repeat):
-        for name, (argv, env) in commands.items():
-            if argv is check:
-                took, code = run_report(argv, env, os.path.join(report_dir, f"warm-{i}.json"))
-                codes.append(code)
+        for name, make in commands.items():
+            argv, run_env = make(i)
+            if name.endswith("floor"):
+                took, code = once(argv, run_env), 0
             else:
-                took = once(argv, env)
+                took, code = run_report(argv, run_env, os.path.join(report_dir, f"{name}-{i}.json"))
             times[name].append(took)
+            codes[name].append(code)
     medians = {name: statistics.median(ts) for name, ts in times.items()}
-    torch_floor, import_floor = medians["torch floor"], medians["import floor"]
-    warm = medians[f"check --cp {args.cp} (warm)"]
-    rows = {f"check --cp {args.cp} (cold: first run, fresh kernel cache)": {"s": round(cold_s, 3),
-                                                                            "exit_code": cold_code}}
-    for name, ts in times.items():
-        rows[name] = {"median_s": round(medians[name], 3), "min_s": round(min(ts), 3), "max_s": round(max(ts), 3),
-                      "runs": len(ts)}
-    # A floor that fails (no GPU, no TE) measures nothing: no ratio against it.
-    tf = None if "torch floor" in floor_failed else torch_floor
-    imf = None if "import floor" in floor_failed else import_floor
-    ratios = {"warm_vs_torch_floor": tf and warm / tf, "cold_vs_import_floor": imf and cold_s / imf,
-              "warm_vs_import_floor": imf and warm / imf, "cold_vs_torch_floor": tf and cold_s / tf}
-    stack = stack_of(floor_failed)
-    print(f"{'command':<56} {'s':>8}")
-    print(f"{'check --cp %d cold (first run, fresh kernel cache)' % args.cp:<56} {cold_s:>8.2f}")
-    for name in commands:
-        print(f"{name + ' (median)':<56} {medians[name]:>8.2f}")
+    imf = None if "import_floor" in floor_failed else medians["import_floor"]
+    tf = None if "torch_floor" in floor_failed else medians["torch_floor"]
+    ratios = {f"{name}_vs_import_floor": imf and medians[name] / imf for name in ROWS if not name.endswith("floor")}
+    ratios.update({f"{name}_vs_torch_floor": tf and medians[name] / tf for name in ROWS if not name.endswith("floor")})
+    stack = stack_of({"import floor": True} if "import_floor" in floor_failed else {})
+    print(f"{'row':<28} {'median s':>9} {'min':>8} {'max':>8}")
+    print(f"{'first check (apart)':<28} {first_s:>9.2f}")
+    for name in ROWS:
+        ts = times[name]
+        print(f"{name:<28} {medians[name]:>9.2f} {min(ts):>8.2f} {max(ts):>8.2f}")
     for name, why in floor_failed.items():
         print(f"{name} FAILED ({why}): no ratio against it")
-    print(f"stack: {stack} ({'the import floor runs' if stack == 'complete' else 'the import floor fails'}): "
-          + ", ".join(f"{k} <= {v}" for k, v in GOALS[stack].items()))
     for key, value, goal, met in judge(ratios, stack):
-        verdict = "" if goal is None else f" {'<=' if met else '>'} {goal:.2f} goal {'met' if met else 'missed'}"
-        print(f"{key:<56} {value:>8.2f}{verdict}")
-    last = os.path.join(report_dir, f"warm-{args.repeat - 1}.json")
-    rounded = {k: v if v is None else round(v, 3) for k, v in ratios.items()}
-    warm_where, cold_where = where_time_goes(last), where_time_goes(os.path.join(report_dir, "cold.json"))
-    for label, where in (("the last warm check", warm_where), ("the cold check", cold_where)):
-        print(f"\nwhere {label}'s time goes:")
+        if goal is not None or key.endswith("import_floor"):
+            verdict = "" if goal is None else f" {'<=' if met else '>'} {goal:.2f} goal {'met' if met else 'missed'}"
+            print(f"{key:<40} {value:>8.2f}{verdict}")
+    wheres = {name: where_time_goes(os.path.join(report_dir, f"{name}-{args.repeat - 1}.json"))
+              for name in ROWS if not name.endswith("floor")}
+    for name, where in wheres.items():
+        print(f"\nwhere the last {name} check's time goes:")
         print("\n".join(where_lines(where)))
-    result = {"cpu_count": os.cpu_count(), "rows": rows, "ratios": rounded, "stack": stack,
-              "floors_failed": floor_failed, "goals": GOALS[stack],
-              "met": {k: met for k, _, goal, met in judge(ratios, stack) if goal is not None},
-              "warm_exit_codes": codes, "reports": report_dir,
-              "where_the_warm_time_goes": warm_where, "where_the_cold_time_goes": cold_where}
+    result = {f"{name}_s": round(medians[name], 3) for name in ROWS}
+    result.update({"repeat": args.repeat, "first_check_s": round(first_s, 3), "first_check_exit_code": first_code,
+                   "cpu_count": os.cpu_count(), "stack": stack, "floors_failed": floor_failed,
+                   "runs": {name: [round(t, 3) for t in ts] for name, ts in times.items()},
+                   "exit_codes": codes, "ratios": {k: v if v is None else round(v, 3) for k, v in ratios.items()},
+                   "goals": GOALS[stack], "met": {k: met for k, _, goal, met in judge(ratios, stack)
+                                                  if goal is not None},
+                   "warm": warm_result, "reports": report_dir,
+                   "where_the_time_goes": wheres})
     print(json.dumps(result, indent=2))
-    for d in (cold_cache, warm_cache):
-        shutil.rmtree(d, ignore_errors=True)
+    if args.json_out:
+        with open(args.json_out, "w") as fh:
+            json.dump(result, fh, indent=2)
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def main() -> None:
@@ -225,6 +267,8 @@ def main() -> None:
     ap.add_argument("--cp", type=int, default=2)
     ap.add_argument("--check-args", default="", help="More arguments for the full check (one shell-quoted string).")
     ap.add_argument("--report-dir", help="Where --full keeps each check's JSON report (default: a new temp dir).")
+    ap.add_argument("--warm-arch", default="9.0", help="--full: the arch `dsv4-doctor warm` compiles for (this GPU's).")
+    ap.add_argument("--json-out", help="--full: also write the result's JSON to this file (bench.json).")
     args = ap.parse_args()
     doctor = shutil.which("dsv4-doctor", path=os.path.dirname(sys.executable)) or shutil.which("dsv4-doctor")
     if args.full:

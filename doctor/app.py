@@ -64,6 +64,8 @@ class Options:
     yes: bool = False
     check_id: str | None = None
     verbose: int = 0
+    into: str | None = None  # warm: the image-wide kernel store's folder
+    recipes: str | None = None  # warm: the kernel recipes (a file or a per-user store)
 
 
 def ids(values: Sequence[str] | None, option: str = "--only/--skip") -> list[str]:

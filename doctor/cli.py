@@ -285,6 +285,13 @@ def run_command(opts: Options) -> int:
         return app.preflight(opts, lambda report: _preflight_report(opts, report))[1]
     if opts.command == "fix":
         return app.fix(opts, ask)[2]
+    if opts.command == "warm":
+        from .session import resolve_python
+        from .warm import rendered, warm
+
+        assert opts.gpu_arch is not None
+        result = warm(resolve_python(opts.python), opts.gpu_arch, opts.into, opts.recipes, opts.timeout)
+        return _stdout_or_4(rendered(result, opts.format == "json"), "the result") or result.exit_code
     from .render import output_width
 
     if opts.command == "list":

@@ -10,15 +10,11 @@ from dataclasses import fields
 
 from . import __version__
 from .app import Options
+from .helptext import (DESCRIPTION, EXIT_CODES_HELP, FIX_EPILOG, FLEET_EPILOG, PREFLIGHT_EPILOG, SMOKE_EPILOG,
+                       WARM_EPILOG, WARM_HELP)
 from .render.output import write_stdout
 
-EXIT_CODES_HELP = (
-    "Exit codes: 0 no check failed (warnings allowed unless --strict); 1 a check failed or errored (or warned, with "
-    "--strict); 2 usage error (an --output that cannot be written included); 3 the doctor itself or a plugin crashed "
-    "(the report is still written); 4 the report could not be written (stdout closed or full, or --output failing at "
-    "the end: it went to stdout); 129/130/143 interrupted by SIGHUP/SIGINT/SIGTERM."
-)
-COMMANDS = ("check", "smoke", "list", "explain", "fix", "preflight", "fleet")
+COMMANDS = ("check", "smoke", "list", "explain", "fix", "warm", "preflight", "fleet")
 FORMATS = ("text", "json", "markdown", "junit")
 
 # ------------------------------------------------------------------------------------------------ argument types
@@ -74,21 +70,6 @@ ROOT_OPTIONS = ("-h", "--help", "--version", "--install-completion", "--show-com
 INSPECTING_COMMANDS = ("check", "smoke", "fix", "preflight", "fleet")
 VALUE_OPTIONS = ("--cp", "--dsa-backend", "--gpu-arch", "--python", "--timeout", "--only", "--skip", "--device", "-f",
                  "--format", "-o", "--output", "--fleet-port", "--fleet-wait", "--job-args", "--job-cwd", "--report")
-DESCRIPTION = ("Preflight checks for DeepSeek-V4 context-parallel training (verl + Megatron-Core + TE + cuDNN "
-               "frontend). `check` is the default command.")
-PREFLIGHT_EPILOG = ("The report goes to stderr (text), the job's stdout stays clean. Exit: the command's own exit code "
-                    "when it ran (it replaces the doctor: same pid); 1 when a check failed (or warned, with --strict) "
-                    "and the command did not start; 2 usage error; 129/130/143 interrupted.")
-FLEET_EPILOG = ("`fleet --ray -- CMD` is `preflight --ray -- CMD`: the report of the driver and every GPU node goes to "
-                "stderr; exit as preflight's (1 when any node failed, and the command did not start).")
-SMOKE_EPILOG = ("Exit codes: 0 the smoke forward passed or was skipped; 1 it failed or errored; 2 usage error; 3 the "
-                "doctor itself crashed (the report is still written); 4 the report could not be written (stdout "
-                "closed or full, or --output failing at the end: it went to stdout); 129/130/143 interrupted by "
-                "SIGHUP/SIGINT/SIGTERM.")
-FIX_EPILOG = ("Exit codes: 0 a plan was printed (or nothing to fix); 1 some failure has no fix; 2 usage error; 3 the "
-              "run behind the plan crashed; 4 the plan could not be written (stdout closed or full: nothing is "
-              "applied); 129/130/143 interrupted. With --apply: the re-check's exit code.")
-
 OPTION_NAMES = {f.name for f in fields(Options)} - {"command"}
 
 
@@ -327,6 +308,19 @@ def _app():
         timeout: float = shared.plugin_timeout,
     ) -> None:
         take("explain", locals())
+
+    @app.command(**said(WARM_HELP), epilog=WARM_EPILOG)
+    def warm(
+        gpu_arch: str = Option(..., "--gpu-arch", parser=arch_t, metavar="X.Y", help="The GPU arch to compile for."),
+        python: str | None = shared.python,
+        timeout: float | None = Option(None, "--timeout", parser=timeout_t, metavar="S", help="Seconds in all."),
+        format: str = Option("text", "-f", "--format", click_type=Choice(["text", "json"]), help="text or json."),
+        into: str | None = Option(None, "--into", metavar="DIR", help="The image-wide store's folder (default "
+                                  "/usr/local/share/dsv4-doctor/kernels)."),
+        recipes: str | None = Option(None, "--recipes", metavar="PATH", help="The kernel recipes: a JSON file, or "
+                                     "a per-user kernel store (default: the ones the doctor ships)."),
+    ) -> None:
+        take("warm", locals())
 
     @app.command(**said("Print the fix plan of the current failures as a shell script (or --apply it)."),
                  epilog=FIX_EPILOG)

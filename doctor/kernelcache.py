@@ -291,6 +291,21 @@ def for_run() -> KernelCache:
         return _RUN
 
 
+def hold_for_warm(verified: VerifiedDir) -> KernelCache:
+    """`dsv4-doctor warm`: the probes of this process get the image-wide store `verified` (opened and checked with
+    the root_only rules) as IMAGE_FD, and no per-user cache."""
+    global _RUN
+    with _LOCK:
+        release()
+        held, why = _hold(verified, IMAGE_FD)
+        if held is None:
+            raise Refused(why)
+        st = os.fstat(held)
+        _RUN = KernelCache(None, "off", "dsv4-doctor warm: the image-wide store only", image=verified.path,
+                           image_id=(st.st_dev, st.st_ino))
+        return _RUN
+
+
 def switch_off(by: str) -> None:
     """No cache for this process's probes (`--no-kernel-cache`), without touching os.environ: `preflight` execs
     the job with the environment it was given."""

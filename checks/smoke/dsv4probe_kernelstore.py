@@ -145,13 +145,15 @@ class Store:
                 os.close(fd)
         return None, why
 
-    def save(self, compiled, name, function_name):
+    def save(self, compiled, name, function_name, recipe=None):
         """Export `compiled` into the writable store (a temporary name, then renamed: atomic for concurrent
-        writers); None when stored, else why not."""
+        writers), with its recipe beside it (`dsv4-doctor warm`); None when stored, else why not."""
         if self.write is None:
             return "no writable kernel store"
         label, dir_fd, root_only = self.write
         tmp = ".tmp-%d-%s-%s" % (os.getpid(), os.urandom(4).hex(), name)
+        if recipe is not None:
+            self._write_recipe(recipe, name[:-2] + ".recipe.json", dir_fd, root_only)
         try:
             compiled.export_to_c("/proc/self/fd/%d/%s" % (dir_fd, tmp), function_name)
             os.chmod(tmp, 0o644 if root_only else 0o600, dir_fd=dir_fd)
@@ -163,6 +165,24 @@ class Store:
             except OSError:
                 pass
             return "%s store: %s: %s" % (label, type(exc).__name__, str(exc)[:200])
+
+
+    @staticmethod
+    def _write_recipe(recipe, name, dir_fd, root_only):
+        import json
+
+        tmp = ".tmp-%d-%s-%s" % (os.getpid(), os.urandom(4).hex(), name)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                         0o644 if root_only else 0o600, dir_fd=dir_fd)
+            with os.fdopen(fd, "w") as fh:
+                json.dump(recipe, fh, sort_keys=True)
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except Exception:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
 
 
 def _is_dir(fd):
@@ -263,8 +283,7 @@ def _stack_identity():
         try:
             for entry in sorted(os.scandir(libs), key=lambda e: e.name):
                 if entry.name.startswith("_cutlass_ir") and entry.name.endswith(".so"):
-                    st = entry.stat()
-                    ident["compiler_library"] = [entry.name, st.st_size, st.st_mtime_ns]
+                    ident["compiler_library"] = _library_identity(entry.path, entry.stat())
         except OSError:
             pass
         if "compiler_library" not in ident:
@@ -279,12 +298,38 @@ def _stack_identity():
     return _STACK
 
 
+def _library_identity(path, st):
+    """The compiler library's digest as its wheel's RECORD states it (baked at build time: the same in every
+    installation of that wheel), when the installed file has the size RECORD gives; else its size and mtime. Never
+    a hash of the 144 MB file itself."""
+    parts = os.path.realpath(path).split(os.sep)
+    for up in range(2, min(len(parts), 8)):
+        site = os.sep.join(parts[:-up])
+        rel = "/".join(parts[-up:])
+        try:
+            infos = [e.path for e in os.scandir(site) if e.name.endswith(".dist-info") and "cutlass" in e.name]
+        except OSError:
+            continue
+        for info in infos:
+            try:
+                with open(os.path.join(info, "RECORD"), encoding="utf-8", errors="replace") as fh:
+                    for line in fh:
+                        if line.startswith(rel + ","):
+                            _, digest, size = line.rstrip("\n").rsplit(",", 2)
+                            if size.isdigit() and int(size) == st.st_size and digest.startswith("sha256="):
+                                return [os.path.basename(path), digest, st.st_size]
+            except OSError:
+                continue
+    return [os.path.basename(path), st.st_size, st.st_mtime_ns]
+
+
 def call_key(fn, args, kwargs, options, arch):
     """The key of one compile: the same text only for calls that compile to the same code."""
     import json
 
+    # CUTE_DSL_ARCH is the arch (below); the cache and dump folders do not change the code.
     settings = sorted((k, v) for k, v in os.environ.items() if k.startswith("CUTE_DSL_")
-                      and k not in ("CUTE_DSL_CACHE_DIR", "CUTE_DSL_DUMP_DIR"))
+                      and k not in ("CUTE_DSL_CACHE_DIR", "CUTE_DSL_DUMP_DIR", "CUTE_DSL_ARCH"))
     extra = {k: describe(v) for k, v in sorted(kwargs.items())}
     runtime = _runtime_positions(fn, len(args))
     key = {"v": KEY_VERSION, "stack": _stack_identity(), "function": _function_identity(fn),
@@ -348,6 +393,24 @@ def _record(event):
         "aot-" + event["result"]
     for sink in SINK:
         sink.append((kind, str(event.get("entry", ""))[:16]))
+
+
+def _recipe(fn, args, options, arch, key, entry, event):
+    """How to make this compile again without a GPU (dsv4probe_kernelrecipe), or None (said in the event)."""
+    try:
+        recipes = _recipes()
+        recipe = recipes.record(fn, args, options, arch, entry)
+        recipe["key"] = key
+        return recipe
+    except Exception as exc:
+        event["no_recipe"] = "%s: %s" % (type(exc).__name__, str(exc)[:160])
+        return None
+
+
+def _recipes():
+    from dsv4probe_common import load_module
+
+    return load_module("dsv4probe_kernelrecipe", os.path.dirname(os.path.realpath(__file__)))
 
 
 class Served:
@@ -419,7 +482,9 @@ class StoreCompile:
         event.update(result="compiled", seconds=round(time.monotonic() - t0, 4))
         t0 = time.monotonic()
         kind = type(compiled).__name__
-        why = self._store.save(compiled, file_name, function_name) if kind in STORED_TYPES else \
+        why = self._store.save(compiled, file_name, function_name, _recipe(fn, args, options, self._arch, key,
+                                                                            file_name, event)) \
+            if kind in STORED_TYPES else \
             "a compiled %s is not stored (its call may need keyword arguments or defaults)" % kind
         event.update(stored=why is None, store_s=round(time.monotonic() - t0, 4))
         if why:
@@ -453,11 +518,14 @@ def install(arch, environ=None, events=None):
 
 
 def arch_of(torch, device):
-    """The key's arch: the GPU's compute capability ("sm_90"), or CUTE_DSL_ARCH where the kernels are not for this
-    process's GPU (`dsv4-doctor warm --gpu-arch`)."""
+    """The key's arch: the one the DSL compiles for where the options name none: CUTE_DSL_ARCH when set (`dsv4-doctor
+    warm --gpu-arch`), else the GPU's, as the DSL names it (base_dsl/env_manager.py detect_gpu_arch: "sm_90a")."""
+    if os.environ.get("CUTE_DSL_ARCH"):
+        return os.environ["CUTE_DSL_ARCH"]
     if device is not None and getattr(device, "type", None) == "cuda":
-        return "sm_%d%d" % tuple(torch.cuda.get_device_capability(device))
-    return os.environ.get("CUTE_DSL_ARCH") or "none"
+        major, minor = torch.cuda.get_device_capability(device)
+        return "sm_%d%d%s" % (major, minor, "a" if major >= 9 else "")
+    return "none"
 
 
 def _wrap(cute, store, arch):

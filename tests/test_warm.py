@@ -1,0 +1,223 @@
+"""`dsv4-doctor warm`: a kernel's recipe, recorded when a check stored it, made again without a GPU (real CuTe DSL
+4.5.2 on this CPU), stored in the image-wide store under the key a check computes, and loaded by the next check.
+
+A check's tensors here are CuTe tensors over a DLPack producer that says "CUDA device 0" (what the warm replay
+builds too): this CPU has no CUDA tensors, and the DSL compiles for the address space a tensor names, never its
+data. The recipes' package allowlist (megatron, cudnn) is widened to this test's own package in the drivers."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import probe_modules
+from conftest import run_doctor
+from dsv4_doctor import kernelcache
+
+pytestmark = pytest.mark.slow
+
+KERNELS = '''
+import cutlass
+import cutlass.cute as cute
+
+
+@cute.kernel
+def _scale_kernel(x: cute.Tensor, y: cute.Tensor, n: cutlass.Int32):
+    tid, _, _ = cute.arch.thread_idx()
+    if tid < n:
+        y[tid] = x[tid] * 2.0
+
+
+@cute.jit
+def scale_launch(x: cute.Tensor, y: cute.Tensor, n: cutlass.Int32, block: cutlass.Constexpr, stream):
+    _scale_kernel(x, y, n).launch(grid=[1, 1, 1], block=[block, 1, 1], stream=stream)
+
+
+class Scaler:
+    def __init__(self, block):
+        self.block = block
+        self.dtype = cutlass.Float32
+
+    @cute.jit
+    def __call__(self, x: cute.Tensor, y: cute.Tensor, n: cutlass.Int32, stream):
+        _scale_kernel(x, y, n).launch(grid=[1, 1, 1], block=[self.block, 1, 1], stream=stream)
+'''
+
+SITE = '''
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.runtime import from_dlpack, make_fake_stream
+
+from kernsite import kernels
+
+
+def site_compile(make_tensor, fn_name):
+    x = from_dlpack(make_tensor(), assumed_align=16, enable_tvm_ffi=True).mark_layout_dynamic(leading_dim=0)
+    y = from_dlpack(make_tensor(), assumed_align=16, enable_tvm_ffi=True).mark_layout_dynamic(leading_dim=0)
+    if fn_name == "Scaler":
+        return cute.compile(kernels.Scaler(64), x, y, cutlass.Int32(40), make_fake_stream(),
+                            options="--enable-tvm-ffi --gpu-arch sm_90a")
+    return cute.compile(kernels.scale_launch, x, y, cutlass.Int32(40), 128, make_fake_stream(),
+                        options="--enable-tvm-ffi --gpu-arch sm_90a")
+'''
+
+DRIVER = r'''
+import importlib.util, json, os, sys
+lib, smoke, root, out, mode = sys.argv[1:6]
+spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(lib, "dsv4probe_common.py"))
+sys.modules["dsv4probe_common"] = common = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(common)
+recipes = common.load_module("dsv4probe_kernelrecipe", smoke)
+recipes.PACKAGES = ("kernsite",)  # this test's package stands for megatron / cudnn
+sys.path.insert(0, root)
+if mode == "check":
+    store = common.load_module("dsv4probe_kernelstore", smoke)
+    store.SITES[("kernsite/site.py", "site_compile")] = "this test's call site"
+    note = store.install(store.arch_of(None, None) if os.environ.get("CUTE_DSL_ARCH") else "sm_90a")
+    from kernsite import site
+    for name in json.loads(sys.argv[6]):
+        site.site_compile(lambda: recipes.CudaShaped("Float32", [64], [1]), name)
+    result = {"note": note, "summary": store.summary()}
+else:
+    warm = common.load_module("dsv4probe_warm", smoke)
+    result = warm.answer(json.loads(sys.argv[6]))
+with open(out, "w") as fh:
+    json.dump(result, fh)
+'''
+
+
+def _sites() -> list[Path]:
+    from wheels import ensure
+
+    base = ensure("nvidia-cutlass-dsl-libs-base-4.5.2")
+    return [base / "nvidia_cutlass_dsl" / "python_packages", base] + [ensure(k) for k in (
+        "cuda-bindings-13.4.4", "cuda-pathfinder-1.9.1", "numpy-2.4.6", "typing-extensions-4.16.0",
+        "apache-tvm-ffi-0.1.11")]
+
+
+def _package(root: Path) -> Path:
+    pkg = root / "kernsite"
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "kernels.py").write_text(KERNELS)
+    (pkg / "site.py").write_text(SITE)
+    return root
+
+
+def _drive(tmp_path: Path, root: Path, mode: str, arg, env: dict, fds: tuple[int, ...]) -> dict:
+    from dsv4_doctor.probes import PROBE_DIR
+
+    driver = tmp_path / "warm_driver.py"
+    driver.write_text(DRIVER)
+    out = tmp_path / f"out-{os.urandom(4).hex()}.json"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("CUTE_DSL_", "DSV4_DOCTOR_"))}
+    base.update(env, PYTHONPATH=os.pathsep.join(map(str, _sites())), DSV4_DOCTOR_PROBE_LIB=str(PROBE_DIR))
+    smoke = probe_modules.script("dsv4probe_warm").parent
+    done = subprocess.run([sys.executable, str(driver), str(PROBE_DIR), str(smoke), str(root), str(out), mode,
+                           json.dumps(arg)], env=base, capture_output=True, text=True, timeout=300, pass_fds=fds)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.fixture
+def image(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("the image-wide store is root's: made here as root")
+    path = tmp_path / "img" / "kernels"
+    path.mkdir(parents=True)
+    for p in (path.parent, path):
+        os.chmod(p, 0o755)
+    yield path
+    kernelcache.reset()
+
+
+def test_a_recipe_recorded_by_a_check_is_warmed_without_a_gpu_and_served_to_the_next_check(tmp_path, image):
+    root = _package(tmp_path / "pkgroot")
+    kernelcache.reset()
+    first = kernelcache.prepare({"XDG_CACHE_HOME": str(tmp_path / "a"), kernelcache.IMAGE_ENV: str(image)})
+    got = _drive(tmp_path, root, "check", ["scale_launch", "Scaler"], first.env_for(True), first.pass_fds)
+    assert [c["result"] for c in got["summary"]["calls"]] == ["compiled", "compiled"], got
+    assert all(c["stored"] and "no_recipe" not in c for c in got["summary"]["calls"]), got
+    recipe_files = sorted(Path(first.directory).glob("aot-*.recipe.json"))
+    assert len(recipe_files) == 2
+    recipes = [json.loads(p.read_text()) for p in recipe_files]
+    assert {r["arch"] for r in recipes} == {"sm_90a"} and {"function" in r or "object" in r for r in recipes} == {True}
+
+    # warm: the image-wide store only, written; the arch from CUTE_DSL_ARCH; no per-user cache.
+    kernelcache.reset()
+    verified = kernelcache.open_verified(str(image), root_only=True)
+    warm_cache = kernelcache.hold_for_warm(verified)
+    verified.close()
+    env = dict(warm_cache.env_for(True), DSV4_DOCTOR_AOT_WARM="1", CUTE_DSL_ARCH="sm_90a")
+    answer = _drive(tmp_path, root, "warm", {"arch": "sm_90a", "recipes": recipes + [dict(recipes[0], arch="sm_100a")]},
+                    env, warm_cache.pass_fds)
+    rows = answer["evidence"]["kernels"]
+    assert [r["result"] for r in rows] == ["stored", "stored", "other arch"], rows
+    stored = sorted(p.name for p in image.glob("aot-*.o"))
+    assert stored == sorted(r["entry"] for r in recipes)  # exactly the keys the check looked up
+    for p in image.iterdir():
+        st = p.stat()
+        assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o644
+
+    # The next check, with an empty per-user cache: both kernels from the image-wide store, nothing written.
+    kernelcache.reset()
+    second = kernelcache.prepare({"XDG_CACHE_HOME": str(tmp_path / "b"), kernelcache.IMAGE_ENV: str(image)})
+    got = _drive(tmp_path, root, "check", ["scale_launch", "Scaler"], second.env_for(True), second.pass_fds)
+    assert [(c["result"], c.get("where")) for c in got["summary"]["calls"]] == [("served", "image")] * 2, got
+    assert not list(Path(second.directory).glob("aot-*"))
+
+
+def test_a_recipe_whose_source_changed_or_that_names_other_code_is_not_warmed(tmp_path, image):
+    root = _package(tmp_path / "pkgroot")
+    kernelcache.reset()
+    first = kernelcache.prepare({"XDG_CACHE_HOME": str(tmp_path / "a"), kernelcache.IMAGE_ENV: "off"})
+    _drive(tmp_path, root, "check", ["scale_launch"], first.env_for(True), first.pass_fds)
+    [recipe] = [json.loads(p.read_text()) for p in Path(first.directory).glob("aot-*.recipe.json")]
+    changed = dict(recipe, function=dict(recipe["function"], sha256="0" * 64))
+    outside = dict(recipe, function=dict(recipe["function"], file="os.py"))
+    climbing = dict(recipe, function=dict(recipe["function"], file="kernsite/../../etc/passwd"))
+    kernelcache.reset()
+    verified = kernelcache.open_verified(str(image), root_only=True)
+    warm_cache = kernelcache.hold_for_warm(verified)
+    verified.close()
+    env = dict(warm_cache.env_for(True), DSV4_DOCTOR_AOT_WARM="1", CUTE_DSL_ARCH="sm_90a")
+    answer = _drive(tmp_path, root, "warm", {"arch": "sm_90a", "recipes": [changed, outside, climbing]}, env,
+                    warm_cache.pass_fds)
+    rows = answer["evidence"]["kernels"]
+    assert [r["result"] for r in rows] == ["not warmed"] * 3, rows
+    assert "another source" in rows[0]["why"] and "outside" in rows[1]["why"] and "outside" in rows[2]["why"]
+    assert not list(image.iterdir())
+
+
+def test_the_warm_command(tmp_path):
+    """As root: the store made root's and 0755, a recipe for code this interpreter lacks said and not warmed (exit
+    0: nothing failed), JSON on request; a recipes file that is no JSON is a usage error; as another user, refused."""
+    if os.geteuid() != 0:
+        pytest.skip("warm runs as root")
+    into = tmp_path / "opt" / "kernels"
+    recipe = {"arch": "sm_90a", "function": {"file": "megatron/core/none.py", "module": "x", "qualname": "f",
+                                             "sha256": "0" * 64}, "args": [], "options": None, "key": "{}"}
+    (tmp_path / "r.json").write_text(json.dumps([recipe]))
+    done = run_doctor("warm", "--gpu-arch", "9.0", "--into", str(into), "--recipes", str(tmp_path / "r.json"),
+                      "-f", "json", sites=tuple(_sites()))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["schema"] == "dsv4-doctor.warm/1" and data["arch"] == "sm_90a"
+    assert [k["result"] for k in data["kernels"]] == ["not warmed"], data
+    st = into.stat()
+    assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o755
+    (tmp_path / "bad.json").write_text("{not json")
+    bad = run_doctor("warm", "--gpu-arch", "9.0", "--into", str(into), "--recipes", str(tmp_path / "bad.json"))
+    assert bad.returncode == 2 and "not a readable JSON file" in bad.stderr
+    from test_hardening_cache import as_uid
+
+    from dsv4_doctor.warm import warm
+
+    other = as_uid(4321, lambda: warm(sys.executable, "9.0", str(into), None, 30).status)
+    assert "UsageError" in other["error"] and "run `dsv4-doctor warm` as root" in other["error"], other
