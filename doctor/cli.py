@@ -285,11 +285,12 @@ def run_command(opts: Options) -> int:
         return app.preflight(opts, lambda report: _preflight_report(opts, report))[1]
     if opts.command == "fix":
         return app.fix(opts, ask)[2]
+    from . import catalog
     from .render import output_width
 
     if opts.command == "list":
-        return _stdout_or_4(app.listing(opts, output_width(isatty(sys.stdout))), "the listing")
-    return _stdout_or_4(app.explanation(opts, output_width(isatty(sys.stdout))), "the explanation")
+        return _stdout_or_4(catalog.listing(opts, output_width(isatty(sys.stdout))), "the listing")
+    return _stdout_or_4(catalog.explanation(opts, output_width(isatty(sys.stdout))), "the explanation")
 
 
 def _where(exc: BaseException) -> str:
