@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .model import Check, CheckReport, Interrupted, Profile, Result, Status, UsageError
-from .probes import (DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_TIMEOUT_S, Probe,
+from .probes import (DEFAULT_TIMEOUT_S, NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_TIMEOUT_S, Probe,
                      StaticRequest, handshake_probe, parse_handshake, parse_nvidia_smi, static_probe_for)
 from .plugins import MARGIN_S, HostWatch, PluginHosts, plugin_error_rows
 from .procs import Processes
@@ -64,15 +64,19 @@ def select(checks: Sequence[Check], only: Sequence[str], skip: Sequence[str], jo
 
 
 class Session:
-    def __init__(self, python: str | None = None, timeout: float | None = None):
-        """`timeout`: every probe's limit (--timeout); None: DEFAULT_TIMEOUT_S, and LONG_TIMEOUT_S for long probes."""
+    def __init__(self, python: str | None = None, timeout: float | None = None, pool: ProbePool | None = None):
+        """`timeout`: every probe's limit (--timeout); None: DEFAULT_TIMEOUT_S, and LONG_TIMEOUT_S for long probes.
+        `pool`: the early start's, whose first probes started before this module was imported (earlystart.py);
+        adopted when it runs this interpreter, else closed."""
         self.python = resolve_python(python)
         self.timeout_option = timeout
         self.timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
         self.started = time.monotonic()
-        self.procs = Processes()
-        self.pool = ProbePool(self.python, self.timeout, workers(), self.procs,
-                              max(LONG_TIMEOUT_S, self.timeout) if timeout is None else timeout)
+        if pool is not None and pool.python != self.python:
+            pool.procs.close()
+            pool = None
+        self.pool = pool or ProbePool.for_target(self.python, timeout, workers())
+        self.procs: Processes = self.pool.procs
         self.handshake = handshake_probe(self.python)
         self.registry: Registry | None = None
         self.static_probe: Probe | None = None
