@@ -268,3 +268,22 @@ def test_the_first_probes_start_before_the_session_module_is_imported(bare_pytho
     assert [imported for _, imported in spawns[:2]] == [False, False]
     assert sum(argv[1:2] == ["-S"] for argv, _ in spawns) == 1  # the run adopted the early handshake
     json.loads(done.stdout)  # and wrote its report
+
+
+def test_a_pool_started_for_another_interpreter_is_closed_not_adopted(bare_python):
+    """The session adopts an early pool only when it runs the same interpreter; another one's is closed."""
+    from dsv4_doctor.runner import ProbePool
+    from dsv4_doctor.session import Session
+
+    pool = ProbePool.for_target(PY, None, 4)
+    session = Session(bare_python, None, pool)
+    try:
+        assert session.pool is not pool and pool.procs.closed and session.pool.python == bare_python
+    finally:
+        session.close()
+    same = ProbePool.for_target(PY, 7.0, 4)
+    session = Session(PY, 7.0, same)
+    try:
+        assert session.pool is same and session.procs is same.procs and not same.procs.closed
+    finally:
+        session.close()
