@@ -50,7 +50,10 @@ def start_early(python: str | None, timeout: float | None) -> bool:
         session.start()
         session.load(describe_plugins=False)
     except BaseException as exc:  # whatever broke here breaks again in the run, which reports it
-        (session.close() if session is not None else pool.procs.close())
+        if session is not None:
+            session.close()
+        else:
+            pool.procs.close()  # what started before the session was made
         if not isinstance(exc, Exception):
             raise
         return False
