@@ -1,14 +1,14 @@
 """The commands as use cases: each takes the parsed `Options` and gives its result. `check`, `smoke` and `preflight`
-give the run's Report and the exit code; `fix` its report, plan and exit code; `listing` and `explanation` the text
-to print. The CLI (cli.py) parses the command line into Options and prints; a report is written by the `deliver`
-callable the CLI passes in, because a fleet's rank 0 must write the fleet's report while the other ranks still wait.
+give the run's Report and the exit code; `fix` its report, plan and exit code (`list` and `explain`, which inspect
+no target, are catalog.py's). The CLI (cli.py) parses the command line into Options and prints; a report is written
+by the `deliver` callable the CLI passes in, because a fleet's rank 0 must write the fleet's report while the other
+ranks still wait.
 
 Nothing heavy is imported at module level: the session, the fleet and the renderers load when a command needs them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
@@ -116,7 +116,7 @@ def job_start(opts: Options, profile: Profile):
 
 def _resolved(opts: Options) -> Options:
     """The options with --python resolved once, to the interpreter every step of the command uses."""
-    from .session import resolve_python
+    from .target import resolve_python
 
     return replace(opts, python=resolve_python(opts.python))
 
@@ -334,60 +334,3 @@ def fix(opts: Options, ask: Callable[[str], Answer]) -> tuple[Report, Plan, int]
     return report, plan, fixplan.apply_and_recheck(
         plan, python, redact, code, before, opts.yes, ask, say,
         lambda: run_report(opts, profile, only, skip, False, progress=False))
-
-
-# -------------------------------------------------------------------------------------------------- list, explain
-
-@contextlib.contextmanager
-def _registry(timeout: float | None):
-    """The checks, built-ins and plugins, for `list` and `explain`: no target is inspected, so no probe starts;
-    whatever the plugin hosts started is gone when the block ends, even if loading failed."""
-    from .session import Session
-
-    session = Session(None, timeout)
-    try:
-        session.install_signals()
-        session.load(static_probe=False)
-        assert session.registry is not None
-        yield session.all_checks(), session.registry.builtins + session.registry.plugins
-    finally:
-        session.close()
-
-
-def listing(opts: Options, width: int = 100) -> str:
-    """`list`: every check, and every plugin that failed to load, as text, JSON or docs/rules.md's table."""
-    from .render.rules import render_listing
-
-    with _registry(opts.timeout) as (checks, plugins):
-        pass
-    return render_listing(checks, plugins, opts.format, width)
-
-
-def explanation(opts: Options, width: int) -> str:
-    """`explain ID`: the check's documentation as text (at `width`) or JSON."""
-    from .redact import Redactor
-    from .render.explain import explain_text
-
-    with _registry(opts.timeout) as (checks, _):
-        pass
-    import fnmatch
-
-    from .registry import near_misses
-
-    wanted = str(opts.check_id)
-    pattern = wanted if any(ch in wanted for ch in "*?[") or "." in wanted else wanted + ".*"  # a group: its checks
-    chosen = [x for x in checks if x.id == wanted] or [x for x in checks if fnmatch.fnmatchcase(x.id, pattern)]
-    if not chosen:
-        near = near_misses(wanted, [x.id for x in checks])
-        raise UsageError(f"unknown check {wanted!r}" + (f"; did you mean {', '.join(near)}?" if near else "")
-                         + "; `dsv4-doctor list` shows every check")
-    if opts.format == "json":
-        import json
-
-        entries = [{"id": c.id, "title": c.title, "origin": c.origin, "applies_when": c.applies_when,
-                    "detects": c.detects, "explanation": c.doc(), "sources": [s.to_dict() for s in c.sources],
-                    "fixes": [{"description": f.description, "commands": [cmd.shell() for cmd in f.commands],
-                               "manual": f.manual} for f in c.fixes]} for c in chosen]
-        return json.dumps(Redactor()(entries[0] if len(entries) == 1 and chosen[0].id == wanted else entries),
-                          indent=2) + "\n"
-    return "\n".join(explain_text(c, width, Redactor()) for c in chosen)

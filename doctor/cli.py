@@ -286,17 +286,18 @@ def run_command(opts: Options) -> int:
     if opts.command == "fix":
         return app.fix(opts, ask)[2]
     if opts.command == "warm":
-        from .session import resolve_python
+        from .target import resolve_python
         from .warm import rendered, warm
 
         assert opts.gpu_arch is not None
         result = warm(resolve_python(opts.python), opts.gpu_arch, opts.into, opts.recipes, opts.timeout)
         return _stdout_or_4(rendered(result, opts.format == "json"), "the result") or result.exit_code
+    from . import catalog
     from .render import output_width
 
     if opts.command == "list":
-        return _stdout_or_4(app.listing(opts, output_width(isatty(sys.stdout))), "the listing")
-    return _stdout_or_4(app.explanation(opts, output_width(isatty(sys.stdout))), "the explanation")
+        return _stdout_or_4(catalog.listing(opts, output_width(isatty(sys.stdout))), "the listing")
+    return _stdout_or_4(catalog.explanation(opts, output_width(isatty(sys.stdout))), "the explanation")
 
 
 def _where(exc: BaseException) -> str:

@@ -110,7 +110,8 @@ class StaticFacts:
         return {k: (v if isinstance(v, str) else None) for k, v in section.items() if k != "error"}
 
     def dependents(self) -> dict[str, dict]:
-        """Other installed distributions that require one of the DSv4 packages (as the static probe found them)."""
+        """Other installed distributions that require one of the DSv4 packages, as the static probe found them from
+        their METADATA alone ({name: {version, path, requires}}: no RECORD, installer or direct_url of theirs)."""
         section = self._section("dependents")
         return {k: v for k, v in section.items() if isinstance(v, dict)}
 

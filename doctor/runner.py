@@ -17,7 +17,8 @@ from .facts import StaticFacts
 from .jobpath import JobPath
 from .fix import Fix
 from .model import Check, CheckReport, Profile, Result, Status, needs_failed, result_of
-from .probes import NVIDIA_SMI, Probe, ProbeResult, parse_nvidia_smi, read_stage, run_probe, stage_text
+from .probes import (DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, NVIDIA_SMI, Probe, ProbeResult, parse_nvidia_smi, read_stage,
+                     run_probe, stage_text)
 from .procs import Processes
 from .redact import cut_tail
 
@@ -64,6 +65,15 @@ class ProbePool:
         self._running: set[str] = set()  # keys of the probes that run now
         self._stage_files: dict[str, str] = {}  # key -> the stage file of a Python probe that runs now
         self.job: JobPath | None = None  # how the job's interpreter starts, once known: every Python probe does too
+
+    @classmethod
+    def for_target(cls, python: str, timeout: float | None, workers: int,
+                   procs: Processes | None = None) -> ProbePool:
+        """The pool of a run of `python` under --timeout `timeout` (None: each probe's default limit, a long probe's
+        LONG_TIMEOUT_S), with `procs` or a process registry of its own."""
+        limit = DEFAULT_TIMEOUT_S if timeout is None else timeout
+        return cls(python, limit, workers, procs or Processes(),
+                   max(LONG_TIMEOUT_S, limit) if timeout is None else timeout)
 
     def submit(self, probe: Probe) -> _Slot:
         with self._lock:

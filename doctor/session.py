@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import os
 import signal
 import sys
 import time
@@ -19,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .model import Check, CheckReport, Interrupted, Profile, Result, Status, UsageError
-from .probes import (DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_TIMEOUT_S, Probe,
+from .probes import (DEFAULT_TIMEOUT_S, NVIDIA_SMI, PROBE_MIN_PYTHON, STATIC_TIMEOUT_S, Probe,
                      StaticRequest, handshake_probe, parse_handshake, parse_nvidia_smi, static_probe_for)
 from .plugins import MARGIN_S, HostWatch, PluginHosts, plugin_error_rows
 from .procs import Processes
@@ -27,45 +26,13 @@ from .registry import Registry, near_misses
 from .assemble import Outcome
 from .runner import CHECK_TIMEOUT_S, ProbePool, RunContext, Runner, execute, plan
 from .signals import GATE
+from .target import resolve_python, workers
 
 if TYPE_CHECKING:
     from .jobpath import JobPath
 
 HANDSHAKE_BUDGET_S = 15.0
 MAX_CP = 1024
-
-
-def workers() -> int:
-    return max(4, min(8, 2 * (os.cpu_count() or 2)))
-
-
-def resolve_python(value: str | None) -> str:
-    if value is None:
-        return sys.executable
-    import shutil
-
-    from .fix import plain_value
-
-    if not plain_value(value):
-        # The path is printed in reports and in the fix script: it must stay one plain line.
-        raise UsageError(f"--python {value!r}: the path has control or line-break characters")
-
-    if os.path.isdir(value):  # a virtual environment's folder: name its interpreter
-        inside = [os.path.join(value, *p) for p in (("bin", "python"), ("bin", "python3"), ("Scripts", "python.exe"))]
-        hint = next((p for p in inside if os.access(p, os.X_OK)), None)
-        raise UsageError(f"--python {value!r} is a folder, not an interpreter" + (
-            f": pass --python {hint}" if hint else ": pass the interpreter's path (a venv's bin/python)"))
-    found = value if os.sep in value else shutil.which(value)
-    if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
-        raise UsageError(f"--python: no executable interpreter at {value!r}")
-    found = os.path.abspath(found)
-    if not plain_value(found):
-        raise UsageError(f"--python {found!r}: the path has control or line-break characters")
-    try:
-        found.encode("utf-8")  # the fix script's PY= and the reports must name these exact bytes
-    except UnicodeEncodeError:
-        raise UsageError(f"--python {found!r}: the path is not valid UTF-8") from None
-    return found
 
 
 def select(checks: Sequence[Check], only: Sequence[str], skip: Sequence[str], job: bool = False) -> list[Check]:
@@ -97,15 +64,19 @@ def select(checks: Sequence[Check], only: Sequence[str], skip: Sequence[str], jo
 
 
 class Session:
-    def __init__(self, python: str | None = None, timeout: float | None = None):
-        """`timeout`: every probe's limit (--timeout); None: DEFAULT_TIMEOUT_S, and LONG_TIMEOUT_S for long probes."""
+    def __init__(self, python: str | None = None, timeout: float | None = None, pool: ProbePool | None = None):
+        """`timeout`: every probe's limit (--timeout); None: DEFAULT_TIMEOUT_S, and LONG_TIMEOUT_S for long probes.
+        `pool`: the early start's, whose first probes started before this module was imported (earlystart.py);
+        adopted when it runs this interpreter, else closed."""
         self.python = resolve_python(python)
         self.timeout_option = timeout
         self.timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
         self.started = time.monotonic()
-        self.procs = Processes()
-        self.pool = ProbePool(self.python, self.timeout, workers(), self.procs,
-                              max(LONG_TIMEOUT_S, self.timeout) if timeout is None else timeout)
+        if pool is not None and pool.python != self.python:
+            pool.procs.close()
+            pool = None
+        self.pool = pool or ProbePool.for_target(self.python, timeout, workers())
+        self.procs: Processes = self.pool.procs
         self.handshake = handshake_probe(self.python)
         self.registry: Registry | None = None
         self.static_probe: Probe | None = None

@@ -289,3 +289,25 @@ def test_cli_process_never_imports_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "HEAVY=\n" in done.stderr + "\n" and "HEAVY=" in done.stderr
     assert done.stderr.rstrip().endswith("HEAVY=")
+
+
+@pytest.mark.parametrize("words", [["list"], ["list", "-f", "json"], ["explain", "te.version"],
+                                   ["explain", "cudnn-fe", "-f", "json"]])
+def test_list_and_explain_make_no_session_and_start_no_process(words):
+    """`list` and `explain` inspect no target: they read the registry, import no session module (session, its
+    probe pool, the run's report) and start no child process (a Python audit hook sees every spawn); they built a
+    Session before."""
+    import subprocess
+
+    code = ("import os, sys\n"
+            "spawned = []\n"
+            "sys.addaudithook(lambda event, args: spawned.append(event) if event in "
+            "('subprocess.Popen', 'os.posix_spawn', 'os.fork', 'os.exec') else None)\n"
+            "from dsv4_doctor.cli import main\n"
+            f"try:\n    main({words!r})\nexcept SystemExit as exc:\n    code = exc.code\n"
+            "heavy = sorted(m for m in ('dsv4_doctor.session', 'dsv4_doctor.earlystart', 'dsv4_doctor.runner',"
+            " 'dsv4_doctor.runreport', 'dsv4_doctor.assemble', 'dsv4_doctor.plugins') if m in sys.modules)\n"
+            "sys.stderr.write('\\nCODE=%s SPAWNED=%s MODULES=%s' % (code, ','.join(spawned), ','.join(heavy)))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stderr.splitlines()[-1] == "CODE=0 SPAWNED= MODULES=", done.stderr[-2000:]
+    assert done.stdout.strip()

@@ -237,3 +237,53 @@ def test_a_python_the_session_refuses_is_the_same_usage_error(tmp_path, kind):
     assert f"--python {fake} is not a Python interpreter the doctor can run (it printed no Python version)" \
         in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_the_first_probes_start_before_the_session_module_is_imported(bare_python):
+    """The handshake and nvidia-smi start before doctor.session (and the plugins, the report's assembly) is
+    imported: only the target's resolution and the probe pool come first. A Python audit hook sees each spawn, in a
+    fresh process (this one imported the session long ago), and the run still adopts them (one handshake in all)."""
+    import subprocess
+
+    code = ("import sys\n"
+            "spawns = []\n"
+            "def hook(event, args):\n"
+            "    if event == 'subprocess.Popen':\n"
+            "        spawns.append((list(args[1])[:3], 'dsv4_doctor.session' in sys.modules))\n"
+            "sys.addaudithook(hook)\n"
+            "from dsv4_doctor.cli import main\n"
+            "try:\n"
+            f"    main(['check', '--static-only', '-f', 'json', '--python', {bare_python!r}])\n"
+            "except SystemExit as exc:\n"
+            "    sys.stderr.write('\\nCODE=%s\\n' % exc.code)\n"
+            "import json\n"
+            "sys.stderr.write('SPAWNS=' + json.dumps(spawns) + '\\n')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = done.stderr.splitlines()
+    assert "CODE=1" in lines, done.stderr[-2000:]  # the run's verdict: a bare target fails
+    spawns = json.loads(next(x for x in lines if x.startswith("SPAWNS="))[len("SPAWNS="):])
+    assert [argv[:2] for argv, _ in spawns[:2]] == [[bare_python, "-S"], ["nvidia-smi", "--query-gpu=index,name,"
+                                                                          "compute_cap,memory.total,driver_version"]] \
+        or sorted(argv[0] for argv, _ in spawns[:2]) == sorted([bare_python, "nvidia-smi"])
+    assert [imported for _, imported in spawns[:2]] == [False, False]
+    assert sum(argv[1:2] == ["-S"] for argv, _ in spawns) == 1  # the run adopted the early handshake
+    json.loads(done.stdout)  # and wrote its report
+
+
+def test_a_pool_started_for_another_interpreter_is_closed_not_adopted(bare_python):
+    """The session adopts an early pool only when it runs the same interpreter; another one's is closed."""
+    from dsv4_doctor.runner import ProbePool
+    from dsv4_doctor.session import Session
+
+    pool = ProbePool.for_target(PY, None, 4)
+    session = Session(bare_python, None, pool)
+    try:
+        assert session.pool is not pool and pool.procs.closed and session.pool.python == bare_python
+    finally:
+        session.close()
+    same = ProbePool.for_target(PY, 7.0, 4)
+    session = Session(PY, 7.0, same)
+    try:
+        assert session.pool is same and session.procs is same.procs and not same.procs.closed
+    finally:
+        session.close()

@@ -13,13 +13,13 @@ DOCTOR = Path(__file__).resolve().parent.parent / "doctor"
 # fails the test, so a new one is placed on purpose.
 LAYERS: list[tuple[str, set[str]]] = [
     ("base", {"doctor", "fix", "fixmet", "model", "redact", "validtext", "kernelcache", "facts", "versions",
-              "located", "procs", "signals", "safeio", "cachedir", "helptext"}),
+              "located", "procs", "signals", "safeio", "cachedir", "helptext", "target"}),
     ("job", {"job", "jobpath"}),
     ("probes", {"probes"}),
     ("engine", {"registry", "runner", "api", "testing", "report"}),
     ("render", {"render"}),
     ("session", {"assemble", "pluginhost", "plugins", "session", "earlystart", "runreport", "fixplan", "jobcompose"}),
-    ("commands", {"fleet", "app", "execjob", "gendocs", "warm"}),
+    ("commands", {"fleet", "app", "catalog", "execjob", "gendocs", "warm"}),
     ("cli", {"cli", "commandline", "completion", "launch", "__main__"}),
 ]
 

@@ -147,18 +147,26 @@ def distribution_index():
 
 def read_bounded(path, limit=1 << 22):
     """(a regular file's first `limit` bytes, its size). Anything else (a FIFO, a device) raises OSError without
-    blocking: a FIFO named METADATA would stall the whole probe until its timeout."""
+    blocking: a FIFO named METADATA would stall the whole probe until its timeout. The read is sized by the file
+    (a buffer of `limit` bytes for each small file made a scan of 20,000 distributions mostly page faults)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise OSError("%s is not a regular file" % path)
-        with os.fdopen(fd, "rb") as fh:
-            fd = None
-            return fh.read(limit), info.st_size
+        chunks = []
+        got = 0
+        want = min(limit, info.st_size + 1) if info.st_size else min(limit, 1 << 16)
+        while got < limit:
+            asked = min(want if not got else 1 << 16, limit - got)
+            chunk = os.read(fd, asked)
+            chunks.append(chunk)
+            got += len(chunk)
+            if len(chunk) < asked:  # a regular file reads short only at its end
+                break
+        return b"".join(chunks), info.st_size
     finally:
-        if fd is not None:
-            os.close(fd)
+        os.close(fd)
 
 
 def read_regular(path, limit=1 << 22):
@@ -236,47 +244,71 @@ def _direct_url(folder):
         return {"error": "unreadable direct_url.json"}
 
 
-def distribution_facts(name):
-    """Every installed copy of a distribution (two dist-infos for one name is itself a finding)."""
-    copies = []
-    seen = set()
-    for folder in distribution_index().get(normalize(name), []):
-        real = os.path.realpath(folder)
-        if real in seen:
-            continue  # the same dist-info reached through a symlinked or repeated sys.path entry
-        seen.add(real)
-        entry = {"name": name, "version": None, "path": folder, "error": None}
+_METADATA = {}  # dist-info folder -> its METADATA's facts (read once, whoever asks)
+_FACTS = {}  # (name, with_files) -> distribution_facts' answer
+
+
+def metadata_facts(folder, name):
+    """A distribution folder's METADATA (PKG-INFO) facts, read once: name, version, requires, requires_python,
+    error (and metadata_truncated, requires_capped where said). A copy each call: callers add their own fields."""
+    facts = _METADATA.get(folder)
+    if facts is None:
+        facts = {"name": None, "version": None, "error": None}
         meta_file = "METADATA" if folder.endswith(".dist-info") else "PKG-INFO"
         try:
             raw, size = read_bounded(os.path.join(folder, meta_file), METADATA_LIMIT)
             fields = parse_metadata(raw, truncated=size > len(raw))
             if size > len(raw):
-                entry["metadata_truncated"] = "headers read; the description past byte %d of %d was not" % (
+                facts["metadata_truncated"] = "headers read; the description past byte %d of %d was not" % (
                     len(raw), size)
-            entry["version"] = (fields.get("Version") or [None])[0]
-            entry["name"] = (fields.get("Name") or [name])[0]
+            facts["version"] = (fields.get("Version") or [None])[0]
+            facts["name"] = (fields.get("Name") or [None])[0]
             requires = fields.get("Requires-Dist", [])
-            entry["requires"] = requires[:MAX_REQUIRES]
+            facts["requires"] = requires[:MAX_REQUIRES]
             if len(requires) > MAX_REQUIRES:
-                entry["requires_capped"] = len(requires)  # the cap said: how many there were
-            entry["requires_python"] = (fields.get("Requires-Python") or [None])[0]
+                facts["requires_capped"] = len(requires)  # the cap said: how many there were
+            facts["requires_python"] = (fields.get("Requires-Python") or [None])[0]
         except (OSError, UnicodeDecodeError, ValueError) as exc:  # missing, unreadable or non-UTF-8 METADATA
-            entry["error"] = "%s: %s" % (type(exc).__name__, _cut_text(str(exc), 300))
-        if not entry["version"] and not entry["error"]:
-            entry["error"] = "%s has no Version (empty or corrupt)" % meta_file
-        try:
-            entry["installer"] = _read(folder, "INSTALLER", 256).decode("utf-8", "replace").strip() or None
-        except OSError:
-            entry["installer"] = None
-        entry["direct_url"] = _direct_url(folder)
-        try:  # RECORD lists every installed file with its hash: the files' fingerprint (fleet.drift)
-            entry["record_sha256"] = record_fingerprint(_read(folder, "RECORD", 1 << 23))
-        except OSError:
-            entry["record_sha256"] = None
+            facts["error"] = "%s: %s" % (type(exc).__name__, _cut_text(str(exc), 300))
+        if not facts["version"] and not facts["error"]:
+            facts["error"] = "%s has no Version (empty or corrupt)" % meta_file
+        _METADATA[folder] = facts
+    return dict(facts, name=facts["name"] or name)
+
+
+def distribution_facts(name, with_files=True):
+    """Every installed copy of a distribution (two dist-infos for one name is itself a finding), memoised.
+    `with_files`: also the installer, direct_url.json and the RECORD's fingerprint (record_sha256), which fleet.drift
+    compares between ranks; only the answer's `distributions` section asks for them, so a RECORD is read and hashed
+    only there, once."""
+    key = (name, with_files)
+    if key in _FACTS:
+        return _FACTS[key]
+    copies = []
+    seen = set()
+    answer = {"copies": copies}
+    for folder in distribution_index().get(normalize(name), []):
+        real = os.path.realpath(folder)
+        if real in seen:
+            continue  # the same dist-info reached through a symlinked or repeated sys.path entry
+        seen.add(real)
+        entry = dict(metadata_facts(folder, name), path=folder)
+        if with_files:
+            try:
+                entry["installer"] = _read(folder, "INSTALLER", 256).decode("utf-8", "replace").strip() or None
+            except OSError:
+                entry["installer"] = None
+            entry["direct_url"] = _direct_url(folder)
+            try:  # RECORD lists every installed file with its hash: the files' fingerprint (fleet.drift)
+                entry["record_sha256"] = record_fingerprint(_read(folder, "RECORD", 1 << 23))
+            except OSError:
+                entry["record_sha256"] = None
         copies.append(entry)
         if len(copies) >= MAX_COPIES:
-            return {"copies": copies, "copies_capped": MAX_COPIES}  # more copies not read: the cap said
-    return {"copies": copies}
+            answer["copies_capped"] = MAX_COPIES  # more copies not read: the cap said
+            break
+    _FACTS[key] = answer
+    return answer
 
 
 def _module_file(directory, part):
@@ -313,18 +345,19 @@ def _requirement_name(line):
 def dependents(names):
     """Every installed distribution that declares a requirement on one of `names`: {dist: {version, requires}}.
 
-    Reads every METADATA on sys.path once (a few ms per hundred distributions)."""
+    Reads each distribution's METADATA only (the first copy on sys.path, as importlib.metadata finds it), once: no
+    RECORD, INSTALLER or direct_url.json, so that 20,000 distributions stay well within the probe's time."""
     wanted = set(normalize(n) for n in names)
     out = {}
-    for key in distribution_index():
+    for key, folders in distribution_index().items():
         if key in wanted:
             continue
-        facts = distribution_facts(key)["copies"]
-        if not facts or facts[0].get("error"):
+        facts = metadata_facts(folders[0], key)
+        if facts.get("error"):
             continue
-        hits = [r for r in facts[0].get("requires") or [] if _requirement_name(r) in wanted]
+        hits = [r for r in facts.get("requires") or [] if _requirement_name(r) in wanted]
         if hits:
-            out[facts[0]["name"]] = {"version": facts[0]["version"], "path": facts[0]["path"], "requires": hits}
+            out[facts["name"]] = {"version": facts["version"], "path": folders[0], "requires": hits}
     return out
 
 
@@ -332,12 +365,12 @@ def requirement_targets(names):
     """Every distribution named in the Requires-Dist of `names` (markers not evaluated): {name: version or None}."""
     out = {}
     for name in names:
-        copies = distribution_facts(name)["copies"]
+        copies = distribution_facts(name, False)["copies"]
         if not copies or copies[0].get("error"):
             continue
         for line in copies[0].get("requires") or []:
             target = _requirement_name(line)
             if target and target not in out:
-                found = distribution_facts(target)["copies"] if target in distribution_index() else []
+                found = distribution_facts(target, False)["copies"] if target in distribution_index() else []
                 out[target] = found[0].get("version") if found and not found[0].get("error") else None
     return out
