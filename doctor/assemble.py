@@ -35,6 +35,7 @@ class Outcome:
     interrupted: str | None = None
     plugins: list[PluginInfo] = field(default_factory=list)
     gpus: list[dict] = field(default_factory=list)  # nvidia-smi's rows
+    critical_path: dict | None = None  # the probe that ended last (ProbePool.critical_path)
 
 # Variables that change what the DSv4 stack does; secret-named ones among them are masked whatever their length.
 RELEVANT_ENV_PREFIXES = ("CUDA_", "NVTE_", "NCCL_", "TORCH_", "PYTORCH_", "NVIDIA_", "CUDNN_", "TRITON_",
@@ -112,7 +113,7 @@ def _profile_shown(profile: dict) -> dict:
 
 def assemble(profile: Profile | dict, checks: Sequence[CheckReport[Fix]], plugins: Sequence, env: dict, strict: bool,
              duration_s: float, budget_s: float | None = None, interrupted: str | None = None,
-             exit_override: int | None = None) -> Report:
+             exit_override: int | None = None, critical_path: dict | None = None) -> Report:
     """The report: its wire form built, redacted and cleaned, then typed; the checks' own fixes ride along for the
     fix planner (Report.actions)."""
     status = overall_status(c.status for c in checks)
@@ -129,6 +130,8 @@ def assemble(profile: Profile | dict, checks: Sequence[CheckReport[Fix]], plugin
         summary["budget_s"] = round(budget_s, 1)
     if interrupted:
         summary["interrupted"] = interrupted
+    if critical_path:
+        summary["critical_path"] = critical_path
     report = {
         "schema": SCHEMA,
         "doctor": {"name": "dsv4-doctor", "version": __version__},
@@ -184,7 +187,7 @@ def build(outcome: Outcome, python: str, strict: bool = False, exit_override: in
         env["fleet_rank"] = {k: fleet.get(k) for k in ("rank", "local_rank", "host", "node", "job")}
         env["fingerprint"] = fingerprint(outcome.static, outcome.gpus)
     report = assemble(outcome.profile, outcome.reports, outcome.plugins, env, strict, outcome.duration_s,
-                      outcome.budget_s, outcome.interrupted, exit_override)
+                      outcome.budget_s, outcome.interrupted, exit_override, outcome.critical_path)
     return replace(report, installed=installed_versions(outcome.static))
 
 

@@ -123,6 +123,7 @@ class Summary:
     budget_s: float | None = None
     partial: str | None = None  # a fleet report that holds only part of the fleet, and why
     interrupted: str | None = None  # the signal that cut the run short (SIGINT, ...)
+    critical_path: Mapping[str, Any] | None = None  # the probe that ended last: the run's long pole
 
     def count(self, status: str) -> int:
         value = self.counts.get(status)
@@ -132,7 +133,7 @@ class Summary:
         out: dict = {"status": self.status.value, "exit_code": self.exit_code, "strict": self.strict,
                      "counts": dict(self.counts), "duration_s": self.duration_s,
                      "internal_errors": list(self.internal_errors)}
-        for key in ("budget_s", "partial", "interrupted"):
+        for key in ("budget_s", "partial", "interrupted", "critical_path"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         return out
@@ -152,6 +153,7 @@ class Summary:
                        duration_s=_number(data.get("duration_s")), internal_errors=_texts(data.get("internal_errors")),
                        budget_s=_number(budget) if budget is not None else None,
                        partial=data["partial"] if isinstance(data.get("partial"), str) else None,
+                       critical_path=_obj(data.get("critical_path")) or None,
                        interrupted=data["interrupted"] if isinstance(data.get("interrupted"), str) else None)
 
 

@@ -65,6 +65,7 @@ class ProbePool:
         self._running: set[str] = set()  # keys of the probes that run now
         self._stage_files: dict[str, str] = {}  # key -> the stage file of a Python probe that runs now
         self.job: JobPath | None = None  # how the job's interpreter starts, once known: every Python probe does too
+        self.timeline: dict[str, tuple[float, float]] = {}  # key -> (monotonic start, end) of each probe that ran
 
     @classmethod
     def for_target(cls, python: str, timeout: float | None, workers: int,
@@ -104,8 +105,10 @@ class ProbePool:
         return self.long_timeout_s if probe.long else self.default_timeout_s
 
     def _work(self, probe: Probe, slot: _Slot) -> None:
+        started = None
         try:
             with self.slots:
+                started = time.monotonic()
                 self._running.add(probe.key)
                 timeout = self.timeout_for(probe)
                 if self.deadline is not None:
@@ -120,9 +123,20 @@ class ProbePool:
         except BaseException as exc:  # run_probe never raises; the slot must resolve all the same
             slot.result = ProbeResult(probe.key, ok=False, error=f"{type(exc).__name__}: {exc}")
         finally:
+            if started is not None:
+                self.timeline[probe.key] = (started, time.monotonic())
             self._running.discard(probe.key)
             self._stage_files.pop(probe.key, None)
             slot.done.set()
+
+    def critical_path(self, since: float) -> dict | None:
+        """The probe that ended last (the run's long pole: the checks waited for it), with when it started and ended
+        counted from `since`, and how long it ran; None when no probe ran."""
+        if not self.timeline:
+            return None
+        key, (start, end) = max(self.timeline.items(), key=lambda item: item[1][1])
+        return {"probe": key, "ran_s": round(end - start, 3), "started_at_s": round(start - since, 3),
+                "ended_at_s": round(end - since, 3), "probes": len(self.timeline)}
 
     def stage(self, key: str) -> str | None:
         """What a probe says it does now (read_stage: bounded, cleaned, cut), "waiting for a free probe slot" while

@@ -352,8 +352,8 @@ class Session:
         return Outcome(profile=profile, reports=rows, target=self.target,
                        static=static.data if static is not None and static.ok else None,
                        duration_s=time.monotonic() - self.started, budget_s=round(start - self.started + budget, 1),
-                       interrupted=interrupted,
-                       plugins=plugins, gpus=gpus)
+                       interrupted=interrupted, plugins=plugins, gpus=gpus,
+                       critical_path=self.pool.critical_path(self.started))
 
     def _unsupported_target(self, checks: Sequence[Check], ctx: RunContext) -> list[CheckReport]:
         from .runner import _report

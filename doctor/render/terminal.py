@@ -272,12 +272,15 @@ def _sources(out: _Out, c: Row) -> None:
 
 
 def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
-    from .text import fleet_lead, job_line
+    from .text import fleet_lead, job_line, long_pole_line
 
     glyphs, marks = (ASCII_GLYPHS, ASCII_MARKS) if ascii_only else (GLYPHS, MARKS)
     verdict = Text(_clean(verdict_line(report)), style=STYLE.get(report.summary.status.value, ""))
     out.line(_text(top_line(report), "bold"))
     out.line(verdict.copy())
+    pole = long_pole_line(report) if verbosity >= 1 else None
+    if pole:
+        out.line(_text(pole, "dim"))
     job = job_line(report)
     if job:
         out.line(_text(job))

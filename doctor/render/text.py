@@ -10,6 +10,15 @@ from . import shown
 if TYPE_CHECKING:
     from ..report import Report
 
+def long_pole_line(report: Report) -> str | None:
+    """-v: the probe the run waited for last (summary.critical_path), or None."""
+    path = report.summary.critical_path or {}
+    probe, ran, ended = path.get("probe"), path.get("ran_s"), path.get("ended_at_s")
+    if not isinstance(probe, str) or not isinstance(ran, (int, float)) or not isinstance(ended, (int, float)):
+        return None
+    return f"Long pole: probe {probe} ran {float(ran):.1f} s, ending {float(ended):.1f} s after the doctor started"
+
+
 def job_line(report: Report) -> str | None:
     """What the profile took from a training command that the rows do not say: how the DSA backend was decided,
     and the keys no check reads (names only: their values may hold secrets)."""

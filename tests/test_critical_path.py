@@ -1,0 +1,41 @@
+"""The run's long pole: the probe that ended last, in the JSON summary and in the -v text report."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from conftest import run_doctor
+from dsv4_doctor.probes import Probe
+from dsv4_doctor.procs import Processes
+from dsv4_doctor.runner import ProbePool
+
+
+def test_the_probe_that_ends_last_is_the_long_pole_whatever_order_it_started_in():
+    procs = Processes()
+    pool = ProbePool(sys.executable, 30, 4, procs)
+    try:
+        since = time.monotonic()
+        slow = Probe.command("slow", [sys.executable, "-c", "import time; time.sleep(0.6); print('{}')"])
+        quick = Probe.command("quick", [sys.executable, "-c", "print('{}')"])
+        for probe in (slow, quick):
+            pool.submit(probe)
+        assert pool.result(slow, 30).ok and pool.result(quick, 30).ok
+        path = pool.critical_path(since)
+        assert path is not None and path["probe"] == "slow" and path["probes"] == 2
+        assert 0.5 <= path["ran_s"] <= path["ended_at_s"] and path["started_at_s"] >= 0
+    finally:
+        procs.close()
+    assert ProbePool(sys.executable, 30, 4, Processes()).critical_path(0.0) is None
+
+
+def test_a_check_reports_its_long_pole():
+    done = run_doctor("check", "--no-smoke", "-f", "json")
+    summary = json.loads(done.stdout)["summary"]
+    path = summary["critical_path"]
+    assert isinstance(path["probe"], str) and path["probes"] >= 2
+    assert 0 < path["ran_s"] <= path["ended_at_s"] <= summary["duration_s"]
+    text = run_doctor("check", "--no-smoke", "-v")
+    assert "Long pole: probe " in text.stdout
+    assert "Long pole" not in run_doctor("check", "--no-smoke").stdout
