@@ -80,6 +80,12 @@ RUN pip install --no-cache-dir /opt/dsv4-doctor \
  && python3 -c "from megatron.bridge.models.deepseek.deepseek_v4_bridge import DeepSeekV4Bridge" \
  && dsv4-doctor check --no-smoke --gpu-arch "${GATE_GPU_ARCH}" --cp "${GATE_CP}" --strict
 
+# The doctor's own CuTe DSL kernels, compiled for each arch of TORCH_CUDA_ARCH_LIST without a GPU into the image-wide
+# kernel store (/usr/local/share/dsv4-doctor/kernels: root's, read-only for every other user), so that the first
+# check in a new container loads them instead of compiling. An arch the doctor ships no kernel recipes for is said
+# and skipped; the first check on that GPU compiles its kernels into the user's own cache.
+RUN for arch in $(echo "${TORCH_CUDA_ARCH_LIST}" | tr ';' ' '); do dsv4-doctor warm --gpu-arch "${arch}" || exit 1; done
+
 # A training command (verl's trainer, torchrun, a *train*.sh, *deepseek_v4*.sh or *dsv4*.sh script) runs under
 # `dsv4-doctor preflight --`, which checks the node and that command line, then becomes the job (same pid, same exit
 # code); anything else, such as the default shell, runs as given. DSV4_PREFLIGHT=1 gates any command, DSV4_PREFLIGHT=0

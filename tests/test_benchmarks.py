@@ -36,3 +36,8 @@ def test_bench_hostile_times_the_static_check_of_large_sources():
 def test_bench_fleet_exchanges_and_merges_two_ranks():
     out = run_bench("benchmarks/bench_fleet.py", "--ranks", "2", "--repeat", "1")
     assert '"2": {"wall_s"' in out
+
+
+def test_bench_kernel_store_parses_its_options():
+    """Its runs need a GPU (docs/gpu-runs/2026-12-06-h200-speed); here: that it loads and says what it does."""
+    assert "--no-tier2" in run_bench("benchmarks/bench_kernel_store.py", "--help")

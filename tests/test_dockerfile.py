@@ -197,3 +197,22 @@ def test_the_flash_mla_step_builds_the_archs_in_torch_cuda_arch_list(tmp_path):
     assert hopper.get("FLASH_MLA_DISABLE_SM100") == "1" and "FLASH_MLA_DISABLE_SM90" not in hopper
     blackwell = _flash_mla_build_env(tmp_path, "10.0 10.3")
     assert blackwell.get("FLASH_MLA_DISABLE_SM90") == "1" and "FLASH_MLA_DISABLE_SM100" not in blackwell
+
+
+def test_the_image_warms_the_doctors_kernels_for_each_arch_and_a_failed_warm_stops_the_build(tmp_path):
+    """The warm step (run under the Dockerfile's SHELL with dsv4-doctor stubbed): one `dsv4-doctor warm --gpu-arch`
+    per arch of TORCH_CUDA_ARCH_LIST; a warm that fails (exit 1) fails the step."""
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    run = next(line for line in text.splitlines() if line.startswith("RUN ") and "dsv4-doctor warm" in line)
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "dsv4-doctor").write_text("#!/bin/sh\necho \"$*\" >> \"$OUT\"\n[ \"$3\" != \"$FAIL\" ]\n")
+    (stub / "dsv4-doctor").chmod(0o755)
+    out = tmp_path / "calls.txt"
+    archs = build_args()["TORCH_CUDA_ARCH_LIST"]
+    env = {"PATH": f"{stub}:/usr/bin:/bin", "OUT": str(out), "TORCH_CUDA_ARCH_LIST": archs, "FAIL": "none"}
+    subprocess.run(["bash", "-o", "pipefail", "-c", run[len("RUN "):]], env=env, check=True, timeout=30)
+    assert out.read_text().splitlines() == ["warm --gpu-arch 9.0", "warm --gpu-arch 10.0"]
+    failed = subprocess.run(["bash", "-o", "pipefail", "-c", run[len("RUN "):]], env=dict(env, FAIL="9.0"),
+                            timeout=30)
+    assert failed.returncode != 0

@@ -231,9 +231,11 @@ def _tensor_candidates(data):
 
     yield make()
     lead = data.get("leading_dim")
-    if isinstance(lead, int) and 0 <= lead < len(shape):
-        yield make().mark_layout_dynamic(leading_dim=lead)
-        yield make().mark_compact_shape_dynamic(mode=lead)
+    dims = ([lead] if isinstance(lead, int) and 0 <= lead < len(shape) else []) + list(range(len(shape)))
+    for dim in dims:  # the recorded leading dim first; a tensor marked dynamic may not say it
+        yield make().mark_layout_dynamic(leading_dim=dim)
+    for dim in dims:
+        yield make().mark_compact_shape_dynamic(mode=dim)
 
 
 def replay_args(recipe, describe, want):

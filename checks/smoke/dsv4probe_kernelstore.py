@@ -372,8 +372,7 @@ def _instance(obj):
     state = getattr(obj, "__dict__", None)
     if state is None:
         raise Uncacheable("a compiled method of %s without attributes" % type(obj).__qualname__)
-    return [type(obj).__module__ + "." + type(obj).__qualname__,
-            {k: describe(v) for k, v in sorted(state.items()) if not callable(v) or isinstance(v, type)}]
+    return [type(obj).__module__ + "." + type(obj).__qualname__, {k: describe(v) for k, v in sorted(state.items())}]
 
 
 def _site(frame):

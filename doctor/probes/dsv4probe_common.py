@@ -184,22 +184,27 @@ def tail_text(text, limit):
 
 
 CACHE_FD = 211  # the kernel cache directory the doctor opened and checked (doctor/kernelcache.py PROBE_FD)
+IMAGE_FD = 212  # the image-wide AOT kernel store, read only (doctor/kernelcache.py IMAGE_FD)
 
 
 def cache_fds():
     """pass_fds for a child this probe starts: the kernel cache's descriptor, when this probe's CuTe DSL cache or
-    dump folder is /proc/self/fd/CACHE_FD and that descriptor is open here as a directory; otherwise ()."""
-    path = "/proc/self/fd/%d" % CACHE_FD
-    if path not in (os.environ.get("CUTE_DSL_CACHE_DIR"), os.environ.get("CUTE_DSL_DUMP_DIR")):
-        return ()
-    try:
-        import stat
+    dump folder or its AOT kernel store is /proc/self/fd/CACHE_FD, and the image-wide store's, when it was handed
+    over; each only while it is open here as a directory. Otherwise ()."""
+    import stat
 
-        if not stat.S_ISDIR(os.fstat(CACHE_FD).st_mode):
-            return ()
-    except OSError:
-        return ()
-    return (CACHE_FD,)
+    named = (os.environ.get("CUTE_DSL_CACHE_DIR"), os.environ.get("CUTE_DSL_DUMP_DIR"),
+             os.environ.get("DSV4_DOCTOR_AOT_CACHE"), os.environ.get("DSV4_DOCTOR_AOT_IMAGE"))
+    out = []
+    for fd in (CACHE_FD, IMAGE_FD):
+        if "/proc/self/fd/%d" % fd not in named:
+            continue
+        try:
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                out.append(fd)
+        except OSError:
+            pass
+    return tuple(out)
 
 
 def error_info(exc, frames=3):
