@@ -28,7 +28,7 @@ import time
 
 DRIVER = r'''
 import importlib.util, json, os, sys
-lib, smoke, out, request = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+lib, smoke, out, request = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])  # argv[5]: tensors
 spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(lib, "dsv4probe_common.py"))
 sys.modules["dsv4probe_common"] = common = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(common)
@@ -50,7 +50,7 @@ ran._timed = kept  # before the sub-runs' modules load: they bind it by name
 kernels = common.load_module("dsv4probe_kernels", smoke)
 answer = kernels.answer(request)
 import torch
-torch.save(outputs, out + ".pt")
+torch.save(outputs, sys.argv[5])
 with open(out, "w") as fh:
     json.dump(answer, fh, default=str)
 '''
@@ -103,7 +103,7 @@ def main() -> None:
     out_dir = args.out or tempfile.mkdtemp(prefix="kernel-store-equality-")
     os.makedirs(out_dir, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="stores-")
-    driver = os.path.join(out_dir, "driver.py")
+    driver = os.path.join(scratch, "driver.py")
     with open(driver, "w") as fh:
         fh.write(DRIVER)
     base_env = {"DSV4_DOCTOR_PROBE_LIB": str(PROBE_DIR)}
@@ -115,19 +115,20 @@ def main() -> None:
         runs = {}
         for label, store in (("compiled", first), ("served", first), ("compiled again", fresh_store(scratch))):
             out = os.path.join(out_dir, f"{name}-{label.replace(' ', '-')}.json")
-            took, code, err = run(args.python, [driver, str(PROBE_DIR), smoke, out, json.dumps(request)], store,
-                                  base_env)
+            tensors = os.path.join(scratch, f"{name}-{label.replace(' ', '-')}.pt")  # binary: kept out of --out
+            took, code, err = run(args.python, [driver, str(PROBE_DIR), smoke, out, json.dumps(request), tensors],
+                                  store, base_env)
             answer = json.load(open(out)) if os.path.exists(out) else {"error": err}
             store_summary = ((answer.get("evidence") or {}).get("aot_kernel_store") or {})
             runs[label] = {"wall_s": round(took, 3), "exit_code": code, "status": answer.get("status"),
                            "summary": answer.get("summary"), "store": store_summary,
-                           "outputs": out + ".pt" if os.path.exists(out + ".pt") else None, "stderr": err[-800:]}
+                           "outputs": tensors if os.path.exists(tensors) else None, "stderr": err[-800:]}
         result["parts"][name] = runs
     if not args.no_tier2:
         first = fresh_store(scratch)
         runs = {}
         for label, store in (("compiled", first), ("served", first), ("compiled again", fresh_store(scratch))):
-            save = os.path.join(out_dir, f"tier2-{label.replace(' ', '-')}.pt")
+            save = os.path.join(scratch, f"tier2-{label.replace(' ', '-')}.pt")
             out = os.path.join(out_dir, f"tier2-{label.replace(' ', '-')}.json")
             job = {"tier2_build": {"backend": "cudnn", "save": save, "control": False, "device": "cuda"}}
             took, code, err = run(args.python, [os.path.join(smoke, "dsv4probe_smoke.py"), out, json.dumps(job)],
@@ -165,6 +166,9 @@ def main() -> None:
                   f"(max |d| {c.get('max_abs_diff', '-')})")
     with open(os.path.join(out_dir, "equality.json"), "w") as fh:
         json.dump(result, fh, indent=2, default=str)
+    import shutil
+
+    shutil.rmtree(scratch, ignore_errors=True)
     print(json.dumps({"out": out_dir}))
 
 
