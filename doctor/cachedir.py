@@ -7,8 +7,9 @@ Two kinds of cache directory:
 - the per-user cache: this user's, writable by nobody else; every folder above it this user's or root's (as root:
   root's only), writable by nobody else unless sticky;
 - the image-wide cache (`root_only`): made by `dsv4-doctor warm` as root at image build time, then read-only for
-  everyone: the directory, every folder above it and every entry root's, writable by nobody else. Any user, root or
-  not, may load from it; nobody but root can change it.
+  everyone: the directory and every entry root's, writable by nobody else; the folders above it as for the per-user
+  cache (this user's or root's, writable by nobody else unless sticky). Any user, root or not, may load from it;
+  nobody but root and the user running the check can change the path to it.
 """
 
 from __future__ import annotations

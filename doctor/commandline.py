@@ -181,8 +181,8 @@ def _app():
     skip_help = "Skip these check ids (repeatable; globs)."
     format_help = "Report format (default text)."
     output_help = "Write the report to FILE instead of stdout."
-    cache_help = ("Do not give the probes the doctor's persistent CuTe DSL kernel cache "
-                  "(~/.cache/dsv4-doctor/cute-dsl; also DSV4_DOCTOR_KERNEL_CACHE=off).")
+    cache_help = ("Do not give the probes the doctor's kernel caches: the CuTe DSL cache and the AOT kernel store "
+                  "(~/.cache/dsv4-doctor/cute-dsl; also DSV4_DOCTOR_KERNEL_CACHE=off) and the image-wide store.")
     deep_help = ("The deep level: the smoke's tier 2 too, the DSv4 hybrid attention layer (CP=1, CP=N against CP=1, "
                  "packed against alone) and its fused build (cuDNN indexer + FlashMLA) against the unfused one, "
                  "forward and backward (about a minute more on a GPU). For a GPU CI job and a new node's first "

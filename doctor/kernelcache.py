@@ -21,7 +21,11 @@ fixed directory for both, in the user's cache home, created and checked here:
   `CUTE_DSL_CACHE_DIR` the user set is used as it is and never pruned.
 
 A cached kernel only skips the compile: every sub-run still calls it and compares its numbers with the reference.
-It cannot serve a kernel compiled with `cute.compile` (every CuTe DSL kernel of this stack): docs/smoke.md.
+The DSL's file cache cannot serve a kernel compiled with `cute.compile` (every CuTe DSL kernel of this stack); the
+doctor's AOT kernel store can, at the call sites it has read (checks/smoke/dsv4probe_kernelstore.py). Its per-user
+store is this same directory; its image-wide store (IMAGE_ENV, default DEFAULT_IMAGE_DIR) is root's, written only by
+`dsv4-doctor warm`, checked with the `root_only` rules and held as IMAGE_FD (212), which the probes only read.
+`--no-kernel-cache` (or `DSV4_DOCTOR_KERNEL_CACHE=off`) turns both stores off. docs/smoke.md, "The AOT kernel store".
 """
 
 from __future__ import annotations

@@ -144,12 +144,13 @@ def _load(where):
     loaded = sys.modules.get(name)
     if loaded is not None and os.path.realpath(getattr(loaded, "__file__", "") or "") == os.path.realpath(path):
         return loaded
-    try:
-        module = importlib.import_module(name)
-        if os.path.realpath(getattr(module, "__file__", "") or "") == os.path.realpath(path):
-            return module
-    except Exception:
-        pass
+    if name.split(".")[0] in PACKAGES:  # imported by its name only within those packages
+        try:
+            module = importlib.import_module(name)
+            if os.path.realpath(getattr(module, "__file__", "") or "") == os.path.realpath(path):
+                return module
+        except Exception:
+            pass
     spec = importlib.util.spec_from_file_location(name, path)  # loaded by path, as the layout probe loads it
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

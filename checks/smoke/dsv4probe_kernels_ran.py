@@ -143,9 +143,9 @@ def _cache_files(directory):
         return None
 
 
-CUTE_COMPILE_BYPASS = ("compiled in-process, every run: %d module(s) by cute.compile, which bypasses the CuTe DSL "
-                       "file cache (no_cache=True, nvidia-cutlass-dsl cutlass/base_dsl/compiler.py), so no kernel "
-                       "cache can serve it")
+CUTE_COMPILE_BYPASS = ("compiled in-process: %d module(s) by cute.compile, which bypasses the CuTe DSL file cache "
+                       "(no_cache=True, nvidia-cutlass-dsl cutlass/base_dsl/compiler.py); only the doctor's AOT "
+                       "kernel store serves such kernels, at the call sites it has checked")
 
 
 def kernels_ran(cache_dir, files_before):

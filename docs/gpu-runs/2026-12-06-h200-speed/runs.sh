@@ -1,5 +1,5 @@
 # The cases and what is recorded beside them (sourced by gpu.sh), with PYTHONPATH=~/mcore (Megatron d48bd6be):
-#   speed-start  benchmarks/bench_check.py --full --cp 2 --repeat 3 --warm-arch 9.0 in its own session (it outlives
+#   speed-start  bench_check.py --full --cp 2 --repeat ${BENCH_REPEAT:-3} --warm-arch 9.0, in its own session (it outlives
 #                the call; it is the first check this container runs): bench.console.txt, bench.json, bench-reports/
 #   speed-wait   wait for it, as long as the call allows (bench.exit holds its exit code once it ended)
 #   equality     benchmarks/bench_kernel_store.py --cp 2: a served kernel's outputs against a compiled one's, for the
@@ -17,7 +17,7 @@ case_est() {
 case_speed-start() {
   [ -f "$R/bench.started" ] && { ts "speed-start: already started"; return; }
   date -u +%FT%TZ > "$R/bench.started"
-  (cd "$ROOT" && setsid nohup bash -c "$PY benchmarks/bench_check.py --full --cp 2 --repeat 3 --warm-arch 9.0 \
+  (cd "$ROOT" && setsid nohup bash -c "$PY benchmarks/bench_check.py --full --cp 2 --repeat ${BENCH_REPEAT:-3} --warm-arch 9.0 \
     --torch-python $(command -v "$PY") --report-dir $R/bench-reports --json-out $R/bench.json \
     > $R/bench.console.txt 2>&1; echo \$? > $R/bench.exit" > /dev/null 2>&1 &)
   ts "speed-start: bench_check --full started ($(cat "$R/bench.started"))"
