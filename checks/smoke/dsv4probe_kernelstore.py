@@ -11,8 +11,9 @@ cutlass_dsl/tvm_ffi_provider.py L504, cute/runtime.py L986): that object file is
   Any other caller gets the real compile, untouched.
 - The key (`call_key`): the DSL's version and its compiler library's identity (the digest its wheel's RECORD states,
   else its size and mtime: never a hash of the 144 MB file), tvm-ffi's version; the compiled function's module
-  source hash and qualified name; the options and the arch; every argument's type, dtype, shape, stride, dynamic marking and static value. An argument this store
-  cannot describe exactly makes the call uncached (a miss is safe, a wrong hit is not).
+  source hash and qualified name; the options and the arch; every argument's type, dtype, shape, stride, dynamic
+  marking and static value. An argument this store cannot describe exactly makes the call uncached (a miss is safe,
+  a wrong hit is not).
 - Where: the per-user cache (the directory the doctor opened and checked, handed over as descriptor 211) is read and
   written; the image-wide one (`dsv4-doctor warm`, descriptor 212, root's) is only read. Every entry is opened
   through its directory's descriptor and checked by the doctor's own rules (doctor/cachedir.py, loaded by path);
