@@ -144,7 +144,7 @@ def test_two_real_build_processes_agree_and_their_control_separates(tmp_path):
     assert {"first_forward_s", "first_backward_s", "steady_forward_s", "steady_backward_s"} <= set(fused)
     # no CuTe DSL kernel in the CPU stand-in: counted, and none
     assert fused["cute_dsl_cache"]["first_step"] == {"read_from_cache": 0, "compiled_and_written": 0, "lookups": 0,
-                                                "compiled_cache_bypassed": 0}
+                                                "compiled_cache_bypassed": 0, "served_by_store": 0, "stored": 0}
     cmp_ = result["comparison"]
     assert {"output", "grad.input", "grad.proj.weight"} <= set(cmp_["tensors"])
     assert cmp_["control"]["separates"] and cmp_["control"]["rel_l2"] > cmp_["tolerances"]["forward"]
