@@ -130,7 +130,7 @@ def main() -> None:
         for label, store in (("compiled", first), ("served", first), ("compiled again", fresh_store(scratch))):
             save = os.path.join(scratch, f"tier2-{label.replace(' ', '-')}.pt")
             out = os.path.join(out_dir, f"tier2-{label.replace(' ', '-')}.json")
-            job = {"tier2_build": {"backend": "cudnn", "save": save, "control": False, "device": "cuda"}}
+            job = {"tier2_build": {"backend": "cudnn", "save": save, "control": False, "device": "cuda:0"}}
             took, code, err = run(args.python, [os.path.join(smoke, "dsv4probe_smoke.py"), out, json.dumps(job)],
                                   store, base_env)
             answer = json.load(open(out)) if os.path.exists(out) else {"error": err}

@@ -30,7 +30,9 @@ case_speed-wait() {
 }
 
 case_equality() {
-  [ -f "$R/bench.exit" ] || { ts "equality: NOT RUN (the bench still runs: its times would be disturbed)"; return; }
+  if [ -f "$R/bench.started" ] && [ ! -f "$R/bench.exit" ]; then
+    ts "equality: NOT RUN (the bench still runs: its times would be disturbed)"; return
+  fi
   local lim; lim=$(( $(left) - 10 )); [ "$lim" -gt 560 ] && lim=560
   (cd "$ROOT" && timeout -k 10 "$lim" "$PY" benchmarks/bench_kernel_store.py --python "$(command -v "$PY")" --cp 2 \
     --out "$R/equality") > "$R/equality.console.txt" 2>&1
