@@ -221,3 +221,43 @@ def test_the_warm_command(tmp_path):
 
     other = as_uid(4321, lambda: warm(sys.executable, "9.0", str(into), None, 30).status)
     assert "UsageError" in other["error"] and "run `dsv4-doctor warm` as root" in other["error"], other
+
+
+def test_a_user_who_is_not_root_uses_the_root_owned_image_store_and_never_a_store_another_user_owns(tmp_path):
+    """The image-wide store is root's and read by every user: as uid 4321 the decision holds it (descriptor 212)
+    and an entry in it passes the entry rule; a store owned by another user is refused."""
+    if os.geteuid() != 0:
+        pytest.skip("made here as root")
+    import shutil
+    import tempfile
+
+    from test_hardening_cache import as_uid
+
+    base = Path(tempfile.mkdtemp(prefix="image-test-"))
+    try:
+        os.chmod(base, 0o755)
+        image = base / "kernels"
+        image.mkdir(mode=0o755)
+        (image / "aot-x.o").write_bytes(b"\0")
+        os.chmod(image / "aot-x.o", 0o644)
+        home = base / "home"
+        home.mkdir()
+        os.chown(home, 4321, 4321)
+
+        def decide(path: str) -> list:
+            from dsv4_doctor import cachedir
+
+            cache = kernelcache.prepare({"XDG_CACHE_HOME": str(home), kernelcache.IMAGE_ENV: path})
+            fd = cachedir.open_entry(kernelcache.IMAGE_FD, "aot-x.o", path, root_only=True) if cache.image else None
+            if fd is not None:
+                os.close(fd)
+            return [cache.image, cache.image_note, list(cache.pass_fds)]
+
+        got = as_uid(4321, decide, str(image))
+        assert got.get("result", [None])[0] == str(image), got
+        assert got["result"][2] == [kernelcache.PROBE_FD, kernelcache.IMAGE_FD]
+        os.chown(image, 4321, 4321)  # a store its reader owns is no image-wide store
+        got = as_uid(4321, decide, str(image))
+        assert got["result"][0] is None and "not root" in got["result"][1], got
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
