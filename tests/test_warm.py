@@ -261,3 +261,28 @@ def test_a_user_who_is_not_root_uses_the_root_owned_image_store_and_never_a_stor
         assert got["result"][0] is None and "not root" in got["result"][1], got
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_shipped_recipes_cross_compile_here_for_the_code_that_is_installed(tmp_path):
+    """checks/smoke/kernel_recipes.json (recorded by `check --deep` on an H100, docs/gpu-runs/2026-12-06-h200-speed)
+    on this CPU with the published cuDNN frontend 1.27.0 wheel: its frontend kernels are compiled for sm_90a and
+    stored; Megatron's (the dev branch, not installed here) are said and not warmed."""
+    if os.geteuid() != 0:
+        pytest.skip("warm runs as root")
+    from wheels import ensure
+
+    from dsv4_doctor.warm import shipped_recipes
+
+    shipped = json.loads(shipped_recipes().read_text())
+    assert {r["arch"] for r in shipped} == {"sm_90a"} and len(shipped) >= 7
+    into = tmp_path / "img" / "kernels"
+    done = run_doctor("warm", "--gpu-arch", "9.0", "--into", str(into), "-f", "json", timeout=600,
+                      sites=(*_sites(), ensure("nvidia-cudnn-frontend-1.27.0")))
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)["kernels"]
+    by_file = {}
+    for row in rows:
+        by_file.setdefault(row["file"].split("/")[0], []).append(row)
+    assert {r["result"] for r in by_file["cudnn"]} == {"stored"} and len(by_file["cudnn"]) >= 3, by_file["cudnn"]
+    assert all(r["result"] == "not warmed" and "not installed here" in r["why"] for r in by_file["megatron"])
+    assert len(list(into.glob("aot-*.o"))) == len(by_file["cudnn"])

@@ -8,9 +8,24 @@ MC=~/mcore
 WORK=~/cases
 
 case_needs() { echo "flashmla fht te-torch"; }
+
+case_recipes() {  # one `check --cp 2 --deep` on an empty per-user store: the kernel recipes it records, as one JSON list
+  local store=$WORK/recipe-store
+  rm -rf "$store" && mkdir -p -m 700 "$store" "$WORK/recipes" && cd "$WORK/recipes" || return
+  { echo "\$ DSV4_DOCTOR_KERNEL_CACHE=$store DSV4_DOCTOR_KERNEL_IMAGE_CACHE=off python3 -m dsv4_doctor check --cp 2 --deep -f json -o recipes-check.json"
+    DSV4_DOCTOR_KERNEL_CACHE=$store DSV4_DOCTOR_KERNEL_IMAGE_CACHE=off timeout -k 10 200 "$PY" -m dsv4_doctor check --cp 2 --deep \
+      -f json -o "$R/recipes-check.json"; echo "exit $?"; } > "$R/recipes.console.txt" 2>&1
+  "$PY" - "$store" "$R/kernel_recipes.json" <<'PYEOF'
+import glob, json, os, sys
+found = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(sys.argv[1], "aot-*.recipe.json")))]
+json.dump(found, open(sys.argv[2], "w"), indent=1, sort_keys=True)
+print(len(found), "recipes:", sorted({(r.get("function") or r.get("object") or {}).get("qualname") for r in found}))
+PYEOF
+  ts "recipes: $(tail -1 "$R/recipes.console.txt")"
+}
 case_est() {
   case $1 in
-    speed-start) echo 5 ;; speed-wait) echo 0 ;; equality) echo 330 ;; *) echo 0 ;;
+    speed-start) echo 5 ;; speed-wait) echo 0 ;; equality) echo 330 ;; recipes) echo 60 ;; *) echo 0 ;;
   esac
 }
 
