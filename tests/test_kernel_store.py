@@ -111,12 +111,11 @@ with open(out, "w") as fh:
 
 
 def _sites() -> list[Path]:
+    """The CuTe DSL as test_kernel_cache imports it, and tvm-ffi, which export_to_c and load_module need."""
+    from test_kernel_cache import _dsl_sites
     from wheels import ensure
 
-    base = ensure("nvidia-cutlass-dsl-libs-base-4.5.2")
-    return [base / "nvidia_cutlass_dsl" / "python_packages", base] + [ensure(k) for k in (
-        "cuda-bindings-13.4.4", "cuda-pathfinder-1.9.1", "numpy-2.4.6", "typing-extensions-4.16.0",
-        "apache-tvm-ffi-0.1.11")]
+    return _dsl_sites() + [ensure("apache-tvm-ffi-0.1.11")]
 
 
 def _site(folder: Path, tag: str = "one") -> Path:

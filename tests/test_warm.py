@@ -93,12 +93,9 @@ with open(out, "w") as fh:
 
 
 def _sites() -> list[Path]:
-    from wheels import ensure
+    from test_kernel_store import _sites as store_sites
 
-    base = ensure("nvidia-cutlass-dsl-libs-base-4.5.2")
-    return [base / "nvidia_cutlass_dsl" / "python_packages", base] + [ensure(k) for k in (
-        "cuda-bindings-13.4.4", "cuda-pathfinder-1.9.1", "numpy-2.4.6", "typing-extensions-4.16.0",
-        "apache-tvm-ffi-0.1.11")]
+    return store_sites()
 
 
 def _package(root: Path) -> Path:
