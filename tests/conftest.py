@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -131,15 +132,20 @@ def has_torch() -> bool:
 
 def free_port(neighbours: int = 2) -> int:
     """A MASTER_PORT with its next `neighbours` ports free too: the fleet exchange takes + 1, the smoke's CP groups
-    + 2."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+    + 2.
+
+    Picked below Linux's ephemeral range (32768+), from a block of its own per xdist worker: a port the kernel
+    hands out for bind(0) or an outgoing connection could be taken by the other worker's ranks before ours bind it.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    low = 20000 + (index % 8) * 1500
+    for _ in range(200):
+        port = random.randrange(low, low + 1500 - neighbours)
         try:
-            for near in range(port + 1, port + 1 + neighbours):
-                with socket.socket() as s2:
-                    s2.bind(("127.0.0.1", near))
+            for near in range(port, port + 1 + neighbours):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", near))
         except OSError:
             continue
         return port

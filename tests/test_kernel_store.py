@@ -129,7 +129,11 @@ def _run(tmp_path: Path, site: Path, plan: dict, cache: kernelcache.KernelCache 
     from dsv4_doctor.probes import PROBE_DIR
 
     driver = tmp_path / "store_driver.py"
-    driver.write_text(DRIVER)
+    if not driver.exists():
+        # Written whole and renamed: a concurrent run must never start from a half-written driver.
+        partial = tmp_path / f".store_driver-{os.urandom(4).hex()}.py"
+        partial.write_text(DRIVER)
+        partial.replace(driver)
     out = tmp_path / f"out-{os.urandom(4).hex()}.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUTE_DSL_", "DSV4_DOCTOR_"))}
     env.update(PYTHONPATH=os.pathsep.join(map(str, _sites())), DSV4_DOCTOR_PROBE_LIB=str(PROBE_DIR))
