@@ -100,6 +100,11 @@ def where_time_goes(report_path: str) -> dict:
     out["tier2_builds"] = {name: {k: b.get(k) for k in ("wall_s", "import_s", "first_forward_s", "first_backward_s",
                                                         "steady_forward_s", "steady_backward_s", "hang")}
                            for name, b in builds.items() if isinstance(b, dict)}
+    prewarm = (tier2.get("fused") or {}).get("prewarm") or {}
+    out["tier2_prewarm"] = {k: prewarm.get(k) for k in ("skipped", "processes", "counts", "seconds",
+                                                        "stopped_unfinished") if k in prewarm}
+    out["tier2_store"] = {name: (b.get("aot_kernel_store") or {}).get("counts") for name, b in builds.items()
+                          if isinstance(b, dict) and b.get("aot_kernel_store")}
     kernel_evidence = (by_id.get("smoke.dsv4-kernels") or {}).get("evidence") or {}
     # Which kernel cache the probes got: a row meant to run on a fresh (or warm) cache means nothing if it was refused.
     out["kernel_cache"] = kernel_evidence.get("kernel_cache")
@@ -132,6 +137,10 @@ def where_lines(where: dict) -> list[str]:
         lines.append(f"  tier 2 {name} build: {_s(b.get('wall_s'))} (import {_s(b.get('import_s'))}, first forward "
                      f"{_s(b.get('first_forward_s'))}, first backward {_s(b.get('first_backward_s'))}, steady "
                      f"{_s(b.get('steady_forward_s'))} / {_s(b.get('steady_backward_s'))})")
+    for name, counts in (where.get("tier2_store") or {}).items():
+        lines.append(f"  tier 2 {name} build's AOT kernel store: {counts}")
+    if where.get("tier2_prewarm"):
+        lines.append(f"  tier 2 prewarm (shipped recipes, beside the builds): {where['tier2_prewarm']}")
     for name, run in (where.get("kernel_subruns") or {}).items():
         lines.append(f"  kernel sub-run {name}: {run.get('status')} {_s(run.get('total_s'))} "
                      f"(import torch + CUDA set-up {_s(run.get('torch_start_s'))})")

@@ -3,9 +3,10 @@ served from the store gives the outputs the freshly compiled one gives on the sa
 
     python benchmarks/bench_kernel_store.py --python PY [--cp 2] [--out DIR] [--no-tier2]
 
-Three fresh processes per part, in order: "compiled" (an empty store: every kernel compiled, then stored),
-"served" (the same store: loaded), "compiled again" (another empty store: the compiled kernels' own run-to-run
-spread). Parts:
+Four fresh processes per part, in order: "compiled" (an empty store: every kernel compiled, then stored),
+"served" (the same store: loaded), "warmed" (a store the warm probe filled without a GPU from the recipes the
+compiled run recorded: what `warm` and a --deep check's prewarm serve), "compiled again" (another empty store: the
+compiled kernels' own run-to-run spread). Parts:
 - the kernel smoke's sub-runs `layout` (Megatron's CP layout kernels, in one process: split_layout off) and `dsa`
   (the cuDNN frontend's DSA indexer forward), run by the doctor's own probe script; every kernel call's output is
   kept (the probe's `_timed`, wrapped here) and compared;
@@ -71,6 +72,9 @@ def compare(torch, a: dict, b: dict) -> dict:
     return out
 
 
+RUNS = ("compiled", "served", "warmed", "compiled again")
+
+
 def fresh_store(parent: str) -> str:
     path = tempfile.mkdtemp(prefix="store-", dir=parent)
     os.chmod(path, 0o700)
@@ -84,6 +88,28 @@ def run(python: str, argv: list[str], store: str, env_extra: dict, timeout: floa
     start = time.monotonic()
     done = subprocess.run([python, *argv], env=env, capture_output=True, text=True, timeout=timeout)
     return time.monotonic() - start, done.returncode, done.stderr[-3000:]
+
+
+def warm_from(python: str, smoke: str, recorded: str, scratch: str, env_extra: dict) -> tuple[str, dict]:
+    """A fresh store filled by the warm probe (no GPU: CUDA hidden, the arch named) from the recipes the "compiled"
+    run recorded beside its kernels: what `dsv4-doctor warm` and a --deep check's prewarm serve."""
+    store = fresh_store(scratch)
+    recipes = []
+    for name in sorted(os.listdir(recorded)):
+        if name.endswith(".recipe.json"):
+            with open(os.path.join(recorded, name)) as fh:
+                recipes.append(json.load(fh))
+    arch = next((r.get("arch") for r in recipes), None)
+    if not arch:
+        return store, {"error": "the compiled run recorded no recipes"}
+    out = os.path.join(scratch, f"warm-{os.path.basename(store)}.json")
+    took, code, err = run(python, [os.path.join(smoke, "dsv4probe_warm.py"), out,
+                                   json.dumps({"arch": arch, "store": "user", "recipes": recipes})],
+                          store, dict(env_extra, CUDA_VISIBLE_DEVICES="", CUTE_DSL_ARCH=arch))
+    answer: dict = json.load(open(out)) if os.path.exists(out) else {"error": err}
+    kernels = (answer.get("evidence") or {}).get("kernels") or []
+    return store, {"wall_s": round(took, 3), "exit_code": code, "summary": answer.get("summary"),
+                   "kernels": [{k: r.get(k) for k in ("kernel", "result", "why", "compile_s")} for r in kernels]}
 
 
 def main() -> None:
@@ -113,12 +139,15 @@ def main() -> None:
     for name, request in parts:
         first = fresh_store(scratch)
         runs = {}
-        for label, store in (("compiled", first), ("served", first), ("compiled again", fresh_store(scratch))):
+        for label in RUNS:
+            store = first if label in ("compiled", "served") else fresh_store(scratch)
+            if label == "warmed":
+                store, result.setdefault("warm", {})[name] = warm_from(args.python, smoke, first, scratch, base_env)
             out = os.path.join(out_dir, f"{name}-{label.replace(' ', '-')}.json")
             tensors = os.path.join(scratch, f"{name}-{label.replace(' ', '-')}.pt")  # binary: kept out of --out
             took, code, err = run(args.python, [driver, str(PROBE_DIR), smoke, out, json.dumps(request), tensors],
                                   store, base_env)
-            answer = json.load(open(out)) if os.path.exists(out) else {"error": err}
+            answer: dict = json.load(open(out)) if os.path.exists(out) else {"error": err}
             store_summary = ((answer.get("evidence") or {}).get("aot_kernel_store") or {})
             runs[label] = {"wall_s": round(took, 3), "exit_code": code, "status": answer.get("status"),
                            "summary": answer.get("summary"), "store": store_summary,
@@ -127,7 +156,11 @@ def main() -> None:
     if not args.no_tier2:
         first = fresh_store(scratch)
         runs = {}
-        for label, store in (("compiled", first), ("served", first), ("compiled again", fresh_store(scratch))):
+        for label in RUNS:
+            store = first if label in ("compiled", "served") else fresh_store(scratch)
+            if label == "warmed":
+                store, result.setdefault("warm", {})["tier2 fused"] = warm_from(args.python, smoke, first, scratch,
+                                                                               base_env)
             save = os.path.join(scratch, f"tier2-{label.replace(' ', '-')}.pt")
             out = os.path.join(out_dir, f"tier2-{label.replace(' ', '-')}.json")
             job = {"tier2_build": {"backend": "cudnn", "save": save, "control": False, "device": "cuda:0"}}
@@ -157,13 +190,15 @@ def main() -> None:
             data[label] = ({k: v for k, v in saved["tensors"].items()} if "tensors" in saved else
                            {f"{k}[{i}]": t for k, ts in saved.items() for i, t in enumerate(ts)})
         served = compare(torch, data["compiled"], data["served"])
+        warmed = compare(torch, data["compiled"], data["warmed"])
         spread = compare(torch, data["compiled"], data["compiled again"])
-        result["parts"][name]["comparison"] = {"served_vs_compiled": served, "compiled_again_vs_compiled": spread}
+        result["parts"][name]["comparison"] = {"served_vs_compiled": served, "warmed_vs_compiled": warmed,
+                                               "compiled_again_vs_compiled": spread}
         for tensor in sorted(served):
-            s, c = served[tensor], spread[tensor]
-            print(f"  {tensor:<56} served {'==' if s['equal'] else '!='} compiled "
-                  f"(max |d| {s.get('max_abs_diff', '-')}); compiled again {'==' if c['equal'] else '!='} "
-                  f"(max |d| {c.get('max_abs_diff', '-')})")
+            s, w, c = served[tensor], warmed[tensor], spread[tensor]
+            print(f"  {tensor:<50} served {'==' if s['equal'] else '!='} (max |d| {s.get('max_abs_diff', '-')}); "
+                  f"warmed {'==' if w['equal'] else '!='} (max |d| {w.get('max_abs_diff', '-')}); "
+                  f"compiled again {'==' if c['equal'] else '!='} (max |d| {c.get('max_abs_diff', '-')})")
     with open(os.path.join(out_dir, "equality.json"), "w") as fh:
         json.dump(result, fh, indent=2, default=str)
     import shutil

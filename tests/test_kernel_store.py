@@ -40,6 +40,12 @@ def host_kw(a: cutlass.Int32, b: cutlass.Int32 = 1):
     cute.printf("kw %d\\n", a + b)
 
 
+@cute.jit
+def host_none(a: cutlass.Int32, offsets=None):
+    if cutlass.const_expr(offsets is None):
+        cute.printf("none %d\\n", a)
+
+
 def site_compile(fn, *args, **kwargs):
     return cute.compile(fn, *args, **kwargs)
 
@@ -71,7 +77,7 @@ for call in plan["calls"]:
     result["types"].append(type(compiled).__name__)
     if call.get("break_loaded") and isinstance(compiled, store.Served):
         compiled._loaded = lambda *a: (_ for _ in ()).throw(RuntimeError("a broken loaded kernel"))
-    compiled(*[cutlass.Int32(a) for a in call["args"]])
+    compiled(*[cutlass.Int32(a) for a in call.get("call", call["args"])])
 if plan.get("keys"):
     import torch
     from cutlass.cute.runtime import from_dlpack
@@ -248,18 +254,36 @@ def test_concurrent_writers_leave_one_whole_entry(tmp_path, cache):
     assert _run(tmp_path, site, ADD, cache)[0]["summary"]["calls"][0]["result"] == "served"
 
 
-def test_other_call_sites_keyword_signatures_and_no_cache_are_never_stored(tmp_path, cache):
+def test_other_call_sites_keyword_arguments_and_no_cache_are_never_stored(tmp_path, cache):
     site = _site(tmp_path / "site")
     got, out = _run(tmp_path, site, {"calls": [{"fn": "host_add", "args": [1, 1], "static": [1],
                                                 "site": "elsewhere_compile"}]}, cache)
     assert got["summary"]["calls"] == [] and _entries(cache) == [] and "sum 3" in out
-    kw, out = _run(tmp_path, site, {"calls": [{"fn": "host_kw", "args": [2, 5]}]}, cache)
+    kw, out = _run(tmp_path, site, {"calls": [{"fn": "host_kw", "args": [2]}]}, cache)
     call = kw["summary"]["calls"][0]
-    assert kw["types"] == ["TVMFFIJitCompiledFunctionWithKwargs"] and not call["stored"]
-    assert "keyword" in call["not_stored"] and _entries(cache) == [] and "kw 7" in out
+    assert call["result"] == "uncached" and "left to its default int" in call["why"], call
+    assert _entries(cache) == [] and "kw 3" in out
     off = kernelcache.KernelCache(None, "off", "--no-kernel-cache")
     got, _ = _run(tmp_path, site, ADD, off)
     assert got["summary"]["calls"] == [] and "no kernel store" in got["note"]
+
+
+def test_a_keyword_wrapped_kernel_is_served_with_the_wrappers_none_defaults(tmp_path, cache):
+    """The DSL wraps a compile of a signature with defaults (TVMFFIJitCompiledFunctionWithKwargs): stored when every
+    parameter left out defaults to None or a bool, and served with those values added after the call's."""
+    site = _site(tmp_path / "site")
+    plan = {"calls": [{"fn": "host_kw", "args": [2, 5]}, {"fn": "host_none", "args": [4]}]}
+    first, out = _run(tmp_path, site, plan, cache)
+    assert first["types"] == ["TVMFFIJitCompiledFunctionWithKwargs"] * 2, first
+    assert [c["stored"] for c in first["summary"]["calls"]] == [True, True], first
+    assert "kw 7" in out and "none 4" in out
+    second, out = _run(tmp_path, site, plan, cache)
+    assert [c["result"] for c in second["summary"]["calls"]] == ["served", "served"], second
+    assert "kw 7" in out and "none 4" in out
+    # A call with another count of arguments than the stored kernel takes: compiled, never guessed.
+    wrong, out = _run(tmp_path, site, {"calls": [{"fn": "host_kw", "args": [2, 5], "call": [2]}]}, cache)
+    assert "called with 1 arguments, stored for 2" in wrong["summary"]["calls"][0]["call_error"], wrong
+    assert "kw 3" in out  # the compiled kernel's wrapper added b's default
 
 
 def test_the_image_wide_store_is_read_and_never_written_by_a_check(tmp_path, cache):

@@ -277,3 +277,14 @@ def test_a_non_editable_install_ships_the_probe_scripts_and_runs_them(tmp_path):
     assert answers["static"]["data"]["modules"]["json"]["found"] is True
     assert answers["kernels"]["data"]["status"] == "skip" and "CP 1" in answers["kernels"]["data"]["summary"]
     assert answers["smoke"]["data"]["tier1"]["ok"] is True
+
+
+def test_a_probe_never_inherits_a_prewarm_marker_folder_or_a_stage_file_from_outside(monkeypatch, tmp_path):
+    """A marker folder named from outside could make a build wait on markers it never made (the smoke probe names
+    its own, for its builds only); a stage file is the doctor's to name."""
+    from dsv4_doctor.probes import PENDING_VARIABLE, STAGE_VARIABLE
+
+    monkeypatch.setenv(PENDING_VARIABLE, str(tmp_path))
+    monkeypatch.setenv(STAGE_VARIABLE, str(tmp_path / "stage"))
+    env = child_env(5)
+    assert PENDING_VARIABLE not in env and STAGE_VARIABLE not in env

@@ -40,13 +40,18 @@ def scale_launch(x: cute.Tensor, y: cute.Tensor, n: cutlass.Int32, block: cutlas
 
 
 class Scaler:
+    """As the frontend's kernel classes: a NamedBarrier built in __init__, more attributes set while compiling (a
+    recipe records the object as built), a trailing parameter left to its None default (a keyword-wrapped compile)."""
+
     def __init__(self, block):
         self.block = block
         self.dtype = cutlass.Float32
+        self.sync = cutlass.pipeline.NamedBarrier(barrier_id=3, num_threads=block)
 
     @cute.jit
-    def __call__(self, x: cute.Tensor, y: cute.Tensor, n: cutlass.Int32, stream):
-        _scale_kernel(x, y, n).launch(grid=[1, 1, 1], block=[self.block, 1, 1], stream=stream)
+    def __call__(self, x: cute.Tensor, y: cute.Tensor, n: cutlass.Int32, stream, offsets=None):
+        self.traced = object()
+        _scale_kernel(x, y, n).launch(grid=[1, 1, 1], block=[self.sync.num_threads, 1, 1], stream=stream)
 '''
 
 SITE = '''
@@ -54,7 +59,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.runtime import from_dlpack, make_fake_stream
 
-from kernsite import kernels
+from {package} import kernels
 
 
 def site_compile(make_tensor, fn_name):
@@ -74,16 +79,26 @@ spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(l
 sys.modules["dsv4probe_common"] = common = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(common)
 recipes = common.load_module("dsv4probe_kernelrecipe", smoke)
-recipes.PACKAGES = ("kernsite",)  # this test's package stands for megatron / cudnn
+recipes.PACKAGES = ("kernsite",) + recipes.PACKAGES  # this test's package stands for megatron / cudnn
 sys.path.insert(0, root)
 if mode == "check":
     store = common.load_module("dsv4probe_kernelstore", smoke)
     store.SITES[("kernsite/site.py", "site_compile")] = "this test's call site"
+    store.SITES[("cudnn/site.py", "site_compile")] = "this test's call site, in a package named as the frontend"
     note = store.install(store.arch_of(None, None) if os.environ.get("CUTE_DSL_ARCH") else "sm_90a")
-    from kernsite import site
+    import cutlass.cute
+    store.export_only_without_a_gpu()  # this CPU stands for the GPU: a keyword-wrapped kernel only exported here
+    import importlib
+    site = importlib.import_module(next(d for d in sorted(os.listdir(root)) if not d.startswith("_")) + ".site")
     for name in json.loads(sys.argv[6]):
         site.site_compile(lambda: recipes.CudaShaped("Float32", [64], [1]), name)
     result = {"note": note, "summary": store.summary()}
+elif mode == "prewarm":
+    prewarm = common.load_module("dsv4probe_prewarm", smoke)
+    arg = json.loads(sys.argv[6])
+    prewarm.RECIPES = arg["recipes_file"]
+    started = prewarm.start({}, arg["outdir"], "sm_90a")
+    result = prewarm.finish(started, grace_s=240)
 else:
     warm = common.load_module("dsv4probe_warm", smoke)
     result = warm.answer(json.loads(sys.argv[6]))
@@ -98,12 +113,12 @@ def _sites() -> list[Path]:
     return store_sites()
 
 
-def _package(root: Path) -> Path:
-    pkg = root / "kernsite"
+def _package(root: Path, name: str = "kernsite") -> Path:
+    pkg = root / name
     pkg.mkdir(parents=True, exist_ok=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "kernels.py").write_text(KERNELS)
-    (pkg / "site.py").write_text(SITE)
+    (pkg / "site.py").write_text(SITE.replace("{package}", name))
     return root
 
 
@@ -114,7 +129,8 @@ def _drive(tmp_path: Path, root: Path, mode: str, arg, env: dict, fds: tuple[int
     driver.write_text(DRIVER)
     out = tmp_path / f"out-{os.urandom(4).hex()}.json"
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CUTE_DSL_", "DSV4_DOCTOR_"))}
-    base.update(env, PYTHONPATH=os.pathsep.join(map(str, _sites())), DSV4_DOCTOR_PROBE_LIB=str(PROBE_DIR))
+    base.update(PYTHONPATH=os.pathsep.join(map(str, _sites())), DSV4_DOCTOR_PROBE_LIB=str(PROBE_DIR))
+    base.update(env)
     smoke = probe_modules.script("dsv4probe_warm").parent
     done = subprocess.run([sys.executable, str(driver), str(PROBE_DIR), str(smoke), str(root), str(out), mode,
                            json.dumps(arg)], env=base, capture_output=True, text=True, timeout=300, pass_fds=fds)
@@ -179,16 +195,19 @@ def test_a_recipe_whose_source_changed_or_that_names_other_code_is_not_warmed(tm
     changed = dict(recipe, function=dict(recipe["function"], sha256="0" * 64))
     outside = dict(recipe, function=dict(recipe["function"], file="os.py"))
     climbing = dict(recipe, function=dict(recipe["function"], file="kernsite/../../etc/passwd"))
+    key = json.loads(recipe["key"])
+    other_dsl = dict(recipe, key=json.dumps(dict(key, stack=dict(key["stack"], dsl="4.8.1"))))
     kernelcache.reset()
     verified = kernelcache.open_verified(str(image), root_only=True)
     warm_cache = kernelcache.hold_for_warm(verified)
     verified.close()
     env = dict(warm_cache.env_for(True), DSV4_DOCTOR_AOT_WARM="1", CUTE_DSL_ARCH="sm_90a")
-    answer = _drive(tmp_path, root, "warm", {"arch": "sm_90a", "recipes": [changed, outside, climbing]}, env,
-                    warm_cache.pass_fds)
+    answer = _drive(tmp_path, root, "warm", {"arch": "sm_90a", "recipes": [changed, outside, climbing, other_dsl]},
+                    env, warm_cache.pass_fds)
     rows = answer["evidence"]["kernels"]
-    assert [r["result"] for r in rows] == ["not warmed"] * 3, rows
+    assert [r["result"] for r in rows] == ["not warmed"] * 4, rows
     assert "another source" in rows[0]["why"] and "outside" in rows[1]["why"] and "outside" in rows[2]["why"]
+    assert "recorded with nvidia-cutlass-dsl 4.8.1, this stack has 4.5.2" in rows[3]["why"]
     assert not list(image.iterdir())
 
 
@@ -283,3 +302,71 @@ def test_the_shipped_recipes_cross_compile_here_for_the_code_that_is_installed(t
     assert {r["result"] for r in by_file["cudnn"]} == {"stored"} and len(by_file["cudnn"]) >= 3, by_file["cudnn"]
     assert all(r["result"] == "not warmed" and "not installed here" in r["why"] for r in by_file["megatron"])
     assert len(list(into.glob("aot-*.o"))) == len(by_file["cudnn"])
+
+
+def test_a_deep_checks_prewarm_makes_the_shipped_recipes_beside_the_build_which_then_serves_them(tmp_path):
+    """The smoke probe's prewarm (dsv4probe_prewarm): the recipes a check recorded, split over worker processes (the
+    warm probe, GPU hidden, into the per-user store), stored under the keys the next check looks up; a second prewarm
+    finds them stored. The package is named `cudnn`: a worker process allows only the frontend's and Megatron's."""
+    root = _package(tmp_path / "pkgroot", "cudnn")
+    kernelcache.reset()
+    first = kernelcache.prepare({"XDG_CACHE_HOME": str(tmp_path / "a"), kernelcache.IMAGE_ENV: "off"})
+    _drive(tmp_path, root, "check", ["scale_launch", "Scaler"], first.env_for(True), first.pass_fds)
+    recipes = [json.loads(p.read_text()) for p in sorted(Path(first.directory).glob("aot-*.recipe.json"))]
+    assert len(recipes) == 2 and all(r.get("compile_s") for r in recipes), recipes
+    (tmp_path / "recipes.json").write_text(json.dumps(recipes + [dict(recipes[0], arch="sm_100a")]))
+
+    kernelcache.reset()
+    second = kernelcache.prepare({"XDG_CACHE_HOME": str(tmp_path / "b"), kernelcache.IMAGE_ENV: "off"})
+    env = dict(second.env_for(True), PYTHONPATH=os.pathsep.join(map(str, [*_sites(), root])))
+    outdir = tmp_path / "smoke-out"
+    outdir.mkdir()
+    arg = {"recipes_file": str(tmp_path / "recipes.json"), "outdir": str(outdir)}
+    got = _drive(tmp_path, root, "prewarm", arg, env, second.pass_fds)
+    assert got["counts"] == {"stored": 2} and got["arch"] == "sm_90a" and got["stopped_unfinished"] == 0, got
+    assert sorted(p.name for p in Path(second.directory).glob("aot-*.o")) == sorted(r["entry"] for r in recipes)
+    assert not list((outdir / "prewarm-pending").iterdir())  # every marker gone
+    again = _drive(tmp_path, root, "prewarm", arg, env, second.pass_fds)
+    assert again["counts"] == {"already stored": 2}, again
+    served = _drive(tmp_path, root, "check", ["scale_launch", "Scaler"], second.env_for(True), second.pass_fds)
+    assert [c["result"] for c in served["summary"]["calls"]] == ["served", "served"], served
+
+
+def test_a_build_waits_for_a_live_prewarm_of_its_kernel_and_never_for_a_dead_one(tmp_path, monkeypatch):
+    store = probe_modules.load("dsv4probe_kernelstore")
+    monkeypatch.setenv(store.PENDING_ENV, str(tmp_path))
+    marker = tmp_path / "aot-x.o.pending"
+    assert store.await_pending("aot-x.o") is None  # no prewarm makes it
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        marker.write_text(str(worker.pid))
+        subprocess.Popen([sys.executable, "-c", f"import os, time; time.sleep(1.0); os.unlink({str(marker)!r})"])
+        waited = store.await_pending("aot-x.o")
+        assert waited is not None and 0.8 <= waited < 10, waited
+        marker.write_text(str(worker.pid))
+        assert store.await_pending("aot-x.o", limit_s=0.5) >= 0.5  # never past its limit
+    finally:
+        worker.kill()
+        worker.wait()
+    assert store.await_pending("aot-x.o") < 1  # the maker is gone: compile at once
+
+
+def test_a_warm_probe_that_hangs_is_stopped_at_its_timeout_and_said(tmp_path):
+    """An interpreter whose probe never answers: `warm` ends at its timeout with an error result, never hangs."""
+    if os.geteuid() != 0:
+        pytest.skip("warm runs as root")
+    import time
+
+    from dsv4_doctor.warm import warm
+
+    hanging = tmp_path / "python"
+    hanging.write_text("#!/bin/sh\nexec sleep 300\n")
+    hanging.chmod(0o755)
+    recipe = {"arch": "sm_90a", "function": {"file": "cudnn/x.py", "module": "cudnn.x", "qualname": "f",
+                                             "sha256": "0" * 64}, "args": [], "options": None, "key": "{}"}
+    (tmp_path / "r.json").write_text(json.dumps([recipe]))
+    start = time.monotonic()
+    result = warm(str(hanging), "9.0", str(tmp_path / "img" / "kernels"), str(tmp_path / "r.json"), 3)
+    assert time.monotonic() - start < 30
+    assert result.status == "error" and "warm probe timed out after 3 s" in result.summary, result
+    kernelcache.reset()

@@ -46,9 +46,13 @@ def _module_of(obj):
     starts = [i for i, p in enumerate(parts) if p in PACKAGES]
     if not starts:
         raise NotRecordable("not in %s" % " or ".join(PACKAGES))
-    with open(path, "rb") as fh:
-        digest = hashlib.sha256(fh.read()).hexdigest()
-    return {"module": obj.__module__, "file": "/".join(parts[starts[-1]:]), "sha256": digest}
+    if path not in _DIGESTS:  # one module holds several kernels: read once
+        with open(path, "rb") as fh:
+            _DIGESTS[path] = hashlib.sha256(fh.read()).hexdigest()
+    return {"module": obj.__module__, "file": "/".join(parts[starts[-1]:]), "sha256": _DIGESTS[path]}
+
+
+_DIGESTS = {}
 
 
 def _value(value, depth=0):
@@ -61,7 +65,14 @@ def _value(value, depth=0):
         return {"seq": type(value).__name__, "items": [_value(v, depth + 1) for v in value]}
     if isinstance(value, type) and value.__module__.split(".")[0] in ("cutlass", "builtins"):
         return {"type": value.__module__, "name": value.__qualname__}
-    raise NotRecordable("a value of type %s" % type(value).__qualname__)
+    kind = type(value)
+    params = getattr(kind, "__dataclass_params__", None)
+    if params is not None and getattr(params, "frozen", False) and kind.__module__.split(".")[0] == "cutlass":
+        import dataclasses  # a DSL helper such as pipeline.NamedBarrier: built again from its fields
+
+        return {"dataclass": kind.__module__, "name": kind.__qualname__,
+                "fields": {f.name: _value(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)}}
+    raise NotRecordable("a value of type %s" % kind.__qualname__)
 
 
 def _restore(data, depth=0):
@@ -83,6 +94,15 @@ def _restore(data, depth=0):
         for part in str(data.get("name", "")).split("."):
             obj = getattr(obj, part)
         return obj
+    if "dataclass" in data:
+        module = str(data["dataclass"])
+        if module.split(".")[0] != "cutlass":
+            raise NotRecordable("a dataclass outside the DSL")
+        cls = _attr(importlib.import_module(module), data.get("name"))
+        if not isinstance(cls, type) or not getattr(getattr(cls, "__dataclass_params__", None), "frozen", False):
+            raise NotRecordable("not a frozen dataclass")
+        fields = data.get("fields") if isinstance(data.get("fields"), dict) else {}
+        return cls(**{str(k): _restore(v, depth + 1) for k, v in fields.items()})
     raise NotRecordable("a malformed value")
 
 
@@ -111,8 +131,9 @@ def _int_or_none(value):
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def record(fn, args, options, arch, entry):
-    """The recipe of one compile, or NotRecordable."""
+def record(fn, args, options, arch, entry, state=None):
+    """The recipe of one compile, or NotRecordable. `state`: a kernel object's attributes as it was built (before
+    the compile added to them); its attributes now where not given."""
     target = inspect.unwrap(getattr(fn, "__func__", fn))
     if inspect.ismethod(fn):
         raise NotRecordable("a bound method")
@@ -120,7 +141,7 @@ def record(fn, args, options, arch, entry):
         compiled = {"function": dict(_module_of(target), qualname=target.__qualname__)}
     else:
         cls = type(fn)
-        state = {k: _value(v) for k, v in sorted(vars(fn).items())}
+        state = {k: _value(v) for k, v in sorted((vars(fn) if state is None else state).items())}
         compiled = {"object": dict(_module_of(cls), qualname=cls.__qualname__, state=state)}
     return dict(compiled, v=RECIPE_VERSION, args=[record_arg(a) for a in args], options=options, arch=arch,
                 entry=entry)
@@ -230,13 +251,18 @@ def _tensor_candidates(data):
         return from_dlpack(CudaShaped(str(data.get("dtype")), shape, stride), assumed_align=int(data.get("align") or 0)
                            or None, enable_tvm_ffi=bool(data.get("tvm_ffi")))
 
-    yield make()
     lead = data.get("leading_dim")
     dims = ([lead] if isinstance(lead, int) and 0 <= lead < len(shape) else []) + list(range(len(shape)))
-    for dim in dims:  # the recorded leading dim first; a tensor marked dynamic may not say it
-        yield make().mark_layout_dynamic(leading_dim=dim)
-    for dim in dims:
-        yield make().mark_compact_shape_dynamic(mode=dim)
+    ways = [lambda: make()]
+    ways += [lambda d=dim: make().mark_layout_dynamic(leading_dim=d) for dim in dims]  # the recorded dim first
+    ways += [lambda d=dim: make().mark_compact_shape_dynamic(mode=d) for dim in dims]
+    for way in ways:
+        try:  # a DSL refuses a way that does not fit the tensor (4.8: a leading dim whose stride is not 1)
+            yield way()
+        except NotRecordable:
+            raise
+        except Exception:
+            continue
 
 
 def replay_args(recipe, describe, want):

@@ -56,9 +56,9 @@ SITES = {
     (_FE + "sparse_attention_backward/_interface_sm90.py", "flash_attn_bwd_sm90"):
         "cuDNN frontend 1.27.0 L198-345: pre, main and post kernels, each called positionally",
 }
-# Only a plain compiled function is stored: 4.5.2 returns TVMFFIJitCompiledFunctionWithKwargs for a signature with
-# defaults or keyword-only parameters (cutlass_dsl/cutlass.py L666-671), whose defaults a loaded function lacks.
-STORED_TYPES = ("TVMFFIJitCompiledFunction",)
+# What is stored: a plain compiled function, and the keyword-wrapped one 4.5.2 returns for a signature with defaults
+# (cutlass_dsl/cutlass.py L666-671; 4.8 returns it always), whose wrapper `call_shape` stands in for when serving.
+STORED_TYPES = ("TVMFFIJitCompiledFunction", "TVMFFIJitCompiledFunctionWithKwargs")
 
 EVENTS = []  # one per wrapped compile: kernel, site, result ("served" / "compiled" / "uncached"), where, seconds
 SINK = []  # (kind, entry) pairs for a listener (the kernel probe's CACHE_EVENTS): "aot-served", "aot-stored", ...
@@ -145,6 +145,17 @@ class Store:
             finally:
                 os.close(fd)
         return None, why
+
+    def has(self, name):
+        """Whether a store this probe reads holds `name` as the rules accept it (the entry is not loaded)."""
+        rules = _cachedir()
+        for label, dir_fd, root_only in self.read:
+            try:
+                os.close(rules.open_entry(dir_fd, name, label, root_only))
+                return True
+            except rules.Refused:
+                continue
+        return False
 
     def save(self, compiled, name, function_name, recipe=None):
         """Export `compiled` into the writable store (a temporary name, then renamed: atomic for concurrent
@@ -343,10 +354,9 @@ def call_key(fn, args, kwargs, options, arch):
     return json.dumps(key, sort_keys=True)
 
 
-def _runtime_positions(fn, count):
-    """The positions of the arguments that go to a parameter annotated as anything but `Constexpr` (a runtime value:
-    the DSL passes it at each call). Every other one, and all of them where the signature cannot be read, counts as
-    compiled in."""
+def _parameters(fn):
+    """The jit function's parameters, the kernel object's or bound method's `self` left out; None where the
+    signature cannot be read."""
     target = inspect.unwrap(getattr(fn, "__func__", fn))
     if not inspect.isfunction(target):
         call = type(target).__dict__.get("__call__") or getattr(type(target), "__call__", None)  # noqa: B004
@@ -354,11 +364,18 @@ def _runtime_positions(fn, count):
     try:
         params = list(inspect.signature(target).parameters.values())
     except (TypeError, ValueError):
-        return set()
+        return None
     if inspect.ismethod(fn) or not inspect.isfunction(inspect.unwrap(getattr(fn, "__func__", fn))):
         params = params[1:]  # self
+    return params
+
+
+def _runtime_positions(fn, count):
+    """The positions of the arguments that go to a parameter annotated as anything but `Constexpr` (a runtime value:
+    the DSL passes it at each call). Every other one, and all of them where the signature cannot be read, counts as
+    compiled in."""
     out = set()
-    for i, param in enumerate(params[:count]):
+    for i, param in enumerate((_parameters(fn) or [])[:count]):
         if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
             break
         note = param.annotation
@@ -368,12 +385,67 @@ def _runtime_positions(fn, count):
     return out
 
 
+def _is_constexpr(annotation):
+    """The DSL's own rule (base_dsl/runtime/jit_arg_adapters.py is_arg_annotation_constexpr): such a parameter is
+    compiled in and never passed at a call."""
+    import typing
+
+    from cutlass import Constexpr
+
+    return (isinstance(annotation, type) and issubclass(annotation, Constexpr)) or \
+        typing.get_origin(annotation) is Constexpr
+
+
+def call_shape(fn, args):
+    """(the number of arguments the site passes at each call, the values the DSL's keyword wrapper adds after them)
+    for a compile given `args` positionally: a loaded kernel, which has no wrapper, is called with exactly these.
+
+    The DSL wraps a compiled function whose signature has defaults (TVMFFIJitCompiledFunctionWithKwargs; 4.8 wraps
+    every one): a call's positional arguments fill the non-Constexpr parameters in order and the wrapper adds the
+    defaults of the rest (tvm_ffi/utils/kwargs_wrapper.py). Only None and bool defaults are taken (the wrapper embeds
+    those as they are); keyword-only or variadic parameters, another default, or an env stream: Uncacheable."""
+    params = _parameters(fn)
+    if params is None:
+        raise Uncacheable("the compiled function's signature cannot be read")
+    if len(args) > len(params):
+        raise Uncacheable("more arguments than parameters")
+    passed, tail = params[:len(args)], params[len(args):]
+    for param in params:
+        if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            raise Uncacheable("a keyword-only or variadic parameter (%s)" % param.name)
+    for arg in args:
+        if type(arg).__qualname__ == "_FakeStream" and getattr(arg, "use_tvm_ffi_env_stream", False):
+            raise Uncacheable("an env stream argument (the wrapper leaves it out)")
+    count = sum(1 for p in passed if not _is_constexpr(p.annotation))
+    defaults = []
+    for param in tail:
+        if _is_constexpr(param.annotation):
+            continue
+        if param.default is not None and type(param.default) is not bool:
+            raise Uncacheable("parameter %s left to its default %s" % (param.name, type(param.default).__name__))
+        defaults.append(param.default)
+    return count, tuple(defaults)
+
+
 def _instance(obj):
     """A kernel object's configuration: its type and its simple attributes (anything else: uncached)."""
     state = getattr(obj, "__dict__", None)
     if state is None:
         raise Uncacheable("a compiled method of %s without attributes" % type(obj).__qualname__)
-    return [type(obj).__module__ + "." + type(obj).__qualname__, {k: describe(v) for k, v in sorted(state.items())}]
+    return [type(obj).__module__ + "." + type(obj).__qualname__, {k: _attribute(v) for k, v in sorted(state.items())}]
+
+
+def _attribute(value):
+    """describe(), and a frozen dataclass of the DSL by its fields (e.g. cutlass.pipeline.NamedBarrier: a barrier id
+    and a thread count). Only as a kernel object's attribute: a dataclass argument is flattened at each call."""
+    params = getattr(type(value), "__dataclass_params__", None)
+    module = getattr(type(value), "__module__", "") or ""
+    if params is not None and getattr(params, "frozen", False) and module.startswith("cutlass"):
+        import dataclasses
+
+        return ["dataclass", module + "." + type(value).__qualname__,
+                [[f.name, describe(getattr(value, f.name))] for f in dataclasses.fields(value)]]
+    return describe(value)
 
 
 def _site(frame):
@@ -395,12 +467,47 @@ def _record(event):
         sink.append((kind, str(event.get("entry", ""))[:16]))
 
 
-def _recipe(fn, args, options, arch, key, entry, event):
-    """How to make this compile again without a GPU (dsv4probe_kernelrecipe), or None (said in the event)."""
+PENDING_ENV = "DSV4_DOCTOR_AOT_PENDING"  # a folder of the smoke probe's: "<entry>.pending" while a prewarm makes it
+PENDING_WAIT_S = 30.0  # the longest compile seen (the DSA backward, ~6 s) several times over
+
+
+def pending_marker(name):
+    folder = os.environ.get(PENDING_ENV)
+    return os.path.join(folder, name + ".pending") if folder and os.path.isabs(folder) else None
+
+
+def await_pending(name, limit_s=PENDING_WAIT_S):
+    """Seconds waited when a prewarm process (dsv4probe_warm, started by the smoke probe) was making this entry, up
+    to `limit_s` and only while that process lives; None when none was."""
+    marker = pending_marker(name)
+    if marker is None:
+        return None
+    t0 = time.monotonic()
+    seen = False
+    while time.monotonic() - t0 < limit_s:
+        try:
+            with open(marker) as fh:
+                pid = int(fh.read(32).strip() or 0)
+        except (OSError, ValueError):
+            break
+        seen = True
+        try:
+            os.kill(pid, 0) if pid > 0 else None
+        except OSError:
+            break  # the prewarm process is gone: compile here
+        time.sleep(0.05)
+    return round(time.monotonic() - t0, 3) if seen else None
+
+
+def _recipe(fn, args, options, arch, key, entry, event, state=None):
+    """How to make this compile again without a GPU (dsv4probe_kernelrecipe), or None (said in the event). `state`:
+    a kernel object's attributes before the compile (its __call__ may add layouts and copies a recipe cannot write
+    down, and builds them again anyway)."""
     try:
         recipes = _recipes()
-        recipe = recipes.record(fn, args, options, arch, entry)
+        recipe = recipes.record(fn, args, options, arch, entry, state)
         recipe["key"] = key
+        recipe["compile_s"] = event.get("seconds")  # a prewarm hands out the longest compiles first
         return recipe
     except Exception as exc:
         event["no_recipe"] = "%s: %s" % (type(exc).__name__, str(exc)[:160])
@@ -416,19 +523,22 @@ def _recipes():
 class Served:
     """A kernel loaded from the store. A call that raises falls back to a real compile (then recorded)."""
 
-    def __init__(self, loaded, compile_again, event):
+    def __init__(self, loaded, compile_again, event, shape):
         self._loaded, self._compile_again, self._event, self._fallback = loaded, compile_again, event, None
+        self._count, self._defaults = shape  # call_shape: what the site passes, what the DSL's wrapper adds
 
     def __call__(self, *args, **kwargs):
         if self._fallback is not None:
             return self._fallback(*args, **kwargs)
-        if not kwargs:
+        if kwargs:
+            self._event["call_error"] = "called with keyword arguments"
+        elif len(args) != self._count:
+            self._event["call_error"] = "called with %d arguments, stored for %d" % (len(args), self._count)
+        else:
             try:
-                return self._loaded(*args)
+                return self._loaded(*args, *self._defaults)
             except Exception as exc:
                 self._event["call_error"] = "%s: %s" % (type(exc).__name__, str(exc)[:200])
-        else:
-            self._event["call_error"] = "called with keyword arguments"
         self._event["result"] = "compiled after a call error"
         self._fallback = self._compile_again()
         return self._fallback(*args, **kwargs)
@@ -458,7 +568,12 @@ class StoreCompile:
             if options is not None and not isinstance(options, str):
                 raise Uncacheable("options that are not a string")
             rest = {k: v for k, v in kwargs.items() if k != "options"}
+            if rest:
+                raise Uncacheable("keyword arguments to cute.compile")
+            shape = call_shape(fn, args)
             key = call_key(fn, args, rest, options, self._arch)
+            state = dict(vars(fn)) if not inspect.isfunction(inspect.unwrap(getattr(fn, "__func__", fn))) and \
+                hasattr(fn, "__dict__") else None  # a kernel object as built, before compiling adds to it
         except Uncacheable as exc:
             event.update(result="uncached", why=str(exc))
             _record(event)
@@ -468,6 +583,11 @@ class StoreCompile:
         event["entry"] = file_name
         t0 = time.monotonic()
         loaded, where = self._store.load(file_name, function_name)
+        if loaded is None:
+            waited = await_pending(file_name)  # being compiled ahead from its recipe in another process
+            if waited is not None:
+                event["waited_for_prewarm_s"] = waited
+                loaded, where = self._store.load(file_name, function_name)
         if loaded is not None:
             event.update(result="served", where=where, seconds=round(time.monotonic() - t0, 4))
             _record(event)
@@ -475,7 +595,7 @@ class StoreCompile:
             def compile_again():
                 return self._real(fn, *args, **kwargs)
 
-            return Served(loaded, compile_again, event)
+            return Served(loaded, compile_again, event, shape)
         event["miss"] = where
         t0 = time.monotonic()
         compiled = self._real(fn, *args, **kwargs)
@@ -483,14 +603,39 @@ class StoreCompile:
         t0 = time.monotonic()
         kind = type(compiled).__name__
         why = self._store.save(compiled, file_name, function_name, _recipe(fn, args, options, self._arch, key,
-                                                                            file_name, event)) \
-            if kind in STORED_TYPES else \
-            "a compiled %s is not stored (its call may need keyword arguments or defaults)" % kind
+                                                                            file_name, event, state)) \
+            if kind in STORED_TYPES else "a compiled %s is not stored" % kind
         event.update(stored=why is None, store_s=round(time.monotonic() - t0, 4))
         if why:
             event["not_stored"] = why
         _record(event)
         return compiled
+
+
+def export_only_without_a_gpu():
+    """For `warm`, which compiles with no GPU and only exports: 4.5.2's keyword-wrapped compiled function asserts that
+    its module loaded into the process (cutlass_dsl/tvm_ffi_provider.py L600), which needs a CUDA driver, while
+    export_to_c reads only the IR module. In that process the assertion is relaxed: such an object exports, and
+    raises if called."""
+    try:
+        from cutlass.cutlass_dsl import tvm_ffi_provider
+    except Exception:
+        return
+    cls = getattr(tvm_ffi_provider, "TVMFFIJitCompiledFunctionWithKwargs", None)
+    if cls is None or getattr(cls, "_dsv4_doctor_export_only", False):
+        return
+    original = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        try:
+            original(self, *args, **kwargs)
+        except AssertionError:
+            if getattr(self, "_tvm_ffi_function", True) is not None:
+                raise
+            self._kwargs_wrapper = None
+
+    cls.__init__ = __init__
+    cls._dsv4_doctor_export_only = True
 
 
 NOTE = []  # the store's note, once installed

@@ -108,10 +108,13 @@ def answer(request):
     fused_builds, fused_skip = None, fused_not_run(request, device)
     # Each build's hard limit: the probe's remaining budget (--timeout), at least FUSED_BUILD_TIMEOUT_S.
     build_timeout = float(request.get("build_timeout_s") or max(FUSED_BUILD_TIMEOUT_S, deadline - time.monotonic()))
+    prewarm = None
     if request.get("tier2") and fused_skip is None:
+        outdir = os.path.dirname(os.path.abspath(sys.argv[1]))
         stage("tier 2: starting the fused and the unfused build")
+        prewarm = start_prewarm(torch, device, request, outdir)
         fused_builds = start_fused_builds(dict(request, build_device=str(device), build_timeout_s=build_timeout),
-                                          os.path.dirname(os.path.abspath(sys.argv[1])))
+                                          outdir, prewarm.get("build_env"))
     stage("tier 1: CP %d THD attention on %s against the float32 reference" % (cp, device.type))
     try:
         tier1, _ = tier1_simulated(torch, device, cp)
@@ -172,12 +175,22 @@ def answer(request):
                 out["tier2"]["cpN"] = run.pop("tier2")
     if fused_builds is not None:
         out.setdefault("tier2", {})["fused"] = finish_fused_builds(torch, fused_builds, deadline, build_timeout)
+        out["tier2"]["fused"]["prewarm"] = load_module("dsv4probe_prewarm", HERE).finish(prewarm)
     elif request.get("tier2"):
         out.setdefault("tier2", {})["fused"] = {"skipped": fused_skip}
     if device.type == "cuda":
         out["gpu_memory_peak_mib"] = peak_memory_mib(torch, device)
     out["timing"]["total_s"] = round(time.monotonic() - start, 4)
     return out
+
+
+def start_prewarm(torch, device, request, outdir):
+    """The fused build's kernels compiled ahead beside it (dsv4probe_prewarm); never fails the smoke."""
+    try:
+        arch = load_module("dsv4probe_kernelstore", HERE).arch_of(torch, device)
+        return load_module("dsv4probe_prewarm", HERE).start(request, outdir, arch)
+    except Exception as exc:
+        return {"skipped": "the prewarm did not start: %s: %s" % (type(exc).__name__, str(exc)[:200])}
 
 
 if __name__ == "__main__":

@@ -229,13 +229,16 @@ def _count_events(events):
             "stored": sum(1 for e in events if e[0] == "aot-stored")}
 
 
-def start_fused_builds(request, outdir):
+def start_fused_builds(request, outdir, extra_env=None):
     """Start the fused and the unfused build, each its own process in this probe's process group (a timeout of the
-    probe kills them), before the rest of the smoke runs: they are its longest part."""
+    probe kills them), before the rest of the smoke runs: they are its longest part. `extra_env`: the prewarm's
+    (where its markers are)."""
     here = os.path.join(HERE, "dsv4probe_smoke.py")  # the probe script: a tier2_build request makes it a build
     # faulthandler in the child dumps where a hung build waits, one second before it is killed.
     env = dict(os.environ, DSV4_DOCTOR_PROBE_LIB=LIB,
                DSV4_DOCTOR_PROBE_TIMEOUT=str(request.get("build_timeout_s") or FUSED_BUILD_TIMEOUT_S))
+    env.pop("DSV4_DOCTOR_AOT_PENDING", None)  # only the prewarm's, through extra_env
+    env.update(extra_env or {})
     builds = {}
     for label, backend in (("fused", "cudnn"), ("unfused", "none")):
         save = os.path.join(outdir, "tier2_%s.pt" % label)

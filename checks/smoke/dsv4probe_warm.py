@@ -37,30 +37,73 @@ def _differs(a, b):
     return sorted(k for k in set(a) | set(b) if k != "stack" and a.get(k) != b.get(k))
 
 
-def warm_one(store, recipes, writer, recipe, arch, compile_):
-    fn = recipes.replay_callable(recipe)
+def _claim(store, name):
+    """A prewarm's marker that it is making `name` (the waiting build polls it), or None when another has it."""
+    marker = store.pending_marker(name)
+    if marker is None:
+        return ""
+    try:
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        return None
+    except OSError:
+        return ""
+    with os.fdopen(fd, "w") as fh:
+        fh.write(str(os.getpid()))
+    return marker
+
+
+def warm_one(store, recipes, writer, recipe, arch, compile_, prewarm=False):
     recorded = recipe.get("key")
-    want = json.loads(recorded).get("args") if isinstance(recorded, str) else None
+    key_data = json.loads(recorded) if isinstance(recorded, str) else None
+    want = key_data.get("args") if isinstance(key_data, dict) else None
     if not isinstance(want, list):
         raise recipes.NotRecordable("the recipe has no key")
+    # The key describes each tensor by the DSL's own cache key, whose text is the DSL version's: a recipe replays only
+    # under the DSL it was recorded with.
+    was = (key_data.get("stack") or {}).get("dsl") if isinstance(key_data.get("stack"), dict) else None
+    try:
+        here = store._stack_identity().get("dsl")
+    except store.Uncacheable as exc:
+        return {"result": "not warmed", "why": str(exc)}
+    if was != here:
+        return {"result": "not warmed", "why": "recorded with nvidia-cutlass-dsl %s, this stack has %s: record the "
+                "recipes again under it (`check --deep` on the GPU)" % (str(was)[:32], str(here)[:32])}
+    fn = recipes.replay_callable(recipe)
     args = recipes.replay_args(recipe, store.describe, want)
     options = recipe.get("options")
     if options is not None and not isinstance(options, str):
         raise recipes.NotRecordable("options that are not a string")
-    key = store.call_key(fn, args, {}, options, arch)
+    try:
+        store.call_shape(fn, args)  # what a check can serve: the same rule as the check's store
+        key = store.call_key(fn, args, {}, options, arch)
+    except store.Uncacheable as exc:
+        return {"result": "not warmed", "why": str(exc)}
     differs = _differs(key, recorded)
     if differs:
         return {"result": "not warmed", "why": "the call made again differs from the recipe's in " +
                 ", ".join(differs)}
     digest = hashlib.sha256(key.encode()).hexdigest()
     name, function_name = "aot-%s.o" % digest[:40], "dsv4_doctor_%s" % digest[:24]
-    t0 = time.monotonic()
-    compiled = compile_(fn, *args, options=options)
-    compile_s = round(time.monotonic() - t0, 3)
-    kind = type(compiled).__name__
-    if kind not in store.STORED_TYPES:
-        return {"result": "not warmed", "why": "a compiled %s is not stored" % kind}
-    why = writer.save(compiled, name, function_name, dict(recipe, key=key, entry=name))
+    if prewarm and writer.has(name):
+        return {"result": "already stored", "entry": name}
+    marker = _claim(store, name) if prewarm else ""
+    if marker is None:
+        return {"result": "already stored", "entry": name, "why": "another prewarm makes it"}
+    try:
+        t0 = time.monotonic()
+        compiled = compile_(fn, *args, options=options)
+        compile_s = round(time.monotonic() - t0, 3)
+        kind = type(compiled).__name__
+        if kind not in store.STORED_TYPES:
+            return {"result": "not warmed", "why": "a compiled %s is not stored" % kind}
+        why = writer.save(compiled, name, function_name, dict(recipe, key=key, entry=name))
+    finally:
+        if marker:
+            try:
+                os.unlink(marker)
+            except OSError:
+                pass
     if why:
         return {"result": "failed", "why": why, "compile_s": compile_s}
     return {"result": "stored", "entry": name, "compile_s": compile_s}
@@ -73,12 +116,16 @@ def answer(request):
     store = load_module("dsv4probe_kernelstore", HERE)
     recipes = load_module("dsv4probe_kernelrecipe", HERE)
     writer = store.Store()
-    if writer.write is None or writer.write[0] != "image":
-        return {"status": "error", "summary": "no writable image-wide kernel store was handed over"}
+    # "image": `dsv4-doctor warm`; "user": a --deep check's prewarm, compiling its kernels beside the fused build.
+    into = "user" if request.get("store") == "user" else "image"
+    if writer.write is None or writer.write[0] != into:
+        return {"status": "error", "summary": "no writable %s kernel store was handed over" % (
+            "per-user" if into == "user" else "image-wide")}
     try:
         import cutlass.cute as cute
     except BaseException as exc:
         return {"status": "error", "summary": "the CuTe DSL does not import", "error": error_info(exc)}
+    store.export_only_without_a_gpu()
     rows = []
     for recipe in recipes_in[:MAX_RECIPES]:
         if not isinstance(recipe, dict):
@@ -92,7 +139,7 @@ def answer(request):
             continue
         stage("warm: %s" % row["kernel"])
         try:
-            row.update(warm_one(store, recipes, writer, recipe, arch, cute.compile))
+            row.update(warm_one(store, recipes, writer, recipe, arch, cute.compile, prewarm=into == "user"))
         except recipes.NotRecordable as exc:
             row.update(result="not warmed", why=str(exc))
         except BaseException as exc:
@@ -102,7 +149,8 @@ def answer(request):
     for row in rows:
         counts[row["result"]] = counts.get(row["result"], 0) + 1
     for_arch = [r for r in rows if r["result"] != "other arch"]
-    status = "fail" if counts.get("failed") else "pass" if counts.get("stored") else "skip"
+    status = "fail" if counts.get("failed") else "pass" if counts.get("stored") or counts.get("already stored") \
+        else "skip"
     summary = "%d of %d kernel(s) for %s stored" % (counts.get("stored", 0), len(for_arch), arch) + (
         "; %d not warmed" % counts["not warmed"] if counts.get("not warmed") else "") + (
         "; %d failed" % counts["failed"] if counts.get("failed") else "")

@@ -34,6 +34,7 @@ MAX_ANSWER_BYTES = 32 * 1024 * 1024  # a probe that answers more than this is br
 # A Python probe announces its stage (dsv4probe_common.stage) in a file of its own temporary directory, named by this
 # variable; the doctor reads at most STAGE_BYTES of it while it waits (ProbePool.stage).
 STAGE_VARIABLE = "DSV4_DOCTOR_STAGE_FILE"
+PENDING_VARIABLE = "DSV4_DOCTOR_AOT_PENDING"  # the smoke probe's prewarm markers (dsv4probe_kernelstore.PENDING_ENV)
 STAGE_FILE = "stage.txt"
 STAGE_BYTES = 512
 STAGE_CHARS = 80
@@ -179,8 +180,11 @@ def child_env(timeout: float, extra: dict | None = None, cache_fd: bool = False)
     """A child's environment. `cache_fd`: the child is started with the kernel cache's descriptor (`cache_fds`), so
     its CuTe DSL folder is /proc/self/fd/N; any other child (a plugin host, a helper) gets the checked path."""
     # A stage file is the doctor's to name (run_probe, per probe): never one the caller's environment names.
+    # Nor the prewarm's marker folder: the smoke probe names it for its own builds only (a folder of markers from
+    # outside could make a build wait on them).
     env = {k: v for k, v in os.environ.items()
-           if k not in LAUNCHER_VARIABLES and k != STAGE_VARIABLE and not k.startswith(LAUNCHER_PREFIXES)}
+           if k not in LAUNCHER_VARIABLES and k not in (STAGE_VARIABLE, PENDING_VARIABLE)
+           and not k.startswith(LAUNCHER_PREFIXES)}
     env["DSV4_DOCTOR_PROBE_TIMEOUT"] = str(timeout)
     env["DSV4_DOCTOR_PROBE_LIB"] = str(PROBE_DIR)
     # The probe's answer goes to a file; these keep library output plain and the probe's own encoding fixed.

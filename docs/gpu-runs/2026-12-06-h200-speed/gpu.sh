@@ -10,7 +10,7 @@
 #               for the builds, then each case (runs.sh) that fits in the call's time left (CALL_BUDGET, default
 #               570 s)
 #   record      pip list, pip check, nvidia-smi, the builds' times and logs
-# Outputs: plain files under ~/results/2026-12-06-h200-speed/, sent back after each call as $OUT/results.tar.gz, and
+# Outputs: plain files under ~/results/$RUN/, sent back after each call as $OUT/results.tar.gz, and
 # $OUT/call-log-<steps>.txt.
 set -u
 PY=${PY:-python3}
@@ -21,7 +21,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
 C=${PAYLOAD:-$ROOT/.gpu}
 OUTD=${OUT:-/tmp/out}
-RUN=2026-12-06-h200-speed
+RUN=${RUN:-2026-12-06-h200-speed}  # the first lease wrote first/ with it; the final run: RUN=2026-12-06-h200-speed-final
 # The results gather in the home folder across calls; each call sends them all back as one transport archive
 # ($OUT/results.tar.gz: the run tool returns at most 8 files a call), which unpack.sh lays out as plain files.
 R=~/results/$RUN

@@ -9,11 +9,12 @@ WORK=~/cases
 
 case_needs() { echo "flashmla fht te-torch"; }
 
-case_recipes() {  # one `check --cp 2 --deep` on an empty per-user store: the kernel recipes it records, as one JSON list
+case_recipes() {  # one `check --cp 2 --deep` on an empty per-user store, no prewarm (every kernel compiled by the
+  # check itself): the kernel recipes it records, as one JSON list
   local store=$WORK/recipe-store
   rm -rf "$store" && mkdir -p -m 700 "$store" "$WORK/recipes" && cd "$WORK/recipes" || return
-  { echo "\$ DSV4_DOCTOR_KERNEL_CACHE=$store DSV4_DOCTOR_KERNEL_IMAGE_CACHE=off python3 -m dsv4_doctor check --cp 2 --deep -f json -o recipes-check.json"
-    DSV4_DOCTOR_KERNEL_CACHE=$store DSV4_DOCTOR_KERNEL_IMAGE_CACHE=off timeout -k 10 200 "$PY" -m dsv4_doctor check --cp 2 --deep \
+  { echo "\$ DSV4_DOCTOR_PREWARM=off DSV4_DOCTOR_KERNEL_CACHE=$store DSV4_DOCTOR_KERNEL_IMAGE_CACHE=off python3 -m dsv4_doctor check --cp 2 --deep -f json -o recipes-check.json"
+    DSV4_DOCTOR_PREWARM=off DSV4_DOCTOR_KERNEL_CACHE=$store DSV4_DOCTOR_KERNEL_IMAGE_CACHE=off timeout -k 10 200 "$PY" -m dsv4_doctor check --cp 2 --deep \
       -f json -o "$R/recipes-check.json"; echo "exit $?"; } > "$R/recipes.console.txt" 2>&1
   "$PY" - "$store" "$R/kernel_recipes.json" <<'PYEOF'
 import glob, json, os, sys
@@ -23,9 +24,15 @@ print(len(found), "recipes:", sorted({(r.get("function") or r.get("object") or {
 PYEOF
   ts "recipes: $(tail -1 "$R/recipes.console.txt")"
 }
+case_adopt() {  # the recipes just recorded become the tree's shipped ones (checks/smoke/kernel_recipes.json), and the
+  # doctor is installed again from the tree: what the bench then measures ships these recipes
+  [ -s "$R/kernel_recipes.json" ] || { ts "adopt: no recorded recipes"; return 1; }
+  cp "$R/kernel_recipes.json" "$ROOT/checks/smoke/kernel_recipes.json" && install_doctor \
+    && ts "adopt: $("$PY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$ROOT/checks/smoke/kernel_recipes.json") shipped recipes now"
+}
 case_est() {
   case $1 in
-    speed-start) echo 5 ;; speed-wait) echo 0 ;; equality) echo 330 ;; recipes) echo 60 ;; *) echo 0 ;;
+    speed-start) echo 5 ;; speed-wait) echo 0 ;; equality) echo 450 ;; recipes) echo 60 ;; adopt) echo 20 ;; *) echo 0 ;;
   esac
 }
 

@@ -3,9 +3,8 @@
 # log-LABEL.txt.   unpack.sh FILES_AT LABEL   (LABEL e.g. 07-call7)
 set -eu
 src=${1:?files_at}; label=${2:?label, e.g. 07-call7}
-dest=$(cd "$(dirname "$0")" && pwd)
+dest=${DEST:-$(cd "$(dirname "$0")" && pwd)}  # the final run's files: this folder; the first lease's: first/
 # The call's results came as one transport archive (the run tool returns at most 8 files); they are kept as plain files.
 [ -f "$src/results.tar.gz" ] && tar -xzf "$src/results.tar.gz" -C "$dest" --strip-components=1
-[ -d "$src/2026-12-06-h200-speed" ] && cp -r "$src/2026-12-06-h200-speed/." "$dest/"
 for f in "$src"/call-log-*.txt; do [ -f "$f" ] && cp "$f" "$dest/log-$label.txt"; done
 ls "$dest"

@@ -1,0 +1,141 @@
+"""Part of the smoke probe (`check --deep`): compile the doctor's own CuTe DSL kernels ahead, from the shipped recipes
+(kernel_recipes.json, recorded by a check on that arch's GPU), in a few processes beside tier 2's fused build, into
+the per-user AOT kernel store. The build imports for ~13 s before its first kernel compile; by then its kernels are
+stored, or being made (a marker per entry that the build waits on, while the prewarm process lives).
+
+What a prewarm stores is keyed exactly as the build looks it up (dsv4probe_warm compares the replayed call's key
+with the recipe's), so a served kernel is one the build would have compiled. A recipe that does not replay here
+(another source, another arch) is left to the build, which compiles it as before. The GPU is hidden from the
+prewarm processes: they compile for the arch they are told, as `dsv4-doctor warm` does.
+
+Standard library only.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from dsv4probe_common import LIB, cache_fds  # in sys.modules: it loads this part
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+RECIPES = os.path.join(HERE, "kernel_recipes.json")
+MAX_WORKERS = 4
+MAX_RECIPES_BYTES = 8 << 20
+
+
+def shipped_recipes(arch):
+    """The shipped recipes for `arch`, or [] (none, unreadable, or malformed)."""
+    try:
+        if os.path.getsize(RECIPES) > MAX_RECIPES_BYTES:
+            return []
+        with open(RECIPES, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return []
+    return [r for r in data if isinstance(r, dict) and r.get("arch") == arch] if isinstance(data, list) else []
+
+
+def installed_dsl():
+    """The installed CuTe DSL's version (its distributions' metadata; nothing imported), or None."""
+    from importlib import metadata
+
+    for name in ("nvidia-cutlass-dsl-libs-base", "nvidia-cutlass-dsl"):
+        try:
+            return metadata.version(name)
+        except Exception:
+            continue
+    return None
+
+
+def recorded_dsl(recipe):
+    try:
+        return (json.loads(recipe.get("key") or "{}").get("stack") or {}).get("dsl")
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+def plan(recipes, workers):
+    """The recipes split over `workers` processes: the longest recorded compile first onto the least loaded one;
+    each process then makes its share in the order a check first needed them."""
+    shares = [[] for _ in range(max(1, workers))]
+    loads = [0.0] * len(shares)
+
+    def cost(r):
+        value = r.get("compile_s")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 1.0
+
+    for recipe in sorted(recipes, key=cost, reverse=True):
+        i = loads.index(min(loads))
+        shares[i].append(recipe)
+        loads[i] += cost(recipe)
+    order = {id(r): i for i, r in enumerate(recipes)}
+    return [sorted(share, key=lambda r: order[id(r)]) for share in shares if share]
+
+
+def start(request, outdir, arch):
+    """Start the prewarm processes: a dict with them, and `build_env` for the builds (where the markers are); or
+    {"skipped": why} when there is nothing to do."""
+    env = os.environ
+    if request.get("no_prewarm") or env.get("DSV4_DOCTOR_PREWARM") == "off":
+        return {"skipped": "prewarm turned off (DSV4_DOCTOR_PREWARM=off)"}
+    if not env.get("DSV4_DOCTOR_AOT_CACHE"):
+        return {"skipped": "no per-user kernel store (--no-kernel-cache, or none could be opened)"}
+    recipes = shipped_recipes(arch)
+    if not recipes:
+        return {"skipped": "no shipped kernel recipes for %s" % arch}
+    dsl = installed_dsl()
+    if dsl is not None:  # a recipe replays only under the DSL it was recorded with (dsv4probe_warm)
+        recorded = sorted({str(recorded_dsl(r)) for r in recipes})
+        recipes = [r for r in recipes if recorded_dsl(r) == dsl]
+        if not recipes:
+            return {"skipped": "the shipped kernel recipes were recorded with nvidia-cutlass-dsl %s; this stack has %s"
+                               % (", ".join(recorded), dsl)}
+    pending = os.path.join(outdir, "prewarm-pending")
+    os.makedirs(pending, mode=0o700, exist_ok=True)
+    workers = min(MAX_WORKERS, max(1, (os.cpu_count() or 2) // 4), len(recipes))
+    child_env = dict(env, DSV4_DOCTOR_PROBE_LIB=LIB, DSV4_DOCTOR_AOT_PENDING=pending, CUDA_VISIBLE_DEVICES="",
+                     CUTE_DSL_ARCH=arch)
+    script = os.path.join(HERE, "dsv4probe_warm.py")
+    procs = []
+    for i, share in enumerate(plan(recipes, workers)):
+        out = os.path.join(outdir, "prewarm-%d.json" % i)
+        log = open(os.path.join(outdir, "prewarm-%d.log" % i), "wb")
+        request_json = json.dumps({"arch": arch, "store": "user", "recipes": share})
+        procs.append({"proc": subprocess.Popen([sys.executable, script, out, request_json], stdout=log,
+                                               stderr=subprocess.STDOUT, env=child_env, pass_fds=cache_fds()),
+                      "out": out, "log": log.name, "recipes": len(share)})
+        log.close()
+    return {"procs": procs, "started": time.monotonic(), "arch": arch, "recipes": len(recipes),
+            "build_env": {"DSV4_DOCTOR_AOT_PENDING": pending}}
+
+
+def finish(prewarm, grace_s=2.0):
+    """The prewarm's evidence: per kernel what it did. Called once the builds are done: a prewarm process still
+    running then has nothing left to give, and is stopped."""
+    if not prewarm or "procs" not in prewarm:
+        return {"skipped": (prewarm or {}).get("skipped", "not started")}
+    rows, stopped = [], 0
+    for p in prewarm["procs"]:
+        proc = p["proc"]
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            stopped += 1
+            continue
+        try:
+            with open(p["out"]) as fh:
+                answer = json.load(fh)
+            kernels = (answer.get("evidence") or {}).get("kernels") or []
+        except (OSError, ValueError, AttributeError):
+            kernels = [{"result": "failed", "why": "the prewarm process gave no answer"}]
+        rows.extend(k for k in kernels if isinstance(k, dict))
+    counts = {}
+    for row in rows:
+        counts[str(row.get("result"))] = counts.get(str(row.get("result")), 0) + 1
+    return {"arch": prewarm["arch"], "processes": len(prewarm["procs"]), "recipes": prewarm["recipes"],
+            "counts": counts, "stopped_unfinished": stopped, "kernels": rows[:64],
+            "seconds": round(time.monotonic() - prewarm["started"], 3)}
