@@ -48,14 +48,18 @@ def test_a_recipes_file_too_large_undecodable_or_not_json_is_a_usage_error(tmp_p
 
 def test_the_prewarm_hands_the_longest_compiles_out_first_and_keeps_the_checks_order_in_each_process():
     prewarm = probe_modules.load("dsv4probe_prewarm")
-    recipes = [{"entry": name, "compile_s": seconds} for name, seconds in
-               (("fwd", 1.4), ("compactify", 0.3), ("recompute", 2.4), ("grad", 0.3), ("idx-bwd", 5.0),
-                ("pre", 0.8), ("main", 6.3), ("post", 0.4), ("unknown", None))]
+    # As gathered from a store: in the order of their file names, not the order the check needed them.
+    recipes = [{"entry": name, "compile_s": seconds, "needed_at_s": at} for name, seconds, at in
+               (("post", 0.4, 22.1), ("compactify", 0.3, 12.9), ("idx-bwd", 5.0, 14.2), ("grad", 0.3, 21.0),
+                ("recompute", 2.4, 13.0), ("main", 6.3, 21.9), ("pre", 0.8, 21.5), ("fwd", 1.4, 12.7),
+                ("unknown", None, None))]
     shares = prewarm.plan(recipes, 4)
     assert sorted(e["entry"] for s in shares for e in s) == sorted(r["entry"] for r in recipes)  # each once
     # 6.3 | 5.0 | 2.4 + 0.8 | 1.4 + 1.0 (not recorded) + 0.4 + 0.3 + 0.3, each in the order the check needed them
     assert [[e["entry"] for e in s] for s in shares] == [["main"], ["idx-bwd"], ["recompute", "pre"],
                                                          ["fwd", "compactify", "grad", "post", "unknown"]]
+    assert prewarm.plan([{"needed_at_s": True}, {"needed_at_s": "x"}], 1)[0] == [{"needed_at_s": True},
+                                                                               {"needed_at_s": "x"}]
     assert prewarm.plan(recipes[:2], 4) == [[recipes[0]], [recipes[1]]]  # no idle process
     assert prewarm.plan([], 4) == []
 

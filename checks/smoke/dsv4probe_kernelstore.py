@@ -33,6 +33,7 @@ import time
 AOT_ENV, AOT_IMAGE_ENV, AOT_WRITE_IMAGE_ENV = "DSV4_DOCTOR_AOT_CACHE", "DSV4_DOCTOR_AOT_IMAGE", "DSV4_DOCTOR_AOT_WARM"
 KEY_VERSION = 1  # bumped when call_key changes what it reads
 MAX_EVENTS = 200
+LOADED_AT = time.monotonic()  # about when the probe process started: a recipe says when its kernel was needed
 MAX_OBJECT_BYTES = 64 << 20
 
 # (the calling module's path, from its package root; the calling function's qualified name): what the doctor read
@@ -507,7 +508,8 @@ def _recipe(fn, args, options, arch, key, entry, event, state=None):
         recipes = _recipes()
         recipe = recipes.record(fn, args, options, arch, entry, state)
         recipe["key"] = key
-        recipe["compile_s"] = event.get("seconds")  # a prewarm hands out the longest compiles first
+        recipe["compile_s"] = event.get("seconds")  # a prewarm hands out the longest compiles first,
+        recipe["needed_at_s"] = round(time.monotonic() - LOADED_AT, 2)  # and makes each process's share in this order
         return recipe
     except Exception as exc:
         event["no_recipe"] = "%s: %s" % (type(exc).__name__, str(exc)[:160])

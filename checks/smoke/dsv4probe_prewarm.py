@@ -58,7 +58,8 @@ def recorded_dsl(recipe):
 
 def plan(recipes, workers):
     """The recipes split over `workers` processes: the longest recorded compile first onto the least loaded one;
-    each process then makes its share in the order a check first needed them."""
+    each process then makes its share in the order a check needed them (`needed_at_s`: seconds into the recording
+    process; a recipe without it last, in the list's order)."""
     shares = [[] for _ in range(max(1, workers))]
     loads = [0.0] * len(shares)
 
@@ -71,7 +72,13 @@ def plan(recipes, workers):
         shares[i].append(recipe)
         loads[i] += cost(recipe)
     order = {id(r): i for i, r in enumerate(recipes)}
-    return [sorted(share, key=lambda r: order[id(r)]) for share in shares if share]
+
+    def needed(r):
+        at = r.get("needed_at_s")
+        known = isinstance(at, (int, float)) and not isinstance(at, bool)
+        return (0, float(at), order[id(r)]) if known else (1, 0.0, order[id(r)])
+
+    return [sorted(share, key=needed) for share in shares if share]
 
 
 def start(request, outdir, arch):
