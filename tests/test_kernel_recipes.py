@@ -107,3 +107,28 @@ def test_the_prewarm_skips_recipes_recorded_under_another_dsl(tmp_path, monkeypa
     assert got == {"skipped": "the shipped kernel recipes were recorded with nvidia-cutlass-dsl 4.5.2; this stack has "
                               "4.8.1"}
     assert prewarm.recorded_dsl({"key": "{not json"}) is None and prewarm.recorded_dsl({}) is None
+
+
+def test_the_prewarms_evidence_survives_any_answer_and_stops_a_process_still_running(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    prewarm = probe_modules.load("dsv4probe_prewarm")
+    answers = [{"evidence": {"kernels": [{"result": "stored", "kernel": "a"}, 3, "x"]}}, {"evidence": {"kernels": 7}},
+               [1, 2], None]
+    procs = []
+    for i, answer in enumerate(answers):
+        out = tmp_path / f"prewarm-{i}.json"
+        if answer is not None:
+            out.write_text(json.dumps(answer))
+        procs.append({"proc": subprocess.Popen([sys.executable, "-c", "pass"]), "out": str(out), "log": "",
+                      "recipes": 1})
+    hung = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    procs.append({"proc": hung, "out": str(tmp_path / "none.json"), "log": "", "recipes": 1})
+    started = time.monotonic()
+    got = prewarm.finish({"procs": procs, "started": started, "arch": "sm_90a", "recipes": 5}, grace_s=0.5)
+    assert hung.poll() is not None and time.monotonic() - started < 10
+    assert got["stopped_unfinished"] == 1 and got["processes"] == 5
+    assert got["counts"] == {"stored": 1, "failed": 2}, got  # [1, 2] and no file: no answer
+    json.dumps(got)  # plain data

@@ -137,6 +137,7 @@ def finish(prewarm, grace_s=2.0):
             with open(p["out"]) as fh:
                 answer = json.load(fh)
             kernels = (answer.get("evidence") or {}).get("kernels") or []
+            kernels = kernels if isinstance(kernels, list) else []
         except (OSError, ValueError, AttributeError):
             kernels = [{"result": "failed", "why": "the prewarm process gave no answer"}]
         rows.extend(k for k in kernels if isinstance(k, dict))
