@@ -85,6 +85,7 @@ if mode == "check":
     store = common.load_module("dsv4probe_kernelstore", smoke)
     store.SITES[("kernsite/site.py", "site_compile")] = "this test's call site"
     store.SITES[("cudnn/site.py", "site_compile")] = "this test's call site, in a package named as the frontend"
+    store.SITES[("feside/site.py", "site_compile")] = "this test's call site of the published frontend's kernels"
     note = store.install(store.arch_of(None, None) if os.environ.get("CUTE_DSL_ARCH") else "sm_90a")
     import cutlass.cute
     store.export_only_without_a_gpu()  # this CPU stands for the GPU: a keyword-wrapped kernel only exported here
@@ -370,3 +371,90 @@ def test_a_warm_probe_that_hangs_is_stopped_at_its_timeout_and_said(tmp_path):
     assert time.monotonic() - start < 30
     assert result.status == "error" and "warm probe timed out after 3 s" in result.summary, result
     kernelcache.reset()
+
+
+FRONTEND_SITE = '''
+import sys
+
+import cutlass
+import cutlass.cute as cute
+from cuda.bindings import driver
+from cutlass.cute.runtime import from_dlpack
+
+
+def tensor(dtype, shape):
+    stride = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        stride[i] = stride[i + 1] * shape[i + 1]
+    made = sys.modules["dsv4probe_kernelrecipe"].CudaShaped(dtype, shape, stride)
+    # as the frontend converts a torch tensor (utils/tensor_conversion.py to_cute_tensor)
+    return from_dlpack(made, assumed_align=16, enable_tvm_ffi=True).mark_layout_dynamic(leading_dim=len(shape) - 1)
+
+
+def site_compile(_make, which):
+    from cudnn.deepseek_sparse_attention.indexer_backward.indexer_backward_sm90 import IndexerBackwardSm90
+    from cudnn.deepseek_sparse_attention.indexer_forward.indexer_fwd_sm90 import IndexerForwardSm90
+
+    options = "--enable-tvm-ffi --gpu-arch sm_90a"
+    if which == "IndexerForwardSm90":
+        # As indexer_forward/_interface_sm90.py L237-263 builds and compiles it: BSHD, 64 query heads, one KV head.
+        kernel = IndexerForwardSm90(cutlass.BFloat16, cutlass.BFloat16, head_dim=128, qhead_per_kvhead=64, ratio=4)
+        return cute.compile(kernel, tensor("BFloat16", [1, 64, 64, 128]), tensor("BFloat16", [1, 64, 1, 128]),
+                            tensor("BFloat16", [1, 64, 64]), None, None, tensor("Float32", [1, 64, 64]), None,
+                            cutlass.Int32(1), cutlass.Int32(64), cutlass.Int32(64), cutlass.Float32(0.088), None,
+                            None, None, driver.CUstream(0), options=options)
+    # As indexer_backward_sm90.py L1580-1640 builds and compiles it (sparse top-k 512): 14 of its 15 parameters, the
+    # last (mQCausalOffsets) left to its None default, so the DSL wraps it; a NamedBarrier among its attributes.
+    kernel = IndexerBackwardSm90(head_dim=128, heads=64, block_I=128, topk=512, topk_indices_global=True)
+    b, s, h, d, k = 1, 128, 64, 128, 512
+    return cute.compile(kernel, tensor("BFloat16", [b, s, h, d]), tensor("BFloat16", [b, s, h]),
+                        tensor("BFloat16", [b, s, d]), tensor("BFloat16", [b, s, h, d]), tensor("Float32", [b, s, h]),
+                        tensor("Float32", [b, s, d]), tensor("Float32", [b, s, k]), tensor("Int32", [b, s, k]),
+                        cutlass.Float32(0.088), driver.CUstream(0), None, None, cutlass.Int32(s), cutlass.Int32(s),
+                        options=options)
+'''
+
+
+def test_the_frontends_indexer_kernels_are_recorded_as_built_warmed_and_served(tmp_path, image):
+    """The published frontend 1.27.0's indexer kernels, compiled at a test site as its own sites compile them:
+    IndexerForwardSm90 sets layouts on itself while it compiles (`_setup_attributes`), which no recipe can write
+    down, so its recipe records the object as __init__ left it; IndexerBackwardSm90 holds a NamedBarrier and compiles
+    to a keyword-wrapped function. `warm` builds both again under the very keys the check stored them by, and the
+    next check is served both from the image-wide store."""
+    from wheels import ensure
+
+    root = tmp_path / "pkgroot"
+    (root / "feside").mkdir(parents=True)
+    (root / "feside" / "__init__.py").write_text("")
+    (root / "feside" / "site.py").write_text(FRONTEND_SITE)
+    env_sites = os.pathsep.join(map(str, [*_sites(), ensure("nvidia-cudnn-frontend-1.27.0")]))
+    kernelcache.reset()
+    first = kernelcache.prepare({"XDG_CACHE_HOME": str(tmp_path / "a"), kernelcache.IMAGE_ENV: "off"})
+    kernels = ["IndexerForwardSm90", "IndexerBackwardSm90"]
+    got = _drive(tmp_path, root, "check", kernels, dict(first.env_for(True), PYTHONPATH=env_sites), first.pass_fds)
+    calls = got["summary"]["calls"]
+    assert [c["kernel"] for c in calls] == kernels, calls
+    assert all(c["result"] == "compiled" and c["stored"] and "no_recipe" not in c for c in calls), calls
+    recipes = {r["object"]["qualname"]: r for r in
+               (json.loads(p.read_text()) for p in Path(first.directory).glob("aot-*.recipe.json"))}
+    forward, backward = recipes["IndexerForwardSm90"], recipes["IndexerBackwardSm90"]
+    assert "qhead_per_kvhead" in forward["object"]["state"]
+    assert not any(name.startswith("sQ_layout") for name in forward["object"]["state"])  # set by the compile
+    assert backward["object"]["state"]["compute_sync_barrier"] == {
+        "dataclass": "cutlass.pipeline.helpers", "name": "NamedBarrier",
+        "fields": {"barrier_id": {"value": 3}, "num_threads": {"value": 256}}}
+
+    kernelcache.reset()
+    verified = kernelcache.open_verified(str(image), root_only=True)
+    warm_cache = kernelcache.hold_for_warm(verified)
+    verified.close()
+    env = dict(warm_cache.env_for(True), DSV4_DOCTOR_AOT_WARM="1", CUTE_DSL_ARCH="sm_90a", PYTHONPATH=env_sites)
+    answer = _drive(tmp_path, root, "warm", {"arch": "sm_90a", "recipes": [forward, backward]}, env,
+                    warm_cache.pass_fds)
+    assert [r["result"] for r in answer["evidence"]["kernels"]] == ["stored", "stored"], answer
+    assert sorted(p.name for p in image.glob("aot-*.o")) == sorted([forward["entry"], backward["entry"]])
+
+    kernelcache.reset()
+    second = kernelcache.prepare({"XDG_CACHE_HOME": str(tmp_path / "b"), kernelcache.IMAGE_ENV: str(image)})
+    got = _drive(tmp_path, root, "check", kernels, dict(second.env_for(True), PYTHONPATH=env_sites), second.pass_fds)
+    assert [(c["result"], c.get("where")) for c in got["summary"]["calls"]] == [("served", "image")] * 2, got
