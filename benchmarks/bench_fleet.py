@@ -98,13 +98,23 @@ def one_run(n: int, base: dict, python: str) -> dict:
         with open(os.path.join(dirs[0], "verdict.json"), "w") as fh:
             json.dump({"exit_code": verdict}, fh)
         wall = time.perf_counter() - start
+        # Each other rank's own process takes the verdict its helper hands it (verdict.json) and says so (`taken`),
+        # as the doctor does: only then is the rank acknowledged and rank 0's helper stops waiting.
+        taken: set[int] = set()
         while not os.path.exists(os.path.join(dirs[0], "acks.json")):
+            for r in range(1, n):
+                if r not in taken and os.path.exists(os.path.join(dirs[r], "verdict.json")):
+                    open(os.path.join(dirs[r], "taken"), "wb").close()
+                    taken.add(r)
             time.sleep(0.01)
         open(os.path.join(dirs[0], "released"), "wb").close()
         for p in procs:
             p.wait(timeout=180)
+        with open(os.path.join(dirs[0], "acks.json")) as fh:
+            acks = json.load(fh)
         assert merged.fleet is not None and merged.fleet["reported"] == n and not gathered["missing"], \
             (merged.fleet, gathered)
+        assert acks["acknowledged"] == list(range(1, n)), acks
         return {"wall_s": wall, "gather_s": gathered["timings"].get("gather_s", 0.0),
                 "read_s": gathered["timings"].get("read_s", 0.0), "admit_s": admit_s,
                 "merge_s": merge_s,
