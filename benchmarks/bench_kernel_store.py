@@ -90,26 +90,26 @@ def run(python: str, argv: list[str], store: str, env_extra: dict, timeout: floa
     return time.monotonic() - start, done.returncode, done.stderr[-3000:]
 
 
-def warm_from(python: str, smoke: str, recorded: str, scratch: str, env_extra: dict) -> tuple[str, dict]:
-    """A fresh store filled by the warm probe (no GPU: CUDA hidden, the arch named) from the recipes the "compiled"
-    run recorded beside its kernels: what `dsv4-doctor warm` and a --deep check's prewarm serve."""
-    store = fresh_store(scratch)
-    recipes = []
-    for name in sorted(os.listdir(recorded)):
-        if name.endswith(".recipe.json"):
-            with open(os.path.join(recorded, name)) as fh:
-                recipes.append(json.load(fh))
+def warm_from(python: str, smoke: str, recorded: str, store: str, scratch: str, env_extra: dict) -> dict:
+    """Fill `store` with the warm probe (no GPU: CUDA hidden, the arch named) from the recipes the "compiled" run
+    recorded beside its kernels (read as `dsv4-doctor warm --recipes FOLDER` reads them): what `warm` and a --deep
+    check's prewarm serve."""
+    from pathlib import Path
+
+    from dsv4_doctor.warm import read_recipes
+
+    recipes = read_recipes(Path(recorded))
     arch = next((r.get("arch") for r in recipes), None)
     if not arch:
-        return store, {"error": "the compiled run recorded no recipes"}
+        return {"error": "the compiled run recorded no recipes"}
     out = os.path.join(scratch, f"warm-{os.path.basename(store)}.json")
     took, code, err = run(python, [os.path.join(smoke, "dsv4probe_warm.py"), out,
                                    json.dumps({"arch": arch, "store": "user", "recipes": recipes})],
                           store, dict(env_extra, CUDA_VISIBLE_DEVICES="", CUTE_DSL_ARCH=arch))
     answer: dict = json.load(open(out)) if os.path.exists(out) else {"error": err}
     kernels = (answer.get("evidence") or {}).get("kernels") or []
-    return store, {"wall_s": round(took, 3), "exit_code": code, "summary": answer.get("summary"),
-                   "kernels": [{k: r.get(k) for k in ("kernel", "result", "why", "compile_s")} for r in kernels]}
+    return {"wall_s": round(took, 3), "exit_code": code, "summary": answer.get("summary"),
+            "kernels": [{k: r.get(k) for k in ("kernel", "result", "why", "compile_s")} for r in kernels]}
 
 
 def main() -> None:
@@ -142,7 +142,7 @@ def main() -> None:
         for label in RUNS:
             store = first if label in ("compiled", "served") else fresh_store(scratch)
             if label == "warmed":
-                store, result.setdefault("warm", {})[name] = warm_from(args.python, smoke, first, scratch, base_env)
+                result.setdefault("warm", {})[name] = warm_from(args.python, smoke, first, store, scratch, base_env)
             out = os.path.join(out_dir, f"{name}-{label.replace(' ', '-')}.json")
             tensors = os.path.join(scratch, f"{name}-{label.replace(' ', '-')}.pt")  # binary: kept out of --out
             took, code, err = run(args.python, [driver, str(PROBE_DIR), smoke, out, json.dumps(request), tensors],
@@ -159,8 +159,8 @@ def main() -> None:
         for label in RUNS:
             store = first if label in ("compiled", "served") else fresh_store(scratch)
             if label == "warmed":
-                store, result.setdefault("warm", {})["tier2 fused"] = warm_from(args.python, smoke, first, scratch,
-                                                                               base_env)
+                result.setdefault("warm", {})["tier2 fused"] = warm_from(args.python, smoke, first, store, scratch,
+                                                                        base_env)
             save = os.path.join(scratch, f"tier2-{label.replace(' ', '-')}.pt")
             out = os.path.join(out_dir, f"tier2-{label.replace(' ', '-')}.json")
             job = {"tier2_build": {"backend": "cudnn", "save": save, "control": False, "device": "cuda:0"}}

@@ -253,7 +253,7 @@ def _tensor_candidates(data):
 
     lead = data.get("leading_dim")
     dims = ([lead] if isinstance(lead, int) and 0 <= lead < len(shape) else []) + list(range(len(shape)))
-    ways = [lambda: make()]
+    ways = [make]
     ways += [lambda d=dim: make().mark_layout_dynamic(leading_dim=d) for dim in dims]  # the recorded dim first
     ways += [lambda d=dim: make().mark_compact_shape_dynamic(mode=d) for dim in dims]
     for way in ways:

@@ -220,13 +220,23 @@ def _source_hash(path):
     return _SOURCE_HASHES[path]
 
 
+def _kernel_object(fn):
+    """Whether `fn` is a kernel object (its class's __call__ is the jit function), not a function or bound method."""
+    return not inspect.isfunction(inspect.unwrap(getattr(fn, "__func__", fn)))
+
+
+def _class_call(obj):
+    """The function behind a kernel object's call: its class's __call__, unwrapped."""
+    call = type(obj).__dict__.get("__call__") or getattr(type(obj), "__call__", None)  # noqa: B004
+    return inspect.unwrap(getattr(call, "__func__", call))
+
+
 def _function_identity(fn):
     """(module source hash, qualified name) of the compiled function; a bound method's instance is an argument."""
     target = inspect.unwrap(getattr(fn, "__func__", fn))
     code = getattr(target, "__code__", None)
     if code is None:
-        call = type(target).__dict__.get("__call__") or getattr(type(target), "__call__", None)  # noqa: B004
-        code = getattr(inspect.unwrap(getattr(call, "__func__", call)), "__code__", None)
+        code = getattr(_class_call(target), "__code__", None)
         qualname = type(target).__module__ + "." + type(target).__qualname__
     else:
         qualname = getattr(target, "__module__", "?") + "." + getattr(target, "__qualname__", code.co_name)
@@ -350,7 +360,7 @@ def call_key(fn, args, kwargs, options, arch):
            "args": [describe(a, static=i not in runtime) for i, a in enumerate(args)]}
     if inspect.ismethod(fn):
         key["self"] = _instance(fn.__self__)
-    elif not inspect.isfunction(inspect.unwrap(fn)):  # a kernel object (its class's __call__ is the jit function)
+    elif _kernel_object(fn):
         key["self"] = _instance(fn)
     return json.dumps(key, sort_keys=True)
 
@@ -358,15 +368,12 @@ def call_key(fn, args, kwargs, options, arch):
 def _parameters(fn):
     """The jit function's parameters, the kernel object's or bound method's `self` left out; None where the
     signature cannot be read."""
-    target = inspect.unwrap(getattr(fn, "__func__", fn))
-    if not inspect.isfunction(target):
-        call = type(target).__dict__.get("__call__") or getattr(type(target), "__call__", None)  # noqa: B004
-        target = inspect.unwrap(getattr(call, "__func__", call))
+    target = _class_call(fn) if _kernel_object(fn) else inspect.unwrap(getattr(fn, "__func__", fn))
     try:
         params = list(inspect.signature(target).parameters.values())
     except (TypeError, ValueError):
         return None
-    if inspect.ismethod(fn) or not inspect.isfunction(inspect.unwrap(getattr(fn, "__func__", fn))):
+    if inspect.ismethod(fn) or _kernel_object(fn):
         params = params[1:]  # self
     return params
 
@@ -574,8 +581,8 @@ class StoreCompile:
                 raise Uncacheable("keyword arguments to cute.compile")
             shape = call_shape(fn, args)
             key = call_key(fn, args, rest, options, self._arch)
-            state = dict(vars(fn)) if not inspect.isfunction(inspect.unwrap(getattr(fn, "__func__", fn))) and \
-                hasattr(fn, "__dict__") else None  # a kernel object as built, before compiling adds to it
+            # a kernel object as built, before compiling adds to it
+            state = dict(vars(fn)) if _kernel_object(fn) and hasattr(fn, "__dict__") else None
         except Uncacheable as exc:
             event.update(result="uncached", why=str(exc))
             _record(event)

@@ -94,11 +94,12 @@ def start(request, outdir, arch):
         return {"skipped": "no shipped kernel recipes for %s" % arch}
     dsl = installed_dsl()
     if dsl is not None:  # a recipe replays only under the DSL it was recorded with (dsv4probe_warm)
-        recorded = sorted({str(recorded_dsl(r)) for r in recipes})
-        recipes = [r for r in recipes if recorded_dsl(r) == dsl]
-        if not recipes:
+        versions = [recorded_dsl(r) for r in recipes]
+        kept = [r for r, version in zip(recipes, versions) if version == dsl]
+        if not kept:
             return {"skipped": "the shipped kernel recipes were recorded with nvidia-cutlass-dsl %s; this stack has %s"
-                               % (", ".join(recorded), dsl)}
+                               % (", ".join(sorted({str(v) for v in versions})), dsl)}
+        recipes = kept
     pending = os.path.join(outdir, "prewarm-pending")
     os.makedirs(pending, mode=0o700, exist_ok=True)
     workers = min(MAX_WORKERS, max(1, (os.cpu_count() or 2) // 4), len(recipes))
