@@ -69,8 +69,10 @@ def one_run(n: int, base: dict, python: str) -> dict:
                        "join_s": 120.0, "verdict_s": 15.0, "ack_s": 10.0, "connect_s": 120.0, "dir": folder,
                        "leader": r % 8 == 0, "fingerprint_node": f"n{r // 8}"}
             env = dict(os.environ, DSV4_DOCTOR_PROBE_LIB=str(HELPER.parent))
+            with open(os.path.join(folder, "request.json"), "w") as fh:  # as the doctor hands it over: a file
+                json.dump(request, fh)
             procs.append(subprocess.Popen([python, str(HELPER), os.path.join(folder, "answer.json"),
-                                           json.dumps(request)], env=env, stdout=subprocess.DEVNULL,
+                                           os.path.join(folder, "request.json")], env=env, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL))
             if r == 0:
                 start = time.perf_counter()

@@ -90,6 +90,14 @@ def run(python: str, argv: list[str], store: str, env_extra: dict, timeout: floa
     return time.monotonic() - start, done.returncode, done.stderr[-3000:]
 
 
+def request_file(answer: str, request: dict) -> str:
+    """A probe's request in a file beside its answer, as the doctor hands it over (never on the command line)."""
+    path = answer.removesuffix(".json") + ".request.json"
+    with open(path, "w") as fh:
+        json.dump(request, fh)
+    return path
+
+
 def warm_from(python: str, smoke: str, recorded: str, store: str, scratch: str, env_extra: dict) -> dict:
     """Fill `store` with the warm probe (no GPU: CUDA hidden, the arch named) from the recipes the "compiled" run
     recorded beside its kernels (read as `dsv4-doctor warm --recipes FOLDER` reads them): what `warm` and a --deep
@@ -104,7 +112,7 @@ def warm_from(python: str, smoke: str, recorded: str, store: str, scratch: str, 
         return {"error": "the compiled run recorded no recipes"}
     out = os.path.join(scratch, f"warm-{os.path.basename(store)}.json")
     took, code, err = run(python, [os.path.join(smoke, "dsv4probe_warm.py"), out,
-                                   json.dumps({"arch": arch, "store": "user", "recipes": recipes})],
+                                   request_file(out, {"arch": arch, "store": "user", "recipes": recipes})],
                           store, dict(env_extra, CUDA_VISIBLE_DEVICES="", CUTE_DSL_ARCH=arch))
     answer: dict = json.load(open(out)) if os.path.exists(out) else {"error": err}
     kernels = (answer.get("evidence") or {}).get("kernels") or []
@@ -164,8 +172,8 @@ def main() -> None:
             save = os.path.join(scratch, f"tier2-{label.replace(' ', '-')}.pt")
             out = os.path.join(out_dir, f"tier2-{label.replace(' ', '-')}.json")
             job = {"tier2_build": {"backend": "cudnn", "save": save, "control": False, "device": "cuda:0"}}
-            took, code, err = run(args.python, [os.path.join(smoke, "dsv4probe_smoke.py"), out, json.dumps(job)],
-                                  store, base_env)
+            took, code, err = run(args.python, [os.path.join(smoke, "dsv4probe_smoke.py"), out,
+                                                request_file(out, job)], store, base_env)
             answer = json.load(open(out)) if os.path.exists(out) else {"error": err}
             answer = answer.get("result", answer)
             runs[label] = {"wall_s": round(took, 3), "exit_code": code, "ok": answer.get("ok"),

@@ -7,6 +7,7 @@ import os
 import re
 
 from dsv4_doctor.redact import cut
+from dsv4_doctor.safeio import read_bounded
 from dsv4_doctor.model import Context, Fix, Phase
 from dsv4_doctor.probes import NVIDIA_SMI, TORCH, Probe
 
@@ -75,8 +76,7 @@ def own_process(pid: int, me: int | None = None, depth: int = 16) -> bool:
         if pid <= 1:
             return False
         try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                stat = fh.read(1024).decode("ascii", "replace")
+            stat = (read_bounded(f"/proc/{pid}/stat", 1024) or b"").decode("ascii", "replace")
             pid = int(stat.rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             return False

@@ -63,6 +63,11 @@ def judge_role(job: Job, role: str, auto: bool, found: Found, rows: dict) -> Non
     lab = role_label(job, role)
     row: dict = {"cp": cp}
     rows[role] = row
+    if cp is None:
+        # What the CP rules ask (and the max_seqlen_per_dp_cp_rank line) depends on the CP: never judged on a guess.
+        unknown.append(not_known(lab, "context_parallel_size", st["cp"], ", so the CP settings it needs are not "
+                                 "judged (--cp N gives the CP)"))
+        return
     if cp == 1 and not value_of(st, "dynamic_context_parallel"):
         notes.append(f"{lab}CP = 1: no CP settings needed")
         return

@@ -18,7 +18,8 @@ def judge_dispatch(job: Job, role: str, auto: bool, deep_ep: bool, found: Found,
     evidence row goes into `rows`. Whether the role packs sequences, so that the rule applied."""
     fails, warns, notes, fixes, unknown = found.fails, found.warns, found.notes, found.fixes, found.unknown
     st, lab = job.effective(role), role_label(job, role)
-    cp = role_cp(job, st)
+    known_cp = role_cp(job, st)
+    cp = known_cp if known_cp is not None else 2  # a CP not known is checked as CP > 1, as the profile does
     dynamic_known = not is_unresolved(st, "dynamic_context_parallel")
     scheduler = value_of(st, "sequence_packing_scheduler") or (
         "default_dynamic_cp" if dynamic_known and value_of(st, "dynamic_context_parallel") else None)
@@ -39,6 +40,8 @@ def judge_dispatch(job: Job, role: str, auto: bool, deep_ep: bool, found: Found,
         scheduler = f"default_dynamic_cp if dynamic_context_parallel `{as_written(st[packing_not_known].raw)}` is on"
     if scheduler is None and cp > 1:
         scheduler = "dp_balanced (the one job.cp-args asks for)"  # CP > 1 needs one: judge the job as it will be
+        if known_cp is None and packing_not_known is None:
+            packing_not_known = "cp"  # the CP alone decides whether the batch is packed, and it is not known
     stated = value_of(st, "moe_token_dispatcher_type")
     if is_unresolved(st, "moe_token_dispatcher_type"):
         rows[role] = {"scheduler": scheduler, "dispatcher": None, "source": "not known"}
@@ -63,7 +66,8 @@ def judge_dispatch(job: Job, role: str, auto: bool, deep_ep: bool, found: Found,
         notes.append(f"{lab}no packing scheduler: any dispatcher works")
         return False
     if packing_not_known is not None and dispatcher != "alltoall":
-        unknown.append(not_known(lab, packing_not_known, st[packing_not_known], ", so whether the batch is packed "
+        name = "context_parallel_size" if packing_not_known == "cp" else packing_not_known
+        unknown.append(not_known(lab, name, st[packing_not_known], ", so whether the batch is packed "
                                  f"(and the dispatcher rule applies to {dispatcher}) is not known"))
         return False
     if dispatcher not in ("alltoall", "flex"):

@@ -3,6 +3,7 @@ the world it runs on, and the lines that state or change a setting in the comman
 
 from __future__ import annotations
 
+from dsv4_doctor.job.bounds import digits_int, rejection
 from dsv4_doctor.job.keys import line_to_add
 from dsv4_doctor.job.model import Job, Setting, is_interpolation
 from dsv4_doctor.model import Context, Fix, Phase, Profile
@@ -68,15 +69,21 @@ def maybe_in_file(job: Job) -> str:
     return f": the config file may set it ({config_files(job)})" if config_files(job) else ""
 
 
-def role_cp(job: Job, settings: dict[str, Setting]) -> int:
-    """A role's CP size: as stated; --cp's when the command states one the doctor cannot resolve, or none beside a
-    config file (the CLI insists on --cp then); else 1, verl's and Megatron's default."""
+def role_cp(job: Job, settings: dict[str, Setting]) -> int | None:
+    """A role's CP size: as stated (text that spells a number, as oc.env gives it, counts as that number); --cp's
+    when the command states one the doctor cannot know (an interpolation it cannot resolve, a value job.config
+    rejects), or none beside a config file (the CLI insists on --cp then); else 1, verl's and Megatron's default.
+    None: the role's CP is not known and --cp does not give it (the profile checks it as CP > 1)."""
     value = int_value(settings, "cp")
+    if value is None and is_stated(settings, "cp"):
+        value = digits_int(settings["cp"].value)
     if value is not None:
         return value
     if is_stated(settings, "cp") or config_files(job):
         given = job.decisions.cp_given if job.decisions is not None else None
-        return given if isinstance(given, int) and not isinstance(given, bool) else 1
+        if isinstance(given, int) and not isinstance(given, bool):
+            return given
+        return None if is_stated(settings, "cp") else 1
     return 1
 
 
@@ -114,6 +121,9 @@ def as_written(raw: str) -> str:
 def not_known(label: str, name: str, setting: Setting, consequence: str = "") -> str:
     """What a job check says of a setting the command writes as an unexpanded shell variable or an interpolation the
     doctor cannot resolve: its value is not known here, so it is never judged, defaulted or given a fix."""
+    problem = rejection(setting)
+    if problem is not None:  # a value of the wrong type or out of range: job.config fails and quotes it
+        return f"{label}{name} = {as_written(setting.raw)} {problem} (job.config): not known here{consequence}"
     return (f"{label}{name} is `{as_written(setting.raw)}` in the command: not known here{consequence}; pass the "
             "expanded command or state it")
 

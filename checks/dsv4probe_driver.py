@@ -17,7 +17,7 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
         os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
     sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
-from dsv4probe_common import cut_text, serve
+from dsv4probe_common import cut_text, read_bounded, serve
 
 import ctypes
 
@@ -29,9 +29,9 @@ def answer(request):
         return {"loaded": False, "error": cut_text(str(exc), 500)}
     path = None
     try:
-        with open("/proc/self/maps") as fh:
-            path = next((line.split()[-1] for line in fh if "libcuda.so" in line), None)
-    except OSError:
+        maps = read_bounded("/proc/self/maps", 64 << 20)[0].decode("utf-8", "replace")
+        path = next((line.split()[-1] for line in maps.splitlines() if "libcuda.so" in line), None)
+    except OSError:  # ReadRefused
         pass
     version = ctypes.c_int(0)
     try:

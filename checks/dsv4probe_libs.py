@@ -20,7 +20,7 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
         os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
     sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
-from dsv4probe_common import serve
+from dsv4probe_common import open_regular, read_bounded, serve
 
 import glob
 import struct
@@ -29,6 +29,7 @@ import struct
 SYSTEM_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/cuda/lib64",
                "/usr/local/cuda/compat", "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
 SHT_DYNSYM, SHT_VERDEF, SHT_VERSYM = 11, 0x6FFFFFFD, 0x6FFFFFFF
+METADATA_LIMIT, RECORD_LIMIT = 1 << 22, 1 << 23  # as the static probe reads them
 
 
 def _section(fh, sh):
@@ -38,7 +39,7 @@ def _section(fh, sh):
 
 def elf_exports(path, symbol, version=None):
     """Whether `path` defines `symbol` (with that version, when given), and the versions it defines it at."""
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:  # a FIFO or a device is refused (ReadRefused, an OSError), never waited on
         ident = fh.read(64)
         if ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
             return {"error": "not a little-endian 64-bit ELF file"}
@@ -87,17 +88,17 @@ def _name_version(folder):
     """Name and Version from a .dist-info folder's METADATA headers (the folder name when it cannot be read)."""
     name, _, version = os.path.basename(folder)[:-len(".dist-info")].partition("-")
     try:
-        with open(os.path.join(folder, "METADATA"), encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if not line.strip():
-                    break
-                key, _, value = line.partition(":")
-                if key == "Name":
-                    name = value.strip()
-                elif key == "Version":
-                    version = value.strip()
-    except OSError:
-        pass
+        text = read_bounded(os.path.join(folder, "METADATA"), METADATA_LIMIT)[0].decode("utf-8", "replace")
+    except OSError:  # ReadRefused: missing, a FIFO, a device
+        text = ""
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.partition(":")
+        if key == "Name":
+            name = value.strip()
+        elif key == "Version":
+            version = value.strip()
     return {"distribution": name, "version": version}
 
 
@@ -110,11 +111,11 @@ def _owner(path):
         rel = os.sep.join(parts[i:])
         for record in glob.glob(os.path.join(site, "*.dist-info", "RECORD")):
             try:
-                with open(record, encoding="utf-8", errors="replace") as fh:
-                    if any(line.split(",", 1)[0] == rel for line in fh):
-                        return dict(_name_version(os.path.dirname(record)), record=record)
-            except OSError:
+                text = read_bounded(record, RECORD_LIMIT)[0].decode("utf-8", "replace")
+            except OSError:  # ReadRefused
                 continue
+            if any(line.split(",", 1)[0] == rel for line in text.splitlines()):
+                return dict(_name_version(os.path.dirname(record)), record=record)
         if os.path.basename(site) in ("site-packages", "dist-packages"):
             break
     return None

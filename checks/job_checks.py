@@ -148,23 +148,27 @@ def job_parallelism(ctx: Context) -> Result | list[Finding]:
             fixes.append(add_setting(job, role, "tp", 1, "DSv4's attention supports TP 1 only", written(st, "tp")))
         else:
             notes.append(f"{lab}TP = 1")
-        if is_unresolved(st, "pp"):
+        size = max(tp or 1, 1) * (pp or 1) * (cp or 1)  # TP x PP x CP (a TP below 1 already fails above)
+        if cp is None:
+            unknown.append(not_known(lab, "context_parallel_size", st["cp"], ", so whether TP x PP x CP divides "
+                                     "the world size is not known"))
+        elif is_unresolved(st, "pp"):
             unknown.append(not_known(lab, "pipeline_model_parallel_size", st["pp"], ", so whether TP x PP x CP "
                                      "divides the world size is not known"))
         elif pp is None:
             unknown.append(f"{lab}{pp_not_known}: whether TP x PP x CP divides the world size is unknown")
         elif world is None and world_written is not None:
-            unknown.append(not_known(lab, *world_written, f", so whether TP x PP x CP = {(tp or 1) * pp * cp} "
+            unknown.append(not_known(lab, *world_written, f", so whether TP x PP x CP = {size} "
                                      "divides the world size is not known"))
         elif world is None:
-            notes.append(f"{lab}whether TP x PP x CP = {(tp or 1) * pp * cp} divides the world size is unknown "
+            notes.append(f"{lab}whether TP x PP x CP = {size} divides the world size is unknown "
                          "(the command states no node and GPU counts)")
-        elif world % ((tp or 1) * pp * cp):
-            fails.append(f"{lab}TP x PP x CP = {(tp or 1) * pp * cp} does not divide the {world} GPUs: Megatron "
+        elif world % size:
+            fails.append(f"{lab}TP x PP x CP = {size} does not divide the {world} GPUs: Megatron "
                          "cannot form a model replica")
         else:
-            notes.append(f"{lab}TP x PP x CP = {(tp or 1) * pp * cp} divides the {world} GPUs "
-                         f"(DP = {world // ((tp or 1) * pp * cp)})")
+            notes.append(f"{lab}TP x PP x CP = {size} divides the {world} GPUs "
+                         f"(DP = {world // size})")
     evidence.update(failures=fails, notes=notes, unknown=unknown)
     return verdict(found, evidence)
 
@@ -394,16 +398,19 @@ def job_dsa_backend(ctx: Context) -> Result | list[Finding]:
     ))
 def job_config(ctx: Context) -> Result | list[Finding]:
     """A verl job's config is what Hydra composes from the entry module's `@hydra.main` config (read from the
-    installed module with ast), verl's config tree, the command's `--config-path`/`--config-name` and its
-    overrides. Where the target has Hydra and verl, the doctor composes it there, as the job will (nothing is
+    installed module with ast), verl's config tree, the command's `--config-path`/`--config-name`/`--config-dir`
+    and its overrides. Where the target has Hydra and verl, the doctor composes it there, as the job will (nothing is
     instantiated; only the settings the job checks read are resolved), and Hydra's or OmegaConf's errors fail
     this row with their message: `+key=...` on a key verl's config has ("Could not append to config. An item is
     already at ..."), a plain override of one it lacks ("Could not override ..."), bad override grammar. A whole-number
     setting given as text fails too: OmegaConf's `${oc.env:NAME}` returns a string, with or without a default,
     so `context_parallel_size=${oc.env:CP}` gives verl `'2'` and it stops with "TypeError: unsupported operand
-    type(s) for %: 'int' and 'str'"; write `'${oc.decode:${oc.env:NAME}}'`. A numeric setting outside its range
-    (a CP above 1024, a length above 2^31 - 1) fails and states the range. Where the target cannot compose (no
-    Hydra), the doctor's own reader judges what it can and says so.
+    type(s) for %: 'int' and 'str'"; write `'${oc.decode:${oc.env:NAME}}'`. A setting of the wrong type (a CP of
+    "two", 2.5, a list or a dict; a switch that is not true or false; a backend that is not a name) or outside its
+    range (a CP of 0 or above 1024, a length above 2^31 - 1) fails, quoting the value as the job gets it (a list or
+    a dict as itself) and stating what it must be, wherever it was set (an override, a config file, a flag): the
+    job's config, never the doctor's usage error. Where the target cannot compose (no Hydra), the doctor's own
+    reader judges what it can and says so.
     """
     job = job_of(ctx)
     if job.kind == "unknown":

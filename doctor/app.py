@@ -57,6 +57,7 @@ class Options:
     no_kernel_cache: bool = False
     job_args: str | None = None
     job_cwd: str | None = None  # --job-cwd: where the --job-args command runs (default: the current folder)
+    job_args_file: str | None = None  # --job-args-file: where --job-args is read from (cli.with_job_args_file)
     dry_run: bool = False
     report: str | None = None
     job_command: list[str] = field(default_factory=list)

@@ -11,13 +11,14 @@ import platform
 import sys
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from . import __version__
 from .fix import Fix
 from .model import CheckReport, Profile, counts, exit_code_for, overall_status
 from .redact import Redactor, sanitize
 from .report import SCHEMA, Report
+from .safeio import read_bounded
 
 if TYPE_CHECKING:
     from .registry import PluginInfo
@@ -61,16 +62,12 @@ def detect_container() -> dict:
         if os.environ.get(var):
             evidence.append(var)
             runtime = runtime or name
-    try:
-        with open("/proc/1/cgroup", encoding="utf-8", errors="replace") as fh:
-            cgroup = fh.read(4096)
-        for word in ("docker", "kubepods", "containerd", "libpod"):
-            if word in cgroup:
-                evidence.append(f"/proc/1/cgroup mentions {word}")
-                runtime = runtime or word
-                break
-    except OSError:
-        pass
+    cgroup = (read_bounded("/proc/1/cgroup", 4096) or b"").decode("utf-8", "replace")
+    for word in ("docker", "kubepods", "containerd", "libpod"):
+        if word in cgroup:
+            evidence.append(f"/proc/1/cgroup mentions {word}")
+            runtime = runtime or word
+            break
     return {"detected": bool(evidence), "runtime": runtime, "evidence": evidence}
 
 
@@ -147,10 +144,18 @@ def assemble(profile: Profile | dict, checks: Sequence[CheckReport[Fix]], plugin
     settings = section(profile.job, profile.cp, [c.to_dict() for c in checks]) if isinstance(profile, Profile) else None
     if settings is not None:
         report["job_settings"] = settings
+    return sealed(report, actions={c.id: tuple(c.fixes) for c in checks if c.fixes})
+
+
+def sealed(wire: dict, actions: Mapping[str, tuple[Fix, ...]] | None = None, counted: int = 0) -> Report:
+    """The last step of every report, a single host's (`assemble`) or a fleet's merged one (fleet/merge.py, the Ray
+    fleet's node texts included): its whole wire form redacted and cleaned, then typed. Nothing is added to a report
+    after this. `redactions.count` is what this pass masked plus `counted`, what earlier passes masked in text this
+    one sees again (rank 0's own report in a fleet's); redacted text is masked again as it is, and not counted again."""
     redactor = Redactor()
-    report = redactor(report)
-    report["redactions"] = {"count": redactor.count}
-    return Report.from_wire(report, actions={c.id: tuple(c.fixes) for c in checks if c.fixes})
+    out = redactor({k: v for k, v in wire.items() if k != "redactions"})
+    out["redactions"] = {"count": max(0, int(counted)) + redactor.count}
+    return Report.from_wire(out, actions=actions)
 
 
 def fingerprint(static: dict | None, gpus: list[dict]) -> dict:

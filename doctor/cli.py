@@ -270,10 +270,35 @@ def ask(question: str) -> Answer:
     return Answer(yes=False, signum=signals[0] if signals else None)
 
 
+MAX_JOB_ARGS_FILE_BYTES = 4 << 20  # more than any command line holds (ARG_MAX: 2 MiB)
+JOB_ARGS_FIFO_S = 10.0  # `--job-args-file <(...)`: the shell's pipe, read until its writer closes it
+
+
+def with_job_args_file(opts: Options) -> Options:
+    """The options with --job-args-file FILE read into --job-args: as every user-named file is read (bounded, never
+    blocking; a pipe within JOB_ARGS_FIFO_S seconds). A usage error when FILE cannot be read, or with --job-args."""
+    if opts.job_args_file is None:
+        return opts
+    if opts.job_args is not None:
+        raise UsageError("give the training command once: --job-args or --job-args-file")
+    from .safeio import ReadRefused, read_file
+
+    try:
+        raw = read_file(opts.job_args_file, MAX_JOB_ARGS_FILE_BYTES, fifo_s=JOB_ARGS_FIFO_S, strict_size=True)
+    except ReadRefused as exc:
+        raise UsageError(f"--job-args-file {opts.job_args_file!r} cannot be read: {exc}") from None
+    if len(raw) >= MAX_JOB_ARGS_FILE_BYTES:  # a pipe gives no size beforehand
+        raise UsageError(f"--job-args-file {opts.job_args_file!r}: more than {MAX_JOB_ARGS_FILE_BYTES} bytes")
+    if b"\0" in raw:
+        raise UsageError(f"--job-args-file {opts.job_args_file!r} holds a NUL byte, which no command line can")
+    return replace(opts, job_args=raw.decode("utf-8", "surrogateescape"))  # as Python decodes a command line
+
+
 def run_command(opts: Options) -> int:
     """The command's use case (app.py), its result printed; the exit code."""
     from . import app
 
+    opts = with_job_args_file(opts)
     if opts.command in ("check", "smoke"):
         return app.check(opts, lambda report: _check_report(opts, report), smoke=opts.command == "smoke")[1]
     if opts.command in ("preflight", "fleet"):

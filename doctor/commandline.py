@@ -69,7 +69,8 @@ ROOT_OPTIONS = ("-h", "--help", "--version", "--install-completion", "--show-com
 # (cli.early_target) needs of the grammar before typer is imported. A test holds these to the typer application.
 INSPECTING_COMMANDS = ("check", "smoke", "fix", "preflight", "fleet")
 VALUE_OPTIONS = ("--cp", "--dsa-backend", "--gpu-arch", "--python", "--timeout", "--only", "--skip", "--device", "-f",
-                 "--format", "-o", "--output", "--fleet-port", "--fleet-wait", "--job-args", "--job-cwd", "--report")
+                 "--format", "-o", "--output", "--fleet-port", "--fleet-wait", "--job-args", "--job-args-file",
+                 "--job-cwd", "--report")
 OPTION_NAMES = {f.name for f in fields(Options)} - {"command"}
 
 
@@ -203,6 +204,8 @@ def _app():
     ranks_help = "Every rank other than 0 also prints its own report to stderr (by default they print nothing)."
     job_args_help = ("The training command, as one shell-quoted string: its DSv4 settings set the profile and the "
                      "job.* checks run (what `preflight` does, without running it).")
+    job_args_file_help = ("--job-args read from FILE (at most 4 MiB; `<(...)` too), so that the training command "
+                          "stays off the doctor's command line, which every user of the machine can read.")
     cp_t, arch_t, timeout_t, port_t = _checked(_cp), _checked(_gpu_arch), _checked(parse_timeout), _checked(_port)
     dsa_choice, device_choice = Choice(["cudnn", "none"]), Choice(["auto", "cuda", "cpu"])
     report_formats = Choice(list(FORMATS))
@@ -214,6 +217,7 @@ def _app():
                     "the job's sys.path[0], where the job imports packages from first.")
     shared = SimpleNamespace(
         job_cwd=Option(None, "--job-cwd", metavar="DIR", help=job_cwd_help),
+        job_args_file=Option(None, "--job-args-file", metavar="FILE", help=job_args_file_help),
         dsa_backend=Option(None, "--dsa-backend", click_type=dsa_choice, help=dsa_help),
         gpu_arch=Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=arch_help),
         python=Option(None, "--python", metavar="PATH", help=python_help),
@@ -263,6 +267,7 @@ def _app():
         verbose: int = shared.verbose,
         no_kernel_cache: bool = shared.no_kernel_cache,
         job_args: str | None = Option(None, "--job-args", metavar="CMD", help=job_args_help),
+        job_args_file: str | None = shared.job_args_file,
         job_cwd: str | None = shared.job_cwd,
         ray: bool = shared.ray,
     ) -> None:
@@ -338,6 +343,7 @@ def _app():
         job_args: str | None = Option(None, "--job-args", metavar="CMD", help=(
             "The training command, as one shell-quoted string: the job.* checks run, and the plan ends with the "
             "job's settings (CP_ARGS, export lines), as comments.")),
+        job_args_file: str | None = shared.job_args_file,
         job_cwd: str | None = shared.job_cwd,
     ) -> None:
         take("fix", locals())

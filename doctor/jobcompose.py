@@ -9,12 +9,12 @@ overrides-only command, `--static-only`), the doctor's own reader's settings sta
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import replace
 from typing import Any
 
 from .facts import StaticFacts
+from .job.bounds import digits_int, written
 from .job.keys import CONFIG_FIELDS, ROLE_HEADS, VERL_COMMON, VERL_ENGINE, VERL_ROLES
 from .job.model import Job, Setting, Unexpanded
 from .job.profile import composable, profile_for
@@ -148,16 +148,14 @@ def _run(session: Any, job: Job, preflight: bool) -> tuple[dict, str | None]:
     entry_file = os.path.join(locations[0], *parts) + ".py"
     if not os.path.isfile(entry_file):
         return located, f"the entry module {job.entry} is not in the target's verl"
-    tmp = session.procs.tempdir()
-    words_file = os.path.join(tmp, "words.json")
-    descriptor = os.open(words_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as f:
-        json.dump({"overrides": _overrides(job), "env_set": job.env, "env_unset": job.unset}, f)
+    # The overrides and the command's `env K=V` values may hold secrets: they travel in the probe's request, a file
+    # only the doctor's user reads (probes.run_probe), never on a command line.
+    words = {"overrides": _overrides(job), "env_set": job.env, "env_unset": job.unset}
     options = _hydra_options(job)
     extra = _config_dir(job)
     if extra:  # Hydra's --config-dir: an absolute path, relative ones from the working directory
         options = dict(options, extra_config_dir=os.path.abspath(extra))
-    request = {"entry_file": entry_file, **options, "words_file": words_file,
+    request = {"entry_file": entry_file, **options, "words": words,
                "select": sorted(selected_paths(job)), "missing_env": "error" if preflight else "not known",
                "default_groups": ["engine=megatron" if job.trainer == "sft" else "model_engine=megatron"]}
     probe = Probe.python("hydra-compose", PROBE_SCRIPT, request)
@@ -207,11 +205,25 @@ def scrubbed(job: Job, message: str) -> str:
 
 
 def _raw_of(job: Job, path: str, value: Any) -> str:
+    """How the job writes a setting: the override's text, else the composed value (a list or a dict in the config's
+    flow style, `[2, 2]`, never `null`)."""
     for word in reversed(_overrides(job)):
         key, eq, text = word.lstrip("+~").partition("=")
         if eq and key == path:
             return text
-    return "null" if value is None else str(value)
+    return "null" if value is None else written(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def _composed_value(got: dict) -> Any:
+    """A setting's value as the probe gives it: an integer past 2^63 travels as its digits (the answer's reader
+    keeps JSON integers to 64 bits) and is that integer again here; an infinity or a NaN travels as text."""
+    value, kind = got.get("value"), got.get("type")
+    if kind == "int" and isinstance(value, str):
+        number = digits_int(value)
+        return number if number is not None else Unexpanded(value[:80])
+    if kind == "float" and value in ("inf", "-inf", "nan"):  # JSON has no infinity: the answer's reader wrote it so
+        return float(str(value))
+    return value
 
 
 def _apply(profile: Profile, job: Job, answer: dict) -> Profile:
@@ -243,7 +255,12 @@ def _apply(profile: Profile, job: Job, answer: dict) -> Profile:
             continue
         target = roles.setdefault(role, {}) if role else common
         if "value" in got:
-            target[name] = Setting(got["value"], _raw_of(job, path, got["value"]), source=str(got.get("source")))
+            value = _composed_value(got)
+            if isinstance(value, Unexpanded):  # more digits than any integer is read: out of range
+                errors.append(f"{path} = {value} is out of range")
+                target[name] = Setting(value, str(value), "out of range: not known", source=str(got.get("source")))
+                continue
+            target[name] = Setting(value, _raw_of(job, path, value), source=str(got.get("source")))
         else:
             message = scrubbed(job, str(got.get("error") or got.get("not_known"))[:500])
             if "error" in got:

@@ -1,6 +1,7 @@
 """Third-party plugins run here, in a subprocess of the doctor's own interpreter, one per entry point.
 
-`python -m dsv4_doctor.pluginhost REQUEST_JSON EVENTS_FILE` imports one entry point and either describes its checks
+`python -m dsv4_doctor.pluginhost REQUEST_FILE EVENTS_FILE` (the request in a file of the doctor's own, as every
+child's: procs.write_request) imports one entry point and either describes its checks
 ("describe") or runs the selected ones ("run"), writing one JSON event per line as it goes. The doctor reads the
 events after the host exits or is killed at its deadline: a plugin that hangs, calls os._exit, segfaults, prints to
 stdout or returns an unserialisable result costs a row of its own, never the report. Built-in checks do not come
@@ -47,15 +48,16 @@ class _Events:
 
 
 def host_main(argv: list[str]) -> None:
-    from .probes import dsv4probe_common  # noqa: F401 - its import starts the watchdog: no host outlives the doctor
+    from .probes import dsv4probe_common  # its import starts the watchdog: no host outlives the doctor
 
     # Whatever a plugin prints goes to the log, never to a stream the doctor reads.
     os.dup2(2, 1)
-    if argv[0].startswith("@"):  # the request in a file (see PluginHosts._host)
-        with open(argv[0][1:], encoding="utf-8") as fh:
-            request = json.load(fh)
-    else:
-        request = json.loads(argv[0])
+    try:
+        request = dsv4probe_common.read_request(argv[0])
+    except dsv4probe_common.RequestUnreadable as exc:  # one line in the host's log, which the doctor shows
+        sys.stderr.write(f"dsv4-doctor plugin host: {exc}\n")
+        sys.stderr.flush()
+        os._exit(3)
     events = _Events(argv[1])
     from .registry import PluginInfo, load_entry_point
 
@@ -121,14 +123,14 @@ class HostAnswer:
 def read_events(path: str) -> HostAnswer:
     """The host's events; a line that is not a well-formed event is recorded as a problem, never raised."""
     answer = HostAnswer()
-    from .safeio import read_bounded
+    from .safeio import decode_json, read_bounded
 
     raw = read_bounded(path, 64 * 1024 * 1024)  # a regular file only, never blocking
     if raw is None:
         return answer
     for line in raw.decode("utf-8", "replace").splitlines():
         try:
-            event = sanitize(json.loads(line))
+            event = sanitize(decode_json(line))  # ReadRefused for a line that is not JSON or nests too deep
             if not isinstance(event, dict):
                 raise ValueError("not an object")
             _take(answer, event)

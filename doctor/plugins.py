@@ -10,7 +10,6 @@ whatever probes it started, and frees its slot.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -19,9 +18,11 @@ import time
 from collections.abc import Callable, Sequence
 
 from .model import Check, CheckReport, Profile, Status
-from .procs import Helper, Processes, read_bounded_at, start_helper
+from .procs import REQUEST_FILE, Helper, Processes, read_bounded_at, start_helper, write_request
 from .redact import read_tail
 from .registry import PluginInfo, Registry
+from .safeio import ReadRefused, decode_json
+from .signals import GATE
 
 DESCRIBE_BUDGET_S = 30.0  # third-party plugins: import and describe, all at once
 MARGIN_S = 5.0
@@ -64,14 +65,12 @@ class PluginHosts:
         tmp = self.procs.tempdir("dsv4-doctor-plugin-")
         host = Host(info, os.path.join(tmp, "events.jsonl"), os.path.join(tmp, "host.log"), checks)
         fields = {k: getattr(info, k) for k in ("name", "value", "distribution", "version")}
-        request_path = os.path.join(tmp, "request.json")
-        # The request goes in a file: hundreds of selected plugin check ids overflow one argv string (Linux caps it
-        # at 128 KiB; otherwise it replaced the whole report with doctor.internal).
-        with open(request_path, "w", encoding="utf-8") as fh:
-            json.dump(dict(extra, mode=mode, plugin=fields), fh)
+        # The request goes in a file, as every child's does (procs.write_request): hundreds of selected plugin check
+        # ids overflow one argv string, and the profile holds the job's settings.
+        request_path = write_request(os.path.join(tmp, REQUEST_FILE), dict(extra, mode=mode, plugin=fields))
         from .probes import child_env
 
-        argv = [sys.executable, "-m", "dsv4_doctor.pluginhost", "@" + request_path, host.events]
+        argv = [sys.executable, "-m", "dsv4_doctor.pluginhost", request_path, host.events]
         threading.Thread(target=self._start, args=(host, argv, child_env(budget_s), deadline), daemon=True,
                          name=f"plugin-host-{info.name[:40]}").start()
         return host
@@ -114,7 +113,7 @@ class PluginHosts:
         from .pluginhost import HostAnswer, read_events
         from .procs import kill_orphan_group, remove_tempdir
 
-        host.ready.wait(max(0.0, deadline - time.monotonic()))
+        GATE.wait(host.ready.wait, deadline)  # a stop signal ends it (signals.GATE.wait)
         with host.lock:
             if not host.ready.is_set():
                 host.abandoned = True
@@ -125,7 +124,9 @@ class PluginHosts:
             end = host.helper.finish(deadline)
         finally:
             self._release(host)
-        if end.timed_out or end.returncode is None:
+        if end.stopped:
+            how = f"was stopped on {end.stopped}"
+        elif end.timed_out or end.returncode is None:
             how = "did not finish in time and was killed"
         elif end.returncode < 0:
             try:
@@ -275,8 +276,8 @@ class _EventTail:
 
     def _take(self, line: bytes) -> list[tuple[str, str, str | None]]:
         try:
-            event = json.loads(line)
-        except ValueError:
+            event = decode_json(line)
+        except ReadRefused:  # not UTF-8 JSON, or nested too deeply (RecursionError)
             return []
         if not isinstance(event, dict) or event.get("check") not in self.ids:
             return []
@@ -321,9 +322,13 @@ class HostWatch:
                 except Exception:  # a display that breaks costs its rows only
                     continue
 
+    def _joined(self, seconds: float) -> bool:
+        self._thread.join(timeout=seconds)
+        return not self._thread.is_alive()
+
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=2)
+        GATE.wait(self._joined, time.monotonic() + 2)
         if self._thread.is_alive():
             return
         self.poll()

@@ -7,6 +7,7 @@ kills every group still alive and removes every temporary directory it handed ou
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -16,10 +17,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .safeio import read_at, read_bounded
 
-__all__ = ["HelperEnd", "Helper", "Processes", "read_bounded", "read_bounded_at", "run_helper", "start_helper"]
+__all__ = ["HelperEnd", "Helper", "Processes", "read_bounded", "read_bounded_at", "run_helper", "start_helper",
+           "write_request"]
 
 
 class Processes:
@@ -96,10 +99,15 @@ class Processes:
 
 @dataclass
 class HelperEnd:
-    """How a helper process ended: its exit status (negative: the signal) and whether the doctor had to kill it."""
+    """How a helper process ended: its exit status (negative: the signal), whether the doctor had to kill it at its
+    deadline, or on a stop signal (`stopped`: the signal's name) that could not interrupt where the wait was."""
 
     returncode: int | None
     timed_out: bool
+    stopped: str | None = None
+
+
+MIN_WAIT_S = 0.1  # the least a helper is waited for, even when its deadline has passed
 
 
 class Helper:
@@ -116,13 +124,16 @@ class Helper:
         kill_group(self.proc)
 
     def finish(self, deadline: float, reap_s: float = 5.0) -> HelperEnd:
-        """Wait until `deadline` (time.monotonic), then kill the group (whatever the helper left in it too), reap
-        the helper and stop tracking it."""
-        timed_out = False
+        """Wait until `deadline` (time.monotonic; at least MIN_WAIT_S), then kill the group (whatever the helper left
+        in it too), reap the helper and stop tracking it. The wait is the gate's (signals.GATE.wait): a stop signal
+        ends it within a slice, by Interrupted where the run is armed (the group is killed all the same)."""
+        from .signals import GATE
+
+        until = max(deadline, time.monotonic() + MIN_WAIT_S)
+        exited = early = False
         try:
-            self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            exited = GATE.wait(self._exits_within, until)
+            early = not exited and time.monotonic() < until  # only a stop signal ends it so (main thread)
         finally:
             kill_group(self.proc)
             try:
@@ -130,7 +141,16 @@ class Helper:
             except subprocess.TimeoutExpired:
                 pass
             self.procs.release(self.proc)
-        return HelperEnd(self.proc.returncode, timed_out)
+        stopped = GATE.stopping if early else None
+        return HelperEnd(self.proc.returncode, timed_out=not exited and stopped is None,
+                         stopped=signal.Signals(stopped).name if stopped is not None else None)
+
+    def _exits_within(self, seconds: float) -> bool:
+        try:
+            self.proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
 
 def start_helper(procs: Processes, argv: Sequence[str], log_path: str, env: Mapping[str, str],
@@ -152,6 +172,24 @@ def run_helper(procs: Processes, argv: Sequence[str], log_path: str, env: Mappin
     return start_helper(procs, argv, log_path, env, stdout_path, pass_fds).finish(time.monotonic() + timeout_s)
 
 
+# A child's request is a file, never a word of its command line (world-readable in /proc/PID/cmdline, and capped at
+# 128 KiB): `python SCRIPT ANSWER_PATH REQUEST_PATH`, the request in a folder of the doctor's own (Processes.tempdir:
+# mode 0700). The probes' side (dsv4probe_common.request_beside / read_request) follows the same rules.
+REQUEST_FILE = "request.json"
+
+
+def write_request(path: str, request: Any) -> str:
+    """Write a child's request (JSON text, or a value to encode) at `path`: mode 0600, created exclusively (O_EXCL:
+    an existing file is refused), never through a link (O_NOFOLLOW). `path`, for the child's command line. Raises
+    OSError."""
+    text = request if isinstance(request, str) else json.dumps(request)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(text.encode("utf-8", "surrogateescape"))
+    return path
+
+
 def read_bounded_at(path: str, offset: int, limit: int) -> bytes:
     """At most `limit` bytes of a regular file from `offset` (safeio.read_at)."""
     return read_at(path, offset, limit)
@@ -160,8 +198,7 @@ def read_bounded_at(path: str, offset: int, limit: int) -> bytes:
 def kill_orphan_group(pid: int) -> None:
     """SIGKILL the process group a (killed) plugin host's probe led, if that process still leads its own session."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
+        fields = (read_bounded(f"/proc/{pid}/stat", 4096) or b"").decode("ascii", "replace").rsplit(")", 1)[1].split()
         if int(fields[3]) == pid:  # session id: our probes start their own session, so a reused pid rarely does
             os.killpg(pid, signal.SIGKILL)
     except (OSError, ValueError, IndexError):

@@ -24,7 +24,7 @@ from typing import Any
 from collections.abc import Mapping
 
 from .fix import Command
-from .validtext import valid_text
+from .validtext import ANSI, clean_text, neutralize_workflow_commands, valid_text  # noqa: F401 (re-exported)
 
 MASK = "***REDACTED***"
 MAX_TEXT = 16 * 1024  # any one string taken from the environment
@@ -54,8 +54,12 @@ MIN_SECRET_VALUE = 4
 # Every pattern below starts only at a boundary (a lookbehind for the previous character), so a long run of
 # ordinary characters is scanned once, not once per position: redaction is linear in the length of the text.
 _NAME_START = r"(?<![A-Za-z0-9_.-])"
-_ASSIGNMENT = re.compile(
-    _NAME_START + r"""(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,200})(?P<sep>["']?[ \t]{0,20}[=:][ \t]{0,20})"""
+# `NAME=` / `NAME: ` and, matched only after a secret-looking name, its value. The value of any other name is
+# scanned on (`x=API_KEY=abc`, `RuntimeError: HF_TOKEN=abc` hold an assignment inside one), and each scan starts past
+# the last, so the pass stays linear.
+_NAME_SEP = re.compile(
+    _NAME_START + r"""(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,200})(?P<sep>["']?[ \t]{0,20}[=:][ \t]{0,20})""")
+_VALUE = re.compile(
     r"""(?P<value>"[^"\n]{0,4096}"|'[^'\n]{0,4096}'|(?:Bearer|Basic|Token)[ \t]+[^\s"',;&]{1,4096}"""
     r"""|[^\s"',;&]{1,4096}|["'][^\s"',;&]{1,4096})""",
     re.IGNORECASE,
@@ -79,15 +83,6 @@ _TOKEN_SHAPES = re.compile(
 )
 _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----")
 _PEM_END = re.compile(r"-----END [A-Z ]{0,40}PRIVATE KEY-----")
-
-_ANSI = re.compile(r"\x1b(?:\[[0-?]{0,64}[ -/]{0,16}[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
-# Control characters, and the bidirectional overrides that make text display other than it reads (U+202E).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-# What GitHub Actions reads as a workflow command: `::cmd::` at the start of a line after any (Unicode) whitespace,
-# which the runner trims, and the legacy `##[cmd]` anywhere in a line.
-_WORKFLOW_COMMAND = re.compile(r"^([^\S\n]*)::", re.M)
-_LEGACY_COMMAND = "##["
-
 
 def looks_secret(name: str) -> bool:
     return bool(SECRET_NAME.search(name)) and not NOT_SECRET.search(name)
@@ -215,19 +210,6 @@ def _text(o: Any) -> str:
         return f"<unprintable {type(o).__name__}>"
 
 
-def neutralize_workflow_commands(text: str) -> str:
-    """No line of `text` can be read as a GitHub Actions workflow command. Apply after any wrapping."""
-    return _WORKFLOW_COMMAND.sub(lambda m: m.group(1) + "\\::", text).replace(_LEGACY_COMMAND, "#\\#[")
-
-
-def clean_text(value: str) -> str:
-    """Decodable, printable, and inert under GitHub Actions."""
-    value = valid_text(value)
-    value = _ANSI.sub("", value)
-    value = _CONTROL.sub(lambda m: ("\\x%02x" if ord(m.group(0)) < 0x100 else "\\u%04x") % ord(m.group(0)), value)
-    return neutralize_workflow_commands(value)
-
-
 def _mask_pem(value: str) -> str:
     out, pos = [], 0
     while True:
@@ -260,12 +242,28 @@ def _env_words(env: Any) -> list[str]:
     return [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else []
 
 
-def _prose(m: re.Match) -> bool:
+def _prose(sep: str, value: re.Match) -> bool:
     """`NAME: word more words`: a message about a variable ("…SECRET_FILE: the file is empty"), not its value: a
     colon (no `=`), then an unquoted short lower-case word followed by more words on the line."""
-    value, after = m.group("value"), m.string[m.end():m.end() + 2]
-    return "=" not in m.group("sep") and len(value) <= 16 and value.isalpha() and value.islower() and \
+    word, after = value.group("value"), value.string[value.end():value.end() + 2]
+    return "=" not in sep and len(word) <= 16 and word.isalpha() and word.islower() and \
         len(after) == 2 and after[0] == " " and after[1].isalpha()
+
+
+def _mask_assignments(text: str) -> str:
+    """Every `NAME=value` / `NAME: value` whose name looks secret, with its value masked."""
+    out, pos, done = [], 0, 0
+    while (m := _NAME_SEP.search(text, pos)) is not None:
+        pos = m.end()
+        if not looks_secret(m.group("name")):
+            continue
+        value = _VALUE.match(text, pos)
+        if value is None or value.group("value").strip("\"'") == MASK or _prose(m.group("sep"), value) or \
+                not any(c.isalnum() for c in value.group("value")):  # `key=...`: a placeholder holds no secret
+            continue
+        out += [text[done:pos], MASK]
+        pos = done = value.end()
+    return "".join(out) + text[done:] if out else text
 
 
 class Redactor:
@@ -298,17 +296,12 @@ class Redactor:
         if "PRIVATE KEY" in value:
             value = _mask_pem(value)
 
-        def assignment(m: re.Match) -> str:
-            if looks_secret(m.group("name")) and m.group("value").strip("\"'") != MASK and not _prose(m):
-                return m.group("name") + m.group("sep") + MASK
-            return m.group(0)
-
         def flag(m: re.Match) -> str:
             if looks_secret(m.group("flag").lstrip("-")):
                 return m.group("flag") + m.group("sep") + MASK
             return m.group(0)
 
-        value = _ASSIGNMENT.sub(assignment, value)
+        value = _mask_assignments(value)
         value = _FLAG.sub(flag, value)
         value = _BEARER.sub(lambda m: f"{m.group('scheme')} {MASK}", value)
         value = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", value)
@@ -324,10 +317,12 @@ class Redactor:
         if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(w, str) for w in argv):
             return None
         words = [valid_text(cap(w)) for w in argv]
+        if any(MASK in w for w in words):  # withheld by an earlier pass, which counted it: withheld, not recounted
+            return None
         line = shlex.join(words)
         before = self.count
         # The whole line is tried too, for what spans words (`--token VALUE`); it is never what gets printed.
-        if words != list(argv) or any(MASK in w or self.text(w) != w for w in words) or self.text(line) != line:
+        if words != list(argv) or any(self.text(w) != w for w in words) or self.text(line) != line:
             self.count = before + 1
             return None
         return clean_text(line)
@@ -383,7 +378,9 @@ class Redactor:
         """`value` redacted, then capped at `limit` (a cut never goes through a word, `cut`), so that no cut can
         leave part of a secret that redaction, seeing only that part, would not recognise. Text over 4x the limit is
         cut (the same way) before it is redacted, so that redaction stays bounded."""
-        value = self.literal(valid_text(value))
+        # Terminal escapes go first: one inside a secret (`hf_\x1b[0mABC…`) would hide it from the patterns and be
+        # removed by the cleaning after them.
+        value = self.literal(ANSI.sub("", valid_text(value)))
         total = len(value)
         if total > 4 * limit:
             value = cut(value, 4 * limit)

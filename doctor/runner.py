@@ -7,6 +7,7 @@ daemon and every probe is tracked by the session's `Processes`, so nothing waits
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import traceback
@@ -21,6 +22,7 @@ from .probes import (DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, NVIDIA_SMI, Probe, Probe
                      run_probe, stage_text)
 from .procs import Processes
 from .redact import cut_tail
+from .signals import GATE
 
 CHECK_TIMEOUT_S = 10.0  # a check's own code, after its probes answered
 MIN_PROBE_S = 0.5  # a probe that would get less than this of the budget is not started
@@ -148,8 +150,11 @@ class ProbePool:
         return WAITING_FOR_SLOT if slot is not None and not slot.done.is_set() else None
 
     def result(self, probe: Probe, wait_s: float | None = None) -> ProbeResult:
+        """The probe's result, waiting at most `wait_s` (None: until it has one) through the gate's wait: in the
+        main thread a stop signal ends it (signals.GATE.wait)."""
         slot = self.submit(probe)
-        if not slot.done.wait(wait_s):
+        until = time.monotonic() + wait_s if wait_s is not None else math.inf
+        if not GATE.wait(slot.done.wait, until):
             return ProbeResult(probe.key, ok=False, timed_out=True, error="no answer within the run's time budget")
         assert slot.result is not None
         return slot.result
@@ -347,13 +352,13 @@ class Runner:
 
     def wait(self) -> None:
         """Until every check is done or the deadline passed; with an on_event, the probes' stages are read every
-        STAGE_POLL_S meanwhile."""
+        STAGE_POLL_S meanwhile. The gate's wait: a stop signal ends it (signals.GATE.wait)."""
         for check in self.checks:
             done = self._done[check.id]
-            while not done.wait(max(0.0, min(self.deadline - time.monotonic(),
-                                             STAGE_POLL_S if self.on_event else float("inf")))):
-                if time.monotonic() >= self.deadline:
-                    break
+            while not GATE.wait(done.wait, min(self.deadline, time.monotonic() + STAGE_POLL_S)
+                                if self.on_event else self.deadline):
+                if time.monotonic() >= self.deadline or GATE.stopping is not None:
+                    return
                 self.poll_stages()
 
     def stage(self, check_id: str) -> str | None:

@@ -8,14 +8,24 @@
   `fifo_s` passed; a stop signal noted by the signal gate meanwhile ends the read with `Interrupted`. Devices,
   sockets and directories are refused.
 - Refusals are `ReadRefused` with a reason a person can act on ("it is a FIFO", "larger than 65536 bytes").
+- What is read is decoded by the guarded decoders here (`decode_json`, `load_json`, `parse_python`): whatever a
+  decoder raises on hostile bytes (a 100,000-deep nest: RecursionError or MemoryError; bad UTF-8; bad syntax) is a
+  `ReadRefused` too. The engine decodes no YAML: verl's generated config is read by its lines (job/generated.py).
+
+The probes, in the target interpreter, have their own copy of these rules (probes/dsv4probe_read.py, re-exported by
+dsv4probe_common: read_bounded, read_tail, open_regular, decode_json, load_json, parse_python): stdlib only, Python
+3.8+.
 """
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import select
 import stat
 import time
+from typing import Any
 
 TICK_S = 0.1  # a FIFO's read is re-checked for a signal this often
 
@@ -147,3 +157,52 @@ def read_tail(path: str, limit: int) -> tuple[bytes, int]:
         return b"", 0
     finally:
         os.close(fd)
+
+
+def _said(exc: BaseException, limit: int = 300) -> str:
+    """A decoder's message on one line, cut plainly: it holds no text of what was read (a position, a byte's value,
+    a file name), so no secret can be cut in half."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
+def decode_json(raw: bytes | bytearray | str, errors: str = "strict") -> Any:
+    """The JSON value of `raw` (UTF-8 bytes, decoded with `errors`, or text). Raises ReadRefused, whatever is wrong
+    with it: not UTF-8, not JSON, a 100,000-deep nest (RecursionError), more than memory holds (MemoryError)."""
+    try:
+        return json.loads(raw.decode("utf-8", errors) if isinstance(raw, (bytes, bytearray)) else raw)
+    except RecursionError:
+        raise ReadRefused("its JSON is nested too deeply to decode (RecursionError)") from None
+    except MemoryError:
+        raise ReadRefused("its JSON is too large or too deeply nested to decode (MemoryError)") from None
+    except UnicodeError as exc:
+        raise ReadRefused(f"it is not UTF-8 text ({_said(exc, 200)})") from None
+    except ValueError as exc:
+        raise ReadRefused(f"it is not JSON ({_said(exc, 200)})") from None
+
+
+def load_json(path: str, limit: int, follow_links: bool = True, fifo_s: float = 0.0, errors: str = "strict") -> Any:
+    """The JSON value of the regular file at `path` (of a FIFO too, within `fifo_s` seconds), of at most `limit`
+    bytes: a larger one is refused, never cut. Raises ReadRefused (or model.Interrupted, as read_file)."""
+    raw = read_file(path, limit + 1, follow_links, fifo_s)
+    if len(raw) > limit:
+        raise ReadRefused(f"it is larger than {limit} bytes")
+    return decode_json(raw, errors)
+
+
+def parse_python(raw: bytes | str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
+    """ast.parse of `raw` (source bytes, or text). Raises ReadRefused, whatever is wrong with it: a syntax error, a
+    100,000-deep expression (RecursionError or MemoryError, by Python version and shape), a NUL byte, text that is
+    neither UTF-8 nor in the encoding its coding line names."""
+    try:
+        return ast.parse(raw, filename, mode)
+    except SyntaxError as exc:  # IndentationError too ("too many levels of indentation")
+        raise ReadRefused(f"it does not parse as Python ({type(exc).__name__}: {_said(exc)})") from None
+    except (RecursionError, MemoryError) as exc:
+        said = _said(exc, 200)
+        raise ReadRefused(f"its Python is nested too deeply to parse ({type(exc).__name__}"
+                          f"{': ' + said if said else ''})") from None
+    except UnicodeError as exc:
+        raise ReadRefused(f"it is not text in its encoding ({type(exc).__name__}: {_said(exc, 200)})") from None
+    except (ValueError, OverflowError) as exc:  # a NUL byte (before 3.12)
+        raise ReadRefused(f"it does not parse as Python ({type(exc).__name__}: {_said(exc, 200)})") from None

@@ -2,6 +2,10 @@
 interrupts the run once and never cuts the report short), and `ApplySignals` while `fix --apply` runs pip (a signal
 kills pip's process group and stops the plan).
 
+`GATE.wait` is the doctor's one way to block on something (a probe, a plugin host, the fleet exchange, the Ray
+helper, a probe's answer): in slices, so that a stop signal is answered within one slice whatever state the gate is
+in (see `SignalGate.wait`).
+
 It imports only the model (for `Interrupted`), so every layer (the CLI, the fix planner, the fleet, the renderers)
 may read the gate.
 """
@@ -10,11 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from .model import Interrupted
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+WAIT_SLICE_S = 0.1  # the longest a wait of the main thread blocks before it looks at the gate again
+OTHER_THREAD_SLICE_S = 60.0  # another thread's (no handler runs there)
 
 
 class SignalGate:
@@ -65,6 +74,62 @@ class SignalGate:
 
     def shield(self) -> None:
         self.shielded = True
+
+    @contextlib.contextmanager
+    def armed(self):
+        """A part of the run after its checks (the Ray nodes' checks): armed again for the block (a signal noted
+        since the checks ended interrupts at once), shielded after it, while the report is written. Unlike arm(), it
+        keeps an enclosing critical block: there a noted signal is deferred to the block's end."""
+        try:
+            self.shielded, self.fired = False, None
+            signum, self.late = self.late, None
+            if signum is not None:
+                if self.deferring:
+                    self.pending = self.pending or signum
+                else:
+                    self.fired = signum
+                    raise Interrupted(signum)
+            yield
+        finally:
+            self.shield()
+
+    @property
+    def stopping(self) -> int | None:
+        """The stop signal a wait must end for: one deferred by a critical block, one noted while shielded, or one
+        that interrupted the armed run and is still waited through. None otherwise (an earlier run's answered
+        signal, once shielded, stops nothing)."""
+        return self.pending or self.late or (None if self.shielded else self.fired)
+
+    def wait(self, step: Callable[[float], bool], deadline: float) -> bool:
+        """Block until `step` says that what is awaited came (True) or `deadline` (time.monotonic) passed (False).
+        `step(seconds)` blocks at most that long and says whether it came; it is called in slices of WAIT_SLICE_S
+        (once, with 0, when the deadline has passed already).
+
+        In the main thread, where the handlers run, a stop signal ends the wait within one slice: armed, the
+        handler raises Interrupted out of the slice; otherwise (shielded, deferred by a critical block) the wait
+        returns False at once, and the caller does what it does at a deadline (kill, then report). Another thread's
+        wait is ended by what the session does on the signal (it kills every child), so it takes longer slices."""
+        main = threading.current_thread() is threading.main_thread()
+        most = WAIT_SLICE_S if main else OTHER_THREAD_SLICE_S
+        while True:
+            if main and self.stopping is not None:
+                return False
+            if step(min(most, max(0.0, deadline - time.monotonic()))):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+
+    def poll(self, ready: Callable[[], bool], deadline: float, every: float = 0.05) -> bool:
+        """`wait` for something only a look tells (a file a helper writes): `ready()` now and then every `every`
+        seconds, until it is true (True), the deadline or a stop signal (False)."""
+        if ready():
+            return True
+
+        def step(seconds: float) -> bool:
+            time.sleep(min(every, seconds))
+            return ready()
+
+        return self.wait(step, deadline)
 
     @contextlib.contextmanager
     def critical(self):

@@ -6,7 +6,9 @@ Run as root after the stack is installed (the Dockerfile does): the store (defau
 kernels) is made root's and writable by nobody else (doctor/cachedir.py, root_only), and every user may load from
 it. What is compiled comes from kernel recipes (checks/smoke/dsv4probe_kernelrecipe.py): the ones the doctor ships
 (checks/smoke/kernel_recipes.json, recorded by a check on that arch's GPU) or `--recipes` (a file, or a per-user
-kernel store whose checks recorded them). A recipe whose source file differs from the installed one is not warmed.
+kernel store whose checks recorded them), read here as untrusted data. The warm probe checks each recipe whole before
+any of it is imported, built or called (docs/security.md, "Recipes are untrusted input"): one that fails, or whose
+source file differs from the installed one, is not warmed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .model import UsageError
 
 MAX_RECIPE_BYTES = 8 << 20
 MAX_RECIPES = 256
+MAX_RECIPE_DEPTH = 32  # of a recipes file's JSON: a recipe the warm probe accepts nests at most 18 levels
 WARM_TIMEOUT_S = 600.0
 
 
@@ -53,18 +56,37 @@ def shipped_recipes() -> Path:
     return Path(checks.__file__).resolve().parent / "smoke" / "kernel_recipes.json"
 
 
+def nesting_depth(value: object, limit: int = MAX_RECIPE_DEPTH) -> int:
+    """How deeply decoded JSON nests, counted without recursion; limit + 1 once it is deeper than `limit`."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if not isinstance(item, (dict, list)):
+            continue
+        if depth > limit:
+            return limit + 1
+        deepest = max(deepest, depth)
+        todo.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def read_recipes(path: Path) -> list[dict]:
     """The recipes in a JSON file (a list), or in a kernel store's folder (each `*.recipe.json`), read as untrusted
-    data: bounded, objects only."""
-    from .safeio import ReadRefused, read_file
+    data: bounded, never blocking, objects only. A file that is not read or whose JSON does not decode (not UTF-8,
+    not JSON, a 100,000-deep nest, more than memory holds), or that nests deeper than any recipe does, is a usage
+    error naming it. What is in a recipe is checked by the warm probe before any of it is used."""
+    from .safeio import ReadRefused, load_json
 
     files = sorted(path.glob("aot-*.recipe.json"))[:MAX_RECIPES] if path.is_dir() else [path]
     out: list[dict] = []
     for file in files:
         try:
-            data = json.loads(read_file(str(file), MAX_RECIPE_BYTES, strict_size=True))
-        except (OSError, ValueError, ReadRefused) as exc:
+            data = load_json(str(file), MAX_RECIPE_BYTES)
+        except ReadRefused as exc:
             raise UsageError(f"--recipes {file}: not a readable JSON file ({exc})") from None
+        if nesting_depth(data) > MAX_RECIPE_DEPTH:
+            raise UsageError(f"--recipes {file}: not a recipes file (JSON nested deeper than {MAX_RECIPE_DEPTH} "
+                             "levels)")
         out += [r for r in (data if isinstance(data, list) else [data]) if isinstance(r, dict)]
     return out[:MAX_RECIPES]
 

@@ -179,7 +179,7 @@ def test_fake_fatbins_never_break_the_reader(tmp_path, monkeypatch):
     assert fatbin.read_object(str(tmp_path / "liby.so"))["has_fatbin"] is False
     fifo = tmp_path / "fifo.so"
     os.mkfifo(fifo)
-    assert fatbin.read_object(str(fifo))["error"] == "not a regular file"  # and it did not block
+    assert fatbin.read_object(str(fifo))["error"] == "ReadRefused: it is a FIFO, not a regular file"  # not blocked
 
 
 def _verdict(obj_path: Path, arch: str, source: str = "option") -> dict:

@@ -352,7 +352,7 @@ def use(tag):
 if sys.argv[1] == "--grandchild":
     print(json.dumps(use("grandchild")))
     sys.exit(0)
-out, request = sys.argv[1], json.loads(sys.argv[2])
+out, request = sys.argv[1], json.loads(Path(sys.argv[2]).read_text())  # the doctor's request file
 Path(request["ready"]).write_text("checked by the doctor, not loaded yet")
 deadline = time.monotonic() + 60
 while not os.path.exists(request["go"]) and time.monotonic() < deadline:

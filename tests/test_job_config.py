@@ -151,11 +151,11 @@ def test_the_readers_judgement_of_plus_and_missing_keys_matches_hydra(
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, hydra_sites)))
     running = []
     for i, word in enumerate(words):  # one real composition per word, all at once
-        words_file = tmp_path / f"words{i}.json"
-        words_file.write_text(json.dumps({"overrides": ["model_engine=megatron", word]}))
         request = {"entry_file": str(hydra_sites[1] / "verl" / "trainer" / "main_ppo.py"),
-                   "words_file": str(words_file), "select": [CP]}
-        running.append(subprocess.Popen([bare_python, str(probe), str(tmp_path / f"a{i}.json"), json.dumps(request)],
+                   "words": {"overrides": ["model_engine=megatron", word]}, "select": [CP]}
+        request_file = tmp_path / f"a{i}.request.json"  # as the doctor hands a probe its request: a file
+        request_file.write_text(json.dumps(request))
+        running.append(subprocess.Popen([bare_python, str(probe), str(tmp_path / f"a{i}.json"), str(request_file)],
                                         env=env))
     for i, (word, proc) in enumerate(zip(words, running, strict=True)):
         assert proc.wait(timeout=60) == 0

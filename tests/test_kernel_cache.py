@@ -222,7 +222,9 @@ def test_the_split_layout_sub_run_compiles_each_index_mode_in_its_own_process(tm
         env = Env(tmp_path / mode).fake("megatron", fake_layout_kernels, mode)
         out = tmp_path / f"{mode}.json"
         request = {"subrun": "layout", "cp": 2, "device": "cpu", "split_layout": True}
-        subprocess.run([sys.executable, str(script), str(out), json.dumps(request)], check=True, timeout=120,
+        request_file = tmp_path / f"{mode}.request.json"  # as the doctor hands a probe its request: a file
+        request_file.write_text(json.dumps(request))
+        subprocess.run([sys.executable, str(script), str(out), str(request_file)], check=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, env.sites.values())),
                                 DSV4_DOCTOR_PROBE_LIB=str(PROBE_DIR)))
         answer = json.loads(out.read_text())

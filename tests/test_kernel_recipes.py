@@ -124,6 +124,8 @@ def test_the_prewarms_evidence_survives_any_answer_and_stops_a_process_still_run
             out.write_text(json.dumps(answer))
         procs.append({"proc": subprocess.Popen([sys.executable, "-c", "pass"]), "out": str(out), "log": "",
                       "recipes": 1})
+    for p in procs:
+        p["proc"].wait(timeout=60)  # these have answered (on a loaded machine, later than finish's grace)
     hung = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     procs.append({"proc": hung, "out": str(tmp_path / "none.json"), "log": "", "recipes": 1})
     started = time.monotonic()

@@ -95,7 +95,8 @@ def test_the_jobs_first_path_entry_follows_its_command(tmp_path):
 
 # --- the job's own folder and PYTHONPATH shadow site-packages; the plan reaches the copy the job imports ---------
 
-@pytest.mark.parametrize("how", ["script", "module"])
+# "script" also runs the printed fix script (ensurepip, then pip from the test wheels): seconds, with the slow tests.
+@pytest.mark.parametrize("how", [pytest.param("script", marks=pytest.mark.slow), "module"])
 def test_the_jobs_own_folder_shadows_site_packages_and_the_plan_moves_it_aside(tmp_path, how):
     python = stale_tvm_target(tmp_path)
     job = tmp_path / "job"
@@ -202,12 +203,15 @@ def probe_static(python: str, modules: list[str], env: dict | None = None, job: 
         request["job_path"] = job
     script = Path(__file__).resolve().parents[1] / "doctor" / "probes" / "dsv4probe_static.py"
     full = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONUSERBASE", "PYTHONNOUSERSITE")}
-    subprocess.run([python, str(script), str(out), json.dumps(request)], env=dict(full, **(env or {})), check=True,
-                   cwd=cwd, timeout=60)
+    request_file = out.with_name(out.stem + ".request.json")  # as the doctor hands a probe its request: a file
+    request_file.write_text(json.dumps(request))
     try:
+        subprocess.run([python, str(script), str(out), str(request_file)], env=dict(full, **(env or {})),
+                       check=True, cwd=cwd, timeout=60)
         return json.loads(out.read_text())
     finally:
-        out.unlink()
+        out.unlink(missing_ok=True)
+        request_file.unlink()
 
 
 # --- editable installs: setuptools (flat layout, as Megatron-LM) and hatchling ------------------------------------

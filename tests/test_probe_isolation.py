@@ -72,7 +72,9 @@ def run_as_the_doctor(script: Path, request: dict, tmp_path: Path, lib: Path, py
         env.pop("PYTHONPATH", None)
     else:
         env["PYTHONPATH"] = str(pythonpath)
-    proc = subprocess.run([sys.executable, str(script), str(out), json.dumps(request)], cwd=str(tmp_path), env=env,
+    request_file = tmp_path / ("request-%s.json" % script.stem)  # as the doctor hands a probe its request: a file
+    request_file.write_text(json.dumps(request))
+    proc = subprocess.run([sys.executable, str(script), str(out), str(request_file)], cwd=str(tmp_path), env=env,
                           stdin=subprocess.DEVNULL, capture_output=True, timeout=TIMEOUT_S)
     assert proc.returncode != EXIT, "%s imported a hostile stand-in: %s" % (script.name, proc.stderr[-1500:])
     assert out.exists(), "%s gave no answer (exit %s): %s" % (script.name, proc.returncode, proc.stderr[-1500:])

@@ -333,7 +333,8 @@ STAGES = ("importing torch", "tier 1: CP 2 THD attention", "CP 2 in 2 gloo proce
 
 
 @pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
-@pytest.mark.parametrize("columns, colour", [(60, "NO_COLOR"), (80, "FORCE_COLOR")])
+# One width in the fast suite; the other (seconds of a real check on a terminal) with the slow tests.
+@pytest.mark.parametrize("columns, colour", [pytest.param(60, "NO_COLOR", marks=pytest.mark.slow), (80, "FORCE_COLOR")])
 def test_the_live_display_shows_each_check_s_stage_and_leaves_nothing_on_screen(columns, colour):
     """A real check of this test environment (its CPU torch: the torch probe imports it, the smoke runs CP 2 in two
     gloo processes) on a 24-line terminal: the live display shows running checks with their probes' stages, and the

@@ -55,6 +55,13 @@ def test_a_secret_value_is_masked_in_its_quoted_forms_too():
     # a raw `@` in the password left its rest readable
     ("https://user:p@ss@host/x", "ss@host"),
     ("pip install git+https://ci:t0k@n@@gitlab.example/x.git", "n@"),
+    # an assignment inside another's value was never looked at
+    ("(RuntimeError: HF_TOKEN=abcdef123456)", "abcdef123456"),
+    ("x=API_KEY=abc123", "abc123"),
+    ("url=https://h/p?a=1&access_key=zz9zz9", "zz9zz9"),
+    # a terminal escape inside a token hid it from the patterns, and the cleaning after them joined it again
+    ("hf_\x1b[0mABCDEFGHIJKLMNOPQRSTUVWXYZ0123", "MNOPQRS"),
+    ("HF_TOKEN=\x1b[1mabcdefgh123\x1b[0m", "abcdefgh123"),
 ])
 def test_redaction_nets(text, leaked):
     out = Redactor({})(text)
@@ -64,6 +71,8 @@ def test_redaction_nets(text, leaked):
 ADVERSARIAL = {
     "assignment": "a" * 1_000_000,
     "assignment-runs": "a=" * 500_000,
+    "assignment-chains": "a:b=" * 250_000,
+    "secret-assignment-chains": "TOKEN=TOKEN=" * 80_000,
     "flags": "-" * 1_000_000,
     "flag-words": "--x " * 250_000,
     "url": "https://" + "u" * 1_000_000,

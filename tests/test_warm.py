@@ -3,7 +3,8 @@
 
 A check's tensors here are CuTe tensors over a DLPack producer that says "CUDA device 0" (what the warm replay
 builds too): this CPU has no CUDA tensors, and the DSL compiles for the address space a tensor names, never its
-data. The recipes' package allowlist (megatron, cudnn) is widened to this test's own package in the drivers."""
+data. The recipes' folder allow-list (Megatron's and the frontend's kernel folders) is widened to this test's own
+package in the drivers."""
 
 from __future__ import annotations
 
@@ -79,18 +80,20 @@ spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(l
 sys.modules["dsv4probe_common"] = common = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(common)
 recipes = common.load_module("dsv4probe_kernelrecipe", smoke)
-recipes.PACKAGES = ("kernsite",) + recipes.PACKAGES  # this test's package stands for megatron / cudnn
+recipes.FOLDERS = ("kernsite/",) + recipes.FOLDERS  # this test's package stands for megatron / cudnn
 sys.path.insert(0, root)
 if mode == "check":
     store = common.load_module("dsv4probe_kernelstore", smoke)
     store.SITES[("kernsite/site.py", "site_compile")] = "this test's call site"
-    store.SITES[("cudnn/site.py", "site_compile")] = "this test's call site, in a package named as the frontend"
+    store.SITES[("cudnn/deepseek_sparse_attention/site.py", "site_compile")] = "this test's call site, in the " \
+        "frontend's kernel folder"
     store.SITES[("feside/site.py", "site_compile")] = "this test's call site of the published frontend's kernels"
     note = store.install(store.arch_of(None, None) if os.environ.get("CUTE_DSL_ARCH") else "sm_90a")
     import cutlass.cute
     store.export_only_without_a_gpu()  # this CPU stands for the GPU: a keyword-wrapped kernel only exported here
-    import importlib
-    site = importlib.import_module(next(d for d in sorted(os.listdir(root)) if not d.startswith("_")) + ".site")
+    import glob, importlib
+    site_file = sorted(glob.glob(os.path.join(root, "**", "site.py"), recursive=True))[0]
+    site = importlib.import_module(os.path.relpath(site_file, root)[:-3].replace(os.sep, "."))
     for name in json.loads(sys.argv[6]):
         site.site_compile(lambda: recipes.CudaShaped("Float32", [64], [1]), name)
     result = {"note": note, "summary": store.summary()}
@@ -115,9 +118,12 @@ def _sites() -> list[Path]:
 
 
 def _package(root: Path, name: str = "kernsite") -> Path:
-    pkg = root / name
-    pkg.mkdir(parents=True, exist_ok=True)
-    (pkg / "__init__.py").write_text("")
+    """This test's kernels and call site in the package `name` (dotted: each level a package)."""
+    pkg = root
+    for part in name.split("."):
+        pkg = pkg / part
+        pkg.mkdir(parents=True, exist_ok=True)
+        (pkg / "__init__.py").write_text("")
     (pkg / "kernels.py").write_text(KERNELS)
     (pkg / "site.py").write_text(SITE.replace("{package}", name))
     return root
@@ -308,8 +314,8 @@ def test_the_shipped_recipes_cross_compile_here_for_the_code_that_is_installed(t
 def test_a_deep_checks_prewarm_makes_the_shipped_recipes_beside_the_build_which_then_serves_them(tmp_path):
     """The smoke probe's prewarm (dsv4probe_prewarm): the recipes a check recorded, split over worker processes (the
     warm probe, GPU hidden, into the per-user store), stored under the keys the next check looks up; a second prewarm
-    finds them stored. The package is named `cudnn`: a worker process allows only the frontend's and Megatron's."""
-    root = _package(tmp_path / "pkgroot", "cudnn")
+    finds them stored. The package is the frontend's kernel folder: a worker process allows only its and Megatron's."""
+    root = _package(tmp_path / "pkgroot", "cudnn.deepseek_sparse_attention")
     kernelcache.reset()
     first = kernelcache.prepare({"XDG_CACHE_HOME": str(tmp_path / "a"), kernelcache.IMAGE_ENV: "off"})
     _drive(tmp_path, root, "check", ["scale_launch", "Scaler"], first.env_for(True), first.pass_fds)
@@ -327,7 +333,8 @@ def test_a_deep_checks_prewarm_makes_the_shipped_recipes_beside_the_build_which_
     assert got["counts"] == {"stored": 2} and got["arch"] == "sm_90a" and got["stopped_unfinished"] == 0, got
     assert sorted(p.name for p in Path(second.directory).glob("aot-*.o")) == sorted(r["entry"] for r in recipes)
     assert not list((outdir / "prewarm-pending").iterdir())  # every marker gone
-    again = _drive(tmp_path, root, "prewarm", arg, env, second.pass_fds)
+    (tmp_path / "smoke-out-2").mkdir()  # each smoke probe has a temporary folder of its own
+    again = _drive(tmp_path, root, "prewarm", dict(arg, outdir=str(tmp_path / "smoke-out-2")), env, second.pass_fds)
     assert again["counts"] == {"already stored": 2}, again
     served = _drive(tmp_path, root, "check", ["scale_launch", "Scaler"], second.env_for(True), second.pass_fds)
     assert [c["result"] for c in served["summary"]["calls"]] == ["served", "served"], served

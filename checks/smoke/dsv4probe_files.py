@@ -1,12 +1,14 @@
 """Files of the inspected environment, read as hostile input: a small regular file (never a FIFO or a device), a log's
 tail, and the commit a git checkout's HEAD names (read from its files; git is never run).
 
-Loaded by path (dsv4probe_common.load_module) by the probe scripts beside it. Stdlib only.
+Loaded by path (dsv4probe_common.load_module) by the probe scripts beside it. Stdlib only. Every read goes through
+dsv4probe_common's (bounded, never blocking).
 """
 
 import os
 import re
-import stat
+
+from dsv4probe_common import read_bounded, read_tail  # in sys.modules: the probe script loaded it
 
 COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
@@ -14,17 +16,9 @@ COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 def read_small(path, limit=1 << 20):
     """A regular file's first bytes as text, "" otherwise (never blocks on a FIFO, never follows into a device)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
+        return read_bounded(path, limit)[0].decode("utf-8", "replace")
+    except OSError:  # ReadRefused
         return ""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        return os.read(fd, limit).decode("utf-8", "replace")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
 
 
 def git_head(tree):
@@ -61,10 +55,8 @@ def git_head(tree):
 
 
 def log_tail(path, size=1500):
+    """The last `size` bytes of a log a child wrote, as text; "" when it is no regular file."""
     try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - size))
-            return fh.read().decode("utf-8", "backslashreplace")
-    except OSError:
+        return read_tail(path, size)[0].decode("utf-8", "backslashreplace")
+    except OSError:  # ReadRefused
         return ""

@@ -19,7 +19,7 @@ signatures compute, which is how the whole path is tested without a GPU.
 This script is the dispatch; its parts, loaded by path: dsv4probe_kernels_base (the layout, the skip),
 _ran (what ran, the CuTe DSL cache), _cudnn (dsa, csa), _layout, _flashmla; dsv4probe_device and dsv4probe_files are
 shared with the smoke probe.
-Stdlib besides torch (and the stack under test). Run as `python dsv4probe_kernels.py OUT REQUEST_JSON`.
+Stdlib besides torch (and the stack under test). Run as `python dsv4probe_kernels.py OUT REQUEST_FILE`.
 """
 
 import os

@@ -44,11 +44,9 @@ def layout(n_ranks, rows=ROWS_PER_RANK):
 
 
 def _version(module_name):
-    try:
-        from importlib import metadata
-        return metadata.version(module_name)
-    except Exception:
-        return None
+    from dsv4probe_common import installed_version
+
+    return installed_version(module_name)
 
 
 # The seed incident's packages besides the frontend (an H100 job went NaN until the frontend and tvm-ffi were

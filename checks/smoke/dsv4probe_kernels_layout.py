@@ -5,12 +5,12 @@ A part of the kernel smoke probe (dsv4probe_kernels.py), loaded by path (dsv4pro
 """
 
 import importlib.util
-import json
 import os
 import sys
 import time
 
-from dsv4probe_common import LIB, cache_fds, load_module, stage  # in sys.modules: it loads this part
+from dsv4probe_common import (  # in sys.modules: it loads this part
+    ANSWER_LIMIT, LIB, cache_fds, load_json, load_module, request_beside, stage)
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 for _part in ("dsv4ref", "dsv4probe_device", "dsv4probe_files", "dsv4probe_kernels_base", "dsv4probe_kernels_ran"):
@@ -36,7 +36,11 @@ def megatron_commit(core_dir):
         from importlib import metadata
         dist = metadata.distribution("megatron-core")
         if os.path.realpath(str(dist.locate_file(os.path.join("megatron", "core")))) == os.path.realpath(core_dir):
-            vcs = json.loads(dist.read_text("direct_url.json") or "{}").get("vcs_info") or {}
+            # Its file read as the probes read every file of the environment (never Distribution.read_text, which
+            # waits on a FIFO); a distribution that is no folder of files has no direct_url.json to read.
+            folder = getattr(dist, "_path", None)
+            url = load_json(os.path.join(str(folder), "direct_url.json"), 1 << 16) if folder else None
+            vcs = (url.get("vcs_info") if isinstance(url, dict) else None) or {}
             sha = vcs.get("commit_id") if isinstance(vcs, dict) else None
             if isinstance(sha, str) and COMMIT.match(sha):
                 return sha, "direct_url.json"
@@ -127,7 +131,7 @@ def start_index_modes(request):
         out = os.path.join(outdir, "%s.json" % mode.replace(" ", "-"))
         req = dict(request, layout_part=mode)
         kids[mode] = (subprocess.Popen([sys.executable, os.path.join(HERE, "dsv4probe_kernels.py"), out,
-                                        json.dumps(req)],
+                                        request_beside(out, req)],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                        env=dict(os.environ, DSV4_DOCTOR_PROBE_LIB=LIB), pass_fds=cache_fds()),
                       out, time.monotonic())
@@ -140,8 +144,7 @@ def finish_index_modes(kids, deadline):
     for mode, (proc, out, started) in kids.items():
         try:
             proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            with open(out) as fh:
-                results[mode] = json.load(fh)
+            results[mode] = load_json(out, ANSWER_LIMIT)
         except Exception as exc:
             proc.kill()
             results[mode] = {"error": "the %s process gave no answer (%s)" % (mode, type(exc).__name__)}

@@ -208,15 +208,21 @@ def _is_dir(fd):
 
 
 _SOURCE_HASHES = {}
+SOURCE_LIMIT = 8 << 20  # a kernel's source module: the static probe's bound for a source
+RECORD_LIMIT = 4 << 20  # a wheel's RECORD: the static probe's bound for METADATA
 
 
 def _source_hash(path):
     if path not in _SOURCE_HASHES:
+        from dsv4probe_common import read_bounded
+
         try:
-            with open(path, "rb") as fh:
-                _SOURCE_HASHES[path] = hashlib.sha256(fh.read()).hexdigest()
+            raw, size = read_bounded(path, SOURCE_LIMIT + 1)
         except OSError as exc:
-            raise Uncacheable("its source %s cannot be read (%s)" % (path, exc.strerror))
+            raise Uncacheable("its source %s cannot be read (%s)" % (path, exc.strerror or exc))
+        if size > SOURCE_LIMIT or len(raw) > SOURCE_LIMIT:
+            raise Uncacheable("its source %s is larger than %d bytes" % (path, SOURCE_LIMIT))
+        _SOURCE_HASHES[path] = hashlib.sha256(raw).hexdigest()
     return _SOURCE_HASHES[path]
 
 
@@ -333,26 +339,33 @@ def _library_identity(path, st):
             infos = [e.path for e in os.scandir(site) if e.name.endswith(".dist-info") and "cutlass" in e.name]
         except OSError:
             continue
+        from dsv4probe_common import read_bounded
+
         for info in infos:
             try:
-                with open(os.path.join(info, "RECORD"), encoding="utf-8", errors="replace") as fh:
-                    for line in fh:
-                        if line.startswith(rel + ","):
-                            _, digest, size = line.rstrip("\n").rsplit(",", 2)
-                            if size.isdigit() and int(size) == st.st_size and digest.startswith("sha256="):
-                                return [os.path.basename(path), digest, st.st_size]
+                raw, _ = read_bounded(os.path.join(info, "RECORD"), RECORD_LIMIT)
             except OSError:
                 continue
+            for line in raw.decode("utf-8", "replace").splitlines():
+                if line.startswith(rel + ","):
+                    _, digest, size = line.rsplit(",", 2) if line.count(",") >= 2 else ("", "", "")
+                    if size.isdigit() and int(size) == st.st_size and digest.startswith("sha256="):
+                        return [os.path.basename(path), digest, st.st_size]
     return [os.path.basename(path), st.st_size, st.st_mtime_ns]
+
+
+def dsl_settings():
+    """The DSL's settings from this process's environment that a key holds: CUTE_DSL_ARCH is the arch (call_key's
+    own field); the cache and dump folders do not change the code."""
+    return sorted((k, v) for k, v in os.environ.items() if k.startswith("CUTE_DSL_")
+                  and k not in ("CUTE_DSL_CACHE_DIR", "CUTE_DSL_DUMP_DIR", "CUTE_DSL_ARCH"))
 
 
 def call_key(fn, args, kwargs, options, arch):
     """The key of one compile: the same text only for calls that compile to the same code."""
     import json
 
-    # CUTE_DSL_ARCH is the arch (below); the cache and dump folders do not change the code.
-    settings = sorted((k, v) for k, v in os.environ.items() if k.startswith("CUTE_DSL_")
-                      and k not in ("CUTE_DSL_CACHE_DIR", "CUTE_DSL_DUMP_DIR", "CUTE_DSL_ARCH"))
+    settings = dsl_settings()
     extra = {k: describe(v) for k, v in sorted(kwargs.items())}
     runtime = _runtime_positions(fn, len(args))
     key = {"v": KEY_VERSION, "stack": _stack_identity(), "function": _function_identity(fn),
@@ -490,12 +503,13 @@ def await_pending(name, limit_s=PENDING_WAIT_S):
     marker = pending_marker(name)
     if marker is None:
         return None
+    from dsv4probe_common import read_bounded
+
     t0 = time.monotonic()
     seen = False
     while time.monotonic() - t0 < limit_s:
         try:
-            with open(marker) as fh:
-                pid = int(fh.read(32).strip() or 0)
+            pid = int(read_bounded(marker, 32)[0].strip() or 0)
         except (OSError, ValueError):
             break
         seen = True

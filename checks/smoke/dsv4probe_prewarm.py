@@ -11,49 +11,59 @@ prewarm processes: they compile for the arch they are told, as `dsv4-doctor warm
 Standard library only.
 """
 
-import json
 import os
 import subprocess
 import sys
 import time
 
-from dsv4probe_common import LIB, cache_fds  # in sys.modules: it loads this part
+from dsv4probe_common import LIB, cache_fds, request_beside  # in sys.modules: it loads this part
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 RECIPES = os.path.join(HERE, "kernel_recipes.json")
 MAX_WORKERS = 4
 MAX_RECIPES_BYTES = 8 << 20
+MAX_ANSWER_BYTES = 32 << 20  # a probe's answer, as the doctor reads one
+
+
+def _recipes():
+    from dsv4probe_common import load_module
+
+    return load_module("dsv4probe_kernelrecipe", HERE)
 
 
 def shipped_recipes(arch):
-    """The shipped recipes for `arch`, or [] (none, unreadable, or malformed)."""
-    try:
-        if os.path.getsize(RECIPES) > MAX_RECIPES_BYTES:
-            return []
-        with open(RECIPES, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
+    """The shipped recipes for `arch`, or [] (none, unreadable, or malformed): a regular file of at most
+    MAX_RECIPES_BYTES, read without blocking; JSON that does not decode (a 100,000-deep nest included) is none. A
+    recipe nested deeper than any recipe is (dsv4probe_kernelrecipe.MAX_DEPTH) is left out. Each recipe is then
+    checked whole by the warm probe, as `warm` checks it."""
+    recipes = _recipes()
+    raw = recipes.read_regular(RECIPES, MAX_RECIPES_BYTES)
+    data = recipes.decode_json(raw) if raw is not None else None
+    if not isinstance(data, list):
         return []
-    return [r for r in data if isinstance(r, dict) and r.get("arch") == arch] if isinstance(data, list) else []
+    return [r for r in data if isinstance(r, dict) and r.get("arch") == arch and
+            recipes.nesting_depth(r) <= recipes.MAX_DEPTH]
 
 
 def installed_dsl():
     """The installed CuTe DSL's version (its distributions' metadata; nothing imported), or None."""
-    from importlib import metadata
+    from dsv4probe_common import installed_version
 
     for name in ("nvidia-cutlass-dsl-libs-base", "nvidia-cutlass-dsl"):
-        try:
-            return metadata.version(name)
-        except Exception:
-            continue
+        version = installed_version(name)
+        if version is not None:
+            return version
     return None
 
 
 def recorded_dsl(recipe):
-    try:
-        return (json.loads(recipe.get("key") or "{}").get("stack") or {}).get("dsl")
-    except (ValueError, AttributeError, TypeError):
-        return None
+    """The DSL version a recipe's key was recorded under, or None (no key, or one that does not decode)."""
+    recipes = _recipes()
+    key = recipe.get("key")
+    data = recipes.decode_json(key) if isinstance(key, str) and len(key) <= recipes.MAX_KEY_CHARS else None
+    stack = data.get("stack") if isinstance(data, dict) else None
+    dsl = stack.get("dsl") if isinstance(stack, dict) else None
+    return dsl if isinstance(dsl, str) else None
 
 
 def plan(recipes, workers):
@@ -110,8 +120,8 @@ def start(request, outdir, arch):
     for i, share in enumerate(plan(recipes, workers)):
         out = os.path.join(outdir, "prewarm-%d.json" % i)
         log = open(os.path.join(outdir, "prewarm-%d.log" % i), "wb")
-        request_json = json.dumps({"arch": arch, "store": "user", "recipes": share})
-        procs.append({"proc": subprocess.Popen([sys.executable, script, out, request_json], stdout=log,
+        request = request_beside(out, {"arch": arch, "store": "user", "recipes": share})
+        procs.append({"proc": subprocess.Popen([sys.executable, script, out, request], stdout=log,
                                                stderr=subprocess.STDOUT, env=child_env, pass_fds=cache_fds()),
                       "out": out, "log": log.name, "recipes": len(share)})
         log.close()
@@ -134,13 +144,13 @@ def finish(prewarm, grace_s=2.0):
             proc.wait()
             stopped += 1
             continue
-        try:
-            with open(p["out"]) as fh:
-                answer = json.load(fh)
+        raw = _recipes().read_regular(p["out"], MAX_ANSWER_BYTES)
+        answer = _recipes().decode_json(raw) if raw is not None else None
+        if not isinstance(answer, dict) or not isinstance(answer.get("evidence") or {}, dict):
+            kernels = [{"result": "failed", "why": "the prewarm process gave no answer"}]
+        else:
             kernels = (answer.get("evidence") or {}).get("kernels") or []
             kernels = kernels if isinstance(kernels, list) else []
-        except (OSError, ValueError, AttributeError):
-            kernels = [{"result": "failed", "why": "the prewarm process gave no answer"}]
         rows.extend(k for k in kernels if isinstance(k, dict))
     counts = {}
     for row in rows:

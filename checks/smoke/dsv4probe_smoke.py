@@ -21,7 +21,7 @@ This script is the dispatch: the request says whether it is the smoke, one rank 
 loaded by path: dsv4probe_smoke_batch (tier 1's batch and reference maths), _ranks (the multi-rank harness), _fleet
 (CP groups across fleet ranks), _tier2, _tolerances and _fused (the fused-vs-unfused builds); dsv4probe_device and
 dsv4probe_files are shared with the kernel smoke.
-Stdlib besides torch (and Megatron for tier 2). Run as `python dsv4probe_smoke.py OUT REQUEST_JSON`.
+Stdlib besides torch (and Megatron for tier 2). Run as `python dsv4probe_smoke.py OUT REQUEST_FILE`.
 """
 
 import os

@@ -9,7 +9,8 @@ import os
 import socket
 import time
 
-from dsv4probe_common import cut_text, load_module, stage  # in sys.modules: it loads this part
+from dsv4probe_common import (  # in sys.modules: it loads this part
+    ReadRefused, cut_text, decode_json, load_module, stage)
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 load_module("dsv4probe_smoke_ranks", HERE)
@@ -52,6 +53,15 @@ def fleet_store(torch, plan, deadline):
     except Exception as exc:
         return None, "fleet rank 0 could not serve the smoke's rendezvous on port %s: %s: %s" % (
             plan["store_port"], type(exc).__name__, cut_text(str(exc), 300))
+
+
+def _peer(raw):
+    """A member's `joined` value: {} when it is no JSON object (every member reads the same values, so all agree)."""
+    try:
+        value = decode_json(raw)
+    except ReadRefused:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _choose_backend(device, peers):
@@ -105,7 +115,7 @@ def fleet_run(torch, request, device, deadline, tier2_reference, served):
             out["join_error"] = "CP group incomplete: rank %s did not join (within %.0f s)" % (
                 _ranges(missing), join_by - t0)
             return out
-        backend, reason = _choose_backend(device, [json.loads(group.get(k)) for k in keys])
+        backend, reason = _choose_backend(device, [_peer(group.get(k)) for k in keys])
         out["process_backend"], out["backend_reason"] = backend, reason
         if backend == "nccl":
             # A collective that waits past the timeout raises instead of hanging (the watchdog alone would abort).

@@ -4,14 +4,13 @@ its own (a child running dsv4probe_smoke.py with a `tier2_build` request), then 
 A part of the smoke probe (dsv4probe_smoke.py), loaded by path (dsv4probe_common.load_module).
 """
 
-import json
 import os
 import subprocess
 import sys
 import time
 
 from dsv4probe_common import (  # in sys.modules: it loads this part
-    LIB, cache_fds, cut_text, error_info, load_module, stage)
+    ANSWER_LIMIT, LIB, ReadRefused, cache_fds, cut_text, error_info, load_json, load_module, request_beside, stage)
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 for _part in ("dsv4probe_device", "dsv4probe_files", "dsv4probe_smoke_batch", "dsv4probe_smoke_tier2",
@@ -246,7 +245,7 @@ def start_fused_builds(request, outdir, extra_env=None):
         job = {"backend": backend, "save": save, "control": label == "fused", "device": request.get("build_device"),
                "stage_file": out + ".stage"}
         log = open(os.path.join(outdir, "tier2_%s.log" % label), "wb")
-        proc = subprocess.Popen([sys.executable, here, out, json.dumps({"tier2_build": job})], stdout=log,
+        proc = subprocess.Popen([sys.executable, here, out, request_beside(out, {"tier2_build": job})], stdout=log,
                                 stderr=subprocess.STDOUT, env=env, pass_fds=cache_fds())
         log.close()
         builds[label] = {"proc": proc, "out": out, "save": save, "log": log.name, "started": time.monotonic(),
@@ -256,9 +255,8 @@ def start_fused_builds(request, outdir, extra_env=None):
 
 def _read_build(build):
     try:
-        with open(build["out"]) as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
+        data = load_json(build["out"], ANSWER_LIMIT)
+    except ReadRefused:
         return {"ok": False, "error": {"type": "NoAnswer", "message": "the build process gave no answer"},
                 "log_tail": log_tail(build["log"])}
     return data.get("result", data) if isinstance(data, dict) else {"ok": False, "error": {"type": "BadAnswer"}}

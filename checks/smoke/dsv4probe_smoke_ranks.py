@@ -4,13 +4,13 @@ CPU, each a child running dsv4probe_smoke.py with a `worker` request.
 A part of the smoke probe (dsv4probe_smoke.py), loaded by path (dsv4probe_common.load_module).
 """
 
-import json
 import os
 import subprocess
 import sys
 import time
 
-from dsv4probe_common import LIB, cache_fds, load_module, tail_text  # in sys.modules: it loads this part
+from dsv4probe_common import (  # in sys.modules: it loads this part
+    ANSWER_LIMIT, LIB, ReadRefused, cache_fds, load_json, load_module, read_tail, request_beside, tail_text)
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 for _part in ("dsv4probe_smoke_batch", "dsv4probe_smoke_tier2", "dsv4probe_device"):
@@ -46,7 +46,7 @@ def launch_workers(request, cp, procs, backend, deadline, tier2_reference):
         worker = dict(request, worker={"rank": rank, "world": procs, "cp": cp, "backend": backend,
                                        "init": "tcp://127.0.0.1:%d" % port, "tier2_reference": tier2_reference})
         log = open(os.path.join(outdir, "rank%d.log" % rank), "wb")
-        children.append(subprocess.Popen([sys.executable, here, out, json.dumps(worker)], stdout=log,
+        children.append(subprocess.Popen([sys.executable, here, out, request_beside(out, worker)], stdout=log,
                                          stderr=subprocess.STDOUT, env=env, pass_fds=cache_fds()))
         outs.append(out)
     codes = []
@@ -59,19 +59,15 @@ def launch_workers(request, cp, procs, backend, deadline, tier2_reference):
                 q.kill()
             return {"ok": False, "error": "the %d-process run did not finish in time" % procs}
     try:
-        with open(outs[0]) as fh:
-            answer = json.load(fh)
-    except (OSError, ValueError):
+        answer = load_json(outs[0], ANSWER_LIMIT)
+    except ReadRefused:
         tail = ""
         try:
-            with open(os.path.join(outdir, "rank0.log"), "rb") as fh:  # the probe's own log: a regular file
-                fh.seek(0, os.SEEK_END)
-                size = fh.tell()
-                fh.seek(max(0, size - 16384))
-                text = fh.read(16384).decode("utf-8", "backslashreplace")
+            raw, size = read_tail(os.path.join(outdir, "rank0.log"), 16384)  # the probe's own log
+            text = raw.decode("utf-8", "backslashreplace")
             # Cut where a word ends: a secret's part would pass the doctor's redaction.
             tail = tail_text(text, 1500) if size <= 16384 else tail_text(text, min(1500, len(text) - 1))
-        except OSError:
+        except ReadRefused:
             pass
         return {"ok": False, "error": "rank 0 gave no answer (exit codes %s)" % codes, "log_tail": tail}
     answer["exit_codes"] = codes

@@ -3,10 +3,12 @@ without a GPU, into the image-wide kernel store, each under the key a check on t
 
 Request: {"arch": "sm_90a", "recipes": [recipe, ...]} (dsv4probe_kernelrecipe). The doctor hands the store's
 directory over as descriptor 212 (DSV4_DOCTOR_AOT_IMAGE, with DSV4_DOCTOR_AOT_WARM=1: it is written) and sets
-CUTE_DSL_ARCH to the arch. For each recipe: the callable and its arguments built again; the call's key computed as a
-check computes it, and compared with the recipe's in everything but the stack's identity (this image's DSL is what
-a check here will have); then compiled and stored. Answer: {"status", "summary", "evidence": {"kernels": [...]}}.
-Stdlib besides the stack under test. Run as `python dsv4probe_warm.py OUT REQUEST_JSON`.
+CUTE_DSL_ARCH to the arch. For each recipe: checked whole, its recorded key compared with all it says and its source
+file found and hashed, before anything of it is imported, built or called (dsv4probe_kernelrecipe: any failure is "not
+warmed"); then the callable and its arguments built again; the call's key computed as a check computes it, and
+compared with the recipe's in everything but the stack's identity (this image's DSL is what a check here will have);
+then compiled and stored. Answer: {"status", "summary", "evidence": {"kernels": [...]}}.
+Stdlib besides the stack under test. Run as `python dsv4probe_warm.py OUT REQUEST_FILE`.
 """
 
 import os
@@ -25,15 +27,13 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
 from dsv4probe_common import error_info, load_module, serve, stage
 
 import hashlib
-import json
 import time
 
 MAX_RECIPES = 256
 
 
 def _differs(a, b):
-    """The parts of two keys (JSON) that differ, the stack's identity left out."""
-    a, b = json.loads(a), json.loads(b)
+    """The parts of two keys (decoded) that differ, the stack's identity left out."""
     return sorted(k for k in set(a) | set(b) if k != "stack" and a.get(k) != b.get(k))
 
 
@@ -54,14 +54,15 @@ def _claim(store, name):
 
 
 def warm_one(store, recipes, writer, recipe, arch, compile_, prewarm=False):
-    recorded = recipe.get("key")
-    key_data = json.loads(recorded) if isinstance(recorded, str) else None
-    want = key_data.get("args") if isinstance(key_data, dict) else None
-    if not isinstance(want, list):
-        raise recipes.NotRecordable("the recipe has no key")
+    """One recipe: checked whole, its key compared with all it says and its file found and hashed, all before
+    anything of it is imported, built or called; then made again, and compiled and stored when the key the call
+    made again gives is the recorded one. NotRecordable: not warmed."""
+    recipes.check(recipe)
+    key_data = recipes.parse_key(recipe["key"])
+    want = key_data["args"]
     # The key describes each tensor by the DSL's own cache key, whose text is the DSL version's: a recipe replays only
     # under the DSL it was recorded with.
-    was = (key_data.get("stack") or {}).get("dsl") if isinstance(key_data.get("stack"), dict) else None
+    was = key_data["stack"].get("dsl")
     try:
         here = store._stack_identity().get("dsl")
     except store.Uncacheable as exc:
@@ -69,17 +70,17 @@ def warm_one(store, recipes, writer, recipe, arch, compile_, prewarm=False):
     if was != here:
         return {"result": "not warmed", "why": "recorded with nvidia-cutlass-dsl %s, this stack has %s: record the "
                 "recipes again under it (`check --deep` on the GPU)" % (str(was)[:32], str(here)[:32])}
-    fn = recipes.replay_callable(recipe)
+    located = recipes.locate(recipe.get("function") or recipe["object"])
+    recipes.check_key(recipe, key_data, arch, store.KEY_VERSION, store.dsl_settings())
+    fn = recipes.replay_callable(recipe, located)
     args = recipes.replay_args(recipe, store.describe, want)
-    options = recipe.get("options")
-    if options is not None and not isinstance(options, str):
-        raise recipes.NotRecordable("options that are not a string")
+    options = recipe["options"]
     try:
         store.call_shape(fn, args)  # what a check can serve: the same rule as the check's store
         key = store.call_key(fn, args, {}, options, arch)
     except store.Uncacheable as exc:
         return {"result": "not warmed", "why": str(exc)}
-    differs = _differs(key, recorded)
+    differs = _differs(recipes.parse_key(key), key_data)
     if differs:
         return {"result": "not warmed", "why": "the call made again differs from the recipe's in " +
                 ", ".join(differs)}
@@ -109,6 +110,11 @@ def warm_one(store, recipes, writer, recipe, arch, compile_, prewarm=False):
     return {"result": "stored", "entry": name, "compile_s": compile_s}
 
 
+def _text(value, limit):
+    """A recipe's name for the answer: its text when it is one, else "?" (never the repr of a nest)."""
+    return value[:limit] if isinstance(value, str) else "?"
+
+
 def answer(request):
     arch = str(request.get("arch") or "")
     recipes_in = request.get("recipes") if isinstance(request.get("recipes"), list) else []
@@ -130,11 +136,11 @@ def answer(request):
     for recipe in recipes_in[:MAX_RECIPES]:
         if not isinstance(recipe, dict):
             continue
-        where = recipe.get("function") or recipe.get("object") or {}
-        row = {"kernel": str(where.get("qualname") if isinstance(where, dict) else "?")[:120],
-               "file": str(where.get("file") if isinstance(where, dict) else "?")[:200]}
+        where = recipe.get("function") or recipe.get("object")
+        where = where if isinstance(where, dict) else {}
+        row = {"kernel": _text(where.get("qualname"), 120), "file": _text(where.get("file"), 200)}
         if recipe.get("arch") != arch:
-            row.update(result="other arch", why="recorded for %s" % str(recipe.get("arch"))[:32])
+            row.update(result="other arch", why="recorded for %s" % _text(recipe.get("arch"), 32))
             rows.append(row)
             continue
         stage("warm: %s" % row["kernel"])

@@ -18,6 +18,7 @@ MAX_REPORT_BYTES = 4 * 1024 * 1024
 MAX_ROWS = 1000
 MAX_DEPTH = 24
 MAX_TEXT = 8000
+FINGERPRINT_SECTIONS = ("packages", "sources", "platform")
 
 
 class BadReport(ValueError):
@@ -50,6 +51,26 @@ def _text(value, limit: int = MAX_TEXT) -> str:
     return clean_text(cut(text, limit))
 
 
+def _seconds(value) -> float | None:
+    """A duration a report may say: a number of seconds, 0 to 10^7, as a float; None for anything else (NaN, a bool,
+    text)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e7
+    return float(value) if ok else None
+
+
+def _shown(value, limit: int = 80) -> str:
+    """A malformed value as a finding quotes it: its JSON (redacted with the report it goes into); a long one cut
+    where a word ends (a cut word could be part of a secret) and its length said."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return f"a {type(value).__name__}"
+    if len(text) <= limit:
+        return _text(text, limit)
+    head = _text(text, limit).rstrip()
+    return (f"{head}… " if head else f"a {type(value).__name__} ") + f"of {len(text)} characters as JSON"
+
+
 def _row_from(data, rank: int) -> CheckReport:
     if not isinstance(data, dict):
         raise BadReport("a check row is not an object")
@@ -61,10 +82,13 @@ def _row_from(data, rank: int) -> CheckReport:
     except ValueError:
         raise BadReport(f"check {cid}: unknown status {str(data.get('status'))[:20]!r}") from None
     fixes = []
+    for name in ("fixes", "sources"):
+        if not isinstance(data.get(name) or [], list):
+            raise BadReport(f"check {cid}: its {name} is {_shown(data.get(name))}, not a list")
     for fix in data.get("fixes") or []:
         try:
             fixes.append(Fix.from_dict(fix))
-        except (ValueError, TypeError, AttributeError) as exc:
+        except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as exc:
             raise BadReport(f"check {cid}: a fix is not valid ({exc})") from None
     sources = [Source(_text(s.get("title"), 300), _text(s.get("url"), 500)) for s in data.get("sources") or []
                if isinstance(s, dict)]
@@ -73,8 +97,7 @@ def _row_from(data, rank: int) -> CheckReport:
     return CheckReport(id=cid, title=_text(data.get("title"), 300) or cid, status=status,
                        summary=_text(data.get("summary"), 2000) or "(no summary)",
                        details=_text(data.get("details")), evidence=evidence, fixes=fixes, sources=sources,
-                       duration_s=float(duration) if isinstance(duration, (int, float)) and not isinstance(
-                           duration, bool) and 0 <= duration < 1e7 else 0.0,
+                       duration_s=_seconds(duration) or 0.0,
                        origin=_text(data.get("origin"), 200) or "dsv4-doctor",
                        internal_error=data.get("internal_error") is True)
 
@@ -97,6 +120,12 @@ class RankReport:
         self.node = _text(node, 64) if isinstance(node, str) and node else None
         fp = env.get("fingerprint")
         self.fingerprint = fp if isinstance(fp, dict) else {}
+        for section in FINGERPRINT_SECTIONS:  # fleet.drift compares them key by key
+            if not isinstance(self.fingerprint.get(section) or {}, dict):
+                raise BadReport(f"its fingerprint's {section} is {_shown(self.fingerprint.get(section))}, "
+                                "not an object")
+        duration = _obj(raw.get("summary")).get("duration_s")
+        self.duration_s = _seconds(duration) or 0.0
         checks = raw.get("checks")
         if not isinstance(checks, list) or len(checks) > MAX_ROWS:
             raise BadReport("its report has no list of checks" if not isinstance(checks, list) else
@@ -140,10 +169,12 @@ def admit(rank: int, payload: bytes | Mapping, job: str | None = None) -> RankRe
     if isinstance(payload, (bytes, bytearray)):
         if len(payload) > MAX_REPORT_BYTES:
             raise BadReport(f"its report is {len(payload)} bytes (at most {MAX_REPORT_BYTES})")
+        from ..safeio import ReadRefused, decode_json
+
         try:
-            data = json.loads(bytes(payload).decode("utf-8"))
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise BadReport("its report is not JSON") from None
+            data = decode_json(bytes(payload))
+        except ReadRefused as exc:
+            raise BadReport(f"its report is not read: {exc}") from None
     else:
         data = payload
     if not isinstance(data, dict):
@@ -156,5 +187,11 @@ def admit(rank: int, payload: bytes | Mapping, job: str | None = None) -> RankRe
     from ..redact import sanitize
 
     # Bounded and made valid here; redacted once, in the merged report (each rank redacted its own already, and
-    # redacting every rank's whole report cost rank 0 25 ms a rank).
-    return RankReport(rank, sanitize(data))
+    # redacting every rank's whole report cost rank 0 25 ms a rank). A value of a type no field takes is this rank's
+    # rejection, never the merge's failure.
+    try:
+        return RankReport(rank, sanitize(data))
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError, RecursionError) as exc:
+        if isinstance(exc, BadReport):
+            raise
+        raise BadReport(f"its report is malformed ({type(exc).__name__}: {_text(str(exc), 200)})") from None

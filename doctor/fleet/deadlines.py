@@ -44,20 +44,23 @@ def bounded_report(report: Report) -> bytes:
 def _take_verdict(exchange: Exchange, ack_by: float) -> bool:
     """This process's own acknowledgement: the helper passes the verdict on (verdict.json) and acknowledges it on
     the store only when this process took it (the `taken` file) before the acknowledgement deadline. A process
-    stopped (SIGSTOP, a swapped-out node) until after the deadline finds it passed and takes nothing."""
-    import time
+    stopped (SIGSTOP, a swapped-out node) until after the deadline finds it passed and takes nothing. The wait is the
+    gate's (signals.GATE.poll): a stop signal ends it."""
+    from ..signals import GATE
 
-    while _now() < ack_by:
+    taken: list[bool] = []
+
+    def verdict_or_exit() -> bool:
         data = exchange.read("verdict.json")
         if data is not None and isinstance(data.get("exit_code"), int):
-            if _now() >= ack_by:
-                return False
-            exchange.touch("taken")
+            if _now() < ack_by:
+                exchange.touch("taken")
+                taken.append(True)
             return True
-        if exchange.exited():
-            return False
-        time.sleep(0.02)
-    return False
+        return exchange.exited()
+
+    GATE.poll(verdict_or_exit, ack_by, every=0.02)
+    return bool(taken)
 
 
 def _late(env: FleetEnv, report: Report) -> int:

@@ -15,10 +15,10 @@ version or RECORD hash, an inspected source file's hash, the driver, the Python 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 # admit, BadReport and MAX_REPORT_BYTES stay importable from here: the tests reach them through the merge.
-from .admit import MAX_REPORT_BYTES, BadReport, RankReport, _obj, admit  # noqa: F401
+from .admit import FINGERPRINT_SECTIONS, MAX_REPORT_BYTES, BadReport, RankReport, _obj, admit  # noqa: F401
 from ..fix import Fix
 from ..redact import shorten
 from ..model import SEVERITY, CheckReport, ExitCode, Source, Status, counts, exit_code_for, overall_status
@@ -35,7 +35,6 @@ FLEET_SOURCES = [
 ]
 RANKS_TITLE = "Every rank of the job reported and took the verdict"
 DRIFT_TITLE = "Every rank runs the same stack"
-FINGERPRINT_SECTIONS = ("packages", "sources", "platform")
 
 
 def ranges(ranks) -> str:
@@ -265,16 +264,24 @@ def _ranks_row(world: int, reported: Sequence[int], problems: Mapping[int, str],
 
 def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problems: Mapping[int, str],
           strict: bool, exchange: Mapping | None = None, hosts_hint: Mapping[int, str] | None = None,
-          anonymize_salt: str | None = None) -> tuple[Report, int]:
+          anonymize_salt: str | None = None,
+          annotate: Callable[[list[CheckReport]], Sequence[CheckReport]] | None = None) -> tuple[Report, int]:
     """The fleet report from rank 0's own report, the others' validated reports, and the ranks with a problem
     (rank -> why: did not report, rejected, did not acknowledge). exchange: what the exchange said (timings,
     mode, not_acknowledged, exchange_error, partial, bound_s). hosts_hint: hosts of ranks that said hello but gave
-    no valid report, or that the launcher names. anonymize_salt: hide host names behind a salted hash."""
-    from ..redact import Redactor
+    no valid report, or that the launcher names. anonymize_salt: hide host names behind a salted hash. annotate: what
+    the caller adds to the merged rows (the Ray fleet's evidence), before the report is sealed.
+
+    Every merged report ends here, in one redaction pass over its whole wire form (assemble.sealed), after every
+    rank's and node's text is in: nothing is added to it afterwards."""
+    from ..assemble import sealed
+    from ..redact import sanitize
 
     exchange = dict(exchange or {})
     reports = {0: own, **{r: rep for r, rep in others.items() if r != 0}}
-    hint = dict(hosts_hint or {})
+    # The hosts and reasons come from other ranks and nodes: text, whatever they sent.
+    hint = {r: h if isinstance(h, str) and h else "unknown" for r, h in (hosts_hint or {}).items()}
+    problems = {r: why if isinstance(why, str) and why else "(no reason given)" for r, why in problems.items()}
 
     def label(name: str) -> str:
         return host_label(name, anonymize_salt) if anonymize_salt is not None else name
@@ -295,6 +302,8 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
         rows.append(ranks_row(world, sorted(reports), problems, host_of, exchange))
     if "fleet.drift" in chosen:
         rows.append(drift_row(reports, host_of))
+    if annotate is not None:
+        rows = list(annotate(rows))
     rows.sort(key=lambda r: r.id)
     code = exit_code_for(rows, strict)
     if "fleet.ranks" not in chosen and (problems or exchange.get("exchange_error")) and code is ExitCode.OK:
@@ -302,9 +311,7 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
     base = own.raw
     summary = {"status": overall_status(r.status for r in rows).value, "exit_code": int(code), "strict": bool(strict),
                "counts": dict(counts(rows)),
-               "duration_s": max([float(rep.raw.get("summary", {}).get("duration_s") or 0)
-                                  if isinstance(rep.raw.get("summary"), dict) else 0.0
-                                  for rep in reports.values()] or [0.0]),
+               "duration_s": max([rep.duration_s for rep in reports.values()] or [0.0]),
                "internal_errors": [r.id for r in rows if r.internal_error]}
     bound = exchange.get("bound_s")
     if isinstance(bound, (int, float)) and not isinstance(bound, bool):
@@ -320,10 +327,10 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
     odd = sorted(set(problems) | odd_ranks(rows))
     fleet = {"world_size": world, "reported": len(reports), "missing": ranges(problems),
              "hosts": {h: ranges(rs) for h, rs in sorted(hosts.items())}, "host_count": len(hosts),
-             "timings": exchange.get("timings") or {}, "mode": exchange.get("mode", "store"),
+             "timings": sanitize(_obj(exchange.get("timings"))), "mode": exchange.get("mode", "store"),
              "odd_ranks": ranges(odd), "scope": exchange.get("scope"),
              "authenticated": bool(exchange.get("authenticated")),
-             "not_acknowledged": ranges(exchange.get("not_acknowledged") or [])}
+             "not_acknowledged": ranges(_ranks(exchange.get("not_acknowledged")))}
     if exchange.get("port_note"):
         fleet["port_note"] = str(exchange["port_note"])
     env = dict(base.get("environment") or {}) if isinstance(base.get("environment"), dict) else {}
@@ -332,10 +339,17 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
     out = {"schema": base.get("schema", "dsv4-doctor.report/1"), "doctor": base.get("doctor") or {},
            "created": base.get("created") or "", "profile": base.get("profile") or {}, "environment": env,
            "plugins": base.get("plugins") or [], "summary": summary, "checks": [r.to_dict() for r in rows],
-           "redactions": base.get("redactions") or {"count": 0}, "fleet": fleet}
-    # Every rank's text is redacted once more here, against rank 0's secrets, before the report is typed. A fleet
-    # report has no actions: its fixes crossed the store as text, and `fix` plans from a single host's run.
-    return Report.from_wire(Redactor()(out)), int(code)
+           "fleet": fleet}
+    # Every rank's and node's text is redacted here, against rank 0's secrets, as the report's last step; the count
+    # is rank 0's own (its text is seen again, and not counted again) plus what this pass masked. A fleet report has
+    # no actions: its fixes crossed the store as text, and `fix` plans from a single host's run.
+    counted = _obj(base.get("redactions")).get("count")
+    counted = counted if isinstance(counted, int) and not isinstance(counted, bool) and 0 <= counted < 2 ** 31 else 0
+    return sealed(out, counted=counted), int(code)
+
+
+def _ranks(value) -> list[int]:
+    return [r for r in value if isinstance(r, int) and not isinstance(r, bool)] if isinstance(value, list) else []
 
 
 def odd_ranks(rows: Sequence[CheckReport]) -> set[int]:

@@ -130,8 +130,8 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
         return out, verdict
 
     verdict = None
-    GATE.arm()
     try:
+        GATE.arm()  # in the try: a signal noted since the checks ended takes the interrupted path, report and all
         exchange.start(_hello(env, report))
         plan = exchange.wait_for("plan.json", _now() + SETUP_S + 60.0) or {}
         state["info"]["bound_s"] = round(_now() - started + join_s + verdict_s + ACK_S, 1)
@@ -204,18 +204,24 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
 
 def _admit_while_gathering(exchange: Exchange, state: dict, world: int, until: float) -> dict | None:
     """Wait for the gather to end, validating each report as its file appears (off the verdict's critical path:
-    at 1,000 ranks that is seconds of work)."""
-    import time
+    at 1,000 ranks that is seconds of work). None when the helper exited without it, time ran out or a stop signal
+    ended the wait (signals.GATE.poll)."""
+    from ..signals import GATE
 
-    while _now() < min(until, exchange.hard_deadline):
-        gathered = exchange.read("gathered.json")
-        if gathered is not None:
-            return gathered
+    found: dict = {}
+
+    def gathered() -> bool:
+        found["gathered"] = exchange.read("gathered.json")
+        if found["gathered"] is not None:
+            return True
         _take_reports(exchange, {}, state, world)
         if exchange.exited():
-            return exchange.read("gathered.json")
-        time.sleep(0.1)
-    return None
+            found["gathered"] = exchange.read("gathered.json")
+            return True
+        return False
+
+    GATE.poll(gathered, min(until, exchange.hard_deadline), every=0.1)
+    return found.get("gathered")
 
 
 def _rank0_interrupted(env, report, strict, deliver, fleet_checks, key, code: int) -> int:
@@ -277,7 +283,7 @@ def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -
 
 def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int:
 
-    from ..model import ExitCode
+    from ..model import ExitCode, Interrupted
     from ..render import output_width, render
     from ..render.output import write_stderr
     from ..signals import GATE
@@ -293,8 +299,8 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
         2 * RELEASE_S + 60.0
     exchange = Exchange(env, python, request, key, timeout)
     ran_own = late = no_plan = False
-    GATE.arm()
     try:
+        GATE.arm()  # in the try: the exchange's folder is removed whatever comes
         exchange.start(_hello(env, report))
         plan = exchange.wait_for("plan.json", _now() + SETUP_S + connect_s + 10.0)
         answer: dict
@@ -312,6 +318,9 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
                 seconds = report_by - _now() - 3.0
                 if seconds >= 5.0:
                     own = rerun(ids, seconds)
+                    if own is not None and own.exit_code >= 128:  # the signal its checks answered is this run's
+                        raise Interrupted(own.exit_code - 128)
+                    GATE.arm()  # the rerun's run shielded the gate as it ended: the exchange's waits answer again
                     if own is not None:
                         report = report.with_rows(own.checks, own.actions)
                         ran_own = True

@@ -26,7 +26,6 @@ that joined after it) refuses to start, with the doctor's reason (probes/dsv4_do
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import socket
@@ -37,10 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 from .rayjob import (  # noqa: F401  (wanted and job_runtime_env: read from here by the tests)
     MAX_ENV_VARS, MAX_NODES, REWARD_KEY, RUNTIME_ENV_KEY, Wanted, job_runtime_env, wanted)
-from .raynode import as_node, probe_report
+from .raynode import NodeAnswer, helper_error, probe_report, take_node, timings
 
 if TYPE_CHECKING:
-    from ..model import Profile
+    from ..model import CheckReport, Profile
     from ..report import Report
 
 RAY_SCRIPT = "dsv4probe_ray.py"
@@ -68,7 +67,9 @@ def node_profile(profile: Profile, environ) -> Profile:
 
 
 def node_argv(opts: Any, command: Sequence[str] | None) -> list[str]:
-    """The doctor's command line on each node: this run's selection and profile, single-host, as JSON."""
+    """The doctor's command line on each node: this run's selection and profile, single-host, as JSON. The training
+    command is never on it (a command line is world-readable, and the command may hold secrets): the task writes it
+    to a file of its own and adds `--job-args-file PATH` (`node_job_args`)."""
     argv = ["check", "--no-distributed", "-f", "json"]
     for flag, values in (("--only", opts.only), ("--skip", opts.skip)):
         for value in values or []:
@@ -79,13 +80,16 @@ def node_argv(opts: Any, command: Sequence[str] | None) -> list[str]:
             argv += [flag, str(value)]
     argv += [flag for flag, on in (("--strict", opts.strict), ("--no-smoke", opts.no_smoke),
                                    ("--static-only", opts.static_only), ("--deep", opts.deep)) if on]
-    if command:
-        argv += ["--job-args", shlex.join(command)]
     return argv
 
 
+def node_job_args(command: Sequence[str] | None) -> str | None:
+    """The training command as the node's doctor takes it (`--job-args-file`: one shell-quoted string), or None."""
+    return shlex.join(command) if command else None
+
+
 SHIP_PACKAGE = "dsv4_doctor_shipped_probes"  # the py_modules folder a node without the doctor runs the probe from
-SHIPPED = ("dsv4probe_common.py", "dsv4probe_static.py")  # and the static probe's own dsv4probe_static_*.py
+SHIPPED = ("dsv4probe_common.py", "dsv4probe_read.py", "dsv4probe_static.py")  # and its dsv4probe_static_*.py
 RAN_DOCTOR = "doctor from the job's environment"
 RAN_PROBES = "the doctor's probes shipped with the task"
 
@@ -94,27 +98,65 @@ def take_part(opts: Any, own: Report, command: Sequence[str] | None, deliver: Ca
               fleet_checks: tuple[str, ...], probes_profile: Profile) -> tuple[int, list[str]]:
     """Check every GPU node of the job's Ray cluster, merge with the driver's own report (`own`), deliver the one
     report; (the exit code, the checked nodes' ids). `probes_profile`: the profile a node that ran only the shipped
-    probes is judged under (the driver's options, no device)."""
+    probes is judged under (the driver's options, no device). A stop signal, during the driver's own checks or
+    while the nodes are checked, ends it at once with the report of what finished (the driver's rows) and 128 + N."""
+    import signal
+
+    from ..model import Interrupted
     from ..signals import GATE
 
     want = wanted(command)
     runtime_env, env_notes = job_runtime_env(command)
     budget = float(own.summary.budget_s or 60.0)
     task_s = budget + 30.0
-    request = {"argv": node_argv(opts, command), "task_s": task_s, "limit": _limit(),
+    request = {"argv": node_argv(opts, command), "job_args": node_job_args(command), "task_s": task_s,
+               "limit": _limit(),
                "gpu_checks": not (opts.no_smoke or opts.static_only), "runtime_env": runtime_env,
                "verl_defaults": _is_verl(command), "static_request": _static_request(),
                "ship_package": SHIP_PACKAGE}
-    answer, folder, procs = _run_helper(str(opts.python), request, JOIN_S + task_s + 30.0)
+    answer: Any = None
+    folder, procs = "", None
+    # The driver's own checks were interrupted (their report says so): the nodes are not checked at all.
+    signum = own.exit_code - 128 if own.exit_code >= 128 else None
+    when = "during the driver's own checks, before the Ray cluster's nodes were checked"
+    if signum is None:
+        try:
+            # The nodes' checks are part of the run, so the gate is armed again for them. The helper is started,
+            # waited for and read in one piece (critical: its process registry and folder come back to be closed):
+            # a signal meanwhile ends its wait at once (GATE.wait) and interrupts as the piece ends.
+            with GATE.armed(), GATE.critical():
+                answer, folder, procs = _run_helper(str(opts.python), request, JOIN_S + task_s + 30.0)
+        except Interrupted as exc:
+            signum = exc.signum
+            when = ("while the Ray helper checked the cluster's nodes" if procs is not None
+                    else "before the Ray cluster's nodes were checked")
+    if signum is not None:
+        answer = {"error": f"interrupted by {signal.Signals(signum).name} {when}"}
     try:
         out, verdict, checked = _merged(own, answer, folder, want, opts.strict, fleet_checks,
                                         lambda payload: probe_report(payload, opts, probes_profile), env_notes)
     finally:
-        procs.close()
+        if procs is not None:
+            procs.close()
+    if signum is not None:
+        with GATE.critical():
+            deliver(_interrupted(out, signum, when))
+        return 128 + signum, []
     with GATE.critical():
         written = deliver(out)
     final = int(verdict)
     return (max(final, written) if written else final), checked
+
+
+def _interrupted(out: Report, signum: int, when: str) -> Report:
+    """The report of a Ray fleet check cut short by a signal: what finished (the driver's own rows; no node's, which
+    come only with the helper's answer), marked partial, with exit 128 + N, as a single host's interrupted report."""
+    import signal
+
+    name = signal.Signals(signum).name
+    partial = (f"interrupted by {name} {when}: only the driver's own results are here (the nodes' come only with the "
+               "Ray helper's answer)")
+    return replace(out, summary=replace(out.summary, partial=partial, interrupted=name, exit_code=128 + signum))
 
 
 def _is_verl(command: Sequence[str] | None) -> bool:
@@ -163,7 +205,8 @@ def ship_probes(folder: str) -> str:
 
 def _run_helper(python: str, request: dict, timeout_s: float):
     from ..probes import PROBE_DIR, child_env
-    from ..procs import Processes, read_bounded, start_helper
+    from ..procs import REQUEST_FILE, Processes, read_bounded, start_helper, write_request
+    from ..safeio import ReadRefused, decode_json
 
     procs = Processes()
     folder = procs.tempdir("dsv4-doctor-ray-")
@@ -172,16 +215,19 @@ def _run_helper(python: str, request: dict, timeout_s: float):
         shipped = ship_probes(folder)
     except OSError:
         shipped = ""
-    argv = [python, str(PROBE_DIR / RAY_SCRIPT), answer_path, json.dumps(dict(request, dir=folder, ship=shipped))]
     try:
+        # The request (the training command, the runtime_env's values) in a file of this private folder, as every
+        # child's: never on the helper's command line (procs.write_request).
+        argv = [python, str(PROBE_DIR / RAY_SCRIPT), answer_path,
+                write_request(os.path.join(folder, REQUEST_FILE), dict(request, dir=folder, ship=shipped))]
         helper = start_helper(procs, argv, log, child_env(timeout_s))
     except OSError as exc:
         return {"error": f"the Ray helper could not start ({exc.strerror or exc})"}, folder, procs
     end = helper.finish(time.monotonic() + timeout_s)
     raw = read_bounded(answer_path, 16 << 20)
     try:
-        answer = json.loads(raw.decode("utf-8", "replace")) if raw else None
-    except (ValueError, RecursionError):
+        answer = decode_json(raw, "replace") if raw else None
+    except ReadRefused:  # not JSON, or nested too deeply
         answer = None
     if not isinstance(answer, dict) or "probe_error" in answer:
         from ..redact import read_tail, shorten
@@ -196,89 +242,93 @@ def _run_helper(python: str, request: dict, timeout_s: float):
     return answer, folder, procs
 
 
-def _merged(own_report: Report, answer: dict, folder: str, want: Wanted, strict: bool,
+def _merged(own_report: Report, answer: Any, folder: str, want: Wanted, strict: bool,
             fleet_checks: tuple[str, ...], from_probes: Callable[[bytes | None], dict | None] | None = None,
             env_notes: Sequence[str] = ()) -> tuple[Report, int, list[str]]:
-    from ..procs import read_bounded
+    """The Ray fleet's report: the driver's own (rank 0) and each node's (rank i+1, in the helper's order), merged.
+    The helper's answer and each node's part of it are hostile input: a node whose answer is malformed (a field of
+    the wrong type or out of range) or cannot be taken is that node's failing entry in fleet.ranks, saying what; the
+    other nodes are kept. Everything here, the nodes' text included, goes into the report before the merge's one
+    redaction pass (merge.merge)."""
+    from ..redact import sanitize
     from . import admit as fleetadmit, merge as fleetmerge
-    from .admit import _text
 
-    own = fleetadmit.admit(0, own_report.to_dict())
-    others: dict[int, Any] = {}
+    # Bounded depth and size, valid text, finite numbers (NaN becomes text): every check below is on JSON types.
+    answer = sanitize(answer) if isinstance(answer, dict) else {"error": "the Ray helper's answer is not an object"}
     problems: dict[int, str] = {}
-    hints: dict[int, str] = {}
     info: dict[str, Any] = {"scope": "ray", "authenticated": False, "mode": "ray", "fleet_checks": fleet_checks,
-                            "timings": answer.get("timings") if isinstance(answer.get("timings"), dict) else {}}
-    nodes = [n for n in answer.get("nodes") or [] if isinstance(n, dict)][:MAX_NODES]
-    if answer.get("error"):
-        info["exchange_error"] = _text(answer["error"], 600)
-    checked = []
+                            "timings": timings(answer.get("timings"))}
+    own_wire = own_report.to_dict()
+    try:
+        own = fleetadmit.admit(0, own_wire)
+    except fleetadmit.BadReport as exc:  # the doctor's own rows: cannot happen unless a plugin slipped through
+        info["exchange_error"] = f"the driver's own report could not be merged: {exc}"
+        own = fleetadmit.admit(0, dict(own_wire, checks=[]))
+    error = helper_error(answer)
+    if error:
+        info["exchange_error"] = "; ".join(filter(None, (info.get("exchange_error"), error)))
+    nodes = answer["nodes"][:MAX_NODES] if isinstance(answer.get("nodes"), list) else []
+    others: dict[int, Any] = {}
+    hints: dict[int, str] = {}
+    checked: list[str] = []
     ran: list[dict] = []
-    least = want.least_gpus
-    for i, node in enumerate(nodes):
-        rank, node_id = i + 1, _text(node.get("node_id"), 64)
-        label = f"{_text(node.get('host'), 255) or 'unknown'} (node {node_id[:8] or '?'})"
-        hints[rank] = label
-        how = RAN_PROBES if node.get("ran") == "probes" else RAN_DOCTOR if node.get("ran") == "doctor" else None
-        seen = node.get("runtime_env_seen")
-        ran.append({"rank": rank, "host": label, "ran": how or "nothing (the task did not run)",
-                    "runtime_env_seen": [_text(n, 128) for n in seen[:MAX_ENV_VARS] if isinstance(n, str)]
-                    if isinstance(seen, list) else None})
-        why = node.get("why")
-        payload_path = os.path.join(folder, "reports", f"{i}.json")
-        if why:
-            problems[rank] = _text(why, 400)
-        else:
-            payload = read_bounded(payload_path, fleetadmit.MAX_REPORT_BYTES + 1)
-            try:
-                if how == RAN_PROBES:
-                    data = from_probes(payload) if from_probes else None
-                    if data is None:
-                        raise fleetadmit.BadReport("its static facts could not be read into a report")
-                    payload = json.dumps(data).encode("utf-8")
-                others[rank] = fleetadmit.admit(rank, as_node(payload, rank, label, node_id))
-                checked.append(node_id)
-            except fleetadmit.BadReport as exc:
-                problems[rank] = f"its report was rejected: {exc}"
-        gpus = node.get("gpus")
-        if least and isinstance(gpus, (int, float)) and gpus < least:
-            asks = f"trainer.n_gpus_per_node={want.per_node}" + (
-                f" (the reward pool's {REWARD_KEY}.n_gpus_per_node={want.reward_per_node})"
-                if want.reward_nnodes and want.reward_per_node else "")
-            problems[rank] = (f"it has {gpus:g} GPU(s), and the command asks {asks}"
-                              + (f"; {problems[rank]}" if rank in problems else ""))
+    for i, raw in enumerate(nodes):
+        rank = i + 1
+        node = NodeAnswer.read(raw)
+        hints[rank] = node.label
+        ran.append({"rank": rank, "host": node.label, "ran": node.how or "nothing (the task did not run)",
+                    "runtime_env_seen": node.seen})
+        try:
+            taken, problem = take_node(node, rank, os.path.join(folder, "reports", f"{i}.json"), want, from_probes)
+        except Exception as exc:  # noqa: BLE001 - one node's answer, whatever it holds, fails that node alone
+            from ..redact import shorten
+
+            taken, problem = None, (f"the doctor could not take its answer ({type(exc).__name__}: "
+                                    f"{shorten(str(exc), 200)})")
+        if taken is not None:
+            others[rank] = taken
+            checked.append(node.node_id)
+        if problem:
+            problems[rank] = problem
     needed = want.nodes
-    if needed and len(nodes) < needed and not answer.get("error"):
+    if needed and len(nodes) < needed and not error:
         for rank in range(len(nodes) + 1, needed + 1):
             problems[rank] = (f"no such node: the Ray cluster has {len(nodes)} alive GPU node(s), and the command "
                               f"asks {want.asks}")
             hints[rank] = "no node"
-    world = 1 + max(len(nodes), needed or 0, 1 if answer.get("error") else 0)
-    if answer.get("error") and not nodes:
-        problems.setdefault(1, "not checked: " + info["exchange_error"])
-    out, verdict = fleetmerge.merge(own, others, world, problems, strict, info, hints)
-    return _with_evidence(out, answer, ran, want, env_notes), int(verdict), checked
+    world = 1 + max(len(nodes), needed or 0, 1 if error else 0)
+    if error and not nodes:
+        problems.setdefault(1, "not checked: " + error)
+    out, verdict = fleetmerge.merge(own, others, world, problems, strict, info, hints,
+                                    annotate=lambda rows: _with_evidence(rows, answer, ran, want, env_notes))
+    return out, int(verdict), checked
 
 
-def _with_evidence(out: Report, answer: dict, ran: list[dict], want: Wanted, env_notes: Sequence[str]) -> Report:
+def _with_evidence(rows: list[CheckReport], answer: dict, ran: list[dict], want: Wanted,
+                   env_notes: Sequence[str]) -> list[CheckReport]:
     """fleet.ranks' evidence: what ran on each node, the runtime_env the tasks got (env var names only: values may
-    hold secrets) and what of the command could not be compared or applied."""
+    hold secrets) and what of the command could not be compared or applied. The merge's `annotate`: it runs before
+    the merged report's redaction pass, so the nodes' text here is redacted with the rest."""
     from .admit import _text
 
     got: dict = answer.get("runtime_env") if isinstance(answer.get("runtime_env"), dict) else {}  # type: ignore
+
+    def texts(value: Any, limit: int, most: int) -> list[str]:
+        return [_text(v, limit) for v in value[:most] if isinstance(v, str)] if isinstance(value, list) else []
+
     shown = {
-        "env_vars": sorted(_text(n, 128) for n in (got.get("env_vars") or [])[:MAX_ENV_VARS] if isinstance(n, str)),
+        "env_vars": sorted(texts(got.get("env_vars"), 128, MAX_ENV_VARS)),
         "working_dir": _text(got.get("working_dir"), 600) or None,
         "py_executable": _text(got.get("py_executable"), 600) or None,
-        "py_modules": [_text(p, 600) for p in (got.get("py_modules") or [])[:8] if isinstance(p, str)],
+        "py_modules": texts(got.get("py_modules"), 600, 8),
         "verl_defaults": _text(got.get("verl_defaults"), 300) or None,
         "not_applied": [_text(n, 300) for n in list(env_notes)[:32]],
     }
     nodes = {"nodes": want.nodes, "trainer.nnodes": want.nnodes, "trainer.n_gpus_per_node": want.per_node,
              f"{REWARD_KEY}.nnodes": want.reward_nnodes, f"{REWARD_KEY}.n_gpus_per_node": want.reward_per_node,
              "not_compared": [_text(n, 300) for n in want.notes[:16]]}
-    rows = []
-    for row in out.checks:
+    out = []
+    for row in rows:
         if row.id == "fleet.ranks":
             evidence = dict(row.evidence or {}, runtime_env=shown, ran=ran[:200], wanted=nodes)
             summary = row.summary
@@ -289,8 +339,8 @@ def _with_evidence(out: Report, answer: dict, ran: list[dict], want: Wanted, env
             if want.notes:
                 summary += "; not compared: " + "; ".join(_text(n, 200) for n in want.notes[:3])
             row = replace(row, evidence=evidence, summary=summary)
-        rows.append(row)
-    return replace(out, checks=tuple(rows))
+        out.append(row)
+    return out
 
 
 def hook_overrides(checked: Sequence[str]) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 from .env import FleetEnv
 from ..procs import Helper
@@ -19,7 +20,7 @@ class Exchange:
     """One run of the exchange helper; the doctor's side of the file conversation (see dsv4probe_fleet.py)."""
 
     def __init__(self, env: FleetEnv, python: str, request: dict, key: bytes | None, timeout_s: float):
-        from ..probes import PROBE_DIR, child_env
+        from ..probes import child_env
         from ..procs import Processes
 
         self.env, self.procs = env, Processes()
@@ -29,15 +30,21 @@ class Exchange:
         self.hard_deadline = _now() + timeout_s
         extra = {"DSV4_DOCTOR_FLEET_KEY": key.hex()} if key else {}
         self._request = dict(request, dir=self.dir)
-        self._argv = [python, str(PROBE_DIR / FLEET_SCRIPT), self.answer_path, json.dumps(self._request)]
+        self._python = python
         self._env = child_env(timeout_s, extra)
         self.helper: Helper | None = None
 
     def start(self, hello: dict) -> None:
-        from ..procs import start_helper
+        from ..probes import PROBE_DIR
+        from ..procs import REQUEST_FILE, start_helper, write_request
+        from ..signals import GATE
 
         self.write("hello.json", hello)
-        self.helper = start_helper(self.procs, self._argv, self.log, self._env)
+        # The request in a file of this private folder, as every child's (procs.write_request).
+        argv = [self._python, str(PROBE_DIR / FLEET_SCRIPT), self.answer_path,
+                write_request(self.path(REQUEST_FILE), self._request)]
+        with GATE.critical():  # started and tracked in one piece: a signal now interrupts once it is tracked
+            self.helper = start_helper(self.procs, argv, self.log, self._env)
 
     def path(self, name: str) -> str:
         return os.path.join(self.dir, name)
@@ -60,11 +67,12 @@ class Exchange:
     def read(self, name: str, limit: int = 1 << 22) -> dict | None:
         from ..procs import read_bounded
         from ..redact import sanitize
+        from ..safeio import ReadRefused, decode_json
 
         raw = read_bounded(self.path(name), limit)
         try:
-            data = json.loads(raw.decode("utf-8", "surrogateescape")) if raw is not None else None
-        except (ValueError, RecursionError):
+            data = decode_json(raw, "surrogateescape") if raw is not None else None
+        except ReadRefused:
             return None
         return sanitize(data) if isinstance(data, dict) else None
 
@@ -72,37 +80,42 @@ class Exchange:
         return self.helper is None or self.helper.exited()
 
     def wait_for(self, name: str, until: float) -> dict | None:
-        """The file's content once the helper wrote it, or None when the helper exited first or time ran out."""
-        import time
+        """The file's content once the helper wrote it, or None when the helper exited first, time ran out or a stop
+        signal ended the wait (signals.GATE.poll)."""
+        from ..signals import GATE
 
-        while _now() < min(until, self.hard_deadline):
-            data = self.read(name)
-            if data is not None:
-                return data
-            if self.exited():
-                return self.read(name)
-            time.sleep(0.05)
-        return None
+        found: dict = {}
+
+        def written() -> bool:
+            exited = self.exited()  # before the read: a helper that exits writes its files first
+            found["data"] = self.read(name)
+            return found["data"] is not None or exited
+
+        GATE.poll(written, min(until, self.hard_deadline))
+        return found.get("data")
 
     def finish(self, until: float) -> dict:
-        """The helper's answer (waiting until `until`), or {"error": ...}."""
-        import time
+        """The helper's answer (waiting until `until`), or {"error": ...} when it did not exit by then or a stop
+        signal ended the wait."""
+        from ..signals import GATE
 
-        while not self.exited() and _now() < min(until, self.hard_deadline):
-            time.sleep(0.05)
+        GATE.poll(self.exited, min(until, self.hard_deadline))
         if self.helper is not None and not self.exited():
             self.helper.kill()
-            return {"error": "the fleet exchange did not finish in time and was stopped", "stderr": self.tail()}
+            why = (f"was stopped on {signal.Signals(GATE.stopping).name}" if GATE.stopping is not None
+                   else "did not finish in time and was stopped")
+            return {"error": f"the fleet exchange {why}", "stderr": self.tail()}
         data = self.read_answer()
         return data
 
     def read_answer(self) -> dict:
         from ..procs import read_bounded
+        from ..safeio import ReadRefused, decode_json
 
         raw = read_bounded(self.answer_path, 1 << 20)
         try:
-            data = json.loads(raw.decode("utf-8", "surrogateescape")) if raw is not None else None
-        except ValueError:
+            data = decode_json(raw, "surrogateescape") if raw is not None else None
+        except ReadRefused:
             data = None
         if not isinstance(data, dict) or "probe_error" in data:
             err = data.get("probe_error") if isinstance(data, dict) else None

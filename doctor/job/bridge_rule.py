@@ -70,9 +70,11 @@ def read_rule(source: Any) -> dict:
 def _terms(text: str, local: dict, functions: dict, depth: int) -> tuple[list[dict], str]:
     if depth > 6 or len(text) > _MAX_EXPRESSION:
         raise ValueError(f"`{shorten(text, 80)}` is too deep or too long to follow")
+    from ..safeio import ReadRefused, parse_python
+
     try:
-        node = ast.parse(text.strip(), mode="eval").body
-    except (SyntaxError, ValueError):
+        node = parse_python(text.strip(), mode="eval").body  # type: ignore[attr-defined]
+    except ReadRefused:
         raise ValueError(f"`{shorten(text, 80)}` is no expression") from None
     return _node_terms(node, local, functions, depth)
 

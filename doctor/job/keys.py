@@ -80,9 +80,11 @@ TORCHRUN_VALUE_OPTIONS = {
 PYTHON_VALUE_OPTIONS = {"-W", "-X", "-Q"}
 HYDRA_OVERRIDE = re.compile(r"(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][A-Za-z0-9_.@/\-]*)(?:=(?P<value>.*))?", re.S)
 ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
-# A config file the command names (Hydra's --config-name/--config-path, Megatron-LM's --yaml-cfg): what the command
-# does not state, the file may set, so it is not known (never the default).
-CONFIG_FILE_FLAGS = {"hydra": ("--config-name", "--config-path", "-cn", "-cp"), "megatron": ("--yaml-cfg",)}
+# A config file the command names (Hydra's --config-name/--config-path, a --config-dir whose files come before verl's
+# own, Megatron-LM's --yaml-cfg): what the command does not state, the file may set, so it is not known (never the
+# default).
+CONFIG_FILE_FLAGS = {"hydra": ("--config-name", "--config-path", "-cn", "-cp", "--config-dir", "-cd"),
+                     "megatron": ("--yaml-cfg",)}
 BRIDGE_DECIDES = "megatron-bridge"  # Job.dsa_backend(): not stated; Megatron-Bridge's provider decides
 # Programs that run a script or another program the doctor does not read (its settings are then not known).
 SHELLS_AND_LAUNCHERS = {"bash", "sh", "dash", "zsh", "ksh", "srun", "mpirun", "mpiexec", "sbatch", "salloc",

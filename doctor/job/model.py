@@ -153,10 +153,13 @@ class Job:
                 continue
             if is_interpolation(s.value):
                 return None
-            if isinstance(s.value, str) and s.value.strip().isdigit():
+            from .bounds import digits_int
+
+            spelled = digits_int(s.value)
+            if spelled is not None:
                 # Text, as OmegaConf's oc.env gives it: the job fails (job.config); its environment is judged for
                 # the number it spells.
-                sizes.append(positive_int(Setting(int(s.value.strip()), s.raw), "context_parallel_size"))
+                sizes.append(positive_int(Setting(spelled, s.raw), "context_parallel_size"))
                 continue
             sizes.append(positive_int(s, "context_parallel_size"))
         return max(sizes)
@@ -235,6 +238,8 @@ class Job:
 
 
 def positive_int(setting: Setting, name: str) -> int:
+    """The setting's whole number. The profile judges the job's values first (bounds.rejected: a wrong one is
+    job.config's finding and not known here), so only a caller of Job.cp() on a job not judged meets this error."""
     value = setting.value
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         from .shape import plain_or_hidden

@@ -9,7 +9,7 @@ from dataclasses import replace
 from ..model import Profile, UsageError
 from .command import parse
 from .keys import BRIDGE_DECIDES, line_to_add
-from .bounds import out_of_range, text_numbers
+from .bounds import rejected, rejection, text_numbers
 from .model import Decisions, Job, Unexpanded, is_interpolation
 
 
@@ -43,7 +43,10 @@ def profile_for(base: Profile, job: Job, given_cp: int | None, given_backend: st
     """job_profile's work over a parsed (or composed) Job."""
     if job.kind == "unknown":
         return _unknown_job_profile(base, job, given_cp, given_backend)
-    job.config_errors += out_of_range(job) + text_numbers(job)
+    # A value of the wrong type or out of range is the job's config's mistake: job.config's finding, never a usage
+    # error (profile_for may see the same Job twice: each finding once).
+    found = [e for e in rejected(job) + text_numbers(job) if e not in job.config_errors]
+    job.config_errors += list(dict.fromkeys(found))
     cp = job.cp()
     backend, how = job.dsa_backend()
     if how.startswith("not known") and given_backend is not None:
@@ -80,8 +83,6 @@ def profile_for(base: Profile, job: Job, given_cp: int | None, given_backend: st
     elif given_cp not in (None, cp):
         raise UsageError(f"--cp {given_cp} contradicts the job's context_parallel_size {cp}: leave --cp out with "
                          "job arguments")
-    if cp > 1024:
-        raise UsageError(f"the job's context_parallel_size {cp} is larger than 1024")
     if backend not in ("cudnn", "none"):
         # Megatron rejects it at config validation (job.dsa-backend says so); the environment is judged for the
         # fused kernels, the stricter of the two it accepts.
@@ -102,16 +103,24 @@ STRICT_CP = 2  # a CP the doctor cannot know is checked as CP > 1: the CP rules 
 
 def _hidden_cp_profile(base: Profile, job: Job, given_cp: int | None, backend: str, how: str,
                        given_backend: str | None) -> Profile:
-    """The CP is not known: an unexpanded shell word may hold it, or it is out of range (job.config fails). The CP
-    rules run as for CP > 1 unless --cp states it; the DSA backend as the command gives it (or cudnn, not known)."""
+    """The CP is not known: an unexpanded shell word may hold it, or job.config rejects its value (the wrong type, out
+    of range). The CP rules run as for CP > 1 unless --cp states it; the DSA backend as the command gives it (or
+    cudnn, not known)."""
     words = job.hidden or job.hidden_launcher
     if job.unknown_why:
         why = f"the job's settings are not known ({job.unknown_why})"
     elif not words:
-        cp_setting = next((job.effective(r)["cp"] for r in job.checked_roles() if "cp" in job.effective(r)), None)
-        why = f"the job's context_parallel_size is not known ({cp_setting.resolved[:300]})" \
-            if cp_setting is not None and cp_setting.resolved and "out of range" not in cp_setting.resolved else \
-            "the job's context_parallel_size is out of range (see job.config), so it is not known"
+        cp_settings = [job.effective(r)["cp"] for r in job.checked_roles() if "cp" in job.effective(r)]
+        cp_setting = next((s for s in cp_settings if isinstance(s.value, Unexpanded)), None)
+        problem = rejection(cp_setting)
+        raw = cp_setting.raw if cp_setting is not None else ""
+        shown = raw if raw.isprintable() else repr(raw)
+        if problem is not None:
+            why = f"the job's context_parallel_size = {shown} {problem} (see job.config), so it is not known"
+        elif cp_setting is not None and cp_setting.resolved:
+            why = f"the job's context_parallel_size is not known ({cp_setting.resolved[:300]})"
+        else:
+            why = "the job's context_parallel_size is not known"
     elif words[-1].endswith("={...}"):
         why = (f"the command's dict override {words[-1]!r} is nested, which the doctor's reader does not take "
                "apart, so the settings it may hold are not known")

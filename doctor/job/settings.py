@@ -120,8 +120,8 @@ def section(job: Job | None, given: Any, checks: list[dict]) -> dict | None:
     if job.kind not in ("verl", "megatron"):
         out["command_read"] = False
     if not cp_known:
-        out["notes"].append("the job's CP is not known (the command hides it): CP_ARGS are shown for CP "
-                            f"{cp}; state it with --cp N")
+        out["notes"].append("the job's CP is not known (the command hides it, or job.config rejects its value): "
+                            f"CP_ARGS are shown for CP {cp}; state it with --cp N")
     if cp > 1 or not cp_known:
         out["cp_args"] = cp_args(job, cp)
     else:

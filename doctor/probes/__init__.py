@@ -1,12 +1,14 @@
 """Probes: everything that touches the inspected environment runs in a subprocess with a timeout.
 
-A Python probe is a stdlib-only script run by the *target* interpreter as ``python SCRIPT OUT_JSON REQUEST_JSON``; it
-writes its JSON answer to OUT_JSON. Scripts live in this folder (the engine's: static, import, torch, fleet) or beside
-the check that uses them (an area's own, or a plugin's); they load `dsv4probe_common` by path from the folder named by
-DSV4_DOCTOR_PROBE_LIB, after dropping their own folder from sys.path. stdout and
-stderr of the child go to a file (not a pipe), so a grandchild that keeps a pipe open can never hang the doctor, and
-library chatter never corrupts the answer. A segfault, abort or hang becomes a `ProbeResult` with the signal or the
-timeout, never an exception in the doctor. Whatever the child answers is sanitised where it enters (`redact.sanitize`).
+A Python probe is a stdlib-only script run by the *target* interpreter as ``python SCRIPT OUT_JSON REQUEST_FILE``; its
+request is a 0600 file of the doctor's own 0700 folder (procs.write_request; never a word of the command line, which any
+user can read and Linux caps at 128 KiB). Its JSON answer goes to OUT_JSON. Scripts live in this folder (the engine's:
+static, import, torch, fleet) or beside the check that uses them (an area's own, or a plugin's); they load
+`dsv4probe_common` by path from the folder named by DSV4_DOCTOR_PROBE_LIB, after dropping their own folder from
+sys.path. stdout and stderr of the child go to a file (not a pipe), so a grandchild that keeps a pipe open can never
+hang the doctor, and library chatter never corrupts the answer. A segfault, abort or hang becomes a `ProbeResult` with
+the signal or the timeout, never an exception in the doctor. Whatever the child answers is sanitised where it enters
+(`redact.sanitize`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from typing import Any
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..procs import Processes, read_bounded, run_helper
+from ..procs import REQUEST_FILE, Processes, read_bounded, run_helper, write_request
 from ..redact import decode, read_tail, sanitize, shorten
+from ..safeio import ReadRefused, decode_json
 
 if TYPE_CHECKING:
     from ..jobpath import JobPath
@@ -103,7 +106,7 @@ class Probe:
 
     key: str
     script: str | None = None  # a file in this folder, or an absolute path (a probe beside its check)
-    request: str = "{}"  # JSON text handed to the script
+    request: str = "{}"  # JSON text handed to the script (in a file: run_probe)
     argv: tuple[str, ...] = ()  # for a command probe (e.g. nvidia-smi), run as is
     timeout_s: float | None = None  # None: the run's default probe timeout
     long: bool = False  # seconds of work (a smoke, a kernel JIT): started before the short probes
@@ -242,9 +245,10 @@ def _run_probe(probe: Probe, python: str, timeout: float, procs: Processes,
         out_path = os.path.join(tmp, "answer.json")
         log_path = os.path.join(tmp, "output.log")
         script = probe.script_path
-        argv = [python, *probe.flags, script, out_path, probe.request] if script else list(probe.argv)
-        extra = None
-        if script:
+        argv, extra = list(probe.argv), None
+        if script:  # its request: a file of this private folder, never a word of its command line (write_request)
+            request = write_request(os.path.join(tmp, REQUEST_FILE), probe.request)
+            argv = [python, *probe.flags, script, out_path, request]
             extra = dict(probe.env, **{STAGE_VARIABLE: os.path.join(tmp, STAGE_FILE)})
             if on_stage_file is not None:
                 on_stage_file(extra[STAGE_VARIABLE])
@@ -270,8 +274,8 @@ def _run_probe(probe: Probe, python: str, timeout: float, procs: Processes,
         if timed_out:
             result.error = f"timed out after {timeout:g} s and was killed"
             return result
-        if sig:
-            result.error = f"killed by {sig}"
+        if sig:  # by the doctor when a stop signal ended its wait (procs.Helper.finish)
+            result.error = f"stopped by the doctor on {end.stopped}" if end.stopped else f"killed by {sig}"
             return result
         if not probe.script and rc != 0:
             result.error = f"{argv[0]} exited with code {rc}"
@@ -288,8 +292,8 @@ def _run_probe(probe: Probe, python: str, timeout: float, procs: Processes,
             result.ok = True
             return result
         try:
-            result.data = sanitize(json.loads(raw.decode("utf-8", "surrogateescape")))
-        except (ValueError, RecursionError) as exc:
+            result.data = sanitize(decode_json(raw, "surrogateescape"))
+        except ReadRefused as exc:  # not JSON, a 100,000-deep nest, more than memory holds
             result.error = f"answered invalid JSON ({shorten(str(exc), 200)})"
             return result
         result.ok = True

@@ -139,6 +139,15 @@ def load_module(name, folder=LIB):
     return module
 
 
+# The probes' one read path (dsv4probe_read.py, beside this module, loaded by path): bounded, never blocking, every
+# decoder's error one ReadRefused. Every probe imports it from here.
+_READ = load_module("dsv4probe_read")
+ANSWER_LIMIT, ReadRefused, open_regular = _READ.ANSWER_LIMIT, _READ.ReadRefused, _READ.open_regular
+read_bounded, read_tail, decode_json, load_json, parse_python, installed_version = (
+    _READ.read_bounded, _READ.read_tail, _READ.decode_json, _READ.load_json, _READ.parse_python,
+    _READ.installed_version)
+
+
 MESSAGE_CHARS = 16384  # of an error message: the doctor's own limit for a string from a probe
 
 
@@ -222,20 +231,60 @@ def error_info(exc, frames=3):
     return info
 
 
+# A request never travels on the command line: /proc/PID/cmdline is world-readable, and Linux caps one argument at
+# 128 KiB. It is a file of its own, made by its writer (the doctor, or a probe for its child) in a folder only its
+# user can enter, mode 0600, created exclusively and never through a link; its path is the second argument.
+MAX_REQUEST_BYTES = 64 << 20
+REQUEST_SUFFIX = ".request.json"
+
+
+class RequestUnreadable(ValueError):
+    """A request file that is not read or not JSON: its reason, in words."""
+
+
+def request_beside(answer_path, request):
+    """Write `request` (JSON text, or a value to encode) for a child whose answer goes to `answer_path`, beside that
+    answer (ANSWER.request.json): 0600, O_EXCL (an existing file or link there is refused, never followed). Its
+    path, the child's second argument."""
+    text = request if isinstance(request, str) else json.dumps(request)
+    path = (answer_path[:-5] if answer_path.endswith(".json") else answer_path) + REQUEST_SUFFIX
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(text.encode("utf-8", "surrogateescape"))
+    return path
+
+
+def read_request(path):
+    """The request in the file at `path`, through the probes' one read path: a regular file (never a FIFO, a device
+    or a link), at most MAX_REQUEST_BYTES, read without blocking, decoded as JSON. Raises RequestUnreadable,
+    whatever is wrong with it (a 100,000-deep nest included)."""
+    try:
+        raw, size = read_bounded(path, MAX_REQUEST_BYTES + 1, follow_links=False)
+        if max(size, len(raw)) > MAX_REQUEST_BYTES:
+            raise ReadRefused("it is larger than %d bytes" % MAX_REQUEST_BYTES)
+        return decode_json(raw)
+    except ReadRefused as exc:
+        raise RequestUnreadable("the request file %s is not read: %s" % (path, exc)) from None
+
+
 def serve(answer_fn):
-    """Run answer_fn(request) and write its JSON answer atomically; skip interpreter teardown.
+    """Run answer_fn(request) and write its JSON answer atomically; skip interpreter teardown. Run as
+    `python SCRIPT ANSWER_PATH REQUEST_PATH` (read_request; without REQUEST_PATH the request is {}): a request that
+    cannot be read is a probe_error answer, never a traceback.
 
     CUDA libraries can crash at exit; os._exit after the answer is written keeps a good answer good.
     """
-    out_path, request = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    out_path = sys.argv[1]
     faulthandler.enable()  # a segfault prints the Python stack to stderr, which the doctor keeps
     timeout = _probe_timeout()
     if timeout > 2:
         # Just before the doctor kills a hung probe, dump where it hangs.
         faulthandler.dump_traceback_later(timeout - 1.0, exit=False)
     try:
+        request = read_request(sys.argv[2]) if len(sys.argv) > 2 else {}
         answer = answer_fn(request)
-    except BaseException as exc:  # the probe itself broke: still answer
+    except BaseException as exc:  # the probe itself broke, or its request is unreadable: still answer
         answer = {"probe_error": error_info(exc, frames=6)}
     tmp = out_path + ".tmp"
     try:

@@ -29,7 +29,8 @@ this run from an earlier one of the same job.
 With a shared secret (DSV4_DOCTOR_FLEET_KEY, hex, set by the doctor) every value is signed: HMAC-SHA256 over the
 scope, the key and the value. A value that fails the check is ignored and counted. Without one, values carry no
 MAC and anyone who can reach the port can write them (the threat model in docs/fleet.md).
-Answer: {"exit_code", "timings", "plan"} or a probe_error. Stdlib besides torch. `python dsv4probe_fleet.py OUT REQ`.
+Answer: {"exit_code", "timings", "plan"} or a probe_error. Stdlib besides torch.
+`python dsv4probe_fleet.py OUT REQUEST_FILE`.
 """
 
 import os
@@ -47,7 +48,7 @@ for _name, _flag in (("dsv4probe_common", "PROBE_COMMON"), ("dsv4probe_fleet_por
             os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, _name + ".py"))
         sys.modules[_name] = importlib.util.module_from_spec(_spec)
         _spec.loader.exec_module(sys.modules[_name])
-from dsv4probe_common import serve
+from dsv4probe_common import ReadRefused, decode_json, read_bounded, serve
 from dsv4probe_fleet_port import fleet_store
 from dsv4probe_fleet_channel import MAX_PLAN_S, MAX_VALUE, Channel, _seconds, _timedelta  # noqa: F401
 
@@ -96,17 +97,16 @@ def _write(path, data):
 
 def _json(raw):
     try:
-        value = json.loads(raw.decode("utf-8"))
+        value = decode_json(raw)
         return value if isinstance(value, dict) else None
-    except (ValueError, UnicodeDecodeError, AttributeError, RecursionError):
+    except (ReadRefused, TypeError):  # TypeError: no bytes at all
         return None
 
 
 def _read_file(path):
     try:
-        with open(path, "rb") as fh:
-            return fh.read(MAX_VALUE + 1)
-    except OSError:
+        return read_bounded(path, MAX_VALUE + 1)[0]
+    except ReadRefused:
         return None
 
 

@@ -22,19 +22,20 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
         os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
     sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
-from dsv4probe_common import cut_text, error_info, serve, stage
+from dsv4probe_common import cut_text, error_info, parse_python, read_bounded, serve, stage
 
 import ast
-import json
 
 MAX_TEXT = 200
+ENTRY_LIMIT = 2_000_000  # of the entry module's source (verl 0.9.1's main_ppo.py: 8 KB)
 MAX_MESSAGE = 1500
 
 
 def decorator_config(entry_file):
-    """(config_path, config_name) of the entry module's `@hydra.main(...)`, read with ast; (None, None) if none."""
-    with open(entry_file, "rb") as f:
-        tree = ast.parse(f.read(2_000_000), entry_file)
+    """(config_path, config_name) of the entry module's `@hydra.main(...)`, read with ast; (None, None) if none.
+    The job's file, read as hostile input: ReadRefused (an OSError) when it is no regular file, does not parse or is
+    nested too deeply."""
+    tree = parse_python(read_bounded(entry_file, ENTRY_LIMIT)[0], entry_file)
     for node in ast.walk(tree):
         for deco in getattr(node, "decorator_list", ()):
             func = deco.func if isinstance(deco, ast.Call) else None
@@ -60,16 +61,60 @@ def override_key(word):
     return key
 
 
+MAX_ITEMS = 16  # of a list or dict answered: enough to quote it
+MAX_DEPTH = 4
+MAX_INT_BITS = 13000  # about 3900 digits: below every int_max_str_digits, so its text can be written and read
+
+
+def plain(value, depth=0):
+    """A composed value as JSON carries it, bounded: lists and dicts as themselves (their first items, "…" for the
+    rest), text cut, an integer past 2^63 as its digits (the doctor reads JSON integers to 64 bits)."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return repr(value)  # JSON has no infinity or NaN: their text
+    if value is None or isinstance(value, (bool, float)):
+        return value
+    if isinstance(value, int):
+        if abs(value) < 2 ** 63:
+            return value
+        if value.bit_length() > MAX_INT_BITS:
+            return "a number of more than %d digits" % int(MAX_INT_BITS * 0.30103)
+        return str(value)
+    if isinstance(value, str):
+        return value[:MAX_TEXT]
+    if depth >= MAX_DEPTH:
+        return "…"
+    if isinstance(value, dict):
+        items = list(value.items())
+        out = dict((str(k)[:MAX_TEXT], plain(v, depth + 1)) for k, v in items[:MAX_ITEMS])
+        if len(items) > MAX_ITEMS:
+            out["…"] = "%d more" % (len(items) - MAX_ITEMS)
+        return out
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+        return [plain(v, depth + 1) for v in items[:MAX_ITEMS]] + (["…"] if len(items) > MAX_ITEMS else [])
+    return str(value)[:MAX_TEXT]
+
+
 def typed(value):
+    """(the value as answered, its type as the job gets it). A list or dict (OmegaConf's ListConfig, DictConfig) is
+    answered as itself, its interpolations unresolved: no setting the doctor reads takes one, and job.config quotes
+    it."""
     if value is None:
         return None, "null"
     if isinstance(value, bool):
         return value, "bool"
     if isinstance(value, (int, float)):
-        return value, type(value).__name__
+        return plain(value), type(value).__name__
     if isinstance(value, str):
         return value[:MAX_TEXT], "str"
-    return None, type(value).__name__  # a container: its type only
+    kind = "dict" if hasattr(value, "items") else "list" if hasattr(value, "__iter__") else type(value).__name__
+    try:
+        from omegaconf import OmegaConf
+
+        container = OmegaConf.to_container(value, resolve=False) if OmegaConf.is_config(value) else value
+        return plain(container), kind
+    except BaseException:  # a container OmegaConf cannot copy (nested past the recursion limit): its type only
+        return ({"…": "not read"} if kind == "dict" else ["…"]), kind
 
 
 def _message(exc):
@@ -108,12 +153,9 @@ def answer(request):
         return out
     out["hydra"] = getattr(hydra, "__version__", "?")
     out["omegaconf"] = getattr(omegaconf, "__version__", "?")
-    # The overrides and the command's `env K=V` values may hold secrets: they come in a file only the doctor's user
-    # reads, never on this process's command line.
-    words = {}
-    if request.get("words_file"):
-        with open(request["words_file"], encoding="utf-8") as f:
-            words = json.load(f)
+    # The overrides and the command's `env K=V` values (they may hold secrets) come in the request, a file only the
+    # doctor's user reads.
+    words = request.get("words") if isinstance(request.get("words"), dict) else {}
     for name in words.get("env_unset") or ():
         os.environ.pop(name, None)
     os.environ.update({str(k): str(v) for k, v in (words.get("env_set") or {}).items()})
@@ -121,7 +163,7 @@ def answer(request):
 
     extra_dir = request.get("extra_config_dir")  # --config-dir / -cd: a search path in front of the main one
 
-    def composed(folder, name, words):
+    def composed(folder, name, words, extra_dir=extra_dir):
         if not extra_dir:
             with initialize_config_dir(config_dir=folder, version_base=None):
                 return compose(config_name=name, overrides=words)
@@ -153,7 +195,8 @@ def answer(request):
         out["error"] = {"kind": "compose", "type": type(exc).__name__, "message": cut_text(str(exc), MAX_MESSAGE)}
         return out
     keys = [k for k in (override_key(w) for w in overrides) if k]
-    named_file = bool(request.get("config_path") or request.get("config_name"))
+    # A --config-dir's files come before verl's own (a ppo_trainer.yaml there replaces verl's): a named file too.
+    named_file = bool(request.get("config_path") or request.get("config_name") or extra_dir)
     default = None
     if named_file and default_dir:
         # verl's own composition (its entry's config with its Megatron engine, the command's group choices): what
@@ -161,7 +204,7 @@ def answer(request):
         groups = list(request.get("default_groups") or ()) + [
             w for w in overrides if "=" in w and "." not in w.split("=", 1)[0] and not w.startswith(("+", "~"))]
         try:
-            default = composed(default_dir, deco_name, groups)
+            default = composed(default_dir, deco_name, groups, extra_dir=None)
         except BaseException:
             default = None
     missing_env_fails = request.get("missing_env") == "error"

@@ -17,7 +17,8 @@ Every task is bounded with ray.wait; a straggler is cancelled (ray.cancel) befor
 dies (NodeDiedError), cannot be scheduled (TaskUnschedulableError), lacks the doctor or hangs is an entry with its
 reason, never a missing one. The reports go to `dir`/reports/<i>.json (bounded, hostile: the doctor admits them).
 Answer: {"nodes": [{"index", "node_id", "host", "ip", "gpus", "why"?, "exit_code"?, "size"?}], "driver_node",
-"timings"} or {"error"}. Stdlib besides ray. `python dsv4probe_ray.py OUT REQ`.
+"timings"} or {"error"}. Stdlib besides ray. `python dsv4probe_ray.py OUT REQUEST_FILE` (the request in a file of
+the doctor's private folder; each node's doctor gets the training command in a file too: `--job-args-file`).
 """
 
 import os
@@ -33,11 +34,12 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
         os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
     sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
-from dsv4probe_common import cut_text, serve
+from dsv4probe_common import ReadRefused, cut_text, parse_python, read_bounded, serve
 
 import time
 
 CANCEL_S = 5.0  # after the deadline: how long the cancelled stragglers get to go
+VERL_SOURCE_LIMIT = 1 << 20  # verl's constants_ppo.py: 7 KB in verl 0.9.1
 
 
 def _has_doctor():
@@ -49,13 +51,22 @@ def _has_doctor():
         return False
 
 
-def node_check(argv, limit, timeout_s, expected=None, static_request=None, ship_package=None):
+def _private_file(folder, name, text):
+    """`text` in a new file of `folder` (mkdtemp's: mode 0700), mode 0600, created exclusively, never through a link:
+    what a child takes instead of a word of its command line (world-readable in /proc/PID/cmdline). Its path."""
+    path = os.path.join(folder, name)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    with os.fdopen(os.open(path, flags, 0o600), "wb") as fh:
+        fh.write(text.encode("utf-8", "surrogateescape"))
+    return path
+
+
+def node_check(argv, limit, timeout_s, expected=None, static_request=None, ship_package=None, job_args=None):
     """On one node, in the job's runtime environment: the doctor's check of this node, as JSON bytes (bounded); on a
-    node without the doctor, the shipped static probe's facts."""
-    import importlib.util
-    import json
+    node without the doctor, the shipped static probe's facts. The training command (`job_args`) and the probe's
+    request reach the child in files of a private folder, never on its command line."""
+    import shutil
     import socket
-    import subprocess
     import tempfile
 
     import ray
@@ -66,9 +77,23 @@ def node_check(argv, limit, timeout_s, expected=None, static_request=None, ship_
     env = dict(os.environ, DSV4_DOCTOR_RAY_NODE=node[:16])
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID"):
         env.pop(name, None)
+    folder = tempfile.mkdtemp(prefix="dsv4-doctor-node-")
+    try:
+        return _node_run(out, env, folder, argv, limit, timeout_s, static_request, ship_package, job_args)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _node_run(out, env, folder, argv, limit, timeout_s, static_request, ship_package, job_args):
+    import importlib.util
+    import json
+    import subprocess
+
     if _has_doctor():
         out["ran"] = "doctor"
         command = [sys.executable, "-m", "dsv4_doctor"] + list(argv)
+        if job_args:
+            command += ["--job-args-file", _private_file(folder, "job-args.txt", job_args)]
         answer_file = None
     else:
         shipped = None
@@ -83,11 +108,11 @@ def node_check(argv, limit, timeout_s, expected=None, static_request=None, ship_
                           % sys.executable)
             return out
         out["ran"] = "probes"
-        answer_file = os.path.join(tempfile.mkdtemp(prefix="dsv4-doctor-node-"), "static.json")
+        answer_file = os.path.join(folder, "static.json")
         env["DSV4_DOCTOR_PROBE_LIB"] = shipped
         env["DSV4_DOCTOR_PROBE_TIMEOUT"] = str(timeout_s)
         command = [sys.executable, os.path.join(shipped, "dsv4probe_static.py"), answer_file,
-                   json.dumps(static_request or {})]
+                   _private_file(folder, "static.request.json", json.dumps(static_request or {}))]
     try:
         done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -101,10 +126,6 @@ def node_check(argv, limit, timeout_s, expected=None, static_request=None, ship_
                 report = fh.read(limit + 1)
         except OSError:
             report = b""
-        finally:
-            import shutil
-
-            shutil.rmtree(os.path.dirname(answer_file), ignore_errors=True)
     out["exit_code"] = done.returncode
     out["size"] = len(report)
     out["report"] = report if len(report) <= limit else b""
@@ -119,7 +140,9 @@ def node_check(argv, limit, timeout_s, expected=None, static_request=None, ship_
 
 def verl_defaults():
     """verl's PPO_RAY_RUNTIME_ENV env_vars (verl/trainer/constants_ppo.py) of the job's verl, read with ast (verl is
-    never imported: it imports torch): its constant entries, and (text, where). ({}, why) when not readable."""
+    never imported: it imports torch): its constant entries, and (text, where). ({}, why) when not read: the file
+    is the job's, so it is hostile input (a FIFO, a device, a file over VERL_SOURCE_LIMIT, one that does not parse
+    or is nested 100,000 deep is "not read", with its reason, and the cluster is checked without verl's defaults)."""
     import ast
     import importlib.util
 
@@ -132,10 +155,12 @@ def verl_defaults():
         return {}, "verl's defaults not applied: the job's Python has no verl"
     path = os.path.join(places[0], "trainer", "constants_ppo.py")
     try:
-        with open(path, "rb") as fh:
-            tree = ast.parse(fh.read(1 << 20))
-    except (OSError, SyntaxError, ValueError):
-        return {}, "verl's defaults not applied: %s could not be read" % path
+        raw, size = read_bounded(path, VERL_SOURCE_LIMIT)
+        if size > len(raw):
+            raise ReadRefused("it is larger than %d bytes (%d bytes)" % (VERL_SOURCE_LIMIT, size))
+        tree = parse_python(raw, path)
+    except ReadRefused as exc:
+        return {}, "verl's defaults not applied: %s was not read (%s)" % (path, cut_text(str(exc), 300))
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and any(getattr(t, "id", None) == "PPO_RAY_RUNTIME_ENV" for t in stmt.targets) \
                 and isinstance(stmt.value, ast.Dict):
@@ -167,6 +192,35 @@ def compose_runtime_env(request):
     if request.get("ship") and os.path.isdir(request["ship"]):
         runtime_env["py_modules"] = [request["ship"]]
     return runtime_env, where
+
+
+# A node task's answer (node_check), field by field: it crossed Ray from the node, so each is checked for its type.
+ANSWER_FIELDS = (("host", str), ("python", str), ("why", str), ("exit_code", int), ("size", int), ("stderr", str),
+                 ("ran", str), ("runtime_env_seen", list), ("report", bytes))
+
+
+def take_answer(entry, got, folder, limit):
+    """A node task's answer into the node's entry, its report to `folder`/reports/<index>.json. An answer with a
+    field of the wrong type is that node's entry saying which ("why"); the other nodes' answers are taken as usual."""
+    if not isinstance(got, dict):
+        entry["why"] = "its answer to the doctor is malformed: %s, not an object" % cut_text(repr(got), 80)
+        return
+    bad = ["%s is %s" % (name, cut_text(repr(got[name]), 80)) for name, kind in ANSWER_FIELDS
+           if name in got and (not isinstance(got[name], kind) or isinstance(got[name], bool)
+                               or (kind is list and not all(isinstance(n, str) for n in got[name])))]
+    if bad:
+        entry["why"] = "its answer to the doctor is malformed: " + "; ".join(bad)
+        return
+    entry.update({name: got[name] for name, _ in ANSWER_FIELDS if name in got and name != "report"})
+    report, size = got.get("report") or b"", got.get("size") or 0
+    if report:
+        path = os.path.join(folder, "reports", "%d.json" % entry["index"])
+        with open(path + ".tmp", "wb") as fh:
+            fh.write(report)
+        os.replace(path + ".tmp", path)
+    elif "why" not in entry:
+        entry["why"] = ("its report was %d bytes, over the %d-byte limit" % (size, limit) if size > limit else
+                        "the doctor on the node wrote no report (exit %s)" % entry.get("exit_code"))
 
 
 def _why(exc):
@@ -224,7 +278,7 @@ def answer(request):
             options["runtime_env"] = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
         refs[remote.options(**options).remote(request["argv"], limit, max(5.0, task_s - 5.0),
                                               runtime_env.get("env_vars") or {}, request.get("static_request"),
-                                              request.get("ship_package"))] = entry
+                                              request.get("ship_package"), request.get("job_args"))] = entry
     pending = list(refs)
     deadline = started + task_s
     os.makedirs(os.path.join(folder, "reports"), exist_ok=True)
@@ -237,19 +291,10 @@ def answer(request):
             except Exception as exc:  # noqa: BLE001 - every failure of a node is an entry, never a missing row
                 entry["why"] = _why(exc)
                 continue
-            report = got.pop("report", b"") if isinstance(got, dict) else b""
-            if isinstance(got, dict):
-                entry.update({k: got[k] for k in ("host", "python", "why", "exit_code", "size", "stderr", "ran",
-                                                  "runtime_env_seen") if k in got})
-            if report:
-                path = os.path.join(folder, "reports", "%d.json" % entry["index"])
-                with open(path + ".tmp", "wb") as fh:
-                    fh.write(report)
-                os.replace(path + ".tmp", path)
-            elif "why" not in entry:
-                entry["why"] = ("its report was %d bytes, over the %d-byte limit" % (entry.get("size") or 0, limit)
-                                if (entry.get("size") or 0) > limit else "the doctor on the node wrote no report "
-                                "(exit %s)" % entry.get("exit_code"))
+            try:
+                take_answer(entry, got, folder, limit)
+            except Exception as exc:  # noqa: BLE001 - an answer that cannot be taken fails its node alone
+                entry["why"] = "its answer could not be taken (%s: %s)" % (type(exc).__name__, cut_text(str(exc), 200))
     for ref in pending:
         refs[ref]["why"] = "the node did not answer within %.0f s (its check was cancelled)" % task_s
         try:

@@ -10,6 +10,12 @@ import os
 import re
 
 
+def _common():
+    from dsv4probe_static_installed import _common
+
+    return _common()
+
+
 def _small(path, limit=1 << 22):
     from dsv4probe_static_installed import read_regular
 
@@ -37,8 +43,8 @@ def files_version(folder):
         if not text:
             continue
         try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError):
+            tree = _common().parse_python(text, name)
+        except OSError:  # ReadRefused: it does not parse, or is nested too deeply
             continue
         values = {}
         for node in tree.body:

@@ -33,16 +33,21 @@ MAX_OBJECTS = 16  # shared objects read per module
 SECTION = b".nv_fatbin"
 
 
-def _cut_text(text, limit):
-    """dsv4probe_common.cut_text (redact-aware: never part of a word, so never part of a secret): the probe loaded it
-    first, so it is in sys.modules; imported on its own (in-process tests), the copy beside it."""
+def _common():
+    """dsv4probe_common: the probe loaded it first, so it is in sys.modules; imported on its own (in-process tests),
+    the copy beside it."""
     common = sys.modules.get("dsv4probe_common")
     if getattr(common, "PROBE_COMMON", None) is not True:
         import importlib
 
         common = importlib.import_module(".dsv4probe_common", __package__) if __package__ else \
             importlib.import_module("dsv4probe_common")
-    return common.cut_text(text, limit)
+    return common
+
+
+def _cut_text(text, limit):
+    """dsv4probe_common.cut_text (redact-aware: never part of a word, so never part of a secret)."""
+    return _common().cut_text(text, limit)
 
 
 def _arch_name(prefix, arch, flags):
@@ -155,25 +160,21 @@ def read_object(path):
     """What one shared object holds: {path, size, has_fatbin, cubins, ptx, ...} or {path, error}."""
     entry = {"path": path}
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fh = _common().open_regular(path)  # the probes' one read path: a FIFO or a device is refused at once
     except OSError as exc:
         entry["error"] = "%s: %s" % (type(exc).__name__, exc)
         return entry
-    try:
-        info = os.fstat(fd)
-        if not (info.st_mode & 0o170000 == 0o100000):
-            os.close(fd)
-            entry["error"] = "not a regular file"
-            return entry
-        entry["size"] = info.st_size
-        with os.fdopen(fd, "rb") as fh:
-            section = _section_of(fh, info.st_size)
+    with fh:
+        try:
+            size = os.fstat(fh.fileno()).st_size
+            entry["size"] = size
+            section = _section_of(fh, size)
             entry["has_fatbin"] = section is not None
             if section is not None:
                 entry["section_bytes"] = section[1]
                 entry.update(read_fatbins(fh, section[0], section[1]))
-    except (OSError, ValueError, struct.error, IndexError, OverflowError) as exc:
-        entry["error"] = "%s: %s" % (type(exc).__name__, _cut_text(str(exc), 300))
+        except (OSError, ValueError, struct.error, IndexError, OverflowError) as exc:
+            entry["error"] = "%s: %s" % (type(exc).__name__, _cut_text(str(exc), 300))
     return entry
 
 

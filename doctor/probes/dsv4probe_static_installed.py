@@ -7,11 +7,9 @@ A part of the static probe (dsv4probe_static.py), loaded by path (dsv4probe_comm
 import hashlib
 import importlib.machinery
 import importlib.util
-import json
 import os
 import platform
 import re
-import stat
 import sys
 
 
@@ -21,16 +19,21 @@ MAX_REQUIRES = 2000
 MAX_COPIES = 32
 
 
-def _cut_text(text, limit):
-    """dsv4probe_common.cut_text (redact-aware: never part of a word, so never part of a secret): the probe loaded it
-    first, so it is in sys.modules; imported on its own (in-process tests), the copy beside it."""
+def _common():
+    """dsv4probe_common: the probe loaded it first, so it is in sys.modules; imported on its own (in-process tests),
+    the copy beside it."""
     common = sys.modules.get("dsv4probe_common")
     if getattr(common, "PROBE_COMMON", None) is not True:
         import importlib
 
         common = importlib.import_module(".dsv4probe_common", __package__) if __package__ else \
             importlib.import_module("dsv4probe_common")
-    return common.cut_text(text, limit)
+    return common
+
+
+def _cut_text(text, limit):
+    """dsv4probe_common.cut_text (redact-aware: never part of a word, so never part of a secret)."""
+    return _common().cut_text(text, limit)
 
 
 def python_facts():
@@ -146,27 +149,10 @@ def distribution_index():
 
 
 def read_bounded(path, limit=1 << 22):
-    """(a regular file's first `limit` bytes, its size). Anything else (a FIFO, a device) raises OSError without
-    blocking: a FIFO named METADATA would stall the whole probe until its timeout. The read is sized by the file
-    (a buffer of `limit` bytes for each small file made a scan of 20,000 distributions mostly page faults)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError("%s is not a regular file" % path)
-        chunks = []
-        got = 0
-        want = min(limit, info.st_size + 1) if info.st_size else min(limit, 1 << 16)
-        while got < limit:
-            asked = min(want if not got else 1 << 16, limit - got)
-            chunk = os.read(fd, asked)
-            chunks.append(chunk)
-            got += len(chunk)
-            if len(chunk) < asked:  # a regular file reads short only at its end
-                break
-        return b"".join(chunks), info.st_size
-    finally:
-        os.close(fd)
+    """(a regular file's first `limit` bytes, its size): dsv4probe_common.read_bounded, the probes' one read path.
+    Anything else (a FIFO, a device) raises its ReadRefused, an OSError, without blocking: a FIFO named METADATA
+    would stall the whole probe until its timeout."""
+    return _common().read_bounded(path, limit)
 
 
 def read_regular(path, limit=1 << 22):
@@ -239,8 +225,8 @@ def _direct_url(folder):
     if not text.strip():
         return None
     try:
-        return json.loads(text)
-    except ValueError:
+        return _common().decode_json(text)
+    except OSError:  # ReadRefused: not JSON, or nested too deeply
         return {"error": "unreadable direct_url.json"}
 
 

@@ -72,12 +72,7 @@ def _pth_owner(entry, sites):
         except OSError:
             continue
         for name in names:
-            try:
-                fd = os.open(os.path.join(site_dir, name), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-                with os.fdopen(fd, "rb") as fh:
-                    text = fh.read(1 << 16).decode("utf-8", "replace")
-            except OSError:
-                continue
+            text = _small(os.path.join(site_dir, name), 1 << 16)
             for line in text.splitlines():
                 line = line.strip()
                 if line and not line.startswith(("#", "import ", "import\t")) and \

@@ -10,7 +10,7 @@ import os
 import re
 import time
 
-from dsv4probe_common import cut_text, load_module  # in sys.modules: it loads this part
+from dsv4probe_common import ReadRefused, load_module, parse_python  # in sys.modules: it loads this part
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 load_module("dsv4probe_static_installed", HERE)
@@ -238,8 +238,8 @@ def parse_prefix(raw, path):
         cut = cuts.pop()
         tried += 1
         try:
-            return raw[:cut], ast.parse(raw[:cut], filename=path)
-        except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError, MemoryError):
+            return raw[:cut], parse_python(raw[:cut], path)
+        except ReadRefused:
             # The first cut stays, and is the last try: the first top-level statements at least.
             del cuts[1 if tried == _PREFIX_TRIES - 1 else len(cuts) - min(len(cuts) - 1, (1 << (2 * tried - 2)) - 1):]
     return b"", None
@@ -272,10 +272,10 @@ def source_facts(module, needles, owners=(), attributes=()):
             return result
     else:
         try:
-            tree = ast.parse(raw, filename=path)
-        except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError, MemoryError) as exc:
+            tree = parse_python(raw, path)
+        except ReadRefused as exc:
             # Non-UTF-8 without a coding cookie, nesting too deep to compile: not read, and said so (never empty).
-            result["error"] = "%s: %s" % (type(exc).__name__, cut_text(str(exc), 300) or "(no message)")
+            result["error"] = exc.cause or str(exc)
             return result
         result["sha256"] = hashlib.sha256(raw).hexdigest()
     text = raw.decode("utf-8", errors="replace")

@@ -14,13 +14,14 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
         os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
     sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
-from dsv4probe_common import error_info, serve, stage
+from dsv4probe_common import error_info, read_bounded, serve, stage
 
 import glob
 import time
 
 
 LIBRARIES = ("libcudnn.so", "libnccl.so")
+MAPS_LIMIT = 64 << 20  # /proc/self/maps: about 1 MB with torch and CUDA loaded
 SYSTEM_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
                "/usr/local/cuda/lib64", "/lib/x86_64-linux-gnu")
 
@@ -29,10 +30,10 @@ def loaded_libraries():
     """The cuDNN and NCCL files mapped into this process, by family."""
     out = dict((name, []) for name in LIBRARIES)
     try:
-        with open("/proc/self/maps") as fh:
-            paths = set(line.split()[-1] for line in fh if ".so" in line and "/" in line)
-    except OSError:
+        maps = read_bounded("/proc/self/maps", MAPS_LIMIT)[0].decode("utf-8", "replace")
+    except OSError:  # ReadRefused
         return out
+    paths = set(line.split()[-1] for line in maps.splitlines() if ".so" in line and "/" in line)
     for path in sorted(paths):
         base = os.path.basename(path)
         for name in LIBRARIES:
