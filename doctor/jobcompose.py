@@ -9,6 +9,7 @@ overrides-only command, `--static-only`), the doctor's own reader's settings sta
 
 from __future__ import annotations
 
+import ast
 import os
 from dataclasses import replace
 from typing import Any
@@ -102,13 +103,15 @@ def compose(session: Any, profile: Profile, preflight: bool) -> Profile:
     answer: dict = {}
     if why_not is None:
         answer, why_not = _run(session, job, preflight)
+    elif composable(job):  # --static-only: only files are read, so the config is judged as without Hydra
+        answer = _located(session)[0]
     if why_not is not None:
         if pending:
             raise UsageError(pending)
         read_by = f"read by the doctor ({why_not})"
         errors: list[str] = []
         against = None
-        if answer.get("verl_dir") and why_not.startswith("Hydra"):
+        if answer.get("verl_dir") and (why_not.startswith("Hydra") or profile.static_only):
             errors, against = _judged_without_hydra(job, answer)
         return replace(profile, job=replace(job, read_by=read_by, config_errors=job.config_errors + errors,
                                             checked_against=against))
@@ -116,41 +119,78 @@ def compose(session: Any, profile: Profile, preflight: bool) -> Profile:
 
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
+ENTRY_BYTES = 2_000_000  # an entry module, as the composition probe reads it
 
 
 def _judged_without_hydra(job: Job, found: dict) -> tuple[list[str], str | None]:
-    """verl's files are readable, Hydra is not importable: the overrides against verl's generated config (None:
-    there is none for the command's config)."""
-    from .job.generated import generated_file, judge
+    """verl's files are readable, Hydra is not at work (not importable, or --static-only): the overrides against
+    verl's config as Hydra would compose it, for every verl trainer: its generated file where verl ships one (PPO),
+    else its config composed by structure (the SFT trainer's). None: the command's config is not one the reader
+    follows (a config file of the user's, a config with nested defaults)."""
+    from .job.generated import composed_keys, generated_file, judge, judge_keys
 
     options = _hydra_options(job)
-    if options["config_path"] not in (None, "config") or job.trainer == "sft":
+    if options["config_path"] not in (None, "config"):
         return [], None
-    name = generated_file(options["config_name"], _overrides(job))
-    path = os.path.join(str(found["verl_dir"]), "trainer", "config", name) if name else None
-    try:  # hostile input: bounded, never blocking (a FIFO is refused), decoded leniently
-        text = read_file(path or "", MAX_CONFIG_BYTES).decode("utf-8", "replace")
+    folder = os.path.join(str(found["verl_dir"]), "trainer", "config")
+
+    def read(relpath: str) -> str | None:
+        try:  # hostile input: bounded, never blocking (a FIFO is refused), decoded leniently
+            return read_file(os.path.join(folder, relpath), MAX_CONFIG_BYTES).decode("utf-8", "replace")
+        except ReadRefused:
+            return None
+
+    config = options["config_name"] or _entry_config_name(found, job)
+    name = generated_file(config, _overrides(job)) if config in (None, "ppo_trainer", "ppo_megatron_trainer") else None
+    if name is not None:
+        text = read(name)
+        if text is None:
+            return [], None
+        where = f"verl {found.get('verl')}'s {name}"
+        return judge(text, _overrides(job), f"read by the doctor in {where}"), where
+    composed = composed_keys(config, _overrides(job), read) if config else None
+    if composed is None:
+        return [], None
+    where = f"verl {found.get('verl')}'s {config} (composed by structure)"
+    return judge_keys(*composed, _overrides(job), f"read by the doctor in {where}"), where
+
+
+def _entry_config_name(found: dict, job: Job) -> str | None:
+    """The config name of the entry module's `@hydra.main(config_name=...)`, read with ast (never imported)."""
+    from .safeio import parse_python
+
+    path = os.path.join(str(found["verl_dir"]), *(job.entry or "").split(".")[1:]) + ".py"
+    try:
+        tree = parse_python(read_file(path, ENTRY_BYTES), path)
     except ReadRefused:
-        return [], None
-    where = f"verl {found.get('verl')}'s {name}"
-    return judge(text, _overrides(job), f"read by the doctor in {where}"), where
+        return None
+    names = [k.value.value for node in ast.walk(tree) if isinstance(node, ast.Call) for k in node.keywords
+             if k.arg == "config_name" and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)]
+    return names[0] if len(names) == 1 else None
 
 
-def _run(session: Any, job: Job, preflight: bool) -> tuple[dict, str | None]:
+def _located(session: Any) -> tuple[dict, str | None]:
+    """The target's verl as the static probe found it ({"verl_dir", "verl"}), or ({}, why not)."""
     static = session.pool.result(session.static_probe, session.timeout + 1) if session.static_probe else None
     facts = StaticFacts(static.data if static is not None and static.ok else {})
     verl = facts.module("verl")
     locations = verl.get("locations") or []
     if not verl.get("found") or not locations:
         return {}, "verl is not in the target"
-    located = {"verl_dir": locations[0], "verl": facts.version("verl") or "(no metadata)"}
+    return {"verl_dir": locations[0], "verl": facts.version("verl") or "(no metadata)"}, None
+
+
+def _run(session: Any, job: Job, preflight: bool) -> tuple[dict, str | None]:
+    located, missing = _located(session)
+    if missing:
+        return located, missing
     parts = (job.entry or "").split(".")[1:]
-    entry_file = os.path.join(locations[0], *parts) + ".py"
+    entry_file = os.path.join(located["verl_dir"], *parts) + ".py"
     if not os.path.isfile(entry_file):
         return located, f"the entry module {job.entry} is not in the target's verl"
     # The overrides and the command's `env K=V` values may hold secrets: they travel in the probe's request, a file
     # only the doctor's user reads (probes.run_probe), never on a command line.
-    words = {"overrides": _overrides(job), "env_set": job.env, "env_unset": job.unset}
+    words = {"overrides": _overrides(job), "argv": list(job.overrides), "env_set": job.env, "env_unset": job.unset}
     options = _hydra_options(job)
     extra = _config_dir(job)
     if extra:  # Hydra's --config-dir: an absolute path, relative ones from the working directory
@@ -242,7 +282,10 @@ def _apply(profile: Profile, job: Job, answer: dict) -> Profile:
     if isinstance(error, dict):
         refused = _not_known(job, "Hydra refuses the command (see job.config)")
         refused.read_by, refused.composed = read_by, versions
-        refused.config_errors = [scrubbed(job, f"Hydra: {error.get('type')}: {error.get('message')}")]
+        said = (f"Hydra's argument parser refuses the command ({error.get('message')}): the entry's @hydra.main "
+                "stops there, before composing" if error.get("kind") == "arguments"
+                else f"Hydra: {error.get('type')}: {error.get('message')}")
+        refused.config_errors = [scrubbed(job, said)]
         return profile_for(base, refused, *options)
     roles: dict[str, dict[str, Setting]] = {}
     common: dict[str, Setting] = {}

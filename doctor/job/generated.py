@@ -1,11 +1,15 @@
-"""Where the target has verl's config files but no Hydra: the overrides judged against verl's generated config.
+"""Where the target has verl's config files but no Hydra: the overrides judged against verl's composed config.
 
 verl ships its PPO trainer's composed config flattened into `verl/trainer/config/_generated_ppo_<engine>_trainer.yaml`
 (`scripts/print_cfg.py --cfg job model_engine=<engine>`). Its keys are read by structure (indentation, mapping keys;
 no YAML library: the CLI has none), bounded. Hydra composes in struct mode, so `+key=...` on a key the config has
 stops the job ("Could not append to config. An item is already at ..."), and so does `key=...` on one it lacks
 ("Could not override ..."). Which generated file applies follows the command's config name and its `model_engine`
-choice; any other config (the SFT trainer's, a config file of the user's) is not judged here.
+choice. A config verl ships no generated file for (the SFT trainer's `sft_trainer_engine`) is composed here by
+structure as Hydra composes it: its defaults list (`group@package: option`, the command's `group=option` choices
+first) puts each group file's keys under its package, and `_self_` the file's own; a group file with a defaults list of
+its own, or a choice whose file is not there, leaves the config not judged. A config file of the user's
+(`--config-path`) is not judged here.
 """
 
 from __future__ import annotations
@@ -74,7 +78,85 @@ def config_keys(text: str) -> tuple[set[str], set[str]]:
 
 def judge(text: str, overrides: list[str], where: str) -> list[str]:
     """Hydra's composition errors that the overrides would give against this generated config."""
-    keys, mappings = config_keys(text)
+    return judge_keys(*config_keys(text), overrides, where)
+
+MAX_GROUP_FILES = 32
+_DEFAULT_ENTRY = re.compile(
+    r"\s*-\s*(?P<group>[A-Za-z0-9_/.]+)(?:@(?P<package>[A-Za-z0-9_.]+))?\s*:\s*(?P<option>\S+)\s*$")
+
+
+def _defaults(text: str) -> list[tuple[str, str, str]] | None:
+    """A config file's defaults list as (group, package, option) entries, `_self_` as ("_self_", "", ""); None
+    where an entry is not one this reader follows (an `override`, an optional or a list option, a nested path)."""
+    out: list[tuple[str, str, str]] = []
+    lines = text.splitlines()[:MAX_LINES]
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == "defaults:"), None)
+    if start is None:
+        return out
+    for line in lines[start + 1:]:
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if not line.startswith((" ", "-")):
+            break  # the next top-level key
+        if stripped == "- _self_":
+            out.append(("_self_", "", ""))
+            continue
+        m = _DEFAULT_ENTRY.fullmatch(line)
+        if m is None or m.group("group").startswith(("override", "optional")) or m.group("option").startswith("["):
+            return None
+        group = m.group("group")
+        out.append((group, m.group("package") or group.replace("/", "."), m.group("option")))
+    return out
+
+
+def composed_keys(name: str, overrides: list[str], read) -> tuple[set[str], set[str]] | None:
+    """(every key path, the mapping paths) of the config `name` as Hydra composes it from its defaults list and the
+    command's group choices, or None where this reader cannot follow it. `read(relpath)`: a config file's text, or
+    None when it is not there or not read."""
+    text = read(f"{name}.yaml")
+    entries = _defaults(text) if text is not None else None
+    if entries is None:
+        return None
+    choices = {}
+    for word in overrides:
+        key, eq, value = word.partition("=")
+        if eq and not key.startswith(("+", "~")) and "." not in key:
+            choices[key] = value.strip("'\"")
+    if "_self_" not in [group for group, _, _ in entries]:
+        entries.append(("_self_", "", ""))  # Hydra 1.1+: the file's own keys come last when _self_ is not listed
+    keys, mappings = set(), {""}
+    for group, package, option in entries[:MAX_GROUP_FILES]:
+        if group == "_self_":
+            found = config_keys(_without_defaults(text))
+            prefix = ""
+        else:
+            body = read(f"{group}/{choices.get(group, option)}.yaml")
+            if body is None or _defaults(body):
+                return None  # a choice that is not there (Hydra would refuse it), or nested defaults: not judged
+            found, prefix = config_keys(body), package + "."
+            keys.add(package)
+            mappings.add(package)
+        keys |= {prefix + k for k in found[0]}
+        mappings |= {prefix + k for k in found[1] if k}
+    return keys, mappings
+
+
+def _without_defaults(text: str) -> str:
+    lines, out, inside = text.splitlines()[:MAX_LINES], [], False
+    for line in lines:
+        if line.rstrip() == "defaults:":
+            inside = True
+            continue
+        if inside and (not line.strip() or line.startswith((" ", "-", "#"))):
+            continue
+        inside = False
+        out.append(line)
+    return "\n".join(out)
+
+
+def judge_keys(keys: set[str], mappings: set[str], overrides: list[str], where: str) -> list[str]:
+    """Hydra's composition errors that the overrides would give against a config of these keys."""
     problems = []
     for word in overrides:
         m = HYDRA_OVERRIDE.fullmatch(word)

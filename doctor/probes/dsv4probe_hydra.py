@@ -117,6 +117,39 @@ def typed(value):
         return ({"…": "not read"} if kind == "dict" else ["…"]), kind
 
 
+class _Refused(Exception):
+    pass
+
+
+def hydra_refuses(argv):
+    """Hydra's own argument parser (the one its `@hydra.main` runs before composing: hydra._internal.utils
+    get_args_parser) over the entry's words, or None when it takes them. Its refusal, as Hydra prints it
+    ("unrecognized arguments: b=2" for overrides on both sides of --config-name), else None (taken, or a Hydra without
+    that parser: not judged)."""
+    if not isinstance(argv, list):
+        return None
+    try:
+        from hydra._internal.utils import get_args_parser
+
+        parser = get_args_parser()
+    except BaseException:
+        return None
+
+    def error(message):
+        raise _Refused(message)
+
+    parser.error = error  # argparse prints the usage and exits; the message is what is wanted
+    try:
+        parser.parse_args([str(w) for w in argv])
+    except _Refused as exc:
+        return cut_text("error: %s" % exc, MAX_MESSAGE)
+    except SystemExit:  # --help, --version: it prints and exits without training
+        return "it prints and exits without training (--help, --hydra-help or --version)"
+    except BaseException as exc:
+        return _message(exc)
+    return None
+
+
 def _message(exc):
     return cut_text("%s: %s" % (type(exc).__name__, exc), MAX_MESSAGE)
 
@@ -160,6 +193,10 @@ def answer(request):
         os.environ.pop(name, None)
     os.environ.update({str(k): str(v) for k, v in (words.get("env_set") or {}).items()})
     overrides = [str(w) for w in words.get("overrides") or ()]
+    refused = hydra_refuses(words.get("argv"))
+    if refused is not None:  # the job's @hydra.main would stop here, before composing anything
+        out["error"] = {"kind": "arguments", "type": "argparse", "message": refused}
+        return out
 
     extra_dir = request.get("extra_config_dir")  # --config-dir / -cd: a search path in front of the main one
 
