@@ -8,7 +8,8 @@ Every built-in check's fixes pass through `route` (model.Check.route_fixes) afte
   job imports. A Megatron checkout is updated in place (checks/fixes.py, mcore).
 - The installer: `"$PY" -I -m pip` where pip is importable; `uv pip ... --python "$PY"` in a venv uv made, with uv
   on PATH; else `"$PY" -I -m ensurepip --upgrade` first; where even ensurepip is missing the plan says "no
-  installer" and stops.
+  installer" and stops. An externally managed interpreter (PEP 668) gets the two ways pip installs there first
+  (checks/installer_fixes.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import shlex
 from dsv4_doctor.facts import STACK_MODULE_OF, StaticFacts, canonical
 from dsv4_doctor.fix import plain_value
 from dsv4_doctor.model import Command, Fix, Phase
+
+from .installer_fixes import managed_routes
 
 STACK = STACK_MODULE_OF
 STACK_MODULES = tuple(dict.fromkeys(STACK.values()))
@@ -252,7 +255,7 @@ def route(ctx, fixes: list[Fix]) -> list[Fix]:
         return fixes
     static: StaticFacts = ctx.static
     installer, first = installer_choice(static)
-    out: list[Fix] = list(first)
+    out: list[Fix] = [*managed_routes(static, ctx.python), *first]  # PEP 668: the two ways pip installs there
 
     def before(step: Fix | None) -> None:
         if step is not None and all(step.key != f.key for f in out):

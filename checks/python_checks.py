@@ -38,6 +38,18 @@ def _requires_python(ctx: Context, version: str, unread: list[str]) -> list[str]
     return out
 
 
+def _externally_managed(ctx: Context) -> dict | None:
+    """PEP 668 as pip sees the target (the static probe's facts): whether pip refuses a plain install into it, the
+    marker and the distributor's message. Evidence only: the fix plan's installer policy acts on it
+    (checks/installer_fixes.py)."""
+    try:
+        facts = ctx.static.installer()["externally_managed"]
+    except Exception:  # no static facts: python.version judges the version alone
+        return None
+    keys = ("marker", "found", "in_venv", "enforced", "error", "unread", "override")
+    return {k: facts[k] for k in keys} if facts["known"] else None
+
+
 @check(
     "python.version",
     "Python version of the target interpreter",
@@ -67,6 +79,9 @@ def python_version(ctx: Context) -> Result:
     info = list(py.get("version_info") or [0, 0, 0])[:3]
     version = py.get("version") or "unknown"
     evidence = {"version": version, "executable": py.get("executable"), "implementation": py.get("implementation")}
+    managed = _externally_managed(ctx)
+    if managed is not None:
+        evidence["externally_managed"] = managed
     unread: list[str] = []
     refused = _requires_python(ctx, version, unread) if version != "unknown" else []
     if unread:

@@ -10,8 +10,8 @@ from dataclasses import fields
 
 from . import __version__
 from .app import Options
-from .helptext import (DESCRIPTION, EXIT_CODES_HELP, FIX_EPILOG, FLEET_EPILOG, PREFLIGHT_EPILOG, SMOKE_EPILOG,
-                       WARM_EPILOG, WARM_HELP)
+from .helptext import (DESCRIPTION, EXIT_CODES_HELP, FIX_APPLY_HELP, FIX_BREAK_HELP, FIX_EPILOG, FIX_JOB_ARGS_HELP,
+                       FIX_VENV_HELP, FLEET_EPILOG, PREFLIGHT_EPILOG, SMOKE_EPILOG, WARM_EPILOG, WARM_HELP)
 from .render.output import write_stdout
 
 COMMANDS = ("check", "smoke", "list", "explain", "fix", "warm", "preflight", "fleet")
@@ -59,7 +59,6 @@ def _port(value: str) -> int:
     return n
 
 
-
 # ------------------------------------------------------------------------------------------------------ parser
 
 PROG = "dsv4-doctor"
@@ -70,7 +69,7 @@ ROOT_OPTIONS = ("-h", "--help", "--version", "--install-completion", "--show-com
 INSPECTING_COMMANDS = ("check", "smoke", "fix", "preflight", "fleet")
 VALUE_OPTIONS = ("--cp", "--dsa-backend", "--gpu-arch", "--python", "--timeout", "--only", "--skip", "--device", "-f",
                  "--format", "-o", "--output", "--fleet-port", "--fleet-wait", "--job-args", "--job-args-file",
-                 "--job-cwd", "--report")
+                 "--job-cwd", "--report", "--venv")
 OPTION_NAMES = {f.name for f in fields(Options)} - {"command"}
 
 
@@ -337,12 +336,11 @@ def _app():
         timeout: float | None = shared.timeout,
         only: list[str] | None = shared.only,
         skip: list[str] | None = shared.skip,
-        apply: bool = Option(False, "--apply", help="Run the plan's pip steps with the target's pip, then re-check. "
-                             "Manual steps (torch) and job settings are never run."),
+        apply: bool = Option(False, "--apply", help=FIX_APPLY_HELP),
         yes: bool = Option(False, "--yes", "-y", help="Do not ask before applying (needed without a terminal)."),
-        job_args: str | None = Option(None, "--job-args", metavar="CMD", help=(
-            "The training command, as one shell-quoted string: the job.* checks run, and the plan ends with the "
-            "job's settings (CP_ARGS, export lines), as comments.")),
+        break_system_packages: bool = Option(False, "--break-system-packages", help=FIX_BREAK_HELP),
+        venv: str | None = Option(None, "--venv", metavar="DIR", help=FIX_VENV_HELP),
+        job_args: str | None = Option(None, "--job-args", metavar="CMD", help=FIX_JOB_ARGS_HELP),
         job_args_file: str | None = shared.job_args_file,
         job_cwd: str | None = shared.job_cwd,
     ) -> None:

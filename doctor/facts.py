@@ -131,17 +131,31 @@ class StaticFacts:
         return copy_of(self.module(module))
 
     def installer(self) -> dict:
-        """What can install into the target: pip (its origin, or None), uv_venv, uv (its path on PATH), ensurepip."""
+        """What can install into the target: pip (its origin, or None), uv_venv, uv (its path on PATH), ensurepip,
+        and externally_managed (PEP 668, typed by externally_managed)."""
         raw = self.python.get("installer")
         raw = raw if isinstance(raw, dict) else {}
         return {"known": bool(raw), "pip": _text_or_none(raw.get("pip")), "uv_venv": raw.get("uv_venv") is True,
-                "uv": _text_or_none(raw.get("uv")), "ensurepip": raw.get("ensurepip") is True}
+                "uv": _text_or_none(raw.get("uv")), "ensurepip": raw.get("ensurepip") is True,
+                "externally_managed": externally_managed(raw.get("externally_managed"))}
 
     def source(self, module: str) -> dict:
         """A module's ast summary: found, path, error, truncated, classes, functions, names, contains, attributes;
         typed."""
         m = self._section("sources").get(module)
         return _clean_source(m) if isinstance(m, dict) else {"found": False}
+
+
+def externally_managed(raw) -> dict:
+    """The static probe's PEP 668 facts, typed: marker (its path), found, in_venv, error (the distributor's message),
+    unread, override (where pip's own override is set), and `enforced`: the marker is there outside a venv, so pip
+    refuses a plain install (unless its override is set). `known` is False when the probe said nothing of it."""
+    raw = raw if isinstance(raw, dict) else {}
+    out = {"known": bool(raw), "found": raw.get("found") is True, "in_venv": raw.get("in_venv") is True}
+    for key in ("marker", "error", "unread", "override"):
+        out[key] = _text_or_none(raw.get(key))
+    out["enforced"] = out["found"] and not out["in_venv"] and out["marker"] is not None
+    return out
 
 
 def _text_or_none(value):

@@ -81,6 +81,12 @@ class Command:
         """`ensurepip ...`: the target's own ensurepip (`"$PY" -I -m ensurepip`), which installs its pip."""
         return self.argv[0] == "ensurepip"
 
+    @property
+    def is_venv(self) -> bool:
+        """`venv ...`: the target's own venv module (`"$PY" -I -m venv`), which makes the virtual environment that
+        the pip steps of an externally managed interpreter (PEP 668) install into."""
+        return self.argv[0] == "venv"
+
 
 # How a pip command runs, in the fix script and under `fix --apply`: `<target python> -I -m pip ...`, the target's own
 # pip (`-I`: a pip.py in the current directory is not pip), never whichever pip is first on PATH.
@@ -93,13 +99,34 @@ UV_SPELLING = {"--no-cache-dir": "--no-cache", "-y": None, "--yes": None, "--pre
 
 def installer_argv(python: str, cmd: Command, installer: str = "pip", uv: str = "uv") -> list[str]:
     """How a pip command runs under an installer: the target's own pip, or uv aimed at the target."""
-    if cmd.is_ensurepip:
+    if cmd.is_ensurepip or cmd.is_venv:
         return [python, "-I", "-m", *cmd.argv]
     if installer == "uv":
         rest = [UV_SPELLING.get(a, a) for a in cmd.argv[2:]]
         return [uv, "pip", cmd.argv[1], "--python", python, *[a for a in rest if a is not None]] \
             if len(cmd.argv) > 1 else [uv, "pip", "--python", python]
     return [python, *PIP, *cmd.argv[1:]]
+
+
+BREAK_SYSTEM_PACKAGES = "--break-system-packages"
+BREAK_VARIABLE = "PIP_BREAK_SYSTEM_PACKAGES"
+_AIMED_ELSEWHERE = ("--target", "-t", "--prefix", "--root")  # pip skips PEP 668's check for an install aimed so
+
+
+def breaking_system_packages(cmd: Command) -> Command:
+    """`cmd` as pip accepts it in an externally managed interpreter (PEP 668), by pip's own override: an install or
+    uninstall with --break-system-packages (pip checks the marker for those, except an install aimed elsewhere with
+    --target, --prefix or --root, which is left as it is); ensurepip with PIP_BREAK_SYSTEM_PACKAGES=1, which the pip
+    it runs reads (ensurepip itself has no such option). Anything else is unchanged."""
+    if cmd.is_ensurepip:
+        return Command(cmd.argv, (*[(n, v) for n, v in cmd.env if n != BREAK_VARIABLE], (BREAK_VARIABLE, "1")))
+    if not cmd.is_pip or len(cmd.argv) < 2 or cmd.argv[1] not in ("install", "uninstall") \
+            or BREAK_SYSTEM_PACKAGES in cmd.argv:
+        return cmd
+    if cmd.argv[1] == "install" and any(a in _AIMED_ELSEWHERE or a.split("=", 1)[0] in _AIMED_ELSEWHERE
+                                        for a in cmd.argv[2:]):
+        return cmd
+    return Command((cmd.argv[0], cmd.argv[1], BREAK_SYSTEM_PACKAGES, *cmd.argv[2:]), cmd.env)
 
 
 class Phase(str, enum.Enum):
@@ -124,7 +151,7 @@ class Fix:
     notes: tuple[str, ...] = ()  # e.g. the compiled extensions to rebuild after a torch change
     # What the fix changes where the job imports from, as data a program can carry out ("kind" and its fields:
     # drop-pythonpath-entry, disable-user-site, update-checkout, move-aside, install-into-entry, install-pip,
-    # no-installer).
+    # no-installer; PEP 668's two ways: make-venv, break-system-packages).
     action: tuple[tuple[str, str], ...] = ()
     installer: str = "pip"  # how its pip commands run: "pip" ("$PY" -I -m pip) or "uv" (uv pip --python "$PY")
 

@@ -9,7 +9,10 @@ What `--apply` runs: only the automatic steps whose command is `pip ...`, as `<t
 the exact arguments shown (`-I`: a `pip.py` in the current directory is not pip). It never runs a shell, a manual
 step (a torch reinstall), a job setting, or any other program a plugin names; those stay in the script as comments
 for a person to read. While a manual torch step is pending, the steps that build against torch are held back too:
-they would compile against the torch that is about to be replaced.
+they would compile against the torch that is about to be replaced. For an externally managed interpreter (PEP 668)
+the plan takes one way pip installs there (fixpep668.py): its first step then makes a virtual environment
+(`<target python> -I -m venv --system-site-packages ...`) whose python runs the pip steps, or every pip step carries
+pip's --break-system-packages.
 
 The `+ command` echo of `--apply` goes through the report's redaction and cleaning, as the script does.
 """
@@ -25,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .fix import Command, Fix, Phase, env_value, installer_argv
 from .fixmet import already_met, fixes_to_run as fixes_to_run  # the rule lives in fixmet.py (render uses it too)
+from .fixpep668 import VENV_BLOCKED, VENV_KEY, Policy, installer_way
 from .model import CheckReport, Status
 from .procs import kill_group
 from .redact import Redactor, cap, clean_text
@@ -45,9 +49,9 @@ class Step:
     @property
     def runnable(self) -> bool:
         """Not manual, not a setting, and every command is pip or ensurepip (run with the target's interpreter, or
-        uv aimed at it)."""
+        uv aimed at it), or the plan's own venv step for an externally managed interpreter (fixpep668.py)."""
         return not self.fix.manual and self.fix.phase is not Phase.SETTING and bool(self.commands) and \
-            all(c.is_pip or c.is_ensurepip for c in self.commands)
+            all(c.is_pip or c.is_ensurepip or (c.is_venv and self.fix.key == VENV_KEY) for c in self.commands)
 
     @property
     def automatic(self) -> bool:
@@ -59,27 +63,31 @@ class Step:
 class Plan:
     steps: list[Step]
     unfixable: list[str]  # failing or erroring checks that offer no fix at all
+    venv_python: str | None = None  # PEP 668's venv way: the venv's python, which the pip steps run with
+    installer_way: str = ""  # PEP 668: the way the plan took and why, one line ("" where pip installs as it is)
 
     @property
     def no_installer(self) -> Step | None:
-        """The step that says the target has no installer (no pip, no ensurepip, no uv): nothing can be installed."""
-        return next((s for s in self.steps if s.fix.key == NO_INSTALLER), None)
+        """The step that says nothing can be installed: the target has no installer (no pip, no ensurepip, no uv),
+        or the venv's folder of an externally managed interpreter cannot be used."""
+        return next((s for s in self.steps if s.fix.key in (NO_INSTALLER, VENV_BLOCKED)), None)
 
     @property
     def exit_code(self) -> int:
         return 1 if self.unfixable or self.no_installer else 0
 
 
-def plan_of(report: Report) -> Plan:
+def plan_of(report: Report, policy: Policy | None = None) -> Plan:
     """The plan of a report: its rows' statuses, and each row's fixes as the check made them (Report.actions: the
     commands `--apply` runs, which the printed report may withhold). The doctor's own rows (it crashed, or was
     interrupted before any check ran) are no check's finding: `incomplete` speaks for them."""
     return build_plan([CheckReport(id=row.id, title=row.title, status=row.status, summary=row.summary,
                                    fixes=list(report.actions.get(row.id, ()))) for row in report.checks
-                       if not row.id.startswith("doctor.")], report.installed)
+                       if not row.id.startswith("doctor.")], report.installed, policy)
 
 
-def build_plan(reports: Sequence[CheckReport[Fix]], installed: Mapping[str, str] | None = None) -> Plan:
+def build_plan(reports: Sequence[CheckReport[Fix]], installed: Mapping[str, str] | None = None,
+               policy: Policy | None = None) -> Plan:
     by_key: dict[str, Step] = {}
     unfixable = []
     for r in reports:
@@ -109,13 +117,14 @@ def build_plan(reports: Sequence[CheckReport[Fix]], installed: Mapping[str, str]
         step.commands = kept
     # A fix that is prose only (a setting, a withheld command) stays; one whose commands all came earlier goes.
     steps = [s for s in steps if s.commands or not s.fix.commands]
+    steps, venv_python, way = installer_way(steps, policy or Policy())
     pending = next((n for n, s in enumerate(steps, 1) if s.fix.phase is Phase.RUNTIME and not s.runnable
                     and s.fix.commands), None)
     if pending is not None:
         for step in steps:
             if step.fix.phase is Phase.BUILD and step.runnable:
                 step.held_by = pending
-    return Plan(steps, unfixable)
+    return Plan(steps, unfixable, venv_python, way)
 
 
 def pip_argv(python: str, cmd: Command, installer: str = "pip") -> list[str]:
@@ -156,7 +165,7 @@ def apply(plan: Plan, python: str, procs, redact: Redactor | None = None,
         for cmd in step.commands:
             if interrupted():
                 return ran, 0
-            argv = pip_argv(python, cmd, step.fix.installer)
+            argv = pip_argv(python if cmd.is_venv else plan.venv_python or python, cmd, step.fix.installer)
             shown = shlex.join(redact.text(w) for w in argv)  # redact, then quote
             write_stderr("+ " + clean_text(cap(redact.text(cmd.env_prefix()) + shown)) + "\n")
             env = dict(os.environ, **{n: env_value(v, os.environ) for n, v in cmd.env}) if cmd.env else None
@@ -239,12 +248,18 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
     if not any(s.automatic for s in plan.steps):
         say("nothing to apply: the plan has no automatic (pip) step")
         return code
+    if plan.installer_way:  # PEP 668: the way it takes (a venv, or --break-system-packages), named before it runs
+        say("installing: " + plan.installer_way)
     if GATE.late is not None:
         say("nothing applied: a signal arrived while the plan was written")
         return 128 + GATE.late
     if not yes:
-        answer = ask(f"Run the {sum(len(s.commands) for s in plan.steps if s.automatic)} pip command(s) of this "
-                     "plan now?")
+        pips = sum(1 for s in plan.steps if s.automatic for c in s.commands if not c.is_venv)
+        question = f"Run the {pips} pip command(s) of this plan now?"
+        if plan.venv_python:
+            question = f"Make the virtual environment, then run the {pips} pip command(s) of this plan now?" if pips \
+                else "Make the virtual environment of this plan now (its pip steps are left for you)?"
+        answer = ask(question)
         if answer.signum is not None:
             say("\nnothing applied")
             return 128 + answer.signum
@@ -262,12 +277,16 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
     if failed:
         say(f"a pip command failed with exit code {failed}; stopped after {ran} command(s)")
         return int(ExitCode.FAILED)
-    again = recheck()
+    again = recheck()  # the caller's: of plan.venv_python where the plan made a venv
     for line in not_applied:
         say(line)
     say("before: " + before)
     for line in after_apply(again):
         say(line)
+    if plan.venv_python:
+        folder = os.path.dirname(os.path.dirname(plan.venv_python))
+        say(f"the pip steps installed into the virtual environment {folder} (PEP 668), which the re-check inspected: "
+            f"run the job with {plan.venv_python}, and check it with --python {plan.venv_python}")
     return again.exit_code
 
 

@@ -20,6 +20,17 @@ SMOKE_EPILOG = ("Exit codes: 0 the smoke forward passed or was skipped; 1 it fai
 FIX_EPILOG = ("Exit codes: 0 a plan was printed (or nothing to fix); 1 some failure has no fix; 2 usage error; 3 the "
               "run behind the plan crashed; 4 the plan could not be written (stdout closed or full: nothing is "
               "applied); 129/130/143 interrupted. With --apply: the re-check's exit code.")
+FIX_APPLY_HELP = ("Run the plan's pip steps with the target's pip (an externally managed interpreter's: in a "
+                  "virtual environment, or with --break-system-packages), then re-check. Manual steps (torch) and job "
+                  "settings are never run.")
+FIX_BREAK_HELP = ("For an externally managed interpreter (PEP 668: Debian's and Ubuntu's python3), in an image you own "
+                  "(a container): install into it with pip's --break-system-packages instead of a virtual "
+                  "environment.")
+FIX_VENV_HELP = ("For an externally managed interpreter (PEP 668): the virtual environment the pip steps install into, "
+                 "made from it so that it sees its packages (default: .venv-dsv4 in the job's working directory); the "
+                 "job then runs with DIR/bin/python.")
+FIX_JOB_ARGS_HELP = ("The training command, as one shell-quoted string: the job.* checks run, and the plan ends with "
+                     "the job's settings (CP_ARGS, export lines), as comments.")
 WARM_EPILOG = ("Run as root after the stack is installed (the Dockerfile does); no GPU is needed. Exit codes: 0 the "
                "kernels were stored (or there was nothing to warm for the arch); 1 a kernel failed; 2 usage error.")
 WARM_HELP = ("Compile the doctor's own CuTe DSL kernels for a GPU arch, without a GPU, into the image-wide kernel "

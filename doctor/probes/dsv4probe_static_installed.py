@@ -67,7 +67,8 @@ def _pyvenv_uv():
 
 def installer_facts():
     """What can install into this interpreter: pip importable as `-I -m pip` finds it (site-packages only, no
-    PYTHONPATH, user site or current folder), a uv venv and uv on PATH, ensurepip with its bundled wheels."""
+    PYTHONPATH, user site or current folder), a uv venv and uv on PATH, ensurepip with its bundled wheels, and
+    whether pip refuses to install into it (PEP 668, dsv4probe_static_pep668)."""
     isolated = [p for p in sys.path if p and p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     try:
         import site
@@ -98,7 +99,18 @@ def installer_facts():
         if folder and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             uv = candidate
             break
-    return {"pip": pip, "uv_venv": _pyvenv_uv(), "uv": uv, "ensurepip": ensurepip}
+    return {"pip": pip, "uv_venv": _pyvenv_uv(), "uv": uv, "ensurepip": ensurepip,
+            "externally_managed": _externally_managed()}
+
+
+def _externally_managed():
+    """dsv4probe_static_pep668's answer (that part loaded by path, beside this one); a part that cannot be loaded is
+    said, never a crash of the probe."""
+    try:
+        part = _common().load_module("dsv4probe_static_pep668", os.path.dirname(os.path.realpath(__file__)))
+        return part.externally_managed()
+    except Exception as exc:
+        return {"found": False, "unread": "not read: %s" % type(exc).__name__}
 
 
 def marker_environment():

@@ -34,7 +34,7 @@ def inert(text: str, limit: int = 300) -> str:
 def pip_line(cmd: Command, installer: str = "pip") -> str:
     """How the script runs a pip command: with the inspected interpreter's pip, not whichever is first on PATH; in a
     uv venv, uv aimed at it (`uv pip install --python "$PY" ...`); ensurepip as the interpreter's own module."""
-    if cmd.is_ensurepip:
+    if cmd.is_ensurepip or cmd.is_venv:
         return cmd.env_prefix() + '"$PY" -I -m ' + shlex.join(cmd.argv)
     if installer == "uv":
         words = installer_argv("PYTHON_PLACEHOLDER", cmd, "uv")
@@ -86,6 +86,8 @@ def _script(plan: Plan, python: str, profile: Mapping[str, Any], version: str, i
     lines = ["#!/bin/sh", f"# dsv4-doctor {comment(version)} fix plan ({comment(shown)}).",
              "# Review it before running it. Manual steps and job settings are comments: read them.",
              "set -eu", f"PY={shlex.quote(redact.text(python))}"]
+    if plan.installer_way:  # PEP 668: the way its pip steps install (a venv, or --break-system-packages)
+        lines += wrapped("Installs: " + plan.installer_way)
     if incomplete:
         lines.append(f"# INCOMPLETE: {comment(incomplete)}; this plan holds only the fixes of the checks that "
                      "finished. Run `dsv4-doctor check` again before trusting it.")
@@ -112,6 +114,8 @@ def _script(plan: Plan, python: str, profile: Mapping[str, Any], version: str, i
         elif step.automatic:
             lines += wrapped(f"Step {n} [{comment(checks)}]: {step.fix.description}")
             lines += [command_line(c, step.fix.installer) for c in step.commands]
+            if plan.venv_python and any(c.is_venv for c in step.commands):  # the pip steps after it run in the venv
+                lines.append(f"PY={shlex.quote(redact.text(plan.venv_python))}")
         elif step.held_by is not None:
             lines += wrapped(f"Step {n} (held back: run it after Step {step.held_by}, because it builds against "
                              f"torch; not run by this script or by --apply) [{comment(checks)}]: "
