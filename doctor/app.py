@@ -63,6 +63,8 @@ class Options:
     job_command: list[str] = field(default_factory=list)
     apply: bool = False
     yes: bool = False
+    break_system_packages: bool = False  # fix: PEP 668's other way (pip's --break-system-packages), not a venv
+    venv: str | None = None  # fix: the venv's folder for an externally managed interpreter (fixpep668.py)
     check_id: str | None = None
     verbose: int = 0
     into: str | None = None  # warm: the image-wide kernel store's folder
@@ -89,7 +91,8 @@ def profile_from_options(opts: Options, smoke: str, job_argv: Sequence[str] | No
                        dsa_backend_source="option" if opts.dsa_backend else "default")
     from .job.profile import job_profile
 
-    return job_profile(base, job_argv, opts.cp, opts.dsa_backend, defer=True)
+    cwd = os.path.abspath(opts.job_cwd) if opts.job_cwd else os.getcwd()  # where the command runs: its chain's start
+    return job_profile(base, job_argv, opts.cp, opts.dsa_backend, defer=True, cwd=cwd)
 
 
 def _job_argv(opts: Options) -> list[str] | None:
@@ -105,8 +108,10 @@ def job_start(opts: Options, profile: Profile):
     preflight's command in the current folder, or --job-args in --job-cwd (default: the current folder)."""
     if profile.job is None:
         return None
-    from .jobpath import job_path
+    from .jobpath import job_path, of_chain
 
+    if profile.job.chain is not None:  # the chain the job was read with, from the same folder
+        return of_chain(profile.job.chain)
     argv = list(opts.job_command)
     argv = argv[1:] if argv[:1] == ["--"] else argv
     if not argv:
@@ -307,6 +312,9 @@ def fix(opts: Options, ask: Callable[[str], Answer]) -> tuple[Report, Plan, int]
 
     if opts.apply and not opts.yes and not isatty(sys.stdin):
         raise UsageError("--apply needs --yes when stdin is not a terminal")
+    if opts.break_system_packages and opts.venv is not None:
+        raise UsageError("--break-system-packages and --venv are the two ways for an externally managed interpreter: "
+                         "give one")
     profile = profile_from_options(opts, "off", _job_argv(opts))
     only, skip = ids(opts.only, "--only"), ids(opts.skip, "--skip")
     opts = _resolved(opts)
@@ -314,7 +322,7 @@ def fix(opts: Options, ask: Callable[[str], Answer]) -> tuple[Report, Plan, int]
     assert python is not None
     report = run_report(opts, profile, only, skip, False, progress=False)
     code = report.exit_code
-    plan = fixplan.plan_of(report)
+    plan = fixplan.plan_of(report, fixplan.Policy(opts.break_system_packages, opts.venv, opts.job_cwd))
     incomplete = fixplan.incomplete(report)
     redact = Redactor()
     printed = write_stdout(render_script(plan, python, report.profile, __version__, redact, incomplete,
@@ -334,4 +342,5 @@ def fix(opts: Options, ask: Callable[[str], Answer]) -> tuple[Report, Plan, int]
         return report, plan, code if code >= int(ExitCode.INTERNAL) else plan.exit_code
     return report, plan, fixplan.apply_and_recheck(
         plan, python, redact, code, before, opts.yes, ask, say,
-        lambda: run_report(opts, profile, only, skip, False, progress=False))
+        lambda: run_report(replace(opts, python=plan.venv_python or python), profile, only, skip, False,
+                           progress=False))

@@ -139,14 +139,20 @@ def test_the_profile_takes_the_backend_from_the_installed_bridge(tmp_path):
 
 # --- wrapper and overrides-only commands -----------------------------------------------------------------------------
 
-WRAPPERS = [["bash", "run.sh"], ["sh", "-c", "python3 -m verl.trainer.main_ppo"], ["srun", "--ntasks=8", "train.sh"],
+# Commands whose launch chain stops before the entry (doctor/job/chain.py): a script, a pipe, an unknown program.
+WRAPPERS = [["bash", "run.sh"], ["sh", "-c", "python3 -m verl.trainer.main_ppo | tee log"],
+            ["srun", "--ntasks=8", "train.sh"],
             ["env", "A=1", "bash", "x.sh", "actor_rollout_ref.actor.megatron.context_parallel_size=1"],
-            ["timeout", "3600", "python3", "-m", "verl.trainer.main_ppo"]]
+            ["mpirun", "-np", "8", "python3", "-m", "verl.trainer.main_ppo"]]
 
 
 @pytest.mark.parametrize("argv", WRAPPERS)
 def test_a_wrapper_is_read_as_not_known(argv):
-    assert parse(argv).kind == "unknown"
+    job = parse(argv)
+    assert job.kind == "unknown" and job.chain is not None and job.chain.stopped
+    # A wrapper the chain follows is read through: `sh -c` and timeout reach verl's entry.
+    assert parse(["sh", "-c", "python3 -m verl.trainer.main_ppo"]).kind == "verl"
+    assert parse(["timeout", "3600", "python3", "-m", "verl.trainer.main_ppo"]).kind == "verl"
 
 
 @pytest.mark.parametrize("argv", [WRAPPERS[0], WRAPPERS[3]])

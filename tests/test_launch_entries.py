@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_doctor
 from wheels import ensure
 
 from dsv4_doctor.job.generated import composed_keys

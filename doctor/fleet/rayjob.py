@@ -172,7 +172,12 @@ def job_runtime_env(command: Sequence[str] | None) -> tuple[dict, list[str]]:
         m = HYDRA_OVERRIDE.fullmatch(arg)
         if m is not None and not arg.startswith("-") and m.group("value") is not None:
             texts[m.group("key")] = m.group("value")
-    environ = {**os.environ, **job.env}
+    # The environment the command's launch chain gives the job (`env -i`, `env -u NAME`, `NAME=VALUE`, `export`).
+    chain = job.chain
+    environ = {} if chain is not None and chain.env_cleared else dict(os.environ)
+    for name in job.unset:
+        environ.pop(name, None)
+    environ.update(job.env)
     head = RUNTIME_ENV_KEY + "."
     for arg in job.overrides:
         m = HYDRA_OVERRIDE.fullmatch(arg)

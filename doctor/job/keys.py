@@ -70,14 +70,6 @@ MEGATRON_FLAGS = {
 # The setting each Megatron flag writes back as, for "the line to add".
 MEGATRON_FLAG_OF = {setting: flag for flag, (setting, _) in MEGATRON_FLAGS.items()
                     if flag not in ("hybrid-context-parallel", "no-dsa-kernel-fusion")}
-TORCHRUN_VALUE_OPTIONS = {
-    "nnodes", "nproc-per-node", "nproc_per_node", "node-rank", "node_rank", "master-addr", "master_addr",
-    "master-port", "master_port", "rdzv-backend", "rdzv_backend", "rdzv-endpoint", "rdzv_endpoint", "rdzv-id",
-    "rdzv_id", "rdzv-conf", "rdzv_conf", "max-restarts", "max_restarts", "monitor-interval", "monitor_interval",
-    "start-method", "start_method", "role", "log-dir", "log_dir", "redirects", "tee", "local-addr", "local_addr",
-    "local-ranks-filter", "local_ranks_filter", "logs-specs", "logs_specs",
-}
-PYTHON_VALUE_OPTIONS = {"-W", "-X", "-Q"}
 HYDRA_OVERRIDE = re.compile(r"(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][A-Za-z0-9_.@/\-]*)(?:=(?P<value>.*))?", re.S)
 ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 # A config file the command names (Hydra's --config-name/--config-path, a --config-dir whose files come before verl's
@@ -86,10 +78,6 @@ ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 CONFIG_FILE_FLAGS = {"hydra": ("--config-name", "--config-path", "-cn", "-cp", "--config-dir", "-cd"),
                      "megatron": ("--yaml-cfg",)}
 BRIDGE_DECIDES = "megatron-bridge"  # Job.dsa_backend(): not stated; Megatron-Bridge's provider decides
-# Programs that run a script or another program the doctor does not read (its settings are then not known).
-SHELLS_AND_LAUNCHERS = {"bash", "sh", "dash", "zsh", "ksh", "srun", "mpirun", "mpiexec", "sbatch", "salloc",
-                        "deepspeed", "accelerate", "ray", "docker", "enroot", "singularity", "apptainer", "xargs",
-                        "nohup", "timeout", "numactl", "taskset", "stdbuf", "exec"}
 MAX_ARGS = 10_000
 MAX_ARG_CHARS = 65_536
 

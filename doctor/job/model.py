@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..model import UsageError
 from .keys import BRIDGE_DECIDES
+
+if TYPE_CHECKING:
+    from .chain import Chain
 
 
 class Unexpanded(str):
@@ -123,6 +126,9 @@ class Job:
     unknown_why: str | None = None  # why every setting is not known (the composition failed, Hydra refused it)
     at_preflight: bool = False  # preflight execs the job in this environment: a missing oc.env variable fails it
     trainer: str = "ppo"  # verl's entry: "ppo" (the actor/ref/critic roles) or "sft" (its engine.* keys)
+    # What the command runs, as the OS and each launcher in it will run it (job/chain.py): its interpreter and why,
+    # entry, working directory, sys.path[0], world size; where it stopped, or the remote host it runs on.
+    chain: Chain | None = None
 
     def effective(self, role: str) -> dict[str, Setting]:
         """A role's settings as its config sees them: verl's ref inherits the actor's megatron settings
@@ -233,6 +239,7 @@ class Job:
             **({"hidden": self.hidden[:8]} if self.hidden else {}),
             **({"checked_against": self.checked_against} if self.checked_against else {}),
             **({"trainer": self.trainer} if self.kind == "verl" else {}),
+            **({"chain": self.chain.to_dict()} if self.chain is not None else {}),
             **(self.decisions.to_dict() if self.decisions is not None else {}),
         }
 

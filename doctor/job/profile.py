@@ -14,11 +14,12 @@ from .model import Decisions, Job, Unexpanded, is_interpolation
 
 
 def job_profile(base: Profile, argv: Sequence[str], given_cp: int | None, given_backend: str | None,
-                defer: bool = False) -> Profile:
+                defer: bool = False, cwd: str | None = None) -> Profile:
     """The profile for the job a command describes: its CP and DSA backend (the options may only agree, or fill in
     a CP the command states in a way the doctor cannot resolve), and what it states, as profile.job. `defer`: a
-    verl command the target may compose (Session.resolve) holds the reader's usage error about its CP until then."""
-    job = parse(argv)
+    verl command the target may compose (Session.resolve) holds the reader's usage error about its CP until then.
+    `cwd`: the folder the command runs in (its launch chain starts there)."""
+    job = parse(argv, cwd)
     if not defer or not composable(job):
         return profile_for(base, job, given_cp, given_backend)
     try:
@@ -166,7 +167,11 @@ def _unknown_job_profile(base: Profile, job: Job, given_cp: int | None, given_ba
         missing.append("dsa-backend (checked as cudnn; state it with --dsa-backend)")
     else:
         backend, how = given_backend, "from --dsa-backend (the command's own is not known)"
-    not_known = (f"{program} runs something the doctor does not read, so the job's settings are not known"
+    chain = job.chain
+    what = (f"{chain.stopped}" if chain is not None and chain.stopped else
+            f"`{chain.remote}` runs the job on another host" if chain is not None and chain.remote else
+            f"{program} runs something the doctor does not read")
+    not_known = (f"{what}, so the job's settings are not known"
                          + (f": {'; '.join(missing)}" if missing else "") + "; the job.* rows need the training "
                          "command itself (`check --job-args \"python3 -m verl.trainer.main_ppo ...\"`)")
     job.decisions = Decisions(dsa_backend_decided=how, dense_indexer_loss=None, cp_given=cp_given,
