@@ -45,8 +45,9 @@ def _per_rank(needed_from: str) -> str:
 
 def _needed_length(job: Job) -> tuple[int | None, str]:
     if job.kind == "megatron":
+        flag = "dataset.seq_length" if job.syntax == "bridge" else "--seq-length"
         s = job.common.get("seq_length")
-        return (int_value(s), "--seq-length") if s else (None, "--seq-length not stated")
+        return (int_value(s), flag) if s else (None, f"{flag} not stated")
     p, r = int_value(job.common.get("max_prompt_length")), int_value(job.common.get("max_response_length"))
     if p is not None and r is not None:
         return p + r, "data.max_prompt_length + data.max_response_length"
@@ -65,8 +66,9 @@ def judge_role(job: Job, role: str, auto: bool, found: Found, rows: dict) -> Non
     rows[role] = row
     if cp is None:
         # What the CP rules ask (and the max_seqlen_per_dp_cp_rank line) depends on the CP: never judged on a guess.
-        unknown.append(not_known(lab, "context_parallel_size", st["cp"], ", so the CP settings it needs are not "
-                                 "judged (--cp N gives the CP)"))
+        consequence = ", so the CP settings it needs are not judged (--cp N gives the CP)"
+        unknown.append(not_known(lab, "context_parallel_size", st["cp"], consequence) if "cp" in st
+                       else f"{lab}context_parallel_size not stated{in_file}{consequence}")
         return
     if cp == 1 and not value_of(st, "dynamic_context_parallel"):
         notes.append(f"{lab}CP = 1: no CP settings needed")
@@ -200,7 +202,7 @@ def _max_seqlen(r: CpRole, found: Found) -> None:
     value = int_value(st, name)
     row.update(max_seqlen_per_dp_cp_rank=value, needed=needed)
     if not is_stated(st, name):
-        if job.kind == "megatron":
+        if job.syntax == "megatron":
             notes.append(f"{lab}max_seqlen_per_dp_cp_rank not stated (the Megatron-LM CLI derives it from "
                          "--seq-length)")
         elif cp > 1 and config_files(job):

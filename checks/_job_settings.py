@@ -3,10 +3,12 @@ the world it runs on, and the lines that state or change a setting in the comman
 
 from __future__ import annotations
 
+from dsv4_doctor.job import unread
 from dsv4_doctor.job.bounds import digits_int, rejection
 from dsv4_doctor.job.keys import line_to_add
 from dsv4_doctor.job.model import Job, Setting, is_interpolation
-from dsv4_doctor.model import Context, Fix, Phase, Profile
+from dsv4_doctor.job.shape import entry_shown
+from dsv4_doctor.model import Context, Fix, Phase, Profile, Result, warned
 from dsv4_doctor.redact import shorten
 
 
@@ -14,12 +16,25 @@ def no_job(profile: Profile) -> str | None:
     return None if profile.job is not None else "no job arguments (preflight or --job-args)"
 
 
-def not_read(job: Job) -> str:
-    """Why a job row cannot judge the command: it is neither verl nor Megatron-LM (a wrapper script, a launcher)."""
-    not_known = job.decisions.not_known if job.decisions is not None else None
-    return not_known or ("the command is neither a verl nor a Megatron-LM training command: its settings are not "
-                         "known; give the training command itself (`check --job-args \"python3 -m "
-                         "verl.trainer.main_ppo ...\"`), or state the CP with --cp N")
+def not_read(job: Job, hides: str = "settings") -> str:
+    """A job row's summary where the command was not read (its chain stops before the entry, or the entry's grammar
+    is not known): not known, naming the word and what it hides."""
+    why = unread.not_read(job) or "the command's settings were not read"
+    return (f"not known: {why}, so the job's {hides} are not known (give the training command itself: `check "
+            "--job-args \"python3 -m verl.trainer.main_ppo ...\"`)")
+
+
+def unread_row(job: Job, hides: str) -> Result:
+    """The row of a job check the command does not let judge: a warning (never a skip, never a pass) that names the
+    word the doctor stopped at and what it hides; the details say what the profile assumed instead."""
+    assumed = job.decisions.not_known if job.decisions is not None else None
+    return warned(not_read(job, hides), assumed or "", evidence={"not_read": unread.not_read(job),
+                                                                 "entry": entry_shown(job.entry)})
+
+
+def remote_of(job: Job) -> str | None:
+    """The submitter the job runs on another host through (`ray job submit`, `sbatch --wrap`), or None."""
+    return job.chain.remote if job.chain is not None else None
 
 
 def job_of(ctx: Context) -> Job:
@@ -66,13 +81,13 @@ def config_files(job: Job) -> str:
 
 def maybe_in_file(job: Job) -> str:
     """What "not stated" means for the command: its default, or, with a config file, not known."""
-    return f": the config file may set it ({config_files(job)})" if config_files(job) else ""
+    return f": the config the command names may set it ({config_files(job)})" if config_files(job) else ""
 
 
 def role_cp(job: Job, settings: dict[str, Setting]) -> int | None:
     """A role's CP size: as stated (text that spells a number, as oc.env gives it, counts as that number); --cp's
     when the command states one the doctor cannot know (an interpolation it cannot resolve, a value job.config
-    rejects), or none beside a config file (the CLI insists on --cp then); else 1, verl's and Megatron's default.
+    rejects), or none beside a config the command names (which may set it); else 1, verl's and Megatron's default.
     None: the role's CP is not known and --cp does not give it (the profile checks it as CP > 1)."""
     value = int_value(settings, "cp")
     if value is None and is_stated(settings, "cp"):
@@ -83,7 +98,7 @@ def role_cp(job: Job, settings: dict[str, Setting]) -> int | None:
         given = job.decisions.cp_given if job.decisions is not None else None
         if isinstance(given, int) and not isinstance(given, bool):
             return given
-        return None if is_stated(settings, "cp") else 1
+        return None
     return 1
 
 
@@ -124,6 +139,9 @@ def not_known(label: str, name: str, setting: Setting, consequence: str = "") ->
     problem = rejection(setting)
     if problem is not None:  # a value of the wrong type or out of range: job.config fails and quotes it
         return f"{label}{name} = {as_written(setting.raw)} {problem} (job.config): not known here{consequence}"
+    if setting.source != "override" and setting.resolved:  # the launcher's, with why it is not known
+        shown = f" is `{as_written(setting.raw)}`" if setting.source == "flag" else ""
+        return f"{label}{name}{shown}: not known ({setting.resolved}){consequence}"
     return (f"{label}{name} is `{as_written(setting.raw)}` in the command: not known here{consequence}; pass the "
             "expanded command or state it")
 

@@ -21,8 +21,9 @@ class Found:
 
 def verdict(found: Found, evidence: dict, tail: Sequence[str] = (), passed_text: str = "") -> list[Finding]:
     """The job checks' one closing rule: the failures, else the warnings, lead the summary, with whatever ranks
-    below them as details; anything not known skips the row (saying what); else the notes pass it. `tail`: details
-    a failure, warning or pass ends with."""
+    below them as details; anything not known makes the row a warning that says what is not known and why (never a
+    skip, never a pass it did not earn); else the notes pass it. `tail`: details a failure, warning or pass ends
+    with."""
     fails, warns, unknown, notes = found.fails, found.warns, found.unknown, found.notes
     if fails:
         return [Finding(Status.FAIL, "; ".join(fails), "\n".join([*warns, *unknown, *notes, *tail]), found.fixes,
@@ -30,5 +31,6 @@ def verdict(found: Found, evidence: dict, tail: Sequence[str] = (), passed_text:
     if warns:
         return [Finding(Status.WARN, "; ".join(warns), "\n".join([*unknown, *notes, *tail]), found.fixes, evidence)]
     if unknown:
-        return [Finding(Status.SKIP, "; ".join(unknown + notes), evidence=evidence)]
+        return [Finding(Status.WARN, "not known: " + "; ".join(unknown), "\n".join([*notes, *tail]),
+                        evidence=evidence)]
     return [Finding(Status.PASS, "; ".join(notes) or passed_text, "\n".join(tail), evidence=evidence)]

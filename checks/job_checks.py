@@ -19,15 +19,17 @@ from dsv4_doctor.redact import cut
 from dsv4_doctor.api import check
 from dsv4_doctor.model import Context, Finding, Fix, Phase, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
+from dsv4_doctor.job import unread
 from dsv4_doctor.job.settings import ROUNDING
-from dsv4_doctor.job.shape import entry_shown
+from dsv4_doctor.job.wrappers import (PYTHON_MANUAL, RAY_MANUAL, SBATCH, SHELL_MANUAL, SRUN, TORCHRUN_MANUAL,
+                                      UV_MANUAL, WRAPPERS)
 
 from ._job_cp import judge_role, verl_sets_cp
 from ._job_dispatch import judge_dispatch
 from ._job_dsa import judge_backend, judge_indexer_loss
 from ._job_settings import (add_setting, first_unresolved, int_value, is_stated, is_unresolved, job_of, maybe_in_file,
-                            no_job, not_known, not_read, parallel_size, role_cp, role_label, value_of, world_size,
-                            written)
+                            no_job, not_known, parallel_size, remote_of, role_cp, role_label, unread_row, value_of,
+                            world_size, written)
 from ._job_verdict import Found, verdict
 from ._upstream import EAV, gh, mlm, pypi
 from .verl_checks import STATIC as VERL_STATIC
@@ -39,6 +41,53 @@ STATIC = StaticRequest(distributions=VERL_STATIC.distributions, modules=(*VERL_S
 
 # Megatron's texts (d48bd6be), quoted in the findings.
 M6 = "DSv4 Hybrid Attention only supports TP size 1."
+
+
+def _verl_sets_cp(ctx: Context, job) -> tuple[bool, str]:
+    """Whether verl (#6555) sets the DSv4 CP settings itself; on a remote host its verl is not known here, so the
+    settings must be explicit (as without #6555)."""
+    remote = remote_of(job)
+    if remote and job.kind == "verl":
+        return False, (f"the job runs after `{remote}`: whether the remote host's verl has PR #6555 (which sets them "
+                       "for deepseek_v4) is not known here, so they must be explicit")
+    return verl_sets_cp(ctx, job)
+
+
+# How the doctor reads a command before its settings (doctor/job/chain.py): each wrapper's manual, at the commit its
+# grammar was read from (doctor/job/wrappers.py), grouped by project; the titles are the tables' own.
+_MANUAL_GROUPS = (
+    ("GNU coreutils", "aa0c0de35", "https://github.com/coreutils/coreutils/tree/aa0c0de35/src"),
+    ("GNU time 1.9", "", "https://www.gnu.org/software/time/"),
+    ("util-linux", "39465c780", "https://github.com/util-linux/util-linux/tree/39465c780"),
+    ("numactl", "93c1fe5", "https://github.com/numactl/numactl/blob/93c1fe5/numactl.c"),
+    ("bash(1) builtin", "(bash 5.2)", "https://www.gnu.org/software/bash/manual/bash.html#Bourne-Shell-Builtins"),
+)
+_MANUAL_URLS = (
+    (SRUN.manual, "https://github.com/SchedMD/slurm/blob/284c3b95/src/common/slurm_opt.c"),
+    (SBATCH.manual, "https://github.com/SchedMD/slurm/blob/284c3b95/src/common/slurm_opt.c"),
+    (SHELL_MANUAL, "https://pubs.opengroup.org/onlinepubs/9699919799/utilities/sh.html"),
+    (RAY_MANUAL, "https://github.com/ray-project/ray/blob/master/python/ray/dashboard/modules/job/cli.py"),
+    (UV_MANUAL, "https://github.com/astral-sh/uv/blob/26a9dd4b/crates/uv-workspace/src/workspace.rs"),
+    (TORCHRUN_MANUAL + " (torch 2.13)", "https://github.com/pytorch/pytorch/blob/v2.13.0/torch/distributed/run.py"),
+    (PYTHON_MANUAL, "https://docs.python.org/3/using/cmdline.html"),
+)
+
+
+def _launch_sources() -> tuple[Source, ...]:
+    grouped = []
+    for prefix, at, url in _MANUAL_GROUPS:
+        heads = [w.manual.split(" (")[0] for w in WRAPPERS if w.manual.startswith(prefix)]
+        names = [h[len(prefix) + 1:] if h.startswith(prefix + " ") else h for h in heads]
+        grouped.append(Source(f"{prefix}{' ' + at if at else ''}: {', '.join(names)}", url))
+    return (Source("CPython's sys.path: sys.path[0] is the script's folder (links resolved), the working directory for "
+                   "-m and -c, none with -I, -P or PYTHONSAFEPATH", "https://docs.python.org/3/library/sys.html#sys.path"),
+            *grouped, *(Source(title, url) for title, url in _MANUAL_URLS),
+            Source("execve(2): interpreter scripts (a #! line: the interpreter and one optional argument)",
+                   "https://man7.org/linux/man-pages/man2/execve.2.html"),
+            gh("facebookresearch/hydra", "blob/v1.3.2/hydra/_internal/utils.py",
+               "Hydra 1.3.2 hydra/_internal/utils.py get_args_parser: the argument parser @hydra.main runs before "
+               "composing (overrides, --config-path, --config-name, --config-dir)"))
+
 
 # ---------------------------------------------------------------------------------------------------- job.cp-args
 
@@ -57,6 +106,7 @@ M6 = "DSv4 Hybrid Attention only supports TP size 1."
         Source("verl 0.9.0 workers/config/engine.py L229-236 (McoreEngineConfig: max_seqlen_per_dp_cp_rank with "
                "dynamic CP); workers/engine/megatron/transformer_impl.py L303-311 (written over the transformer "
                "config's)", "https://github.com/verl-project/verl/blob/v0.9.0/verl/workers/config/engine.py#L229-L236"),
+        *_launch_sources(),
     ),
     static=STATIC)
 def job_cp_args(ctx: Context) -> Result | list[Finding]:
@@ -79,13 +129,18 @@ def job_cp_args(ctx: Context) -> Result | list[Finding]:
     CP_ARGS block is in the report's job settings and at the end of `fix --job-args`. A setting the command
     writes as a variable the doctor cannot resolve (`$MODE`, `${SCHED}`) is not known: the row says so, gives it
     no line and does not pass; default_dynamic_cp's DP is counted only from what the command states (its world
-    size, and TP and PP as job.parallelism reads them).
+    size, and TP and PP as job.parallelism reads them). The settings are read as the command's launch chain runs
+    them (each wrapper, `sh -c` string, launcher and `#!` line in front of the entry by its own manual's grammar,
+    sys.path by CPython's rules, verl's entries by Hydra's own argument parser); a chain that stops before the
+    entry, or an entry whose grammar is not known, leaves every job row not known (a warning naming the word),
+    never a skip or a pass.
     """
     job = job_of(ctx)
     roles = job.checked_roles()
     if not roles:
-        return skipped(not_read(job), evidence={"entry": entry_shown(job.entry)})
-    auto, why_auto = verl_sets_cp(ctx, job)
+        return unread_row(job, "CP settings (cp_partition_mode, sequence_packing_scheduler, "
+                          "max_seqlen_per_dp_cp_rank)")
+    auto, why_auto = _verl_sets_cp(ctx, job)
     found = Found()
     fails, warns, fixes, unknown = found.fails, found.warns, found.fixes, found.unknown
     evidence: dict = {"verl_sets_cp_settings": auto, "decided_from": why_auto, "roles": {}}
@@ -120,7 +175,7 @@ def job_parallelism(ctx: Context) -> Result | list[Finding]:
     job = job_of(ctx)
     roles = job.checked_roles()
     if not roles:
-        return skipped(not_read(job))
+        return unread_row(job, "TP, PP and CP sizes and world size")
     world = world_size(job)
     world_written = first_unresolved(job.common, "nnodes", "gpus_per_node")
     found = Found()
@@ -196,15 +251,21 @@ def job_moe_dispatch(ctx: Context) -> Result | list[Finding]:
     job = job_of(ctx)
     roles = job.checked_roles()
     if not roles:
-        return skipped(not_read(job))
-    auto, _ = verl_sets_cp(ctx, job)
+        return unread_row(job, "MoE token dispatcher and packing scheduler")
+    auto, _ = _verl_sets_cp(ctx, job)
     found = Found()
     fails, warns, notes, unknown = found.fails, found.warns, found.notes, found.unknown
-    deep_ep = ctx.static.module("deep_ep").get("found")
+    remote = remote_of(job)
+    deep_ep = None if remote else ctx.static.module("deep_ep").get("found")  # another host's is not known here
     evidence: dict = {"deep_ep_found": deep_ep, "roles": {}}
     checked = 0
     for role in roles:
-        checked += judge_dispatch(job, role, auto, bool(deep_ep), found, evidence["roles"])
+        checked += judge_dispatch(job, role, auto, bool(deep_ep) or remote is not None, found, evidence["roles"])
+    if remote:  # a flex dispatcher's DeepEP is the remote host's: not known, never judged on this one
+        warns[:] = [w for w in warns if "DeepEP is installed" not in w]
+        unknown += [f"{role_label(job, r)}moe_token_dispatcher_type=flex: whether DeepEP (deep_ep) is installed on "
+                    f"the remote host is not known (the job runs after `{remote}`)"
+                    for r, row in evidence["roles"].items() if row.get("dispatcher") == "flex"]
     evidence.update(failures=fails, warnings=warns, notes=notes, unknown=unknown)
     if not (fails or warns or unknown or checked):
         return skipped("no packing scheduler: the dispatcher rule does not apply", evidence=evidence)
@@ -227,15 +288,15 @@ def job_indexer_loss(ctx: Context) -> Result | list[Finding]:
     job = job_of(ctx)
     roles = job.checked_roles()
     profile = ctx.profile
-    if not roles:
-        return skipped(not_read(job))
     if profile.dsa_backend != "cudnn":
         return skipped("dsa_kernel_backend=none: the fused DSA kernels (and the SM90 rule) are not used")
+    if profile.cc is not None and profile.cc != (9, 0):
+        return skipped(f"CC {profile.gpu_arch}: the dense indexer loss rule is for SM90 only")
+    if not roles:  # the rule may apply (SM90, or a CC not known), to settings the command hides
+        return unread_row(job, "indexer-loss settings")
     if profile.cc is None:
         return skipped("the GPU's compute capability is unknown (no GPU visible; give --gpu-arch): the SM90 rule "
                        "cannot be judged")
-    if profile.cc != (9, 0):
-        return skipped(f"CC {profile.gpu_arch}: the dense indexer loss rule is for SM90 only")
     found = Found()
     fails, notes, unknown = found.fails, found.notes, found.unknown
     evidence: dict = {"roles": {}}
@@ -267,11 +328,12 @@ def job_env(ctx: Context) -> Result | list[Finding]:
     variable the doctor cannot resolve leaves CUDA_DEVICE_MAX_CONNECTIONS=1 not known (a skip).
     """
     job = job_of(ctx)
-    env = dict(os.environ)
+    remote = remote_of(job)
+    env = {} if remote else dict(os.environ)  # on another host only what the command sets is known
     for name in job.unset:  # `env -u NAME` in front of the command
         env.pop(name, None)
     env.update(job.env)
-    names = [str(g.get("name", "")) for g in ctx.gpus()]
+    names = [] if remote else [str(g.get("name", "")) for g in ctx.gpus()]
     warns, notes, exports, unknown = [], [], [], []
     nvls = env.get("NCCL_NVLS_ENABLE")
     if nvls != "0":
@@ -313,16 +375,20 @@ def job_env(ctx: Context) -> Result | list[Finding]:
                 "exports": [f"export {name}={value}" for name, value, _ in exports]}
     fixes = [Fix(f"Set in the job script, before the training command ({why}):\n  export {name}={value}",
                  key=f"env:{name}={value}", phase=Phase.SETTING) for name, value, why in exports]
+    if remote and warns:
+        where = f"the job runs after `{remote}`: the remote host's environment is not known here"
+        return warned("; ".join(warns) + f" ({where})", "\n".join(unknown + notes), fixes=fixes, evidence=evidence)
     if job.kind not in ("verl", "megatron"):
         # A wrapper (bash x.sh, srun ...) runs a script that may export or override them after the doctor looked.
-        script = "the command runs a script the doctor does not read, which may set them itself"
+        hides = unread.not_read(job) or "the command runs a script the doctor does not read"
+        script = f"{hides}, which may set them itself"
         if warns:
             return warned("; ".join(warns) + f" ({script})", "\n".join(notes), fixes=fixes, evidence=evidence)
-        return skipped(f"not known: {'; '.join(notes)} before the command starts, but {script}", evidence=evidence)
+        return warned(f"not known: {'; '.join(notes)} before the command starts, but {script}", evidence=evidence)
     if warns:
         return warned("; ".join(warns), "\n".join(unknown + notes), fixes=fixes, evidence=evidence)
     if unknown:
-        return skipped("; ".join(unknown + notes), evidence=evidence)
+        return warned("not known: " + "; ".join(unknown), "\n".join(notes), evidence=evidence)
     return passed("; ".join(notes), evidence=evidence)
 
 
@@ -362,7 +428,7 @@ def job_dsa_backend(ctx: Context) -> Result | list[Finding]:
     job = job_of(ctx)
     roles = job.checked_roles()
     if not roles:
-        return skipped(not_read(job))
+        return unread_row(job, "DSA kernel backend and its switch")
     decided = job.decisions.dsa_backend_decided if job.decisions is not None else ""
     found = Found()
     fails, notes, unknown = found.fails, found.notes, found.unknown
@@ -377,7 +443,7 @@ def job_dsa_backend(ctx: Context) -> Result | list[Finding]:
         return verdict(found, evidence)  # a backend or switch written as a variable is not known: no pass on it
     if unknown and not notes:
         why = decided[len("not stated: "):] if decided.startswith("not stated: ") else decided
-        return skipped("; ".join(unknown) + f": {why}", evidence=evidence)
+        return warned("not known: " + "; ".join(unknown) + f": {why}", evidence=evidence)
     return passed("; ".join(notes + unknown), decided, evidence=evidence)
 
 
@@ -395,6 +461,12 @@ def job_dsa_backend(ctx: Context) -> Result | list[Finding]:
            "OmegaConf 2.3.0 resolvers/oc: oc.env returns a string; oc.decode parses one"),
         gh("verl-project/verl", "blob/v0.9.1/verl/trainer/main_ppo.py",
            "verl 0.9.1 main_ppo.py / sft_trainer.py: @hydra.main(config_path=\"config\", config_name=...)"),
+        gh("facebookresearch/hydra", "blob/v1.3.2/hydra/_internal/utils.py",
+           "Hydra 1.3.2 _internal/utils.py get_args_parser: the argument parser @hydra.main runs before composing "
+           "(\"unrecognized arguments: ...\")"),
+        gh("NVIDIA-NeMo/Megatron-Bridge", "blob/067f987d/scripts/training/run_recipe.py",
+           "Megatron-Bridge 067f987d run_recipe.py: _build_parser, _collect_overrides (\"Unknown option: ...\", "
+           "\"Expected override in KEY=VALUE form, got ...\"), COMMON_OVERRIDE_FIELDS"),
     ))
 def job_config(ctx: Context) -> Result | list[Finding]:
     """A verl job's config is what Hydra composes from the entry module's `@hydra.main` config (read from the
@@ -402,7 +474,11 @@ def job_config(ctx: Context) -> Result | list[Finding]:
     and its overrides. Where the target has Hydra and verl, the doctor composes it there, as the job will (nothing is
     instantiated; only the settings the job checks read are resolved), and Hydra's or OmegaConf's errors fail
     this row with their message: `+key=...` on a key verl's config has ("Could not append to config. An item is
-    already at ..."), a plain override of one it lacks ("Could not override ..."), bad override grammar. A whole-number
+    already at ..."), a plain override of one it lacks ("Could not override ..."), bad override grammar; before
+    composing, Hydra's own argument parser runs as `@hydra.main` runs it, so overrides on both sides of
+    `--config-name` fail with its "unrecognized arguments". Megatron-Bridge's recipe launcher (`run_recipe.py`) is
+    read with its own parser's rules, and what that parser refuses ("Unknown option", "Expected override in KEY=VALUE
+    form", an invalid int, no `--model`/`--recipe`, no mode it can infer) fails this row in its words. A whole-number
     setting given as text fails too: OmegaConf's `${oc.env:NAME}` returns a string, with or without a default,
     so `context_parallel_size=${oc.env:CP}` gives verl `'2'` and it stops with "TypeError: unsupported operand
     type(s) for %: 'int' and 'str'"; write `'${oc.decode:${oc.env:NAME}}'`. A setting of the wrong type (a CP of
@@ -414,7 +490,7 @@ def job_config(ctx: Context) -> Result | list[Finding]:
     """
     job = job_of(ctx)
     if job.kind == "unknown":
-        return skipped(not_read(job))
+        return unread_row(job, "config and the types of its settings")
     evidence: dict = {"read_by": job.read_by, "errors": list(job.config_errors)}
     if job.composed:
         evidence["composed"] = dict(job.composed)
@@ -429,10 +505,14 @@ def job_config(ctx: Context) -> Result | list[Finding]:
         return passed(f"the overrides fit {job.checked_against} (settings {job.read_by}): no `+` on a key it has, "
                       "no plain override of a key it lacks; its numbers have the types and ranges they need",
                       evidence=evidence)
+    if job.syntax == "bridge":
+        return passed("Megatron-Bridge's recipe launcher takes the command's options and overrides (its own parser's "
+                      "rules); its numbers have the types and ranges they need", evidence=evidence)
     if job.kind == "megatron":
-        return skipped("a Megatron-LM command (no Hydra config): its numeric settings are in range and typed",
-                       evidence=evidence)
-    return skipped(f"not judged whether Hydra accepts the overrides: settings {job.read_by}", evidence=evidence)
+        return passed("a Megatron-LM command (no Hydra config): its numeric settings are in range and typed",
+                      evidence=evidence)
+    return warned(f"not known whether Hydra accepts the overrides: settings {job.read_by}; its numbers have the types "
+                  "and ranges they need", evidence=evidence)
 
 
 CHECKS = [job_cp_args, job_parallelism, job_moe_dispatch, job_indexer_loss, job_dsa_backend, job_env, job_config]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 from dsv4_doctor.api import check
-from dsv4_doctor.model import Context, Result, Source, failed, passed
+from dsv4_doctor.model import Context, Profile, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
+from dsv4_doctor.target import REMOTE_NOT_KNOWN, same_interpreter
 
 from . import fixes
 
@@ -105,4 +108,74 @@ def python_version(ctx: Context) -> Result:
     return failed(f"Python {version} is older than 3.10, the oldest Megatron-LM dev supports",
                   fixes=[fixes.PYTHON_312], evidence=evidence)
 
-CHECKS = [python_version]
+def _job_given(profile: Profile) -> str | None:
+    return None if profile.job is not None else "no job arguments (preflight or --job-args)"
+
+
+WHOSE = {"job": "the command's", "option": "--python's", "doctor": "the doctor's own"}
+
+
+@check(
+    "python.target",
+    "The stack rows judge the interpreter the job's command runs",
+    skip_if=_job_given,
+    only_with="job",
+    applies_when="job arguments given",
+    detects="the job command's interpreter from its launch chain (the job's PATH, a script's #! line, uv run's "
+            "project environment, verl's runtime_env.py_executable) against --python",
+    sources=(
+        Source("Python docs: sys.executable (the interpreter a Python runs as; a venv's is its own bin/python)",
+               "https://docs.python.org/3/library/sys.html#sys.executable"),
+        Source("Python docs: sys.path (the script's folder or the working directory first, then the environment's "
+               "site-packages)", "https://docs.python.org/3/library/sys.html#sys.path"),
+        Source("Python docs: the initialization of sys.path (a venv is found from the executable's own path, "
+               "pyvenv.cfg)", "https://docs.python.org/3/library/sys_path_init.html"),
+        Source("execve(2): interpreter scripts (#! lines)", "https://man7.org/linux/man-pages/man2/execve.2.html"),
+    ),
+)
+def python_target(ctx: Context) -> Result:
+    """The stack rows (every row but the job.* rows) judge one interpreter: without --python, the one the job's
+    command runs, as its launch chain gives it (the `python3` the job's PATH finds, a script's `#!` line, `uv
+    run`'s project environment, or verl's Ray workers' `runtime_env.py_executable` when the command sets it), so
+    that the report shows the stack the job imports. --python stays an override: where it names another
+    interpreter than the command's, the report judged --python's and this row warns, naming both (the same file
+    in the same folder, a venv's python and python3, is the same interpreter). Where the command's interpreter is
+    not known (its chain stops at a word the doctor does not follow, `uv run --with`, an interpreter that cannot
+    run here) the stack rows judge --python's or the doctor's own, and this row warns naming the link. A job that
+    runs on another host (`ray job submit`, `sbatch --wrap`) imports that host's stack: every stack row is not
+    known there, and so is this one. A command of overrides only names no interpreter: a skip.
+    """
+    profile = ctx.profile
+    job = profile.job
+    chain = getattr(job, "chain", None)
+    judged = ctx.target.get("judged") if isinstance(ctx.target, dict) else None
+    judged = judged if isinstance(judged, dict) else {}
+    python = ctx.python
+    whose = WHOSE.get(str(judged.get("judged_by")), "--python's" if not same_interpreter(python, sys.executable)
+                      else "the doctor's own")
+    evidence: dict = {"judged": python, "judged_by": judged.get("judged_by"), "why": judged.get("why")}
+    if chain is None:
+        return skipped(f"the command is overrides only: it names no interpreter (the stack rows judged {python}, "
+                       f"{whose})", evidence=evidence)
+    evidence.update(job_python=chain.interpreter, job_python_why=chain.interpreter_why)
+    if chain.remote:
+        return warned(REMOTE_NOT_KNOWN.format(chain.remote), f"The stack rows judged nothing here: the job's "
+                      f"interpreter and its sys.path are the remote host's ({chain.interpreter_why}).",
+                      evidence=dict(evidence, remote=chain.remote))
+    not_known = judged.get("job_python_not_known") or chain.stopped or (
+        None if chain.interpreter else str(chain.interpreter_why).removeprefix("not known: "))
+    if not_known:
+        return warned(f"not known: the command's interpreter ({not_known}); the stack rows judged {python} "
+                      f"({whose})", "Give the training command as it runs, or --python naming its interpreter.",
+                      evidence=dict(evidence, not_known=not_known))
+    if same_interpreter(python, chain.interpreter):
+        said = "--python names" if whose == "--python's" else "the stack rows judged"
+        return passed(f"{said} {python}, the interpreter the command runs ({chain.interpreter_why})",
+                      evidence=evidence)
+    return warned(f"--python {python} is not the interpreter the command runs, {chain.interpreter} "
+                  f"({chain.interpreter_why}): the stack rows judged --python's",
+                  "Leave --python out to judge the job's own interpreter, or run the job with --python's.",
+                  evidence=evidence)
+
+
+CHECKS = [python_version, python_target]

@@ -24,6 +24,7 @@ from .render.output import check_output_path, isatty, say, wants_live_display, w
 if TYPE_CHECKING:
     from .fixplan import Answer, Plan
     from .report import Report
+    from .target import Judged
 
 Deliver = Callable[["Report"], int]  # writes a report where the options say; its exit code (4: not written)
 
@@ -69,6 +70,7 @@ class Options:
     verbose: int = 0
     into: str | None = None  # warm: the image-wide kernel store's folder
     recipes: str | None = None  # warm: the kernel recipes (a file or a per-user store)
+    judged: Judged | None = None  # set once resolved (_resolved): the interpreter the stack rows judge, and why
 
 
 def ids(values: Sequence[str] | None, option: str = "--only/--skip") -> list[str]:
@@ -120,11 +122,14 @@ def job_start(opts: Options, profile: Profile):
     return job_path(argv, cwd)
 
 
-def _resolved(opts: Options) -> Options:
-    """The options with --python resolved once, to the interpreter every step of the command uses."""
-    from .target import resolve_python
+def _resolved(opts: Options, profile: Profile) -> Options:
+    """The options with the interpreter every step of the command uses resolved once: --python, else the one the
+    job's command runs (its launch chain), else the doctor's own; `judged` says which and why (target.judged_python)."""
+    from .target import judged_python
 
-    return replace(opts, python=resolve_python(opts.python))
+    job = profile.job
+    judged = judged_python(opts.python, job.chain if job is not None else None, job is not None)
+    return replace(opts, python=judged.python, judged=judged)
 
 
 def run_report(opts: Options, profile: Profile, only: list[str], skip: list[str], strict: bool,
@@ -134,8 +139,9 @@ def run_report(opts: Options, profile: Profile, only: list[str], skip: list[str]
 
     display = live_display(progress)
     try:
+        judged = opts.judged if opts.judged is not None and opts.judged.python == opts.python else None
         return run_check(opts.python, opts.timeout, profile, only, skip, strict, on_event=display,
-                         job_path=job_start(opts, profile))
+                         job_path=job_start(opts, profile), judged=judged.to_dict() if judged else None)
     finally:
         display.stop()
 
@@ -156,7 +162,7 @@ def check(opts: Options, deliver: Deliver, smoke: bool = False) -> tuple[Report,
     only, fleet_checks = fleet_selection(env or opts.ray, only, skip)
     started = time.monotonic()
     progress = wants_live_display(sys.stderr, opts.format) and (env is None or env.rank == 0)
-    opts = _resolved(opts)
+    opts = _resolved(opts, profile)
     report = run_report(opts, profile, only, skip, strict, progress=progress)
     if opts.ray:
         from .fleet import raycluster
@@ -194,7 +200,7 @@ def preflight(opts: Options, deliver: Deliver) -> tuple[Report, int]:
     started = time.monotonic()
     only, skip = ids(opts.only, "--only"), ids(opts.skip, "--skip")
     only, fleet_checks = fleet_selection(env or opts.ray, only, skip)
-    opts = _resolved(opts)
+    opts = _resolved(opts, profile)
     report = run_report(opts, profile, only, skip, opts.strict, progress=False)
     if opts.ray:
         from .fleet import raycluster
@@ -317,7 +323,7 @@ def fix(opts: Options, ask: Callable[[str], Answer]) -> tuple[Report, Plan, int]
                          "give one")
     profile = profile_from_options(opts, "off", _job_argv(opts))
     only, skip = ids(opts.only, "--only"), ids(opts.skip, "--skip")
-    opts = _resolved(opts)
+    opts = _resolved(opts, profile)
     python = opts.python
     assert python is not None
     report = run_report(opts, profile, only, skip, False, progress=False)

@@ -83,6 +83,8 @@ def environment(target: dict, static: dict | None, python: str) -> dict:
     info = {k: source.get(k) if isinstance(source.get(k), (str, type(None))) else str(source.get(k))
             for k in ("executable", "version", "implementation", "prefix")}
     info["executable"] = info["executable"] or python
+    if isinstance(target.get("judged"), dict):  # which interpreter this is and why (target.Judged)
+        info.update(target["judged"])
     if isinstance(py, dict) and isinstance(py.get("installer"), dict):  # what the fix plan installs with
         inst = py["installer"]
         info["installer"] = {"pip": inst.get("pip") if isinstance(inst.get("pip"), str) else None,
@@ -129,6 +131,11 @@ def assemble(profile: Profile | dict, checks: Sequence[CheckReport[Fix]], plugin
         summary["interrupted"] = interrupted
     if critical_path:
         summary["critical_path"] = critical_path
+    from .job.unread import not_read
+
+    unread = not_read(profile.job) if isinstance(profile, Profile) else None
+    if unread:
+        summary["job_not_read"] = unread  # the verdict line says it: the job's settings were not judged
     report = {
         "schema": SCHEMA,
         "doctor": {"name": "dsv4-doctor", "version": __version__},

@@ -1,6 +1,8 @@
 """The early start: what a run of the target starts first (the handshake, nvidia-smi, the registry and the static
 probe), started from a pre-scan of the words before typer is imported, so that it runs while the command line is
-parsed; the run adopts it when the parser agrees on the interpreter and the limits, else it is closed.
+parsed; the run adopts it when the parser agrees on the interpreter and the limits, else it is closed. The pre-scan
+never reads a job's command: where the stack rows judge the interpreter that command runs (target.judged_python) and
+it is another than the one started early, the early start is closed unread and the run starts on the job's.
 
 The handshake and nvidia-smi start before the session module is imported (its import, with the plugins, the report
 assembly and the runner's dependencies, is most of what comes before them): only the target's resolution

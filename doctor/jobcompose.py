@@ -17,6 +17,7 @@ from typing import Any
 from .facts import StaticFacts
 from .job.bounds import digits_int, written
 from .job.keys import CONFIG_FIELDS, ROLE_HEADS, VERL_COMMON, VERL_ENGINE, VERL_ROLES
+from .job.command import world_from_launcher
 from .job.model import Job, Setting, Unexpanded
 from .job.profile import composable, profile_for
 from .model import Profile, UsageError
@@ -38,7 +39,7 @@ def selected_paths(job: Job) -> dict[str, tuple[str, str]]:
                     for field in CONFIG_FIELDS})
     if job.trainer != "sft":
         out.update({key: ("", name) for key, name in VERL_COMMON.items()})
-    else:
+    elif not world_from_launcher(job):  # the Ray SFT trainer's pool: trainer.nnodes x trainer.n_gpus_per_node
         out.update({"trainer.nnodes": ("", "nnodes"), "trainer.n_gpus_per_node": ("", "gpus_per_node")})
     return out
 
@@ -312,6 +313,8 @@ def _apply(profile: Profile, job: Job, answer: dict) -> Profile:
     critic = roles.get("critic", {})
     if not any(s.source == "override" for s in critic.values()):
         roles.pop("critic", None)  # verl's critic runs only when the job enables it: judged when the command sets it
+    if world_from_launcher(job):  # its world size is torchrun's, read from the command (not in its config)
+        common.update({k: v for k, v in job.common.items() if k in ("nnodes", "gpus_per_node")})
     composed = replace(job, roles=roles, common=common, config_file=[], read_by=read_by, composed=versions,
                        config_errors=errors)
     return profile_for(base, composed, *options)

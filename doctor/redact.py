@@ -50,6 +50,8 @@ NOT_SECRET = re.compile(r"^(?:TOKENIZERS?_|HF_HUB_DISABLE_|.*_TOKEN_?(?:LEN|LENG
 # the environment listing): replacing "true" everywhere would shred a report and hide nothing.
 COMMON_VALUES = {"true", "false", "none", "null", "auto", "default", "disabled", "enabled", "unset"}
 MIN_SECRET_VALUE = 4
+# The words a text puts where a value goes (upstream messages: "Expected override in KEY=VALUE form"): no secret.
+PLACEHOLDERS = {"VALUE", "VAL", "<VALUE>", "VALUE>", "NAME", "N"}
 
 # Every pattern below starts only at a boundary (a lookbehind for the previous character), so a long run of
 # ordinary characters is scanned once, not once per position: redaction is linear in the length of the text.
@@ -258,8 +260,9 @@ def _mask_assignments(text: str) -> str:
         if not looks_secret(m.group("name")):
             continue
         value = _VALUE.match(text, pos)
-        if value is None or value.group("value").strip("\"'") == MASK or _prose(m.group("sep"), value) or \
-                not any(c.isalnum() for c in value.group("value")):  # `key=...`: a placeholder holds no secret
+        word = value.group("value").strip("\"'") if value is not None else ""
+        if value is None or word == MASK or _prose(m.group("sep"), value) or word.upper() in PLACEHOLDERS or \
+                not any(c.isalnum() for c in word):  # `key=...`, `KEY=VALUE`: a placeholder holds no secret
             continue
         out += [text[done:pos], MASK]
         pos = done = value.end()

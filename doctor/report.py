@@ -124,6 +124,7 @@ class Summary:
     partial: str | None = None  # a fleet report that holds only part of the fleet, and why
     interrupted: str | None = None  # the signal that cut the run short (SIGINT, ...)
     critical_path: Mapping[str, Any] | None = None  # the probe that ended last: the run's long pole
+    job_not_read: str | None = None  # why the job's command was not read (its settings not known), naming the word
 
     def count(self, status: str) -> int:
         value = self.counts.get(status)
@@ -133,7 +134,7 @@ class Summary:
         out: dict = {"status": self.status.value, "exit_code": self.exit_code, "strict": self.strict,
                      "counts": dict(self.counts), "duration_s": self.duration_s,
                      "internal_errors": list(self.internal_errors)}
-        for key in ("budget_s", "partial", "interrupted", "critical_path"):
+        for key in ("budget_s", "partial", "interrupted", "critical_path", "job_not_read"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         return out
@@ -154,7 +155,8 @@ class Summary:
                        budget_s=_number(budget) if budget is not None else None,
                        partial=data["partial"] if isinstance(data.get("partial"), str) else None,
                        critical_path=_obj(data.get("critical_path")) or None,
-                       interrupted=data["interrupted"] if isinstance(data.get("interrupted"), str) else None)
+                       interrupted=data["interrupted"] if isinstance(data.get("interrupted"), str) else None,
+                       job_not_read=data["job_not_read"] if isinstance(data.get("job_not_read"), str) else None)
 
 
 def _plugin_from_wire(data: dict) -> PluginInfo:

@@ -18,14 +18,16 @@ if TYPE_CHECKING:
 
 
 def run_check(python: str | None, timeout: float | None, profile: Profile, only: Sequence[str], skip: Sequence[str],
-              strict: bool, on_event: Callable[..., None] | None = None, job_path: JobPath | None = None) -> Report:
+              strict: bool, on_event: Callable[..., None] | None = None, job_path: JobPath | None = None,
+              judged: dict | None = None) -> Report:
     """Everything `check` does up to the report.
 
     Order: the early probes start, the registry loads, the selection is validated (by id alone, so a usage error
     comes before any waiting and nothing in it depends on the profile), the target is handshaken, the profile is
     resolved once, the checks run. Raises UsageError for a bad command line or target; every child process is gone
-    when it returns."""
+    when it returns. `judged`: which interpreter `python` is and why (target.Judged), for the report."""
     session = session_for(python, timeout)  # the one started before the command line was parsed, if it fits
+    session.judged = judged
     try:
         session.install_signals()
         session.start()

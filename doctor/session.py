@@ -24,15 +24,23 @@ from .plugins import MARGIN_S, HostWatch, PluginHosts, plugin_error_rows
 from .procs import Processes
 from .registry import Registry, near_misses
 from .assemble import Outcome
-from .runner import CHECK_TIMEOUT_S, ProbePool, RunContext, Runner, execute, plan
+from .runner import CHECK_TIMEOUT_S, ProbePool, RunContext, Runner, _report, execute, plan
 from .signals import GATE
-from .target import resolve_python, workers
+from .target import REMOTE_NOT_KNOWN, resolve_python, workers
 
 if TYPE_CHECKING:
     from .jobpath import JobPath
 
 HANDSHAKE_BUDGET_S = 15.0
 MAX_CP = 1024
+
+
+def remote_host(profile: Profile) -> str | None:
+    """The submitter a job's command runs on another host through (`ray job submit`, `sbatch --wrap`), or None: the
+    job's settings are read here, its interpreter and stack are that host's."""
+    chain = getattr(profile.job, "chain", None)
+    remote = getattr(chain, "remote", None)
+    return remote if isinstance(remote, str) and remote else None
 
 
 def select(checks: Sequence[Check], only: Sequence[str], skip: Sequence[str], job: bool = False) -> list[Check]:
@@ -83,6 +91,7 @@ class Session:
         self.job_path: JobPath | None = None  # the job's start (preflight, --job-args): the static probe's too
         self.hosts = PluginHosts(self.procs, self.python, self.timeout, self.gpus, self.pool.slots)
         self.target: dict = {"executable": self.python, "version": None}
+        self.judged: dict | None = None  # which interpreter self.python is and why (target.Judged), for the report
         self.target_problem: str | None = None
         self._gate_installs = 0  # GATE.install() calls this session made: each one is undone by restore_signals
         self._running: tuple | None = None  # (runner, plugin hosts, profile, start, budget) while checks run
@@ -166,7 +175,7 @@ class Session:
         if info is None:
             why = result.error or "it printed no Python version"
             raise UsageError(f"--python {self.python} is not a Python interpreter the doctor can run ({why})")
-        self.target = info
+        self.target = dict(info, judged=self.judged) if self.judged else info
         if tuple(info["version_info"][:2]) < PROBE_MIN_PYTHON:
             self.target_problem = (f"the target interpreter is Python {info['version']}; the doctor's probes need "
                                    f"Python {PROBE_MIN_PYTHON[0]}.{PROBE_MIN_PYTHON[1]} or newer, so it could not be "
@@ -186,12 +195,21 @@ class Session:
             raise UsageError(f"--cp {profile.cp} is larger than {MAX_CP}")
         gpus = self.gpus()
         profile = replace(profile, gpus=len(gpus))
-        if profile.gpu_arch is None and gpus and gpus[0].get("compute_capability"):
+        remote = remote_host(profile)
+        if profile.gpu_arch is None and gpus and gpus[0].get("compute_capability") and not remote:
             profile = replace(profile, gpu_arch=gpus[0]["compute_capability"], gpu_arch_source="detected")
-        if profile.job is not None and profile.job.kind == "verl":
+        if profile.job is not None and profile.job.kind == "verl" and remote:  # its config tree is the remote host's
+            profile = replace(profile, job=replace(profile.job, read_by=f"read by the doctor (the job runs after "
+                                                                          f"`{remote}`: not composed here)"))
+        elif profile.job is not None and profile.job.kind == "verl":
             profile = self._composed(profile)
         job = profile.job
-        if job is not None and job.decisions is not None and job.decisions.dsa_backend_pending:
+        if remote and job is not None and job.decisions is not None and job.decisions.dsa_backend_pending:
+            decisions = replace(job.decisions, dsa_backend_pending=None, dsa_backend_known=False,
+                                dsa_backend_decided=f"not known: the remote host's Megatron-Bridge decides it (the job "
+                                f"runs after `{remote}`); the environment is checked for cudnn, the stricter")
+            profile = replace(profile, dsa_backend="cudnn", job=replace(job, decisions=decisions))
+        elif job is not None and job.decisions is not None and job.decisions.dsa_backend_pending:
             try:
                 profile = self._bridge_backend(profile)
             except Interrupted:
@@ -294,6 +312,11 @@ class Session:
             on_event: Callable[..., None] | None = None) -> Outcome:
         assert self.registry is not None and self.static_probe is not None
         start = time.monotonic()
+        remote = remote_host(profile)
+        # A job that runs on another host: its stack is that host's, so every row but the job's is not known here,
+        # answered without its probes (or a plugin host) starting.
+        elsewhere = [c for c in selected if c.only_with != "job"] if remote else []
+        selected = [c for c in selected if c.only_with == "job"] if remote else selected
         builtin = [c for c in selected if self.registry.get(c.id) is c]
         plugin_ids = {c.id for c in selected} - {c.id for c in builtin}
         budget = self.budget(builtin, profile, len(self.hosts.runs_for(plugin_ids)))
@@ -301,9 +324,11 @@ class Session:
         self.pool.deadline = deadline
         ctx = RunContext(profile=profile, python=self.python, pool=self.pool, static_probe=self.static_probe,
                          target=self.target)
+        remote_rows = [_report(c, Result(Status.WARN, REMOTE_NOT_KNOWN.format(remote), evidence={"remote": remote}),
+                               0.0) for c in elsewhere]
         if self.target_problem:
             reports = self._unsupported_target(builtin, ctx)
-            return self._outcome(profile, reports, start, budget)
+            return self._outcome(profile, reports + remote_rows, start, budget)
         hosts = self.hosts.start_runs(profile, plugin_ids, deadline)
         if on_event is not None and hosts:
             self._watch = HostWatch(hosts, on_event)  # the plugin checks' rows of the live display
@@ -311,7 +336,7 @@ class Session:
         self._running = (runner, hosts, profile, start, budget)
         runner.begin()
         runner.wait()
-        reports = runner.reports() + self.hosts.collect(hosts, deadline)
+        reports = runner.reports() + self.hosts.collect(hosts, deadline) + remote_rows
         self._stop_watch()
         return self._outcome(profile, reports, start, budget)
 
@@ -356,8 +381,6 @@ class Session:
                        critical_path=self.pool.critical_path(self.started))
 
     def _unsupported_target(self, checks: Sequence[Check], ctx: RunContext) -> list[CheckReport]:
-        from .runner import _report
-
         out = []
         for check in checks:
             if check.id == "python.version":

@@ -22,7 +22,7 @@ from test_job import job_rows_in_process
 from wheels import ensure
 
 from dsv4_doctor.job.profile import job_profile
-from dsv4_doctor.model import Profile, UsageError
+from dsv4_doctor.model import Profile
 
 PPO = ["python3", "-m", "verl.trainer.main_ppo", "model_engine=megatron"]
 ACTOR = "actor_rollout_ref.actor.megatron"
@@ -186,7 +186,7 @@ def test_a_launchers_node_count_is_a_finding_too():
     assert rows["job.config"]["status"] == "fail" and "nnodes = 'two' (text)" in rows["job.config"]["summary"]
     assert rows["_profile"]["cp"] == 2 and rows["_profile"]["job"].get("cp_known") is not False
     parallelism = rows["job.parallelism"]  # the world size is not known: never judged on a guess
-    assert parallelism["status"] == "skip" and "nnodes = two (text) is not valid" in parallelism["summary"]
+    assert parallelism["status"] == "warn" and "nnodes = two (text) is not valid" in parallelism["summary"]
 
 
 @pytest.mark.parametrize("flag", ["--config-dir", "-cd"])
@@ -197,7 +197,10 @@ def test_a_config_dir_the_reader_cannot_read_may_set_what_the_command_does_not_s
     argv = ["python3", "-m", "verl.trainer.main_ppo", flag, "conf", f"{CP}=2"]
     rows = job_rows_in_process(argv)
     assert rows["_profile"]["cp"] == 2
-    assert rows["job.parallelism"]["status"] == "skip" and f"the config file may set it ({flag})" in \
+    assert rows["job.parallelism"]["status"] == "warn" and f"the config the command names may set it ({flag})" in \
         rows["job.parallelism"]["summary"]
-    with pytest.raises(UsageError, match=r"its config file \(--config-dir\) may set it"):
-        job_profile(Profile(), ["python3", "-m", "verl.trainer.main_ppo", "--config-dir", "conf"], None, None)
+    # A CP the command does not state beside such a folder is not known: checked as CP > 1, never a usage error.
+    unstated = job_profile(Profile(), ["python3", "-m", "verl.trainer.main_ppo", "--config-dir", "conf"], None, None)
+    assert unstated.cp == 2 and unstated.cp_source == "default"
+    assert unstated.job is not None and unstated.job.decisions is not None
+    assert "the config it names (--config-dir) may set it" in (unstated.job.decisions.not_known or "")

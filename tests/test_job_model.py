@@ -12,7 +12,7 @@ from dsv4_doctor.job.command import parse
 from dsv4_doctor.job.model import Decisions, Job, Setting, is_interpolation
 from dsv4_doctor.job.profile import job_profile
 from dsv4_doctor.job.settings import section
-from dsv4_doctor.model import Profile, Result, Status, UsageError, result_of
+from dsv4_doctor.model import Profile, Result, Status, result_of
 from dsv4_doctor.checks import job_checks
 
 OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"
@@ -73,11 +73,13 @@ def test_an_unresolved_variable_is_not_known_never_a_default(value):
     argv = [*MEGATRON, "--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", value]
     assert is_interpolation(value)
     result = judge(job_checks.job_parallelism, job_profile(Profile(), argv, None, None))
-    assert result.status is Status.SKIP and "not known" in result.summary, result.summary
+    assert result.status is Status.WARN and result.summary.startswith("not known: "), result.summary
     stated = [*MEGATRON, "--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "3"]
     assert judge(job_checks.job_parallelism, job_profile(Profile(), stated, None, None)).status is Status.FAIL
-    with pytest.raises(UsageError, match="cannot resolve"):  # a CP the command hides needs --cp
-        job_profile(Profile(), [*MEGATRON, "--context-parallel-size", "$CP"], None, None)
+    hidden = job_profile(Profile(), [*MEGATRON, "--context-parallel-size", "$CP"], None, None)
+    assert hidden.cp == 2 and hidden.cp_source == "default"  # not known: checked as CP > 1, never a usage error
+    assert hidden.job is not None and hidden.job.decisions is not None
+    assert "cannot resolve" in (hidden.job.decisions.not_known or "")
     given = job_profile(Profile(), [*MEGATRON, "--context-parallel-size", "$CP"], 4, None)
     assert given.cp == 4 and given.job is not None and given.job.decisions is not None
     assert given.job.decisions.cp_given == 4

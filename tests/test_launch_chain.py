@@ -231,8 +231,13 @@ def test_controls_keep_their_answers(tmp_path):
     assert unknown.stopped is not None and unknown.stopped.startswith("`frobnicate` is a program")
     assert unknown.entry is None and unknown.interpreter is None
     for argv in (["mpirun", "-np", "8", "python3", "x.py"], ["xargs", "python3"], ["docker", "run", "img"],
-                 ["chroot", "/srv", "python3", "x.py"], ["sh", "-c", "python3 x.py | tee log"]):
+                 ["chroot", "/srv", "python3", "x.py"], ["sh", "-c", "python3 x.py | grep step"],
+                 ["sh", "-c", "python3 x.py | tee log | grep step"]):
         assert resolve(argv, str(tmp_path), environ(tmp_path)).stopped, argv
+    # `| tee FILE` (any number of them) copies the job's output and changes none of it: followed.
+    for line in ("python3 x.py 2>&1 | tee log", "python3 x.py |& tee -a log | tee other"):
+        teed = resolve(["sh", "-c", line], str(tmp_path), environ(tmp_path))
+        assert teed.stopped is None and teed.entry == "x.py", line
 
 
 # --- unexpanded words are never settings ------------------------------------------------------------------------------
@@ -325,17 +330,16 @@ def test_srun_from_slurms_own_option_table(tmp_path):
 
 def test_submitters_run_the_job_on_another_host():
     """`ray job submit ... -- CMD` and `sbatch --wrap CMD`: the settings are read from the remote command, the
-    interpreter is the remote host's; the job reader keeps such a command's settings not known for now."""
+    interpreter is the remote host's."""
     line = ["python3", "-m", "verl.trainer.main_ppo", f"{ENGINE}.context_parallel_size=2", "trainer.nnodes=2"]
     ray = resolve(["ray", "job", "submit", "--address", "http://head:8265", "--working-dir", ".", "--no-wait", "--",
                    *line], "/", {})
     assert ray.remote == "ray job submit" and ray.entry == "verl.trainer.main_ppo" and ray.args == line[3:]
     assert ray.interpreter is None and "remote host" in ray.interpreter_why and ray.sys_path0 is None
     job = parse(["ray", "job", "submit", "--address", "X", "--", *line])
-    assert job.kind == "unknown" and job.chain is not None and job.chain.remote == "ray job submit"
+    assert job.kind == "verl" and job.chain is not None and job.chain.remote == "ray job submit"
     profile = job_profile(Profile(), ["ray", "job", "submit", "--", *line], None, None)
-    assert profile.job is not None and "`ray job submit` runs the job on another host" in (
-        profile.job.decisions.not_known or "")  # type: ignore[union-attr]
+    assert profile.job is not None and profile.cp == 2 and profile.cp_source == "job"
     sbatch = resolve(["sbatch", "-N", "2", "--wrap", shlex.join(line) + " \"$@\""], "/", {})
     assert sbatch.remote == "sbatch --wrap" and sbatch.args == line[3:]
     assert resolve(["sbatch", "job.sh"], "/", {}).stopped

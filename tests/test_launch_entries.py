@@ -133,3 +133,99 @@ def test_the_sft_trainer_without_hydra_and_under_static_only_is_judged_as_hydra_
         assert row["_job"]["checked_against"] == "verl 0.9.1's sft_trainer_engine (composed by structure)"
     (ppo,) = job_config_rows(bare_python, sites, [[*PPO, "+trainer.nnodes=2"]], "--static-only")
     assert ppo["status"] == "fail" and "_generated_ppo_megatron_trainer.yaml" in ppo["_job"]["checked_against"]
+
+
+# -------------------------------------------------------------------------- the grammar comes from the entry, only
+
+@pytest.mark.parametrize("argv, kind, syntax, cp", [
+    (["python3", "-m", "verl.trainer.main_ppo", "actor_rollout_ref.actor.megatron.context_parallel_size=2"],
+     "verl", "hydra", 2),
+    (["python3", "/opt/verl/verl/trainer/main_ppo.py", "actor_rollout_ref.actor.megatron.context_parallel_size=2"],
+     "verl", "hydra", 2),  # verl's app run by its file is the same app
+    (["python3", "pretrain_gpt.py", "--context-parallel-size", "2"], "megatron", "megatron", 2),
+    (["python3", "scripts/training/run_recipe.py", "--model", "deepseek_v4", "--mode", "pretrain", "-cp", "2"],
+     "megatron", "bridge", 2),
+    # Another entry's words are never read by another grammar: before, these two were read as verl's and
+    # Megatron-LM's by their flags, and gave a confident CP 2.
+    (["python3", "my_train.py", "actor_rollout_ref.actor.megatron.context_parallel_size=2"], "unknown", "unknown",
+     None),
+    (["python3", "tool.py", "--context-parallel-size", "2"], "unknown", "unknown", None),
+    (["python3", "-c", "import x", "--context-parallel-size", "2"], "unknown", "unknown", None),
+])
+def test_the_commands_grammar_is_its_entrys(argv, kind, syntax, cp):
+    from dsv4_doctor.job.command import parse
+
+    job = parse(argv)
+    assert (job.kind, job.syntax) == (kind, syntax)
+    settings = job.roles.get("actor" if kind == "verl" else "model", {})
+    assert (settings["cp"].value if "cp" in settings else None) == cp
+    if kind == "unknown":
+        assert "is not one whose command line the doctor knows" in (job.unknown_why or "")
+
+
+# --------------------------------------------------- Megatron-Bridge's recipe launcher: its options, then its overrides
+
+def test_the_recipe_launchers_trailing_override_wins_over_its_option_and_the_recipe_decides_the_rest():
+    from test_job import job_rows_in_process
+
+    launcher = ["python3", "scripts/training/run_recipe.py", "--model", "deepseek_v4", "--mode", "pretrain"]
+    rows = job_rows_in_process([*launcher, "-cp", "2", "-tp", "2", "model.context_parallel_size=4",
+                                "model.tensor_model_parallel_size=1"], gpu_arch="9.0")
+    model = rows["_profile"]["job"]["roles"]["model"]
+    assert rows["_profile"]["cp"] == 4 and model["tp"]["value"] == 1  # run_recipe.py applies the trailing ones last
+    assert rows["job.parallelism"]["status"] != "fail"
+    assert rows["job.config"]["status"] == "pass"
+    # What the command leaves to the recipe is not known, never Megatron's default.
+    assert "the config the command names may set it (--model deepseek_v4)" in rows["job.cp-args"]["summary"]
+    # TP 2 from the option alone: DSv4's attention rejects it, and the fix is the launcher's own override.
+    tp2 = job_rows_in_process([*launcher, "-cp", "2", "-tp", "2"], gpu_arch="9.0")
+    assert tp2["job.parallelism"]["status"] == "fail"
+    assert any(f["description"].endswith("model.tensor_model_parallel_size=1") for f in tp2["job.parallelism"]["fixes"])
+    # What the launcher's own parser refuses stops the job: job.config fails in its words.
+    refused = job_rows_in_process([*launcher, "-cp", "two"])
+    assert refused["job.config"]["status"] == "fail"
+    assert "argument -cp/--context_parallel_size: invalid int value: 'two'" in refused["job.config"]["summary"]
+
+
+# --------------------------------------------------------- verl's SFT trainer under torchrun: torchrun's world size
+
+SFT_CP2 = ["engine=megatron", "engine.context_parallel_size=2", "engine.tensor_model_parallel_size=1"]
+
+
+@pytest.mark.parametrize("launcher, status, said", [
+    # verl's sft_trainer takes WORLD_SIZE from torchrun; its config's trainer.n_gpus_per_node (1) sizes nothing.
+    (["torchrun", "--nnodes", "1", "--nproc-per-node", "8"], "pass", "divides the 8 GPUs"),
+    (["torchrun", "--nnodes", "1", "--nproc-per-node", "3"], "fail", "does not divide the 3 GPUs"),
+    (["torchrun", "--nnodes", "1:4", "--nproc-per-node", "8"], None, "--nnodes 1:4 is an elastic range"),
+    (["torchrun", "--nproc-per-node", "auto"], None, "--nproc-per-node auto"),
+    (["python3"], None, "takes its world size from WORLD_SIZE, which torchrun sets"),
+])
+def test_the_sft_trainers_world_size_is_torchruns(launcher, status, said):
+    from test_job import job_rows_in_process
+
+    row = job_rows_in_process([*launcher, "-m", "verl.trainer.sft_trainer", *SFT_CP2,
+                               "trainer.n_gpus_per_node=1"])["job.parallelism"]
+    assert said in row["summary"], row
+    if status is not None:
+        assert row["status"] == status, row
+    else:  # not known: never a number, never a pass
+        assert row["status"] not in ("pass", "fail"), row
+
+
+@pytest.mark.slow  # a real composition in the target: seconds
+def test_a_correct_sft_command_under_torchrun_passes_job_parallelism_composed(bare_python):
+    """Before: the composed config's trainer.n_gpus_per_node (1) was taken as the world size, so TP x PP x CP = 2
+    'did not divide' it and a correct command failed (and preflight would block it)."""
+    sites = (ensure("hydra-core-1.3.2"), ensure("verl-0.9.1"))
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")}
+    env["PYTHONPATH"] = os.pathsep.join(map(str, sites))
+    from conftest import doctor_command
+
+    command = ["torchrun", "--nnodes", "1", "--nproc-per-node", "8", "-m", "verl.trainer.sft_trainer", *SFT_CP2]
+    done = subprocess.run([*doctor_command(), "check", "-f", "json", "--no-smoke", "--only", "job.parallelism",
+                           "--job-args", shlex.join(command), "--python", bare_python], capture_output=True,
+                          text=True, timeout=120, env=env)
+    report = json.loads(done.stdout)
+    row = next(c for c in report["checks"] if c["id"] == "job.parallelism")
+    assert report["profile"]["job"]["read_by"].startswith("composed with Hydra"), report["profile"]["job"]
+    assert row["status"] == "pass" and "divides the 8 GPUs" in row["summary"], row

@@ -1,37 +1,43 @@
 """Reading a training command line: what a DSv4 job says about itself (`preflight -- CMD`, `check --job-args`).
 
 The command is first resolved as the OS and each launcher will run it (doctor/job/chain.py: wrappers, shells' -c
-strings, torchrun, `uv run`, a script's #! line), which gives the entry and its arguments. Two syntaxes are read in
-them:
+strings, torchrun, `uv run`, a script's #! line), which gives the entry and its arguments. Three syntaxes are read
+in them:
 
 - verl/Hydra overrides: `key=value`, `+key=value`, `++key=value` (and `~key`), values quoted or not, for the actor,
   ref and critic roles (`actor_rollout_ref.actor.megatron.context_parallel_size`, `...megatron.
   override_transformer_config.<field>`, ...) and `data.max_prompt_length` / `data.max_response_length`;
-- Megatron-LM flags (`--context-parallel-size 2`, `--cp-partition-mode=contiguous`, ...).
+- Megatron-LM flags (`--context-parallel-size 2`, `--cp-partition-mode=contiguous`, ...);
+- Megatron-Bridge's recipe launcher: its options and trailing `model.*` overrides (job/bridge_recipe.py).
 
 Nothing is run: a value is taken as written, except OmegaConf interpolations in verl overrides, which verl resolves
 before Megatron sees them: `${oc.env:NAME}` / `${oc.env:NAME,default}` from the job's environment (the doctor runs in
 it at preflight) and `${other.key}` from another override of the same command. One that cannot be resolved stays text
 and is reported as not known (a shell variable left unexpanded, `${ACTOR_CP}`, is one). Keys and flags the doctor does
 not use are listed by name, never with their values (they may hold secrets). A setting the command does not state is
-absent, never guessed: the job checks say "not stated". A string of overrides alone is read as verl's; a command whose
-chain stops before its entry (a shell script, an unknown program, a launcher the doctor does not follow) or runs on
-another host leaves every setting not known, and the profile is then the stricter job's (CP > 1, cudnn) unless --cp /
---dsa-backend state them.
+absent, never guessed: the job checks say "not stated". The entry decides the grammar (`entry_grammar`): verl's
+Hydra trainers, Megatron-LM's pretrain_*.py, Megatron-Bridge's run_recipe.py; any other entry's words are not read.
+A string of overrides alone is read as verl's. A command whose chain stops before its entry (a shell script, an
+unknown program, a launcher the doctor does not follow) leaves every setting not known, and the profile is then the
+stricter job's (CP > 1, cudnn) unless --cp / --dsa-backend state them. One that runs on another host (`ray job
+submit`, `sbatch --wrap`) is read as the entry's grammar reads it; its interpreter is the remote host's.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 
 from ..model import UsageError
+from .bridge_recipe import is_recipe_launcher, parse_recipe_launcher
 from .chain import World, resolve
 from .keys import (BARE_SETTINGS, CONFIG_FIELDS, VERL_COMMON, VERL_ENGINE, MAX_ARG_CHARS, MAX_ARGS, MEGATRON_FLAGS,
-                   VERL_ROOTS, HYDRA_OVERRIDE, flag_name)
+                   VERL_ROOTS, HYDRA_OVERRIDE)
 from .model import Job, Setting, Unexpanded
 from .shellwords import Op, ShellError, tokens
 from .syntax import parse_hydra, parse_megatron
+from .shape import entry_shown
 from .values import is_hidden_word, names_only, parse_value
 
 
@@ -71,30 +77,69 @@ def parse(argv: Sequence[str], cwd: str | None = None, environ: Mapping[str, str
     job.hidden_launcher = list(chain.hidden_launcher)
     if chain.world is not None:
         _world(job, chain.world)
-    if chain.stopped or chain.remote:
-        # The chain ends before the entry, or runs it on another host: whatever follows may add or change settings
-        # there, so none are known here.
-        job.entry = chain.entry if chain.remote else chain.stopped_at
-        job.unknown = names_only(chain.args if chain.remote else argv[1:])
+    if chain.stopped:
+        # The chain ends before the entry: whatever follows may add or change settings, so none are known here. A
+        # chain that runs its entry on another host (chain.remote) is read on: its settings are the command's.
+        job.entry = chain.stopped_at
+        job.unknown = names_only(argv[1:])
         return job
     job.entry = "-c" if chain.entry_kind == "code" else chain.entry
     rest = chain.args
-    if any(a.startswith(("actor_rollout_ref.", "+actor_rollout_ref.", "++actor_rollout_ref.", "critic.",
-                         "+critic.", "++critic.")) for a in rest) or (job.entry or "").startswith("verl."):
+    grammar = entry_grammar(chain.entry_kind, job.entry)
+    if grammar == "hydra":
         job.kind, job.syntax = "verl", "hydra"
+        job.entry = verl_module(job.entry)
         if (job.entry or "").rsplit(".", 1)[-1] in SFT_ENTRIES:
             job.trainer = "sft"
         job.overrides = list(rest)
         parse_hydra(rest, job)
         _hide(job, rest, parse_hydra)
-    elif any(flag_name(a) in MEGATRON_FLAGS for a in rest if a.startswith("--")) or \
-            (job.entry or "").endswith(("pretrain_gpt.py", "pretrain_mamba.py", "train_rl.py")):
+        if world_from_launcher(job):
+            _launcher_world(job, chain.world)
+    elif grammar == "megatron":
         job.kind, job.syntax = "megatron", "megatron"
         parse_megatron(rest, job)
         _hide(job, rest, parse_megatron)
+    elif grammar == "bridge":
+        job.kind, job.syntax = "megatron", "bridge"
+        parse_recipe_launcher(rest, job)
+        _hide(job, rest, lambda words, job: parse_recipe_launcher(words, job))
     else:
         job.unknown = names_only(rest)
+        job.unknown_why = (f"the entry {entry_shown(job.entry) if chain.entry_kind != 'code' else '`-c` code'} "
+                           "is not one whose command line the doctor knows (verl's Hydra trainers, Megatron-LM's "
+                           "pretrain_*.py, Megatron-Bridge's run_recipe.py), so its settings are not known")
     return job
+
+
+# Megatron-LM's training scripts (argparse: megatron/training/arguments.py): pretrain_gpt.py, pretrain_mamba.py, ...
+MEGATRON_SCRIPTS = re.compile(r"pretrain_[A-Za-z0-9_]+\.py|train_rl\.py")
+# verl's Hydra apps: `python -m verl.trainer.<app>` or the file itself (their `@hydra.main` names the config; the
+# composition probe reads it, and an entry module without one is said in job.config).
+VERL_APP = re.compile(r"verl\.trainer\.[A-Za-z_][A-Za-z0-9_]*")
+_VERL_FILE = re.compile(r"(?:.*/)?verl/trainer/(?P<app>[A-Za-z_][A-Za-z0-9_]*)\.py")
+
+
+def entry_grammar(kind: str | None, entry: str | None) -> str | None:
+    """The command-line grammar of the job's entry, from the entry alone (never from the words after it): "hydra"
+    (verl's trainers), "megatron" (Megatron-LM's argparse), "bridge" (Megatron-Bridge's recipe launcher), or None:
+    not known."""
+    if not entry or kind == "code":
+        return None
+    if kind == "module":
+        return "hydra" if VERL_APP.fullmatch(entry) else None
+    name = entry.replace("\\", "/").rsplit("/", 1)[-1]
+    if _VERL_FILE.fullmatch(entry.replace("\\", "/")):
+        return "hydra"
+    if MEGATRON_SCRIPTS.fullmatch(name):
+        return "megatron"
+    return "bridge" if is_recipe_launcher(entry) else None
+
+
+def verl_module(entry: str | None) -> str | None:
+    """A verl app run by its file (`python verl/trainer/main_ppo.py`) as the module it is (verl.trainer.main_ppo)."""
+    m = _VERL_FILE.fullmatch((entry or "").replace("\\", "/"))
+    return f"verl.trainer.{m.group('app')}" if m else entry
 
 
 def _world(job: Job, world: World) -> None:
@@ -112,6 +157,29 @@ def _world(job: Job, world: World) -> None:
 
 # verl's SFT trainers: their Megatron engine is `engine.*` (engine=megatron), not a PPO role's.
 SFT_ENTRIES = ("sft_trainer", "sft_trainer_ray")
+# The verl trainers whose world size is the launcher's: sft_trainer.run_sft calls initialize_global_process_group,
+# which reads RANK and WORLD_SIZE from the environment torchrun gives (verl 0.9.1 utils/distributed.py L62-75);
+# trainer.nnodes and trainer.n_gpus_per_node size the Ray trainers' pools only (sft_trainer_ray L135-137).
+LAUNCHER_WORLD_ENTRIES = ("verl.trainer.sft_trainer",)
+
+
+def world_from_launcher(job: Job) -> bool:
+    """Whether the job's world size is its launcher's (torchrun's), not its config's."""
+    return job.kind == "verl" and job.entry in LAUNCHER_WORLD_ENTRIES
+
+
+def _launcher_world(job: Job, world: World | None) -> None:
+    """The world size of a trainer that takes it from torchrun: torchrun's --nnodes x --nproc-per-node, whatever the
+    command's trainer.* overrides say; without torchrun in the chain, not known."""
+    job.common.pop("nnodes", None)
+    job.common.pop("gpus_per_node", None)
+    if world is not None:
+        _world(job, world)
+        return
+    why = (f"{job.entry} takes its world size from WORLD_SIZE, which torchrun sets, and the command is not "
+           "launched by torchrun")
+    for name in ("nnodes", "gpus_per_node"):
+        job.common[name] = Setting(Unexpanded("(not known)"), "(not known)", why, source="hidden")
 
 
 def _hide(job: Job, rest: list[str], reader) -> None:

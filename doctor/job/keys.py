@@ -96,6 +96,10 @@ def line_to_add(job: Any, role: str, setting: str, value: Any) -> str:
         if isinstance(value, bool):
             return f"--{flag}" if value else ""
         return f"--{flag} {shown}"
+    if syntax == "bridge":  # Megatron-Bridge's recipe launcher: a trailing ConfigContainer override of its model
+        field = {"cp": "context_parallel_size", "tp": "tensor_model_parallel_size",
+                 "pp": "pipeline_model_parallel_size", "ep": "expert_model_parallel_size"}.get(setting, setting)
+        return f"{'dataset' if setting == 'seq_length' else 'model'}.{field}={shown}"
     base = role_head(role)
     engine = {v: k for k, v in VERL_ENGINE.items()}
     if setting in ("cp", "tp", "pp", "ep", "dynamic_context_parallel", ENGINE_MAX_SEQLEN):

@@ -196,8 +196,8 @@ class Job:
                 return value, f"stated: {backend.raw}" + (f" ({backend.resolved})" if backend.resolved else "")
         if self.config_file:
             # Not known: the environment is judged for the fused kernels, the stricter of the two backends.
-            return "cudnn", (f"not stated: the config file ({', '.join(self.config_file)}) may set it; the "
-                             "environment is checked for cudnn, the stricter")
+            return "cudnn", (f"not stated: the config the command names ({', '.join(self.config_file)}) may set it; "
+                             "the environment is checked for cudnn, the stricter")
         if self.kind == "megatron":
             return "cudnn", ("not stated: the Megatron-LM CLI resolves an omitted --dsa-kernel-backend to cudnn for "
                              "dsv4_hybrid")
@@ -215,7 +215,7 @@ class Job:
             eff = self.effective(role)
             coeff, sparse = eff.get("dsa_indexer_loss_coeff"), eff.get("dsa_indexer_use_sparse_loss")
             if coeff is None:  # Megatron's default is None (no loss); through verl the Bridge provider decides
-                answers.append(False if self.kind == "megatron" else None)
+                answers.append(False if self.kind == "megatron" and not self.config_file else None)
             elif isinstance(coeff.value, (int, float)) and not isinstance(coeff.value, bool):
                 if coeff.value > 0 and sparse is not None and is_interpolation(sparse.value):
                     answers.append(None)  # the sparse switch is written as a variable: not known

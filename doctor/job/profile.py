@@ -66,20 +66,16 @@ def profile_for(base: Profile, job: Job, given_cp: int | None, given_backend: st
             # wherever that cannot be known, the environment is checked for cudnn, the stricter.
             pending = BRIDGE_DECIDES
             backend, how = "cudnn", how + "; not known yet: the environment is checked for cudnn, the stricter"
-    if cp is None and given_cp is None and job.config_file and not any(
-            is_interpolation(getattr(job.effective(r).get("cp"), "value", None)) for r in job.checked_roles()):
-        raise UsageError(f"the job's context_parallel_size is not stated on the command line, and its config file "
-                         f"({', '.join(job.config_file)}) may set it: state it in the command ("
-                         f"{line_to_add(job, 'actor' if job.kind == 'verl' else 'model', 'cp', 'N')}; --cp N "
-                         "also gives it)")
     if cp is None:
         if given_cp is None:
-            # In a job script the shell expands the variables before the doctor reads them, so what it reads is
-            # what verl gets; --cp (check, fix and preflight) states it otherwise.
-            raise UsageError("the job's context_parallel_size is an interpolation the doctor cannot resolve (not in "
-                             "the environment, nor another override of the command; a shell variable left "
-                             "unexpanded?): pass the command as the job runs it, with its variables expanded (--cp N "
-                             "also gives the CP size)")
+            # Not known, never the doctor's usage error: the job's config says it, the doctor cannot read it.
+            interpolated = any(is_interpolation(getattr(job.effective(r).get("cp"), "value", None))
+                               for r in job.checked_roles())
+            why = ("the job's context_parallel_size is an interpolation the doctor cannot resolve (not in the "
+                   "environment, nor another override of the command; a shell variable left unexpanded?)"
+                   if interpolated else "the job's context_parallel_size is not stated on the command line, and "
+                   f"the config it names ({', '.join(job.config_file)}) may set it")
+            return _hidden_cp_profile(base, job, None, backend, how, given_backend, why)
         cp = cp_given = given_cp
     elif given_cp not in (None, cp):
         raise UsageError(f"--cp {given_cp} contradicts the job's context_parallel_size {cp}: leave --cp out with "
@@ -103,34 +99,18 @@ STRICT_CP = 2  # a CP the doctor cannot know is checked as CP > 1: the CP rules 
 
 
 def _hidden_cp_profile(base: Profile, job: Job, given_cp: int | None, backend: str, how: str,
-                       given_backend: str | None) -> Profile:
-    """The CP is not known: an unexpanded shell word may hold it, or job.config rejects its value (the wrong type, out
-    of range). The CP rules run as for CP > 1 unless --cp states it; the DSA backend as the command gives it (or
-    cudnn, not known)."""
+                       given_backend: str | None, why: str | None = None) -> Profile:
+    """The CP is not known: an unexpanded shell word may hold it, job.config rejects its value (the wrong type, out
+    of range), or `why` (an interpolation, a config the command names). The CP rules run as for CP > 1 unless --cp
+    states it; the DSA backend as the command gives it (or cudnn, not known)."""
     words = job.hidden or job.hidden_launcher
-    if job.unknown_why:
-        why = f"the job's settings are not known ({job.unknown_why})"
-    elif not words:
-        cp_settings = [job.effective(r)["cp"] for r in job.checked_roles() if "cp" in job.effective(r)]
-        cp_setting = next((s for s in cp_settings if isinstance(s.value, Unexpanded)), None)
-        problem = rejection(cp_setting)
-        raw = cp_setting.raw if cp_setting is not None else ""
-        shown = raw if raw.isprintable() else repr(raw)
-        if problem is not None:
-            why = f"the job's context_parallel_size = {shown} {problem} (see job.config), so it is not known"
-        elif cp_setting is not None and cp_setting.resolved:
-            why = f"the job's context_parallel_size is not known ({cp_setting.resolved[:300]})"
-        else:
-            why = "the job's context_parallel_size is not known"
-    elif words[-1].endswith("={...}"):
-        why = (f"the command's dict override {words[-1]!r} is nested, which the doctor's reader does not take "
-               "apart, so the settings it may hold are not known")
-    else:
-        why = (f"the command's word {words[-1]!r} is not expanded (a shell variable, array or command "
-               "substitution), so the settings it may hold are not known")
     role = "engine" if job.trainer == "sft" else "actor" if job.kind == "verl" else "model"
-    how_to = f"{line_to_add(job, role, 'cp', 'N')} after it, --cp N, or the command as the shell expands it" \
-        if words else "a command job.config accepts, or --cp N"
+    if why is not None:
+        how_to = f"{line_to_add(job, role, 'cp', 'N')} in the command, or --cp N"
+    else:
+        why = _cp_not_known(job, words)
+        how_to = f"{line_to_add(job, role, 'cp', 'N')} after it, --cp N, or the command as the shell expands it" \
+            if words else "a command job.config accepts, or --cp N"
     if given_cp is None:
         cp, cp_given = STRICT_CP, None
         not_known = f"{why}: the CP is checked as CP > 1 (state it with {how_to})"
@@ -170,7 +150,7 @@ def _unknown_job_profile(base: Profile, job: Job, given_cp: int | None, given_ba
     chain = job.chain
     what = (f"{chain.stopped}" if chain is not None and chain.stopped else
             f"`{chain.remote}` runs the job on another host" if chain is not None and chain.remote else
-            f"{program} runs something the doctor does not read")
+            job.unknown_why or f"{program} runs something the doctor does not read")
     not_known = (f"{what}, so the job's settings are not known"
                          + (f": {'; '.join(missing)}" if missing else "") + "; the job.* rows need the training "
                          "command itself (`check --job-args \"python3 -m verl.trainer.main_ppo ...\"`)")
@@ -180,3 +160,25 @@ def _unknown_job_profile(base: Profile, job: Job, given_cp: int | None, given_ba
     return replace(base, cp=cp, cp_source="option" if given_cp is not None else "default", dsa_backend=backend,
                    dsa_backend_source="job", job=job)
 
+
+def _cp_not_known(job: Job, words: list[str]) -> str:
+    """Why the job's CP is not known: the command's settings are not, job.config rejects it, or an unexpanded word
+    or a nested dict may hold it."""
+    if job.unknown_why:
+        return f"the job's settings are not known ({job.unknown_why})"
+    if not words:
+        cp_settings = [job.effective(r)["cp"] for r in job.checked_roles() if "cp" in job.effective(r)]
+        cp_setting = next((s for s in cp_settings if isinstance(s.value, Unexpanded)), None)
+        problem = rejection(cp_setting)
+        raw = cp_setting.raw if cp_setting is not None else ""
+        shown = raw if raw.isprintable() else repr(raw)
+        if problem is not None:
+            return f"the job's context_parallel_size = {shown} {problem} (see job.config), so it is not known"
+        if cp_setting is not None and cp_setting.resolved:
+            return f"the job's context_parallel_size is not known ({cp_setting.resolved[:300]})"
+        return "the job's context_parallel_size is not known"
+    if words[-1].endswith("={...}"):
+        return (f"the command's dict override {words[-1]!r} is nested, which the doctor's reader does not take "
+                "apart, so the settings it may hold are not known")
+    return (f"the command's word {words[-1]!r} is not expanded (a shell variable, array or command "
+            "substitution), so the settings it may hold are not known")

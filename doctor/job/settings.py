@@ -33,8 +33,9 @@ def _int(setting: Setting | None) -> int | None:
 def needed_length(job: Job) -> tuple[int | None, str]:
     """The longest sample the job's command states, and how it was read."""
     if job.kind == "megatron":
+        flag = "dataset.seq_length" if job.syntax == "bridge" else "--seq-length"
         length = _int(job.common.get("seq_length"))
-        return length, "--seq-length" if length is not None else "--seq-length not stated"
+        return length, flag if length is not None else f"{flag} not stated"
     if job.kind not in ("verl", "megatron"):
         return None, "the lengths are not known (the command is not read)"
     if job.trainer == "sft":
@@ -72,7 +73,7 @@ def cp_args(job: Job, cp: int) -> dict:
     are some: whether it lacks them is not known), and how max_seqlen_per_dp_cp_rank was computed."""
     needed, needed_from = needed_length(job)
     value = max_seqlen(needed, cp)
-    syntax = job.syntax if job.syntax in ("hydra", "megatron") else "hydra"
+    syntax = job.syntax if job.syntax in ("hydra", "megatron", "bridge") else "hydra"
     shown_job = replace(job, syntax=syntax)
     roles = [r for r in job.checked_roles() if r != "ref"] or ["actor"]
     lines, missing, not_known = [], [], []
@@ -96,7 +97,7 @@ def cp_args(job: Job, cp: int) -> dict:
         out["not_known"] = not_known
     if syntax == "hydra":
         out["rounding"] = ROUNDING
-    else:
+    elif syntax == "megatron":
         out["computed"] = how + " (the Megatron-LM CLI derives it from --seq-length when it is not given)"
     return out
 

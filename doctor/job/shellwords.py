@@ -361,6 +361,9 @@ def commands(items: list[Word | Op]) -> tuple[list[Command], str | None]:
                 i += 1  # the redirection's target: the job's output goes elsewhere, which changes none of it
             elif op in ("<", "<<", "<<-", "<<<", "<>", "<&"):
                 return out, f"`{item}` feeds the command's input"
+            elif op in ("|", "|&") and current.words and _tee_stage(items, i + 1) is not None:
+                i = _tee_stage(items, i + 1) or i  # `CMD | tee log`: tee copies the output, which changes none of it
+                continue
             else:
                 return out, f"`{item}` runs more than one command (a pipe, a list or a subshell)"
             i += 1
@@ -377,3 +380,21 @@ def commands(items: list[Word | Op]) -> tuple[list[Command], str | None]:
     if current.words or current.assignments:
         out.append(current)
     return out, None
+
+
+def _tee_stage(items: list[Word | Op], start: int) -> int | None:
+    """Where a pipeline's `tee [OPTIONS] [FILE...]` stage after a pipe ends (the index of the operator after it, or
+    the end), when it is one whose words are plain (coreutils tee(1)); None otherwise."""
+    words: list[Word] = []
+    i = start
+    for item in items[start:]:
+        if not isinstance(item, Word):
+            break
+        words.append(item)
+        i += 1
+    if not words or words[0].text() not in ("tee", "/usr/bin/tee", "/bin/tee"):
+        return None
+    after = items[i] if i < len(items) else None
+    if isinstance(after, Op) and after.lstrip("0123456789") in ("|", "|&"):
+        return _tee_stage(items, i + 1)  # `| tee a | tee b`
+    return i

@@ -37,8 +37,19 @@ def verdict_line(report: Report) -> str:
                                                      ("pass", "passed"), ("skip", "skipped")) if s.count(k)]
     extra = f"; interrupted by {s.interrupted}" if s.interrupted else ""
     nothing = "nothing was checked: " if s.status.value == "skip" else ""
+    unread = f"; the job's command was not read ({s.job_not_read})" if s.job_not_read else ""
     return (f"Verdict: {LABEL[s.status.value]} ({nothing}{', '.join(parts) or 'no checks'}; exit {s.exit_code}"
-            f"{extra})")
+            f"{extra}){unread}")
+
+
+def python_shown(report: Report) -> str:
+    """The interpreter the stack rows judged, as the report's first line names it: its path and version, and, for a
+    job's command, why this one (the command's, --python's, or the doctor's own and why the command's is not
+    known)."""
+    target = report.target_python
+    text = f"python {shown(target.get('executable'))} ({shown(target.get('version'))})"
+    why = target.get("why")
+    return text + (f", {why}" if isinstance(why, str) and why and report.job is not None else "")
 
 
 def fixes_shown(report: Report, row: Any) -> list:

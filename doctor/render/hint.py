@@ -31,7 +31,16 @@ def _clean(value: Any) -> str:
 
 
 def next_step(report: Report) -> str:
+    """What to do after the verdict: "ready to train" only where the job's command was read and its stack judged
+    here; else the `fix` command where a fix can help, or what to give the doctor."""
     s = report.summary
+    job = report.job or {}
+    chain = job.get("chain")
+    remote = chain.get("remote") if isinstance(chain, dict) else None
+    if s.status.value in ("pass", "warn") and not s.interrupted and s.job_not_read:
+        return "next: give the training command itself (the job's was not read)"
+    if s.status.value in ("pass", "warn") and not s.interrupted and isinstance(remote, str):
+        return f"next: check the remote host the job runs on (`{_clean(remote)}`), or use `check --ray`"
     if s.status.value in ("pass", "warn") and not s.interrupted:
         return "ready to train" + (" (read the warnings above)" if s.status.value == "warn" else "")
     # a row that needs attention: fail, error, warn, or a status this doctor does not know (shown as an error)
@@ -80,7 +89,8 @@ def fix_command(report: Report) -> str:
             else:
                 words += [option, value]
     target = report.target_python.get("executable")
-    if not _same_python(target, report.environment.get("doctor_python")):
+    from_job = report.target_python.get("judged_by") == "job"  # the same --job-args names it again
+    if not from_job and not _same_python(target, report.environment.get("doctor_python")):
         value = _printable(target)
         if value is None or not value.lstrip("'").startswith("/"):
             same.append("--python")

@@ -57,6 +57,7 @@ def render_markdown(report: Report) -> str:
         f"dsa-backend={plain(p.get('dsa_backend'))} · gpu-arch={plain(arch)} · "
         + (f"{level_shown(p).strip()} · " if level_shown(p) else "")  # from a bool: nothing to escape
         + f"python {plain(shown(target.get('version')))} ({code(target.get('executable'))})"
+        + (f" · {plain(target['why'])}" if isinstance(target.get("why"), str) and report.job is not None else "")
         + (f" · {plain(cp_hint(p))}" if cp_hint(p) else ""),
         "",
     ]

@@ -17,7 +17,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from ..checks import AREAS as BUILTIN_AREAS
-from . import LABEL, cp_hint, cp_shown, fixes_shown, level_shown, shown, verdict_line
+from . import LABEL, cp_hint, cp_shown, fixes_shown, level_shown, python_shown, shown, verdict_line
 from .hint import fix_command as fix_command, next_step
 from .output import line_text
 
@@ -103,12 +103,11 @@ def _gpu(report: Report) -> str:
 
 def top_line(report: Report) -> str:
     p = _profile(report)
-    target = _target_python(report)
     parts = [f"dsv4-doctor {shown(report.doctor_version)} checked",
              f"profile cp={cp_shown(p)} dsa-backend={shown(p.get('dsa_backend'))} "
              f"gpu-arch={shown(p.get('gpu_arch'))}{ARCH_FROM.get(str(p.get('gpu_arch_source')), '')}"
              + (" static-only" if p.get("static_only") else "") + level_shown(p),
-             f"python {shown(target.get('executable'))} ({shown(target.get('version'))})",
+             python_shown(report),
              f"GPU {_gpu(report)}"]
     hint = cp_hint(p)
     return "; ".join(parts + ([hint] if hint else []))
