@@ -276,3 +276,18 @@ def test_the_smoke_summary_says_which_level_ran_and_what_it_did_not_compare():
             "the fused DSA kernels") in describe_tier2(t2)
     assert deep_not_compared(True, {"tier2": t2}) == {"fused_vs_unfused": t2["fused"]["skipped"]}
     assert deep_not_compared(True, {"tier2": {"cp1": {"ok": True}, "fused": {"comparison": {}}}}) == {}
+
+
+def test_across_fleet_ranks_the_cp_n_words_are_the_same_whatever_each_rank_measured():
+    """Each fleet rank compares its own rows of the CP=N output, so the figures differ by rank (they did on CI's
+    CPU): the summary says the bound they met, so that the fleet merge gives one group, not one per figure."""
+    from dsv4_doctor.checks.smoke._tier2 import describe_tier2
+
+    def on_rank(diff: float) -> dict:
+        return {"cp1": {"layouts": {"max_abs_diff_packed_vs_alone": 2e-3}},
+                "cpN": {"cp": 2, "max_abs_diff_vs_cp1": diff, "parity_tolerance": 2e-2}}
+
+    assert describe_tier2(on_rank(0.0), fleet=True) == describe_tier2(on_rank(3.1e-7), fleet=True)
+    assert "CP=2 = CP=1 (max |diff| <= 0.02 on each rank's own rows)" in describe_tier2(on_rank(0.0), fleet=True)
+    # One process group on one host: its own figure, as before.
+    assert "CP=2 = CP=1 (max |diff| 3.1e-07)" in describe_tier2(on_rank(3.1e-7))

@@ -157,9 +157,13 @@ def deep_not_compared(deep: bool, data: dict) -> dict:
     return out
 
 
-def describe_tier2(t2: dict, deep: bool = True, found: bool | None = None) -> str:
+def describe_tier2(t2: dict, deep: bool = True, found: bool | None = None, fleet: bool = False) -> str:
     """Tier 2's part of the smoke's summary: what it showed, or what it did not compare and why (the default level
-    runs none of it; --deep on a stack without the DSv4 layer or the fused path says what it could not compare)."""
+    runs none of it; --deep on a stack without the DSv4 layer or the fused path says what it could not compare).
+
+    Across fleet ranks each rank compares its own rows of the CP=N output, so its figure is its own: the words say the
+    bound it met instead, the same on every healthy rank, so that the fleet merge groups them (the figure stays in
+    each rank's evidence)."""
     if not deep:
         return default_note(found)
     if not t2:
@@ -177,6 +181,8 @@ def describe_tier2(t2: dict, deep: bool = True, found: bool | None = None) -> st
         elif "layouts" in v:
             parts.append(f"{label} packed output = each sequence alone (max |diff| "
                          f"{v['layouts']['max_abs_diff_packed_vs_alone']:.1e})")
+        elif "max_abs_diff_vs_cp1" in v and fleet and key != "cp1":
+            parts.append(f"{label} = CP=1 (max |diff| <= {v.get('parity_tolerance', 0.0):g} on each rank's own rows)")
         elif "max_abs_diff_vs_cp1" in v:
             parts.append(f"{label} = CP=1 (max |diff| {v['max_abs_diff_vs_cp1']:.1e})")
         else:

@@ -275,7 +275,8 @@ def smoke_thd_cp(ctx: Context) -> Result:
     else:
         ranks = f"{data['cp']} simulated rank(s)"
     worst = max(c["max_abs_error"] for c in t1["comparisons"].values())
-    tier2_note = (describe_tier2(data.get("tier2") or {}, ctx.profile.deep, data.get("dsv4_layer_found"))
+    tier2_note = (describe_tier2(data.get("tier2") or {}, ctx.profile.deep, data.get("dsv4_layer_found"),
+                                 fleet=bool(dist.get("ran") and dist.get("fleet")))
                   + (_fleet_note(dist) if dist.get("fleet") else ""))
     summary = (f"contiguous-CP THD attention matches the float32 reference on {where}, {ranks}: max |err| "
                f"{worst:.1e} <= {t1['comparisons']['causal']['tolerance']:g}, zigzag control "
