@@ -56,6 +56,9 @@ WHEELS = {
     "cuda-bindings-13.4.4": ("cuda-bindings==13.4.4", []),
     "cuda-pathfinder-1.9.1": ("cuda-pathfinder==1.9.1", []),
     "numpy-2.4.6": ("numpy==2.4.6", []),
+    # Megatron-core d48bd6be imports triton unguarded (transformer/moe/ops/paged_stash.py) on the way to its config
+    # classes (tests/fixtures/megatron-lm-d48bd6be), which the settings tests run on the CPU: the real wheel.
+    "triton-3.7.0": ("triton==3.7.0", []),
     # NVIDIA's own device-code tools (47 MB and 0.3 MB): ptxas and fatbinary build cubins, PTX and fatbins of known
     # archs for the fatbin reader's tests, and cuobjdump lists them as the oracle.
     "nvidia-cuda-nvcc-13.5.37": ("nvidia-cuda-nvcc==13.5.37", []),
