@@ -3,9 +3,11 @@ the dense indexer loss (job.indexer-loss)."""
 
 from __future__ import annotations
 
-from dsv4_doctor.job.keys import role_head
+from dsv4_doctor.job.bridge_rule import SWITCH_BACKEND, conflict_text
+from dsv4_doctor.job.keys import line_to_add
 from dsv4_doctor.job.model import Job
-from dsv4_doctor.model import Fix, Phase
+from dsv4_doctor.job.profile import RoleBackend, bridge_switch, role_backend
+from dsv4_doctor.model import Fix, Phase, Profile
 
 from ._job_settings import (add_setting, config_files, is_stated, is_unresolved, maybe_in_file, not_known, role_label,
                             value_of, written)
@@ -20,18 +22,116 @@ BACKENDS = ("none", "cudnn")
 
 
 def _drop_fusion_switch(job: Job, role: str, backend: str) -> Fix:
-    """The conflict's fix: drop the deprecated switch (dsa_kernel_backend says what the job wants)."""
+    """The Megatron-LM CLI's conflict fix: drop the deprecated switch (dsa_kernel_backend says what the job wants)."""
     why = f"dsa_kernel_backend={backend} states the backend; apply_dsa_kernel_fusion is the deprecated switch"
-    if job.syntax == "megatron":
-        return Fix(f"Remove --no-dsa-kernel-fusion from the training command ({why})",
-                   key="job:remove --no-dsa-kernel-fusion", phase=Phase.SETTING)
-    key = f"{role_head(role)}override_transformer_config.apply_dsa_kernel_fusion"
-    return Fix(f"Drop the deprecated switch ({why}): remove the argument that sets it from the training command, or "
-               f"add after it:\n  ~{key}", key=f"job:~{key}", phase=Phase.SETTING)
+    return Fix(f"Remove --no-dsa-kernel-fusion from the training command ({why})",
+               key="job:remove --no-dsa-kernel-fusion", phase=Phase.SETTING)
+
+
+def _lines_fix(what: str, lines: list[str], key: str = "job") -> Fix:
+    """A job-setting fix of several arguments, each on its own indented line (renderers keep them whole)."""
+    body = "".join(f"\n  {line}" for line in lines)
+    return Fix(f"{what}:{body}", key=f"{key}:{' '.join(lines)}", phase=Phase.SETTING)
+
+
+def verl_backend_lines(job: Job, role: str, backend: str) -> list[str]:
+    """The arguments that make one verl role run `backend` in a form Megatron accepts through verl (Megatron-Bridge
+    writes apply_dsa_kernel_fusion, Megatron folds it in): the switch alone where the command states no backend or
+    the same one (True for cudnn, False for none), else the backend with apply_dsa_kernel_fusion=null beside it."""
+    st = job.effective(role)
+    if not is_stated(st, "dsa_kernel_backend") or value_of(st, "dsa_kernel_backend") == backend:
+        return [line_to_add(job, role, "apply_dsa_kernel_fusion", SWITCH_OF[backend])]
+    return [line_to_add(job, role, "dsa_kernel_backend", backend),
+            line_to_add(job, role, "apply_dsa_kernel_fusion", "null")]
+
+
+SWITCH_OF = {backend: switch for switch, backend in SWITCH_BACKEND.items()}
+
+
+def backend_none_fix(profile: Profile) -> Fix:
+    """The "or run Megatron's PyTorch fallback" alternative: for a verl job, the arguments that make each role run
+    none in a form Megatron accepts through verl (verl_backend_lines); otherwise the generic BACKEND_NONE."""
+    from .fixes import BACKEND_NONE
+
+    job = profile.job
+    if job is None or job.kind != "verl" or not job.checked_roles():
+        return BACKEND_NONE
+    roles = [r for r in job.checked_roles() if r != "ref" or any(
+        k in job.roles.get("ref", {}) for k in ("dsa_kernel_backend", "apply_dsa_kernel_fusion"))]
+    lines = [line for role in roles for line in verl_backend_lines(job, role, "none")]
+    return _lines_fix("Or run Megatron's PyTorch fallback (dsa_kernel_backend=none; check again with --dsa-backend "
+                      "none): through verl, add to the training command", lines, key="setting:dsa-backend-none")
+
+
+def _verl_conflict_fixes(job: Job, role: str, rb: RoleBackend) -> list[Fix]:
+    """The two forms Megatron accepts for a stated backend the switch contradicts: keep the backend and make the
+    switch null, or select the same backend with the switch."""
+    st = job.effective(role)
+    now = written(st, "apply_dsa_kernel_fusion")
+    writer = ("Megatron-Bridge's DeepSeek-V4 provider writes the switch for verl" if rb.switch_by == "bridge" else
+              "the switch is deprecated")
+    keep = add_setting(job, role, "apply_dsa_kernel_fusion", "null",
+                       f"keeps dsa_kernel_backend={rb.backend}: {writer}, and null leaves the backend to "
+                       "dsa_kernel_backend", now)
+    fixes = [keep]
+    if rb.backend in SWITCH_OF:
+        fixes.append(add_setting(job, role, "apply_dsa_kernel_fusion", SWITCH_OF[rb.backend],
+                                 f"or select {rb.backend} with the switch itself, as verl's DSv4 example does", now))
+    return fixes
+
+
+def _judge_verl_backend(job: Job, role: str, found: Found, rows: dict) -> None:
+    """One verl role: the command's switch, else the bridge's, folded into the backend as Megatron does."""
+    fails, notes, fixes, unknown = found.fails, found.notes, found.fixes, found.unknown
+    st, lab = job.effective(role), role_label(job, role)
+    rb = role_backend(job, role, bridge_switch(job))
+    rows[role] = {"dsa_kernel_backend": value_of(st, "dsa_kernel_backend"),
+                  "apply_dsa_kernel_fusion": value_of(st, "apply_dsa_kernel_fusion"),
+                  "switch": rb.switch, "switch_by": rb.switch_by or None, "runs": rb.runs}
+    if is_unresolved(st, "dsa_kernel_backend"):
+        unknown.append(not_known(lab, "dsa_kernel_backend", st["dsa_kernel_backend"]))
+        return
+    if rb.unknown and is_unresolved(st, "apply_dsa_kernel_fusion"):
+        consequence = (f", so whether it conflicts with dsa_kernel_backend={rb.backend} is not known" if rb.backend
+                       else ", so the DSA backend it selects is not known")
+        unknown.append(not_known(lab, "apply_dsa_kernel_fusion", st["apply_dsa_kernel_fusion"], consequence))
+        return
+    if rb.unknown:
+        unknown.append(f"{lab}{rb.unknown}")
+        return
+    bridge = bridge_switch(job)
+    by_bridge = (f" (Megatron-Bridge's DeepSeek-V4 provider writes apply_dsa_kernel_fusion={rb.switch}: {bridge[1]})"
+                 if rb.switch_by == "bridge" and bridge is not None else "")
+    if rb.error:
+        fails.append(f"{lab}apply_dsa_kernel_fusion={rb.switch} with dsa_kernel_backend={rb.backend!r}{by_bridge}: "
+                     f"Megatron stops with \"ValueError: {rb.error}\"")
+    elif rb.rejected == "tilelang":
+        fails.append(f"{lab}dsa_kernel_backend=tilelang: Megatron stops with \"{M13}\"")
+    elif rb.rejected:
+        fails.append(f"{lab}dsa_kernel_backend={rb.backend!r}: Megatron accepts only 'none' and 'cudnn' for DSv4")
+    if rb.rejected:
+        lines = verl_backend_lines(job, role, "cudnn")
+        fixes.append(_lines_fix(f"Change in the training command (the fused kernels; or none for the PyTorch "
+                                f"fallback), from {written(st, 'dsa_kernel_backend')!r} to", lines))
+        return
+    if rb.error:
+        fixes.extend(_verl_conflict_fixes(job, role, rb))
+        return
+    if rb.backend == "none" and rb.runs != "none":
+        found.warns.append(f"{lab}dsa_kernel_backend=none is stated, but apply_dsa_kernel_fusion={rb.switch}"
+                           f"{by_bridge or ' (stated)'} folds over it: the job runs {rb.runs}, not the none it states")
+        fixes.append(add_setting(job, role, "apply_dsa_kernel_fusion", "null",
+                                 "to run the none it states: null leaves the backend to dsa_kernel_backend",
+                                 written(st, "apply_dsa_kernel_fusion")))
+        return
+    notes.append(f"{lab}dsa_kernel_backend {rb.runs} ({rb.how})")
 
 
 def judge_backend(job: Job, role: str, found: Found, rows: dict) -> None:
     """One role's dsa_kernel_backend and apply_dsa_kernel_fusion; its evidence row goes into `rows`."""
+    if job.kind == "verl":
+        _judge_verl_backend(job, role, found, rows)
+        return
     fails, notes, fixes, unknown = found.fails, found.notes, found.fixes, found.unknown
     st, lab = job.effective(role), role_label(job, role)
     backend, fusion = value_of(st, "dsa_kernel_backend"), value_of(st, "apply_dsa_kernel_fusion")
@@ -59,10 +159,7 @@ def judge_backend(job: Job, role: str, found: Found, rows: dict) -> None:
                                  f", so whether it conflicts with dsa_kernel_backend={backend} is not known"))
         return
     elif fusion in (True, False) and backend not in ("none", "cudnn" if fusion else "none"):
-        legacy = "cudnn" if fusion else "none"
-        fails.append(f"{lab}apply_dsa_kernel_fusion={fusion} maps to dsa_kernel_backend={legacy!r}, but "
-                     f"dsa_kernel_backend={backend!r} is stated too: Megatron raises \"Conflicting DSA kernel "
-                     "controls\"")
+        fails.append(f"{lab}Megatron stops with \"ValueError: {conflict_text(fusion, backend)}\"")
         fixes.append(_drop_fusion_switch(job, role, backend))
         return
     else:

@@ -79,6 +79,8 @@ def owned(static: StaticFacts, copy: dict, dist: str | None) -> bool:
     """Whether a distribution's metadata lies with the copy (its own dist-info in the same folder)."""
     if copy["owner"]:
         return True
+    if copy["owner_not_known"]:
+        return False  # several distributions install its top-level name and none is known to own its file
     found = static.dist(dist) if dist else None
     return bool(found and found.get("path") and copy["entry"]
                 and os.path.realpath(os.path.dirname(str(found["path"]))) == os.path.realpath(copy["entry"]))
@@ -101,8 +103,8 @@ def hides(static: StaticFacts, copy: dict, dist: str | None = None) -> bool:
 def own_metadata(static: StaticFacts, copy: dict, dist: str | None) -> str | None:
     """The dist-info that installed the copy, when it lies directly in the copy's sys.path entry (beside it)."""
     entry = copy["entry"]
-    if not entry:
-        return None
+    if not entry or copy["owner_not_known"]:
+        return None  # never a dist-info guessed by name where RECORD does not say which installed the copy
     for found in ((copy["owner"] or {}).get("path"), (static.dist(dist) or {}).get("path") if dist else None):
         if isinstance(found, str) and os.path.realpath(os.path.dirname(found)) == os.path.realpath(entry):
             return found
@@ -191,19 +193,76 @@ def _moving_metadata(static: StaticFacts, module: str, dist: str, entry: str) ->
                action={"kind": "move-aside", "module": module, "path": meta, "to": meta + ".aside"})
 
 
-def _aimed(fix: Fix, commands: list[Command], reached: list[tuple[str, str, str]], static: StaticFacts) -> Fix:
-    """The fix with its install commands aimed at the `--target` folders the job imports from, said and typed."""
+_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,199}")
+
+
+def sharing(copy: dict) -> str | None:
+    """"megatron-bridge 0.6.2 (megatron/bridge)": the other distributions in the copy's `--target` folder that install
+    into its top-level folder too, in words; None where none does."""
+    shared = copy["shared_top"]
+    if not shared:
+        return None
+    return " and ".join(f"{o['name'] or os.path.basename(o['path'] or '?')}{' ' + o['version'] if o['version'] else ''}"
+                        + (f" ({', '.join(shared['top'] + '/' + p for p in o['parts'][:4])})" if o["parts"] else "")
+                        for o in shared["others"])
+
+
+def staging(aimed: Command, copy: dict, dist: str, entry: str) -> list[Command] | None:
+    """The install `aimed` (`pip install --upgrade --target ENTRY ...`) as steps that leave the other distributions
+    of a shared top-level folder in place. pip's `--upgrade --target` removes every top-level folder the wheel installs
+    before it moves the new one in (megatron/, megatron-bridge's megatron/bridge with it), so: pip installs into an
+    empty staging folder beside ENTRY; the old version's own folders under the shared top (what its RECORD lists
+    there and no other distribution's RECORD does) are removed; the staging folder is copied over ENTRY (cp -R
+    merges folders); the staging folder is removed. None where a part of that is not plain (then the copy is
+    cleared from the path instead)."""
+    shared = copy["shared_top"]
+    base = entry.rstrip("/")
+    top = shared["top"] if shared else ""
+    if not shared or not base or not _PART.fullmatch(top) or "--target" not in aimed.argv:
+        return None
+    stage = f"{base}.{dist}-staging"
+    at = aimed.argv.index("--target")
+    install = (*aimed.argv[:at + 1], stage, *aimed.argv[at + 2:])
+    theirs = {p for o in shared["others"] for p in o["parts"]}
+    own = [p for p in shared["parts"] if p not in theirs]
+    known = shared["whole"] and all(o["whole"] for o in shared["others"]) and own \
+        and all(_PART.fullmatch(p) and p not in (".", "..") for p in own)
+    old = [("rm", "-r", "--", *(f"{base}/{top}/{p}" for p in own))] if known else []
+    try:
+        return [Command(install, aimed.env), *(Command(c) for c in old),
+                Command(("cp", "-R", "--", f"{stage}/.", f"{base}/")), Command(("rm", "-r", "--", stage))]
+    except ValueError:
+        return None
+
+
+def _aimed(fix: Fix, commands: list[Command], reached: list[tuple[str, str, str]], static: StaticFacts,
+           stage: str | None = None) -> Fix:
+    """The fix with its install commands aimed at the `--target` folders the job imports from, said and typed; a
+    staged one (`staging`, through folder `stage`) is a manual step that says why."""
     module, dist, entry = reached[0]
     copy = static.copy(module)
     where = "; ".join(f"{d} into {e} ({static.copy(m)['why']})" for m, d, e in reached)
     action = dict(fix.action) or {"kind": "install-into-entry", "module": module, "distribution": dist, "entry": entry,
                                   "index": str(copy["pythonpath_index"] or ""), "variable": "PYTHONPATH"}
     # A note's other pip route (Megatron-Bridge's PyPI release) would land behind that folder just the same.
-    notes = [n + f" (to reach the copy the job imports, aim it at the same folder: --upgrade --target {entry})"
-             if "pip install" in n else n for n in fix.notes]
-    return Fix(f"{fix.description} (aimed at the `pip install --target` folder the job imports it from: {where})",
-               commands, key=f"{fix.key}:into:{'+'.join(e for _, _, e in reached)}", phase=fix.phase,
-               manual=fix.manual, notes=notes, action=action, installer=fix.installer)
+    aim = f"install it into {entry} the same way, through a staging folder; never --upgrade --target {entry}" \
+        if stage else f"aim it at the same folder: --upgrade --target {entry}"
+    notes = [n + f" (to reach the copy the job imports, {aim})" if "pip install" in n else n for n in fix.notes]
+    description = f"{fix.description} (aimed at the `pip install --target` folder the job imports it from: {where})"
+    if stage:
+        top = (copy["shared_top"] or {}).get("top", "")
+        action = {**action, "kind": "install-via-staging", "staging": stage, "shared_top": top,
+                  "shared_with": sharing(copy) or ""}
+        kept = "its old folders there are removed first (its RECORD lists them, no other RECORD does), " \
+            if any(c.argv[0] == "rm" and c.argv[-1] != stage for c in commands) else \
+            "its old files there are overwritten (which of them are its own, the RECORDs do not tell whole), "
+        description += (f". A manual step: `pip install --target --upgrade` replaces the whole {top}/ folder of "
+                        f"{entry}, which {sharing(copy)} also installs into: it would delete those files and leave "
+                        f"their dist-info pointing at nothing. So pip installs into an empty staging folder ({stage}), "
+                        f"{kept}the staging folder is copied over {entry} (cp -R merges the folders) and removed")
+    return Fix(description, commands, key=f"{fix.key}:into:{'+'.join(e for _, _, e in reached)}"
+               + (":staged" if stage else ""), phase=fix.phase, manual=fix.manual or bool(stage), notes=notes,
+               action=action, installer=fix.installer)
 
 
 def clearing(static: StaticFacts, module: str, dist: str | None = None) -> Fix | None:
@@ -267,6 +326,7 @@ def route(ctx, fixes: list[Fix]) -> list[Fix]:
             continue
         commands: list[Command] = []
         reached: list[tuple[str, str, str]] = []
+        stage: str | None = None  # the staging folder of an install into a shared top-level folder
         # the modules this fix installs with a step not aimed at their `--target` folder (an install with extras, see
         # into_entry, or of several distributions): their uninstall steps clear the folder's copy too, never with a
         # move-aside that says an install is aimed there
@@ -275,25 +335,31 @@ def route(ctx, fixes: list[Fix]) -> list[Fix]:
                    and (len(targets(c)) != 1 or into_entry(c, e) is None)}
         for cmd in fix.commands:
             names = targets(cmd) if cmd.is_pip else []
-            aimed = None
+            aimed: list[Command] = []  # the command's steps, aimed at the folder the job imports from
             for dist in names:
                 module = STACK.get(dist)
                 if not module:
                     continue
-                entry = target_entry(static, static.copy(module), dist)
+                copy = static.copy(module)
+                entry = target_entry(static, copy, dist)
                 if entry and len(names) == 1 and cmd.argv[1] == "install":
-                    if _met(cmd, static.copy(module)["version"]):
+                    if _met(cmd, copy["version"]):
                         continue  # the plan leaves it out (fixplan.already_met): nothing to aim, nothing to move
-                    aimed = into_entry(cmd, entry)
-                if entry and (aimed is not None or (cmd.argv[1] == "uninstall" and module not in unaimed)):
+                    into = into_entry(cmd, entry)
+                    # another distribution installs into the same top-level folder: never `--upgrade --target` there
+                    aimed = (staging(into, copy, dist, entry) or []) if into and copy["shared_top"] else \
+                        [into] if into else []
+                    if aimed and copy["shared_top"]:
+                        stage = aimed[0].argv[aimed[0].argv.index("--target") + 1]
+                if entry and (aimed or (cmd.argv[1] == "uninstall" and module not in unaimed)):
                     before(_moving_metadata(static, module, dist, entry))
-                    if aimed is not None:
+                    if aimed:
                         reached.append((module, dist, entry))
                     continue
                 before(clearing(static, module, dist))
-            commands.append(aimed or cmd)
+            commands += aimed or [cmd]
         if reached:
-            fix = _aimed(fix, commands, reached, static)
+            fix = _aimed(fix, commands, reached, static, stage)
         out.append(fix.with_installer(installer) if installer != fix.installer else fix)
     return out
 

@@ -36,3 +36,20 @@ def mlm_change(ref: str, title: str) -> Source:
 def measured(path: str, title: str) -> Source:
     """A measurement recorded in this repository (docs/gpu-runs: the commands, logs and reports of a GPU session)."""
     return Source(title, path)
+
+
+def fe_at(version: str, path: str, line: int) -> Source:
+    """A file of the published cuDNN frontend (`cudnn/<path>` in the wheel; `python/cudnn/<path>` in its repository)."""
+    return Source(f"nvidia-cudnn-frontend {version} cudnn/{path} L{line}",
+                  f"https://github.com/NVIDIA/cudnn-frontend/blob/v{version}/python/cudnn/{path}#L{line}")
+
+
+def verl_at(path: str, line: int) -> Source:
+    """A file of the published verl 0.9.1 (the wheel holds the repository's `verl/` tree)."""
+    return Source(f"verl 0.9.1 {path} L{line}", f"https://github.com/verl-project/verl/blob/v0.9.1/{path}#L{line}")
+
+
+def te_at(path: str, title: str, branch: str = "release_v2.20") -> Source:
+    """A file of Transformer Engine on a release branch; `path` under transformer_engine/."""
+    return Source(f"TransformerEngine {branch} {title}",
+                  f"https://github.com/NVIDIA/TransformerEngine/blob/{branch}/transformer_engine/{path}")

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 from dsv4_doctor.redact import cut
 from dsv4_doctor.facts import StaticFacts, error_text, outcome, version
-from dsv4_doctor.api import check
+from dsv4_doctor.api import UpstreamText, check
 from dsv4_doctor.model import Context, Profile, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes, frontend_fixes
 from ._reach import copies_note
+from ._job_dsa import backend_none_fix
 from ._cutedsl_stack import CUTEDSL_STACK, FE, stack_fixes, unmet_stack
 from ._dsa_wrappers import (DSA_OWNERS, DSA_PROBE, KNOWN_WRAPPERS, MEGATRON_DSA_CALLERS, OFFSETS_CP, OFFSETS_DENSE_LOSS,
                             dense_indexer_loss, dsa_probe, megatron_wrappers)
 from ._gates import (ANY_KNOWN_GATE, FE_COMPRESSOR, FUSED_COMPRESSOR, constant_values, gate_message,
                      megatron_compressor, read_gate)
-from ._upstream import EAV, MLM_VERL_TESTED, mlm, mlm_at, pypi
+from ._upstream import EAV, MLM_VERL_TESTED, fe_at, mlm, mlm_at, pypi
 
 FE_IMPORT = import_probe("cudnn")
 CSA_FWD = "cudnn.csa.compressor:csa_compressor_forward_wrapper"
@@ -100,7 +101,7 @@ def cudnn_fe_version(ctx: Context) -> Result:
                 "kernels.flash-mla), so its list starts with it." if not static.module("flash_mla").get("found")
                 else "")
         return failed(f"nvidia-cudnn-frontend is not installed. {m8(M8_FRONTEND)}", also.strip(),
-                      fixes=[fix, fixes.BACKEND_NONE], evidence=evidence)
+                      fixes=[fix, backend_none_fix(ctx.profile)], evidence=evidence)
     if not imported.get("ok"):
         err = imported.get("error") if isinstance(imported.get("error"), dict) else {}
         return failed(f"import cudnn failed: {error_text(imported)}", "\n".join(map(str, err.get("where") or [])),
@@ -176,9 +177,20 @@ def _stack_note(static: StaticFacts) -> str:
     return ""
 
 
+CSA_TEXTS = (
+    UpstreamText("R11", R11, mlm(EAV + "csa_utils/fused_compressor.py", "146-161"), "warning"),
+    UpstreamText("F1", "CSA compressor requires compute capability {required} (the only validated architecture so "
+                 "far), found SM{major}.{minor} on {device}", fe_at("1.27.0", "csa/compressor/api.py", 325),
+                 "RuntimeError"),
+    UpstreamText("F2", "CSA compressor requires compute capability major >= {major_min} (SM100+), found "
+                 "SM{major}.{minor} on {device}", fe_at("1.32.0", "csa/compressor/api.py", 327), "RuntimeError"),
+)
+
+
 @check(
     "cudnn-fe.csa",
     "The fused CSA compressor (cudnn.csa) loads wherever the installed Megatron would use it",
+    texts=CSA_TEXTS,
     applies_when="dsa_backend != none, on the CCs the installed gates admit",
     detects="the installed Megatron's and frontend's CC gates (ast); from cudnn.csa import compressor (subprocess)",
     sources=(
@@ -333,9 +345,25 @@ def cudnn_fe_csa(ctx: Context) -> Result:
                   "compressor on this job", evidence=evidence)
 
 
+DSA_TEXTS = (
+    UpstreamText("M8", "dsa_kernel_backend={backend} requires fused DSA kernels, but the following packages are not "
+                 "available: {packages}. Install them or set dsa_kernel_backend=none to use the PyTorch fallback.",
+                 mlm("megatron/core/utils.py", "509-548"), "RuntimeError"),
+    UpstreamText("M11", M11, mlm("megatron/core/transformer/transformer_config.py", "1806-1818"), "ValueError"),
+    UpstreamText("R8", "cudnn-frontend DSA namespace not available. Install with `pip install "
+                 "nvidia-cudnn-frontend[cutedsl]`.", mlm(EAV + "csa_utils/fused_sparse_attention.py", "187-193"),
+                 "ImportError"),
+    UpstreamText("F4", "{name} requires optional dependencies. Install with 'pip install "
+                 "nvidia-cudnn-frontend[cutedsl]': {error}", fe_at("1.32.0", "__init__.py", 772), "ImportError",
+                 match=(" requires optional dependencies. ",
+                        "Install with 'pip install nvidia-cudnn-frontend[cutedsl]'")),
+)
+
+
 @check(
     "cudnn-fe.dsa",
     "The DSA wrappers the installed Megatron calls load, with q_causal_offsets where Megatron requires it",
+    texts=DSA_TEXTS,
     applies_when="dsa_backend=cudnn; q_causal_offsets when CP > 1",
     detects="every DSA wrapper the installed Megatron calls (ast) resolves, and its signature (probe)",
     sources=(
@@ -378,7 +406,8 @@ def cudnn_fe_dsa(ctx: Context) -> Result:
                       "wrappers_from": files or "fallback list (no readable Megatron DSA caller)"}
     if fe is None and not static.module("cudnn").get("found"):
         return failed(m8(M8_FRONTEND),
-                      fixes=[*stack_fixes(static, missing, ctx.profile.cc), fixes.BACKEND_NONE], evidence=evidence)
+                      fixes=[*stack_fixes(static, missing, ctx.profile.cc), backend_none_fix(ctx.profile)],
+                      evidence=evidence)
     probe = DSA_PROBE if set(wanted) <= set(KNOWN_WRAPPERS) else dsa_probe(wanted)
     answer = ctx.require(probe)
     namespace = outcome(answer, "cudnn:DSA")
@@ -388,7 +417,8 @@ def cudnn_fe_dsa(ctx: Context) -> Result:
                                 "error": error_text(r) if not r.get("ok") else None} for w, r in rows.items()}
     if not namespace.get("ok"):
         return failed(f"from cudnn import DSA failed ({error_text(namespace)}). {m8(M8_FRONTEND)}",
-                      fixes=[*stack_fixes(static, missing, ctx.profile.cc), fixes.BACKEND_NONE], evidence=evidence)
+                      fixes=[*stack_fixes(static, missing, ctx.profile.cc), backend_none_fix(ctx.profile)],
+                      evidence=evidence)
     broken = [w for w, r in rows.items() if not r.get("ok")]
     if broken:
         extra = f" Unmet CuTe-DSL stack requirements: {', '.join(missing)}." if missing else ""
@@ -399,7 +429,7 @@ def cudnn_fe_dsa(ctx: Context) -> Result:
             "`from cudnn import DSA` is a lazy namespace, so Megatron's dependency check passes; the error then "
             "surfaces at config time (CP > 1: the q_causal_offsets signature check) or at the first fused DSA call "
             "(\"cudnn-frontend DSA namespace not available\" / \"Failed to import DSA kernel backend\")." + extra,
-            fixes=[*stack_fixes(static, missing, ctx.profile.cc), fixes.BACKEND_NONE], evidence=evidence)
+            fixes=[*stack_fixes(static, missing, ctx.profile.cc), backend_none_fix(ctx.profile)], evidence=evidence)
     # A parameter counts only when it is named: Megatron tests inspect.signature(w).parameters, not **kwargs.
     no_offsets = [w for w, r in rows.items() if "q_causal_offsets" not in (r.get("params") or [])]
     need = list(OFFSETS_CP) + (list(OFFSETS_DENSE_LOSS) if dense_loss else [])
@@ -409,7 +439,7 @@ def cudnn_fe_dsa(ctx: Context) -> Result:
                       "Megatron raises this ValueError at config time: with CP > 1 and a ratio-4 indexer it requires "
                       "the parameter by name on indexer_forward_wrapper, and on the three dense wrappers when the "
                       "dense indexer loss is on (frontend >= 1.26.0 has it).",
-                      fixes=[frontend_fixes.frontend_stack(static, ctx.profile.cc), fixes.BACKEND_NONE],
+                      fixes=[frontend_fixes.frontend_stack(static, ctx.profile.cc), backend_none_fix(ctx.profile)],
                       evidence=evidence)
     dense_lacking = [w for w in OFFSETS_DENSE_LOSS if w in no_offsets]
     summary = f"the {len(wanted)} DSA wrappers Megatron uses load (nvidia-cudnn-frontend {evidence['frontend']})"

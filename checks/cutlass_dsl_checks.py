@@ -5,8 +5,8 @@ from __future__ import annotations
 from packaging.version import Version
 
 from dsv4_doctor.facts import StaticFacts, error_text, outcome, version
-from dsv4_doctor.api import check
-from dsv4_doctor.model import Context, Result, failed, passed
+from dsv4_doctor.api import UpstreamText, check
+from dsv4_doctor.model import Context, Result, Source, failed, passed
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import frontend_fixes
@@ -23,9 +23,21 @@ CUTE_TARGETS = ("cuda.bindings.driver", "cutlass", "cutlass.cute", "cutlass.util
 CUTE_PROBE = import_probe(*CUTE_TARGETS)
 
 
+CUTLASS_TEXTS = (
+    UpstreamText("R5", "DSv4 CP compressor compaction requires CUDA tensors and CuTeDSL.",
+                 mlm(EAV + "csa_utils/cp_layout_kernels.py", "678"), "RuntimeError"),
+    UpstreamText("R5-indices", "DSv4 CP final indices require CUDA tensors and CuTeDSL.",
+                 mlm(EAV + "csa_utils/cp_layout_kernels.py", "786"), "RuntimeError"),
+    UpstreamText("F3", "No module named 'cutlass'", Source("nvidia-cudnn-frontend 1.27.0 cudnn.csa without "
+                 "nvidia-cutlass-dsl (measured; knowledge base section 4.3)",
+                 "https://pypi.org/project/nvidia-cudnn-frontend/1.27.0/"), "ModuleNotFoundError"),
+)
+
+
 @check(
     "cutlass-dsl.import",
     "The CuTe-DSL stack for the CP layout kernels imports",
+    texts=CUTLASS_TEXTS,
     applies_when="CP > 1",
     detects="import cuda.bindings.driver, cutlass, cutlass.cute, cutlass.utils, cutlass.cute.runtime (subprocess)",
     sources=(

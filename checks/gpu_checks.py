@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import re
 
-from dsv4_doctor.api import check
+from dsv4_doctor.api import UpstreamText, check
 from dsv4_doctor.model import Context, Result, Source, errored, failed, passed, skipped, warned
 from dsv4_doctor.probes import NVIDIA_SMI, TORCH, Probe, StaticRequest
 
 from . import fixes
-from ._upstream import measured
+from ._upstream import EAV, MLM_VERL_TESTED, measured, mlm, mlm_at
 from ._gpu_facts import (BUSY_FRACTION, CONTEXT_MIB, MEMORY_PROBES, PROCESS_MIB, SMOKE_TENSORS_MIB, hidden_cause,
                          holders, memory, others)
+
+
+DEVICES_TEXTS = (
+    UpstreamText("M8-cuda", "dsa_kernel_backend={backend} requires a CUDA device, but none is available.",
+                 mlm("megatron/core/utils.py", "530-534"), "RuntimeError"),
+)
 
 
 @check(
     "gpu.devices",
     "GPUs visible to the job",
+    texts=DEVICES_TEXTS,
     applies_when="always (skips without a GPU)",
     detects="nvidia-smi --query-gpu and torch.cuda device properties",
     sources=(
@@ -86,9 +93,24 @@ def gpu_devices(ctx: Context) -> Result:
 CP_ARCHS = {(9, 0): "sm_90a", (10, 0): "sm_100a", (10, 3): "sm_103a"}
 
 
+ARCH_TEXTS = (
+    UpstreamText("M9", "dsa_kernel_backend='cudnn' requires SM90+ (Hopper or later), but current device has compute "
+                 "capability {major}.{minor}.", mlm("megatron/core/transformer/transformer_config.py", "1773-1778"),
+                 "AssertionError"),
+    UpstreamText("M9-old", "apply_dsa_kernel_fusion requires SM90+ (Hopper or later), but current device has compute "
+                 "capability {major}.{minor}.",
+                 mlm_at(MLM_VERL_TESTED, "megatron/core/transformer/transformer_config.py",
+                        "Megatron-LM dev fd1121b8 transformer_config.py L1604"), "AssertionError"),
+    UpstreamText("R6", "Unsupported GPU compute capability {capability} for CSA CP CuTe kernels; supported "
+                 "architectures: sm_90a, sm_100a, sm_103a.", mlm(EAV + "csa_utils/cp_layout_kernels.py", "617-623"),
+                 "RuntimeError"),
+)
+
+
 @check(
     "gpu.arch",
     "Compute capability fits the profile",
+    texts=ARCH_TEXTS,
     applies_when="always (skips when the arch is unknown)",
     detects="profile compute capability (--gpu-arch or nvidia-smi) against the DSv4 arch tables",
     sources=(

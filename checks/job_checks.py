@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from dsv4_doctor.redact import cut
-from dsv4_doctor.api import check
+from dsv4_doctor.api import UpstreamText, check
 from dsv4_doctor.model import Context, Finding, Fix, Phase, Result, Source, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 from dsv4_doctor.job import unread
@@ -24,14 +24,15 @@ from dsv4_doctor.job.settings import ROUNDING
 from dsv4_doctor.job.wrappers import (PYTHON_MANUAL, RAY_MANUAL, SBATCH, SHELL_MANUAL, SRUN, TORCHRUN_MANUAL,
                                       UV_MANUAL, WRAPPERS)
 
-from ._job_cp import judge_role, verl_sets_cp
+from ._job_cp import M1, M4, judge_role, verl_sets_cp
 from ._job_dispatch import judge_dispatch
-from ._job_dsa import judge_backend, judge_indexer_loss
+from ._job_dsa import M10, M13, judge_backend, judge_indexer_loss
 from ._job_settings import (add_setting, first_unresolved, int_value, is_stated, is_unresolved, job_of, maybe_in_file,
                             no_job, not_known, parallel_size, remote_of, role_cp, role_label, unread_row, value_of,
                             world_size, written)
+from ._job_stack import job_stack_config
 from ._job_verdict import Found, verdict
-from ._upstream import EAV, gh, mlm, pypi
+from ._upstream import EAV, gh, mlm, mlm_at, pypi
 from .verl_checks import STATIC as VERL_STATIC
 
 TC = "megatron/core/transformer/transformer_config.py"
@@ -41,6 +42,81 @@ STATIC = StaticRequest(distributions=VERL_STATIC.distributions, modules=(*VERL_S
 
 # Megatron's texts (d48bd6be), quoted in the findings.
 M6 = "DSv4 Hybrid Attention only supports TP size 1."
+
+# The upstream texts of each rule (classified back to it by dsv4_doctor.upstream_texts; `{name}`: a variable part).
+_OLD_TC = "bfa33263ca06e6974410d0ea871b25e21c5aee85"  # the CP merge on Megatron-LM dev: the texts' first wording
+CP_TEXTS = (
+    UpstreamText("M1", M1, mlm(TC, "1611-1616"), "ValueError"),
+    UpstreamText("M1-old", "DSv4 Hybrid with CP requires cp_partition_mode='contiguous'.",
+                 mlm_at(_OLD_TC, TC, "Megatron-LM dev bfa33263 transformer_config.py L1499"), "ValueError"),
+    UpstreamText("M2", "Unsupported cp_partition_mode: {mode}", mlm(TC, "1563-1564"), "ValueError"),
+    UpstreamText("M3", "DSv4 Hybrid with CP requires a sequence_packing_scheduler for THD inputs.",
+                 mlm_at(_OLD_TC, TC, "Megatron-LM dev bfa33263 transformer_config.py L1490-1492"), "AssertionError"),
+    UpstreamText("M4", M4, mlm(TC, "1566-1573"), "ValueError"),
+    UpstreamText("M5", "cp_partition_mode='contiguous' with context parallelism currently requires "
+                 "experimental_attention_variant to be either 'dsv4_hybrid' or 'gated_delta_net'.",
+                 mlm(TC, "1597-1601"), "ValueError"),
+    UpstreamText("M5-old", "cp_partition_mode='contiguous' currently is only supported with dsv4_hybrid.",
+                 mlm_at(_OLD_TC, TC, "Megatron-LM dev bfa33263 transformer_config.py L1504-1506"), "ValueError"),
+    UpstreamText("M5-mla", "cp_partition_mode='contiguous' is not supported with multi_latent_attention outside "
+                 "dsv4_hybrid.", mlm(TC, "1592-1595"), "ValueError"),
+    UpstreamText("M5-gdn", "cp_partition_mode='contiguous' is incompatible with gated_delta_net "
+                 "linear_cp_mode='headwise'.", mlm(TC, "1603-1609"), "ValueError"),
+    UpstreamText("R2", "DSv4 Hybrid with CP requires qkv_format='thd'.",
+                 mlm(EAV + "deepseek_v4_hybrid_attention.py", "266-268"), "ValueError"),
+    UpstreamText("R3", "CompressedSparseAttention with CP requires qkv_format='thd'.", mlm(EAV + "csa.py", "2102-2104"),
+                 "ValueError"),
+    UpstreamText("R3-mode", "CompressedSparseAttention requires cp_partition_mode='contiguous'. CP partition "
+                 "conversion must be handled before entering CSA.", mlm(EAV + "csa.py", "2105-2109"), "ValueError"),
+    UpstreamText("R4", "Contiguous CP slicing requires total_tokens={total_tokens} to be divisible by "
+                 "cp_size={cp_size}.", mlm("megatron/core/datasets/data_schedule_utils.py", "79-94"), "RuntimeError"),
+    UpstreamText("R12", "DSv4 THD CP path requires boundary_hidden and boundary_kv from the hidden-only boundary "
+                 "exchange and boundary KV projection path.", mlm(EAV + "csa.py", "2570-2574"), "RuntimeError"),
+)
+PARALLELISM_TEXTS = (
+    UpstreamText("M6", M6, mlm(TC, "1760-1762"), "AssertionError"),
+    UpstreamText("M5-mtp", "MTP with tensor_model_parallel_size > 1, sequence_parallel=True, and "
+                 "cp_partition_mode='contiguous' has a known token-side padding-mask layout bug. This combination is "
+                 "temporarily unsupported and will be fixed in a follow-up change.", mlm(TC, "1575-1584"),
+                 "ValueError"),
+)
+INDEXER_LOSS_TEXTS = (UpstreamText("M10", M10, mlm(TC, "1779-1792"), "ValueError"),)
+DSA_BACKEND_TEXTS = (
+    UpstreamText("M15", "Conflicting DSA kernel controls: apply_dsa_kernel_fusion={fusion} maps to "
+                 "dsa_kernel_backend={mapped}, but dsa_kernel_backend={backend} was also selected. Remove "
+                 "apply_dsa_kernel_fusion and use dsa_kernel_backend only.", mlm(TC, "1630-1638"), "ValueError"),
+    UpstreamText("M12", "apply_dsa_kernel_fusion is deprecated and will be removed in a future release; use "
+                 "dsa_kernel_backend={backend} instead.", mlm(TC, "1640-1645"), "warning"),
+    UpstreamText("M12-ignored", "apply_dsa_kernel_fusion is deprecated and ignored outside "
+                 "experimental_attention_variant='dsv4_hybrid'; use dsa_kernel_backend instead.",
+                 mlm(TC, "1622-1628"), "warning"),
+    UpstreamText("M13", M13, mlm(TC, "1766-1770"), "ValueError"),
+    UpstreamText("R9", "Failed to import DSA kernel backend {module}.", mlm(EAV + "dsa_kernels.py", "57-60"),
+                 "RuntimeError"),
+)
+HYDRA = "https://github.com/facebookresearch/hydra/blob/v1.3.2/"
+CONFIG_TEXTS = (
+    UpstreamText("H1", "Could not append to config. An item is already at '{key}'.",
+                 Source("Hydra 1.3.2 hydra/_internal/config_loader_impl.py L379",
+                        HYDRA + "hydra/_internal/config_loader_impl.py#L379"), "ConfigCompositionException"),
+    UpstreamText("H2", "Could not override '{key}'.\nTo append to your config use +{override}",
+                 Source("Hydra 1.3.2 hydra/_internal/config_loader_impl.py L393",
+                        HYDRA + "hydra/_internal/config_loader_impl.py#L393"), "ConfigCompositionException",
+                 match=("Could not override '", "'.", "To append to your config use +")),
+    UpstreamText("H3", "unrecognized arguments: {arguments}",
+                 Source("CPython 3.11 Lib/argparse.py (parse_args), run by Hydra 1.3.2's get_args_parser",
+                        "https://github.com/python/cpython/blob/3.11/Lib/argparse.py"), "SystemExit"),
+    UpstreamText("H4", "unsupported operand type(s) for %: 'int' and 'str'",
+                 Source("OmegaConf 2.3.0 oc.env returns a string (resolvers/oc/__init__.py)",
+                        "https://github.com/omry/omegaconf/blob/v2.3.0/omegaconf/resolvers/oc/__init__.py"),
+                 "TypeError"),
+    UpstreamText("B1", "Unknown option: {option}", gh("NVIDIA-NeMo/Megatron-Bridge",
+                 "blob/067f987d/scripts/training/run_recipe.py#L268", "Megatron-Bridge 067f987d run_recipe.py L268"),
+                 "ValueError"),
+    UpstreamText("B2", "Expected override in KEY=VALUE form, got {word}", gh("NVIDIA-NeMo/Megatron-Bridge",
+                 "blob/067f987d/scripts/training/run_recipe.py#L270", "Megatron-Bridge 067f987d run_recipe.py L270"),
+                 "ValueError"),
+)
 
 
 def _verl_sets_cp(ctx: Context, job) -> tuple[bool, str]:
@@ -92,6 +168,7 @@ def _launch_sources() -> tuple[Source, ...]:
 # ---------------------------------------------------------------------------------------------------- job.cp-args
 
 @check("job.cp-args", "The job states the DSv4 CP settings", skip_if=no_job, only_with="job",
+    texts=CP_TEXTS,
     applies_when="job arguments given; CP > 1",
     detects="the training command's overrides or flags; verl's #6555 marker (ast)",
     sources=(
@@ -159,6 +236,7 @@ def job_cp_args(ctx: Context) -> Result | list[Finding]:
 
 
 @check("job.parallelism", "The job's TP, PP and CP fit DSv4 and the GPUs", skip_if=no_job, only_with="job",
+    texts=PARALLELISM_TEXTS,
     applies_when="job arguments given",
     detects="the training command's parallel sizes and node/GPU counts",
     sources=(mlm(TC, "1743-1765", "Megatron-LM dev transformer_config.py L1743-1765 (DSv4: TP 1)"),))
@@ -275,6 +353,7 @@ def job_moe_dispatch(ctx: Context) -> Result | list[Finding]:
 # ---------------------------------------------------------------------------------------------- job.indexer-loss
 
 @check("job.indexer-loss", "No fused dense indexer loss on SM90", skip_if=no_job, only_with="job",
+    texts=INDEXER_LOSS_TEXTS,
     applies_when="job arguments given; CC 9.0 and dsa_kernel_backend=cudnn",
     detects="the training command's indexer-loss settings; the GPU arch",
     sources=(mlm(TC, "1773-1818", "Megatron-LM dev transformer_config.py L1773-1818 (SM90 dense indexer loss)"),))
@@ -395,6 +474,7 @@ def job_env(ctx: Context) -> Result | list[Finding]:
 # ---------------------------------------------------------------------------------------------- job.dsa-backend
 
 @check("job.dsa-backend", "The job's DSA kernel backend is one DSv4 accepts", skip_if=no_job, only_with="job",
+    texts=DSA_BACKEND_TEXTS,
     applies_when="job arguments given",
     detects="the training command's dsa_kernel_backend and apply_dsa_kernel_fusion",
     sources=(
@@ -412,18 +492,27 @@ def job_env(ctx: Context) -> Result | list[Finding]:
 def job_dsa_backend(ctx: Context) -> Result | list[Finding]:
     """Megatron's DSv4 layer takes `dsa_kernel_backend` `none` (the PyTorch fallback) or `cudnn` (the cuDNN
     frontend's DSA kernels and FlashMLA); it rejects `tilelang` for dsv4_hybrid, and the Megatron-LM CLI's
-    choices reject anything else. The deprecated `apply_dsa_kernel_fusion` maps True to cudnn and False to none,
-    and stating it beside a different backend raises "Conflicting DSA kernel controls". A backend the command
-    does not state is the path's default: cudnn for the Megatron-LM CLI with dsv4_hybrid; through verl (which
-    never sets it), whatever the installed Megatron-Bridge's DSv4 provider sets `apply_dsa_kernel_fusion` to,
-    read from its deepseek_v4_bridge.py with ast: 0.5.x turns it on for any CC major >= 10, c7774d44 and 0.6.x
-    only when `from cudnn import DSA` and `from flash_mla import flash_mla_sparse_fwd` also import (the doctor
-    runs the same two imports in a probe). A wrapper command (bash, srun, a launcher), a config file, a bridge
-    whose rule cannot be read, an unknown CC, or (on a machine without a GPU) an import that cannot load the
-    driver's libcuda leave it not known: the environment is then checked for cudnn, the stricter. The job line
-    says which rule decided it, and the environment checks follow it. A backend or apply_dsa_kernel_fusion
-    written as a variable the doctor cannot resolve is not known, never one Megatron rejects, and the row is no
-    pass.
+    choices reject anything else. `TransformerConfig.__post_init__` folds the deprecated `apply_dsa_kernel_fusion`
+    into it: True maps to cudnn and False to none; beside a stated backend that is neither `none` nor the mapped one
+    it raises "Conflicting DSA kernel controls", otherwise the mapped one replaces it (True turns a stated `none`
+    into cudnn); null keeps the stated backend, whose default is `none`.
+
+    Through verl, Megatron-Bridge's DeepSeek-V4 provider always writes the switch, and the command's
+    `override_transformer_config` is applied after it. So a verl job's switch is the command's when it states one
+    (True, False or null), else the installed bridge's: read from its deepseek_v4_bridge.py with ast (0.5.x: on for
+    any CC major >= 10; c7774d44 and 0.6.x: only when `from cudnn import DSA` and `from flash_mla import
+    flash_mla_sparse_fwd` also import, which the doctor tries in a probe). Then Megatron's fold: a conflict fails
+    quoting Megatron's text (naming the bridge where it wrote the switch), and a stated `none` the switch turns into
+    cudnn is a warning, with the environment checked for the cudnn that runs. Every fix is a form Megatron accepts
+    through verl: the switch (`...override_transformer_config.apply_dsa_kernel_fusion=True`, or False for the
+    PyTorch fallback), or the backend with `...override_transformer_config.apply_dsa_kernel_fusion=null` beside it.
+
+    The Megatron-LM CLI has no bridge: a backend it does not state is cudnn for dsv4_hybrid, and
+    `--no-dsa-kernel-fusion` beside `--dsa-kernel-backend cudnn` is the conflict. A wrapper command (bash, srun, a
+    launcher), a config file, a bridge whose rule cannot be read, an unknown CC, a remote host's bridge or (on a
+    machine without a GPU) an import that cannot load the driver's libcuda leave it not known, naming that link:
+    the environment is then checked for cudnn, the stricter. A backend or switch written as a variable the doctor
+    cannot resolve is not known, never one Megatron rejects, and the row is no pass.
     """
     job = job_of(ctx)
     roles = job.checked_roles()
@@ -435,12 +524,14 @@ def job_dsa_backend(ctx: Context) -> Result | list[Finding]:
     evidence: dict = {"decided": decided, "roles": {}}
     for role in roles:
         judge_backend(job, role, found, evidence["roles"])
-    evidence.update(failures=fails, notes=notes, unknown=unknown)
-    if fails:
+    evidence.update(failures=fails, warnings=found.warns, notes=notes, unknown=unknown)
+    if fails or found.warns:
         return verdict(found, evidence, [decided])
     if any(is_unresolved(job.effective(r), name) for r in roles for name in ("dsa_kernel_backend",
                                                                               "apply_dsa_kernel_fusion")):
         return verdict(found, evidence)  # a backend or switch written as a variable is not known: no pass on it
+    if unknown and job.kind == "verl":
+        return verdict(found, evidence, [decided])
     if unknown and not notes:
         why = decided[len("not stated: "):] if decided.startswith("not stated: ") else decided
         return warned("not known: " + "; ".join(unknown) + f": {why}", evidence=evidence)
@@ -451,6 +542,7 @@ def job_dsa_backend(ctx: Context) -> Result | list[Finding]:
 
 
 @check("job.config", "The job's config composes and its settings have the types and ranges they need", skip_if=no_job,
+    texts=CONFIG_TEXTS,
     only_with="job", applies_when="job arguments given",
     detects="Hydra's compose in the target with verl's installed config tree; else the doctor's reader",
     sources=(
@@ -515,4 +607,5 @@ def job_config(ctx: Context) -> Result | list[Finding]:
                   "and ranges they need", evidence=evidence)
 
 
-CHECKS = [job_cp_args, job_parallelism, job_moe_dispatch, job_indexer_loss, job_dsa_backend, job_env, job_config]
+CHECKS = [job_cp_args, job_parallelism, job_moe_dispatch, job_indexer_loss, job_dsa_backend, job_env, job_config,
+          job_stack_config]

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dsv4_doctor.facts import error_text, outcome, version
-from dsv4_doctor.api import check
+from dsv4_doctor.api import UpstreamText, check
 from dsv4_doctor.model import Context, Fix, Phase, Result, Source, failed, passed, warned
 from dsv4_doctor.probes import StaticRequest, import_probe
 
 from . import fixes
 from ._archs import NO_KERNEL_IMAGE, RULES_SOURCE, judge
+from ._job_dsa import backend_none_fix
 from .cudnn_fe_checks import FE, M8_FLASH_MLA, m8
-from ._upstream import EAV, measured, mlm, pypi
+from ._upstream import EAV, measured, mlm, pypi, verl_at
 
 FIX_BACKEND_NONE = fixes.BACKEND_NONE
 
@@ -70,9 +71,18 @@ def hadamard_arch_fix(ctx: Context, build: Fix) -> Fix:
                notes=[f"then: {' '.join(build.commands[0].argv)}" if build.commands else ""])
 
 
+FLASH_MLA_TEXTS = (
+    UpstreamText("R7", "FlashMLA is required for DSA sparse attention forward. Install from "
+                 "https://github.com/deepseek-ai/FlashMLA/tree/nv_dev so that `from flash_mla import "
+                 "flash_mla_sparse_fwd` succeeds.", mlm(EAV + "csa_utils/fused_sparse_attention.py", "99-106"),
+                 "ImportError"),
+)
+
+
 @check(
     "kernels.flash-mla",
     "FlashMLA sparse forward loads (cudnn backend)",
+    texts=FLASH_MLA_TEXTS,
     applies_when="dsa_backend=cudnn",
     detects="from flash_mla import flash_mla_sparse_fwd (subprocess), its indexer_topk parameter (signature, ast) and "
             "the cubin archs of flash_mla's extension (its .nv_fatbin, read without loading it)",
@@ -122,14 +132,15 @@ def kernels_flash_mla(ctx: Context) -> Result:
                 "imported_copy": static.copy("flash_mla")["why"]}  # which copy the job imports, and why
     if not static.module("flash_mla").get("found"):
         # FlashMLA's part of Megatron's one dependency error; cudnn-fe.version states the frontend's.
-        return failed(f"flash_mla is not installed. {m8(M8_FLASH_MLA)}", fixes=[fix_flash_mla, FIX_BACKEND_NONE],
-                      evidence=evidence)
+        return failed(f"flash_mla is not installed. {m8(M8_FLASH_MLA)}",
+                      fixes=[fix_flash_mla, backend_none_fix(ctx.profile)], evidence=evidence)
     result = outcome(ctx.require(FLASH_MLA), "flash_mla:flash_mla_sparse_fwd")
     if not result.get("ok"):
         evidence["error"] = result.get("error")
         return failed(f"flash_mla is installed but flash_mla_sparse_fwd does not load ({error_text(result)})",
                       "Megatron reports flash_mla as missing at config time, or raises \"FlashMLA is required\" at the "
-                      "first sparse attention call.", fixes=[fix_flash_mla, FIX_BACKEND_NONE], evidence=evidence)
+                      "first sparse attention call.", fixes=[fix_flash_mla, backend_none_fix(ctx.profile)],
+                                                      evidence=evidence)
     # Megatron always passes indexer_topk= (nv_dev has it; main does not): import is not enough, the parameter is.
     params = result.get("params")
     source = "signature"
@@ -137,7 +148,7 @@ def kernels_flash_mla(ctx: Context) -> Result:
         fn = (static.source(FLASH_MLA_API).get("functions") or {}).get("flash_mla_sparse_fwd") or {}
         params, source = fn.get("params"), "ast of flash_mla/flash_mla_interface.py"
     evidence.update(params=params, params_from=source)
-    wrong_arch = arch_failure(ctx, "flash_mla", "FlashMLA", [fix_flash_mla, FIX_BACKEND_NONE], evidence)
+    wrong_arch = arch_failure(ctx, "flash_mla", "FlashMLA", [fix_flash_mla, backend_none_fix(ctx.profile)], evidence)
     if wrong_arch is not None:
         return wrong_arch
     if not isinstance(params, list):
@@ -147,14 +158,23 @@ def kernels_flash_mla(ctx: Context) -> Result:
         return failed("flash_mla_sparse_fwd has no indexer_topk parameter (a FlashMLA built from main, not nv_dev): "
                       "Megatron passes indexer_topk= at every sparse attention call, so the first DSA step raises "
                       "TypeError: flash_mla_sparse_fwd() got an unexpected keyword argument 'indexer_topk'",
-                      fixes=[fix_flash_mla, FIX_BACKEND_NONE], evidence=evidence)
+                      fixes=[fix_flash_mla, backend_none_fix(ctx.profile)], evidence=evidence)
     return passed(f"flash_mla_sparse_fwd loads and takes indexer_topk ({evidence['version'] or 'no metadata'})"
                   + arch_note(evidence), evidence=evidence)
+
+
+FAST_HADAMARD_TEXTS = (
+    UpstreamText("R10", "fast_hadamard_transform is not installed.", mlm(EAV + "dsa.py", "267"), "AssertionError"),
+    UpstreamText("V3", "fast_hadamard_transform is unavailable; falling back to a pure-torch Fast Walsh-Hadamard "
+                 "transform. Results match the CUDA kernel but DSA forward will be slower.",
+                 verl_at("verl/models/mcore/patch.py", 90), "warning"),
+)
 
 
 @check(
     "kernels.fast-hadamard",
     "fast-hadamard-transform for the ratio-4 CSA indexer",
+    texts=FAST_HADAMARD_TEXTS,
     applies_when="always (DSv4 has ratio-4 layers)",
     detects="fast_hadamard_transform location and import; verl's shim (ast); the cubin archs of its extension "
             "(fast_hadamard_transform_cuda's .nv_fatbin, read without loading it)",

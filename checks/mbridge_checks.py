@@ -59,7 +59,10 @@ def mbridge_dsv4(ctx: Context) -> Result:
                       f"the model. {NOT_FOUND}", fixes=[fixes.MBRIDGE], evidence=evidence)
     bridge = next((m for m in BRIDGES if static.module(m).get("found")), None)
     evidence["dsv4_bridge"] = static.module(bridge).get("origin") if bridge else None
-    version = evidence["version"] or "(no metadata)"
+    unknown = static.copy("megatron.bridge")["owner_not_known"]
+    if unknown:  # several distributions install `megatron` and their RECORDs do not say which installed the bridge
+        evidence["owner_not_known"] = unknown
+    version = evidence["version"] or ("(version not known)" if unknown else "(no metadata)")
     if bridge is None:
         return failed(f"Megatron-Bridge {version} has no DeepSeek-V4 bridge (models/deepseek/deepseek_v4_bridge.py): "
                       "AutoBridge cannot map a DeepseekV4ForCausalLM checkpoint, so verl cannot build the model",

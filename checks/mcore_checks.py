@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 
-from dsv4_doctor.api import check
+from dsv4_doctor.api import UpstreamText, check
 from dsv4_doctor.model import Context, Result, Source, errored, failed, passed, skipped, warned
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
 from ._reach import hides, target_entry
-from ._upstream import EAV, VERL, gh, mlm, mlm_change
+from ._upstream import EAV, VERL, gh, mlm, mlm_change, verl_at
 
 MCORE = "megatron-core"
 EAV_MOD = EAV.replace("/", ".").rstrip(".")
@@ -76,6 +76,8 @@ def _where(static) -> dict:
     }
     if copy["version_from"] == "files":
         evidence["files_version"] = copy["version"]  # package_info.py of a checkout no distribution owns
+    if copy["owner_not_known"]:
+        evidence["owner_not_known"] = copy["owner_not_known"]
     if copy["git"] and copy["git"].get("commit"):
         evidence["git_commit"] = copy["git"]["commit"]
     return evidence
@@ -104,9 +106,16 @@ def mcore_fix_of(static, evidence: dict):
     return fixes.mcore(root, git.get("root") if root else None, static.copy("megatron.core")["why"])
 
 
+DSV4_TEXTS = (
+    UpstreamText("M14", "Invalid experimental attention variant: {variant}",
+                 mlm("megatron/core/models/gpt/experimental_attention_variant_module_specs.py", "220"), "ValueError"),
+)
+
+
 @check(
     "mcore.dsv4",
     "Megatron-core has the dsv4_hybrid attention (dev branch)",
+    texts=DSV4_TEXTS,
     applies_when="always",
     detects="megatron.core location; DSv4/CSA module files; megatron-core metadata and direct_url",
     sources=(
@@ -157,16 +166,24 @@ def mcore_dsv4(ctx: Context) -> Result:
     shadow = ""
     owner = copy["owner"] or {}
     dist_path = evidence["distribution_path"]
+    unknown = copy["owner_not_known"]
     if evidence["checkout"] and copy["place"] != "editable":
         installed = (f"the installed megatron-core {evidence['distribution']} distribution "
-                     f"({os.path.dirname(dist_path)})") if dist_path and owner.get("path") != dist_path else None
+                     f"({os.path.dirname(dist_path)})") if dist_path and owner.get("path") != dist_path and not (
+            unknown and os.path.realpath(os.path.dirname(dist_path)) == os.path.realpath(evidence["checkout"])) \
+            else None
         shadow = (f" megatron.core imports from {evidence['checkout']} ({copy['why']})"
                   + (f", not from {installed}, which it shadows." if installed else "."))
     elif copy["place"] == "editable":
         shadow = f" megatron.core imports from an editable install ({copy['why']})."
+    if unknown:
+        shadow += f" Which distribution installed megatron.core is not known: {unknown}."
     stated = copy["version"] if copy["version_from"] == "files" else None
-    version = owner.get("version") or evidence["distribution"] or (
-        f"{stated} (package_info.py)" if stated else "(no metadata)")
+    # Its owner is the distribution whose RECORD lists megatron/core's files: megatron-bridge shares `megatron`.
+    version = owner.get("version") or (None if unknown else evidence["distribution"]) or (
+        f"{stated} (package_info.py)" if stated else "(version not known)" if unknown else "(no metadata)")
+    if owner.get("version") and str(owner.get("name") or "").lower().replace("_", "-") != MCORE:
+        version += f" (as {owner.get('name')}, whose RECORD lists megatron.core's files)"
     # The code that runs is what is named: a shadowing tree is not the distribution whose version pip reports.
     what = (f"the Megatron-core tree at {evidence['checkout']}" if evidence["checkout"] and copy["place"] != "editable"
             else f"Megatron-core {version}")
@@ -206,9 +223,18 @@ def _class(static, module: str, name: str):
     return (src.get("classes") or {}).get(name), src
 
 
+PARTITION_TEXTS = (
+    UpstreamText("R1", R1, mlm(EAV + "deepseek_v4_hybrid_attention.py", "269-271"), "ValueError"),
+    # verl writes the layout it was given ('contiguous' in the doctor's quote) into the text: matched after it.
+    UpstreamText("V2", V2.removeprefix("ValueError: "), verl_at("verl/models/mcore/util.py", 547), "ValueError",
+                 match=("cp_layout='", V2.partition("'contiguous'")[2])),
+)
+
+
 @check(
     "mcore.cp-partition-mode",
     "PackedSeqParams carries cp_partition_mode (contiguous CP layout)",
+    texts=PARTITION_TEXTS,
     applies_when="Megatron-core installed; required when CP > 1",
     detects="PackedSeqParams dataclass fields / __init__ parameters (ast)",
     sources=(

@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 
 from dsv4_doctor.facts import at_least, canonical, error_text, outcome, requirements, safe_specifier, version
-from dsv4_doctor.api import check
+from dsv4_doctor.api import UpstreamText, check
 from dsv4_doctor.model import Context, Fix, Phase, Result, Source, errored, failed, passed, skipped, warned
 from dsv4_doctor.probes import TORCH, Probe, StaticRequest, import_probe
 
 from . import fixes
 from ._archs import NO_KERNEL_IMAGE, RULES_SOURCE, judge
-from ._upstream import measured, mlm, pypi
+from ._upstream import measured, mlm, pypi, te_at
 
 # PyPI splits TE into a metapackage, a CUDA-specific core and an sdist-only torch extension; an NGC or source build is
 # one distribution, `transformer_engine` (importlib.metadata normalises it to the same name as transformer-engine).
@@ -40,9 +40,38 @@ def _installed(static) -> dict:
     return {name: static.dist_copies(name) for name in TE_DISTS if static.dist_copies(name)}
 
 
+VERSION_TEXTS = (
+    UpstreamText("M7", "SFT sequence packing requires Transformer Engine >= 2.9.0 but got {version} (TE < 2.9.0 may "
+                 "have convergence issues).", mlm("megatron/core/transformer/transformer_config.py", "3680-3685"),
+                 "ValueError"),
+    UpstreamText("T1", "Transformer Engine package version mismatch. Found {packages}.",
+                 te_at("common/__init__.py", "common/__init__.py (version consistency)"),
+                 "AssertionError"),
+    UpstreamText("T2", "Transformer Engine package version mismatch. Found transformer_engine_torch v{torch_ext}, "
+                 "{others}. Install transformer-engine using 'pip3 install --no-build-isolation "
+                 "transformer-engine[pytorch]==VERSION'",
+                 te_at("pytorch/__init__.py", "pytorch/__init__.py (torch extension version)"), "AssertionError",
+                 match=("Transformer Engine package version mismatch. Found transformer_engine_torch v",
+                        "Install transformer-engine using 'pip3 install --no-build-isolation "
+                        "transformer-engine[pytorch]==")),
+    UpstreamText("T3", "Found empty 'transformer-engine' meta package installed{rest}",
+                 te_at("common/__init__.py", "common/__init__.py (meta package without a core)"),
+                 "RuntimeError"),
+    UpstreamText("T9", "No dot product attention backend is available for the provided inputs. Please run with "
+                 "NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2{rest}",
+                 te_at("pytorch/attention/dot_product_attention/dot_product_attention.py",
+                       "dot_product_attention.py (no backend fits)"), "ValueError"),
+    UpstreamText("T11", "thd format is not supported with hierarchical CP implementation yet",
+                 te_at("pytorch/attention/dot_product_attention/context_parallel.py",
+                       "context_parallel.py L5021-5023 (THD with a2a+p2p; gone from 2.19)", "release_v2.18"),
+                 "AssertionError"),
+)
+
+
 @check(
     "te.version",
     "Transformer Engine installed, consistent and >= 2.9 for sequence packing",
+    texts=VERSION_TEXTS,
     applies_when="always; >= 2.9.0 when CP > 1",
     detects="TE distribution versions (metadata), their agreement and duplicate copies",
     sources=TE_SOURCES,
@@ -279,9 +308,35 @@ def _classify(ctx: Context, message: str, cuda_major: str, missing: str = "") ->
     return "TE's PyTorch extension does not import", [_rebuild(ctx.static, cuda_major)], {}
 
 
+IMPORT_TEXTS = (
+    UpstreamText("T4", "Could not find shared object file for Transformer Engine torch lib.",
+                 Source("TransformerEngine #1981 (no [pytorch] extra) / #2505 (NVTE_RELEASE_BUILD=1)",
+                        "https://github.com/NVIDIA/TransformerEngine/issues/1981"), "FileNotFoundError"),
+    UpstreamText("T5", "module 'transformer_engine' has no attribute 'pytorch'",
+                 Source("TransformerEngine #1379 (the extension's ImportError swallowed)",
+                        "https://github.com/NVIDIA/TransformerEngine/issues/1379"), "AttributeError"),
+    UpstreamText("T6", "undefined symbol: _ZN3c10", Source("TransformerEngine #1192 / #1684 (torch ABI mismatch)",
+                 "https://github.com/NVIDIA/TransformerEngine/issues/1192"), "ImportError"),
+    UpstreamText("T7", "Multiple files found: {files}",
+                 te_at("common/__init__.py", "common/__init__.py (duplicate shared objects)"), "RuntimeError"),
+    UpstreamText("T8", "{library} shared object not found.",
+                 te_at("common/__init__.py", "common/__init__.py (library loader, >= 2.11)"), "RuntimeError"),
+    UpstreamText("T8-adv", "libcudnn_adv.so.9: cannot open shared object file",
+                 Source("TransformerEngine #1853 (a missing cuDNN sub-library)",
+                        "https://github.com/NVIDIA/TransformerEngine/issues/1853"), "OSError"),
+    UpstreamText("T8-status", "CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED",
+                 Source("TransformerEngine #1853 (a missing cuDNN sub-library)",
+                        "https://github.com/NVIDIA/TransformerEngine/issues/1853"), "RuntimeError"),
+    UpstreamText("T10", "Precompiled wheel not found. Building from source...",
+                 Source("TransformerEngine #2383 (no prebuilt torch extension wheel)",
+                        "https://github.com/NVIDIA/TransformerEngine/issues/2383"), "log"),
+)
+
+
 @check(
     "te.import",
     "Transformer Engine's PyTorch extension imports",
+    texts=IMPORT_TEXTS,
     applies_when="Transformer Engine installed",
     detects="import transformer_engine.pytorch in a subprocess",
     sources=(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.api import check
+from dsv4_doctor.api import UpstreamText, check
 from dsv4_doctor.model import Context, Result, Source, errored, failed, passed, skipped
 from dsv4_doctor.probes import StaticRequest
 
 from . import fixes
+from ._upstream import verl_at
 
 UTIL = "verl.models.mcore.util"
 ENGINE = "verl.workers.engine.megatron.transformer_impl"
@@ -38,9 +39,16 @@ def markers(static) -> dict:
     }
 
 
+LAYOUT_TEXTS = (
+    UpstreamText("V1", "Unsupported context parallel layout: {cp_layout}", verl_at("verl/models/mcore/util.py", 354),
+                 "ValueError"),
+)
+
+
 @check(
     "verl.cp-layout",
     "verl carries the contiguous CP layout plumbing",
+    texts=LAYOUT_TEXTS,
     applies_when="verl installed, CP > 1",
     detects="verl source markers of PRs #7221, #7297, #6555, #7407 (ast)",
     sources=(

@@ -77,15 +77,20 @@ def explanation(opts: Options, width: int) -> str:
     wanted = str(opts.check_id)
     pattern = wanted if any(ch in wanted for ch in "*?[") or "." in wanted else wanted + ".*"  # a group: its checks
     chosen = [x for x in checks if x.id == wanted] or [x for x in checks if fnmatch.fnmatchcase(x.id, pattern)]
+    if not chosen:  # an upstream text's id (`explain M15`): the rule it belongs to
+        from .upstream_texts import TextIndex
+
+        chosen = list({id(c): c for c, _ in TextIndex(checks).texts_named(wanted)}.values())
     if not chosen:
         near = near_misses(wanted, [x.id for x in checks])
         raise UsageError(f"unknown check {wanted!r}" + (f"; did you mean {', '.join(near)}?" if near else "")
-                         + "; `dsv4-doctor list` shows every check")
+                         + "; `dsv4-doctor list` shows every check (an upstream text's id, e.g. M15, names its check)")
     if opts.format == "json":
         import json
 
         entries = [{"id": c.id, "title": c.title, "origin": c.origin, "applies_when": c.applies_when,
                     "detects": c.detects, "explanation": c.doc(), "sources": [s.to_dict() for s in c.sources],
+                    "texts": [t.to_dict() for t in c.texts],
                     "fixes": [{"description": f.description, "commands": [cmd.shell() for cmd in f.commands],
                                "manual": f.manual} for f in c.fixes]} for c in chosen]
         return json.dumps(Redactor()(entries[0] if len(entries) == 1 and chosen[0].id == wanted else entries),

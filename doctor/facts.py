@@ -65,6 +65,8 @@ class StaticFacts:
             if c["found"] and owner.get("version") and d is not None and owner.get("path") != d.get("path") \
                     and canonical(str(owner.get("name") or "")) == canonical(name):
                 return owner["version"]
+            if c["found"] and c["owner_not_known"]:
+                return c["version"]  # which distribution installed it is not known: only what its files state
             if c["found"] and not owner and c["entry"] and c["place"] != "site" and not (
                     d and d.get("path") and os.path.realpath(os.path.dirname(str(d["path"])))
                     == os.path.realpath(c["entry"])):

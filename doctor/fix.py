@@ -150,8 +150,8 @@ class Fix:
     manual: bool = False  # printed, never run by `fix --apply` (a torch reinstall, a source build choice)
     notes: tuple[str, ...] = ()  # e.g. the compiled extensions to rebuild after a torch change
     # What the fix changes where the job imports from, as data a program can carry out ("kind" and its fields:
-    # drop-pythonpath-entry, disable-user-site, update-checkout, move-aside, install-into-entry, install-pip,
-    # no-installer; PEP 668's two ways: make-venv, break-system-packages).
+    # drop-pythonpath-entry, disable-user-site, update-checkout, move-aside, install-into-entry,
+    # install-via-staging, install-pip, no-installer; PEP 668's two ways: make-venv, break-system-packages).
     action: tuple[tuple[str, str], ...] = ()
     installer: str = "pip"  # how its pip commands run: "pip" ("$PY" -I -m pip) or "uv" (uv pip --python "$PY")
 

@@ -1,7 +1,8 @@
 """`python -m dsv4_doctor.gendocs > docs/checks.md`: every built-in rule's page, generated from its definition.
 
 Grouped by area in report order (`checks.AREAS`); per rule its id, title, when it applies, what it detects, its
-explanation (the docstring), its fixes with their exact commands, the checks it needs or runs after, and its sources.
+explanation (the docstring), its fixes with their exact commands, the checks it needs or runs after, its upstream error
+texts and its sources.
 Nothing is written by hand, so the page cannot drift from the code (tests/test_gendocs.py compares them).
 """
 
@@ -87,6 +88,13 @@ def rule_page(c: Check) -> list[str]:
                 lines += ["", *("  " + line for line in fence("\n".join(cmd.shell() for cmd in fix.commands),
                                                                "sh")), ""]
             lines += [f"  {_inline(note)}" for note in fix.notes]
+        lines.append("")
+    if c.texts:
+        lines += ["**Upstream texts** (how a message is classified back to this rule; `…` marks a variable part)", ""]
+        for t in c.texts:
+            where = f"[{plain(t.source.title)}](<{t.source.url}>)" if _URL.fullmatch(t.source.url) else \
+                plain(t.source.title)
+            lines.append(f"- {code(t.id)} ({plain(t.kind)}): {code(t.shown())}, {where}")
         lines.append("")
     lines += ["**Sources**", "", *(_source(s.title, s.url) for s in c.sources), ""]
     return lines

@@ -24,8 +24,11 @@ def copy_of(m: dict) -> dict:
     user-site, site, pth,
     editable, finder, other), root (the sys.path entry or checkout it lies in), entry, pythonpath_index, owner
     (the distribution that installed it: name, version, path, editable, checkout; None for a checkout on the
-    path), version (the owner's, else what the files state), version_from ("metadata", "files" or None), git
-    (root, commit, ref), others (every shadowed copy: path, why, place, version, distribution)."""
+    path, and where it is not known), owner_not_known (why: several distributions install its top-level name and
+    their RECORDs do not tell which installed its file; else None), version (the owner's, else what the files
+    state), version_from ("metadata", "files" or None), git (root, commit, ref), others (every shadowed copy: path,
+    why, place, version, distribution), shared_top (where other distributions in its entry install into its top-level
+    folder too: top, parts, whole, others [name, version, path, parts, whole]; else None)."""
     owner = m.get("owner") if isinstance(m.get("owner"), dict) else None
     owner = {"name": _text_or_none(owner.get("name")), "version": _text_or_none(owner.get("version")),
              "path": _text_or_none(owner.get("path")), "editable": owner.get("editable") is True,
@@ -42,6 +45,22 @@ def copy_of(m: dict) -> dict:
     return {"found": m.get("found") is True, "why": _text_or_none(m.get("why")), "place": _text_or_none(m.get("place")),
             "root": _text_or_none(m.get("root")), "entry": _text_or_none(m.get("entry")),
             "pythonpath_index": index if isinstance(index, int) and not isinstance(index, bool) else None,
-            "owner": owner, "version": version,
+            "owner": owner, "owner_not_known": None if owner else _text_or_none(m.get("owner_not_known")),
+            "version": version,
             "version_from": "metadata" if (owner or {}).get("version") else ("files" if version else None),
-            "git": git, "others": others}
+            "git": git, "others": others, "shared_top": _shared_top(m.get("shared_top"))}
+
+
+def _names(value) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _shared_top(raw) -> dict | None:
+    """The static probe's shared_top, typed (untrusted: a part is kept only as the probe may write it)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("top"), str) or not isinstance(raw.get("others"), list):
+        return None
+    others = [{"name": _text_or_none(o.get("name")), "version": _text_or_none(o.get("version")),
+               "path": _text_or_none(o.get("path")), "parts": _names(o.get("parts")), "whole": o.get("whole") is True}
+              for o in raw["others"] if isinstance(o, dict)]
+    return {"top": raw["top"], "parts": _names(raw.get("parts")), "whole": raw.get("whole") is True,
+            "others": others} if others else None

@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 # What a fix is lives in fix.py; checks, plugins (APIs 1/2) and the renderers import it from here.
 from .fix import PIP, UNSAFE_CHARS, Command, Fix, Phase  # noqa: F401
 
-if TYPE_CHECKING:  # doctor.job imports this module
+if TYPE_CHECKING:  # doctor.job and upstreamtext import this module
     from .job.model import Job
+    from .upstreamtext import UpstreamText
 
 
 class Status(str, enum.Enum):
@@ -196,6 +197,9 @@ class Check:
     run: Callable[[Context], Result | Iterable[Finding]]  # findings: the runner derives the result (result_of)
     sources: tuple[Source, ...] = ()
     fixes: tuple[Fix, ...] = ()  # the remediations it can print, for `explain` and the rules table
+    # The upstream error and warning texts of this rule, declared once: `classify` (upstream_texts.py) maps a message
+    # back to its rule with them, and `explain` lists them.
+    texts: tuple[UpstreamText, ...] = ()
     # Returns why the check does not apply to this profile, or None when it does.
     skip_if: Callable[[Profile], str | None] = lambda profile: None
     probes: ProbeSpec = ()

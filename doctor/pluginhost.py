@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from .fix import Fix
 from .model import Check, CheckReport, Profile, Source, Status
+from .upstreamtext import MAX_FRAGMENTS, UpstreamText
 from .redact import sanitize, shorten
 
 HOST_WORKERS = 2  # probes one plugin host runs at once
@@ -28,7 +29,8 @@ HOST_WORKERS = 2  # probes one plugin host runs at once
 def _describe(check: Check) -> dict:
     return {"id": check.id, "title": check.title, "explanation": check.doc(), "applies_when": str(check.applies_when),
             "detects": str(check.detects), "sources": [s.to_dict() for s in check.sources],
-            "fixes": [f.to_dict() for f in check.fixes], "origin": check.origin, "only_with": check.only_with,
+            "fixes": [f.to_dict() for f in check.fixes], "texts": [t.to_dict() for t in check.texts],
+            "origin": check.origin, "only_with": check.only_with,
             "per_gpu": bool(check.per_gpu), "needs": list(check.needs), "after": list(check.after)}
 
 
@@ -191,13 +193,26 @@ def describe_check(meta: dict, distribution: str) -> Check:
             continue
     sources = tuple(Source(str(s.get("title") or "?"), str(s.get("url") or "")) for s in meta.get("sources") or []
                     if isinstance(s, dict))
+    texts = []
+    for t in (meta.get("texts") or [])[:200] if isinstance(meta.get("texts"), list) else []:
+        try:  # a text is data: it is rebuilt (and bounded) here, whatever the host sent
+            src = t.get("source") or {}
+            match = t.get("match") if isinstance(t.get("match"), list) else []
+            texts.append(UpstreamText(str(t["id"]), str(t["text"]), Source(shorten(str(src.get("title") or "?"), 300),
+                                      shorten(str(src.get("url") or ""), 500)), str(t["kind"]),
+                                      match=tuple(str(m) for m in match[:MAX_FRAGMENTS + 1])))
+        except Exception:
+            continue
+    if len({t.id for t in texts}) != len(texts):
+        texts = []
+
     def ids(key: str) -> tuple[str, ...]:
         value = meta.get(key)
         return tuple(shorten(str(v), 300) for v in value[:100]) if isinstance(value, list) else ()
 
     return Check(id=check_id, title=title, explanation=str(meta.get("explanation") or ""),
                  applies_when=str(meta.get("applies_when") or ""), detects=str(meta.get("detects") or ""),
-                 run=not_here, sources=sources, fixes=tuple(fixes), origin=distribution,
+                 run=not_here, sources=sources, texts=tuple(texts), fixes=tuple(fixes), origin=distribution,
                  only_with=meta.get("only_with") if meta.get("only_with") in ("job", "fleet") else None,
                  per_gpu=meta.get("per_gpu") is True, needs=ids("needs"), after=ids("after"))
 

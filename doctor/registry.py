@@ -24,6 +24,7 @@ from types import ModuleType
 from collections.abc import Container, Iterable, Sequence
 
 from .model import Check, Interrupted
+from .upstreamtext import UpstreamText
 from .redact import cut_tail
 
 GROUP = "dsv4_doctor.checks"
@@ -180,6 +181,11 @@ def validate_check(check: Check) -> str | None:
         return f"invalid check id {check.id!r}"
     if not isinstance(check.title, str) or not check.title.strip():
         return f"empty title for {check.id!r}"
+    texts = check.texts if isinstance(check.texts, tuple) else ()
+    if len(texts) != len(check.texts) or not all(isinstance(t, UpstreamText) for t in texts):
+        return f"{check.id!r}: texts must be a tuple of UpstreamText"
+    if len({t.id for t in texts}) != len(texts):
+        return f"{check.id!r} declares one upstream text id twice"
     return None
 
 
@@ -193,7 +199,7 @@ def area_of_check(check: Check) -> str | None:
 def rule_problems(check: Check, known: Container[str], area: str | None) -> list[str]:
     """The rules every check keeps, beyond a valid id and title: `needs` and `after` name checks that exist, the id
     starts with its module's area, the explanation (the docstring) is written and a source is named."""
-    problems = []
+    problems = [p for p in [validate_check(check)] if p]
     for kind in ("needs", "after"):
         for other in getattr(check, kind):
             if not isinstance(other, str) or other not in known:

@@ -26,6 +26,7 @@ from .registry import Registry, near_misses
 from .assemble import Outcome
 from .runner import CHECK_TIMEOUT_S, ProbePool, RunContext, Runner, _report, execute, plan
 from .signals import GATE
+from . import stackbuild
 from .target import REMOTE_NOT_KNOWN, resolve_python, workers
 
 if TYPE_CHECKING:
@@ -94,7 +95,8 @@ class Session:
         self.judged: dict | None = None  # which interpreter self.python is and why (target.Judged), for the report
         self.target_problem: str | None = None
         self._gate_installs = 0  # GATE.install() calls this session made: each one is undone by restore_signals
-        self._running: tuple | None = None  # (runner, plugin hosts, profile, start, budget) while checks run
+        self._running: tuple | None = None  # (runner, plugin hosts, profile, start, budget, later) while checks run
+        self._stack: Any = None  # the settings probe (stackbuild.start) once resolve started it
         self._watch: HostWatch | None = None
 
     # ---------------------------------------------------------------------------------------- lifetime, signals
@@ -204,22 +206,20 @@ class Session:
         elif profile.job is not None and profile.job.kind == "verl":
             profile = self._composed(profile)
         job = profile.job
+        from .job.profile import fold_bridge
         if remote and job is not None and job.decisions is not None and job.decisions.dsa_backend_pending:
-            decisions = replace(job.decisions, dsa_backend_pending=None, dsa_backend_known=False,
-                                dsa_backend_decided=f"not known: the remote host's Megatron-Bridge decides it (the job "
-                                f"runs after `{remote}`); the environment is checked for cudnn, the stricter")
-            profile = replace(profile, dsa_backend="cudnn", job=replace(job, decisions=decisions))
+            profile = fold_bridge(profile, {"readable": False}, (None, f"the remote host's Megatron-Bridge decides "
+                                                                   f"it (the job runs after `{remote}`)"), False)
         elif job is not None and job.decisions is not None and job.decisions.dsa_backend_pending:
             try:
                 profile = self._bridge_backend(profile)
             except Interrupted:
                 raise
             except Exception as exc:  # whatever the probes answered: not known, checked as cudnn, never a crash
-                decisions = replace(job.decisions, dsa_backend_pending=None, dsa_backend_known=False,
-                                    dsa_backend_decided=(f"not known: the Megatron-Bridge rule could not be judged "
-                                                         f"({type(exc).__name__}); the environment is checked for "
-                                                         "cudnn, the stricter"))
-                profile = replace(profile, dsa_backend="cudnn", job=replace(job, decisions=decisions))
+                profile = fold_bridge(profile, {"readable": False}, (None, f"the Megatron-Bridge rule could not be "
+                                                                       f"judged ({type(exc).__name__})"), False)
+        if profile.job is not None and profile.job.kind in ("verl", "megatron"):
+            self._stack = stackbuild.guarded(lambda: stackbuild.start(self, profile, remote))
         return profile
 
     def _composed(self, profile: Profile) -> Profile:
@@ -239,10 +239,12 @@ class Session:
                                                              f"{type(exc).__name__})"))
 
     def _bridge_backend(self, profile: Profile) -> Profile:
-        """A verl job that states no DSA setting: the backend Megatron-Bridge's installed DSv4 provider picks, from
-        its rule (read with ast by the static probe), the profile's CC and, where the rule asks, the same imports
-        run in an import probe. Whatever is not known stays cudnn, the stricter."""
+        """A verl job that states no apply_dsa_kernel_fusion: the switch Megatron-Bridge's installed DSv4 provider
+        writes, from its rule (read with ast by the static probe), the profile's CC and, where the rule asks, the same
+        imports run in an import probe; then Megatron's fold with the backend the command states. Whatever is not
+        known stays cudnn, the stricter."""
         from .job import bridge_rule
+        from .job.profile import fold_bridge
         from .facts import StaticFacts
         from .probes import import_probe
 
@@ -279,11 +281,8 @@ class Session:
         elif needs_imports is False and targets:
             imports = {}  # not needed: the CC term decides first
         backend, known, how = bridge_rule.decide(rule, cc, imports, where, gpu_visible=profile.gpus > 0)
-        job = profile.job
-        assert job is not None and job.decisions is not None  # resolve calls it for a pending job only
-        decisions = replace(job.decisions, dsa_backend_pending=None, dsa_backend_decided=how, dsa_backend_known=known,
-                            dsa_backend_rule=dict(rule, **evidence))
-        return replace(profile, dsa_backend=backend, job=replace(job, decisions=decisions))
+        how = how.removeprefix("not known: ").split("; the environment is checked for cudnn")[0]  # said by the fold
+        return fold_bridge(profile, dict(rule, **evidence), (backend == "cudnn" if known else None, how), known)
 
     # ---------------------------------------------------------------------------------------------------- run
 
@@ -292,6 +291,8 @@ class Session:
         many checks read them) and each applicable check's own (runner.plan, which the runner starts from)."""
         static = self.static_probe or Probe(key="static", timeout_s=self.timeout)
         probes = {NVIDIA_SMI.key: NVIDIA_SMI, static.key: static}
+        if isinstance(self._stack, Probe):  # the settings probe, started by resolve
+            probes[self._stack.key] = self._stack
         for c in checks:
             try:
                 probes.update((p.key, p) for p in plan(c, profile)[1])
@@ -332,11 +333,15 @@ class Session:
         hosts = self.hosts.start_runs(profile, plugin_ids, deadline)
         if on_event is not None and hosts:
             self._watch = HostWatch(hosts, on_event)  # the plugin checks' rows of the live display
-        runner = Runner(builtin, ctx, deadline, on_event)
-        self._running = (runner, hosts, profile, start, budget)
+        # The settings probe runs beside the checks, which are judged on the readers' settings; its row is judged
+        # after them (stackbuild.settle), so the probe is never the checks' critical path.
+        later = [c for c in builtin if c.id == stackbuild.ROW] if self._stack is not None else []
+        runner = Runner([c for c in builtin if c not in later], ctx, deadline, on_event)
+        self._running = (runner, hosts, profile, start, budget, later)
         runner.begin()
         runner.wait()
-        reports = runner.reports() + self.hosts.collect(hosts, deadline) + remote_rows
+        profile, settled = stackbuild.settle(self, profile, later, ctx, deadline, on_event)
+        reports = runner.reports() + settled + self.hosts.collect(hosts, deadline) + remote_rows
         self._stop_watch()
         return self._outcome(profile, reports, start, budget)
 
@@ -353,9 +358,10 @@ class Session:
         self.procs.kill_all()  # the plugin hosts' event files stay until close(), so what they finished is kept
         if self._running is None:
             return None
-        runner, hosts, profile, start, budget = self._running
+        runner, hosts, profile, start, budget, later = self._running
         why = f"interrupted by {signal.Signals(exc.signum).name} before it finished"
-        reports = runner.reports(unfinished=why) + self.hosts.collect(hosts, time.monotonic(), why)
+        reports = (runner.reports(unfinished=why) + [_report(c, Result(Status.ERROR, why), 0.0) for c in later]
+                   + self.hosts.collect(hosts, time.monotonic(), why))
         return self._outcome(profile, reports, start, budget, interrupted=signal.Signals(exc.signum).name)
 
     def _outcome(self, profile, reports, start, budget, interrupted=None) -> Outcome:

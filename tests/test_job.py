@@ -205,7 +205,9 @@ def test_the_dsa_backend_as_stated():
     folded = parse(["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=none",
                     f"++{OTC}.apply_dsa_kernel_fusion=True"]).dsa_backend()
     assert folded[0] == "cudnn" and "over dsa_kernel_backend=none" in folded[1]  # TransformerConfig folds it in
+    # Through verl the bridge writes the switch: a stated none is what runs only beside a null switch.
     rows = job_rows_in_process(["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=none",
+                                f"++{OTC}.apply_dsa_kernel_fusion=null",
                                 "actor_rollout_ref.actor.megatron.context_parallel_size=2"], gpu_arch="9.0")
     assert rows["_profile"]["dsa_backend"] == "none" and rows["job.dsa-backend"]["status"] == "pass"
     assert rows["job.indexer-loss"]["status"] == "skip"
@@ -220,13 +222,13 @@ def test_the_dsa_backend_as_stated():
     clash = job_rows_in_process(["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=cudnn",
                                  f"++{OTC}.apply_dsa_kernel_fusion=False"])["job.dsa-backend"]
     assert clash["status"] == "fail" and "Conflicting DSA kernel controls" in clash["summary"]
-    # The fix drops the deprecated switch (otherwise: it said to change cudnn to cudnn).
-    drop = f"~{OTC}.apply_dsa_kernel_fusion"
-    assert _lines(clash) == [drop] and "Drop the deprecated switch" in _commands(clash)[0]
-    assert not any("dsa_kernel_backend=cudnn" in line for line in _lines(clash))
+    # The fixes keep the switch (Megatron-Bridge writes it again where the command drops it): null, or the switch
+    # that selects the stated backend (tests/test_dsa_fold.py runs Megatron's config class on each).
+    null = f"++{OTC}.apply_dsa_kernel_fusion=null"
+    assert _lines(clash) == [null, f"++{OTC}.apply_dsa_kernel_fusion=True"]
     fixed = job_rows_in_process(["python3", "-m", "verl.trainer.main_ppo", f"++{OTC}.dsa_kernel_backend=cudnn",
-                                 f"++{OTC}.apply_dsa_kernel_fusion=False", drop])["job.dsa-backend"]
-    assert fixed["status"] == "pass", fixed["summary"]  # Hydra applies `~key` after the key it deletes
+                                 f"++{OTC}.apply_dsa_kernel_fusion=False", null])["job.dsa-backend"]
+    assert fixed["status"] == "pass", fixed["summary"]  # Hydra: the last override wins
     flags = job_rows_in_process(MEGATRON + ["--no-dsa-kernel-fusion", "--dsa-kernel-backend",
                                             "cudnn"])["job.dsa-backend"]
     assert flags["status"] == "fail" and "Conflicting DSA kernel controls" in flags["summary"]

@@ -192,7 +192,7 @@ def test_a_script_run_by_bash_leaves_the_job_rows_not_known_and_the_verdict_says
             "bash run.sh")
     run = check_json(*args, env=env)
     rows = [c for c in run.report["checks"] if c["id"].startswith("job.")]
-    assert len(rows) == 7, [c["id"] for c in rows]
+    assert len(rows) == 8, [c["id"] for c in rows]
     for row in rows:
         assert row["status"] == "warn" and row["summary"].startswith("not known"), row
         assert "`bash`" in row["summary"] and "'run.sh'" in row["summary"], row

@@ -181,6 +181,9 @@ CASES = {
     "dsv4probe_kernels": ({"subrun": "dsa", "device": "cpu"}, kernels_ok, True),
     # An entry module without @hydra.main (the probe script itself): read with ast, an answer that says so.
     "dsv4probe_hydra": ({"entry_file": str(PROBE_DIR / "dsv4probe_hydra.py")}, hydra_ok, False),
+    # The settings probe on an entry without @hydra.main: not built, said before anything of the stack imports.
+    "dsv4probe_settings": ({"kind": "verl", "entry_file": str(PROBE_DIR / "dsv4probe_hydra.py")},
+                           lambda a: a["status"] == "not built" and "@hydra.main" in a["why"], False),
     # No image-wide store handed over (descriptor 212): it says so before importing anything of the stack.
     "dsv4probe_warm": ({"arch": "sm_90a", "recipes": []}, lambda a: a["status"] == "error" and
                        "no writable image-wide kernel store" in a["summary"], False),

@@ -13,12 +13,12 @@ DOCTOR = Path(__file__).resolve().parent.parent / "doctor"
 # fails the test, so a new one is placed on purpose.
 LAYERS: list[tuple[str, set[str]]] = [
     ("base", {"doctor", "fix", "fixmet", "fixpep668", "model", "redact", "validtext", "kernelcache", "facts",
-              "versions", "located", "procs", "signals", "safeio", "cachedir", "helptext", "target"}),
+              "versions", "located", "procs", "signals", "safeio", "cachedir", "helptext", "target", "upstreamtext"}),
     ("job", {"job", "jobpath"}),
     ("probes", {"probes"}),
-    ("engine", {"registry", "runner", "api", "testing", "report"}),
+    ("engine", {"registry", "runner", "api", "testing", "report", "upstream_texts"}),
     ("render", {"render"}),
-    ("session", {"assemble", "pluginhost", "plugins", "session", "earlystart", "runreport", "fixplan", "jobcompose"}),
+    ("session", {"assemble", "pluginhost", "plugins", "session", "earlystart", "runreport", "fixplan", "jobcompose", "stackbuild"}),
     ("commands", {"fleet", "app", "catalog", "execjob", "gendocs", "warm"}),
     ("cli", {"cli", "commandline", "completion", "launch", "__main__"}),
 ]

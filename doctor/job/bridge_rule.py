@@ -181,3 +181,30 @@ def decide(rule: dict, cc: tuple[int, int] | None, imports: dict[str, dict] | No
             return "none", True, f"{rule_text}: {', '.join(failed)} failed to import, so off"
     on = f"CC {cc[0]}.{cc[1]}" if cc else "always"
     return "cudnn", True, f"{rule_text}: on ({on}{', the imports succeed' if pending else ''}) -> cudnn"
+
+
+# --- Megatron's fold of the switch into the backend -------------------------------------------------------------------
+
+SWITCH_BACKEND = {True: "cudnn", False: "none"}  # apply_dsa_kernel_fusion -> the dsa_kernel_backend it maps to
+MEGATRON_DEFAULT_BACKEND = "none"  # TransformerConfig.dsa_kernel_backend (d48bd6be transformer_config.py L348)
+
+
+def conflict_text(switch: bool, backend: str) -> str:
+    """Megatron's ValueError for a switch and a backend that disagree (d48bd6be transformer_config.py L1632-1638)."""
+    return (f"Conflicting DSA kernel controls: apply_dsa_kernel_fusion={switch} maps to "
+            f"dsa_kernel_backend={SWITCH_BACKEND[switch]!r}, but dsa_kernel_backend={backend!r} was also selected. "
+            "Remove apply_dsa_kernel_fusion and use dsa_kernel_backend only.")
+
+
+def fold(switch: bool | None, backend: str | None) -> tuple[str | None, str | None]:
+    """(the backend Megatron runs, its ValueError's text or None), as `TransformerConfig.__post_init__` folds the
+    deprecated switch for dsv4_hybrid (d48bd6be L1618-1646): a switch of None keeps the backend; True or False maps to
+    cudnn or none, raises where the backend is neither "none" nor that, and otherwise overwrites it. `backend` None:
+    not stated, Megatron's default "none"."""
+    stated = MEGATRON_DEFAULT_BACKEND if backend is None else backend
+    if switch is None:
+        return stated, None
+    mapped = SWITCH_BACKEND[switch]
+    if stated not in (MEGATRON_DEFAULT_BACKEND, mapped):
+        return None, conflict_text(switch, stated)
+    return mapped, None

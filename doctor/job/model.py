@@ -129,6 +129,10 @@ class Job:
     # What the command runs, as the OS and each launcher in it will run it (job/chain.py): its interpreter and why,
     # entry, working directory, sys.path[0], world size; where it stopped, or the remote host it runs on.
     chain: Chain | None = None
+    # The job's Megatron config as the stack's own code built it (stackbuild.py, job.stack-config): status
+    # ("built", "raised", "not built"), the settings per role, the upstream error, why not, and who decided the
+    # profile's settings. None: not asked (no job the probe runs for).
+    built: dict | None = None
 
     def effective(self, role: str) -> dict[str, Setting]:
         """A role's settings as its config sees them: verl's ref inherits the actor's megatron settings
@@ -240,6 +244,7 @@ class Job:
             **({"checked_against": self.checked_against} if self.checked_against else {}),
             **({"trainer": self.trainer} if self.kind == "verl" else {}),
             **({"chain": self.chain.to_dict()} if self.chain is not None else {}),
+            **({"built": self.built} if self.built is not None else {}),
             **(self.decisions.to_dict() if self.decisions is not None else {}),
         }
 

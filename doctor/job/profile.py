@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..model import Profile, UsageError
+from .bridge_rule import conflict_text, fold
 from .command import parse
 from .keys import BRIDGE_DECIDES, line_to_add
 from .bounds import rejected, rejection, text_numbers
@@ -49,23 +50,31 @@ def profile_for(base: Profile, job: Job, given_cp: int | None, given_backend: st
     found = [e for e in rejected(job) + text_numbers(job) if e not in job.config_errors]
     job.config_errors += list(dict.fromkeys(found))
     cp = job.cp()
-    backend, how = job.dsa_backend()
+    stated = None
+    if job.kind == "verl":
+        # Through verl, Megatron-Bridge's provider writes apply_dsa_kernel_fusion and Megatron folds it into the
+        # backend: the bridge decides whenever the command states no switch (Session.resolve asks it).
+        backend, how, known, stated = verl_backend(job, bridge_switch(job))
+        if known is None:
+            backend = BRIDGE_DECIDES
+    else:
+        backend, how = job.dsa_backend()
     if how.startswith("not known") and given_backend is not None:
         backend, how = given_backend, f"from --dsa-backend (the command's is {how})"
     hidden_cp = cp is None and any(isinstance(getattr(job.effective(r).get("cp"), "value", None), Unexpanded)
                                    for r in job.checked_roles())
     if hidden_cp:
-        return _hidden_cp_profile(base, job, given_cp, backend, how, given_backend)
-    pending = cp_given = stated = None
+        return _hidden_cp_profile(base, job, given_cp, backend, how, given_backend, stated=stated)
+    pending = cp_given = None
     if backend == BRIDGE_DECIDES:
         if given_backend is not None:
-            backend, how = given_backend, ("from --dsa-backend (the command does not state it; Megatron-Bridge's "
-                                           "DeepSeek-V4 provider would decide)")
+            backend, how = given_backend, ("from --dsa-backend (the command states no apply_dsa_kernel_fusion; "
+                                           "Megatron-Bridge's DeepSeek-V4 provider would write it)")
         else:
             # Session.resolve decides it from the installed bridge's rule, the GPU and a probe; until then, and
             # wherever that cannot be known, the environment is checked for cudnn, the stricter.
             pending = BRIDGE_DECIDES
-            backend, how = "cudnn", how + "; not known yet: the environment is checked for cudnn, the stricter"
+            backend = "cudnn"
     if cp is None:
         if given_cp is None:
             # Not known, never the doctor's usage error: the job's config says it, the doctor cannot read it.
@@ -75,12 +84,12 @@ def profile_for(base: Profile, job: Job, given_cp: int | None, given_backend: st
                    "environment, nor another override of the command; a shell variable left unexpanded?)"
                    if interpolated else "the job's context_parallel_size is not stated on the command line, and "
                    f"the config it names ({', '.join(job.config_file)}) may set it")
-            return _hidden_cp_profile(base, job, None, backend, how, given_backend, why)
+            return _hidden_cp_profile(base, job, None, backend, how, given_backend, why, stated)
         cp = cp_given = given_cp
     elif given_cp not in (None, cp):
         raise UsageError(f"--cp {given_cp} contradicts the job's context_parallel_size {cp}: leave --cp out with "
                          "job arguments")
-    if backend not in ("cudnn", "none"):
+    if stated is None and backend not in ("cudnn", "none"):
         # Megatron rejects it at config validation (job.dsa-backend says so); the environment is judged for the
         # fused kernels, the stricter of the two it accepts.
         stated = backend
@@ -99,7 +108,7 @@ STRICT_CP = 2  # a CP the doctor cannot know is checked as CP > 1: the CP rules 
 
 
 def _hidden_cp_profile(base: Profile, job: Job, given_cp: int | None, backend: str, how: str,
-                       given_backend: str | None, why: str | None = None) -> Profile:
+                       given_backend: str | None, why: str | None = None, stated: str | None = None) -> Profile:
     """The CP is not known: an unexpanded shell word may hold it, job.config rejects its value (the wrong type, out
     of range), or `why` (an interpolation, a config the command names). The CP rules run as for CP > 1 unless --cp
     states it; the DSA backend as the command gives it (or cudnn, not known)."""
@@ -117,8 +126,7 @@ def _hidden_cp_profile(base: Profile, job: Job, given_cp: int | None, backend: s
     else:
         cp = cp_given = given_cp
         not_known = f"{why}: the CP is --cp {given_cp}'s"
-    stated = None
-    if backend not in ("cudnn", "none", BRIDGE_DECIDES):
+    if stated is None and backend not in ("cudnn", "none", BRIDGE_DECIDES):
         stated, backend = backend, "cudnn"
     pending = BRIDGE_DECIDES if backend == BRIDGE_DECIDES else None
     if pending:
@@ -182,3 +190,133 @@ def _cp_not_known(job: Job, words: list[str]) -> str:
                 "apart, so the settings it may hold are not known")
     return (f"the command's word {words[-1]!r} is not expanded (a shell variable, array or command "
             "substitution), so the settings it may hold are not known")
+
+
+# --- the DSA backend of a verl job: the switch, the bridge, Megatron's fold -----------------------------------------
+
+ACCEPTED_BACKENDS = ("none", "cudnn")
+
+
+@dataclass(frozen=True)
+class RoleBackend:
+    """One verl role's DSA backend as Megatron will fold it (bridge_rule.fold)."""
+
+    runs: str | None  # "cudnn" or "none": what Megatron runs; None where it is not known or Megatron stops
+    how: str  # how it was decided, or why it is not known (the link)
+    backend: str | None = None  # dsa_kernel_backend as the command states it ("null" for null); None: not stated
+    switch: bool | None = None  # the apply_dsa_kernel_fusion Megatron gets (None: null, or not known)
+    switch_by: str = ""  # who writes the switch: "command" or "bridge"; "" where it is null or not known
+    switch_raw: str | None = None  # the command's switch as written
+    error: str | None = None  # Megatron's ValueError text where it stops (the conflict)
+    rejected: str | None = None  # a stated backend Megatron rejects for dsv4_hybrid (tilelang, anything else)
+    unknown: str | None = None  # set where not known: the link that is not
+    pending: bool = False  # not known only because the bridge was not asked yet (Session.resolve asks it)
+
+
+def role_backend(job: Job, role: str, bridge: tuple[bool | None, str] | None) -> RoleBackend:
+    """One verl role's DSA backend: the command's switch when it states one (True, False or null), else the installed
+    bridge's decision (`bridge`), then Megatron's fold (raise, override or keep). `bridge`: the switch Megatron-Bridge's
+    DeepSeek-V4 provider writes and how that was decided, (None, why) where it is not known, None while Session.resolve
+    has not asked it."""
+    eff = job.effective(role)
+    b, s = eff.get("dsa_kernel_backend"), eff.get("apply_dsa_kernel_fusion")
+    if b is not None and isinstance(b.value, Unexpanded):
+        why = f"{b.resolved or 'an unexpanded word may hold it'} (the word {b.raw[:80]!r})"
+        return RoleBackend(None, why, unknown=why)
+    if b is not None and is_interpolation(b.value):
+        why = f"the command writes dsa_kernel_backend as {b.raw[:80]!r}, which the doctor cannot resolve"
+        return RoleBackend(None, why, unknown=why)
+    backend = None if b is None else "null" if b.value is None else str(b.value)
+    stated_backend = f"dsa_kernel_backend={backend}" if backend is not None else "dsa_kernel_backend not stated"
+    rejected = backend if backend is not None and backend not in ACCEPTED_BACKENDS else None
+    raw = s.raw if s is not None else None
+
+    def switch_not_known(why: str, pending: bool = False) -> RoleBackend:
+        # A backend Megatron rejects stops the job whatever the switch: that is known.
+        if rejected:
+            return RoleBackend(None, f"stated: dsa_kernel_backend={backend}", backend=backend, switch_raw=raw,
+                               rejected=rejected)
+        return RoleBackend(None, why, backend=backend, switch_raw=raw, unknown=why, pending=pending)
+
+    if s is not None and is_interpolation(s.value):
+        return switch_not_known(f"the command writes apply_dsa_kernel_fusion as {s.raw[:80]!r}, which the doctor "
+                                "cannot resolve")
+    if s is not None and s.value is not None and not isinstance(s.value, bool):
+        return switch_not_known(f"apply_dsa_kernel_fusion={s.raw[:80]!r} is not a bool (see job.config)")
+    if s is not None:
+        switch, by = s.value, ("command" if s.value is not None else "")
+        how = f"stated: apply_dsa_kernel_fusion={s.raw}" + (f" and {stated_backend}" if backend else "")
+    elif job.config_file:
+        return switch_not_known(f"not stated: the config the command names ({', '.join(job.config_file)}) may set "
+                                + ("apply_dsa_kernel_fusion" if backend else "it"))
+    elif bridge is None:
+        return switch_not_known(f"{stated_backend}, apply_dsa_kernel_fusion not stated: Megatron-Bridge's DeepSeek-V4 "
+                                "provider writes it, and its decision is not known yet", pending=True)
+    elif bridge[0] is None:
+        return switch_not_known(f"{bridge[1]}, so the apply_dsa_kernel_fusion Megatron-Bridge's DeepSeek-V4 provider "
+                                f"writes is not known ({stated_backend})")
+    else:
+        switch, by = bridge[0], "bridge"
+        how = f"{stated_backend}; Megatron-Bridge writes apply_dsa_kernel_fusion={switch} ({bridge[1]})"
+    if rejected:
+        error = conflict_text(switch, rejected) if switch is not None else None
+        return RoleBackend(None, how, backend=backend, switch=switch, switch_by=by, switch_raw=raw, error=error,
+                           rejected=rejected)
+    runs, error = fold(switch, backend)
+    if error is None and switch is not None:
+        how += f"; Megatron folds the switch in: {runs}" + (" over the stated none" if backend == "none" and
+                                                             runs != "none" else "")
+    return RoleBackend(runs, how, backend=backend, switch=switch, switch_by=by, switch_raw=raw, error=error)
+
+
+def verl_backend(job: Job, bridge: tuple[bool | None, str] | None) -> tuple[str, str, bool | None, str | None]:
+    """(backend, how, known, rejected) for the profile from every checked role: known None while only the bridge's
+    decision is missing (pending); a job Megatron stops (a conflict, a backend it rejects) is judged for cudnn, the
+    stricter, with `rejected` saying what stops it; what is not known is checked for cudnn too."""
+    roles = [(r, role_backend(job, r, bridge)) for r in job.checked_roles()]
+    label = (lambda r: f"{r}: ") if len(roles) > 1 else (lambda r: "")
+    strict = "; the environment is checked for cudnn, the stricter"
+    for role, rb in roles:
+        if rb.unknown and not rb.pending:
+            return "cudnn", f"not known: {label(role)}{rb.unknown}{strict}", False, None
+    for role, rb in roles:
+        if rb.error or rb.rejected:
+            what = rb.rejected or f"apply_dsa_kernel_fusion={rb.switch} with dsa_kernel_backend={rb.backend}"
+            return "cudnn", (f"{label(role)}{rb.how}, which Megatron rejects (see job.dsa-backend); the environment "
+                             "is checked for cudnn"), True, what
+    if any(rb.pending for _, rb in roles):
+        first = next(rb for _, rb in roles if rb.pending)
+        return "cudnn", f"not known yet: {first.how}{strict}", None, None
+    runs = {rb.runs for _, rb in roles}
+    if len(runs) == 1:
+        return str(runs.pop()), "; ".join(dict.fromkeys(f"{label(r)}{rb.how}" for r, rb in roles)), True, None
+    return "cudnn", ("the roles run different backends (" + "; ".join(f"{r}: {rb.runs} ({rb.how})" for r, rb in roles)
+                     + "); the environment is checked for cudnn, the one with kernels to check"), True, None
+
+
+def bridge_switch(job: Job) -> tuple[bool | None, str] | None:
+    """The bridge's decision Session.resolve recorded in the job's decisions, or None while it was not asked."""
+    rule = job.decisions.dsa_backend_rule if job.decisions is not None else None
+    if not isinstance(rule, dict) or "switch" not in rule:
+        return None
+    switch = rule.get("switch")
+    return (switch if isinstance(switch, bool) else None), str(rule.get("switch_how") or "")
+
+
+def fold_bridge(profile: Profile, rule: dict, bridge: tuple[bool | None, str], known: bool) -> Profile:
+    """Session.resolve's answer for a pending verl job: the bridge's decision (the switch it writes, or None: not
+    known) folded into each role's backend as Megatron folds it (verl_backend); the decision is kept in the job's
+    decisions for job.dsa-backend."""
+    job = profile.job
+    assert job is not None and job.decisions is not None  # resolve calls it for a pending job only
+    backend, how, folded_known, stated = verl_backend(job, bridge)
+    if not folded_known and not how.startswith("not known"):
+        how = f"not known: {how}"
+    given = job.decisions.options[1]
+    if folded_known is False and given is not None:  # --dsa-backend says what is not known
+        backend, how = given, f"from --dsa-backend (the job's is {how})"
+    rule = dict(rule, switch=bridge[0], switch_how=bridge[1], switch_known=known)
+    decisions = replace(job.decisions, dsa_backend_pending=None, dsa_backend_decided=how,
+                        dsa_backend_known=bool(folded_known) and known, dsa_backend_stated=stated,
+                        dsa_backend_rule=rule)
+    return replace(profile, dsa_backend=backend, job=replace(job, decisions=decisions))

@@ -154,6 +154,37 @@ def _message(exc):
     return cut_text("%s: %s" % (type(exc).__name__, exc), MAX_MESSAGE)
 
 
+def compose_config(folder, name, words, extra_dir=None):
+    """The config Hydra composes from `folder`'s `name` with the override `words`, as the entry's @hydra.main does
+    (with --config-dir's `extra_dir` in front of the main search path, as Hydra's own main adds it). Hydra's and
+    OmegaConf's errors propagate. The settings probe (dsv4probe_settings) composes with it too."""
+    from hydra import compose, initialize_config_dir
+
+    if not extra_dir:
+        with initialize_config_dir(config_dir=folder, version_base=None):
+            return compose(config_name=name, overrides=words)
+    # As Hydra's own main does for --config-dir (hydra/_internal/utils.py, _run_hydra's add_conf_dir).
+    from hydra import version as hydra_version
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.errors import SearchPathException
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    backup = get_gh_backup()
+    try:
+        hydra_version.setbase(None)
+        search_path = create_config_search_path(search_path_dir=folder)
+        if not os.path.isdir(extra_dir):
+            raise SearchPathException("Additional config directory '%s' not found" % extra_dir)
+        search_path.prepend(provider="command-line", path="file://" + extra_dir,
+                            anchor=SearchPathQuery(provider="schema"))
+        Hydra.create_main_hydra2(task_name="app", config_search_path=search_path)
+        return compose(config_name=name, overrides=words)
+    finally:
+        restore_gh_from_backup(backup)
+
+
 def answer(request):
     out = {"hydra": None, "omegaconf": None, "settings": {}, "error": None}
     entry_file = request.get("entry_file")
@@ -179,7 +210,6 @@ def answer(request):
     try:
         import hydra
         import omegaconf
-        from hydra import compose, initialize_config_dir
         from omegaconf import OmegaConf
     except BaseException as exc:  # a broken install is an answer too
         out["import_error"] = error_info(exc)
@@ -201,29 +231,7 @@ def answer(request):
     extra_dir = request.get("extra_config_dir")  # --config-dir / -cd: a search path in front of the main one
 
     def composed(folder, name, words, extra_dir=extra_dir):
-        if not extra_dir:
-            with initialize_config_dir(config_dir=folder, version_base=None):
-                return compose(config_name=name, overrides=words)
-        # As Hydra's own main does for --config-dir (hydra/_internal/utils.py, _run_hydra's add_conf_dir).
-        from hydra import version as hydra_version
-        from hydra._internal.hydra import Hydra
-        from hydra._internal.utils import create_config_search_path
-        from hydra.core.config_search_path import SearchPathQuery
-        from hydra.errors import SearchPathException
-        from hydra.initialize import get_gh_backup, restore_gh_from_backup
-
-        backup = get_gh_backup()
-        try:
-            hydra_version.setbase(None)
-            search_path = create_config_search_path(search_path_dir=folder)
-            if not os.path.isdir(extra_dir):
-                raise SearchPathException("Additional config directory '%s' not found" % extra_dir)
-            search_path.prepend(provider="command-line", path="file://" + extra_dir,
-                                anchor=SearchPathQuery(provider="schema"))
-            Hydra.create_main_hydra2(task_name="app", config_search_path=search_path)
-            return compose(config_name=name, overrides=words)
-        finally:
-            restore_gh_from_backup(backup)
+        return compose_config(folder, name, words, extra_dir)
 
     stage("compose")
     try:

@@ -27,8 +27,8 @@ if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not Tru
     _spec.loader.exec_module(sys.modules["dsv4probe_common"])
 from dsv4probe_common import error_info, load_module, serve
 
-for _part in ("dsv4probe_static_installed", "dsv4probe_static_checkout", "dsv4probe_static_locate",
-              "dsv4probe_static_sources", "dsv4probe_static_fatbin"):
+for _part in ("dsv4probe_static_installed", "dsv4probe_static_checkout", "dsv4probe_static_owner",
+              "dsv4probe_static_locate", "dsv4probe_static_sources", "dsv4probe_static_fatbin"):
     load_module(_part, HERE)
 # The parts just loaded by path, read from sys.modules (never looked up on sys.path):
 from dsv4probe_static_installed import (dependents, distribution_facts, distribution_index, locate_module, normalize,

@@ -15,9 +15,15 @@ import os
 import sys
 import types
 
+from dsv4probe_common import load_module
+
+# Which distribution installed a copy: the part beside this one, loaded by path.
+_owner = load_module("dsv4probe_static_owner", os.path.dirname(os.path.realpath(__file__)))
+owner_in, owner_of_file, small_file = _owner.owner_in, _owner.owner_of_file, _owner.small_file
+shared_top = _owner.shared_top
+
 JOB = {"path": None, "why": None}
 _ORIGINS = None
-_OWNERS = {}
 
 
 def set_job_path(request):
@@ -72,7 +78,7 @@ def _pth_owner(entry, sites):
         except OSError:
             continue
         for name in names:
-            text = _small(os.path.join(site_dir, name), 1 << 16)
+            text = small_file(os.path.join(site_dir, name), 1 << 16)
             for line in text.splitlines():
                 line = line.strip()
                 if line and not line.startswith(("#", "import ", "import\t")) and \
@@ -124,93 +130,6 @@ def _entry_of(path):
             if best is None or len(entry) > len(best[0]):
                 best = (entry, info)
     return best
-
-
-def _dist_infos(folder):
-    try:
-        return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith((".dist-info", ".egg-info")))
-    except OSError:
-        return []
-
-
-def _small(path, limit=1 << 23):
-    from dsv4probe_static_installed import read_regular
-
-    try:
-        return read_regular(path, limit).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _record_lists(dist_info, relative):
-    record = _small(os.path.join(dist_info, "RECORD"))
-    for line in record.splitlines():
-        path = line.rsplit(",", 2)[0].replace("\\", "/")
-        if path == relative or path.startswith(relative + "/"):
-            return True
-    return False
-
-
-def _dist_of_folder(dist_info):
-    from dsv4probe_static_installed import parse_metadata, read_bounded
-
-    meta = "METADATA" if dist_info.endswith(".dist-info") else "PKG-INFO"
-    try:
-        raw, size = read_bounded(os.path.join(dist_info, meta), 1 << 20)
-        fields = parse_metadata(raw, truncated=size > len(raw))
-    except (OSError, ValueError, UnicodeDecodeError):
-        fields = {}
-    from dsv4probe_static_installed import _direct_url
-
-    url = _direct_url(dist_info) or {}
-    dir_info = url.get("dir_info") if isinstance(url, dict) else None
-    editable = bool(dir_info.get("editable")) if isinstance(dir_info, dict) else False
-    out = {"name": (fields.get("Name") or [None])[0], "version": (fields.get("Version") or [None])[0],
-           "path": dist_info, "editable": editable}
-    target = url.get("url") if isinstance(url, dict) else None
-    if editable and isinstance(target, str) and target.startswith("file://"):
-        out["checkout"] = target[len("file://"):]
-    return out
-
-
-_TOPS = {}
-
-
-def _tops(dist_info):
-    """The top-level names a distribution installed: top_level.txt, else the first parts of its RECORD's paths."""
-    if dist_info in _TOPS:
-        return _TOPS[dist_info]
-    tops = set(_small(os.path.join(dist_info, "top_level.txt"), 1 << 16).split())
-    if not tops:
-        suffixes = tuple(importlib.machinery.all_suffixes())
-        for line in _small(os.path.join(dist_info, "RECORD")).splitlines():
-            first = line.rsplit(",", 2)[0].replace("\\", "/").split("/", 1)
-            name = first[0]
-            if len(first) == 1:  # a module file at the top: strip its suffix (.py, .cpython-311-x86_64-linux-gnu.so)
-                name = next((name[: -len(s)] for s in suffixes if name.endswith(s)), "")
-            if name and not name.endswith((".dist-info", ".egg-info", ".data")) and name != "..":
-                tops.add(name)
-    _TOPS[dist_info] = tops
-    return tops
-
-
-def owner_in(entry, top):
-    """The distribution in sys.path entry `entry` that installed top-level name `top` (its top_level.txt or RECORD
-    lists it), or None. Each dist-info is read once."""
-    key = (entry, top)
-    if key not in _OWNERS:
-        found = next((d for d in _dist_infos(entry) if top in _tops(d)), None)
-        _OWNERS[key] = _dist_of_folder(found) if found else None
-    return _OWNERS[key]
-
-
-def owner_of_file(path):
-    """The distribution whose RECORD lists file `path` (a .pth file or an editable finder in a site directory)."""
-    folder, name = os.path.split(path)
-    for dist_info in _dist_infos(folder):
-        if _record_lists(dist_info, name):
-            return _dist_of_folder(dist_info)
-    return None
 
 
 def _locations(spec):
@@ -277,18 +196,24 @@ def _where(here, top, finder):
     if hit is None:
         return {"why": "not on sys.path", "place": "other", "root": _package_root(anchor, top)}
     entry, info = hit
-    owner = owner_in(entry, top)
+    owner, owner_not_known = owner_in(entry, top, anchor)
     out = {"why": info["why"], "place": info["kind"], "entry": entry, "root": entry, "index": info["index"]}
+    if owner_not_known:
+        out["owner_not_known"] = owner_not_known
     if "pythonpath_index" in info:
         out["pythonpath_index"] = info["pythonpath_index"]
     if info["kind"] == "pth":
         pth_owner = owner_of_file(info["pth"])
         if pth_owner:
             owner = pth_owner
+            out.pop("owner_not_known", None)
             out["place"] = "editable" if pth_owner.get("editable") else "pth"
             out["why"] = "editable %s %s -> %s (%s)" % (pth_owner.get("name"), pth_owner.get("version"), entry,
                                                         os.path.basename(info["pth"]))
     out["owner"] = owner
+    shared = shared_top(entry, top, (owner or {}).get("path")) if info["kind"] != "pth" else None
+    if shared:
+        out["shared_top"] = shared
     return out
 
 
@@ -316,7 +241,7 @@ def other_copies(top, chosen_entry):
             hit = None
         if hit is None or hit["kind"] == "namespace":
             continue
-        owner = owner_in(entry, top)
+        owner = owner_in(entry, top, hit["origin"] or hit["locations"][0])[0]
         out.append({"path": hit["origin"] or entry, "why": info["why"], "place": info["kind"],
                     "version": (owner or {}).get("version"), "distribution": (owner or {}).get("name")})
         if len(out) >= 16:
@@ -366,8 +291,6 @@ def locate_module(name):
     here.update(_where(_copy_facts(anchor_spec, anchor_finder, parts[0]), parts[0], anchor_finder))
     if chain[0][0].origin not in (None, "namespace") or len(parts) == 1:
         here["others"] = other_copies(parts[0], here.get("entry"))
-    from dsv4probe_common import load_module
-
     checkout = load_module("dsv4probe_static_checkout", os.path.dirname(os.path.realpath(__file__)))
     files_version, git_commit = checkout.files_version, checkout.git_commit
 

@@ -85,6 +85,12 @@ def explain_text(c: Check, width: int = DEFAULT_WIDTH, redact: Redactor | None =
             for note in fix.notes:
                 lines += _wrap(r(note), width, "    ", "      ")
         lines.append("")
+    if c.texts:
+        lines += _wrap("Upstream texts (how the doctor recognises this rule's errors; … marks a variable part):", width)
+        for t in c.texts:
+            lines += _wrap(r(f"{t.id} ({t.kind}): {t.shown()}"), width, "  ", "    ")
+            lines.append("    " + (r(t.source.url) or r(t.source.title)))  # a URL is never wrapped
+        lines.append("")
     lines.append("Sources:")
     for s in c.sources:
         lines += _source(r(s.title), r(s.url), width)
