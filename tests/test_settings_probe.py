@@ -8,7 +8,8 @@ config classes import (tests/fixtures/megatron-lm-d48bd6be) with the triton 3.7.
 config classes needs (transformers 5.12.1, tensordict, codetiming, orjson; pip-installed once into .cache/). Ray and
 torch are the test environment's. Megatron-Bridge does not import here (it needs Megatron's GPT model and
 Transformer Engine), so these cases run the probe's named "direct" mode: Megatron's MLATransformerConfig built from
-the model's config.json with the bridge's decision supplied; the slow test at the end runs the whole provider path.
+the model's config.json with the bridge's decision supplied; tests/test_settings_provider.py runs the whole
+provider path.
 
 One probe process answers every case of this module (its batch request): the stack's imports are paid once.
 """

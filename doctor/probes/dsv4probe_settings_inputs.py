@@ -74,6 +74,9 @@ class GpuFacts:
                 stand_in = types.ModuleType(module)
                 setattr(stand_in, name, type(name, (), {}))
                 sys.modules[module] = stand_in
+                # Undone with the rest: the next job of a batch finds the import as it is here.
+                self.undo.append(lambda module=module, stand_in=stand_in: sys.modules.pop(module, None)
+                                 if sys.modules.get(module) is stand_in else None)
                 self.supplied[module] = "supplied (it does not import here)"
         self.supplied.update(cc="%d.%d" % cc, fused_dsa_imports=bool(self.imports))
         import torch.distributed
