@@ -202,3 +202,35 @@ def test_the_whole_provider_path_decides_the_dsa_backend_as_the_stack_does(tmp_p
     assert null["status"] == "built", null.get("error")
     assert null["roles"]["actor"]["settings"]["dsa_kernel_backend"] == "cudnn"
     assert null["roles"]["actor"]["settings"]["apply_dsa_kernel_fusion"] is None
+
+
+MEGATRON_ARGS = ["--num-layers", "4", "--hidden-size", "512", "--num-attention-heads", "8", "--seq-length", "1024",
+                 "--max-position-embeddings", "1024", "--micro-batch-size", "1", "--global-batch-size", "8",
+                 "--tokenizer-type", "NullTokenizer", "--vocab-size", "1024", "--bf16"]
+
+
+@pytest.mark.slow
+def test_a_megatron_lm_command_is_judged_by_megatrons_own_argument_validation(tmp_path):
+    """A Megatron-LM command (pretrain_gpt.py's arguments): Megatron d48bd6be's own parse_args, validate_args and
+    core_transformer_config_from_args build its config; a TP that does not divide the world fails with Megatron's
+    own text and place (megatron/training/arguments.py). The same typing.override shim: megatron.training declares
+    Python >= 3.12."""
+    path = os.pathsep.join(str(p) for p in (shims(tmp_path / "shims"), stack_path(), provider_deps()))
+    gpu = {"cc": [9, 0], "fused_dsa_imports": True}
+    cases = [{"kind": "megatron", "entry": "pretrain_gpt.py", "argv": MEGATRON_ARGS + extra, "gpu": gpu,
+              "world_size": 8} for extra in ([], ["--tensor-model-parallel-size", "3"])]
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"batch": cases}))
+    out = tmp_path / "answer.json"
+    env = dict(os.environ, PYTHONPATH=path, HF_HOME=str(tmp_path / "hf-home"))
+    proc = subprocess.run([sys.executable, str(PROBE), str(out), str(request)], env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert out.exists(), proc.stderr[-3000:]
+    built, refused = json.loads(out.read_text())["batch"]
+    assert built["status"] == "built" and built["mode"] == "megatron", built
+    settings = built["roles"]["model"]["settings"]
+    assert settings["num_layers"] == 4 and settings["tensor_model_parallel_size"] == 1, settings
+    assert refused["status"] == "raised", refused
+    assert refused["error"]["message"] == "world size (8) is not divisible by total_model_size (total_model_size=3)"
+    assert refused["error"]["file"] == "megatron/training/arguments.py" and refused["error"]["stage"] == \
+        "megatron.validate_args"
