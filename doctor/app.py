@@ -54,6 +54,7 @@ class Options:
     anonymize_hosts: bool = False
     ray: bool = False  # fleet mode over the job's Ray cluster (fleet --ray, check --ray)
     ray_hook: bool = False  # also give the job Ray's worker_process_setup_hook that refuses unchecked nodes
+    ray_wait_nodes: float | None = None  # --ray-wait-nodes: seconds to wait for the job's GPU nodes to join
     verbose_ranks: bool = False
     no_kernel_cache: bool = False
     job_args: str | None = None
@@ -201,13 +202,18 @@ def preflight(opts: Options, deliver: Deliver) -> tuple[Report, int]:
     only, skip = ids(opts.only, "--only"), ids(opts.skip, "--skip")
     only, fleet_checks = fleet_selection(env or opts.ray, only, skip)
     opts = _resolved(opts, profile)
+    if opts.ray and opts.ray_hook:  # before any check: the hook keeps the job's own py_modules, or is refused here
+        from .fleet.rayhelper import job_py_modules
+
+        job_modules = job_py_modules(command)
     report = run_report(opts, profile, only, skip, opts.strict, progress=False)
     if opts.ray:
         from .fleet import raycluster
 
         code, checked = raycluster.take_part(opts, report, command, deliver, fleet_checks,
                                              _probes_profile(opts, command))
-        command = command + raycluster.hook_overrides(checked) if opts.ray_hook and code == 0 else command
+        if opts.ray_hook and code == 0:
+            command = command + raycluster.hook_overrides(checked, job_modules)
     elif env is not None:
         # Rank 0 writes the fleet's report; every rank execs only when the whole fleet passed.
         from .fleet import take_part
@@ -290,6 +296,8 @@ def fleet_env(opts: Options, profile: Profile):
     """(this rank's launcher view or None, the profile with the rank in it)."""
     from . import fleet
 
+    if opts.ray_wait_nodes is not None and not opts.ray:
+        raise UsageError("--ray-wait-nodes waits for the GPU nodes of the job's Ray cluster: it needs --ray")
     if opts.ray:  # the driver of a Ray fleet: its nodes are checked by Ray tasks, not by a launcher's ranks
         if opts.distributed == "on":
             raise UsageError("--ray checks the nodes of the job's Ray cluster: it does not take --distributed")

@@ -68,8 +68,8 @@ ROOT_OPTIONS = ("-h", "--help", "--version", "--install-completion", "--show-com
 # (cli.early_target) needs of the grammar before typer is imported. A test holds these to the typer application.
 INSPECTING_COMMANDS = ("check", "smoke", "fix", "preflight", "fleet")
 VALUE_OPTIONS = ("--cp", "--dsa-backend", "--gpu-arch", "--python", "--timeout", "--only", "--skip", "--device", "-f",
-                 "--format", "-o", "--output", "--fleet-port", "--fleet-wait", "--job-args", "--job-args-file",
-                 "--job-cwd", "--report", "--venv")
+                 "--format", "-o", "--output", "--fleet-port", "--fleet-wait", "--ray-wait-nodes", "--job-args",
+                 "--job-args-file", "--job-cwd", "--report", "--venv")
 OPTION_NAMES = {f.name for f in fields(Options)} - {"command"}
 
 
@@ -234,6 +234,8 @@ def _app():
         anonymize_hosts=Option(False, "--anonymize-hosts", help=anon_help),
         ray=Option(False, "--ray", help=ray_help, rich_help_panel=fleet),
         ray_hook=Option(False, "--ray-hook", help=hook_help, rich_help_panel=fleet),
+        ray_wait_nodes=Option(None, "--ray-wait-nodes", parser=timeout_t, metavar="S", rich_help_panel=fleet, help=(
+            "With --ray: wait up to S seconds for the job's GPU nodes to join the cluster before checking them.")),
         verbose_ranks=Option(False, "--verbose-ranks", help=ranks_help),
         verbose=Option(0, "-v", "--verbose", count=True, help=verbose_help),
         no_kernel_cache=Option(False, "--no-kernel-cache", help=cache_help),
@@ -269,6 +271,7 @@ def _app():
         job_args_file: str | None = shared.job_args_file,
         job_cwd: str | None = shared.job_cwd,
         ray: bool = shared.ray,
+        ray_wait_nodes: float | None = shared.ray_wait_nodes,
     ) -> None:
         take("check", locals())
 
@@ -377,6 +380,7 @@ def _app():
                                                          help="The training command, after `--`."),
         ray: bool = shared.ray,
         ray_hook: bool = shared.ray_hook,
+        ray_wait_nodes: float | None = shared.ray_wait_nodes,
     ) -> None:
         take(chosen.get("name", "preflight"), locals())
 

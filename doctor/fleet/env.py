@@ -11,10 +11,11 @@ import hashlib
 import os
 import re
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Mapping
 
 from ..model import UsageError
+from .identity import normalise_address
 
 DEFAULT_MASTER_PORT = 29500
 SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 10000  # an srun step without MASTER_PORT: a port from its job and step id
@@ -39,6 +40,8 @@ class FleetEnv:
     job: str = ""  # the digest of the job's identity (job_identity): a report or plan of another job is refused
     agent_port: int | None = None  # torchrun's own store (its agent's, on MASTER_PORT): agrees the fleet port
     port_given: bool = False  # --fleet-port: the user chose the port
+    # What went into `job` as this rank saw it (identity_values): named when ranks of one job still disagree.
+    identity: dict = field(default_factory=dict, compare=False)
 
     @property
     def node_leader(self) -> bool:
@@ -200,8 +203,9 @@ def detect(environ: Mapping[str, str], mode: str = "auto", port: int | None = No
         raise UsageError(f"fleet mode: port {port} is out of range")
     return FleetEnv(rank, world, max(0, local), addr, port, launcher,
                     local_world if local_world and local_world > 0 else None, nodes if nodes and nodes > 0 else None,
-                    node, job_scope(environ, addr), job_identity(environ, addr), agent_store_port(environ, launcher),
-                    given)
+                    node, job_scope(environ, addr, launcher), job_identity(environ, addr, launcher),
+                    agent_store_port(environ, launcher), given,
+                    dict(identity_values(environ, addr, launcher), job=job_identity(environ, addr, launcher)))
 
 
 def default_port(environ: Mapping[str, str]) -> int:
@@ -217,7 +221,7 @@ def default_port(environ: Mapping[str, str]) -> int:
     return DEFAULT_MASTER_PORT + 1
 
 
-def job_scope(environ: Mapping[str, str], master_addr: str | None = None) -> str:
+def job_scope(environ: Mapping[str, str], master_addr: str | None = None, launcher: str = "torchrun") -> str:
     """The job's identity for the store's keys: a readable label (torchrun's run id unless "none", its default;
     else Slurm's job and step ids; else "job") and the digest of everything that tells two concurrent jobs apart
     (job_identity), so that two jobs on one port never read each other's keys."""
@@ -228,18 +232,32 @@ def job_scope(environ: Mapping[str, str], master_addr: str | None = None) -> str
         raw = f"slurm-{environ['SLURM_JOB_ID']}.{environ.get('SLURM_STEP_ID', '')}"
     else:
         raw = "job"
-    return "dsv4doctor/" + _SCOPE.sub("_", raw)[:80] + "-" + job_identity(environ, master_addr)
+    return "dsv4doctor/" + _SCOPE.sub("_", raw)[:80] + "-" + job_identity(environ, master_addr, launcher)
 
 
-def job_identity(environ: Mapping[str, str], master_addr: str | None = None) -> str:
-    """A digest two concurrent jobs cannot share: the rendezvous (MASTER_ADDR:MASTER_PORT: two jobs on one host
-    have two master ports) and the launcher's ids (torchrun's run id and restart count, Slurm's job and step ids).
-    Every rank of one job computes the same one."""
-    addr = master_addr if master_addr is not None else environ.get("MASTER_ADDR", "")
-    parts = [addr, environ.get("MASTER_PORT", ""), environ.get("TORCHELASTIC_RUN_ID", ""),
-             environ.get("TORCHELASTIC_RESTART_COUNT", ""), environ.get("SLURM_JOB_ID", ""),
-             environ.get("SLURM_STEP_ID", "")]
+def job_identity(environ: Mapping[str, str], master_addr: str | None = None, launcher: str = "torchrun") -> str:
+    """A digest two concurrent jobs cannot share, the same on every rank of one job (identity_values says what goes
+    in). Under torchrun the ranks then take rank 0's through torchrun's own store where they reach it."""
+    values = identity_values(environ, master_addr, launcher)
+    parts = [str(values.get(k, "")) for k in ("address", "port", "run_id", "restart", "slurm_job", "slurm_step")]
     return hashlib.sha256("\n".join(parts).encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def identity_values(environ: Mapping[str, str], master_addr: str | None = None, launcher: str = "torchrun") -> dict:
+    """What tells this job from another, as this rank sees it. An srun step: Slurm's job and step ids alone (every
+    task of a step has the same ones, whatever address it was given). Otherwise the rendezvous, MASTER_ADDR
+    normalised (normalise_address: one host spelled two ways is one) and MASTER_PORT (two jobs on one host have two
+    master ports), and the launcher's ids (torchrun's run id and restart count, Slurm's ids around torchrun)."""
+    addr = master_addr if master_addr is not None else environ.get("MASTER_ADDR", "")
+    job, step = environ.get("SLURM_JOB_ID", "")[:64], environ.get("SLURM_STEP_ID", "")[:64]
+    if launcher == "srun" and job:
+        return {"slurm_job": job, "slurm_step": step, "how": "Slurm's job and step ids (SLURM_JOB_ID, SLURM_STEP_ID)"}
+    address, note = normalise_address(addr)
+    values = {"master_addr": addr[:255], "address": address, "port": environ.get("MASTER_PORT", "")[:8],
+              "run_id": environ.get("TORCHELASTIC_RUN_ID", "")[:128],
+              "restart": environ.get("TORCHELASTIC_RESTART_COUNT", "")[:8], "slurm_job": job, "slurm_step": step,
+              "how": note}
+    return {k: v for k, v in values.items() if v != ""}
 
 
 def agent_store_port(environ: Mapping[str, str], launcher: str) -> int | None:

@@ -177,7 +177,7 @@ def drift_items(reports: Mapping[int, RankReport]) -> list[tuple[str, dict[str, 
                 value = have.get(name, f"missing ({missing})" if missing else "absent")
                 values.setdefault(labels[section] + name, {}).setdefault(str(value), []).append(r)
         for cid, row in rep.rows.items():
-            if not is_node_level(row):
+            if not is_node_level(row) and cid not in getattr(rep, "not_known_rows", ()):
                 values.setdefault(f"check {cid}", {}).setdefault(row.status.value, []).append(r)
     return [(what.strip(), by_value) for what, by_value in sorted(values.items()) if len(by_value) > 1]
 
@@ -236,7 +236,7 @@ def _ranks_row(world: int, reported: Sequence[int], problems: Mapping[int, str],
                exchange: Mapping) -> CheckReport:
     evidence = {"world_size": world, "reported": ranges(reported), "missing": ranges(problems),
                 "ranks": [{"rank": r, "host": host_of.get(r), "why": problems[r]} for r in sorted(problems)[:200]]}
-    for key in ("not_acknowledged", "exchange_error", "partial"):
+    for key in ("not_acknowledged", "exchange_error", "partial", "identity"):
         if exchange.get(key):
             evidence[key] = exchange[key]
     error = exchange.get("exchange_error")
@@ -333,6 +333,8 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
              "not_acknowledged": ranges(_ranks(exchange.get("not_acknowledged")))}
     if exchange.get("port_note"):
         fleet["port_note"] = str(exchange["port_note"])
+    if exchange.get("runtime_env_not_applied"):  # Ray: the job's runtime_env fields the nodes' checks did not take
+        fleet["runtime_env_not_applied"] = [str(n) for n in exchange["runtime_env_not_applied"]][:16]
     env = dict(base.get("environment") or {}) if isinstance(base.get("environment"), dict) else {}
     if anonymize_salt is not None and isinstance(env.get("fleet_rank"), dict):
         env["fleet_rank"] = dict(env["fleet_rank"], host=own.host)

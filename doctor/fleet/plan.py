@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .env import FleetEnv, fleet_key, launcher_hosts
+from .identity import identity_evidence, split_why
 from ..redact import shorten
 from ..safeio import ReadRefused, read_file
 from .deadlines import _late, _take_verdict, bounded_report
@@ -94,7 +95,7 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
     join_s = wait_seconds(budget, _now() - started, fleet_wait, reruns)
     verdict_s = VERDICT_S + VERDICT_PER_RANK_S * env.world_size
     request = {"rank": 0, "world_size": env.world_size, "master_addr": env.master_addr, "port": env.port,
-               "scope": env.scope, "job": env.job, "agent_port": env.agent_port,
+               "scope": env.scope, "job": env.job, "agent_port": env.agent_port, "identity": env.identity,
                "join_s": join_s, "verdict_s": verdict_s, "ack_s": ACK_S,
                "connect_s": SETUP_S + join_s + verdict_s + ACK_S + RELEASE_S,
                "fingerprint_node": _fingerprint_node(env, report), "leader": True}
@@ -108,9 +109,9 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
         own_problem = f"rank 0's own report could not be merged: {exc}"
         own = fleetadmit.admit(0, dict(wire, checks=[]))
     exchange = Exchange(env, python, request, key, timeout)
-    state: dict = {"others": {}, "problems": {}, "hints": {}, "job": env.job,
+    state: dict = {"others": {}, "problems": {}, "hints": {}, "job": env.job, "identity": env.identity,
                    "info": {"scope": env.scope, "authenticated": key is not None, "mode": "store",
-                            "fleet_checks": fleet_checks}}
+                            "fleet_checks": fleet_checks, "identity": identity_evidence(env)}}
     if own_problem:
         state["info"]["exchange_error"] = own_problem
     code = report.exit_code
@@ -253,6 +254,10 @@ def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -
         if 0 < r < world and isinstance(hello, dict) and isinstance(hello.get("host"), str) and \
                 hello.get("job") in (None, state.get("job")):
             state["hints"][r] = fleetadmit._text(hello["host"], 255)
+    for raw_rank, theirs in _obj(gathered.get("seen")).items():
+        if str(raw_rank).isdigit() and 0 < int(raw_rank) < world and isinstance(theirs, dict) and \
+                int(raw_rank) not in state["others"]:
+            state["problems"][int(raw_rank)] = split_why(int(raw_rank), theirs, state.get("identity") or {})
     rejected = _obj(gathered.get("rejected"))
     for raw_rank, why in rejected.items():
         if str(raw_rank).isdigit() and 0 < int(raw_rank) < world:
@@ -292,7 +297,7 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
     base_wait = fleet_wait if fleet_wait is not None else max(5.0, budget + SKEW_S - (_now() - started))
     connect_s = base_wait + SKEW_S + SETUP_S
     request = {"rank": env.rank, "world_size": env.world_size, "master_addr": env.master_addr, "port": env.port,
-               "scope": env.scope, "job": env.job, "agent_port": env.agent_port,
+               "scope": env.scope, "job": env.job, "agent_port": env.agent_port, "identity": env.identity,
                "connect_s": connect_s, "fingerprint_node": _fingerprint_node(env, report),
                "leader": env.node_leader}
     timeout = connect_s + SETUP_S + 4 * budget + VERDICT_S + VERDICT_PER_RANK_S * env.world_size + ACK_S + \
@@ -309,6 +314,11 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
             answer = exchange.finish(_now() + 10.0)
             if "error" not in answer and "missed" not in answer:
                 answer = {"missed": (plan or {}).get("error") or "no plan from rank 0"}
+            split = (plan or {}).get("identity_split") or answer.get("identity_split")
+            if isinstance(split, dict):
+                answer = dict(answer, missed=split_why(0, _obj(split.get("rank0")), _obj(split.get("own")),
+                                                       "this rank"))
+                no_plan = False  # the cause is known: not the port
         else:
             report_by = float(plan.get("report_by") or _now())
             ids = node_level_ids(report)
@@ -324,6 +334,10 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
                     if own is not None:
                         report = report.with_rows(own.checks, own.actions)
                         ran_own = True
+            agreed_job = plan.get("job")
+            if isinstance(agreed_job, str) and agreed_job != env.job:
+                # torchrun's store gave rank 0's identity of the job: the report says it, and what this rank saw.
+                report = with_job(report, agreed_job, env.job)
             exchange.write_bytes("report.json", bounded_report(report))
             exchange.touch("report.json.ready")
             ack_by = float(plan.get("ack_by") or _now())
@@ -361,6 +375,15 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
              "(docs/fleet.md, \"Ports\")")
     _say(f"dsv4-doctor (rank {env.rank}): exit 1, because this rank could not take the fleet's verdict")
     return int(ExitCode.FAILED)
+
+
+def with_job(report: Report, job: str, own: str) -> Report:
+    """The report with the job's agreed identity in its fleet_rank (and the one this rank computed beside it)."""
+    import dataclasses
+
+    environment = dict(report.environment)
+    environment["fleet_rank"] = dict(_obj(environment.get("fleet_rank")), job=job, job_seen=own)
+    return dataclasses.replace(report, environment=environment)
 
 
 def host_of(report: Report) -> str:

@@ -7,9 +7,10 @@ Python, whose ray can join the job's cluster: the CLI never imports ray) runs th
 environment once per alive GPU node (`--no-distributed`: verl's workers set RANK/WORLD_SIZE themselves), each task
 pinned to its node and bounded. Rank 0 is the driver's own report; ranks 1..N are the nodes, in the helper's order.
 A node that died, could not be scheduled, lacks the doctor, hung, or is missing against the command's
-`trainer.nnodes` (plus `reward.reward_model.nnodes` where the reward model has its own pool) is an entry of
-`fleet.ranks` naming the node; a node with fewer GPUs than the command's GPUs per node too. The reports are admitted
-and merged with the torchrun fleet's typed merge.
+`trainer.nnodes` as verl composes it (plus `reward.reward_model.nnodes` where the reward model has its own pool; at
+least one GPU node whatever the command says) is an entry of `fleet.ranks` naming the node; a node with fewer GPUs than
+the command's GPUs per node too. `--ray-wait-nodes S` has the helper wait up to S seconds for those nodes to join.
+The reports are admitted and merged with the torchrun fleet's typed merge.
 
 The tasks run in the job's runtime environment: verl's defaults (PPO_RAY_RUNTIME_ENV of the job's verl, read with
 ast where the helper finds it) merged with the command's `ray_kwargs.ray_init.runtime_env.*` overrides (env_vars,
@@ -29,20 +30,20 @@ from __future__ import annotations
 import os
 import shlex
 import socket
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .rayjob import (  # noqa: F401  (wanted and job_runtime_env: read from here by the tests)
-    MAX_ENV_VARS, MAX_NODES, REWARD_KEY, RUNTIME_ENV_KEY, Wanted, job_runtime_env, wanted)
-from .raynode import NodeAnswer, helper_error, probe_report, take_node, timings
+    MAX_ENV_VARS, MAX_NODES, REWARD_KEY, RUNTIME_ENV_KEY, Wanted, job_runtime_env, read_runtime_env, wanted)
+from .rayhelper import SHIP_PACKAGE, run_helper, static_request, report_limit
+from .raynode import NodeAnswer, helper_error, not_seen, probe_report, take_node, timings
+from .raywant import missing_nodes, needed_nodes, node_count_known, nodes_wanted, with_driver_node
 
 if TYPE_CHECKING:
     from ..model import CheckReport, Profile
     from ..report import Report
 
-RAY_SCRIPT = "dsv4probe_ray.py"
 HOOK_MODULE = "dsv4_doctor_rayhook"
 HOOK = HOOK_MODULE + ".refuse_unchecked_node"
 CHECKED_NODES_VARIABLE = "DSV4_DOCTOR_RAY_CHECKED_NODES"
@@ -88,8 +89,6 @@ def node_job_args(command: Sequence[str] | None) -> str | None:
     return shlex.join(command) if command else None
 
 
-SHIP_PACKAGE = "dsv4_doctor_shipped_probes"  # the py_modules folder a node without the doctor runs the probe from
-SHIPPED = ("dsv4probe_common.py", "dsv4probe_read.py", "dsv4probe_static.py")  # and its dsv4probe_static_*.py
 RAN_DOCTOR = "doctor from the job's environment"
 RAN_PROBES = "the doctor's probes shipped with the task"
 
@@ -97,23 +96,28 @@ RAN_PROBES = "the doctor's probes shipped with the task"
 def take_part(opts: Any, own: Report, command: Sequence[str] | None, deliver: Callable[[Report], int],
               fleet_checks: tuple[str, ...], probes_profile: Profile) -> tuple[int, list[str]]:
     """Check every GPU node of the job's Ray cluster, merge with the driver's own report (`own`), deliver the one
-    report; (the exit code, the checked nodes' ids). `probes_profile`: the profile a node that ran only the shipped
+    report; (the exit code, the nodes the hook lets the job's workers start on: the checked GPU nodes and the
+    driver's, with_driver_node). `probes_profile`: the profile a node that ran only the shipped
     probes is judged under (the driver's options, no device). A stop signal, during the driver's own checks or
     while the nodes are checked, ends it at once with the report of what finished (the driver's rows) and 128 + N."""
     import signal
 
-    from ..model import Interrupted
+    from ..model import ExitCode, Interrupted
     from ..signals import GATE
 
-    want = wanted(command)
-    runtime_env, env_notes = job_runtime_env(command)
+    want = nodes_wanted(command, own.job)
+    job_env = read_runtime_env(command)
+    runtime_env, env_notes = job_env.env, job_env.notes
     budget = float(own.summary.budget_s or 60.0)
     task_s = budget + 30.0
+    wait_s = float(getattr(opts, "ray_wait_nodes", None) or 0.0)
     request = {"argv": node_argv(opts, command), "job_args": node_job_args(command), "task_s": task_s,
-               "limit": _limit(),
+               "limit": report_limit(),
                "gpu_checks": not (opts.no_smoke or opts.static_only), "runtime_env": runtime_env,
-               "verl_defaults": _is_verl(command), "static_request": _static_request(),
+               "verl_defaults": _is_verl(command), "static_request": static_request(),
                "ship_package": SHIP_PACKAGE}
+    if wait_s:  # --ray-wait-nodes: the helper waits for the wanted GPU nodes to be alive before it checks them
+        request["wait_nodes"] = {"count": needed_nodes(want), "s": wait_s}
     answer: Any = None
     folder, procs = "", None
     # The driver's own checks were interrupted (their report says so): the nodes are not checked at all.
@@ -125,7 +129,7 @@ def take_part(opts: Any, own: Report, command: Sequence[str] | None, deliver: Ca
             # waited for and read in one piece (critical: its process registry and folder come back to be closed):
             # a signal meanwhile ends its wait at once (GATE.wait) and interrupts as the piece ends.
             with GATE.armed(), GATE.critical():
-                answer, folder, procs = _run_helper(str(opts.python), request, JOIN_S + task_s + 30.0)
+                answer, folder, procs = run_helper(str(opts.python), request, JOIN_S + wait_s + task_s + 30.0)
         except Interrupted as exc:
             signum = exc.signum
             when = ("while the Ray helper checked the cluster's nodes" if procs is not None
@@ -134,7 +138,10 @@ def take_part(opts: Any, own: Report, command: Sequence[str] | None, deliver: Ca
         answer = {"error": f"interrupted by {signal.Signals(signum).name} {when}"}
     try:
         out, verdict, checked = _merged(own, answer, folder, want, opts.strict, fleet_checks,
-                                        lambda payload: probe_report(payload, opts, probes_profile), env_notes)
+                                        lambda payload: probe_report(payload, opts, probes_profile), env_notes,
+                                        job_env.unapplied)
+    except Exception as exc:  # noqa: BLE001 - the doctor's own merge broke: the report still goes out, exit 3
+        out, verdict, checked = _merge_broke(own, exc, want, opts.strict, fleet_checks), int(ExitCode.INTERNAL), []
     finally:
         if procs is not None:
             procs.close()
@@ -145,7 +152,22 @@ def take_part(opts: Any, own: Report, command: Sequence[str] | None, deliver: Ca
     with GATE.critical():
         written = deliver(out)
     final = int(verdict)
-    return (max(final, written) if written else final), checked
+    return (max(final, written) if written else final), with_driver_node(checked, answer)
+
+
+def _merge_broke(own: Report, exc: Exception, want: Wanted, strict: bool, fleet_checks: tuple[str, ...]) -> Report:
+    """The report when the doctor's own merge of the nodes' answers broke (its bug): the driver's rows with every
+    node an entry saying so, marked partial; failing that too, the driver's own report, marked partial. Exit 3."""
+    from ..model import ExitCode
+    from ..redact import shorten
+
+    why = f"the doctor's merge of the nodes' answers broke ({type(exc).__name__}: {shorten(str(exc), 300)})"
+    partial = why + ": the nodes' results are not in this report"
+    try:
+        out, _, _ = _merged(own, {"error": why}, "", want, strict, fleet_checks)
+    except Exception:  # noqa: BLE001 - the merge itself is what breaks: the driver's own report goes out
+        out = own
+    return replace(out, summary=replace(out.summary, partial=partial, exit_code=int(ExitCode.INTERNAL)))
 
 
 def _interrupted(out: Report, signum: int, when: str) -> Report:
@@ -169,87 +191,16 @@ def _is_verl(command: Sequence[str] | None) -> bool:
         return False
 
 
-def _static_request() -> dict:
-    """The static probe's request of every built-in check: what a node without the doctor answers."""
-    from .. import registry
-    from ..probes import StaticRequest
-
-    try:
-        return StaticRequest.merge(c.static for c in registry.load().checks).to_json()
-    except Exception:  # noqa: BLE001 - no request: a node without the doctor then reports nothing checked
-        return {}
-
-
-def _limit() -> int:
-    from .admit import MAX_REPORT_BYTES
-
-    return MAX_REPORT_BYTES
-
-
-def ship_probes(folder: str) -> str:
-    """The py_modules folder a task ships to its node: the doctor's stdlib-only static probe (dsv4probe_common and
-    dsv4probe_static*.py), as a package of its own name. Its path."""
-    import shutil
-
-    from ..probes import PROBE_DIR
-
-    target = os.path.join(folder, SHIP_PACKAGE)
-    os.makedirs(target, exist_ok=True)
-    with open(os.path.join(target, "__init__.py"), "w", encoding="utf-8") as fh:
-        fh.write('"""dsv4-doctor\'s stdlib-only probes, shipped with a Ray fleet check\'s task."""\n')
-    for path in sorted(PROBE_DIR.glob("dsv4probe_*.py")):
-        if path.name in SHIPPED or path.name.startswith("dsv4probe_static_"):
-            shutil.copyfile(path, os.path.join(target, path.name))
-    return target
-
-
-def _run_helper(python: str, request: dict, timeout_s: float):
-    from ..probes import PROBE_DIR, child_env
-    from ..procs import REQUEST_FILE, Processes, read_bounded, start_helper, write_request
-    from ..safeio import ReadRefused, decode_json
-
-    procs = Processes()
-    folder = procs.tempdir("dsv4-doctor-ray-")
-    answer_path, log = os.path.join(folder, "answer.json"), os.path.join(folder, "helper.log")
-    try:
-        shipped = ship_probes(folder)
-    except OSError:
-        shipped = ""
-    try:
-        # The request (the training command, the runtime_env's values) in a file of this private folder, as every
-        # child's: never on the helper's command line (procs.write_request).
-        argv = [python, str(PROBE_DIR / RAY_SCRIPT), answer_path,
-                write_request(os.path.join(folder, REQUEST_FILE), dict(request, dir=folder, ship=shipped))]
-        helper = start_helper(procs, argv, log, child_env(timeout_s))
-    except OSError as exc:
-        return {"error": f"the Ray helper could not start ({exc.strerror or exc})"}, folder, procs
-    end = helper.finish(time.monotonic() + timeout_s)
-    raw = read_bounded(answer_path, 16 << 20)
-    try:
-        answer = decode_json(raw, "replace") if raw else None
-    except ReadRefused:  # not JSON, or nested too deeply
-        answer = None
-    if not isinstance(answer, dict) or "probe_error" in answer:
-        from ..redact import read_tail, shorten
-
-        err = answer.get("probe_error") if isinstance(answer, dict) else None
-        why = (f"{err.get('type')}: {err.get('message')}" if isinstance(err, dict) else
-               "it did not finish in time" if end.timed_out else
-               f"it exited with code {end.returncode} without an answer")
-        tail = read_tail(log, 600).strip().splitlines()
-        answer = {"error": f"the Ray helper could not check the cluster ({shorten(str(why), 400)})"
-                  + (f"; its last line: {shorten(tail[-1], 300)}" if tail and not isinstance(err, dict) else "")}
-    return answer, folder, procs
-
-
 def _merged(own_report: Report, answer: Any, folder: str, want: Wanted, strict: bool,
             fleet_checks: tuple[str, ...], from_probes: Callable[[bytes | None], dict | None] | None = None,
-            env_notes: Sequence[str] = ()) -> tuple[Report, int, list[str]]:
+            env_notes: Sequence[str] = (), unapplied: Sequence[str] = ()) -> tuple[Report, int, list[str]]:
     """The Ray fleet's report: the driver's own (rank 0) and each node's (rank i+1, in the helper's order), merged.
     The helper's answer and each node's part of it are hostile input: a node whose answer is malformed (a field of
     the wrong type or out of range) or cannot be taken is that node's failing entry in fleet.ranks, saying what; the
     other nodes are kept. Everything here, the nodes' text included, goes into the report before the merge's one
-    redaction pass (merge.merge)."""
+    redaction pass (merge.merge). `unapplied`: the job's runtime_env fields the tasks did not take; every node's
+    rows that depend on its Python environment are then not known (raynode.not_seen), and the verdict line names
+    them. The driver's own report, when it fails admission (a plugin's 1,001 rows), is its own entry (rank 0)."""
     from ..redact import sanitize
     from . import admit as fleetadmit, merge as fleetmerge
 
@@ -259,11 +210,13 @@ def _merged(own_report: Report, answer: Any, folder: str, want: Wanted, strict: 
     info: dict[str, Any] = {"scope": "ray", "authenticated": False, "mode": "ray", "fleet_checks": fleet_checks,
                             "timings": timings(answer.get("timings"))}
     own_wire = own_report.to_dict()
+    if unapplied:
+        info["runtime_env_not_applied"] = list(unapplied)
     try:
         own = fleetadmit.admit(0, own_wire)
-    except fleetadmit.BadReport as exc:  # the doctor's own rows: cannot happen unless a plugin slipped through
-        info["exchange_error"] = f"the driver's own report could not be merged: {exc}"
-        own = fleetadmit.admit(0, dict(own_wire, checks=[]))
+    except fleetadmit.BadReport as exc:  # a plugin's rows over the bounds: the driver's own entry, as a node's
+        problems[0] = f"the driver's own report could not be merged: {exc}; its rows are left out"
+        own = _driver_stand_in(own_wire)
     error = helper_error(answer)
     if error:
         info["exchange_error"] = "; ".join(filter(None, (info.get("exchange_error"), error)))
@@ -286,22 +239,59 @@ def _merged(own_report: Report, answer: Any, folder: str, want: Wanted, strict: 
             taken, problem = None, (f"the doctor could not take its answer ({type(exc).__name__}: "
                                     f"{shorten(str(exc), 200)})")
         if taken is not None:
+            not_seen(taken, unapplied)
             others[rank] = taken
             checked.append(node.node_id)
         if problem:
             problems[rank] = problem
-    needed = want.nodes
-    if needed and len(nodes) < needed and not error:
+    needed = needed_nodes(want)
+    if len(nodes) < needed and not error:
+        missing = missing_nodes(len(nodes), want, info["timings"].get("wait_s"))
         for rank in range(len(nodes) + 1, needed + 1):
-            problems[rank] = (f"no such node: the Ray cluster has {len(nodes)} alive GPU node(s), and the command "
-                              f"asks {want.asks}")
+            problems[rank] = missing
             hints[rank] = "no node"
-    world = 1 + max(len(nodes), needed or 0, 1 if error else 0)
+    world = 1 + max(len(nodes), needed, 1 if error else 0)
     if error and not nodes:
         problems.setdefault(1, "not checked: " + error)
     out, verdict = fleetmerge.merge(own, others, world, problems, strict, info, hints,
-                                    annotate=lambda rows: _with_evidence(rows, answer, ran, want, env_notes))
+                                    annotate=lambda rows: drift_not_known(node_count_known(
+                                        _with_evidence(rows, answer, ran, want, env_notes), want), unapplied))
     return out, int(verdict), checked
+
+
+def drift_not_known(rows: list[CheckReport], unapplied: Sequence[str]) -> list[CheckReport]:
+    """fleet.drift compares the nodes' packages and sources as the check's tasks saw them: with runtime_env fields the
+    tasks did not apply (pip, conda, ...), the job's workers may run others, so the row is not known (warn), saying
+    what the tasks saw."""
+    if not unapplied:
+        return rows
+    from ..model import Status
+    from .admit import _text
+
+    names = ", ".join(_text(n, 64) for n in list(unapplied)[:16])
+    out = []
+    for row in rows:
+        if row.id == "fleet.drift" and row.status in (Status.PASS, Status.FAIL):
+            row = replace(row, status=Status.WARN, summary=_text(
+                f"not known: the job's runtime_env sets {names}, which the nodes' checks did not apply, so what its "
+                f"workers run on each node was not seen; the tasks saw ({row.status.value}) {row.summary}", 2000))
+        out.append(row)
+    return out
+
+
+def _driver_stand_in(wire: dict) -> Any:
+    """The driver's place in the merge when its own report is not admitted: its host and fingerprint, no rows; or,
+    when even those are not admitted, its host alone."""
+    from . import admit as fleetadmit
+
+    try:
+        return fleetadmit.admit(0, dict(wire, checks=[]))
+    except fleetadmit.BadReport:
+        environment: dict = wire["environment"] if isinstance(wire.get("environment"), dict) else {}
+        fleet_rank: dict = environment["fleet_rank"] if isinstance(environment.get("fleet_rank"), dict) else {}
+        return fleetadmit.admit(0, {"schema": wire.get("schema"), "doctor": wire.get("doctor"),
+                                    "environment": {"fleet_rank": {"rank": 0, "host": fleet_rank.get("host")}},
+                                    "checks": []})
 
 
 def _with_evidence(rows: list[CheckReport], answer: dict, ran: list[dict], want: Wanted,
@@ -320,7 +310,7 @@ def _with_evidence(rows: list[CheckReport], answer: dict, ran: list[dict], want:
         "env_vars": sorted(texts(got.get("env_vars"), 128, MAX_ENV_VARS)),
         "working_dir": _text(got.get("working_dir"), 600) or None,
         "py_executable": _text(got.get("py_executable"), 600) or None,
-        "py_modules": texts(got.get("py_modules"), 600, 8),
+        "py_modules": texts(got.get("py_modules"), 600, 65),
         "verl_defaults": _text(got.get("verl_defaults"), 300) or None,
         "not_applied": [_text(n, 300) for n in list(env_notes)[:32]],
     }
@@ -343,12 +333,14 @@ def _with_evidence(rows: list[CheckReport], answer: dict, ran: list[dict], want:
     return out
 
 
-def hook_overrides(checked: Sequence[str]) -> list[str]:
+def hook_overrides(checked: Sequence[str], job_modules: Sequence[str] = ()) -> list[str]:
     """The Hydra overrides that give verl's ray.init the doctor's worker_process_setup_hook: the hook (shipped with
-    py_modules, so a node without the doctor runs it too) and the nodes the check covered."""
+    py_modules after the job's own, rayjob.job_py_modules, so a node without the doctor runs it too and the job keeps
+    its modules) and the nodes the check covered."""
     from ..probes import PROBE_DIR
 
     ids = ",".join(n for n in checked if n.isalnum())
+    modules = ",".join(f"'{m}'" for m in [*job_modules, str(PROBE_DIR / HOOK_MODULE)])
     return [f"++{RUNTIME_ENV_KEY}.worker_process_setup_hook={HOOK}",
-            f"++{RUNTIME_ENV_KEY}.py_modules=['{PROBE_DIR / HOOK_MODULE}']",
+            f"++{RUNTIME_ENV_KEY}.py_modules=[{modules}]",
             f"++{RUNTIME_ENV_KEY}.env_vars.{CHECKED_NODES_VARIABLE}='{ids}'"]

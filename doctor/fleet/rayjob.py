@@ -1,6 +1,7 @@
 """What a verl command asks of its Ray cluster, read as the job-commands reader reads it: the nodes and GPUs per node
 (`trainer.*`, and the reward model's own pool), and the runtime_env the job's ray.init gets (env_vars, working_dir,
-py_executable; validated and bounded, never through a shell)."""
+py_executable, py_modules, excludes; validated and bounded, never through a shell), with the fields the check's
+tasks cannot take (pip, conda, a remote URI, ...): the nodes' environment rows are then not known."""
 
 from __future__ import annotations
 
@@ -140,21 +141,52 @@ def _reward_settings(job: Any) -> dict | None:
 
 MAX_ENV_VARS = 256
 MAX_VALUE_CHARS = 4096
+MAX_LIST = 64  # py_modules and excludes entries
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-APPLIED_FIELDS = ("env_vars", "working_dir", "py_executable")
+FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+APPLIED_FIELDS = ("env_vars", "working_dir", "py_executable", "py_modules", "excludes")
+# Ray's RuntimeEnvConfig (setup timeouts, eager install): how Ray sets the environment up, not what is in it.
+HARMLESS_FIELDS = ("config",)
+
+
+@dataclass
+class JobRuntimeEnv:
+    """The command's runtime_env as the check's tasks take it (`env`), what of it is not applied and why (`notes`:
+    names only, values may hold secrets), and the fields not applied (`unapplied`: pip, conda, a remote working_dir,
+    a field the doctor does not know, ...): the job's workers import what the check's tasks did not, so every node's
+    rows that depend on its Python environment are not known."""
+
+    env: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    unapplied: list[str] = field(default_factory=list)
+
+    def refuse(self, field_name: str, note: str) -> None:
+        self.notes.append(note)
+        name = field_name if FIELD_NAME.fullmatch(field_name) else "a field that is not a name"
+        if name not in self.unapplied and len(self.unapplied) < 16:
+            self.unapplied.append(name)
 
 
 def job_runtime_env(command: Sequence[str] | None) -> tuple[dict, list[str]]:
+    """(runtime_env, notes) of `read_runtime_env`."""
+    got = read_runtime_env(command)
+    return got.env, got.notes
+
+
+def read_runtime_env(command: Sequence[str] | None) -> JobRuntimeEnv:
     """The runtime_env the command's `ray_kwargs.ray_init.runtime_env.*` overrides give verl's ray.init (Hydra:
     the last word wins), as far as the tasks can take it: `env_vars` (names as a shell would take them, text
-    values, at most 256, each at most 4096 characters), `working_dir` (an existing local folder) and
-    `py_executable` (an existing executable file, never a command line: nothing goes through a shell). Everything
-    else, and anything that fails these rules, is not applied and named in the notes (names only: values may hold
-    secrets). (runtime_env, notes)."""
-    env: dict[str, Any] = {}
-    notes: list[str] = []
+    values, at most 256, each at most 4096 characters), `working_dir` (an existing local folder), `py_executable`
+    (an existing executable file, never a command line: nothing goes through a shell), `py_modules` (local folders
+    and .py files, in the command's order; Ray puts them before the job's own path on every worker) and `excludes`.
+    Everything else (pip, conda, uv, container, image_uri, a remote URI, a wheel Ray would pip-install, a field the
+    doctor does not know) and anything that fails these rules is not applied: named in the notes (names only:
+    values may hold secrets) and in `unapplied`. A config file or words the shell did not expand may set any of it:
+    then the runtime_env is not known (`unapplied`: runtime_env)."""
+    out = JobRuntimeEnv()
+    env = out.env
     if not command:
-        return env, notes
+        return out
     from ..job.command import parse
     from ..job.keys import HYDRA_OVERRIDE
     from ..job.model import Setting
@@ -164,9 +196,13 @@ def job_runtime_env(command: Sequence[str] | None) -> tuple[dict, list[str]]:
     try:
         job = parse(list(command))
     except UsageError:
-        return env, notes
+        return out
     if job.kind != "verl":
-        return env, notes
+        return out
+    if job.config_file or job.hidden:
+        where = (f"the config file the command names ({', '.join(job.config_file[:3])})" if job.config_file else
+                 "words of the command the shell did not expand")
+        out.refuse("runtime_env", f"{RUNTIME_ENV_KEY} is not known: {where} may set it")
     texts: dict[str, str] = {}
     for arg in job.overrides:
         m = HYDRA_OVERRIDE.fullmatch(arg)
@@ -179,42 +215,119 @@ def job_runtime_env(command: Sequence[str] | None) -> tuple[dict, list[str]]:
         environ.pop(name, None)
     environ.update(job.env)
     head = RUNTIME_ENV_KEY + "."
+    refused: dict[str, str] = {}  # field -> its note, for the last word of each field (Hydra: the last word wins)
     for arg in job.overrides:
         m = HYDRA_OVERRIDE.fullmatch(arg)
         if m is None or arg.startswith("-") or not (m.group("key") + ".").startswith(head):
             continue
         key, raw, prefix = m.group("key"), m.group("value"), m.group("prefix") or ""
         path = key[len(head):].split(".") if key != RUNTIME_ENV_KEY else []
+        top = path[0] if path else "runtime_env"
         if prefix == "~":
             _drop(env, path)
+            refused.pop(top if top != "env_vars" or len(path) == 1 else f"env_vars.{path[1]}", None)
             continue
         if raw is None:
             continue
         if not path:
-            notes.append(f"{RUNTIME_ENV_KEY}=... (a whole runtime_env in one word) is not applied: state its fields")
+            refused["runtime_env"] = (f"{RUNTIME_ENV_KEY}=... (a whole runtime_env in one word) is not applied: "
+                                      "state its fields")
             continue
-        if path[0] == "env_vars" and len(path) == 1 and flat_dict(raw) is not None:
+        if top in ("py_modules", "excludes") and len(path) == 1:
+            entries, problem = _path_list(top, raw)
+            if problem:  # an earlier word's entries stay applied; the field is not applied all the same
+                refused[top] = problem
+            else:
+                refused.pop(top, None)
+                env[top] = entries
+            continue
+        if top == "env_vars" and len(path) == 1 and flat_dict(raw) is not None:
             pairs = list((flat_dict(raw) or {}).items())
-        elif path[0] == "env_vars" and len(path) == 2:
+        elif top == "env_vars" and len(path) == 2:
             pairs = [(path[1], raw)]
-        elif len(path) == 1 and path[0] in ("working_dir", "py_executable"):
-            pairs = [(path[0], raw)]
+        elif len(path) == 1 and top in ("working_dir", "py_executable"):
+            pairs = [(top, raw)]
+        elif top in HARMLESS_FIELDS:
+            continue
         else:
-            notes.append(f"{key[:200]} is not applied to the check's tasks (only {', '.join(APPLIED_FIELDS)} are)")
+            refused[top] = (f"{key[:200]} is not applied to the check's tasks (only {', '.join(APPLIED_FIELDS)} "
+                            "are, from local paths)")
             continue
         for name, text in pairs:
             value = resolve(Setting(parse_value(text), text), texts, environ).value
-            problem = _invalid(path[0], name, value)
-            if problem:
-                notes.append(problem)
-            elif path[0] == "env_vars":
+            why = _invalid(top, name, value)
+            slot = f"env_vars.{name}" if top == "env_vars" else top
+            if why:
+                refused[slot] = why
+            elif top == "env_vars":
                 if len(env.get("env_vars", {})) >= MAX_ENV_VARS and name not in env.get("env_vars", {}):
-                    notes.append(f"env_vars: more than {MAX_ENV_VARS} variables; {name} and later ones are not applied")
+                    refused[slot] = (f"env_vars: more than {MAX_ENV_VARS} variables; {name} and later ones are "
+                                     "not applied")
                     continue
+                refused.pop(slot, None)
                 env.setdefault("env_vars", {})[name] = _env_text(value)
             else:
+                refused.pop(slot, None)
                 env[name] = value
-    return env, notes
+    for slot, note in refused.items():
+        out.refuse(slot.split(".")[0], note)
+    return out
+
+
+def _path_list(field_name: str, raw: str) -> tuple[list[str], str]:
+    """`py_modules=[a,'b']` / `excludes=[...]` (a Hydra list of text) as the tasks take it: py_modules' entries are
+    local folders or .py files (absolute: Ray resolves them against the driver's folder, where the doctor runs), and
+    excludes are Ray's gitignore-style patterns. ([], why not) for anything else: a remote URI, a wheel (Ray
+    pip-installs it on the node), a path that is not there, a value that is not a list of text."""
+    where = f"{RUNTIME_ENV_KEY}.{field_name}"
+    items = _hydra_list(raw)
+    if items is None or len(items) > MAX_LIST:
+        return [], f"{where} is not applied: its value is not a list of at most {MAX_LIST} paths"
+    out = []
+    for item in items:
+        if not item or len(item) > MAX_VALUE_CHARS or "\x00" in item or "${" in item:
+            return [], f"{where} is not applied: an entry is empty, an interpolation, or longer than {MAX_VALUE_CHARS}"
+        if field_name == "excludes":
+            out.append(item)
+            continue
+        if "://" in item:
+            return [], f"{where} is not applied: an entry is a remote URI (the check fetches nothing)"
+        if item.endswith(".whl"):
+            return [], f"{where} is not applied: an entry is a wheel, which Ray pip-installs on each node"
+        path = os.path.abspath(item)
+        if not (os.path.isdir(path) or (path.endswith(".py") and os.path.isfile(path))):
+            return [], f"{where} is not applied: an entry is not a folder or .py file on this machine"
+        out.append(path)
+    return out, ""
+
+
+def _hydra_list(raw: str) -> list[str] | None:
+    """`[a, 'b c', "d"]` (a Hydra list of text, one level) -> ["a", "b c", "d"]; None for anything else."""
+    text = raw.strip()
+    if not (text.startswith("[") and text.endswith("]")):
+        return None
+    items, current, quote, quoted = [], "", "", False
+    for ch in text[1:-1]:
+        if quote:
+            if ch == quote:
+                quote = ""
+            else:
+                current += ch
+        elif ch in "'\"":
+            quote, quoted = ch, True
+            current = current if current.strip() else ""  # spaces before the quote are not part of the entry
+        elif ch in "{}[]":
+            return None
+        elif ch == ",":
+            items.append(current if quoted else current.strip())
+            current, quoted = "", False
+        elif not (quoted and ch.isspace()):  # spaces after a quoted entry are not part of it
+            current += ch
+    if quote:
+        return None
+    if current.strip() or quoted:
+        items.append(current if quoted else current.strip())
+    return items
 
 
 def _env_text(value: Any) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..safeio import ReadRefused, decode_json
@@ -238,3 +238,32 @@ def take_node(node: NodeAnswer, rank: int, payload_path: str, want: Wanted,
             if want.reward_nnodes and want.reward_per_node else "")
         problem = f"it has {node.gpus:g} GPU(s), and the command asks {asks}" + (f"; {problem}" if problem else "")
     return taken, problem
+
+
+# nvidia-smi's view of the node's GPUs: no runtime_env field changes it. Every other row of a node reads the node's
+# Python environment (its imports, its installed packages, its interpreter) or is a plugin's the driver cannot tell.
+ENVIRONMENT_FREE = ("gpu.arch", "gpu.memory")
+
+
+def not_seen(report: Any, unapplied: Sequence[str]) -> None:
+    """A node's rows that depend on its Python environment, made not known (warn) in place when the job's runtime_env
+    has fields the check's task did not apply (`unapplied`: pip, conda, a remote URI, ...): the job's workers on
+    that node import what the task did not, so the node is never a pass (nor a failure) on facts it did not see.
+    What the task saw without them stays in the summary and the evidence. A skip claims nothing and stays."""
+    from ..model import Status
+    from .admit import _text
+
+    if not unapplied:
+        return
+    names = ", ".join(_text(n, 64) for n in list(unapplied)[:16])
+    for cid, row in list(report.rows.items()):
+        if cid in ENVIRONMENT_FREE or cid.startswith("fleet.") or row.status == Status.SKIP:
+            continue
+        summary = (f"not known: the job's runtime_env sets {names}, which the check's task on this node did not "
+                   f"apply (its workers import what the task did not see); without them the task saw "
+                   f"({row.status.value}) {row.summary}")
+        evidence = dict(row.evidence or {}, runtime_env_not_applied=list(unapplied)[:16],
+                        seen_without_them=row.status.value)
+        report.rows[cid] = replace(row, status=Status.WARN, summary=_text(summary, 2000), evidence=evidence)
+        # fleet.drift compares the rows' statuses across ranks: a row not known is no status to compare.
+        report.not_known_rows = (*getattr(report, "not_known_rows", ()), cid)

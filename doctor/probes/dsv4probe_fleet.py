@@ -49,8 +49,9 @@ for _name, _flag in (("dsv4probe_common", "PROBE_COMMON"), ("dsv4probe_fleet_por
         sys.modules[_name] = importlib.util.module_from_spec(_spec)
         _spec.loader.exec_module(sys.modules[_name])
 from dsv4probe_common import ReadRefused, decode_json, read_bounded, serve
-from dsv4probe_fleet_port import fleet_store
+from dsv4probe_fleet_port import connect, fleet_store, note_seen, read_seen
 from dsv4probe_fleet_channel import MAX_PLAN_S, MAX_VALUE, Channel, _seconds, _timedelta  # noqa: F401
+from dsv4probe_fleet_channel import wait_for_acks
 
 import json
 import secrets
@@ -63,29 +64,6 @@ SWEEP_S = 2.0
 HEARTBEAT_S = 0.5
 GRACE_S = 5.0
 RELEASE_S = 60.0  # how long rank 0's doctor may take to write the report after the acknowledgements
-
-
-def wait_for_acks(ch, present, ack_by, verdict_by, publish):
-    """The ranks of `present` whose own acknowledgement (`ack/<r>`, signed when there is a secret) was read by
-    `ack_by`. The store's counter (`acks`, unsigned: anyone who reaches the port can add to it) is only a hint of
-    when to look: the ranks' own acknowledgements decide, read again until all are in or the deadline passed, so a
-    forged count can neither end the wait early nor name a rank that did acknowledge."""
-    acked = set()
-    last = looked = time.monotonic()
-    hinted = -1
-    while time.monotonic() < ack_by:
-        count = ch.store.add(ch.scope + "/acks", 0)
-        if count >= len(present) and count != hinted or time.monotonic() - looked >= HEARTBEAT_S:
-            hinted, looked = count, time.monotonic()
-            acked |= {r for r in present if r not in acked and ch.get("ack/%d" % r) is not None}
-            if len(acked) >= len(present):
-                return acked
-        if time.monotonic() - last >= HEARTBEAT_S:
-            if time.monotonic() < verdict_by:
-                publish()  # again: a value someone overwrote is back within a heartbeat
-            last = time.monotonic()
-        time.sleep(POLL_S)
-    return acked | {r for r in present if r not in acked and ch.get("ack/%d" % r) is not None}
 
 
 def _write(path, data):
@@ -120,18 +98,19 @@ def answer(request):
 
     timings = {"import_s": round(time.monotonic() - started, 3)}
     scope = request["scope"]
-    store, port_note = fleet_store(dist, Channel, _timedelta(float(request["connect_s"])), request, rank, world, scope,
-                                   key, started)
+    store, port_note, agreement = fleet_store(dist, Channel, _timedelta(float(request["connect_s"])), request, rank,
+                                              world, scope, key, started)
     if store is None:
         _write(os.path.join(folder, "plan.json"), {"error": port_note})
         return {"error": port_note, "port_in_use": int(request["port"]), "timings": timings}
     timings["store_s"] = round(time.monotonic() - started, 3)
     if port_note:
         timings["port_note"] = port_note
+    note_seen(Channel, store, key, rank, dict(request.get("identity") or {}, job=request.get("job")))
     root = Channel(store, scope, key)
     if rank == 0:
         return _rank0(request, root, store, key, hello, started, timings)
-    return _other(request, root, store, key, hello, started, timings)
+    return _other(request, root, store, key, hello, started, timings, agreement)
 
 
 def _rank0(request, root, store, key, hello, started, timings):
@@ -208,12 +187,18 @@ def _rank0(request, root, store, key, hello, started, timings):
         raw = ch.get("hello/%d" % r)
         if raw is not None:
             hellos[r] = _json(raw)
+    # A rank not heard from that left its identity on this port under another one: named with the values it saw.
+    seen = {}
+    for r in sorted(pending)[:64]:
+        theirs = read_seen(Channel, store, key, r)
+        if theirs is not None and theirs.get("job") != request.get("job"):
+            seen[str(r)] = theirs
     timings["gather_s"] = round(time.monotonic() - t0, 4)
     timings["read_s"] = round(read_s[0], 4)  # rank 0's own time reading reports from its store
     _write(os.path.join(folder, "gathered.json"), {"missing": sorted(pending), "hellos": {str(r): h for r, h in
                                                                                           hellos.items()},
                                                    "rejected": {str(r): w for r, w in rejected.items()},
-                                                   "timings": dict(timings)})
+                                                   "seen": seen, "timings": dict(timings)})
     verdict = None
     while time.monotonic() < verdict_by - 2 * HEARTBEAT_S:
         if time.monotonic() - last >= HEARTBEAT_S:
@@ -238,7 +223,7 @@ def _rank0(request, root, store, key, hello, started, timings):
     if published:
         publish()
     timings["verdict_s"] = round(time.monotonic() - t0, 4)
-    acked = wait_for_acks(ch, present, ack_by, verdict_by, publish) if published else set()
+    acked = wait_for_acks(ch, present, ack_by, verdict_by, publish, POLL_S, HEARTBEAT_S) if published else set()
     _write(os.path.join(folder, "acks.json"), {"published": published, "acknowledged": sorted(acked),
                                                "not_acknowledged": [r for r in range(1, world) if r not in acked],
                                                "rejected_values": root.rejected + ch.rejected})
@@ -253,20 +238,42 @@ def _rank0(request, root, store, key, hello, started, timings):
     return {"exit_code": verdict if published else 1, "published": published, "timings": timings}
 
 
-def _other(request, root, store, key, hello, started, timings):
+def _other(request, root, store, key, hello, started, timings, agreement=None):
     rank, world, folder = int(request["rank"]), int(request["world_size"]), request["dir"]
     give_up = started + float(request["connect_s"])
     challenge = secrets.token_hex(12)
     plan, t_read = None, None
+    job, looked = request.get("job"), 0.0
     while plan is None:
+        if agreement is not None and time.monotonic() - looked >= 1.0:
+            # The job's identity is rank 0's, from torchrun's store; read again while no plan comes (an earlier
+            # run's entry is replaced when this run's rank 0 publishes).
+            looked = time.monotonic()
+            agreement.refresh()
+            agreed = agreement.current
+            if agreed is not None and (agreed["scope"] != root.scope or agreed["job"] != job):
+                if agreed["port"] != int(getattr(store, "port", 0) or 0):
+                    moved = connect(torch_dist(), request["master_addr"], agreed["port"], world, 5.0)
+                    store = moved if moved is not None else store
+                root, job = Channel(store, agreed["scope"], key), agreed["job"]
         raw = root.get("plan")
         t = time.monotonic()
         data = _json(raw) if raw else None
         # Another job's plan is never this rank's, whatever its world size.
         if data and data.get("v") == 1 and data.get("world_size") == world and isinstance(data.get("nonce"), str) \
-                and data.get("job") == request.get("job"):
+                and data.get("job") == job:
             plan, t_read = data, t
             break
+        if agreement is None and t - looked >= 1.0:
+            # No launcher store to agree through: rank 0, which hosts this port, left its identity here. Another
+            # one is this job's rank 0 under other values (or another job's): said now, with both sides' values.
+            looked = t
+            theirs = read_seen(Channel, store, key, 0)
+            if theirs is not None and theirs.get("job") != job:
+                why = "rank 0 is on the fleet port under another job identity"
+                split = {"rank0": theirs, "own": dict(request.get("identity") or {}, job=job)}
+                _write(os.path.join(folder, "plan.json"), {"error": why, "identity_split": split})
+                return {"missed": why, "identity_split": split, "timings": timings}
         if t >= give_up:
             why = ("no valid plan from rank 0 within %.0f s (when rank 0's report says the fleet port was in use, "
                    "give the job a port of its own with --fleet-port)" % float(request["connect_s"])
@@ -281,6 +288,8 @@ def _other(request, root, store, key, hello, started, timings):
     nonce = plan["nonce"]
     ch = Channel(store, root.scope + "/" + nonce, key)
     info = _json(hello) or {}
+    if "job" in info:
+        info["job"] = job  # the job's identity as agreed (rank 0's, through torchrun's store), as its report says
     ch.set("hello/%d" % rank, json.dumps(dict(info, challenge=challenge)).encode())
     node = request.get("fingerprint_node")
     leader_fp, leader_state = None, "not needed"
@@ -298,7 +307,8 @@ def _other(request, root, store, key, hello, started, timings):
             time.sleep(OTHERS_POLL_S)
     _write(os.path.join(folder, "plan.json"), {"nonce": nonce, "report_by": report_by, "verdict_by": verdict_by,
                                                "ack_by": ack_by, "leader_fingerprint": leader_fp,
-                                               "leader": leader_state})
+                                               "leader": leader_state, "job": job,
+                                               "agreed": agreement is not None})
     timings["plan_s"] = round(time.monotonic() - started, 3)
     report = None
     while time.monotonic() < report_by:
@@ -347,6 +357,12 @@ def _other(request, root, store, key, hello, started, timings):
     _linger(ch, rank, ack_by + RELEASE_S)
     timings["total_s"] = round(time.monotonic() - started, 3)
     return {"exit_code": verdict, "acknowledged": True, "timings": timings}
+
+
+def torch_dist():
+    import torch.distributed as dist
+
+    return dist
 
 
 def _linger(ch, rank, until):

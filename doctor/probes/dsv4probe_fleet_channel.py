@@ -7,6 +7,7 @@ check is ignored and counted.
 
 import hashlib
 import hmac
+import time
 
 PROBE_FLEET_CHANNEL = True
 MAX_VALUE = 8 * 1024 * 1024  # a rank's report beyond this is not read (its doctor bounds it well below)
@@ -63,3 +64,26 @@ def _seconds(value):
     except (TypeError, ValueError, OverflowError):
         return 0.0
     return min(seconds, MAX_PLAN_S) if seconds > 0 else 0.0
+
+
+def wait_for_acks(ch, present, ack_by, verdict_by, publish, poll_s=0.05, heartbeat_s=0.5):
+    """The ranks of `present` whose own acknowledgement (`ack/<r>`, signed when there is a secret) was read by
+    `ack_by`. The store's counter (`acks`, unsigned: anyone who reaches the port can add to it) is only a hint of
+    when to look: the ranks' own acknowledgements decide, read again until all are in or the deadline passed, so a
+    forged count can neither end the wait early nor name a rank that did acknowledge."""
+    acked = set()
+    last = looked = time.monotonic()
+    hinted = -1
+    while time.monotonic() < ack_by:
+        count = ch.store.add(ch.scope + "/acks", 0)
+        if count >= len(present) and count != hinted or time.monotonic() - looked >= heartbeat_s:
+            hinted, looked = count, time.monotonic()
+            acked |= {r for r in present if r not in acked and ch.get("ack/%d" % r) is not None}
+            if len(acked) >= len(present):
+                return acked
+        if time.monotonic() - last >= heartbeat_s:
+            if time.monotonic() < verdict_by:
+                publish()  # again: a value someone overwrote is back within a heartbeat
+            last = time.monotonic()
+        time.sleep(poll_s)
+    return acked | {r for r in present if r not in acked and ch.get("ack/%d" % r) is not None}

@@ -4,14 +4,14 @@ Runs in the job's own Python (only the job's own ray can join its cluster: the d
 `ray.init(address=RAY_ADDRESS or "auto")`, then `ray.nodes()`: the alive nodes with GPUs. One task per node, pinned
 with NodeAffinitySchedulingStrategy(node_id, soft=False) (no placement group: one waits forever when a node is
 missing, and reserves the GPUs the job needs). A task runs the doctor of the job's runtime environment (its env
-vars, working_dir, py_executable: Ray's worker Python) with `--no-distributed`, since verl's workers set
+vars, working_dir, py_executable: Ray's worker Python, py_modules) with `--no-distributed`, since verl's workers set
 RANK/WORLD_SIZE themselves. The static checks ask for no GPU; with GPU checks a task asks for the node's GPUs.
 
 The runtime_env (ray.init's, as verl's driver gives it: verl's defaults, PPO_RAY_RUNTIME_ENV of the job's verl read
-with ast where found, under the command's validated overrides the doctor sends) also ships the doctor's stdlib-only
-static probe (py_modules): a node whose job environment lacks the doctor runs that probe and answers its static facts
-("ran": "probes"), which the doctor turns into that node's report. Each task says which of the runtime_env's
-variables it saw with their values ("runtime_env_seen").
+with ast where found, under the command's validated overrides the doctor sends, the job's py_modules in its order)
+also ships the doctor's stdlib-only static probe (py_modules, after the job's): a node whose job environment lacks the
+doctor runs that probe and answers its static facts ("ran": "probes"), which the doctor turns into that node's
+report. Each task says which of the runtime_env's variables it saw with their values ("runtime_env_seen").
 
 Every task is bounded with ray.wait; a straggler is cancelled (ray.cancel) before the doctor decides. A node that
 dies (NodeDiedError), cannot be scheduled (TaskUnschedulableError), lacks the doctor or hangs is an entry with its
@@ -189,8 +189,12 @@ def compose_runtime_env(request):
     runtime_env = {k: given[k] for k in ("working_dir", "py_executable") if isinstance(given.get(k), str)}
     if env_vars:
         runtime_env["env_vars"] = env_vars
+    for key in ("py_modules", "excludes"):  # lists of text (the doctor validated the paths)
+        if isinstance(given.get(key), list) and all(isinstance(v, str) for v in given[key]):
+            runtime_env[key] = list(given[key])
+    # The job's modules first, in its order, as Ray puts them on its workers' path; the doctor's own beside them.
     if request.get("ship") and os.path.isdir(request["ship"]):
-        runtime_env["py_modules"] = [request["ship"]]
+        runtime_env["py_modules"] = list(runtime_env.get("py_modules") or []) + [request["ship"]]
     return runtime_env, where
 
 
@@ -237,6 +241,31 @@ def _why(exc):
     return "the check on the node failed (%s: %s)" % (name, text)
 
 
+WAIT_POLL_S = 0.5  # --ray-wait-nodes: how often the cluster's nodes are listed again
+
+
+def gpu_nodes(ray, wait, timings):
+    """The alive nodes with GPUs. With `wait` ({"count", "s"}: --ray-wait-nodes), first up to `s` seconds for
+    `count` of them to be alive (an autoscaling cluster coming up); the seconds waited go to `timings["wait_s"]`.
+    The doctor's own wait on this helper is what answers its stop signals (it ends this process)."""
+    def alive():
+        return [n for n in ray.nodes() if n.get("Alive") and float((n.get("Resources") or {}).get("GPU") or 0) > 0]
+
+    nodes = alive()
+    if not isinstance(wait, dict):
+        return nodes
+    try:
+        count, seconds = int(wait.get("count") or 0), min(3600.0, max(0.0, float(wait.get("s") or 0)))
+    except (TypeError, ValueError, OverflowError):
+        return nodes
+    begun = time.monotonic()
+    while len(nodes) < count and time.monotonic() - begun < seconds:
+        time.sleep(min(WAIT_POLL_S, max(0.0, seconds - (time.monotonic() - begun))))
+        nodes = alive()
+    timings["wait_s"] = round(time.monotonic() - begun, 3)
+    return nodes
+
+
 def answer(request):
     started = time.monotonic()
     folder = request["dir"]
@@ -260,7 +289,7 @@ def answer(request):
             address, type(exc).__name__, cut_text(str(exc).strip().splitlines()[0], 300) if str(exc).strip() else "")}
     timings["join_s"] = round(time.monotonic() - started, 3)
     driver_node = ray.get_runtime_context().get_node_id()
-    nodes = [n for n in ray.nodes() if n.get("Alive") and float((n.get("Resources") or {}).get("GPU") or 0) > 0]
+    nodes = gpu_nodes(ray, request.get("wait_nodes"), timings)
     # The driver's node first, then by address: a stable order, so a node keeps its index between runs.
     nodes.sort(key=lambda n: (n.get("NodeID") != driver_node, str(n.get("NodeManagerAddress")), n.get("NodeID")))
     gpu_checks = bool(request.get("gpu_checks"))
@@ -280,7 +309,7 @@ def answer(request):
                                               runtime_env.get("env_vars") or {}, request.get("static_request"),
                                               request.get("ship_package"), request.get("job_args"))] = entry
     pending = list(refs)
-    deadline = started + task_s
+    deadline = started + task_s + timings.get("wait_s", 0.0)  # the tasks' time starts after the wait for nodes
     os.makedirs(os.path.join(folder, "reports"), exist_ok=True)
     while pending and time.monotonic() < deadline:
         ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.1, min(1.0, deadline - time.monotonic())))

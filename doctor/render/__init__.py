@@ -38,6 +38,11 @@ def verdict_line(report: Report) -> str:
     extra = f"; interrupted by {s.interrupted}" if s.interrupted else ""
     nothing = "nothing was checked: " if s.status.value == "skip" else ""
     unread = f"; the job's command was not read ({s.job_not_read})" if s.job_not_read else ""
+    fleet = report.fleet if isinstance(report.fleet, Mapping) else {}
+    fields = fleet.get("runtime_env_not_applied")
+    if isinstance(fields, list) and fields:
+        unread += (f"; the job's runtime_env {', '.join(str(f) for f in fields[:16])} not applied to the nodes' "
+                   "checks: their environment rows are not known")
     return (f"Verdict: {LABEL[s.status.value]} ({nothing}{', '.join(parts) or 'no checks'}; exit {s.exit_code}"
             f"{extra}){unread}")
 
