@@ -145,7 +145,8 @@ def test_dense_wrappers_without_offsets_fail_when_the_job_trains_the_dense_loss(
             return profile(cp=cp, gpu_arch="9.0")
         return profile(gpu_arch="9.0", job_args=["python3", "-m", "verl.trainer.main_ppo", *settings,
                                                  f"++{otc}.dsa_kernel_backend=cudnn",
-                                                 f"++{otc}.apply_dsa_kernel_fusion=null",  # cudnn as stated, whatever the bridge writes
+                                                 # cudnn as stated, whatever the bridge writes:
+                                                 f"++{otc}.apply_dsa_kernel_fusion=null",
                                                  f"actor_rollout_ref.actor.megatron.context_parallel_size={cp}"])
     job_profile = job(2)
     row = judge(Env(tmp_path).fake("fe", frontend), bare_python, "cudnn-fe.dsa", prof=job_profile)

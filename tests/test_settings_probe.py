@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from wheels import CACHE, ensure
+from wheels import CACHE, ensure, pip_target_once
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = ROOT / "doctor" / "probes" / "dsv4probe_settings.py"
@@ -45,14 +45,7 @@ OTC = "++actor_rollout_ref.actor.megatron.override_transformer_config."
 
 
 def stack_deps() -> Path:
-    if not (STACK_DEPS / ".complete").exists():
-        partial = STACK_DEPS.with_name("stack-deps.partial")
-        for packages in STACK_DEPS_PACKAGES:
-            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target",
-                            str(partial), *packages], check=True)
-        partial.rename(STACK_DEPS)
-        (STACK_DEPS / ".complete").write_text("\n".join(" ".join(p) for p in STACK_DEPS_PACKAGES))
-    return STACK_DEPS
+    return pip_target_once(STACK_DEPS, *STACK_DEPS_PACKAGES)
 
 
 def stack_path() -> str:

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from test_settings_probe import DSV4_CONFIG, OTC, PROBE, stack_path, verl_case
-from wheels import CACHE, ensure
+from wheels import CACHE, ensure, pip_target_once
 
 PROVIDER_DEPS = CACHE.parent / "settings-probe" / "provider-deps"
 # What importing verl's engine package and Megatron-Bridge needs beyond the fast tests' stack-deps: verl's engines
@@ -124,13 +124,7 @@ GRPO = "algorithm.adv_estimator=grpo"  # no critic: verl's validation would read
 
 
 def provider_deps() -> Path:
-    if not (PROVIDER_DEPS / ".complete").exists():
-        partial = PROVIDER_DEPS.with_name("provider-deps.partial")
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target",
-                        str(partial), *PROVIDER_DEPS_PACKAGES], check=True)
-        partial.rename(PROVIDER_DEPS)
-        (PROVIDER_DEPS / ".complete").write_text(" ".join(PROVIDER_DEPS_PACKAGES))
-    return PROVIDER_DEPS
+    return pip_target_once(PROVIDER_DEPS, PROVIDER_DEPS_PACKAGES)
 
 
 def shims(folder: Path) -> Path:

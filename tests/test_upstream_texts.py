@@ -117,7 +117,8 @@ def test_the_published_upstream_files_confirm_the_texts(builtins):
 
 def test_a_hostile_message_is_classified_fast_and_safely(builtins):
     m15 = "Conflicting DSA kernel controls: apply_dsa_kernel_fusion=True maps to dsa_kernel_backend='cudnn', but " \
-          "dsa_kernel_backend='tilelang' was also selected. Remove apply_dsa_kernel_fusion and use dsa_kernel_backend only."
+          "dsa_kernel_backend='tilelang' was also selected. Remove apply_dsa_kernel_fusion and use " \
+          "dsa_kernel_backend only."
     # Near misses of every text's first literal part (a scan must not restart at each of them), escapes, markup.
     near = "".join(t.fragments[0][:-1] for c in builtins for t in c.texts)
     junk = ("\x1b[31m[bold red]<script>alert(1)</script>\x1b]8;;file:///etc/passwd\x07link\x1b]8;;\x07 " + near) * 200

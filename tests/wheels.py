@@ -85,6 +85,25 @@ def ensure(key: str) -> Path:
     return target
 
 
+def pip_target_once(target: Path, *installs: list[str]) -> Path:
+    """`pip install --target` of each argument list in `installs` into `target`, done once across parallel test
+    workers (an exclusive lock; a partial folder renamed into place only when every install succeeded)."""
+    if (target / ".complete").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(target.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / ".complete").exists():
+            partial = target.with_name(target.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            for args in installs:
+                _pip("install", "--target", str(partial), *args)
+            shutil.rmtree(target, ignore_errors=True)
+            partial.rename(target)
+            (target / ".complete").write_text("\n".join(" ".join(a) for a in installs))
+    return target
+
+
 # Published as an sdist only (pure Python): built, not downloaded as a wheel.
 SDIST_ONLY = ("antlr4-python3-runtime",)
 
