@@ -18,7 +18,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("probes", {"probes"}),
     ("engine", {"registry", "runner", "api", "testing", "report", "upstream_texts"}),
     ("render", {"render"}),
-    ("session", {"assemble", "pluginhost", "plugins", "session", "earlystart", "runreport", "fixplan", "jobcompose", "stackbuild"}),
+    ("session", {"assemble", "pluginhost", "plugins", "session", "earlystart", "runreport", "fixplan", "jobcompose",
+                 "stackbuild"}),
     ("commands", {"fleet", "app", "catalog", "execjob", "gendocs", "warm"}),
     ("cli", {"cli", "commandline", "completion", "launch", "__main__"}),
 ]
