@@ -2,7 +2,8 @@
 pyproject.toml, exactly as a third-party plugin would be; its `CHECKS` are every area's checks, in report order.
 An area's own probe scripts (dsv4probe_driver.py for gpu.driver, dsv4probe_libs.py for te.import's library lookup)
 lie beside its checks (`Probe.beside`); the engine's (static, import, torch, fleet, common) stay in
-dsv4_doctor/probes.
+dsv4_doctor/probes. Each check carries its area (`Check.area`, stamped here): the engine reads the areas and their
+order from the checks it loads through the entry point and never imports this package.
 
 `CHECKS` is computed on first use, so that importing a helper module (`dsv4_doctor.checks.fixes`) does not import
 every area."""
@@ -33,24 +34,20 @@ AREAS = {
 }
 
 
-def area_of(module: str) -> str | None:
-    """The area a module's checks belong to: `dsv4_doctor.checks.cudnn_fe_checks` -> `cudnn-fe`, any module of
-    `dsv4_doctor.checks.smoke` -> `smoke`; None for a module outside the built-ins."""
-    prefix = __name__ + "."
-    if not module.startswith(prefix):
-        return None
-    top = module[len(prefix):].split(".")[0]
-    return next((area for area, name in AREAS.items() if name == top), None)
-
-
 def __getattr__(name: str) -> Any:
     if name != "CHECKS":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from ._reach import route
 
     checks = []
-    for module in AREAS.values():
-        checks.extend(importlib.import_module(f"{__name__}.{module}").CHECKS)
+    for area, module in AREAS.items():
+        listed = importlib.import_module(f"{__name__}.{module}").CHECKS
+        for c in listed:
+            # Its area is the one whose module lists it: the registry holds its id to that prefix, and the areas' order
+            # in a report and in docs/checks.md is the order of CHECKS. The engine reads it here and never imports
+            # this package.
+            object.__setattr__(c, "area", area)
+        checks.extend(listed)
     for c in checks:  # every built-in fix reaches the copy the job imports, by the target's installer
         object.__setattr__(c, "route_fixes", route)
     globals()["CHECKS"] = checks

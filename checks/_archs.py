@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 
-from dsv4_doctor.model import Profile, Source
+from dsv4_doctor.api import Profile, Source
 
 ARCH = re.compile(r"(sm|compute)_([0-9]{1,3})([0-9])([af]?)")
 RULES_SOURCE = Source("CUDA C++ Programming Guide: binary compatibility (a cubin for sm_XY runs on CC X.Z with Z >= "

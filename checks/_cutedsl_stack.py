@@ -3,7 +3,7 @@ fixes that meet it."""
 
 from __future__ import annotations
 
-from dsv4_doctor.facts import StaticFacts, canonical, requirements
+from dsv4_doctor.api import StaticFacts, canonical, requirements
 
 from . import fixes, frontend_fixes
 

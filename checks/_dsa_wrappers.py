@@ -4,9 +4,7 @@ the job trains the dense indexer loss), and the probe that resolves them."""
 
 from __future__ import annotations
 
-from dsv4_doctor.facts import StaticFacts
-from dsv4_doctor.model import Profile
-from dsv4_doctor.probes import import_probe
+from dsv4_doctor.api import Profile, StaticFacts, import_probe
 
 from ._upstream import EAV
 

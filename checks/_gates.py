@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsv4_doctor.facts import StaticFacts
+from dsv4_doctor.api import StaticFacts
 
 from ._upstream import EAV
 

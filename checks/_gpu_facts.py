@@ -6,10 +6,7 @@ from __future__ import annotations
 import os
 import re
 
-from dsv4_doctor.redact import cut
-from dsv4_doctor.safeio import read_bounded
-from dsv4_doctor.model import Context, Fix, Phase
-from dsv4_doctor.probes import NVIDIA_SMI, TORCH, Probe
+from dsv4_doctor.api import NVIDIA_SMI, TORCH, Context, Fix, Phase, Probe, cut, read_bounded
 
 from . import fixes
 
@@ -133,7 +130,7 @@ def visible_fix(gpus: list[dict]) -> Fix:
 def hidden_cause(ctx: Context, driver_api: int | None = None) -> tuple[str, list[Fix]]:
     """Why torch sees no GPU that nvidia-smi lists: a sentence and its fixes. In order: CUDA_VISIBLE_DEVICES (empty or
     naming no GPU), a driver older than torch's CUDA, a CPU build of torch (the only cause a torch reinstall fixes)."""
-    from dsv4_doctor.probes import parse_nvidia_smi
+    from dsv4_doctor.api import parse_nvidia_smi
 
     smi = ctx.probe(NVIDIA_SMI)
     gpus = parse_nvidia_smi(smi.data) if smi.ok else []

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsv4_doctor.job.keys import ENGINE_MAX_SEQLEN, role_head
-from dsv4_doctor.job.model import Job, Setting
-from dsv4_doctor.model import Context, Fix
+from dsv4_doctor.api import ENGINE_MAX_SEQLEN, Context, Fix, Job, Setting, role_head
 
 from ._job_settings import (add_setting, config_files, data_parallel, first_unresolved, int_value, is_stated,
                             is_unresolved, maybe_in_file, not_known, role_cp, role_label, value_of, written)

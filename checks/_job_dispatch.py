@@ -3,7 +3,7 @@ token dispatchers it allows with one."""
 
 from __future__ import annotations
 
-from dsv4_doctor.job.model import Job
+from dsv4_doctor.api import Job
 
 from ._job_cp import SCHEDULERS
 from ._job_settings import (add_setting, as_written, config_files, is_unresolved, maybe_in_file, not_known, role_cp,

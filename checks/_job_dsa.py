@@ -3,11 +3,8 @@ the dense indexer loss (job.indexer-loss)."""
 
 from __future__ import annotations
 
-from dsv4_doctor.job.bridge_rule import SWITCH_BACKEND, conflict_text
-from dsv4_doctor.job.keys import line_to_add
-from dsv4_doctor.job.model import Job
-from dsv4_doctor.job.profile import RoleBackend, bridge_switch, role_backend
-from dsv4_doctor.model import Fix, Phase, Profile
+from dsv4_doctor.api import (SWITCH_BACKEND, Fix, Job, Phase, Profile, RoleBackend, bridge_switch, conflict_text,
+                             line_to_add, role_backend)
 
 from ._job_settings import (add_setting, config_files, is_stated, is_unresolved, maybe_in_file, not_known, role_label,
                             value_of, written)

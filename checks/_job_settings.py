@@ -3,13 +3,8 @@ the world it runs on, and the lines that state or change a setting in the comman
 
 from __future__ import annotations
 
-from dsv4_doctor.job import unread
-from dsv4_doctor.job.bounds import digits_int, rejection
-from dsv4_doctor.job.keys import line_to_add
-from dsv4_doctor.job.model import Job, Setting, is_interpolation
-from dsv4_doctor.job.shape import entry_shown
-from dsv4_doctor.model import Context, Fix, Phase, Profile, Result, warned
-from dsv4_doctor.redact import shorten
+from dsv4_doctor.api import (Context, Fix, Job, Phase, Profile, Result, Setting, command_not_read, digits_int,
+                             entry_shown, is_interpolation, line_to_add, rejection, shorten, warned)
 
 
 def no_job(profile: Profile) -> str | None:
@@ -19,7 +14,7 @@ def no_job(profile: Profile) -> str | None:
 def not_read(job: Job, hides: str = "settings") -> str:
     """A job row's summary where the command was not read (its chain stops before the entry, or the entry's grammar
     is not known): not known, naming the word and what it hides."""
-    why = unread.not_read(job) or "the command's settings were not read"
+    why = command_not_read(job) or "the command's settings were not read"
     return (f"not known: {why}, so the job's {hides} are not known (give the training command itself: `check "
             "--job-args \"python3 -m verl.trainer.main_ppo ...\"`)")
 
@@ -28,7 +23,7 @@ def unread_row(job: Job, hides: str) -> Result:
     """The row of a job check the command does not let judge: a warning (never a skip, never a pass) that names the
     word the doctor stopped at and what it hides; the details say what the profile assumed instead."""
     assumed = job.decisions.not_known if job.decisions is not None else None
-    return warned(not_read(job, hides), assumed or "", evidence={"not_read": unread.not_read(job),
+    return warned(not_read(job, hides), assumed or "", evidence={"not_read": command_not_read(job),
                                                                  "entry": entry_shown(job.entry)})
 
 

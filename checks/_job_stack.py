@@ -3,10 +3,7 @@ settings probe in the job's interpreter; its answer is `job.built`)."""
 
 from __future__ import annotations
 
-from dsv4_doctor.api import check
-from dsv4_doctor.model import Context, Result, Source, failed, passed, warned
-from dsv4_doctor.probes import StaticRequest
-from dsv4_doctor.redact import cut
+from dsv4_doctor.api import Context, Result, Source, StaticRequest, check, cut, failed, passed, warned
 
 from ._job_settings import job_of, no_job, unread_row
 from ._upstream import gh, mlm
@@ -21,7 +18,7 @@ KEY_SETTINGS = ("context_parallel_size", "cp_partition_mode", "dsa_kernel_backen
 
 def _rule_of(message: str) -> list[dict]:
     """The declared rules whose upstream text the message holds (doctor/upstream_texts.py)."""
-    from dsv4_doctor.upstream_texts import classify
+    from dsv4_doctor.api import classify
 
     try:
         return [m.to_dict() for m in classify(message)][:3]

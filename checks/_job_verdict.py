@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dsv4_doctor.model import Finding, Fix, Status
+from dsv4_doctor.api import Finding, Fix, Status
 
 
 @dataclass

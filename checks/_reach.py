@@ -18,9 +18,7 @@ import os
 import re
 import shlex
 
-from dsv4_doctor.facts import STACK_MODULE_OF, StaticFacts, canonical
-from dsv4_doctor.fix import plain_value
-from dsv4_doctor.model import Command, Fix, Phase
+from dsv4_doctor.api import STACK_MODULE_OF, Command, Fix, Phase, StaticFacts, canonical, plain_value
 
 from .installer_fixes import managed_routes
 

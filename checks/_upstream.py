@@ -1,6 +1,6 @@
 """Pinned upstream locations the rules cite (the snapshots the knowledge base was verified against)."""
 
-from dsv4_doctor.model import Source
+from dsv4_doctor.api import Source
 
 MLM_DEV = "d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1"  # NVIDIA/Megatron-LM dev, 2026-08-21
 MLM_VERL_TESTED = "fd1121b8ff7e3a4f83a28d35aed172d7bc0260e1"  # the dev commit verl's DSv4 example was tested with

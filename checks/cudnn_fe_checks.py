@@ -3,11 +3,8 @@ Megatron calls resolves, with q_causal_offsets exactly where Megatron requires i
 
 from __future__ import annotations
 
-from dsv4_doctor.redact import cut
-from dsv4_doctor.facts import StaticFacts, error_text, outcome, version
-from dsv4_doctor.api import UpstreamText, check
-from dsv4_doctor.model import Context, Profile, Result, Source, failed, passed, skipped, warned
-from dsv4_doctor.probes import StaticRequest, import_probe
+from dsv4_doctor.api import (Context, Profile, Result, Source, StaticFacts, StaticRequest, UpstreamText, check, cut,
+                             error_text, failed, import_probe, outcome, passed, skipped, version, warned)
 
 from . import fixes, frontend_fixes
 from ._reach import copies_note

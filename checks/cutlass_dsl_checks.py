@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from packaging.version import Version
 
-from dsv4_doctor.facts import StaticFacts, error_text, outcome, version
-from dsv4_doctor.api import UpstreamText, check
-from dsv4_doctor.model import Context, Result, Source, failed, passed
-from dsv4_doctor.probes import StaticRequest, import_probe
+from dsv4_doctor.api import (Context, Result, Source, StaticFacts, StaticRequest, UpstreamText, check, error_text,
+                             failed, import_probe, outcome, passed, version)
 
 from . import frontend_fixes
 from ._upstream import EAV, mlm, pypi

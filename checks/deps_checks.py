@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import re
 
-from dsv4_doctor.facts import MAX_REQUIREMENTS, StaticFacts, canonical, parse_requirement, safe_specifier
-from dsv4_doctor.api import check
-from dsv4_doctor.model import Context, Fix, Phase, Result, Source, failed, passed, skipped, warned
-from dsv4_doctor.probes import StaticRequest
+from dsv4_doctor.api import (MAX_REQUIREMENTS, Context, Fix, Phase, Result, Source, StaticFacts, StaticRequest,
+                             canonical, check, failed, parse_requirement, passed, safe_specifier, skipped, warned)
 
 from . import fixes, frontend_fixes
 from ._reach import STACK, STACK_MODULES, copies_note

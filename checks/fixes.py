@@ -15,9 +15,8 @@ import re
 
 from packaging.version import Version
 
-from dsv4_doctor.facts import (StaticFacts, canonical, requirement_text, requirements, safe_specifier, safe_version,
-                               version)
-from dsv4_doctor.model import Command, Fix, Phase
+from dsv4_doctor.api import (Command, Fix, Phase, StaticFacts, canonical, requirement_text, requirements,
+                             safe_specifier, safe_version, version)
 
 from ._upstream import MLM_DEV, MLM_VERL_TESTED
 

@@ -4,11 +4,9 @@ sources, like every other rule; their run functions are never called (only_with 
 
 from __future__ import annotations
 
-from dsv4_doctor.fleet import merge as fleetmerge
-from dsv4_doctor.api import check
-from dsv4_doctor.model import Context, Result, errored
+from dsv4_doctor.api import FLEET_DRIFT_TITLE, FLEET_RANKS_TITLE, FLEET_SOURCES, Context, Result, check, errored
 
-SOURCES = tuple(fleetmerge.FLEET_SOURCES)
+SOURCES = tuple(FLEET_SOURCES)
 
 
 def _merged_only(ctx: Context) -> Result:
@@ -17,7 +15,7 @@ def _merged_only(ctx: Context) -> Result:
 
 @check(
     "fleet.ranks",
-    fleetmerge.RANKS_TITLE,
+    FLEET_RANKS_TITLE,
     applies_when="fleet mode (check --distributed, torchrun or srun with more than one rank)",
     detects="which ranks' reports reached rank 0 over torch.distributed before the deadline",
     sources=SOURCES,
@@ -37,7 +35,7 @@ def fleet_ranks(ctx: Context) -> Result:
 
 @check(
     "fleet.drift",
-    fleetmerge.DRIFT_TITLE,
+    FLEET_DRIFT_TITLE,
     applies_when="fleet mode (check --distributed, torchrun or srun with more than one rank)",
     detects="per-rank package versions and RECORD hashes, source hashes, driver, Python, check statuses",
     sources=SOURCES,

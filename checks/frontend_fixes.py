@@ -9,9 +9,8 @@ import re
 
 from packaging.version import Version
 
-from dsv4_doctor.facts import (StaticFacts, parse_requirement, requirement_text, requirements, safe_specifier,
-                               safe_version, version)
-from dsv4_doctor.model import Fix, Phase
+from dsv4_doctor.api import (Fix, Phase, StaticFacts, parse_requirement, requirement_text, requirements, safe_specifier,
+                             safe_version, version)
 
 from ._gates import first_frontend_accepting, first_frontend_for_installed_gate
 from .fixes import CUTLASS_VERSION, FE_VERSION, TORCH_C_DLPACK_EXT_VERSION, TVM_FFI_VERSION, withheld

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 
-from dsv4_doctor.api import UpstreamText, check
-from dsv4_doctor.model import Context, Result, Source, errored, failed, passed, skipped, warned
-from dsv4_doctor.probes import NVIDIA_SMI, TORCH, Probe, StaticRequest
+from dsv4_doctor.api import (NVIDIA_SMI, TORCH, Context, Probe, Result, Source, StaticRequest, UpstreamText, check,
+                             errored, failed, passed, skipped, warned)
 
 from . import fixes
 from ._upstream import EAV, MLM_VERL_TESTED, measured, mlm, mlm_at

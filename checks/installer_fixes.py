@@ -17,10 +17,8 @@ pip's own override is already set where the doctor runs (then the plan says so, 
 
 from __future__ import annotations
 
-from dsv4_doctor.facts import StaticFacts
-from dsv4_doctor.fix import BREAK_SYSTEM_PACKAGES as BREAK_OPTION, plain_value
-from dsv4_doctor.fixpep668 import BREAK_KEY, DEFAULT_VENV as VENV_DIR, VENV_KEY  # the keys the planner keeps one of
-from dsv4_doctor.model import Fix, Phase
+from dsv4_doctor.api import BREAK_SYSTEM_PACKAGES as BREAK_OPTION, Fix, Phase, StaticFacts, plain_value
+from dsv4_doctor.api import BREAK_KEY, DEFAULT_VENV as VENV_DIR, VENV_KEY  # the keys the planner keeps one of
 
 
 def venv_python(folder: str) -> str:

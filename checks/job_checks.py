@@ -15,14 +15,9 @@ from __future__ import annotations
 
 import os
 
-from dsv4_doctor.redact import cut
-from dsv4_doctor.api import UpstreamText, check
-from dsv4_doctor.model import Context, Finding, Fix, Phase, Result, Source, failed, passed, skipped, warned
-from dsv4_doctor.probes import StaticRequest
-from dsv4_doctor.job import unread
-from dsv4_doctor.job.settings import ROUNDING
-from dsv4_doctor.job.wrappers import (PYTHON_MANUAL, RAY_MANUAL, SBATCH, SHELL_MANUAL, SRUN, TORCHRUN_MANUAL,
-                                      UV_MANUAL, WRAPPERS)
+from dsv4_doctor.api import (PYTHON_MANUAL, RAY_MANUAL, ROUNDING, SBATCH, SHELL_MANUAL, SRUN, TORCHRUN_MANUAL,
+                             UV_MANUAL, WRAPPERS, Context, Finding, Fix, Phase, Result, Source, StaticRequest,
+                             UpstreamText, check, command_not_read, cut, failed, passed, skipped, warned)
 
 from ._job_cp import M1, M4, judge_role, verl_sets_cp
 from ._job_dispatch import judge_dispatch
@@ -459,7 +454,7 @@ def job_env(ctx: Context) -> Result | list[Finding]:
         return warned("; ".join(warns) + f" ({where})", "\n".join(unknown + notes), fixes=fixes, evidence=evidence)
     if job.kind not in ("verl", "megatron"):
         # A wrapper (bash x.sh, srun ...) runs a script that may export or override them after the doctor looked.
-        hides = unread.not_read(job) or "the command runs a script the doctor does not read"
+        hides = command_not_read(job) or "the command runs a script the doctor does not read"
         script = f"{hides}, which may set them itself"
         if warns:
             return warned("; ".join(warns) + f" ({script})", "\n".join(notes), fixes=fixes, evidence=evidence)

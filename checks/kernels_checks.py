@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.facts import error_text, outcome, version
-from dsv4_doctor.api import UpstreamText, check
-from dsv4_doctor.model import Context, Fix, Phase, Result, Source, failed, passed, warned
-from dsv4_doctor.probes import StaticRequest, import_probe
+from dsv4_doctor.api import (Context, Fix, Phase, Result, Source, StaticRequest, UpstreamText, check, error_text,
+                             failed, import_probe, outcome, passed, version, warned)
 
 from . import fixes
 from ._archs import NO_KERNEL_IMAGE, RULES_SOURCE, judge

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import os
 
-from dsv4_doctor.facts import version
-from dsv4_doctor.api import check
-from dsv4_doctor.model import Context, Result, Source, passed, skipped, warned
-from dsv4_doctor.probes import TORCH, StaticRequest
+from dsv4_doctor.api import TORCH, Context, Result, Source, StaticRequest, check, passed, skipped, version, warned
 
 WHEELS = {"libcudnn.so": ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12"), "libnccl.so": ("nvidia-nccl-cu13",
                                                                                    "nvidia-nccl-cu12")}

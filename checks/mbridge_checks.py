@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.api import check
-from dsv4_doctor.model import Context, Result, Source, failed, passed, skipped
-from dsv4_doctor.probes import StaticRequest
+from dsv4_doctor.api import Context, Result, Source, StaticRequest, check, failed, passed, skipped
 
 from . import fixes
 

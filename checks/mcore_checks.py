@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import os
 
-from dsv4_doctor.api import UpstreamText, check
-from dsv4_doctor.model import Context, Result, Source, errored, failed, passed, skipped, warned
-from dsv4_doctor.probes import StaticRequest
+from dsv4_doctor.api import (Context, Result, Source, StaticRequest, UpstreamText, check, errored, failed, passed,
+                             skipped, warned)
 
 from . import fixes
 from ._reach import hides, target_entry

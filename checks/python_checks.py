@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from dsv4_doctor.api import check
-from dsv4_doctor.model import Context, Profile, Result, Source, failed, passed, skipped, warned
-from dsv4_doctor.probes import StaticRequest
-from dsv4_doctor.target import REMOTE_NOT_KNOWN, same_interpreter
+from dsv4_doctor.api import (REMOTE_NOT_KNOWN, Context, Profile, Result, Source, StaticRequest, check, failed, passed,
+                             same_interpreter, skipped, warned)
 
 from . import fixes
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import re
 
-from dsv4_doctor.facts import at_least, canonical, error_text, outcome, requirements, safe_specifier, version
-from dsv4_doctor.api import UpstreamText, check
-from dsv4_doctor.model import Context, Fix, Phase, Result, Source, errored, failed, passed, skipped, warned
-from dsv4_doctor.probes import TORCH, Probe, StaticRequest, import_probe
+from dsv4_doctor.api import (TORCH, Context, Fix, Phase, Probe, Result, Source, StaticRequest, UpstreamText, at_least,
+                             canonical, check, error_text, errored, failed, import_probe, outcome, passed, requirements,
+                             safe_specifier, skipped, version, warned)
 
 from . import fixes
 from ._archs import NO_KERNEL_IMAGE, RULES_SOURCE, judge

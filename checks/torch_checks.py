@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from packaging.version import InvalidVersion, Version
 
-from dsv4_doctor.api import check
-from dsv4_doctor.model import Context, Result, Source, failed, passed, warned
-from dsv4_doctor.probes import TORCH, StaticRequest
+from dsv4_doctor.api import TORCH, Context, Result, Source, StaticRequest, check, failed, passed, warned
 
 from . import fixes
 

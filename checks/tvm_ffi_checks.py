@@ -4,10 +4,8 @@ kernels load."""
 from __future__ import annotations
 
 
-from dsv4_doctor.facts import StaticFacts, requirement_text
-from dsv4_doctor.api import check
-from dsv4_doctor.model import Context, Profile, Result, Source, failed, passed, warned
-from dsv4_doctor.probes import StaticRequest
+from dsv4_doctor.api import (Context, Profile, Result, Source, StaticFacts, StaticRequest, check, failed, passed,
+                             requirement_text, warned)
 
 from . import frontend_fixes
 from ._upstream import EAV, mlm, pypi

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dsv4_doctor.api import UpstreamText, check
-from dsv4_doctor.model import Context, Result, Source, errored, failed, passed, skipped
-from dsv4_doctor.probes import StaticRequest
+from dsv4_doctor.api import (Context, Result, Source, StaticRequest, UpstreamText, check, errored, failed, passed,
+                             skipped)
 
 from . import fixes
 from ._upstream import verl_at

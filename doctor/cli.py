@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from .app import Options
 from .commandline import COMMANDS, COMPLETION_VARIABLE, INSPECTING_COMMANDS, PROG, ROOT_OPTIONS, VALUE_OPTIONS, _app
 from .model import ExitCode, UsageError
-from .render.output import emit, finish_streams, isatty, line_text, preflight_report, say, write_stderr, write_stdout
+from .render.emitter import emit, preflight_report
+from .render.output import finish_streams, isatty, line_text, say, write_stderr, write_stdout
 
 if TYPE_CHECKING:
     from .fixplan import Answer

@@ -14,14 +14,21 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from .fix import BREAK_SYSTEM_PACKAGES, Fix, Phase, breaking_system_packages, plain_value
 
-if TYPE_CHECKING:  # the plan's steps are fixplan's; only read and replaced here
-    from .fixplan import Step
 
-S = TypeVar("S", bound="Step")
+class PlanStep(Protocol):
+    """What this module reads of the plan's steps (fixplan.Step, which imports this module): only read and
+    replaced here."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # a dataclass: dataclasses.replace rewrites it
+    fix: Fix
+    commands: list[Any]
+
+
+S = TypeVar("S", bound=PlanStep)
 
 # PEP 668's two ways (checks/installer_fixes.py), the step that says the venv's folder cannot be used, and the
 # interpreter's own ensurepip step (checks/_reach.py), which a venv makes needless

@@ -1,6 +1,6 @@
 """`python -m dsv4_doctor.gendocs > docs/checks.md`: every built-in rule's page, generated from its definition.
 
-Grouped by area in report order (`checks.AREAS`); per rule its id, title, when it applies, what it detects, its
+Grouped by area in report order (`Registry.areas`); per rule its id, title, when it applies, what it detects, its
 explanation (the docstring), its fixes with their exact commands, the checks it needs or runs after, its upstream error
 texts and its sources.
 Nothing is written by hand, so the page cannot drift from the code (tests/test_gendocs.py compares them).
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 
 from .model import Check
 from .render.markdown import code, fence, plain
@@ -100,14 +101,11 @@ def rule_page(c: Check) -> list[str]:
     return lines
 
 
-def render_docs(checks: list[Check]) -> str:
-    from dsv4_doctor.checks import AREAS
-
-    from .registry import area_of_check
-
-    by_area: dict[str, list[Check]] = {area: [] for area in AREAS}
+def render_docs(checks: list[Check], areas: Sequence[str]) -> str:
+    """The pages of `checks`, grouped by their area (`Check.area`), the areas in `areas`' order (the registry's)."""
+    by_area: dict[str, list[Check]] = {area: [] for area in areas}
     for c in checks:
-        by_area.setdefault(area_of_check(c) or c.id.split(".", 1)[0], []).append(c)
+        by_area.setdefault(c.area or c.id.split(".", 1)[0], []).append(c)
     lines = ["# Checks", "",
              "Every built-in rule of dsv4-doctor, by area in report order. Generated from the check definitions by",
              "`python -m dsv4_doctor.gendocs > docs/checks.md`; do not edit by hand. `dsv4-doctor explain ID` prints",
@@ -134,7 +132,7 @@ def main() -> int:
     if problems:
         print("; ".join(problems), file=sys.stderr)
         return 1
-    sys.stdout.write(render_docs(registry.checks))
+    sys.stdout.write(render_docs(registry.checks, registry.areas))
     return 0
 
 

@@ -9,15 +9,14 @@ from __future__ import annotations
 import enum
 import textwrap
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 # What a fix is lives in fix.py; checks, plugins (APIs 1/2) and the renderers import it from here.
 from .fix import PIP, UNSAFE_CHARS, Command, Fix, Phase  # noqa: F401
 
-if TYPE_CHECKING:  # doctor.job and upstreamtext import this module
-    from .job.model import Job
-    from .upstreamtext import UpstreamText
+# What an upstream source and text are live in upstreamtext.py, which imports nothing of the doctor.
+from .upstreamtext import Source, UpstreamText  # noqa: F401
 
 
 class Status(str, enum.Enum):
@@ -85,8 +84,8 @@ class Profile:
     # the CP was assumed, so that a CP-1 check of a CP>1 job does not pass unremarked).
     cp_source: str = "default"
     # Settings read from a training command (preflight, --job-args); a plugin host's profile carries the report's
-    # dict instead (plugin APIs 1/2).
-    job: Job | None = None
+    # dict instead (plugin APIs 1/2). A job.model.Job or None: not imported here, job/ imports this module.
+    job: Any = None
     fleet: Mapping[str, Any] | None = None  # this rank in a fleet run: rank, world_size, local_rank, node_leader, host
 
     @property
@@ -215,6 +214,9 @@ class Check:
     # run once per node, on local rank 0.
     per_gpu: bool = False
     origin: str = "dsv4-doctor"  # the distribution that registered it; set by the registry
+    # The built-in area it belongs to (the prefix its id must have), stamped by the rulebook when it lists its checks;
+    # the engine reads it here and never imports the rulebook. None for a plugin's check.
+    area: str | None = None
     # Called with (ctx, the result's fixes) after the check ran: the fixes as the plan should carry them (the
     # built-ins' reach the copy the job imports and use the target's installer: checks/_reach.py).
     route_fixes: Callable[[Any, list], list] | None = None
@@ -224,17 +226,6 @@ class Check:
 
     def doc(self) -> str:
         return textwrap.dedent(self.explanation).strip()
-
-
-@dataclass(frozen=True)
-class Source:
-    """An upstream source a rule is based on."""
-
-    title: str
-    url: str = ""
-
-    def to_dict(self) -> dict:
-        return {"title": self.title, "url": self.url}
 
 
 class Wire(Protocol):

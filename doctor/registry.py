@@ -189,13 +189,6 @@ def validate_check(check: Check) -> str | None:
     return None
 
 
-def area_of_check(check: Check) -> str | None:
-    """The built-in area whose module defines the check's run function; None outside the built-ins."""
-    from dsv4_doctor.checks import area_of
-
-    return area_of(str(getattr(check.run, "__module__", "") or ""))
-
-
 def rule_problems(check: Check, known: Container[str], area: str | None) -> list[str]:
     """The rules every check keeps, beyond a valid id and title: `needs` and `after` name checks that exist, the id
     starts with its module's area, the explanation (the docstring) is written and a source is named."""
@@ -226,7 +219,8 @@ def admit_builtins(info: PluginInfo, found: list[Check], seen: set[str]) -> list
             _add_error(info, f"duplicate check id {check.id!r}")
             continue
         seen.add(check.id)
-        problems = rule_problems(check, known, area_of_check(check))
+        # Stamped by the rulebook when it lists the check (Check.area); a built-in without one could keep no area rule.
+        problems = rule_problems(check, known, check.area) if check.area else [f"{check.id!r} carries no area"]
         if problems:
             _add_error(info, "; ".join(problems))
             continue
@@ -268,12 +262,18 @@ class Registry:
     checks: list[Check]  # built-ins, loaded in-process, sorted by id
     builtins: list[PluginInfo]
     plugins: list[PluginInfo]  # third-party entry points: loaded only in a plugin host
+    # The built-in areas in report order: as the built-in entry point lists its checks, each stamped with its area.
+    areas: tuple[str, ...] = ()
 
     def get(self, check_id: str) -> Check | None:
         return next((c for c in self.checks if c.id == check_id), None)
 
 
+_loaded_areas: tuple[str, ...] | None = None  # the areas of the last load(): the same built-ins in every load
+
+
 def load() -> Registry:
+    global _loaded_areas
     builtins, plugins, checks = [], [], []
     seen: set[str] = set()
     for info in entry_points():
@@ -284,8 +284,16 @@ def load() -> Registry:
         admitted = admit_builtins(info, load_entry_point(info), seen)
         info.checks = len(admitted)
         checks += admitted
+    areas = tuple(dict.fromkeys(c.area for c in checks if c.area))
+    _loaded_areas = areas
     # Reports list checks by id: stable across runs, plugins and installs.
-    return Registry(checks=sorted(checks, key=lambda c: c.id), builtins=builtins, plugins=plugins)
+    return Registry(checks=sorted(checks, key=lambda c: c.id), builtins=builtins, plugins=plugins, areas=areas)
+
+
+def area_order() -> tuple[str, ...]:
+    """The built-in areas in report order (`Registry.areas`), for a renderer: the run's own load when it made one,
+    else one load (the built-in checks imported, as a run imports them)."""
+    return load().areas if _loaded_areas is None else _loaded_areas
 
 
 def near_misses(wanted: str, ids: Sequence[str]) -> list[str]:

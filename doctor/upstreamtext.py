@@ -1,5 +1,6 @@
-"""What an upstream error or warning text is, as a rule declares it (`@check(..., texts=...)`); the engine's
-registry of them, and the classifier, are in upstream_texts.py."""
+"""What an upstream source (`Source`) and an upstream error or warning text are, as a rule declares them (`@check(...,
+sources=..., texts=...)`); the engine's registry of the texts, and the classifier, are in upstream_texts.py. Imports
+nothing of the doctor: the model re-exports both."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import re
 import string
 from dataclasses import dataclass
 
-from .model import Source
 
 # What a text's id, kind and literal parts may be: a plugin declares texts as data, and they reach `explain`, docs and
 # reports; bounded so that one text cannot make classifying a message slow.
@@ -16,6 +16,17 @@ TEXT_KIND = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 MAX_TEXT = 2000
 MAX_FRAGMENTS = 24
 MIN_LITERAL = 12  # characters of literal text a text must have, so that it cannot match any message
+
+
+@dataclass(frozen=True)
+class Source:
+    """An upstream source a rule is based on."""
+
+    title: str
+    url: str = ""
+
+    def to_dict(self) -> dict:
+        return {"title": self.title, "url": self.url}
 
 
 @dataclass(frozen=True)

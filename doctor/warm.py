@@ -51,9 +51,9 @@ def dsl_arch(gpu_arch: str) -> str:
 
 
 def shipped_recipes() -> Path:
-    import dsv4_doctor.checks as checks
+    from .registry import builtin_dir  # located, not imported: the engine never imports the rulebook
 
-    return Path(checks.__file__).resolve().parent / "smoke" / "kernel_recipes.json"
+    return Path(builtin_dir()) / "smoke" / "kernel_recipes.json"
 
 
 def nesting_depth(value: object, limit: int = MAX_RECIPE_DEPTH) -> int:

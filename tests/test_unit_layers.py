@@ -16,12 +16,15 @@ LAYERS: list[tuple[str, set[str]]] = [
               "versions", "located", "procs", "signals", "safeio", "cachedir", "helptext", "target", "upstreamtext"}),
     ("job", {"job", "jobpath"}),
     ("probes", {"probes"}),
-    ("engine", {"registry", "runner", "api", "testing", "report", "upstream_texts"}),
+    ("engine", {"registry", "runner", "testing", "report", "upstream_texts"}),
     ("render", {"render"}),
     ("session", {"assemble", "pluginhost", "plugins", "session", "earlystart", "runreport", "fixplan", "jobcompose",
                  "stackbuild"}),
     ("commands", {"fleet", "app", "catalog", "execjob", "gendocs", "warm"}),
     ("cli", {"cli", "commandline", "completion", "launch", "__main__"}),
+    # The checks' one door re-exports what they use from every layer below (the fleet's rows included); nothing of
+    # the doctor imports it.
+    ("api", {"api"}),
 ]
 
 
@@ -77,23 +80,68 @@ def import_loops(graph: dict[str, set[str]]) -> list[str]:
             visit(node, [node])
     return loops
 
-def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
-    """The doctor modules `module` imports (relative imports, lazy ones inside functions included)."""
+def _named_by_importlib(node: ast.AST) -> str | None:
+    """The module an `importlib.import_module("...")` or `__import__("...")` call names by a literal, else None."""
+    if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Constant):
+        return None
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    value = node.args[0].value
+    return value if name in ("import_module", "__import__") and isinstance(value, str) else None
+
+
+def arrows_of(module: str, path: Path, type_only: bool = True) -> set[tuple[str, tuple[str, ...]]]:
+    """What `module` imports, each as (the dotted module under `dsv4_doctor`, the names taken from it): relative
+    imports, absolute `dsv4_doctor.*` ones (`from` and plain), and `importlib` by a literal name; lazy ones inside
+    functions included, and those under `if TYPE_CHECKING:` unless `type_only` is False. `dsv4_doctor` itself is ``."""
     package = module.split(".") if path.name == "__init__.py" and module != "doctor" else module.split(".")[:-1]
     if module == "doctor":
         package = []
-    found = set()
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    annotations = typing_only(tree)
+    annotations = set() if type_only else typing_only(tree)
+    found: set[tuple[str, tuple[str, ...]]] = set()
+
+    def absolute(dotted: str, names: tuple[str, ...]) -> None:
+        if dotted == "dsv4_doctor" or dotted.startswith("dsv4_doctor."):
+            found.add((dotted[len("dsv4_doctor."):] if "." in dotted else "", names))
+
     for node in ast.walk(tree):
-        if not isinstance(node, ast.ImportFrom) or not node.level or id(node) in annotations:
+        if id(node) in annotations:
             continue
-        base = package[:len(package) - (node.level - 1)] if node.level > 1 else package
-        target = ".".join([*base, *([node.module] if node.module else [])])
-        for candidate in [target, *(f"{target}.{a.name}".lstrip(".") for a in node.names)]:
-            candidate = candidate or "doctor"
-            if candidate in known and candidate != module:
-                found.add(candidate)
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[:len(package) - (node.level - 1)] if node.level > 1 else package
+            found.add((".".join([*base, *([node.module] if node.module else [])]), tuple(a.name for a in node.names)))
+        elif isinstance(node, ast.ImportFrom):
+            absolute(node.module or "", tuple(a.name for a in node.names))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                absolute(alias.name, ())
+        elif (named := _named_by_importlib(node)) is not None:
+            absolute(named, ())
+    return found
+
+
+def imports_of(module: str, path: Path, known: set[str], type_only: bool = False) -> set[str]:
+    """The doctor modules `module` imports (see `arrows_of`; type-only imports counted when `type_only`): the module
+    a `from` names (unless every name taken is a module of its own: `from . import admit` runs the package's
+    `__init__` but takes nothing of it), and each name taken from it that is a module of its own."""
+    found = set()
+    for target, names in arrows_of(module, path, type_only):
+        submodules = {m for m in (f"{target}.{name}".lstrip(".") for name in names) if m in known}
+        if len(submodules) < len(names) or not names:  # a name of the module itself, or the module as a whole
+            submodules.add(target or "doctor")
+        found.update(m for m in submodules if m in known and m != module)
+    return found
+
+
+def rulebook_imports_of(module: str, path: Path) -> set[str]:
+    """What `module` imports of the rulebook (`dsv4_doctor.checks` and below), however it is written."""
+    found = set()
+    for target, names in arrows_of(module, path):
+        if target.split(".")[0] == "checks":
+            found.add(target)
+        elif target == "" and "checks" in names:
+            found.add("checks")
     return found
 
 
@@ -132,6 +180,87 @@ def test_no_import_loop_between_units():
     graph.get("doctor", set()).clear()  # the package itself: its __init__ holds only the version
     loops = import_loops(graph)
     assert not loops, "import loops:\n" + "\n".join(loops)
+
+
+def circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The graph's strongly connected parts of more than one module (Tarjan): each is one or more import circles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if dep not in index:
+                visit(dep)
+                low[node] = min(low[node], low[dep])
+            elif dep in stack:
+                low[node] = min(low[node], index[dep])
+        if low[node] == index[node]:
+            part = set()
+            while True:
+                top = stack.pop()
+                part.add(top)
+                if top == node:
+                    break
+            if len(part) > 1:
+                out.append(part)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return out
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Every doctor module's imports of other doctor modules: lazy ones and those under `if TYPE_CHECKING:` too."""
+    modules = doctor_modules()
+    return {m: imports_of(m, p, set(modules), type_only=True) for m, p in modules.items()}
+
+
+def test_no_import_circle_among_the_doctor_modules_lazy_and_type_only_imports_included():
+    graph = module_graph()
+    assert "render.terminal" in graph["render.emitter"] and "job.model" in graph["job.bounds"]  # real edges seen
+    found = circles(graph)
+    assert not found, "import circles:\n" + "\n".join(" <-> ".join(sorted(c)) for c in found)
+
+
+def test_the_engine_imports_nothing_of_the_checks():
+    """The engine reads the built-in checks only as the registry loads them through their entry point (each stamped
+    with its area): no module under doctor/ imports `dsv4_doctor.checks`, however the import is written."""
+    arrows = {m: found for m, p in doctor_modules().items() if (found := rulebook_imports_of(m, p))}
+    assert not arrows, f"engine modules importing the checks: {arrows}"
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from dsv4_doctor.checks import AREAS\n", {"checks"}),
+    ("from ..checks import AREAS\n", {"checks"}),
+    ("def f():\n    import dsv4_doctor.checks.smoke as s\n", {"checks.smoke"}),
+    ("from dsv4_doctor import checks\n", {"checks"}),
+    ("import importlib\nimportlib.import_module('dsv4_doctor.checks')\n", {"checks"}),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dsv4_doctor.checks import X\n", {"checks"}),
+    ("from dsv4_doctor import model\nimport importlib.util\nimportlib.util.find_spec('dsv4_doctor.checks')\n",
+     set()),
+])
+def test_imports_of_the_checks_are_read_however_written(tmp_path, source, expected):
+    (tmp_path / "render").mkdir()
+    fake = tmp_path / "render" / "terminal.py"
+    fake.write_text(source, encoding="utf-8")
+    assert rulebook_imports_of("render.terminal", fake) == expected
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from dsv4_doctor.model import X\n", {"model"}),
+    ("import dsv4_doctor.render.output\n", {"render.output"}),
+    ("from dsv4_doctor.render import output\n", {"render.output"}),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .model import X\n", {"model"}),
+])
+def test_absolute_and_type_only_imports_are_read_for_circles(tmp_path, source, expected):
+    fake = tmp_path / "cli.py"
+    fake.write_text(source, encoding="utf-8")
+    assert imports_of("cli", fake, {"model", "render", "render.output", "cli"}, type_only=True) == expected
 
 
 @pytest.mark.parametrize("source, expected", [
@@ -193,3 +322,80 @@ def test_no_module_under_doctor_is_over_400_lines():
     long = {str(p.relative_to(DOCTOR)): n for p in sorted(DOCTOR.rglob("*.py"))
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400}
     assert not long, long
+
+
+def engine_imports_of_a_check_module(source: str, package: tuple[str, ...]) -> list[tuple[int, str]]:
+    """Each module of the engine a module of the rulebook imports, as (line, `dsv4_doctor.x`), however written:
+    absolute (`from`, plain, `importlib.import_module` by a literal name) or relative climbing out of `checks`; lazy
+    ones and those under `if TYPE_CHECKING:` included. `package` is the module's package under `dsv4_doctor`
+    (`("checks", "smoke")`); the rulebook's own modules are not the engine's. `from dsv4_doctor import x` counts as
+    an import of `dsv4_doctor.x`."""
+    found: list[tuple[int, str]] = []
+
+    def take(line: int, parts: list[str]) -> None:
+        if parts[:1] != ["checks"]:
+            found.append((line, ".".join(["dsv4_doctor", *parts])))
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                if node.level > len(package) + 1:
+                    continue  # above dsv4_doctor: not the engine (and not importable)
+                parts = [*package[:len(package) - (node.level - 1)], *(node.module or "").split(".")]
+            elif (node.module or "").split(".")[0] == "dsv4_doctor":
+                parts = (node.module or "").split(".")[1:]
+            else:
+                continue
+            parts = [p for p in parts if p]
+            if parts:
+                take(node.lineno, parts)
+            else:  # `from dsv4_doctor import x, y`: each name a module of the package
+                for alias in node.names:
+                    take(node.lineno, [alias.name])
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "dsv4_doctor":
+                    take(node.lineno, alias.name.split(".")[1:])
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str) and node.args[0].value.split(".")[0] == "dsv4_doctor"
+              and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("import_module", "__import__")):
+            take(node.lineno, node.args[0].value.split(".")[1:])
+    return found
+
+
+def test_the_built_in_checks_import_the_engine_only_through_the_api():
+    """A built-in check reads like a plugin's: of the engine it imports `dsv4_doctor.api` and nothing else, so a
+    plugin author who copies one learns the right import. Probe scripts (`dsv4probe_*.py`) run in the target
+    interpreter and import nothing of the engine; they are not read."""
+    written = ("from dsv4_doctor.model import Fix\n"
+               "import dsv4_doctor.redact\n"
+               "from dsv4_doctor import facts, api\n"
+               "from ...job import model\n"
+               "from ... import target\n"
+               "if TYPE_CHECKING:\n    from ...model import Check\n"
+               "def f():\n    from dsv4_doctor.fleet import cp_plan\n"
+               "    importlib.import_module('dsv4_doctor.kernelcache')\n"
+               "from dsv4_doctor.api import check\n"
+               "from ... import api\n"
+               "from .. import fixes\n"
+               "from .._reach import route\n"
+               "from dsv4_doctor.checks import AREAS\n"
+               "import dsv4_doctor\n"
+               "import os\n")
+    assert sorted(m for _, m in engine_imports_of_a_check_module(written, ("checks", "smoke"))) == [
+        "dsv4_doctor", "dsv4_doctor.api", "dsv4_doctor.api", "dsv4_doctor.api", "dsv4_doctor.facts",
+        "dsv4_doctor.fleet", "dsv4_doctor.job", "dsv4_doctor.kernelcache", "dsv4_doctor.model", "dsv4_doctor.model",
+        "dsv4_doctor.redact", "dsv4_doctor.target"]
+
+    through_api, elsewhere = set(), []
+    for path in sorted(CHECKS.rglob("*.py")):
+        if path.name.startswith("dsv4probe_"):
+            continue
+        package = ("checks", *path.relative_to(CHECKS).parent.parts)
+        for line, module in engine_imports_of_a_check_module(path.read_text(encoding="utf-8"), package):
+            if module == "dsv4_doctor.api":
+                through_api.add(path.name)
+            else:
+                elsewhere.append(f"{path.relative_to(CHECKS.parent)}:{line} imports {module}")
+    assert {"te_checks.py", "job_checks.py", "kernels.py", "fixes.py"} <= through_api  # the reader sees real imports
+    assert not elsewhere, "import these through dsv4_doctor.api (export them there):\n" + "\n".join(elsewhere)

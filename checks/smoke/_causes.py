@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 import re
 
-from dsv4_doctor.model import Context, Fix, Phase, Result, errored, failed
-from dsv4_doctor.redact import Redactor
+from dsv4_doctor.api import Context, Fix, Phase, Redactor, Result, errored, failed
 
 from .. import fixes, frontend_fixes
 from ..mcore_checks import mcore_fix

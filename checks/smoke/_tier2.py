@@ -4,7 +4,7 @@ backward; and the words that say what tier 2 showed."""
 
 from __future__ import annotations
 
-from dsv4_doctor.model import Context, Result, Status, errored, failed
+from dsv4_doctor.api import Context, Result, Status, errored, failed
 
 from ._causes import cause_result, crash_cause, crash_text, tier2_fixes, tier2_rules
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dsv4_doctor.facts import StaticFacts
-from dsv4_doctor.api import check
-from dsv4_doctor.model import Context, Fix, Profile, Result, Source, errored, failed, passed, warned
-from dsv4_doctor.probes import Probe, StaticRequest
+from dsv4_doctor.api import (Context, Fix, Probe, Profile, Result, Source, StaticFacts, StaticRequest, check, errored,
+                             failed, passed, warned)
 
 from .. import fixes, frontend_fixes
 from .._upstream import EAV, mlm, pypi
@@ -208,9 +206,9 @@ def smoke_dsv4_kernels(ctx: Context) -> Result:
         rows[name]["rule"] = rule = subrun_rule(name, rows[name])
         if rule and rows[name]["status"] == "skip":
             rows[name]["summary"] = f"{rows[name]['summary']}: see {rule}"
-    from dsv4_doctor.kernelcache import for_run
+    from dsv4_doctor.api import run_kernel_cache
 
-    evidence: dict = {"subruns": rows, "kernel_cache": for_run().evidence(),  # the probes' CuTe DSL cache
+    evidence: dict = {"subruns": rows, "kernel_cache": run_kernel_cache().evidence(),  # the probes' CuTe DSL cache
                       "kernel_store": store_served(rows)}
     if profile.fleet and profile.cp > 1:  # each sub-run is one process by design: per-rank arguments, no collectives
         evidence["ranks"] = f"the {profile.cp} CP ranks simulated on this fleet rank's own GPU (single-process kernels)"

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from dsv4_doctor.api import check
-from dsv4_doctor.model import Context, Profile, Result, Source, errored, failed, needs_failed, passed, warned
-from dsv4_doctor.probes import Probe
+from dsv4_doctor.api import (Context, Probe, Profile, Result, Source, check, errored, failed, needs_failed, passed,
+                             warned)
 
 from .. import fixes
 from .._upstream import EAV, gh, mlm
@@ -40,7 +39,7 @@ def smoke_probe(profile: Profile) -> Probe:
         # A fleet rank never starts processes of its own (they would take the other ranks' GPUs): with --cp N its
         # probe joins a CP group of N consecutive fleet ranks and plays one CP rank, or simulates the N ranks on its
         # own device when the fleet does not divide into such groups (the reason is in the evidence).
-        from dsv4_doctor.fleet import cp_plan
+        from dsv4_doctor.api import cp_plan
 
         request["distributed"] = "off"
         plan = cp_plan(profile.fleet, profile.cp, os.environ) if profile.cp > 1 else {"mode": "simulated"}

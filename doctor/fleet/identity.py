@@ -8,10 +8,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import threading
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .env import FleetEnv
+from typing import Any
 
 RESOLVE_S = 2.0  # a name's lookup: a resolver that does not answer by then leaves the name as it was written
 _RESOLVED: dict[str, tuple[str, ...] | None] = {}
@@ -75,7 +72,7 @@ def normalise_address(addr: str) -> tuple[str, str]:
     return shown, f"MASTER_ADDR {addr}, resolved here to {shown}"
 
 
-def identity_evidence(env: FleetEnv) -> dict:
+def identity_evidence(env: Any) -> dict:  # a fleet.env.FleetEnv (typed Any: env imports this module)
     """How the ranks agree on the job's identity, for the report: torchrun's store, Slurm's ids, or the rendezvous
     as this rank read it (normalised)."""
     values = {k: v for k, v in env.identity.items() if k != "job"}

@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 from .rayjob import (  # noqa: F401  (wanted and job_runtime_env: read from here by the tests)
     MAX_ENV_VARS, MAX_NODES, REWARD_KEY, RUNTIME_ENV_KEY, Wanted, job_runtime_env, read_runtime_env, wanted)
 from .rayhelper import SHIP_PACKAGE, run_helper, static_request, report_limit
-from .raynode import NodeAnswer, helper_error, not_seen, probe_report, take_node, timings
+from .raynode import (RAN_PROBES, NodeAnswer, helper_error, node_fields, not_seen, probe_report, take_node,
+                      timings)
 from .raywant import missing_nodes, needed_nodes, node_count_known, nodes_wanted, with_driver_node
 
 if TYPE_CHECKING:
@@ -49,12 +50,6 @@ HOOK = HOOK_MODULE + ".refuse_unchecked_node"
 CHECKED_NODES_VARIABLE = "DSV4_DOCTOR_RAY_CHECKED_NODES"
 NODE_VARIABLE = "DSV4_DOCTOR_RAY_NODE"  # set in a node task's doctor: its report carries its node and fingerprint
 JOIN_S = 60.0  # the helper importing ray and joining the cluster
-
-
-def node_fields(node: str, host: str | None = None) -> dict:
-    """profile.fleet of a node task's doctor (or the driver's): it makes the report carry its fingerprint."""
-    return {"rank": 0, "world_size": 1, "local_rank": 0, "node_leader": True, "launcher": "ray",
-            "host": host or socket.gethostname() or "unknown", "node": node[:16]}
 
 
 def driver_profile(profile: Profile) -> Profile:
@@ -88,9 +83,6 @@ def node_job_args(command: Sequence[str] | None) -> str | None:
     """The training command as the node's doctor takes it (`--job-args-file`: one shell-quoted string), or None."""
     return shlex.join(command) if command else None
 
-
-RAN_DOCTOR = "doctor from the job's environment"
-RAN_PROBES = "the doctor's probes shipped with the task"
 
 
 def take_part(opts: Any, own: Report, command: Sequence[str] | None, deliver: Callable[[Report], int],

@@ -6,6 +6,7 @@ selected checks on those facts; anything else is not known)."""
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import replace
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,16 @@ from .rayjob import MAX_ENV_VARS, REWARD_KEY, Wanted
 if TYPE_CHECKING:
     from ..model import Profile
 
+# How a node's report was made (fleet.ranks' `ran`, the verdict's count of doctor-less nodes).
+RAN_DOCTOR = "doctor from the job's environment"
+RAN_PROBES = "the doctor's probes shipped with the task"
+
+
+def node_fields(node: str, host: str | None = None) -> dict:
+    """profile.fleet of a node task's doctor (or the driver's): it makes the report carry its fingerprint."""
+    return {"rank": 0, "world_size": 1, "local_rank": 0, "node_leader": True, "launcher": "ray",
+            "host": host or socket.gethostname() or "unknown", "node": node[:16]}
+
 
 def probe_report(payload: bytes | None, opts: Any, profile: Profile) -> dict | None:
     """The report of a node whose job environment has no doctor, made here from the static facts its shipped probe
@@ -25,7 +36,6 @@ def probe_report(payload: bytes | None, opts: Any, profile: Profile) -> dict | N
     from ..assemble import Outcome, build
     from ..runner import _report, execute
     from .admit import MAX_REPORT_BYTES, _text
-    from .raycluster import RAN_PROBES, node_fields
 
     if payload is None or len(payload) > MAX_REPORT_BYTES:
         return None
@@ -166,7 +176,6 @@ class NodeAnswer:
     @staticmethod
     def read(raw: Any) -> NodeAnswer:
         from .admit import _shown, _text
-        from .raycluster import RAN_DOCTOR, RAN_PROBES
 
         node = NodeAnswer()
         if not isinstance(raw, dict):
@@ -215,7 +224,6 @@ def take_node(node: NodeAnswer, rank: int, payload_path: str, want: Wanted,
     this node's failing entry."""
     from ..procs import read_bounded
     from . import admit as fleetadmit
-    from .raycluster import RAN_PROBES
 
     if node.malformed:
         return None, "its answer to the doctor is malformed: " + "; ".join(node.malformed)

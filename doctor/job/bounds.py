@@ -14,7 +14,7 @@ import math
 import re
 
 from ..redact import shorten
-from .model import Job, Setting, Unexpanded, is_interpolation
+from .model import MAX_INT_DIGITS, Job, Setting, Unexpanded, digits_int, is_interpolation  # noqa: F401  (digits_int: read from here)
 
 INT32_MAX = 2**31 - 1  # Megatron's packed THD batches index tokens with int32 cu_seqlens
 MAX_PARALLEL = 1024  # --cp's own bound (session.MAX_CP)
@@ -37,19 +37,10 @@ BOOLEANS = {"dynamic_context_parallel", "apply_dsa_kernel_fusion", "dsa_indexer_
 NAMES = {"cp_partition_mode", "sequence_packing_scheduler", "dsa_kernel_backend", "moe_token_dispatcher_type",
          "moe_flex_dispatcher_backend", "experimental_attention_variant"}
 NUMBERS = {"dsa_indexer_loss_coeff"}
-MAX_DIGITS = 4000  # int() of longer text raises under Python's int_max_str_digits (4300): such text is never parsed
+MAX_DIGITS = MAX_INT_DIGITS  # int() of longer text raises (Python's int_max_str_digits): never parsed
 MAX_SHOWN = 64  # a value quoted in a finding: longer ones are cut, or described
 MAX_ITEMS = 16  # of a list or dict quoted in a finding
 _PLAIN_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
-
-
-def digits_int(value: object) -> int | None:
-    """A whole number written as text (`'2'`, as OmegaConf's oc.env gives it), exactly; None otherwise."""
-    if not isinstance(value, str) or is_interpolation(value):
-        return None
-    text = value.strip()
-    body = text[1:] if text[:1] in "+-" else text
-    return int(text) if body.isdigit() and body.isascii() and len(body) <= MAX_DIGITS else None
 
 
 def _digits(text: str) -> bool:

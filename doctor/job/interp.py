@@ -26,7 +26,7 @@ from .wrappers import (NPROC_WORDS, PATH_FLAGS, PYTHON_FLAG_LETTERS, PYTHON_LONG
                        PYTHON_VALUE_LETTERS, TORCHRUN, TORCHRUN_MANUAL, TORCHRUN_NAMES, getopt, shown)
 
 if TYPE_CHECKING:
-    from .chain import _State
+    from .chainstate import _State
 
 PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?")
 DEFAULT_PATH = "/bin:/usr/bin"  # glibc's execvp and `command -p` (confstr _CS_PATH) when PATH is unset
@@ -212,7 +212,7 @@ def _workers_python(chain: Any, args: list[str]) -> None:
 def torchrun(words: list[str], python: str | None, why: str, program_path: str | None, st: _State
              ) -> list[str] | None:
     """torchrun's options (argparse: the script ends them), its world size, and its workers' entry."""
-    from .chain import World
+    from .chainstate import World
 
     world, i, events = World(), 0, []
     while True:

@@ -11,7 +11,7 @@ from ..model import UsageError
 from .keys import BRIDGE_DECIDES
 
 if TYPE_CHECKING:
-    from .chain import Chain
+    from .chainstate import Chain
 
 
 class Unexpanded(str):
@@ -163,8 +163,6 @@ class Job:
                 continue
             if is_interpolation(s.value):
                 return None
-            from .bounds import digits_int
-
             spelled = digits_int(s.value)
             if spelled is not None:
                 # Text, as OmegaConf's oc.env gives it: the job fails (job.config); its environment is judged for
@@ -259,3 +257,14 @@ def positive_int(setting: Setting, name: str) -> int:
         raise UsageError(f"the job's {name}={plain_or_hidden(setting.raw)} is not a positive whole number")
     return value
 
+
+MAX_INT_DIGITS = 4000  # int() of longer text raises under Python's int_max_str_digits (4300): never parsed
+
+
+def digits_int(value: object) -> int | None:
+    """A whole number written as text (`'2'`, as OmegaConf's oc.env gives it), exactly; None otherwise."""
+    if not isinstance(value, str) or is_interpolation(value):
+        return None
+    text = value.strip()
+    body = text[1:] if text[:1] in "+-" else text
+    return int(text) if body.isdigit() and body.isascii() and len(body) <= MAX_INT_DIGITS else None

@@ -18,7 +18,7 @@ from .wrappers import (RAY_MANUAL, RAY_SUBMIT, SBATCH, SHELL_LONG_FLAGS, SHELL_M
                        Wrapper, getopt, shown)
 
 if TYPE_CHECKING:
-    from .chain import _State
+    from .chainstate import _State
 
 _NICE_NUMBER = re.compile(r"-[-+]?\d")  # nice's own loop takes `-N`, `--N`, `-+N` before getopt (src/nice.c)
 

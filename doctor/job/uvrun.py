@@ -22,7 +22,7 @@ from .interp import executable
 from .wrappers import UV, UV_MANUAL, UV_NOT_FOLLOWED, getopt, shown
 
 if TYPE_CHECKING:
-    from .chain import _State
+    from .chainstate import _State
 
 
 def uv_run(words: list[str], st: _State) -> list[str] | None:

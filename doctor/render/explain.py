@@ -12,7 +12,7 @@ import textwrap
 
 from ..model import Check
 from ..redact import Redactor
-from . import DEFAULT_WIDTH
+from .shown import DEFAULT_WIDTH
 
 _ITEM = re.compile(r"(?:[-*]|\d{1,3}[.)])\s")  # a list item starts a paragraph of its own
 

@@ -11,7 +11,7 @@ import re
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from . import fixes_shown, shown
+from .shown import fixes_shown, shown
 from .output import line_text
 
 if TYPE_CHECKING:

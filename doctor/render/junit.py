@@ -6,7 +6,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING
 
-from . import shown
+from .shown import shown
 
 if TYPE_CHECKING:
     from ..report import Report, Row

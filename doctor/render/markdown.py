@@ -11,7 +11,7 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from . import LABEL, cp_hint, cp_shown, fixes_shown, level_shown, shown, verdict_line
+from .shown import LABEL, cp_hint, cp_shown, fixes_shown, level_shown, shown, verdict_line
 
 if TYPE_CHECKING:
     from ..report import Report

@@ -16,16 +16,13 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
-from ..checks import AREAS as BUILTIN_AREAS
-from . import LABEL, cp_hint, cp_shown, fixes_shown, level_shown, python_shown, shown, verdict_line
+from .shown import LABEL, cp_hint, cp_shown, fixes_shown, level_shown, python_shown, shown, verdict_line
 from .hint import fix_command as fix_command, next_step
 from .output import line_text
 
 if TYPE_CHECKING:
     from ..report import Report, Row
 
-# Areas in the order of the built-in check modules, then plugin rows; any other area comes after, alphabetically.
-AREAS = (*BUILTIN_AREAS, "plugin")
 # Worst first: a failure before an error of the doctor's own, then warnings, passes and skips.
 WORST_FIRST = ("fail", "error", "warn", "pass", "skip")
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim", "error": "bold magenta"}
@@ -63,8 +60,8 @@ def area_of(check_id: str) -> str:
     return str(check_id).split(".", 1)[0]
 
 
-def _area_key(area: str) -> tuple[int, str]:
-    return (AREAS.index(area) if area in AREAS else len(AREAS), area)
+def _area_key(area: str, order: tuple[str, ...]) -> tuple[int, str]:
+    return (order.index(area) if area in order else len(order), area)
 
 
 def _status(c: Row) -> str:
@@ -81,12 +78,15 @@ def worst(statuses: list[str]) -> str:
 
 
 def grouped(report: Report) -> list[tuple[str, list[Row]]]:
-    """The rows by area (in AREAS order), worst first inside each, by id among equals."""
+    """The rows by area, worst first inside each, by id among equals."""
     areas: dict[str, list[Row]] = {}
     for c in _checks(report):
         areas.setdefault(area_of(c.id), []).append(c)
+    from ..registry import area_order
+
+    order = (*area_order(), "plugin")  # the built-in areas as listed, then plugin rows; any other after, by name
     return [(area, sorted(rows, key=lambda c: (WORST_FIRST.index(_status(c)), c.id)))
-            for area, rows in sorted(areas.items(), key=lambda kv: _area_key(kv[0]))]
+            for area, rows in sorted(areas.items(), key=lambda kv: _area_key(kv[0], order))]
 
 
 def _gpu(report: Report) -> str:

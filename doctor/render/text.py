@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import shown
+from .shown import shown
 
 if TYPE_CHECKING:
     from ..report import Report
