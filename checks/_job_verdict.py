@@ -1,11 +1,11 @@
-"""What a job check found across the job's roles, and the one closing rule that makes its finding."""
+"""What a job check found across the job's roles, and the closing finding it makes (its status by the engine's rule)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dsv4_doctor.api import Finding, Fix, Status
+from dsv4_doctor.api import Finding, Fix, Status, result_of
 
 
 @dataclass
@@ -20,12 +20,16 @@ class Found:
 
 
 def verdict(found: Found, evidence: dict, tail: Sequence[str] = (), passed_text: str = "") -> list[Finding]:
-    """The job checks' one closing rule: the failures, else the warnings, lead the summary, with whatever ranks
-    below them as details; anything not known makes the row a warning that says what is not known and why (never a
-    skip, never a pass it did not earn); else the notes pass it. `tail`: details a failure, warning or pass ends
-    with."""
+    """The job checks' one closing finding. Its status is the engine's rule (`result_of`) over what was found, with
+    anything not known counted as a warning (never a skip, never a pass it did not earn); nothing found passes. The
+    layout is the job checks' own: the failures, else the warnings, else what is not known (and why), else the notes
+    lead the summary, and whatever ranks below them follows as details. `tail`: details a failure, warning or pass
+    ends with."""
     fails, warns, unknown, notes = found.fails, found.warns, found.unknown, found.notes
-    if fails:
+    judged = [Finding(Status.FAIL, text) for text in fails]
+    judged += [Finding(Status.WARN, text) for text in [*warns, *unknown]]
+    status = result_of(judged).status if judged else Status.PASS
+    if status is Status.FAIL:
         return [Finding(Status.FAIL, "; ".join(fails), "\n".join([*warns, *unknown, *notes, *tail]), found.fixes,
                         evidence)]
     if warns:

@@ -4,19 +4,8 @@ It reflects what a job will get, forward-compatibility libraries (cuda-compat on
 nvidia-smi's driver version does not. Stdlib only (ctypes), Python 3.8+; it calls no other CUDA function.
 """
 
-import os
-import sys
 
-# Before any other import: nothing beside a probe script is the job's (dsv4probe_common's docstring says why).
-HERE = os.path.dirname(os.path.realpath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE]
-if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not True:
-    import importlib.util
-
-    _spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(
-        os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
-    sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules["dsv4probe_common"])
+# In sys.modules: loaded by path by the launcher (dsv4probe_launch.py), never looked up on sys.path.
 from dsv4probe_common import cut_text, read_bounded, serve
 
 import ctypes

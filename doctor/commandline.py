@@ -13,9 +13,9 @@ from .app import Options
 from .helptext import (DESCRIPTION, EXIT_CODES_HELP, FIX_APPLY_HELP, FIX_BREAK_HELP, FIX_EPILOG, FIX_JOB_ARGS_HELP,
                        FIX_VENV_HELP, FLEET_EPILOG, PREFLIGHT_EPILOG, SMOKE_EPILOG, WARM_EPILOG, WARM_HELP)
 from .render.output import write_stdout
+from .render.shown import FORMATS
 
 COMMANDS = ("check", "smoke", "list", "explain", "fix", "warm", "preflight", "fleet")
-FORMATS = ("text", "json", "markdown", "junit")
 
 # ------------------------------------------------------------------------------------------------ argument types
 

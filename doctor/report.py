@@ -46,6 +46,14 @@ def _texts(value: Any) -> tuple[str, ...]:
     return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
+def _status(value: Any) -> Status:
+    """A status from the wire; one this version does not know is an error, never a pass."""
+    try:
+        return Status(value)
+    except ValueError:
+        return Status.ERROR
+
+
 @dataclass(frozen=True, eq=False)
 class ShownFix:
     """A fix as a report shows it, after redaction: each command as a printable line (WITHHELD in place of one that
@@ -96,10 +104,7 @@ Row = CheckReport[ShownFix]
 
 def row_from_wire(data: Any) -> Row:
     data = _obj(data)
-    try:
-        status = Status(data.get("status"))
-    except ValueError:
-        status = Status.ERROR
+    status = _status(data.get("status"))
     return CheckReport(
         id=_text(data.get("id")), title=_text(data.get("title")), status=status, summary=_text(data.get("summary")),
         details=_text(data.get("details")), evidence=_obj(data.get("evidence")),
@@ -142,10 +147,7 @@ class Summary:
     @staticmethod
     def from_wire(data: Any) -> Summary:
         data = _obj(data)
-        try:
-            status = Status(data.get("status"))
-        except ValueError:
-            status = Status.ERROR
+        status = _status(data.get("status"))
         code = data.get("exit_code")
         counts = _obj(data.get("counts"))
         budget = data.get("budget_s")

@@ -60,7 +60,7 @@ print("JOB " + json.dumps(out), flush=True)
 """
 
 SLOW_STATIC = """import os, sys, time
-if sys.argv and sys.argv[0].endswith("dsv4probe_static.py") and os.environ.get("DSV4_DOCTOR_RAY_NODE"):
+if any(a.endswith("dsv4probe_static.py") for a in sys.argv[:2]) and os.environ.get("DSV4_DOCTOR_RAY_NODE"):
     with open(os.environ["SLOW_MARK"], "w") as fh:
         fh.write(str(os.getpid()))
     time.sleep(40)

@@ -82,7 +82,7 @@ SMOKE = ("check", "--distributed", "--device", "cpu", "--cp", "2", "--only", "sm
 # shifted by one, as an off-by-one in a kernel's sequence offsets would. No release shows this, so it is a fake.
 WRONG_KERNEL = """
 import sys
-if sys.argv[0].endswith("dsv4probe_smoke.py"):
+if any(a.endswith("dsv4probe_smoke.py") for a in sys.argv[:2]):
     import torch
     import torch.nn.functional as F
     _right = F.scaled_dot_product_attention
@@ -100,7 +100,7 @@ if sys.argv[0].endswith("dsv4probe_smoke.py"):
 # A rank whose smoke probe dies before it joins its CP group (a node lost at the worst moment).
 DIES_BEFORE_JOIN = """
 import os, sys
-if sys.argv[0].endswith("dsv4probe_smoke.py"):
+if any(a.endswith("dsv4probe_smoke.py") for a in sys.argv[:2]):
     import torch.distributed as dist
 
     class _Gone:

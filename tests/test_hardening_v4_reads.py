@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from dsv4_doctor.probes import LAUNCHER
+
 from dsv4_doctor import safeio
 from dsv4_doctor.probes import PROBE_DIR
 
@@ -316,7 +318,12 @@ def test_the_probe_readers_hold_on_the_oldest_and_newest_python(hostile, tmp_pat
 # --- the Ray helper: verl's constants_ppo.py -------------------------------------------------------------------------
 
 RAY_DEFAULTS = r'''
-import importlib.util, json, sys
+import importlib.util, json, os, sys
+# The library first, by path, as the launcher (dsv4probe_launch.py) loads it before any probe script.
+lib = importlib.util.spec_from_file_location("dsv4probe_common",
+                                             os.path.join(os.path.dirname(sys.argv[1]), "dsv4probe_common.py"))
+sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(lib)
+lib.loader.exec_module(sys.modules["dsv4probe_common"])
 spec = importlib.util.spec_from_file_location("dsv4probe_ray", sys.argv[1])
 ray_helper = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ray_helper)
@@ -411,7 +418,8 @@ def test_the_ray_helper_checks_the_cluster_when_verl_s_defaults_are_not_read(tmp
                                        "limit": 1 << 20, "task_s": 60}))
         answer = root / "answer.json"
         start = time.monotonic()
-        run = subprocess.run([sys.executable, str(PROBE_DIR / "dsv4probe_ray.py"), str(answer), str(request)],
+        run = subprocess.run([sys.executable, str(LAUNCHER),
+                              str(PROBE_DIR / "dsv4probe_ray.py"), str(answer), str(request)],
                              capture_output=True, text=True, timeout=150,
                              env=dict(os.environ, PYTHONPATH=str(root), RAY_ADDRESS=ray_head))
         assert run.returncode == 0 and time.monotonic() - start < 120, (shape, run.stderr[-2000:])
@@ -448,7 +456,8 @@ def test_the_composition_never_waits_on_a_fifo_in_the_entry_or_the_config_dir(tm
                                        "select": ["trainer.nnodes"], "extra_config_dir": str(extra)}))
         answer = tmp_path / "answer.json"
         start = time.monotonic()
-        run = subprocess.run([sys.executable, str(PROBE_DIR / "dsv4probe_hydra.py"), str(answer), str(request)],
+        run = subprocess.run([sys.executable, str(LAUNCHER),
+                              str(PROBE_DIR / "dsv4probe_hydra.py"), str(answer), str(request)],
                              capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=sites))
         assert run.returncode == 0, run.stderr[-2000:]
         return json.loads(answer.read_text()), time.monotonic() - start

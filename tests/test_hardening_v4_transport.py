@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from dsv4_doctor.probes import LAUNCHER
+
 from conftest import doctor_command, free_port, has_torch, validate
 from test_fleet_ray import ray_cluster  # noqa: F401 - a local Ray cluster of this module's own (the fixture)
 
@@ -268,7 +270,8 @@ def test_a_request_file_the_probe_cannot_read_is_a_probe_error_never_a_traceback
                          (tmp_path / "missing.json", "No such file")):
         out = tmp_path / "answer.json"
         started = time.monotonic()
-        done = subprocess.run([sys.executable, str(PROBE_DIR / "dsv4probe_import.py"), str(out), str(request)],
+        done = subprocess.run([sys.executable, str(LAUNCHER),
+                               str(PROBE_DIR / "dsv4probe_import.py"), str(out), str(request)],
                               env=env, capture_output=True, text=True, timeout=30)
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
         assert time.monotonic() - started < 20

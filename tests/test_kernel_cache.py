@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from dsv4_doctor.probes import LAUNCHER
+
 from conftest import has_torch, run_doctor
 from fakes import Env, fake_cudnn_dsa, fake_layout_kernels
 import probe_modules
@@ -224,7 +226,8 @@ def test_the_split_layout_sub_run_compiles_each_index_mode_in_its_own_process(tm
         request = {"subrun": "layout", "cp": 2, "device": "cpu", "split_layout": True}
         request_file = tmp_path / f"{mode}.request.json"  # as the doctor hands a probe its request: a file
         request_file.write_text(json.dumps(request))
-        subprocess.run([sys.executable, str(script), str(out), str(request_file)], check=True, timeout=120,
+        subprocess.run([sys.executable, str(LAUNCHER), str(script), str(out), str(request_file)],
+                       check=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, env.sites.values())),
                                 DSV4_DOCTOR_PROBE_LIB=str(PROBE_DIR)))
         answer = json.loads(out.read_text())

@@ -35,11 +35,11 @@ def answer(request):
 serve(answer)
 """
 
-# A probe that does something hostile with its stage file (before the common module takes the variable), then
-# waits for the test's go.
+# A probe that does something hostile with its stage file (the one the library took from its environment before the
+# launcher ran the script), then waits for the test's go.
 HOSTILE = """
 import os, sys, time
-path = os.environ["DSV4_DOCTOR_STAGE_FILE"]
+path = sys.modules["dsv4probe_common"]._STAGE_FILE
 GATE, WHAT = {gate!r}, {what!r}
 if WHAT == "huge":
     with open(path, "w") as fh:

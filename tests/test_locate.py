@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from dsv4_doctor.probes import LAUNCHER
+
 from conftest import FakeSite, run_doctor
 from fakes import fake_megatron_dev
 from wheels import ensure
@@ -206,7 +208,7 @@ def probe_static(python: str, modules: list[str], env: dict | None = None, job: 
     request_file = out.with_name(out.stem + ".request.json")  # as the doctor hands a probe its request: a file
     request_file.write_text(json.dumps(request))
     try:
-        subprocess.run([python, str(script), str(out), str(request_file)], env=dict(full, **(env or {})),
+        subprocess.run([python, str(LAUNCHER), str(script), str(out), str(request_file)], env=dict(full, **(env or {})),
                        check=True, cwd=cwd, timeout=60)
         return json.loads(out.read_text())
     finally:

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from dsv4_doctor.probes import LAUNCHER
+
 from wheels import CACHE, ensure, pip_target_once
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +63,8 @@ def run_probe(cases: list[dict], tmp: Path, extra_env: dict | None = None) -> li
     out = tmp / "answer.json"
     env = dict(os.environ, PYTHONPATH=stack_path(), HF_HOME=str(tmp / "hf-home"), **(extra_env or {}))
     env.pop("HF_HUB_CACHE", None)
-    proc = subprocess.run([sys.executable, str(PROBE), str(out), str(request)], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, str(LAUNCHER), str(PROBE), str(out), str(request)],
+                          env=env, capture_output=True,
                           text=True, timeout=240)
     assert out.exists(), proc.stderr[-3000:]
     answer = json.loads(out.read_text())

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from dsv4_doctor.probes import LAUNCHER
+
 from test_settings_probe import DSV4_CONFIG, OTC, PROBE, stack_path, verl_case
 from wheels import CACHE, ensure, pip_target_once
 
@@ -157,7 +159,8 @@ def test_the_whole_provider_path_decides_the_dsa_backend_as_the_stack_does(tmp_p
     env = dict(os.environ, PYTHONPATH=path, HF_HOME=str(tmp_path / "hf-home"))
     env.pop("HF_HUB_CACHE", None)
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, str(PROBE), str(out), str(request)], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, str(LAUNCHER), str(PROBE), str(out), str(request)],
+                          env=env, capture_output=True,
                           text=True, timeout=240)
     assert out.exists(), proc.stderr[-3000:]
     got = dict(zip(cases, json.loads(out.read_text())["batch"], strict=True))
@@ -217,7 +220,8 @@ def test_a_megatron_lm_command_is_judged_by_megatrons_own_argument_validation(tm
     request.write_text(json.dumps({"batch": cases}))
     out = tmp_path / "answer.json"
     env = dict(os.environ, PYTHONPATH=path, HF_HOME=str(tmp_path / "hf-home"))
-    proc = subprocess.run([sys.executable, str(PROBE), str(out), str(request)], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, str(LAUNCHER), str(PROBE), str(out), str(request)],
+                          env=env, capture_output=True,
                           text=True, timeout=240)
     assert out.exists(), proc.stderr[-3000:]
     built, refused = json.loads(out.read_text())["batch"]

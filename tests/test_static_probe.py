@@ -165,6 +165,12 @@ def _opened_by_the_static_probe(site, request: dict) -> tuple[dict, list[str]]:
             "opened = []\n"
             "sys.addaudithook(lambda event, args: opened.append(args[0]) if event == 'open' and "
             "isinstance(args[0], str) else None)\n"
+            # The library first, by path, as the launcher (dsv4probe_launch.py) loads it before any probe script.
+            "import importlib.util\n"
+            "lib = importlib.util.spec_from_file_location('dsv4probe_common', "
+            f"{str(PROBE_DIR / 'dsv4probe_common.py')!r})\n"
+            "sys.modules['dsv4probe_common'] = importlib.util.module_from_spec(lib)\n"
+            "lib.loader.exec_module(sys.modules['dsv4probe_common'])\n"
             f"probe = runpy.run_path({str(PROBE_DIR / STATIC_SCRIPT)!r}, run_name='probe')\n"
             f"answer = probe['answer'](json.loads({json.dumps(request)!r}))\n"
             "print(json.dumps({'answer': answer, 'opened': opened}))\n")

@@ -6,11 +6,10 @@ A part of the kernel smoke probe (dsv4probe_kernels.py), loaded by path (dsv4pro
 
 import importlib.util
 import os
-import sys
 import time
 
 from dsv4probe_common import (  # in sys.modules: it loads this part
-    ANSWER_LIMIT, LIB, cache_fds, load_json, load_module, request_beside, stage)
+    ANSWER_LIMIT, LIB, cache_fds, launch_argv, load_json, load_module, request_beside, stage)
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 for _part in ("dsv4ref", "dsv4probe_device", "dsv4probe_files", "dsv4probe_kernels_base", "dsv4probe_kernels_ran"):
@@ -130,8 +129,8 @@ def start_index_modes(request):
     for mode in INDEX_MODES:
         out = os.path.join(outdir, "%s.json" % mode.replace(" ", "-"))
         req = dict(request, layout_part=mode)
-        kids[mode] = (subprocess.Popen([sys.executable, os.path.join(HERE, "dsv4probe_kernels.py"), out,
-                                        request_beside(out, req)],
+        kids[mode] = (subprocess.Popen(launch_argv(os.path.join(HERE, "dsv4probe_kernels.py"), out,
+                                                    request_beside(out, req)),
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                        env=dict(os.environ, DSV4_DOCTOR_PROBE_LIB=LIB), pass_fds=cache_fds()),
                       out, time.monotonic())

@@ -13,10 +13,9 @@ Standard library only.
 
 import os
 import subprocess
-import sys
 import time
 
-from dsv4probe_common import LIB, cache_fds, request_beside  # in sys.modules: it loads this part
+from dsv4probe_common import LIB, cache_fds, launch_argv, request_beside  # in sys.modules: it loads this part
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 RECIPES = os.path.join(HERE, "kernel_recipes.json")
@@ -121,7 +120,7 @@ def start(request, outdir, arch):
         out = os.path.join(outdir, "prewarm-%d.json" % i)
         log = open(os.path.join(outdir, "prewarm-%d.log" % i), "wb")
         request = request_beside(out, {"arch": arch, "store": "user", "recipes": share})
-        procs.append({"proc": subprocess.Popen([sys.executable, script, out, request], stdout=log,
+        procs.append({"proc": subprocess.Popen(launch_argv(script, out, request), stdout=log,
                                                stderr=subprocess.STDOUT, env=child_env, pass_fds=cache_fds()),
                       "out": out, "log": log.name, "recipes": len(share)})
         log.close()

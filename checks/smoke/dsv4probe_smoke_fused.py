@@ -6,11 +6,11 @@ A part of the smoke probe (dsv4probe_smoke.py), loaded by path (dsv4probe_common
 
 import os
 import subprocess
-import sys
 import time
 
 from dsv4probe_common import (  # in sys.modules: it loads this part
-    ANSWER_LIMIT, LIB, ReadRefused, cache_fds, cut_text, error_info, load_json, load_module, request_beside, stage)
+    ANSWER_LIMIT, LIB, ReadRefused, cache_fds, cut_text, error_info, launch_argv, load_json, load_module,
+    request_beside, stage)
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 for _part in ("dsv4probe_device", "dsv4probe_files", "dsv4probe_smoke_batch", "dsv4probe_smoke_tier2",
@@ -245,7 +245,7 @@ def start_fused_builds(request, outdir, extra_env=None):
         job = {"backend": backend, "save": save, "control": label == "fused", "device": request.get("build_device"),
                "stage_file": out + ".stage"}
         log = open(os.path.join(outdir, "tier2_%s.log" % label), "wb")
-        proc = subprocess.Popen([sys.executable, here, out, request_beside(out, {"tier2_build": job})], stdout=log,
+        proc = subprocess.Popen(launch_argv(here, out, request_beside(out, {"tier2_build": job})), stdout=log,
                                 stderr=subprocess.STDOUT, env=env, pass_fds=cache_fds())
         log.close()
         builds[label] = {"proc": proc, "out": out, "save": save, "log": log.name, "started": time.monotonic(),

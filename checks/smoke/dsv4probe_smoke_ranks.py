@@ -10,7 +10,8 @@ import sys
 import time
 
 from dsv4probe_common import (  # in sys.modules: it loads this part
-    ANSWER_LIMIT, LIB, ReadRefused, cache_fds, load_json, load_module, read_tail, request_beside, tail_text)
+    ANSWER_LIMIT, LIB, ReadRefused, cache_fds, launch_argv, load_json, load_module, read_tail, request_beside,
+    tail_text)
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 for _part in ("dsv4probe_smoke_batch", "dsv4probe_smoke_tier2", "dsv4probe_device"):
@@ -46,7 +47,7 @@ def launch_workers(request, cp, procs, backend, deadline, tier2_reference):
         worker = dict(request, worker={"rank": rank, "world": procs, "cp": cp, "backend": backend,
                                        "init": "tcp://127.0.0.1:%d" % port, "tier2_reference": tier2_reference})
         log = open(os.path.join(outdir, "rank%d.log" % rank), "wb")
-        children.append(subprocess.Popen([sys.executable, here, out, request_beside(out, worker)], stdout=log,
+        children.append(subprocess.Popen(launch_argv(here, out, request_beside(out, worker)), stdout=log,
                                          stderr=subprocess.STDOUT, env=env, pass_fds=cache_fds()))
         outs.append(out)
     codes = []

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 RAY_SCRIPT = "dsv4probe_ray.py"
 SHIP_PACKAGE = "dsv4_doctor_shipped_probes"  # the py_modules folder a node without the doctor runs the probe from
-SHIPPED = ("dsv4probe_common.py", "dsv4probe_read.py", "dsv4probe_static.py")  # and its dsv4probe_static_*.py
+# The launcher, the library and the static probe (and its dsv4probe_static_*.py).
+SHIPPED = ("dsv4probe_launch.py", "dsv4probe_common.py", "dsv4probe_read.py", "dsv4probe_static.py")
 
 
 def static_request() -> dict:
@@ -49,7 +50,7 @@ def ship_probes(folder: str) -> str:
 
 
 def run_helper(python: str, request: dict, timeout_s: float):
-    from ..probes import PROBE_DIR, child_env
+    from ..probes import PROBE_DIR, child_env, launch_argv
     from ..procs import REQUEST_FILE, Processes, read_bounded, start_helper, write_request
     from ..safeio import ReadRefused, decode_json
 
@@ -63,8 +64,8 @@ def run_helper(python: str, request: dict, timeout_s: float):
     try:
         # The request (the training command, the runtime_env's values) in a file of this private folder, as every
         # child's: never on the helper's command line (procs.write_request).
-        argv = [python, str(PROBE_DIR / RAY_SCRIPT), answer_path,
-                write_request(os.path.join(folder, REQUEST_FILE), dict(request, dir=folder, ship=shipped))]
+        argv = launch_argv(python, str(PROBE_DIR / RAY_SCRIPT), answer_path,
+                           write_request(os.path.join(folder, REQUEST_FILE), dict(request, dir=folder, ship=shipped)))
         helper = start_helper(procs, argv, log, child_env(timeout_s))
     except OSError as exc:
         return {"error": f"the Ray helper could not start ({exc.strerror or exc})"}, folder, procs

@@ -9,7 +9,10 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..job.model import Job
 
 MAX_NODES = 100_000  # doctor/job/bounds.py's range of trainer.nnodes
 RUNTIME_ENV_KEY = "ray_kwargs.ray_init.runtime_env"
@@ -67,19 +70,26 @@ def _count(name: str, value: Any, notes: list[str]) -> int | None:
     return None
 
 
-def wanted(command: Sequence[str] | None) -> Wanted:
-    """What the command asks of the cluster (Wanted), read by the job-command reader (doctor/job)."""
-    out = Wanted()
+def _read(command: Sequence[str] | None) -> Job | None:
+    """The command as the job-command reader (doctor/job) reads it; None without one, or one it refuses."""
     if not command:
-        return out
+        return None
     from ..job.command import parse
-    from ..job.model import Unexpanded
     from ..model import UsageError
 
     try:
-        job = parse(list(command))
+        return parse(list(command))
     except UsageError:
+        return None
+
+
+def wanted(command: Sequence[str] | None) -> Wanted:
+    """What the command asks of the cluster (Wanted), read by the job-command reader (doctor/job)."""
+    out = Wanted()
+    job = _read(command)
+    if job is None:
         return out
+    from ..job.model import Unexpanded
 
     def stated(name: str) -> Any:
         setting = job.common.get(name)
@@ -185,18 +195,13 @@ def read_runtime_env(command: Sequence[str] | None) -> JobRuntimeEnv:
     then the runtime_env is not known (`unapplied`: runtime_env)."""
     out = JobRuntimeEnv()
     env = out.env
-    if not command:
+    job = _read(command)
+    if job is None:
         return out
-    from ..job.command import parse
     from ..job.keys import HYDRA_OVERRIDE
     from ..job.model import Setting
     from ..job.values import flat_dict, parse_value, resolve
-    from ..model import UsageError
 
-    try:
-        job = parse(list(command))
-    except UsageError:
-        return out
     if job.kind != "verl":
         return out
     if job.config_file or job.hidden:

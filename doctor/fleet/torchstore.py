@@ -35,14 +35,14 @@ class Exchange:
         self.helper: Helper | None = None
 
     def start(self, hello: dict) -> None:
-        from ..probes import PROBE_DIR
+        from ..probes import PROBE_DIR, launch_argv
         from ..procs import REQUEST_FILE, start_helper, write_request
         from ..signals import GATE
 
         self.write("hello.json", hello)
         # The request in a file of this private folder, as every child's (procs.write_request).
-        argv = [self._python, str(PROBE_DIR / FLEET_SCRIPT), self.answer_path,
-                write_request(self.path(REQUEST_FILE), self._request)]
+        argv = launch_argv(self._python, str(PROBE_DIR / FLEET_SCRIPT), self.answer_path,
+                           write_request(self.path(REQUEST_FILE), self._request))
         with GATE.critical():  # started and tracked in one piece: a signal now interrupts once it is tracked
             self.helper = start_helper(self.procs, argv, self.log, self._env)
 

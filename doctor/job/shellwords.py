@@ -253,11 +253,7 @@ class _Scanner:
             elif ch == "$":
                 i = self.dollar(i, quoted=False)
             elif ch == "`":
-                end = text.find("`", i + 1)
-                if end < 0:
-                    raise ShellError("unbalanced backquotes")
-                self.part("sub", text[i:end + 1])
-                i = end + 1
+                i = self.backquote(i)
             elif ch == "~" and not self.started and text[i + 1:i + 2] in ("", "/", " ", "\t", "\n", ";"):
                 self.part("var", "~")
                 i += 1
@@ -281,6 +277,14 @@ class _Scanner:
         self.end_word()
         return self.tokens
 
+    def backquote(self, i: int) -> int:
+        """A `...` command substitution at `i`, quoted or not: one part the doctor cannot follow; where it ends."""
+        end = self.text.find("`", i + 1)
+        if end < 0:
+            raise ShellError("unbalanced backquotes")
+        self.part("sub", self.text[i:end + 1])
+        return end + 1
+
     def double(self, i: int) -> int:
         text = self.text
         self.saw_at = False
@@ -299,11 +303,7 @@ class _Scanner:
             elif ch == "$":
                 i = self.dollar(i, quoted=True)
             elif ch == "`":
-                end = text.find("`", i + 1)
-                if end < 0:
-                    raise ShellError("unbalanced backquotes")
-                self.part("sub", text[i:end + 1])
-                i = end + 1
+                i = self.backquote(i)
             else:
                 run = _QUOTED.match(text, i)
                 end = run.end() if run else i + 1

@@ -1,14 +1,9 @@
 """Probes: everything that touches the inspected environment runs in a subprocess with a timeout.
 
-A Python probe is a stdlib-only script run by the *target* interpreter as ``python SCRIPT OUT_JSON REQUEST_FILE``; its
-request is a 0600 file of the doctor's own 0700 folder (procs.write_request; never a word of the command line, which any
-user can read and Linux caps at 128 KiB). Its JSON answer goes to OUT_JSON. Scripts live in this folder (the engine's:
-static, import, torch, fleet) or beside the check that uses them (an area's own, or a plugin's); they load
-`dsv4probe_common` by path from the folder named by DSV4_DOCTOR_PROBE_LIB, after dropping their own folder from
-sys.path. stdout and stderr of the child go to a file (not a pipe), so a grandchild that keeps a pipe open can never
-hang the doctor, and library chatter never corrupts the answer. A segfault, abort or hang becomes a `ProbeResult` with
-the signal or the timeout, never an exception in the doctor. Whatever the child answers is sanitised where it enters
-(`redact.sanitize`).
+A Python probe is a stdlib-only script (here, or beside its check) run by the *target* interpreter through this
+folder's launcher (launch_argv: ``python dsv4probe_launch.py SCRIPT OUT_JSON REQUEST_FILE``, every probe's bootstrap);
+its request is a 0600 file of the doctor's 0700 folder. Output goes to a file, never a pipe a grandchild could hold; a
+crash or hang is a `ProbeResult`, never an exception; the answer is sanitised where it enters (`redact.sanitize`).
 """
 
 from __future__ import annotations
@@ -32,6 +27,7 @@ if TYPE_CHECKING:
     from ..jobpath import JobPath
 
 PROBE_DIR = Path(__file__).resolve().parent
+LAUNCHER = PROBE_DIR / "dsv4probe_launch.py"  # every Python probe's start: sys.path hygiene, the library by path
 STDERR_TAIL_BYTES = 2000
 MAX_ANSWER_BYTES = 32 * 1024 * 1024  # a probe that answers more than this is broken
 # A Python probe announces its stage (dsv4probe_common.stage) in a file of its own temporary directory, named by this
@@ -133,6 +129,11 @@ class Probe:
         if not self.script:
             return None
         return self.script if os.path.isabs(self.script) else str(PROBE_DIR / self.script)
+
+
+def launch_argv(python: str, script: str, *args: str, flags: Sequence[str] = ()) -> list[str]:
+    """`script` run by `python` (with interpreter `flags`) through the launcher, never by its own path."""
+    return [python, *flags, str(LAUNCHER), script, *args]
 
 
 def import_probe(*targets: str, signatures: Sequence[str] = (), timeout_s: float | None = None) -> Probe:
@@ -248,7 +249,7 @@ def _run_probe(probe: Probe, python: str, timeout: float, procs: Processes,
         argv, extra = list(probe.argv), None
         if script:  # its request: a file of this private folder, never a word of its command line (write_request)
             request = write_request(os.path.join(tmp, REQUEST_FILE), probe.request)
-            argv = [python, *probe.flags, script, out_path, request]
+            argv = launch_argv(python, script, out_path, request, flags=probe.flags)
             extra = dict(probe.env, **{STAGE_VARIABLE: os.path.join(tmp, STAGE_FILE)})
             if on_stage_file is not None:
                 on_stage_file(extra[STAGE_VARIABLE])

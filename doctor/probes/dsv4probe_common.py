@@ -1,22 +1,29 @@
 """Shared by the probe scripts. Stdlib only, Python 3.8+: it runs inside the inspected interpreter.
 
-Nothing beside a probe script is the job's: every probe script first drops its own folder from sys.path, then
-loads this module by path from the folder the doctor names in DSV4_DOCTOR_PROBE_LIB (its own folder when unset), and
-its sibling modules by path through load_module. A torch.py, a dsv4probe_common.py or any same-named package beside
-it or on PYTHONPATH cannot stand in for what it imports:
+Nothing beside a probe script is the job's: every Python probe starts through the launcher beside this module
+(``python dsv4probe_launch.py SCRIPT OUT_JSON REQUEST_FILE``, the doctor's run_probe), which drops the launcher's and
+the script's folders from sys.path, loads this module by path from the folder the doctor names in
+DSV4_DOCTOR_PROBE_LIB (its own folder when unset), then runs the script as ``__main__``. A torch.py, a
+dsv4probe_common.py or any same-named package beside it or on PYTHONPATH cannot stand in for what it imports. A probe
+script (an engine's, an area's or a plugin's) so needs no bootstrap of its own; it imports what it needs from here and
+loads its sibling modules by path through load_module:
 
     import os
-    import sys
+
+    from dsv4probe_common import error_info, load_module, serve  # loaded by path by dsv4probe_launch.py
 
     HERE = os.path.dirname(os.path.realpath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE]
-    if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not True:
-        import importlib.util
-        spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(
-            os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
-        sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["dsv4probe_common"])
-    from dsv4probe_common import error_info, load_module, serve
+    helper = load_module("my_probe_helper", HERE)  # only where it has modules of its own beside it
+
+
+    def answer(request):
+        return {"ok": True}
+
+
+    if __name__ == "__main__":
+        serve(answer)
+
+A probe that starts a probe script of its own in a child process starts it the same way: launch_argv(script, ...).
 """
 
 import faulthandler
@@ -37,6 +44,7 @@ if os.environ.get(JOB_PATH_VARIABLE):
 
 PROBE_COMMON = True  # this module, loaded by a probe's bootstrap (never a same-named stand-in imported by name)
 LIB = os.path.dirname(os.path.realpath(__file__))  # the engine's probe modules: dsv4probe_static, dsv4probe_fleet
+LAUNCHER = os.path.join(LIB, "dsv4probe_launch.py")  # every Python probe's start (its bootstrap)
 PARENT_VARIABLE = "DSV4_DOCTOR_PARENT_PID"  # set by the doctor's Processes.spawn: the pid that started this process
 WATCH_INTERVAL_S = 0.5
 TIMEOUT_GRACE_S = 5.0
@@ -137,6 +145,12 @@ def load_module(name, folder=LIB):
         sys.modules.pop(name, None)
         raise
     return module
+
+
+def launch_argv(script, *args):
+    """The command line of probe script `script` (a path) in a child of this interpreter, started as the doctor starts
+    a probe: through the launcher, never by its own path (its folder would lead sys.path)."""
+    return [sys.executable, LAUNCHER, script] + [str(a) for a in args]
 
 
 # The probes' one read path (dsv4probe_read.py, beside this module, loaded by path): bounded, never blocking, every

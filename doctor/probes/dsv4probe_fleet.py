@@ -34,21 +34,13 @@ Answer: {"exit_code", "timings", "plan"} or a probe_error. Stdlib besides torch.
 """
 
 import os
-import sys
 
-# Before any other import: nothing beside a probe script is the job's (dsv4probe_common's docstring says why).
-HERE = os.path.dirname(os.path.realpath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE]
-for _name, _flag in (("dsv4probe_common", "PROBE_COMMON"), ("dsv4probe_fleet_port", "PROBE_FLEET_PORT"),
-                     ("dsv4probe_fleet_channel", "PROBE_FLEET_CHANNEL")):
-    if getattr(sys.modules.get(_name), _flag, None) is not True:
-        import importlib.util
+# In sys.modules: loaded by path by the launcher (dsv4probe_launch.py), never looked up on sys.path; so are the
+# exchange's parts (load_module, from the library's folder).
+from dsv4probe_common import ReadRefused, decode_json, load_module, read_bounded, serve
 
-        _spec = importlib.util.spec_from_file_location(_name, os.path.join(
-            os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, _name + ".py"))
-        sys.modules[_name] = importlib.util.module_from_spec(_spec)
-        _spec.loader.exec_module(sys.modules[_name])
-from dsv4probe_common import ReadRefused, decode_json, read_bounded, serve
+load_module("dsv4probe_fleet_port")
+load_module("dsv4probe_fleet_channel")
 from dsv4probe_fleet_port import connect, fleet_store, note_seen, read_seen
 from dsv4probe_fleet_channel import MAX_PLAN_S, MAX_VALUE, Channel, _seconds, _timedelta  # noqa: F401
 from dsv4probe_fleet_channel import wait_for_acks

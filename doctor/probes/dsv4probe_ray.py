@@ -24,16 +24,7 @@ the doctor's private folder; each node's doctor gets the training command in a f
 import os
 import sys
 
-# Before any other import: nothing beside a probe script is the job's (dsv4probe_common's docstring says why).
-HERE = os.path.dirname(os.path.realpath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE]
-if getattr(sys.modules.get("dsv4probe_common"), "PROBE_COMMON", None) is not True:
-    import importlib.util
-
-    _spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(
-        os.environ.get("DSV4_DOCTOR_PROBE_LIB") or HERE, "dsv4probe_common.py"))
-    sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules["dsv4probe_common"])
+# In sys.modules: loaded by path by the launcher (dsv4probe_launch.py), never looked up on sys.path.
 from dsv4probe_common import ReadRefused, cut_text, parse_python, read_bounded, serve
 
 import time
@@ -111,7 +102,8 @@ def _node_run(out, env, folder, argv, limit, timeout_s, static_request, ship_pac
         answer_file = os.path.join(folder, "static.json")
         env["DSV4_DOCTOR_PROBE_LIB"] = shipped
         env["DSV4_DOCTOR_PROBE_TIMEOUT"] = str(timeout_s)
-        command = [sys.executable, os.path.join(shipped, "dsv4probe_static.py"), answer_file,
+        command = [sys.executable, os.path.join(shipped, "dsv4probe_launch.py"),
+                   os.path.join(shipped, "dsv4probe_static.py"), answer_file,
                    _private_file(folder, "static.request.json", json.dumps(static_request or {}))]
     try:
         done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=timeout_s)

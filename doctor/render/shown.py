@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..report import Report
 
-FORMATS = ("text", "json", "markdown", "junit")
+FORMATS = ("text", "json", "markdown", "junit")  # the report formats: `render` writes each, the CLI offers them
 LABEL = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "SKIP", "error": "ERROR"}
 DEFAULT_WIDTH = 100
 MIN_WIDTH, MAX_WIDTH = 40, 400  # COLUMNS and a terminal's size are clamped to this, never refused
