@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .redact import TAIL_CUT, read_tail
 from .safeio import read_at, read_bounded
 
 __all__ = ["HelperEnd", "Helper", "Processes", "read_bounded", "read_bounded_at", "run_helper", "start_helper",
@@ -222,3 +223,13 @@ def kill_group(proc: subprocess.Popen) -> None:
             proc.kill()
         except OSError:
             pass
+
+
+def read_crash_tail(path: str, limit: int) -> str:
+    """A crashed process's stderr tail without faulthandler's "Extension modules: ..." line: on a fatal signal it
+    lists every loaded extension, kilobytes with a real stack, which would push the crash's own words out of `limit`.
+    A cut first line is dropped, as read_tail drops it (it may end a secret)."""
+    text = "\n".join(ln for ln in read_tail(path, 8 * limit).splitlines() if not ln.startswith("Extension modules: "))
+    if len(text) > limit:
+        text = TAIL_CUT + text[-limit:].partition("\n")[2]
+    return text.strip()

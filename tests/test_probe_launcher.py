@@ -76,3 +76,24 @@ def test_a_plugin_probe_in_the_new_form_needs_no_bootstrap(tmp_path):
 
 def test_a_plugin_probe_with_the_old_copied_bootstrap_still_answers(tmp_path):
     assert _run(_plugin(tmp_path, OLD_FORM)) == {"echo": "hi", "library": True, "here_on_path": False}
+
+
+def test_a_fatal_signals_extension_module_list_never_pushes_the_crash_words_out(tmp_path):
+    """On SIGSEGV, faulthandler ends the stderr with "Extension modules: ..." naming every loaded extension: with a
+    real stack (torch, TE, flash_mla, cudnn) kilobytes, which pushed the crash's own words ("no kernel image is
+    available") out of the kept tail on CI. The tail keeps them; a tail that is still too long is cut at a line."""
+    from dsv4_doctor.procs import read_crash_tail
+    from dsv4_doctor.redact import TAIL_CUT
+
+    log = tmp_path / "stderr"
+    modules = ", ".join(f"torch._C._module{i}" for i in range(600))
+    log.write_text("CUDA error: no kernel image is available for execution on the device (phase1.cuh:687)\n"
+                   "Fatal Python error: Segmentation fault\n\nCurrent thread 0x7f (most recent call first):\n"
+                   '  File "/x/dsv4probe_launch.py", line 40 in main\n\n'
+                   f"Extension modules: {modules} (total: 600)\n")
+    tail = read_crash_tail(str(log), 2000)
+    assert "no kernel image is available" in tail and "Extension modules" not in tail
+    log.write_text("\n".join(f"line {i} " + "x" * 60 for i in range(200)) + "\n")
+    cut = read_crash_tail(str(log), 2000)
+    assert cut.startswith(TAIL_CUT.strip()) and len(cut) <= 2000 + len(TAIL_CUT)
+    assert cut.endswith("line 199 " + "x" * 60)

@@ -19,8 +19,8 @@ from typing import Any
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..procs import REQUEST_FILE, Processes, read_bounded, run_helper, write_request
-from ..redact import decode, read_tail, sanitize, shorten
+from ..procs import REQUEST_FILE, Processes, read_bounded, read_crash_tail, run_helper, write_request
+from ..redact import decode, sanitize, shorten
 from ..safeio import ReadRefused, decode_json
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ class ProbeResult:
 
 
 def _tail(path: str) -> str:
-    return read_tail(path, STDERR_TAIL_BYTES).strip()  # a cut first line is dropped: it may end a secret
+    return read_crash_tail(path, STDERR_TAIL_BYTES)
 
 
 def signal_name(returncode: int | None) -> str | None:
