@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -18,6 +19,12 @@ class StaticFacts:
 
     def __init__(self, data: dict):
         self.data = data if isinstance(data, dict) else {}
+
+    @classmethod
+    def of(cls, result: Any) -> StaticFacts:
+        """The facts of a static probe's result (a ProbeResult, or None where it did not run): nothing found unless it
+        answered."""
+        return cls(result.data if result is not None and result.ok else {})
 
     def _section(self, name: str) -> dict:
         section = self.data.get(name)

@@ -173,7 +173,7 @@ def _entry_config_name(found: dict, job: Job) -> str | None:
 def _located(session: Any) -> tuple[dict, str | None]:
     """The target's verl as the static probe found it ({"verl_dir", "verl"}), or ({}, why not)."""
     static = session.pool.result(session.static_probe, session.timeout + 1) if session.static_probe else None
-    facts = StaticFacts(static.data if static is not None and static.ok else {})
+    facts = StaticFacts.of(static)
     verl = facts.module("verl")
     locations = verl.get("locations") or []
     if not verl.get("found") or not locations:

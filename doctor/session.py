@@ -253,7 +253,7 @@ class Session:
             # probe is run once per key; one the rule does not ask for is only wasted work).
             self.pool.submit(import_probe(*bridge_rule.FUSED_DSA_IMPORTS))
         static = self.pool.result(self.static_probe, STATIC_TIMEOUT_S + 1) if self.static_probe else None
-        facts = StaticFacts(static.data if static is not None and static.ok else {})
+        facts = StaticFacts.of(static)
         sources: Any = facts.data.get("sources")
         source = sources.get(bridge_rule.BRIDGE_MODULE) if isinstance(sources, dict) else None
         version = facts.version("megatron-bridge") or "(no metadata)"

@@ -25,20 +25,16 @@ ROW = "job.stack-config"  # the row that reports the probe's answer (checks/_job
 PROBE_SCRIPT = "dsv4probe_settings.py"
 BUILT_BY = "as Megatron-Core built it"
 READERS = "the doctor's readers"
-# The two imports Megatron-Bridge's fused-DSA decision and Megatron's cudnn validation run (bridge 0.6.x,
-# megatron/core/utils.py _missing_cudnn_dsa_kernel_dependencies).
-FUSED_DSA_IMPORTS = ("cudnn:DSA", "flash_mla:flash_mla_sparse_fwd")
-STATIC_MODULES = ("torch", "megatron.core", "megatron.bridge", "verl")
 
 
-def not_built(why: str, status: str = "not built") -> dict:
-    return {"status": status, "why": why, "decided_by": READERS}
+def not_built(why: str) -> dict:
+    return {"status": "not built", "why": why, "decided_by": READERS}
 
 
 def _static(session: Any) -> StaticFacts:
     probe = session.static_probe
     result = session.pool.result(probe, session.pool.timeout_for(probe) + 1) if probe is not None else None
-    return StaticFacts(result.data if result is not None and result.ok else {})
+    return StaticFacts.of(result)
 
 
 def why_not_run(session: Any, profile: Profile, job: Job, remote: str | None) -> str | None:

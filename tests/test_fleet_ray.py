@@ -22,13 +22,9 @@ from conftest import doctor_command, validate
 from fakes import ensure
 
 
-# The job: verl's driver merges `ray_kwargs.ray_init.runtime_env` overrides (Hydra) into ray.init; this one does
-# the same for the `++` overrides the doctor appends, then runs one task on every alive GPU node.
-JOB = r"""
-import ast, json, os, sys, time
-open(os.environ["JOB_STARTED"], "w").close()
-while not os.path.exists(os.environ["JOB_GO"]):
-    time.sleep(0.05)
+# What verl's driver does with the command's `ray_kwargs.ray_init.runtime_env` overrides (Hydra), in a test job: the
+# `++` overrides the doctor appends merged into ray.init's runtime_env (each test job's script includes it).
+JOIN_WITH_RUNTIME_ENV = r"""
 runtime_env = {}
 prefix = "++ray_kwargs.ray_init.runtime_env."
 for arg in sys.argv[1:]:
@@ -42,7 +38,16 @@ for arg in sys.argv[1:]:
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env, logging_level="ERROR")
+"""
 
+# The job: verl's driver merges `ray_kwargs.ray_init.runtime_env` overrides (Hydra) into ray.init; this one does
+# the same for the `++` overrides the doctor appends, then runs one task on every alive GPU node.
+JOB = r"""
+import ast, json, os, sys, time
+open(os.environ["JOB_STARTED"], "w").close()
+while not os.path.exists(os.environ["JOB_GO"]):
+    time.sleep(0.05)
+""" + JOIN_WITH_RUNTIME_ENV + r"""
 @ray.remote(num_cpus=0, max_retries=0)
 def work():
     return "ok"

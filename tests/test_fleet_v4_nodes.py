@@ -27,26 +27,14 @@ from pathlib import Path
 import pytest
 
 from conftest import doctor_command, validate
+from test_fleet_ray import JOIN_WITH_RUNTIME_ENV
 from wheels import ensure
 
 # The job: verl's driver merges `ray_kwargs.ray_init.runtime_env` overrides (Hydra) into ray.init; this one does the
 # same for the `++` overrides the doctor appends, then runs one task on every alive node, GPU or not.
 JOB = r"""
 import ast, json, os, sys, time
-runtime_env = {}
-prefix = "++ray_kwargs.ray_init.runtime_env."
-for arg in sys.argv[1:]:
-    if arg.startswith(prefix):
-        key, _, value = arg[len(prefix):].partition("=")
-        value = ast.literal_eval(value) if value[:1] in "['" else value
-        where = runtime_env
-        for part in key.split(".")[:-1]:
-            where = where.setdefault(part, {})
-        where[key.split(".")[-1]] = value
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env, logging_level="ERROR")
-
+""" + JOIN_WITH_RUNTIME_ENV + r"""
 @ray.remote(num_cpus=0, max_retries=0)
 def work():
     return "ok"

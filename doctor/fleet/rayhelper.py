@@ -96,14 +96,12 @@ def job_py_modules(command: Sequence[str] | None) -> list[str]:
     the --ray-hook override, which replaces the list: the hook's module goes beside them, never instead. [] where the
     command states none. UsageError where an entry cannot be written back as a plain Hydra string, or where a config
     file or words the shell did not expand may set the list (the hook would then drop the job's modules)."""
-    from ..job.command import parse
-    from .rayjob import MAX_LIST, RUNTIME_ENV_KEY, _hydra_list
     from ..job.keys import HYDRA_OVERRIDE
     from ..model import UsageError
+    from .rayjob import MAX_LIST, RUNTIME_ENV_KEY, _hydra_list, read_command
 
-    try:
-        job = parse(list(command or []))
-    except UsageError:
+    job = read_command(command)
+    if job is None:
         return []
     if job.config_file or job.hidden:
         raise UsageError("--ray-hook replaces ray_init.runtime_env.py_modules, which a config file or words the shell "

@@ -70,7 +70,7 @@ def _count(name: str, value: Any, notes: list[str]) -> int | None:
     return None
 
 
-def _read(command: Sequence[str] | None) -> Job | None:
+def read_command(command: Sequence[str] | None) -> Job | None:
     """The command as the job-command reader (doctor/job) reads it; None without one, or one it refuses."""
     if not command:
         return None
@@ -86,7 +86,7 @@ def _read(command: Sequence[str] | None) -> Job | None:
 def wanted(command: Sequence[str] | None) -> Wanted:
     """What the command asks of the cluster (Wanted), read by the job-command reader (doctor/job)."""
     out = Wanted()
-    job = _read(command)
+    job = read_command(command)
     if job is None:
         return out
     from ..job.model import Unexpanded
@@ -195,7 +195,7 @@ def read_runtime_env(command: Sequence[str] | None) -> JobRuntimeEnv:
     then the runtime_env is not known (`unapplied`: runtime_env)."""
     out = JobRuntimeEnv()
     env = out.env
-    job = _read(command)
+    job = read_command(command)
     if job is None:
         return out
     from ..job.keys import HYDRA_OVERRIDE
