@@ -25,6 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+from dsv4_doctor.probes import LAUNCHER  # noqa: E402
 from test_settings_probe import DSV4_CONFIG, PROBE, stack_path, verl_case  # noqa: E402
 
 
@@ -62,7 +63,8 @@ def main() -> None:
         request.write_text(json.dumps(verl_case(model, "actor_rollout_ref.actor.megatron.context_parallel_size=2")))
         os.chmod(request, 0o600)
         env = dict(os.environ, PYTHONPATH=stack_path(), HF_HOME=str(Path(tmp) / "hf-home"))
-        probe = [sys.executable, str(PROBE), str(Path(tmp) / "answer.json"), str(request)]
+        # As the doctor starts it: through the probe launcher.
+        probe = [sys.executable, str(LAUNCHER), str(PROBE), str(Path(tmp) / "answer.json"), str(request)]
         floor = [sys.executable, "-c", "import torch, megatron.core"]
         timed(probe, env)  # warm-up: the page cache, .pyc files
         answer = json.loads((Path(tmp) / "answer.json").read_text())
