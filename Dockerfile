@@ -7,7 +7,7 @@
 #   docker run --gpus all dsv4-train dsv4-doctor --cp 2 --deep              # the deep check: GPU CI, a new node
 #   docker run -it dsv4-train                                                # a shell (nothing to gate)
 #
-# Every version below is the rulebook's fix version: the build arguments' defaults equal checks/fixes.py PINS, and
+# Every version below is the rulebook's fix version: the build arguments' defaults equal checks/fixes/catalogue.py PINS, and
 # tests/test_dockerfile.py fails when they disagree. Transformer Engine is the base image's own build (the NGC
 # PyTorch container ships one built against its torch; te.version in the gate requires >= TE_MIN_VERSION), so that
 # no second TE is compiled against a torch it was not built for.

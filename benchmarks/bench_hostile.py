@@ -20,10 +20,10 @@ import argparse
 import statistics
 import time
 
-from dsv4_doctor.model import CheckReport, Profile, Status
-from dsv4_doctor.redact import Redactor, sanitize
-from dsv4_doctor.render import render
-from dsv4_doctor.assemble import assemble
+from dsv4_doctor.model.core import CheckReport, Profile, Status
+from dsv4_doctor.hostio.redact import Redactor, sanitize
+from dsv4_doctor.report.dispatch import render
+from dsv4_doctor.report.assemble import assemble
 
 
 def inputs(size: int) -> dict[str, str]:
@@ -63,7 +63,7 @@ def other_paths(size: int) -> dict[str, object]:
     file read to its headers (its non-ASCII description cut by the read limit)."""
     from dsv4_doctor.job.shape import shape
     from dsv4_doctor.probes.dsv4probe_static_installed import parse_metadata
-    from dsv4_doctor.render.output import line_text
+    from dsv4_doctor.report.output import line_text
 
     huge = ["python3", "--token=" + "a" * size]
     words = ["--hf-token", "hf_" + "a" * 30, "actor.password=x", "++k=v", "train.py"] * (size // 60)

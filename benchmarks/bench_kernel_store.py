@@ -104,7 +104,7 @@ def warm_from(python: str, smoke: str, recorded: str, store: str, scratch: str, 
     check's prewarm serve."""
     from pathlib import Path
 
-    from dsv4_doctor.warm import read_recipes
+    from dsv4_doctor.kernels.warm import read_recipes
 
     recipes = read_recipes(Path(recorded))
     arch = next((r.get("arch") for r in recipes), None)
@@ -129,7 +129,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from dsv4_doctor.probes import PROBE_DIR
+    from dsv4_doctor.engine.probes import PROBE_DIR
 
     import dsv4_doctor.checks as checks
 

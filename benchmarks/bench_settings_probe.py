@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from dsv4_doctor.probes import LAUNCHER  # noqa: E402
+from dsv4_doctor.engine.probes import LAUNCHER  # noqa: E402
 from test_settings_probe import DSV4_CONFIG, PROBE, stack_path, verl_case  # noqa: E402
 
 

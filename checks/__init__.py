@@ -5,8 +5,8 @@ lie beside its checks (`Probe.beside`); the engine's (static, import, torch, fle
 dsv4_doctor/probes. Each check carries its area (`Check.area`, stamped here): the engine reads the areas and their
 order from the checks it loads through the entry point and never imports this package.
 
-`CHECKS` is computed on first use, so that importing a helper module (`dsv4_doctor.checks.fixes`) does not import
-every area."""
+`CHECKS` is computed on first use, so that importing a helper module (`dsv4_doctor.checks.fixes.catalogue`) does
+not import every area."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ AREAS = {
     "libs": "libs_checks",
     "kernels": "kernels_checks",
     "smoke": "smoke",
-    "job": "job_checks",
+    "job": "job.job_checks",
     "fleet": "fleet_checks",
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dsv4_doctor.api import StaticFacts, canonical, requirements
 
-from . import fixes, frontend_fixes
+from .fixes import catalogue as fixes, frontend as frontend_fixes
 
 FE = "nvidia-cudnn-frontend"
 # What the frontend's cutedsl extra (1.26-1.28) or its unconditional requirements (1.29+) name; read from metadata.

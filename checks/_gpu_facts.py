@@ -8,7 +8,7 @@ import re
 
 from dsv4_doctor.api import NVIDIA_SMI, TORCH, Context, Fix, Phase, Probe, cut, read_bounded
 
-from . import fixes
+from .fixes import catalogue as fixes
 
 GPU_MEMORY = Probe.command("nvidia-smi:memory", ["nvidia-smi", "--query-gpu=index,uuid,memory.used,memory.free,"
                                                  "memory.total", "--format=csv,noheader,nounits"], timeout_s=15)

@@ -5,11 +5,11 @@ Every built-in check's fixes pass through `route` (model.Check.route_fixes) afte
 - A pip step for a stack package whose imported copy is not the one pip writes (a PYTHONPATH entry, the user site,
   the job's own folder) would be hidden by that copy: the plan first says how to take that copy out of the way, as a
   typed action (`Fix.action`: which entry, which file, what to change), so that the pip step then reaches what the
-  job imports. A Megatron checkout is updated in place (checks/fixes.py, mcore).
+  job imports. A Megatron checkout is updated in place (checks/fixes/catalogue.py, mcore).
 - The installer: `"$PY" -I -m pip` where pip is importable; `uv pip ... --python "$PY"` in a venv uv made, with uv
   on PATH; else `"$PY" -I -m ensurepip --upgrade` first; where even ensurepip is missing the plan says "no
   installer" and stops. An externally managed interpreter (PEP 668) gets the two ways pip installs there first
-  (checks/installer_fixes.py).
+  (checks/fixes/installer.py).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import shlex
 
 from dsv4_doctor.api import STACK_MODULE_OF, Command, Fix, Phase, StaticFacts, canonical, plain_value
 
-from .installer_fixes import managed_routes
+from .fixes.installer import managed_routes
 
 STACK = STACK_MODULE_OF
 STACK_MODULES = tuple(dict.fromkeys(STACK.values()))
-NO_INSTALLER = "installer:none"  # doctor/fixplan.py's NO_INSTALLER
+NO_INSTALLER = "installer:none"  # doctor/fix/plan.py's NO_INSTALLER
 _VALUE_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "-c", "--constraint", "-r",
                   "--requirement", "--python", "--target", "-t", "--prefix", "--root"}
 

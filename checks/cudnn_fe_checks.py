@@ -6,9 +6,9 @@ from __future__ import annotations
 from dsv4_doctor.api import (Context, Profile, Result, Source, StaticFacts, StaticRequest, UpstreamText, check, cut,
                              error_text, failed, import_probe, outcome, passed, skipped, version, warned)
 
-from . import fixes, frontend_fixes
+from .fixes import catalogue as fixes, frontend as frontend_fixes
 from ._reach import copies_note
-from ._job_dsa import backend_none_fix
+from .job.dsa import backend_none_fix
 from ._cutedsl_stack import CUTEDSL_STACK, FE, stack_fixes, unmet_stack
 from ._dsa_wrappers import (DSA_OWNERS, DSA_PROBE, KNOWN_WRAPPERS, MEGATRON_DSA_CALLERS, OFFSETS_CP, OFFSETS_DENSE_LOSS,
                             dense_indexer_loss, dsa_probe, megatron_wrappers)

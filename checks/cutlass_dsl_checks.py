@@ -7,7 +7,7 @@ from packaging.version import Version
 from dsv4_doctor.api import (Context, Result, Source, StaticFacts, StaticRequest, UpstreamText, check, error_text,
                              failed, import_probe, outcome, passed, version)
 
-from . import frontend_fixes
+from .fixes import frontend as frontend_fixes
 from ._upstream import EAV, mlm, pypi
 
 TVM_FFI = "apache-tvm-ffi"

@@ -8,7 +8,7 @@ import re
 from dsv4_doctor.api import (MAX_REQUIREMENTS, Context, Fix, Phase, Result, Source, StaticFacts, StaticRequest,
                              canonical, check, failed, parse_requirement, passed, safe_specifier, skipped, warned)
 
-from . import fixes, frontend_fixes
+from .fixes import catalogue as fixes, frontend as frontend_fixes
 from ._reach import STACK, STACK_MODULES, copies_note
 
 

@@ -7,7 +7,7 @@ import re
 from dsv4_doctor.api import (NVIDIA_SMI, TORCH, Context, Probe, Result, Source, StaticRequest, UpstreamText, check,
                              errored, failed, passed, skipped, warned)
 
-from . import fixes
+from .fixes import catalogue as fixes
 from ._upstream import EAV, MLM_VERL_TESTED, measured, mlm, mlm_at
 from ._gpu_facts import (BUSY_FRACTION, CONTEXT_MIB, MEMORY_PROBES, PROCESS_MIB, SMOKE_TENSORS_MIB, hidden_cause,
                          holders, memory, others)

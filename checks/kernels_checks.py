@@ -5,9 +5,9 @@ from __future__ import annotations
 from dsv4_doctor.api import (Context, Fix, Phase, Result, Source, StaticRequest, UpstreamText, check, error_text,
                              failed, import_probe, outcome, passed, version, warned)
 
-from . import fixes
+from .fixes import catalogue as fixes
 from ._archs import NO_KERNEL_IMAGE, RULES_SOURCE, judge
-from ._job_dsa import backend_none_fix
+from .job.dsa import backend_none_fix
 from .cudnn_fe_checks import FE, M8_FLASH_MLA, m8
 from ._upstream import EAV, measured, mlm, pypi, verl_at
 

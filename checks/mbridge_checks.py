@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dsv4_doctor.api import Context, Result, Source, StaticRequest, check, failed, passed, skipped
 
-from . import fixes
+from .fixes import catalogue as fixes
 
 BRIDGES = ("megatron.bridge.models.deepseek.deepseek_v4_bridge",  # main from 66fe25897 (#3562), and c7774d44
            "megatron.bridge.models.deepseek_v4.deepseek_v4_bridge")  # a draft branch's layout

@@ -11,7 +11,7 @@ import os
 from dsv4_doctor.api import (Context, Result, Source, StaticRequest, UpstreamText, check, errored, failed, passed,
                              skipped, warned)
 
-from . import fixes
+from .fixes import catalogue as fixes
 from ._reach import hides, target_entry
 from ._upstream import EAV, VERL, gh, mlm, mlm_change, verl_at
 

@@ -7,7 +7,7 @@ import sys
 from dsv4_doctor.api import (REMOTE_NOT_KNOWN, Context, Profile, Result, Source, StaticRequest, check, failed, passed,
                              same_interpreter, skipped, warned)
 
-from . import fixes
+from .fixes import catalogue as fixes
 
 # The stack's distributions whose Requires-Python must admit the target (pip enforces it at install, but a copied
 # site-packages, a --no-deps --target install or a different interpreter on the same tree does not).
@@ -42,7 +42,7 @@ def _requires_python(ctx: Context, version: str, unread: list[str]) -> list[str]
 def _externally_managed(ctx: Context) -> dict | None:
     """PEP 668 as pip sees the target (the static probe's facts): whether pip refuses a plain install into it, the
     marker and the distributor's message. Evidence only: the fix plan's installer policy acts on it
-    (checks/installer_fixes.py)."""
+    (checks/fixes/installer.py)."""
     try:
         facts = ctx.static.installer()["externally_managed"]
     except Exception:  # no static facts: python.version judges the version alone

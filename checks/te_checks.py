@@ -8,7 +8,7 @@ from dsv4_doctor.api import (TORCH, Context, Fix, Phase, Probe, Result, Source, 
                              canonical, check, error_text, errored, failed, import_probe, outcome, passed, requirements,
                              safe_specifier, skipped, version, warned)
 
-from . import fixes
+from .fixes import catalogue as fixes
 from ._archs import NO_KERNEL_IMAGE, RULES_SOURCE, judge
 from ._upstream import measured, mlm, pypi, te_at
 

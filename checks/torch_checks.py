@@ -6,7 +6,7 @@ from packaging.version import InvalidVersion, Version
 
 from dsv4_doctor.api import TORCH, Context, Result, Source, StaticRequest, check, failed, passed, warned
 
-from . import fixes
+from .fixes import catalogue as fixes
 
 MIN_TORCH = "2.6.0"  # megatron-core 0.19.2 Requires-Dist torch>=2.6.0
 STATIC = StaticRequest(distributions=("torch", *fixes.TORCH_EXTENSIONS))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dsv4_doctor.api import (Context, Profile, Result, Source, StaticFacts, StaticRequest, check, failed, passed,
                              requirement_text, warned)
 
-from . import frontend_fixes
+from .fixes import frontend as frontend_fixes
 from ._upstream import EAV, mlm, pypi
 
 TVM_FFI = "apache-tvm-ffi"

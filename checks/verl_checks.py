@@ -5,7 +5,7 @@ from __future__ import annotations
 from dsv4_doctor.api import (Context, Result, Source, StaticRequest, UpstreamText, check, errored, failed, passed,
                              skipped)
 
-from . import fixes
+from .fixes import catalogue as fixes
 from ._upstream import verl_at
 
 UTIL = "verl.models.mcore.util"

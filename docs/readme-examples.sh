@@ -11,8 +11,8 @@ set -euo pipefail
 H200_REPORT=docs/gpu-runs/2026-12-03-h200/complete/check-cp2.json
 if [ "${1:-}" = readme ]; then
     python -c 'import json, sys
-from dsv4_doctor.render.terminal import render_terminal
-from dsv4_doctor.report import Report
+from dsv4_doctor.report.terminal import render_terminal
+from dsv4_doctor.model.report import Report
 print(render_terminal(Report.from_wire(json.load(open(sys.argv[1]))), 0, width=100, color=False, encoding="utf-8"),
       end="")' \
         "$H200_REPORT"

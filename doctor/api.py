@@ -25,13 +25,13 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from .fix import BREAK_SYSTEM_PACKAGES, Command, Fix, Phase, plain_value
-from .model import (Check, CheckReport, Context, Finding, Profile, Result, Source, Status, errored, failed,
-                    needs_failed, passed, result_of, skipped, warned)
-from .probes import NVIDIA_SMI, TORCH, Probe, StaticRequest, import_probe, parse_nvidia_smi
-from .redact import Redactor, cut, shorten
-from .safeio import read_bounded
-from .upstreamtext import UpstreamText
+from .fix.steps import BREAK_SYSTEM_PACKAGES, Command, Fix, Phase, plain_value
+from .model.core import (Check, CheckReport, Context, Finding, Profile, Result, Source, Status, errored, failed,
+                         needs_failed, passed, result_of, skipped, warned)
+from .engine.probes import NVIDIA_SMI, TORCH, Probe, StaticRequest, import_probe, parse_nvidia_smi
+from .hostio.redact import Redactor, cut, shorten
+from .hostio.safeio import read_bounded
+from .upstream.texts import UpstreamText
 
 __all__ = [
     # Declaring a check: the decorator and what it makes, its sources and upstream texts, the probes it declares,
@@ -62,12 +62,12 @@ __all__ = [
 # The names that load on first use: the module under dsv4_doctor each comes from (those of _RENAMED under their name
 # there). Kept equal to the imports under TYPE_CHECKING below, which give them their types.
 _LAZY: dict[str, tuple[str, ...]] = {
-    "upstream_texts": ("classify",),
-    "facts": ("StaticFacts", "canonical", "outcome", "error_text"),
-    "located": ("STACK_MODULE_OF",),
-    "versions": ("version", "at_least", "safe_version", "safe_specifier", "MAX_REQUIREMENTS", "parse_requirement",
+    "upstream.registry": ("classify",),
+    "model.facts": ("StaticFacts", "canonical", "outcome", "error_text"),
+    "model.located": ("STACK_MODULE_OF",),
+    "model.versions": ("version", "at_least", "safe_version", "safe_specifier", "MAX_REQUIREMENTS", "parse_requirement",
                  "requirement_text", "requirements"),
-    "fixpep668": ("BREAK_KEY", "VENV_KEY", "DEFAULT_VENV"),
+    "fix.pep668": ("BREAK_KEY", "VENV_KEY", "DEFAULT_VENV"),
     "job.model": ("Job", "Setting", "is_interpolation"),
     "job.unread": ("command_not_read",),
     "job.shape": ("entry_shown",),
@@ -80,8 +80,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
                      "UV_MANUAL"),
     "fleet.merge": ("FLEET_SOURCES", "FLEET_RANKS_TITLE", "FLEET_DRIFT_TITLE"),
     "fleet.env": ("cp_plan",),
-    "target": ("REMOTE_NOT_KNOWN", "same_interpreter"),
-    "kernelcache": ("run_kernel_cache",),
+    "engine.target": ("REMOTE_NOT_KNOWN", "same_interpreter"),
+    "kernels.cache": ("run_kernel_cache",),
 }
 # Exported under a name that says what it is outside its module: this name -> the name in its module.
 _RENAMED = {"command_not_read": "not_read", "FLEET_RANKS_TITLE": "RANKS_TITLE", "FLEET_DRIFT_TITLE": "DRIFT_TITLE",
@@ -89,8 +89,8 @@ _RENAMED = {"command_not_read": "not_read", "FLEET_RANKS_TITLE": "RANKS_TITLE", 
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 
 if TYPE_CHECKING:
-    from .facts import StaticFacts, canonical, error_text, outcome
-    from .fixpep668 import BREAK_KEY, DEFAULT_VENV, VENV_KEY
+    from .model.facts import StaticFacts, canonical, error_text, outcome
+    from .fix.pep668 import BREAK_KEY, DEFAULT_VENV, VENV_KEY
     from .fleet.env import cp_plan
     from .fleet.merge import DRIFT_TITLE as FLEET_DRIFT_TITLE, FLEET_SOURCES, RANKS_TITLE as FLEET_RANKS_TITLE
     from .job.bounds import digits_int, rejection
@@ -103,12 +103,12 @@ if TYPE_CHECKING:
     from .job.unread import not_read as command_not_read
     from .job.wrappers import (PYTHON_MANUAL, RAY_MANUAL, SBATCH, SHELL_MANUAL, SRUN, TORCHRUN_MANUAL, UV_MANUAL,
                                WRAPPERS)
-    from .kernelcache import for_run as run_kernel_cache
-    from .located import STACK_MODULE_OF
-    from .target import REMOTE_NOT_KNOWN, same_interpreter
-    from .upstream_texts import classify
-    from .versions import (MAX_REQUIREMENTS, at_least, parse_requirement, requirement_text, requirements,
-                           safe_specifier, safe_version, version)
+    from .kernels.cache import for_run as run_kernel_cache
+    from .model.located import STACK_MODULE_OF
+    from .engine.target import REMOTE_NOT_KNOWN, same_interpreter
+    from .upstream.registry import classify
+    from .model.versions import (MAX_REQUIREMENTS, at_least, parse_requirement, requirement_text, requirements,
+                                 safe_specifier, safe_version, version)
 
 
 def __getattr__(name: str) -> Any:

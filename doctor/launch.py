@@ -17,7 +17,7 @@ import sys
 
 BOOT = ("import os, sys; del sys.path[0]; "
         "sys.path += [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]; "
-        "from dsv4_doctor.cli import main; main()")
+        "from dsv4_doctor.cli.main import main; main()")
 
 
 def main() -> None:
@@ -29,6 +29,6 @@ def main() -> None:
             pass  # no re-exec possible: carry on in this process
     elif sys.flags.ignore_environment or sys.flags.isolated:  # `python -I -m dsv4_doctor`: the same, by hand
         sys.path += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
-    from .cli import main as cli_main
+    from .cli.main import main as cli_main
 
     cli_main()

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .facts import StaticFacts
-from .model import Check, CheckReport, Profile, Result, Status
-from .probes import ProbeResult
-from .runner import ProbeFailed, execute
+from .model.facts import StaticFacts
+from .model.core import Check, CheckReport, Profile, Result, Status
+from .engine.probes import ProbeResult
+from .engine.runner import ProbeFailed, execute
 
 # PEP 508 marker values of a CPython 3.12 on x86_64 Linux, as the static probe computes them.
 MARKERS = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",

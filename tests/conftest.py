@@ -18,7 +18,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from dsv4_doctor.report import SCHEMA_FILE
+from dsv4_doctor.model.report import SCHEMA_FILE
 
 SCHEMA = json.loads(SCHEMA_FILE.read_text())
 REPO = Path(__file__).resolve().parent.parent

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dsv4_doctor.report import Report
+    from dsv4_doctor.model.report import Report
 
 SECRET_ENV = {"HF_TOKEN": "hf_SecretValueOfTheJob0123456789", "WANDB_API_KEY": "wandb-secret-0123456789abcdef"}
 TOKENS = ["hf_abcdefghijklmnopqrstuvwxyz0123", "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
@@ -63,9 +63,9 @@ def hostile_text() -> str:
 
 def hostile_report(passing: bool = False) -> tuple[Report, list]:
     """(report, the live CheckReports): one row per status, every text hostile; `passing`: no failing row."""
-    from dsv4_doctor.model import CheckReport, Fix, Profile, Status
-    from dsv4_doctor.redact import sanitize
-    from dsv4_doctor.assemble import assemble
+    from dsv4_doctor.model.core import CheckReport, Fix, Profile, Status
+    from dsv4_doctor.hostio.redact import sanitize
+    from dsv4_doctor.report.assemble import assemble
 
     text = hostile_text()
     statuses = [Status.PASS, Status.WARN, Status.SKIP] + ([] if passing else [Status.FAIL, Status.ERROR])
@@ -202,9 +202,10 @@ def run_in_process(command: str, fmt: str, tmp: Path, stdout: str | None = None,
     plan's pip steps run with)."""
     import pytest
 
-    from dsv4_doctor import app, cli
-    from dsv4_doctor.render import output
-    from dsv4_doctor.signals import GATE
+    from dsv4_doctor.commands import usecases as app
+    from dsv4_doctor.cli import main as cli
+    from dsv4_doctor.report import output
+    from dsv4_doctor.hostio.signals import GATE
 
     report, _ = hostile_report(passing)
 

@@ -12,7 +12,7 @@ from types import ModuleType
 def probe_folders() -> list[Path]:
     """Where the probe scripts live: the engine's folder, then the checks' folders (beside their checks)."""
     import dsv4_doctor.checks as checks_pkg
-    from dsv4_doctor.probes import PROBE_DIR
+    from dsv4_doctor.engine.probes import PROBE_DIR
 
     checks_dir = Path(checks_pkg.__file__).resolve().parent
     return [PROBE_DIR, checks_dir, *sorted(p for p in checks_dir.iterdir() if p.is_dir() and p.name != "__pycache__")]
@@ -23,7 +23,7 @@ def common() -> ModuleType:
     loaded = sys.modules.get("dsv4probe_common")
     if getattr(loaded, "PROBE_COMMON", None) is True:
         return loaded  # type: ignore[return-value]
-    from dsv4_doctor.probes import PROBE_DIR
+    from dsv4_doctor.engine.probes import PROBE_DIR
 
     spec = importlib.util.spec_from_file_location("dsv4probe_common", PROBE_DIR / "dsv4probe_common.py")
     assert spec is not None and spec.loader is not None

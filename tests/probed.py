@@ -25,20 +25,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dsv4_doctor import __version__, fixplan
-from dsv4_doctor.assemble import assemble
+from dsv4_doctor import __version__
+from dsv4_doctor.fix import plan as fixplan
+from dsv4_doctor.report.assemble import assemble
 from dsv4_doctor.checks import CHECKS
-from dsv4_doctor.facts import StaticFacts
+from dsv4_doctor.model.facts import StaticFacts
 from dsv4_doctor.job.profile import job_profile
-from dsv4_doctor.model import CheckReport, Profile
-from dsv4_doctor.probes import (NVIDIA_SMI, DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, STATIC_TIMEOUT_S, Probe, ProbeResult,
-                                StaticRequest, handshake_probe, parse_handshake, parse_nvidia_smi, run_probe,
-                                static_probe_for)
-from dsv4_doctor.procs import Processes
-from dsv4_doctor.redact import Redactor
-from dsv4_doctor.render.script import render_script
-from dsv4_doctor.report import Report
-from dsv4_doctor.runner import ProbeFailed, execute
+from dsv4_doctor.model.core import CheckReport, Profile
+from dsv4_doctor.engine.probes import (NVIDIA_SMI, DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, STATIC_TIMEOUT_S, Probe,
+                                       ProbeResult, StaticRequest, handshake_probe, parse_handshake, parse_nvidia_smi,
+                                       run_probe, static_probe_for)
+from dsv4_doctor.hostio.procs import Processes
+from dsv4_doctor.hostio.redact import Redactor
+from dsv4_doctor.report.script import render_script
+from dsv4_doctor.model.report import Report
+from dsv4_doctor.engine.runner import ProbeFailed, execute
 from dsv4_doctor.testing import CheckCrashed
 from wheels import CACHE
 
@@ -216,7 +217,7 @@ def run_in_process(env: Any, python: str, ids: Iterable[str], *, prof: Profile |
                                              sources=list(check.sources), origin=check.origin,
                                              internal_error=crashed)
     report = assemble(ctx.profile, [ctx.outcomes[i] for i in order], [], {}, False, 0.0)
-    from dsv4_doctor.assemble import installed_versions
+    from dsv4_doctor.report.assemble import installed_versions
 
     return replace(report, installed=installed_versions(ctx.static.data))  # as assemble.build gives the planner
 

@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from dsv4_doctor import registry
+from dsv4_doctor.engine import registry
 from dsv4_doctor.api import Check, Finding, Fix, Source, Status, check, failed, passed, result_of
-from dsv4_doctor.model import NO_FINDING, Profile
-from dsv4_doctor.probes import StaticRequest
-from dsv4_doctor.procs import Processes
-from dsv4_doctor.registry import PluginInfo
-from dsv4_doctor.runner import ProbePool, RunContext, Runner
-from dsv4_doctor.session import static_probe_for
+from dsv4_doctor.model.core import NO_FINDING, Profile
+from dsv4_doctor.engine.probes import StaticRequest
+from dsv4_doctor.hostio.procs import Processes
+from dsv4_doctor.engine.registry import PluginInfo
+from dsv4_doctor.engine.runner import ProbePool, RunContext, Runner
+from dsv4_doctor.engine.session import static_probe_for
 
 SOURCE = (Source("DSv4 recipe", "https://example.invalid/recipe"),)
 
@@ -181,7 +181,7 @@ def test_every_builtin_keeps_the_registry_rules():
 
 
 def test_explain_shows_what_a_check_needs_and_what_it_runs_after():
-    from dsv4_doctor.render.explain import explain_text
+    from dsv4_doctor.report.explain import explain_text
 
     @check("demo.explained", "Explained", applies_when="always", detects="nothing", sources=SOURCE,
            needs=("demo.base", "demo.other-base"), after=("demo.first",))

@@ -51,4 +51,4 @@ def test_importing_the_api_loads_no_lazy_module():
             "from dsv4_doctor.api import version\n"
             f"print(sorted(m for m in {lazy!r} if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    assert out.stdout.splitlines() == ["[]", "['dsv4_doctor.versions']"], out.stdout + out.stderr
+    assert out.stdout.splitlines() == ["[]", "['dsv4_doctor.model.versions']"], out.stdout + out.stderr

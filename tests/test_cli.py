@@ -25,7 +25,7 @@ def demo(site, tmp_path):
     """)
     site.file("demo_plugin.py", f"""
         import os
-        from dsv4_doctor.model import Check, Fix, Source, failed, passed
+        from dsv4_doctor.model.core import Check, Fix, Source, failed, passed
 
         MARK = {str(marker)!r}
         FIX = Fix("Create the marker", [["touch", MARK], {BRACKETED!r}])
@@ -140,7 +140,7 @@ def test_only_skip_and_unknown_ids(demo, bare_python):
 def test_strict_promotes_warnings(demo, bare_python):
     site, marker = demo
     site.file("warn_plugin.py", """
-        from dsv4_doctor.model import Check, warned
+        from dsv4_doctor.model.core import Check, warned
         w = Check(id="demo.warn", title="w", explanation="x", applies_when="always", detects="x",
                   run=lambda ctx: warned("slower"))
     """)
@@ -181,8 +181,8 @@ def test_help_shows_exit_codes_and_readable_metavars():
 
 
 def test_list_and_explain_every_check():
-    from dsv4_doctor.registry import load
-    from dsv4_doctor.render.explain import explain_text
+    from dsv4_doctor.engine.registry import load
+    from dsv4_doctor.report.explain import explain_text
 
     listed = json.loads(run_doctor("list", "-f", "json").stdout)["checks"]
     checks = {c.id: c for c in load().checks}
@@ -197,8 +197,8 @@ def test_list_and_explain_every_check():
 
 def test_explain_wraps_its_prose_to_the_output_width_but_never_a_command_or_a_url():
     """With COLUMNS=80, 13 lines of `explain te.version` were wider (the longest 226)."""
-    from dsv4_doctor.registry import load
-    from dsv4_doctor.render.explain import explain_text
+    from dsv4_doctor.engine.registry import load
+    from dsv4_doctor.report.explain import explain_text
 
     cli = run_doctor("explain", "te.version", env={"COLUMNS": "80"})
     assert cli.returncode == 0
@@ -231,7 +231,7 @@ def test_fix_prints_a_runnable_plan_and_apply_turns_the_check_green(demo, bare_p
     wheel.mkdir()
     site.file("marker_plugin.py", f"""
         import importlib.util
-        from dsv4_doctor.model import Check, Fix, failed, passed
+        from dsv4_doctor.model.core import Check, Fix, failed, passed
         FIX = Fix("Install the marker package", [["pip", "install", "--no-index", "--find-links", {str(wheel)!r},
                                                   "--target", {str(site.root)!r}, "dsv4-marker-pkg"]])
         CHECKS = [Check(id="demo.pkg", title="t", explanation="x", applies_when="always", detects="x", fixes=(FIX,),
@@ -281,7 +281,7 @@ def test_installed_names_do_not_collide():
 def test_cli_process_never_imports_torch(tmp_path):
     import subprocess
 
-    code = ("import sys; from dsv4_doctor.cli import main\n"
+    code = ("import sys; from dsv4_doctor.cli.main import main\n"
             "try:\n    main(['check', '-f', 'json', '--only', 'torch.install,gpu.devices'])\n"
             "except SystemExit:\n    pass\n"
             "heavy = [m for m in ('torch', 'transformer_engine', 'megatron', 'cudnn') if m in sys.modules]\n"
@@ -303,10 +303,11 @@ def test_list_and_explain_make_no_session_and_start_no_process(words):
             "spawned = []\n"
             "sys.addaudithook(lambda event, args: spawned.append(event) if event in "
             "('subprocess.Popen', 'os.posix_spawn', 'os.fork', 'os.exec') else None)\n"
-            "from dsv4_doctor.cli import main\n"
+            "from dsv4_doctor.cli.main import main\n"
             f"try:\n    main({words!r})\nexcept SystemExit as exc:\n    code = exc.code\n"
-            "heavy = sorted(m for m in ('dsv4_doctor.session', 'dsv4_doctor.earlystart', 'dsv4_doctor.runner',"
-            " 'dsv4_doctor.runreport', 'dsv4_doctor.assemble', 'dsv4_doctor.plugins') if m in sys.modules)\n"
+            "heavy = sorted(m for m in ('dsv4_doctor.engine.session', 'dsv4_doctor.engine.earlystart',"
+            " 'dsv4_doctor.engine.runner', 'dsv4_doctor.engine.runreport', 'dsv4_doctor.report.assemble',"
+            " 'dsv4_doctor.engine.plugins') if m in sys.modules)\n"
             "sys.stderr.write('\\nCODE=%s SPAWNED=%s MODULES=%s' % (code, ','.join(spawned), ','.join(heavy)))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stderr.splitlines()[-1] == "CODE=0 SPAWNED= MODULES=", done.stderr[-2000:]

@@ -7,9 +7,9 @@ import sys
 import time
 
 from conftest import run_doctor
-from dsv4_doctor.probes import Probe
-from dsv4_doctor.procs import Processes
-from dsv4_doctor.runner import ProbePool
+from dsv4_doctor.engine.probes import Probe
+from dsv4_doctor.hostio.procs import Processes
+from dsv4_doctor.engine.runner import ProbePool
 
 
 def test_the_probe_that_ends_last_is_the_long_pole_whatever_order_it_started_in():
@@ -32,8 +32,8 @@ def test_the_probe_that_ends_last_is_the_long_pole_whatever_order_it_started_in(
 
 def test_a_check_reports_its_long_pole():
     """In the JSON summary of a real run; the text report read back from it says it with -v only."""
-    from dsv4_doctor.render import render
-    from dsv4_doctor.report import Report
+    from dsv4_doctor.report.dispatch import render
+    from dsv4_doctor.model.report import Report
 
     done = run_doctor("check", "--no-smoke", "-f", "json")
     data = json.loads(done.stdout)

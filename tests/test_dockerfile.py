@@ -13,7 +13,7 @@ import sys
 from conftest import REPO, run_doctor
 from fakes import Env
 
-from dsv4_doctor.checks.fixes import PINS
+from dsv4_doctor.checks.fixes.catalogue import PINS
 
 DOCKERFILE = REPO / "Dockerfile"
 

@@ -14,10 +14,10 @@ import pytest
 from conftest import run_doctor
 from fakes import Env, fake_flash_mla
 
-from dsv4_doctor.checks._job_dsa import backend_none_fix
+from dsv4_doctor.checks.job.dsa import backend_none_fix
 from dsv4_doctor.job.bridge_rule import fold
 from dsv4_doctor.job.profile import fold_bridge, job_profile
-from dsv4_doctor.model import Profile
+from dsv4_doctor.model.core import Profile
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from test_job import job_rows_in_process  # noqa: E402
@@ -86,7 +86,7 @@ def test_the_bridge_s_switch_is_folded_into_a_stated_backend():
 
 
 def _row(profile: Profile):
-    from dsv4_doctor.checks import job_checks
+    from dsv4_doctor.checks.job import job_checks
     from dsv4_doctor.testing import StubContext, run_check
 
     return run_check(job_checks.job_dsa_backend, StubContext(profile=profile))

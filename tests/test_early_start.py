@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from dsv4_doctor import cli, earlystart as session_module, runreport
-from dsv4_doctor.cli import early_target, parse_command_line
-from dsv4_doctor.commandline import INSPECTING_COMMANDS, VALUE_OPTIONS
+from dsv4_doctor.cli import main as cli
+from dsv4_doctor.engine import earlystart as session_module, runreport
+from dsv4_doctor.cli.main import early_target, parse_command_line
+from dsv4_doctor.cli.grammar import INSPECTING_COMMANDS, VALUE_OPTIONS
 
 from conftest import run_doctor
 
@@ -77,7 +78,7 @@ def test_the_pre_scan_knows_every_option_that_takes_a_value():
     value, and every other option a flag (a short one is -v, -y or -h)."""
     import typer
 
-    from dsv4_doctor.commandline import _app
+    from dsv4_doctor.cli.grammar import _app
 
     group = typer.main.get_command(_app()[0])
     takes_value, flags = set(), set()
@@ -152,7 +153,7 @@ def test_help_version_and_list_start_nothing(monkeypatch, capfd):
 
 def test_the_run_adopts_the_probes_started_early(tmp_path, monkeypatch, bare_python):
     """One static probe in all: the run reads the one the pre-scan started, in the session that started it."""
-    from dsv4_doctor.procs import Processes
+    from dsv4_doctor.hostio.procs import Processes
 
     spawned: list[list[str]] = []
     spawn = Processes.spawn
@@ -249,9 +250,9 @@ def test_the_first_probes_start_before_the_session_module_is_imported(bare_pytho
             "spawns = []\n"
             "def hook(event, args):\n"
             "    if event == 'subprocess.Popen':\n"
-            "        spawns.append((list(args[1])[:3], 'dsv4_doctor.session' in sys.modules))\n"
+            "        spawns.append((list(args[1])[:3], 'dsv4_doctor.engine.session' in sys.modules))\n"
             "sys.addaudithook(hook)\n"
-            "from dsv4_doctor.cli import main\n"
+            "from dsv4_doctor.cli.main import main\n"
             "try:\n"
             f"    main(['check', '--static-only', '-f', 'json', '--python', {bare_python!r}])\n"
             "except SystemExit as exc:\n"
@@ -272,8 +273,8 @@ def test_the_first_probes_start_before_the_session_module_is_imported(bare_pytho
 
 def test_a_pool_started_for_another_interpreter_is_closed_not_adopted(bare_python):
     """The session adopts an early pool only when it runs the same interpreter; another one's is closed."""
-    from dsv4_doctor.runner import ProbePool
-    from dsv4_doctor.session import Session
+    from dsv4_doctor.engine.runner import ProbePool
+    from dsv4_doctor.engine.session import Session
 
     pool = ProbePool.for_target(PY, None, 4)
     session = Session(bare_python, None, pool)

@@ -124,7 +124,7 @@ def test_plugin_check_that_raises_or_hangs_is_an_internal_error(site, bare_pytho
         odd = odd_plugin
     """)
     site.file("odd_plugin.py", """
-        from dsv4_doctor.model import Check
+        from dsv4_doctor.model.core import Check
 
         def _boom(ctx):
             return {}["missing"]

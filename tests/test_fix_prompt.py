@@ -33,7 +33,7 @@ def needs_a_package(site, tmp_path):
         z.writestr("dsv4_marker_pkg-1.0.dist-info/RECORD", "")
     site.file("marker_plugin.py", f"""
         import importlib.util
-        from dsv4_doctor.model import Check, Fix, Source, failed, passed
+        from dsv4_doctor.model.core import Check, Fix, Source, failed, passed
         FIX = Fix("Install the marker package", [["pip", "install", "--no-index", "--find-links", {str(wheels)!r},
                                                   "--target", {str(site.root)!r}, "dsv4-marker-pkg"]])
         CHECKS = [Check(id="demo.pkg", title="The marker package", explanation="A demo.", applies_when="always",
@@ -123,7 +123,7 @@ def test_the_prompt_goes_through_the_output_layer(monkeypatch, capfd):
     of it goes to stdout."""
     import io
 
-    from dsv4_doctor import cli
+    from dsv4_doctor.cli import main as cli
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("maybe\ny\n"))
     answer = cli.ask("Apply \x1b]52;c;ZXZpbA==\x07 \x1b[31mnow?")

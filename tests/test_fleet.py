@@ -22,7 +22,7 @@ from fakes import ensure
 from dsv4_doctor import fleet
 from dsv4_doctor.fleet import merge as fleetmerge, plan as fleetrun
 from dsv4_doctor.fleet import FleetEnv, detect, first_host
-from dsv4_doctor.model import UsageError
+from dsv4_doctor.model.core import UsageError
 
 needs_torch = pytest.mark.skipif(not has_torch(), reason="needs the test environment's torch (README test command)")
 
@@ -306,7 +306,7 @@ def test_an_over_limit_report_is_replaced_by_a_short_typed_one_on_its_own_rank()
     """A rank sent its report unbounded (~11 MB reset the store connection): it now bounds it before it sends."""
     from dsv4_doctor.fleet import admit as fleetadmit
     from dsv4_doctor.fleet.plan import bounded_report
-    from dsv4_doctor.report import Report
+    from dsv4_doctor.model.report import Report
 
     big = _report(1, "n1", "1.27.0")
     big["checks"][0]["evidence"] = {"blob": "x" * (11 * 1024 * 1024)}
@@ -395,7 +395,7 @@ def _odd_rank_plugin(tmp_path):
     (site / "bad_plugin-1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: bad-plugin\nVersion: 1\n")
     (site / "bad_plugin-1.dist-info" / "entry_points.txt").write_text("[dsv4_doctor.checks]\nbad = bad_checks\n")
     (site / "bad_checks.py").write_text(
-        "from dsv4_doctor.model import Check, failed, passed\nimport os\n"
+        "from dsv4_doctor.model.core import Check, failed, passed\nimport os\n"
         "CHECKS = [Check(id='bad.rank', title='t', explanation='x', applies_when='always', detects='x',\n"
         "                run=lambda ctx: failed('odd rank') if os.environ.get('ODD') else passed('fine'))]\n")
     return site
@@ -782,7 +782,7 @@ def test_anonymized_host_labels_are_salted_by_the_job_and_its_secret():
 
 
 def test_the_text_report_leads_with_the_odd_ranks_and_what_to_do():
-    from dsv4_doctor.render import render
+    from dsv4_doctor.report.dispatch import render
 
     reports = {r: _report(r, f"node{r // 8:02d}", "1.27.0") for r in range(16)}
     reports[11] = _report(11, "node01", "1.26.0")
@@ -798,7 +798,7 @@ def test_the_text_report_leads_with_the_odd_ranks_and_what_to_do():
 
 def test_smoke_and_preflight_take_the_fleet_options_as_check_does():
     """Without it, `smoke` had no fleet mode, so under torchrun each rank wrote its own report."""
-    from dsv4_doctor.cli import parser
+    from dsv4_doctor.cli.main import parser
 
     _, commands = parser()
     for name, extra in (("check", []), ("smoke", []), ("preflight", ["--", "true"])):
@@ -808,7 +808,7 @@ def test_smoke_and_preflight_take_the_fleet_options_as_check_does():
 
 def test_only_and_skip_of_the_fleet_rows():
     """Without it, `--only ...,fleet.drift` was refused under torchrun and `--skip fleet.drift` was ignored."""
-    from dsv4_doctor.app import fleet_selection as _fleet_selection
+    from dsv4_doctor.commands.usecases import fleet_selection as _fleet_selection
 
     env = FleetEnv(0, 2, 0, "h", 1, "torchrun")
     assert _fleet_selection(env, ["python.version", "fleet.drift"], []) == (["python.version"], ("fleet.drift",))

@@ -45,7 +45,7 @@ def _plugin(tmp_path: Path) -> Path:
     (site / "odd_plugin-1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: odd-plugin\nVersion: 1\n")
     (site / "odd_plugin-1.dist-info" / "entry_points.txt").write_text("[dsv4_doctor.checks]\nodd = odd_checks\n")
     (site / "odd_checks.py").write_text(
-        "import os\nfrom dsv4_doctor.model import Check, failed, passed\n"
+        "import os\nfrom dsv4_doctor.model.core import Check, failed, passed\n"
         "def run(ctx):\n"
         "    if os.environ.get('ODD'):\n        return failed('odd rank')\n"
         "    mb = int(os.environ.get('BIG_MB') or 0)\n"

@@ -298,7 +298,7 @@ def _suppress():
 # ------------------------------------------------------------------- the command's reading, without a cluster
 
 def test_wanted_counts_the_reward_models_own_pool_and_says_what_is_out_of_range():
-    from doctor.fleet.raycluster import wanted
+    from dsv4_doctor.fleet.raycluster import wanted
 
     base = ["python3", "-m", "verl.trainer.main_ppo", "trainer.nnodes=2", "trainer.n_gpus_per_node=8"]
     want = wanted(base + ["reward.reward_model.enable_resource_pool=True", "reward.reward_model.nnodes=3",
@@ -316,7 +316,7 @@ def test_wanted_counts_the_reward_models_own_pool_and_says_what_is_out_of_range(
 
 
 def test_job_runtime_env_takes_env_vars_working_dir_and_py_executable_and_nothing_hostile(tmp_path):
-    from doctor.fleet.raycluster import job_runtime_env
+    from dsv4_doctor.fleet.raycluster import job_runtime_env
 
     head = "+ray_kwargs.ray_init.runtime_env."
     env, notes = job_runtime_env(["python3", "-m", "verl.trainer.main_ppo", f"{head}env_vars.FOO=bar",

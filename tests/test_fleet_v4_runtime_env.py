@@ -38,7 +38,7 @@ def _many_rows_plugin(tmp_path: Path) -> Path:
     (site / "many_plugin-1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: many-plugin\nVersion: 1\n")
     (site / "many_plugin-1.dist-info" / "entry_points.txt").write_text("[dsv4_doctor.checks]\nmany = many_checks\n")
     (site / "many_checks.py").write_text(
-        "from dsv4_doctor.model import Check, passed\n"
+        "from dsv4_doctor.model.core import Check, passed\n"
         "def run(ctx):\n    return passed('fine')\n"
         "CHECKS = [Check(id='cudnn-fe.many%04d' % i, title='t', explanation='x', applies_when='always', detects='x',"
         " run=run) for i in range(1001)]\n")
@@ -113,7 +113,7 @@ def test_the_jobs_runtime_env_is_applied_or_not_known_and_the_drivers_oversize_r
 # ------------------------------------------------------------------- the command's runtime_env, without a cluster
 
 def test_the_runtime_env_fields_the_tasks_cannot_take_are_named(tmp_path):
-    from doctor.fleet.rayjob import read_runtime_env
+    from dsv4_doctor.fleet.rayjob import read_runtime_env
 
     first, second = tmp_path / "first", tmp_path / "second"
     first.mkdir()
@@ -146,8 +146,8 @@ def test_a_crash_of_the_ray_merge_still_writes_a_report_and_exits_3(tmp_path, mo
     report of the driver's rows, the nodes named as not in it, is delivered, and the run exits 3."""
     import types
 
-    from doctor.fleet import raycluster
-    from doctor.report import Report
+    from dsv4_doctor.fleet import raycluster
+    from dsv4_doctor.model.report import Report
 
     done = subprocess.run([*doctor_command(), "check", "--no-smoke", "--only", "python.version", "-f", "json"],
                           capture_output=True, text=True, timeout=120)
@@ -182,8 +182,8 @@ def test_the_ray_hook_keeps_the_jobs_own_py_modules_and_hydra_reads_them_back():
 
     from dsv4_doctor.fleet.raycluster import HOOK_MODULE, hook_overrides
     from dsv4_doctor.fleet.rayhelper import job_py_modules
-    from dsv4_doctor.model import UsageError
-    from dsv4_doctor.probes import PROBE_DIR
+    from dsv4_doctor.model.core import UsageError
+    from dsv4_doctor.engine.probes import PROBE_DIR
 
     key = "ray_kwargs.ray_init.runtime_env.py_modules"
     command = ["python3", "-m", "verl.trainer.main_ppo", f"++{key}=[/opt/old]", f"++{key}=[/opt/mods,'s3://b/m.zip']"]

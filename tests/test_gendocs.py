@@ -1,4 +1,5 @@
-"""docs/checks.md is generated from the check definitions (`python -m dsv4_doctor.gendocs`) and must be current."""
+"""docs/checks.md is generated from the check definitions (`python -m dsv4_doctor.commands.gendocs`) and must be
+current."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "checks.md"
 
 
 def generated() -> str:
-    run = subprocess.run([sys.executable, "-m", "dsv4_doctor.gendocs"], capture_output=True, text=True, timeout=60)
+    run = subprocess.run([sys.executable, "-m", "dsv4_doctor.commands.gendocs"], capture_output=True, text=True,
+                         timeout=60)
     assert run.returncode == 0, run.stderr
     return run.stdout
 
 
 def test_docs_checks_md_is_current():
     assert DOCS.read_text(encoding="utf-8") == generated(), \
-        "docs/checks.md is stale: python -m dsv4_doctor.gendocs > docs/checks.md"
+        "docs/checks.md is stale: python -m dsv4_doctor.commands.gendocs > docs/checks.md"
 
 
 def test_every_rule_has_its_page_under_its_area_in_report_order_and_no_html():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv4_doctor.model import Profile
+from dsv4_doctor.model.core import Profile
 from dsv4_doctor.probes import dsv4probe_static_fatbin as fatbin
 from dsv4_doctor.testing import StubContext
 from dsv4_doctor.checks._archs import judge as judge_archs, runs_on
@@ -184,7 +184,7 @@ def test_fake_fatbins_never_break_the_reader(tmp_path, monkeypatch):
 
 def _verdict(obj_path: Path, arch: str, source: str = "option") -> dict:
     code = {"found": True, "objects": [fatbin.read_object(str(obj_path))]}
-    from dsv4_doctor.facts import StaticFacts
+    from dsv4_doctor.model.facts import StaticFacts
 
     clean = StaticFacts({"device_code": {"m": code}}).device_code("m")
     return judge_archs(clean, Profile(gpu_arch=arch, gpu_arch_source=source))
@@ -404,7 +404,7 @@ def test_a_driver_older_than_torchs_cuda_is_named(tmp_path, bare_python, monkeyp
 
 def test_an_oom_crash_of_the_smoke_probe_is_one_sentence_with_the_holder():
     from dsv4_doctor.checks.smoke.thd_cp import crashed
-    from dsv4_doctor.probes import ProbeResult
+    from dsv4_doctor.engine.probes import ProbeResult
 
     result = ProbeResult("smoke", ok=False, error="stopped with AcceleratorError: CUDA error: out of memory",
                          stderr_tail=H200_OOM)
@@ -416,8 +416,8 @@ def test_an_oom_crash_of_the_smoke_probe_is_one_sentence_with_the_holder():
 
 
 def test_a_probe_that_raises_is_summarised_in_one_line_with_its_whole_text_kept(tmp_path):
-    from dsv4_doctor.probes import Probe, run_probe
-    from dsv4_doctor.procs import Processes
+    from dsv4_doctor.engine.probes import Probe, run_probe
+    from dsv4_doctor.hostio.procs import Processes
 
     script = tmp_path / "dsv4probe_raises.py"
     script.write_text(

@@ -128,7 +128,7 @@ def test_fix_scripts_never_run_injected_commands(tmp_path, pwn, stub_python):
     env = hostile_env(tmp_path, pwn)
     env.fake("plugin", lambda s: (s.dist("evil-plugin", "1", entry_points="[dsv4_doctor.checks]\nevil = evil_checks\n"),
                                   s.file("evil_checks.py", f"""
-        from dsv4_doctor.model import Check, Fix, failed
+        from dsv4_doctor.model.core import Check, Fix, failed
         F = Fix({hostile(pwn)!r}, [["pip", "install", {("x" + INJECT[0].format(pwn=pwn))!r}]])
         CHECKS = [Check(id="evil.fix", title={hostile(pwn)!r}, explanation="x", applies_when="always", detects="x",
                         run=lambda ctx: failed({hostile(pwn)!r}, fixes=[F]))]
@@ -174,7 +174,7 @@ def test_printed_fix_commands_are_safe_to_paste_in_every_format(fmt, tmp_path, p
     argvs = [[w.format(pwn=pwn) for w in a] for a in TRICKY_ARGVS]
     site.dist("tricky-plugin", "1", entry_points="[dsv4_doctor.checks]\ntricky = tricky_checks\n")
     site.file("tricky_checks.py", f"""
-        from dsv4_doctor.model import Check, Fix, failed
+        from dsv4_doctor.model.core import Check, Fix, failed
         F = [Fix("f%d" % i, [a]) for i, a in enumerate({argvs!r})]
         CHECKS = [Check(id="tricky.fix", title="t", explanation="x", applies_when="always", detects="x",
                         run=lambda ctx: failed("broken", fixes=F), fixes=tuple(F))]
@@ -230,8 +230,8 @@ def test_hostile_environment_text_stays_inert_in_every_format(fmt, tmp_path, pwn
 
 
 def test_wrapping_never_starts_a_line_with_a_workflow_command():
-    from dsv4_doctor.render import render
-    from dsv4_doctor.report import Report
+    from dsv4_doctor.report.dispatch import render
+    from dsv4_doctor.model.report import Report
 
     checks = [{"id": f"x.c{i}", "title": "t", "status": "fail", "summary": "w " * i + "::error::pwn ##[error]x",
                "details": "d " * i + "::warning::x", "evidence": {}, "fixes": [], "sources": [], "duration_s": 0,
@@ -351,7 +351,7 @@ def slowed(*a, **k):
     return real(*a, **k)
 setattr(mod, name, slowed)
 sys.argv = ["dsv4-doctor"] + sys.argv[4:]
-from dsv4_doctor.cli import main
+from dsv4_doctor.cli.main import main
 main()
 """
 
@@ -378,8 +378,9 @@ def _slowed_run(tmp_path, module, name, sig, *args, python):
 def test_a_signal_while_probes_are_being_started_still_interrupts(tmp_path, bare_python):
     """A signal landing while the runner planned the checks was swallowed by an `except
     BaseException`, and the run went on to the probe timeout; every later signal was ignored too."""
-    proc, out, err, took = _slowed_run(tmp_path, "dsv4_doctor.runner", "plan@start_probes", signal.SIGTERM, "check",
-                                       "-f", "json", "--only", "python.version,torch.install", python=bare_python)
+    proc, out, err, took = _slowed_run(tmp_path, "dsv4_doctor.engine.runner", "plan@start_probes", signal.SIGTERM,
+                                       "check", "-f", "json", "--only", "python.version,torch.install",
+                                       python=bare_python)
     assert proc.returncode == 143, err
     assert strict_json(out)["summary"]["interrupted"] == "SIGTERM"
     assert took < 10
@@ -390,7 +391,7 @@ def test_a_signal_while_probes_are_being_started_still_interrupts(tmp_path, bare
 def test_a_signal_while_the_report_is_written_lets_it_finish(tmp_path, bare_python, sig, code):
     """A signal while the report is rendered must not leave a KeyboardInterrupt traceback and no report (SIGINT) or
     kill the doctor (SIGTERM): the report is completed, then the doctor exits 128 + the signal."""
-    proc, out, err, _ = _slowed_run(tmp_path, "dsv4_doctor.render", "render_json", sig, "check", "-f", "json",
+    proc, out, err, _ = _slowed_run(tmp_path, "dsv4_doctor.report.dispatch", "render_json", sig, "check", "-f", "json",
                                     "--only", "python.version", python=bare_python)
     assert "Traceback" not in err
     assert strict_json(out)["summary"]["exit_code"] == 0  # the whole report
@@ -400,7 +401,7 @@ def test_a_signal_while_the_report_is_written_lets_it_finish(tmp_path, bare_pyth
 @pytest.mark.slow  # signals and process groups, torch probes: the default suite stays near 120 s on 2 cores
 def test_preflight_does_not_start_the_job_after_a_signal_during_its_report(tmp_path, bare_python):
     ran = tmp_path / "ran"
-    proc, _, err, _ = _slowed_run(tmp_path, "dsv4_doctor.cli", "_preflight_report", signal.SIGTERM, "preflight",
+    proc, _, err, _ = _slowed_run(tmp_path, "dsv4_doctor.cli.main", "_preflight_report", signal.SIGTERM, "preflight",
                                   "--no-smoke", "--only", "python.version", "--", "touch", str(ran),
                                   python=bare_python)
     assert proc.returncode == 143 and not ran.exists(), err
@@ -421,9 +422,9 @@ def test_a_usage_error_after_the_early_probes_leaves_none_running(tmp_path, bare
     wrapper = tmp_path / "slowed.py"
     wrapper.write_text(SLOWED)
     path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
-    done = subprocess.run([sys.executable, str(wrapper), "dsv4_doctor.session", "select", str(tmp_path / "entered"),
-                           "check", "--only", "no.such-check", "--python", bare_python], capture_output=True,
-                          text=True, timeout=60, env=dict(os.environ, PATH=path))
+    done = subprocess.run([sys.executable, str(wrapper), "dsv4_doctor.engine.session", "select",
+                           str(tmp_path / "entered"), "check", "--only", "no.such-check", "--python", bare_python],
+                          capture_output=True, text=True, timeout=60, env=dict(os.environ, PATH=path))
     assert done.returncode == 2 and "no check matches" in done.stderr, done.stderr
     assert (tmp_path / "entered").exists() and marker.exists()  # the stub ran before the usage error
     pid, pgid = map(int, marker.read_text().split())
@@ -556,7 +557,7 @@ def test_a_lone_surrogate_never_replaces_the_report(fmt, site, bare_python):
     site.file("torch/__init__.py", "raise RuntimeError('lone \\ud800 surrogate and \\udcff')\n")
     site.dist("odd-plugin", "1", entry_points="[dsv4_doctor.checks]\nodd = odd_checks\n")
     site.file("odd_checks.py", """
-        from dsv4_doctor.model import Check, failed
+        from dsv4_doctor.model.core import Check, failed
         CHECKS = [Check(id="odd.surrogate", title="t \\ud800", explanation="x", applies_when="always", detects="x",
                         run=lambda ctx: failed("plugin says \\ud800", evidence={"k\\udcff": "\\ud800"}))]
     """)
@@ -572,7 +573,7 @@ def test_a_lone_surrogate_never_replaces_the_report(fmt, site, bare_python):
 # --- 7. the fix path: incomplete runs, held-back builds, the interpreter path, redaction, the cwd, signals ---------
 
 CRASHING_PLUGIN = """
-    from dsv4_doctor.model import Check, failed
+    from dsv4_doctor.model.core import Check, failed
     def boom(ctx):
         raise RuntimeError("plugin bug")
     CHECKS = [Check(id="bad.crash", title="t", explanation="x", applies_when="always", detects="x", run=boom)]
@@ -638,7 +639,7 @@ def test_the_fix_script_and_the_apply_echo_are_redacted(site, stub_python):
     secret = "s3cr3tv4lue-in-a-fix"
     site.dist("leaky-plugin", "1", entry_points="[dsv4_doctor.checks]\nleak = leaky_checks\n")
     site.file("leaky_checks.py", f"""
-        from dsv4_doctor.model import Check, Fix, failed
+        from dsv4_doctor.model.core import Check, Fix, failed
         F = Fix("use the mirror with {secret}", [["pip", "install", "--index-url",
                                                  "https://user:{secret}@mirror.invalid/simple", "leaky"]])
         CHECKS = [Check(id="leak.fix", title="t", explanation="x", applies_when="always", detects="x",
@@ -667,7 +668,7 @@ def test_the_current_directory_cannot_stand_in_for_pip_or_the_handshake(tmp_path
 def test_a_signal_during_apply_stops_pip_and_exits_128_plus_n(tmp_path, site):
     site.dist("pip-plugin", "1", entry_points="[dsv4_doctor.checks]\npipfix = pipfix_checks\n")
     site.file("pipfix_checks.py", """
-        from dsv4_doctor.model import Check, Fix, failed
+        from dsv4_doctor.model.core import Check, Fix, failed
         F = Fix("install it", [["pip", "install", "some-package"]])
         CHECKS = [Check(id="needs.pip", title="t", explanation="x", applies_when="always", detects="x",
                         run=lambda ctx: failed("missing", fixes=[F]))]
@@ -774,7 +775,7 @@ def test_requirement_markers_and_requires_python_are_judged_for_the_target(site)
     python = _pyenv("3.12.1")
     if python is None:
         pytest.skip("no Python 3.12 on this machine")
-    from dsv4_doctor.facts import extra_requirements
+    from dsv4_doctor.model.facts import extra_requirements
 
     line = 'nvidia-cutlass-dsl>=4.5; extra == "cutedsl" and python_version >= "3.12"'
     target = {"requires": [line], "marker_env": {"python_version": "3.12", "python_full_version": "3.12.1"}}

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import run_doctor
 
-from dsv4_doctor import kernelcache
+from dsv4_doctor.kernels import cache as kernelcache
 
 ATTACKER, USER = 54321, 43210
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="dropping to other uids needs root (CI runs the tests as root)")
@@ -270,7 +270,7 @@ def test_a_forged_acknowledgement_count_decides_nothing():
     exited 0, was reported as not acknowledging; a rank whose acknowledgement is not signed with the job's secret
     is not counted either."""
     pytest.importorskip("torch")
-    from dsv4_doctor.probes import PROBE_DIR
+    from dsv4_doctor.engine.probes import PROBE_DIR
 
     done = subprocess.run([sys.executable, "-c", FORGED_ACK, str(PROBE_DIR)], capture_output=True, text=True,
                           timeout=60)
@@ -302,7 +302,7 @@ def test_the_static_probes_installed_lists_are_capped_and_the_cap_said(tmp_path)
     import subprocess
     import sys
 
-    from dsv4_doctor.probes import PROBE_DIR
+    from dsv4_doctor.engine.probes import PROBE_DIR
 
     site = tmp_path / "site"
     for i in range(40):  # 40 copies of one distribution, each with 2,500 requirements
@@ -373,8 +373,8 @@ def swapped_run(tmp_path, monkeypatch):
     module is put at the old path (what the owner of the folder above could do). Returns (result, checked, planted)."""
     import threading
 
-    from dsv4_doctor.probes import Probe, run_probe
-    from dsv4_doctor.procs import Processes
+    from dsv4_doctor.engine.probes import Probe, run_probe
+    from dsv4_doctor.hostio.procs import Processes
 
     xdg = tmp_path / "xdg"
     xdg.mkdir(mode=0o700)
@@ -523,8 +523,8 @@ def test_a_decision_whose_descriptor_was_let_go_still_starts_every_probe(tmp_pat
     """release() (or anything else closing descriptor 211) after the run's decision: the next probe must not be
     started with a descriptor this process no longer holds (Popen's pass_fds: EBADF, every probe "could not start");
     the decision is made again, and a decision that cannot hold it gives the path."""
-    from dsv4_doctor.probes import Probe, run_probe
-    from dsv4_doctor.procs import Processes
+    from dsv4_doctor.engine.probes import Probe, run_probe
+    from dsv4_doctor.hostio.procs import Processes
 
     for name in ("CUTE_DSL_CACHE_DIR", "CUTE_DSL_DUMP_DIR", kernelcache.ENV):
         monkeypatch.delenv(name, raising=False)

@@ -118,7 +118,7 @@ def test_a_fifo_on_the_home_derived_cache_path_neither_blocks_nor_is_used(tmp_pa
     validate(json.loads(run.stdout))
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # never replaced, never opened for reading
 
-    from dsv4_doctor import kernelcache
+    from dsv4_doctor.kernels import cache as kernelcache
 
     monkeypatch.setenv("HOME", str(home))  # Path.home()
     cache = kernelcache.prepare({"HOME": str(home)})

@@ -152,7 +152,7 @@ def test_a_step_summary_fifo_without_a_reader_never_blocks_the_open(tmp_path):
 
 
 def test_the_layer_gives_up_a_stuck_stream_once_and_a_stuck_write_in_bounded_time(monkeypatch):
-    from dsv4_doctor.render import output
+    from dsv4_doctor.report import output
 
     monkeypatch.setattr(output, "_given_up", {})
     r, w = full_pipe()
@@ -169,8 +169,8 @@ def test_the_layer_gives_up_a_stuck_stream_once_and_a_stuck_write_in_bounded_tim
 
 
 def test_a_stop_signal_during_a_stuck_write_leaves_it_one_grace_period(monkeypatch):
-    from dsv4_doctor.render import output
-    from dsv4_doctor.signals import GATE
+    from dsv4_doctor.report import output
+    from dsv4_doctor.hostio.signals import GATE
 
     monkeypatch.setattr(output, "_given_up", {})
     r, w = full_pipe()
@@ -186,7 +186,7 @@ def test_a_stop_signal_during_a_stuck_write_leaves_it_one_grace_period(monkeypat
 
 
 def test_lines_said_on_stderr_are_capped_redacted_and_cleaned():
-    from dsv4_doctor.render.output import MAX_LINE, line_text
+    from dsv4_doctor.report.output import MAX_LINE, line_text
 
     line = line_text("x" * (MAX_LINE * 2) + " --hf-token " + TOKENS[0] + "\n::error::x \x1b[31m")
     assert len(line) < MAX_LINE + 200 and TOKENS[0] not in line
@@ -195,14 +195,14 @@ def test_lines_said_on_stderr_are_capped_redacted_and_cleaned():
 
 
 def test_an_ascii_only_stdout_still_gets_the_whole_report_as_valid_json(tmp_path, monkeypatch):
-    from dsv4_doctor.render import output
+    from dsv4_doctor.report import output
 
     monkeypatch.setattr(output, "_given_up", {})
     report, _ = hostile_report()
     path = tmp_path / "ascii.out"
     with open(path, "w", encoding="ascii") as fh:
         monkeypatch.setattr(sys, "stdout", fh)
-        from dsv4_doctor.render import render
+        from dsv4_doctor.report.dispatch import render
 
         assert output.write_stdout(render(report, "json"))
     assert json.loads(path.read_text(encoding="ascii")) == json.loads(render(report, "json"))
@@ -284,7 +284,7 @@ def test_an_unrunnable_job_is_126_or_127_and_named_by_shape(program, code, tmp_p
 
 
 def test_an_internal_error_is_one_line_and_exit_3(tmp_path, monkeypatch):
-    from dsv4_doctor.render import rules
+    from dsv4_doctor.report import rules
 
     def broken(*a, **k):
         raise RuntimeError("listing broke " + TOKENS[0])
@@ -299,7 +299,7 @@ def test_an_internal_error_is_one_line_and_exit_3(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("fmt", ["text", "json", "markdown", "junit"])
 def test_hostile_rank_reports_through_the_fleet_merge_stay_inert(fmt):
-    from dsv4_doctor.render import render
+    from dsv4_doctor.report.dispatch import render
 
     a, b = hostile_report()[0].to_dict(), hostile_report(passing=True)[0].to_dict()
     for rank, rep in ((0, a), (1, b)):
@@ -381,9 +381,9 @@ def test_verl_markers_not_found_in_a_truncated_source_are_not_known_missing():
     """A verl file over the read limit failed as "lacks the contiguous CP layout" on markers it never read."""
     import types
 
-    from dsv4_doctor.facts import StaticFacts
-    from dsv4_doctor.model import Profile
-    from checks.verl_checks import ENGINE, REPLAY, UTIL, verl_cp_layout
+    from dsv4_doctor.model.facts import StaticFacts
+    from dsv4_doctor.model.core import Profile
+    from dsv4_doctor.checks.verl_checks import ENGINE, REPLAY, UTIL, verl_cp_layout
 
     whole = {"found": True, "path": "x.py", "error": None, "classes": {}, "functions": {}, "names": [],
              "contains": {}}
@@ -398,9 +398,9 @@ def test_mbridge_dispatcher_not_found_in_an_unread_source_is_not_known():
     """A bridge file not read whole was said to default to alltoall on a needle it never saw."""
     import types
 
-    from dsv4_doctor.facts import StaticFacts
-    from dsv4_doctor.model import Profile
-    from checks.mbridge_checks import BRIDGES, mbridge_dsv4
+    from dsv4_doctor.model.facts import StaticFacts
+    from dsv4_doctor.model.core import Profile
+    from dsv4_doctor.checks.mbridge_checks import BRIDGES, mbridge_dsv4
 
     cut = {"found": True, "path": "b.py", "truncated": True, "error": "source truncated: larger than the read limit",
            "classes": {}, "functions": {}, "names": [], "contains": {}}
@@ -416,7 +416,7 @@ def test_the_report_carries_the_job_entry_and_env_values_by_shape():
     """profile.job.env listed `env K=V` values verbatim (report-wide redaction masks only secret-looking ones), and
     profile.job.entry the program word whatever it held."""
     from dsv4_doctor.job.command import parse
-    from dsv4_doctor.assemble import assemble
+    from dsv4_doctor.report.assemble import assemble
 
     job = parse(["env", "SIGNED_URL=https://h/x?sig=abc123def", "NCCL_NVLS_ENABLE=0",
                           "/opt/my dir/\x1b[31mtrain.py", "x=1"]).to_dict()
@@ -430,11 +430,11 @@ def test_the_report_carries_the_job_entry_and_env_values_by_shape():
 def test_apply_echoes_a_withheld_command_with_the_secret_masked_and_runs_the_real_one(tmp_path, monkeypatch, capfd):
     """docs/security.md: a step whose command holds a secret is withheld in the script, echoed masked, run with its
     value."""
-    from dsv4_doctor import fixplan
-    from dsv4_doctor.render.script import render_script
-    from dsv4_doctor.model import CheckReport, Fix, Status
-    from dsv4_doctor.procs import Processes
-    from dsv4_doctor.redact import Redactor
+    from dsv4_doctor.fix import plan as fixplan
+    from dsv4_doctor.report.script import render_script
+    from dsv4_doctor.model.core import CheckReport, Fix, Status
+    from dsv4_doctor.hostio.procs import Processes
+    from dsv4_doctor.hostio.redact import Redactor
 
     record = tmp_path / "argv"
     target = tmp_path / "python"  # stands in for the target interpreter: records the argv pip would get
@@ -456,10 +456,10 @@ def test_apply_echoes_a_withheld_command_with_the_secret_masked_and_runs_the_rea
 def test_a_fix_command_whose_environment_holds_a_secret_is_withheld_in_the_script_and_masked_in_the_echo(
         tmp_path, monkeypatch, capfd):
     """The script checked only a command's argv for secrets and printed its `NAME=value` prefix as it was."""
-    from dsv4_doctor import fixplan
-    from dsv4_doctor.render.script import render_script
-    from dsv4_doctor.model import CheckReport, Command, Fix, Status
-    from dsv4_doctor.procs import Processes
+    from dsv4_doctor.fix import plan as fixplan
+    from dsv4_doctor.report.script import render_script
+    from dsv4_doctor.model.core import CheckReport, Command, Fix, Status
+    from dsv4_doctor.hostio.procs import Processes
 
     token = "hf_abcdefghijklmnopqrstuvwxyz0123"
     fix = Fix("tvm", [Command(("pip", "install", "apache-tvm-ffi==0.1.11"), env=(("HF_TOKEN", token),))])
@@ -480,10 +480,10 @@ def test_csa_at_cp_2_with_the_compressor_source_not_read_whole_is_not_known_not_
     """The pre-grouping marker not found in a fused_compressor.py over the read limit read as "takes the fused path"."""
     import types
 
-    from dsv4_doctor.facts import StaticFacts
-    from dsv4_doctor.model import Profile
-    from checks._gates import FUSED_COMPRESSOR
-    from checks.cudnn_fe_checks import cudnn_fe_csa
+    from dsv4_doctor.model.facts import StaticFacts
+    from dsv4_doctor.model.core import Profile
+    from dsv4_doctor.checks._gates import FUSED_COMPRESSOR
+    from dsv4_doctor.checks.cudnn_fe_checks import cudnn_fe_csa
 
     cut = {"found": True, "path": "fused_compressor.py", "truncated": True, "classes": {}, "functions": {},
            "names": [], "contains": {}, "error": "source truncated: larger than the 8388608-byte read limit",
@@ -502,9 +502,9 @@ def test_hadamard_missing_with_verl_patch_not_read_whole_is_not_known_not_failed
     """verl's shim not found in a patch.py over the read limit read as "no shim: every CSA layer asserts"."""
     import types
 
-    from dsv4_doctor.facts import StaticFacts
-    from dsv4_doctor.model import Profile
-    from checks.kernels_checks import kernels_fast_hadamard
+    from dsv4_doctor.model.facts import StaticFacts
+    from dsv4_doctor.model.core import Profile
+    from dsv4_doctor.checks.kernels_checks import kernels_fast_hadamard
 
     cut = {"found": True, "path": "patch.py", "truncated": True, "classes": {}, "functions": {}, "names": [],
            "contains": {}, "error": "source truncated: larger than the 8388608-byte read limit"}
@@ -518,9 +518,9 @@ def test_mcore_dsv4_class_not_in_what_was_read_of_a_huge_module_is_not_known_not
     reinstall) on a class it never reached; the class found before the bound still passes."""
     import types
 
-    from dsv4_doctor.facts import StaticFacts
-    from dsv4_doctor.model import Profile
-    from checks.mcore_checks import DSV4_CLASS, DSV4_MOD, MARKERS, mcore_dsv4
+    from dsv4_doctor.model.facts import StaticFacts
+    from dsv4_doctor.model.core import Profile
+    from dsv4_doctor.checks.mcore_checks import DSV4_CLASS, DSV4_MOD, MARKERS, mcore_dsv4
 
     cut = {"found": True, "path": "deepseek_v4_hybrid_attention.py", "truncated": True, "classes": {},
            "functions": {}, "names": [], "contains": {}, "error": "source truncated: larger than the read limit"}

@@ -19,10 +19,10 @@ from conftest import doctor_command, free_port, run_doctor, validate
 import probe_modules
 
 from dsv4_doctor.fleet import env as fleetenv
-from dsv4_doctor.model import UsageError
-from dsv4_doctor import redact as redaction
-from dsv4_doctor.redact import MASK, Redactor
-from dsv4_doctor.safeio import ReadRefused, read_bounded, read_file, read_tail
+from dsv4_doctor.model.core import UsageError
+from dsv4_doctor.hostio import redact as redaction
+from dsv4_doctor.hostio.redact import MASK, Redactor
+from dsv4_doctor.hostio.safeio import ReadRefused, read_bounded, read_file, read_tail
 
 # --- reads that block ---------------------------------------------------------------------------------------------
 
@@ -116,7 +116,7 @@ def test_a_probe_that_replaces_its_log_with_a_fifo_does_not_hang_the_doctor(site
 
 
 def test_a_fifo_named_as_the_kernel_cache_is_refused_at_once(tmp_path):
-    from dsv4_doctor import kernelcache
+    from dsv4_doctor.kernels import cache as kernelcache
 
     fifo = tmp_path / "cache"
     os.mkfifo(fifo)
@@ -173,7 +173,7 @@ def test_option_numbers_far_past_their_range_are_usage_errors(args, why):
 
 
 def test_columns_is_clamped_not_refused(monkeypatch):
-    from dsv4_doctor.render import MAX_WIDTH, MIN_WIDTH, output_width
+    from dsv4_doctor.report.dispatch import MAX_WIDTH, MIN_WIDTH, output_width
 
     for value, width in (("1000000000", MAX_WIDTH), ("9" * 5000, MAX_WIDTH), ("400", 400), ("5", MIN_WIDTH),
                          ("-3", 100), ("abc", 100)):
@@ -190,7 +190,7 @@ def test_a_huge_columns_still_gives_the_text_report_at_a_sane_width():
 
 
 def test_the_kernel_cache_size_and_the_probe_timeout_are_clamped():
-    from dsv4_doctor import kernelcache
+    from dsv4_doctor.kernels import cache as kernelcache
 
     assert kernelcache._limit_mib({"DSV4_DOCTOR_KERNEL_CACHE_MIB": "9" * 5000}) == kernelcache.MAX_LIMIT_MIB
     assert kernelcache._limit_mib({"DSV4_DOCTOR_KERNEL_CACHE_MIB": "0"}) == 1
@@ -229,11 +229,11 @@ def test_a_secret_at_every_cut_offset_leaves_no_fragment(shape, secret, monkeypa
     """Probe errors were cut at 2,000 characters inside the probe and stage lines at 80, before redaction: a secret
     straddling the cut was never seen whole, and 12-14 of its 40 characters reached the report."""
     monkeypatch.setenv("SOME_PASSWORD", SPACED_SECRET)
-    monkeypatch.setattr("dsv4_doctor.redact._SPACED", [-1.0, []])
+    monkeypatch.setattr("dsv4_doctor.hostio.redact._SPACED", [-1.0, []])
     redact = Redactor()
     common = probe_modules.common()
-    from dsv4_doctor.probes import stage_text
-    from dsv4_doctor.render.output import line_text
+    from dsv4_doctor.engine.probes import stage_text
+    from dsv4_doctor.report.output import line_text
 
     prefix = "word " * 30
     text = prefix + shape + " and the rest of the message"
@@ -269,10 +269,10 @@ def test_redaction_does_not_eat_ordinary_words():
 def test_a_probe_error_s_first_line_is_cut_never_through_a_secret(shape, secret, monkeypatch):
     """The doctor's one-line summary of a probe that stopped (`stopped with T: <first line>`) cut that line at 300
     characters before redaction: a token straddling the cut left up to 17 of its characters in the report."""
-    from dsv4_doctor import probes
+    from dsv4_doctor.engine import probes
 
     monkeypatch.setenv("SOME_PASSWORD", SPACED_SECRET)
-    monkeypatch.setattr("dsv4_doctor.redact._SPACED", [-1.0, []])
+    monkeypatch.setattr("dsv4_doctor.hostio.redact._SPACED", [-1.0, []])
     redact = Redactor()
     for offset in range(300 - len(shape) - 2, 302):
         message = "x" * offset + " " + shape + " and more"

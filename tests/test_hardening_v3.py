@@ -87,7 +87,7 @@ def test_the_static_parts_error_cut_never_leaves_part_of_a_secret(part, offset):
 
 
 def test_a_traceback_tail_never_starts_inside_a_secret():
-    from dsv4_doctor.redact import cut_tail
+    from dsv4_doctor.hostio.redact import cut_tail
 
     text = "head " + SECRET + " the rest of the traceback"
     for limit in range(1, len(text) + 2):
@@ -116,7 +116,7 @@ def test_slurm_and_group_numbers_at_their_limit_and_past_it(base, name, at_limit
     import time
 
     from dsv4_doctor.fleet import env as fleetenv
-    from dsv4_doctor.model import UsageError
+    from dsv4_doctor.model.core import UsageError
 
     assert fleetenv.MAX_WORLD_SIZE == MAX_WORLD and fleetenv.RANGES[name][1] in (MAX_WORLD, MAX_WORLD - 1)
     env = fleetenv.detect(dict(base, **{name: at_limit}))
@@ -132,7 +132,7 @@ def test_slurm_and_group_numbers_at_their_limit_and_past_it(base, name, at_limit
 @pytest.mark.parametrize("value, ok", [("3600", True), ("1", True), ("3600.5", False), ("0.5", False),
                                        ("1" + "0" * 400, False), ("9" * 5000, False), ("inf", False), ("nan", False)])
 def test_fleet_wait_at_its_limit_and_far_past_it(value, ok):
-    from dsv4_doctor.commandline import BadValue, parse_timeout
+    from dsv4_doctor.cli.grammar import BadValue, parse_timeout
 
     if ok:
         assert parse_timeout(value) == float(value)

@@ -22,7 +22,7 @@ from test_job import job_rows_in_process
 from wheels import ensure
 
 from dsv4_doctor.job.profile import job_profile
-from dsv4_doctor.model import Profile
+from dsv4_doctor.model.core import Profile
 
 PPO = ["python3", "-m", "verl.trainer.main_ppo", "model_engine=megatron"]
 ACTOR = "actor_rollout_ref.actor.megatron"

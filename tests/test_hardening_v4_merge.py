@@ -25,8 +25,8 @@ from test_fleet_ray import CHECK, _env, ray_cluster  # noqa: F401  (the real clu
 
 from dsv4_doctor.fleet import admit as fleetadmit, merge as fleetmerge, raycluster
 from dsv4_doctor.fleet.rayjob import wanted
-from dsv4_doctor.redact import MASK
-from dsv4_doctor.report import Report
+from dsv4_doctor.hostio.redact import MASK
+from dsv4_doctor.model.report import Report
 
 # Each secret's core (what must never appear) in the shape the redaction patterns know, so that a leak names its field.
 LITERAL_SECRET = "LiteralValueOfTheDriversKey0042"  # this process's WANDB_API_KEY, in plain words elsewhere
@@ -80,9 +80,9 @@ def _driver(secrets: bool = False) -> Report:
     holds one (withheld)."""
     import sys
 
-    from dsv4_doctor.assemble import assemble, environment
-    from dsv4_doctor.fix import Fix
-    from dsv4_doctor.model import CheckReport, Profile, Status
+    from dsv4_doctor.report.assemble import assemble, environment
+    from dsv4_doctor.fix.steps import Fix
+    from dsv4_doctor.model.core import CheckReport, Profile, Status
 
     rows = [CheckReport(id="cudnn-fe.version", title="t", status=Status.PASS, summary="frontend 1.27.0")]
     if secrets:
@@ -129,8 +129,8 @@ def _ray_merge(tmp_path: Path, answer, reports: dict, env_notes=(), command=VERL
 
 def _renderings(report: Report, tmp_path: Path) -> dict[str, str]:
     """The report in every format, with the GitHub annotations and step summary."""
-    from dsv4_doctor.render import render
-    from dsv4_doctor.render.github import emit
+    from dsv4_doctor.report.dispatch import render
+    from dsv4_doctor.report.github import emit
 
     out = {fmt: render(report, fmt, verbosity=2) for fmt in ("text", "json", "markdown", "junit")}
     said: list[str] = []
@@ -216,7 +216,7 @@ def test_redacting_a_redacted_report_again_changes_nothing_and_counts_nothing():
     is counted again. Before: each withheld fix command was counted once more by every pass."""
     from hostile import hostile_report
 
-    from dsv4_doctor.redact import Redactor
+    from dsv4_doctor.hostio.redact import Redactor
 
     own, _ = hostile_report()  # every text hostile: secrets of each shape masked, a fix command withheld
     wire = own.to_dict()

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from dsv4_doctor.probes import LAUNCHER
+from dsv4_doctor.engine.probes import LAUNCHER
 
-from dsv4_doctor import safeio
-from dsv4_doctor.probes import PROBE_DIR
+from dsv4_doctor.hostio import safeio
+from dsv4_doctor.engine.probes import PROBE_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 DEPTH = 100_000
@@ -71,7 +71,7 @@ def _bounded(call):
     return got, time.monotonic() - start
 
 
-# --- the engine: doctor/safeio.py -------------------------------------------------------------------------------------
+# --- the engine: doctor/hostio/safeio.py ----------------------------------------------------------------------------
 
 ENGINE_LIMIT = 1 << 20
 

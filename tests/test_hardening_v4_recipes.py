@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 import probe_modules
-from dsv4_doctor import kernelcache
-from dsv4_doctor.probes import PROBE_DIR
-from dsv4_doctor.warm import UsageError, read_recipes, shipped_recipes
+from dsv4_doctor.kernels import cache as kernelcache
+from dsv4_doctor.engine.probes import PROBE_DIR
+from dsv4_doctor.kernels.warm import UsageError, read_recipes, shipped_recipes
 
 KERNEL_FOLDER = "megatron/core/transformer/experimental_attention_variant"
 DEPTH = 100_000

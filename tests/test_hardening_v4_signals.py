@@ -41,7 +41,7 @@ time.sleep(600)
 # A plugin whose check hangs in its host: it says the host's pid, then waits.
 HANGING_PLUGIN = """
 import os, time
-from dsv4_doctor.model import Check, passed
+from dsv4_doctor.model.core import Check, passed
 
 
 def _run(ctx):
@@ -219,9 +219,9 @@ def test_a_helper_s_wait_ends_on_a_signal_that_cannot_interrupt_where_it_lands(w
     shielded, raised at the critical block's end. Before, the wait ran to its deadline."""
     import threading
 
-    from dsv4_doctor.model import Interrupted
-    from dsv4_doctor.procs import Processes, start_helper
-    from dsv4_doctor.signals import GATE
+    from dsv4_doctor.model.core import Interrupted
+    from dsv4_doctor.hostio.procs import Processes, start_helper
+    from dsv4_doctor.hostio.signals import GATE
 
     procs = Processes()
     GATE.install()

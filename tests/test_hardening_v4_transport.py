@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv4_doctor.probes import LAUNCHER
+from dsv4_doctor.engine.probes import LAUNCHER
 
 from conftest import doctor_command, free_port, has_torch, validate
 from test_fleet_ray import ray_cluster  # noqa: F401 - a local Ray cluster of this module's own (the fixture)
@@ -154,8 +154,8 @@ def _watched(argv: list[str], env: dict, watcher: CommandLines, timeout: float) 
 # A third-party plugin whose probe script is written as docs/plugins.md says (the bootstrap of dsv4probe_common's
 # docstring, then serve()): its request is 200 KB, more than one command-line word may hold.
 PLUGIN = '''
-from dsv4_doctor.model import Check, passed
-from dsv4_doctor.probes import Probe
+from dsv4_doctor.model.core import Check, passed
+from dsv4_doctor.engine.probes import Probe
 
 PROBE = Probe.beside(__file__, "echo:big", "echo_probe.py", {"blob": "b" * 200000, "word": "echoed"})
 
@@ -217,7 +217,7 @@ def test_no_child_of_a_check_carries_the_job_command_or_a_request_on_its_command
     assert report["profile"]["job"]["read_by"].startswith("composed with Hydra"), report["profile"]["job"]
     lines = watcher.children()
     ran = [" ".join(argv) for argv in lines]
-    for name in ("dsv4probe_static.py", "dsv4probe_hydra.py", "echo_probe.py", "dsv4_doctor.pluginhost"):
+    for name in ("dsv4probe_static.py", "dsv4probe_hydra.py", "echo_probe.py", "dsv4_doctor.engine.pluginhost"):
         assert any(name in text for text in ran), f"{name} was never seen running: {ran}"
     assert_clean(lines, [token, key, env_key])
     # Each Python child's request is a file of the doctor's own: mode 0600, in a folder only its user can enter.
@@ -231,7 +231,7 @@ def test_no_child_of_a_check_carries_the_job_command_or_a_request_on_its_command
 def test_warm_takes_more_recipes_than_one_command_line_word_holds(tmp_path):
     from test_kernel_store import _sites
 
-    from dsv4_doctor.warm import MAX_RECIPES, shipped_recipes
+    from dsv4_doctor.kernels.warm import MAX_RECIPES, shipped_recipes
 
     shipped = json.loads(shipped_recipes().read_text())
     recipes = (shipped * (300 // len(shipped) + 1))[:300]
@@ -254,7 +254,7 @@ def test_warm_takes_more_recipes_than_one_command_line_word_holds(tmp_path):
 
 def test_a_request_file_the_probe_cannot_read_is_a_probe_error_never_a_traceback(tmp_path):
     """serve() reads its request bounded and without blocking, and every decoder error is an answer."""
-    from dsv4_doctor.probes import PROBE_DIR
+    from dsv4_doctor.engine.probes import PROBE_DIR
 
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
@@ -358,8 +358,8 @@ def test_the_ray_helper_and_each_nodes_doctor_get_the_command_and_a_large_runtim
 # ------------------------------------------------------------------------------------------- --job-args-file
 
 def test_job_args_file_gives_the_command_as_job_args_would_and_is_the_one_or_the_other(tmp_path):
-    from dsv4_doctor.cli import parse_command_line, with_job_args_file
-    from dsv4_doctor.model import UsageError
+    from dsv4_doctor.cli.main import parse_command_line, with_job_args_file
+    from dsv4_doctor.model.core import UsageError
 
     def given(*words: str) -> str | None:
         return with_job_args_file(parse_command_line(list(words))).job_args

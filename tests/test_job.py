@@ -16,12 +16,12 @@ import pytest
 from conftest import REPO, doctor_command, run_doctor
 from fakes import Env, fake_old_verl
 
-from dsv4_doctor.checks import job_checks
+from dsv4_doctor.checks.job import job_checks
 from dsv4_doctor.job.command import parse, split_job_args
 from dsv4_doctor.job.keys import line_to_add
 from dsv4_doctor.job.profile import job_profile
-from dsv4_doctor.model import Profile, UsageError
-from dsv4_doctor.registry import collect
+from dsv4_doctor.model.core import Profile, UsageError
+from dsv4_doctor.engine.registry import collect
 from dsv4_doctor.testing import StubContext, run_check
 from probed import profile, run_in_process
 
@@ -717,7 +717,7 @@ def readme_job_script_commands() -> list[list[str]]:
 def test_the_readme_job_script_examples_parse():
     """Examples that could not work as written. Each command line parses with the doctor's own
     argument parser, and each training command it names with the doctor's job parser."""
-    from dsv4_doctor.cli import parser
+    from dsv4_doctor.cli.main import parser
 
     commands = readme_job_script_commands()
     assert len(commands) >= 7, commands  # preflight x4 (one commented), Kubernetes, CI x2

@@ -19,7 +19,7 @@ from wheels import ensure
 
 from dsv4_doctor.job import bridge_rule as bridgerule
 from dsv4_doctor.job.command import parse
-from dsv4_doctor.model import UsageError
+from dsv4_doctor.model.core import UsageError
 
 OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"
 VERL = ["python3", "-m", "verl.trainer.main_ppo", "model_engine=megatron", "data.max_prompt_length=2048",
@@ -303,8 +303,8 @@ def test_a_hostile_bridge_summary_is_not_known_never_a_crash(source):
 
 
 def test_the_job_settings_section_stays_comments_whatever_it_holds():
-    from dsv4_doctor import fixplan
-    from dsv4_doctor.render.script import render_script
+    from dsv4_doctor.fix import plan as fixplan
+    from dsv4_doctor.report.script import render_script
 
     evil = {"cp_args": {"syntax": "hydra", "cp": 2, "lines": ["a=1\nrm -rf ~", "b=$(touch PWNED)\r\x1b[2J"],
                         "missing": ["x"], "computed": "c\nid", "rounding": "r"},

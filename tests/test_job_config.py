@@ -21,7 +21,7 @@ from wheels import ensure
 from dsv4_doctor.job.command import parse
 from dsv4_doctor.job.generated import judge
 from dsv4_doctor.job.profile import job_profile
-from dsv4_doctor.model import Profile
+from dsv4_doctor.model.core import Profile
 
 PPO = ["python3", "-m", "verl.trainer.main_ppo", "model_engine=megatron"]
 SFT = ["torchrun", "--nnodes", "1", "--nproc-per-node", "8", "-m", "verl.trainer.sft_trainer", "engine=megatron"]

@@ -7,13 +7,13 @@ import types
 
 import pytest
 
-from dsv4_doctor.facts import StaticFacts
+from dsv4_doctor.model.facts import StaticFacts
 from dsv4_doctor.job.command import parse
 from dsv4_doctor.job.model import Decisions, Job, Setting, is_interpolation
 from dsv4_doctor.job.profile import job_profile
 from dsv4_doctor.job.settings import section
-from dsv4_doctor.model import Profile, Result, Status, result_of
-from dsv4_doctor.checks import job_checks
+from dsv4_doctor.model.core import Profile, Result, Status, result_of
+from dsv4_doctor.checks.job import job_checks
 
 OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"
 VERL = ["python3", "-m", "verl.trainer.main_ppo"]

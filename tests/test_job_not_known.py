@@ -9,11 +9,11 @@ from dataclasses import replace
 
 import pytest
 
-from dsv4_doctor.checks import job_checks
+from dsv4_doctor.checks.job import job_checks
 from dsv4_doctor.checks.verl_checks import ENGINE as VERL_ENGINE
 from dsv4_doctor.job.profile import job_profile
-from dsv4_doctor.model import Profile, Result, Status
-from dsv4_doctor.registry import collect
+from dsv4_doctor.model.core import Profile, Result, Status
+from dsv4_doctor.engine.registry import collect
 from dsv4_doctor.testing import StubContext, dist, module, run_check, static_answer
 
 OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"

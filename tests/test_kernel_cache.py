@@ -1,4 +1,4 @@
-"""The probes' persistent CuTe DSL kernel cache (doctor/kernelcache.py) and the kernel smoke's record of what ran."""
+"""The probes' persistent CuTe DSL kernel cache (doctor/kernels/cache.py) and the kernel smoke's record of what ran."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from dsv4_doctor.probes import LAUNCHER
+from dsv4_doctor.engine.probes import LAUNCHER
 
 from conftest import has_torch, run_doctor
 from fakes import Env, fake_cudnn_dsa, fake_layout_kernels
 import probe_modules
 
-from dsv4_doctor import kernelcache
+from dsv4_doctor.kernels import cache as kernelcache
 
 
 def prepare(tmp_path, **env):
@@ -215,7 +215,7 @@ def test_the_split_layout_sub_run_compiles_each_index_mode_in_its_own_process(tm
     import json
     import subprocess
 
-    from dsv4_doctor.probes import PROBE_DIR
+    from dsv4_doctor.engine.probes import PROBE_DIR
 
     import dsv4_doctor.checks.smoke as smoke_pkg
 
@@ -250,9 +250,9 @@ def test_the_long_probes_are_started_first():
     of short import probes."""
     from dsv4_doctor.checks.smoke.kernels import kernel_probe
     from dsv4_doctor.checks.smoke.thd_cp import smoke_probe
-    from dsv4_doctor.model import Check, Profile, Result, Status
-    from dsv4_doctor.probes import import_probe
-    from dsv4_doctor.runner import Runner
+    from dsv4_doctor.model.core import Check, Profile, Result, Status
+    from dsv4_doctor.engine.probes import import_probe
+    from dsv4_doctor.engine.runner import Runner
 
     profile = Profile(cp=2)
     short = [import_probe(f"mod{i}") for i in range(5)]
@@ -314,7 +314,7 @@ def _dsl_sites() -> list[Path]:
 def _run_dsl(tmp_path: Path, cwd: Path, cache_env: dict, pass_fds: tuple[int, ...] = ()) -> dict:
     import subprocess
 
-    from dsv4_doctor.probes import PROBE_DIR
+    from dsv4_doctor.engine.probes import PROBE_DIR
 
     driver = tmp_path / "dsl_driver.py"
     driver.write_text(DSL_DRIVER)

@@ -10,7 +10,7 @@ import os
 import pytest
 
 import probe_modules
-from dsv4_doctor.warm import MAX_RECIPE_BYTES, UsageError, dsl_arch, read_recipes, shipped_recipes
+from dsv4_doctor.kernels.warm import MAX_RECIPE_BYTES, UsageError, dsl_arch, read_recipes, shipped_recipes
 
 
 @pytest.mark.parametrize(("gpu_arch", "cc"), [("9.0", (9, 0)), ("10.0", (10, 0)), ("12.1", (12, 1)), ("8.0", (8, 0))])

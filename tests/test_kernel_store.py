@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import probe_modules
-from dsv4_doctor import kernelcache
+from dsv4_doctor.kernels import cache as kernelcache
 
 pytestmark = pytest.mark.slow
 
@@ -132,7 +132,7 @@ def _site(folder: Path, tag: str = "one") -> Path:
 
 def _run(tmp_path: Path, site: Path, plan: dict, cache: kernelcache.KernelCache | None = None,
          extra_env: dict | None = None, background: bool = False):
-    from dsv4_doctor.probes import PROBE_DIR
+    from dsv4_doctor.engine.probes import PROBE_DIR
 
     driver = tmp_path / "store_driver.py"
     if not driver.exists():

@@ -26,8 +26,8 @@ from wheels import ensure
 from dsv4_doctor.job.chain import resolve
 from dsv4_doctor.job.command import parse, split_job_args
 from dsv4_doctor.job.profile import job_profile
-from dsv4_doctor.jobpath import job_path
-from dsv4_doctor.model import Profile, UsageError
+from dsv4_doctor.job.syspath import job_path
+from dsv4_doctor.model.core import Profile, UsageError
 
 PY = sys.executable
 BIN = os.path.dirname(PY)

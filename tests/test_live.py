@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
-from dsv4_doctor.model import Check, Profile, passed
-from dsv4_doctor.probes import STAGE_CHARS, Probe
-from dsv4_doctor.procs import Processes
-from dsv4_doctor.runner import WAITING_FOR_SLOT, ProbePool, RunContext, Runner
+from dsv4_doctor.model.core import Check, Profile, passed
+from dsv4_doctor.engine.probes import STAGE_CHARS, Probe
+from dsv4_doctor.hostio.procs import Processes
+from dsv4_doctor.engine.runner import WAITING_FOR_SLOT, ProbePool, RunContext, Runner
 
 # A probe script as the doctor's probes start: dsv4probe_common from the folder the doctor names, then serve().
 # It says STAGES one after the other, each after the test created the file `go<i>` in GATE (so the test sees each).
@@ -190,7 +190,7 @@ def test_the_runner_sends_start_stage_and_done(tmp_path, procs):
 # --- the display --------------------------------------------------------------------------------------------------
 
 def _display(width: int):
-    from dsv4_doctor.render.live import LiveDisplay
+    from dsv4_doctor.report.live import LiveDisplay
 
     display = LiveDisplay(color=True, width=width)
     display._live.stop()  # frames only: nothing on the test's stderr
@@ -243,7 +243,7 @@ def test_rows_are_cut_to_the_terminal_s_height():
     ("text", True, {"TERM": "dumb"}, False),
 ])
 def test_when_the_live_display_is_shown(fmt, tty, env, shown, monkeypatch):
-    from dsv4_doctor.render.output import wants_live_display
+    from dsv4_doctor.report.output import wants_live_display
 
     for key in ("FORCE_COLOR", "CI", "TERM"):
         monkeypatch.delenv(key, raising=False)

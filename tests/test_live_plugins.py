@@ -13,13 +13,13 @@ import time
 
 import pytest
 
-from dsv4_doctor.model import Profile
-from dsv4_doctor.runreport import run_check
+from dsv4_doctor.model.core import Profile
+from dsv4_doctor.engine.runreport import run_check
 
 SLOW_PLUGIN = """
 import json, os, sys
-from dsv4_doctor.model import Check, passed
-from dsv4_doctor.probes import Probe
+from dsv4_doctor.model.core import Check, passed
+from dsv4_doctor.engine.probes import Probe
 PROBE = Probe.beside(__file__, "slow:kernel", "slow_probe.py", {{}})
 HOSTILE = {hostile!r}
 
@@ -147,7 +147,7 @@ def test_the_events_tail_reads_whole_lines_only(tmp_path, chunks, monkeypatch):
     """Lines split across reads are joined; an overlong line is skipped to its end, whatever the read size."""
     import json
 
-    from dsv4_doctor import plugins
+    from dsv4_doctor.engine import plugins
 
     path = tmp_path / "events.jsonl"
     lines = [json.dumps({"event": "start", "check": "a.b"}), "x" * 3000,

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from dsv4_doctor.probes import LAUNCHER
+from dsv4_doctor.engine.probes import LAUNCHER
 
 from conftest import FakeSite, run_doctor
 from fakes import fake_megatron_dev
 from wheels import ensure
 
-from dsv4_doctor.jobpath import job_path
+from dsv4_doctor.job.syspath import job_path
 
 CACHED = {"tvm-old": "apache-tvm-ffi-0.1.9", "tvm": "apache-tvm-ffi-0.1.11", "fe-1.32": "nvidia-cudnn-frontend-1.32.0",
           "mcore-release": "megatron-core-0.19.2"}
@@ -180,7 +180,7 @@ def test_a_user_site_copy_shadows_a_plain_interpreter_not_a_venv(tmp_path):
 
 def test_a_user_site_copy_is_cleared_before_the_install_step(tmp_path):
     """The routing itself, on the probe's real answer for a user-site copy that hides a site-packages one."""
-    from dsv4_doctor.facts import StaticFacts
+    from dsv4_doctor.model.facts import StaticFacts
     from dsv4_doctor.checks._reach import clearing
 
     if not os.path.exists(DEBIAN_PYTHON):
@@ -408,8 +408,8 @@ def test_fix_apply_on_a_venv_without_pip_runs_its_ensurepip_first_and_the_rechec
 
 
 def test_how_each_installer_runs_a_pip_command():
-    from dsv4_doctor.fix import Command, installer_argv
-    from dsv4_doctor.render.script import pip_line
+    from dsv4_doctor.fix.steps import Command, installer_argv
+    from dsv4_doctor.report.script import pip_line
 
     cmd = Command(("pip", "install", "--no-cache-dir", "--no-deps", "x==1"))
     assert installer_argv("/py", cmd) == ["/py", "-I", "-m", "pip", "install", "--no-cache-dir", "--no-deps", "x==1"]

@@ -150,8 +150,8 @@ def test_a_venv_of_the_same_interpreter_keeps_plain_pip_steps_that_pip_accepts(t
 
 def test_pip_checks_no_marker_for_a_target_folder_and_the_flag_goes_only_where_it_does(tmp_path):
     """The one install pip lets through without the flag: one aimed at a `--target` folder (pip skips its check)."""
-    from dsv4_doctor.fix import breaking_system_packages
-    from dsv4_doctor.model import Command
+    from dsv4_doctor.fix.steps import breaking_system_packages
+    from dsv4_doctor.model.core import Command
 
     aimed = ["pip", "install", "--upgrade", "--target", str(tmp_path), "--no-deps", f"{WHEEL}==0.1.11"]
     assert breaking_system_packages(Command(tuple(aimed))).argv == tuple(aimed)
@@ -300,9 +300,9 @@ def test_without_pip_the_venv_brings_its_own_and_the_flag_reaches_ensurepip(tmp_
     """An externally managed interpreter with ensurepip but no pip (a state this machine's python3 does not show):
     the venv way makes a venv with pip of its own and drops the interpreter's ensurepip step, which pip would refuse;
     the other way keeps ensurepip, through PIP_BREAK_SYSTEM_PACKAGES=1, and flags every pip step."""
-    from dsv4_doctor.checks.installer_fixes import break_route, venv_route
-    from dsv4_doctor.fixplan import Policy, build_plan
-    from dsv4_doctor.model import CheckReport, Fix, Status
+    from dsv4_doctor.checks.fixes.installer import break_route, venv_route
+    from dsv4_doctor.fix.plan import Policy, build_plan
+    from dsv4_doctor.model.core import CheckReport, Fix, Status
 
     fixes = [venv_route(SYSTEM_PYTHON, str(MARKER), with_pip=True), break_route(SYSTEM_PYTHON, str(MARKER), None),
              Fix("install pip", [["ensurepip", "--upgrade"]], key="installer:ensurepip", phase="path"),

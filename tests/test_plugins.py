@@ -11,7 +11,7 @@ import pytest
 from conftest import run_doctor, validate
 
 CHECK = """
-from dsv4_doctor.model import Check, passed
+from dsv4_doctor.model.core import Check, passed
 def _run(ctx):
 {body}
 CHECKS = [Check(id="bad.check", title="t", explanation="x", applies_when="always", detects="x", run=_run)]
@@ -81,7 +81,7 @@ def test_a_plugin_that_dies_at_import_is_an_error_row(code, expected, site, bare
 def test_plugin_api_1_and_2_and_a_probe_beside_the_plugin(site, bare_python):
     # API 1: every Check in the module, evidence as keyword arguments, commands as strings.
     plugin(site, "old", "old_checks", """
-from dsv4_doctor.model import Check, Fix, failed
+from dsv4_doctor.model.core import Check, Fix, failed
 from dsv4_doctor.checks.python_checks import python_version  # a use of a built-in, not a second registration
 FIX = Fix("do it", ["pip install 'thing[extra]==1.0'"])
 old = Check(id="old.check", title="t", explanation="x", applies_when="always", detects="x", fixes=(FIX,),
@@ -90,8 +90,8 @@ again = old  # the same object twice is registered once
 """)
     # API 2: an explicit CHECKS list; a probe script shipped beside the plugin.
     site.file("new_plugin/__init__.py", """
-from dsv4_doctor.model import Check, passed
-from dsv4_doctor.probes import Probe
+from dsv4_doctor.model.core import Check, passed
+from dsv4_doctor.engine.probes import Probe
 PROBE = Probe.beside(__file__, "new:hello", "hello_probe.py", {"name": "world"})
 def _run(ctx):
     return passed("probe said " + ctx.require(PROBE)["greeting"])
@@ -121,7 +121,7 @@ serve(lambda request: {"greeting": "hello " + request["name"]})
 
 def test_a_plugin_reusing_a_builtin_id_is_reported(site, bare_python):
     plugin(site, "dup", "dup_checks", """
-from dsv4_doctor.model import Check, passed
+from dsv4_doctor.model.core import Check, passed
 CHECKS = [Check(id="python.version", title="t", explanation="x", applies_when="always", detects="x",
                 run=lambda ctx: passed("hijacked"))]
 """)
@@ -155,7 +155,7 @@ def test_a_plugin_with_hundreds_of_long_check_ids_runs(site, bare_python):
     """700 checks with ~190-character ids overflowed the plugin host's argv (128 KiB per argument
     on Linux) and the report was only doctor.internal."""
     plugin(site, "many", "many_checks", """
-from dsv4_doctor.model import Check, passed
+from dsv4_doctor.model.core import Check, passed
 CHECKS = [Check(id="many.c%03d." % i + ".".join(ch * 60 for ch in "xyz"), title="t", explanation="x",
                 applies_when="always", detects="x", run=lambda ctx: passed("ok")) for i in range(700)]
 """)
@@ -170,7 +170,7 @@ def test_a_plugin_fix_cannot_take_over_a_builtin_fix_step(check_id, site, bare_p
     """A plugin fix keyed like a built-in one ("torch", "te:2.16.1:13:False") replaced the
     built-in command in the plan, which de-duplicates on keys. Plugin fix keys are namespaced by distribution."""
     plugin(site, "hijack", "hijack_checks", f"""
-from dsv4_doctor.model import Check, Fix, failed
+from dsv4_doctor.model.core import Check, Fix, failed
 F = Fix("reinstall torch", [["pip", "install", "evil-torch==6.6.6"]], key="torch", phase="runtime")
 CHECKS = [Check(id={check_id!r}, title="t", explanation="x", applies_when="always", detects="x",
                 run=lambda ctx: failed("broken", fixes=[F]), fixes=(F,))]
@@ -185,7 +185,7 @@ CHECKS = [Check(id={check_id!r}, title="t", explanation="x", applies_when="alway
 
 def test_a_plugin_check_that_breaks_a_registry_rule_loads_and_list_warns(site, bare_python):
     plugin(site, "lax", "lax_checks", """
-from dsv4_doctor.model import Check, Source, passed
+from dsv4_doctor.model.core import Check, Source, passed
 CHECKS = [Check(id="lax.bare", title="t", explanation="", applies_when="always", detects="x",
                 run=lambda ctx: passed("ran"), needs=("torch.install",), after=("lax.missing",)),
           Check(id="lax.good", title="t", explanation="why", applies_when="always", detects="x",
@@ -212,7 +212,7 @@ CHECKS = [Check(id="lax.bare", title="t", explanation="", applies_when="always",
 
 SPANNING = """
 import os, time
-from dsv4_doctor.model import Check, passed
+from dsv4_doctor.model.core import Check, passed
 spans = os.environ["DSV4_TEST_SPANS"]
 with open(spans, "a") as fh:
     fh.write("start {name}\\n")
@@ -283,9 +283,9 @@ def _describe(site, monkeypatch, tmp_path, slots, timeout: float = 300.0, taken:
     import sys
     import threading
 
-    from dsv4_doctor import plugins as plugin_hosts, registry
-    from dsv4_doctor.plugins import PluginHosts
-    from dsv4_doctor.procs import Processes
+    from dsv4_doctor.engine import plugins as plugin_hosts, registry
+    from dsv4_doctor.engine.plugins import PluginHosts
+    from dsv4_doctor.hostio.procs import Processes
 
     spans = tmp_path / f"spans-{slots}-{taken}"
     monkeypatch.syspath_prepend(str(site.root))
@@ -351,7 +351,7 @@ def test_a_plugin_host_that_gets_no_slot_in_time_says_so(site, monkeypatch, tmp_
 
 def test_list_names_a_plugin_check_s_origin(site):
     plugin(site, "lax", "lax_checks", """
-from dsv4_doctor.model import Check, Source, passed
+from dsv4_doctor.model.core import Check, Source, passed
 CHECKS = [Check(id="lax.good", title="t", explanation="why", applies_when="always", detects="x",
                 run=lambda ctx: passed("ran"), sources=(Source("s", "https://example.invalid"),))]
 """)

@@ -24,7 +24,7 @@ import pytest
 
 import probe_modules
 from conftest import has_torch
-from dsv4_doctor.probes import LAUNCHER, PROBE_DIR, child_env
+from dsv4_doctor.engine.probes import LAUNCHER, PROBE_DIR, child_env
 
 EXIT = 86
 HOSTILE = "import os\nos._exit(%d)\n" % EXIT
@@ -229,8 +229,8 @@ import json, os, sys
 import dsv4_doctor
 from dsv4_doctor.checks import gpu_checks, te_checks
 from dsv4_doctor.checks.smoke import kernels as kernel_checks
-from dsv4_doctor.probes import Probe, run_probe
-from dsv4_doctor.procs import Processes
+from dsv4_doctor.engine.probes import Probe, run_probe
+from dsv4_doctor.hostio.procs import Processes
 
 target = os.path.realpath(sys.argv[1])
 assert os.path.realpath(dsv4_doctor.__file__).startswith(target + os.sep), dsv4_doctor.__file__
@@ -290,7 +290,7 @@ def test_a_non_editable_install_ships_the_probe_scripts_and_runs_them(tmp_path):
 def test_a_probe_never_inherits_a_prewarm_marker_folder_or_a_stage_file_from_outside(monkeypatch, tmp_path):
     """A marker folder named from outside could make a build wait on markers it never made (the smoke probe names
     its own, for its builds only); a stage file is the doctor's to name."""
-    from dsv4_doctor.probes import PENDING_VARIABLE, STAGE_VARIABLE
+    from dsv4_doctor.engine.probes import PENDING_VARIABLE, STAGE_VARIABLE
 
     monkeypatch.setenv(PENDING_VARIABLE, str(tmp_path))
     monkeypatch.setenv(STAGE_VARIABLE, str(tmp_path / "stage"))

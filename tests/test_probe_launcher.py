@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dsv4_doctor.probes import Probe, run_probe
-from dsv4_doctor.procs import Processes
+from dsv4_doctor.engine.probes import Probe, run_probe
+from dsv4_doctor.hostio.procs import Processes
 
 EXIT = 86
 NEW_FORM = '''
@@ -82,8 +82,8 @@ def test_a_fatal_signals_extension_module_list_never_pushes_the_crash_words_out(
     """On SIGSEGV, faulthandler ends the stderr with "Extension modules: ..." naming every loaded extension: with a
     real stack (torch, TE, flash_mla, cudnn) kilobytes, which pushed the crash's own words ("no kernel image is
     available") out of the kept tail on CI. The tail keeps them; a tail that is still too long is cut at a line."""
-    from dsv4_doctor.procs import read_crash_tail
-    from dsv4_doctor.redact import TAIL_CUT
+    from dsv4_doctor.hostio.procs import read_crash_tail
+    from dsv4_doctor.hostio.redact import TAIL_CUT
 
     log = tmp_path / "stderr"
     modules = ", ".join(f"torch._C._module{i}" for i in range(600))

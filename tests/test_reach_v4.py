@@ -17,7 +17,7 @@ import pytest
 from test_locate import CACHED, by_kind, make_venv, put, report, row, run_doctor, site_of
 from wheels import DOWNLOADS, ensure
 
-from dsv4_doctor.jobpath import job_path
+from dsv4_doctor.job.syspath import job_path
 
 ARGS = ("--only", "tvm-ffi.version", "--cp", "2")
 
@@ -84,9 +84,9 @@ def test_torchrun_takes_the_script_folder_with_its_links_resolved(tmp_path):
 
 def test_apply_without_an_installer_says_it_once():
     from dsv4_doctor.checks._reach import NO_INSTALLER
-    from dsv4_doctor.fixplan import Answer, Plan, Step, apply_and_recheck
-    from dsv4_doctor.model import Fix
-    from dsv4_doctor.redact import Redactor
+    from dsv4_doctor.fix.plan import Answer, Plan, Step, apply_and_recheck
+    from dsv4_doctor.model.core import Fix
+    from dsv4_doctor.hostio.redact import Redactor
 
     fix = Fix("no installer: the target interpreter has no pip", key=NO_INSTALLER, phase="path", manual=True)
     said: list[str] = []
@@ -115,7 +115,7 @@ def test_hydra_config_dir_is_a_search_path_of_the_composition(bare_python, tmp_p
 
 def test_a_fifo_at_verls_generated_config_does_not_block_the_reader(tmp_path):
     from dsv4_doctor.job.command import parse
-    from dsv4_doctor.jobcompose import _judged_without_hydra
+    from dsv4_doctor.job.compose import _judged_without_hydra
 
     config = tmp_path / "verl" / "trainer" / "config"
     config.mkdir(parents=True)
@@ -129,7 +129,7 @@ def test_a_fifo_at_verls_generated_config_does_not_block_the_reader(tmp_path):
 @pytest.mark.parametrize("flag", ["--config-dir", "-cd"])
 def test_the_config_dir_flag_is_read_from_the_command(flag):
     from dsv4_doctor.job.command import parse
-    from dsv4_doctor.jobcompose import _config_dir, _overrides
+    from dsv4_doctor.job.compose import _config_dir, _overrides
 
     job = parse(["python3", "-m", "verl.trainer.main_ppo", flag, "conf", "a=1"])
     assert _config_dir(job) == "conf" and _overrides(job) == ["a=1"]

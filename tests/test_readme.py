@@ -166,8 +166,8 @@ def test_readme_example_report_is_the_doctor_rendering_of_the_committed_run():
 
 
 def test_rules_table_is_generated_from_the_check_definitions():
-    from dsv4_doctor.registry import load
-    from dsv4_doctor.render.rules import rules_table
+    from dsv4_doctor.engine.registry import load
+    from dsv4_doctor.report.rules import rules_table
 
     page = (DOCS / "rules.md").read_text()
     begin = page.index("<!-- rules:begin")

@@ -1,5 +1,5 @@
-"""The typed Report (doctor/report.py): its wire form is the JSON report byte for byte, everything a renderer reads
-went through the Redactor, and the fix planner reads the checks' own fixes from it."""
+"""The typed Report (doctor/model/report.py): its wire form is the JSON report byte for byte, everything a renderer
+reads went through the Redactor, and the fix planner reads the checks' own fixes from it."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dsv4_doctor.assemble import assemble
-from dsv4_doctor.model import CheckReport, Command, Fix, Profile, Source, Status
-from dsv4_doctor.report import Report
+from dsv4_doctor.report.assemble import assemble
+from dsv4_doctor.model.core import CheckReport, Command, Fix, Profile, Source, Status
+from dsv4_doctor.model.report import Report
 
 from conftest import run_doctor, validate
 
@@ -83,7 +83,7 @@ def _secret_report(monkeypatch) -> Report:
                         details=f"log line {leak}", evidence={"stderr": leak, "api_key": "plain-looking"},
                         fixes=[fix], sources=[Source(f"src {TOKEN}", f"https://x.invalid/{TOKEN}")]),
             CheckReport(id="a.warn", title="w", status=Status.WARN, summary=f"warn {leak}", details=leak)]
-    from dsv4_doctor.assemble import relevant_variables
+    from dsv4_doctor.report.assemble import relevant_variables
 
     env = {"target_python": {"executable": f"/opt/{SECRET}/python", "version": "3.12"},
            "variables": relevant_variables()}
@@ -91,11 +91,11 @@ def _secret_report(monkeypatch) -> Report:
 
 
 def _every_format(report: Report, monkeypatch, tmp_path) -> dict[str, str]:
-    from dsv4_doctor import fixplan
-    from dsv4_doctor.render import render
-    from dsv4_doctor.render.github import emit as annotate
-    from dsv4_doctor.render.script import render_script
-    from dsv4_doctor.render.terminal import render_terminal
+    from dsv4_doctor.fix import plan as fixplan
+    from dsv4_doctor.report.dispatch import render
+    from dsv4_doctor.report.github import emit as annotate
+    from dsv4_doctor.report.script import render_script
+    from dsv4_doctor.report.terminal import render_terminal
 
     out = {fmt: render(report, fmt) for fmt in ("text", "json", "markdown", "junit")}
     out["terminal"] = render_terminal(report, verbosity=2, color=True)
@@ -127,7 +127,7 @@ def test_a_secret_anywhere_in_a_run_reaches_no_format(monkeypatch, tmp_path):
 
 def test_the_planner_reads_the_checks_own_fixes_and_no_renderer_reads_them(monkeypatch, tmp_path):
     """Report.actions keeps the real command (`fix --apply` runs it); it is not part of any output."""
-    from dsv4_doctor import fixplan
+    from dsv4_doctor.fix import plan as fixplan
 
     report = _secret_report(monkeypatch)
     plan = fixplan.plan_of(report)
@@ -140,7 +140,7 @@ def test_the_planner_reads_the_checks_own_fixes_and_no_renderer_reads_them(monke
 def test_the_doctor_s_own_rows_are_no_fix_plan_s_business():
     """A run that crashed (doctor.internal) or was interrupted before any check (doctor.interrupted) has a plan
     with nothing in it: `incomplete` says why, not "no fix is known for doctor.internal"."""
-    from dsv4_doctor import fixplan
+    from dsv4_doctor.fix import plan as fixplan
 
     crash = CheckReport(id="doctor.internal", title="dsv4-doctor ran", status=Status.ERROR, summary="crashed",
                         internal_error=True)

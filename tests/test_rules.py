@@ -13,8 +13,8 @@ import pytest
 
 from conftest import FakeSite
 from dsv4_doctor.checks import gpu_checks, te_checks
-from dsv4_doctor.model import Profile, Result
-from dsv4_doctor.probes import TORCH
+from dsv4_doctor.model.core import Profile, Result
+from dsv4_doctor.engine.probes import TORCH
 from dsv4_doctor.testing import StubContext, dist, module, run_check, static_answer
 from fakes import (Env, fake_cutedsl, fake_kernel, fake_megatron_dev, fake_old_verl, fake_te, fake_torch, healthy)
 from probed import RUN_IDS, assert_same_rows, builds_on, judge, judge_all, judge_in_run
@@ -172,7 +172,7 @@ def test_frontend_1_26_without_cudnn_csa_is_said_on_every_profile(tmp_path, bare
 
 
 def test_a_skip_with_a_notice_is_one_line_of_the_default_report(tmp_path, bare_python):
-    from dsv4_doctor.render.terminal import render_terminal
+    from dsv4_doctor.report.terminal import render_terminal
     from probed import run_in_process
 
     env = healthy(tmp_path).wheel("fe", "nvidia-cudnn-frontend-1.26.0")
@@ -608,8 +608,8 @@ def test_a_plan_converges_it_never_repeats_an_install_the_check_found_done(tmp_p
 
 
 def test_already_met_reads_only_plain_pins():
-    from dsv4_doctor.fix import Command
-    from dsv4_doctor.fixplan import already_met
+    from dsv4_doctor.fix.steps import Command
+    from dsv4_doctor.fix.plan import already_met
 
     have = {"nvidia-cudnn-frontend": "1.27.0", "nvidia-cutlass-dsl": "4.5.2"}
     assert already_met(Command(("pip", "install", "--force-reinstall", "--no-deps", "nvidia-cudnn-frontend==1.27.0")),
@@ -623,7 +623,7 @@ def test_already_met_reads_only_plain_pins():
 def test_apply_ends_with_the_verdict_after_what_still_fails_and_what_is_left_for_a_person(tmp_path, bare_python):
     """`fix --apply`'s end, once pip has done what it can and only torch is missing: the verdict after, then each row
     that still fails, then the steps left for a person (the manual torch step named), in that order."""
-    from dsv4_doctor.fixplan import after_apply
+    from dsv4_doctor.fix.plan import after_apply
     from probed import run_in_process
 
     ids = builds_on("cudnn-fe.csa") + ["cudnn-fe.dsa", "tvm-ffi.version", "torch.install"]

@@ -20,9 +20,9 @@ from packaging.utils import canonicalize_name
 
 from conftest import FakeSite
 from dsv4_doctor.checks import deps_checks
-from dsv4_doctor.model import Status
+from dsv4_doctor.model.core import Status
 from dsv4_doctor import testing
-from dsv4_doctor.render.explain import explain_text
+from dsv4_doctor.report.explain import explain_text
 from dsv4_doctor.testing import StubContext, run_check, static_answer
 from fakes import Env, fake_flash_mla, fake_mbridge, fake_megatron_dev, fake_te, fake_torch, healthy
 from probed import BY_ID, RUN_IDS, fix_script, judge, judge_all, profile

@@ -128,9 +128,9 @@ def test_the_cute_dsl_hint_follows_its_packaging(tmp_path, bare_python, cutlass,
 def test_apply_offline_leaves_out_git_builds_with_the_reason_and_runs_the_rest(monkeypatch, capfd):
     """`PIP_NO_INDEX=1 PIP_FIND_LINKS=<wheels> fix --apply`: a git+ step cannot be reached offline; it is named as not
     applied, and the wheel steps still run (with a build step's environment set)."""
-    from dsv4_doctor import fixplan
-    from dsv4_doctor.checks import fixes
-    from dsv4_doctor.model import CheckReport, Status
+    from dsv4_doctor.fix import plan as fixplan
+    from dsv4_doctor.checks.fixes import catalogue as fixes
+    from dsv4_doctor.model.core import CheckReport, Status
 
     class Procs:
         def __init__(self):

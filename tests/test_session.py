@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from dsv4_doctor.model import Profile
-from dsv4_doctor.session import Session, select
+from dsv4_doctor.model.core import Profile
+from dsv4_doctor.engine.session import Session, select
 
 VERL_CP2 = ["python3", "-m", "verl.trainer.main_ppo", "actor_rollout_ref.actor.megatron.context_parallel_size=2",
             "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1"]

@@ -1,6 +1,6 @@
 """The settings probe (doctor/probes/dsv4probe_settings.py) runs the stack's own configuration code on the CPU: verl
 0.9.1's validation of the composed config, Megatron-LM d48bd6be's TransformerConfig.__post_init__, and the host side
-(doctor/stackbuild.py) and row (job.stack-config) that read its answer.
+(doctor/job/stackbuild.py) and row (job.stack-config) that read its answer.
 
 The stack is real: verl 0.9.1 and Hydra 1.3.2 from PyPI (`pip install --no-deps --target`, tests/wheels.py), the
 cuDNN frontend 1.32.0 (its `from cudnn import DSA` imports on a CPU), Megatron-LM d48bd6be's megatron/core files its
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv4_doctor.probes import LAUNCHER
+from dsv4_doctor.engine.probes import LAUNCHER
 
 from wheels import CACHE, ensure, pip_target_once
 
@@ -153,12 +153,12 @@ def test_a_model_config_that_needs_its_own_code_is_not_built_and_its_code_never_
 
 
 def test_a_built_config_becomes_the_profile(answers):
-    from dsv4_doctor.checks import job_checks
+    from dsv4_doctor.checks.job import job_checks
     from dsv4_doctor.job.profile import job_profile
     from dataclasses import replace
 
-    from dsv4_doctor.stackbuild import BUILT_BY, answer_to_built, apply, differs
-    from dsv4_doctor.model import Profile, Status
+    from dsv4_doctor.job.stackbuild import BUILT_BY, answer_to_built, apply, differs
+    from dsv4_doctor.model.core import Profile, Status
     from dsv4_doctor.testing import StubContext, run_check
 
     got = answers["none_on_blackwell"]
@@ -193,10 +193,10 @@ def test_a_built_config_becomes_the_profile(answers):
 
 
 def test_the_row_fails_with_the_upstream_message_and_its_place(answers):
-    from dsv4_doctor.checks import job_checks
+    from dsv4_doctor.checks.job import job_checks
     from dsv4_doctor.job.profile import job_profile
-    from dsv4_doctor.stackbuild import answer_to_built, apply
-    from dsv4_doctor.model import Profile, Status
+    from dsv4_doctor.job.stackbuild import answer_to_built, apply
+    from dsv4_doctor.model.core import Profile, Status
     from dsv4_doctor.testing import StubContext, run_check
 
     command = ["python3", "-m", "verl.trainer.main_ppo", OTC + "dsa_kernel_backend=cudnn"]

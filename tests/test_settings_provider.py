@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv4_doctor.probes import LAUNCHER
+from dsv4_doctor.engine.probes import LAUNCHER
 
 from test_settings_probe import DSV4_CONFIG, OTC, PROBE, stack_path, verl_case
 from wheels import CACHE, ensure, pip_target_once

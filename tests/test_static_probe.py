@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from dsv4_doctor.probes import STATIC_SCRIPT, Probe, StaticRequest, run_probe
-from dsv4_doctor.procs import Processes
+from dsv4_doctor.engine.probes import STATIC_SCRIPT, Probe, StaticRequest, run_probe
+from dsv4_doctor.hostio.procs import Processes
 
 
 def static(site, bare_python, **request):
@@ -158,7 +158,7 @@ def _opened_by_the_static_probe(site, request: dict) -> tuple[dict, list[str]]:
     import subprocess
     import sys
 
-    from dsv4_doctor.probes import PROBE_DIR
+    from dsv4_doctor.engine.probes import PROBE_DIR
 
     code = ("import json, os, runpy, sys\n"
             f"sys.path.insert(0, {str(site.root)!r})\n"
@@ -235,7 +235,7 @@ def test_a_static_check_over_20000_distributions_takes_a_quarter_of_the_static_p
 
     from conftest import doctor_command
 
-    from dsv4_doctor.probes import STATIC_TIMEOUT_S
+    from dsv4_doctor.engine.probes import STATIC_TIMEOUT_S
 
     root = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False, symlinks=True).create(root)

@@ -1,4 +1,4 @@
-"""The rich terminal report (doctor/render/terminal.py) on real reports: one the doctor writes here, in a real
+"""The rich terminal report (doctor/report/terminal.py) on real reports: one the doctor writes here, in a real
 subprocess, and the JSON reports of a real H200 run committed under docs/gpu-runs/."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from dsv4_doctor.checks import AREAS as BUILTIN_AREAS
-from dsv4_doctor.render.terminal import render_terminal
-from dsv4_doctor.report import Report
+from dsv4_doctor.report.terminal import render_terminal
+from dsv4_doctor.model.report import Report
 
 from conftest import has_torch, run_doctor
 
@@ -180,9 +180,9 @@ def test_json_check_imports_no_rich(bare_python):
     assert run.returncode == 1, run.stderr[-2000:]
     json.loads(run.stdout)
     imported = [line.split("|")[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")]
-    assert "dsv4_doctor.cli" in imported  # the log is real
+    assert "dsv4_doctor.cli.main" in imported  # the log is real
     assert not [m for m in imported if m == "rich" or m.startswith("rich.")]
-    assert "dsv4_doctor.render.terminal" not in imported
+    assert "dsv4_doctor.report.terminal" not in imported
 
 
 def _on_a_terminal(args: list[str], columns: int = 80, env: dict | None = None) -> tuple[int, str]:
@@ -291,7 +291,7 @@ def test_help_says_what_verbose_does(command):
 def test_the_profile_line_says_which_smoke_level_runs():
     """level=default or level=deep where the smoke runs (a GPU seen, --device, `smoke`); nothing where no smoke runs
     or in a report from before the field. The markdown report's line says the same."""
-    from dsv4_doctor.render import level_shown
+    from dsv4_doctor.report.dispatch import level_shown
 
     gpu = {"smoke": "auto", "device": "auto", "gpus": 1}
     assert level_shown(dict(gpu, deep=False)) == " level=default" and level_shown(dict(gpu, deep=True)) == " level=deep"
@@ -376,7 +376,7 @@ def test_a_json_check_on_a_terminal_shows_no_live_display_and_imports_no_rich(ba
     json.loads(stdout)
     log = data.decode("utf-8", "replace")
     imported = [line.split("|")[-1].strip() for line in log.splitlines() if line.startswith("import time:")]
-    assert "dsv4_doctor.cli" in imported and not [m for m in imported if m == "rich" or m.startswith("rich.")]
+    assert "dsv4_doctor.cli.main" in imported and not [m for m in imported if m == "rich" or m.startswith("rich.")]
     assert LIVE_HEADER not in log and "\x1b[" not in log
 
 
@@ -503,7 +503,7 @@ def test_a_fix_step_already_met_is_not_shown_as_a_command_to_run(local_report):
     markdown reports do too, and a fix whose every command is met goes whole. The JSON keeps every fix."""
     from dataclasses import replace
 
-    from dsv4_doctor.render import render
+    from dsv4_doctor.report.dispatch import render
 
     frontend = ["pip", "install", "--force-reinstall", "--no-deps", "nvidia-cudnn-frontend==1.27.0"]
     tvm = ["pip", "install", "--no-deps", "apache-tvm-ffi==0.1.11"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dsv4_doctor.api import Finding, Probe, Status, check
-from dsv4_doctor.model import Profile
+from dsv4_doctor.model.core import Profile
 from dsv4_doctor.testing import (MARKERS, CheckCrashed, StubContext, dist, module, no_answer, outcome, run_check,
                                  static_answer)
 

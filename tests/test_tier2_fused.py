@@ -81,7 +81,7 @@ def run_builds(tmp_path, mode, timeout_s=60.0, te=True, deadline_s=120.0):
 
     import torch
 
-    from dsv4_doctor.probes import PROBE_DIR
+    from dsv4_doctor.engine.probes import PROBE_DIR
 
     sm = probe_modules.load("dsv4probe_smoke_fused")
     env = Env(tmp_path / "env").fake("megatron", fake_megatron_importable, mode=mode)

@@ -18,7 +18,7 @@ COMMANDS = ("check", "smoke", "list", "explain", "fix", "preflight")
 
 
 def _parse(words: list[str]):
-    from dsv4_doctor.cli import parse_command_line
+    from dsv4_doctor.cli.main import parse_command_line
 
     return parse_command_line(words)
 
@@ -50,7 +50,7 @@ def test_abbreviations_are_off():
 def test_deep_is_one_option_of_the_commands_that_run_the_smoke_and_reaches_the_profile():
     """--deep (the smoke's tier 2) on check, smoke, preflight and fleet; the default is the default level; `fix`
     runs no smoke and takes no --deep."""
-    from dsv4_doctor.app import profile_from_options
+    from dsv4_doctor.commands.usecases import profile_from_options
 
     for words in (["check"], ["smoke"], ["preflight", "--", "x"], ["fleet", "--", "x"]):
         assert _parse(words).deep is False
@@ -85,7 +85,7 @@ def test_every_option_a_help_names_is_taken(command):
     """`fix --help` and `smoke --help` named options the commands refused."""
     from typer.testing import CliRunner
 
-    from dsv4_doctor.cli import _app
+    from dsv4_doctor.cli.main import _app
 
     app, _ = _app()
     help_text = CliRunner().invoke(app, [command, "--help"], terminal_width=400).output
@@ -176,7 +176,7 @@ def test_explain_json_and_list_titles():
     assert entry["id"] == "te.version" and entry["sources"] and entry["explanation"]
     listing = run_doctor("list").stdout
     assert "Python version" in listing or "Python" in listing.splitlines()[0] or "python.version" in listing
-    from dsv4_doctor.registry import load
+    from dsv4_doctor.engine.registry import load
 
     titles = {c.id: c.title for c in load().checks}
     assert all(titles[line.split()[0]].split()[0] in line for line in listing.splitlines() if line.split()[0] in titles)
@@ -200,7 +200,7 @@ def test_list_fits_the_width_with_a_header_and_names_only_foreign_origins(column
     assert lines[0].split()[0] == "Check" and "when it applies" in lines[0]
     assert all(len(line) <= columns for line in lines), max(lines, key=len)
     assert "dsv4-doctor" not in listing  # every row is the doctor's own: no origin column
-    from dsv4_doctor.registry import load
+    from dsv4_doctor.engine.registry import load
 
     ids = [line.split()[0] for line in lines[1:] if not line.startswith(" ")]
     assert ids == [c.id for c in load().checks]

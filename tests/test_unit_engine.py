@@ -9,14 +9,14 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from dsv4_doctor.fixplan import build_plan
-from dsv4_doctor.model import Check, CheckReport, Command, Fix, Phase, Profile, Status, needs_failed, passed
-from dsv4_doctor.probes import parse_handshake, parse_nvidia_smi
-from dsv4_doctor.render import render, verdict_line
-from dsv4_doctor.render.markdown import code, fence, plain
-from dsv4_doctor.render.script import render_script
-from dsv4_doctor.assemble import assemble
-from dsv4_doctor.session import UsageError, select
+from dsv4_doctor.fix.plan import build_plan
+from dsv4_doctor.model.core import Check, CheckReport, Command, Fix, Phase, Profile, Status, needs_failed, passed
+from dsv4_doctor.engine.probes import parse_handshake, parse_nvidia_smi
+from dsv4_doctor.report.dispatch import render, verdict_line
+from dsv4_doctor.report.markdown import code, fence, plain
+from dsv4_doctor.report.script import render_script
+from dsv4_doctor.report.assemble import assemble
+from dsv4_doctor.engine.session import UsageError, select
 
 
 def _check(check_id: str) -> Check:
@@ -140,7 +140,7 @@ def _report(rows, profile=None):
 
 
 def test_text_wraps_to_the_width_with_indented_continuations_and_short_sources():
-    from dsv4_doctor.model import Source
+    from dsv4_doctor.model.core import Source
 
     row = _row("a.b", Status.FAIL, [TE], summary="word " * 60)
     row.sources = [Source("one", "https://x.invalid/1"), Source("two", "https://x.invalid/2")]
@@ -214,8 +214,8 @@ def test_parse_nvidia_smi_and_the_handshake():
 
 
 def test_long_probes_get_their_own_default_limit_and_an_explicit_timeout_sets_every_limit():
-    from dsv4_doctor.probes import DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, Probe
-    from dsv4_doctor.session import Session
+    from dsv4_doctor.engine.probes import DEFAULT_TIMEOUT_S, LONG_TIMEOUT_S, Probe
+    from dsv4_doctor.engine.session import Session
 
     short, long_ = Probe(key="short"), Probe(key="long", long=True)
     own = Probe(key="own", timeout_s=7.0, long=True)

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from dsv4_doctor.redact import (MASK, Redactor, cap, clean_text, decode, looks_secret, neutralize_workflow_commands,
-                                sanitize)
+from dsv4_doctor.hostio.redact import (MASK, Redactor, cap, clean_text, decode, looks_secret,
+                                       neutralize_workflow_commands, sanitize)
 
 
 @pytest.mark.parametrize("name, secret", [
@@ -115,9 +115,9 @@ def test_redaction_itself_is_linear_without_the_cap():
 def test_the_fix_script_caps_descriptions_before_redacting_them():
     """A METADATA with 2000 long requirement names made `fix` take 7.3 s, its script's comments
     being redacted whole before they were cut to one line."""
-    from dsv4_doctor import fixplan
-    from dsv4_doctor.model import CheckReport, Fix, Status
-    from dsv4_doctor.render.script import render_script
+    from dsv4_doctor.fix import plan as fixplan
+    from dsv4_doctor.model.core import CheckReport, Fix, Status
+    from dsv4_doctor.report.script import render_script
 
     desc = "missing: " + ", ".join(f"req-{i:04d}-" + "x" * 200 for i in range(2000))
     reports = [CheckReport(id=f"c.{i}", title="t", status=Status.FAIL, summary="s",
@@ -132,8 +132,8 @@ def test_a_fix_command_with_a_secret_is_withheld_whole_in_a_report():
     """Its printed form and its argv: `--token VALUE` is two words that each look harmless."""
     import json
 
-    from dsv4_doctor.model import Fix
-    from dsv4_doctor.redact import WITHHELD
+    from dsv4_doctor.model.core import Fix
+    from dsv4_doctor.hostio.redact import WITHHELD
 
     fix = Fix("d", [["pip", "install", "--token", "v4lue123"], ["pip", "install", "PASSWORD='x9z"],
                     ["pip", "install", "a b"]])
@@ -148,8 +148,8 @@ def test_a_fix_command_whose_environment_holds_a_secret_is_withheld_in_a_report(
     reports' `commands` in the clear while the script withheld the command."""
     import json
 
-    from dsv4_doctor.model import Command, Fix
-    from dsv4_doctor.redact import WITHHELD
+    from dsv4_doctor.model.core import Command, Fix
+    from dsv4_doctor.hostio.redact import WITHHELD
 
     token = "hf_abcdefghijklmnopqrstuvwxyz0123"
     fix = Fix("d", [Command(("pip", "install", "x==1"), env=(("HF_TOKEN", token),)),
@@ -169,9 +169,9 @@ def test_a_cut_log_tail_drops_the_partial_line_it_starts_in(tmp_path):
     """A stderr tail that began in the middle of a secret showed the rest of it (its start, which
     redaction recognises, was cut off). Every place that cuts a log's tail drops the partial first line."""
     from dsv4_doctor.fleet import torchstore as fleettransport
-    from dsv4_doctor.plugins import log_tail
-    from dsv4_doctor.probes import STDERR_TAIL_BYTES, _tail
-    from dsv4_doctor.redact import read_tail
+    from dsv4_doctor.engine.plugins import log_tail
+    from dsv4_doctor.engine.probes import STDERR_TAIL_BYTES, _tail
+    from dsv4_doctor.hostio.redact import read_tail
 
     log = tmp_path / "log"
     log.write_bytes(b"Authorization: Bearer " + b"s3cr3tv4lue" * 1000 + b"\nthe last line\n")

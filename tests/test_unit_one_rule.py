@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 from dsv4_doctor.api import Fix, Finding, Status, result_of
-from dsv4_doctor.checks._job_verdict import Found, verdict
+from dsv4_doctor.checks.job.verdict import Found, verdict
 
 FIX = Fix("a fix", key="k")
 
@@ -46,6 +46,6 @@ def test_job_verdict_status_is_the_engines():
 
 def test_report_formats_are_listed_once():
     """The CLI's --format choices are the renderers' list itself, not a copy that can drift from it."""
-    commandline = importlib.import_module("dsv4_doctor.commandline")  # the package's `commandline` is a function
-    shown = importlib.import_module("dsv4_doctor.render.shown")
+    commandline = importlib.import_module("dsv4_doctor.cli.grammar")  # the package's `commandline` is a function
+    shown = importlib.import_module("dsv4_doctor.report.shown")
     assert commandline.FORMATS is shown.FORMATS

@@ -2,11 +2,11 @@
 imported), and a call that opens, reads or decodes a file outside the safe readers fails this test, unless its call
 site is on the short, commented allow-list below.
 
-The safe readers: the engine's doctor/safeio.py (read_file, read_bounded, read_at, read_tail and the guarded decoders
-decode_json, load_json, parse_python) and, inside the target interpreter, their copy in doctor/probes/dsv4probe_read.py
-(read_bounded, read_tail, open_regular, decode_json, load_json, parse_python; every probe imports them from
-dsv4probe_common). They open without blocking, read a bounded number of bytes, and turn every decoder error
-(RecursionError, MemoryError, ValueError, UnicodeError, SyntaxError) into one typed refusal.
+The safe readers: the engine's doctor/hostio/safeio.py (read_file, read_bounded, read_at, read_tail and the guarded
+decoders decode_json, load_json, parse_python) and, inside the target interpreter, their copy in
+doctor/probes/dsv4probe_read.py (read_bounded, read_tail, open_regular, decode_json, load_json, parse_python; every
+probe imports them from dsv4probe_common). They open without blocking, read a bounded number of bytes, and turn every
+decoder error (RecursionError, MemoryError, ValueError, UnicodeError, SyntaxError) into one typed refusal.
 tests/test_hardening_v4_reads.py feeds each of them a FIFO, a 100,000-deep nest and an oversize file.
 """
 
@@ -22,17 +22,18 @@ ROOT = Path(__file__).resolve().parent.parent
 TREES = ("doctor", "checks")
 
 # The readers themselves.
-READER_MODULES = {"doctor/safeio.py", "doctor/probes/dsv4probe_read.py"}
+READER_MODULES = {"doctor/hostio/safeio.py", "doctor/probes/dsv4probe_read.py"}
 
 # (file, function, call) -> why this read is safe without the readers. Keep it short: a read that can go through a
 # reader goes through one.
 ALLOWED: dict[tuple[str, str, str], str] = {
     # Directories, never files: the kernel cache is opened from / one component at a time with O_DIRECTORY and
     # O_NOFOLLOW (openat), each descriptor checked; nothing is read from them here.
-    ("doctor/cachedir.py", "open_entry", "os.open"): "opens a directory entry with O_NOFOLLOW|O_DIRECTORY",
-    ("doctor/cachedir.py", "open_verified", "os.open"): "opens directories (O_DIRECTORY|O_NOFOLLOW), checked",
+    ("doctor/kernels/cachedir.py", "open_entry", "os.open"): "opens a directory entry with O_NOFOLLOW|O_DIRECTORY",
+    ("doctor/kernels/cachedir.py", "open_verified", "os.open"): "opens directories (O_DIRECTORY|O_NOFOLLOW), checked",
     # The helper's stdin: the null device, opened by name (os.devnull), never a path from outside.
-    ("doctor/procs.py", "start_helper", "open"): "os.devnull as stdin, and the helper's own log and output, written",
+    ("doctor/hostio/procs.py", "start_helper", "open"): "os.devnull as stdin, and the helper's own log and "
+                                                     "output, written",
     # On a Ray node, in the task's own mkdtemp folder (mode 0700): the answer of the static probe the task itself ran,
     # at most limit + 1 bytes. The task runs pickled by value on the node, where dsv4probe_common may not import.
     ("doctor/probes/dsv4probe_ray.py", "_node_run", "open"): "its own mkdtemp folder's answer, bounded",
@@ -172,7 +173,8 @@ def read_calls() -> list[tuple[str, str, str, int]]:
 def test_every_read_goes_through_the_safe_readers():
     outside = [f"{rel}:{line} {fn}: {kind}" for rel, fn, kind, line in read_calls()
                if (rel, fn, kind) not in ALLOWED]
-    assert not outside, ("read outside the safe readers (doctor/safeio.py, dsv4probe_common's read_bounded & co.); "
+    assert not outside, ("read outside the safe readers (doctor/hostio/safeio.py, dsv4probe_common's read_bounded "
+                         "& co.); "
                          "route it through them, or put it on the allow-list with why it is safe:\n"
                          + "\n".join(outside))
 

@@ -15,9 +15,9 @@ from dsv4_doctor.checks import cudnn_fe_checks as cudnn_fe
 from dsv4_doctor.checks import deps_checks as deps
 from dsv4_doctor.checks import gpu_checks as gpu
 from dsv4_doctor.checks import te_checks as te
-from dsv4_doctor.facts import StaticFacts
-from dsv4_doctor.model import Profile, Result, Status
-from dsv4_doctor.probes import TORCH
+from dsv4_doctor.model.facts import StaticFacts
+from dsv4_doctor.model.core import Profile, Result, Status
+from dsv4_doctor.engine.probes import TORCH
 from dsv4_doctor.testing import StubContext, dist, run_check
 
 def _commands(result: Result) -> list[str]:

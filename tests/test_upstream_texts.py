@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from dsv4_doctor.api import Source, UpstreamText, check, passed
-from dsv4_doctor.model import Check
-from dsv4_doctor.registry import load
-from dsv4_doctor.upstream_texts import TextIndex, classify
+from dsv4_doctor.model.core import Check
+from dsv4_doctor.engine.registry import load
+from dsv4_doctor.upstream.registry import TextIndex, classify
 
 from conftest import run_doctor
 from wheels import ensure
@@ -140,7 +140,7 @@ def test_a_hostile_message_is_classified_fast_and_safely(builtins):
 def test_a_plugins_text_is_data_never_a_pattern():
     """A plugin declares texts as a built-in does; regex syntax in one is literal text, and what its host sends is
     rebuilt and bounded on the doctor's side."""
-    from dsv4_doctor.pluginhost import _describe, describe_check
+    from dsv4_doctor.engine.pluginhost import _describe, describe_check
 
     @check("acme.thing", "A plugin rule", applies_when="always", detects="nothing",
            sources=(Source("acme"),),
@@ -167,7 +167,7 @@ def test_a_plugins_text_is_data_never_a_pattern():
 
 
 def test_explain_shows_the_texts_and_finds_a_texts_check(builtins):
-    from dsv4_doctor.render.explain import explain_text
+    from dsv4_doctor.report.explain import explain_text
 
     dsa = next(c for c in builtins if c.id == "job.dsa-backend")
     text = explain_text(dsa, 200)

@@ -19,7 +19,7 @@ import pytest
 
 import probe_modules
 from conftest import run_doctor
-from dsv4_doctor import kernelcache
+from dsv4_doctor.kernels import cache as kernelcache
 
 pytestmark = pytest.mark.slow
 
@@ -130,7 +130,7 @@ def _package(root: Path, name: str = "kernsite") -> Path:
 
 
 def _drive(tmp_path: Path, root: Path, mode: str, arg, env: dict, fds: tuple[int, ...]) -> dict:
-    from dsv4_doctor.probes import PROBE_DIR
+    from dsv4_doctor.engine.probes import PROBE_DIR
 
     driver = tmp_path / "warm_driver.py"
     driver.write_text(DRIVER)
@@ -240,7 +240,7 @@ def test_the_warm_command(tmp_path):
     assert bad.returncode == 2 and "not a readable JSON file" in bad.stderr
     from test_hardening_cache import as_uid
 
-    from dsv4_doctor.warm import warm
+    from dsv4_doctor.kernels.warm import warm
 
     other = as_uid(4321, lambda: warm(sys.executable, "9.0", str(into), None, 30).status)
     assert "UsageError" in other["error"] and "run `dsv4-doctor warm` as root" in other["error"], other
@@ -268,7 +268,7 @@ def test_a_user_who_is_not_root_uses_the_root_owned_image_store_and_never_a_stor
         os.chown(home, 4321, 4321)
 
         def decide(path: str) -> list:
-            from dsv4_doctor import cachedir
+            from dsv4_doctor.kernels import cachedir
 
             cache = kernelcache.prepare({"XDG_CACHE_HOME": str(home), kernelcache.IMAGE_ENV: path})
             fd = cachedir.open_entry(kernelcache.IMAGE_FD, "aot-x.o", path, root_only=True) if cache.image else None
@@ -294,7 +294,7 @@ def test_the_shipped_recipes_cross_compile_here_for_the_code_that_is_installed(t
         pytest.skip("warm runs as root")
     from wheels import ensure
 
-    from dsv4_doctor.warm import shipped_recipes
+    from dsv4_doctor.kernels.warm import shipped_recipes
 
     shipped = json.loads(shipped_recipes().read_text())
     assert {r["arch"] for r in shipped} == {"sm_90a"} and len(shipped) >= 7
@@ -365,7 +365,7 @@ def test_a_warm_probe_that_hangs_is_stopped_at_its_timeout_and_said(tmp_path):
         pytest.skip("warm runs as root")
     import time
 
-    from dsv4_doctor.warm import warm
+    from dsv4_doctor.kernels.warm import warm
 
     hanging = tmp_path / "python"
     hanging.write_text("#!/bin/sh\nexec sleep 300\n")

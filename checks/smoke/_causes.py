@@ -8,7 +8,7 @@ import re
 
 from dsv4_doctor.api import Context, Fix, Phase, Redactor, Result, errored, failed
 
-from .. import fixes, frontend_fixes
+from ..fixes import catalogue as fixes, frontend as frontend_fixes
 from ..mcore_checks import mcore_fix
 
 # Upstream texts and missing modules a tier-2 failure can show: the rule that reports the cause, and its fix.

@@ -16,7 +16,7 @@ cutlass_dsl/tvm_ffi_provider.py L504, cute/runtime.py L986): that object file is
   a wrong hit is not).
 - Where: the per-user cache (the directory the doctor opened and checked, handed over as descriptor 211) is read and
   written; the image-wide one (`dsv4-doctor warm`, descriptor 212, root's) is only read. Every entry is opened
-  through its directory's descriptor and checked by the doctor's own rules (doctor/cachedir.py, loaded by path);
+  through its directory's descriptor and checked by the doctor's own rules (doctor/kernels/cachedir.py, loaded by path);
   `load_module` then reads /proc/self/fd/N of that opened file, so what was checked is what is loaded.
 - Any load or call error falls back to a real compile, and is recorded; EVENTS says which kernels were served.
 
@@ -70,14 +70,14 @@ class Uncacheable(Exception):
 
 
 def _cachedir():
-    """doctor/cachedir.py, the one module with the cache directories' rules, loaded by path (the probe directory's
-    parent), under a name nothing else uses."""
+    """doctor/kernels/cachedir.py, the one module with the cache directories' rules, loaded by path (the probe
+    directory's parent), under a name nothing else uses."""
     name = "dsv4_doctor_cachedir"
     if name in sys.modules:
         return sys.modules[name]
     from dsv4probe_common import LIB  # the doctor's probe folder (in sys.modules: the probe loaded it)
 
-    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(LIB), "cachedir.py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(LIB), "kernels/cachedir.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:

@@ -11,7 +11,7 @@ from dataclasses import replace
 from dsv4_doctor.api import (Context, Fix, Probe, Profile, Result, Source, StaticFacts, StaticRequest, check, errored,
                              failed, passed, warned)
 
-from .. import fixes, frontend_fixes
+from ..fixes import catalogue as fixes, frontend as frontend_fixes
 from .._upstream import EAV, mlm, pypi
 from ..cudnn_fe_checks import FUSED_COMPRESSOR, megatron_compressor
 from ..mcore_checks import mcore_fix

@@ -8,7 +8,7 @@ from dataclasses import replace
 from dsv4_doctor.api import (Context, Probe, Profile, Result, Source, check, errored, failed, needs_failed, passed,
                              warned)
 
-from .. import fixes
+from ..fixes import catalogue as fixes
 from .._upstream import EAV, gh, mlm
 from ._causes import RULE_FIXES, cause_result, crash_cause, crash_text
 from ._tier2 import deep_not_compared, describe_tier2, tier2_result

@@ -37,8 +37,8 @@ def render(name: str) -> tuple[str, str]:
     """(the SVG, the plain text) of screenshot `name`."""
     from rich.text import Text
 
-    from dsv4_doctor.render.terminal import make_console, render_terminal
-    from dsv4_doctor.report import Report
+    from dsv4_doctor.report.terminal import make_console, render_terminal
+    from dsv4_doctor.model.report import Report
 
     path, title = SCREENSHOTS[name]
     report = Report.from_wire(json.loads(path.read_text(encoding="utf-8")))

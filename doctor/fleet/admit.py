@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from ..fix import Fix
-from ..model import CheckReport, Source, Status
-from ..registry import CHECK_ID  # the ids a check can have; anything else from a rank is not a check row
+from ..fix.steps import Fix
+from ..model.core import CheckReport, Source, Status
+from ..engine.registry import CHECK_ID  # the ids a check can have; anything else from a rank is not a check row
 
 MAX_REPORT_BYTES = 4 * 1024 * 1024
 MAX_ROWS = 1000
@@ -45,7 +45,7 @@ def _depth_ok(obj, limit: int = MAX_DEPTH) -> bool:
 
 
 def _text(value, limit: int = MAX_TEXT) -> str:
-    from ..redact import clean_text, cut
+    from ..hostio.redact import clean_text, cut
 
     text = value if isinstance(value, str) else ""
     return clean_text(cut(text, limit))
@@ -169,7 +169,7 @@ def admit(rank: int, payload: bytes | Mapping, job: str | None = None) -> RankRe
     if isinstance(payload, (bytes, bytearray)):
         if len(payload) > MAX_REPORT_BYTES:
             raise BadReport(f"its report is {len(payload)} bytes (at most {MAX_REPORT_BYTES})")
-        from ..safeio import ReadRefused, decode_json
+        from ..hostio.safeio import ReadRefused, decode_json
 
         try:
             data = decode_json(bytes(payload))
@@ -184,7 +184,7 @@ def admit(rank: int, payload: bytes | Mapping, job: str | None = None) -> RankRe
     why = _refused(data, job)
     if why:
         raise BadReport(why)
-    from ..redact import sanitize
+    from ..hostio.redact import sanitize
 
     # Bounded and made valid here; redacted once, in the merged report (each rank redacted its own already, and
     # redacting every rank's whole report cost rank 0 25 ms a rank). A value of a type no field takes is this rank's

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 from .torchstore import Exchange, _now
 
 if TYPE_CHECKING:
-    from ..report import Report
+    from ..model.report import Report
     from .env import FleetEnv
 
 
 def say(message: str) -> None:
-    from ..render.output import say as out
+    from ..report.output import say as out
 
     for line in message.split("\n"):
         out(line)
@@ -46,7 +46,7 @@ def _take_verdict(exchange: Exchange, ack_by: float) -> bool:
     the store only when this process took it (the `taken` file) before the acknowledgement deadline. A process
     stopped (SIGSTOP, a swapped-out node) until after the deadline finds it passed and takes nothing. The wait is the
     gate's (signals.GATE.poll): a stop signal ends it."""
-    from ..signals import GATE
+    from ..hostio.signals import GATE
 
     taken: list[bool] = []
 
@@ -66,9 +66,9 @@ def _take_verdict(exchange: Exchange, ack_by: float) -> bool:
 def _late(env: FleetEnv, report: Report) -> int:
     """A rank that came back after the acknowledgement deadline (it was stopped or starved): the fleet did not
     count it, so it does not start, whatever the verdict was."""
-    from ..model import ExitCode
-    from ..render import output_width, render
-    from ..render.output import write_stderr
+    from ..model.core import ExitCode
+    from ..report.dispatch import output_width, render
+    from ..report.output import write_stderr
 
     say(f"dsv4-doctor (rank {env.rank} of {env.world_size}): not starting: this rank's process took the fleet's "
          "verdict only after the acknowledgement deadline (it was stopped or starved), so rank 0 did not count it; "

@@ -14,7 +14,7 @@ import socket
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 
-from ..model import UsageError
+from ..model.core import UsageError
 from .identity import normalise_address
 
 DEFAULT_MASTER_PORT = 29500
@@ -334,7 +334,7 @@ def fleet_key(environ: Mapping[str, str]) -> bytes | None:
     the HMAC key of every fleet message; None without one. UsageError when the file cannot be read or is empty.
     The file is read once per process (a regular file or a FIFO, bounded, never blocking past SECRET_FIFO_S; a
     stop signal meanwhile raises Interrupted) and kept."""
-    from ..safeio import ReadRefused, read_file
+    from ..hostio.safeio import ReadRefused, read_file
 
     secret = environ.get(SECRET_VARIABLE)
     path = environ.get(SECRET_FILE_VARIABLE)

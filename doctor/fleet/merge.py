@@ -5,7 +5,7 @@ that fails becomes a finding about that rank in `fleet.ranks`, never a crash.
 
 Identical results are grouped, so the report grows with the number of distinct results, not with the number of
 ranks: a check's row lists its groups (status, summary, the ranks as ranges, their hosts). Severity, status, exit
-code and counts come from doctor/model.py, as for a single-host report.
+code and counts come from doctor/model/core.py, as for a single-host report.
 
 Two rows exist only here: `fleet.ranks` (every rank that did not report, was rejected, or did not acknowledge the
 verdict, with its host when the launcher or its hello said it) and `fleet.drift` (ranks that differ in a package
@@ -19,10 +19,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 # admit, BadReport and MAX_REPORT_BYTES stay importable from here: the tests reach them through the merge.
 from .admit import FINGERPRINT_SECTIONS, MAX_REPORT_BYTES, BadReport, RankReport, _obj, admit  # noqa: F401
-from ..fix import Fix
-from ..redact import shorten
-from ..model import SEVERITY, CheckReport, ExitCode, Source, Status, counts, exit_code_for, overall_status
-from ..report import Report
+from ..fix.steps import Fix
+from ..hostio.redact import shorten
+from ..model.core import SEVERITY, CheckReport, ExitCode, Source, Status, counts, exit_code_for, overall_status
+from ..model.report import Report
 
 MAX_GROUPS = 20  # groups listed per check; the rest are counted
 MAX_DRIFT_ITEMS = 50
@@ -274,8 +274,8 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
 
     Every merged report ends here, in one redaction pass over its whole wire form (assemble.sealed), after every
     rank's and node's text is in: nothing is added to it afterwards."""
-    from ..assemble import sealed
-    from ..redact import sanitize
+    from ..report.assemble import sealed
+    from ..hostio.redact import sanitize
 
     exchange = dict(exchange or {})
     reports = {0: own, **{r: rep for r, rep in others.items() if r != 0}}

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 from .env import FleetEnv, fleet_key, launcher_hosts
 from .identity import identity_evidence, split_why
-from ..redact import shorten
-from ..safeio import ReadRefused, read_file
+from ..hostio.redact import shorten
+from ..hostio.safeio import ReadRefused, read_file
 from .deadlines import _late, _take_verdict, bounded_report
 from .torchstore import Exchange, _now
 
 if TYPE_CHECKING:
-    from ..report import Report
+    from ..model.report import Report
 
 SKEW_S = 15.0  # launcher skew: how much later than rank 0 another rank may start
 SETUP_S = 20.0  # a helper starting, importing torch and joining the store
@@ -87,8 +87,8 @@ def _rank0(env, report, python, started, strict, deliver, fleet_wait, anonymize,
     import contextlib
 
     from . import admit as fleetadmit, merge as fleetmerge
-    from ..model import ExitCode, Interrupted
-    from ..signals import GATE
+    from ..model.core import ExitCode, Interrupted
+    from ..hostio.signals import GATE
 
     budget = float(report.summary.budget_s or 60.0)
     reruns = env.local_world_size != 1
@@ -207,7 +207,7 @@ def _admit_while_gathering(exchange: Exchange, state: dict, world: int, until: f
     """Wait for the gather to end, validating each report as its file appears (off the verdict's critical path:
     at 1,000 ranks that is seconds of work). None when the helper exited without it, time ran out or a stop signal
     ended the wait (signals.GATE.poll)."""
-    from ..signals import GATE
+    from ..hostio.signals import GATE
 
     found: dict = {}
 
@@ -227,7 +227,7 @@ def _admit_while_gathering(exchange: Exchange, state: dict, world: int, until: f
 
 def _rank0_interrupted(env, report, strict, deliver, fleet_checks, key, code: int) -> int:
     from . import admit as fleetadmit, merge as fleetmerge
-    from ..signals import GATE
+    from ..hostio.signals import GATE
 
     name = str(report.summary.interrupted or "a signal")
     info = {"scope": env.scope, "authenticated": key is not None, "fleet_checks": fleet_checks, "interrupted": name,
@@ -288,10 +288,10 @@ def _take_reports(exchange: Exchange, gathered: dict, state: dict, world: int) -
 
 def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int:
 
-    from ..model import ExitCode, Interrupted
-    from ..render import output_width, render
-    from ..render.output import write_stderr
-    from ..signals import GATE
+    from ..model.core import ExitCode, Interrupted
+    from ..report.dispatch import output_width, render
+    from ..report.output import write_stderr
+    from ..hostio.signals import GATE
 
     budget = float(report.summary.budget_s or 60.0)
     base_wait = fleet_wait if fleet_wait is not None else max(5.0, budget + SKEW_S - (_now() - started))
@@ -394,7 +394,7 @@ def host_of(report: Report) -> str:
 def _say(message: str) -> None:
     """A fleet-mode line on stderr, cleaned, redacted and bounded as every other output is (a rank's import error
     can carry terminal escapes, a workflow command, a token): the output layer's say, line by line."""
-    from ..render.output import say
+    from ..report.output import say
 
     for line in message.split("\n"):
         say(line)

@@ -37,13 +37,12 @@ from typing import TYPE_CHECKING, Any
 from .rayjob import (  # noqa: F401  (wanted and job_runtime_env: read from here by the tests)
     MAX_ENV_VARS, MAX_NODES, REWARD_KEY, RUNTIME_ENV_KEY, Wanted, job_runtime_env, read_runtime_env, wanted)
 from .rayhelper import SHIP_PACKAGE, run_helper, static_request, report_limit
-from .raynode import (RAN_PROBES, NodeAnswer, helper_error, node_fields, not_seen, probe_report, take_node,
-                      timings)
+from .raynode import RAN_PROBES, NodeAnswer, helper_error, node_fields, not_seen, probe_report, take_node, timings
 from .raywant import missing_nodes, needed_nodes, node_count_known, nodes_wanted, with_driver_node
 
 if TYPE_CHECKING:
-    from ..model import CheckReport, Profile
-    from ..report import Report
+    from ..model.core import CheckReport, Profile
+    from ..model.report import Report
 
 HOOK_MODULE = "dsv4_doctor_rayhook"
 HOOK = HOOK_MODULE + ".refuse_unchecked_node"
@@ -94,8 +93,8 @@ def take_part(opts: Any, own: Report, command: Sequence[str] | None, deliver: Ca
     while the nodes are checked, ends it at once with the report of what finished (the driver's rows) and 128 + N."""
     import signal
 
-    from ..model import ExitCode, Interrupted
-    from ..signals import GATE
+    from ..model.core import ExitCode, Interrupted
+    from ..hostio.signals import GATE
 
     want = nodes_wanted(command, own.job)
     job_env = read_runtime_env(command)
@@ -150,8 +149,8 @@ def take_part(opts: Any, own: Report, command: Sequence[str] | None, deliver: Ca
 def _merge_broke(own: Report, exc: Exception, want: Wanted, strict: bool, fleet_checks: tuple[str, ...]) -> Report:
     """The report when the doctor's own merge of the nodes' answers broke (its bug): the driver's rows with every
     node an entry saying so, marked partial; failing that too, the driver's own report, marked partial. Exit 3."""
-    from ..model import ExitCode
-    from ..redact import shorten
+    from ..model.core import ExitCode
+    from ..hostio.redact import shorten
 
     why = f"the doctor's merge of the nodes' answers broke ({type(exc).__name__}: {shorten(str(exc), 300)})"
     partial = why + ": the nodes' results are not in this report"
@@ -175,7 +174,7 @@ def _interrupted(out: Report, signum: int, when: str) -> Report:
 
 def _is_verl(command: Sequence[str] | None) -> bool:
     from ..job.command import parse
-    from ..model import UsageError
+    from ..model.core import UsageError
 
     try:
         return bool(command) and parse(list(command or [])).kind == "verl"
@@ -193,7 +192,7 @@ def _merged(own_report: Report, answer: Any, folder: str, want: Wanted, strict: 
     redaction pass (merge.merge). `unapplied`: the job's runtime_env fields the tasks did not take; every node's
     rows that depend on its Python environment are then not known (raynode.not_seen), and the verdict line names
     them. The driver's own report, when it fails admission (a plugin's 1,001 rows), is its own entry (rank 0)."""
-    from ..redact import sanitize
+    from ..hostio.redact import sanitize
     from . import admit as fleetadmit, merge as fleetmerge
 
     # Bounded depth and size, valid text, finite numbers (NaN becomes text): every check below is on JSON types.
@@ -226,7 +225,7 @@ def _merged(own_report: Report, answer: Any, folder: str, want: Wanted, strict: 
         try:
             taken, problem = take_node(node, rank, os.path.join(folder, "reports", f"{i}.json"), want, from_probes)
         except Exception as exc:  # noqa: BLE001 - one node's answer, whatever it holds, fails that node alone
-            from ..redact import shorten
+            from ..hostio.redact import shorten
 
             taken, problem = None, (f"the doctor could not take its answer ({type(exc).__name__}: "
                                     f"{shorten(str(exc), 200)})")
@@ -257,7 +256,7 @@ def drift_not_known(rows: list[CheckReport], unapplied: Sequence[str]) -> list[C
     what the tasks saw."""
     if not unapplied:
         return rows
-    from ..model import Status
+    from ..model.core import Status
     from .admit import _text
 
     names = ", ".join(_text(n, 64) for n in list(unapplied)[:16])
@@ -329,7 +328,7 @@ def hook_overrides(checked: Sequence[str], job_modules: Sequence[str] = ()) -> l
     """The Hydra overrides that give verl's ray.init the doctor's worker_process_setup_hook: the hook (shipped with
     py_modules after the job's own, rayjob.job_py_modules, so a node without the doctor runs it too and the job keeps
     its modules) and the nodes the check covered."""
-    from ..probes import PROBE_DIR
+    from ..engine.probes import PROBE_DIR
 
     ids = ",".join(n for n in checked if n.isalnum())
     modules = ",".join(f"'{m}'" for m in [*job_modules, str(PROBE_DIR / HOOK_MODULE)])

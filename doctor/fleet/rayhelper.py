@@ -17,8 +17,8 @@ SHIPPED = ("dsv4probe_launch.py", "dsv4probe_common.py", "dsv4probe_read.py", "d
 
 def static_request() -> dict:
     """The static probe's request of every built-in check: what a node without the doctor answers."""
-    from .. import registry
-    from ..probes import StaticRequest
+    from ..engine import registry
+    from ..engine.probes import StaticRequest
 
     try:
         return StaticRequest.merge(c.static for c in registry.load().checks).to_json()
@@ -37,7 +37,7 @@ def ship_probes(folder: str) -> str:
     dsv4probe_static*.py), as a package of its own name. Its path."""
     import shutil
 
-    from ..probes import PROBE_DIR
+    from ..engine.probes import PROBE_DIR
 
     target = os.path.join(folder, SHIP_PACKAGE)
     os.makedirs(target, exist_ok=True)
@@ -50,9 +50,9 @@ def ship_probes(folder: str) -> str:
 
 
 def run_helper(python: str, request: dict, timeout_s: float):
-    from ..probes import PROBE_DIR, child_env, launch_argv
-    from ..procs import REQUEST_FILE, Processes, read_bounded, start_helper, write_request
-    from ..safeio import ReadRefused, decode_json
+    from ..engine.probes import PROBE_DIR, child_env, launch_argv
+    from ..hostio.procs import REQUEST_FILE, Processes, read_bounded, start_helper, write_request
+    from ..hostio.safeio import ReadRefused, decode_json
 
     procs = Processes()
     folder = procs.tempdir("dsv4-doctor-ray-")
@@ -76,7 +76,7 @@ def run_helper(python: str, request: dict, timeout_s: float):
     except ReadRefused:  # not JSON, or nested too deeply
         answer = None
     if not isinstance(answer, dict) or "probe_error" in answer:
-        from ..redact import read_tail, shorten
+        from ..hostio.redact import read_tail, shorten
 
         err = answer.get("probe_error") if isinstance(answer, dict) else None
         why = (f"{err.get('type')}: {err.get('message')}" if isinstance(err, dict) else
@@ -97,7 +97,7 @@ def job_py_modules(command: Sequence[str] | None) -> list[str]:
     command states none. UsageError where an entry cannot be written back as a plain Hydra string, or where a config
     file or words the shell did not expand may set the list (the hook would then drop the job's modules)."""
     from ..job.keys import HYDRA_OVERRIDE
-    from ..model import UsageError
+    from ..model.core import UsageError
     from .rayjob import MAX_LIST, RUNTIME_ENV_KEY, _hydra_list, read_command
 
     job = read_command(command)

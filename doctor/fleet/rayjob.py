@@ -75,7 +75,7 @@ def read_command(command: Sequence[str] | None) -> Job | None:
     if not command:
         return None
     from ..job.command import parse
-    from ..model import UsageError
+    from ..model.core import UsageError
 
     try:
         return parse(list(command))

@@ -11,11 +11,11 @@ from dataclasses import replace
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..safeio import ReadRefused, decode_json
+from ..hostio.safeio import ReadRefused, decode_json
 from .rayjob import MAX_ENV_VARS, REWARD_KEY, Wanted
 
 if TYPE_CHECKING:
-    from ..model import Profile
+    from ..model.core import Profile
 
 # How a node's report was made (fleet.ranks' `ran`, the verdict's count of doctor-less nodes).
 RAN_DOCTOR = "doctor from the job's environment"
@@ -32,9 +32,9 @@ def probe_report(payload: bytes | None, opts: Any, profile: Profile) -> dict | N
     """The report of a node whose job environment has no doctor, made here from the static facts its shipped probe
     gave: the selected built-in checks run on those facts; a check that needs any other probe (the node's imports,
     torch, its GPUs: nothing else ran there) is an error that says so, never a pass."""
-    from .. import registry
-    from ..assemble import Outcome, build
-    from ..runner import _report, execute
+    from ..engine import registry
+    from ..report.assemble import Outcome, build
+    from ..engine.runner import _report, execute
     from .admit import MAX_REPORT_BYTES, _text
 
     if payload is None or len(payload) > MAX_REPORT_BYTES:
@@ -45,7 +45,7 @@ def probe_report(payload: bytes | None, opts: Any, profile: Profile) -> dict | N
         return None
     if not isinstance(facts, dict) or "probe_error" in facts:
         return None
-    from ..redact import sanitize
+    from ..hostio.redact import sanitize
 
     facts = sanitize(facts)
     profile = replace(profile, fleet=node_fields("probes"))
@@ -69,7 +69,7 @@ def _selected(opts: Any) -> list[str]:
     """The ids the driver's own run selected (its --only, expanded as the session expands it); [] for all."""
     import fnmatch
 
-    from .. import registry
+    from ..engine import registry
 
     only = [str(v) for v in (opts.only or [])]
     skip = [str(v) for v in (opts.skip or [])]
@@ -91,23 +91,23 @@ class _ProbeContext:
 
     @property
     def static(self):
-        from ..facts import StaticFacts
+        from ..model.facts import StaticFacts
 
         return StaticFacts(self.facts)
 
     def probe(self, probe: Any):
-        from ..probes import ProbeResult
+        from ..engine.probes import ProbeResult
 
         return ProbeResult(getattr(probe, "key", "probe"), False, error=self.NOT_RUN)
 
     def require(self, probe: Any):
-        from ..runner import ProbeFailed
+        from ..engine.runner import ProbeFailed
 
         raise ProbeFailed(self.probe(probe))
 
     def gpus(self) -> list[dict]:
-        from ..probes import NVIDIA_SMI
-        from ..runner import ProbeFailed
+        from ..engine.probes import NVIDIA_SMI
+        from ..engine.runner import ProbeFailed
 
         raise ProbeFailed(self.probe(NVIDIA_SMI))
 
@@ -222,7 +222,7 @@ def take_node(node: NodeAnswer, rank: int, payload_path: str, want: Wanted,
               from_probes: Callable[[bytes | None], dict | None] | None) -> tuple[Any, str]:
     """(the node's admitted report or None, why the node fails or ""). The caller makes anything that still raises
     this node's failing entry."""
-    from ..procs import read_bounded
+    from ..hostio.procs import read_bounded
     from . import admit as fleetadmit
 
     if node.malformed:
@@ -258,7 +258,7 @@ def not_seen(report: Any, unapplied: Sequence[str]) -> None:
     has fields the check's task did not apply (`unapplied`: pip, conda, a remote URI, ...): the job's workers on
     that node import what the task did not, so the node is never a pass (nor a failure) on facts it did not see.
     What the task saw without them stays in the summary and the evidence. A skip claims nothing and stays."""
-    from ..model import Status
+    from ..model.core import Status
     from .admit import _text
 
     if not unapplied:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .rayjob import Wanted, wanted
 
 if TYPE_CHECKING:
-    from ..model import CheckReport
+    from ..model.core import CheckReport
 
 VERL_DEFAULT = "verl's default"
 COMPOSED_COUNTS = (("nnodes", "nnodes", "trainer.nnodes"), ("gpus_per_node", "per_node", "trainer.n_gpus_per_node"))
@@ -91,7 +91,7 @@ def node_count_known(rows: list[CheckReport], want: Wanted) -> list[CheckReport]
     unknown = [n for n in want.notes if n.startswith("trainer.nnodes")] if want.nnodes is None else []
     if not unknown:
         return rows
-    from ..model import Status
+    from ..model.core import Status
     from .admit import _text
 
     out = []

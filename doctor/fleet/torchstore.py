@@ -11,7 +11,7 @@ import os
 import signal
 
 from .env import FleetEnv
-from ..procs import Helper
+from ..hostio.procs import Helper
 
 FLEET_SCRIPT = "dsv4probe_fleet.py"
 
@@ -20,8 +20,8 @@ class Exchange:
     """One run of the exchange helper; the doctor's side of the file conversation (see dsv4probe_fleet.py)."""
 
     def __init__(self, env: FleetEnv, python: str, request: dict, key: bytes | None, timeout_s: float):
-        from ..probes import child_env
-        from ..procs import Processes
+        from ..engine.probes import child_env
+        from ..hostio.procs import Processes
 
         self.env, self.procs = env, Processes()
         self.dir = self.procs.tempdir("dsv4-doctor-fleet-")
@@ -35,9 +35,9 @@ class Exchange:
         self.helper: Helper | None = None
 
     def start(self, hello: dict) -> None:
-        from ..probes import PROBE_DIR, launch_argv
-        from ..procs import REQUEST_FILE, start_helper, write_request
-        from ..signals import GATE
+        from ..engine.probes import PROBE_DIR, launch_argv
+        from ..hostio.procs import REQUEST_FILE, start_helper, write_request
+        from ..hostio.signals import GATE
 
         self.write("hello.json", hello)
         # The request in a file of this private folder, as every child's (procs.write_request).
@@ -65,9 +65,9 @@ class Exchange:
         open(self.path(name), "wb").close()
 
     def read(self, name: str, limit: int = 1 << 22) -> dict | None:
-        from ..procs import read_bounded
-        from ..redact import sanitize
-        from ..safeio import ReadRefused, decode_json
+        from ..hostio.procs import read_bounded
+        from ..hostio.redact import sanitize
+        from ..hostio.safeio import ReadRefused, decode_json
 
         raw = read_bounded(self.path(name), limit)
         try:
@@ -82,7 +82,7 @@ class Exchange:
     def wait_for(self, name: str, until: float) -> dict | None:
         """The file's content once the helper wrote it, or None when the helper exited first, time ran out or a stop
         signal ended the wait (signals.GATE.poll)."""
-        from ..signals import GATE
+        from ..hostio.signals import GATE
 
         found: dict = {}
 
@@ -97,7 +97,7 @@ class Exchange:
     def finish(self, until: float) -> dict:
         """The helper's answer (waiting until `until`), or {"error": ...} when it did not exit by then or a stop
         signal ended the wait."""
-        from ..signals import GATE
+        from ..hostio.signals import GATE
 
         GATE.poll(self.exited, min(until, self.hard_deadline))
         if self.helper is not None and not self.exited():
@@ -109,8 +109,8 @@ class Exchange:
         return data
 
     def read_answer(self) -> dict:
-        from ..procs import read_bounded
-        from ..safeio import ReadRefused, decode_json
+        from ..hostio.procs import read_bounded
+        from ..hostio.safeio import ReadRefused, decode_json
 
         raw = read_bounded(self.answer_path, 1 << 20)
         try:
@@ -121,7 +121,7 @@ class Exchange:
             err = data.get("probe_error") if isinstance(data, dict) else None
             why = (f"{err.get('type')}: {err.get('message')}" if isinstance(err, dict) else
                    f"exited with code {self.helper.proc.returncode if self.helper else '?'} without an answer")
-            from ..redact import shorten
+            from ..hostio.redact import shorten
 
             return {"error": f"the fleet exchange failed ({shorten(str(why), 500)})", "stderr": self.tail()}
         return data
@@ -136,7 +136,7 @@ class Exchange:
 
 
 def _tail(path: str, limit: int = 3000) -> str:
-    from ..redact import read_tail
+    from ..hostio.redact import read_tail
 
     return read_tail(path, limit)  # a cut first line is dropped: it may end a secret
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 
-from ..redact import shorten
+from ..hostio.redact import shorten
 from .model import MAX_INT_DIGITS, Job, Setting, Unexpanded, digits_int, is_interpolation  # noqa: F401  (digits_int: read from here)
 
 INT32_MAX = 2**31 - 1  # Megatron's packed THD batches index tokens with int32 cu_seqlens

@@ -20,7 +20,7 @@ import ast
 import re
 from typing import Any
 
-from ..redact import shorten
+from ..hostio.redact import shorten
 
 BRIDGE_MODULE = "megatron.bridge.models.deepseek.deepseek_v4_bridge"
 FIELD = "apply_dsa_kernel_fusion"
@@ -70,7 +70,7 @@ def read_rule(source: Any) -> dict:
 def _terms(text: str, local: dict, functions: dict, depth: int) -> tuple[list[dict], str]:
     if depth > 6 or len(text) > _MAX_EXPRESSION:
         raise ValueError(f"`{shorten(text, 80)}` is too deep or too long to follow")
-    from ..safeio import ReadRefused, parse_python
+    from ..hostio.safeio import ReadRefused, parse_python
 
     try:
         node = parse_python(text.strip(), mode="eval").body  # type: ignore[attr-defined]

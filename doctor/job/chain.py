@@ -12,7 +12,7 @@ A word it cannot place (an unknown program, `bash run.sh`, `mpirun`, a pipe in a
 read, but the interpreter and its sys.path belong to the remote host. Unexpanded words (`$(...)`, backquotes, `$@`,
 `$*`, `$NAME`) are never settings: where one could carry a setting it is listed in `hidden`. Nothing is run: the
 resolver reads words, looks names up on the job's PATH and reads at most 256 bytes of a script's `#!` line
-(doctor/safeio.py); a -c string is read at most 8 levels deep.
+(doctor/hostio/safeio.py); a -c string is read at most 8 levels deep.
 
 The parts: wrappers.py (the grammars, as data, with their sources), peel.py (wrappers, srun, shells' -c strings,
 submitters), shellwords.py (a shell string's words), interp.py (the interpreter, `#!` lines, torchrun, sys.path[0],

@@ -29,7 +29,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-from ..model import UsageError
+from ..model.core import UsageError
 from .bridge_recipe import is_recipe_launcher, parse_recipe_launcher
 from .chain import World, resolve
 from .keys import (BARE_SETTINGS, CONFIG_FIELDS, VERL_COMMON, VERL_ENGINE, MAX_ARG_CHARS, MAX_ARGS, MEGATRON_FLAGS,

@@ -19,11 +19,11 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from ..safeio import ReadRefused, read_file
+from ..hostio.safeio import ReadRefused, read_file
 from .keys import HYDRA_OVERRIDE
 from .values import hidden_shown, is_hidden_word, parse_value
-from .wrappers import (NPROC_WORDS, PATH_FLAGS, PYTHON_FLAG_LETTERS, PYTHON_LONG, PYTHON_MANUAL,
-                       PYTHON_VALUE_LETTERS, TORCHRUN, TORCHRUN_MANUAL, TORCHRUN_NAMES, getopt, shown)
+from .wrappers import (NPROC_WORDS, PATH_FLAGS, PYTHON_FLAG_LETTERS, PYTHON_LONG, PYTHON_MANUAL, PYTHON_VALUE_LETTERS,
+                       TORCHRUN, TORCHRUN_MANUAL, TORCHRUN_NAMES, getopt, shown)
 
 if TYPE_CHECKING:
     from .chainstate import _State

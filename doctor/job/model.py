@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..model import UsageError
+from ..model.core import UsageError
 from .keys import BRIDGE_DECIDES
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ class Job:
     # What the command runs, as the OS and each launcher in it will run it (job/chain.py): its interpreter and why,
     # entry, working directory, sys.path[0], world size; where it stopped, or the remote host it runs on.
     chain: Chain | None = None
-    # The job's Megatron config as the stack's own code built it (stackbuild.py, job.stack-config): status
+    # The job's Megatron config as the stack's own code built it (job/stackbuild.py, job.stack-config): status
     # ("built", "raised", "not built"), the settings per role, the upstream error, why not, and who decided the
     # profile's settings. None: not asked (no job the probe runs for).
     built: dict | None = None

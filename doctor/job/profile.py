@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..model import Profile, UsageError
+from ..model.core import Profile, UsageError
 from .bridge_rule import conflict_text, fold
 from .command import parse
 from .keys import BRIDGE_DECIDES, line_to_add

@@ -45,7 +45,7 @@ def _is_python(word: str) -> bool:
 
 
 def _safe_name(name: str, pattern: re.Pattern) -> bool:
-    from ..redact import Redactor
+    from ..hostio.redact import Redactor
 
     return bool(pattern.fullmatch(name)) and Redactor({}).text(name) == name
 

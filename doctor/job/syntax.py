@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from ..model import UsageError
+from ..model.core import UsageError
 from .keys import (CONFIG_FIELDS, CONFIG_FILE_FLAGS, HYDRA_OVERRIDE, MEGATRON_FLAGS, ROLE_HEADS, VERL_COMMON,
                    VERL_ENGINE, VERL_ROLES, flag_name)
 from .model import Job, Setting

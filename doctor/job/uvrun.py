@@ -17,7 +17,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from ..safeio import ReadRefused, read_file
+from ..hostio.safeio import ReadRefused, read_file
 from .interp import executable
 from .wrappers import UV, UV_MANUAL, UV_NOT_FOLLOWED, getopt, shown
 

@@ -37,7 +37,7 @@ import time
 import traceback
 
 # The job's sys.path[0] (its script's folder, or its working directory for -m/-c), where the doctor knows the job:
-# a probe imports what the job will import (doctor/jobpath.py).
+# a probe imports what the job will import (doctor/job/syspath.py).
 JOB_PATH_VARIABLE = "DSV4_DOCTOR_JOB_PATH"
 if os.environ.get(JOB_PATH_VARIABLE):
     sys.path[:] = [os.environ[JOB_PATH_VARIABLE]] + [p for p in sys.path if p != os.environ[JOB_PATH_VARIABLE]]
@@ -206,8 +206,8 @@ def tail_text(text, limit):
     return "… " + text[start:].lstrip()
 
 
-CACHE_FD = 211  # the kernel cache directory the doctor opened and checked (doctor/kernelcache.py PROBE_FD)
-IMAGE_FD = 212  # the image-wide AOT kernel store, read only (doctor/kernelcache.py IMAGE_FD)
+CACHE_FD = 211  # the kernel cache directory the doctor opened and checked (doctor/kernels/cache.py PROBE_FD)
+IMAGE_FD = 212  # the image-wide AOT kernel store, read only (doctor/kernels/cache.py IMAGE_FD)
 
 
 def cache_fds():

@@ -4,7 +4,7 @@ sources, .pth files, git's files, verl's constants_ppo.py, shared objects, a chi
 Opened with O_NONBLOCK (a FIFO with no writer opens at once instead of waiting for one, and is then refused, as a FIFO
 whose writer never closes it is), checked on the opened descriptor, at most `limit` bytes. What a decoder raises on
 hostile bytes (a 100,000-deep nest: RecursionError or MemoryError, by Python version and shape; bad UTF-8; bad syntax)
-is one ReadRefused with a reason a person can act on. doctor/safeio.py is the doctor's own copy of these rules.
+is one ReadRefused with a reason a person can act on. doctor/hostio/safeio.py is the doctor's own copy of these rules.
 
 Loaded by dsv4probe_common (load_module, by path) and re-exported there: a probe imports these from dsv4probe_common.
 Stdlib only, Python 3.8+, and nothing else of the probes: the reasons hold no text of the file read (an OS error's
