@@ -204,9 +204,9 @@ READERS = {
     "static_installed.read_bounded": lambda p: installed.read_bounded(p, LIMIT),
     "static_checkout.files_version": lambda p: checkout.files_version(folder_with(p, "package_info.py")),
     "static_fatbin.read_object": lambda p: fatbin.read_object(p),
-    "files.read_small": lambda p: files.read_small(p),
+    "common.read_text": lambda p: common.read_text(p),
     "files.log_tail": lambda p: files.log_tail(p),
-    "files.git_head": lambda p: files.git_head(folder_with(p, ".git/HEAD")),
+    "static_checkout.git_commit": lambda p: (checkout.git_commit(folder_with(p, ".git/HEAD"), 1) or {}).get("commit"),
     "libs._name_version": lambda p: libs._name_version(folder_with(p, "METADATA")),
     "fleet._read_file": lambda p: fleet._read_file(p),
     "hydra.decorator_config": lambda p: hydra.decorator_config(p),
@@ -240,14 +240,14 @@ print(json.dumps(out))
 '''
 
 # What a reader answers for "not read" when it does not raise: its documented value.
-NOT_READ = {"common.installed_version": "None", "static_checkout.files_version": "None", "files.read_small": "''",
+NOT_READ = {"common.installed_version": "None", "static_checkout.files_version": "None", "common.read_text": "''",
             "files.log_tail": "''",
-            "files.git_head": "None", "libs._name_version": "{'distribution':", "fleet._read_file": "None",
+            "static_checkout.git_commit": "None", "libs._name_version": "{'distribution':", "fleet._read_file": "None",
             "static_fatbin.read_object": "{'path':"}
 # Readers of bytes (bounded), which decode nothing: a regular file of any content is read, up to their limit.
 BYTE_READERS = {"common.installed_version", "common.read_bounded", "common.read_tail", "common.open_regular",
-                "static_installed.read_bounded",
-                "files.read_small", "files.log_tail", "files.git_head", "fleet._read_file", "libs._name_version",
+                "static_installed.read_bounded", "common.read_text", "files.log_tail", "static_checkout.git_commit",
+                "fleet._read_file", "libs._name_version",
                 "static_fatbin.read_object"}
 # A decoder's answer to hostile content when it does not refuse it: Python 3.8-3.10 parse 100,000 attributes or
 # additions (3.11+ refuse them); no entry module's decorator and no version is found in them.

@@ -6,18 +6,19 @@ A part of the kernel smoke probe (dsv4probe_kernels.py), loaded by path (dsv4pro
 
 import importlib.util
 import os
+import re
 import time
 
 from dsv4probe_common import (  # in sys.modules: it loads this part
     ANSWER_LIMIT, LIB, cache_fds, launch_argv, load_json, load_module, request_beside, stage)
 
 HERE = os.path.dirname(os.path.realpath(__file__))
+COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # a git object name: SHA-1 or SHA-256
 for _part in ("dsv4ref", "dsv4probe_device", "dsv4probe_files", "dsv4probe_kernels_base", "dsv4probe_kernels_ran"):
     load_module(_part, HERE)
 # The modules just loaded by path, read from sys.modules (never looked up on sys.path):
 import dsv4ref as ref
 from dsv4probe_device import sync
-from dsv4probe_files import COMMIT, git_head
 from dsv4probe_kernels_base import RATIO, ROWS_PER_RANK, SEED, Skip, _stack_versions, layout
 from dsv4probe_kernels_ran import _named, _timed
 
@@ -28,7 +29,8 @@ def megatron_commit(core_dir):
     """(commit, where it was read) for the Megatron tree holding `core_dir` (.../megatron/core): the tree's git HEAD,
     else the installed megatron-core's direct_url.json when that distribution is this tree; ("unknown", None) else."""
     tree = os.path.dirname(os.path.dirname(core_dir))
-    sha = git_head(tree)
+    found = load_module("dsv4probe_static_checkout", LIB).git_commit(tree, 1)  # the library's one git reader
+    sha = found and found.get("commit")
     if sha:
         return sha, os.path.join(tree, ".git")
     try:
@@ -41,7 +43,7 @@ def megatron_commit(core_dir):
             url = load_json(os.path.join(str(folder), "direct_url.json"), 1 << 16) if folder else None
             vcs = (url.get("vcs_info") if isinstance(url, dict) else None) or {}
             sha = vcs.get("commit_id") if isinstance(vcs, dict) else None
-            if isinstance(sha, str) and COMMIT.match(sha):
+            if isinstance(sha, str) and COMMIT.fullmatch(sha):
                 return sha, "direct_url.json"
     except Exception:
         pass

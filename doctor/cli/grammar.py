@@ -104,6 +104,7 @@ def _checked(convert):
 def _app():
     """The typer application; built on demand so that nothing of typer is imported before it is needed."""
     import functools
+    import inspect
     from types import SimpleNamespace
 
     import os
@@ -241,62 +242,55 @@ def _app():
         no_kernel_cache=Option(False, "--no-kernel-cache", help=cache_help),
         plugin_timeout=Option(30.0, "--timeout", parser=timeout_t, metavar="S", help=plugin_timeout_help),
     )
+    shared_types = {"job_cwd": str | None, "job_args_file": str | None, "dsa_backend": str | None,
+                    "gpu_arch": str | None, "python": str | None, "timeout": float | None, "only": list[str] | None,
+                    "skip": list[str] | None, "format": str, "output": str | None, "no_smoke": bool, "deep": bool,
+                    "distributed": bool | None, "fleet_port": int | None, "fleet_wait": float | None,
+                    "anonymize_hosts": bool, "ray": bool, "ray_hook": bool, "ray_wait_nodes": float | None,
+                    "verbose_ranks": bool, "verbose": int, "no_kernel_cache": bool}
+
+    def parameters(*order: str):
+        """A command's parameters in the order its help lists them: its own (the function's), and by name the
+        options several commands share, declared once above. typer reads the signature this sets; the function
+        takes the shared ones as keywords (`**given`)."""
+        def decorate(function):
+            own = inspect.signature(function).parameters
+            keyword = inspect.Parameter.KEYWORD_ONLY
+            listed = [own[name].replace(kind=keyword) if name in own else
+                      inspect.Parameter(name, keyword, default=getattr(shared, name), annotation=shared_types[name])
+                      for name in order]
+            function.__signature__ = inspect.Signature(listed)
+            return function
+        return decorate
 
     @app.command(**said("Check this environment for the planned DSv4 job (the default)."), epilog=EXIT_CODES_HELP)
+    @parameters("cp", "dsa_backend", "gpu_arch", "python", "timeout", "only", "skip", "format", "output", "strict",
+                "static_only", "no_smoke", "deep", "device", "distributed", "fleet_port", "fleet_wait",
+                "anonymize_hosts", "verbose_ranks", "verbose", "no_kernel_cache", "job_args", "job_args_file",
+                "job_cwd", "ray", "ray_wait_nodes")
     def check(
         cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
-        dsa_backend: str | None = shared.dsa_backend,
-        gpu_arch: str | None = shared.gpu_arch,
-        python: str | None = shared.python,
-        timeout: float | None = shared.timeout,
-        only: list[str] | None = shared.only,
-        skip: list[str] | None = shared.skip,
-        format: str = shared.format,
-        output: str | None = shared.output,
         strict: bool = Option(False, "--strict", help="Warnings fail too (exit 1)."),
         static_only: bool = Option(False, "--static-only", help="Skip every check that imports packages "
                                    "(metadata, file locations and ast only)."),
-        no_smoke: bool = shared.no_smoke,
-        deep: bool = shared.deep,
         device: str = Option("auto", "--device", click_type=device_choice, help="Where the smoke forward runs: "
                              "auto (a GPU when one is visible, else skipped), cuda, cpu."),
-        distributed: bool | None = shared.distributed,
-        fleet_port: int | None = shared.fleet_port,
-        fleet_wait: float | None = shared.fleet_wait,
-        anonymize_hosts: bool = shared.anonymize_hosts,
-        verbose_ranks: bool = shared.verbose_ranks,
-        verbose: int = shared.verbose,
-        no_kernel_cache: bool = shared.no_kernel_cache,
         job_args: str | None = Option(None, "--job-args", metavar="CMD", help=job_args_help),
-        job_args_file: str | None = shared.job_args_file,
-        job_cwd: str | None = shared.job_cwd,
-        ray: bool = shared.ray,
-        ray_wait_nodes: float | None = shared.ray_wait_nodes,
+        **given: object,
     ) -> None:
-        take("check", locals())
+        take("check", {**locals(), **given})
 
     @app.command(**said("Run only the smoke forward."), epilog=SMOKE_EPILOG)
+    @parameters("cp", "dsa_backend", "gpu_arch", "python", "timeout", "format", "output", "distributed", "fleet_port",
+                "fleet_wait", "anonymize_hosts", "verbose_ranks", "verbose", "device", "deep", "no_kernel_cache")
     def smoke(
         cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N",
                                    help="Context-parallel size of the planned job (1-1024; default 1)."),
-        dsa_backend: str | None = shared.dsa_backend,
-        gpu_arch: str | None = shared.gpu_arch,
-        python: str | None = shared.python,
-        timeout: float | None = shared.timeout,
-        format: str = shared.format,
-        output: str | None = shared.output,
-        distributed: bool | None = shared.distributed,
-        fleet_port: int | None = shared.fleet_port,
-        fleet_wait: float | None = shared.fleet_wait,
-        anonymize_hosts: bool = shared.anonymize_hosts,
-        verbose_ranks: bool = shared.verbose_ranks,
-        verbose: int = shared.verbose,
         device: str = Option("auto", "--device", click_type=device_choice,
                              help="auto: the GPU when torch sees one, else the CPU."),
-        deep: bool = shared.deep,
-        no_kernel_cache: bool = shared.no_kernel_cache,
+        **given: object,
     ) -> None:
-        take("smoke", locals())
+        take("smoke", {**locals(), **given})
 
     @app.command(name="list", **said("List every check with its title, where it comes from and when it applies."))
     def list_(
@@ -331,24 +325,22 @@ def _app():
 
     @app.command(**said("Print the fix plan of the current failures as a shell script (or --apply it)."),
                  epilog=FIX_EPILOG)
+    @parameters("cp", "dsa_backend", "gpu_arch", "python", "timeout", "only", "skip", "apply", "yes",
+                "break_system_packages", "venv", "job_args", "job_args_file", "job_cwd")
     def fix(
         cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
-        dsa_backend: str | None = shared.dsa_backend,
-        gpu_arch: str | None = shared.gpu_arch,
-        python: str | None = shared.python,
-        timeout: float | None = shared.timeout,
-        only: list[str] | None = shared.only,
-        skip: list[str] | None = shared.skip,
         apply: bool = Option(False, "--apply", help=FIX_APPLY_HELP),
         yes: bool = Option(False, "--yes", "-y", help="Do not ask before applying (needed without a terminal)."),
         break_system_packages: bool = Option(False, "--break-system-packages", help=FIX_BREAK_HELP),
         venv: str | None = Option(None, "--venv", metavar="DIR", help=FIX_VENV_HELP),
         job_args: str | None = Option(None, "--job-args", metavar="CMD", help=FIX_JOB_ARGS_HELP),
-        job_args_file: str | None = shared.job_args_file,
-        job_cwd: str | None = shared.job_cwd,
+        **given: object,
     ) -> None:
-        take("fix", locals())
+        take("fix", {**locals(), **given})
 
+    @parameters("gpu_arch", "cp", "dsa_backend", "python", "timeout", "only", "skip", "strict", "no_smoke", "deep",
+                "dry_run", "report", "distributed", "fleet_port", "fleet_wait", "anonymize_hosts", "verbose_ranks",
+                "verbose", "no_kernel_cache", "job_command", "ray", "ray_hook", "ray_wait_nodes")
     def preflight(
         gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=(
             "Compute capability the job runs on; default: detected with nvidia-smi.")),
@@ -360,29 +352,15 @@ def _app():
             "that states its own must agree.")),
         python: str | None = Option(None, "--python", metavar="PATH", help=(
             "Interpreter to inspect (default: the one running the doctor; in a job script, the job's python).")),
-        timeout: float | None = shared.timeout,
-        only: list[str] | None = shared.only,
-        skip: list[str] | None = shared.skip,
         strict: bool = Option(False, "--strict", help="Warnings block the command too."),
-        no_smoke: bool = shared.no_smoke,
-        deep: bool = shared.deep,
         dry_run: bool = Option(False, "--dry-run", help="Check, report, and stop before running the command."),
         report: str | None = Option(None, "--report", metavar="FILE", help=(
             "Also write the JSON report to FILE (for the job's logs).")),
-        distributed: bool | None = shared.distributed,
-        fleet_port: int | None = shared.fleet_port,
-        fleet_wait: float | None = shared.fleet_wait,
-        anonymize_hosts: bool = shared.anonymize_hosts,
-        verbose_ranks: bool = shared.verbose_ranks,
-        verbose: int = shared.verbose,
-        no_kernel_cache: bool = shared.no_kernel_cache,
         job_command: list[str] | None = typer.Argument(None, metavar="-- COMMAND [ARG ...]", show_default=False,
                                                          help="The training command, after `--`."),
-        ray: bool = shared.ray,
-        ray_hook: bool = shared.ray_hook,
-        ray_wait_nodes: float | None = shared.ray_wait_nodes,
+        **given: object,
     ) -> None:
-        take(chosen.get("name", "preflight"), locals())
+        take(chosen.get("name", "preflight"), {**locals(), **given})
 
     exec_settings = {"allow_interspersed_args": False, "ignore_unknown_options": False}
     app.command(name="preflight", **said("Check the environment and a training command's DSv4 settings, then exec the "

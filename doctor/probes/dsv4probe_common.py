@@ -157,8 +157,8 @@ def launch_argv(script, *args):
 # decoder's error one ReadRefused. Every probe imports it from here.
 _READ = load_module("dsv4probe_read")
 ANSWER_LIMIT, ReadRefused, open_regular = _READ.ANSWER_LIMIT, _READ.ReadRefused, _READ.open_regular
-read_bounded, read_tail, decode_json, load_json, parse_python, installed_version = (
-    _READ.read_bounded, _READ.read_tail, _READ.decode_json, _READ.load_json, _READ.parse_python,
+read_bounded, read_text, read_tail, decode_json, load_json, parse_python, installed_version = (
+    _READ.read_bounded, _READ.read_text, _READ.read_tail, _READ.decode_json, _READ.load_json, _READ.parse_python,
     _READ.installed_version)
 
 

@@ -101,6 +101,16 @@ def read_bounded(path, limit, follow_links=True):
         os.close(fd)
 
 
+def read_text(path, limit=1 << 20):
+    """A regular file's first `limit` bytes as text (undecodable bytes replaced), "" when it is no regular file or
+    cannot be read: for files whose absence and refusal mean the same (a .git's HEAD, a package_info.py, a
+    top_level.txt)."""
+    try:
+        return read_bounded(path, limit)[0].decode("utf-8", "replace")
+    except OSError:  # ReadRefused
+        return ""
+
+
 def read_tail(path, limit):
     """(the last `limit` bytes of the regular file at `path`, its size): a log a child wrote. Raises ReadRefused."""
     fd, info = _open_regular_fd(path, True)

@@ -9,20 +9,7 @@ import ast
 import os
 import re
 
-
-def _common():
-    from dsv4probe_static_installed import _common
-
-    return _common()
-
-
-def _small(path, limit=1 << 22):
-    from dsv4probe_static_installed import read_regular
-
-    try:
-        return read_regular(path, limit).decode("utf-8", "replace")
-    except OSError:
-        return ""
+from dsv4probe_common import parse_python, read_text  # in sys.modules: the probe loaded it first
 
 
 def _real(path):
@@ -39,11 +26,11 @@ def files_version(folder):
     """A package's version as its own files state it (package_info.py's MAJOR.MINOR.PATCH, or a literal
     __version__), read with ast; None when they state none."""
     for name in ("package_info.py", "version.py", "_version.py", "__init__.py"):
-        text = _small(os.path.join(folder, name), 1 << 20)
+        text = read_text(os.path.join(folder, name), 1 << 20)
         if not text:
             continue
         try:
-            tree = _common().parse_python(text, name)
+            tree = parse_python(text, name)
         except OSError:  # ReadRefused: it does not parse, or is nested too deeply
             continue
         values = {}
@@ -61,7 +48,7 @@ def files_version(folder):
     return None
 
 
-_SHA = re.compile(r"[0-9a-f]{40}")
+_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1, or SHA-256 object names
 
 
 def git_commit(folder, levels=6):
@@ -74,7 +61,7 @@ def git_commit(folder, levels=6):
         if os.path.isdir(dot):
             gitdir = dot
         elif os.path.isfile(dot):
-            line = _small(dot, 4096).strip()
+            line = read_text(dot, 4096).strip()
             if line.startswith("gitdir:"):
                 gitdir = os.path.join(here, line[len("gitdir:"):].strip())
         if gitdir:
@@ -87,7 +74,7 @@ def git_commit(folder, levels=6):
 
 
 def _read_head(root, gitdir):
-    head = _small(os.path.join(gitdir, "HEAD"), 4096).strip()
+    head = read_text(os.path.join(gitdir, "HEAD"), 4096).strip()
     out = {"root": root, "commit": None, "ref": None}
     if _SHA.fullmatch(head):
         out["commit"] = head
@@ -98,17 +85,17 @@ def _read_head(root, gitdir):
     ref = head[4:].strip()
     out["ref"] = ref[:200]
     common = gitdir
-    commondir = _small(os.path.join(gitdir, "commondir"), 4096).strip()
+    commondir = read_text(os.path.join(gitdir, "commondir"), 4096).strip()
     if commondir:  # a worktree: its refs live in the main repository's .git
         common = os.path.join(gitdir, commondir)
     for base in (gitdir, common):
         if ".." in ref.split("/"):
             break
-        value = _small(os.path.join(base, ref), 4096).strip()
+        value = read_text(os.path.join(base, ref), 4096).strip()
         if _SHA.fullmatch(value):
             out["commit"] = value
             return out
-        for line in _small(os.path.join(base, "packed-refs"), 1 << 22).splitlines():
+        for line in read_text(os.path.join(base, "packed-refs"), 1 << 22).splitlines():
             sha, _, name = line.partition(" ")
             if name.strip() == ref and _SHA.fullmatch(sha):
                 out["commit"] = sha

@@ -17,7 +17,6 @@ Stdlib only, Python 3.8+.
 
 import os
 import struct
-import sys
 
 FATBIN_MAGIC = 0xBA55ED50
 KIND_PTX, KIND_CUBIN = 1, 2
@@ -34,20 +33,13 @@ SECTION = b".nv_fatbin"
 
 
 def _common():
-    """dsv4probe_common: the probe loaded it first, so it is in sys.modules; imported on its own (in-process tests),
-    the copy beside it."""
-    common = sys.modules.get("dsv4probe_common")
-    if getattr(common, "PROBE_COMMON", None) is not True:
-        import importlib
-
-        common = importlib.import_module(".dsv4probe_common", __package__) if __package__ else \
-            importlib.import_module("dsv4probe_common")
-    return common
-
-
-def _cut_text(text, limit):
-    """dsv4probe_common.cut_text (redact-aware: never part of a word, so never part of a secret)."""
-    return _common().cut_text(text, limit)
+    """dsv4probe_common, found by the one rule of the static probe's parts (dsv4probe_static_installed's), which is
+    loaded by then."""
+    try:
+        from dsv4probe_static_installed import _common as common
+    except ImportError:  # imported as a package module (in-process tests)
+        from .dsv4probe_static_installed import _common as common
+    return common()
 
 
 def _arch_name(prefix, arch, flags):
@@ -174,7 +166,7 @@ def read_object(path):
                 entry["section_bytes"] = section[1]
                 entry.update(read_fatbins(fh, section[0], section[1]))
         except (OSError, ValueError, struct.error, IndexError, OverflowError) as exc:
-            entry["error"] = "%s: %s" % (type(exc).__name__, _cut_text(str(exc), 300))
+            entry["error"] = "%s: %s" % (type(exc).__name__, _common().cut_text(str(exc), 300))
     return entry
 
 

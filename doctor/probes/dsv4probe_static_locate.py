@@ -15,11 +15,11 @@ import os
 import sys
 import types
 
-from dsv4probe_common import load_module
+from dsv4probe_common import load_module, read_text
 
 # Which distribution installed a copy: the part beside this one, loaded by path.
 _owner = load_module("dsv4probe_static_owner", os.path.dirname(os.path.realpath(__file__)))
-owner_in, owner_of_file, small_file = _owner.owner_in, _owner.owner_of_file, _owner.small_file
+owner_in, owner_of_file = _owner.owner_in, _owner.owner_of_file
 shared_top = _owner.shared_top
 
 JOB = {"path": None, "why": None}
@@ -78,7 +78,7 @@ def _pth_owner(entry, sites):
         except OSError:
             continue
         for name in names:
-            text = small_file(os.path.join(site_dir, name), 1 << 16)
+            text = read_text(os.path.join(site_dir, name), 1 << 16)
             for line in text.splitlines():
                 line = line.strip()
                 if line and not line.startswith(("#", "import ", "import\t")) and \

@@ -10,6 +10,8 @@ import csv
 import importlib.machinery
 import os
 
+from dsv4probe_common import read_text  # in sys.modules: the probe loaded it first
+
 _OWNERS = {}
 
 
@@ -25,15 +27,6 @@ def _dist_infos(folder):
         return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith((".dist-info", ".egg-info")))
     except OSError:
         return []
-
-
-def small_file(path, limit=1 << 23):
-    from dsv4probe_static_installed import read_regular
-
-    try:
-        return read_regular(path, limit).decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 RECORD_LIMIT = 1 << 23  # torch's RECORD, the largest of the stack, is about 2 MB
@@ -113,7 +106,7 @@ def _tops(dist_info):
     """The top-level names a distribution installed: top_level.txt, else the first parts of its RECORD's paths."""
     if dist_info in _TOPS:
         return _TOPS[dist_info]
-    tops = set(small_file(os.path.join(dist_info, "top_level.txt"), 1 << 16).split())
+    tops = set(read_text(os.path.join(dist_info, "top_level.txt"), 1 << 16).split())
     if not tops:
         suffixes = tuple(importlib.machinery.all_suffixes())
         for path in _record_paths(dist_info)[0]:

@@ -21,9 +21,6 @@ from ..model.core import Check, Source
 from .texts import MAX_FRAGMENTS, UpstreamText  # noqa: F401 (what plugins and the engine import)
 
 MAX_MESSAGE = 1 << 21  # characters read from each end of a longer message
-# A terminal's colour and cursor sequences (CSI) and OSC strings, removed so that a coloured log line still matches.
-# Every repetition is bounded and no two overlap: a linear scan.
-_ESCAPES = re.compile(r"\x1b\[[0-?]{0,32}[ -/]{0,8}[@-~]|\x1b\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 
 
 @dataclass(frozen=True)
@@ -81,6 +78,11 @@ class TextIndex:
         wanted = text_id.casefold()
         hits = [(e.check, e.text) for e in self.entries if e.text.id.casefold() == wanted]
         return sorted(hits, key=lambda hit: (hit[0].id, hit[1].id))
+
+
+# A terminal's colour and cursor sequences (CSI) and OSC strings, removed so that a coloured log line still matches.
+# Every repetition is bounded and no two overlap: a linear scan.
+_ESCAPES = re.compile(r"\x1b\[[0-?]{0,32}[ -/]{0,8}[@-~]|\x1b\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 
 
 def cleaned(message: str) -> str:
