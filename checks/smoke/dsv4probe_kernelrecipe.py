@@ -38,15 +38,15 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 for _part in ("dsv4probe_kernelrecipe_rules", "dsv4probe_kernelrecipe_check", "dsv4probe_kernelrecipe_replay"):
     load_module(_part, HERE)
 # The parts just loaded by path, read from sys.modules (never looked up on sys.path):
-from dsv4probe_kernelrecipe_check import _check_file, check, check_arg, check_key, parse_key, type_name
+from dsv4probe_kernelrecipe_check import check, check_arg, check_key, parse_key, type_name
 from dsv4probe_kernelrecipe_replay import CudaShaped, Located, allowed_class, locate, replay_args, replay_callable
 from dsv4probe_kernelrecipe_rules import (BUILTIN_TYPES, CUSTREAM_MODULE, DATACLASSES, DLPACK_TYPES, DSL_NUMBERS,
-                                          FOLDERS, MAX_DEPTH, MAX_KEY_CHARS, MAX_SOURCE_BYTES, MAX_VALUE_DEPTH,
-                                          NotRecordable, RECIPE_VERSION, _IDENTIFIER, _packages, decode_json,
+                                          MAX_DEPTH, MAX_KEY_CHARS, MAX_SOURCE_BYTES, MAX_VALUE_DEPTH, NotRecordable,
+                                          RECIPE_VERSION, _IDENTIFIER, _check_file, _packages, decode_json,
                                           module_names, nesting_depth, read_regular)
 
 # What the recipes' users (the kernel store, the warm and prewarm probes) read from them, the parts' included.
-__all__ = ["BUILTIN_TYPES", "CudaShaped", "DATACLASSES", "DSL_NUMBERS", "FOLDERS", "Located", "MAX_DEPTH",
+__all__ = ["BUILTIN_TYPES", "CudaShaped", "DATACLASSES", "DSL_NUMBERS", "Located", "MAX_DEPTH",
            "MAX_KEY_CHARS", "NotRecordable", "RECIPE_VERSION", "allowed_class", "check", "check_arg", "check_key",
            "decode_json", "locate", "module_names", "nesting_depth", "parse_key", "read_regular", "record",
            "record_arg", "replay_args", "replay_callable", "type_name"]

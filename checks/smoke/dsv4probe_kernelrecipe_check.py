@@ -15,12 +15,12 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 load_module("dsv4probe_kernelrecipe_rules", HERE)
 # The parts just loaded by path, read from sys.modules (never looked up on sys.path):
 from dsv4probe_kernelrecipe_rules import (BUILTIN_TYPES, CUSTREAM_MODULE, DATACLASSES, DLPACK_TYPES, DSL_NUMBERS,
-                                          FOLDERS, KEY_FIELDS, MAX_ALIGN, MAX_ARGS, MAX_ATTRIBUTES, MAX_DIMS,
-                                          MAX_ELEMENTS, MAX_FILE_CHARS, MAX_INT, MAX_ITEMS, MAX_KEY_CHARS,
-                                          MAX_NAME_CHARS, MAX_OPTIONS_CHARS, MAX_SECONDS, MAX_TEXT, MAX_VALUES,
-                                          MAX_VALUE_DEPTH, NotRecordable, OPTION_FLAGS, OPTION_VALUES, RECIPE_VERSION,
-                                          TOP_FIELDS, _ARCH, _DOTTED, _ENTRY, _IDENTIFIER, _OPTION_TEXT, _SHA256,
-                                          _packages, decode_json, module_names)
+                                          KEY_FIELDS, MAX_ALIGN, MAX_ARGS, MAX_ATTRIBUTES, MAX_DIMS, MAX_ELEMENTS,
+                                          MAX_INT, MAX_ITEMS, MAX_KEY_CHARS, MAX_NAME_CHARS, MAX_OPTIONS_CHARS,
+                                          MAX_SECONDS, MAX_TEXT, MAX_VALUES, MAX_VALUE_DEPTH, NotRecordable,
+                                          OPTION_FLAGS, OPTION_VALUES, RECIPE_VERSION, TOP_FIELDS, _ARCH, _DOTTED,
+                                          _ENTRY, _IDENTIFIER, _OPTION_TEXT, _SHA256, _check_file, decode_json,
+                                          module_names)
 
 
 def _is_int(value, low, high):
@@ -151,16 +151,6 @@ def check_arg(data, budget=None):
         _check_tensor(data)
     else:
         raise NotRecordable("an argument of unknown kind %r" % (str(kind)[:40] if kind is not None else None))
-
-
-def _check_file(file):
-    """A recipe's file: a `.py` file under one of FOLDERS, each part a plain name (no climbing out)."""
-    if not isinstance(file, str) or len(file) > MAX_FILE_CHARS or not file.endswith(".py") or \
-            not any(file.startswith(folder) for folder in FOLDERS):
-        raise NotRecordable("a file outside the kernel folders of %s" % " and ".join(_packages()))
-    parts = file[:-3].split("/")
-    if len(parts) > 16 or not all(_IDENTIFIER.match(p) for p in parts) or parts[-1] == "__init__":
-        raise NotRecordable("a file outside the kernel folders of %s (a malformed path)" % " and ".join(_packages()))
 
 
 def _check_where(recipe):

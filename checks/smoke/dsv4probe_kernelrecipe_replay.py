@@ -21,9 +21,8 @@ for _part in ("dsv4probe_kernelrecipe_rules", "dsv4probe_kernelrecipe_check"):
     load_module(_part, HERE)
 # The parts just loaded by path, read from sys.modules (never looked up on sys.path):
 from dsv4probe_kernelrecipe_rules import (BUILTIN_TYPES, DATACLASSES, DLPACK_TYPES, DSL_NUMBERS, MAX_ELEMENTS,
-                                          MAX_SOURCE_BYTES, NotRecordable, module_names, read_regular)
-from dsv4probe_kernelrecipe_check import (_check_file, _check_tensor, _check_value, _check_where, _qualified, check,
-                                          type_name)
+                                          MAX_SOURCE_BYTES, NotRecordable, _check_file, module_names, read_regular)
+from dsv4probe_kernelrecipe_check import (_check_tensor, _check_value, _check_where, _qualified, check, type_name)
 
 
 class Located:

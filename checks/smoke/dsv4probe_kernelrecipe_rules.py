@@ -125,3 +125,13 @@ def module_names(file):
     if file in BY_PATH:
         names[BY_PATH[file]] = True
     return names
+
+
+def _check_file(file):
+    """A recipe's file: a `.py` file under one of FOLDERS, each part a plain name (no climbing out)."""
+    if not isinstance(file, str) or len(file) > MAX_FILE_CHARS or not file.endswith(".py") or \
+            not any(file.startswith(folder) for folder in FOLDERS):
+        raise NotRecordable("a file outside the kernel folders of %s" % " and ".join(_packages()))
+    parts = file[:-3].split("/")
+    if len(parts) > 16 or not all(_IDENTIFIER.match(p) for p in parts) or parts[-1] == "__init__":
+        raise NotRecordable("a file outside the kernel folders of %s (a malformed path)" % " and ".join(_packages()))
