@@ -4,7 +4,10 @@ sources, like every other rule; their run functions are never called (only_with 
 
 from __future__ import annotations
 
-from dsv4_doctor.api import FLEET_DRIFT_TITLE, FLEET_RANKS_TITLE, FLEET_SOURCES, Context, Result, check, errored
+from collections.abc import Callable
+
+from dsv4_doctor.api import (FLEET_DRIFT_TITLE, FLEET_RANKS_TITLE, FLEET_SOURCES, Check, Context, Result, check,
+                             errored)
 
 SOURCES = tuple(FLEET_SOURCES)
 
@@ -13,14 +16,14 @@ def _merged_only(ctx: Context) -> Result:
     return errored("fleet rows are written by the fleet merge, not by one rank")
 
 
-@check(
-    "fleet.ranks",
-    FLEET_RANKS_TITLE,
-    applies_when="fleet mode (check --distributed, torchrun or srun with more than one rank)",
-    detects="which ranks' reports reached rank 0 over torch.distributed before the deadline",
-    sources=SOURCES,
-    only_with="fleet",
-)
+def fleet_row(id: str, title: str, detects: str) -> Callable[[Callable[[Context], Result]], Check]:
+    """A fleet row's declaration: every one applies in fleet mode only, with the fleet's sources."""
+    return check(id, title, detects=detects, sources=SOURCES, only_with="fleet",
+                 applies_when="fleet mode (check --distributed, torchrun or srun with more than one rank)")
+
+
+@fleet_row("fleet.ranks", FLEET_RANKS_TITLE,
+           "which ranks' reports reached rank 0 over torch.distributed before the deadline")
 def fleet_ranks(ctx: Context) -> Result:
     """In fleet mode rank 0 publishes one timeline when its exchange starts: a report deadline (the run's time
     budget plus the launcher's skew), a verdict deadline and an acknowledgement deadline. It waits for every
@@ -33,14 +36,8 @@ def fleet_ranks(ctx: Context) -> Result:
     return _merged_only(ctx)
 
 
-@check(
-    "fleet.drift",
-    FLEET_DRIFT_TITLE,
-    applies_when="fleet mode (check --distributed, torchrun or srun with more than one rank)",
-    detects="per-rank package versions and RECORD hashes, source hashes, driver, Python, check statuses",
-    sources=SOURCES,
-    only_with="fleet",
-)
+@fleet_row("fleet.drift", FLEET_DRIFT_TITLE,
+           "per-rank package versions and RECORD hashes, source hashes, driver, Python, check statuses")
 def fleet_drift(ctx: Context) -> Result:
     """One node with a stale image is enough for a NaN or a hang (an older cudnn-frontend, another Megatron
     commit). Every rank reports a fingerprint: each inspected distribution's version and the hash of its RECORD

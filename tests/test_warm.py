@@ -80,7 +80,8 @@ spec = importlib.util.spec_from_file_location("dsv4probe_common", os.path.join(l
 sys.modules["dsv4probe_common"] = common = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(common)
 recipes = common.load_module("dsv4probe_kernelrecipe", smoke)
-recipes.FOLDERS = ("kernsite/",) + recipes.FOLDERS  # this test's package stands for megatron / cudnn
+rules = sys.modules["dsv4probe_kernelrecipe_rules"]  # the recipes' part that says which folders a recipe may name
+rules.FOLDERS = ("kernsite/",) + rules.FOLDERS  # this test's package stands for megatron / cudnn
 sys.path.insert(0, root)
 if mode == "check":
     store = common.load_module("dsv4probe_kernelstore", smoke)

@@ -4,7 +4,6 @@ compiles during them.
 A part of the kernel smoke probe (dsv4probe_kernels.py), loaded by path (dsv4probe_common.load_module).
 """
 
-import importlib.util
 import inspect
 import os
 import sys
@@ -13,9 +12,11 @@ import time
 from dsv4probe_common import load_module, stage  # in sys.modules: it loads this part
 
 HERE = os.path.dirname(os.path.realpath(__file__))
-load_module("dsv4probe_device", HERE)
+for _part in ("dsv4probe_device", "dsv4probe_import_watch"):
+    load_module(_part, HERE)
 # The modules just loaded by path, read from sys.modules (never looked up on sys.path):
 from dsv4probe_device import sync
+from dsv4probe_import_watch import when_imported
 
 
 CALLS = []  # (kernel name, seconds, CuTe DSL file-cache events during the call)
@@ -100,40 +101,10 @@ def _wrap_compile(base):
     base.compile_and_cache = counted_compile
 
 
-class _CacheWatch:
-    """Wraps the DSL's cache functions once cutlass.base_dsl.dsl is imported (by whichever kernel needs it), so a
-    sub-run that never uses the CuTe DSL does not pay its import."""
-
-    TARGET = "cutlass.base_dsl.dsl"
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.TARGET:
-            return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return spec
-        real_exec = spec.loader.exec_module
-
-        def exec_module(module):
-            real_exec(module)
-            try:
-                _wrap_cache_functions(module)
-            except Exception:
-                pass
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
 def watch_cute_dsl_cache():
-    if "cutlass.base_dsl.dsl" in sys.modules:
-        _wrap_cache_functions(sys.modules["cutlass.base_dsl.dsl"])
-    else:
-        sys.meta_path.insert(0, _CacheWatch())
+    """Count the DSL's file-cache calls from when cutlass.base_dsl.dsl is imported (by whichever kernel needs it), so
+    a sub-run that never uses the CuTe DSL does not pay its import."""
+    when_imported("cutlass.base_dsl.dsl", _wrap_cache_functions)
 
 
 def _cache_files(directory):

@@ -20,7 +20,7 @@ for _part in ("dsv4probe_device", "dsv4probe_files", "dsv4probe_smoke_batch", "d
 from dsv4probe_device import free_port, sync
 from dsv4probe_files import log_tail
 from dsv4probe_smoke_batch import SEED
-from dsv4probe_smoke_tier2 import cums, hadamard_stand_in
+from dsv4probe_smoke_tier2 import cums, hadamard_stand_in, quietly_destroy_model_parallel
 from dsv4probe_smoke_tolerances import (FUSED_BUILD_TIMEOUT_S, FUSED_CONTROL_FACTOR, FUSED_HIDDEN, FUSED_INIT_STD,
                                         FUSED_LENS, FUSED_SETTINGS, compare_builds, fused_config, fused_tolerances)
 
@@ -169,10 +169,7 @@ def tier2_build(request):
         out["tensors"] = sorted(tensors)
         _stage(out, job, "done")
         out["ok"] = True
-        try:
-            parallel_state.destroy_model_parallel()
-        except Exception:
-            pass
+        quietly_destroy_model_parallel(parallel_state)
     except BaseException as exc:
         out["ok"] = False
         out["error"] = error_info(exc, frames=6)

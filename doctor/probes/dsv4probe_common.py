@@ -137,6 +137,12 @@ def load_module(name, folder=LIB):
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError("no probe module %s at %s" % (name, path), name=name, path=path)
+    return run_spec(name, spec)
+
+
+def run_spec(name, spec):
+    """The module `spec` finds, run and registered under `name`; a module that raises while it runs is taken out of
+    sys.modules again (a later import must not see it half made)."""
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
