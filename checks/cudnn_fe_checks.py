@@ -3,55 +3,22 @@ Megatron calls resolves, with q_causal_offsets exactly where Megatron requires i
 
 from __future__ import annotations
 
-from dsv4_doctor.api import (Context, Profile, Result, Source, StaticFacts, StaticRequest, UpstreamText, check, cut,
-                             error_text, failed, import_probe, outcome, passed, skipped, version, warned)
+from dsv4_doctor.api import (Context, Profile, Result, Source, StaticFacts, UpstreamText, check, cut, error_text,
+                             failed, import_probe, outcome, passed, skipped, version, warned)
 
 from .fixes import catalogue as fixes, frontend as frontend_fixes
 from ._reach import copies_note
 from .job.dsa import backend_none_fix
-from ._cutedsl_stack import CUTEDSL_STACK, FE, stack_fixes, unmet_stack
-from ._dsa_wrappers import (DSA_OWNERS, DSA_PROBE, KNOWN_WRAPPERS, MEGATRON_DSA_CALLERS, OFFSETS_CP, OFFSETS_DENSE_LOSS,
-                            dense_indexer_loss, dsa_probe, megatron_wrappers)
-from ._gates import (ANY_KNOWN_GATE, FE_COMPRESSOR, FUSED_COMPRESSOR, constant_values, gate_message,
-                     megatron_compressor, read_gate)
-from ._upstream import EAV, MLM_VERL_TESTED, fe_at, mlm, mlm_at, pypi
+from ._cutedsl_stack import FE, unmet_stack
+from ._gates import ANY_KNOWN_GATE, FE_COMPRESSOR, constant_values, gate_message, megatron_compressor, read_gate
+from ._upstream import EAV, fe_at, mlm, mlm_at, pypi
+from ._cudnn_fe_dsa import cudnn_fe_dsa
+from ._cudnn_fe_common import STATIC, M8_FRONTEND, R11, m8, _not_needed
 
 FE_IMPORT = import_probe("cudnn")
 CSA_FWD = "cudnn.csa.compressor:csa_compressor_forward_wrapper"
 CSA_BWD = "cudnn.csa.compressor:csa_compressor_backward_wrapper"
 CSA_PROBE = import_probe(CSA_FWD, CSA_BWD)  # what Megatron's _get_frontend() resolves
-
-STATIC = StaticRequest(distributions=(FE, *CUTEDSL_STACK), modules=("cudnn", "cudnn.csa", "megatron.core", "flash_mla",
-                                                                    *FUSED_COMPRESSOR),
-                       # The frontend's own entry files too: their hashes are part of a fleet rank's fingerprint
-                       # (fleet.drift), which must see a frontend edited in place, whose RECORD still matches.
-                       # The compressor files on both sides hold the CC gates cudnn-fe.csa reads.
-                       sources=(*MEGATRON_DSA_CALLERS, "cudnn", "cudnn.deepseek_sparse_attention",
-                                "cudnn.deepseek_sparse_attention.utils.tensor_conversion", *FUSED_COMPRESSOR,
-                                *FE_COMPRESSOR),
-                       contains=("non-pre-grouped",), attributes_of=DSA_OWNERS)
-
-# Megatron's dependency check (utils.py L509-548) raises one ValueError naming every fused-DSA package it lacks.
-M8_FLASH_MLA = "flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev)"
-M8_FRONTEND = "cudnn-frontend DSA (nvidia-cudnn-frontend[cutedsl])"
-
-
-def m8(*items: str) -> str:
-    return ("dsa_kernel_backend=cudnn requires fused DSA kernels, but the following packages are not available: "
-            f"{', '.join(items)}. Install them or set dsa_kernel_backend=none to use the PyTorch fallback.")
-
-
-M11 = ("DSv4 CP with ratio-4 fused DSA requires cuDNN Frontend wrappers with q_causal_offsets support; missing from: "
-       "{missing}. Install a compatible cuDNN Frontend build or set dsa_kernel_backend='none'.")
-R11 = ("CSA fused compressor is enabled and this device is supported, but cudnn-frontend's CSA compressor API is "
-       "unavailable ({detail}); keeping the eager compressor.")
-
-
-def _not_needed(profile: Profile) -> str | None:
-    if profile.dsa_backend == "none":
-        return "dsa_kernel_backend=none: Megatron uses its PyTorch fallback and never loads the cuDNN frontend"
-    return None
-
 
 @check(
     "cudnn-fe.version",
@@ -341,113 +308,5 @@ def cudnn_fe_csa(ctx: Context) -> Result:
     return passed(f"{loads} and accepts compute capability {profile.gpu_arch}: Megatron uses the fused CSA "
                   "compressor on this job", evidence=evidence)
 
-
-DSA_TEXTS = (
-    UpstreamText("M8", "dsa_kernel_backend={backend} requires fused DSA kernels, but the following packages are not "
-                 "available: {packages}. Install them or set dsa_kernel_backend=none to use the PyTorch fallback.",
-                 mlm("megatron/core/utils.py", "509-548"), "RuntimeError"),
-    UpstreamText("M11", M11, mlm("megatron/core/transformer/transformer_config.py", "1806-1818"), "ValueError"),
-    UpstreamText("R8", "cudnn-frontend DSA namespace not available. Install with `pip install "
-                 "nvidia-cudnn-frontend[cutedsl]`.", mlm(EAV + "csa_utils/fused_sparse_attention.py", "187-193"),
-                 "ImportError"),
-    UpstreamText("F4", "{name} requires optional dependencies. Install with 'pip install "
-                 "nvidia-cudnn-frontend[cutedsl]': {error}", fe_at("1.32.0", "__init__.py", 772), "ImportError",
-                 match=(" requires optional dependencies. ",
-                        "Install with 'pip install nvidia-cudnn-frontend[cutedsl]'")),
-)
-
-
-@check(
-    "cudnn-fe.dsa",
-    "The DSA wrappers the installed Megatron calls load, with q_causal_offsets where Megatron requires it",
-    texts=DSA_TEXTS,
-    applies_when="dsa_backend=cudnn; q_causal_offsets when CP > 1",
-    detects="every DSA wrapper the installed Megatron calls (ast) resolves, and its signature (probe)",
-    sources=(
-        mlm("megatron/core/transformer/transformer_config.py", "1795-1818",
-            "Megatron-LM dev transformer_config.py L1795-1818: q_causal_offsets requirement"),
-        mlm(EAV + "dsa_cudnn_kernels.py", "", "Megatron-LM dev dsa_cudnn_kernels.py (the DSA wrappers it calls)"),
-        mlm(EAV + "csa_utils/fused_sparse_attention.py", "182-194",
-            "Megatron-LM dev fused_sparse_attention.py: cudnn-frontend DSA namespace not available"),
-        Source("cudnn-frontend PRs #316/#353 (q_causal_offsets)", "https://github.com/NVIDIA/cudnn-frontend/pull/353"),
-        mlm_at(MLM_VERL_TESTED, EAV + "dsa_kernels.py", "Megatron-LM fd1121b8 (verl's tested commit) dsa_kernels.py: "
-               "the DSA wrappers it calls through _DSA, compactify_wrapper and sparse_indexer_score_recompute_wrapper "
-               "among them"),
-    ),
-    fixes=(frontend_fixes.frontend_stack(StaticFacts({})), fixes.BACKEND_NONE),
-    skip_if=_not_needed,
-    needs=("cudnn-fe.version",),
-    static=STATIC,
-    probes=(DSA_PROBE,),
-)
-def cudnn_fe_dsa(ctx: Context) -> Result:
-    """With dsa_kernel_backend=cudnn, DSv4 attention runs the frontend's CuTe-DSL DSA kernels. Megatron's own
-    dependency check only does `from cudnn import DSA`, which is a lazy namespace and passes even when torch,
-    cuda-python or nvidia-cutlass-dsl are missing. This check reads, with ast, every `DSA.<name>` /
-    `_DSA.<name>` / `_cudnn_dsa.<name>` the installed Megatron calls (EAV/dsa_cudnn_kernels.py and
-    csa_utils/fused_sparse_attention.py; d48bd6be's eight wrappers when those files cannot be read) and resolves
-    each in a probe, reading its signature. With CP > 1 and ratio-4 layers, Megatron requires
-    `indexer_forward_wrapper` to name `q_causal_offsets`, and the three dense wrappers too when the dense indexer
-    loss is on (coefficient > 0 without dsa_indexer_use_sparse_loss); a `**kwargs` does not count, as Megatron
-    tests `inspect.signature(...).parameters`. Without the job's settings the dense loss is not known; a frontend
-    lacking the parameter there is then a warning.
-    """
-    static = ctx.static
-    fe = static.readable_dist(FE)
-    missing = unmet_stack(static)
-    called, files = megatron_wrappers(static)
-    dense_loss = dense_indexer_loss(ctx.profile)
-    # Megatron's config check resolves these whatever its kernels call.
-    wanted = sorted({*called, *OFFSETS_CP, *(OFFSETS_DENSE_LOSS if dense_loss is not False else ())})
-    evidence: dict = {"frontend": fe.get("version") if fe else None, "unmet_cutedsl_requirements": missing,
-                      "wrappers_from": files or "fallback list (no readable Megatron DSA caller)"}
-    if fe is None and not static.module("cudnn").get("found"):
-        return failed(m8(M8_FRONTEND),
-                      fixes=[*stack_fixes(static, missing, ctx.profile.cc), backend_none_fix(ctx.profile)],
-                      evidence=evidence)
-    probe = DSA_PROBE if set(wanted) <= set(KNOWN_WRAPPERS) else dsa_probe(wanted)
-    answer = ctx.require(probe)
-    namespace = outcome(answer, "cudnn:DSA")
-    rows = {w: outcome(answer, f"cudnn:DSA.{w}") for w in wanted}
-    evidence["wrappers"] = {w: {"resolves": bool(r.get("ok")),
-                                "q_causal_offsets": "q_causal_offsets" in (r.get("params") or []),
-                                "error": error_text(r) if not r.get("ok") else None} for w, r in rows.items()}
-    if not namespace.get("ok"):
-        return failed(f"from cudnn import DSA failed ({error_text(namespace)}). {m8(M8_FRONTEND)}",
-                      fixes=[*stack_fixes(static, missing, ctx.profile.cc), backend_none_fix(ctx.profile)],
-                      evidence=evidence)
-    broken = [w for w, r in rows.items() if not r.get("ok")]
-    if broken:
-        extra = f" Unmet CuTe-DSL stack requirements: {', '.join(missing)}." if missing else ""
-        return failed(
-            f"cudnn.DSA.{broken[0]} does not load ({error_text(rows[broken[0]])})"
-            + (f"; {len(broken) - 1} more of the {len(wanted)} wrappers Megatron calls do not load either"
-               if len(broken) > 1 else ""),
-            "`from cudnn import DSA` is a lazy namespace, so Megatron's dependency check passes; the error then "
-            "surfaces at config time (CP > 1: the q_causal_offsets signature check) or at the first fused DSA call "
-            "(\"cudnn-frontend DSA namespace not available\" / \"Failed to import DSA kernel backend\")." + extra,
-            fixes=[*stack_fixes(static, missing, ctx.profile.cc), backend_none_fix(ctx.profile)], evidence=evidence)
-    # A parameter counts only when it is named: Megatron tests inspect.signature(w).parameters, not **kwargs.
-    no_offsets = [w for w, r in rows.items() if "q_causal_offsets" not in (r.get("params") or [])]
-    need = list(OFFSETS_CP) + (list(OFFSETS_DENSE_LOSS) if dense_loss else [])
-    lacking = [w for w in need if w in no_offsets or w not in rows]
-    if ctx.profile.cp > 1 and lacking:
-        return failed(M11.format(missing=", ".join(lacking)),
-                      "Megatron raises this ValueError at config time: with CP > 1 and a ratio-4 indexer it requires "
-                      "the parameter by name on indexer_forward_wrapper, and on the three dense wrappers when the "
-                      "dense indexer loss is on (frontend >= 1.26.0 has it).",
-                      fixes=[frontend_fixes.frontend_stack(static, ctx.profile.cc), backend_none_fix(ctx.profile)],
-                      evidence=evidence)
-    dense_lacking = [w for w in OFFSETS_DENSE_LOSS if w in no_offsets]
-    summary = f"the {len(wanted)} DSA wrappers Megatron uses load (nvidia-cudnn-frontend {evidence['frontend']})"
-    if ctx.profile.cp > 1:
-        summary += "; indexer_forward_wrapper takes q_causal_offsets"
-    if ctx.profile.cp > 1 and dense_loss is None and dense_lacking:
-        why = ("not stated: pass the job's arguments" if ctx.profile.job is None else
-               "the job's command leaves it not known")
-        return warned(summary + "; but " + ", ".join(dense_lacking) + " lack q_causal_offsets, which Megatron "
-                      f"requires if the job turns the dense indexer loss on ({why})",
-                      fixes=[frontend_fixes.frontend_stack(static, ctx.profile.cc)], evidence=evidence)
-    return passed(summary, evidence=evidence)
 
 CHECKS = [cudnn_fe_version, cudnn_fe_csa, cudnn_fe_dsa]

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dsv4_doctor.api import (FLEET_DRIFT_TITLE, FLEET_RANKS_TITLE, FLEET_SOURCES, Check, Context, Result, check,
-                             errored)
+from dsv4_doctor.api import FLEET_DRIFT_TITLE, FLEET_RANKS_TITLE, FLEET_SOURCES, Check, Context, Result, check, errored
 
 SOURCES = tuple(FLEET_SOURCES)
 

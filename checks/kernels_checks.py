@@ -8,7 +8,8 @@ from dsv4_doctor.api import (Context, Fix, Phase, Result, Source, StaticRequest,
 from .fixes import catalogue as fixes
 from ._archs import NO_KERNEL_IMAGE, RULES_SOURCE, judge
 from .job.dsa import backend_none_fix
-from .cudnn_fe_checks import FE, M8_FLASH_MLA, m8
+from ._cudnn_fe_common import M8_FLASH_MLA, m8
+from ._cutedsl_stack import FE
 from ._upstream import EAV, measured, mlm, pypi, verl_at
 
 FIX_BACKEND_NONE = fixes.BACKEND_NONE

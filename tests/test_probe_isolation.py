@@ -227,7 +227,7 @@ def test_a_probe_answers_right_beside_hostile_same_named_packages(hostile, tmp_p
 INSTALLED_RUN = r"""
 import json, os, sys
 import dsv4_doctor
-from dsv4_doctor.checks import gpu_checks, te_checks
+from dsv4_doctor.checks import _te_build, gpu_checks
 from dsv4_doctor.checks.smoke import kernels as kernel_checks
 from dsv4_doctor.engine.probes import Probe, run_probe
 from dsv4_doctor.hostio.procs import Processes
@@ -237,7 +237,7 @@ assert os.path.realpath(dsv4_doctor.__file__).startswith(target + os.sep), dsv4_
 smoke = os.path.dirname(os.path.realpath(kernel_checks.__file__))
 probes = {
     "driver": gpu_checks.DRIVER,
-    "libs": te_checks.library_probe("libc.so.6", "printf", None),
+    "libs": _te_build.library_probe("libc.so.6", "printf", None),
     "static": Probe.python("static", "dsv4probe_static.py", {"modules": ["json"]}),
     "kernels": Probe.python("kernels", os.path.join(smoke, "dsv4probe_kernels.py"), {"subrun": "layout", "cp": 1,
                                                                                         "device": "cpu"}),

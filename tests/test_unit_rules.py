@@ -14,6 +14,7 @@ import pytest
 from dsv4_doctor.checks import cudnn_fe_checks as cudnn_fe
 from dsv4_doctor.checks import deps_checks as deps
 from dsv4_doctor.checks import gpu_checks as gpu
+from dsv4_doctor.checks import _te_build as te_build
 from dsv4_doctor.checks import te_checks as te
 from dsv4_doctor.model.facts import StaticFacts
 from dsv4_doctor.model.core import Profile, Result, Status
@@ -56,7 +57,7 @@ def test_te_a_versioned_cublas_symbol_names_the_library_and_installs_a_te_it_loa
     # Seen on an H200: TE 2.13's core needs cuBLAS 13.2; torch 2.11.0 installs 13.1 (dsv4-stack.md §9).
     message = ("/site/transformer_engine/libtransformer_engine.so: undefined symbol: "
                "cublasLtGroupedMatrixLayoutInit_internal, version libcublasLt.so.13")
-    probe = te.library_probe("libcublasLt.so.13", "cublasLtGroupedMatrixLayoutInit_internal", "libcublasLt.so.13")
+    probe = te_build.library_probe("libcublasLt.so.13", "cublasLtGroupedMatrixLayoutInit_internal", "libcublasLt.so.13")
     copies = {"copies": [{"path": "/site/nvidia/cu13/lib/libcublasLt.so.13", "exports": False,
                           "owner": {"distribution": "nvidia-cublas", "version": "13.1.0.3"}}]}
     result, probed = _te_import({"type": "OSError", "message": message}, libs={probe.key: copies})

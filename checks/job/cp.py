@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from dsv4_doctor.api import ENGINE_MAX_SEQLEN, Context, Fix, Job, Setting, role_head
 
 from .settings import (add_setting, config_files, data_parallel, first_unresolved, int_value, is_stated, is_unresolved,
-                       maybe_in_file, not_known, role_cp, role_label, value_of, written)
+                       maybe_in_file, not_known, remote_of, role_cp, role_label, value_of, written)
 from .verdict import Found
 from ..verl_checks import ENGINE as VERL_ENGINE
 from ..verl_checks import markers as verl_markers
@@ -257,3 +257,13 @@ def _max_seqlen(r: CpRole, found: Found) -> None:
         fixes.append(add_setting(job, role, name, -(-needed // cp), _per_rank(needed_from), written(st, name)))
     else:
         notes.append(f"{lab}max_seqlen_per_dp_cp_rank={value} x {how} = {value * ranks} >= {needed}")
+
+
+def verl_sets_cp_here(ctx: Context, job) -> tuple[bool, str]:
+    """Whether verl (#6555) sets the DSv4 CP settings itself; on a remote host its verl is not known here, so the
+    settings must be explicit (as without #6555)."""
+    remote = remote_of(job)
+    if remote and job.kind == "verl":
+        return False, (f"the job runs after `{remote}`: whether the remote host's verl has PR #6555 (which sets them "
+                       "for deepseek_v4) is not known here, so they must be explicit")
+    return verl_sets_cp(ctx, job)

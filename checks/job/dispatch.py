@@ -3,12 +3,13 @@ token dispatchers it allows with one."""
 
 from __future__ import annotations
 
-from dsv4_doctor.api import Job
+from dsv4_doctor.api import Context, Finding, Job, Result, Source, check, skipped
 
-from .cp import SCHEDULERS
-from .settings import (add_setting, as_written, config_files, is_unresolved, maybe_in_file, not_known, role_cp,
-                       role_label, value_of, written)
-from .verdict import Found
+from .cp import SCHEDULERS, verl_sets_cp_here
+from .settings import (STATIC, TC, add_setting, as_written, config_files, is_unresolved, job_of, maybe_in_file, no_job,
+                       not_known, remote_of, role_cp, role_label, unread_row, value_of, written)
+from .verdict import Found, verdict
+from .._upstream import mlm
 
 DISPATCH = "sequence_packing only supports moe_token_dispatcher_type in ('alltoall', 'flex'), got '{}'"
 
@@ -90,3 +91,47 @@ def judge_dispatch(job: Job, role: str, auto: bool, deep_ep: bool, found: Found,
     else:
         notes.append(f"{lab}dispatcher {dispatcher} ({source}) with the {scheduler} scheduler")
     return True
+
+
+# ----------------------------------------------------------------------------------------------- job.moe-dispatch
+
+@check("job.moe-dispatch", "The MoE dispatcher works with sequence packing", skip_if=no_job, only_with="job",
+    applies_when="job arguments given; a packing scheduler in use",
+    detects="the training command's dispatcher and scheduler; deep_ep location",
+    sources=(
+        mlm(TC, "3672-3704", "Megatron-LM dev transformer_config.py L3672-3704 (packing: alltoall or flex)"),
+        Source("Megatron-Bridge #5543 (DSv4 defaults to flex/HybridEP)",
+               "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/5543"),
+    ),
+    static=STATIC)
+def job_moe_dispatch(ctx: Context) -> Result | list[Finding]:
+    """With a sequence-packing scheduler, Megatron accepts only the `alltoall` and `flex` MoE token dispatchers
+    ("sequence_packing only supports moe_token_dispatcher_type in ('alltoall', 'flex')"); its default is
+    `allgather`. verl's DSv4 provider sets alltoall (before the user's overrides, so an override wins);
+    Megatron-Bridge main defaults DSv4 to flex with HybridEP, which needs DeepEP (verl's image builds it for
+    9.0 and 10.0 only). A flex dispatcher without an importable deep_ep fails. A dispatcher written as a
+    variable the doctor cannot resolve is not known under packing (no line); a scheduler written so still packs
+    at CP > 1, and every scheduler allows alltoall and flex.
+    """
+    job = job_of(ctx)
+    roles = job.checked_roles()
+    if not roles:
+        return unread_row(job, "MoE token dispatcher and packing scheduler")
+    auto, _ = verl_sets_cp_here(ctx, job)
+    found = Found()
+    fails, warns, notes, unknown = found.fails, found.warns, found.notes, found.unknown
+    remote = remote_of(job)
+    deep_ep = None if remote else ctx.static.module("deep_ep").get("found")  # another host's is not known here
+    evidence: dict = {"deep_ep_found": deep_ep, "roles": {}}
+    checked = 0
+    for role in roles:
+        checked += judge_dispatch(job, role, auto, bool(deep_ep) or remote is not None, found, evidence["roles"])
+    if remote:  # a flex dispatcher's DeepEP is the remote host's: not known, never judged on this one
+        warns[:] = [w for w in warns if "DeepEP is installed" not in w]
+        unknown += [f"{role_label(job, r)}moe_token_dispatcher_type=flex: whether DeepEP (deep_ep) is installed on "
+                    f"the remote host is not known (the job runs after `{remote}`)"
+                    for r, row in evidence["roles"].items() if row.get("dispatcher") == "flex"]
+    evidence.update(failures=fails, warnings=warns, notes=notes, unknown=unknown)
+    if not (fails or warns or unknown or checked):
+        return skipped("no packing scheduler: the dispatcher rule does not apply", evidence=evidence)
+    return verdict(found, evidence)

@@ -3,12 +3,14 @@ the dense indexer loss (job.indexer-loss)."""
 
 from __future__ import annotations
 
-from dsv4_doctor.api import (SWITCH_BACKEND, Fix, Job, Phase, Profile, RoleBackend, bridge_switch, conflict_text,
-                             line_to_add, role_backend)
+from dsv4_doctor.api import (Context, Finding, Fix, Job, Phase, Profile, Result, RoleBackend, SWITCH_BACKEND,
+                             UpstreamText, bridge_switch, check, conflict_text, line_to_add, passed, role_backend,
+                             skipped, warned)
 
-from .settings import (add_setting, config_files, is_stated, is_unresolved, maybe_in_file, not_known, role_label,
-                       value_of, written)
-from .verdict import Found
+from .settings import (TC, add_setting, config_files, is_stated, is_unresolved, job_of, maybe_in_file, no_job,
+                       not_known, role_label, unread_row, value_of, written)
+from .verdict import Found, verdict
+from .._upstream import EAV, gh, mlm, pypi
 
 # Megatron's texts (d48bd6be), quoted in the findings.
 M10 = ("DSv4 with fused DSA and dense indexer loss is not supported on SM90 because the cuDNN Frontend SM90 dense DSA "
@@ -204,3 +206,121 @@ def judge_indexer_loss(job: Job, role: str, found: Found, rows: dict) -> None:
                  f"\"{M10}\"")
     fixes.append(add_setting(job, role, "dsa_indexer_use_sparse_loss", True, "as verl's DSv4 example sets it",
                              written(st, "dsa_indexer_use_sparse_loss")))
+
+
+INDEXER_LOSS_TEXTS = (UpstreamText("M10", M10, mlm(TC, "1779-1792"), "ValueError"),)
+DSA_BACKEND_TEXTS = (
+    UpstreamText("M15", "Conflicting DSA kernel controls: apply_dsa_kernel_fusion={fusion} maps to "
+                 "dsa_kernel_backend={mapped}, but dsa_kernel_backend={backend} was also selected. Remove "
+                 "apply_dsa_kernel_fusion and use dsa_kernel_backend only.", mlm(TC, "1630-1638"), "ValueError"),
+    UpstreamText("M12", "apply_dsa_kernel_fusion is deprecated and will be removed in a future release; use "
+                 "dsa_kernel_backend={backend} instead.", mlm(TC, "1640-1645"), "warning"),
+    UpstreamText("M12-ignored", "apply_dsa_kernel_fusion is deprecated and ignored outside "
+                 "experimental_attention_variant='dsv4_hybrid'; use dsa_kernel_backend instead.",
+                 mlm(TC, "1622-1628"), "warning"),
+    UpstreamText("M13", M13, mlm(TC, "1766-1770"), "ValueError"),
+    UpstreamText("R9", "Failed to import DSA kernel backend {module}.", mlm(EAV + "dsa_kernels.py", "57-60"),
+                 "RuntimeError"),
+)
+
+
+# ---------------------------------------------------------------------------------------------- job.indexer-loss
+
+@check("job.indexer-loss", "No fused dense indexer loss on SM90", skip_if=no_job, only_with="job",
+    texts=INDEXER_LOSS_TEXTS,
+    applies_when="job arguments given; CC 9.0 and dsa_kernel_backend=cudnn",
+    detects="the training command's indexer-loss settings; the GPU arch",
+    sources=(mlm(TC, "1773-1818", "Megatron-LM dev transformer_config.py L1773-1818 (SM90 dense indexer loss)"),))
+def job_indexer_loss(ctx: Context) -> Result | list[Finding]:
+    """On SM90 with dsa_kernel_backend=cudnn, a ratio-4 indexer and dsa_indexer_loss_coeff > 0, Megatron rejects
+    the dense indexer loss ("DSv4 with fused DSA and dense indexer loss is not supported on SM90 ..."): the
+    job must set dsa_indexer_use_sparse_loss=True (verl's DSv4 example sets it, with coeff 0.0). A coefficient
+    the command does not state is reported as such; a dsa_indexer_use_sparse_loss or csa_dense_mode written as a
+    variable the doctor cannot resolve is not known (no failure, no line).
+    """
+    job = job_of(ctx)
+    roles = job.checked_roles()
+    profile = ctx.profile
+    if profile.dsa_backend != "cudnn":
+        return skipped("dsa_kernel_backend=none: the fused DSA kernels (and the SM90 rule) are not used")
+    if profile.cc is not None and profile.cc != (9, 0):
+        return skipped(f"CC {profile.gpu_arch}: the dense indexer loss rule is for SM90 only")
+    if not roles:  # the rule may apply (SM90, or a CC not known), to settings the command hides
+        return unread_row(job, "indexer-loss settings")
+    if profile.cc is None:
+        return skipped("the GPU's compute capability is unknown (no GPU visible; give --gpu-arch): the SM90 rule "
+                       "cannot be judged")
+    found = Found()
+    fails, notes, unknown = found.fails, found.notes, found.unknown
+    evidence: dict = {"roles": {}}
+    for role in roles:
+        judge_indexer_loss(job, role, found, evidence["roles"])
+    evidence.update(failures=fails, notes=notes, unknown=unknown)
+    return verdict(found, evidence)
+
+
+# ---------------------------------------------------------------------------------------------- job.dsa-backend
+
+@check("job.dsa-backend", "The job's DSA kernel backend is one DSv4 accepts", skip_if=no_job, only_with="job",
+    texts=DSA_BACKEND_TEXTS,
+    applies_when="job arguments given",
+    detects="the training command's dsa_kernel_backend and apply_dsa_kernel_fusion",
+    sources=(
+        mlm(TC, "1618-1646", "Megatron-LM dev transformer_config.py L1618-1646 (apply_dsa_kernel_fusion folded in)"),
+        mlm(TC, "1766-1770", "Megatron-LM dev transformer_config.py L1766-1770 (tilelang rejected for dsv4_hybrid)"),
+        mlm("megatron/training/argument_utils.py", "370-387",
+            "Megatron-LM dev argument_utils.py L370-387 (an omitted --dsa-kernel-backend is cudnn for dsv4_hybrid)"),
+        pypi("megatron-bridge", "0.5.1", "megatron-bridge 0.5.1 wheel, megatron/bridge/models/deepseek/"
+             "deepseek_v4_bridge.py L105-111, L460 (apply_dsa_kernel_fusion on for CC major >= 10)"),
+        pypi("megatron-bridge", "0.6.2", "megatron-bridge 0.6.2 wheel, deepseek_v4_bridge.py L114-122, L394, L472 "
+             "(and only when cudnn DSA and FlashMLA import)"),
+        gh("NVIDIA-NeMo/Megatron-Bridge", "blob/c7774d44/src/megatron/bridge/models/deepseek/deepseek_v4_bridge.py",
+           "Megatron-Bridge c7774d44 deepseek_v4_bridge.py (the commit verl's DSv4 example names; the 0.6.x rule)"),
+    ))
+def job_dsa_backend(ctx: Context) -> Result | list[Finding]:
+    """Megatron's DSv4 layer takes `dsa_kernel_backend` `none` (the PyTorch fallback) or `cudnn` (the cuDNN
+    frontend's DSA kernels and FlashMLA); it rejects `tilelang` for dsv4_hybrid, and the Megatron-LM CLI's
+    choices reject anything else. `TransformerConfig.__post_init__` folds the deprecated `apply_dsa_kernel_fusion`
+    into it: True maps to cudnn and False to none; beside a stated backend that is neither `none` nor the mapped one
+    it raises "Conflicting DSA kernel controls", otherwise the mapped one replaces it (True turns a stated `none`
+    into cudnn); null keeps the stated backend, whose default is `none`.
+
+    Through verl, Megatron-Bridge's DeepSeek-V4 provider always writes the switch, and the command's
+    `override_transformer_config` is applied after it. So a verl job's switch is the command's when it states one
+    (True, False or null), else the installed bridge's: read from its deepseek_v4_bridge.py with ast (0.5.x: on for
+    any CC major >= 10; c7774d44 and 0.6.x: only when `from cudnn import DSA` and `from flash_mla import
+    flash_mla_sparse_fwd` also import, which the doctor tries in a probe). Then Megatron's fold: a conflict fails
+    quoting Megatron's text (naming the bridge where it wrote the switch), and a stated `none` the switch turns into
+    cudnn is a warning, with the environment checked for the cudnn that runs. Every fix is a form Megatron accepts
+    through verl: the switch (`...override_transformer_config.apply_dsa_kernel_fusion=True`, or False for the
+    PyTorch fallback), or the backend with `...override_transformer_config.apply_dsa_kernel_fusion=null` beside it.
+
+    The Megatron-LM CLI has no bridge: a backend it does not state is cudnn for dsv4_hybrid, and
+    `--no-dsa-kernel-fusion` beside `--dsa-kernel-backend cudnn` is the conflict. A wrapper command (bash, srun, a
+    launcher), a config file, a bridge whose rule cannot be read, an unknown CC, a remote host's bridge or (on a
+    machine without a GPU) an import that cannot load the driver's libcuda leave it not known, naming that link:
+    the environment is then checked for cudnn, the stricter. A backend or switch written as a variable the doctor
+    cannot resolve is not known, never one Megatron rejects, and the row is no pass.
+    """
+    job = job_of(ctx)
+    roles = job.checked_roles()
+    if not roles:
+        return unread_row(job, "DSA kernel backend and its switch")
+    decided = job.decisions.dsa_backend_decided if job.decisions is not None else ""
+    found = Found()
+    fails, notes, unknown = found.fails, found.notes, found.unknown
+    evidence: dict = {"decided": decided, "roles": {}}
+    for role in roles:
+        judge_backend(job, role, found, evidence["roles"])
+    evidence.update(failures=fails, warnings=found.warns, notes=notes, unknown=unknown)
+    if fails or found.warns:
+        return verdict(found, evidence, [decided])
+    if any(is_unresolved(job.effective(r), name) for r in roles for name in ("dsa_kernel_backend",
+                                                                              "apply_dsa_kernel_fusion")):
+        return verdict(found, evidence)  # a backend or switch written as a variable is not known: no pass on it
+    if unknown and job.kind == "verl":
+        return verdict(found, evidence, [decided])
+    if unknown and not notes:
+        why = decided[len("not stated: "):] if decided.startswith("not stated: ") else decided
+        return warned("not known: " + "; ".join(unknown) + f": {why}", evidence=evidence)
+    return passed("; ".join(notes + unknown), decided, evidence=evidence)

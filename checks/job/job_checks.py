@@ -13,27 +13,21 @@ a module named for what it judges: _job_cp (job.cp-args), _job_dispatch (job.moe
 
 from __future__ import annotations
 
-import os
-
 from dsv4_doctor.api import (PYTHON_MANUAL, RAY_MANUAL, ROUNDING, SBATCH, SHELL_MANUAL, SRUN, TORCHRUN_MANUAL,
-                             UV_MANUAL, WRAPPERS, Context, Finding, Fix, Phase, Result, Source, StaticRequest,
-                             UpstreamText, check, command_not_read, cut, failed, passed, skipped, warned)
+                             UV_MANUAL, WRAPPERS, Context, Finding, Result, Source, UpstreamText, check, cut, failed,
+                             passed, skipped, warned)
 
-from .cp import M1, M4, judge_role, verl_sets_cp
-from .dispatch import judge_dispatch
-from .dsa import M10, M13, judge_backend, judge_indexer_loss
-from .settings import (add_setting, first_unresolved, int_value, is_stated, is_unresolved, job_of, maybe_in_file,
-                       no_job, not_known, parallel_size, remote_of, role_cp, role_label, unread_row, value_of,
-                       world_size, written)
+from .cp import M1, M4, judge_role, verl_sets_cp_here
+from .dispatch import job_moe_dispatch
+from .dsa import job_dsa_backend, job_indexer_loss
+from .settings import (MPC, STATIC, TC, add_setting, first_unresolved, int_value, is_stated, is_unresolved, job_of,
+                       maybe_in_file, no_job, not_known, parallel_size, role_cp, role_label, unread_row,
+                       value_of, world_size, written)
 from .stack import job_stack_config
 from .verdict import Found, verdict
-from .._upstream import EAV, gh, mlm, mlm_at, pypi
-from ..verl_checks import STATIC as VERL_STATIC
+from .env import job_env
+from .._upstream import EAV, gh, mlm, mlm_at
 
-TC = "megatron/core/transformer/transformer_config.py"
-MPC = "megatron/core/model_parallel_config.py"
-STATIC = StaticRequest(distributions=VERL_STATIC.distributions, modules=(*VERL_STATIC.modules, "deep_ep"),
-                       sources=VERL_STATIC.sources, contains=VERL_STATIC.contains)
 
 # Megatron's texts (d48bd6be), quoted in the findings.
 M6 = "DSv4 Hybrid Attention only supports TP size 1."
@@ -75,20 +69,6 @@ PARALLELISM_TEXTS = (
                  "temporarily unsupported and will be fixed in a follow-up change.", mlm(TC, "1575-1584"),
                  "ValueError"),
 )
-INDEXER_LOSS_TEXTS = (UpstreamText("M10", M10, mlm(TC, "1779-1792"), "ValueError"),)
-DSA_BACKEND_TEXTS = (
-    UpstreamText("M15", "Conflicting DSA kernel controls: apply_dsa_kernel_fusion={fusion} maps to "
-                 "dsa_kernel_backend={mapped}, but dsa_kernel_backend={backend} was also selected. Remove "
-                 "apply_dsa_kernel_fusion and use dsa_kernel_backend only.", mlm(TC, "1630-1638"), "ValueError"),
-    UpstreamText("M12", "apply_dsa_kernel_fusion is deprecated and will be removed in a future release; use "
-                 "dsa_kernel_backend={backend} instead.", mlm(TC, "1640-1645"), "warning"),
-    UpstreamText("M12-ignored", "apply_dsa_kernel_fusion is deprecated and ignored outside "
-                 "experimental_attention_variant='dsv4_hybrid'; use dsa_kernel_backend instead.",
-                 mlm(TC, "1622-1628"), "warning"),
-    UpstreamText("M13", M13, mlm(TC, "1766-1770"), "ValueError"),
-    UpstreamText("R9", "Failed to import DSA kernel backend {module}.", mlm(EAV + "dsa_kernels.py", "57-60"),
-                 "RuntimeError"),
-)
 HYDRA = "https://github.com/facebookresearch/hydra/blob/v1.3.2/"
 CONFIG_TEXTS = (
     UpstreamText("H1", "Could not append to config. An item is already at '{key}'.",
@@ -112,16 +92,6 @@ CONFIG_TEXTS = (
                  "blob/067f987d/scripts/training/run_recipe.py#L270", "Megatron-Bridge 067f987d run_recipe.py L270"),
                  "ValueError"),
 )
-
-
-def _verl_sets_cp(ctx: Context, job) -> tuple[bool, str]:
-    """Whether verl (#6555) sets the DSv4 CP settings itself; on a remote host its verl is not known here, so the
-    settings must be explicit (as without #6555)."""
-    remote = remote_of(job)
-    if remote and job.kind == "verl":
-        return False, (f"the job runs after `{remote}`: whether the remote host's verl has PR #6555 (which sets them "
-                       "for deepseek_v4) is not known here, so they must be explicit")
-    return verl_sets_cp(ctx, job)
 
 
 # How the doctor reads a command before its settings (doctor/job/chain.py): each wrapper's manual, at the commit its
@@ -212,7 +182,7 @@ def job_cp_args(ctx: Context) -> Result | list[Finding]:
     if not roles:
         return unread_row(job, "CP settings (cp_partition_mode, sequence_packing_scheduler, "
                           "max_seqlen_per_dp_cp_rank)")
-    auto, why_auto = _verl_sets_cp(ctx, job)
+    auto, why_auto = verl_sets_cp_here(ctx, job)
     found = Found()
     fails, warns, fixes, unknown = found.fails, found.warns, found.fixes, found.unknown
     evidence: dict = {"verl_sets_cp_settings": auto, "decided_from": why_auto, "roles": {}}
@@ -299,238 +269,6 @@ def job_parallelism(ctx: Context) -> Result | list[Finding]:
                          f"(DP = {world // size})")
     evidence.update(failures=fails, notes=notes, unknown=unknown)
     return verdict(found, evidence)
-
-
-# ----------------------------------------------------------------------------------------------- job.moe-dispatch
-
-@check("job.moe-dispatch", "The MoE dispatcher works with sequence packing", skip_if=no_job, only_with="job",
-    applies_when="job arguments given; a packing scheduler in use",
-    detects="the training command's dispatcher and scheduler; deep_ep location",
-    sources=(
-        mlm(TC, "3672-3704", "Megatron-LM dev transformer_config.py L3672-3704 (packing: alltoall or flex)"),
-        Source("Megatron-Bridge #5543 (DSv4 defaults to flex/HybridEP)",
-               "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/5543"),
-    ),
-    static=STATIC)
-def job_moe_dispatch(ctx: Context) -> Result | list[Finding]:
-    """With a sequence-packing scheduler, Megatron accepts only the `alltoall` and `flex` MoE token dispatchers
-    ("sequence_packing only supports moe_token_dispatcher_type in ('alltoall', 'flex')"); its default is
-    `allgather`. verl's DSv4 provider sets alltoall (before the user's overrides, so an override wins);
-    Megatron-Bridge main defaults DSv4 to flex with HybridEP, which needs DeepEP (verl's image builds it for
-    9.0 and 10.0 only). A flex dispatcher without an importable deep_ep fails. A dispatcher written as a
-    variable the doctor cannot resolve is not known under packing (no line); a scheduler written so still packs
-    at CP > 1, and every scheduler allows alltoall and flex.
-    """
-    job = job_of(ctx)
-    roles = job.checked_roles()
-    if not roles:
-        return unread_row(job, "MoE token dispatcher and packing scheduler")
-    auto, _ = _verl_sets_cp(ctx, job)
-    found = Found()
-    fails, warns, notes, unknown = found.fails, found.warns, found.notes, found.unknown
-    remote = remote_of(job)
-    deep_ep = None if remote else ctx.static.module("deep_ep").get("found")  # another host's is not known here
-    evidence: dict = {"deep_ep_found": deep_ep, "roles": {}}
-    checked = 0
-    for role in roles:
-        checked += judge_dispatch(job, role, auto, bool(deep_ep) or remote is not None, found, evidence["roles"])
-    if remote:  # a flex dispatcher's DeepEP is the remote host's: not known, never judged on this one
-        warns[:] = [w for w in warns if "DeepEP is installed" not in w]
-        unknown += [f"{role_label(job, r)}moe_token_dispatcher_type=flex: whether DeepEP (deep_ep) is installed on "
-                    f"the remote host is not known (the job runs after `{remote}`)"
-                    for r, row in evidence["roles"].items() if row.get("dispatcher") == "flex"]
-    evidence.update(failures=fails, warnings=warns, notes=notes, unknown=unknown)
-    if not (fails or warns or unknown or checked):
-        return skipped("no packing scheduler: the dispatcher rule does not apply", evidence=evidence)
-    return verdict(found, evidence)
-
-
-# ---------------------------------------------------------------------------------------------- job.indexer-loss
-
-@check("job.indexer-loss", "No fused dense indexer loss on SM90", skip_if=no_job, only_with="job",
-    texts=INDEXER_LOSS_TEXTS,
-    applies_when="job arguments given; CC 9.0 and dsa_kernel_backend=cudnn",
-    detects="the training command's indexer-loss settings; the GPU arch",
-    sources=(mlm(TC, "1773-1818", "Megatron-LM dev transformer_config.py L1773-1818 (SM90 dense indexer loss)"),))
-def job_indexer_loss(ctx: Context) -> Result | list[Finding]:
-    """On SM90 with dsa_kernel_backend=cudnn, a ratio-4 indexer and dsa_indexer_loss_coeff > 0, Megatron rejects
-    the dense indexer loss ("DSv4 with fused DSA and dense indexer loss is not supported on SM90 ..."): the
-    job must set dsa_indexer_use_sparse_loss=True (verl's DSv4 example sets it, with coeff 0.0). A coefficient
-    the command does not state is reported as such; a dsa_indexer_use_sparse_loss or csa_dense_mode written as a
-    variable the doctor cannot resolve is not known (no failure, no line).
-    """
-    job = job_of(ctx)
-    roles = job.checked_roles()
-    profile = ctx.profile
-    if profile.dsa_backend != "cudnn":
-        return skipped("dsa_kernel_backend=none: the fused DSA kernels (and the SM90 rule) are not used")
-    if profile.cc is not None and profile.cc != (9, 0):
-        return skipped(f"CC {profile.gpu_arch}: the dense indexer loss rule is for SM90 only")
-    if not roles:  # the rule may apply (SM90, or a CC not known), to settings the command hides
-        return unread_row(job, "indexer-loss settings")
-    if profile.cc is None:
-        return skipped("the GPU's compute capability is unknown (no GPU visible; give --gpu-arch): the SM90 rule "
-                       "cannot be judged")
-    found = Found()
-    fails, notes, unknown = found.fails, found.notes, found.unknown
-    evidence: dict = {"roles": {}}
-    for role in roles:
-        judge_indexer_loss(job, role, found, evidence["roles"])
-    evidence.update(failures=fails, notes=notes, unknown=unknown)
-    return verdict(found, evidence)
-
-
-# --------------------------------------------------------------------------------------------------------- job.env
-
-@check("job.env", "The job's environment variables", skip_if=no_job, only_with="job",
-    applies_when="job arguments given",
-    detects="the job's environment and GPU names",
-    sources=(
-        Source("verl run_deepseek_v4_flash_megatron.sh (environment)",
-               "https://github.com/verl-project/verl/blob/main/examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh"),
-        Source("Megatron-LM #6319 (NVLS on by default in DDP)", "https://github.com/NVIDIA/Megatron-LM/issues/6319"),
-        Source("NCCL #2186 (MNNVL on GB200 NVL72)", "https://github.com/NVIDIA/nccl/issues/2186"),
-        mlm(EAV + "deepseek_v4_hybrid_attention.py", "", "Megatron-LM dev DSv4 attention"),
-    ))
-def job_env(ctx: Context) -> Result | list[Finding]:
-    """Judges the environment the job runs in (the doctor runs inside it at preflight; `env K=V` in front of the
-    command counts too). NCCL_NVLS_ENABLE=0, as verl's DSv4 script and the Megatron recipes set it (Megatron's
-    DDP enables NVLS unless it is set). CUDA_DEVICE_MAX_CONNECTIONS: verl's script sets 1, while Megatron's EP
-    all-to-all overlap wants more than 1, a trade-off the warning states. NCCL_MNNVL_ENABLE on GB200/GB300
-    NVL72 hosts. Warnings only; each names the `export` line to put in the job script, which the fix plan
-    and the text report list as job settings (never run). An overlap_moe_expert_parallel_comm written as a
-    variable the doctor cannot resolve leaves CUDA_DEVICE_MAX_CONNECTIONS=1 not known (a skip).
-    """
-    job = job_of(ctx)
-    remote = remote_of(job)
-    env = {} if remote else dict(os.environ)  # on another host only what the command sets is known
-    for name in job.unset:  # `env -u NAME` in front of the command
-        env.pop(name, None)
-    env.update(job.env)
-    names = [] if remote else [str(g.get("name", "")) for g in ctx.gpus()]
-    warns, notes, exports, unknown = [], [], [], []
-    nvls = env.get("NCCL_NVLS_ENABLE")
-    if nvls != "0":
-        exports.append(("NCCL_NVLS_ENABLE", "0", "as verl's DSv4 script and the Megatron recipes set it"))
-        warns.append(f"NCCL_NVLS_ENABLE is {'unset' if nvls is None else repr(nvls)}: verl's DSv4 script and the "
-                     "Megatron recipes set NCCL_NVLS_ENABLE=0 (Megatron's DDP enables NVLS unless it is set, MLM "
-                     "#6319)")
-    else:
-        notes.append("NCCL_NVLS_ENABLE=0")
-    connections = env.get("CUDA_DEVICE_MAX_CONNECTIONS")
-    overlap = any(value_of(job.effective(r), "overlap_moe_expert_parallel_comm") is True
-                  for r in job.checked_roles())
-    overlap_written = next((job.effective(r)["overlap_moe_expert_parallel_comm"] for r in job.checked_roles()
-                            if is_unresolved(job.effective(r), "overlap_moe_expert_parallel_comm")), None)
-    if connections is None:
-        exports.append(("CUDA_DEVICE_MAX_CONNECTIONS", "1", "verl's DSv4 script's choice; more than 1 for Megatron's "
-                        "EP all-to-all overlap"))
-        warns.append("CUDA_DEVICE_MAX_CONNECTIONS is unset: verl's DSv4 script sets 1 (communication kernels keep "
-                     "their launch order), while Megatron's EP all-to-all overlap wants more than 1; choose one")
-    elif connections == "1" and overlap:
-        warns.append("CUDA_DEVICE_MAX_CONNECTIONS=1 with overlap_moe_expert_parallel_comm: the EP all-to-all "
-                     "overlap needs more than one connection to overlap anything")
-    elif connections == "1" and overlap_written is not None:
-        unknown.append(not_known("", "overlap_moe_expert_parallel_comm", overlap_written, ", so whether "
-                                 "CUDA_DEVICE_MAX_CONNECTIONS=1 holds the EP all-to-all overlap back is not known"))
-    else:
-        notes.append(f"CUDA_DEVICE_MAX_CONNECTIONS={connections}")
-    if any("GB200" in n or "GB300" in n for n in names):
-        mnnvl = env.get("NCCL_MNNVL_ENABLE")
-        if mnnvl is None:
-            exports.append(("NCCL_MNNVL_ENABLE", "1", "multi-node NVLink on GB200/GB300 NVL72"))
-            warns.append("NCCL_MNNVL_ENABLE is unset on a GB200/GB300 host: multi-node NVLink on NVL72 depends on it "
-                         "(NCCL #2186)")
-        else:
-            notes.append(f"NCCL_MNNVL_ENABLE={mnnvl}")
-    evidence = {"NCCL_NVLS_ENABLE": nvls, "CUDA_DEVICE_MAX_CONNECTIONS": connections,
-                "NCCL_MNNVL_ENABLE": env.get("NCCL_MNNVL_ENABLE"), "gpus": names[:8],
-                "from_command": sorted(job.env),
-                "exports": [f"export {name}={value}" for name, value, _ in exports]}
-    fixes = [Fix(f"Set in the job script, before the training command ({why}):\n  export {name}={value}",
-                 key=f"env:{name}={value}", phase=Phase.SETTING) for name, value, why in exports]
-    if remote and warns:
-        where = f"the job runs after `{remote}`: the remote host's environment is not known here"
-        return warned("; ".join(warns) + f" ({where})", "\n".join(unknown + notes), fixes=fixes, evidence=evidence)
-    if job.kind not in ("verl", "megatron"):
-        # A wrapper (bash x.sh, srun ...) runs a script that may export or override them after the doctor looked.
-        hides = command_not_read(job) or "the command runs a script the doctor does not read"
-        script = f"{hides}, which may set them itself"
-        if warns:
-            return warned("; ".join(warns) + f" ({script})", "\n".join(notes), fixes=fixes, evidence=evidence)
-        return warned(f"not known: {'; '.join(notes)} before the command starts, but {script}", evidence=evidence)
-    if warns:
-        return warned("; ".join(warns), "\n".join(unknown + notes), fixes=fixes, evidence=evidence)
-    if unknown:
-        return warned("not known: " + "; ".join(unknown), "\n".join(notes), evidence=evidence)
-    return passed("; ".join(notes), evidence=evidence)
-
-
-# ---------------------------------------------------------------------------------------------- job.dsa-backend
-
-@check("job.dsa-backend", "The job's DSA kernel backend is one DSv4 accepts", skip_if=no_job, only_with="job",
-    texts=DSA_BACKEND_TEXTS,
-    applies_when="job arguments given",
-    detects="the training command's dsa_kernel_backend and apply_dsa_kernel_fusion",
-    sources=(
-        mlm(TC, "1618-1646", "Megatron-LM dev transformer_config.py L1618-1646 (apply_dsa_kernel_fusion folded in)"),
-        mlm(TC, "1766-1770", "Megatron-LM dev transformer_config.py L1766-1770 (tilelang rejected for dsv4_hybrid)"),
-        mlm("megatron/training/argument_utils.py", "370-387",
-            "Megatron-LM dev argument_utils.py L370-387 (an omitted --dsa-kernel-backend is cudnn for dsv4_hybrid)"),
-        pypi("megatron-bridge", "0.5.1", "megatron-bridge 0.5.1 wheel, megatron/bridge/models/deepseek/"
-             "deepseek_v4_bridge.py L105-111, L460 (apply_dsa_kernel_fusion on for CC major >= 10)"),
-        pypi("megatron-bridge", "0.6.2", "megatron-bridge 0.6.2 wheel, deepseek_v4_bridge.py L114-122, L394, L472 "
-             "(and only when cudnn DSA and FlashMLA import)"),
-        gh("NVIDIA-NeMo/Megatron-Bridge", "blob/c7774d44/src/megatron/bridge/models/deepseek/deepseek_v4_bridge.py",
-           "Megatron-Bridge c7774d44 deepseek_v4_bridge.py (the commit verl's DSv4 example names; the 0.6.x rule)"),
-    ))
-def job_dsa_backend(ctx: Context) -> Result | list[Finding]:
-    """Megatron's DSv4 layer takes `dsa_kernel_backend` `none` (the PyTorch fallback) or `cudnn` (the cuDNN
-    frontend's DSA kernels and FlashMLA); it rejects `tilelang` for dsv4_hybrid, and the Megatron-LM CLI's
-    choices reject anything else. `TransformerConfig.__post_init__` folds the deprecated `apply_dsa_kernel_fusion`
-    into it: True maps to cudnn and False to none; beside a stated backend that is neither `none` nor the mapped one
-    it raises "Conflicting DSA kernel controls", otherwise the mapped one replaces it (True turns a stated `none`
-    into cudnn); null keeps the stated backend, whose default is `none`.
-
-    Through verl, Megatron-Bridge's DeepSeek-V4 provider always writes the switch, and the command's
-    `override_transformer_config` is applied after it. So a verl job's switch is the command's when it states one
-    (True, False or null), else the installed bridge's: read from its deepseek_v4_bridge.py with ast (0.5.x: on for
-    any CC major >= 10; c7774d44 and 0.6.x: only when `from cudnn import DSA` and `from flash_mla import
-    flash_mla_sparse_fwd` also import, which the doctor tries in a probe). Then Megatron's fold: a conflict fails
-    quoting Megatron's text (naming the bridge where it wrote the switch), and a stated `none` the switch turns into
-    cudnn is a warning, with the environment checked for the cudnn that runs. Every fix is a form Megatron accepts
-    through verl: the switch (`...override_transformer_config.apply_dsa_kernel_fusion=True`, or False for the
-    PyTorch fallback), or the backend with `...override_transformer_config.apply_dsa_kernel_fusion=null` beside it.
-
-    The Megatron-LM CLI has no bridge: a backend it does not state is cudnn for dsv4_hybrid, and
-    `--no-dsa-kernel-fusion` beside `--dsa-kernel-backend cudnn` is the conflict. A wrapper command (bash, srun, a
-    launcher), a config file, a bridge whose rule cannot be read, an unknown CC, a remote host's bridge or (on a
-    machine without a GPU) an import that cannot load the driver's libcuda leave it not known, naming that link:
-    the environment is then checked for cudnn, the stricter. A backend or switch written as a variable the doctor
-    cannot resolve is not known, never one Megatron rejects, and the row is no pass.
-    """
-    job = job_of(ctx)
-    roles = job.checked_roles()
-    if not roles:
-        return unread_row(job, "DSA kernel backend and its switch")
-    decided = job.decisions.dsa_backend_decided if job.decisions is not None else ""
-    found = Found()
-    fails, notes, unknown = found.fails, found.notes, found.unknown
-    evidence: dict = {"decided": decided, "roles": {}}
-    for role in roles:
-        judge_backend(job, role, found, evidence["roles"])
-    evidence.update(failures=fails, warnings=found.warns, notes=notes, unknown=unknown)
-    if fails or found.warns:
-        return verdict(found, evidence, [decided])
-    if any(is_unresolved(job.effective(r), name) for r in roles for name in ("dsa_kernel_backend",
-                                                                              "apply_dsa_kernel_fusion")):
-        return verdict(found, evidence)  # a backend or switch written as a variable is not known: no pass on it
-    if unknown and job.kind == "verl":
-        return verdict(found, evidence, [decided])
-    if unknown and not notes:
-        why = decided[len("not stated: "):] if decided.startswith("not stated: ") else decided
-        return warned("not known: " + "; ".join(unknown) + f": {why}", evidence=evidence)
-    return passed("; ".join(notes + unknown), decided, evidence=evidence)
 
 
 # ----------------------------------------------------------------------------------------------------- job.config

@@ -3,8 +3,9 @@ the world it runs on, and the lines that state or change a setting in the comman
 
 from __future__ import annotations
 
-from dsv4_doctor.api import (Context, Fix, Job, Phase, Profile, Result, Setting, command_not_read, digits_int,
-                             entry_shown, is_interpolation, line_to_add, rejection, shorten, warned)
+from dsv4_doctor.api import (Context, Fix, Job, Phase, Profile, Result, Setting, StaticRequest, command_not_read,
+                             digits_int, entry_shown, is_interpolation, line_to_add, rejection, shorten, warned)
+from ..verl_checks import STATIC as VERL_STATIC
 
 
 def no_job(profile: Profile) -> str | None:
@@ -179,3 +180,11 @@ def data_parallel(job: Job, settings: dict[str, Setting], cp: int) -> tuple[int 
     if world % (tp * pp * cp):
         return None, f"TP x PP x CP = {tp * pp * cp} does not divide the {world} GPUs (job.parallelism)"
     return world // (tp * pp * cp), ""
+
+
+# The Megatron files the job rules quote, and what the job checks read of the environment (verl, and deep_ep for
+# the MoE dispatcher).
+TC = "megatron/core/transformer/transformer_config.py"
+MPC = "megatron/core/model_parallel_config.py"
+STATIC = StaticRequest(distributions=VERL_STATIC.distributions, modules=(*VERL_STATIC.modules, "deep_ep"),
+                       sources=VERL_STATIC.sources, contains=VERL_STATIC.contains)

@@ -13,7 +13,8 @@ from dsv4_doctor.api import (Context, Fix, Probe, Profile, Result, Source, Stati
 
 from ..fixes import catalogue as fixes, frontend as frontend_fixes
 from .._upstream import EAV, mlm, pypi
-from ..cudnn_fe_checks import FUSED_COMPRESSOR, megatron_compressor
+from .._gates import FUSED_COMPRESSOR
+from ..cudnn_fe_checks import megatron_compressor
 from ..mcore_checks import mcore_fix
 from ._causes import RULE_FIXES, TIER2_MODULES, crash_cause, crash_text, rule_fixes
 from .thd_cp import not_run, torch_missing
