@@ -14,6 +14,7 @@ from ._dsa_wrappers import (DSA_OWNERS, DSA_PROBE, KNOWN_WRAPPERS, MEGATRON_DSA_
                             dense_indexer_loss, dsa_probe, megatron_wrappers)
 from ._gates import (ANY_KNOWN_GATE, FE_COMPRESSOR, FUSED_COMPRESSOR, constant_values, gate_message,
                      megatron_compressor, read_gate)
+from ._anchors import missing_module, missing_prefix
 from ._upstream import EAV, MLM_VERL_TESTED, fe_at, mlm, mlm_at, pypi
 
 FE_IMPORT = import_probe("cudnn")
@@ -56,6 +57,7 @@ def _not_needed(profile: Profile) -> str | None:
 @check(
     "cudnn-fe.version",
     "cuDNN frontend installed, and the imported copy is the installed one",
+    texts=missing_module("I-cudnn", "cudnn"),
     applies_when="dsa_backend=cudnn",
     detects="nvidia-cudnn-frontend metadata vs `import cudnn`'s __version__ and origin",
     sources=(
@@ -175,6 +177,7 @@ def _stack_note(static: StaticFacts) -> str:
 
 
 CSA_TEXTS = (
+    *missing_prefix("I-csa", "cudnn.csa"),
     UpstreamText("R11", R11, mlm(EAV + "csa_utils/fused_compressor.py", "146-161"), "warning"),
     UpstreamText("F1", "CSA compressor requires compute capability {required} (the only validated architecture so "
                  "far), found SM{major}.{minor} on {device}", fe_at("1.27.0", "csa/compressor/api.py", 325),
@@ -343,6 +346,12 @@ def cudnn_fe_csa(ctx: Context) -> Result:
 
 
 DSA_TEXTS = (
+    *missing_prefix("I-dsa", "cudnn.deepseek_sparse_attention"),
+    UpstreamText("I-dsa-name", "cannot import name 'DSA' from 'cudnn' ({path})", fe_at("1.32.0", "__init__.py", 772),
+                 "ImportError"),
+    # What the smoke's tier 2 sees where the DSA wrappers lack Megatron's q_causal_offsets argument.
+    UpstreamText("S1", "{wrapper}() got an unexpected keyword argument 'q_causal_offsets'", mlm(EAV + "csa_utils/"
+                 "fused_sparse_attention.py"), "TypeError", match=("unexpected keyword argument 'q_causal_offsets'",)),
     UpstreamText("M8", "dsa_kernel_backend={backend} requires fused DSA kernels, but the following packages are not "
                  "available: {packages}. Install them or set dsa_kernel_backend=none to use the PyTorch fallback.",
                  mlm("megatron/core/utils.py", "509-548"), "RuntimeError"),

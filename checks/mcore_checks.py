@@ -13,6 +13,7 @@ from dsv4_doctor.api import (Context, Result, Source, StaticRequest, UpstreamTex
 
 from . import fixes
 from ._reach import hides, target_entry
+from ._anchors import missing_module
 from ._upstream import EAV, VERL, gh, mlm, mlm_change, verl_at
 
 MCORE = "megatron-core"
@@ -108,6 +109,7 @@ def mcore_fix_of(static, evidence: dict):
 DSV4_TEXTS = (
     UpstreamText("M14", "Invalid experimental attention variant: {variant}",
                  mlm("megatron/core/models/gpt/experimental_attention_variant_module_specs.py", "220"), "ValueError"),
+    *missing_module("I-megatron", "megatron"),
 )
 
 
@@ -227,6 +229,13 @@ PARTITION_TEXTS = (
     # verl writes the layout it was given ('contiguous' in the doctor's quote) into the text: matched after it.
     UpstreamText("V2", V2.removeprefix("ValueError: "), verl_at("verl/models/mcore/util.py", 547), "ValueError",
                  match=("cp_layout='", V2.partition("'contiguous'")[2])),
+    # What the smoke's tier 2 sees where PackedSeqParams or the layer lacks the contiguous layout.
+    UpstreamText("S1", "{what} requires cp_partition_mode='contiguous'", mlm(EAV + "deepseek_v4_hybrid_attention.py"),
+                 "ValueError", match=("requires cp_partition_mode='contiguous'",)),
+    UpstreamText("S2", "__init__() got an unexpected keyword argument 'cp_partition_mode'",
+                 Source("Python's TypeError where Megatron-core's PackedSeqParams has no cp_partition_mode field",
+                        "https://docs.python.org/3/library/exceptions.html#TypeError"), "TypeError",
+                 match=("unexpected keyword argument 'cp_partition_mode'",)),
 )
 
 

@@ -10,6 +10,7 @@ from dsv4_doctor.api import (TORCH, Context, Fix, Phase, Probe, Result, Source, 
 
 from . import fixes
 from ._archs import NO_KERNEL_IMAGE, RULES_SOURCE, judge
+from ._anchors import missing_prefix, no_kernel_image, undefined_symbol
 from ._upstream import measured, mlm, pypi, te_at
 
 # PyPI splits TE into a metapackage, a CUDA-specific core and an sdist-only torch extension; an NGC or source build is
@@ -40,6 +41,9 @@ def _installed(static) -> dict:
 
 
 VERSION_TEXTS = (
+    UpstreamText("M7-any", "SFT sequence packing requires Transformer Engine >= {minimum} but got {version}",
+                 mlm("megatron/core/transformer/transformer_config.py", "3680-3685"), "ValueError",
+                 match=("SFT sequence packing requires Transformer Engine",)),
     UpstreamText("M7", "SFT sequence packing requires Transformer Engine >= 2.9.0 but got {version} (TE < 2.9.0 may "
                  "have convergence issues).", mlm("megatron/core/transformer/transformer_config.py", "3680-3685"),
                  "ValueError"),
@@ -308,6 +312,11 @@ def _classify(ctx: Context, message: str, cuda_major: str, missing: str = "") ->
 
 
 IMPORT_TEXTS = (
+    *missing_prefix("I-te", "transformer_engine"),
+    # TE's undefined-symbol reader (_undefined): a symbol one of TE's own libraries needs and nothing loaded provides.
+    undefined_symbol("T6-lib", "transformer_engine", "TransformerEngine #1192 / #1684 (undefined symbol)",
+                     "https://github.com/NVIDIA/TransformerEngine/issues/1192"),
+    no_kernel_image("no-kernel-image"),
     UpstreamText("T4", "Could not find shared object file for Transformer Engine torch lib.",
                  Source("TransformerEngine #1981 (no [pytorch] extra) / #2505 (NVTE_RELEASE_BUILD=1)",
                         "https://github.com/NVIDIA/TransformerEngine/issues/1981"), "FileNotFoundError"),

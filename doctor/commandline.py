@@ -11,11 +11,12 @@ from dataclasses import fields
 from . import __version__
 from .app import Options
 from .helptext import (DESCRIPTION, EXIT_CODES_HELP, FIX_APPLY_HELP, FIX_BREAK_HELP, FIX_EPILOG, FIX_JOB_ARGS_HELP,
-                       FIX_VENV_HELP, FLEET_EPILOG, PREFLIGHT_EPILOG, SMOKE_EPILOG, WARM_EPILOG, WARM_HELP)
+                       FIX_VENV_HELP, FLEET_EPILOG, PREFLIGHT_EPILOG, SMOKE_EPILOG, TRIAGE_EPILOG, TRIAGE_HELP,
+                       TRIAGE_PATHS_HELP, WARM_EPILOG, WARM_HELP)
 from .render.output import write_stdout
 from .render.shown import FORMATS
 
-COMMANDS = ("check", "smoke", "list", "explain", "fix", "warm", "preflight", "fleet")
+COMMANDS = ("check", "smoke", "list", "explain", "fix", "warm", "preflight", "fleet", "triage")
 
 # ------------------------------------------------------------------------------------------------ argument types
 
@@ -80,8 +81,8 @@ def options_from(command: str, values: dict) -> Options:
     distributed = given.get("distributed")  # --distributed/--no-distributed, or neither
     if not isinstance(distributed, str):
         given["distributed"] = "auto" if distributed is None else ("on" if distributed else "off")
-    if given.get("job_command") is None:
-        given["job_command"] = []
+    for key in ("job_command", "paths"):  # a list argument given nothing is None
+        given[key] = given.get(key) or []
     for key in ("only", "skip"):  # a repeatable option given no time is None
         if key in given and not given[key]:
             given[key] = None
@@ -104,18 +105,15 @@ def _checked(convert):
 def _app():
     """The typer application; built on demand so that nothing of typer is imported before it is needed."""
     import functools
+    import os
     from types import SimpleNamespace
 
-    import os
-
     import typer
-
+    from typer._types import TyperChoice as Choice
     if os.environ.get(COMPLETION_VARIABLE):  # a shell asks for completions: typer's per-shell answers
         from typer._completion_classes import completion_init
-
         completion_init()
     Option = functools.partial(typer.Option, show_default=False)  # each help text states its own default
-    from typer._types import TyperChoice as Choice
 
     app = typer.Typer(name=PROG, help=DESCRIPTION, epilog=EXIT_CODES_HELP, rich_markup_mode=None,
                       add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
@@ -139,7 +137,6 @@ def _app():
             if value is None or ctx.resilient_parsing:
                 return
             from . import completion as shell_completion
-
             try:
                 shell = shell_completion.shell_for(value or None)
             except shell_completion.NoShell as exc:
@@ -154,7 +151,6 @@ def _app():
 
     def complete_check(incomplete: str) -> list[str]:
         from .completion import complete_check as names
-
         return names(incomplete)
 
     @app.callback()
@@ -179,8 +175,7 @@ def _app():
     plugin_timeout_help = "Seconds a third-party plugin may take to load and describe itself (default 30)."
     only_help = "Run only these check ids (repeatable; globs such as 'cudnn-fe.*' allowed)."
     skip_help = "Skip these check ids (repeatable; globs)."
-    format_help = "Report format (default text)."
-    output_help = "Write the report to FILE instead of stdout."
+    format_help, output_help = "Report format (default text).", "Write the report to FILE instead of stdout."
     cache_help = ("Do not give the probes the doctor's kernel caches: the CuTe DSL cache and the AOT kernel store "
                   "(~/.cache/dsv4-doctor/cute-dsl; also DSV4_DOCTOR_KERNEL_CACHE=off) and the image-wide store.")
     deep_help = ("The deep level: the smoke's tier 2 too, the DSv4 hybrid attention layer (CP=1, CP=N against CP=1, "
@@ -225,10 +220,10 @@ def _app():
         skip=Option(None, "--skip", metavar="ID[,ID...]", help=skip_help, autocompletion=complete_check),
         format=Option("text", "-f", "--format", click_type=report_formats, help=format_help),
         output=Option(None, "-o", "--output", metavar="FILE", help=output_help),
+        text_or_json=Option("text", "-f", "--format", click_type=Choice(["text", "json"]), help="text or json."),
         no_smoke=Option(False, "--no-smoke", help="Skip the smoke forward."),
         deep=Option(False, "--deep", help=deep_help),
-        distributed=Option(None, "--distributed/--no-distributed", help=dist_help, rich_help_panel=fleet,
-                           show_default=False),
+        distributed=Option(None, "--distributed/--no-distributed", help=dist_help, rich_help_panel=fleet),
         fleet_port=Option(None, "--fleet-port", parser=port_t, metavar="PORT", help=port_help),
         fleet_wait=Option(None, "--fleet-wait", parser=timeout_t, metavar="S", help=wait_help),
         anonymize_hosts=Option(False, "--anonymize-hosts", help=anon_help),
@@ -316,12 +311,17 @@ def _app():
     ) -> None:
         take("explain", locals())
 
+    @app.command(**said(TRIAGE_HELP), epilog=TRIAGE_EPILOG)
+    def triage(paths: list[str] | None = typer.Argument(None, metavar="[PATH ...]", help=TRIAGE_PATHS_HELP),
+               format: str = shared.text_or_json, output: str | None = shared.output) -> None:
+        take("triage", locals())
+
     @app.command(**said(WARM_HELP), epilog=WARM_EPILOG)
     def warm(
         gpu_arch: str = Option(..., "--gpu-arch", parser=arch_t, metavar="X.Y", help="The GPU arch to compile for."),
         python: str | None = shared.python,
         timeout: float | None = Option(None, "--timeout", parser=timeout_t, metavar="S", help="Seconds in all."),
-        format: str = Option("text", "-f", "--format", click_type=Choice(["text", "json"]), help="text or json."),
+        format: str = shared.text_or_json,
         into: str | None = Option(None, "--into", metavar="DIR", help="The image-wide store's folder (default "
                                   "/usr/local/share/dsv4-doctor/kernels)."),
         recipes: str | None = Option(None, "--recipes", metavar="PATH", help="The kernel recipes: a JSON file, or "

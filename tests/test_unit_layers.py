@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("render", {"render"}),
     ("session", {"assemble", "pluginhost", "plugins", "session", "earlystart", "runreport", "fixplan", "jobcompose",
                  "stackbuild"}),
-    ("commands", {"fleet", "app", "catalog", "execjob", "gendocs", "warm"}),
+    ("commands", {"fleet", "app", "catalog", "execjob", "gendocs", "warm", "triage"}),
     ("cli", {"cli", "commandline", "completion", "launch", "__main__"}),
     # The checks' one door re-exports what they use from every layer below (the fleet's rows included); nothing of
     # the doctor imports it.
