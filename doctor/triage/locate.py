@@ -2,8 +2,9 @@
 
 A failure line is hard (an exception, a CUDA error, a symptom the line itself shows) or soft (what a rank prints
 when a peer failed: the NCCL watchdog's timeout and abort, a closed connection, a Ray actor's or worker's death, the
-launcher's report of a child killed by a signal). The first failure is the earliest hard failure; only where there
-is none, the earliest soft one. Earliest by time where every such line carries one (its own, or the last one its
+closed connection), or reported (a Ray actor's or worker's death, the launcher's report of a child killed by a
+signal: what another process says of the dead one). The first failure is the earliest hard failure; only where there
+is none, the earliest soft one; only where there is neither, the earliest reported one. Earliest by time where every such line carries one (its own, or the last one its
 stream stated before it: a traceback's last line), else by stream order (the inputs' order, then line order).
 Consequences (torchrun's ChildFailedError block, "taking the entire process down", Ray's RayTaskError re-raise) are
 never the first failure; they, and the soft lines a hard failure explains, are listed apart."""
@@ -38,8 +39,10 @@ def locate(scanned: list[Scanned]) -> Located:
     failures = [line for s in scanned for line in s.failures]
     hard = [line for line in failures if line.rule.kind in (symptoms.FAILURE, symptoms.LOGGED)]
     soft = [line for line in failures if line.rule.kind == symptoms.SOFT]
-    candidates, by_time = _order(hard or soft)
-    consequences = [line for s in scanned for line in s.consequences] + (soft if hard else [])
+    reported = [line for line in failures if line.rule.kind == symptoms.REPORTED]
+    tiers = [tier for tier in (hard, soft, reported) if tier]
+    candidates, by_time = _order(tiers[0] if tiers else [])
+    consequences = [line for s in scanned for line in s.consequences] + [x for tier in tiers[1:] for x in tier]
     consequences, _ = _order(consequences)
     found = Located(candidates[0] if candidates else None, by_time, consequences=consequences[:MAX_CONSEQUENCES],
                     consequence_count=len(consequences) + sum(s.dropped for s in scanned))

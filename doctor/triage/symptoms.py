@@ -1,6 +1,8 @@
 """What a log line is, by ordered named rules (first match wins, specific first, then a catch-all), as PyTorch's CI
 log classifier does: a consequence of another failure (never the first failure), a soft failure (a failure only
-where nothing harder failed: the watchdog abort every other rank prints, a worker death that hides its cause), a
+where nothing harder failed: the watchdog abort every other rank prints, a closed connection), a death another
+process reports (Ray's actor and worker deaths, the launcher's "exitcode: -9": a failure only where nothing else
+failed, as it hides the dead one's own stream), a
 failure with a symptom class, a failure of no known class (an exception), or a logged error (a failure only when
 a registry text matches it).
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-CONSEQUENCE, SOFT, FAILURE, LOGGED = "consequence", "soft", "failure", "logged"
+CONSEQUENCE, REPORTED, SOFT, FAILURE, LOGGED = "consequence", "reported", "soft", "failure", "logged"
 
 CLASSES = ("nccl-timeout", "illegal-memory-access", "oom", "nan-inf", "signal-killed", "worker-died",
            "no-kernel-image", "gpu-lost")
@@ -43,12 +45,12 @@ RULES: tuple[Rule, ...] = (
           r"taking the entire process down|To avoid data inconsistency, we are taking"),
     _rule("torchrun-child-failed", CONSEQUENCE, None, r"ChildFailedError|Root Cause \(first observed failure\)"),
     _rule("torchrun-closing-signal", CONSEQUENCE, None, r"Sending process \d+ closing signal"),
-    _rule("torchrun-exitcode-signal", SOFT, "signal-killed", r"exitcode\s*:?\s*-\d+"),
+    _rule("torchrun-exitcode-signal", REPORTED, "signal-killed", r"exitcode\s*:?\s*-\d+"),
     _rule("torchrun-exitcode", CONSEQUENCE, None, r"exitcode\s*:?\s*\d+|error_file\s*:"),
     _rule("ray-task-error", CONSEQUENCE, None, r"RayTaskError"),
-    _rule("ray-actor-died", SOFT, "worker-died",
+    _rule("ray-actor-died", REPORTED, "worker-died",
           r"ActorDiedError|RayActorError|[Tt]he actor died|actor died unexpectedly|ActorUnavailableError"),
-    _rule("ray-worker-died", SOFT, "worker-died",
+    _rule("ray-worker-died", REPORTED, "worker-died",
           r"[Aa] worker died or was killed|WorkerCrashedError|[Ww]orker died|Worker unexpectedly exits|"
           r"worker (?:process )?(?:has )?exited unexpectedly|NodeDiedError|node (?:has )?died"),
     _rule("nccl-watchdog-timeout", SOFT, "nccl-timeout",

@@ -56,7 +56,7 @@ def build(located: Located, reports_said: list[dict] | None = None, note: str | 
             if len(causes[signature]["evidence"]) < MAX_EVIDENCE:
                 causes[signature]["evidence"].append(evidence(line))
     found_symptoms: dict[str, dict] = {}
-    soft = [x for x in located.consequences if x.rule.kind == symptoms.SOFT]
+    soft = [x for x in located.consequences if x.rule.kind in (symptoms.SOFT, symptoms.REPORTED)]
     for line in ([first] if first else []) + located.same_source + located.followed + soft:
         if line.rule.klass is None:
             continue
