@@ -37,8 +37,10 @@ def read_report(path: str, head: bytes) -> DoctorReport | None:
         return None
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith(SCHEMA_PREFIX):
         return None
-    env = data.get("environment") if isinstance(data.get("environment"), dict) else {}
-    fleet = env.get("fleet_rank") if isinstance(env.get("fleet_rank"), dict) else {}
+    env = data.get("environment")
+    env = env if isinstance(env, dict) else {}
+    fleet = env.get("fleet_rank")
+    fleet = fleet if isinstance(fleet, dict) else {}
     rank = _int(fleet.get("rank"))
     if rank is None:
         rank = layouts.of_path(path).rank

@@ -1,13 +1,13 @@
 """The first failure across all streams, and what followed.
 
-A failure line is hard (an exception, a CUDA error, a symptom the line itself shows) or soft (what a rank prints
-when a peer failed: the NCCL watchdog's timeout and abort, a closed connection, a Ray actor's or worker's death, the
-closed connection), or reported (a Ray actor's or worker's death, the launcher's report of a child killed by a
-signal: what another process says of the dead one). The first failure is the earliest hard failure; only where there
-is none, the earliest soft one; only where there is neither, the earliest reported one. Earliest by time where every such line carries one (its own, or the last one its
-stream stated before it: a traceback's last line), else by stream order (the inputs' order, then line order).
+A failure line is hard (an exception, a CUDA error, a symptom the line itself shows), soft (what a rank prints when
+a peer failed: the NCCL watchdog's timeout and abort, a closed connection) or reported (a Ray actor's or worker's
+death, the launcher's report of a child killed by a signal: what another process says of the dead one). The first
+failure is the earliest hard failure; only where there is none, the earliest soft one; only where there is neither,
+the earliest reported one. Earliest by time where every such line carries one (its own, or the last one its stream
+stated before it: a traceback's last line), else by stream order (the inputs' order, then line order).
 Consequences (torchrun's ChildFailedError block, "taking the entire process down", Ray's RayTaskError re-raise) are
-never the first failure; they, and the soft lines a hard failure explains, are listed apart."""
+never the first failure; they, and the lower tiers' lines where a higher tier failed, are listed apart."""
 
 from __future__ import annotations
 

@@ -56,8 +56,8 @@ def as_text(result: dict, located: Located, scanned: list[Scanned], skipped: lis
         out.append("")
         out.append("No failure line was found in what was read.")
     else:
-        how = "the earliest by the lines' times" if located.by_time else "the first in stream order (the lines " \
-              "carry no time to compare)"
+        how = "the earliest by the lines' times" if located.by_time else "the first in stream order: the lines " \
+              "carry no time to compare"
         out.append("")
         out.append(f"First failure: {_who(first['rank'], first['host'])}, {first['file']}:{first['line']} ({how})")
         line = located.first

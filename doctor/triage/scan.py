@@ -94,9 +94,9 @@ def scan(stream: Stream, index: int) -> Scanned:
                     line.after.append(shown)
                 waiting = [w for w in waiting if len(w.after) < AFTER]
             if symptoms.CANDIDATE.search(raw):
-                line = _candidate(out, raw, was_cut, number, default, year, ring, per_key)
-                if line is not None:
-                    waiting.append(line)
+                kept = _candidate(out, raw, was_cut, number, default, year, ring, per_key)
+                if kept is not None:
+                    waiting.append(kept)
             ring.append(raw)
     except ReadRefused as exc:
         out.refused = str(exc)

@@ -22,7 +22,8 @@ CLASSES = ("nccl-timeout", "illegal-memory-access", "oom", "nan-inf", "signal-ki
 # A cheap first look at the raw bytes of every line: a line this does not find is no candidate at all.
 CANDIDATE = re.compile(
     rb"Error|Exception|error|Traceback|FATAL|Fatal|CRITICAL|[Kk]illed|SIG[A-Z]{3,4}|Signal|Segmentation|core dump|"
-    rb"memory|illegal|misaligned|(?<![A-Za-z])(?:nan|NaN|NAN|inf|Inf)(?![A-Za-z])|finite|[Ww]atchdog|[Tt]imed? ?out|"
+    rb"[Oo]ut of memory|OutOfMemory|MemoryAllocation|allocate memory|oom|OOM|illegal|misaligned|"
+    rb"(?<![A-Za-z])(?:nan|NaN|NAN|inf|Inf)(?![A-Za-z])|-finite|not finite|[Ww]atchdog|[Tt]imed? ?out|"
     rb"died|[Dd]ead|No module named|undefined symbol|kernel image|Xid|fell off|exitcode|CANCELLED|assert|Connection "
     rb"closed|Connection reset|abort|[Tt]aking the entire|ECC|NVRM|terminate called|what\(\)|cudaError|CUDA_ERROR")
 
@@ -33,10 +34,37 @@ class Rule:
     kind: str  # CONSEQUENCE, SOFT, FAILURE or LOGGED
     klass: str | None  # the symptom class, if any
     pattern: re.Pattern
+    needles: tuple[str, ...]  # the pattern is tried only on a line holding one of these (`in` is cheap, re is not)
 
 
-def _rule(name: str, kind: str, klass: str | None, pattern: str, flags: int = 0) -> Rule:
-    return Rule(name, kind, klass, re.compile(pattern, flags))
+# Per rule: words one of which every line it matches holds.
+NEEDLES: dict[str, tuple[str, ...]] = {
+    "nccl-entire-process-down": ("entire process", "data inconsistency"),
+    "torchrun-child-failed": ("ChildFailedError", "Root Cause"),
+    "torchrun-closing-signal": ("closing signal",),
+    "torchrun-exitcode-signal": ("exitcode",),
+    "torchrun-exitcode": ("exitcode", "error_file"),
+    "ray-task-error": ("RayTaskError",),
+    "ray-actor-died": ("Actor", "actor"),
+    "ray-worker-died": ("orker", "died", "Died"),
+    "nccl-watchdog-timeout": ("imeout", "imed out", "heartbeat"),
+    "peer-failed": ("abort", "Abort", "Remote", "remote process", "Connection", "roken pipe", "watchdog thread"),
+    "gpu-lost": ("Xid", "bus", "ECC", "GPU is lost", "GPU requires", "DevicesUnavailable"),
+    "no-kernel-image": ("kernel image", "NoKernelImage", "NO_BINARY", "not compatible with the current PyTorch"),
+    "illegal-memory-access": ("illegal", "Illegal", "ILLEGAL", "misaligned", "aunch failure", "LaunchFailure"),
+    "device-side-assert": ("device-side assert", "cudaErrorAssert"),
+    "oom": ("emory", "oom", "OOM", "MEMORY"),
+    "nan-inf": ("nan", "NaN", "NAN", "inf", "Inf", "finite"),
+    "signal-killed": ("SIG", "Segmentation", "Bus error", "core dumped", "Fatal Python", "Killed", "killed by",
+                      "CANCELLED", "DUE TO", "Signal "),
+    "exception": ("Error", "Exception", "Exit", "Interrupt", "Failure"),
+    "native-error": ("terminate called", "what()", "CUDA error", "NCCL error", "cudaError", "_STATUS_", "CUDA_ERROR_"),
+    "logged-error": ("ERROR", "CRITICAL", "FATAL", "error:", "E0", "E1", "[E"),
+}
+
+
+def _rule(name: str, kind: str, klass: str | None, pattern: str) -> Rule:
+    return Rule(name, kind, klass, re.compile(pattern), NEEDLES[name])
 
 
 RULES: tuple[Rule, ...] = (
@@ -102,7 +130,7 @@ RULES: tuple[Rule, ...] = (
 def classify_line(text: str) -> Rule | None:
     """The first rule a line (without its launcher prefixes) matches, or None: no failure."""
     for rule in RULES:
-        if rule.pattern.search(text):
+        if any(needle in text for needle in rule.needles) and rule.pattern.search(text):
             return rule
     return None
 
