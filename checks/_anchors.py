@@ -8,6 +8,10 @@ from dsv4_doctor.api import Source, UpstreamText
 IMPORT_SYSTEM = Source("Python's import system: ModuleNotFoundError names the module path that was not found",
                        "https://docs.python.org/3/library/exceptions.html#ModuleNotFoundError")
 
+# Python's own words where a caller passes a keyword the installed callee does not take (an older release).
+UNEXPECTED_KEYWORD = Source("Python's TypeError where the installed callee lacks a keyword argument its caller passes",
+                            "https://docs.python.org/3/library/exceptions.html#TypeError")
+
 
 def missing_module(text_id: str, module: str, submodules: bool = True) -> tuple[UpstreamText, ...]:
     """`No module named 'module'` and, with `submodules`, `No module named 'module.…'` (any module under it)."""
@@ -25,17 +29,6 @@ def missing_prefix(text_id: str, prefix: str) -> tuple[UpstreamText, ...]:
     return (UpstreamText(text_id, f"No module named '{prefix}{{rest}}'", IMPORT_SYSTEM, "ModuleNotFoundError",
                          match=(f"No module named '{prefix}",)),)
 
-
-CUDA_NO_KERNEL = Source("CUDA runtime API: cudaErrorNoKernelImageForDevice (the build holds no code for this GPU)",
-                        "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html")
-# Declared alike by every rule that reads a build's archs: the text alone does not say which build it was (the smoke
-# knows its sub-run; a job's log does not, so triage names no cause from it).
-NO_KERNEL_IMAGE = "no kernel image is available for execution on the device"
-
-
-def no_kernel_image(text_id: str) -> UpstreamText:
-    return UpstreamText(text_id, NO_KERNEL_IMAGE, CUDA_NO_KERNEL, "RuntimeError",
-                        match=("no kernel image is available",))
 
 
 def undefined_symbol(text_id: str, library: str, title: str, url: str) -> UpstreamText:

@@ -14,7 +14,7 @@ from ._dsa_wrappers import (DSA_OWNERS, DSA_PROBE, KNOWN_WRAPPERS, MEGATRON_DSA_
                             dense_indexer_loss, dsa_probe, megatron_wrappers)
 from ._gates import (ANY_KNOWN_GATE, FE_COMPRESSOR, FUSED_COMPRESSOR, constant_values, gate_message,
                      megatron_compressor, read_gate)
-from ._anchors import missing_module, missing_prefix
+from ._anchors import UNEXPECTED_KEYWORD, missing_module, missing_prefix
 from ._upstream import EAV, MLM_VERL_TESTED, fe_at, mlm, mlm_at, pypi
 
 FE_IMPORT = import_probe("cudnn")
@@ -347,11 +347,12 @@ def cudnn_fe_csa(ctx: Context) -> Result:
 
 DSA_TEXTS = (
     *missing_prefix("I-dsa", "cudnn.deepseek_sparse_attention"),
-    UpstreamText("I-dsa-name", "cannot import name 'DSA' from 'cudnn' ({path})", fe_at("1.32.0", "__init__.py", 772),
-                 "ImportError"),
+    UpstreamText("I-dsa-name", "cannot import name 'DSA' from 'cudnn' ({path})", Source(
+        "Python's import system: ImportError for a name the installed package does not define (a frontend without "
+        "the DSA namespace)", "https://docs.python.org/3/library/exceptions.html#ImportError"), "ImportError"),
     # What the smoke's tier 2 sees where the DSA wrappers lack Megatron's q_causal_offsets argument.
-    UpstreamText("S1", "{wrapper}() got an unexpected keyword argument 'q_causal_offsets'", mlm(EAV + "csa_utils/"
-                 "fused_sparse_attention.py"), "TypeError", match=("unexpected keyword argument 'q_causal_offsets'",)),
+    UpstreamText("S1", "{wrapper}() got an unexpected keyword argument 'q_causal_offsets'", UNEXPECTED_KEYWORD,
+                 "TypeError", match=("unexpected keyword argument 'q_causal_offsets'",)),
     UpstreamText("M8", "dsa_kernel_backend={backend} requires fused DSA kernels, but the following packages are not "
                  "available: {packages}. Install them or set dsa_kernel_backend=none to use the PyTorch fallback.",
                  mlm("megatron/core/utils.py", "509-548"), "RuntimeError"),

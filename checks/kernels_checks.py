@@ -9,7 +9,7 @@ from . import fixes
 from ._archs import NO_KERNEL_IMAGE, RULES_SOURCE, judge
 from ._job_dsa import backend_none_fix
 from .cudnn_fe_checks import FE, M8_FLASH_MLA, m8
-from ._anchors import missing_prefix, no_kernel_image, undefined_symbol
+from ._anchors import UNEXPECTED_KEYWORD, missing_prefix, undefined_symbol
 from ._upstream import EAV, measured, mlm, pypi, verl_at
 
 FIX_BACKEND_NONE = fixes.BACKEND_NONE
@@ -74,15 +74,14 @@ FLASH_MLA_TEXTS = (
     *missing_prefix("I-flash-mla", "flash_mla"),
     undefined_symbol("I-flash-mla-so", "flash_mla", "FlashMLA's extension built against another torch or CUDA",
                      "https://github.com/deepseek-ai/FlashMLA/tree/nv_dev"),
-    no_kernel_image("no-kernel-image"),
     # Megatron's dependency check names the package it misses, with where to get it (utils.py), and FlashMLA's main
     # branch lacks the indexer_topk argument Megatron passes (the nv_dev branch has it).
     UpstreamText("S1", "FlashMLA is required {what}", mlm(EAV + "csa_utils/fused_sparse_attention.py", "99-106"),
                  "ImportError", match=("FlashMLA is required",)),
     UpstreamText("S2", "flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev)", mlm("megatron/core/utils.py",
                  "509-548"), "RuntimeError", match=("flash_mla (https:",)),
-    UpstreamText("S3", "flash_mla_sparse_fwd() got an unexpected keyword argument 'indexer_topk'",
-                 mlm(EAV + "csa_utils/fused_sparse_attention.py", "157-166"), "TypeError",
+    UpstreamText("S3", "flash_mla_sparse_fwd() got an unexpected keyword argument 'indexer_topk'", UNEXPECTED_KEYWORD,
+                 "TypeError",
                  match=("unexpected keyword argument 'indexer_topk'",)),
     UpstreamText("R7", "FlashMLA is required for DSA sparse attention forward. Install from "
                  "https://github.com/deepseek-ai/FlashMLA/tree/nv_dev so that `from flash_mla import "
@@ -179,7 +178,6 @@ FAST_HADAMARD_TEXTS = (
     *missing_prefix("I-fast-hadamard", "fast_hadamard_transform"),
     undefined_symbol("I-fast-hadamard-so", "fast_hadamard_transform", "fast-hadamard-transform's extension built "
                      "against another torch or CUDA", "https://github.com/Dao-AILab/fast-hadamard-transform"),
-    no_kernel_image("no-kernel-image"),
     UpstreamText("R10", "fast_hadamard_transform is not installed.", mlm(EAV + "dsa.py", "267"), "AssertionError"),
     UpstreamText("V3", "fast_hadamard_transform is unavailable; falling back to a pure-torch Fast Walsh-Hadamard "
                  "transform. Results match the CUDA kernel but DSA forward will be slower.",

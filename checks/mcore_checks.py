@@ -13,7 +13,7 @@ from dsv4_doctor.api import (Context, Result, Source, StaticRequest, UpstreamTex
 
 from . import fixes
 from ._reach import hides, target_entry
-from ._anchors import missing_module
+from ._anchors import UNEXPECTED_KEYWORD, missing_module
 from ._upstream import EAV, VERL, gh, mlm, mlm_change, verl_at
 
 MCORE = "megatron-core"
@@ -230,11 +230,10 @@ PARTITION_TEXTS = (
     UpstreamText("V2", V2.removeprefix("ValueError: "), verl_at("verl/models/mcore/util.py", 547), "ValueError",
                  match=("cp_layout='", V2.partition("'contiguous'")[2])),
     # What the smoke's tier 2 sees where PackedSeqParams or the layer lacks the contiguous layout.
-    UpstreamText("S1", "{what} requires cp_partition_mode='contiguous'", mlm(EAV + "deepseek_v4_hybrid_attention.py"),
+    UpstreamText("S1", "{what} requires cp_partition_mode='contiguous'", mlm(EAV + "csa.py", "2106-2109"),
                  "ValueError", match=("requires cp_partition_mode='contiguous'",)),
     UpstreamText("S2", "__init__() got an unexpected keyword argument 'cp_partition_mode'",
-                 Source("Python's TypeError where Megatron-core's PackedSeqParams has no cp_partition_mode field",
-                        "https://docs.python.org/3/library/exceptions.html#TypeError"), "TypeError",
+                 UNEXPECTED_KEYWORD, "TypeError",
                  match=("unexpected keyword argument 'cp_partition_mode'",)),
 )
 

@@ -10,7 +10,7 @@ from dsv4_doctor.api import (TORCH, Context, Fix, Phase, Probe, Result, Source, 
 
 from . import fixes
 from ._archs import NO_KERNEL_IMAGE, RULES_SOURCE, judge
-from ._anchors import missing_prefix, no_kernel_image, undefined_symbol
+from ._anchors import missing_prefix, undefined_symbol
 from ._upstream import measured, mlm, pypi, te_at
 
 # PyPI splits TE into a metapackage, a CUDA-specific core and an sdist-only torch extension; an NGC or source build is
@@ -316,7 +316,6 @@ IMPORT_TEXTS = (
     # TE's undefined-symbol reader (_undefined): a symbol one of TE's own libraries needs and nothing loaded provides.
     undefined_symbol("T6-lib", "transformer_engine", "TransformerEngine #1192 / #1684 (undefined symbol)",
                      "https://github.com/NVIDIA/TransformerEngine/issues/1192"),
-    no_kernel_image("no-kernel-image"),
     UpstreamText("T4", "Could not find shared object file for Transformer Engine torch lib.",
                  Source("TransformerEngine #1981 (no [pytorch] extra) / #2505 (NVTE_RELEASE_BUILD=1)",
                         "https://github.com/NVIDIA/TransformerEngine/issues/1981"), "FileNotFoundError"),

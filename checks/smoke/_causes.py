@@ -40,6 +40,8 @@ def tier2_rules(error: dict) -> list[str]:
     missing = module_rule(str(error.get("missing_module") or ""))
     rules = [missing] if missing else []
     rules += [m.check_id for m in anchored(text, RULE_FIXES) if m.check_id not in rules]
+    if cause_of(text) == "wrong-arch":  # CUDA's own words name no build: each row that reads a build's archs
+        rules += [rule for rule in ARCH_ROWS if rule not in rules]
     return rules
 
 
