@@ -11,10 +11,18 @@ from ._cutedsl_stack import FE, stack_fixes, unmet_stack
 from ._dsa_wrappers import (DSA_PROBE, KNOWN_WRAPPERS, OFFSETS_CP, OFFSETS_DENSE_LOSS, dense_indexer_loss, dsa_probe,
                             megatron_wrappers)
 from ._upstream import EAV, MLM_VERL_TESTED, fe_at, mlm, mlm_at
-from ._cudnn_fe_common import STATIC, M8_FRONTEND, M11, m8, _not_needed
+from ._anchors import UNEXPECTED_KEYWORD, missing_prefix
+from ._cudnn_fe_common import M8_FRONTEND, M11, STATIC, _not_needed, m8
 
 
 DSA_TEXTS = (
+    *missing_prefix("I-dsa", "cudnn.deepseek_sparse_attention"),
+    UpstreamText("I-dsa-name", "cannot import name 'DSA' from 'cudnn' ({path})", Source(
+        "Python's import system: ImportError for a name the installed package does not define (a frontend without "
+        "the DSA namespace)", "https://docs.python.org/3/library/exceptions.html#ImportError"), "ImportError"),
+    # What the smoke's tier 2 sees where the DSA wrappers lack Megatron's q_causal_offsets argument.
+    UpstreamText("S1", "{wrapper}() got an unexpected keyword argument 'q_causal_offsets'", UNEXPECTED_KEYWORD,
+                 "TypeError", match=("unexpected keyword argument 'q_causal_offsets'",)),
     UpstreamText("M8", "dsa_kernel_backend={backend} requires fused DSA kernels, but the following packages are not "
                  "available: {packages}. Install them or set dsa_kernel_backend=none to use the PyTorch fallback.",
                  mlm("megatron/core/utils.py", "509-548"), "RuntimeError"),

@@ -14,6 +14,7 @@ from ._gates import ANY_KNOWN_GATE, FE_COMPRESSOR, constant_values, gate_message
 from ._upstream import EAV, fe_at, mlm, mlm_at, pypi
 from ._cudnn_fe_dsa import cudnn_fe_dsa
 from ._cudnn_fe_common import STATIC, M8_FRONTEND, R11, m8, _not_needed
+from ._anchors import missing_module, missing_prefix
 
 FE_IMPORT = import_probe("cudnn")
 CSA_FWD = "cudnn.csa.compressor:csa_compressor_forward_wrapper"
@@ -23,6 +24,7 @@ CSA_PROBE = import_probe(CSA_FWD, CSA_BWD)  # what Megatron's _get_frontend() re
 @check(
     "cudnn-fe.version",
     "cuDNN frontend installed, and the imported copy is the installed one",
+    texts=missing_module("I-cudnn", "cudnn"),
     applies_when="dsa_backend=cudnn",
     detects="nvidia-cudnn-frontend metadata vs `import cudnn`'s __version__ and origin",
     sources=(
@@ -142,6 +144,7 @@ def _stack_note(static: StaticFacts) -> str:
 
 
 CSA_TEXTS = (
+    *missing_prefix("I-csa", "cudnn.csa"),
     UpstreamText("R11", R11, mlm(EAV + "csa_utils/fused_compressor.py", "146-161"), "warning"),
     UpstreamText("F1", "CSA compressor requires compute capability {required} (the only validated architecture so "
                  "far), found SM{major}.{minor} on {device}", fe_at("1.27.0", "csa/compressor/api.py", 325),

@@ -8,6 +8,7 @@ from dsv4_doctor.api import (Context, Result, Source, StaticFacts, StaticRequest
                              failed, import_probe, outcome, passed, version)
 
 from .fixes import frontend as frontend_fixes
+from ._anchors import missing_module
 from ._upstream import EAV, mlm, pypi
 
 TVM_FFI = "apache-tvm-ffi"
@@ -22,6 +23,10 @@ CUTE_PROBE = import_probe(*CUTE_TARGETS)
 
 
 CUTLASS_TEXTS = (
+    *missing_module("I-cutlass", "cutlass")[1:],  # F3 below is the module itself
+    *missing_module("I-cuda", "cuda"),
+    UpstreamText("S1", "{what} requires CUDA tensors and CuTeDSL.", mlm(EAV + "csa_utils/"), "RuntimeError",
+                 match=("requires CUDA tensors and CuTeDSL",)),
     UpstreamText("R5", "DSv4 CP compressor compaction requires CUDA tensors and CuTeDSL.",
                  mlm(EAV + "csa_utils/cp_layout_kernels.py", "678"), "RuntimeError"),
     UpstreamText("R5-indices", "DSv4 CP final indices require CUDA tensors and CuTeDSL.",

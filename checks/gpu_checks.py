@@ -93,6 +93,8 @@ CP_ARCHS = {(9, 0): "sm_90a", (10, 0): "sm_100a", (10, 3): "sm_103a"}
 
 
 ARCH_TEXTS = (
+    UpstreamText("R6-any", "Unsupported GPU compute capability {capability} for CSA CP CuTe kernels{rest}",
+                 mlm(EAV + "csa_utils/"), "RuntimeError", match=("CSA CP CuTe kernels",)),
     UpstreamText("M9", "dsa_kernel_backend='cudnn' requires SM90+ (Hopper or later), but current device has compute "
                  "capability {major}.{minor}.", mlm("megatron/core/transformer/transformer_config.py", "1773-1778"),
                  "AssertionError"),

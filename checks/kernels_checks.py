@@ -10,6 +10,7 @@ from ._archs import NO_KERNEL_IMAGE, RULES_SOURCE, judge
 from .job.dsa import backend_none_fix
 from ._cudnn_fe_common import M8_FLASH_MLA, m8
 from ._cutedsl_stack import FE
+from ._anchors import UNEXPECTED_KEYWORD, missing_prefix, undefined_symbol
 from ._upstream import EAV, measured, mlm, pypi, verl_at
 
 FIX_BACKEND_NONE = fixes.BACKEND_NONE
@@ -71,6 +72,18 @@ def hadamard_arch_fix(ctx: Context, build: Fix) -> Fix:
 
 
 FLASH_MLA_TEXTS = (
+    *missing_prefix("I-flash-mla", "flash_mla"),
+    undefined_symbol("I-flash-mla-so", "flash_mla", "FlashMLA's extension built against another torch or CUDA",
+                     "https://github.com/deepseek-ai/FlashMLA/tree/nv_dev"),
+    # Megatron's dependency check names the package it misses, with where to get it (utils.py), and FlashMLA's main
+    # branch lacks the indexer_topk argument Megatron passes (the nv_dev branch has it).
+    UpstreamText("S1", "FlashMLA is required {what}", mlm(EAV + "csa_utils/fused_sparse_attention.py", "99-106"),
+                 "ImportError", match=("FlashMLA is required",)),
+    UpstreamText("S2", "flash_mla (https://github.com/deepseek-ai/FlashMLA/tree/nv_dev)", mlm("megatron/core/utils.py",
+                 "509-548"), "RuntimeError", match=("flash_mla (https:",)),
+    UpstreamText("S3", "flash_mla_sparse_fwd() got an unexpected keyword argument 'indexer_topk'", UNEXPECTED_KEYWORD,
+                 "TypeError",
+                 match=("unexpected keyword argument 'indexer_topk'",)),
     UpstreamText("R7", "FlashMLA is required for DSA sparse attention forward. Install from "
                  "https://github.com/deepseek-ai/FlashMLA/tree/nv_dev so that `from flash_mla import "
                  "flash_mla_sparse_fwd` succeeds.", mlm(EAV + "csa_utils/fused_sparse_attention.py", "99-106"),
@@ -163,6 +176,9 @@ def kernels_flash_mla(ctx: Context) -> Result:
 
 
 FAST_HADAMARD_TEXTS = (
+    *missing_prefix("I-fast-hadamard", "fast_hadamard_transform"),
+    undefined_symbol("I-fast-hadamard-so", "fast_hadamard_transform", "fast-hadamard-transform's extension built "
+                     "against another torch or CUDA", "https://github.com/Dao-AILab/fast-hadamard-transform"),
     UpstreamText("R10", "fast_hadamard_transform is not installed.", mlm(EAV + "dsa.py", "267"), "AssertionError"),
     UpstreamText("V3", "fast_hadamard_transform is unavailable; falling back to a pure-torch Fast Walsh-Hadamard "
                  "transform. Results match the CUDA kernel but DSA forward will be slower.",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dsv4_doctor.api import Context, Result, Source, StaticRequest, check, failed, passed, skipped
 
 from .fixes import catalogue as fixes
+from ._anchors import missing_module
 
 BRIDGES = ("megatron.bridge.models.deepseek.deepseek_v4_bridge",  # main from 66fe25897 (#3562), and c7774d44
            "megatron.bridge.models.deepseek_v4.deepseek_v4_bridge")  # a draft branch's layout
@@ -18,6 +19,7 @@ NOT_FOUND = ("Megatron-Bridge package not found. Please install Megatron-Bridge 
 @check(
     "mbridge.dsv4",
     "Megatron-Bridge with the DeepSeek-V4 bridge (verl's Megatron backend)",
+    texts=missing_module("I-bridge", "megatron.bridge"),
     applies_when="verl installed",
     detects="megatron.bridge location and its deepseek_v4_bridge.py (files, ast); megatron-bridge metadata",
     sources=(

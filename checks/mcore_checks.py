@@ -13,6 +13,7 @@ from dsv4_doctor.api import (Context, Result, Source, StaticRequest, UpstreamTex
 
 from .fixes import catalogue as fixes
 from ._reach import hides, target_entry
+from ._anchors import UNEXPECTED_KEYWORD, missing_module
 from ._upstream import EAV, VERL, gh, mlm, mlm_change, verl_at
 
 MCORE = "megatron-core"
@@ -108,6 +109,7 @@ def mcore_fix_of(static, evidence: dict):
 DSV4_TEXTS = (
     UpstreamText("M14", "Invalid experimental attention variant: {variant}",
                  mlm("megatron/core/models/gpt/experimental_attention_variant_module_specs.py", "220"), "ValueError"),
+    *missing_module("I-megatron", "megatron"),
 )
 
 
@@ -227,6 +229,12 @@ PARTITION_TEXTS = (
     # verl writes the layout it was given ('contiguous' in the doctor's quote) into the text: matched after it.
     UpstreamText("V2", V2.removeprefix("ValueError: "), verl_at("verl/models/mcore/util.py", 547), "ValueError",
                  match=("cp_layout='", V2.partition("'contiguous'")[2])),
+    # What the smoke's tier 2 sees where PackedSeqParams or the layer lacks the contiguous layout.
+    UpstreamText("S1", "{what} requires cp_partition_mode='contiguous'", mlm(EAV + "csa.py", "2106-2109"),
+                 "ValueError", match=("requires cp_partition_mode='contiguous'",)),
+    UpstreamText("S2", "__init__() got an unexpected keyword argument 'cp_partition_mode'",
+                 UNEXPECTED_KEYWORD, "TypeError",
+                 match=("unexpected keyword argument 'cp_partition_mode'",)),
 )
 
 

@@ -8,6 +8,7 @@ from dsv4_doctor.api import (TORCH, Context, Result, Source, StaticRequest, Upst
 
 from .fixes import catalogue as fixes
 from ._archs import RULES_SOURCE
+from ._anchors import missing_prefix, undefined_symbol
 from ._upstream import measured, mlm, pypi, te_at
 from ._te_build import TE_DISTS, _te_archs, _classify
 
@@ -38,6 +39,9 @@ def _installed(static) -> dict:
 
 
 VERSION_TEXTS = (
+    UpstreamText("M7-any", "SFT sequence packing requires Transformer Engine >= {minimum} but got {version}",
+                 mlm("megatron/core/transformer/transformer_config.py", "3680-3685"), "ValueError",
+                 match=("SFT sequence packing requires Transformer Engine",)),
     UpstreamText("M7", "SFT sequence packing requires Transformer Engine >= 2.9.0 but got {version} (TE < 2.9.0 may "
                  "have convergence issues).", mlm("megatron/core/transformer/transformer_config.py", "3680-3685"),
                  "ValueError"),
@@ -155,6 +159,10 @@ def te_version(ctx: Context) -> Result:
 
 
 IMPORT_TEXTS = (
+    *missing_prefix("I-te", "transformer_engine"),
+    # TE's undefined-symbol reader (_undefined): a symbol one of TE's own libraries needs and nothing loaded provides.
+    undefined_symbol("T6-lib", "transformer_engine", "TransformerEngine #1192 / #1684 (undefined symbol)",
+                     "https://github.com/NVIDIA/TransformerEngine/issues/1192"),
     UpstreamText("T4", "Could not find shared object file for Transformer Engine torch lib.",
                  Source("TransformerEngine #1981 (no [pytorch] extra) / #2505 (NVTE_RELEASE_BUILD=1)",
                         "https://github.com/NVIDIA/TransformerEngine/issues/1981"), "FileNotFoundError"),

@@ -7,6 +7,7 @@ from packaging.version import InvalidVersion, Version
 from dsv4_doctor.api import TORCH, Context, Result, Source, StaticRequest, check, failed, passed, warned
 
 from .fixes import catalogue as fixes
+from ._anchors import missing_module
 
 MIN_TORCH = "2.6.0"  # megatron-core 0.19.2 Requires-Dist torch>=2.6.0
 STATIC = StaticRequest(distributions=("torch", *fixes.TORCH_EXTENSIONS))
@@ -15,6 +16,7 @@ STATIC = StaticRequest(distributions=("torch", *fixes.TORCH_EXTENSIONS))
 @check(
     "torch.install",
     "PyTorch imports as a CUDA build",
+    texts=missing_module("I-torch", "torch"),
     applies_when="always",
     detects="import torch: torch.version.cuda, cudnn/nccl versions, CUDA devices",
     sources=(

@@ -8,6 +8,7 @@ from dsv4_doctor.api import (Context, Profile, Result, Source, StaticFacts, Stat
                              requirement_text, warned)
 
 from .fixes import frontend as frontend_fixes
+from ._anchors import missing_prefix
 from ._upstream import EAV, mlm, pypi
 
 TVM_FFI = "apache-tvm-ffi"
@@ -26,6 +27,7 @@ def _tvm_irrelevant(profile: Profile) -> str | None:
 @check(
     "tvm-ffi.version",
     "apache-tvm-ffi is installed where the CuTe-DSL kernels need it",
+    texts=missing_prefix("I-tvm-ffi", "tvm_ffi"),
     applies_when="dsa_backend=cudnn, or CP > 1",
     detects="apache-tvm-ffi distribution version and tvm_ffi module location; the frontend's declared requirement",
     sources=(

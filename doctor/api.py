@@ -41,7 +41,7 @@ __all__ = [
     # Findings and results: what a check returns or yields, and the classifier of an upstream message back to the
     # texts checks declared.
     "Finding", "Status", "Result", "CheckReport", "passed", "warned", "failed", "errored", "skipped", "result_of",
-    "needs_failed", "classify",
+    "needs_failed", "classify", "anchored",
     # Facts: the static probe's answer (distributions, files, modules), version and requirement reading, the GPU
     # listing.
     "StaticFacts", "STACK_MODULE_OF", "canonical", "outcome", "error_text", "version", "at_least", "safe_version",
@@ -62,7 +62,7 @@ __all__ = [
 # The names that load on first use: the module under dsv4_doctor each comes from (those of _RENAMED under their name
 # there). Kept equal to the imports under TYPE_CHECKING below, which give them their types.
 _LAZY: dict[str, tuple[str, ...]] = {
-    "upstream.registry": ("classify",),
+    "upstream.registry": ("classify", "anchored"),
     "model.facts": ("StaticFacts", "canonical", "outcome", "error_text"),
     "model.located": ("STACK_MODULE_OF",),
     "model.versions": ("version", "at_least", "safe_version", "safe_specifier", "MAX_REQUIREMENTS", "parse_requirement",
@@ -106,7 +106,7 @@ if TYPE_CHECKING:
     from .kernels.cache import for_run as run_kernel_cache
     from .model.located import STACK_MODULE_OF
     from .engine.target import REMOTE_NOT_KNOWN, same_interpreter
-    from .upstream.registry import classify
+    from .upstream.registry import anchored, classify
     from .model.versions import (MAX_REQUIREMENTS, at_least, parse_requirement, requirement_text, requirements,
                                  safe_specifier, safe_version, version)
 

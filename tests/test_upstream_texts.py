@@ -133,7 +133,11 @@ def test_a_hostile_message_is_classified_fast_and_safely(builtins):
         assert all(m.text_id != "M15" for m in found) or m15 in message
         for m in found:  # the answer is the registry's own data, never a piece of the message
             assert "\x1b" not in json.dumps(m.to_dict()) and "<script>" not in json.dumps(m.to_dict())
-    assert [m.text_id for m in index.classify(junk[:1000] + "\x1b[31m" + m15 + "\x1b[0m")] == ["M15"]
+    # A short text inside another's near miss (a module path's prefix, an anchor within a longer text) is found
+    # there, as it should be; M15 is the one the message adds.
+    in_junk = {m.text_id for m in index.classify(junk[:1000])}
+    assert [m.text_id for m in index.classify(junk[:1000] + "\x1b[31m" + m15 + "\x1b[0m")
+            if m.text_id not in in_junk] == ["M15"]
     assert index.classify(None) == [] and index.classify("") == []  # type: ignore[arg-type]
 
 

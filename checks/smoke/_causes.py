@@ -6,37 +6,14 @@ from __future__ import annotations
 import os
 import re
 
-from dsv4_doctor.api import Context, Fix, Phase, Redactor, Result, errored, failed
+from dsv4_doctor.api import Context, Fix, Phase, Redactor, Result, anchored, errored, failed
 
 from ..fixes import catalogue as fixes, frontend as frontend_fixes
 from ..mcore_checks import mcore_fix
 
-# Upstream texts and missing modules a tier-2 failure can show: the rule that reports the cause, and its fix.
-TIER2_TEXTS: tuple[tuple[str, str], ...] = (
-    ("requires cp_partition_mode='contiguous'", "mcore.cp-partition-mode"),
-    ("unexpected keyword argument 'cp_partition_mode'", "mcore.cp-partition-mode"),
-    ("DSv4 THD CP requires a contiguous CP partition", "mcore.cp-partition-mode"),
-    ("Invalid experimental attention variant", "mcore.dsv4"),
-    ("SFT sequence packing requires Transformer Engine", "te.version"),
-    ("requires CUDA tensors and CuTeDSL", "cutlass-dsl.import"),
-    ("CSA CP CuTe kernels", "gpu.arch"),
-    ("FlashMLA is required", "kernels.flash-mla"),
-    ("flash_mla (https:", "kernels.flash-mla"),  # an item of Megatron's dependency check (utils.py)
-    ("indexer_topk", "kernels.flash-mla"),
-    ("fast_hadamard_transform is not installed", "kernels.fast-hadamard"),
-    ("q_causal_offsets", "cudnn-fe.dsa"),
-    ("cudnn-frontend DSA namespace not available", "cudnn-fe.dsa"),
-    ("requires fused DSA kernels", "cudnn-fe.dsa"),
-    # A build with no code for the GPU: the row that read its archs reports it (tier 2 defers to the one that failed).
-    ("no kernel image is available", "kernels.flash-mla"),
-    ("no kernel image is available", "kernels.fast-hadamard"),
-    ("no kernel image is available", "te.import"),
-)
-TIER2_MODULES = {
-    "transformer_engine": "te.import", "cudnn": "cudnn-fe.version", "cutlass": "cutlass-dsl.import",
-    "cuda": "cutlass-dsl.import", "flash_mla": "kernels.flash-mla", "fast_hadamard_transform": "kernels.fast-hadamard",
-    "megatron": "mcore.dsv4", "tvm_ffi": "tvm-ffi.version", "torch": "torch.install",
-}
+# A tier-2 failure's cause is read from the one upstream-text registry (each rule's `texts=`): the texts it shows,
+# and the module a ModuleNotFoundError names (the longest declared module path wins: a missing megatron.bridge is
+# mbridge.dsv4's, a missing cudnn.csa cudnn-fe.csa's). Only the rules the smoke reports through count (RULE_FIXES).
 RULE_FIXES = {
     "mcore.cp-partition-mode": lambda s: [fixes.mcore()], "mcore.dsv4": lambda s: [fixes.mcore()],
     "te.version": lambda s: [fixes.TE], "te.import": lambda s: [fixes.TE],
@@ -48,13 +25,23 @@ RULE_FIXES = {
 }
 
 
+def module_rule(missing: str) -> str | None:
+    """The rule of the package a missing module belongs to (`No module named '...'` in the registry), or None."""
+    if not missing:
+        return None
+    found = anchored(f"No module named '{missing}'")
+    return next((m.check_id for m in found if m.kind == "ModuleNotFoundError"), None)
+
+
 def tier2_rules(error: dict) -> list[str]:
     """Every rule that reports what a tier-2 error shows, most specific first (Megatron's dependency check can name
     several missing packages in one message)."""
     text = f"{error.get('type')}: {error.get('message')}"
-    missing = (error.get("missing_module") or "").split(".")[0]
-    rules = [TIER2_MODULES[missing]] if missing in TIER2_MODULES else []
-    rules += [rule for needle, rule in TIER2_TEXTS if needle in text and rule not in rules]
+    missing = module_rule(str(error.get("missing_module") or ""))
+    rules = [missing] if missing else []
+    rules += [m.check_id for m in anchored(text, RULE_FIXES) if m.check_id not in rules]
+    if cause_of(text) == "wrong-arch":  # CUDA's own words name no build: each row that reads a build's archs
+        rules += [rule for rule in ARCH_ROWS if rule not in rules]
     return rules
 
 

@@ -16,7 +16,7 @@ from .._upstream import EAV, mlm, pypi
 from .._gates import FUSED_COMPRESSOR
 from ..cudnn_fe_checks import megatron_compressor
 from ..mcore_checks import mcore_fix
-from ._causes import RULE_FIXES, TIER2_MODULES, crash_cause, crash_text, rule_fixes
+from ._causes import RULE_FIXES, crash_cause, crash_text, module_rule, rule_fixes
 from .thd_cp import not_run, torch_missing
 
 SUBRUN_TITLES = {"dsa": "cuDNN-FE DSA indexer forward", "layout": "Megatron CP layout kernels",
@@ -60,12 +60,12 @@ def _probes(profile: Profile) -> list[Probe]:
 
 
 def missing_rule(name: str, error) -> str | None:
-    """The rule that reports the module an ImportError names (tier 2's mapping, TIER2_MODULES), or None."""
+    """The rule that reports the module an ImportError names (the registry's, as tier 2 reads it), or None."""
     missing = str((error or {}).get("missing_module") or "") if isinstance(error, dict) else ""
     top = missing.split(".")[0]
     if top == SUBRUN_MODULE[name] and "." in missing:
         return None
-    return TIER2_MODULES.get(top)
+    return module_rule(missing)
 
 
 def subrun_rule(name: str, row: dict) -> str | None:

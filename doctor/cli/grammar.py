@@ -11,11 +11,12 @@ from dataclasses import fields
 from .. import __version__
 from ..commands.usecases import Options
 from .helptext import (DESCRIPTION, EXIT_CODES_HELP, FIX_APPLY_HELP, FIX_BREAK_HELP, FIX_EPILOG, FIX_JOB_ARGS_HELP,
-                       FIX_VENV_HELP, FLEET_EPILOG, PREFLIGHT_EPILOG, SMOKE_EPILOG, WARM_EPILOG, WARM_HELP)
+                       FIX_VENV_HELP, FLEET_EPILOG, PREFLIGHT_EPILOG, SMOKE_EPILOG, TRIAGE_EPILOG, TRIAGE_HELP,
+                       TRIAGE_PATHS_HELP, WARM_EPILOG, WARM_HELP)
 from ..report.output import write_stdout
 from ..report.shown import FORMATS
 
-COMMANDS = ("check", "smoke", "list", "explain", "fix", "warm", "preflight", "fleet")
+COMMANDS = ("check", "smoke", "list", "explain", "fix", "warm", "preflight", "fleet", "triage")
 
 # ------------------------------------------------------------------------------------------------ argument types
 
@@ -80,8 +81,8 @@ def options_from(command: str, values: dict) -> Options:
     distributed = given.get("distributed")  # --distributed/--no-distributed, or neither
     if not isinstance(distributed, str):
         given["distributed"] = "auto" if distributed is None else ("on" if distributed else "off")
-    if given.get("job_command") is None:
-        given["job_command"] = []
+    for key in ("job_command", "paths"):  # a list argument given nothing is None
+        given[key] = given.get(key) or []
     for key in ("only", "skip"):  # a repeatable option given no time is None
         if key in given and not given[key]:
             given[key] = None
@@ -226,6 +227,7 @@ def _app():
         skip=Option(None, "--skip", metavar="ID[,ID...]", help=skip_help, autocompletion=complete_check),
         format=Option("text", "-f", "--format", click_type=report_formats, help=format_help),
         output=Option(None, "-o", "--output", metavar="FILE", help=output_help),
+        text_or_json=Option("text", "-f", "--format", click_type=Choice(["text", "json"]), help="text or json."),
         no_smoke=Option(False, "--no-smoke", help="Skip the smoke forward."),
         deep=Option(False, "--deep", help=deep_help),
         distributed=Option(None, "--distributed/--no-distributed", help=dist_help, rich_help_panel=fleet,
@@ -310,12 +312,17 @@ def _app():
     ) -> None:
         take("explain", locals())
 
+    @app.command(**said(TRIAGE_HELP), epilog=TRIAGE_EPILOG)
+    def triage(paths: list[str] | None = typer.Argument(None, metavar="[PATH ...]", help=TRIAGE_PATHS_HELP),
+               format: str = shared.text_or_json, output: str | None = shared.output) -> None:
+        take("triage", locals())
+
     @app.command(**said(WARM_HELP), epilog=WARM_EPILOG)
     def warm(
         gpu_arch: str = Option(..., "--gpu-arch", parser=arch_t, metavar="X.Y", help="The GPU arch to compile for."),
         python: str | None = shared.python,
         timeout: float | None = Option(None, "--timeout", parser=timeout_t, metavar="S", help="Seconds in all."),
-        format: str = Option("text", "-f", "--format", click_type=Choice(["text", "json"]), help="text or json."),
+        format: str = shared.text_or_json,
         into: str | None = Option(None, "--into", metavar="DIR", help="The image-wide store's folder (default "
                                   "/usr/local/share/dsv4-doctor/kernels)."),
         recipes: str | None = Option(None, "--recipes", metavar="PATH", help="The kernel recipes: a JSON file, or "

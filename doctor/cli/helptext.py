@@ -31,6 +31,12 @@ FIX_VENV_HELP = ("For an externally managed interpreter (PEP 668): the virtual e
                  "job then runs with DIR/bin/python.")
 FIX_JOB_ARGS_HELP = ("The training command, as one shell-quoted string: the job.* checks run, and the plan ends with "
                      "the job's settings (CP_ARGS, export lines), as comments.")
+TRIAGE_HELP = "Read a failed job's logs: where it failed first, and the known cause or only a symptom."
+TRIAGE_PATHS_HELP = ("Log files, or folders whose every file is one stream (a rank's, a node's, a Ray worker's); "
+                     "`-` or none: standard input.")
+TRIAGE_EPILOG = ("It reads text only: nothing of the job is run or imported (docs/triage.md). Exit codes: 0 a triage "
+                 "was printed, whatever its verdict; 2 usage error; 3 the doctor crashed (what it had is printed); "
+                 "4 the output could not be written.")
 WARM_EPILOG = ("Run as root after the stack is installed (the Dockerfile does); no GPU is needed. Exit codes: 0 the "
                "kernels were stored (or there was nothing to warm for the arch); 1 a kernel failed; 2 usage error.")
 WARM_HELP = ("Compile the doctor's own CuTe DSL kernels for a GPU arch, without a GPU, into the image-wide kernel "

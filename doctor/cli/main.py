@@ -311,6 +311,12 @@ def run_command(opts: Options) -> int:
         return app.preflight(opts, lambda report: _preflight_report(opts, report))[1]
     if opts.command == "fix":
         return app.fix(opts, ask)[2]
+    if opts.command == "triage":
+        from ..report.output import check_output_path
+        from ..triage.command import run
+
+        check_output_path(opts.output)
+        return run(opts.paths, opts.format, opts.output)
     if opts.command == "warm":
         from ..engine.target import resolve_python
         from ..kernels.warm import rendered, warm

@@ -63,6 +63,7 @@ class Options:
     dry_run: bool = False
     report: str | None = None
     job_command: list[str] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)  # triage: the logs (files, folders, `-`)
     apply: bool = False
     yes: bool = False
     break_system_packages: bool = False  # fix: PEP 668's other way (pip's --break-system-packages), not a venv

@@ -25,6 +25,7 @@ import os
 import select
 import stat
 import time
+from collections.abc import Iterator
 from typing import Any
 
 TICK_S = 0.1  # a FIFO's read is re-checked for a signal this often
@@ -115,6 +116,45 @@ def read_file(path: str, limit: int, follow_links: bool = True, fifo_s: float = 
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def read_chunks(path: str, chunk: int = 1 << 20, follow_links: bool = True) -> Iterator[bytes]:
+    """The regular file at `path`, front to back, in pieces of at most `chunk` bytes, for a file of any size read
+    once (triage's logs): never more than one piece in memory. Opened and checked at the first `next()`, which raises
+    ReadRefused for anything but a regular file; the descriptor is closed when the iteration ends or is dropped."""
+    fd = _open(path, follow_links)
+    try:
+        try:
+            st = os.fstat(fd)
+        except OSError as exc:
+            raise ReadRefused(exc.strerror or str(exc)) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise ReadRefused(f"it is {_kind(st.st_mode)}, not a regular file")
+        yield from fd_chunks(fd, chunk)
+    finally:
+        os.close(fd)
+
+
+def fd_chunks(fd: int, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """What an open descriptor gives until its end (standard input: the user's own pipe or file), in pieces of at
+    most `chunk` bytes. A descriptor in non-blocking mode is waited on in slices (select), so a stop signal noted by
+    the signal gate ends the read with `Interrupted`."""
+    from ..model.core import Interrupted
+
+    while True:
+        try:
+            data = os.read(fd, chunk)
+        except BlockingIOError:
+            signum = _stop_signal()
+            if signum is not None:
+                raise Interrupted(signum) from None
+            select.select([fd], [], [], TICK_S)
+            continue
+        except OSError as exc:
+            raise ReadRefused(exc.strerror or str(exc)) from None
+        if not data:
+            return
+        yield data
 
 
 def read_bounded(path: str, limit: int, follow_links: bool = True) -> bytes | None:

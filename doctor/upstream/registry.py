@@ -13,8 +13,9 @@ answer carries only the registry's own data, never a piece of the message.
 from __future__ import annotations
 
 import re
+import string
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from ..model.core import Check, Source
@@ -73,6 +74,39 @@ class TextIndex:
                                        entry.check.origin, entry.text.text))
         return found
 
+    def anchored(self, message: str, check_ids: Collection[str] | None = None) -> list[TextMatch]:
+        """`classify` among the texts of `check_ids` (all when None), read as anchors, most specific first:
+        - a text whose literal parts all lie within a more specific text found is left out: it says less about
+          the same words (`No module named 'megatron` within `No module named 'megatron.bridge…`);
+        - a text found inside a variable part of a broader one comes before it: it names what the broader one
+          leaves open (`flash_mla (https:` in the list of missing packages of Megatron's dependency check)."""
+        if not isinstance(message, str) or not message:
+            return []
+        scanned = cleaned(message)
+        found: list[tuple[_Entry, list[tuple[int, int]]]] = []
+        for entry in self.entries:
+            if check_ids is not None and entry.check.id not in check_ids:
+                continue
+            spans = _spans(scanned, entry.fragments)
+            if spans is None:
+                continue
+            if any(_contains_in_order(kept.text.text, entry.fragments) for kept, _ in found
+                   if kept.weight > entry.weight):
+                continue
+            found.append((entry, spans))
+        ordered: list[tuple[_Entry, list[tuple[int, int]]]] = []
+        for entry, spans in found:
+            at = next((i for i, (broader, gaps) in enumerate(ordered)
+                       if _inside_a_gap(spans, gaps, broader.text, len(scanned))), len(ordered))
+            ordered.insert(at, (entry, spans))
+        return [TextMatch(e.check.id, e.text.id, e.text.source, e.text.kind, e.check.origin, e.text.text)
+                for e, _ in ordered]
+
+    def declared_by(self, text: str) -> set[str]:
+        """The checks that declare a text with the same literal parts as this declared text."""
+        fragments = {e.fragments for e in self.entries if e.text.text == text}
+        return {e.check.id for e in self.entries if e.fragments in fragments}
+
     def texts_named(self, text_id: str) -> list[tuple[Check, UpstreamText]]:
         """The declared texts with this id (case-insensitive), with their checks, in the registry's order."""
         wanted = text_id.casefold()
@@ -90,6 +124,31 @@ def cleaned(message: str) -> str:
     if len(message) > 2 * MAX_MESSAGE:
         message = message[:MAX_MESSAGE] + "\n" + message[-MAX_MESSAGE:]
     return _ESCAPES.sub("", message) if "\x1b" in message else message
+
+
+def _spans(message: str, fragments: Sequence[str]) -> list[tuple[int, int]] | None:
+    """Where each literal part is found, in order, or None."""
+    at, spans = 0, []
+    for fragment in fragments:
+        hit = message.find(fragment, at)
+        if hit < 0:
+            return None
+        at = hit + len(fragment)
+        spans.append((hit, at))
+    return spans
+
+
+def _inside_a_gap(spans: list[tuple[int, int]], broader: list[tuple[int, int]], text: UpstreamText,
+                  length: int) -> bool:
+    """Whether the text found at `spans` lies within a variable part of the broader text found at `broader`."""
+    start, end = spans[0][0], spans[-1][1]
+    gaps = [(a[1], b[0]) for a, b in zip(broader, broader[1:], strict=False)]
+    parsed = list(string.Formatter().parse(text.text))
+    if parsed and parsed[-1][1] is not None or text.match:  # a field (or an unrecorded end) after the last part
+        gaps.append((broader[-1][1], length))
+    if parsed and parsed[0][0] == "" and parsed[0][1] is not None:
+        gaps.append((0, broader[0][0]))
+    return any(lo <= start and end <= hi for lo, hi in gaps)
 
 
 def _contains_in_order(message: str, fragments: Sequence[str]) -> bool:
@@ -123,3 +182,9 @@ def classify(message: str, checks: Iterable[Check] | None = None) -> list[TextMa
     An empty list means no declared text was recognised, which is no verdict."""
     index = builtin_index() if checks is None else TextIndex(checks)
     return index.classify(message)
+
+
+def anchored(message: str, check_ids: Collection[str] | None = None) -> list[TextMatch]:
+    """The built-in texts found in `message` as anchors (`TextIndex.anchored`), among those of `check_ids` when
+    given: the smoke's cause lookup and triage read the registry this way."""
+    return builtin_index().anchored(message, check_ids)
