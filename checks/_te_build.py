@@ -154,7 +154,8 @@ def _classify(ctx: Context, message: str, cuda_major: str, missing: str = "") ->
         return _undefined(ctx, m, cuda_major)
     if "Could not find shared object file for Transformer Engine torch lib" in message:
         return "TE was installed without its [pytorch] extra", [_rebuild(ctx.static, cuda_major, force=False)], {}
-    if "version mismatch" in message or "empty 'transformer-engine' meta package" in message:
+    # TE writes the package name in backticks (`transformer-engine`); the stable words are its T3 text's parts.
+    if "version mismatch" in message or ("Found empty " in message and " meta package installed" in message):
         return "inconsistent TE packages", [fixes.te_reinstall(ctx.static, cuda_major)], {}
     if "libcudnn" in message or "CUDNN_STATUS" in message:
         return ("TE cannot load cuDNN: keep one cuDNN and point CUDNN_PATH / LD_LIBRARY_PATH at it",

@@ -10,7 +10,7 @@ from ._archs import NO_KERNEL_IMAGE, RULES_SOURCE, judge
 from .job.dsa import backend_none_fix
 from ._cudnn_fe_common import M8_FLASH_MLA, m8
 from ._cutedsl_stack import FE
-from ._anchors import UNEXPECTED_KEYWORD, missing_prefix, undefined_symbol
+from ._anchors import UNEXPECTED_KEYWORD, missing_module, missing_prefix, undefined_symbols
 from ._upstream import EAV, measured, mlm, pypi, verl_at
 
 FIX_BACKEND_NONE = fixes.BACKEND_NONE
@@ -72,8 +72,11 @@ def hadamard_arch_fix(ctx: Context, build: Fix) -> Fix:
 
 
 FLASH_MLA_TEXTS = (
-    *missing_prefix("I-flash-mla", "flash_mla"),
-    undefined_symbol("I-flash-mla-so", "flash_mla", "FlashMLA's extension built against another torch or CUDA",
+    # The package, or its compiled sibling; a submodule missing under a flash_mla that imports (flash_mla.cuda: a
+    # source tree ahead of the build) is not the missing package.
+    *missing_module("I-flash-mla", "flash_mla", submodules=False),
+    *missing_module("I-flash-mla-cuda", "flash_mla_cuda", submodules=False),
+    *undefined_symbols("I-flash-mla-so", "flash_mla", "FlashMLA's extension built against another torch or CUDA",
                      "https://github.com/deepseek-ai/FlashMLA/tree/nv_dev"),
     # Megatron's dependency check names the package it misses, with where to get it (utils.py), and FlashMLA's main
     # branch lacks the indexer_topk argument Megatron passes (the nv_dev branch has it).
@@ -177,7 +180,7 @@ def kernels_flash_mla(ctx: Context) -> Result:
 
 FAST_HADAMARD_TEXTS = (
     *missing_prefix("I-fast-hadamard", "fast_hadamard_transform"),
-    undefined_symbol("I-fast-hadamard-so", "fast_hadamard_transform", "fast-hadamard-transform's extension built "
+    *undefined_symbols("I-fast-hadamard-so", "fast_hadamard_transform", "fast-hadamard-transform's extension built "
                      "against another torch or CUDA", "https://github.com/Dao-AILab/fast-hadamard-transform"),
     UpstreamText("R10", "fast_hadamard_transform is not installed.", mlm(EAV + "dsa.py", "267"), "AssertionError"),
     UpstreamText("V3", "fast_hadamard_transform is unavailable; falling back to a pure-torch Fast Walsh-Hadamard "

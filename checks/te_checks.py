@@ -8,7 +8,7 @@ from dsv4_doctor.api import (TORCH, Context, Result, Source, StaticRequest, Upst
 
 from .fixes import catalogue as fixes
 from ._archs import RULES_SOURCE
-from ._anchors import missing_prefix, undefined_symbol
+from ._anchors import missing_prefix, undefined_symbols
 from ._upstream import measured, mlm, pypi, te_at
 from ._te_build import TE_DISTS, _te_archs, _classify
 
@@ -55,13 +55,13 @@ VERSION_TEXTS = (
                  match=("Transformer Engine package version mismatch. Found transformer_engine_torch v",
                         "Install transformer-engine using 'pip3 install --no-build-isolation "
                         "transformer-engine[pytorch]==")),
-    UpstreamText("T3", "Found empty 'transformer-engine' meta package installed{rest}",
+    UpstreamText("T3", "Found empty `transformer-engine` meta package installed{rest}",
                  te_at("common/__init__.py", "common/__init__.py (meta package without a core)"),
-                 "RuntimeError"),
+                 "RuntimeError", match=("Found empty ", "transformer-engine", " meta package installed")),
     UpstreamText("T9", "No dot product attention backend is available for the provided inputs. Please run with "
                  "NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2{rest}",
                  te_at("pytorch/attention/dot_product_attention/dot_product_attention.py",
-                       "dot_product_attention.py (no backend fits)"), "ValueError"),
+                       "dot_product_attention.py (no backend fits)"), "ValueError", cause=False),
     UpstreamText("T11", "thd format is not supported with hierarchical CP implementation yet",
                  te_at("pytorch/attention/dot_product_attention/context_parallel.py",
                        "context_parallel.py L5021-5023 (THD with a2a+p2p; gone from 2.19)", "release_v2.18"),
@@ -160,9 +160,11 @@ def te_version(ctx: Context) -> Result:
 
 IMPORT_TEXTS = (
     *missing_prefix("I-te", "transformer_engine"),
-    # TE's undefined-symbol reader (_undefined): a symbol one of TE's own libraries needs and nothing loaded provides.
-    undefined_symbol("T6-lib", "transformer_engine", "TransformerEngine #1192 / #1684 (undefined symbol)",
-                     "https://github.com/NVIDIA/TransformerEngine/issues/1192"),
+    # TE's undefined-symbol reader (_undefined): one of TE's own libraries needs a torch symbol (built against
+    # another torch) or a versioned symbol of a library (built against a newer one, cuBLAS). A symbol of TE's own
+    # names no cause the reader knows.
+    *undefined_symbols("T6-lib", "transformer_engine", "TransformerEngine #1192 / #1684 (undefined symbol)",
+                       "https://github.com/NVIDIA/TransformerEngine/issues/1192"),
     UpstreamText("T4", "Could not find shared object file for Transformer Engine torch lib.",
                  Source("TransformerEngine #1981 (no [pytorch] extra) / #2505 (NVTE_RELEASE_BUILD=1)",
                         "https://github.com/NVIDIA/TransformerEngine/issues/1981"), "FileNotFoundError"),

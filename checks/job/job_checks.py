@@ -77,7 +77,7 @@ CONFIG_TEXTS = (
     UpstreamText("H2", "Could not override '{key}'.\nTo append to your config use +{override}",
                  Source("Hydra 1.3.2 hydra/_internal/config_loader_impl.py L393",
                         HYDRA + "hydra/_internal/config_loader_impl.py#L393"), "ConfigCompositionException",
-                 match=("Could not override '", "'.", "To append to your config use +")),
+                 match=("Could not override '", "'.")),  # its first line: a log holds the two lines apart
     UpstreamText("H3", "unrecognized arguments: {arguments}",
                  Source("CPython 3.11 Lib/argparse.py (parse_args), run by Hydra 1.3.2's get_args_parser",
                         "https://github.com/python/cpython/blob/3.11/Lib/argparse.py"), "SystemExit"),

@@ -1,7 +1,8 @@
 """Causes, from the one upstream-text registry (`upstream_texts`, each rule's `texts=`), read as anchors: the most
 specific text first (the longest module path of `No module named`), a text inside another's variable part before it.
 Two rules more, for a job's log, where the smoke knows what it ran and triage does not:
-- a text that several rules declare alike (`no kernel image is available`) names no one rule: no cause;
+- a text that several rules declare alike (`no kernel image is available`), or that its rule marks as printed by
+  several causes (`cause=False`: TE's "No dot product attention backend is available"), names no cause;
 - on an `undefined symbol` line, only a text that names the library (the package that owns it) is a cause; the
   symbol alone (`_ZN3c10`: a torch symbol) does not say whose extension was built against another torch.
 A cause is only ever what a matched line supports: each carries its evidence lines."""
@@ -22,9 +23,10 @@ def _index() -> TextIndex:
 
 @functools.cache
 def _ambiguous(check_id: str, text_id: str) -> bool:
+    """A text several rules declare alike, or one its rule marks as printed by several causes (`cause=False`)."""
     index = _index()
-    texts = [e.text.text for e in index.entries if e.check.id == check_id and e.text.id == text_id]
-    return bool(texts) and len(index.declared_by(texts[0])) > 1
+    texts = [e.text for e in index.entries if e.check.id == check_id and e.text.id == text_id]
+    return bool(texts) and (not texts[0].cause or len(index.declared_by(texts[0].text)) > 1)
 
 
 def _names_the_library(line: str, found: TextMatch) -> bool:

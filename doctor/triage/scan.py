@@ -93,7 +93,7 @@ def scan(stream: Stream, index: int) -> Scanned:
                 for line in waiting:
                     line.after.append(shown)
                 waiting = [w for w in waiting if len(w.after) < AFTER]
-            if symptoms.CANDIDATE.search(raw):
+            if symptoms.CANDIDATE.search(raw) or symptoms.upstream_anchor(raw):
                 kept = _candidate(out, raw, was_cut, number, default, year, ring, per_key)
                 if kept is not None:
                     waiting.append(kept)
@@ -108,6 +108,8 @@ def _candidate(out: Scanned, raw: bytes, was_cut: bool, number: int, default: la
                ring: deque, per_key: dict) -> Line | None:
     where, text = layouts.of_line(text_of(raw))
     rule = symptoms.classify_line(text.strip())
+    if rule is None and registry_matches(text):
+        rule = symptoms.UPSTREAM_TEXT
     if rule is None:
         return None
     rank = where.rank if where.rank is not None else default.rank

@@ -1,10 +1,10 @@
 """What a log line is, by ordered named rules (first match wins, specific first, then a catch-all), as PyTorch's CI
 log classifier does: a consequence of another failure (never the first failure), a soft failure (a failure only
 where nothing harder failed: the watchdog abort every other rank prints, a closed connection), a death another
-process reports (Ray's actor and worker deaths, the launcher's "exitcode: -9": a failure only where nothing else
-failed, as it hides the dead one's own stream), a
-failure with a symptom class, a failure of no known class (an exception), or a logged error (a failure only when
-a registry text matches it).
+process reports (Ray's actor and worker deaths, the launcher's "exitcode: -9": listed apart, never the first
+failure, as it hides the dead one's own stream), a failure with a symptom class, a failure of no known class (an
+exception), a logged error (a failure only when a registry text matches it), or a line that carries a rule's
+upstream text and no word of an error (Hydra prints "Could not override '...'." alone).
 
 Symptom classes: nccl-timeout, illegal-memory-access, oom, nan-inf, signal-killed, worker-died, no-kernel-image,
 gpu-lost; each with what to collect next (`COLLECT_NEXT`)."""
@@ -21,11 +21,30 @@ CLASSES = ("nccl-timeout", "illegal-memory-access", "oom", "nan-inf", "signal-ki
 
 # A cheap first look at the raw bytes of every line: a line this does not find is no candidate at all.
 CANDIDATE = re.compile(
-    rb"Error|Exception|error|Traceback|FATAL|Fatal|CRITICAL|[Kk]illed|SIG[A-Z]{3,4}|Signal|Segmentation|core dump|"
+    rb"Error|Exception|error|Traceback|FATAL|Fatal|fatal|CRITICAL|[Kk]illed|SIG[A-Z]{3,4}|Signal|Segmentation|"
+    rb"core dump|"
     rb"[Oo]ut of memory|OutOfMemory|MemoryAllocation|allocate memory|oom|OOM|illegal|misaligned|"
     rb"(?<![A-Za-z])(?:nan|NaN|NAN|inf|Inf)(?![A-Za-z])|-finite|not finite|[Ww]atchdog|[Tt]imed? ?out|"
     rb"died|[Dd]ead|No module named|undefined symbol|kernel image|Xid|fell off|exitcode|CANCELLED|assert|Connection "
     rb"closed|Connection reset|abort|[Tt]aking the entire|ECC|NVRM|terminate called|what\(\)|cudaError|CUDA_ERROR")
+
+
+def _upstream_anchors() -> re.Pattern:
+    """The registry texts' longest literal parts, as one bytes pattern: the cheap first look for a line that carries
+    a rule's own text and none of CANDIDATE's words (built once, on first use)."""
+    from ..upstream.registry import builtin_index
+
+    parts = sorted({max(e.fragments, key=len) for e in builtin_index().entries}, key=len, reverse=True)
+    return re.compile(b"|".join(re.escape(p.encode()) for p in parts) or b"(?!)")
+
+
+_ANCHORS: list[re.Pattern] = []
+
+
+def upstream_anchor(raw: bytes) -> bool:
+    if not _ANCHORS:
+        _ANCHORS.append(_upstream_anchors())
+    return _ANCHORS[0].search(raw) is not None
 
 
 @dataclass(frozen=True)
@@ -58,7 +77,8 @@ NEEDLES: dict[str, tuple[str, ...]] = {
     "signal-killed": ("SIG", "Segmentation", "Bus error", "core dumped", "Fatal Python", "Killed", "killed by",
                       "CANCELLED", "DUE TO", "Signal "),
     "exception": ("Error", "Exception", "Exit", "Interrupt", "Failure"),
-    "native-error": ("terminate called", "what()", "CUDA error", "NCCL error", "cudaError", "_STATUS_", "CUDA_ERROR_"),
+    "native-error": ("terminate called", "what()", "CUDA error", "NCCL error", "cudaError", "_STATUS_", "CUDA_ERROR_",
+                     "fatal", "error"),
     "logged-error": ("ERROR", "CRITICAL", "FATAL", "error:", "E0", "E1", "[E"),
 }
 
@@ -75,9 +95,9 @@ RULES: tuple[Rule, ...] = (
     _rule("torchrun-closing-signal", CONSEQUENCE, None, r"Sending process \d+ closing signal"),
     _rule("torchrun-exitcode-signal", REPORTED, "signal-killed", r"exitcode\s*:?\s*-\d+"),
     _rule("torchrun-exitcode", CONSEQUENCE, None, r"exitcode\s*:?\s*\d+|error_file\s*:"),
-    _rule("ray-task-error", CONSEQUENCE, None, r"RayTaskError"),
     _rule("ray-actor-died", REPORTED, "worker-died",
           r"ActorDiedError|RayActorError|[Tt]he actor died|actor died unexpectedly|ActorUnavailableError"),
+    _rule("ray-task-error", CONSEQUENCE, None, r"RayTaskError"),
     _rule("ray-worker-died", REPORTED, "worker-died",
           r"[Aa] worker died or was killed|WorkerCrashedError|[Ww]orker died|Worker unexpectedly exits|"
           r"worker (?:process )?(?:has )?exited unexpectedly|NodeDiedError|node (?:has )?died"),
@@ -121,10 +141,14 @@ RULES: tuple[Rule, ...] = (
           r"(?:\([^)]{0,200}\))?: "),
     _rule("native-error", FAILURE, None,
           r"terminate called after throwing|\bwhat\(\):|CUDA error:|NCCL error|\bcudaError\w+|CUBLAS_STATUS_\w+|"
-          r"CUDNN_STATUS_\w+|CUDA_ERROR_\w+"),
+          r"CUDNN_STATUS_\w+|CUDA_ERROR_\w+|^(?:nvcc|ninja|ld|gcc|g\+\+|c\+\+) ?(?:fatal|error) ?:"),
     # A logged error: a failure only where a registry text matches it.
     _rule("logged-error", LOGGED, None, r"\b(?:ERROR|CRITICAL|FATAL)\b|\berror:|^E\d{4} |^\[E"),
 )
+
+
+# A line that carries a rule's upstream text (and matched no rule above): a failure of no symptom class.
+UPSTREAM_TEXT = Rule("upstream-text", FAILURE, None, re.compile(""), ())
 
 
 def classify_line(text: str) -> Rule | None:

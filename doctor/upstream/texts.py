@@ -44,6 +44,9 @@ class UpstreamText:
     source: Source
     kind: str  # "ValueError", "warning", ...: what upstream raises or logs
     match: tuple[str, ...] = ()
+    # False for a text that several causes print (TE's "No dot product attention backend is available": any input no
+    # backend fits): it still points at its rule, but names no cause on its own (triage says a symptom, not a cause).
+    cause: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not TEXT_ID.fullmatch(self.id):
@@ -54,6 +57,8 @@ class UpstreamText:
             raise ValueError(f"upstream text {self.id}: source must be a Source")
         if not isinstance(self.text, str) or not self.text.strip() or len(self.text) > MAX_TEXT:
             raise ValueError(f"upstream text {self.id}: text must be 1 to {MAX_TEXT} characters")
+        if not isinstance(self.cause, bool):
+            raise ValueError(f"upstream text {self.id}: cause must be True or False")
         if not isinstance(self.match, tuple) or not all(isinstance(m, str) and m for m in self.match):
             raise ValueError(f"upstream text {self.id}: match must be a tuple of non-empty strings")
         parts = self.fragments  # raises on a malformed `{field}`
@@ -75,4 +80,4 @@ class UpstreamText:
 
     def to_dict(self) -> dict:
         return {"id": self.id, "kind": self.kind, "text": self.text, "source": self.source.to_dict(),
-                **({"match": list(self.match)} if self.match else {})}
+                **({"match": list(self.match)} if self.match else {}), **({} if self.cause else {"cause": False})}
