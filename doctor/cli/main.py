@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from ..commands.usecases import Options
 from .grammar import COMMANDS, COMPLETION_VARIABLE, INSPECTING_COMMANDS, PROG, ROOT_OPTIONS, VALUE_OPTIONS, _app
-from ..model.core import ExitCode, UsageError
+from ..model.core import ExitCode, UsageError, defect_line
 from ..report.emitter import emit, preflight_report
 from ..report.output import finish_streams, isatty, line_text, say, write_stderr, write_stdout
 
@@ -185,7 +185,7 @@ def parse_command_line(argv: list[str]) -> Options:
         finish_streams()
         sys.exit(int(ExitCode.USAGE))
     except Exception as exc:  # a defect of the doctor's own: one line that says where, never a traceback
-        say(f"{PROG}: internal error: {_where(exc)}")
+        say(f"{PROG}: internal error: {defect_line(exc)}")
         finish_streams()
         sys.exit(int(ExitCode.INTERNAL))
     args = chosen.get("args")
@@ -332,16 +332,6 @@ def run_command(opts: Options) -> int:
     return _stdout_or_4(catalog.explanation(opts, output_width(isatty(sys.stdout))), "the explanation")
 
 
-def _where(exc: BaseException) -> str:
-    """`Type: message (file:line)` of the innermost frame, for a defect report without a traceback."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    place = f" ({os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno})" if tb is not None else ""
-    return f"{type(exc).__name__}: {exc}{place}"
-
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     from ..hostio.signals import GATE
 
@@ -382,5 +372,5 @@ def _run(opts: Options) -> int:
         say(f"dsv4-doctor {opts.command}: interrupted by {exc}")
         return 128 + exc.signum
     except Exception as exc:  # a defect of the doctor's own: one line that says where, never a traceback
-        say(f"dsv4-doctor {opts.command}: internal error: {_where(exc)}")
+        say(f"dsv4-doctor {opts.command}: internal error: {defect_line(exc)}")
         return int(ExitCode.INTERNAL)

@@ -86,6 +86,19 @@ def _read_fifo(fd: int, limit: int, seconds: float) -> bytes:
     return b"".join(chunks)
 
 
+def _fstat(fd: int) -> os.stat_result:
+    try:
+        return os.fstat(fd)
+    except OSError as exc:
+        raise ReadRefused(exc.strerror or str(exc)) from None
+
+
+def _regular(st: os.stat_result) -> None:
+    """What was opened is a regular file, else ReadRefused naming what it is (checked on the descriptor: no race)."""
+    if not stat.S_ISREG(st.st_mode):
+        raise ReadRefused(f"it is {_kind(st.st_mode)}, not a regular file")
+
+
 def read_file(path: str, limit: int, follow_links: bool = True, fifo_s: float = 0.0, strict_size: bool = False
               ) -> bytes:
     """At most `limit` bytes of the regular file at `path` (of a FIFO too, within `fifo_s` seconds, when it is
@@ -93,14 +106,10 @@ def read_file(path: str, limit: int, follow_links: bool = True, fifo_s: float = 
     ReadRefused, or model.Interrupted when a stop signal comes while a FIFO is read."""
     fd = _open(path, follow_links)
     try:
-        try:
-            st = os.fstat(fd)
-        except OSError as exc:
-            raise ReadRefused(exc.strerror or str(exc)) from None
+        st = _fstat(fd)
         if stat.S_ISFIFO(st.st_mode) and fifo_s > 0:
             return _read_fifo(fd, limit, fifo_s)
-        if not stat.S_ISREG(st.st_mode):
-            raise ReadRefused(f"it is {_kind(st.st_mode)}, not a regular file")
+        _regular(st)
         if strict_size and st.st_size > limit:
             raise ReadRefused(f"it is larger than {limit} bytes ({st.st_size} bytes)")
         chunks, left = [], limit
@@ -124,12 +133,7 @@ def read_chunks(path: str, chunk: int = 1 << 20, follow_links: bool = True) -> I
     ReadRefused for anything but a regular file; the descriptor is closed when the iteration ends or is dropped."""
     fd = _open(path, follow_links)
     try:
-        try:
-            st = os.fstat(fd)
-        except OSError as exc:
-            raise ReadRefused(exc.strerror or str(exc)) from None
-        if not stat.S_ISREG(st.st_mode):
-            raise ReadRefused(f"it is {_kind(st.st_mode)}, not a regular file")
+        _regular(_fstat(fd))
         yield from fd_chunks(fd, chunk)
     finally:
         os.close(fd)

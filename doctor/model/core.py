@@ -350,6 +350,18 @@ def overall_status(statuses: Iterable[Status]) -> Status:
     return worst
 
 
+def defect_line(exc: BaseException) -> str:
+    """`Type: message (file:line)` of the innermost frame: a defect of the doctor's own said in one line, without a
+    traceback."""
+    import os
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    place = f" ({os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno})" if tb is not None else ""
+    return f"{type(exc).__name__}: {exc}{place}"
+
+
 def exit_code_for(checks: Sequence[CheckReport], strict: bool = False) -> ExitCode:
     if any(c.internal_error for c in checks):
         return ExitCode.INTERNAL

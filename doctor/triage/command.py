@@ -6,23 +6,12 @@ from __future__ import annotations
 
 import sys
 
-from ..model.core import ExitCode, UsageError
+from ..model.core import ExitCode, UsageError, defect_line
 from . import doctorreport
 from .locate import Located, locate
 from .scan import Scanned, scan
 from .streams import Skipped, Stream, gather
 from .verdict import build
-
-
-def _where(exc: BaseException) -> str:
-    """`Type: message (file:line)` of the innermost frame: a defect said in one line, never a traceback."""
-    import os
-
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    place = f" ({os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno})" if tb is not None else ""
-    return f"{type(exc).__name__}: {exc}{place}"
 
 
 def _reports(streams: list[Stream]) -> tuple[list[Stream], list[doctorreport.DoctorReport]]:
@@ -62,7 +51,7 @@ def triage(paths: list[str]) -> tuple[dict, str, int]:
                                        first.host if first else None)
             result = build(located, said)
     except Exception as exc:  # a defect of the doctor's own: the report of what it had, and exit 3
-        note = f"dsv4-doctor triage: internal error, the triage is incomplete: {_where(exc)}"
+        note = f"dsv4-doctor triage: internal error, the triage is incomplete: {defect_line(exc)}"
         code = int(ExitCode.INTERNAL)
         try:
             result = build(located)

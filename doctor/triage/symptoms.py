@@ -11,6 +11,7 @@ gpu-lost; each with what to collect next (`COLLECT_NEXT`)."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -56,95 +57,28 @@ class Rule:
     needles: tuple[str, ...]  # the pattern is tried only on a line holding one of these (`in` is cheap, re is not)
 
 
-# Per rule: words one of which every line it matches holds.
-NEEDLES: dict[str, tuple[str, ...]] = {
-    "nccl-entire-process-down": ("entire process", "data inconsistency"),
-    "torchrun-child-failed": ("ChildFailedError", "Root Cause"),
-    "torchrun-closing-signal": ("closing signal",),
-    "torchrun-exitcode-signal": ("exitcode",),
-    "torchrun-exitcode": ("exitcode", "error_file"),
-    "ray-task-error": ("RayTaskError",),
-    "ray-actor-died": ("Actor", "actor"),
-    "ray-worker-died": ("orker", "died", "Died"),
-    "nccl-watchdog-timeout": ("imeout", "imed out", "heartbeat"),
-    "peer-failed": ("abort", "Abort", "Remote", "remote process", "Connection", "roken pipe", "watchdog thread"),
-    "gpu-lost": ("Xid", "bus", "ECC", "GPU is lost", "GPU requires", "DevicesUnavailable"),
-    "no-kernel-image": ("kernel image", "NoKernelImage", "NO_BINARY", "not compatible with the current PyTorch"),
-    "illegal-memory-access": ("illegal", "Illegal", "ILLEGAL", "misaligned", "aunch failure", "LaunchFailure"),
-    "device-side-assert": ("device-side assert", "cudaErrorAssert"),
-    "oom": ("emory", "oom", "OOM", "MEMORY"),
-    "nan-inf": ("nan", "NaN", "NAN", "inf", "Inf", "finite"),
-    "signal-killed": ("SIG", "Segmentation", "Bus error", "core dumped", "Fatal Python", "Killed", "killed by",
-                      "CANCELLED", "DUE TO", "Signal "),
-    "exception": ("Error", "Exception", "Exit", "Interrupt", "Failure"),
-    "native-error": ("terminate called", "what()", "CUDA error", "NCCL error", "cudaError", "_STATUS_", "CUDA_ERROR_",
-                     "fatal", "error"),
-    "logged-error": ("ERROR", "CRITICAL", "FATAL", "error:", "E0", "E1", "[E"),
-}
+RULES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rules.json")
+KINDS = (CONSEQUENCE, REPORTED, SOFT, FAILURE, LOGGED)
 
 
-def _rule(name: str, kind: str, klass: str | None, pattern: str) -> Rule:
-    return Rule(name, kind, klass, re.compile(pattern), NEEDLES[name])
+def load_rules(path: str = RULES_FILE) -> tuple[Rule, ...]:
+    """The line rules, in order, from their data file (rules.json: each rule's name, kind, symptom class, needles and
+    patterns), read through the doctor's one read path and checked: a malformed rule raises, never half-loads."""
+    from ..hostio.safeio import load_json
+
+    rules = []
+    for entry in load_json(path, 1 << 20)["rules"]:
+        if entry["kind"] not in KINDS or (entry["class"] is not None and entry["class"] not in CLASSES):
+            raise ValueError(f"triage rule {entry['name']!r}: unknown kind or class")
+        needles = tuple(entry["needles"])
+        if not needles or not all(isinstance(n, str) and n for n in needles):
+            raise ValueError(f"triage rule {entry['name']!r}: needles must be non-empty strings")
+        rules.append(Rule(entry["name"], entry["kind"], entry["class"], re.compile("|".join(entry["any_of"])),
+                          needles))
+    return tuple(rules)
 
 
-RULES: tuple[Rule, ...] = (
-    # Consequences: another failure came first.
-    _rule("nccl-entire-process-down", CONSEQUENCE, None,
-          r"taking the entire process down|To avoid data inconsistency, we are taking"),
-    _rule("torchrun-child-failed", CONSEQUENCE, None, r"ChildFailedError|Root Cause \(first observed failure\)"),
-    _rule("torchrun-closing-signal", CONSEQUENCE, None, r"Sending process \d+ closing signal"),
-    _rule("torchrun-exitcode-signal", REPORTED, "signal-killed", r"exitcode\s*:?\s*-\d+"),
-    _rule("torchrun-exitcode", CONSEQUENCE, None, r"exitcode\s*:?\s*\d+|error_file\s*:"),
-    _rule("ray-actor-died", REPORTED, "worker-died",
-          r"ActorDiedError|RayActorError|[Tt]he actor died|actor died unexpectedly|ActorUnavailableError"),
-    _rule("ray-task-error", CONSEQUENCE, None, r"RayTaskError"),
-    _rule("ray-worker-died", REPORTED, "worker-died",
-          r"[Aa] worker died or was killed|WorkerCrashedError|[Ww]orker died|Worker unexpectedly exits|"
-          r"worker (?:process )?(?:has )?exited unexpectedly|NodeDiedError|node (?:has )?died"),
-    _rule("nccl-watchdog-timeout", SOFT, "nccl-timeout",
-          r"Watchdog caught collective operation timeout|collective operation timeout|ProcessGroupNCCL.{0,200}"
-          r"[Tt]imeout|NCCL.{0,80}timed out|[Tt]imed out waiting for|DistStoreError.{0,80}[Tt]imeout|"
-          r"Socket Timeout|heartbeat monitor|timed out after \d+ ?m?s|wait timeout after"),
-    _rule("peer-failed", SOFT, None,
-          r"NCCL communicator was aborted|ncclRemoteError|remote process exited or there was a network error|"
-          r"Connection closed by peer|Connection reset by peer|ProcessGroupNCCL is aborted|"
-          r"Process group watchdog thread terminated|[Bb]roken pipe|has been aborted|Aborting NCCL communicator"),
-    # Failures with a symptom class, most specific first.
-    _rule("gpu-lost", FAILURE, "gpu-lost",
-          r"NVRM: Xid|\bXid\b|fallen off the bus|fell off the bus|cudaErrorDevicesUnavailable|"
-          r"uncorrectable ECC|CUDA_ERROR_ECC_UNCORRECTABLE|ECC error|GPU is lost|GPU requires reset"),
-    _rule("no-kernel-image", FAILURE, "no-kernel-image",
-          r"no kernel image is available|cudaErrorNoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU|"
-          r"is not compatible with the current PyTorch installation"),
-    _rule("illegal-memory-access", FAILURE, "illegal-memory-access",
-          r"illegal memory access|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS|misaligned address|"
-          r"illegal instruction was encountered|cudaErrorLaunchFailure|unspecified launch failure"),
-    _rule("device-side-assert", FAILURE, "illegal-memory-access", r"device-side assert triggered|"
-          r"cudaErrorAssert"),
-    _rule("oom", FAILURE, "oom",
-          r"CUDA out of memory|OutOfMemoryError|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|"
-          r"[Oo]ut of memory|oom-kill|oom_kill|OOM killer|Cannot allocate memory"),
-    _rule("nan-inf", FAILURE, "nan-inf",
-          r"(?i:\b(?:loss|grad(?:ient)?s?(?:[ _]?norm)?)\b[^\n]{0,40}?[=:|]?\s*[-+]?(?:nan|inf)\b|"
-          r"\b(?:nan|inf)\b[^\n]{0,30}\b(?:loss|grad)|found (?:nan|inf)\b|nan or inf|inf or nan|non-finite|"
-          r"is not finite|contains? (?:a )?(?:nan|inf)\b)"),
-    _rule("signal-killed", FAILURE, "signal-killed",
-          r"Segmentation fault|SIGSEGV|SIGKILL|SIGABRT|SIGBUS|SIGILL|SIGFPE|Bus error|core dumped|"
-          r"Fatal Python error|Signals\.SIG[A-Z]+|killed by signal|^Killed\s*$|CANCELLED AT|DUE TO TIME LIMIT|"
-          r"DUE TO PREEMPTION|Signal \d+ \(SIG[A-Z]+\) received"),
-    # No symptom class: an exception, a C++ abort, a CUDA or NCCL error.
-    _rule("exception", FAILURE, None,
-          r"^(?:[A-Za-z_][\w.]{0,200}\.)?[A-Za-z_]\w{0,100}(?:Error|Exception|Exit|Interrupt|Failure)"
-          r"(?:\([^)]{0,200}\))?:(?:\s|$)|^(?:[\w.]{0,200}\.)?(?:KeyboardInterrupt|SystemExit)\s*$|"
-          # the same, logged at the error level after the logger's own prefix
-          r"\b(?:ERROR|CRITICAL|FATAL)\b.{0,160}?\s(?:[A-Za-z_][\w.]{0,200}\.)?[A-Z]\w{0,100}(?:Error|Exception)"
-          r"(?:\([^)]{0,200}\))?: "),
-    _rule("native-error", FAILURE, None,
-          r"terminate called after throwing|\bwhat\(\):|CUDA error:|NCCL error|\bcudaError\w+|CUBLAS_STATUS_\w+|"
-          r"CUDNN_STATUS_\w+|CUDA_ERROR_\w+|^(?:nvcc|ninja|ld|gcc|g\+\+|c\+\+) ?(?:fatal|error) ?:"),
-    # A logged error: a failure only where a registry text matches it.
-    _rule("logged-error", LOGGED, None, r"\b(?:ERROR|CRITICAL|FATAL)\b|\berror:|^E\d{4} |^\[E"),
-)
+RULES: tuple[Rule, ...] = load_rules()
 
 
 # A line that carries a rule's upstream text (and matched no rule above): a failure of no symptom class.
