@@ -34,13 +34,15 @@ def missing_prefix(text_id: str, prefix: str) -> tuple[UpstreamText, ...]:
 # The undefined symbols whose kind names a cause: a torch symbol (the extension was built against another torch), or a
 # symbol version of another library (built against a newer one: cuBLAS's `, version libcublasLt.so.13`). A symbol of
 # the package's own names none the doctor knows (a broken build of its own).
-SYMBOL_KINDS = (("c10", "_ZN3c10"), ("at", "_ZN2at"), ("torch", "_ZN5torch"), ("versioned", ", version lib"))
+SYMBOL_KINDS = (("c10", "_ZN3c10{more}", "_ZN3c10"), ("at", "_ZN2at{more}", "_ZN2at"),
+                ("torch", "_ZN5torch{more}", "_ZN5torch"),
+                ("versioned", "{symbol}, version lib{library}", ", version lib"))
 
 
 def undefined_symbols(text_id: str, library: str, title: str, url: str) -> tuple[UpstreamText, ...]:
     """A library of `library`'s package that needs a symbol no loaded library provides (the dynamic loader's
     ImportError), one text per kind of symbol that names a cause: the package's own library is the anchor, so the
     rule is that package's."""
-    return tuple(UpstreamText(f"{text_id}-{kind}", f"{{path}}{library}{{rest}}: undefined symbol: {symbol}{{more}}",
-                              Source(title, url), "ImportError", match=(library, ": undefined symbol: ", symbol))
-                 for kind, symbol in SYMBOL_KINDS)
+    return tuple(UpstreamText(f"{text_id}-{kind}", f"{{path}}{library}{{rest}}: undefined symbol: {shown}",
+                              Source(title, url), "ImportError", match=(library, ": undefined symbol: ", anchor))
+                 for kind, shown, anchor in SYMBOL_KINDS)
