@@ -70,7 +70,7 @@ ROOT_OPTIONS = ("-h", "--help", "--version", "--install-completion", "--show-com
 INSPECTING_COMMANDS = ("check", "smoke", "fix", "preflight", "fleet")
 VALUE_OPTIONS = ("--cp", "--dsa-backend", "--gpu-arch", "--python", "--timeout", "--only", "--skip", "--device", "-f",
                  "--format", "-o", "--output", "--fleet-port", "--fleet-wait", "--ray-wait-nodes", "--job-args",
-                 "--job-args-file", "--job-cwd", "--report", "--venv")
+                 "--job-args-file", "--job-cwd", "--report", "--venv", "--accept")
 OPTION_NAMES = {f.name for f in fields(Options)} - {"command"}
 
 
@@ -207,6 +207,10 @@ def _app():
                      "job.* checks run (what `preflight` does, without running it).")
     job_args_file_help = ("--job-args read from FILE (at most 4 MiB; `<(...)` too), so that the training command "
                           "stays off the doctor's command line, which every user of the machine can read.")
+    accept_help = ("Accept a warning of check ID (repeatable): it stays in the report, marked accepted with REASON, "
+                   "and no longer fails --strict; a failure is never accepted. Also DSV4_DOCTOR_ACCEPT (`;` between "
+                   "entries) and `accept = [...]` under [tool.dsv4-doctor] in dsv4-doctor.toml or pyproject.toml "
+                   "(docs/accept.md).")
     cp_t, arch_t, timeout_t, port_t = _checked(_cp), _checked(_gpu_arch), _checked(parse_timeout), _checked(_port)
     dsa_choice, device_choice = Choice(["cudnn", "none"]), Choice(["auto", "cuda", "cpu"])
     report_formats = Choice(list(FORMATS))
@@ -229,6 +233,7 @@ def _app():
         output=Option(None, "-o", "--output", metavar="FILE", help=output_help),
         text_or_json=Option("text", "-f", "--format", click_type=Choice(["text", "json"]), help="text or json."),
         no_smoke=Option(False, "--no-smoke", help="Skip the smoke forward."),
+        accept=Option(None, "--accept", metavar="ID[:REASON]", help=accept_help, autocompletion=complete_check),
         deep=Option(False, "--deep", help=deep_help),
         distributed=Option(None, "--distributed/--no-distributed", help=dist_help, rich_help_panel=fleet,
                            show_default=False),
@@ -249,7 +254,7 @@ def _app():
                     "skip": list[str] | None, "format": str, "output": str | None, "no_smoke": bool, "deep": bool,
                     "distributed": bool | None, "fleet_port": int | None, "fleet_wait": float | None,
                     "anonymize_hosts": bool, "ray": bool, "ray_hook": bool, "ray_wait_nodes": float | None,
-                    "verbose_ranks": bool, "verbose": int, "no_kernel_cache": bool}
+                    "verbose_ranks": bool, "verbose": int, "no_kernel_cache": bool, "accept": list[str] | None}
 
     def parameters(*order: str):
         """A command's parameters in the order its help lists them: its own (the function's), and by name the
@@ -267,12 +272,12 @@ def _app():
 
     @app.command(**said("Check this environment for the planned DSv4 job (the default)."), epilog=EXIT_CODES_HELP)
     @parameters("cp", "dsa_backend", "gpu_arch", "python", "timeout", "only", "skip", "format", "output", "strict",
-                "static_only", "no_smoke", "deep", "device", "distributed", "fleet_port", "fleet_wait",
+                "accept", "static_only", "no_smoke", "deep", "device", "distributed", "fleet_port", "fleet_wait",
                 "anonymize_hosts", "verbose_ranks", "verbose", "no_kernel_cache", "job_args", "job_args_file",
                 "job_cwd", "ray", "ray_wait_nodes")
     def check(
         cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
-        strict: bool = Option(False, "--strict", help="Warnings fail too (exit 1)."),
+        strict: bool = Option(False, "--strict", help="Warnings fail too (exit 1), but accepted ones (--accept)."),
         static_only: bool = Option(False, "--static-only", help="Skip every check that imports packages "
                                    "(metadata, file locations and ast only)."),
         device: str = Option("auto", "--device", click_type=device_choice, help="Where the smoke forward runs: "
@@ -345,9 +350,9 @@ def _app():
     ) -> None:
         take("fix", {**locals(), **given})
 
-    @parameters("gpu_arch", "cp", "dsa_backend", "python", "timeout", "only", "skip", "strict", "no_smoke", "deep",
-                "dry_run", "report", "distributed", "fleet_port", "fleet_wait", "anonymize_hosts", "verbose_ranks",
-                "verbose", "no_kernel_cache", "job_command", "ray", "ray_hook", "ray_wait_nodes")
+    @parameters("gpu_arch", "cp", "dsa_backend", "python", "timeout", "only", "skip", "strict", "accept", "no_smoke",
+                "deep", "dry_run", "report", "distributed", "fleet_port", "fleet_wait", "anonymize_hosts",
+                "verbose_ranks", "verbose", "no_kernel_cache", "job_command", "ray", "ray_hook", "ray_wait_nodes")
     def preflight(
         gpu_arch: str | None = Option(None, "--gpu-arch", parser=arch_t, metavar="X.Y", help=(
             "Compute capability the job runs on; default: detected with nvidia-smi.")),
@@ -359,7 +364,7 @@ def _app():
             "that states its own must agree.")),
         python: str | None = Option(None, "--python", metavar="PATH", help=(
             "Interpreter to inspect (default: the one running the doctor; in a job script, the job's python).")),
-        strict: bool = Option(False, "--strict", help="Warnings block the command too."),
+        strict: bool = Option(False, "--strict", help="Warnings block the command too, but accepted ones (--accept)."),
         dry_run: bool = Option(False, "--dry-run", help="Check, report, and stop before running the command."),
         report: str | None = Option(None, "--report", metavar="FILE", help=(
             "Also write the JSON report to FILE (for the job's logs).")),

@@ -44,6 +44,7 @@ class Options:
     format: str = "text"
     output: str | None = None
     strict: bool = False
+    accept: list[str] | None = None  # --accept ID[:REASON], repeatable (engine/accept.py: with the variable and files)
     static_only: bool = False
     no_smoke: bool = False
     deep: bool = False  # --deep: the smoke's tier 2 (the DSv4 layer, fused vs unfused) too
@@ -139,11 +140,15 @@ def run_report(opts: Options, profile: Profile, only: list[str], skip: list[str]
     from ..report.dispatch import live_display
     from ..engine.runreport import run_check
 
+    from ..engine.accept import gather
+
+    accepted = gather(opts.accept, os.environ, os.getcwd())  # a bad acceptance is a usage error, before any check
     display = live_display(progress)
     try:
         judged = opts.judged if opts.judged is not None and opts.judged.python == opts.python else None
         return run_check(opts.python, opts.timeout, profile, only, skip, strict, on_event=display,
-                         job_path=job_start(opts, profile), judged=judged.to_dict() if judged else None)
+                         job_path=job_start(opts, profile), judged=judged.to_dict() if judged else None,
+                         accepted=accepted)
     finally:
         display.stop()
 

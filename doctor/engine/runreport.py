@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ..report.assemble import assemble, build, environment
 from ..model.core import CheckReport, Interrupted, Profile, Status, UsageError
 from ..model.report import Report
+from .accept import Acceptance, check_known
 from .earlystart import session_for
 from .session import select
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 def run_check(python: str | None, timeout: float | None, profile: Profile, only: Sequence[str], skip: Sequence[str],
               strict: bool, on_event: Callable[..., None] | None = None, job_path: JobPath | None = None,
-              judged: dict | None = None) -> Report:
+              judged: dict | None = None, accepted: Sequence[Acceptance] = ()) -> Report:
     """Everything `check` does up to the report.
 
     Order: the early probes start, the registry loads, the selection is validated (by id alone, so a usage error
@@ -34,11 +35,12 @@ def run_check(python: str | None, timeout: float | None, profile: Profile, only:
         session.use_job_path(job_path)  # modules are located as the job's interpreter will find them
         session.load()
         selected = select(session.all_checks(), only, skip, job=profile.job is not None)
+        check_known(accepted, [c.id for c in session.all_checks()])
         session.check_target()
         profile = session.resolve(profile)
         outcome = session.run(profile, selected, on_event=on_event)
         session.shield()  # the run is over: a signal now does not cut the report short
-        return build(outcome, session.python, strict)
+        return build(outcome, session.python, strict, accepted=accepted)
     except Interrupted as exc:
         session.shield()
         code = 128 + exc.signum
@@ -49,7 +51,7 @@ def run_check(python: str | None, timeout: float | None, profile: Profile, only:
             return assemble(profile, [row], [], environment(session.target, None, session.python), strict,
                             time.monotonic() - session.started, interrupted=str(exc), exit_override=code)
         # The fix plan of what finished is marked incomplete by its caller (fixplan.incomplete).
-        return build(partial, session.python, strict, exit_override=code)
+        return build(partial, session.python, strict, exit_override=code, accepted=accepted)
     except UsageError:
         raise
     except Exception as exc:  # the doctor itself broke: report it rather than die

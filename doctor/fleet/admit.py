@@ -99,7 +99,15 @@ def _row_from(data, rank: int) -> CheckReport:
                        details=_text(data.get("details")), evidence=evidence, fixes=fixes, sources=sources,
                        duration_s=_seconds(duration) or 0.0,
                        origin=_text(data.get("origin"), 200) or "dsv4-doctor",
-                       internal_error=data.get("internal_error") is True)
+                       internal_error=data.get("internal_error") is True, accepted=_accepted(data, status))
+
+
+def _accepted(data: Mapping, status: Status) -> dict | None:
+    """A rank's acceptance of a warning, bounded (a rank's report is hostile input); never on another status."""
+    acc = data.get("accepted")
+    if status is not Status.WARN or not isinstance(acc, Mapping):
+        return None
+    return {"reason": _text(acc.get("reason"), 200), "from": _text(acc.get("from"), 300)}
 
 
 class RankReport:

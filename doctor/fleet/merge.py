@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
 
 # admit, BadReport and MAX_REPORT_BYTES stay importable from here: the tests reach them through the merge.
 from .admit import FINGERPRINT_SECTIONS, MAX_REPORT_BYTES, BadReport, RankReport, _obj, admit  # noqa: F401
@@ -154,10 +155,12 @@ def merge_check(check_id: str, rows: Mapping[int, CheckReport], host_of: Mapping
     if first.details:
         details += ("\n" if details else "") + (f"{_who(w_ranks[:1], host_of)}:\n" if lines else "") + first.details
     evidence = {"groups": listed, "group_count": len(ordered), "first_rank_evidence": first.evidence}
+    # Accepted where it warns on every rank that ran it and every rank accepted it (they share the command line).
+    accepted = first.accepted if status is Status.WARN and all(row.accepted for row in ran.values()) else None
     return CheckReport(id=check_id, title=first.title, status=status, summary=summary, details=details,
                        evidence=evidence, fixes=fixes, sources=first.sources, origin=first.origin,
                        internal_error=any(row.internal_error for row in ran.values()),
-                       duration_s=max(row.duration_s for row in ran.values()))
+                       duration_s=max(row.duration_s for row in ran.values()), accepted=accepted)
 
 
 def drift_items(reports: Mapping[int, RankReport]) -> list[tuple[str, dict[str, list[int]]]]:
@@ -309,7 +312,8 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
     if "fleet.ranks" not in chosen and (problems or exchange.get("exchange_error")) and code is ExitCode.OK:
         code = ExitCode.FAILED  # skipping the row does not make a missing rank a pass
     base = own.raw
-    summary = {"status": overall_status(r.status for r in rows).value, "exit_code": int(code), "strict": bool(strict),
+    summary: dict[str, Any] = {"status": overall_status(r.status for r in rows).value, "exit_code": int(code),
+               "strict": bool(strict),
                "counts": dict(counts(rows)),
                "duration_s": max([rep.duration_s for rep in reports.values()] or [0.0]),
                "internal_errors": [r.id for r in rows if r.internal_error]}
@@ -318,6 +322,10 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
         summary["budget_s"] = round(float(bound), 1)
     if exchange.get("partial"):
         summary["partial"] = str(exchange["partial"])
+    said = _obj(base.get("summary")).get("accepted")
+    if isinstance(said, list) and said:  # rank 0's acceptances: every rank ran the same command line
+        summary["accepted"] = [dict(a, applied=any(r.id == a.get("id") and r.accepted for r in rows))
+                               for a in said[:100] if isinstance(a, Mapping)]
         if exchange.get("interrupted"):
             summary["interrupted"] = str(exchange["interrupted"])
     hosts: dict[str, list[int]] = {}

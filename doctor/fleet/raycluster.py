@@ -73,6 +73,11 @@ def node_argv(opts: Any, command: Sequence[str] | None) -> list[str]:
                         ("--timeout", opts.timeout)):
         if value is not None:
             argv += [flag, str(value)]
+    from ..engine.accept import gather
+
+    # The driver's acceptances, resolved here: a node's working folder holds none of the job's config files.
+    for found in gather(getattr(opts, "accept", None), os.environ, os.getcwd()):
+        argv += ["--accept", f"{found.id}:{found.reason}" if found.reason else found.id]
     argv += [flag for flag, on in (("--strict", opts.strict), ("--no-smoke", opts.no_smoke),
                                    ("--static-only", opts.static_only), ("--deep", opts.deep)) if on]
     return argv

@@ -255,9 +255,12 @@ class CheckReport(Generic[FixT]):
     origin: str = "dsv4-doctor"
     # True when the doctor's own code (a check function, a plugin) crashed rather than the inspected environment.
     internal_error: bool = False
+    # A warning the team accepted (--accept, DSV4_DOCTOR_ACCEPT, a config file): {"reason", "from"}. It stays in the
+    # report and no longer fails --strict; a failure is never accepted.
+    accepted: Mapping[str, str] | None = None
 
     def to_dict(self) -> dict:
-        return {
+        out: dict[str, Any] = {
             "id": self.id,
             "title": self.title,
             "status": self.status.value,
@@ -270,6 +273,9 @@ class CheckReport(Generic[FixT]):
             "origin": self.origin,
             "internal_error": self.internal_error,
         }
+        if self.accepted is not None:
+            out["accepted"] = dict(self.accepted)
+        return out
 
 
 def needs_failed(ctx: Context, check_id: str) -> Result | None:
@@ -367,7 +373,7 @@ def exit_code_for(checks: Sequence[CheckReport], strict: bool = False) -> ExitCo
         return ExitCode.INTERNAL
     if any(c.status in (Status.FAIL, Status.ERROR) for c in checks):
         return ExitCode.FAILED
-    if strict and any(c.status is Status.WARN for c in checks):
+    if strict and any(c.status is Status.WARN and c.accepted is None for c in checks):
         return ExitCode.FAILED
     return ExitCode.OK
 

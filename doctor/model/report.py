@@ -112,7 +112,14 @@ def row_from_wire(data: Any) -> Row:
         sources=[Source(_text(s.get("title")), _text(s.get("url"))) for s in data.get("sources") or []
                  if isinstance(s, dict)],
         duration_s=_number(data.get("duration_s")), origin=_text(data.get("origin"), "dsv4-doctor"),
-        internal_error=data.get("internal_error") is True)
+        internal_error=data.get("internal_error") is True, accepted=_accepted(data.get("accepted"), status))
+
+
+def _accepted(data: Any, status: Status) -> Mapping[str, str] | None:
+    """A row's acceptance from the wire: only on a warning (a failure is never accepted), its two texts."""
+    if not isinstance(data, dict) or status is not Status.WARN:
+        return None
+    return {"reason": _text(data.get("reason")), "from": _text(data.get("from"))}
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,6 +137,8 @@ class Summary:
     interrupted: str | None = None  # the signal that cut the run short (SIGINT, ...)
     critical_path: Mapping[str, Any] | None = None  # the probe that ended last: the run's long pole
     job_not_read: str | None = None  # why the job's command was not read (its settings not known), naming the word
+    # The run's acceptances (engine/accept.py): each {id, reason, from, applied, status}; `applied` False is stale.
+    accepted: tuple[Mapping[str, Any], ...] = ()
 
     def count(self, status: str) -> int:
         value = self.counts.get(status)
@@ -142,6 +151,8 @@ class Summary:
         for key in ("budget_s", "partial", "interrupted", "critical_path", "job_not_read"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.accepted:
+            out["accepted"] = [dict(a) for a in self.accepted]
         return out
 
     @staticmethod
@@ -158,7 +169,11 @@ class Summary:
                        partial=data["partial"] if isinstance(data.get("partial"), str) else None,
                        critical_path=_obj(data.get("critical_path")) or None,
                        interrupted=data["interrupted"] if isinstance(data.get("interrupted"), str) else None,
-                       job_not_read=data["job_not_read"] if isinstance(data.get("job_not_read"), str) else None)
+                       job_not_read=data["job_not_read"] if isinstance(data.get("job_not_read"), str) else None,
+                       accepted=tuple({"id": _text(a.get("id")), "reason": _text(a.get("reason")),
+                                       "from": _text(a.get("from")), "applied": a.get("applied") is True,
+                                       "status": _text(a.get("status"))}
+                                      for a in data.get("accepted") or [] if isinstance(a, dict)))
 
 
 def _plugin_from_wire(data: dict) -> PluginInfo:

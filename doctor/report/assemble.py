@@ -10,7 +10,7 @@ import os
 import platform
 import sys
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from collections.abc import Mapping, Sequence
 
 from .. import __version__
@@ -21,6 +21,7 @@ from ..model.report import SCHEMA, Report
 from ..hostio.safeio import read_bounded
 
 if TYPE_CHECKING:
+    from ..engine.accept import Acceptance
     from ..engine.registry import PluginInfo
 
 @dataclass
@@ -112,12 +113,18 @@ def _profile_shown(profile: dict) -> dict:
 
 def assemble(profile: Profile | dict, checks: Sequence[CheckReport[Fix]], plugins: Sequence, env: dict, strict: bool,
              duration_s: float, budget_s: float | None = None, interrupted: str | None = None,
-             exit_override: int | None = None, critical_path: dict | None = None) -> Report:
+             exit_override: int | None = None, critical_path: dict | None = None,
+             accepted: Sequence[Acceptance] = ()) -> Report:
     """The report: its wire form built, redacted and cleaned, then typed; the checks' own fixes ride along for the
-    fix planner (Report.actions)."""
+    fix planner (Report.actions). `accepted`: the run's accepted warnings (engine/accept.py), marked on their rows."""
+    said: list[dict] = []
+    if accepted:
+        from ..engine.accept import apply
+
+        checks, said = apply(checks, accepted)
     status = overall_status(c.status for c in checks)
     code = exit_code_for(checks, strict)
-    summary = {
+    summary: dict[str, Any] = {
         "status": status.value,
         "exit_code": int(code) if exit_override is None else int(exit_override),
         "strict": strict,
@@ -131,6 +138,8 @@ def assemble(profile: Profile | dict, checks: Sequence[CheckReport[Fix]], plugin
         summary["interrupted"] = interrupted
     if critical_path:
         summary["critical_path"] = critical_path
+    if said:
+        summary["accepted"] = said
     from ..job.unread import not_read
 
     unread = not_read(profile.job) if isinstance(profile, Profile) else None
@@ -192,14 +201,15 @@ def fingerprint(static: dict | None, gpus: list[dict]) -> dict:
     return {"packages": packages, "sources": sources, "platform": platform_facts}
 
 
-def build(outcome: Outcome, python: str, strict: bool = False, exit_override: int | None = None) -> Report:
+def build(outcome: Outcome, python: str, strict: bool = False, exit_override: int | None = None,
+          accepted: Sequence[Acceptance] = ()) -> Report:
     env = environment(outcome.target, outcome.static, python)
     fleet = outcome.profile.fleet
     if fleet:
         env["fleet_rank"] = {k: fleet.get(k) for k in ("rank", "local_rank", "host", "node", "job")}
         env["fingerprint"] = fingerprint(outcome.static, outcome.gpus)
     report = assemble(outcome.profile, outcome.reports, outcome.plugins, env, strict, outcome.duration_s,
-                      outcome.budget_s, outcome.interrupted, exit_override, outcome.critical_path)
+                      outcome.budget_s, outcome.interrupted, exit_override, outcome.critical_path, accepted)
     return replace(report, installed=installed_versions(outcome.static))
 
 

@@ -11,7 +11,7 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from .shown import LABEL, cp_hint, cp_shown, fixes_shown, level_shown, shown, verdict_line
+from .shown import LABEL, accepted_shown, cp_hint, cp_shown, fixes_shown, level_shown, shown, verdict_line
 
 if TYPE_CHECKING:
     from ..model.report import Report
@@ -71,7 +71,8 @@ def render_markdown(report: Report) -> str:
         "|---|---|---|",
     ]
     for c in report.checks:
-        out.append(f"| {LABEL[c.status.value]} | {code(c.id)} | {plain(c.summary)} |")
+        said = f" ({plain(accepted_shown(c))})" if c.accepted else ""
+        out.append(f"| {LABEL[c.status.value]} | {code(c.id)} | {plain(c.summary)}{said} |")
     problems = [c for c in report.checks if c.status.value not in ("pass", "skip")]
     if problems:
         out += ["", "<details><summary>Details and fixes</summary>", ""]

@@ -30,6 +30,10 @@ def verdict_line(report: Report) -> str:
     s = report.summary
     parts = [f"{s.count(k)} {name}" for k, name in (("fail", "failed"), ("error", "errored"), ("warn", "warned"),
                                                      ("pass", "passed"), ("skip", "skipped")) if s.count(k)]
+    applied = [a for a in s.accepted if a.get("applied")]
+    if applied:
+        parts.insert(parts.index(f"{s.count('warn')} warned") + 1, f"{len(applied)} of them accepted")
+    stale = [str(a.get("id")) for a in s.accepted if not a.get("applied")]
     extra = f"; interrupted by {s.interrupted}" if s.interrupted else ""
     nothing = "nothing was checked: " if s.status.value == "skip" else ""
     unread = f"; the job's command was not read ({s.job_not_read})" if s.job_not_read else ""
@@ -38,8 +42,19 @@ def verdict_line(report: Report) -> str:
     if isinstance(fields, list) and fields:
         unread += (f"; the job's runtime_env {', '.join(str(f) for f in fields[:16])} not applied to the nodes' "
                    "checks: their environment rows are not known")
+    if stale:
+        unread += f"; accepted but not a warning here: {', '.join(stale[:16])}"
     return (f"Verdict: {LABEL[s.status.value]} ({nothing}{', '.join(parts) or 'no checks'}; exit {s.exit_code}"
             f"{extra}){unread}")
+
+
+def accepted_shown(row: Any) -> str:
+    """A row's acceptance as the human formats show it beside its status: `accepted: REASON (from WHERE)`."""
+    acc = row.accepted
+    if not acc:
+        return ""
+    reason = acc.get("reason") or "no reason given"
+    return f"accepted: {reason} (from {acc.get('from')})"
 
 
 def python_shown(report: Report) -> str:

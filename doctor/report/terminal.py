@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
-from .shown import LABEL, cp_hint, cp_shown, fixes_shown, level_shown, python_shown, shown, verdict_line
+from .shown import (LABEL, accepted_shown, cp_hint, cp_shown, fixes_shown, level_shown, python_shown, shown,
+                    verdict_line)
 from .hint import fix_command as fix_command, next_step
 from .output import line_text
 
@@ -180,7 +181,9 @@ class _Hang:
 
 def _row_head(c: Row, marks: dict[str, str]) -> Text:
     s = _status(c)
-    return Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.id), "bold"), "  ", _clean(c.summary))
+    accepted = f" [{_clean(accepted_shown(c))}]" if c.accepted else ""  # the team's acceptance, beside its warning
+    return Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.id), "bold"), "  ", _clean(c.summary),
+                         (accepted, "dim"))
 
 
 def _notice(c: Row) -> str | None:
