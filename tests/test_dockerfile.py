@@ -57,8 +57,13 @@ def test_hadolint_finds_nothing():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_the_gate_is_the_issue_s_command():
-    assert gate_command() == ["dsv4-doctor", "check", "--no-smoke", "--gpu-arch", "10.0", "--cp", "2", "--strict"]
+def test_the_gate_is_the_issue_s_command_accepting_only_the_complete_stacks_two_warnings():
+    """The complete H200 stack's own warnings (docs/gpu-runs/2026-12-04-h200-truth/complete.json), each with why."""
+    command = gate_command()
+    assert command[:8] == ["dsv4-doctor", "check", "--no-smoke", "--gpu-arch", "10.0", "--cp", "2", "--strict"]
+    accepted = [command[i + 1] for i, word in enumerate(command) if word == "--accept"]
+    assert sorted(a.partition(":")[0] for a in accepted) == ["deps.consistency", "libs.loaded"]
+    assert all(a.partition(":")[2] for a in accepted) and len(command) == 8 + 2 * len(accepted)
 
 
 # What the gate says on the pinned set installed from wheels here (CPU torch, no GPU, no network but the package
