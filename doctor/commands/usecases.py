@@ -136,7 +136,7 @@ def _resolved(opts: Options, profile: Profile) -> Options:
 
 
 def run_report(opts: Options, profile: Profile, only: list[str], skip: list[str], strict: bool,
-               progress: bool) -> Report:
+               progress: bool) -> Report:  # `smoke` runs only the smoke: its report says the rest was left out
     from ..report.dispatch import live_display
     from ..engine.runreport import run_check
 
@@ -148,7 +148,7 @@ def run_report(opts: Options, profile: Profile, only: list[str], skip: list[str]
         judged = opts.judged if opts.judged is not None and opts.judged.python == opts.python else None
         return run_check(opts.python, opts.timeout, profile, only, skip, strict, on_event=display,
                          job_path=job_start(opts, profile), judged=judged.to_dict() if judged else None,
-                         accepted=accepted)
+                         accepted=accepted, left_out_by="smoke" if opts.command == "smoke" else None)
     finally:
         display.stop()
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..report.assemble import assemble, build, environment
-from ..model.core import CheckReport, Interrupted, Profile, Status, UsageError
+from ..model.core import Check, CheckReport, Interrupted, Profile, Status, UsageError
 from ..model.report import Report
 from .accept import Acceptance, check_known
 from .earlystart import session_for
@@ -18,9 +18,23 @@ if TYPE_CHECKING:
     from ..job.syspath import JobPath
 
 
+def left_out(checks: Sequence[Check], selected: Sequence[Check], only: Sequence[str], skip: Sequence[str], job: bool,
+             by: str | None = None) -> dict | None:
+    """The checks that apply here but the selection left out (`--only`, `--skip`, or `smoke`'s): a run that left any
+    out is no "ready to train". None when every check that applies was selected."""
+    context = {"job"} if job else set()
+    chosen = {c.id for c in selected}
+    left = [c.id for c in checks if (not c.only_with or c.only_with in context) and c.id not in chosen]
+    if not left:
+        return None
+    by = by or " and ".join(flag for flag, given in (("--only", only), ("--skip", skip)) if given)
+    return {"count": len(left), "by": by, "checks": left[:64]}
+
+
 def run_check(python: str | None, timeout: float | None, profile: Profile, only: Sequence[str], skip: Sequence[str],
               strict: bool, on_event: Callable[..., None] | None = None, job_path: JobPath | None = None,
-              judged: dict | None = None, accepted: Sequence[Acceptance] = ()) -> Report:
+              judged: dict | None = None, accepted: Sequence[Acceptance] = (), left_out_by: str | None = None
+              ) -> Report:
     """Everything `check` does up to the report.
 
     Order: the early probes start, the registry loads, the selection is validated (by id alone, so a usage error
@@ -36,11 +50,12 @@ def run_check(python: str | None, timeout: float | None, profile: Profile, only:
         session.load()
         selected = select(session.all_checks(), only, skip, job=profile.job is not None)
         check_known(accepted, [c.id for c in session.all_checks()])
+        left = left_out(session.all_checks(), selected, only, skip, profile.job is not None, left_out_by)
         session.check_target()
         profile = session.resolve(profile)
         outcome = session.run(profile, selected, on_event=on_event)
         session.shield()  # the run is over: a signal now does not cut the report short
-        return build(outcome, session.python, strict, accepted=accepted)
+        return build(outcome, session.python, strict, accepted=accepted, left_out=left)
     except Interrupted as exc:
         session.shield()
         code = 128 + exc.signum

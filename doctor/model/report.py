@@ -139,6 +139,8 @@ class Summary:
     job_not_read: str | None = None  # why the job's command was not read (its settings not known), naming the word
     # The run's acceptances (engine/accept.py): each {id, reason, from, applied, status}; `applied` False is stale.
     accepted: tuple[Mapping[str, Any], ...] = ()
+    # The checks that apply but the selection left out ({count, by, checks}): no "ready to train" then.
+    left_out: Mapping[str, Any] | None = None
 
     def count(self, status: str) -> int:
         value = self.counts.get(status)
@@ -148,7 +150,7 @@ class Summary:
         out: dict = {"status": self.status.value, "exit_code": self.exit_code, "strict": self.strict,
                      "counts": dict(self.counts), "duration_s": self.duration_s,
                      "internal_errors": list(self.internal_errors)}
-        for key in ("budget_s", "partial", "interrupted", "critical_path", "job_not_read"):
+        for key in ("budget_s", "partial", "interrupted", "critical_path", "job_not_read", "left_out"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.accepted:
@@ -170,10 +172,18 @@ class Summary:
                        critical_path=_obj(data.get("critical_path")) or None,
                        interrupted=data["interrupted"] if isinstance(data.get("interrupted"), str) else None,
                        job_not_read=data["job_not_read"] if isinstance(data.get("job_not_read"), str) else None,
+                       left_out=_left_out(data.get("left_out")),
                        accepted=tuple({"id": _text(a.get("id")), "reason": _text(a.get("reason")),
                                        "from": _text(a.get("from")), "applied": a.get("applied") is True,
                                        "status": _text(a.get("status"))}
                                       for a in data.get("accepted") or [] if isinstance(a, dict)))
+
+
+def _left_out(data: Any) -> Mapping[str, Any] | None:
+    if not isinstance(data, dict) or not isinstance(data.get("count"), int):
+        return None
+    return {"count": data["count"], "by": _text(data.get("by")),
+            "checks": [c for c in data.get("checks") or [] if isinstance(c, str)]}
 
 
 def _plugin_from_wire(data: dict) -> PluginInfo:

@@ -114,7 +114,7 @@ def _profile_shown(profile: dict) -> dict:
 def assemble(profile: Profile | dict, checks: Sequence[CheckReport[Fix]], plugins: Sequence, env: dict, strict: bool,
              duration_s: float, budget_s: float | None = None, interrupted: str | None = None,
              exit_override: int | None = None, critical_path: dict | None = None,
-             accepted: Sequence[Acceptance] = ()) -> Report:
+             accepted: Sequence[Acceptance] = (), left_out: dict | None = None) -> Report:
     """The report: its wire form built, redacted and cleaned, then typed; the checks' own fixes ride along for the
     fix planner (Report.actions). `accepted`: the run's accepted warnings (engine/accept.py), marked on their rows."""
     said: list[dict] = []
@@ -140,6 +140,8 @@ def assemble(profile: Profile | dict, checks: Sequence[CheckReport[Fix]], plugin
         summary["critical_path"] = critical_path
     if said:
         summary["accepted"] = said
+    if left_out:
+        summary["left_out"] = left_out
     from ..job.unread import not_read
 
     unread = not_read(profile.job) if isinstance(profile, Profile) else None
@@ -202,14 +204,14 @@ def fingerprint(static: dict | None, gpus: list[dict]) -> dict:
 
 
 def build(outcome: Outcome, python: str, strict: bool = False, exit_override: int | None = None,
-          accepted: Sequence[Acceptance] = ()) -> Report:
+          accepted: Sequence[Acceptance] = (), left_out: dict | None = None) -> Report:
     env = environment(outcome.target, outcome.static, python)
     fleet = outcome.profile.fleet
     if fleet:
         env["fleet_rank"] = {k: fleet.get(k) for k in ("rank", "local_rank", "host", "node", "job")}
         env["fingerprint"] = fingerprint(outcome.static, outcome.gpus)
     report = assemble(outcome.profile, outcome.reports, outcome.plugins, env, strict, outcome.duration_s,
-                      outcome.budget_s, outcome.interrupted, exit_override, outcome.critical_path, accepted)
+                      outcome.budget_s, outcome.interrupted, exit_override, outcome.critical_path, accepted, left_out)
     return replace(report, installed=installed_versions(outcome.static))
 
 

@@ -41,6 +41,9 @@ def next_step(report: Report) -> str:
         return "next: give the training command itself (the job's was not read)"
     if s.status.value in ("pass", "warn") and not s.interrupted and isinstance(remote, str):
         return f"next: check the remote host the job runs on (`{_clean(remote)}`), or use `check --ray`"
+    if s.status.value in ("pass", "warn") and not s.interrupted and s.left_out:
+        left = f"{s.left_out.get('count')} checks were left out ({s.left_out.get('by')}): run them all before training"
+        return f"next: {fix_command(report).replace('dsv4-doctor fix', 'dsv4-doctor check', 1)}  # {_clean(left)}"
     if s.status.value in ("pass", "warn") and not s.interrupted:
         return "ready to train" + (" (read the warnings above)" if s.status.value == "warn" else "")
     # a row that needs attention: fail, error, warn, or a status this doctor does not know (shown as an error)

@@ -44,6 +44,8 @@ def verdict_line(report: Report) -> str:
                    "checks: their environment rows are not known")
     if stale:
         unread += f"; accepted but not a warning here: {', '.join(stale[:16])}"
+    if s.left_out:
+        unread += f"; {s.left_out.get('count')} checks left out ({s.left_out.get('by')})"
     return (f"Verdict: {LABEL[s.status.value]} ({nothing}{', '.join(parts) or 'no checks'}; exit {s.exit_code}"
             f"{extra}){unread}")
 
