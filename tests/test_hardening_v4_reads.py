@@ -170,7 +170,7 @@ common.load_module("dsv4probe_static_installed", probe_dir)
 checkout = common.load_module("dsv4probe_static_checkout", probe_dir)
 fatbin = common.load_module("dsv4probe_static_fatbin", probe_dir)
 files = common.load_module("dsv4probe_files", smoke_dir)
-libs = common.load_module("dsv4probe_libs", checks_dir)
+libs = common.load_module("dsv4probe_libs_exports", checks_dir)
 fleet = common.load_module("dsv4probe_fleet", probe_dir)
 hydra = common.load_module("dsv4probe_hydra", probe_dir)
 installed = sys.modules["dsv4probe_static_installed"]
