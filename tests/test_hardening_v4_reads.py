@@ -171,8 +171,8 @@ checkout = common.load_module("dsv4probe_static_checkout", probe_dir)
 fatbin = common.load_module("dsv4probe_static_fatbin", probe_dir)
 files = common.load_module("dsv4probe_files", smoke_dir)
 libs = common.load_module("dsv4probe_libs_exports", checks_dir)
-fleet = common.load_module("dsv4probe_fleet", probe_dir)
-hydra = common.load_module("dsv4probe_hydra", probe_dir)
+fleet = common.load_module("dsv4probe_fleet_exchange", probe_dir)
+hydra = common.load_module("dsv4probe_hydra_compose", probe_dir)
 installed = sys.modules["dsv4probe_static_installed"]
 
 def folder_with(path, name):

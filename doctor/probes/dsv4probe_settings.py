@@ -122,7 +122,7 @@ def _version(distribution):
 
 
 def compose(request):
-    hydra_probe = load_module("dsv4probe_hydra", LIB)
+    hydra_probe = load_module("dsv4probe_hydra_compose", LIB)
     entry_file = request.get("entry_file")
     deco_path, deco_name = hydra_probe.decorator_config(entry_file)
     config_path = request.get("config_path") or deco_path
