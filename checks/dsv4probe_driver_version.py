@@ -2,7 +2,6 @@
 mapped it, and cuDriverGetVersion's answer. Stdlib only, Python 3.8+; loaded by path (dsv4probe_common.load_module).
 """
 
-
 # In sys.modules: loaded by path by the launcher (dsv4probe_launch.py), never looked up on sys.path.
 from dsv4probe_common import cut_text, read_bounded
 

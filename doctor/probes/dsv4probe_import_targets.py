@@ -3,7 +3,6 @@ outcome (and, where asked, its call signature) as data. Stdlib only, Python 3.8+
 (dsv4probe_common.load_module).
 """
 
-
 # In sys.modules: loaded by path by the launcher (dsv4probe_launch.py), never looked up on sys.path.
 from dsv4probe_common import error_info
 
