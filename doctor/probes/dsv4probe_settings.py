@@ -3,7 +3,7 @@
 Run by the job's interpreter, without weights, a GPU or a process group. Stdlib only at import; it imports the
 target's Hydra, verl, Megatron-Bridge, Megatron-Core, torch and transformers inside `answer`, which is its point:
 
-  compose   a verl job's config composed as its @hydra.main would (dsv4probe_hydra's code);
+  compose   a verl job's config composed as its @hydra.main would (the composition probe's dsv4probe_hydra_compose);
   verl      verl's own validation: `omega_conf_to_dataclass` of each role's `megatron` node into McoreEngineConfig
             (its __post_init__ validates), and `validate_config` as main_ppo runs it before building;
   model     the model's config.json: `model.path` a local folder or the local Hugging Face cache (offline: the
