@@ -714,7 +714,7 @@ import json, os, sys, time
 from datetime import timedelta
 import torch.distributed as dist
 sys.path.insert(0, sys.argv[2])
-import dsv4probe_fleet as ex
+import dsv4probe_fleet_exchange as ex
 folder, key, scope = sys.argv[1], b"k" * 32, "dsv4doctor/job"
 store = dist.TCPStore("127.0.0.1", 0, 2, True, timedelta(seconds=30), wait_for_workers=False)
 # What a listener recorded from an earlier run of the same job (same scope, same secret): its signed plan and the

@@ -247,7 +247,7 @@ import json, sys, threading, time
 from datetime import timedelta
 import torch.distributed as dist
 sys.path.insert(0, sys.argv[1])
-import dsv4probe_fleet as ex
+import dsv4probe_fleet_exchange as ex
 key, scope = b"k" * 32, "dsv4doctor/job/nonce"
 store = dist.TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=30), wait_for_workers=False)
 ch = ex.Channel(store, scope, key)

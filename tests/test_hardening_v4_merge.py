@@ -286,12 +286,12 @@ def test_a_helper_answer_of_the_wrong_shape_is_said_not_raised(tmp_path):
 
 
 def test_the_ray_helper_takes_a_malformed_node_answer_as_that_node_s_entry(tmp_path):
-    """The helper itself (probes/dsv4probe_ray.py), on each node's answer as it comes back from Ray. Before: a
+    """The helper itself (probes/dsv4probe_ray_nodes.py), on each node's answer as it comes back from Ray. Before: a
     non-numeric `size` or a report that was text raised TypeError in the helper, which then answered nothing for any
     node ("the Ray helper could not check the cluster")."""
     from probe_modules import load
 
-    helper = load("dsv4probe_ray")
+    helper = load("dsv4probe_ray_nodes")
     (tmp_path / "reports").mkdir()
     cases = [({"size": "8", "ran": "doctor"}, "size is '8'"),
              ({"report": "not bytes", "size": 9}, "report is 'not bytes'"),

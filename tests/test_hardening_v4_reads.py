@@ -170,9 +170,9 @@ common.load_module("dsv4probe_static_installed", probe_dir)
 checkout = common.load_module("dsv4probe_static_checkout", probe_dir)
 fatbin = common.load_module("dsv4probe_static_fatbin", probe_dir)
 files = common.load_module("dsv4probe_files", smoke_dir)
-libs = common.load_module("dsv4probe_libs", checks_dir)
-fleet = common.load_module("dsv4probe_fleet", probe_dir)
-hydra = common.load_module("dsv4probe_hydra", probe_dir)
+libs = common.load_module("dsv4probe_libs_exports", checks_dir)
+fleet = common.load_module("dsv4probe_fleet_exchange", probe_dir)
+hydra = common.load_module("dsv4probe_hydra_compose", probe_dir)
 installed = sys.modules["dsv4probe_static_installed"]
 
 def folder_with(path, name):
@@ -324,7 +324,7 @@ lib = importlib.util.spec_from_file_location("dsv4probe_common",
                                              os.path.join(os.path.dirname(sys.argv[1]), "dsv4probe_common.py"))
 sys.modules["dsv4probe_common"] = importlib.util.module_from_spec(lib)
 lib.loader.exec_module(sys.modules["dsv4probe_common"])
-spec = importlib.util.spec_from_file_location("dsv4probe_ray", sys.argv[1])
+spec = importlib.util.spec_from_file_location("dsv4probe_ray_nodes", sys.argv[1])
 ray_helper = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ray_helper)
 print(json.dumps(ray_helper.compose_runtime_env({"verl_defaults": True, "runtime_env": {"env_vars": {"A": "1"}}})))
@@ -356,7 +356,7 @@ def test_the_ray_helper_reads_verl_s_defaults_as_hostile_input(tmp_path, shape):
     writer = os.open(path, os.O_RDWR | os.O_NONBLOCK) if shape == "fifo_writer" else None
     try:
         start = time.monotonic()
-        run = subprocess.run([sys.executable, "-c", RAY_DEFAULTS, str(PROBE_DIR / "dsv4probe_ray.py")],
+        run = subprocess.run([sys.executable, "-c", RAY_DEFAULTS, str(PROBE_DIR / "dsv4probe_ray_nodes.py")],
                              capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(tmp_path)))
         seconds = time.monotonic() - start
     finally:

@@ -381,7 +381,7 @@ spec.loader.exec_module(common)
 with open(arg_file) as fh:
     arg = json.load(fh)
 if mode == "warm":
-    result = common.load_module("dsv4probe_warm", smoke).answer(arg)
+    result = common.load_module("dsv4probe_warm_compile", smoke).answer(arg)
     recipes = sys.modules["dsv4probe_kernelrecipe"]
     import cutlass.base_dsl.env_manager as env_manager
     result["env_manager_reaches_os_system"] = env_manager.os.system is os.system

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -115,6 +116,28 @@ def test_every_probe_script_is_covered_here():
                if '\nif __name__ == "__main__":' in p.read_text()}
     # The launcher serves no answer of its own: it starts every case below.
     assert scripts - {LAUNCHER.stem} == set(CASES)
+
+
+ENTRY_LINES = 8  # after its docstring: an import or two, HERE, and the served answer
+
+
+def test_every_probe_entry_is_a_few_lines_that_serve_a_library_module_beside_it():
+    """An entry says what its probe answers and who runs it (its docstring); its code is a library module beside it,
+    named by its concern, which tests and other probes load by path (an entry run as __main__ is no module to load)."""
+    served = re.compile(r'^    serve\(load_module\("(dsv4probe_\w+)", HERE\)\.answer\)$', re.M)
+    entries = 0
+    for folder in probe_modules.probe_folders():
+        for path in folder.glob("dsv4probe_*.py"):
+            text = path.read_text()
+            if path.stem == LAUNCHER.stem or '\nif __name__ == "__main__":' not in text:
+                continue
+            entries += 1
+            after = text[text.index('"""', 3) + 3:]
+            code = [line for line in after.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+            assert len(code) <= ENTRY_LINES, (path.name, code)
+            library = served.findall(after)
+            assert len(library) == 1 and (folder / (library[0] + ".py")).is_file(), (path.name, library)
+    assert entries == len(CASES)
 
 
 def hydra_ok(answer):

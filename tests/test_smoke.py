@@ -573,7 +573,7 @@ def test_a_missing_module_named_cuda_is_not_read_as_a_cuda_refusal():
     """In-process: the probe's CPU "needs CUDA" skip is for a kernel refusing CPU tensors, never for an ImportError."""
     import probe_modules
 
-    pk = probe_modules.load("dsv4probe_kernels")
+    pk = probe_modules.load("dsv4probe_kernels_dispatch")
 
     assert not pk._needs_cuda(ModuleNotFoundError("No module named 'cuda'", name="cuda"))
     assert not pk._needs_cuda(ImportError("cannot import name 'driver' from 'cuda.bindings'"))

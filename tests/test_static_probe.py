@@ -160,7 +160,7 @@ def _opened_by_the_static_probe(site, request: dict) -> tuple[dict, list[str]]:
 
     from dsv4_doctor.engine.probes import PROBE_DIR
 
-    code = ("import json, os, runpy, sys\n"
+    code = ("import json, os, sys\n"
             f"sys.path.insert(0, {str(site.root)!r})\n"
             "opened = []\n"
             "sys.addaudithook(lambda event, args: opened.append(args[0]) if event == 'open' and "
@@ -171,8 +171,10 @@ def _opened_by_the_static_probe(site, request: dict) -> tuple[dict, list[str]]:
             f"{str(PROBE_DIR / 'dsv4probe_common.py')!r})\n"
             "sys.modules['dsv4probe_common'] = importlib.util.module_from_spec(lib)\n"
             "lib.loader.exec_module(sys.modules['dsv4probe_common'])\n"
-            f"probe = runpy.run_path({str(PROBE_DIR / STATIC_SCRIPT)!r}, run_name='probe')\n"
-            f"answer = probe['answer'](json.loads({json.dumps(request)!r}))\n"
+            # The static probe's library module (its entry, STATIC_SCRIPT, only serves its answer), loaded by path.
+            "probe = sys.modules['dsv4probe_common'].load_module('dsv4probe_static_answer', "
+            f"{str(PROBE_DIR)!r})\n"
+            f"answer = probe.answer(json.loads({json.dumps(request)!r}))\n"
             "print(json.dumps({'answer': answer, 'opened': opened}))\n")
     env = dict(os.environ, DSV4_DOCTOR_PROBE_LIB=str(PROBE_DIR))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)

@@ -36,7 +36,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
                                                      "output, written",
     # On a Ray node, in the task's own mkdtemp folder (mode 0700): the answer of the static probe the task itself ran,
     # at most limit + 1 bytes. The task runs pickled by value on the node, where dsv4probe_common may not import.
-    ("doctor/probes/dsv4probe_ray.py", "_node_run", "open"): "its own mkdtemp folder's answer, bounded",
+    ("doctor/probes/dsv4probe_ray_nodes.py", "_node_run", "open"): "its own mkdtemp folder's answer, bounded",
 }
 
 _MODE = re.compile(r"[rwxabtU+]+")

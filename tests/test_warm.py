@@ -105,7 +105,7 @@ elif mode == "prewarm":
     started = prewarm.start({}, arg["outdir"], "sm_90a")
     result = prewarm.finish(started, grace_s=240)
 else:
-    warm = common.load_module("dsv4probe_warm", smoke)
+    warm = common.load_module("dsv4probe_warm_compile", smoke)
     result = warm.answer(json.loads(sys.argv[6]))
 with open(out, "w") as fh:
     json.dump(result, fh)

@@ -27,7 +27,7 @@ SETUP_S = 20.0  # a helper starting, importing torch and joining the store
 VERDICT_S = 15.0  # after the report deadline: rank 0's merge and the verdict's publication (plus VERDICT_PER_RANK_S)
 VERDICT_PER_RANK_S = 0.02
 ACK_S = 10.0  # after the verdict deadline: the ranks' acknowledgements
-RELEASE_S = 60.0  # the helper's bound for rank 0's report to be written (probes/dsv4probe_fleet.RELEASE_S)
+RELEASE_S = 60.0  # the helper's bound for rank 0's report to be written (probes/dsv4probe_fleet_exchange.RELEASE_S)
 FLEET_CHECKS = ("fleet.drift", "fleet.ranks")
 
 

@@ -1,5 +1,5 @@
-"""The fleet exchange's signed channel on the store, and its bounded seconds (loaded by dsv4probe_fleet.py, in the
-target interpreter; stdlib only).
+"""The fleet exchange's signed channel on the store, and its bounded seconds (loaded by dsv4probe_fleet_exchange.py,
+in the target interpreter; stdlib only).
 
 With a shared secret every value is signed: HMAC-SHA256 over the scope, the key and the value; a value that fails the
 check is ignored and counted.

@@ -1,5 +1,5 @@
-"""The fleet exchange's port and the job's identity on it (loaded by dsv4probe_fleet.py, in the target interpreter;
-stdlib besides torch).
+"""The fleet exchange's port and the job's identity on it (loaded by dsv4probe_fleet_exchange.py, in the target
+interpreter; stdlib besides torch).
 
 Rank 0 hosts the store on the fleet port. Where torchrun's own store is reachable (its agent's, on MASTER_PORT: every
 agent of one job shares it, whatever address each was given), rank 0 publishes there the port it could bind (the
@@ -13,7 +13,7 @@ import re
 import secrets
 import time
 
-from dsv4probe_common import ReadRefused, decode_json  # loaded by path before this part (dsv4probe_fleet.py)
+from dsv4probe_common import ReadRefused, decode_json  # loaded by path before this part (dsv4probe_fleet_exchange.py)
 
 PROBE_FLEET_PORT = True
 POLL_S = 0.1
