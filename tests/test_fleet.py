@@ -882,3 +882,24 @@ def test_a_fleet_secret_given_as_a_pipe_is_read_once_and_authenticates_the_run(t
     assert [p.returncode for p in procs] == [0, 0], [err[-800:] for _, err in done]
     report = validate(json.loads(done[0][0]))
     assert report["fleet"]["authenticated"] is True
+
+
+@needs_torch
+@pytest.mark.slow
+def test_an_accepted_warning_passes_strict_on_every_rank_and_the_merge_keeps_it_accepted():
+    """kernels.triton warns here (no triton in this interpreter). Accepted on the shared command line, the fleet's
+    merged row stays a warning, marked accepted, and --strict lets every rank go; without it every rank stops."""
+    base = ("check", "--no-smoke", "--only", "kernels.triton", "--strict", "-f", "json", "--fleet-wait", "30")
+    for accept, expected in ((("--accept", "kernels.triton:no RoPE fusion here"), 0), ((), 1)):
+        port = free_port()
+        procs = [_spawn(r, 2, port, *base, *accept) for r in (0, 1)]
+        done = [p.communicate(timeout=150) for p in procs]
+        assert [p.returncode for p in procs] == [expected, expected], [err[-800:] for _, err in done]
+        report = validate(json.loads(done[0][0]))
+        row = next(c for c in report["checks"] if c["id"] == "kernels.triton")
+        assert row["status"] == "warn" and report["summary"]["left_out"]["by"] == "--only"
+        if accept:
+            assert row["accepted"] == {"reason": "no RoPE fusion here", "from": "--accept"}
+            assert report["summary"]["accepted"][0]["applied"] is True
+        else:
+            assert "accepted" not in row and "accepted" not in report["summary"]

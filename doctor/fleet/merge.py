@@ -313,21 +313,24 @@ def merge(own: RankReport, others: Mapping[int, RankReport], world: int, problem
         code = ExitCode.FAILED  # skipping the row does not make a missing rank a pass
     base = own.raw
     summary: dict[str, Any] = {"status": overall_status(r.status for r in rows).value, "exit_code": int(code),
-               "strict": bool(strict),
-               "counts": dict(counts(rows)),
-               "duration_s": max([rep.duration_s for rep in reports.values()] or [0.0]),
-               "internal_errors": [r.id for r in rows if r.internal_error]}
+                               "strict": bool(strict), "counts": dict(counts(rows)),
+                               "duration_s": max([rep.duration_s for rep in reports.values()] or [0.0]),
+                               "internal_errors": [r.id for r in rows if r.internal_error]}
     bound = exchange.get("bound_s")
     if isinstance(bound, (int, float)) and not isinstance(bound, bool):
         summary["budget_s"] = round(float(bound), 1)
     if exchange.get("partial"):
         summary["partial"] = str(exchange["partial"])
+        if exchange.get("interrupted"):
+            summary["interrupted"] = str(exchange["interrupted"])
     said = _obj(base.get("summary")).get("accepted")
     if isinstance(said, list) and said:  # rank 0's acceptances: every rank ran the same command line
         summary["accepted"] = [dict(a, applied=any(r.id == a.get("id") and r.accepted for r in rows))
                                for a in said[:100] if isinstance(a, Mapping)]
-        if exchange.get("interrupted"):
-            summary["interrupted"] = str(exchange["interrupted"])
+    left = _obj(base.get("summary")).get("left_out")
+    if isinstance(left, Mapping) and isinstance(left.get("count"), int):  # rank 0's selection is every rank's
+        summary["left_out"] = {"count": left["count"], "by": str(left.get("by", ""))[:100],
+                               "checks": [c for c in left.get("checks") or [] if isinstance(c, str)][:64]}
     hosts: dict[str, list[int]] = {}
     for r, h in host_of.items():
         if r in reports:
