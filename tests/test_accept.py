@@ -119,3 +119,25 @@ def test_an_accepted_warning_is_marked_in_every_format_and_no_longer_fails_stric
 
 def test_acceptance_is_plain_data(tmp_path):
     assert Acceptance("a.b", "r", "x").to_dict() == {"id": "a.b", "reason": "r", "from": "x"}
+
+
+def test_a_hostile_config_file_never_stalls_the_gate_or_passes_it(tmp_path):
+    """A FIFO named dsv4-doctor.toml is no config file (never opened: nothing waits on it, nothing is accepted); a file
+    past 1 MiB and one of 101 entries are usage errors naming it."""
+    import time
+
+    fifo = tmp_path / "fifo" / "dsv4-doctor.toml"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    assert gather(None, {}, str(fifo.parent)) == () and time.monotonic() - start < 5
+    big = tmp_path / "big" / "dsv4-doctor.toml"
+    big.parent.mkdir()
+    big.write_text("accept = []\n# " + "x" * (1 << 20) + "\n")
+    with pytest.raises(UsageError, match="dsv4-doctor.toml"):
+        gather(None, {}, str(big.parent))
+    many = tmp_path / "many" / "dsv4-doctor.toml"
+    many.parent.mkdir()
+    many.write_text("accept = [" + ", ".join(f'"a.b{i}"' for i in range(101)) + "]\n")
+    with pytest.raises(UsageError, match="at most 100"):
+        gather(None, {}, str(many.parent))

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..hostio.safeio import ReadRefused, read_file
+from ..hostio.safeio import NoTomlParser, ReadRefused, load_toml
 from ..model.core import CheckReport, Status, UsageError
 
 VARIABLE = "DSV4_DOCTOR_ACCEPT"
@@ -57,12 +57,20 @@ def parse(entry: object, origin: str) -> Acceptance:
 
 def config_file(start: str) -> str | None:
     """The first dsv4-doctor.toml, or pyproject.toml with a [tool.dsv4-doctor] table, from `start` upward."""
+    found = _config(start)
+    return found[0] if found is not None else None
+
+
+def _config(start: str) -> tuple[str, dict] | None:
+    """That file and its table, each file read once."""
     folder = os.path.abspath(start)
     for _ in range(MAX_LEVELS):
         for name in FILES:
             path = os.path.join(folder, name)
-            if os.path.isfile(path) and (name == FILES[0] or _table(path) is not None):
-                return path
+            if os.path.isfile(path):
+                table = _table(path)
+                if table is not None or name == FILES[0]:
+                    return path, table or {}
         parent = os.path.dirname(folder)
         if parent == folder:
             return None
@@ -74,16 +82,11 @@ def _table(path: str) -> dict | None:
     """The [tool.dsv4-doctor] table of a TOML file (a dsv4-doctor.toml may also hold `accept` at its top), or None.
     A file that cannot be read or parsed is a usage error naming it: a gate must not pass on a broken config."""
     try:
-        import tomllib as toml  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:  # Python 3.10
-        try:
-            import tomli as toml  # type: ignore[import-not-found,no-redef,unused-ignore]
-        except ImportError:
-            raise UsageError(f"{path}: reading it needs tomllib (Python 3.11+) or tomli") from None
-    try:
-        data = toml.loads(read_file(path, MAX_FILE, strict_size=True).decode("utf-8"))
-    except (ReadRefused, UnicodeError, ValueError, RecursionError) as exc:
-        raise UsageError(f"{path}: not read as TOML ({str(exc)[:200]})") from None
+        data = load_toml(path, MAX_FILE)
+    except NoTomlParser:
+        raise UsageError(f"{path}: reading it needs tomllib (Python 3.11+) or tomli") from None
+    except ReadRefused as exc:
+        raise UsageError(f"{path}: not read as TOML ({exc})") from None
     table = data.get("tool", {}).get(TABLE) if isinstance(data.get("tool"), dict) else None
     if table is None and os.path.basename(path) == FILES[0] and "accept" in data:
         table = data
@@ -94,9 +97,10 @@ def gather(given: Sequence[str] | None, environ: Mapping[str, str], cwd: str) ->
     """Every acceptance of this run, the command line's first, each id once (the first source wins)."""
     found = [parse(entry, "--accept") for entry in given or ()]
     found += [parse(entry, VARIABLE) for entry in environ.get(VARIABLE, "").split(";") if entry.strip()]
-    path = config_file(cwd)
-    if path is not None:
-        entries = (_table(path) or {}).get("accept", [])
+    config = _config(cwd)
+    if config is not None:
+        path, table = config
+        entries = table.get("accept", [])
         if not isinstance(entries, list):
             raise UsageError(f"{path}: [tool.{TABLE}] accept must be a list of 'CHECK_ID[:REASON]'")
         found += [parse(entry, path) for entry in entries]

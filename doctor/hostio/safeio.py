@@ -234,6 +234,28 @@ def load_json(path: str, limit: int, follow_links: bool = True, fifo_s: float = 
     return decode_json(raw, errors)
 
 
+class NoTomlParser(ReadRefused):
+    """Python 3.10 without tomli: no TOML file can be read."""
+
+
+def load_toml(path: str, limit: int = 1 << 20) -> dict:
+    """The TOML document of the regular file at `path`, of at most `limit` bytes (a larger one is refused, never
+    cut). Raises ReadRefused for a file that cannot be read or is not TOML, NoTomlParser where neither tomllib
+    (Python 3.11+) nor tomli imports."""
+    try:
+        import tomllib as toml  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:  # Python 3.10
+        try:
+            import tomli as toml  # type: ignore[import-not-found,no-redef,unused-ignore]
+        except ImportError:
+            raise NoTomlParser("reading TOML needs tomllib (Python 3.11+) or tomli") from None
+    raw = read_file(path, limit, strict_size=True)
+    try:
+        return toml.loads(raw.decode("utf-8"))
+    except (UnicodeError, ValueError, RecursionError) as exc:
+        raise ReadRefused(f"it is not TOML ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+
 def parse_python(raw: bytes | str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
     """ast.parse of `raw` (source bytes, or text). Raises ReadRefused, whatever is wrong with it: a syntax error, a
     100,000-deep expression (RecursionError or MemoryError, by Python version and shape), a NUL byte, text that is

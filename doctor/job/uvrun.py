@@ -17,7 +17,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from ..hostio.safeio import ReadRefused, read_file
+from ..hostio.safeio import NoTomlParser, ReadRefused, load_toml, read_file
 from .interp import executable
 from .wrappers import UV, UV_MANUAL, UV_NOT_FOLLOWED, getopt, shown
 
@@ -130,16 +130,11 @@ def _table(data: Any, name: str) -> dict:
 
 def _toml(path: str) -> tuple[dict | None, str]:
     try:
-        import tomllib as toml  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:  # Python 3.10
-        try:
-            import tomli as toml  # type: ignore[import-not-found,no-redef,unused-ignore]
-        except ImportError:
-            return None, "reading its pyproject.toml needs tomllib (Python 3.11+) or tomli"
-    try:
-        return toml.loads(read_file(path, 1 << 20, strict_size=True).decode("utf-8")), ""
-    except (ReadRefused, UnicodeError, ValueError, RecursionError) as exc:
-        return None, f"{path} cannot be read ({type(exc).__name__})"
+        return load_toml(path), ""
+    except NoTomlParser:
+        return None, "reading its pyproject.toml needs tomllib (Python 3.11+) or tomli"
+    except ReadRefused as exc:
+        return None, f"{path} cannot be read ({exc})"
 
 
 def _workspace_root(project: str) -> str | None:

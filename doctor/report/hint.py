@@ -43,7 +43,7 @@ def next_step(report: Report) -> str:
         return f"next: check the remote host the job runs on (`{_clean(remote)}`), or use `check --ray`"
     if s.status.value in ("pass", "warn") and not s.interrupted and s.left_out:
         left = f"{s.left_out.get('count')} checks were left out ({s.left_out.get('by')}): run them all before training"
-        return f"next: {fix_command(report).replace('dsv4-doctor fix', 'dsv4-doctor check', 1)}  # {_clean(left)}"
+        return f"next: {fix_command(report, 'check')}  # {_clean(left)}"
     if s.status.value in ("pass", "warn") and not s.interrupted:
         return "ready to train" + (" (read the warnings above)" if s.status.value == "warn" else "")
     # a row that needs attention: fail, error, warn, or a status this doctor does not know (shown as an error)
@@ -73,12 +73,13 @@ def _same_python(target: Any, doctor: Any) -> bool:
     return t_dir == d_dir and bool(_PYTHON_NAME.fullmatch(t_name)) and bool(_PYTHON_NAME.fullmatch(d_name))
 
 
-def fix_command(report: Report) -> str:
-    """The `fix` command that plans for this run's profile: its --cp (unless the job's command gave it), and
-    --gpu-arch, --dsa-backend and --python where this run had them from options. A value the hint cannot print
-    safely, and a training command (a report holds it only by shape), are named as "(the same ...)" instead."""
+def fix_command(report: Report, command: str = "fix") -> str:
+    """The `fix` command (or `check`, which takes the same options) for this run's profile: its --cp (unless the
+    job's command gave it), and --gpu-arch, --dsa-backend and --python where this run had them from options. A value
+    the hint cannot print safely, and a training command (a report holds it only by shape), are named as
+    "(the same ...)" instead."""
     p = report.profile
-    words = ["dsv4-doctor", "fix"]
+    words = ["dsv4-doctor", command]
     same: list[str] = []
     job = report.job
     if job is None or p.get("cp_source") == "option":

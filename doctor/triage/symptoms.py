@@ -11,6 +11,7 @@ gpu-lost; each with what to collect next (`COLLECT_NEXT`)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ CANDIDATE = re.compile(
     rb"closed|Connection reset|abort|[Tt]aking the entire|ECC|NVRM|terminate called|what\(\)|cudaError|CUDA_ERROR")
 
 
+@functools.cache
 def _upstream_anchors() -> re.Pattern:
     """The registry texts' longest literal parts, as one bytes pattern: the cheap first look for a line that carries
     a rule's own text and none of CANDIDATE's words (built once, on first use)."""
@@ -39,13 +41,8 @@ def _upstream_anchors() -> re.Pattern:
     return re.compile(b"|".join(re.escape(p.encode()) for p in parts) or b"(?!)")
 
 
-_ANCHORS: list[re.Pattern] = []
-
-
 def upstream_anchor(raw: bytes) -> bool:
-    if not _ANCHORS:
-        _ANCHORS.append(_upstream_anchors())
-    return _ANCHORS[0].search(raw) is not None
+    return _upstream_anchors().search(raw) is not None
 
 
 @dataclass(frozen=True)
