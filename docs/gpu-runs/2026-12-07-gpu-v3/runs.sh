@@ -7,7 +7,9 @@
 MC=~/mcore
 WORK=~/cases
 
-case_needs() { echo "flashmla fht te-torch"; }
+case_needs() {  # the builds a case waits for: needs_NAME where a cases-*.sh file defines it
+  if declare -F "needs_$1" > /dev/null; then "needs_$1"; else echo "flashmla fht te-torch"; fi
+}
 
 case_recipes() {  # one `check --cp 2 --deep` on an empty per-user store, no prewarm (every kernel compiled by the
   # check itself): the kernel recipes it records, as one JSON list
@@ -30,7 +32,8 @@ case_adopt() {  # the recipes just recorded become the tree's shipped ones (chec
   cp "$R/kernel_recipes.json" "$ROOT/checks/smoke/kernel_recipes.json" && install_doctor \
     && ts "adopt: $("$PY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$ROOT/checks/smoke/kernel_recipes.json") shipped recipes now"
 }
-case_est() {
+case_est() {  # seconds a case may take: est_NAME where a cases-*.sh file defines it
+  declare -F "est_$1" > /dev/null && { "est_$1"; return; }
   case $1 in
     speed-start) echo 5 ;; speed-wait) echo 0 ;; equality) echo 450 ;; recipes) echo 60 ;; adopt) echo 20 ;; *) echo 0 ;;
   esac
