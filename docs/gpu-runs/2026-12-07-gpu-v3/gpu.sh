@@ -155,6 +155,10 @@ install_doctor() {  # the doctor from this call's copy of the tree (the code as 
   hash=$(cd "$ROOT" && find doctor checks pyproject.toml -type f -name '*' ! -path '*/__pycache__/*' \
       -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
   [ "$(cat $S/doctor-hash 2>/dev/null)" = "$hash" ] && { ts "doctor already installed from this tree ($hash)"; return 0; }
+  # A running bench keeps the doctor it started with: a tree that changed meanwhile is never installed under it
+  if [ -f "$R/bench.started" ] && [ ! -f "$R/bench.exit" ]; then
+    ts "doctor NOT reinstalled: the bench runs with $(cat "$R/bench.doctor-hash"), this tree is $hash"; return 1
+  fi
   { echo "tree: $ROOT"; echo "tree sha256 (doctor, checks, pyproject): $hash"; } > "$log"
   # its one requirement the image does not meet (typer 0.27.2 there; the doctor declares >=0.28,<0.29)
   pipi $A/extra/doctordeps/*.whl >> "$log" 2>&1 && echo "installed: $(ls $A/extra/doctordeps)" >> "$log"
