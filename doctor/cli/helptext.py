@@ -31,7 +31,8 @@ FIX_VENV_HELP = ("For an externally managed interpreter (PEP 668): the virtual e
                  "job then runs with DIR/bin/python.")
 FIX_DOWNLOAD_HELP = ("On a connected machine: fetch what the plan's pip steps install into DIR (pip download of the "
                      "wheels and sdists; each git pin at its commit with its submodules, as an archive in DIR/git).")
-FIX_FROM_HELP = ("Install from DIR alone (pip's --no-index --find-links DIR; git pins from their archives), as "
+FIX_FROM_HELP = ("Install from DIR alone (pip installs with no index, DIR its find-links folder; git pins from their "
+                 "archives), as "
                  "`--download DIR` made it; a step whose artifact DIR lacks fails, naming it, and the rest go on.")
 FIX_JOB_ARGS_HELP = ("The training command, as one shell-quoted string: the job.* checks run, and the plan ends with "
                      "the job's settings (CP_ARGS, export lines), as comments.")
