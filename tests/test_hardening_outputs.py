@@ -430,7 +430,7 @@ def test_the_report_carries_the_job_entry_and_env_values_by_shape():
 def test_apply_echoes_a_withheld_command_with_the_secret_masked_and_runs_the_real_one(tmp_path, monkeypatch, capfd):
     """docs/security.md: a step whose command holds a secret is withheld in the script, echoed masked, run with its
     value."""
-    from dsv4_doctor.fix import plan as fixplan
+    from dsv4_doctor.fix import apply as fixapply, plan as fixplan
     from dsv4_doctor.report.script import render_script
     from dsv4_doctor.model.core import CheckReport, Fix, Status
     from dsv4_doctor.hostio.procs import Processes
@@ -448,7 +448,8 @@ def test_apply_echoes_a_withheld_command_with_the_secret_masked_and_runs_the_rea
     redact = Redactor()
     script = render_script(plan, str(target), {}, "0", redact)
     assert "ghp_abc" not in script and "held a secret" in script
-    assert fixplan.apply(plan, str(target), Processes(), redact) == (1, 0)
+    done = fixapply.apply(plan, str(target), Processes(), redact)
+    assert (done.ran, done.code) == (1, 0)
     echo = capfd.readouterr().err
     assert "+ " in echo and "ghp_abc" not in echo and "REDACTED" in echo, echo
     assert url in record.read_text().split("\n")  # run with the real value
@@ -456,7 +457,7 @@ def test_apply_echoes_a_withheld_command_with_the_secret_masked_and_runs_the_rea
 def test_a_fix_command_whose_environment_holds_a_secret_is_withheld_in_the_script_and_masked_in_the_echo(
         tmp_path, monkeypatch, capfd):
     """The script checked only a command's argv for secrets and printed its `NAME=value` prefix as it was."""
-    from dsv4_doctor.fix import plan as fixplan
+    from dsv4_doctor.fix import apply as fixapply, plan as fixplan
     from dsv4_doctor.report.script import render_script
     from dsv4_doctor.model.core import CheckReport, Command, Fix, Status
     from dsv4_doctor.hostio.procs import Processes
@@ -471,7 +472,8 @@ def test_a_fix_command_whose_environment_holds_a_secret_is_withheld_in_the_scrip
     target.write_text("#!/bin/sh\nexit 0\n")
     target.chmod(0o755)
     monkeypatch.delenv("PIP_NO_INDEX", raising=False)
-    assert fixplan.apply(plan, str(target), Processes()) == (1, 0)
+    done = fixapply.apply(plan, str(target), Processes())
+    assert (done.ran, done.code) == (1, 0)
     echo = capfd.readouterr().err
     assert "+ HF_TOKEN=" in echo and token not in echo, echo
 

@@ -84,7 +84,8 @@ def test_torchrun_takes_the_script_folder_with_its_links_resolved(tmp_path):
 
 def test_apply_without_an_installer_says_it_once():
     from dsv4_doctor.checks._reach import NO_INSTALLER
-    from dsv4_doctor.fix.plan import Answer, Plan, Step, apply_and_recheck
+    from dsv4_doctor.fix.apply import apply_and_recheck
+    from dsv4_doctor.fix.plan import Answer, Plan, Step
     from dsv4_doctor.model.core import Fix
     from dsv4_doctor.hostio.redact import Redactor
 

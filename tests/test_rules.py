@@ -623,7 +623,7 @@ def test_already_met_reads_only_plain_pins():
 def test_apply_ends_with_the_verdict_after_what_still_fails_and_what_is_left_for_a_person(tmp_path, bare_python):
     """`fix --apply`'s end, once pip has done what it can and only torch is missing: the verdict after, then each row
     that still fails, then the steps left for a person (the manual torch step named), in that order."""
-    from dsv4_doctor.fix.plan import after_apply
+    from dsv4_doctor.fix.apply import after_apply
     from probed import run_in_process
 
     ids = builds_on("cudnn-fe.csa") + ["cudnn-fe.dsa", "tvm-ffi.version", "torch.install"]

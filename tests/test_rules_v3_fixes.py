@@ -128,7 +128,7 @@ def test_the_cute_dsl_hint_follows_its_packaging(tmp_path, bare_python, cutlass,
 def test_apply_offline_leaves_out_git_builds_with_the_reason_and_runs_the_rest(monkeypatch, capfd):
     """`PIP_NO_INDEX=1 PIP_FIND_LINKS=<wheels> fix --apply`: a git+ step cannot be reached offline; it is named as not
     applied, and the wheel steps still run (with a build step's environment set)."""
-    from dsv4_doctor.fix import plan as fixplan
+    from dsv4_doctor.fix import apply as fixapply, plan as fixplan
     from dsv4_doctor.checks.fixes import catalogue as fixes
     from dsv4_doctor.model.core import CheckReport, Status
 
@@ -151,11 +151,13 @@ def test_apply_offline_leaves_out_git_builds_with_the_reason_and_runs_the_rest(m
     monkeypatch.setenv("CUDA_HOME", "/opt/cuda-13")
     monkeypatch.delenv("PIP_NO_INDEX", raising=False)
     online = Procs()
-    assert fixplan.apply(plan, "/py", online) == (2, 0)
+    done = fixapply.apply(plan, "/py", online)
+    assert (done.ran, done.code) == (2, 0)
     assert online.runs[0][1] == "/opt/cuda-13/include/cccl"  # the build step's environment, CUDA_HOME resolved
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     offline, skipped = Procs(), []
-    assert fixplan.apply(plan, "/py", offline, not_applied=skipped) == (1, 0)
+    done = fixapply.apply(plan, "/py", offline, not_applied=skipped)
+    assert (done.ran, done.code) == (1, 0)
     assert [argv[-1] for argv, _ in offline.runs] == ["apache-tvm-ffi==0.1.11"]
     assert skipped == ["step 1 not applied: PIP_NO_INDEX is set and it installs from git (a clone and a source "
                        "build need the network)"]

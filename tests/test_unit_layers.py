@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("engine", {"engine", "testing", "model.report", "upstream"}),
     ("render", {"report"}),
     ("session", {"report.assemble", "engine.pluginhost", "engine.plugins", "engine.session", "engine.earlystart",
-                 "engine.runreport", "fix.plan", "job.compose", "job.stackbuild"}),
+                 "engine.runreport", "fix.plan", "fix.apply", "fix.fetch", "job.compose", "job.stackbuild"}),
     ("commands", {"fleet", "commands", "kernels.warm", "triage"}),
     ("cli", {"cli", "launch", "__main__"}),
     # The checks' one door re-exports what they use from every layer below (the fleet's rows included); nothing of

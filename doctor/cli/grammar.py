@@ -11,8 +11,8 @@ from dataclasses import fields
 from .. import __version__
 from ..commands.usecases import Options
 from .helptext import (DESCRIPTION, EXIT_CODES_HELP, FIX_APPLY_HELP, FIX_BREAK_HELP, FIX_EPILOG, FIX_JOB_ARGS_HELP,
-                       FIX_VENV_HELP, FLEET_EPILOG, PREFLIGHT_EPILOG, SMOKE_EPILOG, TRIAGE_EPILOG, TRIAGE_HELP,
-                       TRIAGE_PATHS_HELP, WARM_EPILOG, WARM_HELP)
+                       FIX_DOWNLOAD_HELP, FIX_FROM_HELP, FIX_VENV_HELP, FLEET_EPILOG, PREFLIGHT_EPILOG, SMOKE_EPILOG,
+                       TRIAGE_EPILOG, TRIAGE_HELP, TRIAGE_PATHS_HELP, WARM_EPILOG, WARM_HELP)
 from ..report.output import write_stdout
 from ..report.shown import FORMATS
 
@@ -70,7 +70,7 @@ ROOT_OPTIONS = ("-h", "--help", "--version", "--install-completion", "--show-com
 INSPECTING_COMMANDS = ("check", "smoke", "fix", "preflight", "fleet")
 VALUE_OPTIONS = ("--cp", "--dsa-backend", "--gpu-arch", "--python", "--timeout", "--only", "--skip", "--device", "-f",
                  "--format", "-o", "--output", "--fleet-port", "--fleet-wait", "--ray-wait-nodes", "--job-args",
-                 "--job-args-file", "--job-cwd", "--report", "--venv", "--accept")
+                 "--job-args-file", "--job-cwd", "--report", "--venv", "--accept", "--download", "--from")
 OPTION_NAMES = {f.name for f in fields(Options)} - {"command"}
 
 
@@ -338,13 +338,15 @@ def _app():
     @app.command(**said("Print the fix plan of the current failures as a shell script (or --apply it)."),
                  epilog=FIX_EPILOG)
     @parameters("cp", "dsa_backend", "gpu_arch", "python", "timeout", "only", "skip", "apply", "yes",
-                "break_system_packages", "venv", "job_args", "job_args_file", "job_cwd")
+                "break_system_packages", "venv", "download", "from_dir", "job_args", "job_args_file", "job_cwd")
     def fix(
         cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
         apply: bool = Option(False, "--apply", help=FIX_APPLY_HELP),
         yes: bool = Option(False, "--yes", "-y", help="Do not ask before applying (needed without a terminal)."),
         break_system_packages: bool = Option(False, "--break-system-packages", help=FIX_BREAK_HELP),
         venv: str | None = Option(None, "--venv", metavar="DIR", help=FIX_VENV_HELP),
+        download: str | None = Option(None, "--download", metavar="DIR", help=FIX_DOWNLOAD_HELP),
+        from_dir: str | None = Option(None, "--from", metavar="DIR", help=FIX_FROM_HELP),
         job_args: str | None = Option(None, "--job-args", metavar="CMD", help=FIX_JOB_ARGS_HELP),
         **given: object,
     ) -> None:

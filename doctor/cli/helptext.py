@@ -29,6 +29,11 @@ FIX_BREAK_HELP = ("For an externally managed interpreter (PEP 668: Debian's and 
 FIX_VENV_HELP = ("For an externally managed interpreter (PEP 668): the virtual environment the pip steps install into, "
                  "made from it so that it sees its packages (default: .venv-dsv4 in the job's working directory); the "
                  "job then runs with DIR/bin/python.")
+FIX_DOWNLOAD_HELP = ("On a connected machine: fetch what the plan's pip steps install into DIR (pip download of the "
+                     "wheels and sdists; each git pin at its commit with its submodules, as an archive in DIR/git).")
+FIX_FROM_HELP = ("Install from DIR alone (pip installs with no index, DIR its find-links folder; git pins from their "
+                 "archives), as "
+                 "`--download DIR` made it; a step whose artifact DIR lacks fails, naming it, and the rest go on.")
 FIX_JOB_ARGS_HELP = ("The training command, as one shell-quoted string: the job.* checks run, and the plan ends with "
                      "the job's settings (CP_ARGS, export lines), as comments.")
 TRIAGE_HELP = "Read a failed job's logs: where it failed first, and the known cause or only a symptom."

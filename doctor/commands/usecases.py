@@ -69,6 +69,8 @@ class Options:
     yes: bool = False
     break_system_packages: bool = False  # fix: PEP 668's other way (pip's --break-system-packages), not a venv
     venv: str | None = None  # fix: the venv's folder for an externally managed interpreter (fix/pep668.py)
+    download: str | None = None  # fix --download DIR: fetch what the plan installs into DIR (fix/offline.py)
+    from_dir: str | None = None  # fix --from DIR: install from DIR alone, no index, git pins from their archives
     check_id: str | None = None
     verbose: int = 0
     into: str | None = None  # warm: the image-wide kernel store's folder
@@ -335,6 +337,9 @@ def fix(opts: Options, ask: Callable[[str], Answer]) -> tuple[Report, Plan, int]
     if opts.break_system_packages and opts.venv is not None:
         raise UsageError("--break-system-packages and --venv are the two ways for an externally managed interpreter: "
                          "give one")
+    from ..fix.fetch import offline_folder
+
+    folder = offline_folder(opts.download, opts.from_dir, opts.apply)
     profile = profile_from_options(opts, "off", _job_argv(opts))
     only, skip = ids(opts.only, "--only"), ids(opts.skip, "--skip")
     opts = _resolved(opts, profile)
@@ -343,6 +348,10 @@ def fix(opts: Options, ask: Callable[[str], Answer]) -> tuple[Report, Plan, int]
     report = run_report(opts, profile, only, skip, False, progress=False)
     code = report.exit_code
     plan = fixplan.plan_of(report, fixplan.Policy(opts.break_system_packages, opts.venv, opts.job_cwd))
+    if opts.from_dir is not None:
+        from ..fix.offline import from_folder
+
+        plan = from_folder(plan, folder)
     incomplete = fixplan.incomplete(report)
     redact = Redactor()
     printed = write_stdout(render_script(plan, python, report.profile, __version__, redact, incomplete,
@@ -357,10 +366,17 @@ def fix(opts: Options, ask: Callable[[str], Answer]) -> tuple[Report, Plan, int]
         if opts.apply:
             say(f"nothing applied: {incomplete}")
         return report, plan, code if code >= int(ExitCode.INTERNAL) else int(ExitCode.INTERNAL)
+    if opts.download is not None:
+        from ..fix.fetch import download_plan
+
+        return report, plan, download_plan(plan, python, folder, say)
     if not opts.apply:
         # A crashed check (exit 3) is no clean bill, whatever the plan holds.
         return report, plan, code if code >= int(ExitCode.INTERNAL) else plan.exit_code
-    return report, plan, fixplan.apply_and_recheck(
+    from ..fix.apply import apply_and_recheck
+
+    return report, plan, apply_and_recheck(
         plan, python, redact, code, before, opts.yes, ask, say,
         lambda: run_report(replace(opts, python=plan.venv_python or python), profile, only, skip, False,
                            progress=False))
+

@@ -14,25 +14,19 @@ the plan takes one way pip installs there (fix/pep668.py): its first step then m
 (`<target python> -I -m venv --system-site-packages ...`) whose python runs the pip steps, or every pip step carries
 pip's --break-system-packages.
 
-The `+ command` echo of `--apply` goes through the report's redaction and cleaning, as the script does.
+How `--apply` runs the plan, and what a step that fails holds back (`waits_for`), is fix/apply.py's; installing from
+a folder instead of the network (`fix --download DIR`, `fix --from DIR`) is fix/offline.py's.
 """
 
 from __future__ import annotations
 
-import os
-import shlex
-import subprocess
-import sys
 from dataclasses import dataclass, field
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from .steps import Command, Fix, Phase, env_value, installer_argv
+from .steps import Command, Fix, Phase, installer_argv
 from .met import already_met, fixes_to_run as fixes_to_run  # the rule lives in fix/met.py (render uses it too)
-from .pep668 import VENV_BLOCKED, VENV_KEY, Policy, installer_way
+from .pep668 import VENV_BLOCKED, VENV_KEY, Policy as Policy, installer_way
 from ..model.core import CheckReport, Status
-from ..hostio.procs import kill_group
-from ..hostio.redact import Redactor, cap, clean_text
-from ..report.output import line_text, write_stderr
 from ..model.report import Report
 
 ORDER = (Phase.PATH, Phase.RUNTIME, Phase.BUILD, Phase.PIN, Phase.SETTING)
@@ -45,6 +39,7 @@ class Step:
     commands: list[Command]  # the fix's commands not already in an earlier step
     checks: list[str] = field(default_factory=list)
     held_by: int | None = None  # the pending manual step (its number) this build step must wait for
+    missing: str = ""  # `fix --from DIR`: what of this step DIR lacks (fix/offline.py); --apply fails the step
 
     @property
     def runnable(self) -> bool:
@@ -145,69 +140,6 @@ def offline_reason(cmd: Command, environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def apply(plan: Plan, python: str, procs, redact: Redactor | None = None,
-          interrupted: Callable[[], bool] = lambda: False, not_applied: list[str] | None = None) -> tuple[int, int]:
-    """Run the automatic steps with the target's pip, output to stderr; (commands run, exit code of the failing one
-    or 0). Stops at the first failure, or when `interrupted()` says a signal arrived (its handler kills pip). A step
-    pip cannot carry out offline (offline_reason) is left out and named in `not_applied`, with the reason."""
-    redact = redact or Redactor()
-    ran = 0
-    for n, step in enumerate(plan.steps, 1):
-        if not step.automatic:
-            continue
-        why = next((r for r in (offline_reason(c, os.environ) for c in step.commands) if r), None)
-        if why:
-            line = f"step {n} not applied: {why}"
-            write_stderr(line_text(line) + "\n")
-            if not_applied is not None:
-                not_applied.append(line)
-            continue
-        for cmd in step.commands:
-            if interrupted():
-                return ran, 0
-            argv = pip_argv(python if cmd.is_venv else plan.venv_python or python, cmd, step.fix.installer)
-            shown = shlex.join(redact.text(w) for w in argv)  # redact, then quote
-            write_stderr("+ " + clean_text(cap(redact.text(cmd.env_prefix()) + shown)) + "\n")
-            env = dict(os.environ, **{n: env_value(v, os.environ) for n, v in cmd.env}) if cmd.env else None
-            out = _stderr_fd()
-            proc = procs.spawn(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env)
-            if interrupted():  # the signal came while pip was starting, before the handler could see it
-                kill_group(proc)
-            code = proc.wait()
-            procs.release(proc)
-            ran += 1
-            if interrupted():
-                return ran, 0
-            if code != 0:
-                return ran, code
-    return ran, 0
-
-
-def _stderr_fd() -> int:
-    """Where pip's output goes: the doctor's stderr, or nowhere when the doctor has none."""
-    try:
-        return sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):
-        return subprocess.DEVNULL
-
-
-def apply_guarded(plan: Plan, python: str, redact: Redactor | None = None,
-                  not_applied: list[str] | None = None) -> tuple[int, int, int | None]:
-    """`apply` with its own process tracking and signal handling: (commands run, the failing exit code or 0, the
-    signal that stopped it or None). Every pip process is gone when it returns."""
-    from ..hostio.procs import Processes
-    from ..hostio.signals import ApplySignals
-
-    procs = Processes()
-    try:
-        with ApplySignals(procs) as signals:
-            ran, failed = apply(plan, python, procs, redact, interrupted=lambda: signals.signum is not None,
-                                not_applied=not_applied)
-    finally:
-        procs.close()
-    return ran, failed, signals.signum
-
-
 def incomplete(report: Report) -> str | None:
     """Why the run behind a fix plan did not finish, or None."""
     if report.summary.interrupted:
@@ -225,110 +157,27 @@ class Answer:
     signum: int | None = None
 
 
-def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, before: str, yes: bool,
-                      ask: Callable[[str], Answer], say: Callable[[str], None], recheck: Callable[[], Report]) -> int:
-    """`fix --apply` once the plan is printed: name the held-back steps, `ask` the question (unless `yes`), run the
-    automatic steps (apply_guarded), then re-check (`recheck()` gives the new report) and say both verdicts. `code`
-    is the first run's exit code, `before` its verdict line, `say` writes a line to stderr. Returns the command's
-    exit code."""
-    from ..model.core import ExitCode
-    from ..hostio.signals import GATE
-
-    if plan.no_installer is not None:
-        say("nothing applied: " + plan.no_installer.fix.description)  # it starts with "no installer: "
-        return int(ExitCode.FAILED)
-    path = [n for n, s in enumerate(plan.steps, 1) if s.fix.phase is Phase.PATH and s.fix.manual]
-    if path:  # a shadowing copy stays in front of what pip installs until they are done
-        say(f"by hand first: step(s) {', '.join(map(str, path))} change where the job imports from (its PYTHONPATH, "
-            "user site or folder); the re-check below runs in this environment, as it is")
-    held = [n for n, s in enumerate(plan.steps, 1) if s.held_by is not None]
-    if held:
-        say(f"held back: step(s) {', '.join(map(str, held))} build against torch and wait for the manual torch "
-            "step; run them after it")
-    if not any(s.automatic for s in plan.steps):
-        say("nothing to apply: the plan has no automatic (pip) step")
-        return code
-    if plan.installer_way:  # PEP 668: the way it takes (a venv, or --break-system-packages), named before it runs
-        say("installing: " + plan.installer_way)
-    if GATE.late is not None:
-        say("nothing applied: a signal arrived while the plan was written")
-        return 128 + GATE.late
-    if not yes:
-        pips = sum(1 for s in plan.steps if s.automatic for c in s.commands if not c.is_venv)
-        question = f"Run the {pips} pip command(s) of this plan now?"
-        if plan.venv_python:
-            question = f"Make the virtual environment, then run the {pips} pip command(s) of this plan now?" if pips \
-                else "Make the virtual environment of this plan now (its pip steps are left for you)?"
-        answer = ask(question)
-        if answer.signum is not None:
-            say("\nnothing applied")
-            return 128 + answer.signum
-        if not answer.yes:  # no, the default, or the end of input
-            say("nothing applied")
-            return code
-    not_applied: list[str] = []
-    ran, failed, signum = apply_guarded(plan, python, redact, not_applied)
-    if signum is not None:
-        import signal
-
-        say(f"interrupted by {signal.Signals(signum).name} after {ran} pip command(s); pip was stopped and "
-            "the environment may be half-updated: run `dsv4-doctor check`")
-        return 128 + signum
-    if failed:
-        say(f"a pip command failed with exit code {failed}; stopped after {ran} command(s)")
-        return int(ExitCode.FAILED)
-    again = recheck()  # the caller's: of plan.venv_python where the plan made a venv
-    for line in not_applied:
-        say(line)
-    say("before: " + before)
-    for line in after_apply(again):
-        say(line)
-    if plan.venv_python:
-        folder = os.path.dirname(os.path.dirname(plan.venv_python))
-        say(f"the pip steps installed into the virtual environment {folder} (PEP 668), which the re-check inspected: "
-            f"run the job with {plan.venv_python}, and check it with --python {plan.venv_python}")
-    return again.exit_code
+# A step of these phases builds against what every earlier phase installs (the toolchain, torch and the CUDA runtime,
+# the job's path): it waits for any of them that did not happen. A pure pin (Phase.PIN) needs only the installer.
+BUILDS_ON_EARLIER_PHASES = (Phase.BUILD,)
 
 
-SAID_MAX = 160  # characters of a row's summary or a step's description that `fix --apply`'s end says
+def provides_installer(step: Step) -> bool:
+    """The step that gives the pip steps their installer: ensurepip, or PEP 668's venv whose python runs them."""
+    return any(c.is_ensurepip or c.is_venv for c in step.commands)
 
 
-def after_apply(again: Report, width: int | None = None) -> list[str]:
-    """What `fix --apply` ends with, in this order: the verdict after, the rows that still fail (each its summary's
-    first sentence), and the steps that remain for a person (manual, held back, or job settings) in the re-check's own
-    plan, named. Each text is redacted, then shortened at a word (redact.shorten, at most SAID_MAX characters), then
-    wrapped at `width` (default: the output width of stderr) with its continuation lines indented: one line each."""
-    import textwrap
-
-    from ..hostio.redact import shorten
-    from ..report.dispatch import output_width, verdict_line
-    from ..report.output import isatty
-
-    width = output_width(isatty(sys.stderr)) if width is None else max(20, int(width))
-    redactor = Redactor()
-
-    def wrapped(text: str, first: str = "", rest: str = "    ") -> list[str]:
-        return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
-                             break_on_hyphens=False) or [first + text]
-
-    def item(head: str, text: str) -> list[str]:
-        return wrapped(head + shorten(" ".join(redactor.text(text).split()), SAID_MAX), "  ", "    ")
-
-    lines = wrapped("after:  " + verdict_line(again), rest="        ")
-    failing = [c for c in again.checks if c.status in (Status.FAIL, Status.ERROR)]
-    if failing:
-        lines.append(f"still failing ({len(failing)}):")
-        for c in failing:
-            lines += item(f"{c.id}: ", c.summary.split(". ")[0])
-    plan = plan_of(again)
-    left = [(n, s) for n, s in enumerate(plan.steps, 1) if not s.automatic]
-    pip_left = [(n, s) for n, s in enumerate(plan.steps, 1) if s.automatic]
-    if pip_left:
-        lines += wrapped(f"pip steps the re-check still plans ({len(pip_left)}): `dsv4-doctor fix` shows them")
-    if left:
-        lines += wrapped(f"left for you ({len(left)}; `dsv4-doctor fix` prints them in full):")
-        for n, step in left:
-            kind = "manual" if step.fix.manual else ("held back" if step.held_by is not None else "a job setting")
-            first = step.fix.description.splitlines()[0] if step.fix.description else ""
-            lines += item(f"step {n} ({kind}) [{', '.join(step.checks)}]: ", first)
-    return lines
+def waits_for(steps: Sequence[Step], n: int, undone: Mapping[int, str]) -> int | None:
+    """The earlier step (its number) that step `n` depends on and that did not happen (failed, or skipped in turn),
+    or None: every pip step depends on the installer step before it; a build step depends on every step of an
+    earlier phase in ORDER (a manual one is held_by's rule). Other steps are independent."""
+    step = steps[n - 1]
+    for m in sorted(undone):
+        if m >= n:
+            break
+        earlier = steps[m - 1]
+        if provides_installer(earlier) and any(c.is_pip for c in step.commands):
+            return m
+        if step.fix.phase in BUILDS_ON_EARLIER_PHASES and ORDER.index(earlier.fix.phase) < ORDER.index(step.fix.phase):
+            return m
+    return None
