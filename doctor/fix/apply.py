@@ -167,7 +167,6 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
     again = recheck()  # the caller's: of plan.venv_python where the plan made a venv
     for line in done.not_applied:
         say(line)
-    say("before: " + before)
     for line in after_apply(again, failed=done.failed, skipped=done.skipped, plan=plan):
         say(line)
     if plan.venv_python:
