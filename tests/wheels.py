@@ -53,6 +53,12 @@ WHEELS = {
     # The CuTe DSL itself (75 MB) and what `import cutlass` needs: it imports, traces and compiles host-only
     # functions on a machine without a GPU, so its file cache and `cute.compile` can be tested for real.
     "nvidia-cutlass-dsl-libs-base-4.5.2": ("nvidia-cutlass-dsl-libs-base==4.5.2", []),
+    # 4.8.1 as `pip install 'nvidia-cutlass-dsl[cu13]==4.8.1'` lays it out, less -libs-cu12 (92 MB, the CUDA 12
+    # flavour the meta wheel requires unconditionally): the meta wheel (its .pth runs code), `cutlass` in -libs-core,
+    # -libs-base, the CUDA 13 _cutlass_ir in -libs-cu13 (92 MB), and protobuf, which -libs-base requires from 4.8.
+    "nvidia-cutlass-dsl-4.8.1-cu13": ("nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-core==4.8.1 "
+                                      "nvidia-cutlass-dsl-libs-base==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1 "
+                                      "protobuf==7.36.2", []),
     "cuda-bindings-13.4.4": ("cuda-bindings==13.4.4", []),
     "cuda-pathfinder-1.9.1": ("cuda-pathfinder==1.9.1", []),
     "numpy-2.4.6": ("numpy==2.4.6", []),

@@ -8,7 +8,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from .located import STACK_MODULE_OF, copy_of
+from .located import INSTALLED_BY, STACK_MODULE_OF, copy_of
 from .versions import (  # noqa: F401  (re-exported: the checks read them from facts)
     MARKER_KEYS, MAX_REQUIREMENTS, at_least, extra_requirements, parse_requirement, requirement_text, requirements,
     safe_specifier, safe_version, version)
@@ -61,16 +61,19 @@ class StaticFacts:
 
     def version(self, name: str) -> str | None:
         """The version of the copy the job imports: the first readable metadata on its path, unless the module the
-        job imports (STACK_MODULE_OF) comes from another copy: an editable finder's distribution, or a checkout no
-        metadata describes (then the version its files state, or None)."""
+        job imports (STACK_MODULE_OF) comes from another copy: an editable finder's distribution, another copy's
+        (or one of INSTALLED_BY's: nvidia-cutlass-dsl-libs-core 4.8.1 in site-packages while a --target folder's
+        nvidia-cutlass-dsl 4.5.2 comes first), or a checkout no metadata describes (then the version its files
+        state, or None)."""
         d = self.readable_dist(name)
         v = d.get("version") if d else None
         module = STACK_MODULE_OF.get(canonical(name))
         if module and isinstance(self._section("modules").get(module), dict):
             c = self.copy(module)
             owner = c["owner"] or {}
+            mine = (canonical(name), *INSTALLED_BY.get(canonical(name), ()))
             if c["found"] and owner.get("version") and d is not None and owner.get("path") != d.get("path") \
-                    and canonical(str(owner.get("name") or "")) == canonical(name):
+                    and canonical(str(owner.get("name") or "")) in mine:
                 return owner["version"]
             if c["found"] and c["owner_not_known"]:
                 return c["version"]  # which distribution installed it is not known: only what its files state

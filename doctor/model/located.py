@@ -13,6 +13,11 @@ STACK_MODULE_OF = {
     "megatron-bridge": "megatron.bridge", "cuda-python": "cuda",
 }
 
+# Distributions that install a stack distribution's module in its stead, each pinned `==` by it: the meta wheel
+# nvidia-cutlass-dsl holds no code (4.5.x's `cutlass` is in -libs-base, 4.8.x's in -libs-core, beside a .pth file
+# of the meta wheel's). The version of the copy the job imports is then theirs.
+INSTALLED_BY = {"nvidia-cutlass-dsl": ("nvidia-cutlass-dsl-libs-base", "nvidia-cutlass-dsl-libs-core")}
+
 
 def _text_or_none(value):
     return value if isinstance(value, str) else None

@@ -87,6 +87,29 @@ def _pth_owner(entry, sites):
     return None
 
 
+def _site_around(entry, sites):
+    """The site directory that `entry` lies inside (not equal to it), or None."""
+    return next((s for s in sites if entry.startswith(s.rstrip(os.sep) + os.sep)), None)
+
+
+def _pth_code_owner(entry, site_dir):
+    """The .pth file in `site_dir` whose import line put `entry` (a folder inside `site_dir`) on sys.path, found
+    without running it: the line names the entry's last folder in quotes. nvidia-cutlass-dsl 4.8's
+    nvidia_cutlass_dsl_packages.pth: `import sys, os, nvidia_cutlass_dsl; sys.path.insert(0,
+    os.path.join(nvidia_cutlass_dsl.__path__[0], 'dsl_packages'))`. None where no line names it."""
+    last = os.path.basename(entry.rstrip(os.sep))
+    quoted = ("'%s'" % last, '"%s"' % last)
+    try:
+        names = sorted(n for n in os.listdir(site_dir) if n.endswith(".pth"))
+    except OSError:
+        return None
+    for name in names:
+        for line in read_text(os.path.join(site_dir, name), 1 << 16).splitlines():
+            if line.startswith(("import ", "import\t")) and any(q in line for q in quoted):
+                return os.path.join(site_dir, name)
+    return None
+
+
 def path_origins():
     """Why each sys.path entry is there: {realpath: {"index", "kind", "why", "entry", "pth"?}} (built once)."""
     global _ORIGINS
@@ -113,10 +136,16 @@ def path_origins():
             info.update(kind="site", why="site-packages")
         else:
             pth = _pth_owner(real, ([user] if user else []) + sites)
+            around = _site_around(real, ([user] if user else []) + sites)
+            code = _pth_code_owner(real, around) if around and not pth else None
             if pth:
                 info.update(kind="pth", why="a .pth file (%s)" % pth, pth=pth)
+            elif code:
+                info.update(kind="pth", why="a .pth file's import line (%s)" % code, pth=code)
             else:
                 info.update(kind="other", why="sys.path entry %d" % index)
+            if around:
+                info["site"] = around  # a folder inside a site directory: its files are in that site's RECORDs
         _ORIGINS[real] = info
     return _ORIGINS
 
@@ -202,14 +231,24 @@ def _where(here, top, finder):
         out["owner_not_known"] = owner_not_known
     if "pythonpath_index" in info:
         out["pythonpath_index"] = info["pythonpath_index"]
+    if not owner and info.get("site"):
+        # A folder inside a site directory (a .pth file put it on sys.path): the distribution whose RECORD lists the
+        # module's own file, relative to that site directory (nvidia-cutlass-dsl 4.8: its -libs-core wheel, while
+        # the .pth file is the meta wheel's).
+        inner = os.path.relpath(_real(anchor), info["site"]).split(os.sep)[0]
+        owner, owner_not_known = owner_in(info["site"], inner, anchor)
+        out.pop("owner_not_known", None)
+        if owner_not_known:
+            out["owner_not_known"] = owner_not_known
     if info["kind"] == "pth":
         pth_owner = owner_of_file(info["pth"])
-        if pth_owner:
+        if pth_owner and (pth_owner.get("editable") or not owner):
             owner = pth_owner
             out.pop("owner_not_known", None)
-            out["place"] = "editable" if pth_owner.get("editable") else "pth"
-            out["why"] = "editable %s %s -> %s (%s)" % (pth_owner.get("name"), pth_owner.get("version"), entry,
-                                                        os.path.basename(info["pth"]))
+        if owner:
+            out["place"] = "editable" if owner.get("editable") else "pth"
+            out["why"] = "%s%s %s -> %s (%s)" % ("editable " if owner.get("editable") else "", owner.get("name"),
+                                                 owner.get("version"), entry, os.path.basename(info["pth"]))
     out["owner"] = owner
     shared = shared_top(entry, top, (owner or {}).get("path")) if info["kind"] != "pth" else None
     if shared:
