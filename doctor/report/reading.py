@@ -2,7 +2,7 @@
 
 The rule: in the default report a row that is shown (a failure, an error, a warning, a skip's notice) gives its
 summary's first sentence in at most SUMMARY_LINES lines at the report's width, cut at a word with "…" where it is
-longer; a fix without commands gives its description under the same rule. Fix commands are never cut (they stay
+longer (inside a long path); a fix without commands gives its description under the same rule. Fix commands are never cut (they stay
 copy-pastable). `-v` shows every row's summary and fixes in full. One line each keeps the report of an empty
 environment (seven failures, each with its commands) within 40 lines at 80 columns.
 
@@ -55,7 +55,8 @@ def _fitting(text: str, start: int, width: int) -> int:
 
 def clip(text: str, first: int, rest: int, lines: int, ellipsis: str = "…") -> int | None:
     """Where to cut `text` so that it, with `ellipsis` after it, fits `lines` lines wrapped at words: `first`
-    columns on the first line, `rest` on each after (a hanging indent). None when the whole text fits."""
+    columns on the first line, `rest` on each after (a hanging indent); at a word, or inside a word so long that
+    cutting before it would leave a third of the last line empty. None when the whole text fits."""
     pos = 0
     for line in range(max(1, lines)):
         width = max(1, first if line == 0 else rest)
@@ -67,8 +68,8 @@ def clip(text: str, first: int, rest: int, lines: int, ellipsis: str = "…") ->
         if line == lines - 1:
             end = _fitting(text, pos, width - sum(map(_cells, ellipsis)))
         space = text.rfind(" ", pos, end + 1)  # the break at a word: the last space the line reaches
-        if line == lines - 1:
-            return (space if space > pos else end) if end > pos else pos
+        if line == lines - 1:  # at a word, unless that leaves a third of the line empty (a long path): inside it
+            return space if space > pos + 2 * (end - pos) // 3 else end
         pos = space + 1 if space > pos else end
     return None
 
