@@ -2,9 +2,9 @@
 
 The rule: in the default report a row that is shown (a failure, an error, a warning, a skip's notice) gives its
 summary's first sentence in at most SUMMARY_LINES lines at the report's width, cut at a word with "…" where it is
-longer (inside a long path); a fix without commands gives its description under the same rule. Fix commands are never cut (they stay
-copy-pastable). `-v` shows every row's summary and fixes in full. One line each keeps the report of an empty
-environment (seven failures, each with its commands) within 40 lines at 80 columns.
+longer (inside a long path); a fix without commands gives its description under the same rule. Fix commands are
+never cut (they stay copy-pastable). `-v` shows every row's summary and fixes in full. One line each keeps the report
+of an empty environment (seven failures, each with its commands) within 40 lines at 80 columns.
 
 A fix that several rows share: a prerequisite (a step the plan runs before anything installs, such as pip's own
 ensurepip) is shown once before the groups, at every level, and under no row; by default, any other shared fix with

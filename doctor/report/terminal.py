@@ -175,16 +175,19 @@ def _prose(out: Out, text: Text, ascii_only: bool) -> None:
 
 
 def _prerequisites(out: Out, report: Report, found: Shared, ascii_only: bool) -> None:
-    """The steps several rows' fixes need first (pip's own ensurepip), once, before the groups."""
+    """The steps several rows' fixes need first, once, before the groups: pip's own ensurepip as its command with a
+    comment, on one line (`/venv/bin/python -I -m ensurepip --upgrade  # first: every command below needs pip`);
+    another as its description's first sentence, then its commands."""
     for fix in found.prerequisites:
         who = "every command below" if found.needed_by >= found.with_commands else \
             f"the commands of {found.needed_by} rows below"
         need = NEEDS.get(str((fix.action or {}).get("kind")))
-        head = Text.assemble(("First", "bold"), f" ({who} needs {need}):" if need else f", for {who}: ",
-                             "" if need else _text(first_sentence(fix.description)))
-        out.line(clipped_text(out, head, 0, 4, SUMMARY_LINES, ascii_only), hang=4)
+        if not need or not fix.commands:
+            head = Text.assemble(("First", "bold"), f", for {who}: ", _text(first_sentence(fix.description)))
+            out.line(clipped_text(out, head, 0, 4, SUMMARY_LINES, ascii_only), hang=4)
         for i in range(len(fix.commands)):
-            out.raw(_text(command_shown(report, fix, i), "cyan") + Text("  # manual step" if fix.manual else "",
+            said = [*(["manual step"] if fix.manual else []), *([f"first: {who} needs {need}"] if need else [])]
+            out.raw(_text(command_shown(report, fix, i), "cyan") + Text(f"  # {'; '.join(said)}" if said else "",
                                                                         "dim"), indent=6)
 
 
