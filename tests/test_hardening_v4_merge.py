@@ -132,7 +132,7 @@ def _renderings(report: Report, tmp_path: Path) -> dict[str, str]:
     from dsv4_doctor.report.dispatch import render
     from dsv4_doctor.report.github import emit
 
-    out = {fmt: render(report, fmt, verbosity=2) for fmt in ("text", "json", "markdown", "junit")}
+    out = {fmt: render(report, fmt, verbosity=3) for fmt in ("text", "json", "markdown", "junit")}
     said: list[str] = []
     appended: list[str] = []
     emit(report, said.append, lambda path, body: appended.append(body) or None,

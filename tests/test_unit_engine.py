@@ -145,7 +145,7 @@ def test_text_wraps_to_the_width_with_indented_continuations_and_short_sources()
     row = _row("a.b", Status.FAIL, [TE], summary="word " * 60)
     row.sources = [Source("one", "https://x.invalid/1"), Source("two", "https://x.invalid/2")]
     command = "pip install --no-build-isolation 'transformer-engine[pytorch,core_cu13]==2.16.1'"
-    for verbosity in (0, 2):
+    for verbosity in (0, 3):  # the default report, and -vvv with the sources
         text = render(_report([row]), "text", width=60, verbosity=verbosity)
         assert max(len(line) for line in text.splitlines() if line.strip() != command) <= 60, text
         body = [line for line in text.splitlines() if "word" in line]

@@ -214,9 +214,9 @@ def _app():
     cp_t, arch_t, timeout_t, port_t = _checked(_cp), _checked(_gpu_arch), _checked(parse_timeout), _checked(_port)
     dsa_choice, device_choice = Choice(["cudnn", "none"]), Choice(["auto", "cuda", "cpu"])
     report_formats = Choice(list(FORMATS))
-    verbose_help = ("Text report (a terminal or a log alike): -v shows every row with its details and evidence, -vv "
-                    "adds the sources (default: the rows that need attention, one line each, with their fix "
-                    "commands). JSON, markdown and JUnit are unchanged.")
+    verbose_help = ("Text report (a terminal or a log alike): -v shows every row's summary, details and fixes in "
+                    "full, -vv adds the evidence, -vvv the sources (default: the rows that need attention, one line "
+                    "each, with their fix commands). JSON, markdown and JUnit are unchanged.")
     # The options several commands share, declared once (typer reads an option's declaration; it never changes it).
     job_cwd_help = ("The folder the training command runs in (default: the current one): with `python -m`/`-c` it is "
                     "the job's sys.path[0], where the job imports packages from first.")

@@ -356,7 +356,7 @@ def _other(env, report, python, started, fleet_wait, verbose, rerun, key) -> int
             _say(f"== rank {env.rank} of {env.world_size} ({host_of(report)}): its own report"
                  + (" (it ran its host-level checks itself: its packages differ from its local rank 0's)"
                     if ran_own else "") + " ==")
-            # --verbose-ranks asked for this rank's rows, so every row is shown, passes included (as -v does).
+            # --verbose-ranks asked for this rank's rows, so every row is shown in full, passes included (as -v does).
             write_stderr(render(report, "text", width=output_width(False), verbosity=1))
         return int(answer["exit_code"])
     why = answer.get("missed") or answer.get("error") or "no verdict"

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 def render(report: Report, fmt: str, color: bool = False, width: int = DEFAULT_WIDTH, verbosity: int = 0,
            encoding: str = "utf-8") -> str:
     """The report in `fmt`. Text is the grouped report a terminal shows, for a pipe, a file or a log too (verdict
-    first, failures and warnings in full, passes and skips counted; `verbosity` 1 every row, 2 with its sources)."""
+    first, the rows that need attention cut to one rule, passes and skips counted; `verbosity` 1 every row in full,
+    2 with its evidence, 3 with its sources)."""
     if fmt == "json":
         return render_json(report)
     if fmt == "markdown":

@@ -2,8 +2,9 @@
 
 Built from rich `Text` objects only, so nothing read from the environment is ever parsed as markup; every string
 from the report passes the output layer's cleaning and redaction first. Fix commands are printed with soft wrap:
-rich never wraps, crops or re-flows them, so they stay copy-pastable. Only this module imports rich, and only the
-text report imports this module: JSON, JUnit and markdown never load it.
+rich never wraps, crops or re-flows them, so they stay copy-pastable. Only this module and its lines
+(report/lines.py) import rich, and only the text report imports this module: JSON, JUnit and markdown never load it.
+How much the default report shows of a row, and a fix several rows share shown once: report/reading.py.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from io import StringIO
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.padding import Padding
 from rich.text import Text
 
 from .shown import (LABEL, accepted_shown, cp_hint, cp_shown, fixes_shown, level_shown, python_shown, shown,
                     verdict_line)
 from .hint import fix_command as fix_command, next_step
+from .lines import Out, clipped_text
+from .reading import SUMMARY_LINES, Shared, command_shown, first_sentence, shared
 from .output import line_text
 
 if TYPE_CHECKING:
@@ -32,7 +34,11 @@ ASCII_GLYPHS = {"pass": "[+]", "warn": "[!]", "fail": "[x]", "error": "[x]", "sk
 MARKS = {"pass": "✓", "warn": "!", "fail": "✗", "error": "✗", "skip": "-"}
 ASCII_MARKS = {"pass": "+", "warn": "!", "fail": "x", "error": "x", "skip": "-"}
 ARCH_FROM = {"option": " (from --gpu-arch)", "detected": " (from nvidia-smi)"}  # where a known arch came from
-EVIDENCE_LINES = 40  # of one row's evidence at -v; the JSON report has all of it
+EVIDENCE_LINES = 40  # of one row's evidence at -vv; the JSON report has all of it
+# The levels: 0 the rows that need attention, cut to one rule (report/reading.py); -v every row's summary, details and
+# fixes in full; -vv with its evidence; -vvv with its sources.
+EVIDENCE, SOURCES = 2, 3
+NEEDS = {"install-pip": "pip"}  # what a prerequisite step gives, by its action's kind (doctor/fix/steps.py Fix.action)
 
 
 # Accessors: the only places that know the report's shape (report.Report).
@@ -127,58 +133,6 @@ def kernel_subruns_not_run(report: Report) -> list[str]:
     return lines
 
 
-class _Out:
-    """Lines onto a rich console: wrapped prose with a hanging indent, or commands never wrapped."""
-
-    def __init__(self, console: Console):
-        self.console = console
-
-    def line(self, text: Text, indent: int = 0, hang: int = 2) -> None:
-        text.overflow = "fold"
-        self.console.print(Padding(_hanging(text, hang), (0, 0, 0, indent)) if indent or hang else text)
-
-    def raw(self, text: Text, indent: int = 0) -> None:
-        self.console.print(Text(" " * indent) + text, soft_wrap=True, overflow="ignore", no_wrap=True, crop=False)
-
-    def blank(self) -> None:
-        self.console.print()
-
-
-def _hanging(text: Text, hang: int) -> Any:
-    return _Hang(text, hang) if hang else text
-
-
-class _Hang:
-    """A paragraph whose wrapped continuation lines are indented by `hang` columns."""
-
-    def __init__(self, text: Text, hang: int):
-        self.text, self.hang = text, hang
-
-    def __rich_console__(self, console: Console, options: Any):
-        from rich.segment import Segment
-
-        width = max(20, options.max_width)
-        # The text's own style as a span: the pieces below are rendered one by one, and a piece's render() applies
-        # its spans only, never the style it inherited.
-        styled = Text()
-        styled.append(self.text)
-        for p, para in enumerate(styled.split("\n", allow_blank=True)):
-            lines = [] if p else list(para.wrap(console, width, overflow="fold"))[:1]
-            if lines:
-                yield from lines[0].render(console)
-                yield Segment.line()
-                offset = len(lines[0].plain)
-                while offset < len(para.plain) and para.plain[offset] == " ":
-                    offset += 1
-                para = para[offset:]
-            if not para.plain:
-                continue
-            for piece in para.wrap(console, width - self.hang, overflow="fold"):
-                yield Segment(" " * self.hang)
-                yield from piece.render(console)
-                yield Segment.line()
-
-
 def _row_head(c: Row, marks: dict[str, str]) -> Text:
     s = _status(c)
     accepted = f" [{_clean(accepted_shown(c))}]" if c.accepted else ""  # the team's acceptance, beside its warning
@@ -192,40 +146,52 @@ def _notice(c: Row) -> str | None:
     return notice if isinstance(notice, str) and notice else None
 
 
-def first_sentence(text: str) -> str:
-    """A summary's or a fix's first sentence, on one line (the rest is for -v)."""
-    line = " ".join(str(text).split())
-    cut = line.find(". ")
-    return line[:cut + 1] if cut > 0 else line
-
-
-def _one_line(out: _Out, text: Text, indent: int, ascii_only: bool) -> None:
-    """`text` on one line at `indent`: cut with an ellipsis where it would wrap (-v shows it in full)."""
-    room = max(20, out.console.width - indent)
-    if len(text.plain) > room:
-        text.truncate(room - 1 if not ascii_only else room - 3)
-        text.append("..." if ascii_only else "…")
-    out.raw(text, indent=indent)
-
-
-def _short(out: _Out, c: Row, fixes: list, marks: dict[str, str], ascii_only: bool) -> None:
-    """A row that needs attention, as the default report gives it: a failure's summary as its first sentence on one
-    line (a warning's in full), then each fix's commands (never cut: copy-pastable), or a fix without commands as its
-    first sentence."""
+def _short(out: Out, report: Report, c: Row, found: Shared, marks: dict[str, str], ascii_only: bool) -> None:
+    """A row that needs attention, as the default report gives it (one rule for every status, report/reading.py):
+    its summary's first sentence in at most SUMMARY_LINES lines; the earlier rows whose fixes it shares; then each of
+    its own fixes' commands (never cut: copy-pastable), or a fix without commands under the summary's rule."""
     s = _status(c)
-    if s == "warn":  # a warning's summary is all it has to say (it seldom has a command): in full
-        out.line(_row_head(c, marks), indent=4, hang=8)
-    else:
-        _one_line(out, Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.id), "bold"), "  ",
-                                     _clean(first_sentence(c.summary))), 4, ascii_only)
-    for fix in fixes:
-        for cmd in fix.commands:  # a manual step says so in a shell comment: the line stays copy-pastable
-            out.raw(_text(cmd, "cyan") + Text("  # manual step" if fix.manual else "", "dim"), indent=6)
+    head = Text.assemble((f"{marks[s]} {LABEL[s]:<5} ", STYLE[s]), (_clean(c.id), "bold"), "  ",
+                         _clean(first_sentence(c.summary)))
+    accepted = f" [{_clean(accepted_shown(c))}]" if c.accepted else ""  # the team's acceptance, whole
+    out.line(clipped_text(out, head, 4, 8, SUMMARY_LINES, ascii_only) + Text(accepted, "dim"), indent=4, hang=8)
+    fixes, same_as = found.own[c.id], found.same_as[c.id]
+    for n, fix in enumerate([*fixes, None]):
+        if same_as and n == found.same_at[c.id]:  # where the row's first shared fix was
+            _prose(out, Text.assemble(("Fix: ", "bold"), f"as for {' and '.join(map(_clean, same_as))} (above)"),
+                   ascii_only)
+        if fix is None:
+            break
+        for i in range(len(fix.commands)):  # a manual step says so in a shell comment: the line stays copy-pastable
+            out.raw(_text(command_shown(report, fix, i), "cyan") + Text("  # manual step" if fix.manual else "",
+                                                                        "dim"), indent=6)
         if not fix.commands:
-            _one_line(out, Text.assemble(("Fix: ", "bold"), _text(first_sentence(fix.description))), 6, ascii_only)
+            _prose(out, Text.assemble(("Fix: ", "bold"), _text(first_sentence(fix.description))), ascii_only)
 
 
-def _fixes(out: _Out, fixes: list) -> None:
+def _prose(out: Out, text: Text, ascii_only: bool) -> None:
+    """A fix's line of prose in the default report: at most SUMMARY_LINES lines, as a summary."""
+    out.line(clipped_text(out, text, 6, 4, SUMMARY_LINES, ascii_only), indent=6, hang=4)
+
+
+def _prerequisites(out: Out, report: Report, found: Shared, ascii_only: bool) -> None:
+    """The steps several rows' fixes need first, once, before the groups: pip's own ensurepip as its command with a
+    comment, on one line (`/venv/bin/python -I -m ensurepip --upgrade  # first: every command below needs pip`);
+    another as its description's first sentence, then its commands."""
+    for fix in found.prerequisites:
+        who = "every command below" if found.needed_by >= found.with_commands else \
+            f"the commands of {found.needed_by} rows below"
+        need = NEEDS.get(str((fix.action or {}).get("kind")))
+        if not need or not fix.commands:
+            head = Text.assemble(("First", "bold"), f", for {who}: ", _text(first_sentence(fix.description)))
+            out.line(clipped_text(out, head, 0, 4, SUMMARY_LINES, ascii_only), hang=4)
+        for i in range(len(fix.commands)):
+            said = [*(["manual step"] if fix.manual else []), *([f"first: {who} needs {need}"] if need else [])]
+            out.raw(_text(command_shown(report, fix, i), "cyan") + Text(f"  # {'; '.join(said)}" if said else "",
+                                                                        "dim"), indent=6)
+
+
+def _fixes(out: Out, report: Report, fixes: list) -> None:
     for fix in fixes:
         tag = " (manual)" if fix.manual else ""
         first, *more = fix.description.splitlines() or [""]
@@ -235,13 +201,13 @@ def _fixes(out: _Out, fixes: list) -> None:
                 out.raw(_text(line.strip()), indent=10)
             else:
                 out.line(_text(line), indent=10)
-        for cmd in fix.commands:
-            out.raw(_text(cmd, "cyan"), indent=10)
+        for i in range(len(fix.commands)):
+            out.raw(_text(command_shown(report, fix, i), "cyan"), indent=10)
         if fix.notes:
             out.line(_text(" ".join(fix.notes)), indent=10)
 
 
-def _details(out: _Out, c: Row) -> None:
+def _details(out: Out, c: Row) -> None:
     for line in c.details.rstrip().splitlines():
         # An indented line is preformatted (a command, a job setting, a quoted log line): never wrapped.
         if line.startswith("  "):
@@ -250,7 +216,7 @@ def _details(out: _Out, c: Row) -> None:
             out.line(_text(line), indent=6)
 
 
-def _evidence(out: _Out, c: Row) -> None:
+def _evidence(out: Out, c: Row) -> None:
     evidence = c.evidence
     if not evidence:
         return
@@ -266,21 +232,21 @@ def _evidence(out: _Out, c: Row) -> None:
         out.line(Text(f"... {more} more lines (-f json has all)", style="dim"), indent=8)
 
 
-def _sources(out: _Out, c: Row) -> None:
+def _sources(out: Out, c: Row) -> None:
     for src in c.sources:
         title = _clean(src.title)
         out.line(Text.assemble(("source: ", "dim"), title + (": " if title else "")) +
                  _text(src.url, "blue"), indent=6, hang=4)
 
 
-def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
+def _body(report: Report, out: Out, verbosity: int, ascii_only: bool) -> None:
     from .text import fleet_lead, job_line, long_pole_line
 
     glyphs, marks = (ASCII_GLYPHS, ASCII_MARKS) if ascii_only else (GLYPHS, MARKS)
     verdict = Text(_clean(verdict_line(report)), style=STYLE.get(report.summary.status.value, ""))
     out.line(_text(top_line(report), "bold"))
     out.line(verdict.copy())
-    pole = long_pole_line(report) if verbosity >= 1 else None
+    pole = long_pole_line(report) if verbosity >= EVIDENCE else None
     if pole:
         out.line(_text(pole, "dim"))
     job = job_line(report)
@@ -297,9 +263,13 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
         for line in subruns:
             out.line(_text(line, "yellow"), hang=4)
     out.blank()
+    groups = grouped(report)
+    found = shared([(c, fixes_shown(report, c)) for _, rows in groups for c in rows
+                    if verbosity or _status(c) not in ("pass", "skip")], dedupe=not verbosity)
+    _prerequisites(out, report, found, ascii_only)
     skipped = 0
     fine: list[Text] = []  # default: the areas with nothing to attend to, on shared lines after the rest
-    for area, rows in grouped(report):
+    for area, rows in groups:
         statuses = [_status(c) for c in rows]
         state = worst(statuses)
         counts = ", ".join(f"{statuses.count(s)} {LABEL[s].lower()}" for s in WORST_FIRST if s in statuses)
@@ -313,21 +283,21 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
             s = _status(c)
             if verbosity == 0 and s in ("pass", "skip"):
                 skipped += s == "skip"
-                if _notice(c):  # a skip that still has something to say, in one line
-                    _one_line(out, Text.assemble((f"{marks[s]} NOTE  ", STYLE[s]), (_clean(c.id), "bold"), "  ",
-                                                 _clean(_notice(c))), 4, ascii_only)
+                notice = _notice(c)
+                if notice:  # a skip that still has something to say, under the rule a summary has
+                    note = Text.assemble((f"{marks[s]} NOTE  ", STYLE[s]), (_clean(c.id), "bold"), "  ",
+                                         _clean(first_sentence(notice)))
+                    out.line(clipped_text(out, note, 4, 8, SUMMARY_LINES, ascii_only), indent=4, hang=8)
                 continue
             if verbosity == 0:
-                _short(out, c, fixes_shown(report, c), marks, ascii_only)
+                _short(out, report, c, found, marks, ascii_only)
                 continue
             out.line(_row_head(c, marks), indent=4, hang=8)
-            if s in ("fail", "error", "warn") or verbosity:
-                if verbosity:
-                    _details(out, c)
-                _fixes(out, fixes_shown(report, c))
-            if verbosity:
+            _details(out, c)
+            _fixes(out, report, found.own[c.id])
+            if verbosity >= EVIDENCE:
                 _evidence(out, c)
-            if verbosity >= 2:
+            if verbosity >= SOURCES:
                 _sources(out, c)
     packed = Text()
     for head in fine:  # packed, never an area's head split across lines
@@ -342,7 +312,7 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
     out.blank()
     if verbosity == 0 and (skipped or any(_status(c) != "pass" for c in _checks(report))):
         more = f"{skipped} skipped; " if skipped else ""
-        out.line(Text(f"{more}-v shows every row in full (details, fix descriptions, evidence)", style="dim"))
+        out.line(Text(f"{more}-v shows every row in full, -vv with its evidence, -vvv its sources", style="dim"))
     step = next_step(report)
     if step.startswith("next: ") and len(verdict.plain) + 2 + len(step) > out.console.width:
         # The command on a line of its own, never wrapped (as a fix command): it stays copy-pastable.
@@ -352,7 +322,7 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
         out.line(Text.assemble(verdict, f"; {step}"))
 
 
-def _trailer(report: Report, out: _Out) -> None:
+def _trailer(report: Report, out: Out) -> None:
     """What the text report says after the rows: plugins that failed to load, and the job settings to add."""
     from ..engine.registry import plugin_row_id
 
@@ -384,7 +354,7 @@ def make_console(width: int = 100, color: bool = False, record: bool = False) ->
 
 
 def render_to(console: Console, report: Report, verbosity: int = 0, ascii_only: bool = False) -> None:
-    _body(report, _Out(console), max(0, min(2, verbosity)), ascii_only)
+    _body(report, Out(console), max(0, min(SOURCES, verbosity)), ascii_only)
 
 
 def render_terminal(report: Report, verbosity: int = 0, width: int = 100, color: bool = False,
