@@ -10,8 +10,11 @@ STACK_MODULE_OF = {
     "transformer-engine-torch": "transformer_engine", "transformer-engine-cu12": "transformer_engine",
     "transformer-engine-cu13": "transformer_engine", "flash-mla": "flash_mla",
     "fast-hadamard-transform": "fast_hadamard_transform", "megatron-core": "megatron.core", "verl": "verl",
-    "megatron-bridge": "megatron.bridge", "cuda-python": "cuda",
+    "megatron-bridge": "megatron.bridge",
 }
+# Not cuda-python: since 12.6 it is a meta distribution, and `cuda` a namespace package that cuda-bindings, cuda-core
+# and cuda-pathfinder fill. No copy of `cuda` is cuda-python's, so its version is its metadata's (mapping it to `cuda`
+# read as "owner not known": no version, and a fix plan that never converged on `pip install cuda-python`).
 
 # Distributions that install a stack distribution's module in its stead, each pinned `==` by it: the meta wheel
 # nvidia-cutlass-dsl holds no code (4.5.x's `cutlass` is in -libs-base, 4.8.x's in -libs-core, beside a .pth file
