@@ -90,26 +90,13 @@ def grouped(report: Report) -> list[tuple[str, list[Row]]]:
             for area, rows in sorted(areas.items(), key=lambda kv: _area_key(kv[0], order))]
 
 
-def _gpu(report: Report) -> str:
-    row = report.row("gpu.devices")
-    devices = row.evidence.get("devices") if row is not None else None
-    if isinstance(devices, list) and devices and all(isinstance(d, dict) for d in devices):
-        names: dict[str, int] = {}
-        for d in devices:
-            names[str(d.get("name") or "unknown GPU")] = names.get(str(d.get("name") or "unknown GPU"), 0) + 1
-        return ", ".join(f"{n} x {name}" for name, n in names.items())
-    arch = _profile(report).get("gpu_arch")
-    return f"none seen (checked for CC {arch})" if arch else "none seen"
-
-
 def top_line(report: Report) -> str:
     p = _profile(report)
     parts = [f"dsv4-doctor {shown(report.doctor_version)} checked",
              f"profile cp={cp_shown(p)} dsa-backend={shown(p.get('dsa_backend'))} "
              f"gpu-arch={shown(p.get('gpu_arch'))}{ARCH_FROM.get(str(p.get('gpu_arch_source')), '')}"
              + (" static-only" if p.get("static_only") else "") + level_shown(p),
-             python_shown(report),
-             f"GPU {_gpu(report)}"]
+             python_shown(report)]  # the GPUs: in the versions block above it
     hint = cp_hint(p)
     return "; ".join(parts + ([hint] if hint else []))
 
@@ -278,6 +265,10 @@ def _body(report: Report, out: _Out, verbosity: int, ascii_only: bool) -> None:
 
     glyphs, marks = (ASCII_GLYPHS, ASCII_MARKS) if ascii_only else (GLYPHS, MARKS)
     verdict = Text(_clean(verdict_line(report)), style=STYLE.get(report.summary.status.value, ""))
+    from .versions import report_lines
+
+    for line in report_lines(report, out.console.width):  # what was found, first; packed to fit, never wrapped
+        out.raw(_text(line))
     out.line(_text(top_line(report), "bold"))
     out.line(verdict.copy())
     pole = long_pole_line(report) if verbosity >= 1 else None
