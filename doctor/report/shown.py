@@ -59,14 +59,11 @@ def accepted_shown(row: Any) -> str:
     return f"accepted: {reason} (from {acc.get('from')})"
 
 
-def python_shown(report: Report) -> str:
-    """The interpreter the stack rows judged, as the report's first line names it: its path and version, and, for a
-    job's command, why this one (the command's, --python's, or the doctor's own and why the command's is not
-    known)."""
-    target = report.target_python
-    text = f"python {shown(target.get('executable'))} ({shown(target.get('version'))})"
-    why = target.get("why")
-    return text + (f", {why}" if isinstance(why, str) and why and report.job is not None else "")
+def python_why(report: Report) -> str | None:
+    """For a job's command, why the report's first line judged this interpreter (the command's, --python's, or the
+    doctor's own and why the command's is not known); its path and version lead the versions block."""
+    why = report.target_python.get("why")
+    return f"python: {why}" if isinstance(why, str) and why and report.job is not None else None
 
 
 def fixes_shown(report: Report, row: Any) -> list:

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
-from .shown import (LABEL, accepted_shown, cp_hint, cp_shown, fixes_shown, level_shown, python_shown, shown,
+from .shown import (LABEL, accepted_shown, cp_hint, cp_shown, fixes_shown, level_shown, python_why, shown,
                     verdict_line)
 from .hint import fix_command as fix_command, next_step
 from .output import line_text
@@ -96,9 +96,9 @@ def top_line(report: Report) -> str:
              f"profile cp={cp_shown(p)} dsa-backend={shown(p.get('dsa_backend'))} "
              f"gpu-arch={shown(p.get('gpu_arch'))}{ARCH_FROM.get(str(p.get('gpu_arch_source')), '')}"
              + (" static-only" if p.get("static_only") else "") + level_shown(p),
-             python_shown(report)]  # the GPUs: in the versions block above it
-    hint = cp_hint(p)
-    return "; ".join(parts + ([hint] if hint else []))
+             ]  # the interpreter and the GPUs: in the versions block above it
+    said = [python_why(report), cp_hint(p)]
+    return "; ".join(parts + [s for s in said if s])
 
 
 def kernel_subruns_not_run(report: Report) -> list[str]:

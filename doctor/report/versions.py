@@ -23,7 +23,8 @@ from ..model.facts import StaticFacts
 if TYPE_CHECKING:
     from ..model.report import Report
 
-WIDTH, MAX_LINES = 80, 4
+WIDTH, MAX_LINES = 80, 4  # the block fits MAX_LINES lines at WIDTH columns (check --versions prints it so)
+MAX_WIDTH = 120  # a wider report packs it at most this wide
 FOUND, ABSENT, NOT_CHECKED, NOT_KNOWN = "found", "absent", "not_checked", "not_known"
 # Each entry's key in `environment.versions` and its label in the text and markdown block, in the block's order.
 LABELS = {"python": "Python", "torch": "torch", "cuda": "CUDA", "cudnn": "cuDNN", "nccl": "NCCL", "driver": "driver",
@@ -83,8 +84,10 @@ def gather(rows: Mapping[str, Any], target: Mapping[str, Any], static: dict | No
     probe's answer (None where it gave none, or for a report read back); `gpus`: nvidia-smi's rows (None: not
     given, then read from the gpu rows' evidence)."""
     facts = StaticFacts(static) if static else None
-    out = {"python": _entry(FOUND, _text(target.get("version"))) if _text(target.get("version"))
-           else _entry(NOT_KNOWN, why="the target interpreter gave no version")}
+    executable = _text(target.get("executable"))
+    out = {"python": _entry(FOUND, _text(target.get("version")), executable=executable)
+           if _text(target.get("version")) else _entry(NOT_KNOWN, why="the interpreter gave no version",
+                                                       executable=executable)}
     out.update(_torch(rows, facts))
     out.update(_gpus(rows, gpus))
     for key in PACKAGES:
@@ -234,7 +237,9 @@ def _found(key: str, entry: Mapping[str, Any], cap: int) -> str:
         return "GPU " + ", ".join(f"{n}x {_capped(name, cap)}" for name, n in list(names.items())[:3]) + (
             ", ..." if len(names) > 3 else "")
     version = entry.get("version")
-    text = f"{label} {_capped(version, cap)}" if version else f"{label} version not known"
+    text = f"{label} {_capped(version, max(cap, 8))}" if version else f"{label} version not known"
+    if key == "python" and entry.get("executable") and cap > 0:
+        text += f" ({_capped(entry['executable'], max(cap, 12), keep_tail=True)})"
     if entry.get("commit"):
         text += f" @{_capped(str(entry['commit'])[:8], cap)}"
     if key == "megatron_core" and entry.get("place") != "site" and (entry.get("path") or entry.get("copy")):
@@ -244,36 +249,37 @@ def _found(key: str, entry: Mapping[str, Any], cap: int) -> str:
     return text
 
 
-def _fields(block: Mapping[str, Any], cap: int) -> list[list[str]]:
-    """The block as fields, each a list of atoms: a line breaks between atoms (a group's names), never inside one."""
-    fields: list[list[str]] = []
+def _fields(block: Mapping[str, Any], caps: Mapping[str, int]) -> list[tuple[str, list[str]]]:
+    """The block as (key, atoms) fields: a line breaks between atoms (a group's names), never inside one. `caps`: the
+    most characters each key's values may take."""
+    fields: list[tuple[str, list[str]]] = []
     groups: dict[str, list[str]] = {ABSENT: [], NOT_CHECKED: [], NOT_KNOWN: []}
     torch_absent = isinstance(block.get("torch"), dict) and block["torch"].get("state") == ABSENT
     for key, label in LABELS.items():
         entry = block.get(key)
         state = entry.get("state") if isinstance(entry, dict) else NOT_KNOWN
         if state == FOUND:
-            fields.append([_found(key, entry, cap)])  # type: ignore[arg-type]
-        elif state == ABSENT and key in PACKAGES or key == "torch" and state == ABSENT:
+            fields.append((key, [_found(key, entry, caps.get(key, 48))]))  # type: ignore[arg-type]
+        elif state == ABSENT and (key in PACKAGES or key == "torch"):
             groups[ABSENT].append(label)
         elif state == ABSENT and key in ("cuda", "cudnn", "nccl"):
             if not torch_absent:
-                fields.append([f"{label} none"])
+                fields.append((key, [f"{label} none"]))
         elif state == ABSENT:
-            fields.append([f"{label} none seen" if key == "gpus" else f"{label} none"])
+            fields.append((key, [f"{label} none seen" if key == "gpus" else f"{label} none"]))
         else:
             groups[state if state in groups else NOT_KNOWN].append(label)
     for state, head in ((ABSENT, "not installed: "), (NOT_CHECKED, "not checked: "), (NOT_KNOWN, "not known: ")):
         if groups[state]:
-            fields.append([head + groups[state][0], *groups[state][1:]])
+            fields.append((state, [head + groups[state][0], *groups[state][1:]]))
     return fields
 
 
-def _pack(fields: list[list[str]], width: int) -> list[str]:
+def _pack(fields: list[tuple[str, list[str]]], width: int) -> list[str]:
     lines: list[str] = []
     line = ""
-    for field in fields:
-        for i, atom in enumerate(field):
+    for _, atoms in fields:
+        for i, atom in enumerate(atoms):
             sep = ", " if i else "; "
             if line and len(line) + len(sep) + len(atom) > width:
                 lines.append(line + (sep.rstrip() if i else ""))
@@ -284,14 +290,25 @@ def _pack(fields: list[list[str]], width: int) -> list[str]:
 
 
 def text_lines(block: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_LINES) -> list[str]:
-    """The block as at most `max_lines` lines of at most `width` columns (at most WIDTH): each value is cut shorter
-    until it fits; a line breaks only between values."""
-    width = max(40, min(width, WIDTH))
-    lines: list[str] = []
-    for cap in (48, 36, 28, 22, 16, 12, 8):
-        lines = _pack(_fields(block, cap), width)
+    """The block as at most `max_lines` lines of at most `width` columns (40 to MAX_WIDTH), a line broken only between
+    values: while it takes more, the interpreter's path is left out (the JSON has it), then the longest value is cut
+    shorter ("..."; a path keeps its end)."""
+    width = max(40, min(width, MAX_WIDTH))
+    caps: dict[str, int] = {}
+    for attempt in range(64):
+        if attempt == 1:
+            caps["python"] = 0  # the version stays: a cap of 0 leaves only the path out
+        fields = _fields(block, caps)
+        lines = _pack(fields, width)
         if len(lines) <= max_lines:
             return lines
+        if attempt == 0:
+            continue
+        key, atoms = max((f for f in fields if f[0] in LABELS and f[0] != "python" and caps.get(f[0], 48) > 8),
+                         key=lambda f: len(f[1][0]), default=(None, []))
+        if key is None:
+            break
+        caps[key] = min(caps.get(key, 48), len(atoms[0])) - 4
     return lines[:max_lines - 1] + [lines[max_lines - 1][:width - 4] + " ..."]
 
 
