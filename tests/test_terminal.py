@@ -388,7 +388,8 @@ def test_colour_marks_only_what_it_is_for(local_report):
     summary, a fix's text and an area's counts stay plain."""
     text = _terminal(local_report, verbosity=0, width=400, color=True)
     lines = text.splitlines()
-    assert lines[0].startswith("\x1b[1mdsv4-doctor ")
+    assert lines[0].startswith("Python ")  # the versions block, plain, then the top line in bold
+    assert any(line.startswith("\x1b[1mdsv4-doctor ") for line in lines[1:5])
     verdict = next(line for line in lines if "Verdict: " in line)
     assert re.match(r"\x1b\[1;31mVerdict: FAIL \(.*\)\x1b\[0m$", verdict), verdict
     row = next(line for line in lines if "FAIL  " in line and "te.version" in line)

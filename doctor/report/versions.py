@@ -269,6 +269,9 @@ def _fields(block: Mapping[str, Any], caps: Mapping[str, int]) -> list[tuple[str
             fields.append((key, [f"{label} none seen" if key == "gpus" else f"{label} none"]))
         else:
             groups[state if state in groups else NOT_KNOWN].append(label)
+    if len(groups[ABSENT]) == len(PACKAGES) + 1:  # torch and every package: a fresh environment, said short
+        groups[ABSENT] = []
+        fields.append((ABSENT, ["none of the stack installed"]))
     for state, head in ((ABSENT, "not installed: "), (NOT_CHECKED, "not checked: "), (NOT_KNOWN, "not known: ")):
         if groups[state]:
             fields.append((state, [head + groups[state][0], *groups[state][1:]]))
@@ -291,19 +294,17 @@ def _pack(fields: list[tuple[str, list[str]]], width: int) -> list[str]:
 
 def text_lines(block: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_LINES) -> list[str]:
     """The block as at most `max_lines` lines of at most `width` columns (40 to MAX_WIDTH), a line broken only between
-    values: while it takes more, the interpreter's path is left out (the JSON has it), then the longest value is cut
-    shorter ("..."; a path keeps its end)."""
+    values. The interpreter's path is shown where it costs no line (the JSON always has it); while the block takes
+    more lines, the longest value is cut shorter ("..."; a path keeps its end)."""
     width = max(40, min(width, MAX_WIDTH))
     caps: dict[str, int] = {}
-    for attempt in range(64):
-        if attempt == 1:
-            caps["python"] = 0  # the version stays: a cap of 0 leaves only the path out
+    if len(_pack(_fields(block, caps), width)) > len(_pack(_fields(block, {"python": 0}), width)):
+        caps["python"] = 0  # the version stays: a cap of 0 leaves only the path out
+    for _ in range(64):
         fields = _fields(block, caps)
         lines = _pack(fields, width)
         if len(lines) <= max_lines:
             return lines
-        if attempt == 0:
-            continue
         key, atoms = max((f for f in fields if f[0] in LABELS and f[0] != "python" and caps.get(f[0], 48) > 8),
                          key=lambda f: len(f[1][0]), default=(None, []))
         if key is None:
