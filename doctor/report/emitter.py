@@ -90,7 +90,7 @@ def emit_versions(report: Report, fmt: str, output: str | None) -> int:
     if fmt == "json":
         text = json.dumps(of_report(report), indent=2, ensure_ascii=False) + "\n"
     else:
-        text = "\n".join(markdown_lines(report) if fmt == "markdown" else report_lines(report)) + "\n"
+        text = "\n".join(markdown_lines(report)[:-1] if fmt == "markdown" else report_lines(report)) + "\n"
     code = report.exit_code if report.exit_code == int(ExitCode.INTERNAL) or report.exit_code >= 128 else 0
     if output:
         why = write_file(output, text)

@@ -60,10 +60,14 @@ def accepted_shown(row: Any) -> str:
 
 
 def python_why(report: Report) -> str | None:
-    """For a job's command, why the report's first line judged this interpreter (the command's, --python's, or the
-    doctor's own and why the command's is not known); its path and version lead the versions block."""
-    why = report.target_python.get("why")
-    return f"python: {why}" if isinstance(why, str) and why and report.job is not None else None
+    """For a job's command, the interpreter the stack rows judged and why (the command's, --python's, or the
+    doctor's own and why the command's is not known), as the report's first line says it; otherwise None: the
+    versions block leads with the interpreter."""
+    target = report.target_python
+    why = target.get("why")
+    if not isinstance(why, str) or not why or report.job is None:
+        return None
+    return f"python {shown(target.get('executable'))} ({shown(target.get('version'))}), {why}"
 
 
 def fixes_shown(report: Report, row: Any) -> list:

@@ -222,7 +222,7 @@ def _clean(value: Any) -> str:
 
 def _capped(value: Any, cap: int, keep_tail: bool = False) -> str:
     """A hostile value in one line of at most `cap` characters ("..." where cut; a path keeps its end)."""
-    text = _clean(value)
+    text = _clean(str(value)[-(cap * 4 + 64):] if keep_tail else str(value)[:cap * 4 + 64])  # an escape: 4 chars
     if len(text) <= cap:
         return text
     return "..." + text[len(text) - cap + 3:] if keep_tail else text[:cap - 3] + "..."
@@ -293,24 +293,29 @@ def _pack(fields: list[tuple[str, list[str]]], width: int) -> list[str]:
 
 
 def text_lines(block: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_LINES) -> list[str]:
-    """The block as at most `max_lines` lines of at most `width` columns (40 to MAX_WIDTH), a line broken only between
-    values. The interpreter's path is shown where it costs no line (the JSON always has it); while the block takes
-    more lines, the longest value is cut shorter ("..."; a path keeps its end)."""
+    """The block as at most `max_lines` lines of at most `width` columns (40 to MAX_WIDTH; narrower than WIDTH, as
+    many characters on more lines), a line broken only between values. The interpreter's path is shown where it
+    costs no line (the JSON always has it); while the block takes more, the longest value is cut shorter ("...";
+    a path keeps its end)."""
     width = max(40, min(width, MAX_WIDTH))
+    if width < WIDTH:  # a narrow terminal: as many characters as MAX_LINES lines at WIDTH, on more lines
+        max_lines = -(-max_lines * WIDTH // width)
     caps: dict[str, int] = {}
-    if len(_pack(_fields(block, caps), width)) > len(_pack(_fields(block, {"python": 0}), width)):
+    with_path, without = _pack(_fields(block, caps), width), _pack(_fields(block, {"python": 0}), width)
+    if len(with_path) > len(without) or max(map(len, with_path)) > width:
         caps["python"] = 0  # the version stays: a cap of 0 leaves only the path out
     for _ in range(64):
         fields = _fields(block, caps)
         lines = _pack(fields, width)
-        if len(lines) <= max_lines:
+        if len(lines) <= max_lines and max(map(len, lines)) <= width:
             return lines
         key, atoms = max((f for f in fields if f[0] in LABELS and f[0] != "python" and caps.get(f[0], 48) > 8),
-                         key=lambda f: len(f[1][0]), default=(None, []))
+                         key=lambda f: len(f[1][0]), default=(None, []))  # the longest value, cut shorter
         if key is None:
             break
         caps[key] = min(caps.get(key, 48), len(atoms[0])) - 4
-    return lines[:max_lines - 1] + [lines[max_lines - 1][:width - 4] + " ..."]
+    kept = [line if len(line) <= width else line[:width - 4] + " ..." for line in lines[:max_lines]]
+    return kept if len(lines) <= max_lines else kept[:-1] + [kept[-1][:width - 4] + " ..."]
 
 
 def report_lines(report: Report, width: int = WIDTH) -> list[str]:
