@@ -109,7 +109,8 @@ def test_verdict_first_and_last_with_the_next_step(local_report):
     lines = [line for line in text.splitlines() if line]
     first_area = next(i for i, line in enumerate(lines) if AREA_HEAD.match(line))
     verdicts = [i for i, line in enumerate(lines) if line.startswith("Verdict: ")]
-    assert lines[0].startswith("dsv4-doctor ") and "profile cp=1" in lines[0]
+    head = next(line for line in lines if line.startswith("dsv4-doctor "))  # after the versions block
+    assert lines[0].startswith("Python ") and lines.index(head) <= 4 and "profile cp=1" in head
     assert len(verdicts) == 2 and verdicts[0] < first_area
     assert all(line.startswith("  ") for line in lines[verdicts[1] + 1:])  # the last paragraph, wrapped
     verdict = lines[verdicts[0]]
@@ -306,8 +307,8 @@ def test_the_profile_line_says_which_smoke_level_runs():
     run = run_doctor("check", "--device", "cpu", "--deep", "--only", "python.version", "-f", "markdown")
     assert " · level=deep · python " in run.stdout, run.stdout[:600]
     terminal = run_doctor("check", "--device", "cpu", "--only", "python.version", env={"COLUMNS": "200"})
-    assert re.match(r"dsv4-doctor \S+ checked; profile cp=1 dsa-backend=cudnn gpu-arch=\S+ level=default;",
-                    terminal.stdout), terminal.stdout[:300]
+    assert re.search(r"^dsv4-doctor \S+ checked; profile cp=1 dsa-backend=cudnn gpu-arch=\S+ level=default;",
+                     terminal.stdout, re.M), terminal.stdout[:300]
 
 
 @pytest.mark.parametrize("args, source, hint, shown", [
@@ -322,7 +323,8 @@ def test_the_first_line_says_where_the_cp_size_came_from(bare_python, args, sour
     assert run.returncode == 0, run.stderr
     assert run.report["profile"]["cp_source"] == source
     terminal = run_doctor(*base, python=bare_python, env={"FORCE_COLOR": "1", "NO_COLOR": "1", "CI": "1"})
-    first = " ".join(line.strip() for line in terminal.stdout.split("\nVerdict: ")[0].splitlines())
+    head = terminal.stdout[terminal.stdout.index("\ndsv4-doctor ") + 1:]  # the line after the versions block
+    first = " ".join(line.strip() for line in head.split("\nVerdict: ")[0].splitlines())
     assert first.startswith("dsv4-doctor ") and shown in first
     assert ("CP 1 assumed: pass --cp N" in first) is hint
     plain = run_doctor(*base, python=bare_python).stdout.split("\nVerdict: ")[0]
@@ -365,7 +367,8 @@ def test_the_live_display_shows_each_check_s_stage_and_leaves_nothing_on_screen(
     else:
         assert not sgr.search(shown)  # NO_COLOR: neither the display nor the report has colour
         first = next(i for i, line in enumerate(screen) if line)
-        assert first == 0 and re.match(r"dsv4-doctor \S+ checked; profile cp=2 ", screen[0]), screen[:3]
+        assert first == 0 and screen[0].startswith("Python "), screen[:3]  # the versions block, then the header
+        assert any(re.match(r"dsv4-doctor \S+ checked; profile cp=2 ", line) for line in screen[1:6]), screen[:6]
         report = text
     areas = _areas(report)
     assert {"python", "torch", "gpu"} <= {a for _, a, _ in areas}
@@ -389,7 +392,8 @@ def test_colour_marks_only_what_it_is_for(local_report):
     summary, a fix's text and an area's counts stay plain."""
     text = _terminal(local_report, verbosity=0, width=400, color=True)
     lines = text.splitlines()
-    assert lines[0].startswith("\x1b[1mdsv4-doctor ")
+    assert lines[0].startswith("Python ")  # the versions block, plain, then the top line in bold
+    assert any(line.startswith("\x1b[1mdsv4-doctor ") for line in lines[1:5])
     verdict = next(line for line in lines if "Verdict: " in line)
     assert re.match(r"\x1b\[1;31mVerdict: FAIL \(.*\)\x1b\[0m$", verdict), verdict
     row = next(line for line in lines if "FAIL  " in line and "te.version" in line)

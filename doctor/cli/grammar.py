@@ -274,7 +274,7 @@ def _app():
     @parameters("cp", "dsa_backend", "gpu_arch", "python", "timeout", "only", "skip", "format", "output", "strict",
                 "accept", "static_only", "no_smoke", "deep", "device", "distributed", "fleet_port", "fleet_wait",
                 "anonymize_hosts", "verbose_ranks", "verbose", "no_kernel_cache", "job_args", "job_args_file",
-                "job_cwd", "ray", "ray_wait_nodes")
+                "job_cwd", "ray", "ray_wait_nodes", "versions")
     def check(
         cp: int | None = Option(None, "--cp", parser=cp_t, metavar="N", help=cp_help),
         strict: bool = Option(False, "--strict", help="Warnings fail too (exit 1), but accepted ones (--accept)."),
@@ -283,6 +283,8 @@ def _app():
         device: str = Option("auto", "--device", click_type=device_choice, help="Where the smoke forward runs: "
                              "auto (a GPU when one is visible, else skipped), cuda, cpu."),
         job_args: str | None = Option(None, "--job-args", metavar="CMD", help=job_args_help),
+        versions: bool = Option(False, "--versions", help="Print only what was found (Python, torch, CUDA, the "
+                                "driver, GPUs, the stack's versions), for pasting into an issue; imports torch only."),
         **given: object,
     ) -> None:
         take("check", {**locals(), **given})

@@ -300,6 +300,10 @@ def run_command(opts: Options) -> int:
     from ..commands import usecases as app
 
     opts = with_job_args_file(opts)
+    if opts.command == "check" and opts.versions:
+        from ..report.emitter import emit_versions
+
+        return app.versions_only(opts, lambda report: emit_versions(report, opts.format, opts.output))
     if opts.command in ("check", "smoke"):
         return app.check(opts, lambda report: _check_report(opts, report), smoke=opts.command == "smoke")[1]
     if opts.command in ("preflight", "fleet"):

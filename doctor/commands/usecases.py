@@ -46,6 +46,7 @@ class Options:
     strict: bool = False
     accept: list[str] | None = None  # --accept ID[:REASON], repeatable (engine/accept.py: with the variable and files)
     static_only: bool = False
+    versions: bool = False  # check --versions: the versions block alone (versions_only)
     no_smoke: bool = False
     deep: bool = False  # --deep: the smoke's tier 2 (the DSv4 layer, fused vs unfused) too
     device: str = "auto"
@@ -185,6 +186,24 @@ def check(opts: Options, deliver: Deliver, smoke: bool = False) -> tuple[Report,
     assert opts.python is not None
     return report, take_part(env, report, opts.python, started, strict, deliver, opts.fleet_wait, opts.verbose_ranks,
                              rerun(opts, profile, skip, strict), opts.anonymize_hosts, fleet_checks)
+
+
+# What `check --versions` runs: the static probe's facts (every version, where each module lies, the cubins), with
+# nvidia-smi (the driver, the GPUs) and torch's import (its CUDA, cuDNN, NCCL); no other package is imported.
+# deps.metadata waits for the static probe (the block reads it); --static-only leaves torch's import out too.
+VERSIONS_CHECKS = "python.version,deps.metadata,torch.install"
+
+
+def versions_only(opts: Options, deliver: Deliver) -> int:
+    """`check --versions`: the versions block alone, to `deliver`; its exit code (the block is no verdict)."""
+    clash = [name for name, given in (("--only", opts.only), ("--skip", opts.skip), ("--ray", opts.ray),
+                                      ("--strict", opts.strict), ("--accept", opts.accept), ("--deep", opts.deep))
+             if given]
+    if clash or opts.format == "junit":
+        raise UsageError(f"--versions prints what was found, not a verdict: it does not take "
+                         f"{', '.join(clash) or '--format junit'}")
+    opts = replace(opts, only=[VERSIONS_CHECKS], no_smoke=True, distributed="off")
+    return check(opts, deliver)[1]
 
 
 def preflight(opts: Options, deliver: Deliver) -> tuple[Report, int]:

@@ -205,7 +205,12 @@ def fingerprint(static: dict | None, gpus: list[dict]) -> dict:
 
 def build(outcome: Outcome, python: str, strict: bool = False, exit_override: int | None = None,
           accepted: Sequence[Acceptance] = (), left_out: dict | None = None) -> Report:
+    from .versions import gather
+
     env = environment(outcome.target, outcome.static, python)
+    # What was found, first in every report: from what the run read (static facts, nvidia-smi, the torch row).
+    env = {"versions": gather({r.id: r for r in outcome.reports}, env["target_python"], outcome.static,
+                              outcome.gpus), **env}
     fleet = outcome.profile.fleet
     if fleet:
         env["fleet_rank"] = {k: fleet.get(k) for k in ("rank", "local_rank", "host", "node", "job")}

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..hostio.redact import neutralize_workflow_commands
 from .shown import (  # noqa: F401  (the package's names for its callers: the CLI, the fix plan, the fleet)
     DEFAULT_WIDTH, FORMATS, LABEL, MAX_WIDTH, MIN_WIDTH, clamp_width, cp_assumed, cp_hint, cp_shown,
-    fixes_shown, level_shown, output_width, python_shown, shown, verdict_line)
+    fixes_shown, level_shown, output_width, python_why, shown, verdict_line)
 
 if TYPE_CHECKING:
     from ..model.report import Report

@@ -79,3 +79,26 @@ def preflight_report(report: Report, path: str | None, verbosity: int = 0) -> in
         if why is not None:
             say(f"dsv4-doctor preflight: could not write the report to {path}: {why}")
     return report.exit_code
+
+
+def emit_versions(report: Report, fmt: str, output: str | None) -> int:
+    """`check --versions`: the versions block alone (text; json: `environment.versions`; markdown: its fence) to
+    stdout or --output. Exit 0 once written (the block is no verdict), 4 when it could not be; a crash of the doctor
+    (3) or a signal (128 + N) keeps its code."""
+    from .versions import markdown_lines, of_report, report_lines
+
+    if fmt == "json":
+        text = json.dumps(of_report(report), indent=2, ensure_ascii=False) + "\n"
+    else:
+        text = "\n".join(markdown_lines(report)[:-1] if fmt == "markdown" else report_lines(report)) + "\n"
+    code = report.exit_code if report.exit_code == int(ExitCode.INTERNAL) or report.exit_code >= 128 else 0
+    if output:
+        why = write_file(output, text)
+        if why is None:
+            return code
+        say(f"dsv4-doctor: could not write the versions to {output}: {why}; they follow on stdout")
+        code = max(code, int(ExitCode.OUTPUT))
+    if not write_stdout(text):
+        say("dsv4-doctor: could not write the versions: stdout is closed, broken or not read; use --output FILE")
+        code = max(code, int(ExitCode.OUTPUT))
+    return code

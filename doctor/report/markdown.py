@@ -11,6 +11,7 @@ import json
 import re
 from typing import TYPE_CHECKING
 
+from .versions import markdown_lines
 from .shown import LABEL, accepted_shown, cp_hint, cp_shown, fixes_shown, level_shown, shown, verdict_line
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ def render_markdown(report: Report) -> str:
         "### dsv4-doctor report",
         "<!-- Paste this whole block into your issue. Secrets were redacted. -->",
         "",
+        *markdown_lines(report),  # what was found, first
         f"**{plain(verdict_line(report))}**",
         "",
         f"dsv4-doctor {plain(report.doctor_version)} · cp={plain(cp_shown(p))} · "

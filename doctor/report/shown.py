@@ -59,14 +59,15 @@ def accepted_shown(row: Any) -> str:
     return f"accepted: {reason} (from {acc.get('from')})"
 
 
-def python_shown(report: Report) -> str:
-    """The interpreter the stack rows judged, as the report's first line names it: its path and version, and, for a
-    job's command, why this one (the command's, --python's, or the doctor's own and why the command's is not
-    known)."""
+def python_why(report: Report) -> str | None:
+    """For a job's command, the interpreter the stack rows judged and why (the command's, --python's, or the
+    doctor's own and why the command's is not known), as the report's first line says it; otherwise None: the
+    versions block leads with the interpreter."""
     target = report.target_python
-    text = f"python {shown(target.get('executable'))} ({shown(target.get('version'))})"
     why = target.get("why")
-    return text + (f", {why}" if isinstance(why, str) and why and report.job is not None else "")
+    if not isinstance(why, str) or not why or report.job is None:
+        return None
+    return f"python {shown(target.get('executable'))} ({shown(target.get('version'))}), {why}"
 
 
 def fixes_shown(report: Report, row: Any) -> list:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.text import Text
 
-from .shown import (LABEL, accepted_shown, cp_hint, cp_shown, fixes_shown, level_shown, python_shown, shown,
+from .shown import (LABEL, accepted_shown, cp_hint, cp_shown, fixes_shown, level_shown, python_why, shown,
                     verdict_line)
 from .hint import fix_command as fix_command, next_step
 from .lines import Out, clipped_text
@@ -96,28 +96,15 @@ def grouped(report: Report) -> list[tuple[str, list[Row]]]:
             for area, rows in sorted(areas.items(), key=lambda kv: _area_key(kv[0], order))]
 
 
-def _gpu(report: Report) -> str:
-    row = report.row("gpu.devices")
-    devices = row.evidence.get("devices") if row is not None else None
-    if isinstance(devices, list) and devices and all(isinstance(d, dict) for d in devices):
-        names: dict[str, int] = {}
-        for d in devices:
-            names[str(d.get("name") or "unknown GPU")] = names.get(str(d.get("name") or "unknown GPU"), 0) + 1
-        return ", ".join(f"{n} x {name}" for name, n in names.items())
-    arch = _profile(report).get("gpu_arch")
-    return f"none seen (checked for CC {arch})" if arch else "none seen"
-
-
 def top_line(report: Report) -> str:
     p = _profile(report)
     parts = [f"dsv4-doctor {shown(report.doctor_version)} checked",
              f"profile cp={cp_shown(p)} dsa-backend={shown(p.get('dsa_backend'))} "
              f"gpu-arch={shown(p.get('gpu_arch'))}{ARCH_FROM.get(str(p.get('gpu_arch_source')), '')}"
              + (" static-only" if p.get("static_only") else "") + level_shown(p),
-             python_shown(report),
-             f"GPU {_gpu(report)}"]
-    hint = cp_hint(p)
-    return "; ".join(parts + ([hint] if hint else []))
+             ]  # the interpreter and the GPUs: in the versions block above it
+    said = [python_why(report), cp_hint(p)]
+    return "; ".join(parts + [s for s in said if s])
 
 
 def kernel_subruns_not_run(report: Report) -> list[str]:
@@ -244,6 +231,10 @@ def _body(report: Report, out: Out, verbosity: int, ascii_only: bool) -> None:
 
     glyphs, marks = (ASCII_GLYPHS, ASCII_MARKS) if ascii_only else (GLYPHS, MARKS)
     verdict = Text(_clean(verdict_line(report)), style=STYLE.get(report.summary.status.value, ""))
+    from .versions import report_lines
+
+    for line in report_lines(report, out.console.width):  # what was found, first; packed to fit, never wrapped
+        out.raw(_text(line))
     out.line(_text(top_line(report), "bold"))
     out.line(verdict.copy())
     pole = long_pole_line(report) if verbosity >= EVIDENCE else None
