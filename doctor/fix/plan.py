@@ -35,7 +35,7 @@ from ..hostio.redact import Redactor, cap, clean_text
 from ..report.output import line_text, write_stderr
 from ..model.report import Report
 
-ORDER = (Phase.PATH, Phase.RUNTIME, Phase.BUILD, Phase.PIN, Phase.SETTING)
+ORDER = (Phase.PATH, Phase.TOOLCHAIN, Phase.RUNTIME, Phase.BUILD, Phase.PIN, Phase.SETTING)
 NO_INSTALLER = "installer:none"  # the key of the fix that says the target has no installer at all
 
 
