@@ -37,8 +37,9 @@ SOURCES = (
 TEXTS = (
     UpstreamText("B1", "CUDA_HOME environment variable is not set. Please set it to your CUDA install root.",
                  TORCH_SOURCE, "OSError"),
-    UpstreamText("B2", "CUDA was not found on the system, please set the CUDA_HOME or the CUDA_PATHenvironment variable "
-                 "or add NVCC to your system PATH. The extension compilation will fail.", TORCH_SOURCE, "RuntimeError"),
+    UpstreamText("B2", "CUDA was not found on the system, please set the CUDA_HOME or the CUDA_PATHenvironment "
+                 "variable or add NVCC to your system PATH. The extension compilation will fail.", TORCH_SOURCE,
+                 "RuntimeError"),
     UpstreamText("B3", "nvcc not found at '{nvcc}'. Ensure CUDA path '{cuda_home}' is correct.", TORCH_SOURCE,
                  "FileNotFoundError"),
     # Raised with its %s unfilled (RuntimeError(CUDA_MISMATCH_MESSAGE, version, torch.version.cuda)): recognised by
@@ -50,8 +51,8 @@ TEXTS = (
                  "to compile PyTorch ({torch}). Most likely this shouldn't be a problem.", TORCH_SOURCE, "warning"),
     UpstreamText("B6", "Ninja is required to load C++ extensions (pip install ninja to get it)", TORCH_SOURCE,
                  "RuntimeError"),
-    UpstreamText("B7", "Attempted to use ninja as the BuildExtension backend but we could not find ninja.. Falling back "
-                 "to using the slow distutils backend.", TORCH_SOURCE, "warning"),
+    UpstreamText("B7", "Attempted to use ninja as the BuildExtension backend but we could not find ninja.. Falling "
+                 "back to using the slow distutils backend.", TORCH_SOURCE, "warning"),
     UpstreamText("B8", "cuda/std/utility: No such file or directory", SOURCES[-1], "compiler-error"),
     UpstreamText("B9", "cannot find -lcudart", SOURCES[-1], "linker-error"),
 )
@@ -85,12 +86,18 @@ def torch_cuda(ctx: Context) -> tuple[str | None, str]:
     return cuda, ""
 
 
+def _part(data: dict, key: str) -> dict:
+    """A section of the probe's answer, or {} when it is missing or not a mapping."""
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def judge(data: dict, cuda: str | None, cuda_unknown: str) -> list[tuple[Status, str, list]]:
     """The toolchain's problems: (status, what, fixes), from the probe's answer and torch's CUDA."""
     problems: list[tuple[Status, str, list]] = []
     want = cuda or PLANNED_TORCH_CUDA
     home, purelib = data.get("cuda_home"), data.get("purelib")
-    nvcc = data.get("nvcc") if isinstance(data.get("nvcc"), dict) else {}
+    nvcc = _part(data, "nvcc")
     if not home or not data.get("cuda_home_exists"):
         problems.append((Status.FAIL, f"no CUDA toolkit: CUDA_HOME resolves to {home or 'nothing'} "
                          f"({data.get('cuda_home_from')})", [tc.nvcc_wheels(want, purelib)]))
@@ -112,16 +119,17 @@ def judge(data: dict, cuda: str | None, cuda_unknown: str) -> list[tuple[Status,
         problems.append((Status.WARN, f"nvcc {nvcc['release']} and torch's CUDA {cuda} differ in the minor version "
                          "(torch warns and builds)", []))
     release = nvcc.get("release") or want
-    cccl = data.get("cccl") if isinstance(data.get("cccl"), dict) else {}
-    cudart = data.get("cudart") if isinstance(data.get("cudart"), dict) else {}
+    cccl = _part(data, "cccl")
+    cudart = _part(data, "cudart")
     guessed = str(data.get("cuda_home_from", "")).startswith("nvcc on PATH")
     # torch takes the folder above a PATH nvcc as it is (no realpath): /usr/local for a /usr/local/bin/nvcc wrapper.
     home_fix = [tc.set_cuda_home(f"torch took {home} from the {data.get('cuda_home_from')}")] if guessed else None
     if not nvcc.get("missing") and int(release.split(".")[0]) >= 13 and not cccl.get("exists"):
         wheel = str(home).rstrip("/").endswith(tc.WHEEL_HOME)
         problems.append((Status.FAIL, f"CUDA {release} without its CCCL headers: no {cccl.get('path')} (the host "
-                         "compiler stops at `cuda/std/utility: No such file or directory`)", home_fix or
-                         [tc.nvcc_wheels(release, purelib, cccl_only=True) if wheel else tc.cccl_package(release, home)]))
+                         "compiler stops at `cuda/std/utility: No such file or directory`)",
+                         home_fix or [tc.nvcc_wheels(release, purelib, cccl_only=True) if wheel
+                                      else tc.cccl_package(release, home)]))
     if not nvcc.get("missing") and cudart and not cudart.get("linkable"):
         found = ", ".join(cudart.get("found") or []) or "no libcudart at all"
         problems.append((Status.FAIL, f"no libcudart.so in {cudart.get('dir')} ({found}): the extensions link "
@@ -132,11 +140,11 @@ def judge(data: dict, cuda: str | None, cuda_unknown: str) -> list[tuple[Status,
 
 def _compiler_and_ninja(data: dict) -> list[tuple[Status, str, list]]:
     out: list[tuple[Status, str, list]] = []
-    cxx = data.get("cxx") if isinstance(data.get("cxx"), dict) else {}
+    cxx = _part(data, "cxx")
     if not cxx.get("path"):
         origin = "$CXX" if cxx.get("from") == "CXX" else "the default (CXX unset)"
         out.append((Status.FAIL, f"no C++ compiler: {cxx.get('name')!r}, {origin}, is not on PATH", [tc.COMPILER]))
-    ninja = data.get("ninja") if isinstance(data.get("ninja"), dict) else {}
+    ninja = _part(data, "ninja")
     if not ninja.get("path"):
         if ninja.get("in_scripts"):
             out.append((Status.WARN, f"ninja is in {ninja.get('scripts')}, which is not on PATH: torch falls back to "
@@ -187,10 +195,10 @@ def build_toolchain(ctx: Context) -> Result:
     evidence = {"planned_builds": rows, "torch_cuda": cuda, "toolchain": data}
     asked = "" if rows else " (none of the checks whose fixes build ran: checked as asked)"
     if not problems:
-        nvcc = data.get("nvcc") or {}
+        nvcc = _part(data, "nvcc")
         return passed(f"nvcc {nvcc.get('release')} at {nvcc.get('path')} matches torch's CUDA {cuda}; CUDA_HOME "
                       f"{data.get('cuda_home')} ({data.get('cuda_home_from')}); C++ compiler "
-                      f"{(data.get('cxx') or {}).get('path')}; ninja {(data.get('ninja') or {}).get('path')}" + asked,
+                      f"{_part(data, 'cxx').get('path')}; ninja {_part(data, 'ninja').get('path')}" + asked,
                       evidence=evidence)
     worst = Status.FAIL if any(s is Status.FAIL for s, _, _ in problems) else Status.WARN
     fixes = list({f.key: f for _, _, fs in problems for f in fs}.values())  # one step each, as a plan keeps it
