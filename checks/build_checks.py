@@ -158,8 +158,7 @@ def _compiler_and_ninja(data: dict) -> list[tuple[Status, str, list]]:
 @check(
     "build.toolchain",
     "The build steps' toolchain: nvcc matching torch's CUDA, CUDA_HOME, CCCL, a C++ compiler, ninja",
-    applies_when="the fix plan has a build step (a failing or warning row among " + ", ".join(BUILDS_AGAINST_TORCH)
-                 + " fixes by building against torch), or none of those checks is selected",
+    applies_when="the fix plan builds against torch (TE, FlashMLA, fast-hadamard)",
     detects="CUDA_HOME as torch resolves it, `nvcc --version` (10 s limit), include/cccl, libcudart.so, $CXX/c++ and "
             "ninja on PATH, torch.version.cuda",
     sources=SOURCES,
