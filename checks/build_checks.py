@@ -163,6 +163,8 @@ def _compiler_and_ninja(data: dict) -> list[tuple[Status, str, list]]:
             "ninja on PATH, torch.version.cuda",
     sources=SOURCES,
     texts=TEXTS,
+    # Skipped while torch itself fails: its CUDA is what nvcc must match, and the builds wait for its manual step.
+    needs=("torch.install",),
     after=BUILDS_AGAINST_TORCH,
     fixes=(tc.nvcc_wheels(PLANNED_TORCH_CUDA), tc.COMPILER, tc.NINJA),
     probes=(TOOLCHAIN, TORCH),
@@ -180,7 +182,8 @@ def build_toolchain(ctx: Context) -> Result:
     "not known", never a hang. Fixes come first in the plan (phase toolchain, after PATH): pip installs ninja and,
     for CUDA 13, nvidia-cuda-nvcc and nvidia-cuda-cccl at torch's CUDA major.minor (CUDA_HOME then has to point at
     site-packages/nvidia/cu13, and libcudart.so has to be linked there by hand); a C++ compiler or a CUDA 12 toolkit
-    is a manual step. It applies only when the plan builds something.
+    is a manual step. It applies only when the plan builds something, and once torch.install passes (the builds wait
+    for torch's step anyway, and its CUDA is what nvcc must match).
     """
     rows, ran = planned_builds(ctx)
     if ran and not rows:

@@ -174,6 +174,9 @@ def test_it_does_not_apply_when_no_build_step_is_planned():
     result, ctx = check_with({}, outcomes=passed_rows)
     assert result.status is Status.SKIP and "no build step is planned" in result.summary
     assert build_checks.TOOLCHAIN.key not in ctx.probed  # not even probed
+    no_torch = {"torch.install": CheckReport("torch.install", "torch", Status.FAIL, "torch is not installed")}
+    waiting, _ = check_with({}, outcomes=no_torch)
+    assert waiting.status is Status.SKIP and waiting.summary.startswith("needs torch.install")
 
 
 def test_a_good_toolchain_passes_only_against_torchs_cuda():
