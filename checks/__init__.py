@@ -28,6 +28,7 @@ AREAS = {
     "mbridge": "mbridge_checks",
     "libs": "libs_checks",
     "kernels": "kernels_checks",
+    "build": "build_checks",
     "smoke": "smoke",
     "job": "job.job_checks",
     "fleet": "fleet_checks",

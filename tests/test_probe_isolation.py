@@ -200,6 +200,9 @@ CASES = {
     "dsv4probe_import": ({"targets": ["json:dumps"]}, import_ok, False),
     "dsv4probe_libs": ({"soname": "libc.so.6", "symbol": "printf"}, libs_ok, False),
     "dsv4probe_driver": ({}, driver_ok, False),
+    # The toolchain: stdlib lookups and `nvcc --version` (a 1 s limit), whatever this machine has.
+    "dsv4probe_toolchain": ({"nvcc_timeout_s": 1}, lambda a: "cuda_home_from" in a and "cxx" in a and "ninja" in a,
+                            False),
     "dsv4probe_torch": ({}, torch_ok, True),
     "dsv4probe_fleet": (None, fleet_ok, True),
     "dsv4probe_ray": ({"dir": ".", "argv": [], "limit": 1, "task_s": 1}, ray_ok, True),

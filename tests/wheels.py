@@ -69,6 +69,9 @@ WHEELS = {
     # archs for the fatbin reader's tests, and cuobjdump lists them as the oracle.
     "nvidia-cuda-nvcc-13.5.37": ("nvidia-cuda-nvcc==13.5.37", []),
     "nvidia-cuda-cuobjdump-13.5.37": ("nvidia-cuda-cuobjdump==13.5.37", []),
+    # CUDA 13's CCCL headers as PyPI ships them (3 MB: nvidia/cu13/include/cccl), beside the nvcc wheel above as a
+    # CUDA_HOME for build.toolchain's tests.
+    "nvidia-cuda-cccl-13.0.85": ("nvidia-cuda-cccl==13.0.85", []),
 }
 
 

@@ -29,7 +29,7 @@ from .pep668 import VENV_BLOCKED, VENV_KEY, Policy as Policy, installer_way
 from ..model.core import CheckReport, Status
 from ..model.report import Report
 
-ORDER = (Phase.PATH, Phase.RUNTIME, Phase.BUILD, Phase.PIN, Phase.SETTING)
+ORDER = (Phase.PATH, Phase.TOOLCHAIN, Phase.RUNTIME, Phase.BUILD, Phase.PIN, Phase.SETTING)
 NO_INSTALLER = "installer:none"  # the key of the fix that says the target has no installer at all
 
 

@@ -133,6 +133,10 @@ class Phase(str, enum.Enum):
     """Where a fix goes in a plan: the order in which installing things does not undo what came before."""
 
     PATH = "path"  # where the job imports from (a shadowing copy, the installer itself): before anything installs
+    # The build toolchain (nvcc, CUDA_HOME, a C++ compiler, ninja: build.toolchain): it touches no Python package the
+    # job imports, so it comes before torch's manual step, is never held back by it, and a missing compiler is known
+    # before anything is built.
+    TOOLCHAIN = "toolchain"
     RUNTIME = "runtime"  # torch and the CUDA runtime wheels: a manual step, everything compiled must follow it
     BUILD = "build"  # packages compiled against torch (--no-build-isolation)
     PIN = "pin"  # pure-Python pins

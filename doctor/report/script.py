@@ -108,7 +108,8 @@ def _script(plan: Plan, python: str, profile: Mapping[str, Any], version: str, i
         if step.fix.phase is Phase.SETTING or not step.fix.commands:
             what = "a job setting or choice" if step.fix.phase is Phase.SETTING else (
                 "the job's path: not run by this script or by --apply"
-                if step.fix.phase is Phase.PATH and step.fix.action else "its command was withheld")
+                if step.fix.phase is Phase.PATH and step.fix.action else "by hand: not run by this script or by --apply"
+                if step.fix.phase is Phase.TOOLCHAIN and step.fix.manual else "its command was withheld")
             lines.append(f"# Step {n} ({what}; nothing to run) [{comment(checks)}]:")
             lines += wrapped(step.fix.description, "#   ")
         elif step.automatic:
