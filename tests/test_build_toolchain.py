@@ -210,7 +210,14 @@ def test_the_plan_puts_the_toolchain_first_and_never_holds_it():
     assert [s.fix.phase for s in plan.steps] == [Phase.TOOLCHAIN, Phase.TOOLCHAIN, Phase.RUNTIME, Phase.BUILD]
     ninja = next(s for s in plan.steps if s.fix.key == "toolchain:ninja")
     assert ninja.automatic and ninja.held_by is None  # pip runs it even while torch's manual step is pending
-    assert plan.steps[-1].held_by == 3
+    assert plan.steps[-1].held_by == 1  # the build waits for the first manual step it needs: here the compiler
+    # with pip's toolchain only (ninja), the build waits for torch's manual step alone
+    plan = build_plan(reports[:2] + [CheckReport("build.toolchain", "", Status.FAIL, "", fixes=[toolchain.NINJA])])
+    assert [s.fix.phase for s in plan.steps] == [Phase.TOOLCHAIN, Phase.RUNTIME, Phase.BUILD]
+    assert plan.steps[-1].held_by == 2
+    # a manual toolchain step holds the build even where torch is right
+    plan = build_plan([reports[0], reports[2]])
+    assert plan.steps[-1].fix.phase is Phase.BUILD and plan.steps[-1].held_by == 1 and not plan.steps[-1].automatic
 
 
 @pytest.mark.parametrize("line", [

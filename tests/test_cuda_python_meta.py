@@ -15,8 +15,8 @@ def test_an_installed_cuda_python_is_read_from_its_metadata_and_not_planned_agai
     python = venv_with(tmp_path / "venv", STACK)  # installed as pip lays them out (a --target folder hid the bug)
     run = run_doctor("check", "--only", "cudnn-fe.*", "-f", "json", python=python, timeout=180)
     assert run.returncode in (0, 1), run.stderr
-    versions = {k: v for c in run.report["checks"] for k, v in (c.get("evidence") or {}).get("distributions", {}).items()
-                if isinstance(v, str)}
+    versions = {k: v for c in run.report["checks"]
+                for k, v in (c.get("evidence") or {}).get("distributions", {}).items() if isinstance(v, str)}
     fix = run_doctor("fix", "--only", "cudnn-fe.*", python=python, timeout=180)
     commands = [line for line in fix.stdout.splitlines() if "-m pip install" in line]
     assert commands, fix.stdout  # the frontend lacks the rest of its stack (torch, the CuTe DSL): a plan exists

@@ -134,8 +134,10 @@ def apply_and_recheck(plan: Plan, python: str, redact: Redactor, code: int, befo
             "user site or folder); the re-check below runs in this environment, as it is")
     held = [n for n, s in enumerate(plan.steps, 1) if s.held_by is not None]
     if held:
-        say(f"held back: step(s) {', '.join(map(str, held))} build against torch and wait for the manual torch "
-            "step; run them after it")
+        first = plan.steps[plan.steps[held[0] - 1].held_by - 1]  # type: ignore[operator]
+        what = "torch" if first.fix.phase is Phase.RUNTIME else "toolchain"
+        say(f"held back: step(s) {', '.join(map(str, held))} build and wait for the manual {what} step; run them "
+            "after it")
     if not any(s.automatic for s in plan.steps):
         say("nothing to apply: the plan has no automatic (pip) step")
         return code

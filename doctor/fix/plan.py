@@ -8,7 +8,7 @@ Order: (1) torch and the CUDA runtime wheels, a manual step that names the compi
 What `--apply` runs: only the automatic steps whose command is `pip ...`, as `<target python> -I -m pip ...` with
 the exact arguments shown (`-I`: a `pip.py` in the current directory is not pip). It never runs a shell, a manual
 step (a torch reinstall), a job setting, or any other program a plugin names; those stay in the script as comments
-for a person to read. While a manual torch step is pending, the steps that build against torch are held back too:
+for a person to read. While a manual torch or toolchain step is pending, the steps that build are held back too:
 they would compile against the torch that is about to be replaced. For an externally managed interpreter (PEP 668)
 the plan takes one way pip installs there (fix/pep668.py): its first step then makes a virtual environment
 (`<target python> -I -m venv --system-site-packages ...`) whose python runs the pip steps, or every pip step carries
@@ -113,8 +113,10 @@ def build_plan(reports: Sequence[CheckReport[Fix]], installed: Mapping[str, str]
     # A fix that is prose only (a setting, a withheld command) stays; one whose commands all came earlier goes.
     steps = [s for s in steps if s.commands or not s.fix.commands]
     steps, venv_python, way = installer_way(steps, policy or Policy())
-    pending = next((n for n, s in enumerate(steps, 1) if s.fix.phase is Phase.RUNTIME and not s.runnable
-                    and s.fix.commands), None)
+    # A build waits for a manual step it needs: the torch step (it builds against that torch), or a toolchain step a
+    # person must do (a compiler, CUDA_HOME: without it the build fails minutes in). The first such step holds them.
+    pending = next((n for n, s in enumerate(steps, 1) if not s.runnable and (
+        (s.fix.phase is Phase.RUNTIME and s.fix.commands) or s.fix.phase is Phase.TOOLCHAIN)), None)
     if pending is not None:
         for step in steps:
             if step.fix.phase is Phase.BUILD and step.runnable:

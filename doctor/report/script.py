@@ -118,8 +118,9 @@ def _script(plan: Plan, python: str, profile: Mapping[str, Any], version: str, i
             if plan.venv_python and any(c.is_venv for c in step.commands):  # the pip steps after it run in the venv
                 lines.append(f"PY={shlex.quote(redact.text(plan.venv_python))}")
         elif step.held_by is not None:
+            needs = "torch" if plan.steps[step.held_by - 1].fix.phase is Phase.RUNTIME else "the toolchain"
             lines += wrapped(f"Step {n} (held back: run it after Step {step.held_by}, because it builds against "
-                             f"torch; not run by this script or by --apply) [{comment(checks)}]: "
+                             f"{needs}; not run by this script or by --apply) [{comment(checks)}]: "
                              f"{step.fix.description}")
             lines += ["#   " + comment(pip_line(c, step.fix.installer), 2000) for c in step.commands]
         else:
