@@ -51,8 +51,8 @@ __all__ = [
     # Job settings: the training command as read (its settings, launch wrappers, roles and the bridge's rule).
     "Job", "Setting", "is_interpolation", "command_not_read", "entry_shown", "digits_int", "rejection", "ROUNDING",
     "ENGINE_MAX_SEQLEN", "line_to_add", "role_head", "RoleBackend", "role_backend", "bridge_switch", "SWITCH_BACKEND",
-    "conflict_text", "RopeFusion", "rope_fusion", "WRAPPERS", "PYTHON_MANUAL", "RAY_MANUAL", "SBATCH", "SHELL_MANUAL", "SRUN", "TORCHRUN_MANUAL",
-    "UV_MANUAL",
+    "conflict_text", "RopeFusion", "rope_fusion", "WRAPPERS", "PYTHON_MANUAL", "RAY_MANUAL", "SBATCH", "SHELL_MANUAL",
+    "SRUN", "TORCHRUN_MANUAL", "UV_MANUAL",
     # Fleet: the merged report's own rows and the context-parallel groups of a fleet's ranks.
     "FLEET_SOURCES", "FLEET_RANKS_TITLE", "FLEET_DRIFT_TITLE", "cp_plan",
     # Helpers: hostile text made safe to show, bounded reads, the target interpreter, this run's kernel cache.

@@ -167,8 +167,8 @@ def fake_megatron_rope(site: FakeSite, mode: str = "ok") -> None:
     for package in ("megatron", "megatron/core", "megatron/core/fusions", "megatron/core/models",
                     "megatron/core/models/common", "megatron/core/transformer", eav, eav + "csa_utils"):
         site.file(package.rstrip("/") + "/__init__.py", "")
-    site.file("megatron/core/models/common/embeddings/__init__.py",
-              "from .rotary import RotaryEmbedding, YarnRotaryEmbedding\nfrom .rope_utils import apply_rotary_pos_emb\n")
+    site.file("megatron/core/models/common/embeddings/__init__.py", "from .rotary import RotaryEmbedding, "
+              "YarnRotaryEmbedding\nfrom .rope_utils import apply_rotary_pos_emb\n")
     site.file("megatron/core/models/common/embeddings/rotary.py", EMB)
     site.file("megatron/core/models/common/embeddings/rope_utils.py", ROPE_UTILS)
     fused = FUSED.replace("{mode!r}", repr(mode))

@@ -62,6 +62,41 @@ def test_the_stack_settings_probe_decides_where_it_built_the_config():
     assert (decided.on, decided.source) == (False, "stack") and "as Megatron-Core built" in decided.why
 
 
+def test_job_stack_config_names_a_rope_fusion_the_stack_built_otherwise():
+    """The sub-run is decided from the command before the settings probe answers: where the stack built another
+    apply_rope_fusion, job.stack-config says so (a stated value: a difference; a default: checked as the stricter)."""
+    from dsv4_doctor.job.rope import rope_differs
+
+    built = {"status": "built", "roles": {"actor": {"settings": {"apply_rope_fusion": False}}}}
+    readers = parse(VERL)
+    stack = parse(VERL)
+    stack.built = built
+    stated, unknown = rope_differs(readers, stack)
+    assert stated == [] and len(unknown) == 1 and "the stack built False" in unknown[0]
+    readers = parse(VERL + [OFF_VERL.replace("False", "True")])
+    stack = parse(VERL + [OFF_VERL.replace("False", "True")])
+    stack.built = built
+    assert len(rope_differs(readers, stack)[0]) == 1
+    stack.built = {"status": "built", "roles": {"actor": {"settings": {"apply_rope_fusion": True}}}}
+    assert rope_differs(readers, stack) == ([], [])
+
+
+@pytest.mark.parametrize("argv, line", [
+    (VERL, OFF_VERL),
+    (["pretrain_gpt.py", "--context-parallel-size", "2"], "--no-rope-fusion"),
+    (None, None),
+])
+def test_the_fix_is_the_workaround_in_the_commands_own_syntax(argv, line):
+    from dsv4_doctor.checks.smoke.rope import rope_off_fix
+
+    fix = rope_off_fix(parse(argv) if argv else None)
+    assert fix.phase == Phase.SETTING and not fix.commands and "Megatron-Bridge #4321" in fix.description
+    if line:
+        assert fix.description.endswith("\n  " + line) and fix.key == "job:" + line
+    else:  # no command: every syntax's line, in prose
+        assert "model.apply_rope_fusion=False" in fix.description and "--no-rope-fusion" in fix.description
+
+
 # ------------------------------------------------------------------------------ comparison, verdict, control
 
 @needs_torch

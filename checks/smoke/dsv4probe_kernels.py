@@ -20,8 +20,8 @@ uses, kept doctor-side). An entry point that raises is a fail naming the excepti
 entry points get CPU tensors: the real kernels refuse them ("needs CUDA", a skip), CPU stand-ins with the upstream
 signatures compute, which is how the whole path is tested without a GPU.
 Its dispatch (dsv4probe_kernels_dispatch) and its parts, loaded by path: dsv4probe_kernels_base (the layout, the skip),
-_ran (what ran, the CuTe DSL cache), _cudnn (dsa, csa), _layout, _flashmla, _rope; dsv4probe_device and dsv4probe_files are
-shared with the smoke probe.
+_ran (what ran, the CuTe DSL cache), _cudnn (dsa, csa), _layout, _flashmla, _rope; dsv4probe_device and
+dsv4probe_files are shared with the smoke probe.
 Stdlib besides torch (and the stack under test). Run as `python dsv4probe_kernels.py OUT REQUEST_FILE`.
 """
 

@@ -14,7 +14,8 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 import time
 
 for _part in ("dsv4probe_device", "dsv4probe_kernels_base", "dsv4probe_kernels_ran", "dsv4probe_kernels_cudnn",
-              "dsv4probe_kernels_layout", "dsv4probe_kernels_flashmla", "dsv4probe_kernels_rope", "dsv4probe_kernelstore"):
+              "dsv4probe_kernels_layout", "dsv4probe_kernels_flashmla", "dsv4probe_kernels_rope",
+              "dsv4probe_kernelstore"):
     load_module(_part, HERE)
 # The parts just loaded by path, read from sys.modules (never looked up on sys.path):
 from dsv4probe_device import cuda_available, peak_memory_mib, select

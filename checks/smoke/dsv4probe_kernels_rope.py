@@ -52,7 +52,7 @@ YARN = {"rotary_base": 160000.0, "scaling_factor": 16.0, "original_max_position_
 BRIDGE_ROTARY_PERCENT = 1.0
 
 
-class CpGroup(object):
+class CpGroup:
     """The rank and size the layer's calls read from its CP process group (`cp_group.rank()`, `.size()`): the
     ranks are simulated in one process, so no process group exists."""
 
@@ -249,8 +249,9 @@ def verdict(comparisons, control, evidence):
         return "fail", ("the fused MLA RoPE gives %s against the unfused path: %s: %s (%d of %d comparisons failed)"
                         % (what, where, first.get("why"), len(bad), len(comparisons))), evidence
     if not control_failed:
-        return "error", ("the negative control did not separate: the opposite rotation passed the comparison "
-                         "(max |diff| %s), so the comparison cannot tell a wrong RoPE" % control.get("max_abs")), evidence
+        said = ("the negative control did not separate: the opposite rotation passed the comparison (max |diff| %s), "
+                "so the comparison cannot tell a wrong RoPE" % control.get("max_abs"))
+        return "error", said, evidence
     fwd, bwd = worst.get("forward", {}), worst.get("backward", {})
     return "pass", ("fused_mla_rope_inplace matches the unfused path on %d comparisons (forward max |diff| %.3g, "
                     "backward %.3g; the inverse-rotation control fails it)" % (

@@ -144,7 +144,8 @@ def smoke_dsv4_kernels(ctx: Context) -> Result:
     kernels; these are what broke in the seed incident (an H100 job went NaN until the frontend and tvm-ffi were
     reinstalled). Each sub-run calls the installed stack's public entry point the way Megatron calls it, in its
     own probe process under the probe timeout, and compares with a float32 (or exact integer) reference this
-    doctor implements from the documented semantics, never with the same kernel:
+    doctor implements from the documented semantics (the RoPE: with Megatron's own unfused path), never with the
+    same kernel:
     (1) the frontend's DSA indexer forward (cudnn.DSA.indexer_forward_wrapper) on a packed THD batch split
     contiguously over at least two simulated CP ranks, each rank's arguments built as Megatron's
     cp_utils._build_cp_indexer_layout does (its query segment per sequence, the sequences' full compressed keys,
@@ -159,7 +160,7 @@ def smoke_dsv4_kernels(ctx: Context) -> Result:
     and of the right shapes; (5) Megatron's fused MLA RoPE (fused_mla_rope_inplace, triton) against Megatron's
     own unfused apply_rotary_pos_emb path, called as the DSv4 layer calls them (both of its rotary tables, the
     query and the key, THD with cu_seqlens; per contiguous CP rank through cp_utils at CP > 1), forward and
-    backward, within tolerances measured on the GPU, with an inverse-rotation control that must fail the same
+    backward, within tolerances set from a GPU run, with an inverse-rotation control that must fail the same
     comparison; it runs when the job would use the fused RoPE (apply_rope_fusion: Megatron-Bridge's DSv4
     provider turns it on, so unless the command turns it off, or without a job command), and a NaN, an inf or a
     mismatch fails with the workaround of Megatron-Bridge #4321 (apply_rope_fusion=False). A sub-run whose package
