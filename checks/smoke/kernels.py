@@ -110,8 +110,7 @@ def _not_run(profile: Profile) -> str | None:
 @check(
     "smoke.dsv4-kernels",
     "Smoke forward: the DSv4 stack's own CP kernels compute the right numbers",
-    applies_when="a GPU is visible (or --device cpu); not with --no-smoke; sub-runs by profile (the RoPE one by the "
-                 "job's apply_rope_fusion)",
+    applies_when="a GPU is visible (or --device cpu); not with --no-smoke; sub-runs by profile",
     detects="the stack's DSA indexer, CP layout kernels, CSA compressor and FlashMLA against independent references; "
             "Megatron's fused MLA RoPE against its unfused path",
     sources=(
