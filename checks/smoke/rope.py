@@ -21,7 +21,7 @@ ROPE_SOURCES = (
                 "mapping had shrunk the rope table the fused kernel reads, #4271)"),
 )
 # The workaround's settings, in each syntax the doctor reads (Megatron-LM: `--no-rope-fusion`, a store_false flag).
-OFF_LINES = ("verl: ++actor_rollout_ref.actor.megatron.override_transformer_config.apply_rope_fusion=False; "
+OFF_LINES = ("verl: apply_rope_fusion=False under actor_rollout_ref.actor.megatron.override_transformer_config; "
              "Megatron-Bridge recipe: model.apply_rope_fusion=False; Megatron-LM: --no-rope-fusion")
 
 
