@@ -51,8 +51,8 @@ __all__ = [
     # Job settings: the training command as read (its settings, launch wrappers, roles and the bridge's rule).
     "Job", "Setting", "is_interpolation", "command_not_read", "entry_shown", "digits_int", "rejection", "ROUNDING",
     "ENGINE_MAX_SEQLEN", "line_to_add", "role_head", "RoleBackend", "role_backend", "bridge_switch", "SWITCH_BACKEND",
-    "conflict_text", "WRAPPERS", "PYTHON_MANUAL", "RAY_MANUAL", "SBATCH", "SHELL_MANUAL", "SRUN", "TORCHRUN_MANUAL",
-    "UV_MANUAL",
+    "conflict_text", "RopeFusion", "rope_fusion", "WRAPPERS", "PYTHON_MANUAL", "RAY_MANUAL", "SBATCH", "SHELL_MANUAL",
+    "SRUN", "TORCHRUN_MANUAL", "UV_MANUAL",
     # Fleet: the merged report's own rows and the context-parallel groups of a fleet's ranks.
     "FLEET_SOURCES", "FLEET_RANKS_TITLE", "FLEET_DRIFT_TITLE", "cp_plan",
     # Helpers: hostile text made safe to show, bounded reads, the target interpreter, this run's kernel cache.
@@ -76,6 +76,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "job.keys": ("ENGINE_MAX_SEQLEN", "line_to_add", "role_head"),
     "job.profile": ("RoleBackend", "role_backend", "bridge_switch"),
     "job.bridge_rule": ("SWITCH_BACKEND", "conflict_text"),
+    "job.rope": ("RopeFusion", "rope_fusion"),
     "job.wrappers": ("WRAPPERS", "PYTHON_MANUAL", "RAY_MANUAL", "SBATCH", "SHELL_MANUAL", "SRUN", "TORCHRUN_MANUAL",
                      "UV_MANUAL"),
     "fleet.merge": ("FLEET_SOURCES", "FLEET_RANKS_TITLE", "FLEET_DRIFT_TITLE"),
@@ -98,6 +99,7 @@ if TYPE_CHECKING:
     from .job.keys import ENGINE_MAX_SEQLEN, line_to_add, role_head
     from .job.model import Job, Setting, is_interpolation
     from .job.profile import RoleBackend, bridge_switch, role_backend
+    from .job.rope import RopeFusion, rope_fusion
     from .job.settings import ROUNDING
     from .job.shape import entry_shown
     from .job.unread import not_read as command_not_read

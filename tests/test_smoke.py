@@ -429,7 +429,7 @@ def test_missing_packages_skip_to_their_rules_and_a_raising_call_fails(tmp_path)
     # each skip's pointer is in the details line too (what the text renderer shows)
     assert row["details"] == ("Sub-runs: cuDNN-FE DSA indexer forward: skip (see cudnn-fe.version); Megatron CP layout "
                               "kernels: skip (see mcore.dsv4); fused CSA compressor: skip; FlashMLA sparse forward: "
-                              "skip (see kernels.flash-mla)"), row["details"]
+                              "skip (see kernels.flash-mla); fused MLA RoPE: skip (see mcore.dsv4)"), row["details"]
     raising = kernels(stack(tmp_path / "t", dsa="tvm", layout=None), cp=2)
     assert raising["status"] == "fail" and "ModuleNotFoundError" in raising["summary"]
     assert "tvm_ffi" in raising["summary"]

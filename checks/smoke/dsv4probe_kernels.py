@@ -9,6 +9,9 @@ Sub-runs (the request's "subrun"; each runs in its own probe process, so a crash
   csa       the frontend's fused CSA compressor (cudnn.csa.compressor), forward.
   flashmla  FlashMLA's flash_mla_sparse_fwd called as Megatron d48bd6be calls it (indexer_topk=0), unpacked as
             (out, max_logits, lse): finite, right shapes; without indexer_topk (a build from main) a skip.
+  rope      Megatron's fused MLA RoPE (fused_mla_rope_inplace, triton) against its unfused apply_rotary_pos_emb path,
+            called as the DSv4 layer calls them (CP 1; per contiguous CP rank through cp_utils at CP > 1), forward
+            and backward, with an inverse-rotation control (dsv4probe_kernels_rope.py).
 
 Answer: {"status": pass|fail|error|skip, "summary": ..., "rule": ..., "package": ..., "evidence": {...},
 "error": {...}}. A missing entry point is a skip; "rule" names the rule that reports it where this probe knows, and
@@ -17,8 +20,8 @@ uses, kept doctor-side). An entry point that raises is a fail naming the excepti
 entry points get CPU tensors: the real kernels refuse them ("needs CUDA", a skip), CPU stand-ins with the upstream
 signatures compute, which is how the whole path is tested without a GPU.
 Its dispatch (dsv4probe_kernels_dispatch) and its parts, loaded by path: dsv4probe_kernels_base (the layout, the skip),
-_ran (what ran, the CuTe DSL cache), _cudnn (dsa, csa), _layout, _flashmla; dsv4probe_device and dsv4probe_files are
-shared with the smoke probe.
+_ran (what ran, the CuTe DSL cache), _cudnn (dsa, csa), _layout, _flashmla, _rope; dsv4probe_device and
+dsv4probe_files are shared with the smoke probe.
 Stdlib besides torch (and the stack under test). Run as `python dsv4probe_kernels.py OUT REQUEST_FILE`.
 """
 

@@ -14,7 +14,8 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 import time
 
 for _part in ("dsv4probe_device", "dsv4probe_kernels_base", "dsv4probe_kernels_ran", "dsv4probe_kernels_cudnn",
-              "dsv4probe_kernels_layout", "dsv4probe_kernels_flashmla", "dsv4probe_kernelstore"):
+              "dsv4probe_kernels_layout", "dsv4probe_kernels_flashmla", "dsv4probe_kernels_rope",
+              "dsv4probe_kernelstore"):
     load_module(_part, HERE)
 # The parts just loaded by path, read from sys.modules (never looked up on sys.path):
 from dsv4probe_device import cuda_available, peak_memory_mib, select
@@ -22,6 +23,7 @@ from dsv4probe_kernels_base import Skip
 from dsv4probe_kernels_cudnn import run_csa, run_dsa
 from dsv4probe_kernels_flashmla import run_flashmla
 from dsv4probe_kernels_layout import INDEX_MODES, run_layout, run_layout_part
+from dsv4probe_kernels_rope import run_rope
 from dsv4probe_kernels_ran import CACHE_EVENTS, _cache_files, kernels_ran, watch_cute_dsl_cache
 import dsv4probe_kernelstore as kernelstore
 
@@ -36,7 +38,8 @@ def _needs_cuda(exc):
 
 
 SUBRUNS = {"dsa": (run_dsa, "nvidia-cudnn-frontend"), "layout": (run_layout, "megatron-core"),
-           "csa": (run_csa, "nvidia-cudnn-frontend"), "flashmla": (run_flashmla, "flash-mla")}
+           "csa": (run_csa, "nvidia-cudnn-frontend"), "flashmla": (run_flashmla, "flash-mla"),
+           "rope": (run_rope, "megatron-core")}
 
 
 def answer(request):

@@ -17,16 +17,17 @@ from .._gates import FUSED_COMPRESSOR
 from ..cudnn_fe_checks import megatron_compressor
 from ..mcore_checks import mcore_fix
 from ._causes import RULE_FIXES, crash_cause, crash_text, module_rule, rule_fixes
+from .rope import HINT as ROPE_HINT, ROPE_OFF_DOC, ROPE_SOURCES, rope_decided, rope_off_fix, rope_skip
 from .thd_cp import not_run, torch_missing
 
 SUBRUN_TITLES = {"dsa": "cuDNN-FE DSA indexer forward", "layout": "Megatron CP layout kernels",
-                 "csa": "fused CSA compressor", "flashmla": "FlashMLA sparse forward"}
+                 "csa": "fused CSA compressor", "flashmla": "FlashMLA sparse forward", "rope": "fused MLA RoPE"}
 # Who to fix when a sub-run's call raises or computes wrong numbers (unless a missing module names another rule).
 SUBRUN_RULE = {"dsa": "cudnn-fe.dsa", "layout": "cutlass-dsl.import", "csa": "cudnn-fe.csa",
-               "flashmla": "kernels.flash-mla"}
+               "flashmla": "kernels.flash-mla", "rope": "kernels.triton"}
 # The top-level module each sub-run tests: a missing submodule of it (cudnn.csa in a frontend without it) is that
 # sub-run's own finding, not the finding of the rule that reports the package missing.
-SUBRUN_MODULE = {"dsa": "cudnn", "layout": "megatron", "csa": "cudnn", "flashmla": "flash_mla"}
+SUBRUN_MODULE = {"dsa": "cudnn", "layout": "megatron", "csa": "cudnn", "flashmla": "flash_mla", "rope": "megatron"}
 # Rule ids a probe may point at (its answer is hostile input: anything else is dropped).
 KNOWN_RULES = frozenset(RULE_FIXES) | frozenset(SUBRUN_RULE.values())
 
@@ -41,6 +42,7 @@ def subruns(profile: Profile) -> dict[str, str | None]:
         "Megatron uses the fused CSA compressor only on CC >= 10 (as its installed gate admits) with "
         "dsa_kernel_backend=cudnn and CP 1",
         "flashmla": None if cudnn else "dsa_kernel_backend=none: FlashMLA is not used",
+        "rope": rope_skip(profile),
     }
 
 
@@ -90,6 +92,8 @@ def _fixes(ctx: Context, name: str, row: dict) -> list[Fix]:
         return [frontend_fixes.frontend_stack(static, ctx.profile.cc)]
     if name == "layout":
         return [frontend_fixes.cutlass(static), mcore_fix(ctx)]  # the latter names a PYTHONPATH copy that shadows pip's
+    if name == "rope":
+        return [rope_off_fix(ctx.profile.job)]
     return [fixes.flash_mla(ctx.profile.cc)]
 
 
@@ -107,7 +111,8 @@ def _not_run(profile: Profile) -> str | None:
     "smoke.dsv4-kernels",
     "Smoke forward: the DSv4 stack's own CP kernels compute the right numbers",
     applies_when="a GPU is visible (or --device cpu); not with --no-smoke; sub-runs by profile",
-    detects="the stack's DSA indexer, CP layout kernels, CSA compressor and FlashMLA against independent references",
+    detects="the stack's DSA indexer, CP layout kernels, CSA compressor and FlashMLA against independent references; "
+            "Megatron's fused MLA RoPE against its unfused path",
     sources=(
         mlm(EAV + "csa_utils/cp_utils.py", "277-301", "Megatron-LM dev cp_utils._build_cp_indexer_layout"),
         mlm(EAV + "csa_utils/fused_sparse_attention.py", "883-926",
@@ -124,8 +129,9 @@ def _not_run(profile: Profile) -> str | None:
             "Megatron-LM dev fused_sparse_attention.py _csa_fwd_flash_mla: the flash_mla_sparse_fwd call"),
         Source("verl PR #7297 (the seed incident: NaN cured by reinstalling the frontend and tvm-ffi)",
                "https://github.com/verl-project/verl/pull/7297"),
+        *ROPE_SOURCES,
     ),
-    fixes=(frontend_fixes.frontend_stack(StaticFacts({})), fixes.FLASH_MLA),
+    fixes=(frontend_fixes.frontend_stack(StaticFacts({})), fixes.FLASH_MLA, ROPE_OFF_DOC),
     skip_if=_not_run,
     after=("torch.install", "gpu.devices", "gpu.memory", "kernels.flash-mla", "kernels.fast-hadamard", "te.import"),
     static=StaticRequest(modules=FUSED_COMPRESSOR, sources=FUSED_COMPRESSOR),
@@ -137,7 +143,8 @@ def smoke_dsv4_kernels(ctx: Context) -> Result:
     kernels; these are what broke in the seed incident (an H100 job went NaN until the frontend and tvm-ffi were
     reinstalled). Each sub-run calls the installed stack's public entry point the way Megatron calls it, in its
     own probe process under the probe timeout, and compares with a float32 (or exact integer) reference this
-    doctor implements from the documented semantics, never with the same kernel:
+    doctor implements from the documented semantics (the RoPE: with Megatron's own unfused path), never with the
+    same kernel:
     (1) the frontend's DSA indexer forward (cudnn.DSA.indexer_forward_wrapper) on a packed THD batch split
     contiguously over at least two simulated CP ranks, each rank's arguments built as Megatron's
     cp_utils._build_cp_indexer_layout does (its query segment per sequence, the sequences' full compressed keys,
@@ -149,7 +156,14 @@ def smoke_dsv4_kernels(ctx: Context) -> Result:
     used at CP 1; (3) the fused CSA compressor (cudnn.csa) on CC 10.0 with CP 1, against Megatron's eager
     compressor, whose output must change without the position embedding (the control); (4) FlashMLA's
     flash_mla_sparse_fwd called as Megatron calls it (indexer_topk=0), returning (out, max_logits, lse), finite
-    and of the right shapes. A sub-run whose package is absent, or whose entry point does not resolve, is a skip
+    and of the right shapes; (5) Megatron's fused MLA RoPE (fused_mla_rope_inplace, triton) against Megatron's
+    own unfused apply_rotary_pos_emb path, called as the DSv4 layer calls them (both of its rotary tables, the
+    query and the key, THD with cu_seqlens; per contiguous CP rank through cp_utils at CP > 1), forward and
+    backward, within tolerances set from a GPU run, with an inverse-rotation control that must fail the same
+    comparison; it runs when the job would use the fused RoPE (apply_rope_fusion: Megatron-Bridge's DSv4
+    provider turns it on, so unless the command turns it off, or without a job command), and a NaN, an inf or a
+    mismatch fails with the workaround of Megatron-Bridge #4321 (apply_rope_fusion=False). A sub-run whose package
+    is absent, or whose entry point does not resolve, is a skip
     pointing to the rule that reports it (a FlashMLA without indexer_topk: kernels.flash-mla); one whose call
     raises is a fail naming the exception, with the rule and fix of the module an ImportError names (no tvm_ffi:
     tvm-ffi.version; no cuda-python: cutlass-dsl.import), else the sub-run's own. A Megatron fix names a
@@ -210,7 +224,7 @@ def smoke_dsv4_kernels(ctx: Context) -> Result:
     from dsv4_doctor.api import run_kernel_cache
 
     evidence: dict = {"subruns": rows, "kernel_cache": run_kernel_cache().evidence(),  # the probes' CuTe DSL cache
-                      "kernel_store": store_served(rows)}
+                      "kernel_store": store_served(rows), "rope_fusion": rope_decided(profile)}
     if profile.fleet and profile.cp > 1:  # each sub-run is one process by design: per-rank arguments, no collectives
         evidence["ranks"] = f"the {profile.cp} CP ranks simulated on this fleet rank's own GPU (single-process kernels)"
     devices = {str((r.get("device") or {}).get("capability")) for r in rows.values() if r.get("device")}
@@ -231,6 +245,8 @@ def smoke_dsv4_kernels(ctx: Context) -> Result:
         if n == "dsa" and not rows[n].get("error"):  # wrong numbers, not a call that raised
             hint = ("A NaN or a wrong mask from the DSA indexer is the seed incident's signature (an H100 job went NaN "
                     "until the cuDNN frontend and apache-tvm-ffi were reinstalled).")
+        if n == "rope" and not rows[n].get("error"):
+            hint = ROPE_HINT
         if rows[n].get("cause") == "no-device":
             hint = "The GPU was not tested: with a GPU listed by nvidia-smi, no sub-run falls back to the CPU."
         return failed(summary, "\n".join(x for x in (hint, "Sub-runs: " + line) if x),

@@ -32,7 +32,7 @@ MAY_BE_NULL = {"max_seqlen_per_dp_cp_rank", "engine_max_seqlen_per_dp_cp_rank"}
 # Whole numbers whose rows judge a value below the range or of another scalar type, and give the line that changes
 # it (job.parallelism's TP, job.cp-args' max_seqlen_per_dp_cp_rank); for the others no rule can.
 ROWS_JUDGE = {"tp", "pp", "max_seqlen_per_dp_cp_rank", "engine_max_seqlen_per_dp_cp_rank"}
-BOOLEANS = {"dynamic_context_parallel", "apply_dsa_kernel_fusion", "dsa_indexer_use_sparse_loss",
+BOOLEANS = {"dynamic_context_parallel", "apply_dsa_kernel_fusion", "dsa_indexer_use_sparse_loss", "apply_rope_fusion",
             "overlap_moe_expert_parallel_comm", "csa_dense_mode", "use_varlen_dataset"}
 NAMES = {"cp_partition_mode", "sequence_packing_scheduler", "dsa_kernel_backend", "moe_token_dispatcher_type",
          "moe_flex_dispatcher_backend", "experimental_attention_variant"}

@@ -33,6 +33,7 @@ CONFIG_FIELDS = (
     "apply_dsa_kernel_fusion", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "dsa_indexer_loss_coeff",
     "dsa_indexer_use_sparse_loss", "experimental_attention_variant", "tensor_model_parallel_size",
     "context_parallel_size", "dynamic_context_parallel", "overlap_moe_expert_parallel_comm", "csa_dense_mode",
+    "apply_rope_fusion",
 )
 # The top-level groups of verl's trainer config (verl 0.9.0 verl/trainer/config/_generated_ppo_megatron_trainer.yaml,
 # its model_engine group, Hydra's own).
@@ -61,6 +62,7 @@ MEGATRON_FLAGS = {
     "dsa-indexer-loss-coeff": ("dsa_indexer_loss_coeff", True),
     "dsa-indexer-use-sparse-loss": ("dsa_indexer_use_sparse_loss", False),
     "no-dsa-kernel-fusion": ("apply_dsa_kernel_fusion", False),
+    "no-rope-fusion": ("apply_rope_fusion", False),  # store_false, dest apply_rope_fusion (arguments.py L3718-3723)
     "dynamic-context-parallel": ("dynamic_context_parallel", False),
     "hybrid-context-parallel": ("dynamic_context_parallel", False),
     "use-varlen-dataset": ("use_varlen_dataset", False),
@@ -69,7 +71,7 @@ MEGATRON_FLAGS = {
 }
 # The setting each Megatron flag writes back as, for "the line to add".
 MEGATRON_FLAG_OF = {setting: flag for flag, (setting, _) in MEGATRON_FLAGS.items()
-                    if flag not in ("hybrid-context-parallel", "no-dsa-kernel-fusion")}
+                    if flag not in ("hybrid-context-parallel", "no-dsa-kernel-fusion", "no-rope-fusion")}
 HYDRA_OVERRIDE = re.compile(r"(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][A-Za-z0-9_.@/\-]*)(?:=(?P<value>.*))?", re.S)
 ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 # A config file the command names (Hydra's --config-name/--config-path, a --config-dir whose files come before verl's

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..model.facts import StaticFacts
 from .model import Job
+from .rope import rope_differs
 from ..model.core import Check, CheckReport, Interrupted, Profile, UsageError
 from ..engine.probes import Probe
 
@@ -213,6 +214,9 @@ def settle(session: Any, profile: Profile, later: Sequence[Check], ctx: Any, dea
     built = guarded(lambda: collect(session, started, max(0.0, deadline - time.monotonic())))
     judged = apply(profile, built)
     stated, unknown = differs(profile, judged) if built.get("status") == "built" else ([], [])
+    if built.get("status") == "built" and profile.job is not None and judged.job is not None:
+        rope_stated, rope_unknown = rope_differs(profile.job, judged.job)
+        stated, unknown = stated + rope_stated, unknown + rope_unknown
     if stated or unknown:  # the rows were judged on the readers' settings: those stay the profile's
         judged = replace(profile, job=replace(profile.job, built=dict(built, differs=stated, unchecked=unknown)))
     if not later:

@@ -147,7 +147,7 @@ def parse_megatron(args: list[str], job: Job) -> None:
         else:
             if has_eq:
                 raise UsageError(f"{arg.split('=', 1)[0]} takes no value in Megatron-LM")
-            value = name != "no-dsa-kernel-fusion"  # --no-dsa-kernel-fusion: fusion off
+            value = name not in ("no-dsa-kernel-fusion", "no-rope-fusion")  # store_false flags: the fusion off
             settings[setting] = Setting(value, arg, source="flag")
             i += 1
 
