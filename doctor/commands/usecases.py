@@ -188,9 +188,8 @@ def check(opts: Options, deliver: Deliver, smoke: bool = False) -> tuple[Report,
                              rerun(opts, profile, skip, strict), opts.anonymize_hosts, fleet_checks)
 
 
-# What `check --versions` runs: the static probe's facts (every version, where each module lies, the cubins), with
-# nvidia-smi (the driver, the GPUs) and torch's import (its CUDA, cuDNN, NCCL); no other package is imported.
-# deps.metadata waits for the static probe (the block reads it); --static-only leaves torch's import out too.
+# What `check --versions` runs: the static probe's facts (versions, where each module lies, the cubins; deps.metadata
+# waits for it), nvidia-smi (driver, GPUs), torch's import (CUDA, cuDNN, NCCL; not with --static-only); nothing else.
 VERSIONS_CHECKS = "python.version,deps.metadata,torch.install"
 
 
