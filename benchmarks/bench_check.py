@@ -188,7 +188,9 @@ def full(args, doctor: str) -> None:
     no_image = {"DSV4_DOCTOR_KERNEL_IMAGE_CACHE": "off"}
 
     def env(user_cache: str, image: str | None = None) -> dict:
-        return dict(os.environ, DSV4_DOCTOR_KERNEL_CACHE=user_cache,
+        # triton's own JIT cache goes with the per-user store (beside it): a cold round compiles the fused RoPE's
+        # triton kernels too, a warm one finds them, as a user's ~/.triton would
+        return dict(os.environ, DSV4_DOCTOR_KERNEL_CACHE=user_cache, TRITON_CACHE_DIR=user_cache + "-triton",
                     **({"DSV4_DOCTOR_KERNEL_IMAGE_CACHE": image} if image else no_image))
 
     # The container's very first check (the default level, nothing cached): reported apart.
