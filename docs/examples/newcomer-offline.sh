@@ -1,8 +1,14 @@
 # The air-gapped path: fetch on a connected machine, install with no network (docs/examples/newcomer-offline.md).
-# Run from a clone of dsv4-doctor as root (unshare -n cuts the network for the offline step).
+# Run as root (unshare -n cuts the network for the offline step) with a fresh clone of dsv4-doctor at /tmp/dsv4-doctor:
+# the transcript installs from that path, which it shows (never the folder the script was started from).
 set -u
-W=/tmp/dsv4-offline; rm -rf "$W"; mkdir -p "$W"; SRC=$PWD
-run() { echo "\$ $*"; "$@" 2>&1 | grep -v "^WARNING: Location"; echo "(exit ${PIPESTATUS[0]})"; echo; }
+SRC=/tmp/dsv4-doctor
+[ -f "$SRC/pyproject.toml" ] || { echo "clone dsv4-doctor to $SRC first: git clone URL $SRC" >&2; exit 2; }
+W=/tmp/dsv4-offline; rm -rf "$W"; mkdir -p "$W"
+# Each command is echoed as it can be pasted: a word with a character a shell would read (a glob's *) single-quoted.
+SAFE='^[A-Za-z0-9_./=:,@%+-]+$'
+shown() { local a w=; for a; do if [[ $a =~ $SAFE ]]; then w+=" $a"; else w+=" '${a//\'/\'\\\'\'}'"; fi; done; echo "\$$w"; }
+run() { shown "$@"; "$@" 2>&1 | grep -v "^WARNING: Location"; echo "(exit ${PIPESTATUS[0]})"; echo; }
 # --- The stand-in github.com (this machine cannot reach github.com): small real packages in local git repositories,
 # --- and a git config that sends https://github.com/ there. Not part of the transcript's commands.
 export GIT_CONFIG_GLOBAL=$W/gitconfig GIT_CONFIG_NOSYSTEM=1 PIP_CONFIG_FILE=/dev/null
