@@ -3,8 +3,9 @@ launcher wrote (the torchrun `--log-dir` tree `logs/`, and `console.txt`, its st
 the verdict expected from the upstream texts the job prints, written before the device run (README.md there says how
 each case was produced). Every input is triaged by the real command, each on its own.
 
-Until the lead commits the logs, LOGS_COMMITTED is False: the triage tests are skipped, and the switch test fails as
-soon as logs appear without it (or it is set without every case's logs), so the switch cannot be forgotten."""
+Until the logs are committed (the device run has not been made yet), LOGS_COMMITTED is False: the triage tests are
+skipped, and the switch test fails as soon as logs appear without it (or it is set without every case's logs), so
+the switch cannot be forgotten."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ LOGS_COMMITTED = False  # True in the change that commits the logs (docs/gpu-run
 GPU = Path(__file__).resolve().parent / "triage" / "gpu"
 CASES = ("fail-wrong-arch", "fail-oom", "fail-nan", "fail-no-dsa", "fail-rank-dies")
 VERDICTS = ("known-cause", "known-symptom", "not-recognised")
-needs_logs = pytest.mark.skipif(not LOGS_COMMITTED, reason="the GPU failure logs are not committed yet "
-                                "(tests/triage/gpu/README.md: the lead collects them after the device run)")
+needs_logs = pytest.mark.skipif(not LOGS_COMMITTED, reason="the GPU failure logs are not committed yet (the "
+                                "device run that makes them has not been made: tests/triage/gpu/README.md)")
 
 
 def expected(name: str) -> dict:

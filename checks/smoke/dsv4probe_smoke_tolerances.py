@@ -129,9 +129,9 @@ FUSED_SETTINGS = {"csa_compress_ratios": [FUSED_RATIO], "csa_window_size": 128, 
 # ------------------------------------------------------------------ the kernel smoke's fused MLA RoPE (sub-run rope)
 
 # Megatron's fused MLA RoPE (triton, fused_mla_rope_inplace) against its own unfused apply_rotary_pos_emb path, both
-# in bf16 on the same inputs (N(0, 1) values, so rotated values stay below about 8). PROVISIONAL: set from the GPU run
-# (docs/gpu-runs/2026-12-07-gpu-v3, cases-rope.sh); the lead replaces them with the measured figures and their margin.
-# Until then: the unfused path rounds three times to bf16 (t*cos, rotate_half(t)*sin, their sum), the kernel at its
+# in bf16 on the same inputs (N(0, 1) values, so rotated values stay below about 8). PROVISIONAL: not yet measured on a
+# GPU (docs/gpu-runs/2026-12-07-gpu-v3, cases-rope.sh, is the run that will set them with their margin). Derived
+# from rounding: the unfused path rounds three times to bf16 (t*cos, rotate_half(t)*sin, their sum), the kernel at its
 # store, so the two may differ by a few bf16 units in the last place: 2^-5 is one unit at magnitudes in [4, 8).
 ROPE_MAX_ABS = 0.125  # max |fused - unfused| over a tensor: 4 units of 2^-5
 ROPE_REL_L2 = 1e-2  # ||fused - unfused|| / max(||fused||, ||unfused||): about 2.5 bf16 roundings (2^-8 each)

@@ -26,7 +26,7 @@ print(len(found), "recipes:", sorted({(r.get("function") or r.get("object") or {
 PYEOF
   ts "recipes: $(tail -1 "$R/recipes.console.txt")"
 }
-case_adopt() {  # the tree this call carries must ship the recipes the `recipes` case recorded: the lead copies
+case_adopt() {  # the tree this call carries must ship the recipes the `recipes` case recorded: copy
   # $R/kernel_recipes.json (returned by that call) into checks/smoke/kernel_recipes.json before the bench call, so the
   # tree sent, the doctor installed from it and the bench all agree; this only verifies it (never writes the tree)
   [ -s "$R/kernel_recipes.json" ] || { ts "adopt: no recorded recipes"; return 1; }
