@@ -14,6 +14,7 @@ Every lookup mirrors the upstream code that will do it during the build:
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -116,7 +117,12 @@ def answer(request):
         out["cccl"] = {"path": cccl, "exists": os.path.isdir(cccl)}
         out["cudart"] = _cudart(library_dir(home))
     cxx = _env("CXX")
-    out["cxx"] = {"name": cxx or "c++", "from": "CXX" if cxx else "default", "path": shutil.which(cxx or "c++")}
+    # CXX may be a command line ("ccache g++", "g++ -O2"): its first word is the program
+    try:
+        program = shlex.split(cxx)[0] if cxx else "c++"
+    except (ValueError, IndexError):
+        program = cxx or "c++"
+    out["cxx"] = {"name": cxx or "c++", "from": "CXX" if cxx else "default", "path": shutil.which(program)}
     scripts = sysconfig.get_path("scripts")
     in_scripts = os.path.join(scripts, "ninja") if scripts else None
     out["ninja"] = {"path": shutil.which("ninja"), "scripts": scripts,

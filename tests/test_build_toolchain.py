@@ -135,6 +135,13 @@ def test_no_ninja_and_no_compiler(tmp_path):
 def test_cxx_names_the_compiler(tmp_path):
     answer, _ = probe(tmp_path, {"PATH": bare_path(tmp_path, "ninja"), "CXX": "g++-does-not-exist"})
     assert answer["cxx"] == {"name": "g++-does-not-exist", "from": "CXX", "path": None}
+    # CXX as a command line (a compiler cache in front, flags after): its first word is the program looked up
+    folder = tmp_path / "bin"  # bare_path's folder, made above
+    wrapper = folder / "cc-wrapper"
+    wrapper.write_text("#!/bin/sh\nexec \"$@\"\n")
+    wrapper.chmod(0o755)
+    answer, _ = probe(tmp_path, {"PATH": str(folder), "CXX": "cc-wrapper g++ -O2"})
+    assert answer["cxx"] == {"name": "cc-wrapper g++ -O2", "from": "CXX", "path": str(wrapper)}
 
 
 def fake_nvcc(tmp_path: Path, body: str) -> Path:

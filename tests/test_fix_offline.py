@@ -196,3 +196,23 @@ def test_from_a_folder_it_cannot_use_is_a_usage_error(tmp_path):
     assert both.returncode == 2 and "--download only fetches" in both.stderr
     odd = run_doctor("fix", "--only", "python.version", "--from", "a\nb")
     assert odd.returncode == 2 and "control" in odd.stderr
+
+
+def test_a_command_that_exits_is_not_waited_for_through_a_child_holding_its_output():
+    """A build that leaves a background child holding the pipe (a daemon it started): the relay drains briefly after
+    the command exits instead of waiting for the pipe's end, up to the step's hours-long limit."""
+    import time
+
+    from dsv4_doctor.fix.runner import run_relayed
+    from dsv4_doctor.hostio.procs import Processes
+
+    procs = Processes()
+    try:
+        started = time.monotonic()
+        ran = run_relayed(procs, ["sh", "-c", "sleep 30 & echo done"], None, 20.0)
+        assert (ran.code, ran.timed_out, ran.tail) == (0, False, "done\n")
+        assert time.monotonic() - started < 5
+        ran = run_relayed(procs, ["sh", "-c", "exec sleep 30"], None, 1.0)  # a command that does not exit: killed
+        assert ran.timed_out and ran.code != 0
+    finally:
+        procs.close()

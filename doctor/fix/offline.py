@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import tarfile
 import tempfile
@@ -229,8 +230,8 @@ def download(plan: Plan, python: str, folder: str, run: Callable[[Sequence[str],
         if not installs:
             continue
         if step.fix.manual:
-            out.left.append(f"step {n} (manual) is not fetched: " + " ".join(
-                " ".join(download_argv("python", "DIR", o, r)[1:]) for o, r in installs) + ", if you take it")
+            out.left.append(f"step {n} (manual) is not fetched: " + "; ".join(  # quoted: pasted into a shell
+                shlex.join(download_argv("python", "DIR", o, r)[1:]) for o, r in installs) + ", if you take it")
             continue
         for options, reqs in installs:
             pins = [p for p in (git_pin(w) for w in reqs) if p is not None]

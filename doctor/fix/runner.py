@@ -17,6 +17,7 @@ from ..hostio.procs import kill_group
 
 TAIL_BYTES = 16384  # what is kept of a command's output to name its error
 POLL_S = 0.2
+EXITED_GRACE_S = 1.0  # after the command exited: its remaining output, not a background child's lifetime
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,11 @@ def _relay(proc, pipe, deadline: float, interrupted: Callable[[], bool]) -> tupl
     fd = pipe.fileno()
     while True:
         left = deadline - time.monotonic()
+        if proc.poll() is not None:  # it exited: a child it left may hold the pipe open, so drain briefly, not wait
+            deadline = min(deadline, time.monotonic() + EXITED_GRACE_S)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return tail, False
         if left <= 0:
             kill_group(proc)
             return tail, True
