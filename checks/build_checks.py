@@ -130,7 +130,11 @@ def judge(data: dict, cuda: str | None, cuda_unknown: str) -> list[tuple[Status,
                          "compiler stops at `cuda/std/utility: No such file or directory`)",
                          home_fix or [tc.nvcc_wheels(release, purelib, cccl_only=True) if wheel
                                       else tc.cccl_package(release, home)]))
-    if not nvcc.get("missing") and cudart and not cudart.get("linkable"):
+    if not nvcc.get("missing") and cudart and not cudart.get("linkable") and isinstance(cudart.get("elsewhere"), str):
+        problems.append((Status.WARN, f"no libcudart.so in {cudart.get('dir')}; the linker finds "
+                         f"{cudart['elsewhere']} instead (LIBRARY_PATH or a system folder): check that it is CUDA "
+                         f"{nvcc.get('release') or 'of this nvcc'}'s", []))
+    elif not nvcc.get("missing") and cudart and not cudart.get("linkable"):
         found = ", ".join(cudart.get("found") or []) or "no libcudart at all"
         problems.append((Status.FAIL, f"no libcudart.so in {cudart.get('dir')} ({found}): the extensions link "
                          "-lcudart", home_fix or [tc.link_cudart(cudart["dir"]) if cudart.get("found")

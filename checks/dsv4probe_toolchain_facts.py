@@ -96,12 +96,23 @@ def library_dir(home):
     return lib if not os.path.exists(lib64) and os.path.exists(lib) else lib64
 
 
+# Where ld looks for -lcudart after torch's -L$CUDA_HOME/lib64: LIBRARY_PATH, then the system's folders (a distro's
+# toolkit keeps it in the multiarch folder, e.g. Debian's nvidia-cuda-toolkit with CUDA_HOME=/usr).
+SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib/x86_64-linux-gnu",
+                   "/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib64", "/lib")
+
+
 def _cudart(folder):
     try:
         names = sorted(n for n in os.listdir(folder) if n.startswith("libcudart."))[:20]
     except OSError:
         names = []
-    return {"dir": folder, "linkable": os.path.exists(os.path.join(folder, "libcudart.so")), "found": names}
+    linkable = os.path.exists(os.path.join(folder, "libcudart.so"))
+    searched = [d for d in (_env("LIBRARY_PATH") or "").split(os.pathsep) if d.startswith("/")][:20] + \
+        list(SYSTEM_LIB_DIRS)
+    elsewhere = None if linkable else next(
+        (os.path.join(d, "libcudart.so") for d in searched if os.path.exists(os.path.join(d, "libcudart.so"))), None)
+    return {"dir": folder, "linkable": linkable, "found": names, "elsewhere": elsewhere}
 
 
 def answer(request):

@@ -196,6 +196,21 @@ def test_a_good_toolchain_passes_only_against_torchs_cuda():
     assert result.status is Status.PASS, result.summary
     cpu, _ = check_with(answer, torch={"imported": True, "version": "2.13.0+cpu", "cuda_build": None})
     assert cpu.status is Status.WARN and "is not known" in cpu.summary  # never a pass it did not earn
+    # a distro's toolkit (CUDA_HOME=/usr): libcudart.so in the multiarch folder, where ld finds it, not in lib64
+    distro = dict(answer, cudart={"dir": "/usr/lib64", "linkable": False, "found": [],
+                                  "elsewhere": "/usr/lib/x86_64-linux-gnu/libcudart.so"})
+    result, _ = check_with(distro)
+    assert result.status is Status.WARN and "the linker finds /usr/lib/x86_64-linux-gnu/libcudart.so" in result.summary
+
+
+def test_the_probe_finds_libcudart_where_the_linker_looks(tmp_path):
+    lib = tmp_path / "libs"
+    lib.mkdir()
+    (lib / "libcudart.so").write_bytes(b"")  # only its name is looked up, as ld's -lcudart does
+    home = tmp_path / "cuda"
+    (home / "lib64").mkdir(parents=True)
+    answer, _ = probe(tmp_path, {"PATH": bare_path(tmp_path), "CUDA_HOME": str(home), "LIBRARY_PATH": str(lib)})
+    assert answer["cudart"]["linkable"] is False and answer["cudart"]["elsewhere"] == str(lib / "libcudart.so")
 
 
 def test_every_check_that_declares_a_build_fix_is_read():
