@@ -138,7 +138,7 @@ stage() {
   local k=$1
   [ -d "$C/c$k" ] || { ts "no $C/c$k: carry .gpu/c$k in this call"; return 1; }
   cp -r "$C/c$k/." $A/ && ts "staged c$k: $(du -sh $A | cut -f1) in all"
-  local joined; joined=$(bash "$HERE/join.sh")
+  local joined; joined=$(bash "$HERE/../2026-12-06-h200-speed/join.sh")  # the packing scripts are 12-06's
   echo "$joined" | grep -v '^complete'; ts "$(echo "$joined" | grep -c '^complete') of $(grep -c . $A/MANIFEST) files complete"
   act_sources; act_stack
   builds_status
